@@ -1,0 +1,66 @@
+"""zhiku's exception hierarchy. Messages are what users read: they name the bad value and the fix."""
+
+from __future__ import annotations
+
+
+class ZhikuError(Exception):
+    """Base of every error zhiku raises on purpose. ``code`` is stable (SCREAMING_SNAKE_CASE)."""
+
+    code = "ZHIKU_ERROR"
+    retryable = False
+
+
+class ConfigError(ZhikuError):
+    code = "INVALID_CONFIG"
+
+
+class InvalidInput(ZhikuError):
+    """A request the caller can fix (empty query, k out of range, malformed filter)."""
+
+    code = "INVALID_INPUT"
+
+
+class IngestError(ZhikuError):
+    code = "INGEST_FAILED"
+
+
+class LoaderError(IngestError):
+    """A file could not be read or decoded."""
+
+    code = "LOADER_FAILED"
+
+
+class UnsupportedFormat(IngestError):
+    code = "UNSUPPORTED_FORMAT"
+
+
+class StoreError(ZhikuError):
+    code = "STORE_ERROR"
+
+
+class IndexLocked(StoreError):
+    code = "INDEX_LOCKED"
+    retryable = True
+
+
+class ReadOnlyIndex(StoreError):
+    code = "INDEX_READ_ONLY"
+
+
+class IndexMismatch(StoreError):
+    """The index was built with another embedder, tokenizer or chunking; it needs a rebuild."""
+
+    code = "INDEX_MISMATCH"
+
+
+class NotFound(ZhikuError):
+    code = "NOT_FOUND"
+
+
+class EmbeddingError(ZhikuError):
+    code = "EMBEDDING_FAILED"
+    retryable = True
+
+
+class MissingDependency(ZhikuError):
+    code = "MISSING_DEPENDENCY"

@@ -1,0 +1,83 @@
+"""The ``Store`` protocol: what every storage backend provides.
+
+Backends hold documents, chunks, their index tokens (for BM25) and vectors (for dense search), the
+ingestion history and index metadata. Every backend passes ``tests/contracts/test_store_contract.py``
+unchanged. Retrieval, fusion and answers depend on this protocol, never on a concrete class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
+
+
+@runtime_checkable
+class Store(Protocol):
+    # --- writing -------------------------------------------------------------------------------
+    def write_document(
+        self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray
+    ) -> None:
+        """Store ``doc`` with its chunks, replacing any older version of the same ``doc.doc_id``.
+
+        ``tokens[i]`` are the BM25 index terms of ``chunks[i]``; ``vectors[i]`` its L2-normalised float32
+        embedding (shape ``(len(chunks), dim)``). Atomic: readers see the old version or the new one, never
+        a mix; on any error nothing changes. Raises ``StoreError``/``IndexMismatch`` on a wrong dim.
+        """
+        ...
+
+    def delete_document(self, doc_id: str) -> bool:
+        """Remove a document and all its chunks from every index. Returns False if it was not there."""
+        ...
+
+    def record_ingestion(self, record: IngestionRecord) -> None:
+        """Append one line to the ingestion history."""
+        ...
+
+    # --- searching -----------------------------------------------------------------------------
+    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+        """Chunks matching any of ``terms`` (OR), best BM25 first; scores are positive, higher is better."""
+        ...
+
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+        """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
+        ...
+
+    # --- reading -------------------------------------------------------------------------------
+    def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
+        """The chunks with these ids, in the order asked; unknown ids are left out."""
+        ...
+
+    def get_document(self, doc_id: str) -> DocRecord | None: ...
+
+    def find_document(self, collection: str, source: str) -> DocRecord | None:
+        """The stored document for a source path in a collection (used for change detection)."""
+        ...
+
+    def list_documents(self, collection: str | None = None) -> list[DocRecord]: ...
+
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        """All chunks of a document in order."""
+        ...
+
+    def collections(self) -> list[CollectionStats]: ...
+
+    def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
+        """Newest first."""
+        ...
+
+    # --- metadata ------------------------------------------------------------------------------
+    def get_meta(self) -> dict[str, str]:
+        """Index metadata (tokenizer, embedder, dim, chunking, schema version, index version)."""
+        ...
+
+    def set_meta(self, values: dict[str, str]) -> None: ...
+
+    def index_version(self) -> int:
+        """A counter bumped by every write or delete (caches key on it)."""
+        ...
+
+    def close(self) -> None: ...

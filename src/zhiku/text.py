@@ -1,0 +1,109 @@
+"""Text normalisation and Chinese tokenisation.
+
+What is indexed and what is queried go through the same ``normalize``: NFKC (full-width → half-width),
+Traditional → Simplified (OpenCC ``t2s``) and lower case. Text is *stored* as written; only the index
+sees normalised tokens. Tokens come from ``rjieba`` (jieba-rs, jieba's dictionary): documents are cut in
+search mode (words plus their dictionary sub-words, so ``合同`` finds ``合同法``), queries in precise mode
+with stopwords removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import unicodedata
+from collections.abc import Iterable
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from zhiku.errors import ConfigError
+
+TOKENIZER_NAME = "rjieba"
+
+
+def _has_word_char(token: str) -> bool:
+    return any(ch.isalnum() for ch in token)
+
+
+def load_stopwords(path: Path | None = None) -> frozenset[str]:
+    """Read a stopword file (one per line, ``#`` comments); ``None`` reads zhiku's built-in list."""
+    if path is None:
+        raw = resources.files("zhiku").joinpath("data/stopwords_zh.txt").read_text(encoding="utf-8")
+    else:
+        try:
+            raw = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read stopword file {path}: {e} (fix text.stopwords)") from None
+    return frozenset(line.strip().lower() for line in raw.splitlines() if line.strip() and not line.startswith("#"))
+
+
+class TextProcessor:
+    """Normaliser + tokenizer. Build one per index (it holds the jieba dictionary and OpenCC tables)."""
+
+    def __init__(self, *, t2s: bool = True, user_dict: Path | None = None, stopwords: Path | None = None) -> None:
+        self.t2s = t2s
+        self.user_dict = Path(user_dict) if user_dict else None
+        self.stopwords = load_stopwords(stopwords)
+        self._user_dict_text = ""
+        if self.user_dict is not None:
+            try:
+                self._user_dict_text = self.user_dict.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
+
+    @cached_property
+    def _jieba(self):  # noqa: ANN202 - rjieba.Jieba has no public type
+        import rjieba
+
+        jieba = rjieba.Jieba()
+        for n, line in enumerate(self._user_dict_text.splitlines(), 1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            freq = None
+            if len(parts) > 1:
+                if not parts[1].isdigit():
+                    raise ConfigError(f"user dictionary {self.user_dict} line {n}: frequency {parts[1]!r} is not a number")
+                freq = int(parts[1])
+            jieba.add_word(self._normalize_chars(parts[0]), freq, parts[2] if len(parts) > 2 else None)
+        return jieba
+
+    @cached_property
+    def _opencc(self):  # noqa: ANN202
+        import opencc
+
+        return opencc.OpenCC("t2s")
+
+    @property
+    def identity(self) -> str:
+        """Identifies everything that changes index tokens; stored in the index and checked on open."""
+        version = importlib.metadata.version("rjieba")
+        udict = hashlib.sha256(self._user_dict_text.encode()).hexdigest()[:12] if self._user_dict_text else "none"
+        return f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s={self.t2s};nfkc;lower"
+
+    def _normalize_chars(self, text: str) -> str:
+        text = unicodedata.normalize("NFKC", text)
+        if self.t2s:
+            text = self._opencc.convert(text)
+        return text.lower()
+
+    def normalize(self, text: str) -> str:
+        """NFKC, Traditional → Simplified (when enabled) and lower case."""
+        return self._normalize_chars(text)
+
+    def index_tokens(self, text: str) -> list[str]:
+        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""
+        return [t for t in self._jieba.cut_for_search(self.normalize(text)) if _has_word_char(t)]
+
+    def query_tokens(self, text: str) -> list[str]:
+        """Distinct query terms in order: precise cut, stopwords and punctuation dropped.
+
+        If every term is a stopword, the stopwords are kept (a query like ``什么`` still searches).
+        """
+        words = [t for t in self._jieba.cut(self.normalize(text)) if _has_word_char(t)]
+        kept = [w for w in words if w not in self.stopwords] or words
+        return list(dict.fromkeys(kept))
+
+    def index_tokens_many(self, texts: Iterable[str]) -> list[list[str]]:
+        return [self.index_tokens(t) for t in texts]

@@ -1,0 +1,193 @@
+"""Frozen, typed data that flows between zhiku's stages.
+
+Every stage takes and returns these; no stage passes ``dict[str, Any]`` around.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
+
+SearchMode = Literal["bm25", "dense", "hybrid"]
+
+
+@dataclass(frozen=True)
+class PageSpan:
+    """A page of the source document: 1-based ``number`` covering ``text[start:end]``."""
+
+    number: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SourceDoc:
+    """A loaded document, before chunking.
+
+    ``text`` is the document as Markdown (headings as ``#`` lines), exactly as the user wrote it.
+    ``pages`` maps character ranges of ``text`` to page numbers; it is empty for formats without pages.
+    """
+
+    source: str  # path as ingested, relative to the ingest root, with forward slashes
+    doc_type: str  # "markdown", "text", later "pdf", "docx", "html"
+    title: str
+    text: str
+    pages: tuple[PageSpan, ...] = ()
+    encoding: str = "utf-8"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A retrievable piece of a document with everything a citation needs."""
+
+    chunk_id: str
+    doc_id: str
+    collection: str
+    source: str
+    doc_type: str
+    section: str  # heading path, e.g. "第一章 总则 > 第三条"; "" before the first heading
+    page: int | None
+    start: int  # char offsets into SourceDoc.text
+    end: int
+    ordinal: int  # position of the chunk in its document, 0-based
+    text: str
+
+
+class DocStatus(str, Enum):
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class DocRecord:
+    """A stored document (one row per (collection, source))."""
+
+    doc_id: str
+    collection: str
+    source: str
+    path: str  # absolute path at ingestion time
+    doc_type: str
+    title: str
+    sha256: str
+    size: int
+    chunk_count: int
+    pages: int | None
+    ingested_at: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class IngestionRecord:
+    """One line of the ingestion history."""
+
+    path: str
+    collection: str
+    sha256: str | None
+    size: int | None
+    status: str  # added | updated | skipped | removed | failed
+    error: str | None
+    chunk_count: int
+    at: float
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    name: str
+    documents: int
+    chunks: int
+    chars: int
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Restrict retrieval. ``None`` means "no restriction"; a filter that matches nothing yields no hits."""
+
+    collection: str | None = None
+    source_glob: str | None = None  # fnmatch-style glob over the ingested source path
+    doc_type: str | None = None
+
+    def is_empty(self) -> bool:
+        return self.collection is None and self.source_glob is None and self.doc_type is None
+
+
+@dataclass(frozen=True)
+class ScoredId:
+    """A chunk id with a score from one retriever, best first; ``rank`` is 1-based."""
+
+    chunk_id: str
+    score: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result with the evidence of every stage that saw it."""
+
+    chunk: Chunk
+    score: float  # the score of the final stage (RRF, or the channel's own score in single-channel modes)
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None  # cosine similarity
+
+
+@dataclass(frozen=True)
+class Citation:
+    n: int
+    chunk_id: str
+    doc_id: str
+    source: str
+    page: int | None
+    section: str
+    score: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    query: str
+    mode: SearchMode
+    markdown: str
+    citations: tuple[Citation, ...]
+    hits: tuple[Hit, ...]
+    low_confidence: bool = False
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    added: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    failed: tuple[FileFailure, ...] = ()
+    chunks_written: int = 0
+    chunks_embedded: int = 0  # chunks whose vectors were computed (not served from the embedding cache)
+    elapsed_s: float = 0.0
+    dry_run: bool = False
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "added": len(self.added),
+            "updated": len(self.updated),
+            "skipped": len(self.skipped),
+            "removed": len(self.removed),
+            "failed": len(self.failed),
+        }
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """What an index was built with; stored in the index and checked on open."""
+
+    tokenizer: str
+    embedder: str
+    dim: int
+    chunking: str
+    schema_version: int = 1
+    extra: dict[str, str] = field(default_factory=dict)
