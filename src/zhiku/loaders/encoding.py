@@ -1,0 +1,191 @@
+"""Reading text files: content sniffing, encoding detection and line-ending normalisation.
+
+Shared by the plain-text loaders (Markdown, text). Detection is deliberately narrow and deterministic:
+
+1. an empty file is an error;
+2. a UTF-32/UTF-16 byte-order mark decides the encoding;
+3. a NUL byte in the first 8 KiB means a binary file;
+4. valid UTF-8 (with or without BOM) is UTF-8;
+5. otherwise GB18030 (a superset of GBK and GB2312), if it decodes strictly *and* the result looks like
+   text (:func:`looks_like_text`);
+6. anything else is an error that tells the user to convert the file to UTF-8.
+
+Legacy single-byte encodings (Latin-1, cp1252) and Big5 are not guessed: a wrong guess would index garbage
+silently, while an error with the fix in it costs the user one ``iconv``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+import unicodedata
+from pathlib import Path
+
+from zhiku.errors import LoaderError
+
+BINARY_PROBE_BYTES = 8192
+SNIFF_BYTES = 512
+
+# (magic prefix, kind); checked in order against the first bytes of a file.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF-", "pdf"),
+    (b"PK\x03\x04", "zip/office"),
+    (b"\x89PNG\r\n\x1a\n", "image"),
+    (b"\xff\xd8\xff", "image"),
+    (b"GIF87a", "image"),
+    (b"GIF89a", "image"),
+)
+
+# How each non-text kind is named in an error message.
+_KIND_NAMES: dict[str, str] = {
+    "pdf": "PDF",
+    "zip/office": "a ZIP archive or Office document (.docx/.xlsx/.pptx)",
+    "image": "an image",
+}
+
+# Unicode blocks that real Chinese/English text decoded from GB18030 is made of (GB2312/GBK repertoire).
+_TEXT_RANGES: tuple[tuple[int, int], ...] = (
+    (0x0020, 0x007E),  # ASCII printable
+    (0x00A0, 0x024F),  # Latin-1 supplement, Latin extended (pinyin tone marks)
+    (0x02C0, 0x02DF),  # modifier letters (ˇ ˉ)
+    (0x0370, 0x04FF),  # Greek, Cyrillic (both in GB2312)
+    (0x2000, 0x206F),  # general punctuation (— … ‘ ’ “ ”)
+    (0x2100, 0x23FF),  # letter-like symbols, number forms (Ⅰ Ⅱ), arrows, math operators
+    (0x2460, 0x27BF),  # enclosed numbers (①), box drawing, shapes, misc symbols
+    (0x2E80, 0x2FDF),  # CJK radicals
+    (0x3000, 0x30FF),  # CJK symbols and punctuation, kana
+    (0x3100, 0x312F),  # bopomofo
+    (0x31C0, 0x31EF),  # CJK strokes
+    (0x3200, 0x33FF),  # enclosed CJK, compatibility (㈠)
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFE30, 0xFE4F),  # CJK compatibility forms
+    (0xFF00, 0xFFEF),  # full-width forms
+    (0x20000, 0x3134F),  # CJK extensions B-G, compatibility supplement (GB18030 four-byte)
+)
+# One character outside the ranges and not an allowed control (counted in C, not in a Python loop).
+_UNCOMMON_RE = re.compile(r"[^\t\n\r\f\v" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _TEXT_RANGES) + "]")
+
+
+def sniff_bytes(head: bytes) -> str | None:
+    """The kind of content the first bytes of a file show: "pdf", "zip/office", "image", "html" or None.
+
+    HTML is recognised by ``<!doctype html`` or ``<html`` at the start, ignoring case, leading whitespace
+    and a UTF-8 BOM. ``None`` means "nothing recognised" (plain text, most likely).
+    """
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image"
+    start = head.removeprefix(codecs.BOM_UTF8).lstrip().lower()
+    if start.startswith((b"<!doctype html", b"<html")):
+        return "html"
+    return None
+
+
+def sniff(path: Path) -> str | None:
+    """The kind of content of the file at ``path`` by its magic bytes (see :func:`sniff_bytes`)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as e:
+        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    return sniff_bytes(head)
+
+
+def looks_like_text(text: str) -> bool:
+    """Whether decoded ``text`` is plausibly human-written Chinese/English text.
+
+    At most 1% control, private-use or unassigned characters, and at least 95% characters from the
+    blocks that GB2312/GBK text is written in (ASCII, CJK, CJK and full-width punctuation, ...).
+    GB18030 decodes many byte sequences; this check rejects the ones that come out as noise.
+    """
+    if not text:
+        return True
+    uncommon = _UNCOMMON_RE.findall(text)
+    bad = sum(1 for ch in uncommon if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs"))
+    n = len(text)
+    return bad * 100 <= n and len(uncommon) * 100 <= 5 * n
+
+
+def _no_text_check(text: str, encoding: str, path: Path) -> tuple[str, str]:
+    if not text.strip():
+        raise LoaderError(f"no text in file (only whitespace): {path}")
+    return text, encoding
+
+
+def decode_text(data: bytes, path: Path) -> tuple[str, str]:
+    """Decode the bytes of a text file; returns ``(text, encoding name)``.
+
+    The encoding name is one of "utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32-le",
+    "utf-32-be", "gb18030". A BOM is not part of the text. Line endings are left as they are
+    (see :func:`normalize_newlines`). ``path`` is only used in error messages.
+
+    Raises ``LoaderError`` for an empty file, a binary file, undetectable encodings and files that hold
+    only whitespace.
+    """
+    if not data:
+        raise LoaderError(f"empty file (0 bytes): {path}")
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "utf-32-le"),
+        (codecs.BOM_UTF32_BE, "utf-32-be"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
+        if data.startswith(bom):
+            try:
+                text = data[len(bom) :].decode(name)
+            except UnicodeDecodeError as e:
+                raise LoaderError(
+                    f"{path} starts with a {name.upper()} byte-order mark but is not valid {name.upper()} "
+                    f"(bad bytes at offset {e.start + len(bom)}); convert the file to UTF-8"
+                ) from None
+            return _no_text_check(text, name, path)
+    if b"\x00" in data[:BINARY_PROBE_BYTES]:
+        raise LoaderError(f"binary file, not text (it contains NUL bytes): {path}")
+    if data.startswith(codecs.BOM_UTF8):
+        try:
+            return _no_text_check(data[len(codecs.BOM_UTF8) :].decode("utf-8"), "utf-8-sig", path)
+        except UnicodeDecodeError as e:
+            raise LoaderError(
+                f"{path} starts with a UTF-8 byte-order mark but is not valid UTF-8 "
+                f"(bad bytes at offset {e.start + 3}); convert the file to UTF-8"
+            ) from None
+    try:
+        return _no_text_check(data.decode("utf-8"), "utf-8", path)
+    except UnicodeDecodeError:
+        pass
+    try:
+        text = data.decode("gb18030")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and looks_like_text(text):
+        return _no_text_check(text, "gb18030", path)
+    raise LoaderError(
+        f"cannot detect the encoding of {path} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8"
+    )
+
+
+def normalize_newlines(text: str) -> str:
+    """``\\r\\n`` and lone ``\\r`` become ``\\n``; nothing else changes."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_text_file(path: Path) -> tuple[str, str]:
+    """Read a text file: refuse non-text content, decode, normalise line endings.
+
+    Returns ``(text, encoding name)``. Raises ``LoaderError`` with the reason and the fix.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    kind = sniff_bytes(data[:SNIFF_BYTES])
+    if kind in _KIND_NAMES:
+        raise LoaderError(f"content is {_KIND_NAMES[kind]}, not text: the file name's suffix is wrong ({path})")
+    text, encoding = decode_text(data, path)
+    return normalize_newlines(text), encoding
