@@ -1,0 +1,75 @@
+"""The SQLite schema of an index, and the validated rows one document write inserts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import astuple
+from typing import Any
+
+import numpy as np
+
+from zhiku.errors import StoreError
+from zhiku.types import Chunk, DocRecord
+
+DB_NAME = "zhiku.db"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
+    doc_type TEXT NOT NULL, title TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+    chunk_count INTEGER NOT NULL, pages INTEGER, ingested_at REAL NOT NULL, chars INTEGER NOT NULL,
+    UNIQUE (collection, source));
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    collection TEXT NOT NULL, source TEXT NOT NULL, doc_type TEXT NOT NULL, section TEXT NOT NULL,
+    page INTEGER, start INTEGER NOT NULL, "end" INTEGER NOT NULL, ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL, vector BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5 (tokens, tokenize = 'unicode61 remove_diacritics 0');
+CREATE TABLE IF NOT EXISTS ingestion_history (
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL, collection TEXT NOT NULL, sha256 TEXT, size INTEGER,
+    status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
+"""
+CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text'
+DOC_COLS = "doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at"
+HISTORY_COLS = "path, collection, sha256, size, status, error, chunk_count, at"
+
+
+def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any) -> tuple[list[tuple], list[str], np.ndarray]:
+    """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
+    where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
+    try:
+        matrix = np.ascontiguousarray(vectors, dtype="<f4")
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"{where}: vectors are not a float array: {e}") from None
+    if len(chunks) == 0 and matrix.size == 0:
+        matrix = matrix.reshape(0, matrix.shape[-1] if matrix.ndim == 2 else 0)
+    if matrix.ndim != 2:
+        raise StoreError(f"{where}: vectors must be a 2-D array (chunks x dim), got shape {matrix.shape}")
+    if not len(chunks) == len(tokens) == matrix.shape[0]:
+        raise StoreError(f"{where}: got {len(chunks)} chunks, {len(tokens)} token lists and {matrix.shape[0]} vectors; they must match one to one")
+    if len(chunks) and matrix.shape[1] == 0:
+        raise StoreError(f"{where}: vectors have no dimensions (shape {matrix.shape})")
+    if not np.isfinite(matrix).all():
+        raise StoreError(f"{where}: vectors contain NaN or infinite values; check the embedder")
+    if doc.chunk_count != len(chunks):
+        raise StoreError(f"{where}: doc.chunk_count is {doc.chunk_count} but {len(chunks)} chunks were given")
+    for chunk in chunks:
+        for field in ("doc_id", "collection", "source", "doc_type"):
+            if getattr(chunk, field) != getattr(doc, field):
+                raise StoreError(f"{where}: chunk {chunk.chunk_id} has {field}={getattr(chunk, field)!r} but the document has {getattr(doc, field)!r}")
+    ids = [c.chunk_id for c in chunks]
+    if len(set(ids)) != len(ids):
+        raise StoreError(f"{where}: duplicate chunk ids in one document")
+    if any(isinstance(terms, str) for terms in tokens):
+        raise StoreError(f"{where}: tokens[i] must be a list of index terms, not a string")
+    try:
+        texts = [" ".join(terms) for terms in tokens]
+    except TypeError as e:
+        raise StoreError(f"{where}: tokens must be lists of strings: {e}") from None
+    rows = [(*astuple(c), vector.tobytes(), text) for c, vector, text in zip(chunks, matrix, texts)]
+    return rows, ids, matrix

@@ -1,0 +1,1 @@
+"""Contract suites: behaviour every implementation of a protocol must show."""
