@@ -1,0 +1,33 @@
+# The two set-up commands of the README: `make demo` and `make test`. Each creates .venv and installs
+# what it needs on a fresh machine, then runs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+ZHIKU  := $(VENV)/bin/zhiku
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+DEMO_INDEX ?= demo-index
+
+.PHONY: install demo test test-slow bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: $(STAMP)
+	$(ZHIKU) ingest examples/laws --collection laws --index $(DEMO_INDEX)
+	$(ZHIKU) query "试用期最长不得超过几个月？" --collection laws --index $(DEMO_INDEX) -k 3
+	$(ZHIKU) query "女职工产假有多少天" --collection laws --index $(DEMO_INDEX) -k 3
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
+
+clean:
+	rm -rf $(DEMO_INDEX) .pytest_cache

@@ -1,0 +1,187 @@
+"""The library API: one object that the CLI, the MCP server, the dashboard and evaluation all call."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+from zhiku.answer import build_answer
+from zhiku.chunking import chunking_identity
+from zhiku.embedding import build_embedder
+from zhiku.embedding.base import Embedder
+from zhiku.errors import IndexMismatch, InvalidInput, NotFound
+from zhiku.ingest import Ingestor, ProgressFn, doc_id_for
+from zhiku.search import Retrieval, Searcher
+from zhiku.settings import Settings
+from zhiku.stores import open_store
+from zhiku.stores.base import Store
+from zhiku.text import TextProcessor
+from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
+
+META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
+
+
+class KnowledgeBase:
+    """An index directory opened with one ``Settings``. Use as a context manager or call ``close()``."""
+
+    def __init__(self, settings: Settings, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.read_only = read_only
+        self.store: Store = open_store(settings, read_only=read_only)
+        self._embedder = embedder
+        self._checked_version: tuple[int, bool] | None = None
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if "searcher" in self.__dict__:
+            self.searcher.close()
+        self.store.close()
+
+    # -- parts, built on first use -----------------------------------------------------------------
+    @cached_property
+    def text(self) -> TextProcessor:
+        t = self.settings.text
+        return TextProcessor(t2s=t.t2s, user_dict=t.user_dict, stopwords=t.stopwords)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = build_embedder(self.settings.embedding)
+        return self._embedder
+
+    @cached_property
+    def searcher(self) -> Searcher:
+        return Searcher(self.store, self.embedder, self.text, self.settings.retrieval)
+
+    # -- index identity ----------------------------------------------------------------------------
+    def identity(self) -> dict[str, str]:
+        """What this configuration indexes with; an index built otherwise is stale."""
+        return {
+            "tokenizer": self.text.identity,
+            "embedder": self.embedder.name,
+            "dim": str(self.embedder.dim),
+            "chunking": chunking_identity(self.settings.chunking),
+        }
+
+    def stale(self) -> dict[str, tuple[str, str]]:
+        """``{key: (stored, current)}`` for every identity key that differs from the index's."""
+        meta = self.store.get_meta()
+        if not meta.get("embedder") or not any(c.chunks for c in self.store.collections()):
+            return {}
+        current = self.identity()
+        return {k: (meta[k], current[k]) for k in META_KEYS if k in meta and meta[k] != current[k]}
+
+    def _rebuild_hint(self) -> str:
+        return (f"rebuild it with `zhiku ingest PATH... --index {self.settings.index} --force` "
+                f"(re-embeds everything), or use another --index")
+
+    def _check_for_query(self, mode: str) -> None:
+        version = self.store.index_version()
+        if self._checked_version == (version, mode == "bm25"):
+            return
+        stale = self.stale()
+        if mode != "bm25" and ("embedder" in stale or "dim" in stale):
+            stored, current = stale.get("embedder", stale.get("dim"))  # type: ignore[misc]
+            raise IndexMismatch(f"index {self.settings.index} was built with embedder {stored!r} but the settings "
+                                f"use {current!r}; vectors from different models cannot be mixed: {self._rebuild_hint()}")
+        self._checked_version = (version, mode == "bm25")
+
+    # -- ingestion ---------------------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: Sequence[Path],
+        *,
+        collection: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+        sync: bool = False,
+        on_progress: ProgressFn | None = None,
+    ) -> IngestReport:
+        collection = self._collection(collection)
+        self._prepare_write(force, dry_run)
+        return self._ingestor().ingest_paths(paths, collection=collection, force=force, dry_run=dry_run,
+                                            sync=sync, on_progress=on_progress)
+
+    def ingest_documents(self, docs: Sequence[SourceDoc], *, collection: str | None = None,
+                         on_progress: ProgressFn | None = None) -> IngestReport:
+        self._prepare_write(False, False)
+        return self._ingestor().ingest_docs(docs, collection=self._collection(collection), on_progress=on_progress,
+                                            total=len(docs))
+
+    def _ingestor(self) -> Ingestor:
+        return Ingestor(self.store, self.embedder, self.text, self.settings.chunking)
+
+    def _prepare_write(self, force: bool, dry_run: bool) -> None:
+        stale = self.stale()
+        if stale and not force:
+            what = "; ".join(f"{k}: index has {a!r}, settings give {b!r}" for k, (a, b) in stale.items())
+            raise IndexMismatch(f"index {self.settings.index} was built differently ({what}): {self._rebuild_hint()}")
+        if dry_run:
+            return
+        if stale and force:  # a forced rebuild with another model: drop every old vector first
+            for doc in self.store.list_documents():
+                self.store.delete_document(doc.doc_id)
+            self.store.set_meta({"dim": ""} if "dim" in stale else {})
+        self.store.set_meta(self.identity())
+
+    # -- queries -----------------------------------------------------------------------------------
+    def retrieve(self, query: str, *, top_k: int | None = None, mode: str | None = None,
+                 collection: str | None = None, source: str | None = None, doc_type: str | None = None,
+                 per_source_k: int | None = None) -> Retrieval:
+        filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
+        self._check_for_query(mode or self.settings.retrieval.mode)
+        return self.searcher.search(query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k)
+
+    def query(self, query: str, *, top_k: int | None = None, mode: str | None = None,
+              collection: str | None = None, source: str | None = None, doc_type: str | None = None) -> Answer:
+        r = self.retrieve(query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type)
+        return build_answer(r.query.text, r.mode, r.hits, self.settings.answer)
+
+    # -- catalogue ---------------------------------------------------------------------------------
+    def collections(self) -> list[CollectionStats]:
+        return self.store.collections()
+
+    def documents(self, collection: str | None = None) -> list[DocRecord]:
+        return self.store.list_documents(collection)
+
+    def history(self, limit: int = 100) -> list[IngestionRecord]:
+        return self.store.ingestion_history(limit)
+
+    def resolve_document(self, ref: str, collection: str | None = None) -> DocRecord:
+        """A document by id, by source path as ingested, or by a file path on disk."""
+        if not ref or not ref.strip():
+            raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
+        doc = self.store.get_document(ref)
+        if doc is not None and (collection is None or doc.collection == collection):
+            return doc
+        candidates = [d for d in self.store.list_documents(collection)
+                      if d.source == ref or d.path == ref or d.path == str(Path(ref).expanduser().resolve())
+                      or fnmatch.fnmatchcase(d.source, ref)]
+        if len(candidates) == 1:
+            return candidates[0]
+        if len(candidates) > 1:
+            names = ", ".join(f"{d.doc_id} ({d.collection}/{d.source})" for d in candidates[:5])
+            raise InvalidInput(f"{ref!r} matches {len(candidates)} documents: {names}; name one by its id")
+        raise NotFound(f"no document {ref!r} in {self.settings.index}"
+                       + (f" collection {collection!r}" if collection else "") + " (list them with `zhiku documents`)")
+
+    def delete(self, ref: str, collection: str | None = None) -> DocRecord:
+        doc = self.resolve_document(ref, collection)
+        self.store.delete_document(doc.doc_id)
+        return doc
+
+    def _collection(self, name: str | None) -> str:
+        name = name or self.settings.collection
+        if not name.strip() or len(name) > 64 or any(ch in name for ch in "/\\\x00"):
+            raise InvalidInput(f"invalid collection name {name!r}: use 1–64 characters without slashes")
+        return name
+
+
+__all__ = ["KnowledgeBase", "doc_id_for"]

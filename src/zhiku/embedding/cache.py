@@ -1,0 +1,100 @@
+"""A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
+
+It lives outside the index directory (``embedding.cache_dir``), so rebuilding or deleting an index never
+re-embeds unchanged text: the bundled CPU embedder runs at ~7 passages/s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from zhiku.embedding.base import Embedder
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """SQLite table ``vectors(model, key, vector)``; safe to share between processes (WAL)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        self._db.execute("pragma journal_mode=wal")
+        self._db.execute("pragma synchronous=normal")
+        self._db.execute(
+            "create table if not exists vectors(model text not null, key text not null, vector blob not null,"
+            " primary key (model, key)) without rowid"
+        )
+
+    def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                part = list(keys[i : i + 500])
+                marks = ",".join("?" * len(part))
+                rows = self._db.execute(
+                    f"select key, vector from vectors where model = ? and key in ({marks})", [model, *part]
+                ).fetchall()
+                for key, blob in rows:
+                    vec = np.frombuffer(blob, dtype=np.float32)
+                    if vec.shape[0] == dim:
+                        found[key] = vec
+        return found
+
+    def put_many(self, model: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        with self._lock:
+            self._db.execute("begin")
+            self._db.executemany(
+                "insert or replace into vectors(model, key, vector) values (?, ?, ?)",
+                [(model, key, np.asarray(vec, dtype=np.float32).tobytes()) for key, vec in items],
+            )
+            self._db.execute("commit")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class CachedEmbedder:
+    """Wraps an ``Embedder``: documents are served from the cache when their text was embedded before."""
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.computed = 0  # documents embedded by the model (cache misses) since creation
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        keys = [text_key(t) for t in texts]
+        found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        if missing:
+            first_text = {k: t for k, t in zip(keys, texts)}
+            vectors = self.inner.embed_documents([first_text[k] for k in missing])
+            self.cache.put_many(self.name, list(zip(missing, vectors)))
+            found.update(zip(missing, vectors))
+            self.computed += len(missing)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, key in enumerate(keys):
+            out[i] = found[key]
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)

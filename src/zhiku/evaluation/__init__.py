@@ -1,0 +1,1 @@
+"""Retrieval evaluation: datasets, metrics and the runner behind `zhiku eval`."""

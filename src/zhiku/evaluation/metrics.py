@@ -1,0 +1,48 @@
+"""Ranking metrics as small pure functions (trec_eval conventions; binary or graded relevance).
+
+``ranked`` is a list of document ids, best first (duplicates already removed); ``relevant`` maps the judged
+relevant ids to their grade (> 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+
+def hit_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """1.0 if any relevant document is in the top ``k``."""
+    return 1.0 if any(d in relevant for d in ranked[:k]) else 0.0
+
+
+def mrr_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant document within the top ``k`` (0 if none)."""
+    for i, d in enumerate(ranked[:k], 1):
+        if d in relevant:
+            return 1.0 / i
+    return 0.0
+
+
+def recall_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """Share of the relevant documents found in the top ``k``."""
+    if not relevant:
+        return 0.0
+    return sum(1 for d in ranked[:k] if d in relevant) / len(relevant)
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """nDCG@k with linear gains, as trec_eval's ``ndcg_cut`` (Järvelin & Kekäläinen 2002)."""
+    dcg = sum(relevant.get(d, 0) / math.log2(i + 1) for i, d in enumerate(ranked[:k], 1))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(g / math.log2(i + 1) for i, g in enumerate(ideal, 1))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0–100) with linear interpolation (numpy's default)."""
+    if not values:
+        return 0.0
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)

@@ -1,0 +1,56 @@
+from zhiku.answer import build_answer, cite, snippet
+from zhiku.settings import AnswerSettings
+from zhiku.types import Chunk, Hit
+
+
+def _hit(n: int, text: str, *, page=None, section="劳动合同法 > 第二章 劳动合同的订立 > 第十九条", score=0.03) -> Hit:
+    chunk = Chunk(chunk_id=f"c{n}", doc_id="d1", collection="laws", source="劳动合同法(2012-12-28).md",
+                  doc_type="markdown", section=section, page=page, start=0, end=len(text), ordinal=n, text=text)
+    return Hit(chunk=chunk, score=score)
+
+
+TEXT = "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。同一用人单位与同一劳动者只能约定一次试用期。"
+
+
+def test_markdown_has_markers_snippets_and_sources():
+    a = build_answer("试用期最长多久", "hybrid", [_hit(1, TEXT), _hit(2, "第二十条 试用期工资。", page=3, section="")],
+                     AnswerSettings())
+    assert a.markdown == (
+        "**检索问题 / Query:** 试用期最长多久\n\n"
+        f"[1] {TEXT} (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
+        "[2] 第二十条 试用期工资。\n\n"
+        "**来源 / Sources**\n\n"
+        "[1] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条\n"
+        "[2] 劳动合同法(2012-12-28).md, p. 3"
+    )
+    assert [(c.n, c.chunk_id, c.page, c.text) for c in a.citations] == [(1, "c1", None, TEXT), (2, "c2", 3, "第二十条 试用期工资。")]
+    assert a.low_confidence is False
+
+
+def test_no_hits_says_so():
+    a = build_answer("火星移民", "bm25", [], AnswerSettings())
+    assert a.citations == ()
+    assert "未找到相关内容" in a.markdown
+
+
+def test_low_confidence_is_flagged():
+    a = build_answer("q", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True)
+    assert "低置信度 / Low confidence" in a.markdown
+
+
+def test_snippet_cuts_at_sentence_end():
+    assert snippet(TEXT, 45) == "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。…"
+    assert snippet("甲乙丙丁戊己庚辛", 5) == "甲乙丙丁…"
+    assert snippet("短句。", 100) == "短句。"
+
+
+def test_budget_shrinks_snippets_but_keeps_every_citation():
+    hits = [_hit(i, TEXT * 20) for i in range(1, 11)]
+    a = build_answer("试用期", "hybrid", hits, AnswerSettings(max_chars=3000, snippet_chars=2000))
+    assert len(a.markdown) <= 3000
+    assert all(f"[{n}] 劳动合同法(2012-12-28).md" in a.markdown for n in range(1, 11))
+    assert len(a.citations) == 10 and a.citations[0].text == TEXT * 20
+
+
+def test_cite():
+    assert cite(_hit(1, "x", page=7)) == "劳动合同法(2012-12-28).md, p. 7, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"

@@ -1,0 +1,63 @@
+from pathlib import Path
+
+import pytest
+
+from zhiku.errors import ConfigError
+from zhiku.text import TextProcessor, load_stopwords
+
+
+@pytest.fixture(scope="module")
+def tp():
+    return TextProcessor()
+
+
+def test_normalize_nfkc_t2s_lower(tp):
+    assert tp.normalize("勞動合同法ＧＰＴ－４　１２３") == "劳动合同法gpt-4 123"
+
+
+def test_normalize_can_keep_traditional():
+    assert TextProcessor(t2s=False).normalize("勞動") == "勞動"
+
+
+def test_index_tokens_search_mode_mixed_scripts(tp):
+    assert tp.index_tokens("《中华人民共和国劳动合同法》第三条：GPT-4 in 2024年") == [
+        "中华", "华人", "人民", "共和", "共和国", "中华人民共和国", "劳动", "合同", "合同法",
+        "第三", "三条", "第三条", "gpt", "gpt-4", "in", "2024", "年",
+    ]
+
+
+def test_query_tokens_traditional_stopwords_distinct(tp):
+    assert tp.query_tokens("請問勞動合同解除後怎麼辦？勞動合同") == ["劳动合同", "解除", "后"]
+
+
+def test_query_of_only_stopwords_keeps_them(tp):
+    assert tp.query_tokens("什么") == ["什么"]
+
+
+def test_user_dictionary_changes_segmentation_and_identity(tmp_path: Path):
+    plain = TextProcessor()
+    assert plain.query_tokens("竞业限制补偿金") == ["竞业", "限制", "补偿金"]
+    d = tmp_path / "user.dict"
+    d.write_text("竞业限制补偿金 10 n\n", encoding="utf-8")
+    custom = TextProcessor(user_dict=d)
+    assert custom.query_tokens("竞业限制补偿金") == ["竞业限制补偿金"]
+    assert custom.identity != plain.identity
+    assert "userdict=none" in plain.identity
+
+
+def test_bad_user_dictionary_is_a_config_error(tmp_path: Path):
+    d = tmp_path / "bad.dict"
+    d.write_text("词语 lots\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="line 1: frequency 'lots' is not a number"):
+        TextProcessor(user_dict=d).query_tokens("词语")
+    with pytest.raises(ConfigError, match="cannot read user dictionary"):
+        TextProcessor(user_dict=tmp_path / "missing.dict")
+
+
+def test_stopwords_builtin_and_custom(tmp_path: Path):
+    builtin = load_stopwords()
+    assert {"的", "请问", "怎么办", "the"} <= builtin
+    f = tmp_path / "stop.txt"
+    f.write_text("# comment\n劳动\n", encoding="utf-8")
+    assert load_stopwords(f) == frozenset({"劳动"})
+    assert TextProcessor(stopwords=f).query_tokens("劳动的合同") == ["的", "合同"]
