@@ -54,3 +54,22 @@ def test_budget_shrinks_snippets_but_keeps_every_citation():
 
 def test_cite():
     assert cite(_hit(1, "x", page=7)) == "劳动合同法(2012-12-28).md, p. 7, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+
+
+def test_focused_snippet_shows_the_matching_sentence():
+    from zhiku.answer import focused_snippet
+
+    text = ("第十六条 劳动合同由用人单位与劳动者协商一致。" * 3 + "\n\n"
+            "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
+            "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资。")
+    got = focused_snippet(text, 40, ["试用期", "超过"])
+    assert got == "…第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。…"
+    # without terms, or when the text fits, it is the plain leading snippet
+    assert focused_snippet(text, 40, []) == snippet(text, 40)
+    assert focused_snippet("短文本，试用期。", 40, ["试用期"]) == "短文本，试用期。"
+
+
+def test_answer_uses_query_terms_for_snippets():
+    long_text = "无关的开头内容。" * 60 + "试用期不得超过六个月。"
+    a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(snippet_chars=60), terms=["试用期"])
+    assert "[1] …" in a.markdown and "试用期不得超过六个月。" in a.markdown

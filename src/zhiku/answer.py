@@ -8,7 +8,7 @@ Markdown stays within a character budget so results never flood the client's con
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zhiku.settings import AnswerSettings
 from zhiku.types import Answer, Citation, Hit, SearchMode
@@ -27,6 +27,29 @@ def snippet(text: str, limit: int) -> str:
     return head[:cut].rstrip() + "…"
 
 
+def _sentence_starts(text: str) -> list[int]:
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
+    return sorted({s for s in starts if s < len(text)})
+
+
+def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
+    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
+    distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms."""
+    if len(text) <= limit or not terms:
+        return snippet(text, limit)
+    best_key, best_start = (-1, -1, 0), 0
+    for start in _sentence_starts(text):
+        window = normalize(text[start : start + limit])
+        first = min((window.find(t) for t in terms if t in window), default=limit)
+        key = (sum(1 for t in terms if t in window), sum(window.count(t) for t in terms), -first)
+        if key > best_key:
+            best_key, best_start = key, start
+    if best_start == 0:
+        return snippet(text, limit)
+    body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
+    return "…" + body
+
+
 def cite(hit: Hit) -> str:
     """``source, p. N, section`` for the sources list."""
     c = hit.chunk
@@ -38,7 +61,8 @@ def cite(hit: Hit) -> str:
     return ", ".join(parts)
 
 
-def _render(query: str, hits: Sequence[Hit], limit: int, low_confidence: bool) -> str:
+def _render(query: str, hits: Sequence[Hit], limit: int, low_confidence: bool, terms: Sequence[str],
+            normalize: Callable[[str], str]) -> str:
     lines = [f"**检索问题 / Query:** {query}", ""]
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
@@ -48,7 +72,7 @@ def _render(query: str, hits: Sequence[Hit], limit: int, low_confidence: bool) -
                   "these passages may not answer the question.", ""]
     for n, hit in enumerate(hits, 1):
         where = f" ({hit.chunk.section})" if hit.chunk.section else ""
-        lines.append(f"[{n}] {snippet(hit.chunk.text, limit)}{where}")
+        lines.append(f"[{n}] {focused_snippet(hit.chunk.text, limit, terms, normalize)}{where}")
         lines.append("")
     lines.append("**来源 / Sources**")
     lines.append("")
@@ -64,13 +88,19 @@ def build_answer(
     settings: AnswerSettings,
     *,
     low_confidence: bool = False,
+    terms: Sequence[str] = (),
+    normalize: Callable[[str], str] = str.lower,
 ) -> Answer:
-    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``."""
+    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``.
+
+    With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
+    the chunk that matches the query, not just its beginning.
+    """
     limit = settings.snippet_chars
-    markdown = _render(query, hits, limit, low_confidence)
+    markdown = _render(query, hits, limit, low_confidence, terms, normalize)
     while len(markdown) > settings.max_chars and limit > 40:
         limit = max(40, int(limit * 0.8))
-        markdown = _render(query, hits, limit, low_confidence)
+        markdown = _render(query, hits, limit, low_confidence, terms, normalize)
     if len(markdown) > settings.max_chars:
         markdown = markdown[: settings.max_chars - 1] + "…"
     citations = tuple(

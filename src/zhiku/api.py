@@ -142,7 +142,12 @@ class KnowledgeBase:
     def query(self, query: str, *, top_k: int | None = None, mode: str | None = None,
               collection: str | None = None, source: str | None = None, doc_type: str | None = None) -> Answer:
         r = self.retrieve(query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type)
-        return build_answer(r.query.text, r.mode, r.hits, self.settings.answer)
+        return self.answer(r)
+
+    def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
+        """The cited Markdown answer for a retrieval, with query-focused snippets."""
+        return build_answer(r.query.text, r.mode, r.hits, self.settings.answer, low_confidence=low_confidence,
+                            terms=r.query.terms, normalize=self.text.normalize)
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:

@@ -131,13 +131,11 @@ def query(
     config: ConfigOpt = None,
 ) -> None:
     """Search the index: BM25 and dense retrieval fused by RRF, printed as a cited Markdown answer."""
-    from zhiku.answer import build_answer
-
     with _errors():
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             r = kb.retrieve(text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type)
-            answer = build_answer(r.query.text, r.mode, r.hits, settings.answer)
+            answer = kb.answer(r)
     if as_json:
         _print_json({"query": answer.query, "mode": answer.mode, "answer": answer.markdown,
                      "hits": [asdict(c) for c in answer.citations]})

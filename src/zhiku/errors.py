@@ -57,6 +57,12 @@ class NotFound(ZhikuError):
     code = "NOT_FOUND"
 
 
+class IndexNotFound(StoreError, NotFound):
+    """There is no index to read at the given directory."""
+
+    code = "INDEX_NOT_FOUND"
+
+
 class EmbeddingError(ZhikuError):
     code = "EMBEDDING_FAILED"
     retryable = True

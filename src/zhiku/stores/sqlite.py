@@ -19,19 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from zhiku.errors import IndexLocked, IndexMismatch, InvalidInput, NotFound, ReadOnlyIndex, StoreError
+from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DB_NAME, DOC_COLS, HISTORY_COLS, SCHEMA, SCHEMA_VERSION, prepare_rows
 from zhiku.stores._vectors import VectorIndex, match_sources
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
 _MANAGED_META = frozenset({"schema_version", "index_version"})
 _LOAD_BATCH = 4096
-
-
-class IndexNotFound(StoreError, NotFound):
-    """There is no index to read at the given directory."""
-
-    code = "INDEX_NOT_FOUND"
 
 
 def fts_query(terms: Sequence[str]) -> str:
