@@ -27,7 +27,13 @@ def test_index_tokens_search_mode_mixed_scripts(tp):
 
 
 def test_query_tokens_traditional_stopwords_distinct(tp):
-    assert tp.query_tokens("請問勞動合同解除後怎麼辦？勞動合同") == ["劳动合同", "解除", "后"]
+    assert tp.query_tokens("請問勞動合同解除後怎麼辦？勞動合同") == ["劳动", "合同", "劳动合同", "解除", "后"]
+
+
+def test_query_compounds_are_split_like_the_index(tp):
+    # precise mode would keep 拖欠工资 whole, which a document saying 拖欠劳动者的工资 never indexes
+    assert tp.query_tokens("拖欠工资怎么办") == ["拖欠", "工资", "拖欠工资"]
+    assert {"拖欠", "工资"} <= set(tp.index_tokens("无故拖欠劳动者的工资"))
 
 
 def test_query_of_only_stopwords_keeps_them(tp):
@@ -36,11 +42,11 @@ def test_query_of_only_stopwords_keeps_them(tp):
 
 def test_user_dictionary_changes_segmentation_and_identity(tmp_path: Path):
     plain = TextProcessor()
-    assert plain.query_tokens("竞业限制补偿金") == ["竞业", "限制", "补偿金"]
+    assert plain.query_tokens("竞业限制补偿金") == ["竞业", "限制", "补偿", "补偿金"]
     d = tmp_path / "user.dict"
     d.write_text("竞业限制补偿金 10 n\n", encoding="utf-8")
     custom = TextProcessor(user_dict=d)
-    assert custom.query_tokens("竞业限制补偿金") == ["竞业限制补偿金"]
+    assert custom.query_tokens("竞业限制补偿金") == ["限制", "补偿", "补偿金", "竞业限制补偿金"]
     assert custom.identity != plain.identity
     assert "userdict=none" in plain.identity
 

@@ -38,8 +38,10 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     if len(text) <= limit or not terms:
         return snippet(text, limit)
     best_key, best_start = (-1, -1, 0), 0
+    whole = normalize(text)
+    same_length = len(whole) == len(text)  # then windows of the normalised text line up with the original
     for start in _sentence_starts(text):
-        window = normalize(text[start : start + limit])
+        window = whole[start : start + limit] if same_length else normalize(text[start : start + limit])
         first = min((window.find(t) for t in terms if t in window), default=limit)
         key = (sum(1 for t in terms if t in window), sum(window.count(t) for t in terms), -first)
         if key > best_key:

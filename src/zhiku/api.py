@@ -88,9 +88,14 @@ class KnowledgeBase:
             return
         stale = self.stale()
         if mode != "bm25" and ("embedder" in stale or "dim" in stale):
-            stored, current = stale.get("embedder", stale.get("dim"))  # type: ignore[misc]
-            raise IndexMismatch(f"index {self.settings.index} was built with embedder {stored!r} but the settings "
-                                f"use {current!r}; vectors from different models cannot be mixed: {self._rebuild_hint()}")
+            if "embedder" in stale:
+                stored, current = stale["embedder"]
+                what = f"was built with embedder {stored!r} but the settings use {current!r}"
+            else:
+                stored, current = stale["dim"]
+                what = f"holds {stored}-dimensional vectors but the embedder gives {current}"
+            raise IndexMismatch(f"index {self.settings.index} {what}; vectors from different models cannot be mixed: "
+                                f"{self._rebuild_hint()}")
         self._checked_version = (version, mode == "bm25")
 
     # -- ingestion ---------------------------------------------------------------------------------
@@ -129,7 +134,9 @@ class KnowledgeBase:
             for doc in self.store.list_documents():
                 self.store.delete_document(doc.doc_id)
             self.store.set_meta({"dim": ""} if "dim" in stale else {})
-        self.store.set_meta(self.identity())
+        identity = self.identity()
+        if any(self.store.get_meta().get(k) != v for k, v in identity.items()):
+            self.store.set_meta(identity)  # only when it changed: an unchanged re-ingest writes nothing
 
     # -- queries -----------------------------------------------------------------------------------
     def retrieve(self, query: str, *, top_k: int | None = None, mode: str | None = None,

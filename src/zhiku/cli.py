@@ -17,6 +17,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -35,7 +36,7 @@ config_app = typer.Typer(help="Inspect the effective settings.", no_args_is_help
 app.add_typer(config_app, name="config")
 
 out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
 
 IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="Index directory (default: settings `index`, .zhiku).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="Settings file (default: ./zhiku.yaml if present).")]
@@ -53,7 +54,7 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except ZhikuError as e:
-        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err.print("interrupted")

