@@ -81,12 +81,13 @@ class ServerSettings(_Section):
     path: str = Field("/mcp", pattern=r"^/[\w\-/]*$", description="HTTP path of the MCP endpoint.")
     read_only: bool = Field(False, description="Hide the tools that change the index (ingest, delete).")
     token: str | None = Field(None, description="Bearer token required on HTTP requests. Also `ZHIKU_TOKEN`.")
-    allowed_origins: tuple[str, ...] = Field((), description="CORS allow-list: exact origins or `scheme://*`.")
+    allowed_origins: tuple[str, ...] = Field((), description="Browser origins accepted besides loopback ones, and sent CORS headers: exact origins (`https://app.example.com`) or `scheme://*`; never `*`.")
+    allowed_hosts: tuple[str, ...] = Field((), description="Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`; loopback names and the bind address are always accepted.")
     max_request_bytes: int = Field(1_048_576, ge=1024, le=104_857_600, description="Largest accepted HTTP request body.")
     ingest_roots: tuple[Path, ...] = Field((), description="Folders the `ingest_documents` tool may read (default: none, so the tool refuses every path).")
     cache_size: int = Field(256, ge=0, le=100_000, description="Result-cache entries for query_knowledge_hub (0 turns it off).")
     cache_ttl_s: float = Field(300.0, ge=0, le=86_400, description="Seconds a cached result stays valid.")
-    min_score: float = Field(0.0, ge=0, description="Answers whose best hit scores below this are marked low-confidence.")
+    min_score: float = Field(0.0, ge=0, description="Answers whose confidence (best cosine similarity of a passage to the query; top BM25 score in bm25 mode) is below this are marked low-confidence and not cached. 0 turns the flag off.")
 
 
 class Settings(BaseSettings):

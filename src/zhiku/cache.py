@@ -1,0 +1,71 @@
+"""The result cache: an LRU with a time-to-live, keyed by (tool, index version, canonical arguments).
+
+The index version (``Store.index_version()``) is bumped by every write and delete, so an ingest or a delete
+makes every older entry unreachable without an explicit purge; the TTL bounds how long anything lives, and
+the LRU bound how much. Thread-safe: tools run in worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
+
+
+def cache_key(tool: str, index_version: int, args: Mapping[str, Any]) -> str:
+    """A stable key: the same arguments in any key order (and ``None`` vs. missing) give the same key."""
+    canonical = {k: v for k, v in args.items() if v is not None}
+    body = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"{tool}\x00{index_version}\x00{body}"
+
+
+class ResultCache(Generic[V]):
+    """At most ``size`` entries, each valid for ``ttl_s`` seconds; ``size == 0`` or ``ttl_s == 0`` turns it off."""
+
+    def __init__(self, size: int, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = size
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, V]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0 and self.ttl_s > 0
+
+    def get(self, key: str) -> V | None:
+        if not self.enabled:
+            return None
+        with self._lock:
+            item = self._items.get(key)
+            if item is None or item[0] <= self._clock():
+                if item is not None:
+                    del self._items[key]
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item[1]
+
+    def put(self, key: str, value: V) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._items[key] = (self._clock() + self.ttl_s, value)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,173 @@
+"""Real `zhiku serve` processes: the SDK client over stdio and Streamable HTTP, and HTTP security on the wire."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, HttpServer, http_request, serve_args, server_env, start_http
+
+TOKEN = "s3cret-token"
+CORS = '["https://app.example.com", "vscode-webview://*"]'
+SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条至第二十条"
+DOC_ID_LABOR = "dd028d7587dd6833"
+
+
+async def scenario(c: Client) -> None:
+    """The same checks over every transport."""
+    assert [t.name for t in (await c.list_tools()).tools] == [
+        "query_knowledge_hub", "list_collections", "get_document_summary"]  # served --read-only
+    q = {"query": "试用期最长不得超过几个月？", "top_k": 2}
+    first, second = await c.call_tool("query_knowledge_hub", q), await c.call_tool("query_knowledge_hub", q)
+    top = first.structured_content["citations"][0]
+    assert (top["source"], top["section"], top["text"][:22]) == ("劳动合同法.md", SECTION_19_20, "第十九条 劳动合同期限三个月以上不满一年的，")
+    assert top["text"].endswith("并不得低于用人单位所在地的最低工资标准。")
+    assert (first.structured_content["cache"], second.structured_content["cache"]) == ("miss", "hit")
+    assert first.content[0].text.startswith("**检索问题 / Query:** 试用期最长不得超过几个月？")
+    stats = await c.call_tool("list_collections", {})
+    assert stats.structured_content["collections"] == [{"name": "laws", "documents": 3, "chunks": 5, "chars": 648}]
+    summary = await c.call_tool("get_document_summary", {"doc_id": DOC_ID_LABOR})
+    assert (summary.structured_content["title"], summary.structured_content["chunk_count"]) == ("劳动合同法", 2)
+    doc = await c.read_resource(f"zhiku://doc/{DOC_ID_LABOR}")
+    assert doc.contents[0].text == DOCS["劳动合同法.md"].strip()
+    chunk = await c.read_resource(top["uri"])
+    assert chunk.contents[0].text.startswith(f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n")
+    with pytest.raises(MCPError) as missing:
+        await c.read_resource("zhiku://doc/ffffffffffffffff")
+    assert missing.value.error.code == -32602
+    prompt = await c.get_prompt("answer_with_citations", {"question": "年休假几天？"})
+    assert prompt.messages[0].content.text.endswith("问题 / Question: 年休假几天？")
+    bad = await c.call_tool("query_knowledge_hub", {"query": "试用期", "top_k": 21})
+    assert bad.is_error and bad.meta["zhiku/error"]["code"] == "INVALID_INPUT"
+    after = await c.call_tool("query_knowledge_hub", {"query": "女职工产假有多少天", "top_k": 1})
+    assert after.structured_content["citations"][0]["source"] == "女职工劳动保护特别规定.md"
+
+
+# -- stdio ----------------------------------------------------------------------------------------
+def test_stdio_sdk_client(mcp_index: Fixture) -> None:
+    params = StdioServerParameters(command=PYTHON, args=serve_args(mcp_index, "--read-only"), env=server_env(), cwd=str(ROOT))
+
+    async def main() -> None:
+        async with Client(params) as c:
+            await scenario(c)
+        async with Client(params, mode="legacy") as c:  # the handshake era (desktop clients today)
+            assert c.protocol_version == "2025-11-25"
+            r = await c.call_tool("query_knowledge_hub", {"query": "年休假有几天", "top_k": 1})
+            assert r.structured_content["citations"][0]["source"] == "职工带薪年休假条例.md"
+
+    anyio.run(main)
+
+
+def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "query_knowledge_hub", "arguments": {"query": "经济补偿怎么计算", "top_k": 1}}},
+    ]
+    proc = subprocess.Popen([PYTHON, *serve_args(mcp_index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=server_env(), cwd=ROOT)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(2)]  # each stdout line is a JSON-RPC message
+        rest, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rest == "" and proc.returncode == 0
+    assert [r.get("id") for r in replies] == [1, 2] and all(r["jsonrpc"] == "2.0" for r in replies)
+    assert replies[1]["result"]["structuredContent"]["citations"][0]["section"] == (
+        "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条")
+    assert "zhiku.server" in stderr  # logs went to stderr
+
+
+def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path) -> None:
+    cases = [
+        (["--transport", "carrier-pigeon"], {}, "error: invalid settings: server.transport: Input should be 'stdio' or 'http'"),
+        (["--transport", "http", "--port", "http"], {}, "error: invalid settings: server.port"),
+        (["--transport", "http", "--host", "0.0.0.0"], {}, "error: refusing to serve HTTP on non-loopback address '0.0.0.0' without a bearer token"),
+        (["--transport", "http"], {"ZHIKU_HOST": "192.0.2.1"}, "error: refusing to serve HTTP on non-loopback address '192.0.2.1'"),
+        (["--read-only", "--index", str(tmp_path / "none")], {}, "error: no index at"),
+    ]
+    for args, env, expected in cases:
+        proc = subprocess.run([PYTHON, *serve_args(mcp_index, *args)], capture_output=True, text=True, timeout=60,
+                              env=server_env(**env), cwd=ROOT)
+        assert proc.returncode == 1 and proc.stdout == "", (args, proc)
+        assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
+    env = server_env(ZHIKU_TOKEN=TOKEN, ZHIKU_SERVER__ALLOWED_ORIGINS=CORS, ZHIKU_SERVER__MAX_REQUEST_BYTES="65536")
+    server = start_http(mcp_index, tmp_path_factory.mktemp("http") / "server.log", "--read-only", env=env)
+    yield server
+    server.stop()
+
+
+def test_http_sdk_client(http_server: HttpServer) -> None:
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                      timeout=httpx2.Timeout(30, read=300)) as http:
+            async with Client(streamable_http_client(http_server.url, http_client=http)) as c:
+                await scenario(c)
+            async with Client(streamable_http_client(http_server.url, http_client=http), mode="legacy") as c:
+                assert c.protocol_version == "2025-11-25"
+                assert len((await c.list_tools()).tools) == 3
+
+    anyio.run(main)
+
+
+INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).encode()
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_http_security(http_server: HttpServer) -> None:
+    url, base = http_server.url, http_server.base
+    status, _, body = http_request(f"{base}/healthz")
+    health = json.loads(body)
+    assert status == 200 and (health["status"], health["ready"], health["read_only"]) == ("ok", True, True)
+
+    def post(headers: dict[str, str], body: bytes = INIT) -> tuple[int, dict[str, str], bytes]:
+        return http_request(url, method="POST", headers={**JSON_HEADERS, **headers}, body=body)
+
+    # Origin: foreign → 403, on every path and before auth
+    for path, method in ((url, "POST"), (f"{base}/healthz", "GET")):
+        status, _, body = http_request(path, method=method, headers={**JSON_HEADERS, **AUTH, "Origin": "http://evil.example"},
+                                       body=INIT if method == "POST" else None)
+        assert status == 403 and json.loads(body)["error"]["code"] == "FORBIDDEN_ORIGIN"
+    # CORS preflight: the allowed origin is echoed, never *
+    for origin in ("https://app.example.com", "vscode-webview://abc123"):
+        status, headers, _ = http_request(url, method="OPTIONS", headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+        assert status == 204 and headers["access-control-allow-origin"] == origin, headers
+        assert "authorization" in headers["access-control-allow-headers"] and headers["vary"] == "Origin"
+    # bearer token
+    status, headers, body = post({})
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+    assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
+    assert post({"Authorization": "Bearer wrong"})[0] == 401
+    assert post({"Authorization": TOKEN})[0] == 401  # no scheme
+    # request size
+    status, _, body = post(AUTH, b'{"pad": "' + b"x" * 70000 + b'"}')
+    assert status == 413 and json.loads(body)["error"]["code"] == "REQUEST_TOO_LARGE"
+    # DNS rebinding: a foreign Host is refused by the SDK's check
+    assert post({**AUTH, "Host": "evil.example:80"})[0] == 421
+    # all good: an allowed browser origin with the token initializes, and sees its origin echoed
+    status, headers, _ = post({**AUTH, "Origin": "https://app.example.com"})
+    assert status == 200 and headers["access-control-allow-origin"] == "https://app.example.com"
+    status, headers, _ = post({**AUTH, "Origin": "http://localhost:6274"})
+    assert status == 200 and "access-control-allow-origin" not in headers  # loopback: accepted, no CORS

@@ -1,0 +1,48 @@
+"""Rebuilding a document from its chunks: overlaps taken once, headings from section paths, article labels."""
+
+from __future__ import annotations
+
+from zhiku.reconstruct import heading_path, outline, reconstruct_markdown
+from zhiku.types import Chunk
+
+
+def chunk(start: int, text: str, section: str, ordinal: int) -> Chunk:
+    return Chunk(chunk_id=f"c{ordinal}", doc_id="d", collection="laws", source="law.md", doc_type="markdown",
+                 section=section, page=None, start=start, end=start + len(text), ordinal=ordinal, text=text)
+
+
+DOC = "# 劳动法\n\n## 第一章 总则\n\n第一条 为了保护劳动者的合法权益，制定本法。\n\n### 第二条\n\n在中华人民共和国境内的企业适用本法。\n前款规定继续适用。"
+
+
+def spans() -> list[Chunk]:
+    s1 = DOC.index("第一条")
+    s2 = DOC.index("在中华")
+    s3 = DOC.index("前款")
+    return [
+        chunk(s1, DOC[s1:DOC.index("\n\n###")], "劳动法 > 第一章 总则 > 第一条", 0),
+        chunk(s2, DOC[s2:s3 - 1], "劳动法 > 第一章 总则 > 第二条", 1),  # a heading "### 第二条", not a label
+        chunk(s2 + 10, DOC[s2 + 10:], "劳动法 > 第一章 总则 > 第二条", 2),  # overlaps the previous chunk
+    ]
+
+
+def test_rebuilds_the_document_exactly() -> None:
+    assert reconstruct_markdown(spans()) == DOC
+    assert reconstruct_markdown(list(reversed(spans()))) == DOC  # order of the input does not matter
+
+
+def test_article_labels_are_not_headings() -> None:
+    c = chunk(20, "第一条 为了保护劳动者。", "劳动法 > 第一章 总则 > 第一条", 0)
+    assert heading_path(c, gap=20) == ("劳动法", "第一章 总则")
+    inside = chunk(40, "的合法权益。", "劳动法 > 第一章 总则 > 第一条至第三条", 1)  # a later piece of an article
+    assert heading_path(inside, gap=-5) == ("劳动法", "第一章 总则")
+    heading = chunk(60, "在境内的企业适用本法。", "劳动法 > 第一章 总则 > 第二条", 2)
+    assert heading_path(heading, gap=len("\n\n### 第二条\n\n")) == ("劳动法", "第一章 总则", "第二条")
+
+
+def test_text_before_the_first_heading_and_small_gaps() -> None:
+    chunks = [chunk(0, "前言。", "", 0), chunk(4, "第二段。", "", 1), chunk(8, "紧接着。", "", 2)]
+    assert reconstruct_markdown(chunks) == "前言。\n第二段。紧接着。"
+
+
+def test_outline_lists_distinct_sections_in_order() -> None:
+    assert outline(spans()) == ["劳动法 > 第一章 总则 > 第一条", "劳动法 > 第一章 总则 > 第二条"]
