@@ -6,8 +6,10 @@ PY     := $(VENV)/bin/python
 ZHIKU  := $(VENV)/bin/zhiku
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 DEMO_INDEX ?= demo-index
+# The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
+INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install inspector demo test test-slow bench-latency clean
 
 install: $(STAMP)
 
@@ -23,11 +25,22 @@ demo: $(STAMP)
 	$(ZHIKU) query "试用期最长不得超过几个月？" --collection laws --index $(DEMO_INDEX) -k 3
 	$(ZHIKU) query "女职工产假有多少天" --collection laws --index $(DEMO_INDEX) -k 3
 
-test: $(STAMP)
-	$(PY) -m pytest
+$(INSPECTOR):
+	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh; \
+	else echo "npm not found: the MCP Inspector tests will be skipped"; fi
+
+inspector: $(INSPECTOR)
+
+test: $(STAMP) inspector
+	ZHIKU_INSPECTOR=$(if $(wildcard $(INSPECTOR)),$(abspath $(INSPECTOR)),) $(PY) -m pytest
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
+
+bench-latency: $(STAMP)
+	test -d $(DEMO_INDEX) || $(MAKE) demo
+	$(ZHIKU) bench latency --transport stdio --calls 100 --index $(DEMO_INDEX)
+	$(ZHIKU) bench latency --transport http --calls 100 --index $(DEMO_INDEX)
 
 clean:
 	rm -rf $(DEMO_INDEX) .pytest_cache
