@@ -1,8 +1,11 @@
-"""File loaders, one module per format, chosen by file-name suffix.
+"""File loaders, one module per format, chosen by file-name suffix and checked against the content.
 
-Adding a format: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (import heavy
-dependencies inside ``load``, raising ``MissingDependency`` with the ``pip install`` line), then add the class
-to ``LOADER_CLASSES``.
+The suffix picks the loader; the loader sniffs the file's first bytes and refuses content of another kind
+("content is PDF, not text: the file name's suffix is wrong"), an empty file, or a corrupt one, with the reason.
+
+Adding a format: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (its constructor
+takes the ``loaders`` settings section; import heavy dependencies inside ``load``, raising
+``MissingDependency`` with the ``pip install`` line), then add the class to ``LOADER_CLASSES``.
 """
 
 from __future__ import annotations
@@ -12,15 +15,22 @@ from pathlib import Path
 
 from zhiku.errors import UnsupportedFormat
 from zhiku.loaders.base import Loader
+from zhiku.loaders.docx import DocxLoader
 from zhiku.loaders.encoding import decode_text, sniff
+from zhiku.loaders.html import HtmlLoader
 from zhiku.loaders.markdown import MarkdownLoader
+from zhiku.loaders.pdf import PdfLoader
 from zhiku.loaders.text import TextLoader
+from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
 __all__ = [
     "LOADER_CLASSES",
+    "DocxLoader",
+    "HtmlLoader",
     "Loader",
     "MarkdownLoader",
+    "PdfLoader",
     "TextLoader",
     "decode_text",
     "default_loaders",
@@ -31,12 +41,12 @@ __all__ = [
 ]
 
 # The registry: the loaders zhiku uses by default, in order of precedence for a shared suffix.
-LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader)
+LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
 
 
-def default_loaders() -> tuple[Loader, ...]:
-    """A fresh instance of every registered loader."""
-    return tuple(cls() for cls in LOADER_CLASSES)
+def default_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
+    """A fresh instance of every registered loader, configured by the ``loaders`` settings section."""
+    return tuple(cls(settings) for cls in LOADER_CLASSES)  # type: ignore[call-arg]
 
 
 def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ SNIFF_BYTES = 512
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "pdf"),
     (b"PK\x03\x04", "zip/office"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "ole"),
     (b"\x89PNG\r\n\x1a\n", "image"),
     (b"\xff\xd8\xff", "image"),
     (b"GIF87a", "image"),
@@ -40,6 +41,7 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 _KIND_NAMES: dict[str, str] = {
     "pdf": "PDF",
     "zip/office": "a ZIP archive or Office document (.docx/.xlsx/.pptx)",
+    "ole": "a legacy Office file (.doc/.xls/.ppt; save it as .docx)",
     "image": "an image",
 }
 
@@ -69,7 +71,7 @@ _UNCOMMON_RE = re.compile(r"[^\t\n\r\f\v" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" f
 
 
 def sniff_bytes(head: bytes) -> str | None:
-    """The kind of content the first bytes of a file show: "pdf", "zip/office", "image", "html" or None.
+    """The kind of content the first bytes of a file show: "pdf", "zip/office", "ole", "image", "html" or None.
 
     HTML is recognised by ``<!doctype html`` or ``<html`` at the start, ignoring case, leading whitespace
     and a UTF-8 BOM. ``None`` means "nothing recognised" (plain text, most likely).
@@ -83,6 +85,11 @@ def sniff_bytes(head: bytes) -> str | None:
     if start.startswith((b"<!doctype html", b"<html")):
         return "html"
     return None
+
+
+def describe_kind(kind: str | None) -> str:
+    """How a :func:`sniff_bytes` kind is named in an error message ("PDF", "an image", "text", ...)."""
+    return _KIND_NAMES.get(kind or "", "HTML" if kind == "html" else "text or an unknown format")
 
 
 def sniff(path: Path) -> str | None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from zhiku.chunking import iter_headings
 from zhiku.loaders.encoding import read_text_file
+from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
 
@@ -22,6 +23,9 @@ class MarkdownLoader:
 
     doc_type: str = "markdown"
     suffixes: tuple[str, ...] = (".md", ".markdown")
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from zhiku.loaders.encoding import read_text_file
+from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
 
@@ -13,6 +14,9 @@ class TextLoader:
 
     doc_type: str = "text"
     suffixes: tuple[str, ...] = (".txt", ".text")
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)

@@ -1,0 +1,68 @@
+"""Chunking of Markdown tables (atomic, split by rows with the header repeated) and images linked to chunks."""
+
+from __future__ import annotations
+
+from zhiku.chunk_tables import split_table
+from zhiku.chunking import chunk_document
+from zhiku.reconstruct import reconstruct_markdown
+from zhiku.settings import ChunkingSettings
+from zhiku.types import ImageRef, SourceDoc, SourceImage
+
+HEADER = "| 项目 | 产量 | 比重 |\n| --- | --- | --- |"
+ROWS = [f"| 产品{i} | {i * 100} | {i * 7}% |" for i in range(1, 13)]
+TABLE = HEADER + "\n" + "\n".join(ROWS)
+INTRO = "这是一段说明文字，介绍下面的表格内容。"
+TEXT = f"# 报告\n\n## 销量\n\n{INTRO}\n\n表 1-1 统计表\n\n{TABLE}\n\n表后的说明。"
+SMALL = ChunkingSettings(size=150, overlap=20, min_chars=10)
+
+
+def doc(text: str = TEXT, images: tuple[SourceImage, ...] = ()) -> SourceDoc:
+    return SourceDoc("报告.md", "markdown", "报告", text, images=images)
+
+
+def test_a_long_table_is_split_by_rows_with_the_header_repeated() -> None:
+    chunks = chunk_document(doc(), collection="c", doc_id="d", settings=SMALL)
+    assert [c.text for c in chunks] == [
+        INTRO,
+        "表 1-1 统计表\n\n" + HEADER + "\n" + "\n".join(ROWS[:5]),
+        HEADER + "\n" + "\n".join(ROWS[5:10]),
+        HEADER + "\n" + "\n".join(ROWS[10:]) + "\n\n表后的说明。",
+    ]
+    assert all(c.section == "报告 > 销量" for c in chunks)
+    # offsets point at the document's own text; a continued piece's header is not part of its span
+    assert TEXT[chunks[2].start:chunks[2].end] == "\n".join(ROWS[5:10])
+    assert TEXT[chunks[1].start:chunks[1].end] == chunks[1].text
+    assert reconstruct_markdown(chunks) == TEXT
+
+
+def test_a_table_that_fits_is_never_cut_and_keeps_its_caption() -> None:
+    text = f"# 报告\n\n{'前文内容。' * 20}\n\n表 2 假期\n\n{HEADER}\n{ROWS[0]}\n{ROWS[1]}"
+    chunks = chunk_document(doc(text), collection="c", doc_id="d", settings=SMALL)
+    assert [c.text for c in chunks] == ["前文内容。" * 20, f"表 2 假期\n\n{HEADER}\n{ROWS[0]}\n{ROWS[1]}"]
+
+
+def test_only_a_caption_is_pulled_into_the_table() -> None:
+    text = f"# 报告\n\n普通的一段话。\n\n{TABLE}"
+    chunks = chunk_document(doc(text), collection="c", doc_id="d", settings=SMALL)
+    assert chunks[0].text == "普通的一段话。\n\n" + HEADER + "\n" + "\n".join(ROWS[:5])
+    assert chunks[1].text.startswith(HEADER + "\n" + ROWS[5])
+
+
+def test_split_table_pieces() -> None:
+    text = f"表 3\n{TABLE}"
+    pieces = split_table(text, 0, len(text), text.index("|"), 120)
+    assert [(text[s:e].count("\n") + 1, p) for s, e, p in pieces] == [(7, ""), (4, HEADER), (3, HEADER), (1, HEADER)]
+    assert all(len(p) + bool(p) + e - s <= 120 for s, e, p in pieces)
+    assert split_table("| a | b |", 0, 9, 0, 5) == [(0, 9, "")]  # no delimiter row: not split
+
+
+def test_images_are_linked_to_the_chunk_that_holds_them() -> None:
+    def image(n: int, offset: int) -> SourceImage:
+        return SourceImage(ImageRef(f"{n:064x}.png", "image/png", caption=f"图 {n}"), offset, b"")
+
+    at_intro = image(1, TEXT.index(INTRO) + 3)
+    in_gap = image(2, TEXT.index("## 销量"))  # on a heading line: the next chunk
+    at_end = image(3, len(TEXT))
+    again = image(1, TEXT.index(INTRO) + 5)  # the same picture twice in one chunk: listed once
+    chunks = chunk_document(doc(images=(at_end, at_intro, in_gap, again)), collection="c", doc_id="d", settings=SMALL)
+    assert [[im.caption for im in c.images] for c in chunks] == [["图 2", "图 1"], [], [], ["图 3"]]
