@@ -46,3 +46,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     pos = (len(xs) - 1) * q / 100
     lo, hi = math.floor(pos), math.ceil(pos)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+METRICS = {"hit": hit_at_k, "mrr": mrr_at_k, "ndcg": ndcg_at_k, "recall": recall_at_k}
+
+
+def parse_metric(name: str) -> tuple[str, int]:
+    """``"ndcg@10"`` → ``("ndcg", 10)``; raises ``ValueError`` naming the metrics there are."""
+    base, at, k = name.strip().lower().partition("@")
+    if base not in METRICS or not at or not k.isdigit() or not 1 <= int(k) <= 1000:
+        raise ValueError(f"unknown metric {name!r}: use {', '.join(f'{m}@K' for m in METRICS)} (K from 1 to 1000)")
+    return base, int(k)
+
+
+def score(names: Sequence[str], ranked: Sequence[str], relevant: Mapping[str, int]) -> dict[str, float]:
+    """Every named metric (``hit@5``, ``mrr@10``, …) of one ranking."""
+    out = {}
+    for name in names:
+        base, k = parse_metric(name)
+        out[name] = METRICS[base](ranked, relevant, k)
+    return out

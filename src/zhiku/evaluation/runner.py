@@ -1,17 +1,25 @@
-"""Run a BEIR dataset through the real pipeline and compute retrieval metrics."""
+"""Run an evaluation set through the real pipeline and compute retrieval metrics, overall and per category."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.beir import BeirDataset
-from zhiku.evaluation.metrics import hit_at_k, mrr_at_k, ndcg_at_k, percentile, recall_at_k
-from zhiku.types import SourceDoc
+from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
+from zhiku.evaluation.metrics import parse_metric, percentile, score
+from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
+ProgressFn = Callable[[int, int, str], None]
+
+
+def standard_metrics(k: int) -> list[str]:
+    """The metrics every run reports (the ``--json`` keys of `zhiku eval`)."""
+    return list(dict.fromkeys([f"ndcg@{k}", f"recall@{k}", f"recall@{RECALL_DEPTH}", f"mrr@{k}", "hit@1", "hit@5"]))
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,37 @@ class IndexingStats:
 
 
 @dataclass(frozen=True)
+class HitRecord:
+    """One retrieved chunk of one query, with every stage's evidence (what `per_query.json` lists)."""
+
+    rank: int
+    chunk_id: str
+    source: str
+    section: str
+    page: int | None
+    score: float
+    bm25_rank: int | None
+    bm25_score: float | None
+    dense_rank: int | None
+    dense_distance: float | None  # 1 − cosine similarity
+    rerank_score: float | None  # the reranker's raw score; None when no reranker scored this hit
+    target: str  # the judged document / expected entry this chunk counts for
+    relevant: bool
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    qid: str
+    query: str
+    category: str
+    relevant: tuple[str, ...]  # BEIR: document ids; YAML: the expected entries as text
+    first_relevant: int | None  # 1-based position of the first relevant target in the ranking
+    metrics: dict[str, float]
+    latency_ms: float
+    hits: tuple[HitRecord, ...]
+
+
+@dataclass(frozen=True)
 class EvalResult:
     dataset: str
     mode: str
@@ -35,9 +74,14 @@ class EvalResult:
     metrics: dict[str, float]
     latency_ms: dict[str, float]
     indexing: IndexingStats | None = None
-    per_query: dict[str, list[str]] = field(default_factory=dict, repr=False)  # query id -> ranked doc ids
+    categories: dict[str, dict[str, float]] = field(default_factory=dict)  # category -> metrics (+ "queries")
+    records: tuple[QueryRecord, ...] = field(default=(), repr=False)
+    kind: str = "beir"
+    variant: str = ""
+    rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
 
     def to_json(self) -> dict:
+        """The one-object `zhiku eval --json` output (its keys are a public contract)."""
         out: dict = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
@@ -45,44 +89,97 @@ class EvalResult:
             i = self.indexing
             out["indexing"] = {"documents": i.documents, "chunks": i.chunks, "seconds": round(i.seconds, 2),
                                "chunks_per_s": round(i.chunks_per_s, 1), "chunks_embedded": i.chunks_embedded}
+        if self.rerank:
+            out["rerank"] = dict(self.rerank)
+        return out
+
+    def summary_json(self) -> dict[str, Any]:
+        """What `summary.json` holds: the ``--json`` object plus k, kind, variant and per-category metrics."""
+        out = self.to_json()
+        out.update({"kind": self.kind, "k": self.k, "variant": self.variant or self.mode,
+                    "metrics": {n: round(v, 4) for n, v in self.metrics.items()},
+                    "categories": {c: {n: round(v, 4) for n, v in m.items()} for c, m in self.categories.items()}})
         return out
 
 
-def index_dataset(kb: KnowledgeBase, dataset: BeirDataset, *, collection: str,
-                  on_progress: Callable[[int, int, str], None] | None = None) -> IndexingStats:
+def index_dataset(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str,
+                  on_progress: ProgressFn | None = None) -> IndexingStats:
+    """Index a BEIR corpus into ``collection`` (unchanged documents are skipped)."""
     docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
     report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
     chunks = sum(c.chunks for c in kb.collections() if c.name == collection)
     return IndexingStats(len(docs), chunks, report.elapsed_s, report.chunks_embedded)
 
 
-def evaluate(kb: KnowledgeBase, dataset: BeirDataset, *, mode: str, k: int = 10, collection: str | None = None,
-             on_progress: Callable[[int, int, str], None] | None = None) -> EvalResult:
-    """Search every query (top 100 for recall) and score the ranked document ids against the qrels."""
-    sums = {f"ndcg@{k}": 0.0, f"recall@{k}": 0.0, f"recall@{RECALL_DEPTH}": 0.0, f"mrr@{k}": 0.0,
-            "hit@1": 0.0, "hit@5": 0.0}
+def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecord, ...]:
+    out = []
+    for n, h in enumerate(hits[:limit], 1):
+        target = q.label(h.chunk)
+        out.append(HitRecord(
+            rank=n, chunk_id=h.chunk.chunk_id, source=h.chunk.source, section=h.chunk.section, page=h.chunk.page,
+            score=round(h.score, 6), bm25_rank=h.bm25_rank,
+            bm25_score=None if h.bm25_score is None else round(h.bm25_score, 6), dense_rank=h.dense_rank,
+            dense_distance=None if h.dense_score is None else round(1.0 - h.dense_score, 6),
+            rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
+            target=target, relevant=target in q.relevant))
+    return tuple(out)
+
+
+def _relevant_text(q: EvalQuery) -> tuple[str, ...]:
+    if not q.expected:
+        return tuple(q.relevant)
+    return tuple(", ".join(f"{k}={v}" for k, v in e.to_json().items()) for e in q.expected)
+
+
+def evaluate(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, mode: str, k: int = 10,
+             collection: str | None = None, extra_metrics: Sequence[str] = (), keep_hits: int | None = None,
+             variant: str = "", options: Mapping[str, Any] | None = None,
+             on_progress: ProgressFn | None = None) -> EvalResult:
+    """Search every query (deep enough for recall@100) and score the ranked targets against the judgements.
+
+    A hit's target is its document (BEIR) or the first expected entry it matches (YAML); repeated targets
+    count once, at their best position. ``options`` are extra keyword arguments of ``kb.retrieve`` (variants).
+    """
+    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else dataset
+    names = list(dict.fromkeys(standard_metrics(k) + list(extra_metrics)))
+    depth = max([RECALL_DEPTH, k] + [parse_metric(n)[1] for n in names])
+    keep = k if keep_hits is None else keep_hits
+    sums = dict.fromkeys(names, 0.0)
+    by_category: dict[str, dict[str, float]] = {}
     latencies: list[float] = []
-    per_query: dict[str, list[str]] = {}
-    depth = max(RECALL_DEPTH, k)
-    for n, (qid, text) in enumerate(dataset.queries.items(), 1):
+    records: list[QueryRecord] = []
+    rerank: dict[str, int] = {}
+    for n, q in enumerate(evalset.queries, 1):
         started = time.perf_counter()
-        r = kb.retrieve(text, top_k=depth, mode=mode, collection=collection, per_source_k=depth)
-        latencies.append((time.perf_counter() - started) * 1000)
-        ranked = list(dict.fromkeys(h.chunk.source for h in r.hits))
-        per_query[qid] = ranked
-        rel = dataset.qrels[qid]
-        sums[f"ndcg@{k}"] += ndcg_at_k(ranked, rel, k)
-        sums[f"recall@{k}"] += recall_at_k(ranked, rel, k)
-        sums[f"recall@{RECALL_DEPTH}"] += recall_at_k(ranked, rel, RECALL_DEPTH)
-        sums[f"mrr@{k}"] += mrr_at_k(ranked, rel, k)
-        sums["hit@1"] += hit_at_k(ranked, rel, 1)
-        sums["hit@5"] += hit_at_k(ranked, rel, 5)
+        r = kb.retrieve(q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {}))
+        latency = (time.perf_counter() - started) * 1000
+        latencies.append(latency)
+        if r.rerank != "off":
+            outcome = r.rerank.split(":", 1)[0]
+            rerank[outcome] = rerank.get(outcome, 0) + 1
+        ranked = list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
+        values = score(names, ranked, q.relevant)
+        first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
+        records.append(QueryRecord(q.qid, q.text, q.category, _relevant_text(q), first, values, round(latency, 2),
+                                   hit_records(q, r.hits, keep)))
+        cat = by_category.setdefault(q.category, {**dict.fromkeys(names, 0.0), "queries": 0.0})
+        cat["queries"] += 1
+        for name, v in values.items():
+            sums[name] += v
+            cat[name] += v
         if on_progress and n % 50 == 0:
-            on_progress(n, len(dataset.queries), qid)
-    nq = len(dataset.queries)
+            on_progress(n, len(evalset.queries), q.qid)
+    nq = len(evalset.queries)
+    categories = {c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
+                  for c, m in sorted(by_category.items())}
     return EvalResult(
-        dataset=dataset.name, mode=mode, k=k, queries=nq,
+        dataset=evalset.name, mode=mode, k=k, queries=nq,
         metrics={name: v / nq for name, v in sums.items()},
         latency_ms={"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
-        per_query=per_query,
+        categories=categories, records=tuple(records), kind=evalset.kind, variant=variant, rerank=rerank,
     )
+
+
+def records_json(result: EvalResult) -> list[dict[str, Any]]:
+    """`per_query.json`: each query with its metrics, first relevant position and top hits."""
+    return [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()}} for r in result.records]

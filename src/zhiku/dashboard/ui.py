@@ -1,0 +1,34 @@
+"""Helpers shared by the pages: the ``DashboardData`` for this dashboard's index (settings are read here, at
+the edge: ``ZHIKU_DASHBOARD_CONFIG`` names the settings file; ``ZHIKU_*`` variables apply as everywhere)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from zhiku.dashboard.data import DashboardData
+from zhiku.errors import ZhikuError
+from zhiku.settings import load_settings
+
+
+@st.cache_resource(show_spinner=False)
+def _data(config: str, index: str, cache_dir: str) -> DashboardData:
+    return DashboardData(load_settings(Path(config) if config else None))
+
+
+def data() -> DashboardData:
+    """This dashboard's data access; stops the page with the error when the settings are invalid."""
+    try:
+        d = _data(os.environ.get("ZHIKU_DASHBOARD_CONFIG", ""), os.environ.get("ZHIKU_INDEX", ""),
+                  os.environ.get("ZHIKU_EMBEDDING__CACHE_DIR", ""))
+    except ZhikuError as e:
+        st.error(str(e))
+        st.stop()
+    st.sidebar.caption(f"索引 index: `{d.index}`")
+    return d
+
+
+def show_error(e: ZhikuError) -> None:
+    st.error(f"{type(e).__name__}: {e}")

@@ -1,0 +1,121 @@
+"""Retrieval variants side by side on one index: the same queries, one row of metrics and latency per variant.
+
+Adding a variant is one entry in ``VARIANTS``. A variant that cannot run here (``hybrid_rerank`` while no
+reranker is configured) is reported as unavailable with its reason, never with invented numbers. Only
+``hybrid_rerank`` runs the configured reranker; the other variants switch it off.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from zhiku.api import KnowledgeBase
+from zhiku.errors import InvalidInput
+from zhiku.evaluation.datasets import EvalSet
+from zhiku.evaluation.runner import ProgressFn, evaluate, standard_metrics
+from zhiku.types import SearchMode
+
+NO_RERANKER = ("zhiku has no reranker yet: none is configured (rerank.provider: none); set rerank.provider and "
+               "rerank.model, or pass --reranker cross-encoder:MODEL_OR_FOLDER (or llm)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    mode: SearchMode
+    description: str
+    retrieve_options: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of kb.retrieve
+    unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)", {"rerank": False}),
+    Variant("dense", "dense", "dense vectors only (cosine)", {"rerank": False}),
+    Variant("hybrid", "hybrid", "BM25 + dense fused with RRF", {"rerank": False}),
+    Variant("hybrid_rerank", "hybrid", "hybrid, then the configured reranker over the top rerank.top_m", {"rerank": True},
+            unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER),
+)}
+
+
+def parse_variants(spec: str) -> list[Variant]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if not names:
+        raise InvalidInput(f"--variants is empty: use some of {', '.join(VARIANTS)}")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise InvalidInput(f"unknown variant {unknown[0]!r}: use {', '.join(VARIANTS)}")
+    return [VARIANTS[n] for n in dict.fromkeys(names)]
+
+
+@dataclass(frozen=True)
+class VariantRow:
+    variant: str
+    description: str
+    status: Literal["ok", "unavailable"]
+    reason: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    dataset: str
+    queries: int
+    k: int
+    rows: tuple[VariantRow, ...]
+    retrieval: dict[str, Any] = field(default_factory=dict)  # the retrieval settings every variant ran with
+
+    def metric_names(self) -> list[str]:
+        return standard_metrics(self.k)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "queries": self.queries, "k": self.k, "retrieval": self.retrieval,
+                "variants": [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()},
+                              "latency_ms": {n: round(v, 2) for n, v in r.latency_ms.items()}} for r in self.rows]}
+
+    def markdown(self) -> str:
+        names = self.metric_names()
+        lines = [f"| variant ({self.dataset}, {self.queries} queries) | " + " | ".join(names) + " | p50 ms | p95 ms |",
+                 "|" + "---|" * (len(names) + 3)]
+        for r in self.rows:
+            if r.status == "ok":
+                cells = [f"{r.metrics[n]:.4f}" for n in names] + [f"{r.latency_ms['p50']:.1f}", f"{r.latency_ms['p95']:.1f}"]
+            else:
+                cells = ["n/a"] * (len(names) + 2)
+            lines.append(f"| {r.variant} | " + " | ".join(cells) + " |")
+        notes = [f"- `{r.variant}` unavailable: {r.reason}" for r in self.rows if r.status != "ok"]
+        if self.retrieval:
+            notes.append("- retrieval settings: " + ", ".join(f"{k}={v}" for k, v in self.retrieval.items()))
+        return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+    def save(self, out_dir: Path) -> dict[str, Path]:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out_dir / "experiment.json", "markdown": out_dir / "experiment.md"}
+        paths["json"].write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        paths["markdown"].write_text(f"# Experiment: {self.dataset}\n\n" + self.markdown(), encoding="utf-8")
+        return paths
+
+
+def run_experiment(kb: KnowledgeBase, evalset: EvalSet, variants: Sequence[Variant], *, k: int = 10,
+                   collection: str | None = None,
+                   on_variant: Callable[[Variant], ProgressFn | None] | None = None) -> ExperimentResult:
+    """Evaluate every variant on ``kb`` (one index) with the same queries."""
+    rows = []
+    for v in variants:
+        reason = v.unavailable(kb)
+        if reason is not None:
+            rows.append(VariantRow(v.name, v.description, "unavailable", reason))
+            continue
+        progress = on_variant(v) if on_variant is not None else None
+        r = evaluate(kb, evalset, mode=v.mode, k=k, collection=collection, keep_hits=0, variant=v.name,
+                     options=v.retrieve_options, on_progress=progress)
+        fell_back = r.rerank.get("fallback", 0)
+        note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
+        rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms))
+    return ExperimentResult(evalset.name, len(evalset.queries), k, tuple(rows),
+                            retrieval=kb.settings.retrieval.model_dump(mode="json"))

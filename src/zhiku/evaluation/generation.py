@@ -1,0 +1,141 @@
+"""Generation metrics judged by an LLM: faithfulness, answer relevancy and context precision.
+
+Definitions follow RAGAS (Es et al., "RAGAS: Automated Evaluation of Retrieval Augmented Generation", 2023):
+
+- faithfulness: the share of the answer's claims that the retrieved contexts support;
+- answer relevancy: the judge writes questions the answer would answer; the mean cosine similarity of their
+  embeddings to the real question's (with the index's own embedder);
+- context precision: average precision of the judge's useful/not-useful verdicts over the ranked contexts.
+
+zhiku's own answers are extractive (cited passages), so faithfulness is high by construction; pass
+``answer_fn`` to judge an LLM-written answer instead. A metric the judge could not score (no JSON, HTTP
+error) is ``None`` for that query, counted in ``errors``; means are over the scored queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from zhiku.api import KnowledgeBase
+from zhiku.evaluation.datasets import EvalSet
+from zhiku.evaluation.judge import JudgeClient, JudgeError
+from zhiku.search import Retrieval
+
+GENERATION_METRICS = ("faithfulness", "answer_relevancy", "context_precision")
+NO_JUDGE = ("no LLM judge configured: set judge.base_url and judge.model in zhiku.yaml "
+            "(or ZHIKU_JUDGE__BASE_URL / ZHIKU_JUDGE__MODEL) to score faithfulness, answer relevancy and context precision")
+CONTEXT_CHARS = 800  # characters of each context shown to the judge
+
+FAITHFULNESS = """[faithfulness] You check whether an answer is supported by retrieved passages.
+Split the ANSWER into short factual claims. For each claim decide whether the PASSAGES support it.
+Reply with JSON only: {"claims": [{"claim": "...", "supported": true}]}"""
+RELEVANCY = """[answer_relevancy] You read an answer and write the questions it answers.
+Write 3 different questions, in the answer's language, that the ANSWER answers directly.
+Reply with JSON only: {"questions": ["...", "...", "..."]}"""
+PRECISION = """[context_precision] You judge retrieved passages for a question.
+For each numbered PASSAGE decide whether it is useful for answering the QUESTION (1) or not (0).
+Reply with JSON only: {"verdicts": [1, 0, ...]} with exactly one verdict per passage, in order."""
+
+
+@dataclass(frozen=True)
+class GenerationScores:
+    qid: str
+    faithfulness: float | None
+    answer_relevancy: float | None
+    context_precision: float | None
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    status: Literal["ok", "skipped"]
+    reason: str | None = None
+    queries: int = 0
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    errors: int = 0
+    judge_calls: int = 0
+    per_query: tuple[GenerationScores, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["metrics"] = {k: None if v is None else round(v, 4) for k, v in self.metrics.items()}
+        return out
+
+
+def skipped(reason: str = NO_JUDGE) -> GenerationResult:
+    return GenerationResult(status="skipped", reason=reason)
+
+
+def _contexts(r: Retrieval) -> str:
+    return "\n\n".join(f"PASSAGE [{n}] ({h.chunk.source}): {h.chunk.text[:CONTEXT_CHARS]}" for n, h in enumerate(r.hits, 1))
+
+
+def faithfulness(judge: JudgeClient, answer: str, r: Retrieval) -> float:
+    reply = judge.ask(FAITHFULNESS, f"PASSAGES:\n{_contexts(r)}\n\nANSWER:\n{answer}")
+    claims = reply.get("claims")
+    if not isinstance(claims, list) or not claims or not all(isinstance(c, dict) and "supported" in c for c in claims):
+        raise JudgeError("faithfulness: the judge listed no claims with a `supported` verdict")
+    return sum(1 for c in claims if c["supported"] is True) / len(claims)
+
+
+def answer_relevancy(judge: JudgeClient, question: str, answer: str, embed: Callable[[str], np.ndarray]) -> float:
+    reply = judge.ask(RELEVANCY, f"ANSWER:\n{answer}")
+    questions = [q for q in reply.get("questions") or [] if isinstance(q, str) and q.strip()]
+    if not questions:
+        raise JudgeError("answer_relevancy: the judge wrote no questions")
+    target = embed(question)
+    return float(np.mean([float(np.dot(embed(q), target)) for q in questions]))
+
+
+def average_precision(verdicts: Sequence[int]) -> float:
+    """Average of precision@k over the positions k holding a useful context (0 when none is useful)."""
+    useful = 0
+    total = 0.0
+    for k, v in enumerate(verdicts, 1):
+        if v:
+            useful += 1
+            total += useful / k
+    return total / useful if useful else 0.0
+
+
+def context_precision(judge: JudgeClient, question: str, r: Retrieval) -> float:
+    if not r.hits:
+        return 0.0
+    reply = judge.ask(PRECISION, f"QUESTION: {question}\n\n{_contexts(r)}")
+    verdicts = reply.get("verdicts")
+    if not isinstance(verdicts, list) or len(verdicts) != len(r.hits) or not all(v in (0, 1) for v in verdicts):
+        raise JudgeError(f"context_precision: expected {len(r.hits)} verdicts of 0 or 1, got {verdicts!r}")
+    return average_precision([int(v) for v in verdicts])
+
+
+def judge_generation(kb: KnowledgeBase, evalset: EvalSet, judge: JudgeClient, *, mode: str | None = None,
+                     collection: str | None = None, top_k: int = 5, max_queries: int = 20,
+                     answer_fn: Callable[[Retrieval], str] | None = None) -> GenerationResult:
+    """Score the first ``max_queries`` queries: retrieve ``top_k`` passages, build the answer, ask the judge."""
+    calls_before = judge.calls
+    per_query: list[GenerationScores] = []
+    for q in evalset.queries[:max_queries]:
+        r = kb.retrieve(q.text, top_k=top_k, mode=mode, collection=collection)
+        answer = answer_fn(r) if answer_fn is not None else kb.answer(r).markdown
+        values: dict[str, float | None] = {}
+        errors: list[str] = []
+        for name, run in (("faithfulness", lambda: faithfulness(judge, answer, r)),
+                          ("answer_relevancy", lambda: answer_relevancy(judge, q.text, answer, kb.embedder.embed_query)),
+                          ("context_precision", lambda: context_precision(judge, q.text, r))):
+            try:
+                values[name] = run()
+            except JudgeError as e:
+                values[name] = None
+                errors.append(f"{name}: {e}")
+        per_query.append(GenerationScores(q.qid, errors=tuple(errors), **values))  # type: ignore[arg-type]
+    means: dict[str, float | None] = {}
+    for name in GENERATION_METRICS:
+        scored = [getattr(s, name) for s in per_query if getattr(s, name) is not None]
+        means[name] = sum(scored) / len(scored) if scored else None
+    return GenerationResult(status="ok", queries=len(per_query), metrics=means,
+                            errors=sum(len(s.errors) for s in per_query), judge_calls=judge.calls - calls_before,
+                            per_query=tuple(per_query))

@@ -1,0 +1,285 @@
+"""Evaluation framework: metrics against pytrec_eval, YAML sets (schema errors name line and field), runs
+against an existing index, reports, gates and experiments."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from pathlib import Path
+
+import pytest
+from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE
+from test_eval_cli import BM25_METRICS, write_beir
+from typer.testing import CliRunner, Result
+
+from zhiku.cli import _register_surfaces, app
+from zhiku.errors import InvalidInput
+from zhiku.evaluation.datasets import Expected, load_dataset, load_yaml_set, section_matches
+from zhiku.evaluation.experiments import VARIANTS, parse_variants
+from zhiku.evaluation.gate import Bar, check_gate, parse_gate
+from zhiku.evaluation.metrics import hit_at_k, mrr_at_k, ndcg_at_k, parse_metric, recall_at_k
+from zhiku.evaluation.reports import read_history
+from zhiku.evaluation.runner import evaluate
+from zhiku.types import Chunk
+
+_register_surfaces()
+
+
+# ------------------------------------------------------------------------------ metrics vs trec_eval
+def test_metrics_match_pytrec_eval_on_random_runs() -> None:
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    rng = random.Random(20261129)
+    docs = [f"d{i}" for i in range(40)]
+    qrels: dict[str, dict[str, int]] = {}
+    runs: dict[str, list[str]] = {}
+    for q in range(300):
+        qid = f"q{q}"
+        judged = rng.sample(docs, rng.randint(1, 8))
+        qrels[qid] = {d: rng.choice([0, 1, 1, 2, 3]) for d in judged}
+        if not any(qrels[qid].values()):
+            qrels[qid][judged[0]] = 1
+        runs[qid] = rng.sample(docs, rng.randint(0, 30))
+    ks = (1, 3, 5, 10, 20)
+    # strictly decreasing scores: trec_eval sorts by score (ties by doc id), so the order is exactly ours
+    run_scored = {q: {d: float(len(r) - i) for i, d in enumerate(r)} for q, r in runs.items()}
+    measures = {f"ndcg_cut.{','.join(map(str, ks))}", f"recall.{','.join(map(str, ks))}",
+                f"success.{','.join(map(str, ks))}"}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run_scored)
+    checked = 0
+    for qid, ranked in runs.items():
+        relevant = {d: g for d, g in qrels[qid].items() if g > 0}
+        for k in ks:
+            assert math.isclose(ndcg_at_k(ranked, relevant, k), ref[qid][f"ndcg_cut_{k}"], abs_tol=1e-9)
+            assert math.isclose(recall_at_k(ranked, relevant, k), ref[qid][f"recall_{k}"], abs_tol=1e-9)
+            assert math.isclose(hit_at_k(ranked, relevant, k), ref[qid][f"success_{k}"], abs_tol=1e-9)
+            checked += 3
+    for k in ks:  # MRR@k is trec_eval's recip_rank over the run cut at k
+        cut = {q: {d: s for d, s in r.items() if s > len(runs[q]) - k} for q, r in run_scored.items()}
+        rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(cut)
+        for qid, ranked in runs.items():
+            relevant = {d: g for d, g in qrels[qid].items() if g > 0}
+            got = mrr_at_k(ranked, relevant, k)
+            assert math.isclose(got, rr.get(qid, {}).get("recip_rank", 0.0), abs_tol=1e-9)
+            checked += 1
+    assert checked == 300 * 5 * 4
+
+
+def test_parse_metric() -> None:
+    assert parse_metric("NDCG@10") == ("ndcg", 10)
+    for bad in ("ndcg", "map@10", "hit@0", "hit@x"):
+        with pytest.raises(ValueError, match="unknown metric"):
+            parse_metric(bad)
+
+
+# ------------------------------------------------------------------------------------- YAML sets
+GOOD_YAML = """\
+version: 1
+description: 劳动法检查集
+queries:
+  - query: 试用期最长多久
+    category: 试用期
+    expected:
+      - source: 劳动合同法.md
+        section: 第二章 劳动合同的订立 > 第十九条
+    # reason: 第十九条 sets the probation limits
+  - query: 经济补偿怎么算
+    category: 补偿
+    expected:
+      - {source: "劳动合同*.md", section: 第四章}
+  - query: 年休假有几天
+    category: 休假
+    expected: [{source: 年休假条例.md}, {source: 不存在.md}]
+  - query: 哺乳期
+    expected: [{source: 劳动合同法.md, page: 9}]
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_yaml_set_loads(tmp_path: Path) -> None:
+    s = load_yaml_set(write(tmp_path / "劳动.yaml", GOOD_YAML))
+    assert (s.name, s.kind, s.description, len(s.queries)) == ("劳动", "yaml", "劳动法检查集", 4)
+    q = s.queries[0]
+    assert (q.qid, q.text, q.category) == ("q1", "试用期最长多久", "试用期")
+    assert q.expected == (Expected("劳动合同法.md", None, "第二章 劳动合同的订立 > 第十九条"),)
+    assert s.queries[2].relevant == {"expected[0]": 1, "expected[1]": 1}
+    assert s.queries[3].category == "未分类" and s.queries[3].expected[0].page == 9
+    assert s.categories == ["休假", "未分类", "补偿", "试用期"]
+    assert load_dataset(tmp_path / "劳动.yaml", max_queries=2).queries == s.queries[:2]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "{p}: the file is empty: it needs `version: 1` and `queries:`"),
+    ("version: 1\nqueries: [\n", "{p}:3: not valid YAML (expected the node content, but found '<stream end>')"),
+    ("queries: []\n", "{p}:1: `version` is missing: add `version: 1`"),
+    ("version: 2\nqueries: []\n", "{p}:1: version: 2 is not supported (use 1)"),
+    ("version: 1\nqueries: []\n", "{p}:2: queries must be a non-empty list of `- query: …` entries"),
+    ("version: 1\nqeuries: []\n", "{p}:2: the top level: unknown field 'qeuries' (allowed: version, description, queries)"),
+    ("version: 1\nqueries:\n  - expected: [{source: a.md}]\n", "{p}:3: queries[0].query is missing"),
+    ("version: 1\nqueries:\n  - query: 试用期\n", "{p}:3: queries[0].expected is missing: list where the answer is, "
+     "e.g. `expected: [{{source: 劳动合同法.md}}]`"),
+    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - section: 第十九条\n",
+     "{p}:5: queries[0].expected[0].source is missing (a path or glob, e.g. 劳动合同法*.md)"),
+    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        page: 零\n",
+     "{p}:6: queries[0].expected[0].page must be a page number ≥ 1, got '零'"),
+    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        sectoin: 第一章\n",
+     "{p}:6: queries[0].expected[0]: unknown field 'sectoin' (allowed: source, page, section)"),
+    ("version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md}]\n  - query: 试用期\n    expected: a.md\n",
+     "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …}}`"),
+])
+def test_yaml_errors_name_the_line_and_field(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path / "坏.yaml", text)
+    with pytest.raises(InvalidInput) as e:
+        load_yaml_set(path)
+    assert str(e.value) == message.format(p=path)
+
+
+def chunk(source: str, section: str = "", page: int | None = None) -> Chunk:
+    return Chunk("c", "d", "hr", source, "markdown", section, page, 0, 1, 0, "文本")
+
+
+def test_expected_matching_by_source_glob_page_and_section_prefix() -> None:
+    assert section_matches(SEC_PROBATION, "劳动合同法 > 第二章")
+    assert section_matches(SEC_PROBATION, "第二章 劳动合同的订立 > 第十九")  # from any level, last one cut short
+    assert not section_matches(SEC_PROBATION, "第十九条 > 第二章")
+    assert not section_matches(SEC_PROBATION, "订立")  # a prefix of a level, not a substring
+    assert Expected("劳动*.md").matches(chunk("劳动合同法.md"))
+    assert not Expected("劳动*.md").matches(chunk("规章/劳动.md"))
+    assert Expected("*/工资*.txt").matches(chunk("规章/工资支付规定.txt"))
+    assert Expected("a.pdf", page=3).matches(chunk("a.pdf", page=3))
+    assert not Expected("a.pdf", page=3).matches(chunk("a.pdf", page=4))
+    assert not Expected("劳动合同法.md", section="第四章").matches(chunk("劳动合同法.md", SEC_PROBATION))
+
+
+# ------------------------------------------------------------------- YAML runs against an index
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path):
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(*args: object) -> Result:
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
+def law_index(kb_factory, corpus: Path, tmp_path: Path) -> Path:
+    kb_factory(tmp_path / "idx").ingest([corpus])
+    return tmp_path / "idx"
+
+
+def test_yaml_eval_per_category_and_per_query_hits(kb_factory, law_index: Path, tmp_path: Path) -> None:
+    s = load_yaml_set(write(tmp_path / "劳动.yaml", GOOD_YAML))
+    kb = kb_factory(law_index, read_only=True)
+    r = evaluate(kb, s, mode="bm25", k=10)
+    # BM25 by hand: q1 第十九条 first; q2 经济/补偿 only in 第四十七条 (第四章): first; q3 年休假 first;
+    # q4 expects page 9 of a file without pages: never found
+    assert [q.first_relevant for q in r.records] == [1, 1, 1, None]
+    assert r.metrics["hit@1"] == 0.75 and r.metrics["mrr@10"] == 0.75
+    assert r.metrics["recall@10"] == (1 + 1 + 0.5 + 0) / 4  # q3 finds one of its two expected entries
+    assert r.categories["试用期"] == {**{n: 1.0 for n in r.metrics}, "queries": 1.0}
+    assert r.categories["未分类"]["hit@5"] == 0.0
+    top = r.records[1].hits[0]
+    assert (top.source, top.section, top.target, top.relevant, top.bm25_rank) == (
+        "劳动合同法.md", SEC_SEVERANCE, "expected[0]", True, 1)
+    assert top.dense_rank is None and top.dense_distance is None and top.rerank_score is None
+    assert r.records[2].relevant == ("source=年休假条例.md", "source=不存在.md")
+    assert r.records[2].hits[0].section == SEC_LEAVE
+
+
+def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tmp_path: Path) -> None:
+    dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
+    out = tmp_path / "out"
+    r = cli("eval", "--dataset", dataset, "--index", law_index, "--mode", "hybrid", "--out", out,
+            "--gate", "hit@5>=0.7, mrr@3>=0.5")
+    assert r.exit_code == 0, r.output
+    assert "gate: hit@5 = 0.7500 (bar >= 0.7): ok" in r.stderr and "gate: mrr@3 = " in r.stderr
+    assert "generation metrics skipped: no LLM judge configured" in r.stdout
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["dataset"], summary["kind"], summary["mode"], summary["queries"]) == ("劳动", "yaml", "hybrid", 4)
+    assert set(summary["categories"]) == {"试用期", "补偿", "休假", "未分类"}
+    assert summary["metrics"]["mrr@3"] == summary["mrr@3"] and summary["gate"]["passed"] is True
+    assert summary["generation"]["status"] == "skipped" and "judge.base_url" in summary["generation"]["reason"]
+    per_query = json.loads((out / "per_query.json").read_text(encoding="utf-8"))
+    hit = per_query[0]["hits"][0]
+    assert set(hit) >= {"rank", "source", "section", "bm25_rank", "dense_distance", "rerank_score", "relevant"}
+    assert hit["section"] == SEC_PROBATION and hit["bm25_rank"] == 1 and 0 < hit["dense_distance"] < 1
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert report.startswith("# Evaluation: 劳动\n") and "## Per category" in report and "## Gate: passed" in report
+    assert "**哺乳期** (未分类; not found)" in report
+    [entry] = read_history(law_index)
+    assert (entry.dataset, entry.mode, entry.gate_passed, entry.queries) == ("劳动", "hybrid", True, 4)
+
+    missed = cli("eval", "--dataset", dataset, "--index", law_index, "--mode", "bm25", "--gate", "hit@1>=0.9", "--json")
+    assert missed.exit_code == 1
+    assert json.loads(missed.stdout)["hit@1"] == 0.75
+    assert missed.stderr.splitlines()[-1] == "gate FAILED: hit@1 = 0.7500, needs >= 0.9"
+    assert [e.gate_passed for e in read_history(law_index)] == [True, False]
+
+
+@pytest.mark.parametrize(("gate", "message"), [
+    ("hit@5=>0.9", "error: invalid --gate bar 'hit@5=>0.9': write METRIC OP NUMBER, e.g. \"hit@5>=0.9,mrr@10>=0.8\" (OP is >=, >, <= or <)"),
+    ("map@10>=0.5", "error: invalid --gate bar 'map@10>=0.5': unknown metric 'map@10': use hit@K, mrr@K, ndcg@K, recall@K (K from 1 to 1000)"),
+    ("hit@5>=90", "error: invalid --gate bar 'hit@5>=90': hit@5 lies between 0 and 1"),
+    (" , ", "error: --gate is empty: give bars like \"hit@5>=0.9,mrr@10>=0.8\""),
+])
+def test_malformed_gate_is_a_one_line_error(cli, tmp_path: Path, gate: str, message: str) -> None:
+    r = cli("eval", "--dataset", tmp_path / "none.yaml", "--gate", gate)
+    assert (r.exit_code, r.stdout, r.stderr) == (1, "", message + "\n")
+
+
+def test_gate_functions() -> None:
+    bars = parse_gate("hit@5>=0.9,mrr@10>0.8,recall@100<=1")
+    assert bars == (Bar("hit@5", ">=", 0.9), Bar("mrr@10", ">", 0.8), Bar("recall@100", "<=", 1.0))
+    got = check_gate(bars, {"hit@5": 0.9, "mrr@10": 0.8, "recall@100": 1.0})
+    assert [b.passed for b in got] == [True, False, True]
+
+
+def test_yaml_set_needs_an_existing_index(cli, tmp_path: Path) -> None:
+    dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
+    r = cli("eval", "--dataset", dataset, "--index", tmp_path / "无索引")
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and "无索引" in r.stderr
+
+
+# ------------------------------------------------------------------------------------ experiments
+def test_experiment_table_on_one_index(cli, tmp_path: Path) -> None:
+    dataset = write_beir(tmp_path / "劳动小集")
+    r = cli("experiment", "--dataset", dataset, "--variants", "bm25,dense,hybrid,hybrid_rerank", "--out", tmp_path / "x",
+            "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    rows = {v["variant"]: v for v in data["variants"]}
+    assert list(rows) == ["bm25", "dense", "hybrid", "hybrid_rerank"]
+    assert {n: rows["bm25"]["metrics"][n] for n in BM25_METRICS} == BM25_METRICS  # hand-computed (test_eval_cli)
+    for mode in ("dense", "hybrid"):  # the same numbers as `zhiku eval` in that mode
+        alone = json.loads(cli("eval", "--dataset", dataset, "--mode", mode, "--json").stdout)
+        assert {n: rows[mode]["metrics"][n] for n in BM25_METRICS} == {n: alone[n] for n in BM25_METRICS}
+    assert rows["hybrid_rerank"]["status"] == "unavailable" and "no reranker" in rows["hybrid_rerank"]["reason"]
+    assert rows["hybrid_rerank"]["metrics"] == {} and set(rows["dense"]["latency_ms"]) == {"p50", "p95"}
+    saved = json.loads((tmp_path / "x" / "experiment.json").read_text(encoding="utf-8"))
+    assert saved == data
+    md = (tmp_path / "x" / "experiment.md").read_text(encoding="utf-8")
+    assert "| hybrid_rerank | n/a |" in md and "`hybrid_rerank` unavailable: zhiku has no reranker yet" in md
+
+    table = cli("experiment", "--dataset", dataset, "--variants", "bm25,hybrid_rerank")
+    assert table.exit_code == 0
+    assert table.stdout.startswith("劳动小集 · 4 queries · one index\n\n| variant (劳动小集, 4 queries) | ndcg@10 |")
+    assert "| bm25 | 0.6577 | 0.7500 | 0.7500 | 0.6250 | 0.5000 | 0.7500 |" in table.stdout
+    assert "- retrieval settings: mode=hybrid, top_k=5" in table.stdout
+    assert "- `hybrid_rerank` unavailable: zhiku has no reranker yet" in table.stdout
+
+
+def test_variants_registry() -> None:
+    assert [v.name for v in parse_variants("hybrid, bm25,hybrid")] == ["hybrid", "bm25"]
+    with pytest.raises(InvalidInput, match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_rerank"):
+        parse_variants("bm25,colbert")
+    assert VARIANTS["hybrid_rerank"].mode == "hybrid"

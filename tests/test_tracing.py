@@ -1,0 +1,301 @@
+"""Traces: rank-change functions against hand-computed values, spans and sinks, and the traces that the
+KnowledgeBase writes for queries and ingestion runs."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from helpers_kb import SEC_PROBATION
+
+from zhiku.fusion import rrf
+from zhiku.tracing import (
+    NOOP,
+    TRACE_FILE,
+    JsonlSink,
+    MemorySink,
+    RankChange,
+    RankSummary,
+    Trace,
+    Tracer,
+    changes_data,
+    current,
+    fusion_rank_changes,
+    mark,
+    rank_changes,
+    read_traces,
+    span,
+    summarize_changes,
+)
+from zhiku.types import ScoredId
+
+
+def ids(*names: str) -> list[ScoredId]:
+    return [ScoredId(n, 1.0 / i, i) for i, n in enumerate(names, 1)]
+
+
+# ------------------------------------------------------------------------------------ rank changes
+def test_rank_changes_hand_computed() -> None:
+    before = {"a": 1, "b": 2, "c": 3, "d": 4}
+    rows = rank_changes(before, ["c", "a", "e", "b"])
+    assert rows == [
+        RankChange("c", 3, 1, 2, "up"),
+        RankChange("a", 1, 2, -1, "down"),
+        RankChange("e", None, 3, None, "new"),  # new at this stage: no invented delta
+        RankChange("b", 2, 4, -2, "down"),
+        RankChange("d", 4, None, None, "dropped"),
+    ]
+    assert summarize_changes(rows) == RankSummary(moved_up=1, moved_down=2, unchanged=0, new=1, max_gain=2,
+                                                  max_drop=2, dropped=1)
+    assert summarize_changes(rank_changes({"a": 1}, ["a"])) == RankSummary(0, 0, 1, 0, 0, 0, 0)
+    assert summarize_changes([]) == RankSummary(0, 0, 0, 0, 0, 0, 0)
+
+
+def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
+    bm25, dense = ids("a", "b", "c"), ids("d", "e", "c")
+    # RRF k=60: c = 1/63 + 1/63 = 0.031746; a = d = 1/61 (tie: best rank 1 both, then id); b = e = 1/62
+    fused = [cid for cid, _ in rrf([bm25, dense], k=60)]
+    assert fused == ["c", "a", "d", "b", "e"]
+    rows = fusion_rank_changes(bm25, dense, fused[:3])
+    assert rows == [
+        RankChange("c", 3, 1, 2, "up", bm25_rank=3, dense_rank=3),
+        RankChange("a", 1, 2, -1, "down", bm25_rank=1, dense_rank=None),
+        RankChange("d", 1, 3, -2, "down", bm25_rank=None, dense_rank=1),
+        RankChange("b", 2, None, None, "dropped", bm25_rank=2, dense_rank=None),
+        RankChange("e", 2, None, None, "dropped", bm25_rank=None, dense_rank=2),
+    ]
+    data = changes_data(rows, keep_dropped_within=1)  # dropped rows shown only if they stood within the cut
+    assert [r["chunk_id"] for r in data["changes"]] == ["c", "a", "d"]
+    assert data["summary"] == {"moved_up": 1, "moved_down": 2, "unchanged": 0, "new": 0, "max_gain": 2,
+                               "max_drop": 2, "dropped": 2}
+
+
+# -------------------------------------------------------------------------------- spans and sinks
+def test_span_outside_a_trace_is_the_shared_no_op() -> None:
+    assert current() is None
+    with span("bm25") as sp:
+        sp.set(counts={"candidates": 3}, ranking=[1])
+        sp.ranking(ids("a"))
+    assert sp is NOOP and not sp.active
+    mark("rerank")  # nothing to record into: no error
+    off = Tracer()
+    with off.trace("query", query="x") as t:
+        assert t is None and span("parse") is NOOP
+
+
+def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
+    sink = MemorySink()
+    tracer = Tracer([sink])
+    with tracer.trace("ingest", collection="hr") as t:
+        assert current() is t
+        for n in range(3):
+            with span("load") as sp:
+                sp.set(counts={"documents": 1}, names=[f"d{n}"])
+        mark("transform", reason="none")
+        with tracer.trace("query", extra=1):  # joins the open trace
+            pass
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(lambda: span("embed").__enter__(),))
+        worker.start()
+        worker.join()
+    assert current() is None
+    [done] = sink.traces
+    assert done.kind == "ingest" and done.attrs == {"collection": "hr", "extra": 1}
+    load = done.stage("load")
+    assert (load.calls, load.counts, load.data, load.status) == (3, {"documents": 3}, {"names": ["d0", "d1", "d2"]}, "ok")
+    assert done.stage("transform").status == "off" and done.stage("transform").data == {"reason": "none"}
+    assert done.stage("embed") is not None  # recorded from the worker thread
+    assert done.elapsed_ms >= load.elapsed_ms >= 0
+
+
+def test_errors_are_recorded_and_raised() -> None:
+    sink = MemorySink()
+    with pytest.raises(ValueError, match="坏"):
+        with Tracer([sink]).trace("query"):
+            with span("parse"):
+                raise ValueError("坏查询")
+    [t] = sink.traces
+    assert (t.status, t.error) == ("error", "ValueError: 坏查询")
+    assert t.stage("parse").status == "error" and t.stage("parse").data["error"] == "ValueError: 坏查询"
+
+
+def test_capture_records_without_sinks() -> None:
+    with Tracer().trace("query", capture=True) as t:
+        with span("parse"):
+            pass
+    assert isinstance(t, Trace) and [s.name for s in t.stages] == ["parse"]
+
+
+def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
+    path = tmp_path / TRACE_FILE
+    sink = JsonlSink(path, max_bytes=600, backups=2)
+    tracer = Tracer([sink])
+    for n in range(12):
+        with tracer.trace("query", query=f"问题{n}"):
+            with span("parse") as sp:
+                sp.set(counts={"terms": n})
+    assert path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()
+    assert not path.with_name(TRACE_FILE + ".3").exists()
+    for f in (path, path.with_name(TRACE_FILE + ".1")):
+        assert f.stat().st_size <= 600
+    got = read_traces(path)
+    queries = [t.attrs["query"] for t in got]
+    assert queries[0] == "问题11" and queries == sorted(queries, key=lambda q: -int(q[2:]))  # newest first
+    assert 3 <= len(got) < 12  # the oldest rotated away
+    assert got[0].stage("parse").counts == {"terms": 11}
+    with path.open("a", encoding="utf-8") as f:
+        f.write("{broken\n")
+    assert read_traces(path, limit=2)[0].attrs["query"] == "问题11"
+    assert read_traces(path, kind="ingest") == []
+
+
+# ------------------------------------------------------------------------------- KnowledgeBase
+def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    answer = kb.query("试用期最长多久", top_k=3)
+    traces = read_traces(tmp_path / "idx" / TRACE_FILE)
+    assert [t.kind for t in traces] == ["query", "ingest"]
+    q = traces[0]
+    assert [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank", "answer"]
+    assert q.attrs["query"] == "试用期最长多久" and q.attrs["mode"] == "hybrid" and q.attrs["top_k"] == 3
+    assert q.stage("parse").data["terms"] == ["试用", "试用期", "最长", "多久"]
+    assert q.stage("bm25").counts == {"candidates": 1}
+    assert q.stage("dense").counts == {"candidates": 4}
+    assert (q.stage("rerank").status, q.stage("rerank").data) == ("off", {"reason": "no reranker configured"})
+    assert q.stage("answer").counts["citations"] == len(answer.citations) == 3
+    fusion = q.stage("fusion")
+    assert fusion.counts == {"candidates": 4, "returned": 3}
+    first = fusion.data["changes"][0]
+    assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (1, 1, 1, 1, "same")
+    assert (first["source"], first["section"]) == ("劳动合同法.md", SEC_PROBATION)
+    assert fusion.data["summary"]["dropped"] == 1
+    assert q.stage("bm25").data["ranking"][0]["source"] == "劳动合同法.md"
+    assert [h["rank"] for h in q.data["hits"]] == [1, 2, 3] and q.data["hits"][0]["section"] == SEC_PROBATION
+    for s in q.stages:
+        assert s.elapsed_ms >= 0 and s.start_ms >= 0
+    line = (tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1]
+    assert json.loads(line)["stages"][0]["name"] == "parse"  # one JSON line per trace
+
+
+def test_ingest_trace_lists_documents_with_statuses_and_reasons(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    (corpus / "空白.md").write_text("   \n", encoding="utf-8")
+    kb.ingest([corpus])
+    second, first = read_traces(tmp_path / "idx" / TRACE_FILE, kind="ingest")
+    assert [s.name for s in first.stages] == ["load", "split", "transform", "embed", "upsert"]
+    assert first.stage("load").counts["documents"] == 3 and first.stage("load").calls == 3
+    assert first.stage("split").counts == {"documents": 3, "chunks": 4}
+    assert first.stage("transform").status == "off"
+    assert first.stage("embed").counts["texts"] == 4
+    assert first.stage("upsert").counts == {"documents": 3, "chunks": 4}
+    assert {d["status"] for d in first.data["documents"]} == {"added"}
+    by_status = {d["status"]: d for d in second.data["documents"]}
+    assert by_status["skipped"]["reason"] == "unchanged (same SHA-256)"
+    assert by_status["failed"]["source"].endswith("空白.md") and "no text" in by_status["failed"]["reason"]
+    assert second.data["counts"] == {"added": 0, "updated": 0, "skipped": 3, "removed": 0, "failed": 1}
+
+
+def test_tracing_off_writes_nothing(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    kb = kb_factory(tmp_path / "idx", tracing={"enabled": False})
+    kb.ingest([corpus])
+    kb.query("试用期最长多久", mode="bm25")
+    assert not (tmp_path / "idx" / TRACE_FILE).exists()
+
+
+def test_single_channel_modes_mark_the_other_stages_off(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    sink = MemorySink()
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    kb.tracer = Tracer([sink])
+    kb.retrieve("试用期最长多久", mode="bm25")
+    [t] = sink.traces
+    assert {s.name: s.status for s in t.stages} == {"parse": "ok", "bm25": "ok", "dense": "off", "fusion": "off",
+                                                   "rerank": "off"}
+
+
+def test_otel_export_mirrors_the_stages() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from zhiku.otel import OtelSink
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with Tracer([OtelSink(provider)]).trace("query", query="试用期") as t:
+        with span("parse") as sp:
+            sp.set(counts={"terms": 2})
+        mark("rerank")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"zhiku.query", "parse", "rerank"}
+    root = spans["zhiku.query"]
+    assert root.attributes["zhiku.query"] == "试用期" and root.attributes["zhiku.trace_id"] == t.trace_id
+    assert spans["parse"].parent.span_id == root.context.span_id
+    assert spans["parse"].attributes["zhiku.count.terms"] == 2
+    assert spans["rerank"].attributes["zhiku.status"] == "off"
+    assert root.start_time <= spans["parse"].start_time <= spans["parse"].end_time <= root.end_time
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def test_cli_verbose_and_traces(kb_factory, corpus: Path, tmp_path: Path, embed_cache_dir: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from zhiku.cli import _register_surfaces, app
+
+    _register_surfaces()
+    idx = tmp_path / "idx"
+    kb_factory(idx).ingest([corpus])
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def cli(*args: object):  # noqa: ANN202
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "-k", "2", "--verbose")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for text in ("terms: 试用 试用期 最长 多久 · bm25 1 · dense 4 candidates", "│ parse ", "│ rerank │ off ",
+                 "ranks: before = best channel rank; Δ = before − after (+ moved up)",
+                 "fusion: moved_up 0, moved_down 0, unchanged 2, new 0, max_gain 0, max_drop 0, dropped 2",
+                 "rerank: off (no reranker configured)", SEC_PROBATION):
+        assert text in out, text
+    [query_trace, _] = read_traces(idx / TRACE_FILE)
+    assert query_trace.stage("answer").counts["citations"] == 2  # the CLI's trace includes the answer
+
+    listing = cli("traces", "--index", idx)
+    assert listing.exit_code == 0 and query_trace.trace_id in listing.stdout and "ingest" in listing.stdout
+    one = cli("traces", "--index", idx, "--id", query_trace.trace_id)
+    assert one.exit_code == 0 and "query " + query_trace.trace_id in one.stdout and "│ fusion " in one.stdout
+    as_json = json.loads(cli("traces", "--index", idx, "--kind", "ingest", "--json").stdout)
+    assert [t["kind"] for t in as_json["traces"]] == ["ingest"]
+    missing = cli("traces", "--index", idx, "--id", "nope")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: no trace 'nope' in ")
+
+    quiet = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "--verbose", "--mode", "bm25")
+    assert "│ dense  │ off " in quiet.stdout  # single-channel: the other channel and fusion are marked off
+
+
+def test_mcp_hub_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    from zhiku.hub import Hub, QueryArgs
+
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    sink = MemorySink()
+    kb.tracer = Tracer([sink])
+    result = Hub(kb, kb.settings).query(QueryArgs("试用期最长多久", top_k=2))
+    [t] = sink.traces
+    assert t.attrs["surface"] == "mcp" and t.attrs["query"] == "试用期最长多久"
+    assert [s.name for s in t.stages][-1] == "answer"
+    assert t.stage("answer").counts["citations"] == len(result.citations) == 2
