@@ -1,0 +1,189 @@
+"""The Milvus layout of an index: two collections per ``collection_prefix``, their schemas, and the codecs
+between zhiku's frozen records and Milvus rows.
+
+- ``<prefix>chunks``: one row per chunk *version*. Primary key ``row_id = "<chunk_id>@<version>"``; scalar
+  fields for filters (``collection`` is the partition key; ``doc_id``, ``source``, ``doc_type``, ``section``,
+  ``page``, ``version``); ``text``; ``tokens`` (zhiku's space-joined rjieba tokens, analysed by Milvus for
+  BM25); ``sparse`` (the BM25 function's output); ``vector`` (HNSW, COSINE); ``payload`` (every other
+  ``Chunk`` field as JSON, so fields added to ``Chunk`` later are kept without a schema change).
+- ``<prefix>catalog``: small rows keyed ``doc:<doc_id>``, ``meta:<key>`` and ``hist:<ns>-<n>``: the documents
+  (with the *live* version of their chunks), index metadata and ingestion history. Milvus requires a vector
+  field in every collection, so the catalog carries a constant 2-d placeholder vector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, TypeVar
+
+from zhiku.types import Chunk, DocRecord, IngestionRecord
+
+SCHEMA_VERSION = 1
+CHUNKS = "chunks"
+CATALOG = "catalog"
+MAX_VARCHAR = 65535  # bytes (UTF-8): Milvus's default limit for one VARCHAR value
+PLACEHOLDER = [0.0, 0.0]  # the catalog's vector
+# Chunk fields kept as scalar columns (filters, display); the rest travels in ``payload``.
+CHUNK_COLUMNS = ("chunk_id", "doc_id", "collection", "source", "doc_type", "section", "page", "text")
+CHUNK_FIELDS = ["row_id", *CHUNK_COLUMNS, "version", "payload"]
+DOC_FIELDS = ["key", "doc_id", "version", "payload"]
+
+T = TypeVar("T")
+
+
+# --- literals in filter expressions ------------------------------------------------------------------
+def lit(value: str) -> str:
+    """``value`` as a double-quoted Milvus expression string (``\\``, ``"``, and line breaks escaped)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def lits(values: Sequence[str]) -> str:
+    """``values`` as a Milvus list literal, e.g. ``["a", "b"]``."""
+    return "[" + ", ".join(lit(v) for v in values) + "]"
+
+
+# --- records <-> JSON -------------------------------------------------------------------------------
+def to_json(obj: Any) -> str:
+    """A dataclass (nested ones, tuples and str-enums included) as compact JSON."""
+    return json.dumps(dataclasses.asdict(obj), ensure_ascii=False, separators=(",", ":"))
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _decode(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _decode(options[0], value) if len(options) == 1 else value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(args[0], v) for v in value)
+        return tuple(_decode(a, v) for a, v in zip(args, value)) if args else tuple(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
+    hints = _hints(cls)
+    return cls(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})  # type: ignore[call-arg]
+
+
+def from_json(cls: type[T], text: str) -> T:
+    return from_dict(cls, json.loads(text))
+
+
+# --- rows --------------------------------------------------------------------------------------------
+def chunk_row(chunk: Chunk, version: int, tokens: str, vector: list[float]) -> dict[str, Any]:
+    data = dataclasses.asdict(chunk)
+    row = {name: data.pop(name) for name in CHUNK_COLUMNS}
+    row.update(row_id=f"{chunk.chunk_id}@{version}", version=version, tokens=tokens, vector=vector,
+               payload=json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return row
+
+
+def chunk_from_row(row: dict[str, Any]) -> Chunk:
+    data = json.loads(row["payload"])
+    data.update({name: row[name] for name in CHUNK_COLUMNS})
+    return from_dict(Chunk, data)
+
+
+def doc_row(doc: DocRecord, version: int, chars: int) -> dict[str, Any]:
+    return {"key": f"doc:{doc.doc_id}", "kind": "doc", "doc_id": doc.doc_id, "collection": doc.collection,
+            "source": doc.source, "version": version, "chunk_count": doc.chunk_count, "chars": chars,
+            "at": float(doc.ingested_at), "payload": to_json(doc), "placeholder": PLACEHOLDER}
+
+
+def meta_row(key: str, value: str) -> dict[str, Any]:
+    return {"key": f"meta:{key}", "kind": "meta", "doc_id": "", "collection": "", "source": "", "version": 0,
+            "chunk_count": 0, "chars": 0, "at": 0.0, "payload": value, "placeholder": PLACEHOLDER}
+
+
+def history_row(key: str, record: IngestionRecord) -> dict[str, Any]:
+    return {"key": f"hist:{key}", "kind": "hist", "doc_id": "", "collection": record.collection, "source": record.path,
+            "version": 0, "chunk_count": record.chunk_count, "chars": 0, "at": float(record.at),
+            "payload": to_json(record), "placeholder": PLACEHOLDER}
+
+
+def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
+    """``text`` cut at a token boundary to at most ``limit`` UTF-8 bytes (Milvus's VARCHAR limit)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
+
+
+# --- schemas -----------------------------------------------------------------------------------------
+def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
+    from pymilvus import DataType, Function, FunctionType
+
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks (schema {SCHEMA_VERSION})")
+    s.add_field("row_id", DataType.VARCHAR, is_primary=True, max_length=256)
+    s.add_field("chunk_id", DataType.VARCHAR, max_length=256)
+    s.add_field("doc_id", DataType.VARCHAR, max_length=256)
+    s.add_field("collection", DataType.VARCHAR, max_length=1024, is_partition_key=True)
+    s.add_field("source", DataType.VARCHAR, max_length=4096)
+    s.add_field("doc_type", DataType.VARCHAR, max_length=64)
+    s.add_field("section", DataType.VARCHAR, max_length=8192)
+    s.add_field("page", DataType.INT64, nullable=True)
+    s.add_field("version", DataType.INT64)
+    s.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    s.add_field("tokens", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True, analyzer_params={"tokenizer": analyzer})
+    s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    s.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["tokens"], output_field_names=["sparse"]))
+    return s
+
+
+def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
+    params = client.prepare_index_params()
+    params.add_index("vector", index_type="HNSW", metric_type="COSINE", params={"M": m, "efConstruction": ef_construction})
+    params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    for field in ("chunk_id", "doc_id"):  # get_chunks, document_chunks, replace and delete filter on these
+        params.add_index(field, index_type="INVERTED")
+    return params
+
+
+def catalog_schema(client: Any) -> Any:
+    from pymilvus import DataType
+
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog (schema {SCHEMA_VERSION})")
+    s.add_field("key", DataType.VARCHAR, is_primary=True, max_length=512)
+    s.add_field("kind", DataType.VARCHAR, max_length=16)
+    s.add_field("doc_id", DataType.VARCHAR, max_length=256)
+    s.add_field("collection", DataType.VARCHAR, max_length=1024)
+    s.add_field("source", DataType.VARCHAR, max_length=4096)
+    s.add_field("version", DataType.INT64)
+    s.add_field("chunk_count", DataType.INT64)
+    s.add_field("chars", DataType.INT64)
+    s.add_field("at", DataType.DOUBLE)
+    s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    s.add_field("placeholder", DataType.FLOAT_VECTOR, dim=len(PLACEHOLDER))
+    return s
+
+
+def catalog_index(client: Any) -> Any:
+    params = client.prepare_index_params()
+    params.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    for field in ("kind", "collection", "source"):
+        params.add_index(field, index_type="INVERTED")
+    return params
