@@ -1,0 +1,82 @@
+"""Query and passage prefixes (instructions) of known embedding-model families.
+
+Many retrieval embedders were trained with a marker in front of the text, and lose quality without it:
+
+- e5 (``intfloat/multilingual-e5-*``, ``e5-*-v2``): ``query: `` / ``passage: `` (Wang et al. 2022, model cards);
+  ``multilingual-e5-large-instruct``: ``Instruct: {task}\nQuery: `` on queries only;
+- BGE v1.5 Chinese (``BAAI/bge-*-zh-v1.5``): the query instruction ``为这个句子生成表示以用于检索相关文章：``, nothing
+  on passages; the English ones ``Represent this sentence for searching relevant passages: `` (BGE model cards);
+- Qwen3-Embedding: ``Instruct: {task}\\nQuery:`` before queries, nothing on documents (Qwen3-Embedding model card,
+  which recommends writing the task in English even for other languages);
+- BGE-M3, m3e, all-MiniLM and unknown models: none.
+
+Precedence (highest first): the ``query_prefix``/``passage_prefix`` settings (``""`` turns a prefix off) > the
+model's own ``prompts`` in ``config_sentence_transformers.json`` > this table > none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+QWEN3_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+BGE_ZH_QUERY = "为这个句子生成表示以用于检索相关文章："
+BGE_EN_QUERY = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    query: str = ""
+    passage: str = ""
+    family: str = "none"  # where they came from: a family name, "model config", "settings" or "none"
+
+
+# (pattern over the lower-cased model id or folder name, prefixes); the first match wins.
+FAMILIES: tuple[tuple[re.Pattern[str], Prefixes], ...] = (
+    (re.compile(r"(^|/)(multilingual-)?e5-(small|base|large)(-v2)?$"), Prefixes("query: ", "passage: ", "e5")),
+    (re.compile(r"(^|/)multilingual-e5-large-instruct$"), Prefixes(f"Instruct: {QWEN3_TASK}\nQuery: ", "", "e5-instruct")),
+    (re.compile(r"(^|/)bge-(small|base|large)-zh(-v1\.5)?$"), Prefixes(BGE_ZH_QUERY, "", "bge-zh")),
+    (re.compile(r"(^|/)bge-(small|base|large)-en(-v1\.5)?$"), Prefixes(BGE_EN_QUERY, "", "bge-en")),
+    (re.compile(r"(^|/)qwen3-embedding-"), Prefixes(f"Instruct: {QWEN3_TASK}\nQuery:", "", "qwen3-embedding")),
+)
+
+
+def family_prefixes(model: str) -> Prefixes:
+    """The table's prefixes for a model id or folder (``models--ORG--NAME`` cache folders are read as ORG/NAME)."""
+    name = model.strip().rstrip("/").lower()
+    m = re.search(r"models--([^/]+?)--([^/]+)/snapshots/[^/]+$", name)
+    if m:
+        name = f"{m[1]}/{m[2]}"
+    for pattern, prefixes in FAMILIES:
+        if pattern.search(name) or pattern.search(name.rsplit("/", 1)[-1]):
+            return prefixes
+    return Prefixes()
+
+
+def config_prefixes(folder: Path | None) -> Prefixes | None:
+    """The ``prompts`` a sentence-transformers folder declares for queries and documents, if any."""
+    if folder is None:
+        return None
+    path = Path(folder) / "config_sentence_transformers.json"
+    try:
+        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(prompts, dict):
+        return None
+    query = prompts.get("query")
+    passage = prompts.get("document", prompts.get("passage"))
+    if not isinstance(query, str) and not isinstance(passage, str):
+        return None
+    return Prefixes(query if isinstance(query, str) else "", passage if isinstance(passage, str) else "", "model config")
+
+
+def resolve_prefixes(model: str, folder: Path | None = None, *, query: str | None = None,
+                     passage: str | None = None) -> Prefixes:
+    """The prefixes to use (see the module docstring for the precedence)."""
+    base = config_prefixes(folder) or family_prefixes(model)
+    if query is None and passage is None:
+        return base
+    return Prefixes(base.query if query is None else query, base.passage if passage is None else passage, "settings")
