@@ -9,7 +9,7 @@ DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: install inspector demo test test-slow bench-latency clean
+.PHONY: install inspector demo test test-slow quality-gate bench-latency clean
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ test: $(STAMP) inspector
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
+
+# The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
+quality-gate: $(STAMP)
+	$(PY) -m pytest -m quality_gate
 
 bench-latency: $(STAMP)
 	test -d $(DEMO_INDEX) || $(MAKE) demo

@@ -3,3 +3,6 @@ ones have one instance per session (a fixture imported into several test modules
 
 from helpers_kb import cached_embedder, corpus, e5, embed_cache_dir, kb_factory  # noqa: F401
 from mcp_fixtures import mcp_index  # noqa: F401
+from milvus_fixtures import milvus_uri  # noqa: F401
+from fake_openai import fake_openai  # noqa: F401
+from helpers_models import minilm_dir, tiny_cross_encoder  # noqa: F401

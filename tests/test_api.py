@@ -76,8 +76,20 @@ def test_hit_evidence_per_mode(kb: KnowledgeBase) -> None:
     hybrid = kb.retrieve("试用期最长多久", mode="hybrid", collection="hr", top_k=10)
     first = hybrid.hits[0]
     assert (first.chunk.section, first.bm25_rank, first.dense_rank) == (SEC_PROBATION, 1, 1)
-    assert first.score == pytest.approx(2 / 61)  # RRF, k=60: 1/(60+1) from each channel
+    # z-score fusion (default): BM25 matched one chunk only (z = 0, and the floor for the others); dense z-scores
+    dz = {x.chunk_id: x.score for x in hybrid.dense}
+    mean = sum(dz.values()) / len(dz)
+    std = (sum((v - mean) ** 2 for v in dz.values()) / len(dz)) ** 0.5
+    assert first.score == pytest.approx((dz[first.chunk.chunk_id] - mean) / std)
     assert len(hybrid.hits) == CORPUS_CHUNKS
+
+
+def test_rrf_fusion_setting(tmp_path: Path, kb_factory, corpus: Path) -> None:
+    kb = kb_factory(tmp_path / "idx", retrieval={"fusion": "rrf"})
+    kb.ingest([corpus])
+    first = kb.retrieve("试用期最长多久", mode="hybrid", top_k=10).hits[0]
+    assert (first.chunk.section, first.bm25_rank, first.dense_rank) == (SEC_PROBATION, 1, 1)
+    assert first.score == pytest.approx(2 / 61)  # RRF, k=60: 1/(60+1) from each channel
 
 
 def test_top_k_limits_the_hits(kb: KnowledgeBase) -> None:

@@ -332,7 +332,7 @@ def test_repeated_text_gets_unique_ids() -> None:
 
 
 def test_chunking_identity() -> None:
-    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-1;size=1000;overlap=200;min_chars=50"
+    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-2;size=1000;overlap=200;min_chars=50"
 
 
 # ------------------------------------------------------------------------------------- real laws

@@ -19,7 +19,8 @@ from zhiku.cli import app
 CORPUS_CHARS = 398  # characters of the corpus's four chunks
 PROBATION = CORPUS["劳动合同法.md"].split("\n\n")[2]
 COUNT_KEYS = {"added", "updated", "skipped", "removed", "failed"}
-HIT_KEYS = {"n", "chunk_id", "doc_id", "source", "page", "section", "score", "text"}
+HIT_KEYS = {"n", "chunk_id", "doc_id", "source", "page", "section", "score", "text", "fused_rank", "rerank_score",
+            "rerank_sigmoid"}
 ZHIKU = Path(sys.executable).parent / "zhiku"
 
 
@@ -78,9 +79,9 @@ def test_help_lists_the_commands(cli) -> None:
 def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: Path) -> None:
     idx = tmp_path / "idx"
     first = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json"))
-    assert set(first) == COUNT_KEYS | {"chunks_written", "chunks_embedded", "seconds", "dry_run", "failures"}
+    assert set(first) == COUNT_KEYS | {"chunks_written", "chunks_embedded", "seconds", "dry_run", "failures", "needs_ocr"}
     assert {k: first[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
-    assert (first["chunks_written"], first["dry_run"], first["failures"]) == (CORPUS_CHUNKS, False, [])
+    assert (first["chunks_written"], first["dry_run"], first["failures"], first["needs_ocr"]) == (CORPUS_CHUNKS, False, [], [])
 
     r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
     assert (r.exit_code, r.stderr) == (0, "")
@@ -146,13 +147,13 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
     assert (r.exit_code, r.stderr) == (0, "")
     out = one_json(r)
-    assert set(out) == {"query", "mode", "answer", "hits"}
-    assert (out["query"], out["mode"]) == ("试用期最长多久", "hybrid")
+    assert set(out) == {"query", "mode", "answer", "rerank", "hits"}
+    assert (out["query"], out["mode"], out["rerank"]) == ("试用期最长多久", "hybrid", "off")
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
     first = out["hits"][0]
     assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (
         1, "劳动合同法.md", None, SEC_PROBATION, PROBATION)
-    assert first["score"] == round(2 / 61, 6)
+    assert first["score"] == pytest.approx(1.6974, abs=1e-3)  # z-score fusion: BM25 z + dense z of the top chunk
     docs = {d["source"]: d["doc_id"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]}
     assert first["doc_id"] == docs["劳动合同法.md"]
     assert [h["n"] for h in out["hits"]] == [1, 2, 3]

@@ -45,3 +45,36 @@ def test_rrf_rejects_bad_arguments():
 
 def test_rrf_of_nothing_is_empty():
     assert rrf([[], []]) == []
+
+
+def test_zscore_fusion_matches_hand_computed_scores():
+    from zhiku.fusion import zscore_fusion
+
+    bm25 = ranked([("a", 9.0), ("b", 3.0), ("c", 0.0)])  # mean 4, std sqrt(14)
+    dense = ranked([("c", 0.9), ("a", 0.7)])  # mean 0.8, std 0.1
+    fused = dict(zscore_fusion([bm25, dense]))
+    s14 = 14 ** 0.5
+    assert math.isclose(fused["a"], 5 / s14 + (-1.0))
+    assert math.isclose(fused["b"], -1 / s14 + (-1.0))  # missing from dense: dense's lowest z
+    assert math.isclose(fused["c"], -4 / s14 + 1.0)
+    assert [i for i, _ in zscore_fusion([bm25, dense])] == ["a", "c", "b"]
+
+
+def test_zscore_fusion_trusts_a_decisive_channel():
+    from zhiku.fusion import zscore_fusion
+
+    # BM25 is sure about "x" (far above the rest); dense is flat and slightly prefers "y"
+    bm25 = ranked([("x", 30.0), ("y", 2.0), ("z", 1.9), ("w", 1.8)])
+    dense = ranked([("y", 0.86), ("x", 0.85), ("z", 0.84), ("w", 0.83)])
+    assert [i for i, _ in zscore_fusion([bm25, dense])][0] == "x"
+    assert [i for i, _ in rrf([bm25, dense])][0] in ("x", "y")
+
+
+def test_zscore_fusion_degenerate_inputs():
+    from zhiku.fusion import zscore_fusion
+
+    assert zscore_fusion([[], []]) == []
+    one = ranked([("only", 5.0)])
+    assert zscore_fusion([one, []]) == [("only", 0.0)]
+    with pytest.raises(ValueError, match="1 weights for 2 rankings"):
+        zscore_fusion([one, one], weights=[1])

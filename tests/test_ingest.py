@@ -235,7 +235,7 @@ def test_bad_files_fail_alone_with_reasons(kb_factory, tmp_path: Path) -> None:
     p = {name: str((folder / name).resolve()) for name in os.listdir(folder)}
     expected = {
         str(missing): "no such file or directory",
-        str(pdf): "unsupported file type '.pdf' (supported: .md, .markdown, .txt, .text)",
+        str(pdf): f"cannot open PDF {pdf}: it is corrupt or truncated (not a readable PDF structure)",
         p["空文件.md"]: f"empty file (0 bytes): {p['空文件.md']}",
         p["空白.txt"]: f"no text in file (only whitespace): {p['空白.txt']}",
         p["二进制.md"]: f"binary file, not text (it contains NUL bytes): {p['二进制.md']}",

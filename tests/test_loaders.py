@@ -11,7 +11,10 @@ from zhiku.errors import IngestError, LoaderError, UnsupportedFormat
 from zhiku.loaders import (
     LOADER_CLASSES,
     Loader,
+    DocxLoader,
+    HtmlLoader,
     MarkdownLoader,
+    PdfLoader,
     TextLoader,
     decode_text,
     default_loaders,
@@ -240,11 +243,11 @@ def test_real_law_file() -> None:
 
 def test_registry() -> None:
     loaders = default_loaders()
-    assert [type(x) for x in loaders] == [MarkdownLoader, TextLoader]
-    assert LOADER_CLASSES == (MarkdownLoader, TextLoader)
+    assert [type(x) for x in loaders] == [MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader]
+    assert LOADER_CLASSES == (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
     assert all(isinstance(x, Loader) for x in loaders)
-    assert supported_suffixes() == (".md", ".markdown", ".txt", ".text")
-    assert [x.doc_type for x in loaders] == ["markdown", "text"]
+    assert supported_suffixes() == (".md", ".markdown", ".txt", ".text", ".pdf", ".docx", ".html", ".htm", ".xhtml")
+    assert [x.doc_type for x in loaders] == ["markdown", "text", "pdf", "docx", "html"]
 
 
 @pytest.mark.parametrize(
@@ -258,7 +261,8 @@ def test_loader_for(name: str, loader: type) -> None:
 def test_unknown_suffix() -> None:
     with pytest.raises(UnsupportedFormat) as e:
         loader_for(Path("docs/报表.xyz"))
-    assert str(e.value) == "unsupported file type '.xyz' for 报表.xyz (supported: .md, .markdown, .txt, .text)"
+    assert str(e.value) == ("unsupported file type '.xyz' for 报表.xyz "
+                            "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml)")
     assert isinstance(e.value, IngestError)
 
 

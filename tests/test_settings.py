@@ -17,7 +17,7 @@ def _clean_env(monkeypatch, tmp_path):
 def test_defaults():
     s = load_settings()
     assert s.index == Path(".zhiku")
-    assert (s.retrieval.rrf_k, s.retrieval.per_source_k, s.retrieval.mode) == (60, 30, "hybrid")
+    assert (s.retrieval.fusion, s.retrieval.rrf_k, s.retrieval.per_source_k, s.retrieval.mode) == ("zscore", 60, 100, "hybrid")
     assert (s.chunking.size, s.chunking.overlap) == (1000, 200)
     assert s.store.kind == "sqlite"
 

@@ -43,7 +43,7 @@ def test_one_wal_file_with_schema_version(store: SQLiteStore, index_dir: Path) -
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"meta", "documents", "chunks", "fts", "ingestion_history"} <= tables
-    assert store.get_meta() == {"index_version": "0", "schema_version": "1"}
+    assert store.get_meta() == {"index_version": "0", "schema_version": "2"}
 
 
 def test_open_store_picks_sqlite_from_settings(index_dir: Path) -> None:
@@ -295,3 +295,55 @@ def test_bm25_equals_the_reference_scorer(store: SQLiteStore) -> None:
     corpus = {c.chunk_id: t for c, t in zip(first.chunks, first.tokens)}
     check()
     assert store.bm25_search(["仲裁"], 5) == []
+
+
+# --- schema upgrades ------------------------------------------------------------------------------
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE documents (
+    doc_id TEXT PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
+    doc_type TEXT NOT NULL, title TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+    chunk_count INTEGER NOT NULL, pages INTEGER, ingested_at REAL NOT NULL, chars INTEGER NOT NULL,
+    UNIQUE (collection, source));
+CREATE TABLE chunks (
+    rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
+    collection TEXT NOT NULL, source TEXT NOT NULL, doc_type TEXT NOT NULL, section TEXT NOT NULL,
+    page INTEGER, start INTEGER NOT NULL, "end" INTEGER NOT NULL, ordinal INTEGER NOT NULL,
+    text TEXT NOT NULL, vector BLOB NOT NULL);
+CREATE VIRTUAL TABLE fts USING fts5 (tokens, tokenize = 'unicode61 remove_diacritics 0');
+CREATE TABLE ingestion_history (
+    id INTEGER PRIMARY KEY, path TEXT NOT NULL, collection TEXT NOT NULL, sha256 TEXT, size INTEGER,
+    status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1'), ('index_version', '1'), ('dim', '3');
+"""
+
+
+def write_v1_index(index_dir: Path) -> None:
+    """An index as zhiku 0.1 (schema 1) wrote it, holding LABOR."""
+    index_dir.mkdir(parents=True)
+    with raw(index_dir) as conn:
+        conn.executescript(V1_SCHEMA)
+        r = LABOR.record
+        conn.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                     (*dataclasses.astuple(r)[:11], 54))
+        for i, (c, tokens, vector) in enumerate(zip(LABOR.chunks, LABOR.tokens, LABOR.vectors), 1):
+            conn.execute("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         (i, *dataclasses.astuple(c)[:11], vector.tobytes()))
+            conn.execute("INSERT INTO fts (rowid, tokens) VALUES (?, ?)", (i, " ".join(tokens)))
+    conn.close()
+
+
+def test_a_schema_1_index_is_upgraded_in_place_and_keeps_its_data(index_dir: Path) -> None:
+    write_v1_index(index_dir)
+    with pytest.raises(IndexMismatch, match=r"schema version 1, older than this zhiku's \(2\): open it for writing once"):
+        SQLiteStore(index_dir, read_only=True)
+    with SQLiteStore(index_dir) as store:
+        assert store.get_meta()["schema_version"] == "2"
+        assert store.get_document("doc-labor") == LABOR.record
+        assert store.get_document("doc-labor").status == "ready"
+        assert store.document_chunks("doc-labor") == LABOR.chunks
+        assert ids(store.bm25_search(["解除"], 5)) == LABOR.ids[:1]
+        assert ids(store.dense_search(X, 1)) == LABOR.ids[:1]
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store.document_chunks("doc-labor") == LABOR.chunks

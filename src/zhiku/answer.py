@@ -115,6 +115,9 @@ def build_answer(
             section=h.chunk.section,
             score=round(h.score, 6),
             text=h.chunk.text,
+            fused_rank=h.fused_rank,
+            rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
+            rerank_sigmoid=None if h.rerank_sigmoid is None else round(h.rerank_sigmoid, 6),
         )
         for n, h in enumerate(hits, 1)
     )

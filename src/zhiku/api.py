@@ -12,12 +12,17 @@ from zhiku.chunking import chunking_identity
 from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IndexMismatch, InvalidInput, NotFound
+from zhiku.images import IMAGES_DIR, ImageStore
 from zhiku.ingest import Ingestor, ProgressFn, doc_id_for
+from zhiku.rerank import Reranker, build_reranker
+from zhiku.loaders import default_loaders
+from zhiku.loaders.ocr import ocr_available
 from zhiku.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import open_store
 from zhiku.stores.base import Store
 from zhiku.text import TextProcessor
+from zhiku.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
@@ -26,11 +31,14 @@ META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 class KnowledgeBase:
     """An index directory opened with one ``Settings``. Use as a context manager or call ``close()``."""
 
-    def __init__(self, settings: Settings, *, read_only: bool = False, embedder: Embedder | None = None) -> None:
+    def __init__(self, settings: Settings, *, read_only: bool = False, embedder: Embedder | None = None,
+                 tracer: Tracer | None = None, reranker: Reranker | None = None) -> None:
         self.settings = settings
+        self.tracer = tracer if tracer is not None else build_tracer(settings.tracing, settings.index)
         self.read_only = read_only
         self.store: Store = open_store(settings, read_only=read_only)
         self._embedder = embedder
+        self._reranker = reranker
         self._checked_version: tuple[int, bool] | None = None
 
     def __enter__(self) -> KnowledgeBase:
@@ -58,7 +66,15 @@ class KnowledgeBase:
 
     @cached_property
     def searcher(self) -> Searcher:
-        return Searcher(self.store, self.embedder, self.text, self.settings.retrieval)
+        return Searcher(self.store, self.embedder, self.text, self.settings.retrieval, reranker=self.reranker,
+                        rerank=self.settings.rerank)
+
+    @cached_property
+    def reranker(self) -> Reranker | None:
+        """The reranker given to the constructor, else the configured one (``None`` for ``rerank.provider: none``)."""
+        if self._reranker is not None:
+            return self._reranker
+        return build_reranker(self.settings.rerank, cache_dir=self.settings.embedding.cache_dir)
 
     # -- index identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, str]:
@@ -110,18 +126,35 @@ class KnowledgeBase:
         on_progress: ProgressFn | None = None,
     ) -> IngestReport:
         collection = self._collection(collection)
-        self._prepare_write(force, dry_run)
-        return self._ingestor().ingest_paths(paths, collection=collection, force=force, dry_run=dry_run,
-                                            sync=sync, on_progress=on_progress)
+        with self.tracer.trace("ingest", paths=[str(p) for p in paths], collection=collection, force=force,
+                               dry_run=dry_run, sync=sync, index=str(self.settings.index)) as t:
+            self._prepare_write(force, dry_run)
+            report = self._ingestor().ingest_paths(paths, collection=collection, force=force, dry_run=dry_run,
+                                                   sync=sync, on_progress=on_progress)
+            if t is not None:
+                t.data.update(report_rows(report))
+        return report
 
     def ingest_documents(self, docs: Sequence[SourceDoc], *, collection: str | None = None,
                          on_progress: ProgressFn | None = None) -> IngestReport:
-        self._prepare_write(False, False)
-        return self._ingestor().ingest_docs(docs, collection=self._collection(collection), on_progress=on_progress,
-                                            total=len(docs))
+        collection = self._collection(collection)
+        with self.tracer.trace("ingest", documents=len(docs), collection=collection, index=str(self.settings.index)) as t:
+            self._prepare_write(False, False)
+            report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
+            if t is not None:
+                t.data.update(report_rows(report))
+        return report
 
     def _ingestor(self) -> Ingestor:
-        return Ingestor(self.store, self.embedder, self.text, self.settings.chunking)
+        loaders = self.settings.loaders
+        return Ingestor(self.store, self.embedder, self.text, self.settings.chunking,
+                        loaders=default_loaders(loaders), images=self.images,
+                        retry_needs_ocr=loaders.ocr == "auto" and ocr_available(), ocr_setting=loaders.ocr)
+
+    @cached_property
+    def images(self) -> ImageStore:
+        """The index's image files (``<index>/images``), extracted from PDF and Word documents."""
+        return ImageStore(Path(self.settings.index) / IMAGES_DIR)
 
     def _prepare_write(self, force: bool, dry_run: bool) -> None:
         stale = self.stale()
@@ -141,20 +174,41 @@ class KnowledgeBase:
     # -- queries -----------------------------------------------------------------------------------
     def retrieve(self, query: str, *, top_k: int | None = None, mode: str | None = None,
                  collection: str | None = None, source: str | None = None, doc_type: str | None = None,
-                 per_source_k: int | None = None) -> Retrieval:
+                 per_source_k: int | None = None, rerank: bool | None = None) -> Retrieval:
+        """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one."""
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
-        self._check_for_query(mode or self.settings.retrieval.mode)
-        return self.searcher.search(query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k)
+        with self.tracer.trace("query", query=query, mode=mode or self.settings.retrieval.mode,
+                               top_k=top_k or self.settings.retrieval.top_k, collection=collection, source=source,
+                               doc_type=doc_type, index=str(self.settings.index)) as t:
+            self._check_for_query(mode or self.settings.retrieval.mode)
+            r = self.searcher.search(query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k,
+                                     rerank=rerank)
+            if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
+                t.data["hits"] = hit_rows(r.hits)
+                t.data["rerank"] = r.rerank
+                label_chunks(t, self._chunk_labels)
+        return r
+
+    def _chunk_labels(self, chunk_ids: list[str]) -> dict[str, dict[str, object]]:
+        return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page}
+                for c in self.store.get_chunks(chunk_ids)}
 
     def query(self, query: str, *, top_k: int | None = None, mode: str | None = None,
-              collection: str | None = None, source: str | None = None, doc_type: str | None = None) -> Answer:
-        r = self.retrieve(query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type)
-        return self.answer(r)
+              collection: str | None = None, source: str | None = None, doc_type: str | None = None,
+              rerank: bool | None = None) -> Answer:
+        with self.tracer.trace("query"):
+            r = self.retrieve(query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type,
+                              rerank=rerank)
+            return self.answer(r)
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
         """The cited Markdown answer for a retrieval, with query-focused snippets."""
-        return build_answer(r.query.text, r.mode, r.hits, self.settings.answer, low_confidence=low_confidence,
-                            terms=r.query.terms, normalize=self.text.normalize)
+        with span("answer") as sp:
+            answer = build_answer(r.query.text, r.mode, r.hits, self.settings.answer, low_confidence=low_confidence,
+                                  terms=r.query.terms, normalize=self.text.normalize)
+            sp.set(counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
+                   low_confidence=low_confidence)
+        return answer
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:

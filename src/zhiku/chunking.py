@@ -13,17 +13,23 @@ The rules, in order:
    ``. ! ?`` before whitespace, with closing quotes/brackets; line ends count too), else at clause marks
    (``，、：`` and ``, ; :`` before whitespace), else at a space, else hard at ``size``. Consecutive pieces
    overlap by at most ``overlap`` characters, starting on a sentence/clause boundary when there is one.
-4. **Tiny pieces.** A chunk shorter than ``min_chars`` (or a last piece of a split paragraph adding fewer
+4. **Tables.** A Markdown table (a ``|`` row followed by a ``|---|`` delimiter row) is atomic: it is never cut
+   inside a row, and a caption paragraph right before it (``表 1 …``, ``Table 2 …``) stays in its chunk. A
+   table longer than ``size`` is split between rows; every piece after the first starts with the header row
+   and delimiter row repeated, so ``chunk.text`` is those two lines, a newline, then ``text[start:end]``.
+5. **Tiny pieces.** A chunk shorter than ``min_chars`` (or a last piece of a split paragraph adding fewer
    than ``min_chars`` new characters) is merged into the previous chunk of its section (a tiny first chunk
    into the next one); a section shorter than ``min_chars`` is still one chunk. A chunk is at most
    ``size + min_chars`` characters, plus the blank lines between merged paragraphs.
-5. **Articles.** Chinese statute articles (a line starting ``第…条`` followed by whitespace) are appended to
+6. **Articles.** Chinese statute articles (a line starting ``第…条`` followed by whitespace) are appended to
    the section: ``" > 第三条"``, or ``" > 第三条至第七条"`` for a chunk that holds several. A chunk that starts
    inside an article (its second paragraph, or a later piece of a split article) names that article first.
-6. **Identity.** ``chunk_id`` hashes collection, source, section and text (:func:`chunk_id_for`), so
+7. **Identity.** ``chunk_id`` hashes collection, source, section and text (:func:`chunk_id_for`), so
    unchanged content keeps its ids; repeated identical chunks of one document get an occurrence suffix.
 
-Every chunk satisfies ``chunk.text == doc.text[chunk.start:chunk.end]`` with no surrounding whitespace.
+Every chunk satisfies ``chunk.text == doc.text[chunk.start:chunk.end]`` with no surrounding whitespace, except
+that a continued table's chunk text starts with the repeated header (rule 4). A chunk lists the images whose
+``SourceImage.offset`` lies in ``[start, end)`` (an image after the last chunk belongs to the last one).
 The work is linear in the size of the document.
 """
 
@@ -33,12 +39,13 @@ import hashlib
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from zhiku.chunk_tables import split_table, table_units
 from zhiku.settings import ChunkingSettings
-from zhiku.types import Chunk, PageSpan, SourceDoc
+from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
 
-CHUNKER_VERSION = 1
+CHUNKER_VERSION = 2  # 2: Markdown tables are atomic, split by rows with the header repeated
 SECTION_SEPARATOR = " > "
 
 _HEADING_RE = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
@@ -260,14 +267,22 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
 # ----------------------------------------------------------------------------------------- packing
 
 
-def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSettings) -> list[tuple[int, int]]:
+def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSettings) -> list[tuple[int, int, str]]:
+    """Chunk spans ``(start, end, prefix)`` of one section; ``prefix`` is a repeated table header or ``""``."""
     size = settings.size
     spans: list[tuple[int, int]] = []
+    prefixes: dict[int, str] = {}
     cur: tuple[int, int] | None = None
-    for ps, pe in paragraphs:
+    for ps, pe, table in table_units(text, paragraphs):
         if pe - ps > size:
             if cur is not None:
                 spans.append(cur)
+            if table is not None:
+                pieces = split_table(text, ps, pe, table, size)
+                prefixes.update((s, p) for s, _, p in pieces if p)
+                spans.extend((s, e) for s, e, _ in pieces[:-1])
+                cur = pieces[-1][:2]
+                continue
             pieces = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
             spans.extend(pieces[:-1])
             cur = pieces[-1]
@@ -280,13 +295,15 @@ def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSe
             cur = (ps, pe)
     if cur is not None:
         spans.append(cur)
-    return _merge_tiny(spans, size, settings.min_chars)
+    return [(s, e, prefixes.get(s, "")) for s, e in _merge_tiny(spans, size, settings.min_chars, set(prefixes))]
 
 
-def _merge_tiny(spans: list[tuple[int, int]], size: int, min_chars: int) -> list[tuple[int, int]]:
+def _merge_tiny(spans: list[tuple[int, int]], size: int, min_chars: int,
+                keep_start: set[int] | frozenset[int] = frozenset()) -> list[tuple[int, int]]:
     """Merge chunks shorter than ``min_chars`` into the previous chunk (a tiny first one into the next).
 
-    A merge never makes a chunk longer than ``size + min_chars`` (not counting the whitespace between).
+    A merge never makes a chunk longer than ``size + min_chars`` (not counting the whitespace between), and
+    never moves a start in ``keep_start`` (continued tables, whose chunk text starts with the header).
     """
 
     def fits(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -298,7 +315,7 @@ def _merge_tiny(spans: list[tuple[int, int]], size: int, min_chars: int) -> list
             out[-1] = (out[-1][0], span[1])
         else:
             out.append(span)
-    if len(out) >= 2 and out[0][1] - out[0][0] < min_chars and fits(out[0], out[1]):
+    if len(out) >= 2 and out[0][1] - out[0][0] < min_chars and fits(out[0], out[1]) and out[1][0] not in keep_start:
         out[:2] = [(out[0][0], out[1][1])]
     return out
 
@@ -351,18 +368,20 @@ def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: Ch
     article_pos = [p for p, _ in articles]
     pages = sorted(doc.pages, key=lambda p: p.start)
     page_starts = [p.start for p in pages]
+    images = sorted(doc.images, key=lambda im: im.offset)
+    image_pos = [im.offset for im in images]
     seen: dict[str, int] = {}
     chunks: list[Chunk] = []
     for sec in sections:
         a_lo = bisect_left(article_pos, sec.start)
         a_hi = bisect_left(article_pos, sec.end)
-        for s, e in _pack(text, sec.paragraphs, settings):
+        for s, e, prefix in _pack(text, sec.paragraphs, settings):
             i = bisect_right(article_pos, s, a_lo, a_hi)
             j = bisect_left(article_pos, e, a_lo, a_hi)
             labels = [articles[k][1] for k in range(max(i - 1, a_lo), j)]
             label = article_label(labels)
             section = SECTION_SEPARATOR.join(x for x in (sec.path, label) if x)
-            body = text[s:e]
+            body = f"{prefix}\n{text[s:e]}" if prefix else text[s:e]
             cid = chunk_id_for(collection, doc.source, section, body)
             n = seen.get(cid, 0)
             seen[cid] = n + 1
@@ -386,4 +405,16 @@ def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: Ch
                     text=body,
                 )
             )
-    return chunks
+    return _link_images(chunks, images)
+
+
+def _link_images(chunks: list[Chunk], images: Sequence[SourceImage]) -> list[Chunk]:
+    """Attach each image (sorted by offset) to the first chunk that ends after it, else to the last chunk."""
+    if not images or not chunks:
+        return chunks
+    ends = [c.end for c in chunks]
+    linked: dict[int, dict[str, ImageRef]] = {}
+    for im in images:
+        k = min(bisect_right(ends, im.offset), len(chunks) - 1)
+        linked.setdefault(k, {}).setdefault(im.ref.image_id, im.ref)
+    return [replace(c, images=tuple(linked[k].values())) if k in linked else c for k, c in enumerate(chunks)]

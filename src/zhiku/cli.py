@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -89,7 +88,7 @@ def _print_json(obj: Any) -> None:
 # ---------------------------------------------------------------------------------------------------
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (.md .markdown .txt .text).", show_default=False)],
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (.md .markdown .txt .text .pdf .docx .html .htm .xhtml).", show_default=False)],
     collection: CollectionOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Re-index even unchanged files; rebuilds an index made with other models/settings.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would change; write nothing.")] = False,
@@ -107,13 +106,19 @@ def ingest(
     if as_json:
         _print_json({**counts, "chunks_written": report.chunks_written, "chunks_embedded": report.chunks_embedded,
                      "seconds": round(report.elapsed_s, 3), "dry_run": report.dry_run,
-                     "failures": [{"path": f.path, "reason": f.reason} for f in report.failed]})
+                     "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
+                     "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr]})
     else:
+        from zhiku.loaders.ocr import needs_ocr_note
+
         verb = "would be " if dry_run else ""
-        out.print(", ".join(f"{n} {verb}{k}" for k, n in counts.items())
+        ocr = f" ({len(report.needs_ocr)} need OCR)" if report.needs_ocr else ""
+        out.print(", ".join(f"{n} {verb}{k}" for k, n in counts.items()) + ocr
                   + f" · {report.chunks_written} chunks written · {report.elapsed_s:.1f}s · index {settings.index}")
         for f in report.failed:
             err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+        for n in report.needs_ocr:
+            err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
     if report.failed:
         raise typer.Exit(1)
 
@@ -127,30 +132,36 @@ def query(
     source: Annotated[Optional[str], typer.Option("--source", help="Only sources matching this glob, e.g. '劳动合同法*'.")] = None,
     doc_type: Annotated[Optional[str], typer.Option("--type", help="Only documents of this type (markdown, text, …).")] = None,
     as_json: JsonOpt = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show both channels' ranks and scores for every hit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show the trace: stage timings and counts, both channels' ranks and scores, rank changes.")] = False,
+    rerank: Annotated[Optional[bool], typer.Option("--rerank/--no-rerank", help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Search the index: BM25 and dense retrieval fused by RRF, printed as a cited Markdown answer."""
+    """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
+    Markdown answer."""
     with _errors():
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
-            r = kb.retrieve(text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type)
-            answer = kb.answer(r)
+            if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
+                from zhiku.cli_eval import warm_reranker
+
+                warm_reranker(kb)
+            with kb.tracer.trace("query", capture=verbose) as trace:
+                r = kb.retrieve(text, top_k=top_k, mode=mode, collection=collection, source=source,
+                                doc_type=doc_type, rerank=rerank)
+                answer = kb.answer(r)
     if as_json:
-        _print_json({"query": answer.query, "mode": answer.mode, "answer": answer.markdown,
+        _print_json({"query": answer.query, "mode": answer.mode, "answer": answer.markdown, "rerank": r.rerank,
                      "hits": [asdict(c) for c in answer.citations]})
         return
     out.print(answer.markdown, markup=False)
-    if verbose:
-        table = Table(title=f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates")
-        for col in ("n", "score", "bm25 rank", "bm25 score", "dense rank", "cosine", "source", "section"):
-            table.add_column(col)
-        for n, h in enumerate(r.hits, 1):
-            table.add_row(str(n), f"{h.score:.4f}", str(h.bm25_rank or "–"),
-                          f"{h.bm25_score:.3f}" if h.bm25_score is not None else "–", str(h.dense_rank or "–"),
-                          f"{h.dense_score:.3f}" if h.dense_score is not None else "–", h.chunk.source, h.chunk.section)
-        out.print(table)
+    if r.rerank.startswith("fallback"):
+        err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
+    if verbose and trace is not None:
+        from zhiku.cli_eval import print_trace
+
+        out.print(f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False)
+        print_trace(out, trace)
 
 
 @app.command()
@@ -174,7 +185,7 @@ def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 @app.command()
 def documents(collection: CollectionOpt = None, as_json: JsonOpt = False, index: IndexOpt = None,
               config: ConfigOpt = None) -> None:
-    """List indexed documents (id, collection, source, chunks)."""
+    """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
     with _errors():
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
@@ -182,11 +193,15 @@ def documents(collection: CollectionOpt = None, as_json: JsonOpt = False, index:
     if as_json:
         _print_json({"documents": [asdict(d) for d in docs]})
         return
+    from zhiku.loaders.ocr import page_list
+    from zhiku.types import DocStatus
+
     table = Table()
-    for col in ("doc_id", "collection", "source", "type", "chunks"):
+    for col in ("doc_id", "collection", "source", "type", "chunks", "status"):
         table.add_column(col)
     for d in docs:
-        table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count))
+        status = DocStatus(d.status).value + (f" (pages {page_list(d.needs_ocr_pages)})" if d.needs_ocr_pages else "")
+        table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)
     out.print(table)
 
 
@@ -224,43 +239,6 @@ def history(limit: Annotated[int, typer.Option(help="Rows to show.")] = 20, as_j
     out.print(table)
 
 
-@app.command("eval")
-def eval_(
-    dataset: Annotated[Path, typer.Option("--dataset", help="BEIR folder: corpus.jsonl, queries.jsonl, qrels.tsv.")],
-    mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
-    k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
-    max_queries: Annotated[Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)] = None,
-    as_json: JsonOpt = False,
-    index: Annotated[Optional[Path], typer.Option("--index", help="Index to (re)use; default: a temporary one.")] = None,
-    config: ConfigOpt = None,
-) -> None:
-    """Evaluate retrieval on a BEIR dataset: nDCG, recall, MRR, hit rate, latency and indexing throughput."""
-    from zhiku.evaluation.beir import load_beir
-    from zhiku.evaluation.runner import evaluate, index_dataset
-
-    with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
-        settings = _settings(config, index or Path(tmp))
-        data = load_beir(dataset, max_queries=max_queries)
-        mode_ = mode or settings.retrieval.mode
-        with _kb(settings) as kb:
-            with _progress(not as_json and err.is_terminal, "indexing") as progress:
-                stats = index_dataset(kb, data, collection=data.name, on_progress=progress)
-            with _progress(not as_json and err.is_terminal, "querying") as progress:
-                result = evaluate(kb, data, mode=mode_, k=k, collection=data.name, on_progress=progress)
-        result = type(result)(**{**result.__dict__, "indexing": stats})
-    if as_json:
-        _print_json(result.to_json())
-        return
-    table = Table(title=f"{result.dataset} · {result.mode} · {result.queries} queries")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, v in result.metrics.items():
-        table.add_row(name, f"{v:.4f}")
-    table.add_row("latency p50 / p95 (ms)", f"{result.latency_ms['p50']:.1f} / {result.latency_ms['p95']:.1f}")
-    table.add_row("indexing (chunks/s)", f"{stats.chunks_per_s:.1f} ({stats.chunks} chunks, {stats.chunks_embedded} embedded)")
-    out.print(table)
-
-
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < zhiku.yaml < ZHIKU_* env < flags)."""
@@ -276,10 +254,20 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 
 def _register_surfaces() -> None:
-    """Commands that live in their own modules (they import heavy parts lazily)."""
-    from zhiku import cli_mcp
+    """Commands that live in their own modules (they import heavy parts lazily). Safe to call twice."""
+    if getattr(app, "_zhiku_surfaces", False):
+        return
+    app._zhiku_surfaces = True  # type: ignore[attr-defined]
+    from zhiku import cli_eval, cli_mcp
 
     cli_mcp.register(app)
+    cli_eval.register(app)
+    from zhiku import cli_store
+
+    cli_store.register(app)
+    from zhiku import cli_models
+
+    cli_models.register(app)
 
 
 def main() -> None:

@@ -70,3 +70,16 @@ class EmbeddingError(ZhikuError):
 
 class MissingDependency(ZhikuError):
     code = "MISSING_DEPENDENCY"
+
+
+class ModelIntegrityError(ZhikuError):
+    """A model file does not match the SHA-256 (or size) pinned in the model manifest."""
+
+    code = "MODEL_INTEGRITY"
+
+
+class RerankError(ZhikuError):
+    """A reranker failed (model missing, endpoint unreachable, unparseable output); queries fall back to the fused order."""
+
+    code = "RERANK_FAILED"
+    retryable = True

@@ -11,6 +11,7 @@ score. An answer is ``low_confidence`` when that value is below ``server.min_sco
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
 import time
@@ -21,22 +22,25 @@ from pathlib import Path
 from zhiku.answer import build_answer, focused_snippet
 from zhiku.api import KnowledgeBase
 from zhiku.cache import ResultCache, cache_key
-from zhiku.errors import InvalidInput, NotFound
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.ingest import discover
 from zhiku.loaders import supported_suffixes
 from zhiku.mcp_models import (
     CitationOut, CollectionInfo, CollectionsResult, DeleteResult, DocumentSummary, IngestFailure, IngestResult,
-    QueryFilters, QueryResult, chunk_uri, doc_uri, iso_time,
+    NeedsOcr, QueryFilters, QueryResult, chunk_uri, doc_uri, image_uri, iso_time,
 )
+from zhiku.mcp_models import ImageRef as ImageOut
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.settings import Settings
 from zhiku.search import Retrieval
-from zhiku.types import DocRecord, Hit
+from zhiku.tracing import span
+from zhiku.types import DocRecord, DocStatus, Hit
 
 log = logging.getLogger("zhiku.server")
 
 MAX_OUTLINE = 200
 MIN_SNIPPET = 40
+MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 
 
@@ -103,6 +107,13 @@ class Hub:
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
         self.kb.text.query_tokens("试用期最长多久")
+        reranker = self.kb.reranker
+        if reranker is not None:
+            try:
+                reranker.load()
+            except Exception as e:  # queries will answer in the fused order, saying so (rerank: fallback)
+                log.warning("reranker failed to load, queries fall back to the fused order: %s: %s",
+                            type(e).__name__, e)
         stale = self.kb.stale()
         if stale:
             log.warning("index %s is stale (%s): queries may fail with INDEX_MISMATCH", self.settings.index,
@@ -125,15 +136,19 @@ class Hub:
 
     def query(self, args: QueryArgs) -> QueryResult:
         version = self.index_version()
-        r = self.kb.retrieve(args.query, top_k=args.top_k, collection=args.collection, source=args.source,
-                             doc_type=args.doc_type)
-        confidence = confidence_of(r.hits, r.mode)
-        low = not r.hits or (confidence is not None and confidence < self.settings.server.min_score)
-        answer, citations = self._fit(r, low, args.max_chars)
+        with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
+            r = self.kb.retrieve(args.query, top_k=args.top_k, collection=args.collection, source=args.source,
+                                 doc_type=args.doc_type)
+            confidence = confidence_of(r.hits, r.mode)
+            low = not r.hits or (confidence is not None and confidence < self.settings.server.min_score)
+            with span("answer") as sp:
+                answer, citations = self._fit(r, low, args.max_chars)
+                sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
         result = QueryResult(query=r.query.text, mode=r.mode, answer=answer, citations=citations,
+                             images=self._images(r, citations),
                              low_confidence=low, confidence=None if confidence is None else round(confidence, 6),
-                             cache="miss", note=None if r.hits else self._empty_note(args))
-        if not low:
+                             cache="miss", note=None if r.hits else self._empty_note(args), rerank=r.rerank)
+        if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
 
@@ -154,9 +169,42 @@ class Hub:
             limit = max(MIN_SNIPPET, int(limit * 0.8))
         citations = [CitationOut(n=c.n, chunk_id=c.chunk_id, doc_id=c.doc_id, source=c.source, page=c.page,
                                  section=c.section, score=c.score, text=t, truncated=len(c.text) > len(t),
-                                 uri=chunk_uri(c.chunk_id))
+                                 uri=chunk_uri(c.chunk_id), fused_rank=c.fused_rank, rerank_score=c.rerank_score,
+                                 rerank_sigmoid=c.rerank_sigmoid)
                      for c, t in zip(answer.citations, texts)]
         return answer.markdown, citations
+
+    @staticmethod
+    def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
+        """The images of the cited passages, in citation order, each once."""
+        chunks = {h.chunk.chunk_id: h.chunk for h in r.hits}
+        out: dict[str, ImageOut] = {}
+        for c in citations:
+            chunk = chunks.get(c.chunk_id)
+            for im in chunk.images if chunk is not None else ():
+                out.setdefault(im.image_id, ImageOut(citation=c.n, uri=image_uri(im.image_id), mime_type=im.mime_type,
+                                                     caption=im.caption or None, page=im.page))
+        return list(out.values())
+
+    def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
+        """``(mime_type, base64 data)`` of the first ``server.max_images`` images of a result that are on disk
+        and small enough to send inline."""
+        blocks: list[tuple[str, str]] = []
+        for im in result.images:
+            if len(blocks) >= self.settings.server.max_images:
+                break
+            try:
+                data = self.kb.images.read(im.uri.rsplit("/", 1)[-1])
+            except ZhikuError as e:
+                log.warning("image %s of a cited passage is not readable: %s", im.uri, e)
+                continue
+            if len(data) <= MAX_INLINE_IMAGE_BYTES:
+                blocks.append((im.mime_type, base64.b64encode(data).decode("ascii")))
+        return blocks
+
+    def image_bytes(self, image_id: str) -> bytes:
+        """An image file of the index by its id (``<sha256>.png|jpg``)."""
+        return self.kb.images.read(image_id)
 
     def _empty_note(self, args: QueryArgs) -> str:
         collection = args.collection
@@ -183,7 +231,9 @@ class Hub:
         sections = outline(chunks)
         return DocumentSummary(
             doc_id=doc.doc_id, collection=doc.collection, title=doc.title, source=doc.source,
-            doc_type=doc.doc_type, pages=doc.pages, sections=sections[:MAX_OUTLINE], section_count=len(sections),
+            doc_type=doc.doc_type, pages=doc.pages, status=DocStatus(doc.status).value,
+            needs_ocr_pages=list(doc.needs_ocr_pages), ocr_pages=list(doc.ocr_pages),
+            sections=sections[:MAX_OUTLINE], section_count=len(sections),
             chunk_count=doc.chunk_count, size_bytes=doc.size, ingested_at=iso_time(doc.ingested_at),
             summary=None, uri=doc_uri(doc.doc_id))
 
@@ -241,6 +291,7 @@ class Hub:
             collection=collection or self.settings.collection, added=list(report.added),
             updated=list(report.updated), skipped=list(report.skipped),
             failed=[IngestFailure(path=f.path, reason=f.reason) for f in report.failed],
+            needs_ocr=[NeedsOcr(source=n.source, pages=list(n.pages)) for n in report.needs_ocr],
             chunks_written=report.chunks_written, seconds=round(report.elapsed_s, 3),
             index_version=self.index_version())
 

@@ -20,7 +20,8 @@ and a sources list, plus structured citations (source file, page, section, score
 whenever the answer may be in the ingested documents (laws, policies, manuals). Ask in natural language,
 Chinese or English. Answer only from the returned passages and keep their [n] markers. When
 `low_confidence` is true, say the documents may not cover the question. Long passages are cut to fit
-`max_chars`; read a full one at its citation `uri` (zhiku://chunk/{chunk_id}).
+`max_chars`; read a full one at its citation `uri` (zhiku://chunk/{chunk_id}). Figures of cited PDF/Word
+passages are listed in `images` and the first few come back as image content.
 
 Example / 示例: {"query": "试用期最长不得超过几个月？", "top_k": 3, "filters": {"source": "劳动合同法*"}}
 
@@ -36,11 +37,12 @@ see what is indexed before searching, or to pick a `collection` for query_knowle
 Example / 示例: {"include_stats": true}"""
 
 DOCUMENT_SUMMARY = """\
-查看一篇文档的概况：标题、来源、类型、页数、章节目录、分块数与入库时间（summary 暂为 null）。
+查看一篇文档的概况：标题、来源、类型、页数、状态（needs_ocr 表示有扫描页尚不可检索）、章节目录、分块数与入库时间（summary 暂为 null）。
 当引用结果中的某篇文档需要进一步了解其结构，或要确认文档是否已入库时使用。doc_id 来自引用结果（也可用入库时的来源路径）。
 
-Describe one document: title, source, type, pages, outline of its sections, chunk count and ingestion
-time (`summary` is null for now). Use it to understand the structure of a document that came up in
+Describe one document: title, source, type, pages, status (`needs_ocr`: scanned pages, listed in
+`needs_ocr_pages`, are not searchable yet), outline of its sections, chunk count and ingestion time
+(`summary` is null for now). Use it to understand the structure of a document that came up in
 citations, or to check that a document is indexed. `doc_id` comes from a citation (its source path as
 ingested works too). Its full text is the resource zhiku://doc/{doc_id}.
 
@@ -49,10 +51,10 @@ Example / 示例: {"doc_id": "8a601916a370add6"}
 Errors: NOT_FOUND (no such document), INVALID_INPUT (a path matching several documents)."""
 
 INGEST = """\
-将文件或文件夹（.md .markdown .txt .text）加入知识库；未改动的文件会跳过，改动的文件会替换旧版本。只能读取服务器配置的 ingest_roots 之内的路径。
+将文件或文件夹（.md .txt .pdf .docx .html 等）加入知识库；未改动的文件会跳过，改动的文件会替换旧版本。只能读取服务器配置的 ingest_roots 之内的路径。
 当用户要求把新资料加入知识库时使用。会发送进度通知。
 
-Add files or folders (.md .markdown .txt .text) to the knowledge base: unchanged files are skipped,
+Add files or folders (.md .markdown .txt .text .pdf .docx .html .htm) to the knowledge base: unchanged files are skipped,
 changed ones replace their older version, and one bad file never stops the batch. Only paths under the
 server's configured ingest roots are accepted (symlinks are resolved first); relative paths are taken
 from the first root. Sends progress notifications while it works.

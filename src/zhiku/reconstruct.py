@@ -43,7 +43,8 @@ def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
     end: int | None = None
     for c in sorted(chunks, key=lambda c: (c.start, c.ordinal)):
         gap = c.start - (end or 0)
-        text = c.text[-gap:] if end is not None and gap < 0 else c.text  # an overlap is taken once
+        body = c.text[len(c.text) - (c.end - c.start):]  # a continued table's repeated header is not document text
+        text = body[-gap:] if end is not None and gap < 0 else body  # an overlap is taken once
         new_path = heading_path(c, gap, path)
         if new_path != path:
             keep = 0

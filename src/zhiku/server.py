@@ -27,7 +27,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from zhiku import mcp_text
@@ -77,8 +77,10 @@ def error_result(code: str, message: str, retryable: bool = False) -> CallToolRe
                           _meta={ERROR_META: err.model_dump(mode="json")})
 
 
-def ok_result(model: Any) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=model.to_markdown())],
+def ok_result(model: Any, images: Any = ()) -> CallToolResult:
+    """The model as text and structured content, then ``images`` (``(mime_type, base64)``) as image content."""
+    return CallToolResult(content=[TextContent(type="text", text=model.to_markdown()),
+                                   *(ImageContent(type="image", data=data, mime_type=mime) for mime, data in images)],
                           structured_content=model.model_dump(mode="json"))
 
 
@@ -89,9 +91,11 @@ async def _run(ctx: Context, fn: Callable[..., T], *args: Any, exclusive: bool =
                                           limiter=state.limiter if exclusive else None)
 
 
-async def _tool(ctx: Context, name: str, fn: Callable[..., Any], *args: Any, exclusive: bool = False) -> CallToolResult:
+async def _tool(ctx: Context, name: str, fn: Callable[..., Any], *args: Any, exclusive: bool = False,
+                images: bool = False) -> CallToolResult:
     try:
-        return ok_result(await _run(ctx, fn, *args, exclusive=exclusive))
+        result = await _run(ctx, fn, *args, exclusive=exclusive)
+        return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else ())
     except ZhikuError as e:
         log.info("tool %s failed: %s %s", name, e.code, e)
         return error_result(e.code, str(e), e.retryable)
@@ -107,6 +111,13 @@ async def _resource(ctx: Context, fn: Callable[..., str], ident: str) -> str:
         raise ResourceNotFoundError(str(e)) from None
     except ZhikuError as e:
         raise ResourceError(f"{e.code}: {e}") from None
+
+
+def _image_reader(ext: str) -> Callable[..., Any]:
+    async def read_image(sha256: str, ctx: Context) -> bytes:
+        return await _resource(ctx, Hub.image_bytes, f"{sha256}.{ext}")  # type: ignore[arg-type,return-value]
+
+    return read_image
 
 
 # -- argument errors with codes -------------------------------------------------------------------
@@ -227,7 +238,7 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
         top_k: Annotated[int, Field(ge=1, le=20, description="Number of passages to return (1–20). 返回段落数。")] = 5,
         collection: Collection = None,
         filters: Annotated[QueryFilters | None, Field(description=(
-            "Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'}. 过滤条件。"))] = None,
+            "Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'|'pdf'|'docx'|'html'}. 过滤条件。"))] = None,
         max_chars: Annotated[int, Field(ge=1000, le=50000, description=(
             "Budget for answer plus citation texts, in characters; passages are cut to fit. 字符预算。"))] = 12000,
     ) -> Annotated[CallToolResult, QueryResult]:
@@ -238,8 +249,8 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
         except ZhikuError as e:
             return error_result(e.code, str(e), e.retryable)
         if cached is not None:
-            return ok_result(cached)
-        return await _tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True)
+            return ok_result(cached, await _run(ctx, Hub.image_blocks, cached))
+        return await _tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS, READ_ONLY)
     async def list_collections(
@@ -286,6 +297,10 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
                      description="One indexed passage with its citation (source, page, section). 段落及出处。")
     async def read_chunk(chunk_id: str, ctx: Context) -> str:
         return await _resource(ctx, Hub.chunk_markdown, chunk_id)
+
+    for ext, mime in (("png", "image/png"), ("jpg", "image/jpeg")):  # images of cited passages, by content hash
+        server.resource(f"zhiku://image/{{sha256}}.{ext}", name=f"image-{ext}", title="图片 / Image", mime_type=mime,
+                        description="An image extracted from a document. 文档中的图片。")(_image_reader(ext))
 
     @server.prompt(name="answer_with_citations", title="带引用回答 / Answer with citations",
                    description="Answer a question from the knowledge base, citing passages as [n]. 依据知识库作答并标注引用。")

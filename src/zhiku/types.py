@@ -22,19 +22,52 @@ class PageSpan:
 
 
 @dataclass(frozen=True)
+class ImageRef:
+    """An image that belongs to a chunk; the file is ``<index>/images/<image_id>`` (content-addressed).
+
+    ``image_id`` is the SHA-256 of the file's bytes plus its extension (``"3fa4….png"``); ``bbox`` is
+    ``(x0, top, x1, bottom)`` in points from the page's top-left corner (PDF), ``None`` where a format has no
+    geometry. ``caption`` is the image's caption or alt text (e.g. the nearest "图 1 …" line); a later
+    transform may fill it with a generated description. It is indexed with the chunk's text.
+    """
+
+    image_id: str
+    mime_type: str  # "image/png" | "image/jpeg"
+    page: int | None = None
+    bbox: tuple[float, float, float, float] | None = None
+    width: int = 0  # pixels
+    height: int = 0
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class SourceImage:
+    """An image a loader extracted: its reference, its bytes, and where it stands in ``SourceDoc.text``."""
+
+    ref: ImageRef
+    offset: int  # character offset into SourceDoc.text; the chunk holding it links the image
+    data: bytes = field(repr=False, default=b"")
+
+
+@dataclass(frozen=True)
 class SourceDoc:
     """A loaded document, before chunking.
 
-    ``text`` is the document as Markdown (headings as ``#`` lines), exactly as the user wrote it.
-    ``pages`` maps character ranges of ``text`` to page numbers; it is empty for formats without pages.
+    ``text`` is the document as Markdown (headings as ``#`` lines, tables as Markdown tables), as the user
+    wrote it. ``pages`` maps character ranges of ``text`` to page numbers; it is empty for formats without
+    pages. ``needs_ocr_pages`` are pages without a usable text layer (scanned, or garbled glyphs) that were
+    not OCR'd; ``ocr_pages`` are pages whose text came from OCR.
     """
 
     source: str  # path as ingested, relative to the ingest root, with forward slashes
-    doc_type: str  # "markdown", "text", later "pdf", "docx", "html"
+    doc_type: str  # "markdown", "text", "pdf", "docx", "html"
     title: str
     text: str
     pages: tuple[PageSpan, ...] = ()
     encoding: str = "utf-8"
+    images: tuple[SourceImage, ...] = ()
+    needs_ocr_pages: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,10 +85,12 @@ class Chunk:
     end: int
     ordinal: int  # position of the chunk in its document, 0-based
     text: str
+    images: tuple[ImageRef, ...] = ()  # images standing inside this chunk's span, in document order
 
 
 class DocStatus(str, Enum):
     READY = "ready"
+    NEEDS_OCR = "needs_ocr"  # some pages have no usable text layer and were not OCR'd (see DocRecord.needs_ocr_pages)
     FAILED = "failed"
 
 
@@ -74,6 +109,9 @@ class DocRecord:
     chunk_count: int
     pages: int | None
     ingested_at: float  # unix seconds
+    status: DocStatus = DocStatus.READY
+    needs_ocr_pages: tuple[int, ...] = ()  # 1-based pages without usable text that were not OCR'd
+    ocr_pages: tuple[int, ...] = ()  # 1-based pages whose text came from OCR
 
 
 @dataclass(frozen=True)
@@ -124,11 +162,15 @@ class Hit:
     """A search result with the evidence of every stage that saw it."""
 
     chunk: Chunk
-    score: float  # the score of the final stage (RRF, or the channel's own score in single-channel modes)
+    score: float  # the fused score (RRF or z-score, or the channel's own score in single-channel modes); hits are in final order
     bm25_rank: int | None = None
     bm25_score: float | None = None
     dense_rank: int | None = None
     dense_score: float | None = None  # cosine similarity
+    fused_rank: int | None = None  # 1-based rank before reranking (the fused or single-channel rank)
+    rerank_rank: int | None = None  # 1-based rank the reranker gave; None when it did not score this hit
+    rerank_score: float | None = None  # the reranker's raw score (cross-encoder logit, LLM grade 0–10)
+    rerank_sigmoid: float | None = None  # the raw score squashed into (0, 1) (LLM grades: sigmoid(grade − 5))
 
 
 @dataclass(frozen=True)
@@ -141,6 +183,9 @@ class Citation:
     section: str
     score: float
     text: str
+    fused_rank: int | None = None  # rank before reranking
+    rerank_score: float | None = None  # the reranker's raw score, when it scored this passage
+    rerank_sigmoid: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +205,14 @@ class FileFailure:
 
 
 @dataclass(frozen=True)
+class OcrNeeded:
+    """A document that was ingested, but whose ``pages`` have no usable text layer and were not OCR'd."""
+
+    source: str
+    pages: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class IngestReport:
     added: tuple[str, ...] = ()
     updated: tuple[str, ...] = ()
@@ -170,6 +223,7 @@ class IngestReport:
     chunks_embedded: int = 0  # chunks whose vectors were computed (not served from the embedding cache)
     elapsed_s: float = 0.0
     dry_run: bool = False
+    needs_ocr: tuple[OcrNeeded, ...] = ()  # added/updated documents with pages that need OCR
 
     def counts(self) -> dict[str, int]:
         return {

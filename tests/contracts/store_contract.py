@@ -16,7 +16,7 @@ import pytest
 
 from zhiku.errors import IndexMismatch, StoreError
 from zhiku.stores.base import Store
-from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord
+from zhiku.types import Chunk, CollectionStats, DocRecord, DocStatus, Filters, ImageRef, IngestionRecord
 
 MakeStore = Callable[[], Store]
 
@@ -67,6 +67,21 @@ NOTE = make_doc("doc-note", "笔记", "笔记/会议纪要.md", "markdown", [
 ])  # fmt: skip
 ALL_TERMS = ["劳动者", "会议"]  # together these match every chunk of LABOR, WAGE and NOTE
 
+# A PDF with an image in its second chunk, one OCR'd page and one page that still needs OCR.
+FIGURE = ImageRef("ab" * 32 + ".png", "image/png", page=2, bbox=(192.5, 398.25, 414.0, 557.0), width=461, height=330,
+                  caption="图 1-1 标题序号")
+_SCAN = make_doc("doc-scan", "法规", "法规/扫描件.pdf", "pdf", [
+    ("表 1-1 统计表 项目 产量 销量", ["统计表", "项目", "产量", "销量"], [0.0, 0.0, 1.0]),
+    ("图 1-1 标题序号 正文", ["标题", "序号", "正文"], [0.0, 1.0, 0.0]),
+])  # fmt: skip
+SCAN = Doc(replace(_SCAN.record, status=DocStatus.NEEDS_OCR, needs_ocr_pages=(3, 5), ocr_pages=(2,), pages=5),
+           [_SCAN.chunks[0], replace(_SCAN.chunks[1], page=2, images=(FIGURE, replace(FIGURE, image_id="cd" * 32 + ".jpg",
+                                                                                     mime_type="image/jpeg", bbox=None, caption="")))],
+           _SCAN.tokens, _SCAN.vectors)
+# A fully scanned PDF without OCR: recorded (so the user sees it), with no chunks at all.
+BLANK = Doc(DocRecord("doc-blank", "法规", "法规/全扫描.pdf", "/数据/法规/全扫描.pdf", "pdf", "全扫描", "e" * 64, 2048, 0, 2,
+                      1700000001.0, DocStatus.NEEDS_OCR, (1, 2)), [], [], np.zeros((0, 3), np.float32))
+
 
 def ids(results) -> list[str]:
     return [r.chunk_id for r in results]
@@ -115,6 +130,41 @@ class StoreContract:
     def test_document_chunks_are_in_ordinal_order(self, store: Store) -> None:
         store.write_document(LABOR.record, LABOR.chunks[::-1], LABOR.tokens[::-1], LABOR.vectors[::-1])
         assert [c.ordinal for c in store.document_chunks("doc-labor")] == [0, 1]
+
+    def test_status_ocr_pages_and_images_roundtrip(self, full: Store) -> None:
+        SCAN.write(full)
+        BLANK.write(full)
+        store = full
+        assert store.get_document("doc-scan") == SCAN.record
+        assert store.get_document("doc-scan").status == "needs_ocr"
+        assert store.get_document("doc-scan").needs_ocr_pages == (3, 5)
+        assert store.get_document("doc-scan").ocr_pages == (2,)
+        assert store.find_document("法规", "法规/全扫描.pdf") == BLANK.record
+        assert store.document_chunks("doc-scan") == SCAN.chunks
+        assert store.get_chunks(SCAN.ids[1:]) == SCAN.chunks[1:]
+        assert store.get_chunks(SCAN.ids[1:])[0].images[0] == FIGURE
+        assert store.document_chunks("doc-blank") == []
+        assert store.get_document("doc-labor").status == DocStatus.READY
+        assert store.get_document("doc-labor").needs_ocr_pages == ()
+        assert [d.doc_id for d in store.list_documents("法规")] == ["doc-blank", "doc-labor", "doc-wage", "doc-scan"]
+        hits = store.bm25_search(["标题"], 10)
+        assert ids(hits) == SCAN.ids[1:]
+        assert store.get_chunks(ids(hits))[0].images == SCAN.chunks[1].images
+        assert store.collections()[0] == CollectionStats("法规", 4, 5, 28 + 26 + 20 + 19 + 12)
+
+    def test_a_document_without_chunks_can_be_replaced_and_deleted(self, full: Store) -> None:
+        BLANK.write(full)
+        version = full.index_version()
+        ready = Doc(replace(BLANK.record, status=DocStatus.READY, needs_ocr_pages=(), ocr_pages=(1, 2), chunk_count=1),
+                    [replace(SCAN.chunks[0], doc_id="doc-blank", source="法规/全扫描.pdf", chunk_id="blank-1")],
+                    SCAN.tokens[:1], SCAN.vectors[:1])
+        ready.write(full)
+        assert full.index_version() > version
+        assert full.get_document("doc-blank") == ready.record
+        assert ids(full.bm25_search(["统计表"], 10)) == ["blank-1"]
+        assert full.delete_document("doc-blank") is True
+        assert full.get_document("doc-blank") is None
+        assert full.bm25_search(["统计表"], 10) == []
 
     # --- replace and delete ------------------------------------------------------------------------
     def test_replace_removes_the_old_version_everywhere(self, full: Store) -> None:
@@ -268,7 +318,7 @@ class StoreContract:
 
     def test_data_persists_across_reopen(self, make_store: MakeStore) -> None:
         store = make_store()
-        for doc in (LABOR, WAGE, NOTE):
+        for doc in (LABOR, WAGE, NOTE, SCAN, BLANK):
             doc.write(store)
         store.set_meta({"embedder": "multilingual-e5-small"})
         store.record_ingestion(IngestionRecord("/数据/笔记/会议纪要.md", "笔记", "c" * 64, 45, "added", None, 1, 1700000300.0))
@@ -279,11 +329,12 @@ class StoreContract:
         again = make_store()
         assert again.index_version() == version
         assert again.get_meta()["embedder"] == "multilingual-e5-small"
-        assert again.list_documents() == [LABOR.record, WAGE.record, NOTE.record]
+        assert again.list_documents() == [BLANK.record, LABOR.record, WAGE.record, SCAN.record, NOTE.record]
+        assert again.document_chunks("doc-scan") == SCAN.chunks
         assert again.get_chunks(NOTE.ids) == NOTE.chunks
         assert again.ingestion_history()[0].status == "added"
         assert ids(again.bm25_search(["劳动者", "预算"], 10)) == ids(bm25)
         assert [h.score for h in again.bm25_search(["劳动者", "预算"], 10)] == pytest.approx([h.score for h in bm25])
         hits = again.dense_search(np.array([0.0, 0.6, 0.8], np.float32), 2)
-        assert ids(hits) == [NOTE.ids[0], WAGE.ids[0]]
-        assert [h.score for h in hits] == pytest.approx([1.0, 0.6], abs=1e-6)
+        assert ids(hits) == [NOTE.ids[0], SCAN.ids[0]]
+        assert [h.score for h in hits] == pytest.approx([1.0, 0.8], abs=1e-6)

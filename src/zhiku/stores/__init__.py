@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from zhiku.errors import ConfigError
 from zhiku.settings import Settings
 from zhiku.stores.base import Store
@@ -11,13 +13,23 @@ from zhiku.stores.sqlite import IndexNotFound, SQLiteStore
 def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     """Open the index at ``settings.index`` with the backend named by ``settings.store.kind``.
 
+    ``milvus`` keeps the index in Milvus at ``settings.store.uri`` under ``store.collection_prefix`` instead
+    (``settings.index`` then holds only local files such as traces and extracted images).
+
     ``read_only=True`` is for searching and listing (CLI reads, the server): a missing index raises
     ``IndexNotFound`` instead of being created, and writes raise ``ReadOnlyIndex``.
     """
     kind = settings.store.kind
     if kind == "sqlite":
         return SQLiteStore(settings.index, read_only=read_only, busy_timeout_s=settings.store.busy_timeout_s)
-    raise ConfigError(f"unknown store.kind {kind!r}: use 'sqlite'")
+    if kind == "milvus":
+        from zhiku.stores.milvus import MilvusStore
+
+        store = MilvusStore(settings.store, read_only=read_only)
+        with suppress(OSError):  # the local directory still holds traces and extracted images
+            settings.index.mkdir(parents=True, exist_ok=True)
+        return store
+    raise ConfigError(f"unknown store.kind {kind!r}: use 'sqlite' or 'milvus'")
 
 
 __all__ = ["IndexNotFound", "SQLiteStore", "Store", "open_store"]

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import astuple
+from dataclasses import asdict, astuple
 from typing import Any
 
 import numpy as np
 
 from zhiku.errors import StoreError
-from zhiku.types import Chunk, DocRecord
+from zhiku.types import Chunk, DocRecord, DocStatus, ImageRef
 
 DB_NAME = "zhiku.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -20,13 +21,15 @@ CREATE TABLE IF NOT EXISTS documents (
     doc_id TEXT PRIMARY KEY, collection TEXT NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
     doc_type TEXT NOT NULL, title TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
     chunk_count INTEGER NOT NULL, pages INTEGER, ingested_at REAL NOT NULL, chars INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'ready', needs_ocr_pages TEXT NOT NULL DEFAULT '[]',
+    ocr_pages TEXT NOT NULL DEFAULT '[]',
     UNIQUE (collection, source));
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY, chunk_id TEXT NOT NULL UNIQUE,
     doc_id TEXT NOT NULL REFERENCES documents (doc_id) ON DELETE CASCADE,
     collection TEXT NOT NULL, source TEXT NOT NULL, doc_type TEXT NOT NULL, section TEXT NOT NULL,
     page INTEGER, start INTEGER NOT NULL, "end" INTEGER NOT NULL, ordinal INTEGER NOT NULL,
-    text TEXT NOT NULL, vector BLOB NOT NULL);
+    text TEXT NOT NULL, vector BLOB NOT NULL, images TEXT NOT NULL DEFAULT '[]');
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5 (tokens, tokenize = 'unicode61 remove_diacritics 0');
 CREATE TABLE IF NOT EXISTS ingestion_history (
@@ -34,14 +37,61 @@ CREATE TABLE IF NOT EXISTS ingestion_history (
     status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
 """
-CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text'
-DOC_COLS = "doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at"
+CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
+DOC_COLS = ("doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at, "
+            "status, needs_ocr_pages, ocr_pages")
 HISTORY_COLS = "path, collection, sha256, size, status, error, chunk_count, at"
+
+# Upgrades of an older index, by the version they start from; each leaves the data as it was.
+MIGRATIONS: dict[int, str] = {
+    1: """ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
+ALTER TABLE documents ADD COLUMN needs_ocr_pages TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';""",
+}
+
+
+def doc_row(doc: DocRecord) -> tuple[Any, ...]:
+    """``doc`` as the values of ``DOC_COLS``."""
+    values = astuple(doc)
+    return (*values[:11], DocStatus(doc.status).value, json.dumps(list(doc.needs_ocr_pages)), json.dumps(list(doc.ocr_pages)))
+
+
+def doc_from_row(row: Sequence[Any]) -> DocRecord:
+    """A ``DocRecord`` from the values of ``DOC_COLS``."""
+    return DocRecord(*row[:11], status=DocStatus(row[11]), needs_ocr_pages=tuple(json.loads(row[12])),
+                     ocr_pages=tuple(json.loads(row[13])))
+
+
+def images_json(images: Sequence[ImageRef]) -> str:
+    return json.dumps([asdict(i) for i in images], ensure_ascii=False) if images else "[]"
+
+
+def images_from_json(text: str) -> tuple[ImageRef, ...]:
+    if text == "[]":
+        return ()
+    return tuple(ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None})
+                 for d in json.loads(text))
+
+
+def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
+    """``chunk`` as the values of ``CHUNK_COLS``."""
+    return (chunk.chunk_id, chunk.doc_id, chunk.collection, chunk.source, chunk.doc_type, chunk.section, chunk.page,
+            chunk.start, chunk.end, chunk.ordinal, chunk.text, images_json(chunk.images))
+
+
+def chunk_from_row(row: Sequence[Any]) -> Chunk:
+    """A ``Chunk`` from the values of ``CHUNK_COLS``."""
+    return Chunk(*row[:11], images=images_from_json(row[11]))
 
 
 def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any) -> tuple[list[tuple], list[str], np.ndarray]:
     """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
     where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
+    try:
+        DocStatus(doc.status)
+    except ValueError:
+        raise StoreError(f"{where}: unknown status {doc.status!r} (one of: {', '.join(s.value for s in DocStatus)})") from None
     try:
         matrix = np.ascontiguousarray(vectors, dtype="<f4")
     except (TypeError, ValueError) as e:
@@ -71,5 +121,5 @@ def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Seque
         texts = [" ".join(terms) for terms in tokens]
     except TypeError as e:
         raise StoreError(f"{where}: tokens must be lists of strings: {e}") from None
-    rows = [(*astuple(c), vector.tobytes(), text) for c, vector, text in zip(chunks, matrix, texts)]
+    rows = [(*chunk_row(c), vector.tobytes(), text) for c, vector, text in zip(chunks, matrix, texts)]
     return rows, ids, matrix

@@ -3,6 +3,11 @@
 Backends hold documents, chunks, their index tokens (for BM25) and vectors (for dense search), the
 ingestion history and index metadata. Every backend passes ``tests/contracts/test_store_contract.py``
 unchanged. Retrieval, fusion and answers depend on this protocol, never on a concrete class.
+
+A backend stores every field of ``DocRecord`` and ``Chunk`` and gives them back equal, including
+``DocRecord.status`` / ``needs_ocr_pages`` / ``ocr_pages`` and ``Chunk.images`` (``ImageRef`` tuples); a
+document may have no chunks at all (a scan that still needs OCR). Image files themselves are not the store's:
+they live in ``<index>/images`` (``zhiku.images.ImageStore``).
 """
 
 from __future__ import annotations

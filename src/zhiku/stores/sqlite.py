@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
-from zhiku.stores._sqlite_schema import CHUNK_COLS, DB_NAME, DOC_COLS, HISTORY_COLS, SCHEMA, SCHEMA_VERSION, prepare_rows
+from zhiku.stores._sqlite_schema import (
+    CHUNK_COLS, DB_NAME, DOC_COLS, HISTORY_COLS, MIGRATIONS, SCHEMA, SCHEMA_VERSION, chunk_from_row, doc_from_row, doc_row,
+    prepare_rows,
+)
 from zhiku.stores._vectors import VectorIndex, match_sources
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
@@ -109,6 +112,20 @@ class SQLiteStore:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise IndexMismatch(f"index {self.index_dir} has schema version {row[0]}, newer than this zhiku supports ({SCHEMA_VERSION}): upgrade zhiku")
+        if row is not None and int(row[0]) < SCHEMA_VERSION:
+            self._migrate(conn, int(row[0]))
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Upgrade an index written by an older zhiku in place (new columns with defaults; data kept)."""
+        if self.read_only or version not in MIGRATIONS:
+            how = ("open it for writing once (any `zhiku ingest PATH --index "
+                   f"{self.index_dir}` upgrades it in place and keeps its contents)") if version in MIGRATIONS else (
+                   f"rebuild it: `zhiku ingest PATH --index NEW_DIR`")
+            raise IndexMismatch(f"index {self.index_dir} has schema version {version}, older than this zhiku's "
+                                f"({SCHEMA_VERSION}): {how}")
+        script = "".join(MIGRATIONS[v] for v in range(version, SCHEMA_VERSION))
+        conn.executescript(f"BEGIN IMMEDIATE; {script} UPDATE meta SET value = '{SCHEMA_VERSION}' "
+                           "WHERE key = 'schema_version'; COMMIT;")
 
     def _translate(self, e: sqlite3.Error) -> StoreError:
         code = getattr(e, "sqlite_errorcode", None)
@@ -194,9 +211,9 @@ class SQLiteStore:
                     raise StoreError(f"chunk id {clash[0]} already belongs to document {clash[1]}: chunk ids must be unique across the index")
                 old_version = self._version(conn)
                 self._delete_rows(conn, doc.doc_id)
-                conn.execute(f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 12)})", (*astuple(doc), sum(len(c.text) for c in chunks)))
+                conn.execute(f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})", (*doc_row(doc), sum(len(c.text) for c in chunks)))
                 base = conn.execute("SELECT COALESCE(MAX(rowid), 0) + 1 FROM chunks").fetchone()[0]
-                conn.executemany(f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 13)})", [(base + i, *r[:-1]) for i, r in enumerate(rows)])
+                conn.executemany(f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 14)})", [(base + i, *r[:-1]) for i, r in enumerate(rows)])
                 conn.executemany("INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)])
                 if rows:  # dim == stored_dim, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
@@ -314,29 +331,29 @@ class SQLiteStore:
             return []
         with self._db() as conn:
             rows = conn.execute(f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))", (json.dumps(ids),))
-            found = {row[0]: Chunk(*row) for row in rows}
+            found = {row[0]: chunk_from_row(row) for row in rows}
         return [found[i] for i in ids if i in found]
 
     def get_document(self, doc_id: str) -> DocRecord | None:
         with self._db() as conn:
             row = conn.execute(f"SELECT {DOC_COLS} FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
-        return DocRecord(*row) if row else None
+        return doc_from_row(row) if row else None
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
         with self._db() as conn:
             row = conn.execute(f"SELECT {DOC_COLS} FROM documents WHERE collection = ? AND source = ?", (collection, source)).fetchone()
-        return DocRecord(*row) if row else None
+        return doc_from_row(row) if row else None
 
     def list_documents(self, collection: str | None = None) -> list[DocRecord]:
         where, args = ("WHERE collection = ?", (collection,)) if collection is not None else ("", ())
         with self._db() as conn:
             rows = conn.execute(f"SELECT {DOC_COLS} FROM documents {where} ORDER BY collection, source", args).fetchall()
-        return [DocRecord(*row) for row in rows]
+        return [doc_from_row(row) for row in rows]
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         with self._db() as conn:
             rows = conn.execute(f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)).fetchall()
-        return [Chunk(*row) for row in rows]
+        return [chunk_from_row(row) for row in rows]
 
     def collections(self) -> list[CollectionStats]:
         with self._db() as conn:
