@@ -27,12 +27,19 @@ def evaluate(data, index_fn: Cut, query_fn: Cut) -> tuple[float, float]:
     db.execute("create virtual table f using fts5(t, tokenize='unicode61 remove_diacritics 0')")
     ids = []
     for i, d in enumerate(data.corpus):
-        db.execute("insert into f(rowid, t) values (?, ?)", (i, " ".join(index_fn(f"{d.title}\n{d.text}" if d.title else d.text))))
+        db.execute(
+            "insert into f(rowid, t) values (?, ?)",
+            (i, " ".join(index_fn(f"{d.title}\n{d.text}" if d.title else d.text))),
+        )
         ids.append(d.doc_id)
     nd = rc = 0.0
     for qid, q in data.queries.items():
         terms = query_fn(q)
-        rows = db.execute("select rowid from f where f match ? order by bm25(f) limit 100", (fts_query(terms),)).fetchall() if terms else []
+        rows = (
+            db.execute("select rowid from f where f match ? order by bm25(f) limit 100", (fts_query(terms),)).fetchall()
+            if terms
+            else []
+        )
         ranked = [ids[r[0]] for r in rows]
         nd += ndcg_at_k(ranked, data.qrels[qid], 10)
         rc += recall_at_k(ranked, data.qrels[qid], 100)
@@ -51,9 +58,15 @@ def main() -> None:
 
     variants: dict[str, tuple[Cut, Cut]] = {
         "docs search-mode, query search-mode − stopwords (zhiku)": (tp.index_tokens, tp.query_tokens),
-        "docs search-mode, query precise − stopwords": (tp.index_tokens, lambda q: [t for t in words(rjieba.cut(norm(q))) if t not in tp.stopwords]),
+        "docs search-mode, query precise − stopwords": (
+            tp.index_tokens,
+            lambda q: [t for t in words(rjieba.cut(norm(q))) if t not in tp.stopwords],
+        ),
         "docs search-mode, query precise, no stopword removal": (tp.index_tokens, lambda q: words(rjieba.cut(norm(q)))),
-        "docs precise, query precise − stopwords": (lambda s: words(rjieba.cut(norm(s))), lambda q: [t for t in words(rjieba.cut(norm(q))) if t not in tp.stopwords]),
+        "docs precise, query precise − stopwords": (
+            lambda s: words(rjieba.cut(norm(s))),
+            lambda q: [t for t in words(rjieba.cut(norm(q))) if t not in tp.stopwords],
+        ),
     }
     print(f"| variant ({data.name}, {len(data.queries)} queries) | nDCG@10 | Recall@100 |")
     print("| --- | --- | --- |")

@@ -18,7 +18,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.evaluation.beir import load_beir
 from zhiku.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k
 from zhiku.evaluation.runner import index_dataset
-from zhiku.fusion import rrf, zscore_fusion
+from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.settings import load_settings
 
 
@@ -60,7 +60,7 @@ def report(data, runs, source_of) -> None:  # noqa: ANN001
 
     def score(fused_ids: list[list[str]]) -> tuple[float, float, float]:
         nd = mrr = rec = 0.0
-        for (qid, _, _), chunk_ids in zip(runs, fused_ids):
+        for (qid, _, _), chunk_ids in zip(runs, fused_ids, strict=False):
             ranked = list(dict.fromkeys(source_of[c] for c in chunk_ids))
             rel = data.qrels[qid]
             nd += ndcg_at_k(ranked, rel, 10)
@@ -77,11 +77,14 @@ def report(data, runs, source_of) -> None:  # noqa: ANN001
         for k in (60,):
             for wb, wd in ((1, 1), (0.5, 1), (1, 0.5), (0.7, 1), (1, 0.7)):
                 name = f"rrf k={k} depth={depth} w_bm25={wb} w_dense={wd}"
-                variants[name] = [[c for c, _ in rrf([b[:depth], d[:depth]], k=k, weights=[wb, wd])] for _, b, d in runs]
+                variants[name] = [
+                    [c for c, _ in rrf([b[:depth], d[:depth]], k=k, weights=[wb, wd])] for _, b, d in runs
+                ]
     for depth in (30, 100):
         for wb, wd in ((1, 1), (0.7, 1), (1, 0.7)):
             variants[f"zscore depth={depth} w_bm25={wb} w_dense={wd}"] = [
-                [c for c, _ in zscore_fusion([b[:depth], d[:depth]], weights=[wb, wd])] for _, b, d in runs]
+                [c for c, _ in zscore_fusion([b[:depth], d[:depth]], weights=[wb, wd])] for _, b, d in runs
+            ]
     for k in (10, 30, 100):
         variants[f"rrf k={k} depth=30 w=1/1"] = [[c for c, _ in rrf([b[:30], d[:30]], k=k)] for _, b, d in runs]
     print(f"| variant ({data.name}, {len(runs)} queries) | nDCG@10 | MRR@10 | Recall@100 |")

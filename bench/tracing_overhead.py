@@ -16,15 +16,26 @@ import time
 from pathlib import Path
 
 from zhiku.api import KnowledgeBase
+from zhiku.observability.tracing import MemorySink, Tracer, span
 from zhiku.settings import load_settings, merge
-from zhiku.tracing import MemorySink, Tracer, span
 
-QUERIES = ["试用期最长不得超过几个月", "女职工产假有多少天", "加班工资怎么计算", "年休假天数", "经济补偿金标准",
-           "劳动合同的解除条件", "工伤认定", "最低工资标准", "劳务派遣", "竞业限制期限"]
+QUERIES = [
+    "试用期最长不得超过几个月",
+    "女职工产假有多少天",
+    "加班工资怎么计算",
+    "年休假天数",
+    "经济补偿金标准",
+    "劳动合同的解除条件",
+    "工伤认定",
+    "最低工资标准",
+    "劳务派遣",
+    "竞业限制期限",
+]
 
 
 def per_span_ns(n: int) -> tuple[float, float, float]:
     """(empty loop, span off, span on) in ns per iteration, best of 3."""
+
     def loop_empty() -> float:
         t = time.perf_counter_ns()
         for _ in range(n):
@@ -61,8 +72,10 @@ def main() -> None:
     ap.add_argument("--spans", type=int, default=1_000_000)
     args = ap.parse_args()
     empty, off, on = per_span_ns(args.spans)
-    print(f"span, {args.spans} iterations: empty loop {empty:.0f} ns · span off {off:.0f} ns "
-          f"(+{off - empty:.0f}) · span on {on:.0f} ns (+{on - empty:.0f})")
+    print(
+        f"span, {args.spans} iterations: empty loop {empty:.0f} ns · span off {off:.0f} ns "
+        f"(+{off - empty:.0f}) · span on {on:.0f} ns (+{on - empty:.0f})"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         base = load_settings(index=Path(tmp))
         with KnowledgeBase(merge(base, tracing={"enabled": False})) as kb:
@@ -77,10 +90,12 @@ def main() -> None:
             lines = (Path(tmp) / "traces.jsonl").read_text(encoding="utf-8").splitlines()
             size = sum(len(x) for x in lines) / max(1, len(lines))
             off_ms, on_ms = statistics.median(results[False]), statistics.median(results[True])
-            print(f"{mode}: {len(results[False])} queries each · median off {off_ms:.3f} ms · on {on_ms:.3f} ms "
-                  f"(+{on_ms - off_ms:.3f} ms, {100 * (on_ms - off_ms) / off_ms:+.1f}%) · "
-                  f"p95 off {statistics.quantiles(results[False], n=20)[-1]:.3f} / on "
-                  f"{statistics.quantiles(results[True], n=20)[-1]:.3f} ms · trace line ≈ {size / 1024:.1f} KiB")
+            print(
+                f"{mode}: {len(results[False])} queries each · median off {off_ms:.3f} ms · on {on_ms:.3f} ms "
+                f"(+{on_ms - off_ms:.3f} ms, {100 * (on_ms - off_ms) / off_ms:+.1f}%) · "
+                f"p95 off {statistics.quantiles(results[False], n=20)[-1]:.3f} / on "
+                f"{statistics.quantiles(results[True], n=20)[-1]:.3f} ms · trace line ≈ {size / 1024:.1f} KiB"
+            )
             (Path(tmp) / "traces.jsonl").unlink()
 
 

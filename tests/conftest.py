@@ -1,8 +1,8 @@
 """Shared pytest fixtures. Add fixtures in helper modules and re-export them here, so that session-scoped
 ones have one instance per session (a fixture imported into several test modules would be built per module)."""
 
+from fake_openai import fake_openai  # noqa: F401
 from helpers_kb import cached_embedder, corpus, e5, embed_cache_dir, kb_factory  # noqa: F401
+from helpers_models import minilm_dir, tiny_cross_encoder  # noqa: F401
 from mcp_fixtures import mcp_index  # noqa: F401
 from milvus_fixtures import milvus_uri  # noqa: F401
-from fake_openai import fake_openai  # noqa: F401
-from helpers_models import minilm_dir, tiny_cross_encoder  # noqa: F401

@@ -123,13 +123,17 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 inputs = body.get("input", [])
                 inputs = [inputs] if isinstance(inputs, str) else inputs
                 dim = int(body.get("dimensions") or DIM)
-                data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, dim)}
-                        for i, t in reversed(list(enumerate(inputs)))]  # out of order on purpose: sorted by index
+                data = [
+                    {"object": "embedding", "index": i, "embedding": fake_vector(t, dim)}
+                    for i, t in reversed(list(enumerate(inputs)))
+                ]  # out of order on purpose: sorted by index
                 self._send(200, json.dumps({"object": "list", "data": data, "model": body.get("model")}))
             elif self.path.endswith("/chat/completions"):
                 prompt = body["messages"][-1]["content"]
                 content = state.chat_reply(prompt, count_passages(prompt))
-                self._send(200, json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}))
+                self._send(
+                    200, json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+                )
             else:
                 self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
 

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers_kb import CONTRACT_LAW, LEAVE_RULES, WAGE_RULES
 
 
@@ -31,8 +32,9 @@ def tiny_cross_encoder(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactor
     from sentence_transformers import CrossEncoder
 
     torch.manual_seed(20240601)
-    model = CrossEncoder(str(minilm_dir), num_labels=1, device="cpu", max_length=128,
-                         config_kwargs={"num_hidden_layers": 1})
+    model = CrossEncoder(
+        str(minilm_dir), num_labels=1, device="cpu", max_length=128, config_kwargs={"num_hidden_layers": 1}
+    )
     out = tmp_path_factory.mktemp("tiny-cross-encoder")
     model.save(str(out))
     return out
@@ -42,10 +44,14 @@ def beir_set(root: Path) -> Path:
     """A three-document BEIR set (the law corpus of helpers_kb) with two judged queries."""
     root.mkdir(parents=True)
     docs = {"d1": CONTRACT_LAW, "d2": LEAVE_RULES, "d3": WAGE_RULES}
-    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}, ensure_ascii=False) + "\n"
-                                               for k, v in docs.items()), encoding="utf-8")
+    (root / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}, ensure_ascii=False) + "\n" for k, v in docs.items()),
+        encoding="utf-8",
+    )
     queries = {"q1": "试用期最长多久", "q2": "年休假有几天"}
-    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n"
-                                                for k, v in queries.items()), encoding="utf-8")
+    (root / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in queries.items()),
+        encoding="utf-8",
+    )
     (root / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n", encoding="utf-8")
     return root

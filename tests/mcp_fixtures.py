@@ -70,7 +70,9 @@ def _write_config(root: Path, index: Path, inbox: Path, cache: Path) -> Path:
         f"index: {index}\ncollection: {COLLECTION}\n"
         f"embedding:\n  cache_dir: {cache}\n"
         "chunking:\n  size: 200\n  overlap: 40\n  min_chars: 20\n"
-        f"server:\n  ingest_roots: [{inbox}]\n", encoding="utf-8")
+        f"server:\n  ingest_roots: [{inbox}]\n",
+        encoding="utf-8",
+    )
     return config
 
 
@@ -147,14 +149,20 @@ class HttpServer:
                 self.proc.wait()
 
 
-def start_http(fx: Fixture, log: Path, *extra: str, env: dict[str, str] | None = None,
-               timeout_s: float = 60) -> HttpServer:
+def start_http(
+    fx: Fixture, log: Path, *extra: str, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> HttpServer:
     """Start `zhiku serve --transport http` on a free port and wait for GET /healthz → 200."""
     port = free_port()
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([PYTHON, *serve_args(fx, "--transport", "http", "--port", str(port), *extra)],
-                                env=env or server_env(), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                cwd=ROOT)
+        proc = subprocess.Popen(
+            [PYTHON, *serve_args(fx, "--transport", "http", "--port", str(port), *extra)],
+            env=env or server_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     server = HttpServer(proc, port, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -170,8 +178,9 @@ def start_http(fx: Fixture, log: Path, *extra: str, env: dict[str, str] | None =
     raise RuntimeError(f"server not ready after {timeout_s}s: {log.read_text(errors='replace')[-2000:]}")
 
 
-def http_request(url: str, *, method: str = "GET", headers: dict[str, str] | None = None,
-                 body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+def http_request(
+    url: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: bytes | None = None
+) -> tuple[int, dict[str, str], bytes]:
     """(status, lower-cased headers, body) without raising on 4xx/5xx."""
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:

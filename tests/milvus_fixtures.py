@@ -71,17 +71,35 @@ class LiteServer:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> LiteServer:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-                 "--port", str(self.port)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "milvus_lite",
+                    "server",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"milvus-lite exited with {self.proc.returncode}: {self.log.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"milvus-lite exited with {self.proc.returncode}: {self.log.read_text(errors='replace')[-2000:]}"
+                )
             if _port_open(self.port):
                 return self
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"milvus-lite did not listen on port {self.port} within {timeout_s}s: {self.log.read_text(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"milvus-lite did not listen on port {self.port} within {timeout_s}s: {self.log.read_text(errors='replace')[-2000:]}"
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -100,7 +118,9 @@ def unique_prefix(seed: str | None = None) -> str:
 
 
 def milvus_store(uri: str, prefix: str, **extra: object) -> StoreSettings:
-    return StoreSettings.model_validate({"kind": "milvus", "uri": uri, "collection_prefix": prefix, "timeout_s": 60, **extra})
+    return StoreSettings.model_validate(
+        {"kind": "milvus", "uri": uri, "collection_prefix": prefix, "timeout_s": 60, **extra}
+    )
 
 
 @pytest.fixture(scope="session")

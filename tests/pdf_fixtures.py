@@ -40,9 +40,11 @@ PAPER_TABLE = """表 1: Auto MPG and Price
 | R2 | 0.220 | 0.293 |"""
 
 # Page 8 of the thesis, as its text layer gives it (and as OCR should read it back from a scan of the page).
-THESIS_P8 = ("结论作为毕业设计（论文）正文的最后部分单独排写，但不加章号。结论是对整个论文主要结果的总结。"
-             "在结论中应明确指出本研究的创新点，对其应用前景和社会、经济价值等加以预测和评价，"
-             "并指出今后进一步在本研究方向进行研究工作的展望与设想。结论部分的撰写应简明扼要，突出创新性。阅后删除此段。")
+THESIS_P8 = (
+    "结论作为毕业设计（论文）正文的最后部分单独排写，但不加章号。结论是对整个论文主要结果的总结。"
+    "在结论中应明确指出本研究的创新点，对其应用前景和社会、经济价值等加以预测和评价，"
+    "并指出今后进一步在本研究方向进行研究工作的展望与设想。结论部分的撰写应简明扼要，突出创新性。阅后删除此段。"
+)
 
 
 def scanned_pdf(path: Path, src: Path = THESIS, pages: tuple[int, ...] = (8,), dpi: int = 100) -> Path:

@@ -1,11 +1,22 @@
-from zhiku.answer import build_answer, cite, snippet
+from zhiku.retrieval.answer import build_answer, cite, snippet
 from zhiku.settings import AnswerSettings
 from zhiku.types import Chunk, Hit
 
 
 def _hit(n: int, text: str, *, page=None, section="劳动合同法 > 第二章 劳动合同的订立 > 第十九条", score=0.03) -> Hit:
-    chunk = Chunk(chunk_id=f"c{n}", doc_id="d1", collection="laws", source="劳动合同法(2012-12-28).md",
-                  doc_type="markdown", section=section, page=page, start=0, end=len(text), ordinal=n, text=text)
+    chunk = Chunk(
+        chunk_id=f"c{n}",
+        doc_id="d1",
+        collection="laws",
+        source="劳动合同法(2012-12-28).md",
+        doc_type="markdown",
+        section=section,
+        page=page,
+        start=0,
+        end=len(text),
+        ordinal=n,
+        text=text,
+    )
     return Hit(chunk=chunk, score=score)
 
 
@@ -13,8 +24,12 @@ TEXT = "第十九条 劳动合同期限三个月以上不满一年的，试用�
 
 
 def test_markdown_has_markers_snippets_and_sources():
-    a = build_answer("试用期最长多久", "hybrid", [_hit(1, TEXT), _hit(2, "第二十条 试用期工资。", page=3, section="")],
-                     AnswerSettings())
+    a = build_answer(
+        "试用期最长多久",
+        "hybrid",
+        [_hit(1, TEXT), _hit(2, "第二十条 试用期工资。", page=3, section="")],
+        AnswerSettings(),
+    )
     assert a.markdown == (
         "**检索问题 / Query:** 试用期最长多久\n\n"
         f"[1] {TEXT} (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
@@ -23,7 +38,10 @@ def test_markdown_has_markers_snippets_and_sources():
         "[1] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条\n"
         "[2] 劳动合同法(2012-12-28).md, p. 3"
     )
-    assert [(c.n, c.chunk_id, c.page, c.text) for c in a.citations] == [(1, "c1", None, TEXT), (2, "c2", 3, "第二十条 试用期工资。")]
+    assert [(c.n, c.chunk_id, c.page, c.text) for c in a.citations] == [
+        (1, "c1", None, TEXT),
+        (2, "c2", 3, "第二十条 试用期工资。"),
+    ]
     assert a.low_confidence is False
 
 
@@ -53,15 +71,19 @@ def test_budget_shrinks_snippets_but_keeps_every_citation():
 
 
 def test_cite():
-    assert cite(_hit(1, "x", page=7)) == "劳动合同法(2012-12-28).md, p. 7, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    assert (
+        cite(_hit(1, "x", page=7)) == "劳动合同法(2012-12-28).md, p. 7, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    )
 
 
 def test_focused_snippet_shows_the_matching_sentence():
-    from zhiku.answer import focused_snippet
+    from zhiku.retrieval.answer import focused_snippet
 
-    text = ("第十六条 劳动合同由用人单位与劳动者协商一致。" * 3 + "\n\n"
-            "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
-            "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资。")
+    text = (
+        "第十六条 劳动合同由用人单位与劳动者协商一致。" * 3 + "\n\n"
+        "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
+        "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资。"
+    )
     got = focused_snippet(text, 40, ["试用期", "超过"])
     assert got == "…第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。…"
     # without terms, or when the text fits, it is the plain leading snippet

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from helpers_kb import (
     CORPUS,
     CORPUS_CHUNKS,
@@ -19,7 +20,6 @@ from helpers_kb import (
     make_settings,
     write_corpus,
 )
-
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
@@ -49,13 +49,18 @@ def top(kb: KnowledgeBase, query: str, mode: str, **kw) -> tuple[str, str]:
 
 # --- retrieval ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
-@pytest.mark.parametrize(("query", "expected"), [
-    ("试用期最长多久", ("劳动合同法.md", SEC_PROBATION)),
-    ("年休假有几天", ("年休假条例.md", SEC_LEAVE)),
-    ("经济补偿怎么计算", ("劳动合同法.md", SEC_SEVERANCE)),
-    ("加班工资", ("规章/工资支付规定.txt", "")),
-])
-def test_each_mode_finds_the_expected_passage(kb: KnowledgeBase, query: str, expected: tuple[str, str], mode: str) -> None:
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("试用期最长多久", ("劳动合同法.md", SEC_PROBATION)),
+        ("年休假有几天", ("年休假条例.md", SEC_LEAVE)),
+        ("经济补偿怎么计算", ("劳动合同法.md", SEC_SEVERANCE)),
+        ("加班工资", ("规章/工资支付规定.txt", "")),
+    ],
+)
+def test_each_mode_finds_the_expected_passage(
+    kb: KnowledgeBase, query: str, expected: tuple[str, str], mode: str
+) -> None:
     assert top(kb, query, mode, collection="hr") == expected
 
 
@@ -133,21 +138,31 @@ def test_source_glob_filter(kb: KnowledgeBase, mode: str) -> None:
 def test_doc_type_filter(kb: KnowledgeBase, mode: str) -> None:
     text = kb.retrieve("加班工资", mode=mode, doc_type="text", top_k=10).hits
     assert sorted((h.chunk.collection, h.chunk.source, h.chunk.doc_type) for h in text) == [
-        ("hr", "规章/工资支付规定.txt", "text"), ("notes", "工资支付规定.txt", "text")]
+        ("hr", "规章/工资支付规定.txt", "text"),
+        ("notes", "工资支付规定.txt", "text"),
+    ]
     md = kb.retrieve("年休假有几天", mode=mode, doc_type="markdown", top_k=10).hits
     assert {h.chunk.doc_type for h in md} == {"markdown"}
     assert (md[0].chunk.source, md[0].chunk.section) == ("年休假条例.md", SEC_LEAVE)
 
 
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
-@pytest.mark.parametrize("filters", [{"collection": "无此集合"}, {"source": "不存在*"}, {"doc_type": "pdf"},
-                                     {"collection": "notes", "source": "劳动合同法*"}])
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"collection": "无此集合"},
+        {"source": "不存在*"},
+        {"doc_type": "pdf"},
+        {"collection": "notes", "source": "劳动合同法*"},
+    ],
+)
 def test_a_filter_matching_nothing_gives_no_hits(kb: KnowledgeBase, mode: str, filters: dict) -> None:
     assert kb.retrieve("试用期最长多久", mode=mode, **filters).hits == ()
     answer = kb.query("试用期最长多久", mode=mode, **filters)
     assert answer.citations == ()
-    assert answer.markdown == ("**检索问题 / Query:** 试用期最长多久\n\n"
-                               "未找到相关内容。No matching passages were found in the knowledge base.")
+    assert answer.markdown == (
+        "**检索问题 / Query:** 试用期最长多久\n\n未找到相关内容。No matching passages were found in the knowledge base."
+    )
 
 
 # --- answers -----------------------------------------------------------------------------------------
@@ -183,15 +198,18 @@ def test_answer_has_markers_and_sources(kb: KnowledgeBase) -> None:
 EMPTY = "the query is empty: ask a question, e.g. 试用期最长多久"
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"query": ""}, EMPTY),
-    ({"query": "   \n\t "}, EMPTY),
-    ({"query": "试用期", "top_k": 0}, "top_k must be an integer from 1 to 100, got 0"),
-    ({"query": "试用期", "top_k": 101}, "top_k must be an integer from 1 to 100, got 101"),
-    ({"query": "试用期", "top_k": True}, "top_k must be an integer from 1 to 100, got True"),
-    ({"query": "试用期", "mode": "semantic"}, "unknown search mode 'semantic': use one of bm25, dense, hybrid"),
-    ({"query": "试" * 2001}, "the query has 2001 characters; the limit is 2000 (retrieval.max_query_chars)"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"query": ""}, EMPTY),
+        ({"query": "   \n\t "}, EMPTY),
+        ({"query": "试用期", "top_k": 0}, "top_k must be an integer from 1 to 100, got 0"),
+        ({"query": "试用期", "top_k": 101}, "top_k must be an integer from 1 to 100, got 101"),
+        ({"query": "试用期", "top_k": True}, "top_k must be an integer from 1 to 100, got True"),
+        ({"query": "试用期", "mode": "semantic"}, "unknown search mode 'semantic': use one of bm25, dense, hybrid"),
+        ({"query": "试" * 2001}, "the query has 2001 characters; the limit is 2000 (retrieval.max_query_chars)"),
+    ],
+)
 def test_invalid_queries_are_refused(kb: KnowledgeBase, kwargs: dict, message: str) -> None:
     for call in (kb.retrieve, kb.query):
         with pytest.raises(InvalidInput) as e:
@@ -209,20 +227,26 @@ def test_index_from_another_embedder_is_refused_until_rebuilt(kb_factory, corpus
     kb.close()
 
     kb = kb_factory(idx)
-    hint = f"rebuild it with `zhiku ingest PATH... --index {idx} --force` (re-embeds everything), or use another --index"
+    hint = (
+        f"rebuild it with `zhiku ingest PATH... --index {idx} --force` (re-embeds everything), or use another --index"
+    )
     for mode in ("dense", "hybrid"):
         with pytest.raises(IndexMismatch) as e:
             kb.retrieve("试用期最长多久", mode=mode)
-        assert str(e.value) == (f"index {idx} was built with embedder 'bge-small-zh/v1.5' but the settings use "
-                                f"{e5.name!r}; vectors from different models cannot be mixed: {hint}")
+        assert str(e.value) == (
+            f"index {idx} was built with embedder 'bge-small-zh/v1.5' but the settings use "
+            f"{e5.name!r}; vectors from different models cannot be mixed: {hint}"
+        )
     with pytest.raises(IndexMismatch):
         kb.query("试用期最长多久")  # the default mode, hybrid
     assert top(kb, "试用期最长多久", "bm25") == ("劳动合同法.md", SEC_PROBATION)  # BM25 needs no vectors
 
     with pytest.raises(IndexMismatch) as e:
         kb.ingest([corpus])
-    assert str(e.value) == (f"index {idx} was built differently (embedder: index has 'bge-small-zh/v1.5', "
-                            f"settings give {e5.name!r}): {hint}")
+    assert str(e.value) == (
+        f"index {idx} was built differently (embedder: index has 'bge-small-zh/v1.5', "
+        f"settings give {e5.name!r}): {hint}"
+    )
     with pytest.raises(IndexMismatch):
         kb.ingest([corpus], dry_run=True)
     assert kb.store.get_meta()["embedder"] == "bge-small-zh/v1.5"
@@ -237,7 +261,9 @@ def test_index_from_another_embedder_is_refused_until_rebuilt(kb_factory, corpus
         assert top(kb, "试用期最长多久", mode) == ("劳动合同法.md", SEC_PROBATION)
 
 
-def test_index_written_by_a_renamed_embedder_is_refused(kb_factory, cached_embedder, corpus: Path, tmp_path: Path) -> None:
+def test_index_written_by_a_renamed_embedder_is_refused(
+    kb_factory, cached_embedder, corpus: Path, tmp_path: Path
+) -> None:
     idx = tmp_path / "idx"
     other = kb_factory(idx, embedder=RenamedEmbedder(cached_embedder(), "m3e-base@2023"))
     other.ingest([corpus])
@@ -261,9 +287,11 @@ def test_a_dimension_change_is_refused(kb_factory, corpus: Path, tmp_path: Path)
     kb = kb_factory(idx)
     with pytest.raises(IndexMismatch) as e:
         kb.retrieve("试用期最长多久", mode="dense")
-    assert str(e.value) == (f"index {idx} holds 768-dimensional vectors but the embedder gives 384; vectors from "
-                            f"different models cannot be mixed: rebuild it with `zhiku ingest PATH... --index {idx} "
-                            "--force` (re-embeds everything), or use another --index")
+    assert str(e.value) == (
+        f"index {idx} holds 768-dimensional vectors but the embedder gives 384; vectors from "
+        f"different models cannot be mixed: rebuild it with `zhiku ingest PATH... --index {idx} "
+        "--force` (re-embeds everything), or use another --index"
+    )
     assert top(kb, "试用期最长多久", "bm25") == ("劳动合同法.md", SEC_PROBATION)
 
 
@@ -305,8 +333,9 @@ def test_locked_index_is_a_clear_error_and_loses_nothing(kb_factory, corpus: Pat
         kb = kb_factory(idx, store={"busy_timeout_s": 0.2})
         with pytest.raises(IndexLocked) as e:
             kb.ingest([corpus])
-        assert str(e.value) == (f"index {idx} is locked by another writer; wait for it to finish, "
-                                "or raise store.busy_timeout_s")
+        assert str(e.value) == (
+            f"index {idx} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s"
+        )
         assert e.value.retryable is True
         with pytest.raises(IndexLocked):
             kb.delete("劳动合同法.md")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zhiku.cache import ResultCache, cache_key
+from zhiku.mcp.cache import ResultCache, cache_key
 
 
 class Clock:

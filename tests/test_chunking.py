@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zhiku.chunking import (
+from zhiku.ingest.chunking import (
     Heading,
     article_label,
     chunk_document,
@@ -21,7 +21,7 @@ from zhiku.chunking import (
     split_long,
     split_sections,
 )
-from zhiku.loaders import load_document
+from zhiku.ingest.loaders import load_document
 from zhiku.settings import ChunkingSettings
 from zhiku.types import Chunk, PageSpan, SourceDoc
 
@@ -52,7 +52,9 @@ LAW_MD = """前言：本文件仅供测试。
 """
 
 
-def md(text: str, source: str = "laws/劳动法.md", doc_type: str = "markdown", pages: tuple[PageSpan, ...] = ()) -> SourceDoc:
+def md(
+    text: str, source: str = "laws/劳动法.md", doc_type: str = "markdown", pages: tuple[PageSpan, ...] = ()
+) -> SourceDoc:
     return SourceDoc(source=source, doc_type=doc_type, title="t", text=text, pages=pages)
 
 
@@ -71,7 +73,7 @@ def check_invariants(doc: SourceDoc, chunks: list[Chunk]) -> None:
         assert c.text == doc.text[c.start : c.end]
         assert c.text == c.text.strip() and c.text
         assert re.fullmatch(r"[0-9a-f]{24}", c.chunk_id)
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in zip(chunks, chunks[1:], strict=False):
         assert b.start > a.start and b.end > a.end  # never contained in the previous chunk
 
 
@@ -94,7 +96,11 @@ def test_law_like_markdown() -> None:
     first = chunks[1]
     assert (first.start, first.end) == (31, 82)
     assert (first.collection, first.doc_id, first.source, first.doc_type, first.page) == (
-        "hr", "doc-1", "laws/劳动法.md", "markdown", None
+        "hr",
+        "doc-1",
+        "laws/劳动法.md",
+        "markdown",
+        None,
     )
 
 
@@ -165,7 +171,9 @@ def test_article_labels() -> None:
 
 def test_chunk_starting_inside_an_article_names_it() -> None:
     items = "\n\n".join(f"（{n}）第{n}项情形的说明文字，足够长以便分块。" for n in "一二三四五")
-    text = f"## 第四章\n\n第四十条 用人单位在下列节日期间应当依法安排劳动者休假：\n\n{items}\n\n第四十一条 延长工作时间。"
+    text = (
+        f"## 第四章\n\n第四十条 用人单位在下列节日期间应当依法安排劳动者休假：\n\n{items}\n\n第四十一条 延长工作时间。"
+    )
     chunks = chunks_of(md(text))  # size 100: 第四十条 (28 chars) + three items (22 each) fill the first chunk
     assert [c.section for c in chunks] == ["第四章 > 第四十条", "第四章 > 第四十条至第四十一条"]
     assert chunks[0].text.endswith("（三）第三项情形的说明文字，足够长以便分块。")
@@ -200,7 +208,7 @@ def test_long_section_is_split_at_sentence_ends_with_overlap() -> None:
         assert len(c.text) <= 500 + 50
         assert c.text.endswith("。")
         assert c.text.startswith("这是第")  # every piece starts at a sentence start
-    for a, b in zip(long, long[1:]):
+    for a, b in zip(long, long[1:], strict=False):
         overlap = a.end - b.start
         assert 0 < overlap <= 100
         assert b.end - a.end >= 50
@@ -235,7 +243,9 @@ def test_tiny_trailing_paragraph_is_merged_into_the_previous_chunk() -> None:
     assert pairs(chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=20))) == [("节", f"{big}\n\n尾声。")]
     assert pairs(chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=0))) == [("节", big), ("节", "尾声。")]
     # A section shorter than min_chars is still emitted.
-    assert pairs(chunks_of(md("## 节\n\n短。"), ChunkingSettings(size=100, overlap=0, min_chars=50))) == [("节", "短。")]
+    assert pairs(chunks_of(md("## 节\n\n短。"), ChunkingSettings(size=100, overlap=0, min_chars=50))) == [
+        ("节", "短。")
+    ]
 
 
 def test_tiny_tail_of_a_split_paragraph_is_merged() -> None:
@@ -254,7 +264,11 @@ def test_tiny_first_chunk_joins_the_next_one() -> None:
 
 
 def test_paragraphs_are_packed_whole() -> None:
-    p = ["第一段有三十个字符的内容用于测试打包是否正确完成了。", "第二段。", "第三段有三十个字符的内容用于测试打包是否正确完成了呀。"]
+    p = [
+        "第一段有三十个字符的内容用于测试打包是否正确完成了。",
+        "第二段。",
+        "第三段有三十个字符的内容用于测试打包是否正确完成了呀。",
+    ]
     doc = md("\n\n".join(p * 3))
     chunks = chunks_of(doc, ChunkingSettings(size=100, overlap=20, min_chars=0))
     check_invariants(doc, chunks)
@@ -380,7 +394,13 @@ def test_annual_leave_regulation() -> None:
     small = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
     check_invariants(doc, small)
     assert [c.section.removeprefix("职工带薪年休假条例 > ") for c in small] == [
-        "第一条", "第二条至第三条", "第四条", "第五条", "第六条", "第七条", "第七条至第十条",
+        "第一条",
+        "第二条至第三条",
+        "第四条",
+        "第五条",
+        "第六条",
+        "第七条",
+        "第七条至第十条",
     ]
     # 第七条 is longer than 200 characters: its second piece overlaps the first. No sentence ends within the
     # 40 characters before the cut, so the overlap starts after a clause mark.
@@ -440,5 +460,5 @@ def test_invariants_on_random_documents() -> None:
             check_invariants(doc, chunks)
             for c in chunks:
                 assert len(re.sub(r"\n\s*\n", "", c.text)) <= settings.size + settings.min_chars
-            for a, b in zip(chunks, chunks[1:]):
+            for a, b in zip(chunks, chunks[1:], strict=False):
                 assert a.end - b.start <= settings.overlap

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zhiku.chunk_tables import split_table
-from zhiku.chunking import chunk_document
-from zhiku.reconstruct import reconstruct_markdown
+from zhiku.ingest.chunk_tables import split_table
+from zhiku.ingest.chunking import chunk_document
+from zhiku.retrieval.reconstruct import reconstruct_markdown
 from zhiku.settings import ChunkingSettings
 from zhiku.types import ImageRef, SourceDoc, SourceImage
 
@@ -30,8 +30,8 @@ def test_a_long_table_is_split_by_rows_with_the_header_repeated() -> None:
     ]
     assert all(c.section == "报告 > 销量" for c in chunks)
     # offsets point at the document's own text; a continued piece's header is not part of its span
-    assert TEXT[chunks[2].start:chunks[2].end] == "\n".join(ROWS[5:10])
-    assert TEXT[chunks[1].start:chunks[1].end] == chunks[1].text
+    assert TEXT[chunks[2].start : chunks[2].end] == "\n".join(ROWS[5:10])
+    assert TEXT[chunks[1].start : chunks[1].end] == chunks[1].text
     assert reconstruct_markdown(chunks) == TEXT
 
 

@@ -10,17 +10,28 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_kb import CORPUS, CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, RenamedEmbedder, make_settings
 from typer.testing import CliRunner, Result
 
+from helpers_kb import CORPUS, CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, RenamedEmbedder, make_settings
 from zhiku.api import KnowledgeBase
-from zhiku.cli import app
+from zhiku.cli.app import app
 
 CORPUS_CHARS = 398  # characters of the corpus's four chunks
 PROBATION = CORPUS["劳动合同法.md"].split("\n\n")[2]
 COUNT_KEYS = {"added", "updated", "skipped", "removed", "failed"}
-HIT_KEYS = {"n", "chunk_id", "doc_id", "source", "page", "section", "score", "text", "fused_rank", "rerank_score",
-            "rerank_sigmoid"}
+HIT_KEYS = {
+    "n",
+    "chunk_id",
+    "doc_id",
+    "source",
+    "page",
+    "section",
+    "score",
+    "text",
+    "fused_rank",
+    "rerank_score",
+    "rerank_sigmoid",
+}
 ZHIKU = Path(sys.executable).parent / "zhiku"
 
 
@@ -79,9 +90,21 @@ def test_help_lists_the_commands(cli) -> None:
 def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: Path) -> None:
     idx = tmp_path / "idx"
     first = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json"))
-    assert set(first) == COUNT_KEYS | {"chunks_written", "chunks_embedded", "seconds", "dry_run", "failures", "needs_ocr"}
+    assert set(first) == COUNT_KEYS | {
+        "chunks_written",
+        "chunks_embedded",
+        "seconds",
+        "dry_run",
+        "failures",
+        "needs_ocr",
+    }
     assert {k: first[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
-    assert (first["chunks_written"], first["dry_run"], first["failures"], first["needs_ocr"]) == (CORPUS_CHUNKS, False, [], [])
+    assert (first["chunks_written"], first["dry_run"], first["failures"], first["needs_ocr"]) == (
+        CORPUS_CHUNKS,
+        False,
+        [],
+        [],
+    )
 
     r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
     assert (r.exit_code, r.stderr) == (0, "")
@@ -102,8 +125,10 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
 
     (corpus / "年休假条例.md").unlink()
     dry = cli("ingest", corpus, "-c", "hr", "--index", idx, "--sync", "--dry-run")
-    assert dry.stdout.startswith("0 would be added, 0 would be updated, 2 would be skipped, 1 would be removed, "
-                                 "0 would be failed · 0 chunks written · ")
+    assert dry.stdout.startswith(
+        "0 would be added, 0 would be updated, 2 would be skipped, 1 would be removed, "
+        "0 would be failed · 0 chunks written · "
+    )
     docs = one_json(cli("documents", "--index", idx, "--json"))["documents"]
     assert [d["source"] for d in docs] == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
 
@@ -132,13 +157,16 @@ def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path:
     text = cli("ingest", corpus, missing, "-c", "hr", "--index", idx)
     assert text.exit_code == 1
     assert text.stdout.startswith("0 added, 0 updated, 3 skipped, 0 removed, 2 failed · 0 chunks written · ")
-    assert text.stderr == (f"  failed: {missing}: no such file or directory\n"
-                           f"  failed: {bad}: binary file, not text (it contains NUL bytes): {bad}\n")
+    assert text.stderr == (
+        f"  failed: {missing}: no such file or directory\n"
+        f"  failed: {bad}: binary file, not text (it contains NUL bytes): {bad}\n"
+    )
 
     rows = one_json(cli("history", "--index", idx, "--json", "--limit", "100"))["history"]
     assert sorted((row["status"], row["path"]) for row in rows) == sorted(
         [("failed", str(missing)), ("failed", bad)] * 2
-        + [("added", str((corpus / s).resolve())) for s in ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")])
+        + [("added", str((corpus / s).resolve())) for s in ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")]
+    )
     assert set(rows[0]) == {"path", "collection", "sha256", "size", "status", "error", "chunk_count", "at"}
 
 
@@ -152,12 +180,19 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
     first = out["hits"][0]
     assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (
-        1, "劳动合同法.md", None, SEC_PROBATION, PROBATION)
+        1,
+        "劳动合同法.md",
+        None,
+        SEC_PROBATION,
+        PROBATION,
+    )
     assert first["score"] == pytest.approx(1.6974, abs=1e-3)  # z-score fusion: BM25 z + dense z of the top chunk
     docs = {d["source"]: d["doc_id"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]}
     assert first["doc_id"] == docs["劳动合同法.md"]
     assert [h["n"] for h in out["hits"]] == [1, 2, 3]
-    assert out["answer"].startswith(f"**检索问题 / Query:** 试用期最长多久\n\n[1] {PROBATION} ({SEC_PROBATION})\n\n[2] ")
+    assert out["answer"].startswith(
+        f"**检索问题 / Query:** 试用期最长多久\n\n[1] {PROBATION} ({SEC_PROBATION})\n\n[2] "
+    )
     assert f"**来源 / Sources**\n\n[1] 劳动合同法.md, {SEC_PROBATION}\n[2] " in out["answer"]
 
     sub = one_json(cli("query", "加班工资", "--index", index, "-c", "hr", "--json", "--mode", "bm25"))
@@ -187,14 +222,20 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     assert "terms: 试用 试用期 最长 多久 · bm25 1 · dense 0 candidates" in verbose.stdout
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["query", ""], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
-    (["query", "   "], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
-    (["query", "试用期", "-k", "0"], "error: top_k must be an integer from 1 to 100, got 0"),
-    (["query", "试用期", "-k", "101", "--json"], "error: top_k must be an integer from 1 to 100, got 101"),
-    (["query", "试用期", "--mode", "semantic"], "error: unknown search mode 'semantic': use one of bm25, dense, hybrid"),
-    (["delete", "[/x]"], "error: no document '[/x]' in {index} (list them with `zhiku documents`)"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["query", ""], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
+        (["query", "   "], "error: the query is empty: ask a question, e.g. 试用期最长多久"),
+        (["query", "试用期", "-k", "0"], "error: top_k must be an integer from 1 to 100, got 0"),
+        (["query", "试用期", "-k", "101", "--json"], "error: top_k must be an integer from 1 to 100, got 101"),
+        (
+            ["query", "试用期", "--mode", "semantic"],
+            "error: unknown search mode 'semantic': use one of bm25, dense, hybrid",
+        ),
+        (["delete", "[/x]"], "error: no document '[/x]' in {index} (list them with `zhiku documents`)"),
+    ],
+)
 def test_errors_are_one_line_with_exit_1(cli, index: Path, args: list[str], message: str) -> None:
     assert error_line(cli(*args, "--index", index)) == message.format(index=index)
 
@@ -207,8 +248,9 @@ def test_ambiguous_delete_is_one_line_naming_the_candidates(cli, index: Path) ->
     assert len(one_json(cli("documents", "--index", index, "--json"))["documents"]) == 3
 
 
-@pytest.mark.parametrize("command", [["query", "试用期最长多久"], ["query", "试用期", "--json"], ["collections"],
-                                     ["documents"], ["history"]])
+@pytest.mark.parametrize(
+    "command", [["query", "试用期最长多久"], ["query", "试用期", "--json"], ["collections"], ["documents"], ["history"]]
+)
 def test_missing_index_is_a_one_line_error(cli, tmp_path: Path, command: list[str]) -> None:
     idx = tmp_path / "a-rather-long-directory-name-so-the-message-is-wider-than-eighty-columns" / "索引"
     line = error_line(cli(*command, "--index", idx))
@@ -218,13 +260,15 @@ def test_missing_index_is_a_one_line_error(cli, tmp_path: Path, command: list[st
 
 def test_missing_config_file_is_an_error(cli, tmp_path: Path) -> None:
     assert error_line(cli("config", "show", "--config", "nope.yaml")) == (
-        "error: config file not found: nope.yaml (create it or drop --config)")
+        "error: config file not found: nope.yaml (create it or drop --config)"
+    )
 
 
 # --- catalogue -----------------------------------------------------------------------------------------
 def test_collections_documents_delete_history(cli, index: Path, corpus: Path) -> None:
     assert one_json(cli("collections", "--index", index, "--json")) == {
-        "collections": [{"name": "hr", "documents": 3, "chunks": CORPUS_CHUNKS, "chars": CORPUS_CHARS}]}
+        "collections": [{"name": "hr", "documents": 3, "chunks": CORPUS_CHUNKS, "chars": CORPUS_CHARS}]
+    }
     table = cli("collections", "--index", index)
     assert table.exit_code == 0
     assert table.stdout.split("\n")[3].split() == ["│", "hr", "│", "3", "│", "4", "│", f"{CORPUS_CHARS}", "│"]
@@ -233,14 +277,17 @@ def test_collections_documents_delete_history(cli, index: Path, corpus: Path) ->
     assert [(d["collection"], d["source"], d["doc_type"], d["chunk_count"], d["title"]) for d in docs] == [
         ("hr", "劳动合同法.md", "markdown", 2, "劳动合同法"),
         ("hr", "年休假条例.md", "markdown", 1, "职工带薪年休假条例"),
-        ("hr", "规章/工资支付规定.txt", "text", 1, "工资支付规定")]
+        ("hr", "规章/工资支付规定.txt", "text", 1, "工资支付规定"),
+    ]
     assert one_json(cli("documents", "-c", "notes", "--index", index, "--json")) == {"documents": []}
 
     leave_id = docs[1]["doc_id"]
     r = cli("delete", "年休假条例.md", "-c", "hr", "--index", index)
     assert (r.exit_code, r.stdout, r.stderr) == (0, f"deleted {leave_id} (hr/年休假条例.md, 1 chunks)\n", "")
     assert [d["source"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]] == [
-        "劳动合同法.md", "规章/工资支付规定.txt"]
+        "劳动合同法.md",
+        "规章/工资支付规定.txt",
+    ]
     assert one_json(cli("collections", "--index", index, "--json"))["collections"][0]["documents"] == 2
     for mode in ("bm25", "dense", "hybrid"):
         hits = one_json(cli("query", "年休假有几天", "--index", index, "--mode", mode, "--json", "-k", "10"))["hits"]
@@ -250,7 +297,10 @@ def test_collections_documents_delete_history(cli, index: Path, corpus: Path) ->
 
     history = one_json(cli("history", "--index", index, "--json"))["history"]
     assert sorted((h["status"], h["collection"], h["chunk_count"], h["error"]) for h in history) == [
-        ("added", "hr", 1, None), ("added", "hr", 1, None), ("added", "hr", 2, None)]
+        ("added", "hr", 1, None),
+        ("added", "hr", 1, None),
+        ("added", "hr", 2, None),
+    ]
     assert "added" in cli("history", "--index", index).stdout
 
 
@@ -262,31 +312,42 @@ def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cach
     assert "  rrf_k: 42\n" in cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}).stdout
 
     (tmp_path / "zhiku.yaml").write_text("collection: 人事\nretrieval: {top_k: 7, rrf_k: 10}\n", encoding="utf-8")
-    shown = one_json(cli("config", "show", "--json", "--index", tmp_path / "别处", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}))
+    shown = one_json(
+        cli("config", "show", "--json", "--index", tmp_path / "别处", env={"ZHIKU_RETRIEVAL__RRF_K": "42"})
+    )
     assert (shown["collection"], shown["retrieval"]["top_k"], shown["retrieval"]["rrf_k"]) == ("人事", 7, 42)
     assert shown["index"] == str(tmp_path / "别处")
 
     assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "0"})) == (
         "error: invalid settings: retrieval.rrf_k: Input should be greater than or equal to 1 "
-        "(got '0'; set it in zhiku.yaml or ZHIKU_RETRIEVAL__RRF_K)")
+        "(got '0'; set it in zhiku.yaml or ZHIKU_RETRIEVAL__RRF_K)"
+    )
 
 
 # --- an index built with another embedder ------------------------------------------------------------------
-def test_index_from_another_embedder_is_refused_until_rebuilt(cli, cached_embedder, corpus: Path, tmp_path: Path,
-                                                             embed_cache_dir: Path, e5) -> None:
+def test_index_from_another_embedder_is_refused_until_rebuilt(
+    cli, cached_embedder, corpus: Path, tmp_path: Path, embed_cache_dir: Path, e5
+) -> None:
     idx = tmp_path / "idx"
-    with KnowledgeBase(make_settings(idx, embed_cache_dir), embedder=RenamedEmbedder(cached_embedder(), "bge-m3")) as kb:
+    with KnowledgeBase(
+        make_settings(idx, embed_cache_dir), embedder=RenamedEmbedder(cached_embedder(), "bge-m3")
+    ) as kb:
         kb.ingest([corpus])
-    hint = f"rebuild it with `zhiku ingest PATH... --index {idx} --force` (re-embeds everything), or use another --index"
+    hint = (
+        f"rebuild it with `zhiku ingest PATH... --index {idx} --force` (re-embeds everything), or use another --index"
+    )
     line = error_line(cli("query", "试用期最长多久", "--index", idx))
-    assert line == (f"error: index {idx} was built with embedder 'bge-m3' but the settings use {e5.name!r}; "
-                    f"vectors from different models cannot be mixed: {hint}")
+    assert line == (
+        f"error: index {idx} was built with embedder 'bge-m3' but the settings use {e5.name!r}; "
+        f"vectors from different models cannot be mixed: {hint}"
+    )
     bm25 = one_json(cli("query", "试用期最长多久", "--index", idx, "--mode", "bm25", "--json"))
     assert bm25["hits"][0]["section"] == SEC_PROBATION
 
     line = error_line(cli("ingest", corpus, "-c", "hr", "--index", idx))
-    assert line == (f"error: index {idx} was built differently (embedder: index has 'bge-m3', settings give "
-                    f"{e5.name!r}): {hint}")
+    assert line == (
+        f"error: index {idx} was built differently (embedder: index has 'bge-m3', settings give {e5.name!r}): {hint}"
+    )
     rebuilt = one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--force", "--json"))
     assert {k: rebuilt[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
     assert rebuilt["chunks_embedded"] == 0
@@ -301,8 +362,9 @@ def test_installed_script_end_to_end(corpus: Path, tmp_path: Path, embed_cache_d
     idx = tmp_path / "idx"
 
     def zhiku(*args: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(ZHIKU), *map(str, args)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                              timeout=120)
+        return subprocess.run(
+            [str(ZHIKU), *map(str, args)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+        )
 
     help_ = zhiku("--help")
     assert help_.returncode == 0

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers_kb import SEC_PROBATION, make_settings
 
+from helpers_kb import SEC_PROBATION, make_settings
 from zhiku.dashboard import PAGE_LIST, PAGES
 from zhiku.dashboard.data import DashboardData, channel_rows, history_rows, rank_rows, waterfall
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.reports import append_history, history_entry
 from zhiku.evaluation.runner import evaluate
-from zhiku.tracing import Tracer
+from zhiku.observability.tracing import Tracer
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -71,8 +71,15 @@ def test_data_module(dash_index: Path, embed_cache_dir: Path, corpus: Path) -> N
     [hybrid] = [t for t in d.traces("query") if t.attrs["mode"] == "hybrid"]
     assert [r["stage"] for r in waterfall(hybrid)] == ["parse", "bm25", "dense", "fusion", "rerank", "answer"]
     assert channel_rows(hybrid, "bm25")[0]["source"] == "劳动合同法.md"
-    assert rank_rows(hybrid)[0] == {"after": 1, "change": "+0", "before": 1, "bm25": 1, "dense": 1,
-                                    "source": "劳动合同法.md", "section": SEC_PROBATION}
+    assert rank_rows(hybrid)[0] == {
+        "after": 1,
+        "change": "+0",
+        "before": 1,
+        "bm25": 1,
+        "dense": 1,
+        "source": "劳动合同法.md",
+        "section": SEC_PROBATION,
+    }
     assert {r["metric"] for r in history_rows(d.eval_history())} >= {"hit@5", "mrr@10"}
 
     paths = d.save_uploads([("新规定.md", "# 新规定\n\n女职工生育享受九十八天产假。\n".encode())], "uploads")

@@ -25,16 +25,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from helpers_kb import CACHE_FILE, make_settings, write_corpus
 from test_dashboard import EVAL_SET
-
 from zhiku.api import KnowledgeBase
 from zhiku.dashboard import PAGE_LIST
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.reports import append_history, history_entry
 from zhiku.evaluation.runner import evaluate
-from zhiku.tracing import Tracer
+from zhiku.observability.tracing import Tracer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WHY = "headless Chromium is not installed (apt-get install chromium)"
@@ -75,8 +75,13 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory, e5, embed_cache_dir: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIKU_")}
     env["ZHIKU_EMBEDDING__CACHE_DIR"] = str(embed_cache_dir)
     log = (root / "dashboard.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "zhiku.cli", "dashboard", "--index", str(root / "idx"),
-                             "--port", str(port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zhiku.cli", "dashboard", "--index", str(root / "idx"), "--port", str(port)],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -109,10 +114,25 @@ class Browser:
 
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-             f"--user-data-dir={profile}", "--window-size=1400,1600", f"--remote-debugging-port={self.port}",
-             "--remote-allow-origins=*", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                CHROMIUM,
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={profile}",
+                "--window-size=1400,1600",
+                f"--remote-debugging-port={self.port}",
+                "--remote-allow-origins=*",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -126,7 +146,9 @@ class Browser:
                 raise RuntimeError("chromium did not open its DevTools port")
             time.sleep(0.2)
         self._stack = contextlib.ExitStack()
-        self.ws = self._stack.enter_context(connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10))
+        self.ws = self._stack.enter_context(
+            connect(pages[0]["webSocketDebuggerUrl"], max_size=64 * 2**20, open_timeout=10)
+        )
         self.next_id = 0
 
     def call(self, method: str, **params: object) -> dict:

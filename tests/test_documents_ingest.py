@@ -10,12 +10,12 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import Client
+
 from pdf_fixtures import THESIS, THESIS_TABLE, encrypted_pdf, scanned_pdf, truncated_pdf
 from test_cli import cli  # noqa: F401  (the fixture)
 from test_docx_html import PAGE, handbook_docx, png
-
-from zhiku.hub import Hub, QueryArgs
-from zhiku.server import build_server
+from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.mcp.server import build_server
 from zhiku.types import DocStatus, OcrNeeded
 
 OCR_OFF = {"loaders": {"ocr": "off"}}
@@ -42,18 +42,30 @@ def test_a_folder_of_office_documents(kb_factory, office: Path, tmp_path: Path) 
     assert report.added == ("员工手册.docx", "扫描件.pdf", "考勤.html", "论文.pdf")
     assert report.needs_ocr == (OcrNeeded("扫描件.pdf", (1,)),)
     assert {Path(f.path).name: f.reason.split(":")[0] for f in report.failed} == {
-        "加密.pdf": "encrypted PDF", "截断.pdf": f"cannot open PDF {office / '截断.pdf'}"}
+        "加密.pdf": "encrypted PDF",
+        "截断.pdf": f"cannot open PDF {office / '截断.pdf'}",
+    }
 
     docs = {d.source: d for d in kb.documents()}
     scan = docs["扫描件.pdf"]
     assert (scan.status, scan.needs_ocr_pages, scan.ocr_pages, scan.chunk_count, scan.pages) == (
-        DocStatus.NEEDS_OCR, (1,), (), 0, 1)
+        DocStatus.NEEDS_OCR,
+        (1,),
+        (),
+        0,
+        1,
+    )
     assert [(d.doc_type, d.status) for d in (docs["论文.pdf"], docs["员工手册.docx"], docs["考勤.html"])] == [
-        ("pdf", "ready"), ("docx", "ready"), ("html", "ready")]
+        ("pdf", "ready"),
+        ("docx", "ready"),
+        ("html", "ready"),
+    ]
     assert docs["论文.pdf"].pages == 11
     history = {Path(r.path).name: (r.status, r.error) for r in kb.history()}
-    assert history["扫描件.pdf"] == ("added", "needs OCR: page 1 without a usable text layer "
-                                             "(OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest)")
+    assert history["扫描件.pdf"] == (
+        "added",
+        "needs OCR: page 1 without a usable text layer (OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest)",
+    )
     assert history["加密.pdf"][0] == "failed" and "loaders.pdf_password" in history["加密.pdf"][1]
 
     # citations point at the right page; the table comes back whole with its caption
@@ -70,21 +82,24 @@ def test_a_folder_of_office_documents(kb_factory, office: Path, tmp_path: Path) 
     assert (figure.caption, figure.width, figure.height) == ("图 1-1 标题序号", 461, 330)
     assert (tmp_path / "idx" / "images" / figure.image_id).is_file()
     assert sorted(p.name for p in (tmp_path / "idx" / "images").iterdir()) == sorted(
-        im.image_id for d in docs.values() for c in kb.store.document_chunks(d.doc_id) for im in c.images)
+        im.image_id for d in docs.values() for c in kb.store.document_chunks(d.doc_id) for im in c.images
+    )
 
     again = kb.ingest([office])  # unchanged: nothing is re-read, the scan stays reported in the index
     assert again.counts() == {"added": 0, "updated": 0, "skipped": 4, "removed": 0, "failed": 2}
 
 
-def test_a_fully_scanned_folder_is_visible_in_the_cli(cli, tmp_path: Path) -> None:
+def test_a_fully_scanned_folder_is_visible_in_the_cli(cli, tmp_path: Path) -> None:  # noqa: F811
     folder = tmp_path / "扫描"
     folder.mkdir()
     scanned_pdf(folder / "合同扫描件.pdf", pages=(3, 8))
     r = cli("ingest", folder, "--index", tmp_path / "idx", "-c", "hr", env={"ZHIKU_LOADERS__OCR": "off"})
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("1 added, 0 updated, 0 skipped, 0 removed, 0 failed (1 need OCR) · 0 chunks written")
-    assert r.stderr == ("  合同扫描件.pdf: needs OCR: pages 1-2 without a usable text layer (OCR is off "
-                        "(loaders.ocr); set loaders.ocr: auto and re-ingest)\n")
+    assert r.stderr == (
+        "  合同扫描件.pdf: needs OCR: pages 1-2 without a usable text layer (OCR is off "
+        "(loaders.ocr); set loaders.ocr: auto and re-ingest)\n"
+    )
     r = cli("documents", "--index", tmp_path / "idx")
     assert "needs_ocr" in r.stdout and "(pages 1-2)" in r.stdout  # the table may wrap the status cell
     r = cli("documents", "--index", tmp_path / "idx", "--json")
@@ -121,8 +136,7 @@ def test_mcp_answers_carry_the_images_of_cited_passages(kb_factory, tmp_path: Pa
     try:
         result = hub.query(QueryArgs("公司的组织结构是怎样的？", top_k=1))
         [image] = result.images
-        assert (image.citation, image.mime_type, image.caption, image.page) == (
-            1, "image/png", ALT, None)
+        assert (image.citation, image.mime_type, image.caption, image.page) == (1, "image/png", ALT, None)
         assert hub.image_blocks(result) == [("image/png", base64.b64encode(png()).decode())]
         summary = hub.summary("员工手册.docx")
         assert (summary.status, summary.needs_ocr_pages) == ("ready", [])

@@ -10,9 +10,9 @@ import pytest
 from docx.oxml.ns import qn
 from PIL import Image, ImageDraw
 
-from zhiku.chunking import chunk_document
 from zhiku.errors import LoaderError
-from zhiku.loaders import DocxLoader, HtmlLoader, load_document
+from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.loaders import DocxLoader, HtmlLoader, load_document
 from zhiku.settings import ChunkingSettings, LoaderSettings
 
 HANDBOOK = """# 员工手册
@@ -44,7 +44,9 @@ HANDBOOK = """# 员工手册
 
 def png(width: int = 200, height: int = 120) -> bytes:
     img = Image.new("RGB", (width, height), "white")
-    ImageDraw.Draw(img).rectangle([width // 10, height // 10, width - width // 10, height - height // 10], outline="black")
+    ImageDraw.Draw(img).rectangle(
+        [width // 10, height // 10, width - width // 10, height - height // 10], outline="black"
+    )
     buf = io.BytesIO()
     img.save(buf, "PNG")
     return buf.getvalue()
@@ -82,17 +84,25 @@ def test_docx_headings_lists_tables_as_markdown(tmp_path: Path) -> None:
     assert (doc.doc_type, doc.title, doc.pages, doc.needs_ocr_pages) == ("docx", "员工手册", (), ())
     assert doc.text == HANDBOOK
     chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkingSettings(size=200, overlap=40))
-    assert [c.section for c in chunks] == ["员工手册 > 第一章 总则", "员工手册 > 第一章 总则 > 第一节 考勤",
-                                           "员工手册 > 第一章 总则 > 第二节 加班"]
+    assert [c.section for c in chunks] == [
+        "员工手册 > 第一章 总则",
+        "员工手册 > 第一章 总则 > 第一节 考勤",
+        "员工手册 > 第一章 总则 > 第二节 加班",
+    ]
 
 
 def test_docx_images_with_alt_text_or_caption(tmp_path: Path) -> None:
     doc = load_document(handbook_docx(tmp_path / "a.docx"), "a.docx")
     [image] = doc.images
     assert (image.ref.mime_type, image.ref.width, image.ref.height, image.ref.page, image.ref.caption) == (
-        "image/png", 200, 120, None, "图 1 公司组织结构图")
+        "image/png",
+        200,
+        120,
+        None,
+        "图 1 公司组织结构图",
+    )
     assert image.data == png()
-    assert doc.text[image.offset:].startswith("图 1 公司组织结构图")
+    assert doc.text[image.offset :].startswith("图 1 公司组织结构图")
     chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkingSettings(size=200, overlap=40))
     assert [c.section for c in chunks if c.images] == ["员工手册 > 第一章 总则 > 第一节 考勤"]
     with_alt = DocxLoader().load(handbook_docx(tmp_path / "b.docx", alt="组织结构：总经理、人事部、财务部"), "b.docx")
@@ -108,15 +118,19 @@ def test_bad_docx_files(tmp_path: Path) -> None:
     (tmp_path / "其实是PDF.docx").write_bytes(b"%PDF-1.7\n")
     expected = {
         "空.docx": "empty file (0 bytes): {}",
-        "旧格式.docx": ("content is a legacy Office file (.doc/.xls/.ppt; save it as .docx), not a Word .docx document: "
-                      "the file name's suffix is wrong ({})"),
+        "旧格式.docx": (
+            "content is a legacy Office file (.doc/.xls/.ppt; save it as .docx), not a Word .docx document: "
+            "the file name's suffix is wrong ({})"
+        ),
         "其实是PDF.docx": "content is PDF, not a Word .docx document: the file name's suffix is wrong ({})",
     }
     for name, message in expected.items():
         with pytest.raises(LoaderError) as e:
             load_document(tmp_path / name, name)
         assert str(e.value) == message.format(tmp_path / name)
-    with pytest.raises(LoaderError, match=r"not a readable \.docx document \(corrupt, truncated, or another ZIP file\)"):
+    with pytest.raises(
+        LoaderError, match=r"not a readable \.docx document \(corrupt, truncated, or another ZIP file\)"
+    ):
         load_document(tmp_path / "截断.docx", "截断.docx")
 
 
@@ -132,7 +146,8 @@ def test_docx_heading_by_outline_level_and_merged_cells(tmp_path: Path) -> None:
         table.cell(1, c).text = value
     d.save(tmp_path / "办法.docx")
     assert load_document(tmp_path / "办法.docx", "办法.docx").text == (
-        "# 一、适用范围\n\n本办法适用于公司全体员工。\n\n| 项目 | 金额 |  |\n| --- | --- | --- |\n| 差旅 | 住宿 | 300 |")
+        "# 一、适用范围\n\n本办法适用于公司全体员工。\n\n| 项目 | 金额 |  |\n| --- | --- | --- |\n| 差旅 | 住宿 | 300 |"
+    )
 
 
 # --- HTML ------------------------------------------------------------------------------------------------
@@ -200,16 +215,21 @@ def test_html_in_gbk_declared_by_meta(tmp_path: Path) -> None:
 
 def test_html_without_main_drops_page_chrome(tmp_path: Path) -> None:
     path = tmp_path / "通知.html"
-    path.write_text("<html><body><header>网站标题 登录</header><div id='breadcrumb'>首页 &gt; 通知</div>"
-                    "<div class='content'><h2>放假通知</h2><p>国庆节放假 7 天。</p></div>"
-                    "<div role='contentinfo'>联系我们</div></body></html>", encoding="utf-8")
+    path.write_text(
+        "<html><body><header>网站标题 登录</header><div id='breadcrumb'>首页 &gt; 通知</div>"
+        "<div class='content'><h2>放假通知</h2><p>国庆节放假 7 天。</p></div>"
+        "<div role='contentinfo'>联系我们</div></body></html>",
+        encoding="utf-8",
+    )
     doc = HtmlLoader().load(path, "通知.html")
     assert (doc.title, doc.text) == ("放假通知", "## 放假通知\n\n国庆节放假 7 天。")
 
 
 def test_bad_html_files(tmp_path: Path) -> None:
     (tmp_path / "空.html").write_bytes(b"")
-    (tmp_path / "只有导航.html").write_text("<html><body><nav>首页</nav><script>x()</script></body></html>", encoding="utf-8")
+    (tmp_path / "只有导航.html").write_text(
+        "<html><body><nav>首页</nav><script>x()</script></body></html>", encoding="utf-8"
+    )
     (tmp_path / "图片.html").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
     expected = {
         "空.html": "empty file (0 bytes): {}",

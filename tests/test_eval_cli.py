@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from zhiku.cli import _register_surfaces, app
-
-_register_surfaces()  # `eval` lives in zhiku.cli_eval
+from zhiku.cli.app import app
 
 CORPUS = [
     {"_id": "d1", "title": "试用期", "text": "劳动合同期限三个月以上不满一年的，试用期不得超过一个月。"},
@@ -55,14 +53,29 @@ HYBRID_METRICS = {
     "hit@1": 0.75,
     "hit@5": 1.0,
 }
-KEYS = {"dataset", "mode", "queries", "ndcg@10", "recall@10", "recall@100", "mrr@10", "hit@1", "hit@5", "latency_ms",
-        "indexing"}
+KEYS = {
+    "dataset",
+    "mode",
+    "queries",
+    "ndcg@10",
+    "recall@10",
+    "recall@100",
+    "mrr@10",
+    "hit@1",
+    "hit@5",
+    "latency_ms",
+    "indexing",
+}
 
 
 def write_beir(folder: Path, *, qrels: str = QRELS) -> Path:
     folder.mkdir(parents=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in CORPUS), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in QUERIES), encoding="utf-8")
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in CORPUS), encoding="utf-8"
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in QUERIES), encoding="utf-8"
+    )
     (folder / "qrels.tsv").write_text(qrels, encoding="utf-8")
     return folder
 
@@ -136,18 +149,22 @@ def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
     (partial / "corpus.jsonl").unlink()
     assert _error(cli("eval", "--dataset", partial, "--json")) == (
         f"error: {partial} is not a BEIR dataset: corpus.jsonl is missing "
-        "(expected corpus.jsonl, queries.jsonl and qrels.tsv)")
+        "(expected corpus.jsonl, queries.jsonl and qrels.tsv)"
+    )
 
     broken = write_beir(tmp_path / "坏行")
     with (broken / "queries.jsonl").open("a", encoding="utf-8") as f:
         f.write("{not json\n")
     assert _error(cli("eval", "--dataset", broken, "--json")).startswith(
-        f"error: {broken / 'queries.jsonl'}:6: not valid JSON (")
+        f"error: {broken / 'queries.jsonl'}:6: not valid JSON ("
+    )
 
     unjudged = write_beir(tmp_path / "无判断", qrels="query-id\tcorpus-id\tscore\nq9\td1\t1\n")
     assert _error(cli("eval", "--dataset", unjudged, "--json")) == (
-        f"error: {unjudged}: no query in queries.jsonl has a judgement in qrels.tsv")
+        f"error: {unjudged}: no query in queries.jsonl has a judgement in qrels.tsv"
+    )
 
     bad_score = write_beir(tmp_path / "坏分数", qrels="q1\td1\thigh\n")
     assert _error(cli("eval", "--dataset", bad_score)) == (
-        f"error: {bad_score / 'qrels.tsv'}:1: score 'high' is not a number")
+        f"error: {bad_score / 'qrels.tsv'}:1: score 'high' is not a number"
+    )

@@ -10,11 +10,11 @@ import random
 from pathlib import Path
 
 import pytest
-from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE
-from test_eval_cli import BM25_METRICS, write_beir
 from typer.testing import CliRunner, Result
 
-from zhiku.cli import _register_surfaces, app
+from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE
+from test_eval_cli import BM25_METRICS, write_beir
+from zhiku.cli.app import app
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.datasets import Expected, load_dataset, load_yaml_set, section_matches
 from zhiku.evaluation.experiments import VARIANTS, parse_variants
@@ -23,8 +23,6 @@ from zhiku.evaluation.metrics import hit_at_k, mrr_at_k, ndcg_at_k, parse_metric
 from zhiku.evaluation.reports import read_history
 from zhiku.evaluation.runner import evaluate
 from zhiku.types import Chunk
-
-_register_surfaces()
 
 
 # ------------------------------------------------------------------------------ metrics vs trec_eval
@@ -44,8 +42,11 @@ def test_metrics_match_pytrec_eval_on_random_runs() -> None:
     ks = (1, 3, 5, 10, 20)
     # strictly decreasing scores: trec_eval sorts by score (ties by doc id), so the order is exactly ours
     run_scored = {q: {d: float(len(r) - i) for i, d in enumerate(r)} for q, r in runs.items()}
-    measures = {f"ndcg_cut.{','.join(map(str, ks))}", f"recall.{','.join(map(str, ks))}",
-                f"success.{','.join(map(str, ks))}"}
+    measures = {
+        f"ndcg_cut.{','.join(map(str, ks))}",
+        f"recall.{','.join(map(str, ks))}",
+        f"success.{','.join(map(str, ks))}",
+    }
     ref = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run_scored)
     checked = 0
     for qid, ranked in runs.items():
@@ -113,25 +114,42 @@ def test_yaml_set_loads(tmp_path: Path) -> None:
     assert load_dataset(tmp_path / "劳动.yaml", max_queries=2).queries == s.queries[:2]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "{p}: the file is empty: it needs `version: 1` and `queries:`"),
-    ("version: 1\nqueries: [\n", "{p}:3: not valid YAML (expected the node content, but found '<stream end>')"),
-    ("queries: []\n", "{p}:1: `version` is missing: add `version: 1`"),
-    ("version: 2\nqueries: []\n", "{p}:1: version: 2 is not supported (use 1)"),
-    ("version: 1\nqueries: []\n", "{p}:2: queries must be a non-empty list of `- query: …` entries"),
-    ("version: 1\nqeuries: []\n", "{p}:2: the top level: unknown field 'qeuries' (allowed: version, description, queries)"),
-    ("version: 1\nqueries:\n  - expected: [{source: a.md}]\n", "{p}:3: queries[0].query is missing"),
-    ("version: 1\nqueries:\n  - query: 试用期\n", "{p}:3: queries[0].expected is missing: list where the answer is, "
-     "e.g. `expected: [{{source: 劳动合同法.md}}]`"),
-    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - section: 第十九条\n",
-     "{p}:5: queries[0].expected[0].source is missing (a path or glob, e.g. 劳动合同法*.md)"),
-    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        page: 零\n",
-     "{p}:6: queries[0].expected[0].page must be a page number ≥ 1, got '零'"),
-    ("version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        sectoin: 第一章\n",
-     "{p}:6: queries[0].expected[0]: unknown field 'sectoin' (allowed: source, page, section)"),
-    ("version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md}]\n  - query: 试用期\n    expected: a.md\n",
-     "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …}}`"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "{p}: the file is empty: it needs `version: 1` and `queries:`"),
+        ("version: 1\nqueries: [\n", "{p}:3: not valid YAML (expected the node content, but found '<stream end>')"),
+        ("queries: []\n", "{p}:1: `version` is missing: add `version: 1`"),
+        ("version: 2\nqueries: []\n", "{p}:1: version: 2 is not supported (use 1)"),
+        ("version: 1\nqueries: []\n", "{p}:2: queries must be a non-empty list of `- query: …` entries"),
+        (
+            "version: 1\nqeuries: []\n",
+            "{p}:2: the top level: unknown field 'qeuries' (allowed: version, description, queries)",
+        ),
+        ("version: 1\nqueries:\n  - expected: [{source: a.md}]\n", "{p}:3: queries[0].query is missing"),
+        (
+            "version: 1\nqueries:\n  - query: 试用期\n",
+            "{p}:3: queries[0].expected is missing: list where the answer is, "
+            "e.g. `expected: [{{source: 劳动合同法.md}}]`",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - section: 第十九条\n",
+            "{p}:5: queries[0].expected[0].source is missing (a path or glob, e.g. 劳动合同法*.md)",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        page: 零\n",
+            "{p}:6: queries[0].expected[0].page must be a page number ≥ 1, got '零'",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        sectoin: 第一章\n",
+            "{p}:6: queries[0].expected[0]: unknown field 'sectoin' (allowed: source, page, section)",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md}]\n  - query: 试用期\n    expected: a.md\n",
+            "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …}}`",
+        ),
+    ],
+)
 def test_yaml_errors_name_the_line_and_field(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path / "坏.yaml", text)
     with pytest.raises(InvalidInput) as e:
@@ -190,7 +208,12 @@ def test_yaml_eval_per_category_and_per_query_hits(kb_factory, law_index: Path, 
     assert r.categories["未分类"]["hit@5"] == 0.0
     top = r.records[1].hits[0]
     assert (top.source, top.section, top.target, top.relevant, top.bm25_rank) == (
-        "劳动合同法.md", SEC_SEVERANCE, "expected[0]", True, 1)
+        "劳动合同法.md",
+        SEC_SEVERANCE,
+        "expected[0]",
+        True,
+        1,
+    )
     assert top.dense_rank is None and top.dense_distance is None and top.rerank_score is None
     assert r.records[2].relevant == ("source=年休假条例.md", "source=不存在.md")
     assert r.records[2].hits[0].section == SEC_LEAVE
@@ -199,8 +222,19 @@ def test_yaml_eval_per_category_and_per_query_hits(kb_factory, law_index: Path, 
 def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tmp_path: Path) -> None:
     dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
     out = tmp_path / "out"
-    r = cli("eval", "--dataset", dataset, "--index", law_index, "--mode", "hybrid", "--out", out,
-            "--gate", "hit@5>=0.7, mrr@3>=0.5")
+    r = cli(
+        "eval",
+        "--dataset",
+        dataset,
+        "--index",
+        law_index,
+        "--mode",
+        "hybrid",
+        "--out",
+        out,
+        "--gate",
+        "hit@5>=0.7, mrr@3>=0.5",
+    )
     assert r.exit_code == 0, r.output
     assert "gate: hit@5 = 0.7500 (bar >= 0.7): ok" in r.stderr and "gate: mrr@3 = " in r.stderr
     assert "generation metrics skipped: no LLM judge configured" in r.stdout
@@ -226,12 +260,21 @@ def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tm
     assert [e.gate_passed for e in read_history(law_index)] == [True, False]
 
 
-@pytest.mark.parametrize(("gate", "message"), [
-    ("hit@5=>0.9", "error: invalid --gate bar 'hit@5=>0.9': write METRIC OP NUMBER, e.g. \"hit@5>=0.9,mrr@10>=0.8\" (OP is >=, >, <= or <)"),
-    ("map@10>=0.5", "error: invalid --gate bar 'map@10>=0.5': unknown metric 'map@10': use hit@K, mrr@K, ndcg@K, recall@K (K from 1 to 1000)"),
-    ("hit@5>=90", "error: invalid --gate bar 'hit@5>=90': hit@5 lies between 0 and 1"),
-    (" , ", "error: --gate is empty: give bars like \"hit@5>=0.9,mrr@10>=0.8\""),
-])
+@pytest.mark.parametrize(
+    ("gate", "message"),
+    [
+        (
+            "hit@5=>0.9",
+            "error: invalid --gate bar 'hit@5=>0.9': write METRIC OP NUMBER, e.g. \"hit@5>=0.9,mrr@10>=0.8\" (OP is >=, >, <= or <)",
+        ),
+        (
+            "map@10>=0.5",
+            "error: invalid --gate bar 'map@10>=0.5': unknown metric 'map@10': use hit@K, mrr@K, ndcg@K, recall@K (K from 1 to 1000)",
+        ),
+        ("hit@5>=90", "error: invalid --gate bar 'hit@5>=90': hit@5 lies between 0 and 1"),
+        (" , ", 'error: --gate is empty: give bars like "hit@5>=0.9,mrr@10>=0.8"'),
+    ],
+)
 def test_malformed_gate_is_a_one_line_error(cli, tmp_path: Path, gate: str, message: str) -> None:
     r = cli("eval", "--dataset", tmp_path / "none.yaml", "--gate", gate)
     assert (r.exit_code, r.stdout, r.stderr) == (1, "", message + "\n")
@@ -253,8 +296,16 @@ def test_yaml_set_needs_an_existing_index(cli, tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ experiments
 def test_experiment_table_on_one_index(cli, tmp_path: Path) -> None:
     dataset = write_beir(tmp_path / "劳动小集")
-    r = cli("experiment", "--dataset", dataset, "--variants", "bm25,dense,hybrid,hybrid_rerank", "--out", tmp_path / "x",
-            "--json")
+    r = cli(
+        "experiment",
+        "--dataset",
+        dataset,
+        "--variants",
+        "bm25,dense,hybrid,hybrid_rerank",
+        "--out",
+        tmp_path / "x",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     rows = {v["variant"]: v for v in data["variants"]}

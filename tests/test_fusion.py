@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from zhiku.fusion import ranked, rrf
+from zhiku.retrieval.fusion import ranked, rrf
 from zhiku.types import ScoredId
 
 
@@ -18,7 +18,7 @@ def test_rrf_matches_hand_computed_scores():
         ("d", 1 / 63),
     ]
     assert [i for i, _ in fused] == [i for i, _ in expected]
-    for (_, got), (_, want) in zip(fused, expected):
+    for (_, got), (_, want) in zip(fused, expected, strict=False):
         assert math.isclose(got, want, rel_tol=1e-12)
 
 
@@ -48,12 +48,12 @@ def test_rrf_of_nothing_is_empty():
 
 
 def test_zscore_fusion_matches_hand_computed_scores():
-    from zhiku.fusion import zscore_fusion
+    from zhiku.retrieval.fusion import zscore_fusion
 
     bm25 = ranked([("a", 9.0), ("b", 3.0), ("c", 0.0)])  # mean 4, std sqrt(14)
     dense = ranked([("c", 0.9), ("a", 0.7)])  # mean 0.8, std 0.1
     fused = dict(zscore_fusion([bm25, dense]))
-    s14 = 14 ** 0.5
+    s14 = 14**0.5
     assert math.isclose(fused["a"], 5 / s14 + (-1.0))
     assert math.isclose(fused["b"], -1 / s14 + (-1.0))  # missing from dense: dense's lowest z
     assert math.isclose(fused["c"], -4 / s14 + 1.0)
@@ -61,7 +61,7 @@ def test_zscore_fusion_matches_hand_computed_scores():
 
 
 def test_zscore_fusion_trusts_a_decisive_channel():
-    from zhiku.fusion import zscore_fusion
+    from zhiku.retrieval.fusion import zscore_fusion
 
     # BM25 is sure about "x" (far above the rest); dense is flat and slightly prefers "y"
     bm25 = ranked([("x", 30.0), ("y", 2.0), ("z", 1.9), ("w", 1.8)])
@@ -71,7 +71,7 @@ def test_zscore_fusion_trusts_a_decisive_channel():
 
 
 def test_zscore_fusion_degenerate_inputs():
-    from zhiku.fusion import zscore_fusion
+    from zhiku.retrieval.fusion import zscore_fusion
 
     assert zscore_fusion([[], []]) == []
     one = ranked([("only", 5.0)])

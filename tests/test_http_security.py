@@ -9,8 +9,14 @@ import anyio
 import pytest
 
 from zhiku.errors import ConfigError
-from zhiku.http_security import (
-    Policy, SecurityMiddleware, check_bind, is_loopback, is_loopback_origin, origin_matches, sdk_host_patterns,
+from zhiku.mcp.http_security import (
+    Policy,
+    SecurityMiddleware,
+    check_bind,
+    is_loopback,
+    is_loopback_origin,
+    origin_matches,
+    sdk_host_patterns,
     sdk_origin_patterns,
 )
 from zhiku.settings import ServerSettings
@@ -29,10 +35,19 @@ async def echo_app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"got " + str(len(body)).encode()})
 
 
-def call(method: str = "POST", path: str = "/mcp", headers: dict[str, str] | None = None,
-         chunks: tuple[bytes, ...] = (b"{}",), policy: Policy = POLICY) -> tuple[int, dict[str, str], bytes]:
-    scope = {"type": "http", "method": method, "path": path,
-             "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]}
+def call(
+    method: str = "POST",
+    path: str = "/mcp",
+    headers: dict[str, str] | None = None,
+    chunks: tuple[bytes, ...] = (b"{}",),
+    policy: Policy = POLICY,
+) -> tuple[int, dict[str, str], bytes]:
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+    }
     incoming = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict[str, Any]] = []
 
@@ -44,8 +59,11 @@ def call(method: str = "POST", path: str = "/mcp", headers: dict[str, str] | Non
 
     anyio.run(SecurityMiddleware(echo_app, policy), scope, receive, send)
     start = sent[0]
-    return (start["status"], {k.decode(): v.decode() for k, v in start["headers"]},
-            b"".join(m.get("body", b"") for m in sent[1:]))
+    return (
+        start["status"],
+        {k.decode(): v.decode() for k, v in start["headers"]},
+        b"".join(m.get("body", b"") for m in sent[1:]),
+    )
 
 
 AUTH = {"Authorization": "Bearer tok"}
@@ -100,12 +118,22 @@ def test_origin_helpers() -> None:
     assert is_loopback_origin("http://localhost") and not is_loopback_origin("http://localhost.evil.com")
     assert not is_loopback_origin("http://127.0.0.1:80@evil.com")
     assert [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "127.0.0.2", "0.0.0.0", "example.com")] == [
-        True, True, True, True, False, False]
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_sdk_patterns() -> None:
-    s = ServerSettings(host="10.0.0.5", token="t", allowed_origins=("https://a.example", "chrome-extension://*"),
-                       allowed_hosts=("kb.example.com:*",))
+    s = ServerSettings(
+        host="10.0.0.5",
+        token="t",
+        allowed_origins=("https://a.example", "chrome-extension://*"),
+        allowed_hosts=("kb.example.com:*",),
+    )
     assert sdk_origin_patterns(s)[-2:] == ["https://a.example", "chrome-extension:*"]
     hosts = sdk_host_patterns(s, s.allowed_hosts)
     assert hosts[-3:] == ["10.0.0.5", "10.0.0.5:*", "kb.example.com:*"] and "127.0.0.1:*" in hosts

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers_kb import CORPUS, CORPUS_CHUNKS, LEAVE_RULES, LEAVE_RULES_V2, SEC_LEAVE, SEC_PROBATION
 
+from helpers_kb import CORPUS, CORPUS_CHUNKS, LEAVE_RULES, LEAVE_RULES_V2, SEC_LEAVE, SEC_PROBATION
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.types import CollectionStats
 
@@ -25,8 +25,12 @@ def _leave_chunk_text(markdown: str) -> str:
 def _chars(files: dict[str, str]) -> int:
     """Characters of every chunk of the corpus: the bodies of its sections/paragraph groups."""
     law = CORPUS["劳动合同法.md"]
-    return (len(law.split("\n\n")[2]) + len(law.split("\n\n")[4].strip())
-            + len(_leave_chunk_text(files["年休假条例.md"])) + len(files["规章/工资支付规定.txt"].strip()))
+    return (
+        len(law.split("\n\n")[2])
+        + len(law.split("\n\n")[4].strip())
+        + len(_leave_chunk_text(files["年休假条例.md"]))
+        + len(files["规章/工资支付规定.txt"].strip())
+    )
 
 
 def test_first_ingest_then_unchanged_folder_writes_nothing(kb_factory, corpus: Path, tmp_path: Path) -> None:
@@ -39,7 +43,8 @@ def test_first_ingest_then_unchanged_folder_writes_nothing(kb_factory, corpus: P
     assert kb.collections() == [CollectionStats("hr", 3, CORPUS_CHUNKS, _chars(CORPUS))]
     history = kb.history()
     assert sorted((r.status, r.path, r.chunk_count, r.error) for r in history) == sorted(
-        ("added", str((corpus / s).resolve()), n, None) for s, n in zip(SOURCES, (2, 1, 1)))
+        ("added", str((corpus / s).resolve()), n, None) for s, n in zip(SOURCES, (2, 1, 1), strict=False)
+    )
 
     for again in (kb, kb_factory(tmp_path / "idx")):  # the same object, and a fresh one on the same index
         report = again.ingest([corpus])
@@ -70,8 +75,12 @@ def test_editing_one_file_reindexes_only_that_file(kb_factory, corpus: Path, tmp
     new = kb.store.find_document("hr", "年休假条例.md")
     assert new is not None and new.doc_id == old.doc_id and new.sha256 != old.sha256
     new_chunks = kb.store.document_chunks(new.doc_id)
-    assert [(c.section, c.text) for c in new_chunks] == [("职工带薪年休假条例 > 第三条", _leave_chunk_text(LEAVE_RULES_V2))]
-    assert kb.collections() == [CollectionStats("hr", 3, CORPUS_CHUNKS, _chars({**CORPUS, "年休假条例.md": LEAVE_RULES_V2}))]
+    assert [(c.section, c.text) for c in new_chunks] == [
+        ("职工带薪年休假条例 > 第三条", _leave_chunk_text(LEAVE_RULES_V2))
+    ]
+    assert kb.collections() == [
+        CollectionStats("hr", 3, CORPUS_CHUNKS, _chars({**CORPUS, "年休假条例.md": LEAVE_RULES_V2}))
+    ]
 
     for searcher in (kb, kb_factory(tmp_path / "idx", read_only=True)):  # patched vectors, and freshly loaded ones
         assert searcher.retrieve("应休未休", mode="bm25").hits == ()
@@ -127,8 +136,14 @@ def test_sync_only_touches_the_given_folders_and_collection(kb_factory, corpus: 
     assert report.counts() == {"added": 1, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
     assert kb.ingest([corpus], collection="notes", sync=True).removed == ()
     assert [(d.collection, d.source) for d in kb.documents()] == [
-        ("hr", "劳动合同法.md"), ("hr", "年休假条例.md"), ("hr", "笔记.txt"), ("hr", "规章/工资支付规定.txt"),
-        ("notes", "劳动合同法.md"), ("notes", "笔记.txt"), ("notes", "规章/工资支付规定.txt")]
+        ("hr", "劳动合同法.md"),
+        ("hr", "年休假条例.md"),
+        ("hr", "笔记.txt"),
+        ("hr", "规章/工资支付规定.txt"),
+        ("notes", "劳动合同法.md"),
+        ("notes", "笔记.txt"),
+        ("notes", "规章/工资支付规定.txt"),
+    ]
 
 
 def test_deleted_document_never_comes_back_in_results(kb_factory, corpus: Path, tmp_path: Path) -> None:
@@ -184,7 +199,11 @@ def test_dry_run_reports_changes_and_writes_nothing(kb_factory, corpus: Path, tm
     assert report.dry_run is True
     assert report.counts() == {"added": 1, "updated": 1, "skipped": 1, "removed": 1, "failed": 0}
     assert (report.added, report.updated, report.skipped, report.removed) == (
-        ("新规定.md",), ("年休假条例.md",), ("劳动合同法.md",), ("规章/工资支付规定.txt",))
+        ("新规定.md",),
+        ("年休假条例.md",),
+        ("劳动合同法.md",),
+        ("规章/工资支付规定.txt",),
+    )
     assert (report.chunks_written, report.chunks_embedded) == (0, 0)
     assert kb.store.index_version() == version
     assert kb.history() == history
@@ -239,7 +258,9 @@ def test_bad_files_fail_alone_with_reasons(kb_factory, tmp_path: Path) -> None:
         p["空文件.md"]: f"empty file (0 bytes): {p['空文件.md']}",
         p["空白.txt"]: f"no text in file (only whitespace): {p['空白.txt']}",
         p["二进制.md"]: f"binary file, not text (it contains NUL bytes): {p['二进制.md']}",
-        p["乱码.txt"]: f"cannot detect the encoding of {p['乱码.txt']} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8",
+        p[
+            "乱码.txt"
+        ]: f"cannot detect the encoding of {p['乱码.txt']} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8",
         p["只有标题.md"]: "no text to index in 只有标题.md (the file holds no words)",
         p["伪装.md"]: f"content is PDF, not text: the file name's suffix is wrong ({p['伪装.md']})",
     }
@@ -259,7 +280,9 @@ def test_a_file_that_turns_bad_keeps_its_stored_version(kb_factory, corpus: Path
     report = kb.ingest([corpus], sync=True)
     bad = str((corpus / "年休假条例.md").resolve())
     assert report.counts() == {"added": 0, "updated": 0, "skipped": 2, "removed": 0, "failed": 1}
-    assert [(f.path, f.reason) for f in report.failed] == [(bad, f"binary file, not text (it contains NUL bytes): {bad}")]
+    assert [(f.path, f.reason) for f in report.failed] == [
+        (bad, f"binary file, not text (it contains NUL bytes): {bad}")
+    ]
     assert kb.store.find_document("hr", "年休假条例.md") == before
     assert kb.retrieve("年休假有几天", mode="bm25").hits[0].chunk.text == _leave_chunk_text(LEAVE_RULES)
     assert kb.collections() == [CollectionStats("hr", 3, CORPUS_CHUNKS, _chars(CORPUS))]
@@ -271,4 +294,3 @@ def test_invalid_collection_name_is_refused(kb_factory, corpus: Path, tmp_path: 
         kb.ingest([corpus], collection="a/b")
     assert str(e.value) == "invalid collection name 'a/b': use 1–64 characters without slashes"
     assert kb.documents() == []
-

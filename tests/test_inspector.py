@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mcp_fixtures import PYTHON, ROOT, Fixture, HttpServer, serve_args, server_env, start_http
 
 INSPECTOR = os.environ.get("ZHIKU_INSPECTOR", "")
@@ -54,8 +55,14 @@ def inspect(*args: str, target: list[str]) -> tuple[int, Any, str]:
     """Run `mcp-inspector --cli` → (exit code, parsed JSON result or None, stderr)."""
     env = {**os.environ, "PATH": NODE_PATH or "", "MCP_CATALOG_PATH": str(ROOT / ".cache" / "inspector-catalog.json")}
     env = {k: v for k, v in env.items() if not k.startswith("ZHIKU_") or k == "ZHIKU_INSPECTOR"}
-    proc = subprocess.run([INSPECTOR, "--cli", "-q", "--format", "json", *args, "--", *target],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [INSPECTOR, "--cli", "-q", "--format", "json", *args, "--", *target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     out = json.loads(proc.stdout) if proc.stdout.strip() else None
     return proc.returncode, out, proc.stderr
 
@@ -65,26 +72,55 @@ def test_stdio(mcp_index: Fixture) -> None:
     rc, out, err = inspect("--method", "tools/list", target=stdio)
     assert rc == 0, err
     assert [t["name"] for t in out["result"]["tools"]] == [
-        "query_knowledge_hub", "list_collections", "get_document_summary", "ingest_documents", "delete_document"]
-    rc, out, err = inspect("--method", "tools/call", "--tool-name", "query_knowledge_hub",
-                           "--tool-args-json", '{"query": "试用期最长不得超过几个月？", "top_k": 1}', target=stdio)
+        "query_knowledge_hub",
+        "list_collections",
+        "get_document_summary",
+        "ingest_documents",
+        "delete_document",
+    ]
+    rc, out, err = inspect(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "query_knowledge_hub",
+        "--tool-args-json",
+        '{"query": "试用期最长不得超过几个月？", "top_k": 1}',
+        target=stdio,
+    )
     assert rc == 0, err
     top = out["result"]["structuredContent"]["citations"][0]
     assert (top["source"], top["section"], top["doc_id"]) == ("劳动合同法.md", SECTION_19_20, DOC_ID_LABOR)
     rc, out, err = inspect("--method", "resources/read", "--uri", f"zhiku://doc/{DOC_ID_LABOR}", target=stdio)
-    assert rc == 0 and out["result"]["contents"][0]["text"].startswith("# 劳动合同法\n\n## 第二章 劳动合同的订立\n"), err
-    rc, out, err = inspect("--method", "prompts/get", "--prompt-name", "answer_with_citations",
-                           "--prompt-args", "question=产假多少天", target=stdio)
+    assert rc == 0 and out["result"]["contents"][0]["text"].startswith("# 劳动合同法\n\n## 第二章 劳动合同的订立\n"), (
+        err
+    )
+    rc, out, err = inspect(
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "answer_with_citations",
+        "--prompt-args",
+        "question=产假多少天",
+        target=stdio,
+    )
     assert rc == 0 and out["result"]["messages"][0]["content"]["text"].endswith("问题 / Question: 产假多少天"), err
-    rc, out, _ = inspect("--method", "tools/call", "--tool-name", "query_knowledge_hub",
-                         "--tool-args-json", '{"query": "试用期", "top_k": 0}', target=stdio)
+    rc, out, _ = inspect(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "query_knowledge_hub",
+        "--tool-args-json",
+        '{"query": "试用期", "top_k": 0}',
+        target=stdio,
+    )
     assert rc == 5 and out["result"]["_meta"]["zhiku/error"]["code"] == "INVALID_INPUT"
 
 
 @pytest.fixture(scope="module")
 def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    server = start_http(mcp_index, tmp_path_factory.mktemp("inspector") / "server.log", "--read-only",
-                        env=server_env(ZHIKU_TOKEN=TOKEN))
+    server = start_http(
+        mcp_index, tmp_path_factory.mktemp("inspector") / "server.log", "--read-only", env=server_env(ZHIKU_TOKEN=TOKEN)
+    )
     yield server
     server.stop()
 
@@ -93,13 +129,31 @@ def test_http(http_server: HttpServer) -> None:
     url, auth = [http_server.url], ("--header", f"Authorization: Bearer {TOKEN}")
     rc, out, err = inspect(*auth, "--method", "tools/list", target=url)
     assert rc == 0 and len(out["result"]["tools"]) == 3, err
-    rc, out, err = inspect(*auth, "--protocol-era", "modern", "--method", "tools/call", "--tool-name", "query_knowledge_hub",
-                           "--tool-args-json", '{"query": "女职工产假有多少天", "top_k": 1}', target=url)
+    rc, out, err = inspect(
+        *auth,
+        "--protocol-era",
+        "modern",
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "query_knowledge_hub",
+        "--tool-args-json",
+        '{"query": "女职工产假有多少天", "top_k": 1}',
+        target=url,
+    )
     assert rc == 0 and out["result"]["structuredContent"]["citations"][0]["source"] == "女职工劳动保护特别规定.md", err
     rc, out, err = inspect(*auth, "--method", "resources/read", "--uri", f"zhiku://doc/{DOC_ID_LABOR}", target=url)
     assert rc == 0 and "第四十七条" in out["result"]["contents"][0]["text"], err
-    rc, out, err = inspect(*auth, "--method", "prompts/get", "--prompt-name", "answer_with_citations",
-                           "--prompt-args", "question=年休假", target=url)
+    rc, out, err = inspect(
+        *auth,
+        "--method",
+        "prompts/get",
+        "--prompt-name",
+        "answer_with_citations",
+        "--prompt-args",
+        "question=年休假",
+        target=url,
+    )
     assert rc == 0 and "query_knowledge_hub" in out["result"]["messages"][0]["content"]["text"], err
     rc, _, err = inspect(*auth, "--header", "Origin: http://evil.example", "--method", "tools/list", target=url)
     assert rc == 3 and "FORBIDDEN_ORIGIN" in err and "403" in err

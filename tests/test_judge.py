@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zhiku.cli import _register_surfaces, app
+from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.generation import average_precision, judge_generation, skipped
 from zhiku.evaluation.judge import JudgeCache, JudgeClient, JudgeError, chat_url, parse_json_object
-
-_register_surfaces()
 
 SET = """\
 version: 1
@@ -68,8 +66,11 @@ class FakeJudge:
         if system.startswith("[faithfulness]"):
             if "坏" in user:
                 return '{"claims": [{"claim": "x", "supported": tru'  # cut off: not JSON
-            claims = [{"claim": "a", "supported": True}, {"claim": "b", "supported": False},
-                      {"claim": "c", "supported": True}]
+            claims = [
+                {"claim": "a", "supported": True},
+                {"claim": "b", "supported": False},
+                {"claim": "c", "supported": True},
+            ]
             return "```json\n" + json.dumps({"claims": claims}) + "\n```"
         if system.startswith("[answer_relevancy]"):
             question = re.search(r"\*\*检索问题 / Query:\*\* (.+)", user).group(1).strip()
@@ -102,8 +103,9 @@ def test_parse_json_and_urls() -> None:
     assert average_precision([0, 0]) == 0.0
 
 
-def test_generation_metrics_cache_and_malformed_replies(fake_judge: FakeJudge, kb_factory, corpus: Path,
-                                                        tmp_path: Path) -> None:
+def test_generation_metrics_cache_and_malformed_replies(
+    fake_judge: FakeJudge, kb_factory, corpus: Path, tmp_path: Path
+) -> None:
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     (tmp_path / "g.yaml").write_text(SET, encoding="utf-8")
@@ -137,8 +139,14 @@ def test_unreachable_judge_and_http_errors(fake_judge: FakeJudge) -> None:
         JudgeClient(f"http://127.0.0.1:{port}", "m", timeout=2).ask("s", "u")
 
 
-def test_eval_cli_with_and_without_a_judge(fake_judge: FakeJudge, monkeypatch: pytest.MonkeyPatch, kb_factory,
-                                           corpus: Path, tmp_path: Path, embed_cache_dir: Path) -> None:
+def test_eval_cli_with_and_without_a_judge(
+    fake_judge: FakeJudge,
+    monkeypatch: pytest.MonkeyPatch,
+    kb_factory,
+    corpus: Path,
+    tmp_path: Path,
+    embed_cache_dir: Path,
+) -> None:
     kb_factory(tmp_path / "idx").ingest([corpus])
     dataset = tmp_path / "g.yaml"
     dataset.write_text(SET, encoding="utf-8")
@@ -156,13 +164,19 @@ def test_eval_cli_with_and_without_a_judge(fake_judge: FakeJudge, monkeypatch: p
     refused = runner.invoke(app, [*args, "--judge"], catch_exceptions=False)
     assert refused.exit_code == 1 and refused.stderr.startswith("error: --judge needs an LLM judge")
 
-    env = {"ZHIKU_JUDGE__BASE_URL": fake_judge.url, "ZHIKU_JUDGE__MODEL": "judge-model",
-           "ZHIKU_JUDGE__API_KEY_ENV": "FAKE_JUDGE_KEY", "FAKE_JUDGE_KEY": "sk-cli"}
+    env = {
+        "ZHIKU_JUDGE__BASE_URL": fake_judge.url,
+        "ZHIKU_JUDGE__MODEL": "judge-model",
+        "ZHIKU_JUDGE__API_KEY_ENV": "FAKE_JUDGE_KEY",
+        "FAKE_JUDGE_KEY": "sk-cli",
+    }
     judged = runner.invoke(app, [*args, "--out", str(tmp_path / "o2")], env=env, catch_exceptions=False)
     assert judged.exit_code == 0, judged.output
     assert "generation (LLM judge): faithfulness 0.6667" in judged.stdout and "2 queries, 1 unscored" in judged.stdout
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text(encoding="utf-8"))
-    assert summary["generation"]["status"] == "ok" and math.isclose(summary["generation"]["metrics"]["faithfulness"], 0.6667)
+    assert summary["generation"]["status"] == "ok" and math.isclose(
+        summary["generation"]["metrics"]["faithfulness"], 0.6667
+    )
     assert "## Generation (LLM judge)" in (tmp_path / "o2" / "report.md").read_text(encoding="utf-8")
     assert fake_judge.auth[-1] == "Bearer sk-cli"
     assert (embed_cache_dir / "judge.sqlite").is_file()

@@ -6,24 +6,39 @@ import json
 from pathlib import Path
 
 import pytest
-from mcp_fixtures import Fixture
 
-from zhiku.latency import compare, percentile, run_bench, save_and_compare, summarize
+from mcp_fixtures import Fixture
+from zhiku.mcp.latency import compare, percentile, run_bench, save_and_compare, summarize
 
 
 def test_percentile_interpolates_like_numpy() -> None:
     values = [5.0, 1.0, 4.0, 2.0, 3.0]
     assert [percentile(values, q) for q in (0, 50, 95, 99, 100)] == [1.0, 3.0, 4.8, 4.96, 5.0]
     assert percentile([7.0], 99) == 7.0
-    assert summarize([1.0, 2.0, 3.0, 4.0]) == {"p50_ms": 2.5, "p95_ms": 3.85, "p99_ms": 3.97, "mean_ms": 2.5,
-                                               "min_ms": 1.0, "max_ms": 4.0, "n": 4}
+    assert summarize([1.0, 2.0, 3.0, 4.0]) == {
+        "p50_ms": 2.5,
+        "p95_ms": 3.85,
+        "p99_ms": 3.97,
+        "mean_ms": 2.5,
+        "min_ms": 1.0,
+        "max_ms": 4.0,
+        "n": 4,
+    }
 
 
 def result(p50: float) -> dict:
     s = {"p50_ms": p50, "p95_ms": p50 * 2, "p99_ms": p50 * 3}
-    return {"transport": "stdio", "calls": 3, "cold_start_ms": 1500.0, "query": s, "trivial": s, "cache_hit": s,
-            "index": {"path": "idx", "documents": 3, "chunks": 5, "mode": "hybrid"}, "measured_at": "t",
-            "env": {"cpu": "cpu", "cores": 2, "load_avg_1m": 1.0, "python": "3.11", "versions": {"mcp": "2.3.0"}}}
+    return {
+        "transport": "stdio",
+        "calls": 3,
+        "cold_start_ms": 1500.0,
+        "query": s,
+        "trivial": s,
+        "cache_hit": s,
+        "index": {"path": "idx", "documents": 3, "chunks": 5, "mode": "hybrid"},
+        "measured_at": "t",
+        "env": {"cpu": "cpu", "cores": 2, "load_avg_1m": 1.0, "python": "3.11", "versions": {"mcp": "2.3.0"}},
+    }
 
 
 def test_compare_prints_deltas() -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from zhiku.errors import IngestError, LoaderError, UnsupportedFormat
-from zhiku.loaders import (
+from zhiku.ingest.loaders import (
     LOADER_CLASSES,
-    Loader,
     DocxLoader,
     HtmlLoader,
+    Loader,
     MarkdownLoader,
     PdfLoader,
     TextLoader,
@@ -23,8 +23,8 @@ from zhiku.loaders import (
     sniff,
     supported_suffixes,
 )
-from zhiku.loaders.encoding import looks_like_text, normalize_newlines, sniff_bytes
-from zhiku.loaders.markdown import markdown_title
+from zhiku.ingest.loaders.encoding import looks_like_text, normalize_newlines, sniff_bytes
+from zhiku.ingest.loaders.markdown import markdown_title
 from zhiku.types import SourceDoc
 
 LAWS = Path(__file__).parent / "fixtures" / "laws"
@@ -136,7 +136,7 @@ def test_bom_only_file_has_no_text(tmp_path: Path) -> None:
 
 
 def test_crlf_and_cr_become_lf(tmp_path: Path) -> None:
-    path = write(tmp_path, "win.txt", "第一行\r\n第二行\r第三行\n\r\n".encode("utf-8"))
+    path = write(tmp_path, "win.txt", "第一行\r\n第二行\r第三行\n\r\n".encode())
     doc = TextLoader().load(path, "win.txt")
     assert doc.text == "第一行\n第二行\n第三行\n\n"
     assert normalize_newlines("a\r\n\r\nb\rc") == "a\n\nb\nc"
@@ -168,7 +168,7 @@ def test_looks_like_text() -> None:
         (b"  \n<!DOCTYPE html>\n<html>", "html"),
         (b"<HTML><body>", "html"),
         (codecs.BOM_UTF8 + b"<!doctype html>", "html"),
-        ("# 标题\n".encode("utf-8"), None),
+        ("# 标题\n".encode(), None),
         (b"", None),
     ],
 )
@@ -221,9 +221,9 @@ def test_markdown_title(text: str, title: str | None) -> None:
 
 
 def test_title_falls_back_to_the_file_stem(tmp_path: Path) -> None:
-    md = write(tmp_path, "员工手册(2024).md", "## 第一章 总则\n\n正文。\n".encode("utf-8"))
+    md = write(tmp_path, "员工手册(2024).md", "## 第一章 总则\n\n正文。\n".encode())
     assert MarkdownLoader().load(md, "员工手册(2024).md").title == "员工手册(2024)"
-    txt = write(tmp_path, "请假制度.txt", "# 这不是 Markdown 标题\n".encode("utf-8"))
+    txt = write(tmp_path, "请假制度.txt", "# 这不是 Markdown 标题\n".encode())
     assert TextLoader().load(txt, "请假制度.txt").title == "请假制度"
 
 
@@ -261,8 +261,10 @@ def test_loader_for(name: str, loader: type) -> None:
 def test_unknown_suffix() -> None:
     with pytest.raises(UnsupportedFormat) as e:
         loader_for(Path("docs/报表.xyz"))
-    assert str(e.value) == ("unsupported file type '.xyz' for 报表.xyz "
-                            "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml)")
+    assert str(e.value) == (
+        "unsupported file type '.xyz' for 报表.xyz "
+        "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml)"
+    )
     assert isinstance(e.value, IngestError)
 
 
@@ -279,8 +281,8 @@ def test_custom_loader_list() -> None:
 
 
 def test_load_document_dispatches_by_suffix(tmp_path: Path) -> None:
-    md = write(tmp_path, "规定.md", "# 考勤规定\n\n迟到三次扣半天工资。\n".encode("utf-8"))
-    txt = write(tmp_path, "规定.txt", "# 考勤规定\n".encode("utf-8"))
+    md = write(tmp_path, "规定.md", "# 考勤规定\n\n迟到三次扣半天工资。\n".encode())
+    txt = write(tmp_path, "规定.txt", "# 考勤规定\n".encode())
     assert load_document(md, "规定.md").doc_type == "markdown"
     assert load_document(md, "规定.md").title == "考勤规定"
     assert load_document(txt, "规定.txt").doc_type == "text"

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zhiku import mcp_text
-from zhiku.server import tool_reference
+from zhiku.mcp import text as mcp_text
+from zhiku.mcp.server import tool_reference
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def test_tool_reference_is_up_to_date() -> None:
     committed = (DOCS / "mcp-tools.md").read_text(encoding="utf-8")
-    assert committed == tool_reference(), "run `python -m zhiku.server --tool-reference > docs/mcp-tools.md`"
+    assert committed == tool_reference(), "run `python -m zhiku.mcp.server --tool-reference > docs/mcp-tools.md`"
 
 
 def test_descriptions_fit_and_are_bilingual() -> None:
@@ -24,6 +24,12 @@ def test_descriptions_fit_and_are_bilingual() -> None:
 
 def test_connection_guide_names_every_tool() -> None:
     guide = (DOCS / "mcp.md").read_text(encoding="utf-8")
-    for tool in ("query_knowledge_hub", "list_collections", "get_document_summary", "ingest_documents", "delete_document"):
+    for tool in (
+        "query_knowledge_hub",
+        "list_collections",
+        "get_document_summary",
+        "ingest_documents",
+        "delete_document",
+    ):
         assert tool in guide
     assert "zhiku serve" in guide and "mcp-tools.md" in guide

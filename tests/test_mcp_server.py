@@ -11,11 +11,11 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_fixtures import COLLECTION, DOCS, Fixture, copy_fixture
 
-from zhiku import server as server_mod
-from zhiku.hub import Hub
-from zhiku.server import build_server
+from mcp_fixtures import COLLECTION, DOCS, Fixture, copy_fixture
+from zhiku.mcp import server as server_mod
+from zhiku.mcp.hub import Hub
+from zhiku.mcp.server import build_server
 from zhiku.settings import merge
 
 T = TypeVar("T")
@@ -78,7 +78,12 @@ def test_query_cites_the_right_article_then_hits_the_cache(mcp_index: Fixture) -
     s = first.structured_content
     top = s["citations"][0]
     assert (top["n"], top["source"], top["section"], top["text"], top["doc_id"]) == (
-        1, "劳动合同法.md", SECTION_19_20, TEXT_19_20, DOC_ID_LABOR)
+        1,
+        "劳动合同法.md",
+        SECTION_19_20,
+        TEXT_19_20,
+        DOC_ID_LABOR,
+    )
     assert top["uri"] == f"zhiku://chunk/{top['chunk_id']}" and top["truncated"] is False and top["page"] is None
     assert [c["source"] for c in s["citations"]] == ["劳动合同法.md", "职工带薪年休假条例.md", "劳动合同法.md"]
     assert (s["mode"], s["cache"], s["low_confidence"], s["images"], s["note"]) == ("hybrid", "miss", False, [], None)
@@ -112,7 +117,8 @@ def test_low_confidence_is_flagged_and_never_cached(mcp_index: Fixture) -> None:
 
     async def body(c: Client) -> list[Any]:
         return [await c.call_tool("query_knowledge_hub", {"query": "今天天气怎么样"}) for _ in range(2)] + [
-            await c.call_tool("query_knowledge_hub", {"query": "年休假有几天"})]
+            await c.call_tool("query_knowledge_hub", {"query": "年休假有几天"})
+        ]
 
     weather1, weather2, leave = with_client(build_server(strict), body)
     for r in (weather1, weather2):
@@ -124,20 +130,48 @@ def test_low_confidence_is_flagged_and_never_cached(mcp_index: Fixture) -> None:
 
 def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
     async def body(c: Client) -> list[Any]:
-        return [await c.call_tool("list_collections", {}), await c.call_tool("list_collections", {"include_stats": False}),
-                await c.call_tool("get_document_summary", {"doc_id": DOC_ID_LABOR}),
-                await c.call_tool("get_document_summary", {"doc_id": "女职工劳动保护特别规定.md", "collection": COLLECTION})]
+        return [
+            await c.call_tool("list_collections", {}),
+            await c.call_tool("list_collections", {"include_stats": False}),
+            await c.call_tool("get_document_summary", {"doc_id": DOC_ID_LABOR}),
+            await c.call_tool(
+                "get_document_summary", {"doc_id": "女职工劳动保护特别规定.md", "collection": COLLECTION}
+            ),
+        ]
 
     stats, names, labor, women = with_client(build_server(mcp_index.settings), body)
     assert stats.structured_content["collections"] == [{"name": "laws", "documents": 3, "chunks": 5, "chars": 648}]
     assert stats.content[0].text.splitlines()[-1] == "| laws | 3 | 5 | 648 |"
-    assert names.structured_content["collections"] == [{"name": "laws", "documents": None, "chunks": None, "chars": None}]
+    assert names.structured_content["collections"] == [
+        {"name": "laws", "documents": None, "chunks": None, "chars": None}
+    ]
     s = labor.structured_content
-    assert {k: s[k] for k in ("doc_id", "collection", "title", "source", "doc_type", "pages", "chunk_count",
-                              "section_count", "summary", "uri")} == {
-        "doc_id": DOC_ID_LABOR, "collection": "laws", "title": "劳动合同法", "source": "劳动合同法.md",
-        "doc_type": "markdown", "pages": None, "chunk_count": 2, "section_count": 2, "summary": None,
-        "uri": f"zhiku://doc/{DOC_ID_LABOR}"}
+    assert {
+        k: s[k]
+        for k in (
+            "doc_id",
+            "collection",
+            "title",
+            "source",
+            "doc_type",
+            "pages",
+            "chunk_count",
+            "section_count",
+            "summary",
+            "uri",
+        )
+    } == {
+        "doc_id": DOC_ID_LABOR,
+        "collection": "laws",
+        "title": "劳动合同法",
+        "source": "劳动合同法.md",
+        "doc_type": "markdown",
+        "pages": None,
+        "chunk_count": 2,
+        "section_count": 2,
+        "summary": None,
+        "uri": f"zhiku://doc/{DOC_ID_LABOR}",
+    }
     assert s["sections"] == [SECTION_19_20, "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"]
     assert s["size_bytes"] == len(DOCS["劳动合同法.md"].encode()) and s["ingested_at"].endswith("Z")
     assert labor.content[0].text.startswith("# 劳动合同法\n")
@@ -166,16 +200,21 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
 
     out = with_client(build_server(mcp_index.settings), body)
     assert sorted(t.uri_template for t in out["templates"]) == [
-        "zhiku://chunk/{chunk_id}", "zhiku://doc/{doc_id}", "zhiku://image/{sha256}.jpg", "zhiku://image/{sha256}.png"]
+        "zhiku://chunk/{chunk_id}",
+        "zhiku://doc/{doc_id}",
+        "zhiku://image/{sha256}.jpg",
+        "zhiku://image/{sha256}.png",
+    ]
     page1, page2 = out["pages"]
     assert len(page1.resources) == 2 and page1.next_cursor and len(page2.resources) == 1 and page2.next_cursor is None
     assert page1.resources[0].mime_type == "text/markdown" and page1.resources[0].uri.startswith("zhiku://doc/")
     for name, content in out["docs"].items():  # rebuilt from chunks, overlaps taken once: the file itself
         assert content.text == DOCS[name].strip(), name
         assert content.mime_type == "text/markdown"
-    assert out["chunk"].text == (f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
-                                 f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n\n"
-                                 + TEXT_19_20)
+    assert out["chunk"].text == (
+        f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
+        f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n\n" + TEXT_19_20
+    )
     for uri in ("zhiku://doc/0000000000000000", "zhiku://chunk/nope"):
         assert out[uri].code == -32602 and "Traceback" not in out[uri].message
     assert out["zhiku://doc/0000000000000000"].message.startswith("no document '0000000000000000'")
@@ -184,11 +223,14 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
 
 def test_prompt(mcp_index: Fixture) -> None:
     async def body(c: Client) -> Any:
-        return (await c.list_prompts()).prompts, await c.get_prompt("answer_with_citations", {"question": "产假多少天？"})
+        return (await c.list_prompts()).prompts, await c.get_prompt(
+            "answer_with_citations", {"question": "产假多少天？"}
+        )
 
     prompts, got = with_client(build_server(mcp_index.settings), body)
     assert [(p.name, [a.name for a in p.arguments], p.arguments[0].required) for p in prompts] == [
-        ("answer_with_citations", ["question"], True)]
+        ("answer_with_citations", ["question"], True)
+    ]
     text = got.messages[0].content.text
     assert got.messages[0].role == "user" and "query_knowledge_hub" in text
     assert text.endswith("问题 / Question: 产假多少天？")
@@ -197,18 +239,58 @@ def test_prompt(mcp_index: Fixture) -> None:
 BAD_CALLS = [
     ("query_knowledge_hub", {"query": ""}, "INVALID_INPUT", "query: String should have at least 1 character"),
     ("query_knowledge_hub", {"query": "   "}, "INVALID_INPUT", "the query is empty"),
-    ("query_knowledge_hub", {"query": "问" * 2001}, "INVALID_INPUT", "query: String should have at most 2000 characters"),
-    ("query_knowledge_hub", {"query": "试用期", "top_k": 0}, "INVALID_INPUT", "top_k: Input should be greater than or equal to 1"),
-    ("query_knowledge_hub", {"query": "试用期", "top_k": 21}, "INVALID_INPUT", "top_k: Input should be less than or equal to 20"),
-    ("query_knowledge_hub", {"query": "试用期", "top_k": "many"}, "INVALID_INPUT", "top_k: Input should be a valid integer"),
-    ("query_knowledge_hub", {"query": "试用期", "collection": "nope"}, "NOT_FOUND", "no collection 'nope' in this knowledge base; available: laws"),
-    ("query_knowledge_hub", {"query": "试用期", "filters": {"sauce": "x"}}, "INVALID_INPUT", "filters.sauce: Extra inputs are not permitted"),
+    (
+        "query_knowledge_hub",
+        {"query": "问" * 2001},
+        "INVALID_INPUT",
+        "query: String should have at most 2000 characters",
+    ),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "top_k": 0},
+        "INVALID_INPUT",
+        "top_k: Input should be greater than or equal to 1",
+    ),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "top_k": 21},
+        "INVALID_INPUT",
+        "top_k: Input should be less than or equal to 20",
+    ),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "top_k": "many"},
+        "INVALID_INPUT",
+        "top_k: Input should be a valid integer",
+    ),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "collection": "nope"},
+        "NOT_FOUND",
+        "no collection 'nope' in this knowledge base; available: laws",
+    ),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "filters": {"sauce": "x"}},
+        "INVALID_INPUT",
+        "filters.sauce: Extra inputs are not permitted",
+    ),
     ("query_knowledge_hub", {"query": "试用期", "filters": "source=*"}, "INVALID_INPUT", "filters"),
-    ("query_knowledge_hub", {"query": "试用期", "filters": {"doc_type": "PDF!"}}, "INVALID_INPUT", "filters.doc_type: String should match pattern"),
+    (
+        "query_knowledge_hub",
+        {"query": "试用期", "filters": {"doc_type": "PDF!"}},
+        "INVALID_INPUT",
+        "filters.doc_type: String should match pattern",
+    ),
     ("get_document_summary", {"doc_id": "0123456789abcdef"}, "NOT_FOUND", "no document '0123456789abcdef'"),
     ("get_document_summary", {}, "INVALID_INPUT", "doc_id: Field required"),
     ("delete_document", {"doc_id": "0123456789abcdef"}, "NOT_FOUND", "no document '0123456789abcdef'"),
-    ("ingest_documents", {"paths": ["/etc/passwd"]}, "PATH_NOT_ALLOWED", "'/etc/passwd' is outside the allowed ingest roots"),
+    (
+        "ingest_documents",
+        {"paths": ["/etc/passwd"]},
+        "PATH_NOT_ALLOWED",
+        "'/etc/passwd' is outside the allowed ingest roots",
+    ),
     ("ingest_documents", {"paths": []}, "INVALID_INPUT", "paths: List should have at least 1 item"),
 ]
 
@@ -218,10 +300,14 @@ def test_bad_input_gives_coded_errors_and_the_server_keeps_serving(mcp_index: Fi
         results = [await c.call_tool(tool, args) for tool, args, _, _ in BAD_CALLS]
         with pytest.raises(MCPError) as unknown:
             await c.call_tool("no_such_tool", {})
-        return results, unknown.value.error, await c.call_tool("query_knowledge_hub", {"query": "年休假有几天", "top_k": 1})
+        return (
+            results,
+            unknown.value.error,
+            await c.call_tool("query_knowledge_hub", {"query": "年休假有几天", "top_k": 1}),
+        )
 
     results, unknown, after = with_client(build_server(mcp_index.settings), body)
-    for (tool, args, code, message), r in zip(BAD_CALLS, results):
+    for (tool, args, code, message), r in zip(BAD_CALLS, results, strict=False):
         err = error_of(r)
         assert (err["code"], err["retryable"]) == (code, False), (tool, args, err)
         assert message in err["message"], (tool, args, err)
@@ -239,17 +325,20 @@ def test_read_only_server_refuses_write_tools_as_unknown(mcp_index: Fixture) -> 
     assert err.code == -32602 and "(this server is read-only)" in err.message
 
 
-def test_unexpected_errors_are_internal_and_leak_nothing(mcp_index: Fixture, monkeypatch: pytest.MonkeyPatch,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_unexpected_errors_are_internal_and_leak_nothing(
+    mcp_index: Fixture, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def boom(self: Hub, args: Any) -> Any:
         raise RuntimeError("secret detail /srv/private/path")
 
     monkeypatch.setattr(Hub, "query", boom)
-    r = with_client(build_server(mcp_index.settings),
-                    lambda c: c.call_tool("query_knowledge_hub", {"query": "试用期"}))
+    r = with_client(build_server(mcp_index.settings), lambda c: c.call_tool("query_knowledge_hub", {"query": "试用期"}))
     err = error_of(r)
-    assert err == {"code": "INTERNAL_ERROR", "retryable": False,
-                   "message": "query_knowledge_hub failed unexpectedly; the server log has the details"}
+    assert err == {
+        "code": "INTERNAL_ERROR",
+        "retryable": False,
+        "message": "query_knowledge_hub failed unexpectedly; the server log has the details",
+    }
     assert "secret" not in json.dumps(r.model_dump(mode="json"), ensure_ascii=False)
     assert "secret detail" in caplog.text  # the traceback went to the log
 
@@ -257,7 +346,9 @@ def test_unexpected_errors_are_internal_and_leak_nothing(mcp_index: Fixture, mon
 def test_ingest_with_progress_then_delete(mcp_index: Fixture, tmp_path: Any) -> None:
     fx = copy_fixture(mcp_index, tmp_path)
     new = fx.inbox / "工资支付暂行规定.md"
-    new.write_text("# 工资支付暂行规定\n\n第五条 工资应当以法定货币支付。不得以实物及有价证券替代货币支付。\n", encoding="utf-8")
+    new.write_text(
+        "# 工资支付暂行规定\n\n第五条 工资应当以法定货币支付。不得以实物及有价证券替代货币支付。\n", encoding="utf-8"
+    )
     (fx.inbox / "escape.md").symlink_to(mcp_index.doc_path("劳动合同法.md"))
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -282,7 +373,12 @@ def test_ingest_with_progress_then_delete(mcp_index: Fixture, tmp_path: Any) -> 
     assert err["code"] == "PATH_NOT_ALLOWED" and "outside the allowed ingest roots" in err["message"]
     s = ingested.structured_content
     assert (s["added"], s["updated"], s["failed"], s["chunks_written"], s["collection"]) == (
-        ["工资支付暂行规定.md"], [], [], 1, "laws")
+        ["工资支付暂行规定.md"],
+        [],
+        [],
+        1,
+        "laws",
+    )
     assert progress[-1] == (1, 1, "1/1") and progress[0][:2] == (0, 1)
     a = after.structured_content
     assert (a["cache"], a["citations"][0]["source"]) == ("miss", "工资支付暂行规定.md")
@@ -304,11 +400,12 @@ def writable_index(request: pytest.FixtureRequest, mcp_index: Fixture, tmp_path:
     from dataclasses import replace
 
     from milvus_fixtures import unique_prefix
-
     from zhiku.api import KnowledgeBase
 
     uri = request.getfixturevalue("milvus_uri")
-    settings = merge(fx.settings, store={"kind": "milvus", "uri": uri, "collection_prefix": unique_prefix(), "timeout_s": 60})
+    settings = merge(
+        fx.settings, store={"kind": "milvus", "uri": uri, "collection_prefix": unique_prefix(), "timeout_s": 60}
+    )
     with KnowledgeBase(settings) as kb:
         assert kb.ingest([mcp_index.docs], collection=COLLECTION).chunks_embedded == 0  # all from the fixture's cache
     return replace(fx, settings=settings)
@@ -320,7 +417,9 @@ def test_query_knowledge_hub_smoke_on_each_backend(writable_index: Fixture) -> N
     fx = writable_index
     q = {"query": "试用期最长不得超过几个月？", "top_k": 3}
     new = fx.inbox / "工资支付暂行规定.md"
-    new.write_text("# 工资支付暂行规定\n\n第五条 工资应当以法定货币支付。不得以实物及有价证券替代货币支付。\n", encoding="utf-8")
+    new.write_text(
+        "# 工资支付暂行规定\n\n第五条 工资应当以法定货币支付。不得以实物及有价证券替代货币支付。\n", encoding="utf-8"
+    )
 
     async def body(c: Client) -> list[Any]:
         first = await c.call_tool("query_knowledge_hub", q)
@@ -333,7 +432,12 @@ def test_query_knowledge_hub_smoke_on_each_backend(writable_index: Fixture) -> N
     first, cached, ingested, after, listed = with_client(build_server(fx.settings), body)
     s = first.structured_content
     top = s["citations"][0]
-    assert (top["source"], top["section"], top["text"], top["doc_id"]) == ("劳动合同法.md", SECTION_19_20, TEXT_19_20, DOC_ID_LABOR)
+    assert (top["source"], top["section"], top["text"], top["doc_id"]) == (
+        "劳动合同法.md",
+        SECTION_19_20,
+        TEXT_19_20,
+        DOC_ID_LABOR,
+    )
     assert len(s["citations"]) == 3
     assert (s["cache"], cached.structured_content["cache"]) == ("miss", "hit")
     assert ingested.structured_content["added"] == ["工资支付暂行规定.md"]

@@ -13,6 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
 from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, HttpServer, http_request, serve_args, server_env, start_http
 
 TOKEN = "s3cret-token"
@@ -24,11 +25,18 @@ DOC_ID_LABOR = "dd028d7587dd6833"
 async def scenario(c: Client) -> None:
     """The same checks over every transport."""
     assert [t.name for t in (await c.list_tools()).tools] == [
-        "query_knowledge_hub", "list_collections", "get_document_summary"]  # served --read-only
+        "query_knowledge_hub",
+        "list_collections",
+        "get_document_summary",
+    ]  # served --read-only
     q = {"query": "试用期最长不得超过几个月？", "top_k": 2}
     first, second = await c.call_tool("query_knowledge_hub", q), await c.call_tool("query_knowledge_hub", q)
     top = first.structured_content["citations"][0]
-    assert (top["source"], top["section"], top["text"][:22]) == ("劳动合同法.md", SECTION_19_20, "第十九条 劳动合同期限三个月以上不满一年的，")
+    assert (top["source"], top["section"], top["text"][:22]) == (
+        "劳动合同法.md",
+        SECTION_19_20,
+        "第十九条 劳动合同期限三个月以上不满一年的，",
+    )
     assert top["text"].endswith("并不得低于用人单位所在地的最低工资标准。")
     assert (first.structured_content["cache"], second.structured_content["cache"]) == ("miss", "hit")
     assert first.content[0].text.startswith("**检索问题 / Query:** 试用期最长不得超过几个月？")
@@ -53,7 +61,9 @@ async def scenario(c: Client) -> None:
 
 # -- stdio ----------------------------------------------------------------------------------------
 def test_stdio_sdk_client(mcp_index: Fixture) -> None:
-    params = StdioServerParameters(command=PYTHON, args=serve_args(mcp_index, "--read-only"), env=server_env(), cwd=str(ROOT))
+    params = StdioServerParameters(
+        command=PYTHON, args=serve_args(mcp_index, "--read-only"), env=server_env(), cwd=str(ROOT)
+    )
 
     async def main() -> None:
         async with Client(params) as c:
@@ -68,14 +78,33 @@ def test_stdio_sdk_client(mcp_index: Fixture) -> None:
 
 def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "query_knowledge_hub", "arguments": {"query": "经济补偿怎么计算", "top_k": 1}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "query_knowledge_hub", "arguments": {"query": "经济补偿怎么计算", "top_k": 1}},
+        },
     ]
-    proc = subprocess.Popen([PYTHON, *serve_args(mcp_index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=server_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [PYTHON, *serve_args(mcp_index)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=server_env(),
+        cwd=ROOT,
+    )
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
@@ -88,21 +117,40 @@ def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
     assert rest == "" and proc.returncode == 0
     assert [r.get("id") for r in replies] == [1, 2] and all(r["jsonrpc"] == "2.0" for r in replies)
     assert replies[1]["result"]["structuredContent"]["citations"][0]["section"] == (
-        "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条")
-    assert "zhiku.server" in stderr  # logs went to stderr
+        "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"
+    )
+    assert "zhiku.mcp.server" in stderr  # logs went to stderr
 
 
 def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path) -> None:
     cases = [
-        (["--transport", "carrier-pigeon"], {}, "error: invalid settings: server.transport: Input should be 'stdio' or 'http'"),
+        (
+            ["--transport", "carrier-pigeon"],
+            {},
+            "error: invalid settings: server.transport: Input should be 'stdio' or 'http'",
+        ),
         (["--transport", "http", "--port", "http"], {}, "error: invalid settings: server.port"),
-        (["--transport", "http", "--host", "0.0.0.0"], {}, "error: refusing to serve HTTP on non-loopback address '0.0.0.0' without a bearer token"),
-        (["--transport", "http"], {"ZHIKU_HOST": "192.0.2.1"}, "error: refusing to serve HTTP on non-loopback address '192.0.2.1'"),
+        (
+            ["--transport", "http", "--host", "0.0.0.0"],
+            {},
+            "error: refusing to serve HTTP on non-loopback address '0.0.0.0' without a bearer token",
+        ),
+        (
+            ["--transport", "http"],
+            {"ZHIKU_HOST": "192.0.2.1"},
+            "error: refusing to serve HTTP on non-loopback address '192.0.2.1'",
+        ),
         (["--read-only", "--index", str(tmp_path / "none")], {}, "error: no index at"),
     ]
     for args, env, expected in cases:
-        proc = subprocess.run([PYTHON, *serve_args(mcp_index, *args)], capture_output=True, text=True, timeout=60,
-                              env=server_env(**env), cwd=ROOT)
+        proc = subprocess.run(
+            [PYTHON, *serve_args(mcp_index, *args)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server_env(**env),
+            cwd=ROOT,
+        )
         assert proc.returncode == 1 and proc.stdout == "", (args, proc)
         assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
 
@@ -118,8 +166,9 @@ def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_http_sdk_client(http_server: HttpServer) -> None:
     async def main() -> None:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
-                                      timeout=httpx2.Timeout(30, read=300)) as http:
+        async with httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(30, read=300)
+        ) as http:
             async with Client(streamable_http_client(http_server.url, http_client=http)) as c:
                 await scenario(c)
             async with Client(streamable_http_client(http_server.url, http_client=http), mode="legacy") as c:
@@ -129,8 +178,14 @@ def test_http_sdk_client(http_server: HttpServer) -> None:
     anyio.run(main)
 
 
-INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}).encode()
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    }
+).encode()
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -146,13 +201,24 @@ def test_http_security(http_server: HttpServer) -> None:
 
     # Origin: foreign → 403, on every path and before auth
     for path, method in ((url, "POST"), (f"{base}/healthz", "GET")):
-        status, _, body = http_request(path, method=method, headers={**JSON_HEADERS, **AUTH, "Origin": "http://evil.example"},
-                                       body=INIT if method == "POST" else None)
+        status, _, body = http_request(
+            path,
+            method=method,
+            headers={**JSON_HEADERS, **AUTH, "Origin": "http://evil.example"},
+            body=INIT if method == "POST" else None,
+        )
         assert status == 403 and json.loads(body)["error"]["code"] == "FORBIDDEN_ORIGIN"
     # CORS preflight: the allowed origin is echoed, never *
     for origin in ("https://app.example.com", "vscode-webview://abc123"):
-        status, headers, _ = http_request(url, method="OPTIONS", headers={
-            "Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+        status, headers, _ = http_request(
+            url,
+            method="OPTIONS",
+            headers={
+                "Origin": origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization",
+            },
+        )
         assert status == 204 and headers["access-control-allow-origin"] == origin, headers
         assert "authorization" in headers["access-control-allow-headers"] and headers["vary"] == "Origin"
     # bearer token

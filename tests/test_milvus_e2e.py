@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers_kb import CORPUS, CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, make_settings, write_corpus
 from milvus_fixtures import require_milvus, unique_prefix
-
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 
@@ -46,7 +46,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory, e5, embed_cache_dir: Path, mi
 
 
 def hits(kb: KnowledgeBase, query: str, mode: str, **kw) -> list[tuple[str, str, str]]:
-    return [(h.chunk.collection, h.chunk.source, h.chunk.section) for h in kb.retrieve(query, mode=mode, top_k=10, **kw).hits]
+    return [
+        (h.chunk.collection, h.chunk.source, h.chunk.section)
+        for h in kb.retrieve(query, mode=mode, top_k=10, **kw).hits
+    ]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -84,9 +87,12 @@ def test_catalogue_matches_sqlite(pair) -> None:
     assert [c.chunks for c in milvus.collections() if c.name == "hr"] == [CORPUS_CHUNKS]
     strip = lambda docs: [(d.doc_id, d.collection, d.source, d.sha256, d.chunk_count) for d in docs]  # noqa: E731
     assert strip(milvus.documents()) == strip(sqlite.documents())
-    assert [(r.collection, r.status, r.chunk_count) for r in milvus.history()] == [(r.collection, r.status, r.chunk_count) for r in sqlite.history()]
-    assert {k: v for k, v in milvus.store.get_meta().items() if k in ("tokenizer", "embedder", "dim", "chunking")} == \
-        {k: v for k, v in sqlite.store.get_meta().items() if k in ("tokenizer", "embedder", "dim", "chunking")}
+    assert [(r.collection, r.status, r.chunk_count) for r in milvus.history()] == [
+        (r.collection, r.status, r.chunk_count) for r in sqlite.history()
+    ]
+    assert {k: v for k, v in milvus.store.get_meta().items() if k in ("tokenizer", "embedder", "dim", "chunking")} == {
+        k: v for k, v in sqlite.store.get_meta().items() if k in ("tokenizer", "embedder", "dim", "chunking")
+    }
 
 
 def test_ingest_update_sync_and_delete_on_milvus(kb_factory, corpus: Path, tmp_path: Path, milvus_uri: str) -> None:
@@ -106,18 +112,29 @@ def test_ingest_update_sync_and_delete_on_milvus(kb_factory, corpus: Path, tmp_p
     assert [d.source for d in kb.documents()] == ["年休假条例.md"]
 
 
-def test_migrate_then_the_same_answers_without_re_embedding(kb_factory, corpus: Path, tmp_path: Path, milvus_uri: str,
-                                                            embed_cache_dir: Path) -> None:
+def test_migrate_then_the_same_answers_without_re_embedding(
+    kb_factory, corpus: Path, tmp_path: Path, milvus_uri: str, embed_cache_dir: Path
+) -> None:
     from typer.testing import CliRunner
 
-    from zhiku.cli import _register_surfaces, app
+    from zhiku.cli.app import app
 
-    _register_surfaces()
     source = kb_factory(tmp_path / "sqlite-idx")
     source.ingest([corpus])
     source.store.record_ingestion(source.history()[0])  # history rows are copied once each, duplicates included
     prefix = unique_prefix()
-    args = ["migrate", "--to", "milvus", "--uri", milvus_uri, "--prefix", prefix, "--index", str(tmp_path / "sqlite-idx"), "--json"]
+    args = [
+        "migrate",
+        "--to",
+        "milvus",
+        "--uri",
+        milvus_uri,
+        "--prefix",
+        prefix,
+        "--index",
+        str(tmp_path / "sqlite-idx"),
+        "--json",
+    ]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
@@ -126,8 +143,11 @@ def test_migrate_then_the_same_answers_without_re_embedding(kb_factory, corpus: 
     assert (again["documents"], again["skipped"], again["history"]) == (0, 3, 0)
 
     embedder = CachedEmbedder(source.embedder.inner, EmbeddingCache(embed_cache_dir / "embeddings.sqlite"))
-    target = KnowledgeBase(make_settings(tmp_path / "unused", embed_cache_dir, **milvus_overrides(milvus_uri, prefix)),
-                           read_only=True, embedder=embedder)
+    target = KnowledgeBase(
+        make_settings(tmp_path / "unused", embed_cache_dir, **milvus_overrides(milvus_uri, prefix)),
+        read_only=True,
+        embedder=embedder,
+    )
     try:
         assert target.stale() == {}
         assert target.collections() == source.collections()
@@ -143,11 +163,12 @@ def test_migrate_then_the_same_answers_without_re_embedding(kb_factory, corpus: 
         target.close()
 
 
-def test_cli_reads_and_errors_with_store_kind_milvus(kb_factory, corpus: Path, tmp_path: Path, milvus_uri: str,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_reads_and_errors_with_store_kind_milvus(
+    kb_factory, corpus: Path, tmp_path: Path, milvus_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
-    from zhiku.cli import app
+    from zhiku.cli.app import app
 
     prefix = unique_prefix()
     kb_factory(tmp_path / "idx", **milvus_overrides(milvus_uri, prefix)).ingest([corpus])
@@ -156,7 +177,14 @@ def test_cli_reads_and_errors_with_store_kind_milvus(kb_factory, corpus: Path, t
         monkeypatch.setenv(f"ZHIKU_STORE__{name}", value)
     result = CliRunner().invoke(app, ["collections", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["collections"] == [{"name": "hr", "documents": 3, "chunks": CORPUS_CHUNKS, "chars": json.loads(result.stdout)["collections"][0]["chars"]}]
+    assert json.loads(result.stdout)["collections"] == [
+        {
+            "name": "hr",
+            "documents": 3,
+            "chunks": CORPUS_CHUNKS,
+            "chars": json.loads(result.stdout)["collections"][0]["chars"],
+        }
+    ]
     monkeypatch.setenv("ZHIKU_STORE__COLLECTION_PREFIX", unique_prefix())
     missing = CliRunner().invoke(app, ["documents"])
     assert missing.exit_code == 1

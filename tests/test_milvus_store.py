@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, ids, make_doc
 from milvus_fixtures import LiteServer, milvus_store, require_milvus, unique_prefix
-
 from zhiku.errors import IndexNotFound, ReadOnlyIndex, StoreError
-from zhiku.fusion import rrf
+from zhiku.retrieval.fusion import rrf
 from zhiku.settings import StoreSettings, load_settings
 from zhiku.stores import _milvus_schema as ms
 from zhiku.types import Filters
@@ -58,7 +58,9 @@ def test_replace_leaves_exactly_the_live_rows_and_bumps_the_version(open_store: 
     assert {r["version"] for r in raw_rows(store)} == {store.index_version()}
 
 
-def test_a_write_that_dies_before_the_switch_is_never_seen_and_is_cleaned_up(open_store: Open, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_that_dies_before_the_switch_is_never_seen_and_is_cleaned_up(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store()
     for doc in (LABOR, WAGE):
         doc.write(store)
@@ -90,7 +92,9 @@ def test_a_write_that_dies_before_the_switch_is_never_seen_and_is_cleaned_up(ope
     assert ids(reader.bm25_search(["变更"], 10)) == LABOR_V2.ids
 
 
-def test_a_write_that_dies_after_the_switch_shows_only_the_new_version(open_store: Open, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_write_that_dies_after_the_switch_shows_only_the_new_version(
+    open_store: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = open_store()
     LABOR.write(store)
     monkeypatch.setattr(MilvusStore, "_discard", lambda *a: None)  # died before deleting the old rows
@@ -131,12 +135,20 @@ def test_read_only_on_a_missing_index_names_the_uri_and_the_fix(milvus_uri: str)
 
 def test_sources_with_quotes_backslashes_and_globs(open_store: Open) -> None:
     store = open_store()
-    odd = make_doc("doc-odd", "法规", '法规/"引号"\\反斜杠\n.md', "markdown", [("第一条 劳动者权利", ["第一条", "劳动者", "权利"], [0.0, 1.0, 0.0])])
+    odd = make_doc(
+        "doc-odd",
+        "法规",
+        '法规/"引号"\\反斜杠\n.md',
+        "markdown",
+        [("第一条 劳动者权利", ["第一条", "劳动者", "权利"], [0.0, 1.0, 0.0])],
+    )
     odd.write(store)
     WAGE.write(store)
     assert store.find_document("法规", odd.record.source) == odd.record
     assert ids(store.bm25_search(["劳动者"], 10, Filters(source_glob='*"引号"*'))) == odd.ids
-    assert ids(store.dense_search(np.array([0.0, 1.0, 0.0], np.float32), 10, Filters(source_glob="法规/*\\*"))) == odd.ids
+    assert (
+        ids(store.dense_search(np.array([0.0, 1.0, 0.0], np.float32), 10, Filters(source_glob="法规/*\\*"))) == odd.ids
+    )
     assert store.bm25_search(['"; drop', "x\\"], 10) == []
 
 
@@ -167,7 +179,9 @@ def test_a_new_dimension_after_a_forced_reset(open_store: Open) -> None:
     LABOR.write(store)
     store.delete_document("doc-labor")
     store.set_meta({"dim": ""})  # what `zhiku ingest --force` does when the embedder changed
-    wide = make_doc("doc-wide", "法规", "法规/宽.md", "markdown", [("劳动者的权利", ["劳动者", "权利"], [0.5, 0.5, 0.5, 0.5])])
+    wide = make_doc(
+        "doc-wide", "法规", "法规/宽.md", "markdown", [("劳动者的权利", ["劳动者", "权利"], [0.5, 0.5, 0.5, 0.5])]
+    )
     wide.write(store)
     assert store.get_meta()["dim"] == "4"
     assert ids(store.dense_search(np.ones(4, np.float32), 5)) == wide.ids
@@ -200,7 +214,9 @@ def test_a_server_that_goes_away_loses_nothing(tmp_path: Path) -> None:
             store.bm25_search(["劳动者"], 5)
         server.start()
         store.conn.timeout = 60  # a busy CI box may need more than 5 s to accept the reconnect
-        assert sorted(ids(store.bm25_search(["劳动者"], 10))) == sorted(LABOR.ids + WAGE.ids)  # the same store reconnects
+        assert sorted(ids(store.bm25_search(["劳动者"], 10))) == sorted(
+            LABOR.ids + WAGE.ids
+        )  # the same store reconnects
         store.close()
         again = MilvusStore(milvus_store(server.uri, "restart_", timeout_s=30))
         assert again.get_document("doc-labor") == LABOR.record
@@ -216,14 +232,20 @@ def test_a_server_that_goes_away_loses_nothing(tmp_path: Path) -> None:
 def test_store_settings_from_env_and_the_token_is_never_shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from zhiku.cli import app
+    from zhiku.cli.app import app
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZHIKU_STORE__KIND", "milvus")
     monkeypatch.setenv("ZHIKU_STORE__URI", "http://milvus.internal:19530")
     monkeypatch.setenv("ZHIKU_STORE__TOKEN", "root:秘密-Milvus")
     s = load_settings().store
-    assert (s.kind, s.uri, s.collection_prefix, s.consistency, s.analyzer) == ("milvus", "http://milvus.internal:19530", "zhiku_", "Strong", "auto")
+    assert (s.kind, s.uri, s.collection_prefix, s.consistency, s.analyzer) == (
+        "milvus",
+        "http://milvus.internal:19530",
+        "zhiku_",
+        "Strong",
+        "auto",
+    )
     assert s.token is not None and s.token.get_secret_value() == "root:秘密-Milvus"
     for args in (["config", "show"], ["config", "show", "--json"]):
         result = CliRunner().invoke(app, args)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_kb import SEC_PROBATION
 
+from helpers_kb import SEC_PROBATION
 from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder, parse_embedder_spec
 from zhiku.embedding.st import SentenceTransformerEmbedder
 from zhiku.errors import IndexMismatch, InvalidInput, MissingDependency, ModelIntegrityError, NotFound
-from zhiku.pinning import HashMemo
-from zhiku.rerank import CrossEncoderReranker, build_reranker, rerank_with_fallback, sigmoid
+from zhiku.modelhub.pinning import HashMemo
+from zhiku.retrieval.rerank import CrossEncoderReranker, build_reranker, rerank_with_fallback, sigmoid
 from zhiku.settings import EmbeddingSettings, RerankSettings
 from zhiku.types import Chunk, Hit
 
@@ -29,8 +29,9 @@ MINILM_DIGEST = hashlib.sha256(f"model.safetensors:{MINILM_SHA256}\n".encode()).
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(str(minilm_dir), device="auto",
-                                       memo=HashMemo(tmp_path_factory.mktemp("memo") / "hashes.json"))
+    return SentenceTransformerEmbedder(
+        str(minilm_dir), device="auto", memo=HashMemo(tmp_path_factory.mktemp("memo") / "hashes.json")
+    )
 
 
 def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceTransformerEmbedder) -> None:
@@ -39,8 +40,9 @@ def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceT
     assert minilm.name.startswith(f"st:model@sha256:{MINILM_DIGEST}/")  # folder name + weights hash
     assert (minilm.prefixes.query, minilm.prefixes.passage, minilm.prefixes.family) == ("", "", "none")
     assert minilm.dim == 384 and minilm.device == "cpu"  # device auto: no GPU here
-    docs = minilm.embed_documents(["A cat sleeps on the warm mat.", "Stock markets fell sharply on Monday.",
-                                   "The annual leave is five days."])
+    docs = minilm.embed_documents(
+        ["A cat sleeps on the warm mat.", "Stock markets fell sharply on Monday.", "The annual leave is five days."]
+    )
     assert (docs.shape, docs.dtype) == ((3, 384), np.float32)
     np.testing.assert_allclose(np.linalg.norm(docs, axis=1), [1, 1, 1], rtol=1e-5)
     for query, best in (("where is the cat sleeping?", 0), ("did shares drop?", 1), ("how many vacation days?", 2)):
@@ -49,27 +51,36 @@ def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceT
 
 
 def test_prefixes_change_vectors_and_the_passage_prefix_changes_the_fingerprint(
-        minilm_dir: Path, minilm: SentenceTransformerEmbedder) -> None:
-    e5_style = SentenceTransformerEmbedder(str(minilm_dir), device="cpu", query_prefix="query: ",
-                                           passage_prefix="passage: ")
+    minilm_dir: Path, minilm: SentenceTransformerEmbedder
+) -> None:
+    e5_style = SentenceTransformerEmbedder(
+        str(minilm_dir), device="cpu", query_prefix="query: ", passage_prefix="passage: "
+    )
     assert (e5_style.prefixes.query, e5_style.prefixes.passage, e5_style.prefixes.family) == (
-        "query: ", "passage: ", "settings")
+        "query: ",
+        "passage: ",
+        "settings",
+    )
     assert e5_style.name != minilm.name and e5_style.name.startswith(f"st:model@sha256:{MINILM_DIGEST}/")
     text = "The annual leave is five days."
-    np.testing.assert_allclose(e5_style.embed_documents([text])[0], minilm.embed_documents(["passage: " + text])[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        e5_style.embed_documents([text])[0], minilm.embed_documents(["passage: " + text])[0], atol=1e-5
+    )
     only_query = SentenceTransformerEmbedder(str(minilm_dir), device="cpu", query_prefix="query: ")
     assert only_query.name == minilm.name  # query vectors are never stored: no rebuild needed
 
 
 def test_settings_build_a_cached_sentence_transformers_embedder(minilm_dir: Path, minilm, tmp_path: Path) -> None:
     assert parse_embedder_spec(f"sentence-transformers:{minilm_dir}") == {
-        "provider": "sentence-transformers", "model": str(minilm_dir)}
+        "provider": "sentence-transformers",
+        "model": str(minilm_dir),
+    }
     assert parse_embedder_spec("bundled") == {"provider": "bundled"}
     with pytest.raises(InvalidInput, match="use bundled, sentence-transformers:MODEL_OR_FOLDER or openai:MODEL"):
         parse_embedder_spec("word2vec:x")
-    emb = build_embedder(EmbeddingSettings(provider="sentence-transformers", model=str(minilm_dir), device="cpu",
-                                           cache_dir=tmp_path))
+    emb = build_embedder(
+        EmbeddingSettings(provider="sentence-transformers", model=str(minilm_dir), device="cpu", cache_dir=tmp_path)
+    )
     assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, SentenceTransformerEmbedder)
     assert emb.name == minilm.name and emb.dim == 384
     first = emb.embed_documents(["leave", "wages"])
@@ -84,8 +95,11 @@ def test_a_tampered_copy_is_refused_before_loading(minilm_dir: Path, tmp_path: P
     with open(copy / "model.safetensors", "wb") as f:  # same size, other bytes (sparse: instant)
         f.truncate((minilm_dir / "model.safetensors").stat().st_size)
     emb = SentenceTransformerEmbedder(str(copy), device="cpu")
-    with pytest.raises(ModelIntegrityError, match=r"model sentence-transformers/all-MiniLM-L6-v2 in .*minilm-copy does "
-                                                  r"not match .*: model\.safetensors: SHA-256 "):
+    with pytest.raises(
+        ModelIntegrityError,
+        match=r"model sentence-transformers/all-MiniLM-L6-v2 in .*minilm-copy does "
+        r"not match .*: model\.safetensors: SHA-256 ",
+    ):
         _ = emb.name
     assert SentenceTransformerEmbedder(str(copy), device="cpu", verify=False).folder.verification.status == "unknown"
     with pytest.raises(NotFound, match="neither a folder on disk nor a Hugging Face id"):
@@ -93,7 +107,7 @@ def test_a_tampered_copy_is_refused_before_loading(minilm_dir: Path, tmp_path: P
 
 
 def test_missing_sentence_transformers_is_an_actionable_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zhiku.hf import import_sentence_transformers
+    from zhiku.modelhub.hf import import_sentence_transformers
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(MissingDependency, match=r"pip install 'zhiku\[models\]'"):
@@ -102,15 +116,21 @@ def test_missing_sentence_transformers_is_an_actionable_error(monkeypatch: pytes
 
 @pytest.mark.skipif("torch" in sys.modules and __import__("torch").cuda.is_available(), reason="a GPU is present")
 def test_device_cuda_without_a_gpu_is_a_clear_error() -> None:
-    from zhiku.hf import resolve_device
+    from zhiku.modelhub.hf import resolve_device
 
     assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
     with pytest.raises(NotFound, match="torch sees no CUDA GPU"):
         resolve_device("cuda")
 
 
-def test_switching_embedder_is_refused_and_force_rebuilds(kb_factory, cached_embedder, corpus: Path, tmp_path: Path,
-                                                          minilm: SentenceTransformerEmbedder, embed_cache_dir: Path) -> None:
+def test_switching_embedder_is_refused_and_force_rebuilds(
+    kb_factory,
+    cached_embedder,
+    corpus: Path,
+    tmp_path: Path,
+    minilm: SentenceTransformerEmbedder,
+    embed_cache_dir: Path,
+) -> None:
     idx = tmp_path / "idx"
     bundled = kb_factory(idx)
     bundled.ingest([corpus])
@@ -134,13 +154,28 @@ def test_switching_embedder_is_refused_and_force_rebuilds(kb_factory, cached_emb
 
 # -------------------------------------------------------------------------------------- cross-encoder
 def hit(n: int, text: str) -> Hit:
-    c = Chunk(chunk_id=f"c{n}", doc_id="d", collection="hr", source=f"s{n}.md", doc_type="markdown", section="",
-              page=None, start=0, end=1, ordinal=n, text=text)
+    c = Chunk(
+        chunk_id=f"c{n}",
+        doc_id="d",
+        collection="hr",
+        source=f"s{n}.md",
+        doc_type="markdown",
+        section="",
+        page=None,
+        start=0,
+        end=1,
+        ordinal=n,
+        text=text,
+    )
     return Hit(chunk=c, score=1.0 / (60 + n), fused_rank=n)
 
 
-TEXTS = ["The probation period may not exceed six months.", "Annual leave is five days.",
-         "Overtime is paid at 150 percent.", "A cat sleeps on the mat."]
+TEXTS = [
+    "The probation period may not exceed six months.",
+    "Annual leave is five days.",
+    "Overtime is paid at 150 percent.",
+    "A cat sleeps on the mat.",
+]
 
 
 def test_cross_encoder_reranker_scores_raw_and_sigmoid(tiny_cross_encoder: Path) -> None:
@@ -158,8 +193,9 @@ def test_cross_encoder_reranker_scores_raw_and_sigmoid(tiny_cross_encoder: Path)
     assert ce.rerank("q", [], 3) == []
 
 
-def test_cross_encoder_through_the_knowledge_base(kb_factory, corpus: Path, tmp_path: Path,
-                                                  tiny_cross_encoder: Path) -> None:
+def test_cross_encoder_through_the_knowledge_base(
+    kb_factory, corpus: Path, tmp_path: Path, tiny_cross_encoder: Path
+) -> None:
     settings = RerankSettings(provider="cross-encoder", model=str(tiny_cross_encoder), device="cpu", top_m=3)
     reranker = build_reranker(settings, cache_dir=tmp_path)
     assert isinstance(reranker, CrossEncoderReranker)
@@ -171,8 +207,11 @@ def test_cross_encoder_through_the_knowledge_base(kb_factory, corpus: Path, tmp_
     assert sorted(h.fused_rank for h in r.hits[:3]) == [1, 2, 3] and r.hits[3].fused_rank == 4
     assert [h.rerank_rank for h in r.hits] == [1, 2, 3, None]
 
-    missing = kb_factory(tmp_path / "idx", read_only=True, rerank={"provider": "cross-encoder",
-                                                                   "model": str(tmp_path / "no-such-reranker")})
+    missing = kb_factory(
+        tmp_path / "idx",
+        read_only=True,
+        rerank={"provider": "cross-encoder", "model": str(tmp_path / "no-such-reranker")},
+    )
     fb = missing.retrieve("试用期最长多久", top_k=2)
     assert fb.rerank.startswith("fallback: NotFound: model ") and "neither a folder on disk" in fb.rerank
     assert [h.fused_rank for h in fb.hits] == [1, 2]
@@ -194,17 +233,17 @@ def test_a_hung_cross_encoder_does_not_hold_the_answer(tiny_cross_encoder: Path)
         model.predict = real
 
 
-def test_eval_takes_an_embedder_override(minilm_dir: Path, minilm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          embed_cache_dir: Path) -> None:
+def test_eval_takes_an_embedder_override(
+    minilm_dir: Path, minilm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_cache_dir: Path
+) -> None:
     import json
     import os
 
-    from helpers_models import beir_set
     from typer.testing import CliRunner
 
-    from zhiku.cli import _register_surfaces, app
+    from helpers_models import beir_set
+    from zhiku.cli.app import app
 
-    _register_surfaces()
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
@@ -212,8 +251,22 @@ def test_eval_takes_an_embedder_override(minilm_dir: Path, minilm, tmp_path: Pat
     data = beir_set(tmp_path / "beir")
     idx = tmp_path / "idx"
     run = CliRunner().invoke
-    r = run(app, ["eval", "--dataset", str(data), "--index", str(idx), "--mode", "dense", "--embedder",
-                  f"sentence-transformers:{minilm_dir}", "--json"], catch_exceptions=False)
+    r = run(
+        app,
+        [
+            "eval",
+            "--dataset",
+            str(data),
+            "--index",
+            str(idx),
+            "--mode",
+            "dense",
+            "--embedder",
+            f"sentence-transformers:{minilm_dir}",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     out = json.loads(r.stdout)
     assert r.exit_code == 0 and out["queries"] == 2 and out["indexing"]["chunks"] == 3
     from zhiku.stores.sqlite import SQLiteStore
@@ -221,8 +274,9 @@ def test_eval_takes_an_embedder_override(minilm_dir: Path, minilm, tmp_path: Pat
     store = SQLiteStore(idx, read_only=True)
     assert store.get_meta()["embedder"] == minilm.name
     store.close()
-    r = run(app, ["eval", "--dataset", str(data), "--index", str(idx), "--mode", "dense", "--json"],
-            catch_exceptions=False)  # the bundled embedder on the MiniLM index: refused, with the fix
+    r = run(
+        app, ["eval", "--dataset", str(data), "--index", str(idx), "--mode", "dense", "--json"], catch_exceptions=False
+    )  # the bundled embedder on the MiniLM index: refused, with the fix
     assert r.exit_code == 1 and f"was built differently (embedder: index has '{minilm.name}'" in r.stderr
     assert "--force` (re-embeds everything)" in r.stderr
 
@@ -231,7 +285,7 @@ def test_hub_ids_download_once_pinned_revision_first(monkeypatch: pytest.MonkeyP
     """No hub here: snapshot_download is replaced by a function that returns a cache-shaped local folder."""
     import huggingface_hub
 
-    from zhiku.pinning import Manifest, pin_folder
+    from zhiku.modelhub.pinning import Manifest, pin_folder
 
     snap = tmp_path / "hub" / "models--acme--tiny-zh" / "snapshots" / "0123456789abcdef0123"
     snap.mkdir(parents=True)
@@ -244,8 +298,11 @@ def test_hub_ids_download_once_pinned_revision_first(monkeypatch: pytest.MonkeyP
         return str(snap)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files",
-                        lambda self, repo_id, revision=None: ["config.json", "model.safetensors", "pytorch_model.bin"])
+    monkeypatch.setattr(
+        huggingface_hub.HfApi,
+        "list_repo_files",
+        lambda self, repo_id, revision=None: ["config.json", "model.safetensors", "pytorch_model.bin"],
+    )
     manifest = Manifest((pin_folder(snap, "acme/tiny-zh"),))
     emb = SentenceTransformerEmbedder("acme/tiny-zh", manifest=manifest)
     assert emb.name.startswith("st:acme/tiny-zh@0123456789ab/")

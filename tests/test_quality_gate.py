@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_kb import CACHE_FILE
 from typer.testing import CliRunner, Result
 
-from zhiku.cli import _register_surfaces, app
+from helpers_kb import CACHE_FILE
+from zhiku.cli.app import app
 from zhiku.embedding import EmbeddingCache
 from zhiku.text import TextProcessor
 
-_register_surfaces()
 pytestmark = pytest.mark.quality_gate
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -53,7 +52,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path, 
     seed = np.load(CMRC / "embeddings.npz")
     if str(seed["model"]) == e5.name:  # another model finds no seed and embeds for real
         cache = EmbeddingCache(embed_cache_dir / CACHE_FILE)
-        cache.put_many(e5.name, list(zip(seed["keys"].tolist(), seed["vectors"])))
+        cache.put_many(e5.name, list(zip(seed["keys"].tolist(), seed["vectors"], strict=False)))
         cache.close()
     runner = CliRunner()
 
@@ -79,7 +78,9 @@ def test_cmrc_bm25_gate_passes(cli, tmp_path: Path) -> None:
 
 def test_meddialog_hybrid_and_bm25_gates_pass_on_one_index(cli, tmp_path: Path) -> None:
     idx = tmp_path / "idx"
-    r = cli("eval", "--dataset", MEDDIALOG, "--mode", "hybrid", "--index", idx, "--gate", MEDDIALOG_HYBRID_GATE, "--json")
+    r = cli(
+        "eval", "--dataset", MEDDIALOG, "--mode", "hybrid", "--index", idx, "--gate", MEDDIALOG_HYBRID_GATE, "--json"
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["indexing"]["chunks"] == 300
     r = cli("eval", "--dataset", MEDDIALOG, "--mode", "bm25", "--index", idx, "--gate", MEDDIALOG_BM25_GATE, "--json")
@@ -95,8 +96,17 @@ def test_the_gate_fails_when_retrieval_is_broken(cli, tmp_path: Path) -> None:
     counts = Counter(t for q in queries for t in set(text.query_tokens(q)))
     broken = tmp_path / "stopwords.txt"
     broken.write_text("\n".join(w for w, _ in counts.most_common(300)) + "\n", encoding="utf-8")
-    r = cli("eval", "--dataset", CMRC, "--mode", "bm25", "--gate", CMRC_BM25_GATE, "--json",
-            env={"ZHIKU_TEXT__STOPWORDS": str(broken)})
+    r = cli(
+        "eval",
+        "--dataset",
+        CMRC,
+        "--mode",
+        "bm25",
+        "--gate",
+        CMRC_BM25_GATE,
+        "--json",
+        env={"ZHIKU_TEXT__STOPWORDS": str(broken)},
+    )
     assert r.exit_code == 1, r.output
     assert json.loads(r.stdout)["hit@5"] < 0.95
     failed = [line for line in _gate(r) if line.startswith("gate FAILED: ")]

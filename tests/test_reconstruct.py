@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from zhiku.reconstruct import heading_path, outline, reconstruct_markdown
+from zhiku.retrieval.reconstruct import heading_path, outline, reconstruct_markdown
 from zhiku.types import Chunk
 
 
 def chunk(start: int, text: str, section: str, ordinal: int) -> Chunk:
-    return Chunk(chunk_id=f"c{ordinal}", doc_id="d", collection="laws", source="law.md", doc_type="markdown",
-                 section=section, page=None, start=start, end=start + len(text), ordinal=ordinal, text=text)
+    return Chunk(
+        chunk_id=f"c{ordinal}",
+        doc_id="d",
+        collection="laws",
+        source="law.md",
+        doc_type="markdown",
+        section=section,
+        page=None,
+        start=start,
+        end=start + len(text),
+        ordinal=ordinal,
+        text=text,
+    )
 
 
 DOC = "# 劳动法\n\n## 第一章 总则\n\n第一条 为了保护劳动者的合法权益，制定本法。\n\n### 第二条\n\n在中华人民共和国境内的企业适用本法。\n前款规定继续适用。"
@@ -19,9 +30,9 @@ def spans() -> list[Chunk]:
     s2 = DOC.index("在中华")
     s3 = DOC.index("前款")
     return [
-        chunk(s1, DOC[s1:DOC.index("\n\n###")], "劳动法 > 第一章 总则 > 第一条", 0),
-        chunk(s2, DOC[s2:s3 - 1], "劳动法 > 第一章 总则 > 第二条", 1),  # a heading "### 第二条", not a label
-        chunk(s2 + 10, DOC[s2 + 10:], "劳动法 > 第一章 总则 > 第二条", 2),  # overlaps the previous chunk
+        chunk(s1, DOC[s1 : DOC.index("\n\n###")], "劳动法 > 第一章 总则 > 第一条", 0),
+        chunk(s2, DOC[s2 : s3 - 1], "劳动法 > 第一章 总则 > 第二条", 1),  # a heading "### 第二条", not a label
+        chunk(s2 + 10, DOC[s2 + 10 :], "劳动法 > 第一章 总则 > 第二条", 2),  # overlaps the previous chunk
     ]
 
 

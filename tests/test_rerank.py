@@ -14,24 +14,42 @@ from typing import Any
 
 import anyio
 import pytest
+
 from fake_openai import FakeOpenAI
 from helpers_kb import SEC_LEAVE, SEC_PROBATION
 from helpers_models import beir_set
-
 from zhiku.errors import InvalidInput, RerankError
-from zhiku.hub import Hub, QueryArgs
+from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.observability.tracing import MemorySink, Tracer
 from zhiku.openai_http import OpenAICompatibleClient
-from zhiku.rerank import (
-    LLMReranker, Reranker, apply_scores, build_reranker, parse_reranker_spec, parse_scores, rerank_with_fallback, sigmoid,
+from zhiku.retrieval.rerank import (
+    LLMReranker,
+    Reranker,
+    apply_scores,
+    build_reranker,
+    parse_reranker_spec,
+    parse_scores,
+    rerank_with_fallback,
+    sigmoid,
 )
 from zhiku.settings import RerankSettings, merge
-from zhiku.tracing import MemorySink, Tracer
 from zhiku.types import Chunk, Hit
 
 
 def hit(n: int, text: str = "") -> Hit:
-    c = Chunk(chunk_id=f"c{n}", doc_id="d", collection="hr", source=f"s{n}.md", doc_type="markdown", section="",
-              page=None, start=0, end=1, ordinal=n, text=text or f"第{n}段")
+    c = Chunk(
+        chunk_id=f"c{n}",
+        doc_id="d",
+        collection="hr",
+        source=f"s{n}.md",
+        doc_type="markdown",
+        section="",
+        page=None,
+        start=0,
+        end=1,
+        ordinal=n,
+        text=text or f"第{n}段",
+    )
     return Hit(chunk=c, score=1.0 / (60 + n), fused_rank=n)
 
 
@@ -99,27 +117,33 @@ def test_sigmoid_and_scores_are_recorded_raw_and_squashed() -> None:
         apply_scores(HITS[:2], [1.0, float("nan")], top_k=2)
 
 
-@pytest.mark.parametrize(("text", "scores"), [
-    ('{"scores": [3, 9, 0.5]}', [3.0, 9.0, 0.5]),
-    ('```json\n{"scores": [1, 2, 3]}\n```', [1.0, 2.0, 3.0]),
-    ('<think>第二段最好 {"scores": [0]}</think>\n{"scores": [2, 8, 5]}', [2.0, 8.0, 5.0]),
-    ('Here you go: {"scores": {"2": 7, "1": 4, "3": 0}} hope it helps', [4.0, 7.0, 0.0]),
-    ("1: 6\n[2]: 9/10\n3 - 1.5", [6.0, 9.0, 1.5]),
-    ("（1）：8\n（2）：2\n（3）：10", [8.0, 2.0, 10.0]),
-])
+@pytest.mark.parametrize(
+    ("text", "scores"),
+    [
+        ('{"scores": [3, 9, 0.5]}', [3.0, 9.0, 0.5]),
+        ('```json\n{"scores": [1, 2, 3]}\n```', [1.0, 2.0, 3.0]),
+        ('<think>第二段最好 {"scores": [0]}</think>\n{"scores": [2, 8, 5]}', [2.0, 8.0, 5.0]),
+        ('Here you go: {"scores": {"2": 7, "1": 4, "3": 0}} hope it helps', [4.0, 7.0, 0.0]),
+        ("1: 6\n[2]: 9/10\n3 - 1.5", [6.0, 9.0, 1.5]),
+        ("（1）：8\n（2）：2\n（3）：10", [8.0, 2.0, 10.0]),
+    ],
+)
 def test_llm_output_is_parsed(text: str, scores: list[float]) -> None:
     assert parse_scores(text, 3) == scores
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "answered nothing"),
-    ("I think passage 2 is the best.", "cannot read grades"),
-    ('{"scores": [1, 2]}', "gave 2 grades for 3 passages"),
-    ('{"scores": ["high", "low", "none"]}', "not numbers"),
-    ('{"scores": [1, true, 3]}', "not finite numbers"),
-    ('{"scores": [1, NaN, 3]}', "not finite numbers"),
-    ("1: 5\n3: 2", r"graded passages \[1, 3\], expected 1..3"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "answered nothing"),
+        ("I think passage 2 is the best.", "cannot read grades"),
+        ('{"scores": [1, 2]}', "gave 2 grades for 3 passages"),
+        ('{"scores": ["high", "low", "none"]}', "not numbers"),
+        ('{"scores": [1, true, 3]}', "not finite numbers"),
+        ('{"scores": [1, NaN, 3]}', "not finite numbers"),
+        ("1: 5\n3: 2", r"graded passages \[1, 3\], expected 1..3"),
+    ],
+)
 def test_garbage_llm_output_is_an_error(text: str, message: str) -> None:
     with pytest.raises(RerankError, match=message):
         parse_scores(text, 3)
@@ -127,7 +151,9 @@ def test_garbage_llm_output_is_an_error(text: str, message: str) -> None:
 
 def test_specs_and_settings() -> None:
     assert parse_reranker_spec("cross-encoder:/models/bge-reranker-v2-m3") == {
-        "provider": "cross-encoder", "model": "/models/bge-reranker-v2-m3"}
+        "provider": "cross-encoder",
+        "model": "/models/bge-reranker-v2-m3",
+    }
     assert parse_reranker_spec("llm") == {"provider": "llm"}
     assert parse_reranker_spec("llm:qwen2.5-7b-instruct") == {"provider": "llm", "model": "qwen2.5-7b-instruct"}
     assert parse_reranker_spec("none") == {"provider": "none"}
@@ -152,13 +178,16 @@ def test_reranked_candidates_come_first_then_the_rest_in_fused_order() -> None:
     assert rerank_with_fallback(REVERSE, "q", [], top_m=6, top_k=2, timeout=5).hits == ()
 
 
-@pytest.mark.parametrize(("behaviour", "reason"), [
-    ("raise", "fallback: RuntimeError: model file missing"),
-    ("foreign", "fallback: RerankError: the reranker returned passages it was not given, or one twice"),
-    ("repeat", "fallback: RerankError: the reranker returned passages it was not given, or one twice"),
-    ("short", "fallback: RerankError: the reranker returned 1 of the 3 passages asked for"),
-    ("garbage", "fallback: RerankError: the reranker returned str, not a list of hits"),
-])
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        ("raise", "fallback: RuntimeError: model file missing"),
+        ("foreign", "fallback: RerankError: the reranker returned passages it was not given, or one twice"),
+        ("repeat", "fallback: RerankError: the reranker returned passages it was not given, or one twice"),
+        ("short", "fallback: RerankError: the reranker returned 1 of the 3 passages asked for"),
+        ("garbage", "fallback: RerankError: the reranker returned str, not a list of hits"),
+    ],
+)
 def test_failures_fall_back_to_the_fused_order(behaviour: str, reason: str) -> None:
     out = rerank_with_fallback(Failing(behaviour), "q", HITS, top_m=4, top_k=3, timeout=5)
     assert out.status == reason and not out.ok
@@ -177,8 +206,12 @@ def test_a_hung_reranker_is_abandoned_after_the_timeout() -> None:
 
 # -------------------------------------------------------------------------------------- LLM reranker
 def llm(fake: FakeOpenAI, timeout: float = 2.0) -> LLMReranker:
-    return LLMReranker(OpenAICompatibleClient(fake.url, timeout=timeout, max_retries=1, backoff_s=0.01), "qwen-test",
-                       max_chars=20, timeout=timeout)
+    return LLMReranker(
+        OpenAICompatibleClient(fake.url, timeout=timeout, max_retries=1, backoff_s=0.01),
+        "qwen-test",
+        max_chars=20,
+        timeout=timeout,
+    )
 
 
 def test_llm_reranker_grades_every_candidate_in_one_call(fake_openai: FakeOpenAI) -> None:
@@ -186,25 +219,38 @@ def test_llm_reranker_grades_every_candidate_in_one_call(fake_openai: FakeOpenAI
     out = rerank_with_fallback(llm(fake_openai), "试用期多久", hits, top_m=3, top_k=3, timeout=2)
     assert out.status == "ok"
     assert [(h.chunk.chunk_id, h.rerank_score, h.rerank_sigmoid) for h in out.hits] == [
-        ("c3", 3.0, pytest.approx(sigmoid(-2.0))), ("c2", 2.0, pytest.approx(sigmoid(-3.0))),
-        ("c1", 1.0, pytest.approx(sigmoid(-4.0)))]
+        ("c3", 3.0, pytest.approx(sigmoid(-2.0))),
+        ("c2", 2.0, pytest.approx(sigmoid(-3.0))),
+        ("c1", 1.0, pytest.approx(sigmoid(-4.0))),
+    ]
     [req] = fake_openai.requests
     body = req.body
     assert req.path == "/v1/chat/completions" and body["model"] == "qwen-test" and body["temperature"] == 0
     prompt = body["messages"][1]["content"]
-    assert prompt.startswith("Query: 试用期多久\n\nPassages (3):\n[1] " + "试用期" * 6 + "试用…\n[2] 年休假\n[3] 加班费")
-    assert body["messages"][0]["content"].endswith('{"scores": [g1, g2, ...]}: one number per passage, in the order given, nothing else.')
+    assert prompt.startswith(
+        "Query: 试用期多久\n\nPassages (3):\n[1] " + "试用期" * 6 + "试用…\n[2] 年休假\n[3] 加班费"
+    )
+    assert body["messages"][0]["content"].endswith(
+        '{"scores": [g1, g2, ...]}: one number per passage, in the order given, nothing else.'
+    )
 
 
-@pytest.mark.parametrize(("behaviour", "reason_start"), [
-    (("raw", json.dumps({"choices": [{"message": {"content": "passage 2 looks best"}}]})),
-     "fallback: RerankError: cannot read grades"),
-    (("raw", json.dumps({"id": "x"})), "fallback: RerankError: the LLM endpoint's answer has no choices"),
-    (("raw", "<html>502</html>"), "fallback: HttpApiError: "),
-    (("status", 500, {}, "boom"), "fallback: HttpApiError: "),
-    (("status", 404, {}, json.dumps({"error": {"message": "model qwen-test not found"}})),
-     "fallback: HttpApiError: "),
-])
+@pytest.mark.parametrize(
+    ("behaviour", "reason_start"),
+    [
+        (
+            ("raw", json.dumps({"choices": [{"message": {"content": "passage 2 looks best"}}]})),
+            "fallback: RerankError: cannot read grades",
+        ),
+        (("raw", json.dumps({"id": "x"})), "fallback: RerankError: the LLM endpoint's answer has no choices"),
+        (("raw", "<html>502</html>"), "fallback: HttpApiError: "),
+        (("status", 500, {}, "boom"), "fallback: HttpApiError: "),
+        (
+            ("status", 404, {}, json.dumps({"error": {"message": "model qwen-test not found"}})),
+            "fallback: HttpApiError: ",
+        ),
+    ],
+)
 def test_llm_failures_fall_back(fake_openai: FakeOpenAI, behaviour: tuple, reason_start: str) -> None:
     fake_openai.then(*behaviour).then(*behaviour)  # a retry gets the same answer
     out = rerank_with_fallback(llm(fake_openai), "q", HITS[:3], top_m=3, top_k=3, timeout=2)
@@ -242,14 +288,21 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
     fused = [h.chunk.chunk_id for h in plain.hits]
     assert [h.chunk.chunk_id for h in r.hits] == [fused[2], fused[1], fused[0], fused[3]]
     assert [(h.fused_rank, h.rerank_rank, h.rerank_score) for h in r.hits] == [
-        (3, 1, 3.0), (2, 2, 2.0), (1, 3, 1.0), (4, None, None)]
+        (3, 1, 3.0),
+        (2, 2, 2.0),
+        (1, 3, 1.0),
+        (4, None, None),
+    ]
     assert r.hits[2].chunk.section == SEC_PROBATION and r.hits[2].bm25_rank == 1  # channel evidence is kept
     [t] = sink.traces
     stage = t.stage("rerank")
     assert (stage.status, stage.counts) == ("ok", {"candidates": 3, "returned": 4})
     assert stage.data["reranker"] == "test:by-score" and stage.data["top_m"] == 3
     assert [(c["rank_before"], c["rank_after"], c["status"]) for c in stage.data["changes"]] == [
-        (3, 1, "up"), (2, 2, "same"), (1, 3, "down")]
+        (3, 1, "up"),
+        (2, 2, "same"),
+        (1, 3, "down"),
+    ]
     assert stage.data["changes"][2]["section"] == SEC_PROBATION  # rows are labelled with their source/section
     assert [s["raw"] for s in stage.data["scores"]] == [3.0, 2.0, 1.0]
     assert t.data["rerank"] == "ok" and [h["fused_rank"] for h in t.data["hits"]] == [3, 2, 1, 4]
@@ -277,14 +330,16 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
     assert answer.citations[0].rerank_score is None and answer.citations[0].fused_rank == 1
 
 
-def test_llm_reranker_from_settings_through_the_cli_json(cli_env, fake_openai: FakeOpenAI, corpus: Path,
-                                                         tmp_path: Path) -> None:
+def test_llm_reranker_from_settings_through_the_cli_json(
+    cli_env, fake_openai: FakeOpenAI, corpus: Path, tmp_path: Path
+) -> None:
     cli = cli_env
     idx = tmp_path / "idx"
     assert cli("ingest", corpus, "-c", "hr", "--index", idx, "--json").exit_code == 0
     (tmp_path / "zhiku.yaml").write_text(
         f"rerank: {{provider: llm, model: qwen-test, base_url: '{fake_openai.url}', timeout: 2, top_m: 3}}\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "--json", "-k", "3")
     out = json.loads(r.stdout)
     assert (r.exit_code, out["rerank"]) == (0, "ok")
@@ -302,7 +357,9 @@ def test_llm_reranker_from_settings_through_the_cli_json(cli_env, fake_openai: F
     assert json.loads(r.stdout)["rerank"] == "off"
     calls = len(fake_openai.requests)
     r = cli("query", "年休假几天", "-c", "hr", "--index", idx, "-k", "2", "--verbose", "--rerank")
-    assert r.exit_code == 0 and "rerank: fallback (RerankError: cannot read grades" in r.stdout and SEC_LEAVE in r.stdout
+    assert (
+        r.exit_code == 0 and "rerank: fallback (RerankError: cannot read grades" in r.stdout and SEC_LEAVE in r.stdout
+    )
     assert len(fake_openai.requests) == calls + 1
 
 
@@ -310,7 +367,7 @@ def test_llm_reranker_from_settings_through_the_cli_json(cli_env, fake_openai: F
 def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path):
     from typer.testing import CliRunner
 
-    from zhiku.cli import app
+    from zhiku.cli.app import app
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
@@ -323,11 +380,12 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Pa
 def test_mcp_answers_with_a_broken_reranker_and_says_so(mcp_index, fake_openai: FakeOpenAI) -> None:
     from mcp import Client
 
-    from zhiku.server import build_server
+    from zhiku.mcp.server import build_server
 
     fake_openai.chat_reply = lambda prompt, n: '{"scores": "lots"}'
-    settings = merge(mcp_index.settings, rerank={"provider": "llm", "model": "qwen-test", "base_url": fake_openai.url,
-                                                 "timeout": 2})
+    settings = merge(
+        mcp_index.settings, rerank={"provider": "llm", "model": "qwen-test", "base_url": fake_openai.url, "timeout": 2}
+    )
     args = {"query": "试用期最长不得超过几个月？", "top_k": 3}
 
     async def body(c: Client) -> tuple[Any, Any, Any]:
@@ -381,27 +439,40 @@ def test_rerank_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ZHIKU_RERANK__PROVIDER", "llm")
     with pytest.raises(ConfigError, match="rerank.provider 'llm' needs rerank.model"):
         load_settings()
-    for key, value in (("MODEL", "qwen2.5-7b-instruct"), ("BASE_URL", "http://127.0.0.1:8000/v1"),
-                       ("TIMEOUT", "2.5"), ("TOP_M", "8")):
+    for key, value in (
+        ("MODEL", "qwen2.5-7b-instruct"),
+        ("BASE_URL", "http://127.0.0.1:8000/v1"),
+        ("TIMEOUT", "2.5"),
+        ("TOP_M", "8"),
+    ):
         monkeypatch.setenv(f"ZHIKU_RERANK__{key}", value)
     monkeypatch.setenv("ZHIKU_RERANK_API_KEY", "sk-rerank")
     s = load_settings()
     r = s.rerank
-    assert (r.provider, r.model, r.base_url, r.timeout, r.top_m) == ("llm", "qwen2.5-7b-instruct",
-                                                                     "http://127.0.0.1:8000/v1", 2.5, 8)
+    assert (r.provider, r.model, r.base_url, r.timeout, r.top_m) == (
+        "llm",
+        "qwen2.5-7b-instruct",
+        "http://127.0.0.1:8000/v1",
+        2.5,
+        8,
+    )
     assert r.api_key is not None and r.api_key.get_secret_value() == "sk-rerank"
-    assert "sk-rerank" not in s.model_dump_json() and json.loads(s.model_dump_json())["rerank"]["api_key"] == "**********"
+    assert (
+        "sk-rerank" not in s.model_dump_json() and json.loads(s.model_dump_json())["rerank"]["api_key"] == "**********"
+    )
     reranker = build_reranker(r, cache_dir=tmp_path)
-    assert isinstance(reranker, LLMReranker) and reranker.client.timeout == 2.5 and reranker.name == "llm:qwen2.5-7b-instruct"
+    assert (
+        isinstance(reranker, LLMReranker)
+        and reranker.client.timeout == 2.5
+        and reranker.name == "llm:qwen2.5-7b-instruct"
+    )
     monkeypatch.setenv("ZHIKU_RERANK__TIMEOUT", "0")
     with pytest.raises(ConfigError, match="rerank.timeout: .*ZHIKU_RERANK__TIMEOUT"):
         load_settings()
 
 
 def test_eval_and_experiment_take_a_reranker_override(cli_env, fake_openai: FakeOpenAI, tmp_path: Path) -> None:
-    from zhiku.cli import _register_surfaces
 
-    _register_surfaces()
     data = beir_set(tmp_path / "beir")
     (tmp_path / "zhiku.yaml").write_text(f"rerank: {{base_url: '{fake_openai.url}', timeout: 5}}\n", encoding="utf-8")
     plain = json.loads(cli_env("eval", "--dataset", data, "--mode", "hybrid", "--json").stdout)
@@ -414,10 +485,14 @@ def test_eval_and_experiment_take_a_reranker_override(cli_env, fake_openai: Fake
     assert out["mrr@10"] < plain["mrr@10"] == 1.0
 
     fake_openai.chat_reply = lambda prompt, n: "no grades"
-    out = json.loads(cli_env("eval", "--dataset", data, "--mode", "hybrid", "--reranker", "llm:qwen-test", "--json").stdout)
+    out = json.loads(
+        cli_env("eval", "--dataset", data, "--mode", "hybrid", "--reranker", "llm:qwen-test", "--json").stdout
+    )
     assert out["rerank"] == {"fallback": 2} and out["mrr@10"] == plain["mrr@10"]
 
-    r = cli_env("experiment", "--dataset", data, "--variants", "hybrid,hybrid_rerank", "--reranker", "llm:qwen-test", "--json")
+    r = cli_env(
+        "experiment", "--dataset", data, "--variants", "hybrid,hybrid_rerank", "--reranker", "llm:qwen-test", "--json"
+    )
     rows = {row["variant"]: row for row in json.loads(r.stdout)["variants"]}
     assert rows["hybrid_rerank"]["status"] == "ok"
     assert rows["hybrid_rerank"]["reason"] == "the reranker fell back to the fused order on 2 of 2 queries"

@@ -17,7 +17,12 @@ def _clean_env(monkeypatch, tmp_path):
 def test_defaults():
     s = load_settings()
     assert s.index == Path(".zhiku")
-    assert (s.retrieval.fusion, s.retrieval.rrf_k, s.retrieval.per_source_k, s.retrieval.mode) == ("zscore", 60, 100, "hybrid")
+    assert (s.retrieval.fusion, s.retrieval.rrf_k, s.retrieval.per_source_k, s.retrieval.mode) == (
+        "zscore",
+        60,
+        100,
+        "hybrid",
+    )
     assert (s.chunking.size, s.chunking.overlap) == (1000, 200)
     assert s.store.kind == "sqlite"
 
@@ -43,7 +48,9 @@ def test_explicit_config_file(tmp_path):
 
 def test_invalid_values_name_key_value_and_env(monkeypatch):
     monkeypatch.setenv("ZHIKU_RETRIEVAL__TOP_K", "0")
-    with pytest.raises(ConfigError, match=r"retrieval.top_k: .*greater than or equal to 1 \(got '0'; .*ZHIKU_RETRIEVAL__TOP_K"):
+    with pytest.raises(
+        ConfigError, match=r"retrieval.top_k: .*greater than or equal to 1 \(got '0'; .*ZHIKU_RETRIEVAL__TOP_K"
+    ):
         load_settings()
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, Doc, ids, make_doc
 
+from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, Doc, ids, make_doc
 from zhiku.errors import IndexLocked, IndexMismatch, InvalidInput, NotFound, ReadOnlyIndex, StoreError
 from zhiku.settings import Settings, StoreSettings
 from zhiku.stores import SQLiteStore, open_store
@@ -183,7 +183,9 @@ def test_messages_for_bad_writes_and_queries(store: SQLiteStore) -> None:
     clash = Doc(copy.record, [dataclasses.replace(copy.chunks[0], chunk_id=LABOR.ids[0])], copy.tokens, copy.vectors)
     with pytest.raises(StoreError, match=f"chunk id {LABOR.ids[0]} already belongs to document doc-labor"):
         clash.write(store)
-    same_source = make_doc("doc-other", "法规", "法规/劳动合同法.md", "markdown", [("别的内容", ["内容"], [0.0, 1.0, 0.0])])
+    same_source = make_doc(
+        "doc-other", "法规", "法规/劳动合同法.md", "markdown", [("别的内容", ["内容"], [0.0, 1.0, 0.0])]
+    )
     with pytest.raises(StoreError, match="already stored as document doc-labor"):
         same_source.write(store)
     with pytest.raises(StoreError, match="NaN"):
@@ -206,7 +208,9 @@ def test_dim_meta_can_be_preset_and_blanked_for_a_rebuild(store: SQLiteStore) ->
     assert ids(store.dense_search(X, 1)) == LABOR.ids[:1]
     store.delete_document("doc-labor")  # a forced rebuild with another embedder: empty it, blank dim, rewrite
     store.set_meta({"dim": ""})
-    wide = make_doc("doc-wide", "法规", "法规/宽.md", "markdown", [("劳动者的权利", ["劳动者", "权利"], [0.0, 0.0, 0.0, 1.0])])
+    wide = make_doc(
+        "doc-wide", "法规", "法规/宽.md", "markdown", [("劳动者的权利", ["劳动者", "权利"], [0.0, 0.0, 0.0, 1.0])]
+    )
     wide.write(store)
     assert store.get_meta()["dim"] == "4"
     assert ids(store.dense_search(np.array([0.0, 0.0, 0.0, 1.0], np.float32), 5)) == wide.ids
@@ -222,11 +226,17 @@ def test_dense_search_matches_brute_force_after_many_writes_and_deletes(index_di
         vectors = rng.normal(size=(n, 8)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         collection = "甲" if i % 2 else "乙"
-        doc = make_doc(f"doc-{i % 40}", collection, f"文件/{i % 40}.md", "markdown", [(f"第{i}号文件第{j}段", ["文件"], v.tolist()) for j, v in enumerate(vectors)])
+        doc = make_doc(
+            f"doc-{i % 40}",
+            collection,
+            f"文件/{i % 40}.md",
+            "markdown",
+            [(f"第{i}号文件第{j}段", ["文件"], v.tolist()) for j, v in enumerate(vectors)],
+        )
         if i % 40 != i:
             live = {k: v for k, v in live.items() if v[0] != doc.record.doc_id}
         doc.write(store)
-        live.update({c.chunk_id: (doc.record.doc_id, v, collection) for c, v in zip(doc.chunks, vectors)})
+        live.update({c.chunk_id: (doc.record.doc_id, v, collection) for c, v in zip(doc.chunks, vectors, strict=False)})
         if i % 7 == 3:
             victim = f"doc-{int(rng.integers(0, 40))}"
             store.delete_document(victim)
@@ -237,7 +247,10 @@ def test_dense_search_matches_brute_force_after_many_writes_and_deletes(index_di
     query /= np.linalg.norm(query)
     for s in (store, SQLiteStore(index_dir, read_only=True)):
         for collection in (None, "甲"):
-            expected = sorted(((float(v @ query), k) for k, (_, v, c) in live.items() if collection in (None, c)), key=lambda t: (-t[0], t[1]))[:15]
+            expected = sorted(
+                ((float(v @ query), k) for k, (_, v, c) in live.items() if collection in (None, c)),
+                key=lambda t: (-t[0], t[1]),
+            )[:15]
             hits = s.dense_search(query, 15, Filters(collection=collection))
             assert ids(hits) == [k for _, k in expected]
             assert [h.score for h in hits] == pytest.approx([sc for sc, _ in expected], abs=1e-5)
@@ -255,10 +268,19 @@ CORPUS = [
     ["劳动", "争议", "仲裁", "申请", "时效", "一年"],
     ["加班", "工资", "劳动", "合同", "约定", "支付", "标准", "百分之一百五十", "以上"],
 ]
-QUERIES = [["解除"], ["工资", "标准"], ["劳动", "合同"], ["劳动者", "仲裁", "预算"], ["工资", "工资", "加班"], ["不存在"]]
+QUERIES = [
+    ["解除"],
+    ["工资", "标准"],
+    ["劳动", "合同"],
+    ["劳动者", "仲裁", "预算"],
+    ["工资", "工资", "加班"],
+    ["不存在"],
+]
 
 
-def oracle_bm25(corpus: dict[str, list[str]], terms: list[str], k1: float = 1.2, b: float = 0.75) -> list[tuple[str, float]]:
+def oracle_bm25(
+    corpus: dict[str, list[str]], terms: list[str], k1: float = 1.2, b: float = 0.75
+) -> list[tuple[str, float]]:
     """BM25 as FTS5's bm25() computes it: idf = ln((N - n + 0.5) / (n + 0.5)), 1e-6 when not positive."""
     n_docs = len(corpus)
     avgdl = sum(len(toks) for toks in corpus.values()) / n_docs
@@ -270,29 +292,35 @@ def oracle_bm25(corpus: dict[str, list[str]], terms: list[str], k1: float = 1.2,
         for chunk_id, toks in corpus.items():
             f = toks.count(term)
             if f:
-                scores[chunk_id] = scores.get(chunk_id, 0.0) + idf * (f * (k1 + 1)) / (f + k1 * (1 - b + b * len(toks) / avgdl))
+                scores[chunk_id] = scores.get(chunk_id, 0.0) + idf * (f * (k1 + 1)) / (
+                    f + k1 * (1 - b + b * len(toks) / avgdl)
+                )
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def test_bm25_equals_the_reference_scorer(store: SQLiteStore) -> None:
-    first = make_doc("doc-甲", "法规", "法规/甲.md", "markdown", [(f"甲{i}", t, [1.0, 0.0]) for i, t in enumerate(CORPUS[:5])])
-    second = make_doc("doc-乙", "法规", "法规/乙.md", "markdown", [(f"乙{i}", t, [0.0, 1.0]) for i, t in enumerate(CORPUS[5:])])
+    first = make_doc(
+        "doc-甲", "法规", "法规/甲.md", "markdown", [(f"甲{i}", t, [1.0, 0.0]) for i, t in enumerate(CORPUS[:5])]
+    )
+    second = make_doc(
+        "doc-乙", "法规", "法规/乙.md", "markdown", [(f"乙{i}", t, [0.0, 1.0]) for i, t in enumerate(CORPUS[5:])]
+    )
     first.write(store)
     second.write(store)
-    corpus = {c.chunk_id: t for doc in (first, second) for c, t in zip(doc.chunks, doc.tokens)}
+    corpus = {c.chunk_id: t for doc in (first, second) for c, t in zip(doc.chunks, doc.tokens, strict=False)}
 
     def check() -> None:
         for terms in QUERIES:
             expected = oracle_bm25(corpus, terms)
             hits = store.bm25_search(terms, 20)
             assert ids(hits) == [k for k, _ in expected], terms
-            for hit, (_, score) in zip(hits, expected):
+            for hit, (_, score) in zip(hits, expected, strict=False):
                 assert abs(hit.score - score) < 1e-6 and hit.score == pytest.approx(score, rel=1e-9), terms
 
     check()
     assert oracle_bm25(corpus, ["劳动"])[0][1] < 1e-5  # "劳动" is in 5 of 8 chunks: its idf is clamped
     store.delete_document("doc-乙")  # N, n and avgdl change: deleted postings must be gone
-    corpus = {c.chunk_id: t for c, t in zip(first.chunks, first.tokens)}
+    corpus = {c.chunk_id: t for c, t in zip(first.chunks, first.tokens, strict=False)}
     check()
     assert store.bm25_search(["仲裁"], 5) == []
 
@@ -325,18 +353,21 @@ def write_v1_index(index_dir: Path) -> None:
     with raw(index_dir) as conn:
         conn.executescript(V1_SCHEMA)
         r = LABOR.record
-        conn.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                     (*dataclasses.astuple(r)[:11], 54))
-        for i, (c, tokens, vector) in enumerate(zip(LABOR.chunks, LABOR.tokens, LABOR.vectors), 1):
-            conn.execute("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         (i, *dataclasses.astuple(c)[:11], vector.tobytes()))
+        conn.execute("INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (*dataclasses.astuple(r)[:11], 54))
+        for i, (c, tokens, vector) in enumerate(zip(LABOR.chunks, LABOR.tokens, LABOR.vectors, strict=False), 1):
+            conn.execute(
+                "INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (i, *dataclasses.astuple(c)[:11], vector.tobytes()),
+            )
             conn.execute("INSERT INTO fts (rowid, tokens) VALUES (?, ?)", (i, " ".join(tokens)))
     conn.close()
 
 
 def test_a_schema_1_index_is_upgraded_in_place_and_keeps_its_data(index_dir: Path) -> None:
     write_v1_index(index_dir)
-    with pytest.raises(IndexMismatch, match=r"schema version 1, older than this zhiku's \(2\): open it for writing once"):
+    with pytest.raises(
+        IndexMismatch, match=r"schema version 1, older than this zhiku's \(2\): open it for writing once"
+    ):
         SQLiteStore(index_dir, read_only=True)
     with SQLiteStore(index_dir) as store:
         assert store.get_meta()["schema_version"] == "2"

@@ -21,8 +21,23 @@ def test_normalize_can_keep_traditional():
 
 def test_index_tokens_search_mode_mixed_scripts(tp):
     assert tp.index_tokens("《中华人民共和国劳动合同法》第三条：GPT-4 in 2024年") == [
-        "中华", "华人", "人民", "共和", "共和国", "中华人民共和国", "劳动", "合同", "合同法",
-        "第三", "三条", "第三条", "gpt", "gpt-4", "in", "2024", "年",
+        "中华",
+        "华人",
+        "人民",
+        "共和",
+        "共和国",
+        "中华人民共和国",
+        "劳动",
+        "合同",
+        "合同法",
+        "第三",
+        "三条",
+        "第三条",
+        "gpt",
+        "gpt-4",
+        "in",
+        "2024",
+        "年",
     ]
 
 

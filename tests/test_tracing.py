@@ -10,10 +10,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_kb import SEC_PROBATION
 
-from zhiku.fusion import rrf
-from zhiku.tracing import (
+from helpers_kb import SEC_PROBATION
+from zhiku.observability.tracing import (
     NOOP,
     TRACE_FILE,
     JsonlSink,
@@ -31,6 +30,7 @@ from zhiku.tracing import (
     span,
     summarize_changes,
 )
+from zhiku.retrieval.fusion import rrf
 from zhiku.types import ScoredId
 
 
@@ -49,8 +49,9 @@ def test_rank_changes_hand_computed() -> None:
         RankChange("b", 2, 4, -2, "down"),
         RankChange("d", 4, None, None, "dropped"),
     ]
-    assert summarize_changes(rows) == RankSummary(moved_up=1, moved_down=2, unchanged=0, new=1, max_gain=2,
-                                                  max_drop=2, dropped=1)
+    assert summarize_changes(rows) == RankSummary(
+        moved_up=1, moved_down=2, unchanged=0, new=1, max_gain=2, max_drop=2, dropped=1
+    )
     assert summarize_changes(rank_changes({"a": 1}, ["a"])) == RankSummary(0, 0, 1, 0, 0, 0, 0)
     assert summarize_changes([]) == RankSummary(0, 0, 0, 0, 0, 0, 0)
 
@@ -70,8 +71,15 @@ def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
     ]
     data = changes_data(rows, keep_dropped_within=1)  # dropped rows shown only if they stood within the cut
     assert [r["chunk_id"] for r in data["changes"]] == ["c", "a", "d"]
-    assert data["summary"] == {"moved_up": 1, "moved_down": 2, "unchanged": 0, "new": 0, "max_gain": 2,
-                               "max_drop": 2, "dropped": 2}
+    assert data["summary"] == {
+        "moved_up": 1,
+        "moved_down": 2,
+        "unchanged": 0,
+        "new": 0,
+        "max_gain": 2,
+        "max_drop": 2,
+        "dropped": 2,
+    }
 
 
 # -------------------------------------------------------------------------------- spans and sinks
@@ -105,7 +113,12 @@ def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
     [done] = sink.traces
     assert done.kind == "ingest" and done.attrs == {"collection": "hr", "extra": 1}
     load = done.stage("load")
-    assert (load.calls, load.counts, load.data, load.status) == (3, {"documents": 3}, {"names": ["d0", "d1", "d2"]}, "ok")
+    assert (load.calls, load.counts, load.data, load.status) == (
+        3,
+        {"documents": 3},
+        {"names": ["d0", "d1", "d2"]},
+        "ok",
+    )
     assert done.stage("transform").status == "off" and done.stage("transform").data == {"reason": "none"}
     assert done.stage("embed") is not None  # recorded from the worker thread
     assert done.elapsed_ms >= load.elapsed_ms >= 0
@@ -137,7 +150,9 @@ def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
         with tracer.trace("query", query=f"问题{n}"):
             with span("parse") as sp:
                 sp.set(counts={"terms": n})
-    assert path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()
+    assert (
+        path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()
+    )
     assert not path.with_name(TRACE_FILE + ".3").exists()
     for f in (path, path.with_name(TRACE_FILE + ".1")):
         assert f.stat().st_size <= 600
@@ -170,7 +185,13 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     fusion = q.stage("fusion")
     assert fusion.counts == {"candidates": 4, "returned": 3}
     first = fusion.data["changes"][0]
-    assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (1, 1, 1, 1, "same")
+    assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (
+        1,
+        1,
+        1,
+        1,
+        "same",
+    )
     assert (first["source"], first["section"]) == ("劳动合同法.md", SEC_PROBATION)
     assert fusion.data["summary"]["dropped"] == 1
     assert q.stage("bm25").data["ranking"][0]["source"] == "劳动合同法.md"
@@ -214,8 +235,13 @@ def test_single_channel_modes_mark_the_other_stages_off(kb_factory, corpus: Path
     kb.tracer = Tracer([sink])
     kb.retrieve("试用期最长多久", mode="bm25")
     [t] = sink.traces
-    assert {s.name: s.status for s in t.stages} == {"parse": "ok", "bm25": "ok", "dense": "off", "fusion": "off",
-                                                   "rerank": "off"}
+    assert {s.name: s.status for s in t.stages} == {
+        "parse": "ok",
+        "bm25": "ok",
+        "dense": "off",
+        "fusion": "off",
+        "rerank": "off",
+    }
 
 
 def test_otel_export_mirrors_the_stages() -> None:
@@ -224,7 +250,7 @@ def test_otel_export_mirrors_the_stages() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from zhiku.otel import OtelSink
+    from zhiku.observability.otel import OtelSink
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -244,13 +270,13 @@ def test_otel_export_mirrors_the_stages() -> None:
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def test_cli_verbose_and_traces(kb_factory, corpus: Path, tmp_path: Path, embed_cache_dir: Path,
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_verbose_and_traces(
+    kb_factory, corpus: Path, tmp_path: Path, embed_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
-    from zhiku.cli import _register_surfaces, app
+    from zhiku.cli.app import app
 
-    _register_surfaces()
     idx = tmp_path / "idx"
     kb_factory(idx).ingest([corpus])
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
@@ -266,10 +292,15 @@ def test_cli_verbose_and_traces(kb_factory, corpus: Path, tmp_path: Path, embed_
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "-k", "2", "--verbose")
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for text in ("terms: 试用 试用期 最长 多久 · bm25 1 · dense 4 candidates", "│ parse ", "│ rerank │ off ",
-                 "ranks: before = best channel rank; Δ = before − after (+ moved up)",
-                 "fusion: moved_up 0, moved_down 0, unchanged 2, new 0, max_gain 0, max_drop 0, dropped 2",
-                 "rerank: off (no reranker configured)", SEC_PROBATION):
+    for text in (
+        "terms: 试用 试用期 最长 多久 · bm25 1 · dense 4 candidates",
+        "│ parse ",
+        "│ rerank │ off ",
+        "ranks: before = best channel rank; Δ = before − after (+ moved up)",
+        "fusion: moved_up 0, moved_down 0, unchanged 2, new 0, max_gain 0, max_drop 0, dropped 2",
+        "rerank: off (no reranker configured)",
+        SEC_PROBATION,
+    ):
         assert text in out, text
     [query_trace, _] = read_traces(idx / TRACE_FILE)
     assert query_trace.stage("answer").counts["citations"] == 2  # the CLI's trace includes the answer
@@ -288,7 +319,7 @@ def test_cli_verbose_and_traces(kb_factory, corpus: Path, tmp_path: Path, embed_
 
 
 def test_mcp_hub_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path, tmp_path: Path) -> None:
-    from zhiku.hub import Hub, QueryArgs
+    from zhiku.mcp.hub import Hub, QueryArgs
 
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])

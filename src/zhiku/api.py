@@ -7,22 +7,22 @@ from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
-from zhiku.answer import build_answer
-from zhiku.chunking import chunking_identity
 from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IndexMismatch, InvalidInput, NotFound
-from zhiku.images import IMAGES_DIR, ImageStore
-from zhiku.ingest import Ingestor, ProgressFn, doc_id_for
-from zhiku.rerank import Reranker, build_reranker
-from zhiku.loaders import default_loaders
-from zhiku.loaders.ocr import ocr_available
-from zhiku.search import Retrieval, Searcher
+from zhiku.ingest.chunking import chunking_identity
+from zhiku.ingest.images import IMAGES_DIR, ImageStore
+from zhiku.ingest.loaders import default_loaders
+from zhiku.ingest.loaders.ocr import ocr_available
+from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
+from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
+from zhiku.retrieval.answer import build_answer
+from zhiku.retrieval.rerank import Reranker, build_reranker
+from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import open_store
 from zhiku.stores.base import Store
 from zhiku.text import TextProcessor
-from zhiku.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
@@ -31,8 +31,15 @@ META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 class KnowledgeBase:
     """An index directory opened with one ``Settings``. Use as a context manager or call ``close()``."""
 
-    def __init__(self, settings: Settings, *, read_only: bool = False, embedder: Embedder | None = None,
-                 tracer: Tracer | None = None, reranker: Reranker | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        read_only: bool = False,
+        embedder: Embedder | None = None,
+        tracer: Tracer | None = None,
+        reranker: Reranker | None = None,
+    ) -> None:
         self.settings = settings
         self.tracer = tracer if tracer is not None else build_tracer(settings.tracing, settings.index)
         self.read_only = read_only
@@ -66,8 +73,14 @@ class KnowledgeBase:
 
     @cached_property
     def searcher(self) -> Searcher:
-        return Searcher(self.store, self.embedder, self.text, self.settings.retrieval, reranker=self.reranker,
-                        rerank=self.settings.rerank)
+        return Searcher(
+            self.store,
+            self.embedder,
+            self.text,
+            self.settings.retrieval,
+            reranker=self.reranker,
+            rerank=self.settings.rerank,
+        )
 
     @cached_property
     def reranker(self) -> Reranker | None:
@@ -95,8 +108,10 @@ class KnowledgeBase:
         return {k: (meta[k], current[k]) for k in META_KEYS if k in meta and meta[k] != current[k]}
 
     def _rebuild_hint(self) -> str:
-        return (f"rebuild it with `zhiku ingest PATH... --index {self.settings.index} --force` "
-                f"(re-embeds everything), or use another --index")
+        return (
+            f"rebuild it with `zhiku ingest PATH... --index {self.settings.index} --force` "
+            f"(re-embeds everything), or use another --index"
+        )
 
     def _check_for_query(self, mode: str) -> None:
         version = self.store.index_version()
@@ -110,8 +125,10 @@ class KnowledgeBase:
             else:
                 stored, current = stale["dim"]
                 what = f"holds {stored}-dimensional vectors but the embedder gives {current}"
-            raise IndexMismatch(f"index {self.settings.index} {what}; vectors from different models cannot be mixed: "
-                                f"{self._rebuild_hint()}")
+            raise IndexMismatch(
+                f"index {self.settings.index} {what}; vectors from different models cannot be mixed: "
+                f"{self._rebuild_hint()}"
+            )
         self._checked_version = (version, mode == "bm25")
 
     # -- ingestion ---------------------------------------------------------------------------------
@@ -126,19 +143,30 @@ class KnowledgeBase:
         on_progress: ProgressFn | None = None,
     ) -> IngestReport:
         collection = self._collection(collection)
-        with self.tracer.trace("ingest", paths=[str(p) for p in paths], collection=collection, force=force,
-                               dry_run=dry_run, sync=sync, index=str(self.settings.index)) as t:
+        with self.tracer.trace(
+            "ingest",
+            paths=[str(p) for p in paths],
+            collection=collection,
+            force=force,
+            dry_run=dry_run,
+            sync=sync,
+            index=str(self.settings.index),
+        ) as t:
             self._prepare_write(force, dry_run)
-            report = self._ingestor().ingest_paths(paths, collection=collection, force=force, dry_run=dry_run,
-                                                   sync=sync, on_progress=on_progress)
+            report = self._ingestor().ingest_paths(
+                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=on_progress
+            )
             if t is not None:
                 t.data.update(report_rows(report))
         return report
 
-    def ingest_documents(self, docs: Sequence[SourceDoc], *, collection: str | None = None,
-                         on_progress: ProgressFn | None = None) -> IngestReport:
+    def ingest_documents(
+        self, docs: Sequence[SourceDoc], *, collection: str | None = None, on_progress: ProgressFn | None = None
+    ) -> IngestReport:
         collection = self._collection(collection)
-        with self.tracer.trace("ingest", documents=len(docs), collection=collection, index=str(self.settings.index)) as t:
+        with self.tracer.trace(
+            "ingest", documents=len(docs), collection=collection, index=str(self.settings.index)
+        ) as t:
             self._prepare_write(False, False)
             report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
             if t is not None:
@@ -147,9 +175,16 @@ class KnowledgeBase:
 
     def _ingestor(self) -> Ingestor:
         loaders = self.settings.loaders
-        return Ingestor(self.store, self.embedder, self.text, self.settings.chunking,
-                        loaders=default_loaders(loaders), images=self.images,
-                        retry_needs_ocr=loaders.ocr == "auto" and ocr_available(), ocr_setting=loaders.ocr)
+        return Ingestor(
+            self.store,
+            self.embedder,
+            self.text,
+            self.settings.chunking,
+            loaders=default_loaders(loaders),
+            images=self.images,
+            retry_needs_ocr=loaders.ocr == "auto" and ocr_available(),
+            ocr_setting=loaders.ocr,
+        )
 
     @cached_property
     def images(self) -> ImageStore:
@@ -172,17 +207,34 @@ class KnowledgeBase:
             self.store.set_meta(identity)  # only when it changed: an unchanged re-ingest writes nothing
 
     # -- queries -----------------------------------------------------------------------------------
-    def retrieve(self, query: str, *, top_k: int | None = None, mode: str | None = None,
-                 collection: str | None = None, source: str | None = None, doc_type: str | None = None,
-                 per_source_k: int | None = None, rerank: bool | None = None) -> Retrieval:
+    def retrieve(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        mode: str | None = None,
+        collection: str | None = None,
+        source: str | None = None,
+        doc_type: str | None = None,
+        per_source_k: int | None = None,
+        rerank: bool | None = None,
+    ) -> Retrieval:
         """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one."""
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
-        with self.tracer.trace("query", query=query, mode=mode or self.settings.retrieval.mode,
-                               top_k=top_k or self.settings.retrieval.top_k, collection=collection, source=source,
-                               doc_type=doc_type, index=str(self.settings.index)) as t:
+        with self.tracer.trace(
+            "query",
+            query=query,
+            mode=mode or self.settings.retrieval.mode,
+            top_k=top_k or self.settings.retrieval.top_k,
+            collection=collection,
+            source=source,
+            doc_type=doc_type,
+            index=str(self.settings.index),
+        ) as t:
             self._check_for_query(mode or self.settings.retrieval.mode)
-            r = self.searcher.search(query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k,
-                                     rerank=rerank)
+            r = self.searcher.search(
+                query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k, rerank=rerank
+            )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
                 t.data["hits"] = hit_rows(r.hits)
                 t.data["rerank"] = r.rerank
@@ -190,24 +242,44 @@ class KnowledgeBase:
         return r
 
     def _chunk_labels(self, chunk_ids: list[str]) -> dict[str, dict[str, object]]:
-        return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page}
-                for c in self.store.get_chunks(chunk_ids)}
+        return {
+            c.chunk_id: {"source": c.source, "section": c.section, "page": c.page}
+            for c in self.store.get_chunks(chunk_ids)
+        }
 
-    def query(self, query: str, *, top_k: int | None = None, mode: str | None = None,
-              collection: str | None = None, source: str | None = None, doc_type: str | None = None,
-              rerank: bool | None = None) -> Answer:
+    def query(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        mode: str | None = None,
+        collection: str | None = None,
+        source: str | None = None,
+        doc_type: str | None = None,
+        rerank: bool | None = None,
+    ) -> Answer:
         with self.tracer.trace("query"):
-            r = self.retrieve(query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type,
-                              rerank=rerank)
+            r = self.retrieve(
+                query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
+            )
             return self.answer(r)
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
         """The cited Markdown answer for a retrieval, with query-focused snippets."""
         with span("answer") as sp:
-            answer = build_answer(r.query.text, r.mode, r.hits, self.settings.answer, low_confidence=low_confidence,
-                                  terms=r.query.terms, normalize=self.text.normalize)
-            sp.set(counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
-                   low_confidence=low_confidence)
+            answer = build_answer(
+                r.query.text,
+                r.mode,
+                r.hits,
+                self.settings.answer,
+                low_confidence=low_confidence,
+                terms=r.query.terms,
+                normalize=self.text.normalize,
+            )
+            sp.set(
+                counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
+                low_confidence=low_confidence,
+            )
         return answer
 
     # -- catalogue ---------------------------------------------------------------------------------
@@ -227,16 +299,24 @@ class KnowledgeBase:
         doc = self.store.get_document(ref)
         if doc is not None and (collection is None or doc.collection == collection):
             return doc
-        candidates = [d for d in self.store.list_documents(collection)
-                      if d.source == ref or d.path == ref or d.path == str(Path(ref).expanduser().resolve())
-                      or fnmatch.fnmatchcase(d.source, ref)]
+        candidates = [
+            d
+            for d in self.store.list_documents(collection)
+            if d.source == ref
+            or d.path == ref
+            or d.path == str(Path(ref).expanduser().resolve())
+            or fnmatch.fnmatchcase(d.source, ref)
+        ]
         if len(candidates) == 1:
             return candidates[0]
         if len(candidates) > 1:
             names = ", ".join(f"{d.doc_id} ({d.collection}/{d.source})" for d in candidates[:5])
             raise InvalidInput(f"{ref!r} matches {len(candidates)} documents: {names}; name one by its id")
-        raise NotFound(f"no document {ref!r} in {self.settings.index}"
-                       + (f" collection {collection!r}" if collection else "") + " (list them with `zhiku documents`)")
+        raise NotFound(
+            f"no document {ref!r} in {self.settings.index}"
+            + (f" collection {collection!r}" if collection else "")
+            + " (list them with `zhiku documents`)"
+        )
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
         doc = self.resolve_document(ref, collection)

@@ -49,20 +49,31 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 
 def backoff_s(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
     """Exponential backoff with full jitter in [base·2^attempt / 2, base·2^attempt], capped."""
-    full = min(cap, base * (2 ** attempt))
+    full = min(cap, base * (2**attempt))
     return full / 2 + (rng or random).random() * full / 2
 
 
 class OpenAICompatibleClient:
     """POSTs JSON to ``base_url + path`` with retries; thread-safe (one pooled ``httpx.Client``)."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 0.5, max_backoff_s: float = 30.0, max_connections: int = 8,
-                 user_agent: str = "zhiku") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        max_connections: int = 8,
+        user_agent: str = "zhiku",
+    ) -> None:
         try:
             import httpx
         except ImportError as e:
-            raise MissingDependency(f"OpenAI-compatible endpoints need httpx: pip install 'zhiku[remote]' ({e})") from None
+            raise MissingDependency(
+                f"OpenAI-compatible endpoints need httpx: pip install 'zhiku[remote]' ({e})"
+            ) from None
         self._httpx = httpx
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -72,8 +83,9 @@ class OpenAICompatibleClient:
         headers = {"Content-Type": "application/json", "User-Agent": user_agent}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout),
-                                    limits=httpx.Limits(max_connections=max_connections))
+        self._client = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout), limits=httpx.Limits(max_connections=max_connections)
+        )
         self.requests = 0  # HTTP attempts made (tests and benchmarks read it)
 
     def close(self) -> None:
@@ -98,10 +110,13 @@ class OpenAICompatibleClient:
                     try:
                         data = resp.json()
                     except ValueError:
-                        raise HttpApiError(f"{url} answered {resp.status_code} with non-JSON: {resp.text[:200]!r}",
-                                           resp.status_code) from None
+                        raise HttpApiError(
+                            f"{url} answered {resp.status_code} with non-JSON: {resp.text[:200]!r}", resp.status_code
+                        ) from None
                     if not isinstance(data, dict):
-                        raise HttpApiError(f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code)
+                        raise HttpApiError(
+                            f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code
+                        )
                     return data
                 last = f"HTTP {resp.status_code}: {_error_text(resp)}"
                 if resp.status_code not in RETRY_STATUSES:

@@ -64,7 +64,9 @@ class TextProcessor:
             freq = None
             if len(parts) > 1:
                 if not parts[1].isdigit():
-                    raise ConfigError(f"user dictionary {self.user_dict} line {n}: frequency {parts[1]!r} is not a number")
+                    raise ConfigError(
+                        f"user dictionary {self.user_dict} line {n}: frequency {parts[1]!r} is not a number"
+                    )
                 freq = int(parts[1])
             jieba.add_word(self._normalize_chars(parts[0]), freq, parts[2] if len(parts) > 2 else None)
         return jieba

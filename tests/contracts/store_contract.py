@@ -38,18 +38,39 @@ class Doc:
         store.write_document(self.record, self.chunks, self.tokens, self.vectors)
 
 
-def make_doc(doc_id: str, collection: str, source: str, doc_type: str, items: Sequence[tuple[str, list[str], list[float]]]) -> Doc:
+def make_doc(
+    doc_id: str, collection: str, source: str, doc_type: str, items: Sequence[tuple[str, list[str], list[float]]]
+) -> Doc:
     """A document whose chunks are ``(text, tokens, vector)``; chunk ids hash source and text, like ingestion."""
     chunks, start = [], 0
     for ordinal, (text, _, _) in enumerate(items):
         chunk_id = hashlib.sha256(f"{collection}|{source}|{text}".encode()).hexdigest()[:16]
-        chunks.append(Chunk(chunk_id, doc_id, collection, source, doc_type, "第一章 总则", None if doc_type != "pdf" else 1, start, start + len(text), ordinal, text))
+        chunks.append(
+            Chunk(
+                chunk_id,
+                doc_id,
+                collection,
+                source,
+                doc_type,
+                "第一章 总则",
+                None if doc_type != "pdf" else 1,
+                start,
+                start + len(text),
+                ordinal,
+                text,
+            )
+        )
         start += len(text)
     record = DocRecord(
         doc_id=doc_id, collection=collection, source=source, path=f"/数据/{source}", doc_type=doc_type, title=source.rsplit("/", 1)[-1],
         sha256=hashlib.sha256(source.encode()).hexdigest(), size=3 * start, chunk_count=len(chunks), pages=None, ingested_at=1700000000.5,
     )  # fmt: skip
-    return Doc(record, chunks, [list(t) for _, t, _ in items], np.asarray([v for _, _, v in items], dtype=np.float32).reshape(len(items), -1))
+    return Doc(
+        record,
+        chunks,
+        [list(t) for _, t, _ in items],
+        np.asarray([v for _, _, v in items], dtype=np.float32).reshape(len(items), -1),
+    )
 
 
 LABOR = make_doc("doc-labor", "法规", "法规/劳动合同法.md", "markdown", [
@@ -68,19 +89,56 @@ NOTE = make_doc("doc-note", "笔记", "笔记/会议纪要.md", "markdown", [
 ALL_TERMS = ["劳动者", "会议"]  # together these match every chunk of LABOR, WAGE and NOTE
 
 # A PDF with an image in its second chunk, one OCR'd page and one page that still needs OCR.
-FIGURE = ImageRef("ab" * 32 + ".png", "image/png", page=2, bbox=(192.5, 398.25, 414.0, 557.0), width=461, height=330,
-                  caption="图 1-1 标题序号")
+FIGURE = ImageRef(
+    "ab" * 32 + ".png",
+    "image/png",
+    page=2,
+    bbox=(192.5, 398.25, 414.0, 557.0),
+    width=461,
+    height=330,
+    caption="图 1-1 标题序号",
+)
 _SCAN = make_doc("doc-scan", "法规", "法规/扫描件.pdf", "pdf", [
     ("表 1-1 统计表 项目 产量 销量", ["统计表", "项目", "产量", "销量"], [0.0, 0.0, 1.0]),
     ("图 1-1 标题序号 正文", ["标题", "序号", "正文"], [0.0, 1.0, 0.0]),
 ])  # fmt: skip
-SCAN = Doc(replace(_SCAN.record, status=DocStatus.NEEDS_OCR, needs_ocr_pages=(3, 5), ocr_pages=(2,), pages=5),
-           [_SCAN.chunks[0], replace(_SCAN.chunks[1], page=2, images=(FIGURE, replace(FIGURE, image_id="cd" * 32 + ".jpg",
-                                                                                     mime_type="image/jpeg", bbox=None, caption="")))],
-           _SCAN.tokens, _SCAN.vectors)
+SCAN = Doc(
+    replace(_SCAN.record, status=DocStatus.NEEDS_OCR, needs_ocr_pages=(3, 5), ocr_pages=(2,), pages=5),
+    [
+        _SCAN.chunks[0],
+        replace(
+            _SCAN.chunks[1],
+            page=2,
+            images=(
+                FIGURE,
+                replace(FIGURE, image_id="cd" * 32 + ".jpg", mime_type="image/jpeg", bbox=None, caption=""),
+            ),
+        ),
+    ],
+    _SCAN.tokens,
+    _SCAN.vectors,
+)
 # A fully scanned PDF without OCR: recorded (so the user sees it), with no chunks at all.
-BLANK = Doc(DocRecord("doc-blank", "法规", "法规/全扫描.pdf", "/数据/法规/全扫描.pdf", "pdf", "全扫描", "e" * 64, 2048, 0, 2,
-                      1700000001.0, DocStatus.NEEDS_OCR, (1, 2)), [], [], np.zeros((0, 3), np.float32))
+BLANK = Doc(
+    DocRecord(
+        "doc-blank",
+        "法规",
+        "法规/全扫描.pdf",
+        "/数据/法规/全扫描.pdf",
+        "pdf",
+        "全扫描",
+        "e" * 64,
+        2048,
+        0,
+        2,
+        1700000001.0,
+        DocStatus.NEEDS_OCR,
+        (1, 2),
+    ),
+    [],
+    [],
+    np.zeros((0, 3), np.float32),
+)
 
 
 def ids(results) -> list[str]:
@@ -117,7 +175,11 @@ class StoreContract:
         assert full.get_document("doc-missing") is None
         assert full.document_chunks("doc-labor") == LABOR.chunks
         assert full.get_chunks(LABOR.ids + WAGE.ids) == LABOR.chunks + WAGE.chunks
-        assert full.list_documents() == [LABOR.record, WAGE.record, NOTE.record]  # by collection, then source (code points)
+        assert full.list_documents() == [
+            LABOR.record,
+            WAGE.record,
+            NOTE.record,
+        ]  # by collection, then source (code points)
         assert full.list_documents("笔记") == [NOTE.record]
         assert full.list_documents("不存在") == []
         assert full.get_meta()["dim"] == "3"
@@ -155,9 +217,12 @@ class StoreContract:
     def test_a_document_without_chunks_can_be_replaced_and_deleted(self, full: Store) -> None:
         BLANK.write(full)
         version = full.index_version()
-        ready = Doc(replace(BLANK.record, status=DocStatus.READY, needs_ocr_pages=(), ocr_pages=(1, 2), chunk_count=1),
-                    [replace(SCAN.chunks[0], doc_id="doc-blank", source="法规/全扫描.pdf", chunk_id="blank-1")],
-                    SCAN.tokens[:1], SCAN.vectors[:1])
+        ready = Doc(
+            replace(BLANK.record, status=DocStatus.READY, needs_ocr_pages=(), ocr_pages=(1, 2), chunk_count=1),
+            [replace(SCAN.chunks[0], doc_id="doc-blank", source="法规/全扫描.pdf", chunk_id="blank-1")],
+            SCAN.tokens[:1],
+            SCAN.vectors[:1],
+        )
         ready.write(full)
         assert full.index_version() > version
         assert full.get_document("doc-blank") == ready.record
@@ -251,7 +316,13 @@ class StoreContract:
     # --- failures leave the index unchanged --------------------------------------------------------
     def test_dim_mismatch_raises_and_changes_nothing(self, full: Store) -> None:
         version = full.index_version()
-        wide = make_doc("doc-wide", "法规", "法规/宽向量.md", "markdown", [("劳动者的权利", ["劳动者", "权利"], [0.5, 0.5, 0.5, 0.5])])
+        wide = make_doc(
+            "doc-wide",
+            "法规",
+            "法规/宽向量.md",
+            "markdown",
+            [("劳动者的权利", ["劳动者", "权利"], [0.5, 0.5, 0.5, 0.5])],
+        )
         with pytest.raises(IndexMismatch, match="3-dimensional"):
             wide.write(full)
         with pytest.raises(IndexMismatch):
@@ -321,7 +392,9 @@ class StoreContract:
         for doc in (LABOR, WAGE, NOTE, SCAN, BLANK):
             doc.write(store)
         store.set_meta({"embedder": "multilingual-e5-small"})
-        store.record_ingestion(IngestionRecord("/数据/笔记/会议纪要.md", "笔记", "c" * 64, 45, "added", None, 1, 1700000300.0))
+        store.record_ingestion(
+            IngestionRecord("/数据/笔记/会议纪要.md", "笔记", "c" * 64, 45, "added", None, 1, 1700000300.0)
+        )
         bm25 = store.bm25_search(["劳动者", "预算"], 10)
         version = store.index_version()
         store.close()

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from milvus_fixtures import milvus_store, unique_prefix
 
+from milvus_fixtures import milvus_store, unique_prefix
 from zhiku.stores import SQLiteStore
 from zhiku.stores.base import Store
 

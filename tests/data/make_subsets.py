@@ -48,9 +48,15 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 def write(folder: Path, corpus: list[dict], queries: list[dict], qrels: dict[str, dict[str, int]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in corpus), encoding="utf-8")
-    (folder / "queries.jsonl").write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in queries), encoding="utf-8")
-    lines = ["query-id\tcorpus-id\tscore"] + [f"{q['_id']}\t{d}\t{s}" for q in queries for d, s in qrels[q["_id"]].items()]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in corpus), encoding="utf-8"
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in queries), encoding="utf-8"
+    )
+    lines = ["query-id\tcorpus-id\tscore"] + [
+        f"{q['_id']}\t{d}\t{s}" for q in queries for d, s in qrels[q["_id"]].items()
+    ]
     (folder / "qrels.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -90,15 +96,21 @@ def seed(dataset: Path, cache_dir: Path) -> None:
     from zhiku.embedding.cache import text_key
     from zhiku.evaluation.beir import load_beir
     from zhiku.evaluation.runner import index_dataset
-    from zhiku.ingest import index_text
+    from zhiku.ingest.pipeline import index_text
     from zhiku.settings import load_settings, merge
 
     data = load_beir(dataset)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = merge(load_settings(index=Path(tmp)), embedding={"cache_dir": str(cache_dir)}, tracing={"enabled": False})
+        settings = merge(
+            load_settings(index=Path(tmp)), embedding={"cache_dir": str(cache_dir)}, tracing={"enabled": False}
+        )
         with KnowledgeBase(settings) as kb:
             index_dataset(kb, data, collection=data.name)
-            texts = [index_text(d.title, c.section, c.text) for d in kb.documents() for c in kb.store.document_chunks(d.doc_id)]
+            texts = [
+                index_text(d.title, c.section, c.text)
+                for d in kb.documents()
+                for c in kb.store.document_chunks(d.doc_id)
+            ]
     model = BundledE5Embedder().name
     keys = [text_key(t) for t in texts]
     cache = EmbeddingCache(cache_dir / "embeddings.sqlite")
@@ -106,8 +118,12 @@ def seed(dataset: Path, cache_dir: Path) -> None:
     missing = [k for k in keys if k not in found]
     if missing:
         raise SystemExit(f"{len(missing)} vectors are not in {cache_dir}: index the dataset with that cache first")
-    np.savez_compressed(dataset / "embeddings.npz", model=np.array(model), keys=np.array(keys),
-                        vectors=np.stack([found[k] for k in keys]).astype(np.float32))
+    np.savez_compressed(
+        dataset / "embeddings.npz",
+        model=np.array(model),
+        keys=np.array(keys),
+        vectors=np.stack([found[k] for k in keys]).astype(np.float32),
+    )
 
 
 def main() -> None:

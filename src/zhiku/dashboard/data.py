@@ -20,9 +20,9 @@ from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.evaluation.metrics import percentile
 from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
-from zhiku.ingest import ProgressFn
+from zhiku.ingest.pipeline import ProgressFn
+from zhiku.observability.tracing import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import Settings, merge
-from zhiku.tracing import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord, IngestReport
 
 UPLOADS = "uploads"  # <index>/uploads/<collection>/<file>: where uploaded files are kept (ingestion reads paths)
@@ -91,16 +91,30 @@ class DashboardData:
         recent = read_traces(self.index / TRACE_FILE, limit=RECENT)
         queries = [t for t in recent if t.kind == "query"]
         ms = [t.elapsed_ms for t in queries]
-        return Health(queries=len(queries), errors=sum(1 for t in queries if t.status == "error"),
-                      p50_ms=percentile(ms, 50), p95_ms=percentile(ms, 95),
-                      ingests=sum(1 for t in recent if t.kind == "ingest"),
-                      last_at=max((t.started_at for t in recent), default=None))
+        return Health(
+            queries=len(queries),
+            errors=sum(1 for t in queries if t.status == "error"),
+            p50_ms=percentile(ms, 50),
+            p95_ms=percentile(ms, 95),
+            ingests=sum(1 for t in recent if t.kind == "ingest"),
+            last_at=max((t.started_at for t in recent), default=None),
+        )
 
     def overview(self) -> Overview:
         settings = json.loads(self.settings.model_dump_json())
         if not self.exists:
-            return Overview(str(self.index), False, settings, {}, {}, (), self.health(), None, 0,
-                            (f"no index at {self.index} yet: ingest documents (ingestion page or `zhiku ingest PATH`)",))
+            return Overview(
+                str(self.index),
+                False,
+                settings,
+                {},
+                {},
+                (),
+                self.health(),
+                None,
+                0,
+                (f"no index at {self.index} yet: ingest documents (ingestion page or `zhiku ingest PATH`)",),
+            )
         problems: list[str] = []
         with self.kb() as kb:
             meta = kb.store.get_meta()
@@ -109,12 +123,24 @@ class DashboardData:
             except ZhikuError as e:  # e.g. the configured embedder cannot be built here
                 stale, problems = {}, [f"cannot check the index against the settings: {e}"]
             if stale:
-                problems.append("the index was built with other settings ("
-                                + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in stale.items())
-                                + "): rebuild with `zhiku ingest PATH --force`")
+                problems.append(
+                    "the index was built with other settings ("
+                    + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in stale.items())
+                    + "): rebuild with `zhiku ingest PATH --force`"
+                )
             history = kb.history(1)
-            return Overview(str(self.index), True, settings, meta, stale, tuple(kb.collections()), self.health(),
-                            history[0] if history else None, len(read_history(self.index)), tuple(problems))
+            return Overview(
+                str(self.index),
+                True,
+                settings,
+                meta,
+                stale,
+                tuple(kb.collections()),
+                self.health(),
+                history[0] if history else None,
+                len(read_history(self.index)),
+                tuple(problems),
+            )
 
     # -- data browser ------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:
@@ -164,8 +190,9 @@ class DashboardData:
     def traces(self, kind: str | None = None, limit: int = 100) -> list[Trace]:
         return read_traces(self.index / TRACE_FILE, kind=kind, limit=limit)
 
-    def query(self, text: str, *, mode: str | None = None, top_k: int | None = None,
-              collection: str | None = None) -> Trace:
+    def query(
+        self, text: str, *, mode: str | None = None, top_k: int | None = None, collection: str | None = None
+    ) -> Trace:
         """Run a query now and return its trace (also written to traces.jsonl when tracing is on)."""
         with self.kb() as kb, kb.tracer.trace("query", capture=True, surface="dashboard") as t:
             r = kb.retrieve(text, mode=mode, top_k=top_k, collection=collection)
@@ -200,11 +227,19 @@ class DashboardData:
 # ------------------------------------------------------------------------------ shapes for charts
 def waterfall(trace: Trace) -> list[dict[str, Any]]:
     """One row per stage: where it starts and ends (ms), its status and counts — a waterfall chart's data."""
-    return [{"stage": s.name, "start_ms": round(s.start_ms, 3), "end_ms": round(s.start_ms + s.elapsed_ms, 3),
-             "elapsed_ms": round(s.elapsed_ms, 3), "status": s.status, "calls": s.calls,
-             "counts": ", ".join(f"{k}={v}" for k, v in s.counts.items()),
-             "note": s.data.get("reason") or s.data.get("error") or ""}
-            for s in ordered_stages(trace)]
+    return [
+        {
+            "stage": s.name,
+            "start_ms": round(s.start_ms, 3),
+            "end_ms": round(s.start_ms + s.elapsed_ms, 3),
+            "elapsed_ms": round(s.elapsed_ms, 3),
+            "status": s.status,
+            "calls": s.calls,
+            "counts": ", ".join(f"{k}={v}" for k, v in s.counts.items()),
+            "note": s.data.get("reason") or s.data.get("error") or "",
+        }
+        for s in ordered_stages(trace)
+    ]
 
 
 def channel_rows(trace: Trace, stage: str) -> list[dict[str, Any]]:
@@ -212,8 +247,16 @@ def channel_rows(trace: Trace, stage: str) -> list[dict[str, Any]]:
     s = trace.stage(stage)
     if s is None:
         return []
-    return [{"rank": r["rank"], "score": r["score"], "source": r.get("source", ""), "section": r.get("section", ""),
-             "chunk_id": r["chunk_id"]} for r in s.data.get("ranking", [])]
+    return [
+        {
+            "rank": r["rank"],
+            "score": r["score"],
+            "source": r.get("source", ""),
+            "section": r.get("section", ""),
+            "chunk_id": r["chunk_id"],
+        }
+        for r in s.data.get("ranking", [])
+    ]
 
 
 def rank_rows(trace: Trace) -> list[dict[str, Any]]:
@@ -221,9 +264,18 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
     s = trace.stage("fusion")
     if s is None or s.status != "ok":
         return []
-    return [{"after": c["rank_after"], "change": c["status"] if c["delta"] is None else f"{c['delta']:+d}",
-             "before": c["rank_before"], "bm25": c["bm25_rank"], "dense": c["dense_rank"], "source": c.get("source", ""),
-             "section": c.get("section", "")} for c in s.data.get("changes", [])]
+    return [
+        {
+            "after": c["rank_after"],
+            "change": c["status"] if c["delta"] is None else f"{c['delta']:+d}",
+            "before": c["rank_before"],
+            "bm25": c["bm25_rank"],
+            "dense": c["dense_rank"],
+            "source": c.get("source", ""),
+            "section": c.get("section", ""),
+        }
+        for c in s.data.get("changes", [])
+    ]
 
 
 def trace_label(t: Trace) -> str:
@@ -234,6 +286,14 @@ def trace_label(t: Trace) -> str:
 
 def history_rows(entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:
     """Evaluation history as flat rows for a trend chart (one row per run and metric)."""
-    return [{"run": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), "dataset": e.dataset,
-             "variant": e.variant, "metric": name, "value": value}
-            for e in entries for name, value in e.metrics.items()]
+    return [
+        {
+            "run": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)),
+            "dataset": e.dataset,
+            "variant": e.variant,
+            "metric": name,
+            "value": value,
+        }
+        for e in entries
+        for name, value in e.metrics.items()
+    ]

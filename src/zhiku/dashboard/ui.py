@@ -21,8 +21,11 @@ def _data(config: str, index: str, cache_dir: str) -> DashboardData:
 def data() -> DashboardData:
     """This dashboard's data access; stops the page with the error when the settings are invalid."""
     try:
-        d = _data(os.environ.get("ZHIKU_DASHBOARD_CONFIG", ""), os.environ.get("ZHIKU_INDEX", ""),
-                  os.environ.get("ZHIKU_EMBEDDING__CACHE_DIR", ""))
+        d = _data(
+            os.environ.get("ZHIKU_DASHBOARD_CONFIG", ""),
+            os.environ.get("ZHIKU_INDEX", ""),
+            os.environ.get("ZHIKU_EMBEDDING__CACHE_DIR", ""),
+        )
     except ZhikuError as e:
         st.error(str(e))
         st.stop()

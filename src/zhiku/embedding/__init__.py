@@ -8,7 +8,7 @@ from zhiku.embedding.base import Embedder
 from zhiku.embedding.bundled import BundledE5Embedder
 from zhiku.embedding.cache import CachedEmbedder, EmbeddingCache
 from zhiku.errors import InvalidInput
-from zhiku.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest, package_folder, verify_folder
+from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest, package_folder, verify_folder
 from zhiku.settings import EmbeddingSettings
 
 __all__ = ["Embedder", "BundledE5Embedder", "CachedEmbedder", "EmbeddingCache", "build_embedder", "parse_embedder_spec"]
@@ -35,22 +35,40 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
 
             assert settings.model is not None  # the settings validator requires it
             inner = SentenceTransformerEmbedder(
-                settings.model, revision=settings.revision, device=settings.device, batch_size=settings.batch_size,
-                fp16=settings.fp16, max_length=settings.max_length, query_prefix=settings.query_prefix,
-                passage_prefix=settings.passage_prefix, verify=settings.verify,
-                manifest=load_manifest(settings.cache_dir / USER_MANIFEST), memo=memo)
+                settings.model,
+                revision=settings.revision,
+                device=settings.device,
+                batch_size=settings.batch_size,
+                fp16=settings.fp16,
+                max_length=settings.max_length,
+                query_prefix=settings.query_prefix,
+                passage_prefix=settings.passage_prefix,
+                verify=settings.verify,
+                manifest=load_manifest(settings.cache_dir / USER_MANIFEST),
+                memo=memo,
+            )
         case "openai":
             from zhiku.embedding.openai_compat import OpenAIEmbedder
             from zhiku.openai_http import OpenAICompatibleClient
 
             assert settings.model is not None and settings.base_url is not None
             client = OpenAICompatibleClient(
-                settings.base_url, api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-                timeout=settings.timeout, max_retries=settings.max_retries, max_connections=settings.concurrency)
-            inner = OpenAIEmbedder(client, settings.model, dimensions=settings.dimensions,
-                                   batch_size=settings.batch_size, concurrency=settings.concurrency,
-                                   revision=settings.revision, query_prefix=settings.query_prefix,
-                                   passage_prefix=settings.passage_prefix)
+                settings.base_url,
+                api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+                timeout=settings.timeout,
+                max_retries=settings.max_retries,
+                max_connections=settings.concurrency,
+            )
+            inner = OpenAIEmbedder(
+                client,
+                settings.model,
+                dimensions=settings.dimensions,
+                batch_size=settings.batch_size,
+                concurrency=settings.concurrency,
+                revision=settings.revision,
+                query_prefix=settings.query_prefix,
+                passage_prefix=settings.passage_prefix,
+            )
     if not settings.cache:
         return inner
     return CachedEmbedder(inner, EmbeddingCache(settings.cache_dir / "embeddings.sqlite"))
@@ -67,5 +85,7 @@ def parse_embedder_spec(spec: str) -> dict[str, Any]:
             return {"provider": "sentence-transformers", "model": model}
         case "openai" if model:
             return {"provider": "openai", "model": model}
-    raise InvalidInput(f"--embedder {spec!r}: use bundled, sentence-transformers:MODEL_OR_FOLDER or openai:MODEL "
-                       "(with embedding.base_url set)")
+    raise InvalidInput(
+        f"--embedder {spec!r}: use bundled, sentence-transformers:MODEL_OR_FOLDER or openai:MODEL "
+        "(with embedding.base_url set)"
+    )

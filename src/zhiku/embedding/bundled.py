@@ -72,8 +72,10 @@ class BundledE5Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._threads(self.threads)
-        out = [np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
-               for i in range(0, len(texts), self.batch_size)]
+        out = [
+            np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
+            for i in range(0, len(texts), self.batch_size)
+        ]
         return _normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:

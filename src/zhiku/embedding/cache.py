@@ -86,10 +86,10 @@ class CachedEmbedder:
         found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
         missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
-            first_text = {k: t for k, t in zip(keys, texts)}
+            first_text = {k: t for k, t in zip(keys, texts, strict=False)}
             vectors = self.inner.embed_documents([first_text[k] for k in missing])
-            self.cache.put_many(self.name, list(zip(missing, vectors)))
-            found.update(zip(missing, vectors))
+            self.cache.put_many(self.name, list(zip(missing, vectors, strict=False)))
+            found.update(zip(missing, vectors, strict=False))
             self.computed += len(missing)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, key in enumerate(keys):

@@ -23,9 +23,18 @@ from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 
 class OpenAIEmbedder:
-    def __init__(self, client: OpenAICompatibleClient, model: str, *, dimensions: int | None = None,
-                 batch_size: int = 32, concurrency: int = 4, revision: str | None = None,
-                 query_prefix: str | None = None, passage_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        client: OpenAICompatibleClient,
+        model: str,
+        *,
+        dimensions: int | None = None,
+        batch_size: int = 32,
+        concurrency: int = 4,
+        revision: str | None = None,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+    ) -> None:
         self.client = client
         self.model = model
         self.dimensions = dimensions
@@ -37,8 +46,12 @@ class OpenAIEmbedder:
 
     @cached_property
     def name(self) -> str:
-        label = self.model + (f"@{self.revision}" if self.revision else "") + (f"/d{self.dimensions}" if self.dimensions else "")
-        tag = hashlib.sha256(f"passage={self.prefixes.passage!r}".encode("utf-8")).hexdigest()[:8]
+        label = (
+            self.model
+            + (f"@{self.revision}" if self.revision else "")
+            + (f"/d{self.dimensions}" if self.dimensions else "")
+        )
+        tag = hashlib.sha256(f"passage={self.prefixes.passage!r}".encode()).hexdigest()[:8]
         return f"openai:{label}/{tag}"
 
     @property
@@ -61,16 +74,22 @@ class OpenAIEmbedder:
         rows = data.get("data")
         if not isinstance(rows, list) or len(rows) != len(texts):
             got = len(rows) if isinstance(rows, list) else type(rows).__name__
-            raise EmbeddingError(f"embedding endpoint answered {got} vectors for {len(texts)} texts (model {self.model})")
+            raise EmbeddingError(
+                f"embedding endpoint answered {got} vectors for {len(texts)} texts (model {self.model})"
+            )
         try:
             ordered = sorted(rows, key=lambda r: int(r.get("index", 0)))
             m = np.asarray([r["embedding"] for r in ordered], dtype=np.float32)
         except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise EmbeddingError(f"embedding endpoint answered malformed vectors ({type(e).__name__}: {e})") from None
         if m.ndim != 2 or m.shape[1] == 0 or not np.isfinite(m).all():
-            raise EmbeddingError(f"embedding endpoint answered vectors of shape {m.shape} with non-finite values or none")
+            raise EmbeddingError(
+                f"embedding endpoint answered vectors of shape {m.shape} with non-finite values or none"
+            )
         if self.dimensions is not None and m.shape[1] != self.dimensions:
-            raise EmbeddingError(f"embedding endpoint answered {m.shape[1]}-d vectors; embedding.dimensions is {self.dimensions}")
+            raise EmbeddingError(
+                f"embedding endpoint answered {m.shape[1]}-d vectors; embedding.dimensions is {self.dimensions}"
+            )
         return l2_normalise(m)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -81,8 +100,9 @@ class OpenAIEmbedder:
         if len(batches) == 1 or self.concurrency == 1:
             parts = [self._request(b) for b in batches]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.concurrency, len(batches)),
-                                    thread_name_prefix="zhiku-embed") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(self.concurrency, len(batches)), thread_name_prefix="zhiku-embed"
+            ) as pool:
                 parts = list(pool.map(self._request, batches))
         out = np.vstack(parts)
         if self.dimensions is None:
@@ -93,4 +113,3 @@ class OpenAIEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._request([self.prefixes.query + text])[0]
-

@@ -36,7 +36,10 @@ class Prefixes:
 # (pattern over the lower-cased model id or folder name, prefixes); the first match wins.
 FAMILIES: tuple[tuple[re.Pattern[str], Prefixes], ...] = (
     (re.compile(r"(^|/)(multilingual-)?e5-(small|base|large)(-v2)?$"), Prefixes("query: ", "passage: ", "e5")),
-    (re.compile(r"(^|/)multilingual-e5-large-instruct$"), Prefixes(f"Instruct: {QWEN3_TASK}\nQuery: ", "", "e5-instruct")),
+    (
+        re.compile(r"(^|/)multilingual-e5-large-instruct$"),
+        Prefixes(f"Instruct: {QWEN3_TASK}\nQuery: ", "", "e5-instruct"),
+    ),
     (re.compile(r"(^|/)bge-(small|base|large)-zh(-v1\.5)?$"), Prefixes(BGE_ZH_QUERY, "", "bge-zh")),
     (re.compile(r"(^|/)bge-(small|base|large)-en(-v1\.5)?$"), Prefixes(BGE_EN_QUERY, "", "bge-en")),
     (re.compile(r"(^|/)qwen3-embedding-"), Prefixes(f"Instruct: {QWEN3_TASK}\nQuery:", "", "qwen3-embedding")),
@@ -70,11 +73,14 @@ def config_prefixes(folder: Path | None) -> Prefixes | None:
     passage = prompts.get("document", prompts.get("passage"))
     if not isinstance(query, str) and not isinstance(passage, str):
         return None
-    return Prefixes(query if isinstance(query, str) else "", passage if isinstance(passage, str) else "", "model config")
+    return Prefixes(
+        query if isinstance(query, str) else "", passage if isinstance(passage, str) else "", "model config"
+    )
 
 
-def resolve_prefixes(model: str, folder: Path | None = None, *, query: str | None = None,
-                     passage: str | None = None) -> Prefixes:
+def resolve_prefixes(
+    model: str, folder: Path | None = None, *, query: str | None = None, passage: str | None = None
+) -> Prefixes:
     """The prefixes to use (see the module docstring for the precedence)."""
     base = config_prefixes(folder) or family_prefixes(model)
     if query is None and passage is None:

@@ -20,17 +20,28 @@ import numpy as np
 from zhiku.embedding.base import l2_normalise
 from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
-from zhiku.hf import ModelFolder, import_sentence_transformers, resolve_device, resolve_model
-from zhiku.pinning import HashMemo, Manifest, load_manifest
+from zhiku.modelhub.hf import ModelFolder, import_sentence_transformers, resolve_device, resolve_model
+from zhiku.modelhub.pinning import HashMemo, Manifest, load_manifest
 
 
 class SentenceTransformerEmbedder:
     """``Embedder`` over a sentence-transformers model; the model loads on first use (thread-safe)."""
 
-    def __init__(self, model: str, *, revision: str | None = None, device: Literal["auto", "cpu", "cuda"] = "auto",
-                 batch_size: int = 32, fp16: bool = True, max_length: int | None = None,
-                 query_prefix: str | None = None, passage_prefix: str | None = None, verify: bool = True,
-                 manifest: Manifest | None = None, memo: HashMemo | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+        batch_size: int = 32,
+        fp16: bool = True,
+        max_length: int | None = None,
+        query_prefix: str | None = None,
+        passage_prefix: str | None = None,
+        verify: bool = True,
+        manifest: Manifest | None = None,
+        memo: HashMemo | None = None,
+    ) -> None:
         self.model = model
         self.revision = revision
         self.device_setting = device
@@ -47,13 +58,15 @@ class SentenceTransformerEmbedder:
     @cached_property
     def folder(self) -> ModelFolder:
         """The model's files, found (downloaded) and verified; nothing is loaded into memory yet."""
-        return resolve_model(self.model, revision=self.revision, manifest=self.manifest, memo=self.memo,
-                             verify=self.verify)
+        return resolve_model(
+            self.model, revision=self.revision, manifest=self.manifest, memo=self.memo, verify=self.verify
+        )
 
     @cached_property
     def prefixes(self) -> Prefixes:
-        return resolve_prefixes(self.folder.model_id, self.folder.folder, query=self._query_prefix,
-                                passage=self._passage_prefix)
+        return resolve_prefixes(
+            self.folder.model_id, self.folder.folder, query=self._query_prefix, passage=self._passage_prefix
+        )
 
     @cached_property
     def name(self) -> str:
@@ -79,8 +92,10 @@ class SentenceTransformerEmbedder:
         try:
             model = st.SentenceTransformer(str(folder.folder), device=device, local_files_only=True)
         except Exception as e:
-            raise EmbeddingError(f"cannot load sentence-transformers model {folder.model_id} from {folder.folder}: "
-                                 f"{type(e).__name__}: {e}") from None
+            raise EmbeddingError(
+                f"cannot load sentence-transformers model {folder.model_id} from {folder.folder}: "
+                f"{type(e).__name__}: {e}"
+            ) from None
         if device.startswith("cuda") and self.fp16:
             model.half()
         if self.max_length is not None:
@@ -90,15 +105,18 @@ class SentenceTransformerEmbedder:
     @cached_property
     def dim(self) -> int:
         model = self._model
-        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension  # ST ≥ 6 / older
+        getter = (
+            getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        )  # ST ≥ 6 / older
         size = getter()
         if not size:
             size = int(self._encode(["dim"]).shape[1])
         return int(size)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        out = self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                                 show_progress_bar=False)
+        out = self._model.encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
         return l2_normalise(np.asarray(out, dtype=np.float32).reshape(len(texts), -1))
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -109,4 +127,3 @@ class SentenceTransformerEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._encode([self.prefixes.query + text])[0]
-

@@ -35,7 +35,7 @@ def _jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise InvalidInput(f"{path}:{n}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict) or "_id" not in row or "text" not in row:
-                raise InvalidInput(f"{path}:{n}: each line needs \"_id\" and \"text\"")
+                raise InvalidInput(f'{path}:{n}: each line needs "_id" and "text"')
             rows.append(row)
     return rows
 
@@ -49,9 +49,13 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
         qrels_path = folder / "qrels" / "test.tsv"
     for p in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_path):
         if not p.is_file():
-            raise InvalidInput(f"{folder} is not a BEIR dataset: {p.name} is missing "
-                               "(expected corpus.jsonl, queries.jsonl and qrels.tsv)")
-    corpus = tuple(BeirDoc(str(r["_id"]), str(r.get("title") or ""), str(r["text"])) for r in _jsonl(folder / "corpus.jsonl"))
+            raise InvalidInput(
+                f"{folder} is not a BEIR dataset: {p.name} is missing "
+                "(expected corpus.jsonl, queries.jsonl and qrels.tsv)"
+            )
+    corpus = tuple(
+        BeirDoc(str(r["_id"]), str(r.get("title") or ""), str(r["text"])) for r in _jsonl(folder / "corpus.jsonl")
+    )
     queries_all = {str(r["_id"]): str(r["text"]) for r in _jsonl(folder / "queries.jsonl")}
     qrels: dict[str, dict[str, int]] = {}
     with qrels_path.open(encoding="utf-8") as f:

@@ -52,7 +52,9 @@ class Expected:
         return self.section is None or section_matches(chunk.section, self.section)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in (("source", self.source), ("page", self.page), ("section", self.section)) if v is not None}
+        return {
+            k: v for k, v in (("source", self.source), ("page", self.page), ("section", self.section)) if v is not None
+        }
 
 
 def section_matches(section: str, prefix: str) -> bool:
@@ -136,7 +138,9 @@ def _mapping(path: Path, node: Any, what: str, allowed: tuple[str, ...], example
     for key_node, value_node in node.value:
         key = _scalar(key_node)
         if key not in allowed:
-            raise InvalidInput(f"{_where(path, key_node)}: {what}: unknown field {key!r} (allowed: {', '.join(allowed)})")
+            raise InvalidInput(
+                f"{_where(path, key_node)}: {what}: unknown field {key!r} (allowed: {', '.join(allowed)})"
+            )
         out[key] = value_node
     return out
 
@@ -161,7 +165,9 @@ def load_yaml_set(path: Path) -> EvalSet:
         raise InvalidInput(f"{_where(path, root)}: `version` is missing: add `version: {YAML_VERSION}`")
     version = _scalar(top["version"])
     if version != YAML_VERSION:
-        raise InvalidInput(f"{_where(path, top['version'])}: version: {version!r} is not supported (use {YAML_VERSION})")
+        raise InvalidInput(
+            f"{_where(path, top['version'])}: version: {version!r} is not supported (use {YAML_VERSION})"
+        )
     description = _scalar(top["description"]) if "description" in top else ""
     if not isinstance(description, str):
         raise InvalidInput(f"{_where(path, top['description'])}: description must be text")
@@ -188,15 +194,22 @@ def load_yaml_set(path: Path) -> EvalSet:
             raise InvalidInput(f"{_where(path, q.get('id', item))}: {where}.id {qid!r} is used twice")
         seen.add(qid)
         if "expected" not in q:
-            raise InvalidInput(f"{_where(path, item)}: {where}.expected is missing: list where the answer is, "
-                               "e.g. `expected: [{source: 劳动合同法.md}]`")
+            raise InvalidInput(
+                f"{_where(path, item)}: {where}.expected is missing: list where the answer is, "
+                "e.g. `expected: [{source: 劳动合同法.md}]`"
+            )
         enode = q["expected"]
         if not isinstance(enode, yaml.SequenceNode) or not enode.value:
-            raise InvalidInput(f"{_where(path, enode)}: {where}.expected must be a non-empty list of "
-                               "`{source: …, page: …, section: …}`")
+            raise InvalidInput(
+                f"{_where(path, enode)}: {where}.expected must be a non-empty list of "
+                "`{source: …, page: …, section: …}`"
+            )
         expected = tuple(_expected(path, e, f"{where}.expected[{i}]") for i, e in enumerate(enode.value))
-        queries.append(EvalQuery(qid, text.strip(), category.strip(), {f"expected[{i}]": 1 for i in range(len(expected))},
-                                 expected))
+        queries.append(
+            EvalQuery(
+                qid, text.strip(), category.strip(), {f"expected[{i}]": 1 for i in range(len(expected))}, expected
+            )
+        )
     return EvalSet(path.stem, "yaml", tuple(queries), description=description.strip(), path=str(path))
 
 

@@ -19,8 +19,10 @@ from zhiku.evaluation.datasets import EvalSet
 from zhiku.evaluation.runner import ProgressFn, evaluate, standard_metrics
 from zhiku.types import SearchMode
 
-NO_RERANKER = ("zhiku has no reranker yet: none is configured (rerank.provider: none); set rerank.provider and "
-               "rerank.model, or pass --reranker cross-encoder:MODEL_OR_FOLDER (or llm)")
+NO_RERANKER = (
+    "zhiku has no reranker yet: none is configured (rerank.provider: none); set rerank.provider and "
+    "rerank.model, or pass --reranker cross-encoder:MODEL_OR_FOLDER (or llm)"
+)
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,21 @@ class Variant:
     unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)", {"rerank": False}),
-    Variant("dense", "dense", "dense vectors only (cosine)", {"rerank": False}),
-    Variant("hybrid", "hybrid", "BM25 + dense fused with RRF", {"rerank": False}),
-    Variant("hybrid_rerank", "hybrid", "hybrid, then the configured reranker over the top rerank.top_m", {"rerank": True},
-            unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER),
-)}
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)", {"rerank": False}),
+        Variant("dense", "dense", "dense vectors only (cosine)", {"rerank": False}),
+        Variant("hybrid", "hybrid", "BM25 + dense fused with RRF", {"rerank": False}),
+        Variant(
+            "hybrid_rerank",
+            "hybrid",
+            "hybrid, then the configured reranker over the top rerank.top_m",
+            {"rerank": True},
+            unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER,
+        ),
+    )
+}
 
 
 def parse_variants(spec: str) -> list[Variant]:
@@ -73,17 +83,33 @@ class ExperimentResult:
         return standard_metrics(self.k)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "queries": self.queries, "k": self.k, "retrieval": self.retrieval,
-                "variants": [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()},
-                              "latency_ms": {n: round(v, 2) for n, v in r.latency_ms.items()}} for r in self.rows]}
+        return {
+            "dataset": self.dataset,
+            "queries": self.queries,
+            "k": self.k,
+            "retrieval": self.retrieval,
+            "variants": [
+                {
+                    **asdict(r),
+                    "metrics": {n: round(v, 4) for n, v in r.metrics.items()},
+                    "latency_ms": {n: round(v, 2) for n, v in r.latency_ms.items()},
+                }
+                for r in self.rows
+            ],
+        }
 
     def markdown(self) -> str:
         names = self.metric_names()
-        lines = [f"| variant ({self.dataset}, {self.queries} queries) | " + " | ".join(names) + " | p50 ms | p95 ms |",
-                 "|" + "---|" * (len(names) + 3)]
+        lines = [
+            f"| variant ({self.dataset}, {self.queries} queries) | " + " | ".join(names) + " | p50 ms | p95 ms |",
+            "|" + "---|" * (len(names) + 3),
+        ]
         for r in self.rows:
             if r.status == "ok":
-                cells = [f"{r.metrics[n]:.4f}" for n in names] + [f"{r.latency_ms['p50']:.1f}", f"{r.latency_ms['p95']:.1f}"]
+                cells = [f"{r.metrics[n]:.4f}" for n in names] + [
+                    f"{r.latency_ms['p50']:.1f}",
+                    f"{r.latency_ms['p95']:.1f}",
+                ]
             else:
                 cells = ["n/a"] * (len(names) + 2)
             lines.append(f"| {r.variant} | " + " | ".join(cells) + " |")
@@ -101,9 +127,15 @@ class ExperimentResult:
         return paths
 
 
-def run_experiment(kb: KnowledgeBase, evalset: EvalSet, variants: Sequence[Variant], *, k: int = 10,
-                   collection: str | None = None,
-                   on_variant: Callable[[Variant], ProgressFn | None] | None = None) -> ExperimentResult:
+def run_experiment(
+    kb: KnowledgeBase,
+    evalset: EvalSet,
+    variants: Sequence[Variant],
+    *,
+    k: int = 10,
+    collection: str | None = None,
+    on_variant: Callable[[Variant], ProgressFn | None] | None = None,
+) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index) with the same queries."""
     rows = []
     for v in variants:
@@ -112,10 +144,20 @@ def run_experiment(kb: KnowledgeBase, evalset: EvalSet, variants: Sequence[Varia
             rows.append(VariantRow(v.name, v.description, "unavailable", reason))
             continue
         progress = on_variant(v) if on_variant is not None else None
-        r = evaluate(kb, evalset, mode=v.mode, k=k, collection=collection, keep_hits=0, variant=v.name,
-                     options=v.retrieve_options, on_progress=progress)
+        r = evaluate(
+            kb,
+            evalset,
+            mode=v.mode,
+            k=k,
+            collection=collection,
+            keep_hits=0,
+            variant=v.name,
+            options=v.retrieve_options,
+            on_progress=progress,
+        )
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
         rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms))
-    return ExperimentResult(evalset.name, len(evalset.queries), k, tuple(rows),
-                            retrieval=kb.settings.retrieval.model_dump(mode="json"))
+    return ExperimentResult(
+        evalset.name, len(evalset.queries), k, tuple(rows), retrieval=kb.settings.retrieval.model_dump(mode="json")
+    )

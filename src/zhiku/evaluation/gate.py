@@ -43,8 +43,10 @@ def parse_gate(spec: str) -> tuple[Bar, ...]:
             continue
         m = _BAR.match(part)
         if m is None:
-            raise InvalidInput(f"invalid --gate bar {part.strip()!r}: write METRIC OP NUMBER, e.g. "
-                               "\"hit@5>=0.9,mrr@10>=0.8\" (OP is >=, >, <= or <)")
+            raise InvalidInput(
+                f"invalid --gate bar {part.strip()!r}: write METRIC OP NUMBER, e.g. "
+                '"hit@5>=0.9,mrr@10>=0.8" (OP is >=, >, <= or <)'
+            )
         metric = m.group(1).lower()
         try:
             parse_metric(metric)
@@ -55,7 +57,7 @@ def parse_gate(spec: str) -> tuple[Bar, ...]:
             raise InvalidInput(f"invalid --gate bar {part.strip()!r}: {metric} lies between 0 and 1")
         bars.append(Bar(metric, m.group(2), value))
     if not bars:
-        raise InvalidInput("--gate is empty: give bars like \"hit@5>=0.9,mrr@10>=0.8\"")
+        raise InvalidInput('--gate is empty: give bars like "hit@5>=0.9,mrr@10>=0.8"')
     return tuple(bars)
 
 

@@ -23,11 +23,13 @@ import numpy as np
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.datasets import EvalSet
 from zhiku.evaluation.judge import JudgeClient, JudgeError
-from zhiku.search import Retrieval
+from zhiku.retrieval.search import Retrieval
 
 GENERATION_METRICS = ("faithfulness", "answer_relevancy", "context_precision")
-NO_JUDGE = ("no LLM judge configured: set judge.base_url and judge.model in zhiku.yaml "
-            "(or ZHIKU_JUDGE__BASE_URL / ZHIKU_JUDGE__MODEL) to score faithfulness, answer relevancy and context precision")
+NO_JUDGE = (
+    "no LLM judge configured: set judge.base_url and judge.model in zhiku.yaml "
+    "(or ZHIKU_JUDGE__BASE_URL / ZHIKU_JUDGE__MODEL) to score faithfulness, answer relevancy and context precision"
+)
 CONTEXT_CHARS = 800  # characters of each context shown to the judge
 
 FAITHFULNESS = """[faithfulness] You check whether an answer is supported by retrieved passages.
@@ -71,7 +73,9 @@ def skipped(reason: str = NO_JUDGE) -> GenerationResult:
 
 
 def _contexts(r: Retrieval) -> str:
-    return "\n\n".join(f"PASSAGE [{n}] ({h.chunk.source}): {h.chunk.text[:CONTEXT_CHARS]}" for n, h in enumerate(r.hits, 1))
+    return "\n\n".join(
+        f"PASSAGE [{n}] ({h.chunk.source}): {h.chunk.text[:CONTEXT_CHARS]}" for n, h in enumerate(r.hits, 1)
+    )
 
 
 def faithfulness(judge: JudgeClient, answer: str, r: Retrieval) -> float:
@@ -112,9 +116,17 @@ def context_precision(judge: JudgeClient, question: str, r: Retrieval) -> float:
     return average_precision([int(v) for v in verdicts])
 
 
-def judge_generation(kb: KnowledgeBase, evalset: EvalSet, judge: JudgeClient, *, mode: str | None = None,
-                     collection: str | None = None, top_k: int = 5, max_queries: int = 20,
-                     answer_fn: Callable[[Retrieval], str] | None = None) -> GenerationResult:
+def judge_generation(
+    kb: KnowledgeBase,
+    evalset: EvalSet,
+    judge: JudgeClient,
+    *,
+    mode: str | None = None,
+    collection: str | None = None,
+    top_k: int = 5,
+    max_queries: int = 20,
+    answer_fn: Callable[[Retrieval], str] | None = None,
+) -> GenerationResult:
     """Score the first ``max_queries`` queries: retrieve ``top_k`` passages, build the answer, ask the judge."""
     calls_before = judge.calls
     per_query: list[GenerationScores] = []
@@ -123,9 +135,11 @@ def judge_generation(kb: KnowledgeBase, evalset: EvalSet, judge: JudgeClient, *,
         answer = answer_fn(r) if answer_fn is not None else kb.answer(r).markdown
         values: dict[str, float | None] = {}
         errors: list[str] = []
-        for name, run in (("faithfulness", lambda: faithfulness(judge, answer, r)),
-                          ("answer_relevancy", lambda: answer_relevancy(judge, q.text, answer, kb.embedder.embed_query)),
-                          ("context_precision", lambda: context_precision(judge, q.text, r))):
+        for name, run in (
+            ("faithfulness", lambda: faithfulness(judge, answer, r)),  # noqa: B023 (called in this iteration)
+            ("answer_relevancy", lambda: answer_relevancy(judge, q.text, answer, kb.embedder.embed_query)),  # noqa: B023
+            ("context_precision", lambda: context_precision(judge, q.text, r)),  # noqa: B023
+        ):
             try:
                 values[name] = run()
             except JudgeError as e:
@@ -136,6 +150,11 @@ def judge_generation(kb: KnowledgeBase, evalset: EvalSet, judge: JudgeClient, *,
     for name in GENERATION_METRICS:
         scored = [getattr(s, name) for s in per_query if getattr(s, name) is not None]
         means[name] = sum(scored) / len(scored) if scored else None
-    return GenerationResult(status="ok", queries=len(per_query), metrics=means,
-                            errors=sum(len(s.errors) for s in per_query), judge_calls=judge.calls - calls_before,
-                            per_query=tuple(per_query))
+    return GenerationResult(
+        status="ok",
+        queries=len(per_query),
+        metrics=means,
+        errors=sum(len(s.errors) for s in per_query),
+        judge_calls=judge.calls - calls_before,
+        per_query=tuple(per_query),
+    )

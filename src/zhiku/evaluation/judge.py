@@ -77,8 +77,15 @@ class JudgeCache:
 class JudgeClient:
     """Asks the judge model for JSON objects. ``calls`` counts HTTP requests (cache hits are free)."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 60.0,
-                 cache: JudgeCache | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        cache: JudgeCache | None = None,
+    ) -> None:
         self.url = chat_url(base_url)
         self.model = model
         self.api_key = api_key
@@ -110,7 +117,9 @@ class JudgeClient:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 (a configured URL)
                 payload = json.loads(resp.read().decode("utf-8"))
         except urllib.error.HTTPError as e:
-            raise JudgeError(f"the judge at {self.url} answered HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}") from None
+            raise JudgeError(
+                f"the judge at {self.url} answered HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}"
+            ) from None
         except (urllib.error.URLError, TimeoutError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise JudgeError(f"cannot reach the judge at {self.url}: {reason} (check judge.base_url)") from None

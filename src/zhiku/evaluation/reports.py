@@ -18,26 +18,48 @@ HISTORY_FILE = "eval_history.jsonl"
 WORST_SHOWN = 10
 
 
-def summary(result: EvalResult, *, gate: Sequence[BarResult] = (), generation: GenerationResult | None = None,
-            index: str | None = None) -> dict[str, Any]:
+def summary(
+    result: EvalResult,
+    *,
+    gate: Sequence[BarResult] = (),
+    generation: GenerationResult | None = None,
+    index: str | None = None,
+) -> dict[str, Any]:
     out = result.summary_json()
     out["index"] = index
-    out["gate"] = None if not gate else {"passed": all(b.passed for b in gate),
-                                         "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed}
-                                                  for b in gate]}
+    out["gate"] = (
+        None
+        if not gate
+        else {
+            "passed": all(b.passed for b in gate),
+            "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
+        }
+    )
     out["generation"] = None if generation is None else generation.to_json()
     return out
 
 
-def write_outputs(out_dir: Path, result: EvalResult, *, gate: Sequence[BarResult] = (),
-                  generation: GenerationResult | None = None, index: str | None = None) -> dict[str, Path]:
+def write_outputs(
+    out_dir: Path,
+    result: EvalResult,
+    *,
+    gate: Sequence[BarResult] = (),
+    generation: GenerationResult | None = None,
+    index: str | None = None,
+) -> dict[str, Path]:
     """Write the three files into ``out_dir`` (created); returns their paths by name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = summary(result, gate=gate, generation=generation, index=index)
-    paths = {"summary": out_dir / "summary.json", "report": out_dir / "report.md", "per_query": out_dir / "per_query.json"}
+    paths = {
+        "summary": out_dir / "summary.json",
+        "report": out_dir / "report.md",
+        "per_query": out_dir / "per_query.json",
+    }
     paths["summary"].write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    paths["per_query"].write_text(json.dumps(records_json(result), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    paths["per_query"].write_text(
+        json.dumps(records_json(result), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
     paths["report"].write_text(markdown_report(result, gate=gate, generation=generation), encoding="utf-8")
     return paths
 
@@ -48,18 +70,28 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines
 
 
-def markdown_report(result: EvalResult, *, gate: Sequence[BarResult] = (),
-                    generation: GenerationResult | None = None) -> str:
+def markdown_report(
+    result: EvalResult, *, gate: Sequence[BarResult] = (), generation: GenerationResult | None = None
+) -> str:
     r = result
-    lines = [f"# Evaluation: {r.dataset}", "",
-             f"{r.queries} queries · mode `{r.mode}`" + (f" · variant `{r.variant}`" if r.variant else "")
-             + f" · latency p50 {r.latency_ms['p50']:.1f} ms, p95 {r.latency_ms['p95']:.1f} ms", "", "## Retrieval", ""]
+    lines = [
+        f"# Evaluation: {r.dataset}",
+        "",
+        f"{r.queries} queries · mode `{r.mode}`"
+        + (f" · variant `{r.variant}`" if r.variant else "")
+        + f" · latency p50 {r.latency_ms['p50']:.1f} ms, p95 {r.latency_ms['p95']:.1f} ms",
+        "",
+        "## Retrieval",
+        "",
+    ]
     lines += _table(["metric", "value"], [(n, f"{v:.4f}") for n, v in r.metrics.items()])
     if len(r.categories) > 1:
         names = list(r.metrics)
         lines += ["", "## Per category", ""]
-        lines += _table(["category", "queries", *names],
-                        [(c, int(m["queries"]), *(f"{m[n]:.4f}" for n in names)) for c, m in r.categories.items()])
+        lines += _table(
+            ["category", "queries", *names],
+            [(c, int(m["queries"]), *(f"{m[n]:.4f}" for n in names)) for c, m in r.categories.items()],
+        )
     if gate:
         verdict = "passed" if all(b.passed for b in gate) else "FAILED"
         lines += ["", f"## Gate: {verdict}", ""] + [f"- {b}" for b in gate]
@@ -67,15 +99,21 @@ def markdown_report(result: EvalResult, *, gate: Sequence[BarResult] = (),
     if generation is None or generation.status == "skipped":
         lines.append(f"Skipped: {generation.reason if generation else 'not requested'}.")
     else:
-        lines += _table(["metric", "mean"], [(n, "–" if v is None else f"{v:.4f}") for n, v in generation.metrics.items()])
-        lines.append(f"\n{generation.queries} queries judged, {generation.judge_calls} judge calls, "
-                     f"{generation.errors} unscored (judge errors).")
+        lines += _table(
+            ["metric", "mean"], [(n, "–" if v is None else f"{v:.4f}") for n, v in generation.metrics.items()]
+        )
+        lines.append(
+            f"\n{generation.queries} queries judged, {generation.judge_calls} judge calls, "
+            f"{generation.errors} unscored (judge errors)."
+        )
     missed = [q for q in r.records if q.first_relevant is None or q.first_relevant > 5]
     lines += ["", f"## Missed at 5 ({len(missed)} of {r.queries})", ""]
     for q in missed[:WORST_SHOWN]:
         found = "not found" if q.first_relevant is None else f"first relevant at {q.first_relevant}"
-        lines.append(f"- **{q.query}** ({q.category}; {found}); expected {', '.join(q.relevant)[:200]}; got: "
-                     + "; ".join(f"{h.rank}. {h.source} {h.section}".strip() for h in q.hits[:3]))
+        lines.append(
+            f"- **{q.query}** ({q.category}; {found}); expected {', '.join(q.relevant)[:200]}; got: "
+            + "; ".join(f"{h.rank}. {h.source} {h.section}".strip() for h in q.hits[:3])
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -95,16 +133,27 @@ class HistoryEntry:
     out: str | None = None
 
 
-def history_entry(result: EvalResult, *, gate: Sequence[BarResult] = (), generation: GenerationResult | None = None,
-                  out: Path | None = None, at: float | None = None) -> HistoryEntry:
+def history_entry(
+    result: EvalResult,
+    *,
+    gate: Sequence[BarResult] = (),
+    generation: GenerationResult | None = None,
+    out: Path | None = None,
+    at: float | None = None,
+) -> HistoryEntry:
     return HistoryEntry(
-        at=time.time() if at is None else at, dataset=result.dataset, kind=result.kind, mode=result.mode,
-        variant=result.variant or result.mode, queries=result.queries,
+        at=time.time() if at is None else at,
+        dataset=result.dataset,
+        kind=result.kind,
+        mode=result.mode,
+        variant=result.variant or result.mode,
+        queries=result.queries,
         metrics={n: round(v, 4) for n, v in result.metrics.items()},
         latency_ms={n: round(v, 2) for n, v in result.latency_ms.items()},
         gate_passed=None if not gate else all(b.passed for b in gate),
         generation={} if generation is None or generation.status != "ok" else dict(generation.metrics),
-        out=None if out is None else str(out))
+        out=None if out is None else str(out),
+    )
 
 
 def append_history(index: Path, entry: HistoryEntry) -> Path:

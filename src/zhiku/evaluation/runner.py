@@ -87,8 +87,13 @@ class EvalResult:
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
         if self.indexing is not None:
             i = self.indexing
-            out["indexing"] = {"documents": i.documents, "chunks": i.chunks, "seconds": round(i.seconds, 2),
-                               "chunks_per_s": round(i.chunks_per_s, 1), "chunks_embedded": i.chunks_embedded}
+            out["indexing"] = {
+                "documents": i.documents,
+                "chunks": i.chunks,
+                "seconds": round(i.seconds, 2),
+                "chunks_per_s": round(i.chunks_per_s, 1),
+                "chunks_embedded": i.chunks_embedded,
+            }
         if self.rerank:
             out["rerank"] = dict(self.rerank)
         return out
@@ -96,14 +101,21 @@ class EvalResult:
     def summary_json(self) -> dict[str, Any]:
         """What `summary.json` holds: the ``--json`` object plus k, kind, variant and per-category metrics."""
         out = self.to_json()
-        out.update({"kind": self.kind, "k": self.k, "variant": self.variant or self.mode,
-                    "metrics": {n: round(v, 4) for n, v in self.metrics.items()},
-                    "categories": {c: {n: round(v, 4) for n, v in m.items()} for c, m in self.categories.items()}})
+        out.update(
+            {
+                "kind": self.kind,
+                "k": self.k,
+                "variant": self.variant or self.mode,
+                "metrics": {n: round(v, 4) for n, v in self.metrics.items()},
+                "categories": {c: {n: round(v, 4) for n, v in m.items()} for c, m in self.categories.items()},
+            }
+        )
         return out
 
 
-def index_dataset(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str,
-                  on_progress: ProgressFn | None = None) -> IndexingStats:
+def index_dataset(
+    kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str, on_progress: ProgressFn | None = None
+) -> IndexingStats:
     """Index a BEIR corpus into ``collection`` (unchanged documents are skipped)."""
     docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
     report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
@@ -115,13 +127,23 @@ def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecor
     out = []
     for n, h in enumerate(hits[:limit], 1):
         target = q.label(h.chunk)
-        out.append(HitRecord(
-            rank=n, chunk_id=h.chunk.chunk_id, source=h.chunk.source, section=h.chunk.section, page=h.chunk.page,
-            score=round(h.score, 6), bm25_rank=h.bm25_rank,
-            bm25_score=None if h.bm25_score is None else round(h.bm25_score, 6), dense_rank=h.dense_rank,
-            dense_distance=None if h.dense_score is None else round(1.0 - h.dense_score, 6),
-            rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
-            target=target, relevant=target in q.relevant))
+        out.append(
+            HitRecord(
+                rank=n,
+                chunk_id=h.chunk.chunk_id,
+                source=h.chunk.source,
+                section=h.chunk.section,
+                page=h.chunk.page,
+                score=round(h.score, 6),
+                bm25_rank=h.bm25_rank,
+                bm25_score=None if h.bm25_score is None else round(h.bm25_score, 6),
+                dense_rank=h.dense_rank,
+                dense_distance=None if h.dense_score is None else round(1.0 - h.dense_score, 6),
+                rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
+                target=target,
+                relevant=target in q.relevant,
+            )
+        )
     return tuple(out)
 
 
@@ -131,10 +153,19 @@ def _relevant_text(q: EvalQuery) -> tuple[str, ...]:
     return tuple(", ".join(f"{k}={v}" for k, v in e.to_json().items()) for e in q.expected)
 
 
-def evaluate(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, mode: str, k: int = 10,
-             collection: str | None = None, extra_metrics: Sequence[str] = (), keep_hits: int | None = None,
-             variant: str = "", options: Mapping[str, Any] | None = None,
-             on_progress: ProgressFn | None = None) -> EvalResult:
+def evaluate(
+    kb: KnowledgeBase,
+    dataset: BeirDataset | EvalSet,
+    *,
+    mode: str,
+    k: int = 10,
+    collection: str | None = None,
+    extra_metrics: Sequence[str] = (),
+    keep_hits: int | None = None,
+    variant: str = "",
+    options: Mapping[str, Any] | None = None,
+    on_progress: ProgressFn | None = None,
+) -> EvalResult:
     """Search every query (deep enough for recall@100) and score the ranked targets against the judgements.
 
     A hit's target is its document (BEIR) or the first expected entry it matches (YAML); repeated targets
@@ -160,8 +191,18 @@ def evaluate(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, mode: str, k:
         ranked = list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
         values = score(names, ranked, q.relevant)
         first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
-        records.append(QueryRecord(q.qid, q.text, q.category, _relevant_text(q), first, values, round(latency, 2),
-                                   hit_records(q, r.hits, keep)))
+        records.append(
+            QueryRecord(
+                q.qid,
+                q.text,
+                q.category,
+                _relevant_text(q),
+                first,
+                values,
+                round(latency, 2),
+                hit_records(q, r.hits, keep),
+            )
+        )
         cat = by_category.setdefault(q.category, {**dict.fromkeys(names, 0.0), "queries": 0.0})
         cat["queries"] += 1
         for name, v in values.items():
@@ -170,13 +211,22 @@ def evaluate(kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, mode: str, k:
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
-    categories = {c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
-                  for c, m in sorted(by_category.items())}
+    categories = {
+        c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
+        for c, m in sorted(by_category.items())
+    }
     return EvalResult(
-        dataset=evalset.name, mode=mode, k=k, queries=nq,
+        dataset=evalset.name,
+        mode=mode,
+        k=k,
+        queries=nq,
         metrics={name: v / nq for name, v in sums.items()},
         latency_ms={"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
-        categories=categories, records=tuple(records), kind=evalset.kind, variant=variant, rerank=rerank,
+        categories=categories,
+        records=tuple(records),
+        kind=evalset.kind,
+        variant=variant,
+        rerank=rerank,
     )
 
 

@@ -119,19 +119,37 @@ class Connection:
         message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         low = message.lower()
         env = "ZHIKU_STORE__URI"
-        if any(s in low for s in ("fail connecting", "unavailable", "connection refused", "failed to connect",
-                                  "deadline", "timeout", "timed out", "retry run out", "illegal connection")):
-            return Unreachable(f"cannot reach {self.where} during {what} ({message}): start Milvus (e.g. `milvus-lite server "
-                              f"--data-dir DIR --port 19530`) or fix store.uri ({env}); requests give up after "
-                              f"store.timeout_s={self.timeout:g}s")
+        if any(
+            s in low
+            for s in (
+                "fail connecting",
+                "unavailable",
+                "connection refused",
+                "failed to connect",
+                "deadline",
+                "timeout",
+                "timed out",
+                "retry run out",
+                "illegal connection",
+            )
+        ):
+            return Unreachable(
+                f"cannot reach {self.where} during {what} ({message}): start Milvus (e.g. `milvus-lite server "
+                f"--data-dir DIR --port 19530`) or fix store.uri ({env}); requests give up after "
+                f"store.timeout_s={self.timeout:g}s"
+            )
         if any(s in low for s in ("auth", "permission", "denied", "unauthenticated", "credential")):
-            return StoreError(f"{self.where} refused the credentials during {what} ({message}): set store.token "
-                              "(ZHIKU_STORE__TOKEN, `user:password` or an API key)")
+            return StoreError(
+                f"{self.where} refused the credentials during {what} ({message}): set store.token "
+                "(ZHIKU_STORE__TOKEN, `user:password` or an API key)"
+            )
         if "not loaded" in low or "state 'released'" in low:
             return NotLoaded(f"{self.where}: {what} failed: {message}")
         if "database" in low and ("not found" in low or "not exist" in low):
-            return StoreError(f"{self.where}: database {self.settings.db_name!r} does not exist ({message}): create it "
-                              "or fix store.db_name (ZHIKU_STORE__DB_NAME)")
+            return StoreError(
+                f"{self.where}: database {self.settings.db_name!r} does not exist ({message}): create it "
+                "or fix store.db_name (ZHIKU_STORE__DB_NAME)"
+            )
         return StoreError(f"{self.where}: {what} failed: {message}")
 
     # --- the operations MilvusStore uses ----------------------------------------------------------------
@@ -154,7 +172,9 @@ class Connection:
         ``sync=False``: pymilvus would otherwise poll each index every 0.5 s.
         """
         try:
-            self.invoke(f"create {name}", "create_collection", name, schema=schema, consistency_level=self.settings.consistency)
+            self.invoke(
+                f"create {name}", "create_collection", name, schema=schema, consistency_level=self.settings.consistency
+            )
         except StoreError:
             if not self.invoke(f"has_collection {name}", "has_collection", name):
                 raise
@@ -170,8 +190,14 @@ class Connection:
         if len(rows) < QUERY_LIMIT:
             return list(rows)
         with self.guard(what):
-            iterator = self.client.query_iterator(name, batch_size=4096, filter=expr, output_fields=fields,
-                                                  timeout=self.timeout, consistency_level=self.settings.consistency)
+            iterator = self.client.query_iterator(
+                name,
+                batch_size=4096,
+                filter=expr,
+                output_fields=fields,
+                timeout=self.timeout,
+                consistency_level=self.settings.consistency,
+            )
             out: list[dict[str, Any]] = []
             while batch := iterator.next():
                 out.extend(batch)

@@ -40,7 +40,9 @@ T = TypeVar("T")
 # --- literals in filter expressions ------------------------------------------------------------------
 def lit(value: str) -> str:
     """``value`` as a double-quoted Milvus expression string (``\\``, ``"``, and line breaks escaped)."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    escaped = (
+        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
     return f'"{escaped}"'
 
 
@@ -71,7 +73,7 @@ def _decode(tp: Any, value: Any) -> Any:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_decode(args[0], v) for v in value)
-        return tuple(_decode(a, v) for a, v in zip(args, value)) if args else tuple(value)
+        return tuple(_decode(a, v) for a, v in zip(args, value, strict=False)) if args else tuple(value)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_dict(tp, value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
@@ -95,8 +97,13 @@ def from_json(cls: type[T], text: str) -> T:
 def chunk_row(chunk: Chunk, version: int, tokens: str, vector: list[float]) -> dict[str, Any]:
     data = dataclasses.asdict(chunk)
     row = {name: data.pop(name) for name in CHUNK_COLUMNS}
-    row.update(row_id=f"{chunk.chunk_id}@{version}", version=version, tokens=tokens, vector=vector,
-               payload=json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    row.update(
+        row_id=f"{chunk.chunk_id}@{version}",
+        version=version,
+        tokens=tokens,
+        vector=vector,
+        payload=json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+    )
     return row
 
 
@@ -107,20 +114,51 @@ def chunk_from_row(row: dict[str, Any]) -> Chunk:
 
 
 def doc_row(doc: DocRecord, version: int, chars: int) -> dict[str, Any]:
-    return {"key": f"doc:{doc.doc_id}", "kind": "doc", "doc_id": doc.doc_id, "collection": doc.collection,
-            "source": doc.source, "version": version, "chunk_count": doc.chunk_count, "chars": chars,
-            "at": float(doc.ingested_at), "payload": to_json(doc), "placeholder": PLACEHOLDER}
+    return {
+        "key": f"doc:{doc.doc_id}",
+        "kind": "doc",
+        "doc_id": doc.doc_id,
+        "collection": doc.collection,
+        "source": doc.source,
+        "version": version,
+        "chunk_count": doc.chunk_count,
+        "chars": chars,
+        "at": float(doc.ingested_at),
+        "payload": to_json(doc),
+        "placeholder": PLACEHOLDER,
+    }
 
 
 def meta_row(key: str, value: str) -> dict[str, Any]:
-    return {"key": f"meta:{key}", "kind": "meta", "doc_id": "", "collection": "", "source": "", "version": 0,
-            "chunk_count": 0, "chars": 0, "at": 0.0, "payload": value, "placeholder": PLACEHOLDER}
+    return {
+        "key": f"meta:{key}",
+        "kind": "meta",
+        "doc_id": "",
+        "collection": "",
+        "source": "",
+        "version": 0,
+        "chunk_count": 0,
+        "chars": 0,
+        "at": 0.0,
+        "payload": value,
+        "placeholder": PLACEHOLDER,
+    }
 
 
 def history_row(key: str, record: IngestionRecord) -> dict[str, Any]:
-    return {"key": f"hist:{key}", "kind": "hist", "doc_id": "", "collection": record.collection, "source": record.path,
-            "version": 0, "chunk_count": record.chunk_count, "chars": 0, "at": float(record.at),
-            "payload": to_json(record), "placeholder": PLACEHOLDER}
+    return {
+        "key": f"hist:{key}",
+        "kind": "hist",
+        "doc_id": "",
+        "collection": record.collection,
+        "source": record.path,
+        "version": 0,
+        "chunk_count": record.chunk_count,
+        "chars": 0,
+        "at": float(record.at),
+        "payload": to_json(record),
+        "placeholder": PLACEHOLDER,
+    }
 
 
 def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
@@ -135,7 +173,9 @@ def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
 def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     from pymilvus import DataType, Function, FunctionType
 
-    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks (schema {SCHEMA_VERSION})")
+    s = client.create_schema(
+        auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks (schema {SCHEMA_VERSION})"
+    )
     s.add_field("row_id", DataType.VARCHAR, is_primary=True, max_length=256)
     s.add_field("chunk_id", DataType.VARCHAR, max_length=256)
     s.add_field("doc_id", DataType.VARCHAR, max_length=256)
@@ -147,16 +187,28 @@ def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     s.add_field("version", DataType.INT64)
     s.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
     s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
-    s.add_field("tokens", DataType.VARCHAR, max_length=MAX_VARCHAR, enable_analyzer=True, analyzer_params={"tokenizer": analyzer})
+    s.add_field(
+        "tokens",
+        DataType.VARCHAR,
+        max_length=MAX_VARCHAR,
+        enable_analyzer=True,
+        analyzer_params={"tokenizer": analyzer},
+    )
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-    s.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["tokens"], output_field_names=["sparse"]))
+    s.add_function(
+        Function(
+            name="bm25", function_type=FunctionType.BM25, input_field_names=["tokens"], output_field_names=["sparse"]
+        )
+    )
     return s
 
 
 def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
     params = client.prepare_index_params()
-    params.add_index("vector", index_type="HNSW", metric_type="COSINE", params={"M": m, "efConstruction": ef_construction})
+    params.add_index(
+        "vector", index_type="HNSW", metric_type="COSINE", params={"M": m, "efConstruction": ef_construction}
+    )
     params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     for field in ("chunk_id", "doc_id"):  # get_chunks, document_chunks, replace and delete filter on these
         params.add_index(field, index_type="INVERTED")
@@ -166,7 +218,9 @@ def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
 def catalog_schema(client: Any) -> Any:
     from pymilvus import DataType
 
-    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog (schema {SCHEMA_VERSION})")
+    s = client.create_schema(
+        auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog (schema {SCHEMA_VERSION})"
+    )
     s.add_field("key", DataType.VARCHAR, is_primary=True, max_length=512)
     s.add_field("kind", DataType.VARCHAR, max_length=16)
     s.add_field("doc_id", DataType.VARCHAR, max_length=256)

@@ -38,8 +38,10 @@ CREATE TABLE IF NOT EXISTS ingestion_history (
 CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
 """
 CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
-DOC_COLS = ("doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at, "
-            "status, needs_ocr_pages, ocr_pages")
+DOC_COLS = (
+    "doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at, "
+    "status, needs_ocr_pages, ocr_pages"
+)
 HISTORY_COLS = "path, collection, sha256, size, status, error, chunk_count, at"
 
 # Upgrades of an older index, by the version they start from; each leaves the data as it was.
@@ -54,13 +56,22 @@ ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';""",
 def doc_row(doc: DocRecord) -> tuple[Any, ...]:
     """``doc`` as the values of ``DOC_COLS``."""
     values = astuple(doc)
-    return (*values[:11], DocStatus(doc.status).value, json.dumps(list(doc.needs_ocr_pages)), json.dumps(list(doc.ocr_pages)))
+    return (
+        *values[:11],
+        DocStatus(doc.status).value,
+        json.dumps(list(doc.needs_ocr_pages)),
+        json.dumps(list(doc.ocr_pages)),
+    )
 
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
-    return DocRecord(*row[:11], status=DocStatus(row[11]), needs_ocr_pages=tuple(json.loads(row[12])),
-                     ocr_pages=tuple(json.loads(row[13])))
+    return DocRecord(
+        *row[:11],
+        status=DocStatus(row[11]),
+        needs_ocr_pages=tuple(json.loads(row[12])),
+        ocr_pages=tuple(json.loads(row[13])),
+    )
 
 
 def images_json(images: Sequence[ImageRef]) -> str:
@@ -70,14 +81,27 @@ def images_json(images: Sequence[ImageRef]) -> str:
 def images_from_json(text: str) -> tuple[ImageRef, ...]:
     if text == "[]":
         return ()
-    return tuple(ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None})
-                 for d in json.loads(text))
+    return tuple(
+        ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None}) for d in json.loads(text)
+    )
 
 
 def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
     """``chunk`` as the values of ``CHUNK_COLS``."""
-    return (chunk.chunk_id, chunk.doc_id, chunk.collection, chunk.source, chunk.doc_type, chunk.section, chunk.page,
-            chunk.start, chunk.end, chunk.ordinal, chunk.text, images_json(chunk.images))
+    return (
+        chunk.chunk_id,
+        chunk.doc_id,
+        chunk.collection,
+        chunk.source,
+        chunk.doc_type,
+        chunk.section,
+        chunk.page,
+        chunk.start,
+        chunk.end,
+        chunk.ordinal,
+        chunk.text,
+        images_json(chunk.images),
+    )
 
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
@@ -85,13 +109,17 @@ def chunk_from_row(row: Sequence[Any]) -> Chunk:
     return Chunk(*row[:11], images=images_from_json(row[11]))
 
 
-def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any) -> tuple[list[tuple], list[str], np.ndarray]:
+def prepare_rows(
+    doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any
+) -> tuple[list[tuple], list[str], np.ndarray]:
     """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
     where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
     try:
         DocStatus(doc.status)
     except ValueError:
-        raise StoreError(f"{where}: unknown status {doc.status!r} (one of: {', '.join(s.value for s in DocStatus)})") from None
+        raise StoreError(
+            f"{where}: unknown status {doc.status!r} (one of: {', '.join(s.value for s in DocStatus)})"
+        ) from None
     try:
         matrix = np.ascontiguousarray(vectors, dtype="<f4")
     except (TypeError, ValueError) as e:
@@ -101,7 +129,9 @@ def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Seque
     if matrix.ndim != 2:
         raise StoreError(f"{where}: vectors must be a 2-D array (chunks x dim), got shape {matrix.shape}")
     if not len(chunks) == len(tokens) == matrix.shape[0]:
-        raise StoreError(f"{where}: got {len(chunks)} chunks, {len(tokens)} token lists and {matrix.shape[0]} vectors; they must match one to one")
+        raise StoreError(
+            f"{where}: got {len(chunks)} chunks, {len(tokens)} token lists and {matrix.shape[0]} vectors; they must match one to one"
+        )
     if len(chunks) and matrix.shape[1] == 0:
         raise StoreError(f"{where}: vectors have no dimensions (shape {matrix.shape})")
     if not np.isfinite(matrix).all():
@@ -111,7 +141,9 @@ def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Seque
     for chunk in chunks:
         for field in ("doc_id", "collection", "source", "doc_type"):
             if getattr(chunk, field) != getattr(doc, field):
-                raise StoreError(f"{where}: chunk {chunk.chunk_id} has {field}={getattr(chunk, field)!r} but the document has {getattr(doc, field)!r}")
+                raise StoreError(
+                    f"{where}: chunk {chunk.chunk_id} has {field}={getattr(chunk, field)!r} but the document has {getattr(doc, field)!r}"
+                )
     ids = [c.chunk_id for c in chunks]
     if len(set(ids)) != len(ids):
         raise StoreError(f"{where}: duplicate chunk ids in one document")
@@ -121,5 +153,5 @@ def prepare_rows(doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Seque
         texts = [" ".join(terms) for terms in tokens]
     except TypeError as e:
         raise StoreError(f"{where}: tokens must be lists of strings: {e}") from None
-    rows = [(*chunk_row(c), vector.tobytes(), text) for c, vector, text in zip(chunks, matrix, texts)]
+    rows = [(*chunk_row(c), vector.tobytes(), text) for c, vector, text in zip(chunks, matrix, texts, strict=False)]
     return rows, ids, matrix

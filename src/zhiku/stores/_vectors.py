@@ -94,13 +94,15 @@ class VectorIndex:
         index = cls(dim, 0)
         index._matrix = _normalise(matrix, in_place=True) if n else np.empty((0, dim), np.float32)
         index._ids = np.asarray(list(ids) if n else [], dtype=object).reshape(-1)
-        for field, values in zip(cls._FIELDS[1:], (doc_ids, collections, doc_types, sources)):
+        for field, values in zip(cls._FIELDS[1:], (doc_ids, collections, doc_types, sources), strict=False):
             index._names[field], index._codes[field] = _intern_column(values)
         index._n = n
         return index
 
     # --- updates ---------------------------------------------------------------------------------
-    def add(self, doc_id: str, collection: str, doc_type: str, source: str, ids: Sequence[str], vectors: np.ndarray) -> None:
+    def add(
+        self, doc_id: str, collection: str, doc_type: str, source: str, ids: Sequence[str], vectors: np.ndarray
+    ) -> None:
         """Append the chunks of one document (``vectors``: ``(len(ids), dim)``)."""
         k = len(ids)
         if k == 0:

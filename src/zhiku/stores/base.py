@@ -7,7 +7,7 @@ unchanged. Retrieval, fusion and answers depend on this protocol, never on a con
 A backend stores every field of ``DocRecord`` and ``Chunk`` and gives them back equal, including
 ``DocRecord.status`` / ``needs_ocr_pages`` / ``ocr_pages`` and ``Chunk.images`` (``ImageRef`` tuples); a
 document may have no chunks at all (a scan that still needs OCR). Image files themselves are not the store's:
-they live in ``<index>/images`` (``zhiku.images.ImageStore``).
+they live in ``<index>/images`` (``zhiku.ingest.images.ImageStore``).
 """
 
 from __future__ import annotations

@@ -92,17 +92,23 @@ class MilvusStore:
     def _open_catalog(self) -> None:
         if not self._has(self.catalog_name):
             if self.read_only:
-                raise IndexNotFound(f"no zhiku index in {self.where}: run `zhiku ingest PATH` (or `zhiku migrate --to milvus`) "
-                                    "with these store settings first")
+                raise IndexNotFound(
+                    f"no zhiku index in {self.where}: run `zhiku ingest PATH` (or `zhiku migrate --to milvus`) "
+                    "with these store settings first"
+                )
             client = self.conn.client
             if self.conn.create(self.catalog_name, ms.catalog_schema(client), ms.catalog_index(client)):
-                self._upsert_catalog([ms.meta_row("schema_version", str(ms.SCHEMA_VERSION)), ms.meta_row("index_version", "0")])
+                self._upsert_catalog(
+                    [ms.meta_row("schema_version", str(ms.SCHEMA_VERSION)), ms.meta_row("index_version", "0")]
+                )
         else:
             self._call("load catalog", "load_collection", self.catalog_name)
         stored = self._meta_value("schema_version")
         if stored is not None and stored.isdigit() and int(stored) > ms.SCHEMA_VERSION:
-            raise IndexMismatch(f"{self.where} has zhiku schema version {stored}, newer than this zhiku supports "
-                                f"({ms.SCHEMA_VERSION}): upgrade zhiku")
+            raise IndexMismatch(
+                f"{self.where} has zhiku schema version {stored}, newer than this zhiku supports "
+                f"({ms.SCHEMA_VERSION}): upgrade zhiku"
+            )
         if self._has(self.chunks_name):
             self._call("load chunks", "load_collection", self.chunks_name)
             self._dim = self._chunks_dim()
@@ -126,17 +132,31 @@ class MilvusStore:
 
     # --- catalog reads -------------------------------------------------------------------------------
     def _meta_value(self, key: str) -> str | None:
-        rows = self._call("read metadata", "query", self.catalog_name, filter=f"key == {ms.lit('meta:' + key)}", output_fields=["payload"])
+        rows = self._call(
+            "read metadata",
+            "query",
+            self.catalog_name,
+            filter=f"key == {ms.lit('meta:' + key)}",
+            output_fields=["payload"],
+        )
         return rows[0]["payload"] if rows else None
 
     def _doc_rows(self, expr: str, fields: list[str] = ms.DOC_FIELDS) -> list[dict[str, Any]]:
-        return self._query(self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents")
+        return self._query(
+            self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents"
+        )
 
     def _live_versions(self, doc_ids: Iterable[str]) -> dict[str, int]:
         keys = sorted({f"doc:{d}" for d in doc_ids})
         if not keys:
             return {}
-        rows = self._call("read documents", "query", self.catalog_name, filter=f"key in {ms.lits(keys)}", output_fields=["doc_id", "version"])
+        rows = self._call(
+            "read documents",
+            "query",
+            self.catalog_name,
+            filter=f"key in {ms.lits(keys)}",
+            output_fields=["doc_id", "version"],
+        )
         return {r["doc_id"]: int(r["version"]) for r in rows}
 
     def _visible(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -145,9 +165,14 @@ class MilvusStore:
         return [r for r in rows if live.get(r["doc_id"]) == int(r["version"])]
 
     def _meta_values(self, keys: Sequence[str]) -> dict[str, str]:
-        rows = self._call("read metadata", "query", self.catalog_name, filter=f"key in {ms.lits(['meta:' + k for k in keys])}",
-                          output_fields=["key", "payload"])
-        return {r["key"][len("meta:"):]: r["payload"] for r in rows}
+        rows = self._call(
+            "read metadata",
+            "query",
+            self.catalog_name,
+            filter=f"key in {ms.lits(['meta:' + k for k in keys])}",
+            output_fields=["key", "payload"],
+        )
+        return {r["key"][len("meta:") :]: r["payload"] for r in rows}
 
     def _stored_dim(self, meta_dim: str | None) -> int | None:
         """The index's vector dimension: meta ``dim`` (blank counts as unset), else that of stored chunks."""
@@ -159,45 +184,65 @@ class MilvusStore:
         return None
 
     # --- writing -------------------------------------------------------------------------------------
-    def write_document(self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray) -> None:
+    def write_document(
+        self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray
+    ) -> None:
         rows, ids, matrix = prepare_rows(doc, chunks, tokens, vectors)
         dim = matrix.shape[1]
         where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
         for chunk in chunks:
             if len(chunk.text.encode()) > ms.MAX_VARCHAR:
-                raise StoreError(f"{where}: chunk {chunk.chunk_id} holds more than {ms.MAX_VARCHAR} bytes of text, Milvus's "
-                                 "limit for one field; lower chunking.size")
+                raise StoreError(
+                    f"{where}: chunk {chunk.chunk_id} holds more than {ms.MAX_VARCHAR} bytes of text, Milvus's "
+                    "limit for one field; lower chunking.size"
+                )
         with self._lock:
             self._check_writable()
             meta = self._meta_values(["dim", "index_version"])
             stored_dim = self._stored_dim(meta.get("dim"))
             if rows and stored_dim is not None and stored_dim != dim:
-                raise IndexMismatch(f"{self.where} holds {stored_dim}-dimensional vectors but got {dim}: the embedder changed; "
-                                    "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix")
-            other = self._doc_rows(f"collection == {ms.lit(doc.collection)} and source == {ms.lit(doc.source)} "
-                                   f"and doc_id != {ms.lit(doc.doc_id)}", ["doc_id"])
+                raise IndexMismatch(
+                    f"{self.where} holds {stored_dim}-dimensional vectors but got {dim}: the embedder changed; "
+                    "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
+                )
+            other = self._doc_rows(
+                f"collection == {ms.lit(doc.collection)} and source == {ms.lit(doc.source)} "
+                f"and doc_id != {ms.lit(doc.doc_id)}",
+                ["doc_id"],
+            )
             if other:
-                raise StoreError(f"{doc.collection}/{doc.source} is already stored as document {other[0]['doc_id']}, "
-                                 f"not {doc.doc_id}: delete that document first")
+                raise StoreError(
+                    f"{doc.collection}/{doc.source} is already stored as document {other[0]['doc_id']}, "
+                    f"not {doc.doc_id}: delete that document first"
+                )
             if rows:
                 self._ensure_chunks(dim)
             stale: list[str] = []  # every row of this document before the write: the live version and any leftovers
             if self._dim is not None or self._refresh_dim():
                 expr = f"doc_id == {ms.lit(doc.doc_id)}" + (f" or chunk_id in {ms.lits(ids)}" if ids else "")
-                existing = self._query(self.chunks_name, expr, ["row_id", "chunk_id", "doc_id", "version"], what="check chunk ids")
+                existing = self._query(
+                    self.chunks_name, expr, ["row_id", "chunk_id", "doc_id", "version"], what="check chunk ids"
+                )
                 clash = self._visible([r for r in existing if r["doc_id"] != doc.doc_id])
                 if clash:
-                    raise StoreError(f"chunk id {clash[0]['chunk_id']} already belongs to document {clash[0]['doc_id']}: "
-                                     "chunk ids must be unique across the index")
+                    raise StoreError(
+                        f"chunk id {clash[0]['chunk_id']} already belongs to document {clash[0]['doc_id']}: "
+                        "chunk ids must be unique across the index"
+                    )
                 stale = [r["row_id"] for r in existing if r["doc_id"] == doc.doc_id]
             version = max(int(meta.get("index_version") or 0) + 1, time.time_ns() // 1000)
-            new_rows = [ms.chunk_row(c, version, ms.fit_tokens(r[-1]), v.tolist()) for c, r, v in zip(chunks, rows, matrix)]
+            new_rows = [
+                ms.chunk_row(c, version, ms.fit_tokens(r[-1]), v.tolist())
+                for c, r, v in zip(chunks, rows, matrix, strict=False)
+            ]
             try:
                 if new_rows:
                     self._upsert(self.chunks_name, new_rows, f"write the chunks of {doc.doc_id}")
                 self._upsert_catalog([ms.doc_row(doc, version, sum(len(c.text) for c in chunks))])  # the switch
             except StoreError as e:
-                if not isinstance(e, Unreachable):  # unreachable: the leftovers stay invisible; the next write removes them
+                if not isinstance(
+                    e, Unreachable
+                ):  # unreachable: the leftovers stay invisible; the next write removes them
                     self._discard(f"row_id in {ms.lits([r['row_id'] for r in new_rows])}")
                 raise
             bump = [ms.meta_row("index_version", str(version))]
@@ -221,12 +266,18 @@ class MilvusStore:
             analyzer = "standard" if self.conn.is_lite else "whitespace"
         client = self.conn.client
         s = self.settings
-        if self.conn.create(self.chunks_name, ms.chunks_schema(client, dim, analyzer), ms.chunks_index(client, s.hnsw_m, s.hnsw_ef_construction)):
+        if self.conn.create(
+            self.chunks_name,
+            ms.chunks_schema(client, dim, analyzer),
+            ms.chunks_index(client, s.hnsw_m, s.hnsw_ef_construction),
+        ):
             self._upsert_catalog([ms.meta_row("milvus_analyzer", analyzer)])
         self._dim = self._chunks_dim()
         if self._dim != dim:  # another process created it first, for other vectors
-            raise IndexMismatch(f"{self.where} holds {self._dim}-dimensional vectors but got {dim}: the embedder changed; "
-                                "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix")
+            raise IndexMismatch(
+                f"{self.where} holds {self._dim}-dimensional vectors but got {dim}: the embedder changed; "
+                "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
+            )
 
     def _next_version(self) -> int:
         return max(self.index_version() + 1, time.time_ns() // 1000)
@@ -281,8 +332,17 @@ class MilvusStore:
         while True:
             if field == "vector":
                 params = {**params, "params": {"ef": max(self.settings.hnsw_ef, limit)}}
-            raw = self._call("search", "search", self.chunks_name, data=[data], anns_field=field, filter=expr, limit=limit,
-                             output_fields=["chunk_id", "doc_id", "version"], search_params=params)[0]
+            raw = self._call(
+                "search",
+                "search",
+                self.chunks_name,
+                data=[data],
+                anns_field=field,
+                filter=expr,
+                limit=limit,
+                output_fields=["chunk_id", "doc_id", "version"],
+                search_params=params,
+            )[0]
             rows = [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw]
             visible = self._visible(rows)
             if len(visible) >= top_k or len(rows) < limit or limit >= MAX_TOPK:
@@ -314,16 +374,26 @@ class MilvusStore:
         if self._dim is None and not self._refresh_dim():
             return []
         if query.size != self._dim:
-            raise IndexMismatch(f"{self.where} holds {self._dim}-dimensional vectors but got {query.size}: the embedder "
-                                "changed; rebuild with `zhiku ingest PATH --force` into another store.collection_prefix")
+            raise IndexMismatch(
+                f"{self.where} holds {self._dim}-dimensional vectors but got {query.size}: the embedder "
+                "changed; rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
+            )
         return self._search(query.tolist(), "vector", {"metric_type": "COSINE"}, top_k, filters)
 
-    def hybrid_search(self, terms: Sequence[str], vector: np.ndarray, top_k: int, filters: Filters = Filters(), *,
-                      rrf_k: int = 60, depth: int | None = None) -> list[ScoredId]:
+    def hybrid_search(
+        self,
+        terms: Sequence[str],
+        vector: np.ndarray,
+        top_k: int,
+        filters: Filters = Filters(),
+        *,
+        rrf_k: int = 60,
+        depth: int | None = None,
+    ) -> list[ScoredId]:
         """BM25 and dense fused by Milvus itself (``hybrid_search`` + ``RRFRanker(rrf_k)``), best first.
 
         Not used by ``Searcher``, which fuses in Python (channel weights, per-channel evidence for traces); it
-        gives the same order as ``zhiku.fusion.rrf`` over ``bm25_search`` and ``dense_search`` with equal
+        gives the same order as ``zhiku.retrieval.fusion.rrf`` over ``bm25_search`` and ``dense_search`` with equal
         weights and the same ``depth`` per channel, up to ties.
         """
         from pymilvus import AnnSearchRequest, RRFRanker
@@ -336,13 +406,31 @@ class MilvusStore:
         if expr is None:
             return []
         depth = min(max(depth or top_k, top_k), MAX_TOPK)
-        requests = [AnnSearchRequest(data=[query.tolist()], anns_field="vector", limit=depth, expr=expr,
-                                     param={"metric_type": "COSINE", "params": {"ef": max(self.settings.hnsw_ef, depth)}})]
+        requests = [
+            AnnSearchRequest(
+                data=[query.tolist()],
+                anns_field="vector",
+                limit=depth,
+                expr=expr,
+                param={"metric_type": "COSINE", "params": {"ef": max(self.settings.hnsw_ef, depth)}},
+            )
+        ]
         if unique:
-            requests.insert(0, AnnSearchRequest(data=[" ".join(unique)], anns_field="sparse", limit=depth, expr=expr,
-                                                param={"metric_type": "BM25"}))
-        raw = self._call("hybrid search", "hybrid_search", self.chunks_name, requests, RRFRanker(rrf_k), limit=depth,
-                         output_fields=["chunk_id", "doc_id", "version"])[0]
+            requests.insert(
+                0,
+                AnnSearchRequest(
+                    data=[" ".join(unique)], anns_field="sparse", limit=depth, expr=expr, param={"metric_type": "BM25"}
+                ),
+            )
+        raw = self._call(
+            "hybrid search",
+            "hybrid_search",
+            self.chunks_name,
+            requests,
+            RRFRanker(rrf_k),
+            limit=depth,
+            output_fields=["chunk_id", "doc_id", "version"],
+        )[0]
         visible = self._visible([{**hit["entity"], "score": float(hit["distance"])} for hit in raw])
         visible.sort(key=lambda r: (-r["score"], r["chunk_id"]))
         return [ScoredId(r["chunk_id"], r["score"], rank) for rank, r in enumerate(visible[:top_k], 1)]
@@ -375,7 +463,13 @@ class MilvusStore:
                 self._seen.popitem(last=False)
 
     def get_document(self, doc_id: str) -> DocRecord | None:
-        rows = self._call("read documents", "query", self.catalog_name, filter=f"key == {ms.lit('doc:' + doc_id)}", output_fields=["payload"])
+        rows = self._call(
+            "read documents",
+            "query",
+            self.catalog_name,
+            filter=f"key == {ms.lit('doc:' + doc_id)}",
+            output_fields=["payload"],
+        )
         return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
@@ -391,7 +485,12 @@ class MilvusStore:
         live = self._live_versions([doc_id])
         if not live or self._dim is None and not self._refresh_dim():
             return []
-        rows = self._query(self.chunks_name, f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}", ms.CHUNK_FIELDS, what="read chunks")
+        rows = self._query(
+            self.chunks_name,
+            f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}",
+            ms.CHUNK_FIELDS,
+            what="read chunks",
+        )
         return sorted((ms.chunk_from_row(r) for r in rows), key=lambda c: c.ordinal)
 
     def collections(self) -> list[CollectionStats]:
@@ -415,7 +514,7 @@ class MilvusStore:
     # --- metadata ------------------------------------------------------------------------------------
     def get_meta(self) -> dict[str, str]:
         rows = self._query(self.catalog_name, 'kind == "meta"', ["key", "payload"], what="read metadata")
-        return dict(sorted((r["key"][len("meta:"):], r["payload"]) for r in rows))
+        return dict(sorted((r["key"][len("meta:") :], r["payload"]) for r in rows))
 
     def set_meta(self, values: dict[str, str]) -> None:
         for key, value in values.items():

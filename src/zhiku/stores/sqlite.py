@@ -21,7 +21,16 @@ import numpy as np
 
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.stores._sqlite_schema import (
-    CHUNK_COLS, DB_NAME, DOC_COLS, HISTORY_COLS, MIGRATIONS, SCHEMA, SCHEMA_VERSION, chunk_from_row, doc_from_row, doc_row,
+    CHUNK_COLS,
+    DB_NAME,
+    DOC_COLS,
+    HISTORY_COLS,
+    MIGRATIONS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    chunk_from_row,
+    doc_from_row,
+    doc_row,
     prepare_rows,
 )
 from zhiku.stores._vectors import VectorIndex, match_sources
@@ -72,16 +81,22 @@ class SQLiteStore:
     def _open(self, busy_timeout_s: float) -> sqlite3.Connection:
         if self.read_only:
             if not self.path.is_file():
-                raise IndexNotFound(f"no index at {self.index_dir}: run `zhiku ingest PATH --index {self.index_dir}` first")
+                raise IndexNotFound(
+                    f"no index at {self.index_dir}: run `zhiku ingest PATH --index {self.index_dir}` first"
+                )
             target, uri = self.path.resolve().as_uri() + "?mode=ro", True
         else:
             try:
                 self.index_dir.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise StoreError(f"cannot create index directory {self.index_dir}: {e.strerror}; choose another --index") from e
+                raise StoreError(
+                    f"cannot create index directory {self.index_dir}: {e.strerror}; choose another --index"
+                ) from e
             target, uri = str(self.path), False
         try:
-            conn = sqlite3.connect(target, uri=uri, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(
+                target, uri=uri, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
+            )
         except sqlite3.Error as e:
             raise self._translate(e) from e
         try:
@@ -102,39 +117,58 @@ class SQLiteStore:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "meta" not in tables:
             if tables:
-                raise StoreError(f"{self.path} is a SQLite database but not a zhiku index: move it away or choose another --index")
+                raise StoreError(
+                    f"{self.path} is a SQLite database but not a zhiku index: move it away or choose another --index"
+                )
             if self.read_only:
-                raise IndexNotFound(f"no index at {self.index_dir} (empty {DB_NAME}): run `zhiku ingest PATH --index {self.index_dir}` first")
+                raise IndexNotFound(
+                    f"no index at {self.index_dir} (empty {DB_NAME}): run `zhiku ingest PATH --index {self.index_dir}` first"
+                )
             conn.executescript(
                 f"BEGIN IMMEDIATE; {SCHEMA} INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
                 " INSERT OR IGNORE INTO meta VALUES ('index_version', '0'); COMMIT;"
             )
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is not None and int(row[0]) > SCHEMA_VERSION:
-            raise IndexMismatch(f"index {self.index_dir} has schema version {row[0]}, newer than this zhiku supports ({SCHEMA_VERSION}): upgrade zhiku")
+            raise IndexMismatch(
+                f"index {self.index_dir} has schema version {row[0]}, newer than this zhiku supports ({SCHEMA_VERSION}): upgrade zhiku"
+            )
         if row is not None and int(row[0]) < SCHEMA_VERSION:
             self._migrate(conn, int(row[0]))
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
         """Upgrade an index written by an older zhiku in place (new columns with defaults; data kept)."""
         if self.read_only or version not in MIGRATIONS:
-            how = ("open it for writing once (any `zhiku ingest PATH --index "
-                   f"{self.index_dir}` upgrades it in place and keeps its contents)") if version in MIGRATIONS else (
-                   f"rebuild it: `zhiku ingest PATH --index NEW_DIR`")
-            raise IndexMismatch(f"index {self.index_dir} has schema version {version}, older than this zhiku's "
-                                f"({SCHEMA_VERSION}): {how}")
+            how = (
+                (
+                    "open it for writing once (any `zhiku ingest PATH --index "
+                    f"{self.index_dir}` upgrades it in place and keeps its contents)"
+                )
+                if version in MIGRATIONS
+                else ("rebuild it: `zhiku ingest PATH --index NEW_DIR`")
+            )
+            raise IndexMismatch(
+                f"index {self.index_dir} has schema version {version}, older than this zhiku's "
+                f"({SCHEMA_VERSION}): {how}"
+            )
         script = "".join(MIGRATIONS[v] for v in range(version, SCHEMA_VERSION))
-        conn.executescript(f"BEGIN IMMEDIATE; {script} UPDATE meta SET value = '{SCHEMA_VERSION}' "
-                           "WHERE key = 'schema_version'; COMMIT;")
+        conn.executescript(
+            f"BEGIN IMMEDIATE; {script} UPDATE meta SET value = '{SCHEMA_VERSION}' "
+            "WHERE key = 'schema_version'; COMMIT;"
+        )
 
     def _translate(self, e: sqlite3.Error) -> StoreError:
         code = getattr(e, "sqlite_errorcode", None)
         primary = code & 0xFF if isinstance(code, int) else None
         text = str(e).lower()
         if primary in (5, 6) or "locked" in text or "busy" in text:
-            return IndexLocked(f"index {self.index_dir} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s")
+            return IndexLocked(
+                f"index {self.index_dir} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s"
+            )
         if primary == 8 or "readonly" in text:
-            return ReadOnlyIndex(f"index {self.index_dir} is read-only: {self.path} or its directory is not writable; fix the permissions or choose another --index")
+            return ReadOnlyIndex(
+                f"index {self.index_dir} is read-only: {self.path} or its directory is not writable; fix the permissions or choose another --index"
+            )
         if primary in (11, 26) or "not a database" in text or "malformed" in text:
             return StoreError(f"{self.path} is not a usable zhiku index ({e}): move it away or choose another --index")
         return StoreError(f"index {self.path}: {e}")
@@ -155,7 +189,9 @@ class SQLiteStore:
         """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
         with self._db() as conn:
             if self.read_only:
-                raise ReadOnlyIndex(f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it")
+                raise ReadOnlyIndex(
+                    f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it"
+                )
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -187,7 +223,9 @@ class SQLiteStore:
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
 
     # --- writing -----------------------------------------------------------------------------------
-    def write_document(self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray) -> None:
+    def write_document(
+        self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray
+    ) -> None:
         rows, ids, matrix = prepare_rows(doc, chunks, tokens, vectors)
         dim = matrix.shape[1]
         with self._lock:
@@ -199,22 +237,35 @@ class SQLiteStore:
                         "rebuild with `zhiku ingest PATH --force` into a new --index"
                     )
                 other = conn.execute(
-                    "SELECT doc_id FROM documents WHERE collection = ? AND source = ? AND doc_id <> ?", (doc.collection, doc.source, doc.doc_id)
+                    "SELECT doc_id FROM documents WHERE collection = ? AND source = ? AND doc_id <> ?",
+                    (doc.collection, doc.source, doc.doc_id),
                 ).fetchone()
                 if other:
-                    raise StoreError(f"{doc.collection}/{doc.source} is already stored as document {other[0]}, not {doc.doc_id}: delete that document first")
+                    raise StoreError(
+                        f"{doc.collection}/{doc.source} is already stored as document {other[0]}, not {doc.doc_id}: delete that document first"
+                    )
                 clash = conn.execute(
                     "SELECT chunk_id, doc_id FROM chunks WHERE doc_id <> ? AND chunk_id IN (SELECT value FROM json_each(?)) LIMIT 1",
                     (doc.doc_id, json.dumps(ids)),
                 ).fetchone()
                 if clash:
-                    raise StoreError(f"chunk id {clash[0]} already belongs to document {clash[1]}: chunk ids must be unique across the index")
+                    raise StoreError(
+                        f"chunk id {clash[0]} already belongs to document {clash[1]}: chunk ids must be unique across the index"
+                    )
                 old_version = self._version(conn)
                 self._delete_rows(conn, doc.doc_id)
-                conn.execute(f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})", (*doc_row(doc), sum(len(c.text) for c in chunks)))
+                conn.execute(
+                    f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})",
+                    (*doc_row(doc), sum(len(c.text) for c in chunks)),
+                )
                 base = conn.execute("SELECT COALESCE(MAX(rowid), 0) + 1 FROM chunks").fetchone()[0]
-                conn.executemany(f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 14)})", [(base + i, *r[:-1]) for i, r in enumerate(rows)])
-                conn.executemany("INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)])
+                conn.executemany(
+                    f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 14)})",
+                    [(base + i, *r[:-1]) for i, r in enumerate(rows)],
+                )
+                conn.executemany(
+                    "INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
+                )
                 if rows:  # dim == stored_dim, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
@@ -238,7 +289,9 @@ class SQLiteStore:
 
     def record_ingestion(self, record: IngestionRecord) -> None:
         with self._write() as conn:
-            conn.execute(f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record))
+            conn.execute(
+                f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record)
+            )
 
     def _sync_vectors(self, old_version: int, apply: Callable[[VectorIndex], None], dim: int | None) -> None:
         """After a commit: patch the in-memory vectors if they were current, else drop them (reloaded lazily)."""
@@ -265,8 +318,13 @@ class SQLiteStore:
                     sql += f" AND c.{column} = ?"
                     params.append(value)
             if filters.source_glob is not None:
-                where, args = ("WHERE collection = ?", (filters.collection,)) if filters.collection is not None else ("", ())
-                sources = match_sources((s for (s,) in conn.execute(f"SELECT DISTINCT source FROM documents {where}", args)), filters.source_glob)
+                where, args = (
+                    ("WHERE collection = ?", (filters.collection,)) if filters.collection is not None else ("", ())
+                )
+                sources = match_sources(
+                    (s for (s,) in conn.execute(f"SELECT DISTINCT source FROM documents {where}", args)),
+                    filters.source_glob,
+                )
                 if not sources:
                     return []
                 sql += " AND c.source IN (SELECT value FROM json_each(?))"
@@ -311,12 +369,14 @@ class SQLiteStore:
             while batch := cursor.fetchmany(_LOAD_BATCH):
                 blob = b"".join(row[5] for row in batch)
                 matrix[done : done + len(batch)] = np.frombuffer(blob, "<f4").reshape(len(batch), dim)
-                for column, values in zip(columns, zip(*batch)):
+                for column, values in zip(columns, zip(*batch, strict=False), strict=False):
                     column.extend(values)
                 done += len(batch)
             conn.execute("COMMIT")
         except ValueError as e:
-            raise StoreError(f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index") from None
+            raise StoreError(
+                f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
+            ) from None
         finally:
             if conn.in_transaction:
                 with suppress(sqlite3.Error):
@@ -330,7 +390,10 @@ class SQLiteStore:
         if not ids:
             return []
         with self._db() as conn:
-            rows = conn.execute(f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))", (json.dumps(ids),))
+            rows = conn.execute(
+                f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            )
             found = {row[0]: chunk_from_row(row) for row in rows}
         return [found[i] for i in ids if i in found]
 
@@ -341,18 +404,24 @@ class SQLiteStore:
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
         with self._db() as conn:
-            row = conn.execute(f"SELECT {DOC_COLS} FROM documents WHERE collection = ? AND source = ?", (collection, source)).fetchone()
+            row = conn.execute(
+                f"SELECT {DOC_COLS} FROM documents WHERE collection = ? AND source = ?", (collection, source)
+            ).fetchone()
         return doc_from_row(row) if row else None
 
     def list_documents(self, collection: str | None = None) -> list[DocRecord]:
         where, args = ("WHERE collection = ?", (collection,)) if collection is not None else ("", ())
         with self._db() as conn:
-            rows = conn.execute(f"SELECT {DOC_COLS} FROM documents {where} ORDER BY collection, source", args).fetchall()
+            rows = conn.execute(
+                f"SELECT {DOC_COLS} FROM documents {where} ORDER BY collection, source", args
+            ).fetchall()
         return [doc_from_row(row) for row in rows]
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         with self._db() as conn:
-            rows = conn.execute(f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)).fetchall()
+            rows = conn.execute(
+                f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)
+            ).fetchall()
         return [chunk_from_row(row) for row in rows]
 
     def collections(self) -> list[CollectionStats]:
@@ -364,7 +433,9 @@ class SQLiteStore:
 
     def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
         with self._db() as conn:
-            rows = conn.execute(f"SELECT {HISTORY_COLS} FROM ingestion_history ORDER BY at DESC, id DESC LIMIT ?", (max(int(limit), 0),)).fetchall()
+            rows = conn.execute(
+                f"SELECT {HISTORY_COLS} FROM ingestion_history ORDER BY at DESC, id DESC LIMIT ?", (max(int(limit), 0),)
+            ).fetchall()
         return [IngestionRecord(*row) for row in rows]
 
     # --- metadata ----------------------------------------------------------------------------------

@@ -27,8 +27,10 @@ if run and dataset.strip():
         st.success(f"{result.dataset}: {result.queries} queries · p50 {result.latency_ms['p50']:.1f} ms")
         st.dataframe([{"metric": n, "value": round(v, 4)} for n, v in result.metrics.items()], hide_index=True)
         if len(result.categories) > 1:
-            st.dataframe([{"category": c, **{n: round(v, 4) for n, v in m.items()}} for c, m in result.categories.items()],
-                         hide_index=True)
+            st.dataframe(
+                [{"category": c, **{n: round(v, 4) for n, v in m.items()}} for c, m in result.categories.items()],
+                hide_index=True,
+            )
 
 st.subheader("历史趋势 History")
 history = d.eval_history()
@@ -38,9 +40,22 @@ if not history:
 rows = history_rows(history)
 metric = st.selectbox("metric", sorted({r["metric"] for r in rows}), index=None, placeholder="all metrics")
 shown = [r for r in rows if metric is None or r["metric"] == metric]
-st.altair_chart(alt.Chart(alt.Data(values=shown)).mark_line(point=True).encode(
-    x=alt.X("run:N", title="run"), y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1])),
-    color="metric:N", strokeDash="dataset:N", tooltip=["run:N", "dataset:N", "variant:N", "metric:N", "value:Q"]),
-    width="stretch")
-st.dataframe([{"run": r["run"], "dataset": r["dataset"], "variant": r["variant"], "metric": r["metric"],
-               "value": r["value"]} for r in shown], hide_index=True)
+st.altair_chart(
+    alt.Chart(alt.Data(values=shown))
+    .mark_line(point=True)
+    .encode(
+        x=alt.X("run:N", title="run"),
+        y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1])),
+        color="metric:N",
+        strokeDash="dataset:N",
+        tooltip=["run:N", "dataset:N", "variant:N", "metric:N", "value:Q"],
+    ),
+    width="stretch",
+)
+st.dataframe(
+    [
+        {"run": r["run"], "dataset": r["dataset"], "variant": r["variant"], "metric": r["metric"], "value": r["value"]}
+        for r in shown
+    ],
+    hide_index=True,
+)

@@ -9,10 +9,17 @@ st.title("导入管理 Ingestion")
 d = data()
 existing = [c.name for c in d.collections()]
 st.subheader("上传 Upload")
-choice = st.selectbox("集合 Collection", existing + ["➕ new collection"], index=0 if existing else None,
-                      placeholder="choose or create a collection")
-collection = st.text_input("新集合名 New collection name", value=d.settings.collection) \
-    if choice is None or choice.startswith("➕") else choice
+choice = st.selectbox(
+    "集合 Collection",
+    existing + ["➕ new collection"],
+    index=0 if existing else None,
+    placeholder="choose or create a collection",
+)
+collection = (
+    st.text_input("新集合名 New collection name", value=d.settings.collection)
+    if choice is None or choice.startswith("➕")
+    else choice
+)
 files = st.file_uploader("文件 Files (.md .txt .pdf .docx .html …)", accept_multiple_files=True)
 if st.button("导入 Ingest", type="primary", disabled=not files):
     bar = st.progress(0.0, text="starting")
@@ -45,13 +52,25 @@ else:
         except ZhikuError as e:
             show_error(e)
         else:
-            st.session_state["deleted"] = (f"deleted {gone.collection}/{gone.source} ({gone.chunk_count} chunks) "
-                                           "from the BM25 and vector indexes")
+            st.session_state["deleted"] = (
+                f"deleted {gone.collection}/{gone.source} ({gone.chunk_count} chunks) from the BM25 and vector indexes"
+            )
             st.rerun()
 
 st.subheader("导入历史 Ingestion history")
 if d.exists:
     with d.kb() as kb:
         history = kb.history(50)
-    st.dataframe([{"status": r.status, "collection": r.collection, "path": r.path, "chunks": r.chunk_count,
-                   "error": r.error or ""} for r in history], hide_index=True)
+    st.dataframe(
+        [
+            {
+                "status": r.status,
+                "collection": r.collection,
+                "path": r.path,
+                "chunks": r.chunk_count,
+                "error": r.error or "",
+            }
+            for r in history
+        ],
+        hide_index=True,
+    )

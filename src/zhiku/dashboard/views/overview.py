@@ -16,7 +16,9 @@ cols = st.columns(6)
 cols[0].metric("文档 documents", ov.documents)
 cols[1].metric("段落 chunks", ov.chunks)
 cols[2].metric("集合 collections", len(ov.collections))
-cols[3].metric("近期查询 recent queries", h.queries, delta=f"{h.errors} errors" if h.errors else None, delta_color="inverse")
+cols[3].metric(
+    "近期查询 recent queries", h.queries, delta=f"{h.errors} errors" if h.errors else None, delta_color="inverse"
+)
 cols[4].metric("p50 latency (ms)", f"{h.p50_ms:.1f}")
 cols[5].metric("p95 latency (ms)", f"{h.p95_ms:.1f}")
 
@@ -33,12 +35,18 @@ with left:
 with right:
     st.subheader("近期健康 Recent health")
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h.last_at)) if h.last_at else "–"
-    st.table([{"what": "query traces (last 200 traces)", "value": h.queries},
-              {"what": "failed queries", "value": h.errors},
-              {"what": "ingestion runs", "value": h.ingests},
-              {"what": "last trace", "value": last},
-              {"what": "evaluation runs", "value": ov.eval_runs},
-              {"what": "last ingestion", "value": f"{ov.last_ingestion.status} {ov.last_ingestion.path}"
-               if ov.last_ingestion else "–"}])
+    st.table(
+        [
+            {"what": "query traces (last 200 traces)", "value": h.queries},
+            {"what": "failed queries", "value": h.errors},
+            {"what": "ingestion runs", "value": h.ingests},
+            {"what": "last trace", "value": last},
+            {"what": "evaluation runs", "value": ov.eval_runs},
+            {
+                "what": "last ingestion",
+                "value": f"{ov.last_ingestion.status} {ov.last_ingestion.path}" if ov.last_ingestion else "–",
+            },
+        ]
+    )
 with st.expander("有效设置 Effective settings"):
     st.json(ov.settings)

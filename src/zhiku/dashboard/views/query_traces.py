@@ -27,14 +27,25 @@ if trace is None:
     trace = traces[st.selectbox("查询 Query", range(len(traces)), format_func=lambda i: trace_label(traces[i]))]
 
 a = trace.attrs
-st.caption(f"trace {trace.trace_id} · {trace.elapsed_ms:.1f} ms · mode {a.get('mode')} · top_k {a.get('top_k')}"
-           + (f" · error: {trace.error}" if trace.error else ""))
+st.caption(
+    f"trace {trace.trace_id} · {trace.elapsed_ms:.1f} ms · mode {a.get('mode')} · top_k {a.get('top_k')}"
+    + (f" · error: {trace.error}" if trace.error else "")
+)
 st.markdown(f"**{a.get('query', '')}**")
 rows = waterfall(trace)
 st.subheader("阶段 Stages")
-st.altair_chart(alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-    x=alt.X("start_ms:Q", title="ms"), x2="end_ms:Q", y=alt.Y("stage:N", sort=None), color="status:N",
-    tooltip=["stage:N", "elapsed_ms:Q", "counts:N", "note:N"]), width="stretch")
+st.altair_chart(
+    alt.Chart(alt.Data(values=rows))
+    .mark_bar()
+    .encode(
+        x=alt.X("start_ms:Q", title="ms"),
+        x2="end_ms:Q",
+        y=alt.Y("stage:N", sort=None),
+        color="status:N",
+        tooltip=["stage:N", "elapsed_ms:Q", "counts:N", "note:N"],
+    ),
+    width="stretch",
+)
 st.dataframe(rows, hide_index=True)
 
 st.subheader("BM25 vs dense")
@@ -52,7 +63,7 @@ fusion = trace.stage("fusion")
 if changes and fusion is not None:
     summary = fusion.data.get("summary", {})
     cols = st.columns(len(summary))
-    for col, (k, v) in zip(cols, summary.items()):
+    for col, (k, v) in zip(cols, summary.items(), strict=False):
         col.metric(k, v)
     st.dataframe(changes, hide_index=True)
 else:

@@ -1,0 +1,3 @@
+from zhiku.cli.app import main
+
+main()

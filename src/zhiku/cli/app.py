@@ -1,0 +1,283 @@
+"""The `zhiku` command line: parses flags, calls the library, formats the result.
+
+Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
+object on stdout. Command groups live in their own modules (eval, mcp, models, store) and are registered here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from zhiku.cli import eval as eval_cmds
+from zhiku.cli import mcp as mcp_cmds
+from zhiku.cli import models as models_cmds
+from zhiku.cli import store as store_cmds
+from zhiku.cli.common import (
+    CollectionOpt,
+    ConfigOpt,
+    IndexOpt,
+    JsonOpt,
+    _errors,
+    _kb,
+    _print_json,
+    _progress,
+    _settings,
+    err,
+    out,
+)
+
+app = typer.Typer(
+    name="zhiku",
+    help="知库 zhiku — a Chinese-first RAG knowledge server: ingest documents, search them with cited answers, "
+    "serve them to AI assistants over MCP.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect the effective settings.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+# ---------------------------------------------------------------------------------------------------
+@app.command()
+def ingest(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Files or folders (.md .markdown .txt .text .pdf .docx .html .htm .xhtml).", show_default=False
+        ),
+    ],
+    collection: CollectionOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Re-index even unchanged files; rebuilds an index made with other models/settings."
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would change; write nothing.")] = False,
+    sync: Annotated[
+        bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
+    ] = False,
+    as_json: JsonOpt = False,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings) as kb, _progress(not as_json and err.is_terminal, "ingesting") as progress:
+            report = kb.ingest(
+                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=progress
+            )
+    counts = report.counts()
+    if as_json:
+        _print_json(
+            {
+                **counts,
+                "chunks_written": report.chunks_written,
+                "chunks_embedded": report.chunks_embedded,
+                "seconds": round(report.elapsed_s, 3),
+                "dry_run": report.dry_run,
+                "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
+                "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+            }
+        )
+    else:
+        from zhiku.ingest.loaders.ocr import needs_ocr_note
+
+        verb = "would be " if dry_run else ""
+        ocr = f" ({len(report.needs_ocr)} need OCR)" if report.needs_ocr else ""
+        out.print(
+            ", ".join(f"{n} {verb}{k}" for k, n in counts.items())
+            + ocr
+            + f" · {report.chunks_written} chunks written · {report.elapsed_s:.1f}s · index {settings.index}"
+        )
+        for f in report.failed:
+            err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+        for n in report.needs_ocr:
+            err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="The question, e.g. 试用期最长多久？", show_default=False)],
+    collection: CollectionOpt = None,
+    top_k: Annotated[
+        Optional[int],
+        typer.Option("-k", "--top-k", help="Number of passages (1–100; default settings `retrieval.top_k`)."),
+    ] = None,
+    mode: Annotated[
+        Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid (default settings `retrieval.mode`).")
+    ] = None,
+    source: Annotated[
+        Optional[str], typer.Option("--source", help="Only sources matching this glob, e.g. '劳动合同法*'.")
+    ] = None,
+    doc_type: Annotated[
+        Optional[str], typer.Option("--type", help="Only documents of this type (markdown, text, …).")
+    ] = None,
+    as_json: JsonOpt = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Show the trace: stage timings and counts, both channels' ranks and scores, rank changes.",
+        ),
+    ] = False,
+    rerank: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--rerank/--no-rerank",
+            help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.",
+        ),
+    ] = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
+    Markdown answer."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings, read_only=True) as kb:
+            if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
+                eval_cmds.warm_reranker(kb)
+            with kb.tracer.trace("query", capture=verbose) as trace:
+                r = kb.retrieve(
+                    text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
+                )
+                answer = kb.answer(r)
+    if as_json:
+        _print_json(
+            {
+                "query": answer.query,
+                "mode": answer.mode,
+                "answer": answer.markdown,
+                "rerank": r.rerank,
+                "hits": [asdict(c) for c in answer.citations],
+            }
+        )
+        return
+    out.print(answer.markdown, markup=False)
+    if r.rerank.startswith("fallback"):
+        err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
+    if verbose and trace is not None:
+        out.print(
+            f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
+        )
+        eval_cmds.print_trace(out, trace)
+
+
+@app.command()
+def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """List collections with their document and chunk counts."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings, read_only=True) as kb:
+            stats = kb.collections()
+    if as_json:
+        _print_json({"collections": [asdict(s) for s in stats]})
+        return
+    table = Table()
+    for col in ("collection", "documents", "chunks", "characters"):
+        table.add_column(col)
+    for s in stats:
+        table.add_row(s.name, str(s.documents), str(s.chunks), str(s.chars))
+    out.print(table if stats else f"no collections in {settings.index} yet: run `zhiku ingest PATH`")
+
+
+@app.command()
+def documents(
+    collection: CollectionOpt = None, as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None
+) -> None:
+    """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings, read_only=True) as kb:
+            docs = kb.documents(collection)
+    if as_json:
+        _print_json({"documents": [asdict(d) for d in docs]})
+        return
+    from zhiku.ingest.loaders.ocr import page_list
+    from zhiku.types import DocStatus
+
+    table = Table()
+    for col in ("doc_id", "collection", "source", "type", "chunks", "status"):
+        table.add_column(col)
+    for d in docs:
+        status = DocStatus(d.status).value + (f" (pages {page_list(d.needs_ocr_pages)})" if d.needs_ocr_pages else "")
+        table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)
+    out.print(table)
+
+
+@app.command()
+def delete(
+    ref: Annotated[str, typer.Argument(help="Document id, or its path as ingested.", show_default=False)],
+    collection: CollectionOpt = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Delete a document from every index (it never comes back in results)."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings) as kb:
+            doc = kb.delete(ref, collection)
+    out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
+
+
+@app.command()
+def history(
+    limit: Annotated[int, typer.Option(help="Rows to show.")] = 20,
+    as_json: JsonOpt = False,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Show the ingestion history, newest first."""
+    with _errors():
+        settings = _settings(config, index)
+        with _kb(settings, read_only=True) as kb:
+            rows = kb.history(limit)
+    if as_json:
+        _print_json({"history": [asdict(r) for r in rows]})
+        return
+    table = Table()
+    for col in ("status", "collection", "path", "chunks", "error"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.status, r.collection, r.path, str(r.chunk_count), r.error or "")
+    out.print(table)
+
+
+@config_app.command("show")
+def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """Print the effective settings (defaults < zhiku.yaml < ZHIKU_* env < flags)."""
+    with _errors():
+        settings = _settings(config, index)
+    data = json.loads(settings.model_dump_json())
+    if as_json:
+        _print_json(data)
+    else:
+        import yaml
+
+        out.print(yaml.safe_dump(data, allow_unicode=True, sort_keys=False).rstrip(), markup=False)
+
+
+mcp_cmds.register(app)
+eval_cmds.register(app)
+store_cmds.register(app)
+models_cmds.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Shared pieces of the `zhiku` command line: option types, consoles, error and progress helpers.
+
+Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
+object on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from zhiku.errors import ZhikuError
+from zhiku.settings import Settings, load_settings
+
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
+
+IndexOpt = Annotated[
+    Optional[Path], typer.Option("--index", help="Index directory (default: settings `index`, .zhiku).")
+]
+ConfigOpt = Annotated[
+    Optional[Path], typer.Option("--config", help="Settings file (default: ./zhiku.yaml if present).")
+]
+CollectionOpt = Annotated[
+    Optional[str], typer.Option("--collection", "-c", help="Collection name (default: settings `collection`).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
+
+
+def _settings(config: Path | None, index: Path | None, **overrides: Any) -> Settings:
+    return load_settings(config, index=index, **overrides)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn library errors into a one-line message and exit code 1."""
+    try:
+        yield
+    except ZhikuError as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+def _kb(settings: Settings, *, read_only: bool = False):  # noqa: ANN202
+    from zhiku.api import KnowledgeBase
+
+    return KnowledgeBase(settings, read_only=read_only)
+
+
+@contextmanager
+def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], None] | None]:
+    if not enabled:
+        yield None
+        return
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def update(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total or None, description=name[-40:])
+
+        yield update
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")

@@ -1,0 +1,72 @@
+"""The image files of an index: content-addressed, ``<index>/images/<sha256>.<png|jpg>``.
+
+Loaders extract images (``SourceImage``); ingestion writes them here before the document's chunks, which
+refer to them by ``ImageRef.image_id``. A file is written once (same bytes, same name) and never changed, so
+re-ingesting, or two documents sharing a picture, costs nothing; files are written to a temporary name and
+renamed, so a crash never leaves half a file under a real name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from zhiku.errors import InvalidInput, NotFound, StoreError
+
+IMAGES_DIR = "images"
+_ID_RE = re.compile(r"[0-9a-f]{64}\.(?:png|jpg)")
+MIME_TYPES = {"png": "image/png", "jpg": "image/jpeg"}
+
+
+def mime_type_of(image_id: str) -> str:
+    return MIME_TYPES[image_id.rsplit(".", 1)[-1]]
+
+
+class ImageStore:
+    """Reads and writes the image files under ``root`` (usually ``<index>/images``)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def path(self, image_id: str) -> Path:
+        """Where image ``image_id`` lives; rejects anything that is not a content address."""
+        if not isinstance(image_id, str) or not _ID_RE.fullmatch(image_id):
+            raise InvalidInput(f"invalid image id {image_id!r}: expected 64 hex digits and .png or .jpg")
+        return self.root / image_id
+
+    def put(self, image_id: str, data: bytes) -> None:
+        """Store ``data`` as ``image_id`` (a no-op when it is there); the id must be the data's SHA-256."""
+        target = self.path(image_id)
+        if hashlib.sha256(data).hexdigest() != image_id.split(".", 1)[0]:
+            raise StoreError(f"image {image_id} does not match its bytes (SHA-256 {hashlib.sha256(data).hexdigest()})")
+        if target.exists():
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            raise StoreError(
+                f"cannot write image {target}: {e.strerror or e}; check the index directory's permissions"
+            ) from None
+
+    def read(self, image_id: str) -> bytes:
+        path = self.path(image_id)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"no image {image_id} in {self.root} (re-ingest the document that holds it)") from None
+        except OSError as e:
+            raise StoreError(f"cannot read image {path}: {e.strerror or e}") from None
+
+    def exists(self, image_id: str) -> bool:
+        return self.path(image_id).is_file()

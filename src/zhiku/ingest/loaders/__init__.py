@@ -1,0 +1,79 @@
+"""File loaders, one module per format, chosen by file-name suffix and checked against the content.
+
+The suffix picks the loader; the loader sniffs the file's first bytes and refuses content of another kind
+("content is PDF, not text: the file name's suffix is wrong"), an empty file, or a corrupt one, with the reason.
+
+Adding a format: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (its constructor
+takes the ``loaders`` settings section; import heavy dependencies inside ``load``, raising
+``MissingDependency`` with the ``pip install`` line), then add the class to ``LOADER_CLASSES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from zhiku.errors import UnsupportedFormat
+from zhiku.ingest.loaders.base import Loader
+from zhiku.ingest.loaders.docx import DocxLoader
+from zhiku.ingest.loaders.encoding import decode_text, sniff
+from zhiku.ingest.loaders.html import HtmlLoader
+from zhiku.ingest.loaders.markdown import MarkdownLoader
+from zhiku.ingest.loaders.pdf import PdfLoader
+from zhiku.ingest.loaders.text import TextLoader
+from zhiku.settings import LoaderSettings
+from zhiku.types import SourceDoc
+
+__all__ = [
+    "LOADER_CLASSES",
+    "DocxLoader",
+    "HtmlLoader",
+    "Loader",
+    "MarkdownLoader",
+    "PdfLoader",
+    "TextLoader",
+    "decode_text",
+    "default_loaders",
+    "load_document",
+    "loader_for",
+    "sniff",
+    "supported_suffixes",
+]
+
+# The registry: the loaders zhiku uses by default, in order of precedence for a shared suffix.
+LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
+
+
+def default_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
+    """A fresh instance of every registered loader, configured by the ``loaders`` settings section."""
+    return tuple(cls(settings) for cls in LOADER_CLASSES)  # type: ignore[call-arg]
+
+
+def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ...]:
+    """The file-name suffixes ``loaders`` (default: :func:`default_loaders`) can read, lower case, with the dot."""
+    out: dict[str, None] = {}
+    for loader in default_loaders() if loaders is None else loaders:
+        for suffix in loader.suffixes:
+            out.setdefault(suffix.lower(), None)
+    return tuple(out)
+
+
+def loader_for(path: Path, loaders: Sequence[Loader] | None = None) -> Loader:
+    """The loader for ``path`` by its lower-cased suffix; the first loader claiming a suffix wins.
+
+    Raises ``UnsupportedFormat`` naming the suffix, the file and the supported suffixes.
+    """
+    loaders = default_loaders() if loaders is None else loaders
+    path = Path(path)
+    suffix = path.suffix.lower()
+    for loader in loaders:
+        if suffix and suffix in (s.lower() for s in loader.suffixes):
+            return loader
+    what = f"'{suffix}'" if suffix else "(no suffix)"
+    supported = ", ".join(supported_suffixes(loaders))
+    raise UnsupportedFormat(f"unsupported file type {what} for {path.name} (supported: {supported})")
+
+
+def load_document(path: Path, source: str, loaders: Sequence[Loader] | None = None) -> SourceDoc:
+    """Load ``path`` with the loader for its suffix; ``source`` is recorded as ``SourceDoc.source``."""
+    return loader_for(path, loaders).load(Path(path), source)

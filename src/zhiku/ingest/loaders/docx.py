@@ -1,0 +1,282 @@
+"""Word documents (``.docx``) with python-docx (MIT): ``pip install 'zhiku[docx]'``.
+
+What comes out: the body in document order as Markdown. Paragraphs styled as headings (``Heading N`` /
+``标题 N``, or with an outline level) become ``#`` headings, ``Title`` a level-1 heading (and the headings
+after it one level deeper); list paragraphs become
+``-`` or ``1.`` items (nested by level); tables become Markdown tables (merged cells once); embedded pictures
+(PNG/JPEG kept, other raster formats converted to PNG) are extracted with their alt text as caption, else the
+nearest "图 N …" paragraph. Headers, footers, comments, footnotes and text boxes are left out.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from zhiku.errors import LoaderError, MissingDependency
+from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
+from zhiku.ingest.loaders.markup import encode_image, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
+from zhiku.settings import LoaderSettings
+from zhiku.types import SourceDoc, SourceImage
+
+DOCX_INSTALL = "pip install 'zhiku[docx]'"
+_HEADING_STYLE_RE = re.compile(r"(?:heading|标题)\s*(\d)$", re.IGNORECASE)
+_NS = {
+    "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
+    "a": "http://schemas.openxmlformats.org/drawingml/2006/main",
+    "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+    "wp": "http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing",
+}
+_W = "{%s}" % _NS["w"]
+
+
+def check_zip(path: Path, what: str) -> None:
+    """Refuse an empty file, or one that is not a ZIP container (an Office Open XML file), with the reason."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError as e:
+        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    if not head:
+        raise LoaderError(f"empty file (0 bytes): {path}")
+    kind = sniff_bytes(head)
+    if kind != "zip/office":
+        raise LoaderError(f"content is {describe_kind(kind)}, not {what}: the file name's suffix is wrong ({path})")
+
+
+class DocxLoader:
+    """Loads ``.docx`` files (see the module docstring)."""
+
+    doc_type: str = "docx"
+    suffixes: tuple[str, ...] = (".docx",)
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings or LoaderSettings()
+
+    def load(self, path: Path, source: str) -> SourceDoc:
+        path = Path(path)
+        try:
+            import docx
+            from docx.opc.exceptions import PackageNotFoundError
+        except ImportError:
+            raise MissingDependency(f"reading Word files needs python-docx: {DOCX_INSTALL}") from None
+        check_zip(path, "a Word .docx document")
+        try:
+            document = docx.Document(str(path))
+        except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
+            raise LoaderError(
+                f"not a readable .docx document (corrupt, truncated, or another ZIP file): {path} ({e})"
+            ) from None
+        blocks: list[str] = []
+        images: list[tuple[int, bytes, str, int, int, str]] = []  # block index, data, mime, w, h, alt
+        numbering = _numbering_formats(document)
+        counters: dict[tuple[str, int], int] = {}
+        styles = {s.style_id: s.name or s.style_id for s in document.styles if s.style_id}
+        self._shift = 0
+        for child in document.element.body.iterchildren():
+            if child.tag == _W + "p":
+                self._paragraph(child, document, blocks, images, numbering, counters, styles)
+            elif child.tag == _W + "tbl":
+                md = markdown_table(_table_rows(child))
+                if md:
+                    blocks.append(md)
+        text, offsets = _join(blocks)
+        out: list[SourceImage] = []
+        for block, data, mime, w, h, alt in images:
+            caption = alt or _nearby_caption(blocks, block)
+            out.append(
+                source_image(
+                    data, mime, w, h, offset=offsets[block] if block < len(offsets) else len(text), caption=caption
+                )
+            )
+        title = (document.core_properties.title or "").strip()
+        if not title:
+            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
+            title = m.group(1).strip() if m else path.stem
+        return SourceDoc(
+            source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="docx", images=tuple(out)
+        )
+
+    def _paragraph(
+        self,
+        p: Any,
+        document: Any,
+        blocks: list[str],
+        images: list[tuple[int, bytes, str, int, int, str]],
+        numbering: dict[tuple[str, int], str],
+        counters: dict[tuple[str, int], int],
+        styles: dict[str, str],
+    ) -> None:
+        text = _run_text(p)
+        if self.settings.images:
+            for blip in p.iter("{%s}blip" % _NS["a"]):
+                picture = _picture(blip, document, self.settings.image_min_px)
+                if picture is not None:
+                    images.append((len(blocks), *picture))
+        text = (
+            " ".join(text.split()) if "\n" not in text else "\n".join(" ".join(ln.split()) for ln in text.split("\n"))
+        )
+        if not text.strip():
+            return
+        style = _style_name(p, styles)
+        level = _heading_level(p, style)
+        if level is not None:
+            if level == 0:  # the Title: headings after it move one level down
+                self._shift, level = 1, 1
+            else:
+                level = min(level + self._shift, 6)
+            blocks.append("#" * level + " " + text.replace("\n", " "))
+            return
+        num = p.find(f"{_W}pPr/{_W}numPr")
+        if num is not None or style.lower().startswith(("list", "列表")):
+            ilvl_el = num.find(f"{_W}ilvl") if num is not None else None
+            num_el = num.find(f"{_W}numId") if num is not None else None
+            ilvl = int(ilvl_el.get(_W + "val", "0")) if ilvl_el is not None else 0
+            num_id = num_el.get(_W + "val", "") if num_el is not None else ""
+            numbered = "number" in style.lower() or "编号" in style
+            fmt = numbering.get((num_id, ilvl), "decimal" if numbered else "bullet")
+            num_id = num_id or style
+            if fmt == "bullet":
+                marker = "-"
+            else:
+                counters[(num_id, ilvl)] = counters.get((num_id, ilvl), 0) + 1
+                for key in [k for k in counters if k[0] == num_id and k[1] > ilvl]:
+                    del counters[key]
+                marker = f"{counters[(num_id, ilvl)]}."
+            item = f"{'  ' * ilvl}{marker} {text}"
+            if blocks and _is_list_item(blocks[-1]):
+                blocks[-1] += "\n" + item
+            else:
+                blocks.append(item)
+            return
+        if text.lstrip().startswith("#"):
+            text = "\\" + text.lstrip()
+        blocks.append(text)
+
+
+def _run_text(p: Any) -> str:
+    """A paragraph's text: its runs (and hyperlinks' runs), tabs as spaces, line breaks as newlines."""
+    parts = []
+    for el in p.iter(_W + "t", _W + "tab", _W + "br", _W + "cr"):
+        if el.tag == _W + "t":
+            parts.append(el.text or "")
+        elif el.tag == _W + "tab":
+            parts.append(" ")
+        else:
+            parts.append("\n")
+    return "".join(parts)
+
+
+def _is_list_item(block: str) -> bool:
+    return bool(re.match(r"\s*(?:-|\d+\.) ", block))
+
+
+def _style_name(p: Any, styles: dict[str, str]) -> str:
+    style = p.find(f"{_W}pPr/{_W}pStyle")
+    if style is None:
+        return ""
+    style_id = style.get(_W + "val", "")
+    return styles.get(style_id, style_id)
+
+
+def _heading_level(p: Any, style: str) -> int | None:
+    """1-6 for a heading, 0 for the document title, None for body text."""
+    if style.lower() == "title" or style == "标题":
+        return 0
+    m = _HEADING_STYLE_RE.search(style)
+    if m and 1 <= int(m.group(1)) <= 6:
+        return int(m.group(1))
+    outline = p.find(f"{_W}pPr/{_W}outlineLvl")
+    if outline is not None:
+        level = int(outline.get(_W + "val", "9")) + 1
+        return level if level <= 6 else None
+    return None
+
+
+def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
+    """``{(numId, level): numFmt}`` from the document's numbering part ("bullet", "decimal", ...)."""
+    try:
+        root = document.part.numbering_part.element
+    except (KeyError, NotImplementedError, AttributeError):
+        return {}
+    abstract: dict[str, dict[int, str]] = {}
+    for a in root.findall(f"{_W}abstractNum"):
+        levels = {}
+        for lvl in a.findall(f"{_W}lvl"):
+            fmt = lvl.find(f"{_W}numFmt")
+            levels[int(lvl.get(_W + "ilvl", "0"))] = fmt.get(_W + "val", "bullet") if fmt is not None else "bullet"
+        abstract[a.get(_W + "abstractNumId", "")] = levels
+    out: dict[tuple[str, int], str] = {}
+    for num in root.findall(f"{_W}num"):
+        ref = num.find(f"{_W}abstractNumId")
+        if ref is not None:
+            for level, fmt in abstract.get(ref.get(_W + "val", ""), {}).items():
+                out[(num.get(_W + "numId", ""), level)] = fmt
+    return out
+
+
+def _table_rows(tbl: Any) -> list[list[str]]:
+    """The rows of a ``w:tbl`` as cell texts; a cell merged across columns appears once."""
+    rows = []
+    for tr in tbl.findall(f"{_W}tr"):
+        row = []
+        for tc in tr.findall(f"{_W}tc"):
+            paragraphs = ["".join(t.text or "" for t in p.iter(_W + "t")) for p in tc.iter(_W + "p")]
+            row.append("\n".join(x for x in paragraphs if x.strip()))
+        rows.append(row)
+    return rows
+
+
+def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, int, str] | None:
+    """``(data, mime, width, height, alt text)`` of an embedded picture, or None (linked, tiny, unreadable)."""
+    rid = blip.get("{%s}embed" % _NS["r"])
+    part = document.part.related_parts.get(rid) if rid else None
+    if part is None or not hasattr(part, "blob"):
+        return None
+    data = part.blob
+    probe = probe_image(data)
+    if probe is None:
+        try:
+            import io
+
+            from PIL import Image
+
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+                data, mime, w, h = encode_image(img)
+        except Exception:  # EMF/WMF and other vector formats: not extracted
+            return None
+    else:
+        mime, w, h = probe
+    if min(w, h) < min_px:
+        return None
+    alt = ""
+    node = blip
+    while node is not None and node.tag not in ("{%s}inline" % _NS["wp"], "{%s}anchor" % _NS["wp"]):
+        node = node.getparent()
+    if node is not None:
+        pr = node.find("{%s}docPr" % _NS["wp"])
+        if pr is not None:
+            alt = (pr.get("descr") or pr.get("title") or "").strip()
+    return data, mime, w, h, " ".join(alt.split())
+
+
+def _nearby_caption(blocks: list[str], index: int) -> str:
+    """The "图 N …" paragraph right after (else right before) block ``index``."""
+    for j in (index, index + 1, index - 1):
+        if 0 <= j < len(blocks) and FIGURE_CAPTION_RE.match(blocks[j]):
+            return blocks[j].strip()
+    return ""
+
+
+def _join(blocks: list[str]) -> tuple[str, list[int]]:
+    """Blocks joined by blank lines, and the offset where each starts."""
+    offsets = []
+    pos = 0
+    for block in blocks:
+        offsets.append(pos)
+        pos += len(block) + 2
+    return "\n\n".join(blocks), offsets

@@ -1,0 +1,294 @@
+"""HTML pages (``.html``, ``.htm``, ``.xhtml``): the main content as Markdown, with the standard library only.
+
+Main content: the first ``<main>`` (else every ``<article>``, else ``<body>``), without boilerplate:
+``script``, ``style``, ``nav``, ``aside``, ``footer``, forms, hidden elements, page ``header``\\s outside the
+content, elements with a navigation/banner/footer role, and elements whose class or id names navigation, menus,
+sidebars, breadcrumbs, footers, comments, ads or share buttons. Headings ``h1``–``h6`` become ``#`` headings,
+lists ``-``/``1.`` items, ``pre`` a code block, tables Markdown tables. Images are not extracted (their alt
+text is not indexed either). The encoding comes from a byte-order mark, else ``<meta charset>``, else UTF-8 /
+GB18030 detection.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+from zhiku.errors import LoaderError
+from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, describe_kind, normalize_newlines, sniff_bytes
+from zhiku.ingest.loaders.markup import drop_cjk_spaces, markdown_table
+from zhiku.settings import LoaderSettings
+from zhiku.types import SourceDoc
+
+_SKIP_TAGS = frozenset(
+    {
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "svg",
+        "nav",
+        "aside",
+        "footer",
+        "form",
+        "button",
+        "select",
+        "iframe",
+        "object",
+        "head",
+        "canvas",
+        "dialog",
+    }
+)
+_BLOCK_TAGS = frozenset(
+    {
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "blockquote",
+        "figure",
+        "figcaption",
+        "dl",
+        "dt",
+        "dd",
+        "address",
+        "header",
+        "ul",
+        "ol",
+        "center",
+        "details",
+        "summary",
+        "hr",
+    }
+)
+_SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"})
+_BOILERPLATE_RE = re.compile(
+    r"(?:^|[\s_-])(?:nav|navbar|navigation|menu|breadcrumbs?|sidebar|footer|comments?|advert\w*|"
+    r"ads|share|social|cookie\w*|related|pagination|skip-link)(?:$|[\s_-])",
+    re.IGNORECASE,
+)
+_VOID = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+)
+_META_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.IGNORECASE)
+
+
+def decode_html(data: bytes, path: Path) -> str:
+    """HTML bytes as text: BOM, else ``<meta charset>``, else UTF-8/GB18030 detection."""
+    if not data:
+        raise LoaderError(f"empty file (0 bytes): {path}")
+    if not data.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        m = _META_CHARSET_RE.search(data[:4096])
+        if m:
+            name = m.group(1).decode("ascii", "replace").lower()
+            name = {"gb2312": "gb18030", "gbk": "gb18030", "x-gbk": "gb18030"}.get(name, name)
+            try:
+                return normalize_newlines(data.decode(name))
+            except (LookupError, UnicodeDecodeError):
+                pass
+    text, _ = decode_text(data, path)
+    return normalize_newlines(text)
+
+
+class _Extractor(HTMLParser):
+    """Collects Markdown blocks from the content part of a page (see the module docstring)."""
+
+    def __init__(self, content_tag: str | None) -> None:
+        super().__init__(convert_charrefs=True)
+        self.content_tag = content_tag  # "main", "article" or None (the whole body)
+        self.depth_in_content = 0 if content_tag else 1
+        self.stack: list[tuple[str, bool]] = []  # (tag, skipped)
+        self.skip = 0
+        self.blocks: list[str] = []
+        self.buf: list[str] = []
+        self.heading: int | None = None
+        self.pre = 0
+        self.lists: list[list[int | None]] = []  # per open list: [counter or None for bullets]
+        self.list_start = 0  # where the blocks of the outermost open list begin
+        self.tables: list[list[list[str]]] = []
+        self.cell: list[str] | None = None
+        self.title = ""
+        self._in_title = False
+
+    # -- text ---------------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        raw = "".join(self.buf)
+        self.buf = []
+        if self.pre:
+            return
+        text = drop_cjk_spaces(" ".join(raw.split()))
+        if not text:
+            return
+        if self.cell is not None:
+            self.cell.append(text)
+            return
+        if self.heading is not None:
+            self.blocks.append("#" * self.heading + " " + text)
+        elif self.lists:
+            counter = self.lists[-1]
+            if counter[0] is None:
+                marker = "-"
+            else:
+                counter[0] += 1
+                marker = f"{counter[0]}."
+            self.blocks.append("  " * (len(self.lists) - 1) + f"{marker} {text}")
+        else:
+            self.blocks.append("\\" + text if text.startswith("#") else text)
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        if self.skip or not self.depth_in_content:
+            return
+        self.buf.append(data)
+
+    # -- structure ----------------------------------------------------------------------------------
+    def _boilerplate(self, tag: str, attrs: dict[str, str | None]) -> bool:
+        if tag in _SKIP_TAGS or "hidden" in attrs or attrs.get("aria-hidden") == "true":
+            return True
+        if (attrs.get("role") or "").lower() in _SKIP_ROLES:
+            return True
+        if tag == "header" and self.content_tag is None:
+            return True
+        names = f"{attrs.get('class') or ''} {attrs.get('id') or ''}"
+        return bool(names.strip()) and bool(_BOILERPLATE_RE.search(names))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        a = dict(attrs)
+        if tag in _VOID:
+            if tag == "br" and self.depth_in_content and not self.skip:
+                self.buf.append("\n" if self.pre else " ")
+            return
+        skipped = bool(self.skip) or self._boilerplate(tag, a)
+        self.stack.append((tag, skipped))
+        if skipped:
+            self.skip += 1
+            return
+        if tag == self.content_tag:
+            self.depth_in_content += 1
+        if not self.depth_in_content:
+            return
+        self._open(tag)
+
+    def _open(self, tag: str) -> None:
+        if re.fullmatch(r"h[1-6]", tag):
+            self._flush()
+            self.heading = int(tag[1])
+        elif tag == "pre":
+            self._flush()
+            self.pre += 1
+        elif tag in ("ul", "ol"):
+            self._flush()
+            if not self.lists:
+                self.list_start = len(self.blocks)
+            self.lists.append([0 if tag == "ol" else None])
+        elif tag == "li":
+            self._flush()
+        elif tag == "table":
+            self._flush()
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._flush()
+            self.cell = []
+        elif tag in _BLOCK_TAGS:
+            self._flush()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        if tag in _VOID:
+            return
+        while self.stack:  # close up to the matching tag (tolerates unclosed <p>, <li>, <td>)
+            open_tag, skipped = self.stack.pop()
+            if skipped:
+                self.skip -= 1
+            elif self.depth_in_content:
+                self._close(open_tag)
+                if open_tag == self.content_tag:
+                    self.depth_in_content -= 1
+            if open_tag == tag:
+                break
+
+    def _close(self, tag: str) -> None:
+        if re.fullmatch(r"h[1-6]", tag):
+            self._flush()
+            self.heading = None
+        elif tag == "pre" and self.pre:
+            code = "".join(self.buf).strip("\n")
+            self.buf = []
+            self.pre -= 1
+            if code.strip():
+                self.blocks.append("```\n" + code.replace("```", "ˋˋˋ") + "\n```")
+        elif tag in ("ul", "ol") and self.lists:
+            self._flush()
+            self.lists.pop()
+            self._merge_list()
+        elif tag in ("td", "th") and self.cell is not None:
+            self._flush()
+            if self.tables and self.tables[-1]:
+                self.tables[-1][-1].append(" ".join(self.cell))
+            self.cell = None
+        elif tag == "table" and self.tables:
+            self._flush()
+            rows = self.tables.pop()
+            md = markdown_table(rows) if rows else ""
+            if self.cell is not None:  # a table inside a cell: its text joins the cell
+                self.cell.extend(" ".join(r) for r in rows)
+            elif md:
+                self.blocks.append(md)
+        elif tag in _BLOCK_TAGS or tag == "li":
+            self._flush()
+
+    def _merge_list(self) -> None:
+        """Consecutive list-item blocks form one Markdown list (one paragraph)."""
+        if self.lists or len(self.blocks) <= self.list_start:
+            return
+        items = self.blocks[self.list_start :]
+        del self.blocks[self.list_start :]
+        self.blocks.append("\n".join(items))
+
+    def close(self) -> None:
+        super().close()
+        self._flush()
+
+
+class HtmlLoader:
+    """Loads HTML pages (see the module docstring)."""
+
+    doc_type: str = "html"
+    suffixes: tuple[str, ...] = (".html", ".htm", ".xhtml")
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings or LoaderSettings()
+
+    def load(self, path: Path, source: str) -> SourceDoc:
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+        kind = sniff_bytes(data[:SNIFF_BYTES])
+        if kind not in (None, "html"):
+            raise LoaderError(f"content is {describe_kind(kind)}, not HTML: the file name's suffix is wrong ({path})")
+        html = decode_html(data, path)
+        lower = html.lower()
+        content = "main" if "<main" in lower else "article" if "<article" in lower else None
+        parser = _Extractor(content)
+        parser.feed(html)
+        parser.close()
+        text = "\n\n".join(parser.blocks)
+        if not text.strip():
+            raise LoaderError(f"no text in the HTML page's content: {path}")
+        title = " ".join(parser.title.split())
+        if not title:
+            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
+            title = m.group(1).strip() if m else path.stem
+        return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="html")

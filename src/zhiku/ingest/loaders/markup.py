@@ -1,0 +1,119 @@
+"""Markdown building blocks shared by the document loaders: joining lines, tables, images."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from collections.abc import Sequence
+
+from zhiku.types import ImageRef, SourceImage
+
+_CJK = (
+    r"\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3200-\u33ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
+)
+CJK_RE = re.compile(f"[{_CJK}]")
+# A space between two Chinese characters, except after the numbering of a part ("第一章 总则", "第十九条 劳动…").
+_CJK_GAP_RE = re.compile(f"(?<=[{_CJK}])(?<![章节条款项编篇部卷]) (?=[{_CJK}])")
+
+MIME_EXT = {"image/png": "png", "image/jpeg": "jpg"}
+
+
+def drop_cjk_spaces(text: str) -> str:
+    """``"摘 要"`` -> ``"摘要"``: a single space between two Chinese characters is a layout artefact, except
+    after a part's numbering (``"第一章 总则"``, ``"第十九条 劳动合同…"`` keep theirs)."""
+    return _CJK_GAP_RE.sub("", text)
+
+
+def join_lines(a: str, b: str) -> str:
+    """Join two lines of one paragraph: no space next to a Chinese character; hyphenated words rejoined."""
+    if not a:
+        return b
+    if not b:
+        return a
+    if a.endswith("-") and len(a) >= 2 and a[-2].isalpha() and b[0].islower():
+        return a[:-1] + b
+    if CJK_RE.match(a[-1]) or CJK_RE.match(b[0]):
+        return a + b
+    return f"{a} {b}"
+
+
+def cell_text(value: object) -> str:
+    """A table cell as one line of Markdown: lines joined, ``|`` escaped."""
+    if value is None:
+        return ""
+    text = ""
+    for line in str(value).splitlines():
+        text = join_lines(text, " ".join(line.split()))
+    return drop_cjk_spaces(text).replace("|", "\\|")
+
+
+def markdown_table(rows: Sequence[Sequence[object]]) -> str:
+    """``rows`` (the first is the header) as a GitHub-flavoured Markdown table; short rows are padded.
+
+    Rows and columns that are entirely empty are dropped; ``""`` when nothing is left.
+    """
+    cells = [[cell_text(c) for c in row] for row in rows]
+    cells = [row for row in cells if any(row)]
+    if not cells:
+        return ""
+    width = max(len(row) for row in cells)
+    cells = [row + [""] * (width - len(row)) for row in cells]
+    keep = [j for j in range(width) if any(row[j] for row in cells)]
+    cells = [[row[j] for j in keep] for row in cells]
+    lines = ["| " + " | ".join(cells[0]) + " |", "| " + " | ".join("---" for _ in keep) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n".join(lines)
+
+
+def image_id(data: bytes, mime_type: str) -> str:
+    """The content address of an image file: SHA-256 of its bytes, with the extension of its type."""
+    return f"{hashlib.sha256(data).hexdigest()}.{MIME_EXT[mime_type]}"
+
+
+def encode_image(image: object) -> tuple[bytes, str, int, int]:
+    """A PIL image as PNG bytes: ``(data, mime_type, width, height)``."""
+    img = image  # PIL.Image.Image
+    if img.mode not in ("1", "L", "LA", "P", "RGB", "RGBA"):  # type: ignore[attr-defined]
+        img = img.convert("RGBA" if "A" in img.mode else "RGB")  # type: ignore[attr-defined]
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=False)  # type: ignore[attr-defined]
+    return buf.getvalue(), "image/png", img.width, img.height  # type: ignore[attr-defined]
+
+
+def probe_image(data: bytes) -> tuple[str, int, int] | None:
+    """``(mime_type, width, height)`` of PNG or baseline RGB/greyscale JPEG bytes that can be kept as they are."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            fmt = {"PNG": "image/png", "JPEG": "image/jpeg"}.get(img.format or "")
+            if fmt is None or (fmt == "image/jpeg" and img.mode not in ("L", "RGB")):
+                return None
+            return fmt, img.width, img.height
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def source_image(
+    data: bytes,
+    mime_type: str,
+    width: int,
+    height: int,
+    *,
+    offset: int,
+    page: int | None = None,
+    bbox: tuple[float, float, float, float] | None = None,
+    caption: str = "",
+) -> SourceImage:
+    ref = ImageRef(
+        image_id=image_id(data, mime_type),
+        mime_type=mime_type,
+        page=page,
+        bbox=None if bbox is None else tuple(round(v, 1) for v in bbox),  # type: ignore[arg-type]
+        width=width,
+        height=height,
+        caption=caption,
+    )
+    return SourceImage(ref=ref, offset=offset, data=data)

@@ -1,0 +1,112 @@
+"""Optional OCR of page images with RapidOCR on ONNX Runtime (``pip install 'zhiku[ocr]'``).
+
+RapidOCR ships its PP-OCR detection, orientation and recognition models inside its wheel, so OCR works
+offline. The engine is loaded on first use (about a second) and kept by the loader that made it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from zhiku.errors import MissingDependency
+from zhiku.ingest.loaders.markup import join_lines
+from zhiku.ingest.loaders.pdf_layout import Line
+
+OCR_INSTALL = "pip install 'zhiku[ocr]'"
+MIN_SCORE = 0.5
+
+
+def ocr_available() -> bool:
+    """Whether the OCR extra (``rapidocr`` and ``onnxruntime``) is installed."""
+    return all(importlib.util.find_spec(name) is not None for name in ("rapidocr", "onnxruntime"))
+
+
+def group_lines(
+    boxes: Sequence[tuple[float, float, float, float, str]],
+) -> list[tuple[float, float, float, float, str]]:
+    """OCR text boxes ``(x0, top, x1, bottom, text)`` grouped into lines, top to bottom, left to right.
+
+    A box belongs to a line when its vertical centre lies within the line's first box.
+    """
+    lines: list[list[tuple[float, float, float, float, str]]] = []
+    for box in sorted(boxes, key=lambda b: ((b[1] + b[3]) / 2, b[0])):
+        centre = (box[1] + box[3]) / 2
+        for line in lines:
+            if line[0][1] <= centre <= line[0][3]:
+                line.append(box)
+                break
+        else:
+            lines.append([box])
+    out = []
+    for line in sorted(lines, key=lambda ln: ln[0][1]):
+        line.sort(key=lambda b: b[0])
+        text = ""
+        for b in line:
+            text = join_lines(text, b[4])
+        out.append(
+            (min(b[0] for b in line), min(b[1] for b in line), max(b[2] for b in line), max(b[3] for b in line), text)
+        )
+    return out
+
+
+class OcrEngine:
+    """RapidOCR with zhiku's defaults: Chinese + English models, two threads, quiet logging."""
+
+    def __init__(self, threads: int = 2) -> None:
+        try:
+            from rapidocr import RapidOCR
+        except ImportError:
+            raise MissingDependency(f"OCR needs RapidOCR and ONNX Runtime: {OCR_INSTALL}") from None
+        logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+        self._engine: Any = RapidOCR(
+            params={"Global.log_level": "warning", "EngineConfig.onnxruntime.intra_op_num_threads": threads}
+        )
+
+    def page_lines(self, image: Any, scale: float) -> list[Line]:
+        """The text lines of a page rendered at ``scale`` pixels per point, in points (``Line.ocr`` set)."""
+        result = self._engine(image)
+        boxes = []
+        for quad, text, score in zip(
+            result.boxes if result.boxes is not None else (), result.txts or (), result.scores or (), strict=False
+        ):
+            if float(score) < MIN_SCORE or not str(text).strip():
+                continue
+            xs = [float(p[0]) / scale for p in quad]
+            ys = [float(p[1]) / scale for p in quad]
+            boxes.append((min(xs), min(ys), max(xs), max(ys), str(text).strip()))
+        lines = group_lines(boxes)
+        if not lines:
+            return []
+        heights = sorted(b - t for _, t, _, b, _ in lines)
+        size = heights[len(heights) // 2] * 0.8
+        return [Line(text, x0, top, x1, bottom, size, ocr=True) for x0, top, x1, bottom, text in lines]
+
+
+def page_list(pages: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    out: list[str] = []
+    run: list[int] = []
+    for p in sorted(set(pages)):
+        if run and p == run[-1] + 1:
+            run.append(p)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [p]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def needs_ocr_note(pages: Sequence[int], ocr_setting: str) -> str:
+    """What the user reads about pages left without text: which pages, why, and the fix."""
+    if ocr_setting == "off":
+        fix = "OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest"
+    elif not ocr_available():
+        fix = f"{OCR_INSTALL}, then re-ingest"
+    else:
+        fix = "OCR found no text on them"
+    return f"needs OCR: page{'s' if len(pages) != 1 else ''} {page_list(pages)} without a usable text layer ({fix})"

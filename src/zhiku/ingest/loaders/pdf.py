@@ -1,0 +1,457 @@
+"""PDF files (``.pdf``), with PDFium (pypdfium2, Apache-2.0/BSD) for text, geometry and images and pdfplumber
+(MIT) for tables; RapidOCR for pages without a usable text layer when the ``zhiku[ocr]`` extra is installed.
+
+What comes out (details in docs/formats.md and :mod:`zhiku.ingest.loaders.pdf_layout`):
+
+- the text of every page in reading order as Markdown, pages mapped by ``SourceDoc.pages`` (1-based), running
+  headers/footers and page numbers dropped, lines joined into paragraphs (no spaces between Chinese
+  characters), headings from font sizes, monospaced lines as code blocks;
+- tables as Markdown tables where they stand (:mod:`zhiku.ingest.loaders.pdf_tables`);
+- embedded raster images (not tiny, not repeated on most pages) as PNG, or JPEG kept as is, with their page,
+  box and caption (the nearest "图 N …" line);
+- pages with no text layer but a large image, or with garbled text (``(cid:…)``, replacement or private-use
+  characters): OCR'd when possible, else listed in ``SourceDoc.needs_ocr_pages``.
+
+Encrypted PDFs open with ``loaders.pdf_password``; without it, or with a wrong one, loading fails with the
+reason. Corrupt and truncated files fail with the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zhiku.errors import LoaderError, MissingDependency
+from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
+from zhiku.ingest.loaders.markup import CJK_RE, encode_image, image_id, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.pdf_layout import (
+    Block,
+    Line,
+    clean_line,
+    figure_caption,
+    is_garbled,
+    measure,
+    page_markdown,
+    running_lines,
+    visible_chars,
+)
+from zhiku.ingest.loaders.pdf_tables import (
+    RULE_MAX_THICKNESS,
+    Box,
+    Table,
+    find_tables,
+    is_rule,
+    rule_groups,
+    tabular_areas,
+    text_table,
+    valid_rows,
+)
+from zhiku.settings import LoaderSettings
+from zhiku.types import PageSpan, SourceDoc, SourceImage
+
+PDF_INSTALL = "pip install 'zhiku[pdf]'"
+SCAN_MAX_CHARS = 20  # a page with fewer visible characters and a large image is a scan
+SCAN_MIN_COVER = 0.3  # ... where "large" covers this fraction of the page
+_MONO_FONT_RE = re.compile(r"mono|courier|consol|menlo|typewriter|code|^(?:cm|lm|sf|ec)tt|tt\d{3,4}$", re.IGNORECASE)
+_ERRORS = {
+    3: "it is corrupt or truncated (not a readable PDF structure)",
+    2: "the file cannot be read",
+    5: "its security handler is not supported",
+    6: "a page is broken",
+}
+
+
+@dataclass
+class _Page:
+    number: int
+    width: float
+    height: float
+    lines: list[Line] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    images: list[tuple[Box, bytes, str, int, int]] = field(default_factory=list)  # box, data, mime, w, h
+    rules: list[Box] = field(default_factory=list)  # horizontal rules
+    verticals: list[Box] = field(default_factory=list)  # vertical rules
+    table_areas: list[Box] = field(default_factory=list)  # ruled grids for pdfplumber
+    needs_ocr: bool = False
+    ocr: bool = False
+
+
+def _pdfium() -> Any:
+    try:
+        import pypdfium2
+        import pypdfium2.raw
+    except ImportError:
+        raise MissingDependency(f"reading PDF files needs pypdfium2 and pdfplumber: {PDF_INSTALL}") from None
+    return pypdfium2
+
+
+def check_pdf_bytes(path: Path) -> None:
+    """Refuse an empty file, or one whose content is not PDF, with the reason."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError as e:
+        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    if not head:
+        raise LoaderError(f"empty file (0 bytes): {path}")
+    if b"%PDF-" not in head:
+        kind = sniff_bytes(head[:SNIFF_BYTES])
+        raise LoaderError(f"content is {describe_kind(kind)}, not PDF: the file name's suffix is wrong ({path})")
+
+
+class PdfLoader:
+    """Loads PDF files; ``settings`` are the ``loaders`` section (password, OCR, tables, images)."""
+
+    doc_type: str = "pdf"
+    suffixes: tuple[str, ...] = (".pdf",)
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings or LoaderSettings()
+        self._ocr: Any = None
+
+    # -- opening -----------------------------------------------------------------------------------
+    def _open(self, pdfium: Any, path: Path) -> Any:
+        password = self.settings.pdf_password.get_secret_value() if self.settings.pdf_password else None
+        try:
+            return pdfium.PdfDocument(str(path), password=password)
+        except pdfium.PdfiumError as e:
+            code = getattr(e, "err_code", None)
+            if code == 4:
+                if password:
+                    raise LoaderError(f"encrypted PDF and loaders.pdf_password does not open it: {path}") from None
+                raise LoaderError(
+                    f"encrypted PDF: set loaders.pdf_password (ZHIKU_LOADERS__PDF_PASSWORD) to its "
+                    f"password to index it: {path}"
+                ) from None
+            raise LoaderError(f"cannot open PDF {path}: {_ERRORS.get(code, str(e))}") from None
+
+    def _ocr_engine(self) -> Any:
+        from zhiku.ingest.loaders.ocr import OcrEngine, ocr_available
+
+        if self.settings.ocr == "off" or (self._ocr is None and not ocr_available()):
+            return None
+        if self._ocr is None:
+            self._ocr = OcrEngine()
+        return self._ocr
+
+    # -- loading -----------------------------------------------------------------------------------
+    def load(self, path: Path, source: str) -> SourceDoc:
+        path = Path(path)
+        pdfium = _pdfium()
+        check_pdf_bytes(path)
+        pdf = self._open(pdfium, path)
+        plumber: Any = None
+        try:
+            pages = []
+            for i in range(len(pdf)):
+                page = self._read_page(pdfium, pdf, i)
+                if page.table_areas:
+                    plumber = plumber or self._plumber(path)
+                    page.tables = sorted(
+                        page.tables + find_tables(plumber.pages[i], page.table_areas), key=lambda t: t.bbox[1]
+                    )
+                pages.append(page)
+            title = (pdf.get_metadata_dict().get("Title") or "").strip()
+        except pdfium.PdfiumError as e:
+            raise LoaderError(f"cannot read PDF {path}: {e}") from None
+        finally:
+            if plumber is not None:
+                plumber.close()
+            pdf.close()
+        return self._assemble(pages, source, path, title)
+
+    def _plumber(self, path: Path) -> Any:
+        try:
+            import pdfplumber
+        except ImportError:
+            raise MissingDependency(f"reading tables in PDF files needs pdfplumber: {PDF_INSTALL}") from None
+        password = self.settings.pdf_password.get_secret_value() if self.settings.pdf_password else ""
+        return pdfplumber.open(path, password=password)
+
+    def _read_page(self, pdfium: Any, pdf: Any, index: int) -> _Page:
+        raw = pdfium.raw
+        page = pdf[index]
+        try:
+            width, height = page.get_size()
+            out = _Page(index + 1, width, height)
+            pictures: list[tuple[Box, Any]] = []
+            for obj in page.get_objects(filter=(raw.FPDF_PAGEOBJ_PATH, raw.FPDF_PAGEOBJ_IMAGE), max_depth=2):
+                left, bottom, right, top = obj.get_bounds()
+                box = (max(left, 0.0), max(height - top, 0.0), min(right, width), min(height - bottom, height))
+                if obj.type == raw.FPDF_PAGEOBJ_IMAGE:
+                    pictures.append((box, obj))
+                elif is_rule(box):
+                    out.rules.append(box)
+                elif box[2] - box[0] <= RULE_MAX_THICKNESS and box[3] - box[1] >= 8:
+                    out.verticals.append(box)
+            textpage = page.get_textpage()
+            try:
+                out.lines, ranges, garbled, text = _lines(raw, textpage, height)
+                areas = rule_groups(out.rules) if self.settings.pdf_tables else []
+                for area in tabular_areas(
+                    areas, out.lines, lambda i: _wide_gaps(textpage, ranges[i], out.lines[i].size)
+                ):
+                    if any(_inside(v, area) for v in out.verticals):
+                        out.table_areas.append(area)  # a ruled grid: pdfplumber
+                        continue
+                    cells = [
+                        (ln.top, ln.bottom, _cells(textpage, text, ranges[i], ln.size))
+                        for i, ln in enumerate(out.lines)
+                        if _inside(ln, area)
+                    ]
+                    rows = text_table(cells)
+                    if valid_rows(rows) and (md := markdown_table(rows)):
+                        out.tables.append(Table(area, md))
+            finally:
+                textpage.close()
+            area = width * height or 1.0
+            cover = sum((b[2] - b[0]) * (b[3] - b[1]) for b, _ in pictures) / area
+            chars = sum(visible_chars(ln.text) for ln in out.lines)
+            if garbled or (chars < SCAN_MAX_CHARS and cover >= SCAN_MIN_COVER):
+                engine = self._ocr_engine()
+                if engine is not None:
+                    scale = self.settings.ocr_dpi / 72
+                    bitmap = page.render(scale=scale)
+                    out.lines, out.ocr, out.table_areas, out.tables = (
+                        engine.page_lines(bitmap.to_pil(), scale),
+                        True,
+                        [],
+                        [],
+                    )
+                    pictures = [(b, o) for b, o in pictures if (b[2] - b[0]) * (b[3] - b[1]) < 0.5 * area]
+                else:
+                    out.needs_ocr = True
+                    if garbled:  # garbage is not indexed
+                        out.lines, out.tables, out.table_areas = [], [], []
+            if self.settings.images:
+                out.images = self._images(pictures, area)
+            return out
+        finally:
+            page.close()
+
+    def _images(self, pictures: list[tuple[Box, Any]], area: float) -> list[tuple[Box, bytes, str, int, int]]:
+        s = self.settings
+        out = []
+        for box, obj in pictures:
+            w, h = obj.get_px_size()
+            if min(w, h) < s.image_min_px or (box[2] - box[0]) * (box[3] - box[1]) < s.image_min_area * area:
+                continue
+            try:
+                if obj.get_filters() == ["DCTDecode"]:
+                    data = bytes(obj.get_data(decode_simple=True))
+                    probe = probe_image(data)
+                    if probe is not None:
+                        out.append((box, data, probe[0], probe[1], probe[2]))
+                        continue
+                data, mime, w, h = encode_image(obj.get_bitmap(render=False).to_pil())
+            except Exception:  # an image PDFium cannot decode is left out, not the document
+                continue
+            out.append((box, data, mime, w, h))
+        return out
+
+    # -- assembling --------------------------------------------------------------------------------
+    def _assemble(self, pages: list[_Page], source: str, path: Path, title: str) -> SourceDoc:
+        drop = running_lines([(p.lines, p.height) for p in pages])
+        for p, dropped in zip(pages, drop, strict=False):
+            p.lines = [ln for i, ln in enumerate(p.lines) if i not in dropped]
+        layout = measure([p.lines for p in pages], max((p.width for p in pages), default=595.0))
+        seen = Counter(image_id(data, mime) for p in pages for data, mime in {(im[1], im[2]) for im in p.images})
+        repeated = {k for k, n in seen.items() if n >= 3 and n * 2 >= len(pages)}  # logos on every page
+        parts: list[str] = []
+        spans: list[PageSpan] = []
+        images: list[SourceImage] = []
+        offset = 0
+        for k, p in enumerate(pages):
+            kept = [im for im in p.images if image_id(im[1], im[2]) not in repeated]
+            markdown, anchors = page_markdown(_place(p.lines, p.tables, kept), layout, k)
+            if markdown and parts:
+                offset += 2
+            for j, (box, data, mime, w, h) in enumerate(kept):
+                caption = figure_caption(p.lines, box[1], box[3])
+                images.append(
+                    source_image(
+                        data,
+                        mime,
+                        w,
+                        h,
+                        offset=offset + anchors.get(j, len(markdown)),
+                        page=p.number,
+                        bbox=box,
+                        caption=caption,
+                    )
+                )
+            spans.append(PageSpan(p.number, offset, offset + len(markdown)))
+            if markdown:
+                parts.append(markdown)
+                offset += len(markdown)
+        text = "\n\n".join(parts)
+        if not title or re.search(r"\.(?:dvi|tex|docx?|pdf|wpd)$|^untitled$", title, re.IGNORECASE):
+            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
+            title = m.group(1).strip() if m else path.stem
+        return SourceDoc(
+            source=source,
+            doc_type=self.doc_type,
+            title=title,
+            text=text,
+            pages=tuple(spans),
+            encoding="pdf",
+            images=tuple(images),
+            needs_ocr_pages=tuple(p.number for p in pages if p.needs_ocr),
+            ocr_pages=tuple(p.number for p in pages if p.ocr),
+        )
+
+
+def _lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list[list[int]], bool, str]:
+    """The text lines of a page (PDFium's reading order), the character indexes of each line's visible
+    characters, whether the page's text looks garbled, and the page's text (indexed like the characters)."""
+    n = textpage.count_chars()
+    if n <= 0:
+        return [], [], False, ""
+    text = textpage.get_text_range(0, n)
+    if len(text) != n:  # characters outside the BMP: read them one by one
+        text = "".join(chr(raw.FPDFText_GetUnicode(textpage.raw, i) or 0xFFFD) for i in range(n))
+    sample = range(0, n, max(1, n // 200))
+    errors = sum(1 for i in sample if raw.FPDFText_HasUnicodeMapError(textpage.raw, i) == 1)
+    garbled = is_garbled(text) or errors * 10 >= len(sample) * 3
+    buf = ctypes.create_string_buffer(128)
+    matrix = raw.FS_MATRIX()
+    lines: list[Line] = []
+    ranges: list[list[int]] = []
+    start = 0
+    for m in re.finditer(r"\r\n|\r|\n|$", text):
+        a, b = start, m.start()
+        start = m.end()
+        seg = text[a:b]
+        idx = [a + j for j, ch in enumerate(seg) if not ch.isspace()]
+        if not idx:
+            if m.end() == len(text):
+                break
+            continue
+        probe = sorted({idx[0], idx[len(idx) // 2], idx[-1]})
+        boxes = [textpage.get_charbox(i) for i in probe]
+        x0 = min(bx[0] for bx in boxes)
+        x1 = max(bx[2] for bx in boxes)
+        top = height - max(bx[3] for bx in boxes)
+        bottom = height - min(bx[1] for bx in boxes)
+        size = sorted(_font_size(raw, textpage, i, matrix) for i in probe)[len(probe) // 2]
+        fonts = []
+        for i in (idx[0], idx[-1]):
+            raw.FPDFText_GetFontInfo(textpage.raw, i, buf, len(buf), None)
+            fonts.append(buf.value.decode("latin-1").split("+")[-1])
+        cleaned = clean_line(seg.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"))
+        if cleaned:
+            mono = all(_MONO_FONT_RE.search(f) for f in fonts)
+            lines.append(
+                Line(
+                    cleaned
+                    if not mono
+                    else seg.strip().encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"),
+                    x0,
+                    top,
+                    x1,
+                    bottom,
+                    size,
+                    mono,
+                )
+            )
+            ranges.append(idx)
+        if m.end() == len(text):
+            break
+    return lines, ranges, garbled, text
+
+
+def _inside(box: Any, area: Box) -> bool:
+    """Whether the centre of ``box`` (a ``Box`` or a ``Line``) lies in ``area``."""
+    x0, top, x1, bottom = (box.x0, box.top, box.x1, box.bottom) if isinstance(box, Line) else box
+    return area[0] - 3 <= (x0 + x1) / 2 <= area[2] + 3 and area[1] - 3 <= (top + bottom) / 2 <= area[3] + 3
+
+
+def _cells(textpage: Any, text: str, chars: list[int], size: float) -> list[tuple[float, float, str]]:
+    """A line's characters grouped into cells ``(x0, x1, text)`` by their advance boxes: a gap wider than 0.6
+    em starts a new cell; a gap of a sixth of an em between two non-Chinese characters is a space."""
+    cells: list[tuple[float, float, str]] = []
+    x0 = x1 = base = 0.0
+    buf = ""
+
+    def close() -> None:
+        cells.append((x0, x1, buf.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")))
+
+    for i in chars:
+        left, bottom, right, _ = textpage.get_charbox(i, loose=True)
+        ch = text[i]
+        if buf and left - x1 > 0.6 * size:
+            close()
+            buf = ""
+        if not buf:
+            x0 = left
+        elif (
+            left - x1 > size / 6
+            and abs(bottom - base) < 0.2 * size  # not a superscript (R²)
+            and not (CJK_RE.match(buf[-1]) or CJK_RE.match(ch))
+        ):
+            buf += " "
+        base = bottom
+        buf += ch
+        x1 = right if len(buf) == 1 else max(x1, right)
+    if buf:
+        close()
+    return cells
+
+
+def _wide_gaps(textpage: Any, chars: list[int], size: float) -> int:
+    """How many gaps wider than 1.5 ems lie between consecutive characters of a line (table cells)."""
+    gaps = 0
+    prev_right = None
+    for i in chars:
+        left, _, right, _ = textpage.get_charbox(i)
+        if prev_right is not None and left - prev_right > 1.5 * size:
+            gaps += 1
+        prev_right = right
+    return gaps
+
+
+def _font_size(raw: Any, textpage: Any, index: int, matrix: Any) -> float:
+    """The size a character is drawn at: its font size scaled by its transformation matrix."""
+    size = float(raw.FPDFText_GetFontSize(textpage.raw, index))
+    if raw.FPDFText_GetMatrix(textpage.raw, index, matrix):
+        scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5
+        if scale > 0:
+            size *= scale
+    return size
+
+
+def _place(
+    lines: list[Line], tables: list[Table], images: list[tuple[Box, bytes, str, int, int]]
+) -> list[Line | Block]:
+    """A page's lines with its tables (replacing the lines inside them) and image anchors, in reading order."""
+    items: list[Line | Block] = []
+    placed: set[int] = set()
+    for line in lines:
+        cx, cy = (line.x0 + line.x1) / 2, (line.top + line.bottom) / 2
+        inside = next(
+            (k for k, t in enumerate(tables) if t.bbox[0] <= cx <= t.bbox[2] and t.bbox[1] <= cy <= t.bbox[3]), None
+        )
+        if inside is None:
+            items.append(line)
+        elif inside not in placed:
+            placed.add(inside)
+            items.append(Block(tables[inside].bbox[1], tables[inside].bbox[3], markdown=tables[inside].markdown))
+    for k, t in enumerate(tables):
+        if k not in placed:
+            _insert_by_y(items, Block(t.bbox[1], t.bbox[3], markdown=t.markdown), t.bbox[1])
+    for k, (box, *_rest) in enumerate(images):
+        _insert_by_y(items, Block(box[1], box[3], image=k), (box[1] + box[3]) / 2)
+    return items
+
+
+def _insert_by_y(items: list[Line | Block], block: Block, y: float) -> None:
+    """Insert ``block`` before the first line below ``y``, else at the end."""
+    for j, item in enumerate(items):
+        if isinstance(item, Line) and item.top >= y:
+            items.insert(j, block)
+            return
+    items.append(block)

@@ -1,0 +1,372 @@
+"""From positioned text lines to Markdown: the layout rules of the PDF loader, as pure functions.
+
+Input is what the PDF library gives per page: :class:`Line` objects in reading (content-stream) order, with
+their box in points from the page's top-left corner, font size and whether the font is monospaced. Output is
+Markdown. The rules:
+
+- **Headers and footers**: a line in the top or bottom 12 % of a page whose text, with digits masked, repeats
+  on at least half of the pages (and on 3 or more) is dropped, as is a lone page number there ("3", "- 3 -",
+  "第 3 页", "iv").
+- **Headings**: lines set at least 8 % larger than the body text (the most common size), short and not ending
+  in a comma or full stop, unless three or more such lines of one size follow each other (a cover page's
+  form fields); levels follow the sizes, largest first.
+- **Paragraphs**: consecutive lines are joined unless the gap between them is clearly larger than the usual
+  leading, the font size changes, the line is indented, starts a list item or a caption, is centred, or the
+  previous line ends well short of the right margin. Joining never puts a space next to a Chinese character;
+  a word hyphenated at a line end is rejoined; a single space between two Chinese characters is dropped.
+- **Code**: consecutive monospaced lines become a fenced code block, lines kept.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zhiku.ingest.loaders.markup import drop_cjk_spaces, join_lines
+
+EDGE_ZONE = 0.12  # top/bottom fraction of a page where headers and footers live
+HEADING_RATIO = 1.08
+MAX_HEADING_CHARS = 80
+
+_PAGE_NUMBER_RE = re.compile(
+    r"(?:[-–—]\s*)?(?:第\s*)?(?:\d{1,4}|[ivxlcdm]{1,6}|[IVXLCDM]{1,6})(?:\s*页)?"
+    r"(?:\s*[/／]\s*(?:共\s*)?\d{1,4}\s*页?)?(?:\s*[-–—])?|(?:page|Page|PAGE)\s*\d{1,4}(?:\s*of\s*\d+)?"
+)
+_LIST_RE = re.compile(
+    r"\s*(?:[•●○▪■◆◇►✓·\-–*]\s|\[\d{1,3}\]|\(?\d{1,3}[.)）、](?!\d)|[（(][一二三四五六七八九十\d]{1,3}[)）]|"
+    r"[a-zA-Z][.)]\s|[①-⑳]|[一二三四五六七八九十]{1,3}、)"
+)
+CAPTION_RE = re.compile(
+    r"\s*(?:图|表|续表|Figure|Fig\.|Table|Tab\.)\s*[\dA-Za-z一二三四五六七八九十]+(?:[-.–]\d+)*(?![\d])"
+)
+FIGURE_CAPTION_RE = re.compile(r"\s*(?:图|Figure|Fig\.)\s*[\dA-Za-z一二三四五六七八九十]+(?:[-.–]\d+)*(?![\d])")
+_SENTENCE_END = "。！？!?；;：:.…」』”"
+_DOT_LEADER_RE = re.compile(r"(?:\s*[.·…]){4,}\s*")
+_TOC_ENTRY_RE = re.compile(r" … \S{1,8}$")  # a table-of-contents line (after clean_line)
+_HEADING_MD_RE = re.compile(r"(#{1,6})(?=\s|$)")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of text on a page; coordinates in points from the page's top-left corner."""
+
+    text: str
+    x0: float
+    top: float
+    x1: float
+    bottom: float
+    size: float
+    mono: bool = False
+    ocr: bool = False  # from OCR: never a heading, not counted in the document's measurements
+
+    @property
+    def height(self) -> float:
+        return self.bottom - self.top
+
+
+@dataclass(frozen=True)
+class Block:
+    """A non-text block placed among a page's lines: a Markdown table, or an image anchor (``image`` index)."""
+
+    top: float
+    bottom: float
+    markdown: str = ""
+    image: int | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Document-wide measurements that the per-page rules use."""
+
+    body_size: float
+    heading_levels: dict[float, int]  # rounded font size -> heading level (1 = largest)
+    leading_gap: float  # usual gap between two lines of one paragraph
+    left: float
+    right: float
+    page_body: tuple[float, ...] = ()  # per page: its own body size where it clearly has one, else body_size
+
+    def body_of(self, page: int) -> float:
+        return self.page_body[page] if page < len(self.page_body) else self.body_size
+
+
+def size_key(size: float) -> float:
+    return round(size * 2) / 2
+
+
+def clean_line(text: str) -> str:
+    """Collapse dot leaders, drop soft hyphens' markers and control characters, tidy spaces."""
+    text = text.replace("\u00ad", "-").replace("\x02", "-").replace("\ufffe", "")
+    text = "".join(ch for ch in text if ch == "\t" or unicodedata.category(ch) != "Cc")
+    text = _DOT_LEADER_RE.sub(" … ", text)
+    return " ".join(text.split())
+
+
+def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
+    """``(zone, masked text)`` for a line in the header or footer zone of its page, else None."""
+    if line.bottom <= page_height * EDGE_ZONE:
+        zone = "top"
+    elif line.top >= page_height * (1 - EDGE_ZONE):
+        zone = "bottom"
+    else:
+        return None
+    return zone, re.sub(r"\d+", "#", line.text.replace(" ", ""))
+
+
+def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int]]:
+    """Per page, the indexes of header/footer lines to drop (see the module docstring).
+
+    ``pages`` holds each page's lines and height.
+    """
+    keys = [[edge_key(line, h) for line in lines] for lines, h in pages]
+    counts = Counter(k for page in keys for k in set(page) if k is not None)
+    need = max(3, (len(pages) + 1) // 2)
+    out: list[set[int]] = []
+    for (lines, _), page_keys in zip(pages, keys, strict=False):
+        drop = set()
+        for i, (line, key) in enumerate(zip(lines, page_keys, strict=False)):
+            if key is None:
+                continue
+            if counts[key] >= need or _PAGE_NUMBER_RE.fullmatch(line.text.strip()):
+                drop.add(i)
+        out.append(drop)
+    return out
+
+
+def measure(pages: Sequence[Sequence[Line]], page_width: float) -> Layout:
+    """Body size, heading levels, usual leading and text margins of a document."""
+    sizes: Counter[float] = Counter()
+    for lines in pages:
+        for line in lines:
+            if not line.mono and not line.ocr:
+                sizes[size_key(line.size)] += len(line.text)
+    if not sizes:  # a scanned document: measure its OCR'd lines
+        for lines in pages:
+            for line in lines:
+                sizes[size_key(line.size)] += len(line.text)
+    body = sizes.most_common(1)[0][0] if sizes else 10.0
+    gaps: list[float] = []
+    lefts: list[float] = []
+    rights: list[float] = []
+    for lines in pages:
+        for a, b in zip(lines, lines[1:], strict=False):
+            if size_key(a.size) == body == size_key(b.size) and not a.mono and not b.mono:
+                gap = b.top - a.bottom
+                if 0 <= gap < 2 * body:
+                    gaps.append(gap)
+        body_lines = [ln for ln in lines if size_key(ln.size) == body and not ln.mono]
+        lefts += [ln.x0 for ln in body_lines]
+        rights += [ln.x1 for ln in body_lines]
+    gaps.sort()
+    lefts.sort()
+    rights.sort()
+    right = rights[len(rights) * 9 // 10] if rights else page_width
+    page_body = tuple(_page_body(lines, body) for lines in pages)
+    candidates: Counter[float] = Counter()
+    for lines, own in zip(pages, page_body, strict=False):
+        for run in _heading_runs(lines, own, right):
+            if len(run) < 3:
+                candidates[size_key(lines[run[0]].size)] += 1
+    levels = {s: n for n, s in enumerate(sorted(candidates, reverse=True)[:6], 1)}
+    return Layout(
+        body_size=body,
+        heading_levels=levels,
+        leading_gap=gaps[len(gaps) // 2] if gaps else body * 0.5,
+        left=lefts[len(lefts) // 10] if lefts else 0.0,
+        right=right,
+        page_body=page_body,
+    )
+
+
+def _page_body(lines: Sequence[Line], body: float) -> float:
+    """A page's own body size: its most used size when that holds 60 % of its text (100+ characters)."""
+    sizes: Counter[float] = Counter()
+    for line in lines:
+        if not line.mono and not line.ocr:
+            sizes[size_key(line.size)] += len(line.text)
+    if not sizes:
+        return body
+    size, n = sizes.most_common(1)[0]
+    return size if size > body and n >= 100 and n * 5 >= sum(sizes.values()) * 3 else body
+
+
+def _is_heading_line(line: Line, body: float) -> bool:
+    """Large, short, not ending like a part of a sentence."""
+    text = line.text.strip()
+    return (
+        line.size >= body * HEADING_RATIO
+        and not line.mono
+        and not line.ocr
+        and 0 < len(text) <= MAX_HEADING_CHARS
+        and text[-1] not in "，,。；;"
+        and any(ch.isalnum() for ch in text)
+    )
+
+
+def _heading_runs(lines: Sequence[Line], body: float, right: float) -> list[list[int]]:
+    """Runs of consecutive heading-sized lines of one size (a wrapped title is one run); a full-width line
+    continued by a line of its size is a paragraph, not a heading."""
+    runs: list[list[int]] = []
+    for i, line in enumerate(lines):
+        if not _is_heading_line(line, body):
+            continue
+        nxt = lines[i + 1] if i + 1 < len(lines) else None
+        if line.x1 >= right - line.size and nxt is not None and size_key(nxt.size) == size_key(line.size):
+            continue
+        if runs and runs[-1][-1] == i - 1 and size_key(lines[i - 1].size) == size_key(line.size):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def heading_levels(lines: Sequence[Line], layout: Layout, page: int = 0) -> dict[int, int]:
+    """``{index: level}`` of the heading lines among ``lines`` of page ``page`` (0-based; runs of three or
+    more are not headings)."""
+    out: dict[int, int] = {}
+    for run in _heading_runs(lines, layout.body_of(page), layout.right):
+        level = layout.heading_levels.get(size_key(lines[run[0]].size))
+        if level is not None and len(run) < 3:
+            out.update((i, level) for i in run)
+    return out
+
+
+def _breaks(prev: Line, cur: Line, layout: Layout, right: float) -> bool:
+    """Whether ``cur`` starts a new paragraph after ``prev``; ``right`` is where full lines of its size end."""
+    size = max(prev.size, cur.size)
+    if abs(cur.top - prev.top) < 0.5 * prev.height and cur.x0 >= prev.x1 - 2:
+        return False  # the rest of the same visual line (a raised or lowered glyph split it)
+    if abs(prev.size - cur.size) > 0.1 * size:
+        return True
+    gap = cur.top - prev.bottom
+    if gap < -0.5 * prev.height or gap > layout.leading_gap + 0.5 * size:
+        return True
+    if _LIST_RE.match(cur.text) or CAPTION_RE.match(cur.text) or CAPTION_RE.match(prev.text):
+        return True
+    if cur.x0 > prev.x0 + 1.2 * size and not _LIST_RE.match(prev.text):
+        return True
+    if prev.x1 < right - 2 * size or _TOC_ENTRY_RE.search(prev.text):
+        return True
+    centred = cur.x0 > layout.left + 3 * size and cur.x1 < layout.right - 3 * size
+    return centred and abs((cur.x0 + cur.x1) / 2 - (layout.left + layout.right) / 2) < 2 * size
+
+
+def _escape(paragraph: str) -> str:
+    """Keep PDF text from reading as Markdown structure (a paragraph starting with "# " is not a heading)."""
+    if _HEADING_MD_RE.match(paragraph) or paragraph.startswith(("```", "~~~")):
+        return "\\" + paragraph
+    return paragraph
+
+
+def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) -> tuple[str, dict[int, int]]:
+    """One page as Markdown, and the offset (into that Markdown) of each image anchor by its ``Block.image``.
+
+    ``items`` are the page's lines (headers/footers already dropped) with table and image blocks placed
+    among them, in reading order.
+    """
+    parts: list[str] = []  # finished blocks of Markdown
+    anchors: dict[int, int] = {}
+    pending: list[int] = []  # image anchors waiting for the next block
+    para: list[Line] = []
+    heading: tuple[int, list[Line]] | None = None
+    code: list[Line] = []
+    lines = [it for it in items if isinstance(it, Line)]
+    levels = {id(lines[i]): level for i, level in heading_levels(lines, layout, page).items()}
+    by_size: dict[float, list[float]] = {}
+    for ln in lines:
+        by_size.setdefault(size_key(ln.size), []).append(ln.x1)
+    rights = {k: max(v) if len(v) >= 3 else layout.right for k, v in by_size.items()}
+
+    def offset() -> int:
+        return sum(len(p) + 2 for p in parts)
+
+    def emit(markdown: str) -> None:
+        if not markdown:
+            return
+        for image in pending:
+            anchors[image] = offset()
+        pending.clear()
+        parts.append(markdown)
+
+    def flush() -> None:
+        nonlocal heading
+        if heading is not None:
+            level, lines = heading
+            emit("#" * level + " " + drop_cjk_spaces(" ".join(ln.text for ln in lines)).replace("#", "\\#"))
+            heading = None
+        if para:
+            text = ""
+            for ln in para:
+                text = join_lines(text, ln.text)
+            emit(_escape(drop_cjk_spaces(text)))
+            para.clear()
+        if code:
+            body = "\n".join(ln.text for ln in code).replace("```", "ˋˋˋ")
+            emit(f"```\n{body}\n```")
+            code.clear()
+
+    for item in items:
+        if isinstance(item, Block):
+            if item.image is not None:
+                flush()
+                pending.append(item.image)
+            else:
+                flush()
+                emit(item.markdown)
+            continue
+        line = item
+        if line.mono:
+            if not code:
+                flush()
+            code.append(line)
+            continue
+        if code:
+            flush()
+        level = levels.get(id(line))
+        if level is not None:
+            if heading is not None and heading[0] == level and line.top - heading[1][-1].bottom < line.size:
+                heading[1].append(line)
+                continue
+            flush()
+            heading = (level, [line])
+            continue
+        if heading is not None or (para and _breaks(para[-1], line, layout, rights[size_key(para[-1].size)])):
+            flush()
+        para.append(line)
+    flush()
+    markdown = "\n\n".join(parts)
+    for image in pending:  # images after the last text of the page
+        anchors[image] = len(markdown)
+    return markdown, anchors
+
+
+def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
+    """The caption of an image spanning ``top``–``bottom``: the nearest "图 N …" line below it (else above), within 80 pt."""
+    best: tuple[float, str] | None = None
+    for ln in lines:
+        if not FIGURE_CAPTION_RE.match(ln.text):
+            continue
+        distance = ln.top - bottom if ln.top >= bottom - 2 else (top - ln.bottom) * 1.5 if ln.bottom <= top + 2 else 0.0
+        if 0 <= distance <= 80 and (best is None or distance < best[0]):
+            best = (distance, drop_cjk_spaces(ln.text))
+    return best[1] if best else ""
+
+
+# ----------------------------------------------------------------------------------------- text quality
+def is_garbled(text: str) -> bool:
+    """Whether a page's extracted text is mostly garbage: replacement, private-use, control or unassigned
+    characters, or ``(cid:123)`` glyph codes (at least 30 % of the non-space characters)."""
+    cids = re.findall(r"\(cid:\d+\)", text)
+    text = re.sub(r"\(cid:\d+\)", "", text)
+    chars = [ch for ch in text if not ch.isspace()]
+    total = len(chars) + len(cids)
+    if total < 5:
+        return False
+    bad = len(cids) + sum(1 for ch in chars if ch == "\ufffd" or unicodedata.category(ch) in ("Co", "Cn", "Cc", "Cs"))
+    return bad * 10 >= total * 3
+
+
+def visible_chars(text: str) -> int:
+    return sum(1 for ch in text if not ch.isspace())

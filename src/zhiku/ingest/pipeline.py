@@ -1,0 +1,391 @@
+"""The ingestion pipeline: discover → fingerprint (SHA-256) → load → chunk → tokenise + embed → store.
+
+Unchanged files are skipped without writing anything; changed files are replaced in one transaction per
+document; ``sync`` drops documents whose files are gone. One bad file never stops the batch and never
+touches what is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zhiku.embedding.base import Embedder
+from zhiku.errors import IngestError, ZhikuError
+from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.images import ImageStore
+from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
+from zhiku.ingest.loaders.ocr import needs_ocr_note
+from zhiku.observability.tracing import mark, span
+from zhiku.settings import ChunkingSettings
+from zhiku.stores.base import Store
+from zhiku.text import TextProcessor
+from zhiku.types import (
+    Chunk,
+    DocRecord,
+    DocStatus,
+    FileFailure,
+    IngestionRecord,
+    IngestReport,
+    OcrNeeded,
+    SourceDoc,
+    SourceImage,
+)
+
+ProgressFn = Callable[[int, int, str], None]
+EMBED_GROUP = 64  # documents whose chunks are embedded in one call
+
+
+def doc_id_for(collection: str, source: str) -> str:
+    return hashlib.sha256(f"{collection}\x00{source}".encode()).hexdigest()[:16]
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()) -> str:
+    """What is embedded and tokenised for a chunk: its title/section path, its text, then the captions of its
+    images that the text does not already hold (so that "search text, find the picture" works)."""
+    head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
+    body = f"{head}\n{text}" if head else text
+    extra = [c for c in dict.fromkeys(captions) if c and c not in text]
+    return body + "".join(f"\n图片：{c}" for c in extra)
+
+
+@dataclass(frozen=True)
+class FileTask:
+    path: Path  # absolute
+    source: str  # relative to the ingest root, forward slashes
+    root: Path | None  # the directory it was found under (None for a file named directly)
+
+
+def discover(paths: Sequence[Path], suffixes: Sequence[str]) -> tuple[list[FileTask], list[FileFailure]]:
+    """Files to ingest under ``paths`` (directories are walked; hidden files and unknown suffixes skipped)."""
+    tasks: list[FileTask] = []
+    failures: list[FileFailure] = []
+    seen: set[Path] = set()
+    for given in paths:
+        p = Path(given).expanduser()
+        if not p.exists():
+            failures.append(FileFailure(str(given), "no such file or directory"))
+            continue
+        p = p.resolve()
+        if p.is_file():
+            if p not in seen:
+                seen.add(p)
+                tasks.append(FileTask(p, p.name, None))
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                f = Path(dirpath) / name
+                if name.startswith(".") or f.suffix.lower() not in suffixes or f in seen:
+                    continue
+                seen.add(f)
+                tasks.append(FileTask(f, f.relative_to(p).as_posix(), p))
+    return tasks, failures
+
+
+@dataclass
+class _Prepared:
+    doc: DocRecord
+    chunks: list[Chunk]
+    texts: list[str]  # index texts
+    status: str  # added | updated
+    path: str
+    images: tuple[SourceImage, ...] = ()
+
+
+class Ingestor:
+    """Writes documents into a ``Store``: chunks, BM25 tokens and vectors, one transaction per document."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        text: TextProcessor,
+        chunking: ChunkingSettings,
+        *,
+        loaders: Sequence[Loader] | None = None,
+        images: ImageStore | None = None,
+        retry_needs_ocr: bool = False,
+        ocr_setting: str = "auto",
+    ) -> None:
+        """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
+        unchanged documents whose pages needed OCR (OCR has become available)."""
+        self.store = store
+        self.embedder = embedder
+        self.text = text
+        self.chunking = chunking
+        self.loaders = tuple(loaders) if loaders is not None else default_loaders()
+        self.images = images
+        self.retry_needs_ocr = retry_needs_ocr
+        self.ocr_setting = ocr_setting
+        self._needs_ocr: list[OcrNeeded] = []
+
+    # -- files -----------------------------------------------------------------------------------
+    def ingest_paths(
+        self,
+        paths: Sequence[Path],
+        *,
+        collection: str,
+        force: bool = False,
+        dry_run: bool = False,
+        sync: bool = False,
+        on_progress: ProgressFn | None = None,
+    ) -> IngestReport:
+        started = time.perf_counter()
+        self._needs_ocr = []
+        suffixes = supported_suffixes(self.loaders)
+        tasks, failures = discover(paths, suffixes)
+        for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
+            p = Path(given).expanduser()
+            if p.is_file() and p.suffix.lower() not in suffixes:
+                tasks = [t for t in tasks if t.path != p.resolve()]
+                failures.append(
+                    FileFailure(
+                        str(given), f"unsupported file type '{p.suffix or p.name}' (supported: {', '.join(suffixes)})"
+                    )
+                )
+        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
+            for f in failures:
+                self.store.record_ingestion(
+                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
+                )
+        added: list[str] = []
+        updated: list[str] = []
+        skipped: list[str] = []
+        pending: list[_Prepared] = []
+        written = 0
+        computed_before = getattr(self.embedder, "computed", 0)
+
+        def flush() -> None:
+            nonlocal written
+            written += self._write(pending, added, updated, failures)
+            pending.clear()
+
+        for n, task in enumerate(tasks, 1):
+            if on_progress:
+                on_progress(n - 1, len(tasks), task.source)
+            try:
+                data = task.path.read_bytes()
+            except OSError as e:
+                self._fail(
+                    failures, str(task.path), collection, None, None, f"cannot read file: {e.strerror or e}", dry_run
+                )
+                continue
+            sha = sha256_bytes(data)
+            existing = self.store.find_document(collection, task.source)
+            if (
+                existing is not None
+                and existing.sha256 == sha
+                and not force
+                and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+            ):
+                skipped.append(task.source)
+                continue
+            status = "updated" if existing is not None else "added"
+            if dry_run:
+                (updated if existing is not None else added).append(task.source)
+                continue
+            try:
+                with span("load") as sp:
+                    doc = load_document(task.path, task.source, self.loaders)
+                    sp.set(counts={"documents": 1, "bytes": len(data)})
+                prepared = self._prepare(doc, collection, str(task.path), sha, len(data), status)
+            except ZhikuError as e:
+                self._fail(failures, str(task.path), collection, sha, len(data), str(e), dry_run)
+                continue
+            except Exception as e:  # a loader bug must not stop the batch
+                self._fail(
+                    failures,
+                    str(task.path),
+                    collection,
+                    sha,
+                    len(data),
+                    f"unexpected error: {type(e).__name__}: {e}",
+                    dry_run,
+                )
+                continue
+            pending.append(prepared)
+            if len(pending) >= EMBED_GROUP:
+                flush()
+        flush()
+        if on_progress and tasks:
+            on_progress(len(tasks), len(tasks), "")
+
+        removed: list[str] = []
+        if sync:
+            removed = self._sync(paths, tasks, collection, dry_run)
+        return IngestReport(
+            added=tuple(added),
+            updated=tuple(updated),
+            skipped=tuple(skipped),
+            removed=tuple(removed),
+            failed=tuple(failures),
+            chunks_written=written,
+            chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
+            elapsed_s=time.perf_counter() - started,
+            dry_run=dry_run,
+            needs_ocr=tuple(self._needs_ocr),
+        )
+
+    # -- in-memory documents (evaluation corpora) ------------------------------------------------
+    def ingest_docs(
+        self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
+    ) -> IngestReport:
+        """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
+        started = time.perf_counter()
+        added: list[str] = []
+        updated: list[str] = []
+        skipped: list[str] = []
+        failures: list[FileFailure] = []
+        pending: list[_Prepared] = []
+        written = 0
+        computed_before = getattr(self.embedder, "computed", 0)
+        for n, doc in enumerate(docs, 1):
+            sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
+            existing = self.store.find_document(collection, doc.source)
+            if existing is not None and existing.sha256 == sha:
+                skipped.append(doc.source)
+                continue
+            try:
+                pending.append(
+                    self._prepare(
+                        doc, collection, doc.source, sha, len(doc.text.encode()), "updated" if existing else "added"
+                    )
+                )
+            except ZhikuError as e:
+                self._fail(failures, doc.source, collection, sha, None, str(e), False)
+            if len(pending) >= EMBED_GROUP:
+                written += self._write(pending, added, updated, failures)
+                pending.clear()
+                if on_progress:
+                    on_progress(n, total, doc.source)
+        written += self._write(pending, added, updated, failures)
+        return IngestReport(
+            added=tuple(added),
+            updated=tuple(updated),
+            skipped=tuple(skipped),
+            failed=tuple(failures),
+            chunks_written=written,
+            chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
+            elapsed_s=time.perf_counter() - started,
+            needs_ocr=tuple(self._needs_ocr),
+        )
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> _Prepared:
+        doc_id = doc_id_for(collection, doc.source)
+        with span("split") as sp:
+            chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
+            sp.set(counts={"documents": 1, "chunks": len(chunks)})
+        mark("transform", reason="no transforms configured")
+        if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
+            raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
+        record = DocRecord(
+            doc_id=doc_id,
+            collection=collection,
+            source=doc.source,
+            path=path,
+            doc_type=doc.doc_type,
+            title=doc.title,
+            sha256=sha,
+            size=size,
+            chunk_count=len(chunks),
+            pages=max((p.number for p in doc.pages), default=None),
+            ingested_at=time.time(),
+            status=DocStatus.NEEDS_OCR if doc.needs_ocr_pages else DocStatus.READY,
+            needs_ocr_pages=tuple(doc.needs_ocr_pages),
+            ocr_pages=tuple(doc.ocr_pages),
+        )
+        texts = [index_text(doc.title, c.section, c.text, [im.caption for im in c.images]) for c in chunks]
+        linked = {im.image_id for c in chunks for im in c.images}
+        images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
+        return _Prepared(record, chunks, texts, status, path, images)
+
+    def _write(
+        self, pending: list[_Prepared], added: list[str], updated: list[str], failures: list[FileFailure]
+    ) -> int:
+        if not pending:
+            return 0
+        all_texts = [t for p in pending for t in p.texts]
+        computed = getattr(self.embedder, "computed", 0)
+        with span("embed") as sp:
+            vectors = (
+                self.embedder.embed_documents(all_texts) if all_texts else np.zeros((0, self.embedder.dim), np.float32)
+            )  # only scans without text
+            sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+        written = 0
+        offset = 0
+        for p in pending:
+            n = len(p.chunks)
+            vecs = vectors[offset : offset + n]
+            offset += n
+            tokens = [self.text.index_tokens(t) for t in p.texts]
+            try:
+                if self.images is not None:  # files first: a chunk never refers to a missing image
+                    for im in p.images:
+                        self.images.put(im.ref.image_id, im.data)
+                with span("upsert") as sp:
+                    self.store.write_document(p.doc, p.chunks, tokens, vecs)
+                    sp.set(counts={"documents": 1, "chunks": n})
+            except ZhikuError as e:
+                if getattr(e, "code", "") in ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED"):
+                    raise  # the whole batch would fail the same way: stop with the store's message
+                self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, str(e), False)
+                continue
+            (added if p.status == "added" else updated).append(p.doc.source)
+            note = None
+            if p.doc.needs_ocr_pages:
+                self._needs_ocr.append(OcrNeeded(p.doc.source, p.doc.needs_ocr_pages))
+                note = needs_ocr_note(p.doc.needs_ocr_pages, self.ocr_setting)
+            self.store.record_ingestion(
+                IngestionRecord(p.path, p.doc.collection, p.doc.sha256, p.doc.size, p.status, note, n, time.time())
+            )
+            written += n
+        return written
+
+    def _fail(
+        self,
+        failures: list[FileFailure],
+        path: str,
+        collection: str,
+        sha: str | None,
+        size: int | None,
+        reason: str,
+        dry_run: bool,
+    ) -> None:
+        failures.append(FileFailure(path, reason))
+        if not dry_run:
+            self.store.record_ingestion(IngestionRecord(path, collection, sha, size, "failed", reason, 0, time.time()))
+
+    def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
+        """Remove documents of ``collection`` that lived under a given directory and are gone now."""
+        roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+        present = {str(t.path) for t in tasks}
+        removed = []
+        for doc in self.store.list_documents(collection):
+            path = Path(doc.path)
+            if str(path) in present or not any(path.is_relative_to(r) for r in roots):
+                continue
+            if (
+                path.exists()
+                and path.suffix.lower() in supported_suffixes(self.loaders)
+                and not path.name.startswith(".")
+            ):
+                continue
+            removed.append(doc.source)
+            if not dry_run:
+                self.store.delete_document(doc.doc_id)
+                self.store.record_ingestion(
+                    IngestionRecord(doc.path, collection, doc.sha256, doc.size, "removed", None, 0, time.time())
+                )
+        return removed

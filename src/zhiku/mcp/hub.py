@@ -1,0 +1,400 @@
+"""What the MCP tools do, as plain library code: a ``Hub`` over one ``KnowledgeBase`` plus the result cache.
+
+``server.py`` adapts this to the MCP SDK; everything here is synchronous, typed and testable without a
+server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
+flag, the answer budget, the result cache.
+
+Confidence: the best *cosine similarity* between the query and a returned passage (the dense channel's
+score), because RRF scores only encode ranks and BM25 scores are unbounded; in ``bm25`` mode, the top BM25
+score. An answer is ``low_confidence`` when that value is below ``server.min_score`` or nothing matched.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from zhiku.api import KnowledgeBase
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
+from zhiku.ingest.loaders import supported_suffixes
+from zhiku.ingest.pipeline import discover
+from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.models import (
+    CitationOut,
+    CollectionInfo,
+    CollectionsResult,
+    DeleteResult,
+    DocumentSummary,
+    IngestFailure,
+    IngestResult,
+    NeedsOcr,
+    QueryFilters,
+    QueryResult,
+    chunk_uri,
+    doc_uri,
+    image_uri,
+    iso_time,
+)
+from zhiku.mcp.models import ImageRef as ImageOut
+from zhiku.observability.tracing import span
+from zhiku.retrieval.answer import build_answer, focused_snippet
+from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
+from zhiku.retrieval.search import Retrieval
+from zhiku.settings import Settings
+from zhiku.types import DocRecord, DocStatus, Hit
+
+log = logging.getLogger("zhiku.mcp.server")
+
+MAX_OUTLINE = 200
+MIN_SNIPPET = 40
+MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
+QUERY_TOOL = "query_knowledge_hub"
+
+
+@dataclass(frozen=True)
+class QueryArgs:
+    """The arguments of one ``query_knowledge_hub`` call, normalised (they are the result-cache key)."""
+
+    query: str
+    top_k: int = 5
+    collection: str | None = None
+    source: str | None = None
+    doc_type: str | None = None
+    max_chars: int = 12000
+
+    @classmethod
+    def of(
+        cls, query: str, top_k: int, collection: str | None, filters: QueryFilters | None, max_chars: int
+    ) -> QueryArgs:
+        f = filters or QueryFilters()
+        return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
+
+
+class PathNotAllowed(InvalidInput):
+    """An ingest path outside ``server.ingest_roots``."""
+
+    code = "PATH_NOT_ALLOWED"
+
+
+def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
+    """See the module docstring: best cosine similarity, or the top BM25 score in bm25 mode."""
+    if not hits:
+        return None
+    if mode == "bm25":
+        return hits[0].bm25_score
+    cosines = [h.dense_score for h in hits if h.dense_score is not None]
+    return max(cosines) if cosines else None
+
+
+class Hub:
+    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes."""
+
+    def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
+        self.kb = kb
+        self.settings = settings
+        self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
+        # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
+        # windows, and popular passages come back across queries.
+        self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+
+    @classmethod
+    def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
+        """Open the index (read-only when ``server.read_only``) and load the models once."""
+        kb = KnowledgeBase(settings, read_only=settings.server.read_only)
+        hub = cls(kb, settings)
+        try:
+            if warm:
+                hub.warm()
+        except BaseException:
+            kb.close()
+            raise
+        return hub
+
+    def warm(self) -> None:
+        """Load the embedder and the tokenizer now, so the first query is not the slow one."""
+        started = time.perf_counter()
+        self.kb.embedder.embed_query("预热 warm-up")
+        self.kb.text.query_tokens("试用期最长多久")
+        reranker = self.kb.reranker
+        if reranker is not None:
+            try:
+                reranker.load()
+            except Exception as e:  # queries will answer in the fused order, saying so (rerank: fallback)
+                log.warning(
+                    "reranker failed to load, queries fall back to the fused order: %s: %s", type(e).__name__, e
+                )
+        stale = self.kb.stale()
+        if stale:
+            log.warning(
+                "index %s is stale (%s): queries may fail with INDEX_MISMATCH", self.settings.index, ", ".join(stale)
+            )
+        log.info("models loaded in %.2fs", time.perf_counter() - started)
+
+    def close(self) -> None:
+        self.kb.close()
+
+    def index_version(self) -> int:
+        return self.kb.store.index_version()
+
+    # -- query -------------------------------------------------------------------------------------
+    def cached_query(self, args: QueryArgs) -> QueryResult | None:
+        """The cached answer for these arguments at the current index version, marked ``cache="hit"``."""
+        if not self.cache.enabled:
+            return None
+        hit = self.cache.get(cache_key(QUERY_TOOL, self.index_version(), asdict(args)))
+        return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
+
+    def query(self, args: QueryArgs) -> QueryResult:
+        version = self.index_version()
+        with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
+            r = self.kb.retrieve(
+                args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
+            )
+            confidence = confidence_of(r.hits, r.mode)
+            low = not r.hits or (confidence is not None and confidence < self.settings.server.min_score)
+            with span("answer") as sp:
+                answer, citations = self._fit(r, low, args.max_chars)
+                sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
+        result = QueryResult(
+            query=r.query.text,
+            mode=r.mode,
+            answer=answer,
+            citations=citations,
+            images=self._images(r, citations),
+            low_confidence=low,
+            confidence=None if confidence is None else round(confidence, 6),
+            cache="miss",
+            note=None if r.hits else self._empty_note(args),
+            rerank=r.rerank,
+        )
+        if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
+            self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
+        return result
+
+    def _fit(self, r: Retrieval, low: bool, budget: int) -> tuple[str, list[CitationOut]]:
+        """Markdown plus citation snippets within ``budget`` characters together; snippets shrink to fit.
+
+        Snippets are query-focused (the part of a long passage that holds the query's terms)."""
+        terms, normalize = r.query.terms, self._normalize
+        limit = self.settings.answer.snippet_chars
+        while True:
+            answer_settings = self.settings.answer.model_copy(update={"snippet_chars": limit, "max_chars": budget})
+            answer = build_answer(
+                r.query.text, r.mode, r.hits, answer_settings, low_confidence=low, terms=terms, normalize=normalize
+            )
+            texts = [
+                c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
+                for c in answer.citations
+            ]
+            if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
+                break
+            limit = max(MIN_SNIPPET, int(limit * 0.8))
+        citations = [
+            CitationOut(
+                n=c.n,
+                chunk_id=c.chunk_id,
+                doc_id=c.doc_id,
+                source=c.source,
+                page=c.page,
+                section=c.section,
+                score=c.score,
+                text=t,
+                truncated=len(c.text) > len(t),
+                uri=chunk_uri(c.chunk_id),
+                fused_rank=c.fused_rank,
+                rerank_score=c.rerank_score,
+                rerank_sigmoid=c.rerank_sigmoid,
+            )
+            for c, t in zip(answer.citations, texts, strict=False)
+        ]
+        return answer.markdown, citations
+
+    @staticmethod
+    def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
+        """The images of the cited passages, in citation order, each once."""
+        chunks = {h.chunk.chunk_id: h.chunk for h in r.hits}
+        out: dict[str, ImageOut] = {}
+        for c in citations:
+            chunk = chunks.get(c.chunk_id)
+            for im in chunk.images if chunk is not None else ():
+                out.setdefault(
+                    im.image_id,
+                    ImageOut(
+                        citation=c.n,
+                        uri=image_uri(im.image_id),
+                        mime_type=im.mime_type,
+                        caption=im.caption or None,
+                        page=im.page,
+                    ),
+                )
+        return list(out.values())
+
+    def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
+        """``(mime_type, base64 data)`` of the first ``server.max_images`` images of a result that are on disk
+        and small enough to send inline."""
+        blocks: list[tuple[str, str]] = []
+        for im in result.images:
+            if len(blocks) >= self.settings.server.max_images:
+                break
+            try:
+                data = self.kb.images.read(im.uri.rsplit("/", 1)[-1])
+            except ZhikuError as e:
+                log.warning("image %s of a cited passage is not readable: %s", im.uri, e)
+                continue
+            if len(data) <= MAX_INLINE_IMAGE_BYTES:
+                blocks.append((im.mime_type, base64.b64encode(data).decode("ascii")))
+        return blocks
+
+    def image_bytes(self, image_id: str) -> bytes:
+        """An image file of the index by its id (``<sha256>.png|jpg``)."""
+        return self.kb.images.read(image_id)
+
+    def _empty_note(self, args: QueryArgs) -> str:
+        collection = args.collection
+        names = [c.name for c in self.kb.collections()]
+        if collection is not None and collection not in names:
+            raise NotFound(
+                f"no collection {collection!r} in this knowledge base; available: "
+                f"{', '.join(names) or '(none yet)'} (see list_collections)"
+            )
+        if not names:
+            return "知识库为空 / The knowledge base is empty: ingest documents first."
+        if args.source or args.doc_type:
+            return "没有符合过滤条件的段落 / No passage matches the filters; loosen or drop them."
+        return "没有匹配的段落 / No passage matches the query; try other words."
+
+    # -- catalogue ---------------------------------------------------------------------------------
+    def collections(self, include_stats: bool = True) -> CollectionsResult:
+        stats = self.kb.collections()
+        items = [
+            CollectionInfo(name=s.name, documents=s.documents, chunks=s.chunks, chars=s.chars)
+            if include_stats
+            else CollectionInfo(name=s.name)
+            for s in stats
+        ]
+        return CollectionsResult(collections=items, index_version=self.index_version())
+
+    def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
+        doc = self.kb.resolve_document(ref, collection)
+        chunks = self.kb.store.document_chunks(doc.doc_id)
+        sections = outline(chunks)
+        return DocumentSummary(
+            doc_id=doc.doc_id,
+            collection=doc.collection,
+            title=doc.title,
+            source=doc.source,
+            doc_type=doc.doc_type,
+            pages=doc.pages,
+            status=DocStatus(doc.status).value,
+            needs_ocr_pages=list(doc.needs_ocr_pages),
+            ocr_pages=list(doc.ocr_pages),
+            sections=sections[:MAX_OUTLINE],
+            section_count=len(sections),
+            chunk_count=doc.chunk_count,
+            size_bytes=doc.size,
+            ingested_at=iso_time(doc.ingested_at),
+            summary=None,
+            uri=doc_uri(doc.doc_id),
+        )
+
+    def documents(self) -> list[DocRecord]:
+        return self.kb.documents()
+
+    def document_markdown(self, doc_id: str) -> str:
+        doc = self._document(doc_id)
+        return reconstruct_markdown(self.kb.store.document_chunks(doc.doc_id))
+
+    def chunk_markdown(self, chunk_id: str) -> str:
+        found = self.kb.store.get_chunks([chunk_id])
+        if not found:
+            raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query_knowledge_hub citations)")
+        c = found[0]
+        doc = self.kb.store.get_document(c.doc_id)
+        where = ", ".join(
+            [c.source, *([f"p. {c.page}"] if c.page is not None else []), *([c.section] if c.section else [])]
+        )
+        total = f"/{doc.chunk_count}" if doc else ""
+        return "\n".join(
+            [
+                f"> 来源 / Source: {where}",
+                f"> collection: {c.collection} · doc: {doc_uri(c.doc_id)} · chunk {c.ordinal + 1}{total}"
+                f" · chars {c.start}–{c.end}",
+                "",
+                c.text,
+            ]
+        )
+
+    def _document(self, doc_id: str) -> DocRecord:
+        doc = self.kb.store.get_document(doc_id) if doc_id else None
+        if doc is None:
+            raise NotFound(f"no document {doc_id!r} (list documents with resources/list or list_collections)")
+        return doc
+
+    # -- writes ------------------------------------------------------------------------------------
+    def allowed_paths(self, paths: Sequence[str]) -> list[Path]:
+        """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
+        roots = [Path(r).expanduser().resolve() for r in self.settings.server.ingest_roots]
+        if not roots:
+            raise PathNotAllowed(
+                "this server accepts no ingest paths: set server.ingest_roots "
+                "(e.g. ZHIKU_SERVER__INGEST_ROOTS='[\"/data/docs\"]') and restart it"
+            )
+        shown = ", ".join(map(str, roots))
+        out = []
+        for given in paths:
+            p = Path(given).expanduser()
+            p = (p if p.is_absolute() else roots[0] / p).resolve()
+            if not any(p.is_relative_to(r) for r in roots):
+                raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots ({shown})")
+            out.append(p)
+        tasks, _ = discover(out, supported_suffixes())
+        for t in tasks:  # a symlink inside a root may point outside it
+            if not any(t.path.resolve().is_relative_to(r) for r in roots):
+                raise PathNotAllowed(
+                    f"{t.path} links to {t.path.resolve()}, outside the allowed ingest roots ({shown})"
+                )
+        return out
+
+    def ingest(
+        self,
+        paths: Sequence[str],
+        collection: str | None = None,
+        on_progress: Callable[[int, int, str], None] | None = None,
+    ) -> IngestResult:
+        resolved = self.allowed_paths(paths)
+        report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress)
+        return IngestResult(
+            collection=collection or self.settings.collection,
+            added=list(report.added),
+            updated=list(report.updated),
+            skipped=list(report.skipped),
+            failed=[IngestFailure(path=f.path, reason=f.reason) for f in report.failed],
+            needs_ocr=[NeedsOcr(source=n.source, pages=list(n.pages)) for n in report.needs_ocr],
+            chunks_written=report.chunks_written,
+            seconds=round(report.elapsed_s, 3),
+            index_version=self.index_version(),
+        )
+
+    def delete(self, doc_id: str) -> DeleteResult:
+        doc = self._document(doc_id)
+        self.kb.store.delete_document(doc.doc_id)
+        return DeleteResult(
+            doc_id=doc.doc_id,
+            collection=doc.collection,
+            source=doc.source,
+            chunks_removed=doc.chunk_count,
+            index_version=self.index_version(),
+        )
+
+    def health(self) -> dict[str, object]:
+        return {
+            "status": "ok",
+            "ready": True,
+            "index_version": self.index_version(),
+            "read_only": self.settings.server.read_only,
+        }

@@ -1,0 +1,252 @@
+"""Typed inputs and outputs of zhiku's MCP tools, and their Markdown renderings.
+
+These pydantic models are the tools' ``outputSchema`` (structured output); ``to_markdown()`` is the text
+block sent next to it. No MCP SDK import here: the models are plain data, tested without a server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DOC_URI = "zhiku://doc/{doc_id}"
+CHUNK_URI = "zhiku://chunk/{chunk_id}"
+IMAGE_URI = "zhiku://image/{image_id}"  # image_id: "<sha256>.png" or "<sha256>.jpg"
+
+
+def doc_uri(doc_id: str) -> str:
+    return DOC_URI.format(doc_id=doc_id)
+
+
+def chunk_uri(chunk_id: str) -> str:
+    return CHUNK_URI.format(chunk_id=chunk_id)
+
+
+def image_uri(image_id: str) -> str:
+    return IMAGE_URI.format(image_id=image_id)
+
+
+def iso_time(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class QueryFilters(BaseModel):
+    """Restrict a search; every given filter must match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        description="Glob over the source path as ingested, e.g. '劳动合同法*' or 'laws/*.md'.",
+    )
+    doc_type: str | None = Field(
+        None, pattern=r"^[a-z0-9_\-]{1,32}$", description="Document type: 'markdown', 'text', 'pdf', 'docx' or 'html'."
+    )
+
+
+class CitationOut(_Out):
+    n: int = Field(description="The [n] marker used in the answer.")
+    chunk_id: str
+    doc_id: str
+    source: str = Field(description="Source path as ingested.")
+    page: int | None = Field(description="Page number when the format has pages.")
+    section: str = Field(description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条'.")
+    score: float = Field(
+        description="Fused ranking score (RRF or z-score in hybrid mode) before any reranking; only its order is meaningful."
+    )
+    text: str = Field(description="The passage, cut to fit the answer budget when `truncated`.")
+    truncated: bool = Field(description="True when `text` is a snippet; read the full chunk at `uri`.")
+    uri: str = Field(description="Resource URI of the full chunk (zhiku://chunk/{chunk_id}).")
+    fused_rank: int | None = Field(None, description="Rank before reranking (the fused or single-channel rank).")
+    rerank_score: float | None = Field(
+        None, description="The reranker's raw score (cross-encoder logit, LLM grade 0–10); null when not reranked."
+    )
+    rerank_sigmoid: float | None = Field(None, description="`rerank_score` squashed into (0, 1).")
+
+
+class ImageRef(_Out):
+    """An image standing in a cited passage (a figure of a PDF or Word document)."""
+
+    citation: int = Field(description="The [n] of the passage the image belongs to.")
+    uri: str = Field(description="Resource URI of the image file (zhiku://image/{sha256}.png|jpg).")
+    mime_type: str
+    caption: str | None = Field(None, description="Caption or alt text, e.g. '图 1-1 标题序号'.")
+    page: int | None = Field(None, description="Page of the image when the format has pages.")
+
+
+class QueryResult(_Out):
+    query: str
+    mode: Literal["bm25", "dense", "hybrid"]
+    answer: str = Field(description="Markdown: numbered passages with [n] markers and a sources list.")
+    citations: list[CitationOut]
+    images: list[ImageRef] = Field(
+        default_factory=list,
+        description=("Images of the cited passages, in citation order; the first few are also sent as image content."),
+    )
+    low_confidence: bool = Field(description="True when `confidence` is below server.min_score, or nothing matched.")
+    confidence: float | None = Field(
+        description="Best cosine similarity of a passage to the query (bm25 mode: top BM25 score)."
+    )
+    cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
+    note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    rerank: str = Field(
+        "off",
+        description="`off` (no reranker), `ok` (citations in the reranker's order) or `fallback: <reason>` (the reranker failed or timed out; citations keep the fused order).",
+    )
+
+    def to_markdown(self) -> str:
+        if self.note and not self.citations:
+            return f"{self.answer}\n\n_{self.note}_"
+        return self.answer
+
+
+class CollectionInfo(_Out):
+    name: str
+    documents: int | None = None
+    chunks: int | None = None
+    chars: int | None = None
+
+
+class CollectionsResult(_Out):
+    collections: list[CollectionInfo]
+    index_version: int
+
+    def to_markdown(self) -> str:
+        if not self.collections:
+            return "知识库为空 / The knowledge base is empty: no collections yet."
+        if self.collections[0].documents is None:
+            return "**集合 / Collections:** " + ", ".join(c.name for c in self.collections)
+        rows = [f"| {c.name} | {c.documents} | {c.chunks} | {c.chars} |" for c in self.collections]
+        return "\n".join(
+            ["| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |", "| --- | --- | --- | --- |", *rows]
+        )
+
+
+class DocumentSummary(_Out):
+    doc_id: str
+    collection: str
+    title: str
+    source: str
+    doc_type: str
+    pages: int | None
+    status: Literal["ready", "needs_ocr"] = Field(
+        "ready", description=("'needs_ocr': some pages have no usable text layer (scans) and are not searchable yet.")
+    )
+    needs_ocr_pages: list[int] = Field(default_factory=list, description="Pages without usable text (1-based).")
+    ocr_pages: list[int] = Field(default_factory=list, description="Pages whose text came from OCR (1-based).")
+    sections: list[str] = Field(description="Distinct section paths in document order (at most 200).")
+    section_count: int = Field(description="Number of distinct sections (may exceed the list shown).")
+    chunk_count: int
+    size_bytes: int
+    ingested_at: str = Field(description="Ingestion time, ISO 8601 UTC.")
+    summary: str | None = Field(None, description="A written summary of the document (not generated yet: null).")
+    uri: str = Field(description="Resource URI of the full text (zhiku://doc/{doc_id}).")
+
+    def to_markdown(self) -> str:
+        lines = [
+            f"# {self.title}",
+            "",
+            f"- 来源 source: {self.source} ({self.doc_type}, collection {self.collection})",
+            f"- 分块 chunks: {self.chunk_count}" + (f" · 页数 pages: {self.pages}" if self.pages else ""),
+            *(
+                [
+                    f"- 状态 status: needs_ocr — 第 {_pages(self.needs_ocr_pages)} 页无可用文字层 / pages "
+                    f"{_pages(self.needs_ocr_pages)} have no usable text layer (scanned); install zhiku[ocr] and "
+                    "re-ingest"
+                ]
+                if self.needs_ocr_pages
+                else []
+            ),
+            *([f"- OCR: pages {_pages(self.ocr_pages)}"] if self.ocr_pages else []),
+            f"- 入库时间 ingested: {self.ingested_at}",
+            f"- 全文 full text: {self.uri}",
+            "",
+            "## 目录 / Sections",
+            "",
+        ]
+        lines += [f"- {s}" for s in self.sections] or ["- (none)"]
+        if self.section_count > len(self.sections):
+            lines.append(f"- … {self.section_count - len(self.sections)} more")
+        return "\n".join(lines)
+
+
+class IngestFailure(_Out):
+    path: str
+    reason: str
+
+
+class NeedsOcr(_Out):
+    source: str
+    pages: list[int] = Field(description="Pages without a usable text layer, not OCR'd (1-based).")
+
+
+def _pages(pages: list[int]) -> str:
+    from zhiku.ingest.loaders.ocr import page_list
+
+    return page_list(pages)
+
+
+class IngestResult(_Out):
+    collection: str
+    added: list[str]
+    updated: list[str]
+    skipped: list[str]
+    failed: list[IngestFailure]
+    needs_ocr: list[NeedsOcr] = Field(
+        default_factory=list,
+        description=(
+            "Ingested documents with scanned pages that are not searchable (install zhiku[ocr] and re-ingest)."
+        ),
+    )
+    chunks_written: int
+    seconds: float
+    index_version: int
+
+    def to_markdown(self) -> str:
+        line = (
+            f"已入库 / Ingested into `{self.collection}`: {len(self.added)} added, {len(self.updated)} updated, "
+            f"{len(self.skipped)} unchanged, {len(self.failed)} failed · {self.chunks_written} chunks · "
+            f"{self.seconds:.1f}s"
+        )
+        return "\n".join(
+            [
+                line,
+                *(f"- failed: {f.path}: {f.reason}" for f in self.failed),
+                *(
+                    f"- needs OCR: {n.source}: pages {_pages(n.pages)} have no usable text layer"
+                    for n in self.needs_ocr
+                ),
+            ]
+        )
+
+
+class DeleteResult(_Out):
+    doc_id: str
+    collection: str
+    source: str
+    chunks_removed: int
+    index_version: int
+
+    def to_markdown(self) -> str:
+        return (
+            f"已删除 / Deleted {self.doc_id} ({self.collection}/{self.source}, {self.chunks_removed} chunks); "
+            "it no longer appears in results."
+        )
+
+
+class ErrorInfo(_Out):
+    code: str = Field(description="Stable SCREAMING_SNAKE_CASE code, e.g. INVALID_INPUT, NOT_FOUND, INDEX_MISMATCH.")
+    message: str
+    retryable: bool
+
+    def to_markdown(self) -> str:
+        again = "retrying may help" if self.retryable else "retrying the same call will fail again"
+        return f"错误 / Error {self.code}: {self.message} ({again})"

@@ -1,0 +1,1 @@
+"""Model files: Hugging Face hub loading, SHA-256 pinning and verification."""

@@ -1,0 +1,141 @@
+"""Hugging Face model folders for the sentence-transformers embedder and the cross-encoder reranker.
+
+Resolve a model (hub id or local folder) to a folder on disk, check it against the model manifest
+(``zhiku.modelhub.pinning``), name it with a fingerprint, and pick the torch device. torch, sentence-transformers and
+huggingface_hub are imported only here and only when a model loads (``pip install 'zhiku[models]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from zhiku.errors import MissingDependency, NotFound
+from zhiku.modelhub.pinning import HashMemo, Manifest, Verification, hub_id_of, verify_folder, weights_digest
+
+log = logging.getLogger(__name__)
+
+INSTALL = "pip install 'zhiku[models]'"
+# What a sentence-transformers model needs from a hub repository: not the ONNX/OpenVINO/TF/Flax copies.
+IGNORE_PATTERNS = [
+    "onnx/*",
+    "openvino/*",
+    "*.onnx",
+    "*.h5",
+    "*.msgpack",
+    "*.ot",
+    "flax_model*",
+    "tf_model*",
+    "rust_model*",
+    "*.gguf",
+    "coreml/*",
+]
+
+
+def import_sentence_transformers() -> Any:
+    try:
+        import sentence_transformers
+    except ImportError as e:
+        raise MissingDependency(f"this model provider needs sentence-transformers and torch: {INSTALL} ({e})") from None
+    return sentence_transformers
+
+
+def resolve_device(device: Literal["auto", "cpu", "cuda"]) -> str:
+    """``auto``: CUDA when torch sees a GPU, else the CPU."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise NotFound(
+            "device 'cuda' was asked for, but torch sees no CUDA GPU (torch "
+            f"{torch.__version__}): use device: auto or cpu, or install a CUDA build of torch"
+        )
+    return device
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model resolved to files on disk."""
+
+    model: str  # as configured (hub id or path)
+    model_id: str  # hub id, or the folder's name for a local copy that is not a hub cache snapshot
+    folder: Path
+    revision: str | None  # hub commit when known
+    verification: Verification
+
+    def fingerprint(self, memo: HashMemo) -> str:
+        """``ID@REVISION`` for hub snapshots, ``ID@sha256:DIGEST`` (weights) for other local folders."""
+        if self.revision:
+            return f"{self.model_id}@{self.revision[:12]}"
+        return f"{self.model_id}@sha256:{weights_digest(self.folder, memo)[:12]}"
+
+
+def resolve_model(
+    model: str,
+    *,
+    revision: str | None,
+    manifest: Manifest,
+    memo: HashMemo,
+    verify: bool,
+    cache_folder: Path | None = None,
+) -> ModelFolder:
+    """Find (or download) ``model`` and check it against the manifest before anything loads it."""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        folder = local.resolve()
+        found = hub_id_of(folder)
+        model_id, rev = found if found else (folder.name, None)
+        entry = manifest.match(folder)
+    elif local.exists():
+        raise NotFound(f"model path {local} is a file; give the model's folder")
+    elif "/" in model.strip("/") and not model.startswith((".", "/", "~")):
+        entry = manifest.get(model)
+        rev = revision or (entry.revision if entry is not None and entry.pinned else None)
+        folder = download(model, rev, cache_folder)
+        found = hub_id_of(folder)
+        model_id, rev = model, (found[1] if found else rev)
+    else:
+        raise NotFound(f"model {model!r} is neither a folder on disk nor a Hugging Face id like 'BAAI/bge-m3'")
+    check = (
+        verify_folder(folder, entry, memo)
+        if verify
+        else Verification(str(folder), model_id, "unknown", "verify: false")
+    )
+    if check.status != "ok":
+        log.info("model %s (%s) not verified: %s", model_id, folder, check.detail)
+    return ModelFolder(model, model_id, folder, rev, check)
+
+
+def download(repo_id: str, revision: str | None, cache_folder: Path | None) -> Path:
+    """The local snapshot of ``repo_id`` (downloaded once into the Hugging Face cache; offline: the cache only)."""
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+    except ImportError as e:
+        raise MissingDependency(
+            f"loading models from the Hugging Face hub needs huggingface_hub: {INSTALL} ({e})"
+        ) from None
+    ignore = list(IGNORE_PATTERNS)
+    try:  # one listing call: skip the PyTorch .bin copy when the repo has safetensors
+        files = HfApi().list_repo_files(repo_id, revision=revision)
+        if any(f.endswith(".safetensors") for f in files):
+            ignore.append("*.bin")
+    except Exception:  # offline, or a private repo: download what the cache holds
+        pass
+    try:
+        return Path(
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                ignore_patterns=ignore,
+                cache_dir=str(cache_folder) if cache_folder else None,
+            )
+        )
+    except Exception as e:
+        raise NotFound(
+            f"cannot get model {repo_id!r}{f'@{revision}' if revision else ''} from the Hugging Face hub "
+            f"or its local cache ({type(e).__name__}: {e}); download it where there is network "
+            f"(`huggingface-cli download {repo_id}`) and set the model to its folder"
+        ) from None

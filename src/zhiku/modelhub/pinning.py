@@ -1,0 +1,352 @@
+"""Model pinning: a manifest of known models (file names, byte sizes, SHA-256), checked before a model loads.
+
+The shipped manifest is ``zhiku/data/models.json``; a user manifest (default ``<embedding.cache_dir>/models.json``,
+written by ``zhiku models pin``) adds or replaces entries by id. An entry with ``pinned: false`` names a model
+that zhiku knows but whose files nobody has attested yet (its hashes are filled by ``zhiku models pin PATH``);
+it is never checked.
+
+Which entry a model folder is checked against: the one named by id (a hub id in the settings), the one a
+Hugging Face cache folder belongs to (``models--ORG--NAME/snapshots/REV``), or the pinned entry whose files
+largest file (its weights) the folder holds with the same size (a local copy). A folder that matches nothing
+is ``unknown``: it loads, unverified. ``zhiku models verify PATH --id ID`` checks a folder against one entry whatever it holds.
+
+Hashing a 2 GB model takes seconds, so hashes are remembered by (absolute path, size, mtime) in
+``<cache_dir>/model_hashes.json``; ``zhiku models verify`` always re-reads the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from zhiku.errors import ConfigError, ModelIntegrityError, NotFound
+
+MANIFEST_FORMAT = 1
+USER_MANIFEST = "models.json"
+HASH_MEMO = "model_hashes.json"
+# Files that do not change what a model computes: left out of pins (a README edit is no tampering).
+IGNORED_FILES = frozenset({"README.md", "LICENSE", "LICENSE.txt", "NOTICE", ".gitattributes"})
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth", ".gguf", ".msgpack", ".h5")
+_HF_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<rev>[^/]+)/?$")
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    path: str  # relative to the model folder, forward slashes
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the manifest. ``files`` is empty while ``pinned`` is false."""
+
+    id: str
+    kind: Literal["embedder", "reranker"] = "embedder"
+    provider: str = "sentence-transformers"
+    pinned: bool = False
+    revision: str | None = None
+    source: str = ""
+    note: str = ""
+    files: tuple[PinnedFile, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "files": [asdict(f) for f in self.files]}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ModelEntry:
+        files = tuple(
+            PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower()) for f in d.get("files") or ()
+        )
+        return cls(
+            id=str(d["id"]),
+            kind=d.get("kind", "embedder"),
+            provider=str(d.get("provider", "sentence-transformers")),
+            pinned=bool(d.get("pinned", bool(files))),
+            revision=d.get("revision"),
+            source=str(d.get("source", "")),
+            note=str(d.get("note", "")),
+            files=files,
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    entries: tuple[ModelEntry, ...]
+
+    def get(self, model_id: str) -> ModelEntry | None:
+        return next((e for e in self.entries if e.id == model_id), None)
+
+    def match(self, folder: Path, model_id: str | None = None) -> ModelEntry | None:
+        """The entry ``folder`` is checked against (see the module docstring), or None."""
+        if model_id:
+            return self.get(model_id)
+        found = hub_id_of(folder)
+        if found is not None and self.get(found[0]) is not None:
+            return self.get(found[0])
+        for e in self.entries:  # a local copy: the entry's largest file (the weights) is there, same size
+            if e.pinned and e.files:
+                weights = max(e.files, key=lambda f: f.size)
+                if _size(folder / weights.path) == weights.size:
+                    return e
+        return None
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def hub_id_of(folder: Path) -> tuple[str, str] | None:
+    """``("ORG/NAME", revision)`` for a Hugging Face cache snapshot folder, else None."""
+    m = _HF_SNAPSHOT.search(Path(folder).as_posix())
+    return (f"{m['org']}/{m['name']}", m["rev"]) if m else None
+
+
+# ------------------------------------------------------------------------------------------ files
+def shipped_manifest_text() -> str:
+    return resources.files("zhiku").joinpath("data/models.json").read_text(encoding="utf-8")
+
+
+def parse_manifest(text: str, origin: str) -> tuple[ModelEntry, ...]:
+    try:
+        data = json.loads(text)
+        return tuple(ModelEntry.from_json(e) for e in data.get("models", []))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"model manifest {origin} is malformed ({e}): fix or delete it") from None
+
+
+def load_manifest(user_manifest: Path | None = None) -> Manifest:
+    """The shipped manifest, with the entries of ``user_manifest`` (when it exists) replacing same-id ones."""
+    entries = {e.id: e for e in parse_manifest(shipped_manifest_text(), "zhiku/data/models.json")}
+    if user_manifest is not None and user_manifest.is_file():
+        for e in parse_manifest(user_manifest.read_text(encoding="utf-8"), str(user_manifest)):
+            entries[e.id] = e
+    return Manifest(tuple(entries.values()))
+
+
+def write_entry(manifest_path: Path, entry: ModelEntry) -> None:
+    """Add ``entry`` to the manifest file (replacing one with the same id); creates the file."""
+    existing = (
+        list(parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path)))
+        if manifest_path.is_file()
+        else []
+    )
+    entries = [e for e in existing if e.id != entry.id] + [entry]
+    text = (
+        json.dumps(
+            {"format": MANIFEST_FORMAT, "models": [e.to_json() for e in sorted(entries, key=lambda e: e.id)]},
+            ensure_ascii=False,
+            indent=2,
+        )
+        + "\n"
+    )
+    _atomic_write(manifest_path, text)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------- hashing
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class HashMemo:
+    """SHA-256 of files remembered by (absolute path, size, mtime_ns) in a JSON file; ``None`` path: in memory."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._known: dict[str, list[Any]] = {}
+        if path is not None and path.is_file():
+            try:
+                self._known = dict(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, OSError, TypeError):
+                self._known = {}
+
+    def sha256(self, path: Path, *, fresh: bool = False) -> str:
+        p = Path(path).resolve()
+        st = p.stat()
+        key = str(p)
+        with self._lock:
+            seen = self._known.get(key)
+        if not fresh and seen is not None and seen[:2] == [st.st_size, st.st_mtime_ns]:
+            return str(seen[2])
+        digest = file_sha256(p)
+        with self._lock:
+            self._known[key] = [st.st_size, st.st_mtime_ns, digest]
+            if self.path is not None:
+                try:
+                    _atomic_write(self.path, json.dumps(self._known, ensure_ascii=False))
+                except OSError:
+                    pass  # a read-only cache directory only costs re-hashing next time
+        return digest
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files of a model folder that a pin covers: everything but docs and hidden files or folders."""
+    out = []
+    for p in sorted(Path(folder).rglob("*")):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts) and p.name not in IGNORED_FILES:
+            out.append(p)
+    return out
+
+
+def weights_digest(folder: Path, memo: HashMemo) -> str:
+    """One SHA-256 over the weight files of ``folder`` (``name:sha256`` lines): the local model's fingerprint."""
+    weights = [p for p in model_files(folder) if p.suffix in WEIGHT_SUFFIXES] or model_files(folder)
+    if not weights:
+        raise NotFound(f"no model files in {folder}: is it a model folder?")
+    lines = "".join(f"{p.relative_to(folder).as_posix()}:{memo.sha256(p)}\n" for p in weights)
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------------- pin / verify
+def pin_folder(
+    folder: Path,
+    model_id: str,
+    *,
+    kind: Literal["embedder", "reranker"] = "embedder",
+    provider: str = "sentence-transformers",
+    revision: str | None = None,
+    source: str = "",
+    memo: HashMemo | None = None,
+) -> ModelEntry:
+    """A pinned manifest entry for the files now in ``folder`` (hashes read fresh)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise NotFound(f"model folder not found: {folder}")
+    files = model_files(folder)
+    if not files:
+        raise NotFound(f"no model files in {folder}: is it a model folder?")
+    memo = memo or HashMemo(None)
+    if revision is None and hub_id_of(folder) is not None:
+        revision = hub_id_of(folder)[1]  # type: ignore[index]
+    pinned = tuple(
+        PinnedFile(p.relative_to(folder).as_posix(), p.stat().st_size, memo.sha256(p, fresh=True)) for p in files
+    )
+    return ModelEntry(
+        id=model_id,
+        kind=kind,
+        provider=provider,
+        pinned=True,
+        revision=revision,
+        source=source or f"pinned from {folder}",
+        files=pinned,
+    )
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` found for one folder."""
+
+    folder: str
+    model_id: str | None
+    status: Literal["ok", "mismatch", "unpinned", "unknown"]
+    detail: str = ""
+    files_checked: int = 0
+    problems: tuple[str, ...] = field(default=())
+
+
+def check_folder(folder: Path, entry: ModelEntry, memo: HashMemo, *, fresh: bool = False) -> Verification:
+    """Compare every pinned file of ``entry`` with ``folder``; never raises for a mismatch (see ``verify_folder``)."""
+    if not entry.pinned or not entry.files:
+        return Verification(
+            str(folder),
+            entry.id,
+            "unpinned",
+            entry.note or f"{entry.id} has no pinned hashes: `zhiku models pin {folder} --id {entry.id}`",
+        )
+    problems = []
+    for f in entry.files:
+        path = Path(folder) / f.path
+        if not path.is_file():
+            problems.append(f"{f.path}: missing")
+            continue
+        size = path.stat().st_size
+        if size != f.size:
+            problems.append(f"{f.path}: {size} bytes, pinned {f.size}")
+            continue
+        digest = memo.sha256(path, fresh=fresh)
+        if digest != f.sha256:
+            problems.append(f"{f.path}: SHA-256 {digest[:16]}…, pinned {f.sha256[:16]}…")
+    if problems:
+        return Verification(str(folder), entry.id, "mismatch", "; ".join(problems), len(entry.files), tuple(problems))
+    return Verification(str(folder), entry.id, "ok", f"{len(entry.files)} files match", len(entry.files))
+
+
+def verify_folder(folder: Path, entry: ModelEntry | None, memo: HashMemo) -> Verification:
+    """Check ``folder`` before loading it: raises ``ModelIntegrityError`` naming the first bad file."""
+    if entry is None:
+        return Verification(str(folder), None, "unknown", "no manifest entry matches this folder")
+    v = check_folder(folder, entry, memo)
+    if v.status == "mismatch":
+        raise ModelIntegrityError(
+            f"model {entry.id} in {folder} does not match its pinned manifest entry: {v.problems[0]}"
+            + (f" (and {len(v.problems) - 1} more)" if len(v.problems) > 1 else "")
+            + f". The file is corrupt or another version: download the model again, or if you trust these files "
+            f"re-pin them with `zhiku models pin {folder} --id {entry.id}`, or set verify: false"
+        )
+    return v
+
+
+def snapshot_folders(cache_dir: Path) -> list[Path]:
+    """Model folders under ``cache_dir``: Hugging Face snapshots (``models--*/snapshots/*``), else its subfolders."""
+    cache_dir = Path(cache_dir)
+    hub = sorted(p for p in cache_dir.glob("**/models--*/snapshots/*") if p.is_dir())
+    if hub:
+        return hub
+    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def verify_many(
+    folders: Iterable[Path], manifest: Manifest, memo: HashMemo, *, model_id: str | None = None
+) -> list[Verification]:
+    """``zhiku models verify``: every folder against its entry, hashes read fresh."""
+    out = []
+    for folder in folders:
+        entry = manifest.match(folder, model_id)
+        if entry is None:
+            out.append(
+                Verification(
+                    str(folder),
+                    model_id,
+                    "unknown",
+                    f"no manifest entry {model_id!r}" if model_id else "no manifest entry matches this folder",
+                )
+            )
+        else:
+            out.append(check_folder(folder, entry, memo, fresh=True))
+    return out
+
+
+def package_folder(package: str, subdir: str = "") -> Path:
+    """The folder of an installed package (for models that ship inside a PyPI package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise NotFound(f"package {package!r} is not installed")
+    return Path(list(spec.submodule_search_locations)[0]) / subdir

@@ -1,0 +1,1 @@
+"""Tracing (contextvar spans, JSONL sink, rank changes) and OpenTelemetry export."""

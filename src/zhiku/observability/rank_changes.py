@@ -1,0 +1,100 @@
+"""Rank tracking at fusion and rerank: small pure functions over 1-based ranks.
+
+``delta = rank_before − rank_after`` (positive: moved up). A chunk a stage brings in is ``new`` (no invented
+delta); one it leaves out is ``dropped``. Tested against hand-computed values in tests/test_tracing.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from zhiku.types import ScoredId
+
+
+@dataclass(frozen=True)
+class RankChange:
+    """Where one chunk stood before and after a stage (ranks 1-based).
+
+    ``delta = rank_before - rank_after``: positive means it moved up. A chunk the stage brought in is ``new``
+    (no ``rank_before``, no delta); one it left out of its output is ``dropped`` (no ``rank_after``).
+    """
+
+    chunk_id: str
+    rank_before: int | None
+    rank_after: int | None
+    delta: int | None
+    status: Literal["up", "down", "same", "new", "dropped"]
+    bm25_rank: int | None = None  # fusion only: the chunk's rank in each channel
+    dense_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """Counts over a stage's rank changes; ``max_gain``/``max_drop`` are places (both ≥ 0)."""
+
+    moved_up: int
+    moved_down: int
+    unchanged: int
+    new: int
+    max_gain: int
+    max_drop: int
+    dropped: int
+
+
+def rank_changes(before: Mapping[str, int], after: Sequence[str]) -> list[RankChange]:
+    """Compare positions: one row per id of ``after`` (in order), then the ids of ``before`` it left out.
+
+    ``before`` maps ids to their 1-based rank going into the stage; ``after`` is the stage's output, best first.
+    """
+    rows: list[RankChange] = []
+    kept = set()
+    for pos, cid in enumerate(after, 1):
+        kept.add(cid)
+        was = before.get(cid)
+        if was is None:
+            rows.append(RankChange(cid, None, pos, None, "new"))
+        else:
+            d = was - pos
+            rows.append(RankChange(cid, was, pos, d, "up" if d > 0 else "down" if d < 0 else "same"))
+    for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])):
+        if cid not in kept:
+            rows.append(RankChange(cid, was, None, None, "dropped"))
+    return rows
+
+
+def fusion_rank_changes(bm25: Sequence[ScoredId], dense: Sequence[ScoredId], fused: Sequence[str]) -> list[RankChange]:
+    """Rank changes made by fusing two channels: ``rank_before`` is the chunk's best rank over both."""
+    b = {x.chunk_id: x.rank for x in bm25}
+    d = {x.chunk_id: x.rank for x in dense}
+    best = {cid: min(r for r in (b.get(cid), d.get(cid)) if r is not None) for cid in b.keys() | d.keys()}
+    return [
+        RankChange(c.chunk_id, c.rank_before, c.rank_after, c.delta, c.status, b.get(c.chunk_id), d.get(c.chunk_id))
+        for c in rank_changes(best, fused)
+    ]
+
+
+def summarize_changes(changes: Iterable[RankChange]) -> RankSummary:
+    rows = list(changes)
+    deltas = [c.delta for c in rows if c.delta is not None]
+    return RankSummary(
+        moved_up=sum(1 for c in rows if c.status == "up"),
+        moved_down=sum(1 for c in rows if c.status == "down"),
+        unchanged=sum(1 for c in rows if c.status == "same"),
+        new=sum(1 for c in rows if c.status == "new"),
+        max_gain=max([d for d in deltas if d > 0], default=0),
+        max_drop=max([-d for d in deltas if d < 0], default=0),
+        dropped=sum(1 for c in rows if c.status == "dropped"),
+    )
+
+
+def changes_data(changes: Sequence[RankChange], *, keep_dropped_within: int) -> dict[str, Any]:
+    """What a stage records: every kept row, the dropped rows that stood within ``keep_dropped_within``
+    before the stage (the ones worth a look), and the summary over all rows."""
+    shown = [
+        asdict(c)
+        for c in changes
+        if c.status != "dropped" or (c.rank_before is not None and c.rank_before <= keep_dropped_within)
+    ]
+    return {"changes": shown, "summary": asdict(summarize_changes(changes))}

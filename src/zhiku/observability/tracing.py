@@ -1,0 +1,294 @@
+"""Traces: one per query and per ingestion run, stage by stage, written as one JSON line each.
+
+A trace is ``trace → stages[]``; a stage has a name, a start (ms after the trace began), ``elapsed_ms``,
+a status (``ok``, ``off`` for a stage that is switched off, ``error``), ``counts`` and its ``data``.
+Library code marks stages with ``with span("bm25") as sp: …; sp.set(counts={...}, ranking=[...])``.
+Outside an open trace ``span`` returns a shared no-op object, so instrumented code costs a context-variable
+read when tracing is off (``bench/tracing_overhead.py`` measures it).
+
+The current trace lives in a ``ContextVar``: code run with ``contextvars.copy_context().run`` in a worker
+thread (the dense channel) records into the same trace. A span whose name already exists in the trace is
+merged into that stage (``calls`` + 1, elapsed and counts summed, list data extended), so ingestion's
+per-document spans give one ``load`` stage per run, not one per file.
+
+Rank tracking (fusion, rerank) is a set of small pure functions in ``zhiku.observability.rank_changes``, re-exported here:
+``rank_changes``, ``fusion_rank_changes``, ``summarize_changes``, ``changes_data``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: tracing is where stages record rank changes)
+    RankChange,
+    RankSummary,
+    changes_data,
+    fusion_rank_changes,
+    rank_changes,
+    summarize_changes,
+)
+from zhiku.observability.trace import (  # noqa: F401 (re-exported)
+    STAGES,
+    TRACE_FILE,
+    JsonlSink,
+    MemorySink,
+    Sink,
+    Stage,
+    Trace,
+    ordered_stages,
+    read_traces,
+    trace_files,
+)
+from zhiku.settings import TracingSettings
+from zhiku.types import Hit, IngestReport, ScoredId
+
+log = logging.getLogger(__name__)
+
+RANKING_MAX = 50  # channel candidates kept per stage in a trace (the rest are counted, not listed)
+
+_current: ContextVar[Trace | None] = ContextVar("zhiku_trace", default=None)
+
+
+class _Span:
+    """A stage being timed inside an open trace."""
+
+    __slots__ = ("_trace", "_name", "_t0", "stage")
+    active = True
+
+    def __init__(self, trace: Trace, name: str) -> None:
+        self._trace = trace
+        self._name = name
+
+    def __enter__(self) -> _Span:
+        self._t0 = time.perf_counter()
+        self.stage = self._trace._open(self._name, self._t0)
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.stage.elapsed_ms += (time.perf_counter() - self._t0) * 1000
+        if exc is not None:
+            self.stage.status = "error"
+            self.stage.data["error"] = f"{type(exc).__name__}: {exc}"
+
+    def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
+        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists are extended)."""
+        s = self.stage
+        with self._trace._lock:
+            for k, v in (counts or {}).items():
+                s.counts[k] = s.counts.get(k, 0) + int(v)
+            if status is not None:
+                s.status = status
+            for k, v in data.items():
+                if isinstance(v, list) and isinstance(s.data.get(k), list):
+                    s.data[k].extend(v)
+                else:
+                    s.data[k] = v
+
+    def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
+        """Record a channel's candidates: ``counts.candidates`` and the first ``RANKING_MAX`` as rows."""
+        self.set(counts={"candidates": len(items)}, ranking=ranking_rows(items), **data)
+
+
+class _NoSpan:
+    """What ``span`` returns outside a trace: every method does nothing."""
+
+    __slots__ = ()
+    active = False
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
+        return None
+
+    def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
+        return None
+
+
+NOOP = _NoSpan()
+
+
+def span(name: str) -> _Span | _NoSpan:
+    """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
+    t = _current.get()
+    return NOOP if t is None else _Span(t, name)
+
+
+def mark(name: str, status: str = "off", **data: Any) -> None:
+    """Record a stage that did not run (``{"status": "off"}``), e.g. rerank while no reranker exists."""
+    t = _current.get()
+    if t is not None:
+        with _Span(t, name) as sp:
+            sp.set(status=status, **data)
+
+
+def current() -> Trace | None:
+    return _current.get()
+
+
+def ranking_rows(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> list[dict[str, Any]]:
+    return [{"chunk_id": x.chunk_id, "rank": x.rank, "score": round(float(x.score), 6)} for x in items[:limit]]
+
+
+class _Root:
+    """Opens a new trace, makes it current, and hands it to the sinks when the block ends."""
+
+    def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any]) -> None:
+        self._tracer = tracer
+        self._trace = Trace(kind=kind, trace_id=uuid.uuid4().hex[:16], started_at=time.time(), attrs=attrs)
+
+    def __enter__(self) -> Trace:
+        self._trace._t0 = time.perf_counter()
+        self._token = _current.set(self._trace)
+        return self._trace
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        t = self._trace
+        _current.reset(self._token)
+        t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
+        if exc is not None:
+            t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
+        self._tracer.emit(t)
+
+
+class _Join:
+    """A trace opened inside another one adds its attributes to the outer trace and records into it."""
+
+    def __init__(self, trace: Trace, attrs: dict[str, Any]) -> None:
+        self._trace = trace
+        self._attrs = attrs
+
+    def __enter__(self) -> Trace:
+        for k, v in self._attrs.items():
+            self._trace.attrs.setdefault(k, v)
+        return self._trace
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _NoTrace:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_TRACE = _NoTrace()
+
+
+class Tracer:
+    """Opens traces and writes finished ones to its sinks; with no sinks it is off (and costs nothing)."""
+
+    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
+        self.sinks = tuple(sinks)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sinks)
+
+    def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> _Root | _Join | _NoTrace:
+        """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off.
+
+        Inside an already open trace this joins it. ``capture=True`` records even when the tracer has no
+        sinks (``zhiku query --verbose`` prints the stages without writing them anywhere).
+        """
+        outer = _current.get()
+        if outer is not None:
+            return _Join(outer, attrs)
+        if not self.sinks and not capture:
+            return _NO_TRACE
+        return _Root(self, kind, attrs)
+
+    def emit(self, trace: Trace) -> None:
+        for sink in self.sinks:
+            try:
+                sink.write(trace)
+            except Exception as e:  # a full disk or a broken exporter must never fail a query
+                log.warning("could not write trace %s to %s: %s", trace.trace_id, type(sink).__name__, e)
+
+
+def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]) -> None:
+    """Add each chunk's ``source``/``section``/``page`` to every row with a ``chunk_id`` in the stages' data."""
+    rows = [
+        row
+        for s in trace.stages
+        for v in s.data.values()
+        if isinstance(v, list)
+        for row in v
+        if isinstance(row, dict) and "chunk_id" in row
+    ]
+    if not rows:
+        return
+    labels = lookup(sorted({r["chunk_id"] for r in rows}))
+    for row in rows:
+        row.update(labels.get(row["chunk_id"], {}))
+
+
+def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
+    """The tracer a ``KnowledgeBase`` uses: ``<index>/traces.jsonl`` (and OpenTelemetry when asked), or off."""
+    if not settings.enabled:
+        return Tracer()
+    sinks: list[Sink] = [JsonlSink(Path(index) / TRACE_FILE, max_bytes=settings.max_bytes, backups=settings.backups)]
+    if settings.otel:
+        from zhiku.observability.otel import OtelSink
+
+        sinks.append(OtelSink())
+    return Tracer(sinks)
+
+
+def hit_rows(hits: Sequence[Hit]) -> list[dict[str, Any]]:
+    """The final hits of a query as trace rows (rank, ids, every channel's evidence)."""
+    return [
+        {
+            "rank": n,
+            "chunk_id": h.chunk.chunk_id,
+            "source": h.chunk.source,
+            "section": h.chunk.section,
+            "page": h.chunk.page,
+            "score": round(h.score, 6),
+            "bm25_rank": h.bm25_rank,
+            "bm25_score": None if h.bm25_score is None else round(h.bm25_score, 6),
+            "dense_rank": h.dense_rank,
+            "dense_score": None if h.dense_score is None else round(h.dense_score, 6),
+            "fused_rank": h.fused_rank,
+            "rerank_score": None if h.rerank_score is None else round(h.rerank_score, 6),
+            "rerank_sigmoid": None if h.rerank_sigmoid is None else round(h.rerank_sigmoid, 6),
+        }
+        for n, h in enumerate(hits, 1)
+    ]
+
+
+def report_rows(report: IngestReport) -> dict[str, Any]:
+    """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
+    docs: list[dict[str, Any]] = []
+    for status, names in (
+        ("added", report.added),
+        ("updated", report.updated),
+        ("skipped", report.skipped),
+        ("removed", report.removed),
+    ):
+        docs.extend(
+            {"source": n, "status": status, "reason": "unchanged (same SHA-256)" if status == "skipped" else None}
+            for n in names
+        )
+    docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)
+    return {
+        "documents": docs,
+        "counts": report.counts(),
+        "chunks_written": report.chunks_written,
+        "chunks_embedded": report.chunks_embedded,
+        "dry_run": report.dry_run,
+    }

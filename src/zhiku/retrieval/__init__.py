@@ -1,0 +1,1 @@
+"""Query side: search pipeline, fusion, rerank, answers with citations."""

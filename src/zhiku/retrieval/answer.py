@@ -1,0 +1,135 @@
+"""Cited answers: Markdown with ``[n]`` markers and a sources list, plus structured citations.
+
+zhiku returns evidence, not generated prose: the assistant that called it writes the final answer from
+these passages. Every passage carries its citation (source file, page when known, section), and the whole
+Markdown stays within a character budget so results never flood the client's context window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from zhiku.settings import AnswerSettings
+from zhiku.types import Answer, Citation, Hit, SearchMode
+
+_SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
+
+
+def snippet(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 %."""
+    text = " ".join(text.split()) if "\n" in text else text
+    if len(text) <= limit:
+        return text
+    head = text[: max(limit - 1, 1)]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head)]
+    cut = ends[-1] if ends and ends[-1] >= 0.6 * len(head) else len(head)
+    return head[:cut].rstrip() + "…"
+
+
+def _sentence_starts(text: str) -> list[int]:
+    starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
+    return sorted({s for s in starts if s < len(text)})
+
+
+def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
+    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
+    distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms."""
+    if len(text) <= limit or not terms:
+        return snippet(text, limit)
+    best_key, best_start = (-1, -1, 0), 0
+    whole = normalize(text)
+    same_length = len(whole) == len(text)  # then windows of the normalised text line up with the original
+    for start in _sentence_starts(text):
+        window = whole[start : start + limit] if same_length else normalize(text[start : start + limit])
+        first = min((window.find(t) for t in terms if t in window), default=limit)
+        key = (sum(1 for t in terms if t in window), sum(window.count(t) for t in terms), -first)
+        if key > best_key:
+            best_key, best_start = key, start
+    if best_start == 0:
+        return snippet(text, limit)
+    body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
+    return "…" + body
+
+
+def cite(hit: Hit) -> str:
+    """``source, p. N, section`` for the sources list."""
+    c = hit.chunk
+    parts = [c.source]
+    if c.page is not None:
+        parts.append(f"p. {c.page}")
+    if c.section:
+        parts.append(c.section)
+    return ", ".join(parts)
+
+
+def _render(
+    query: str,
+    hits: Sequence[Hit],
+    limit: int,
+    low_confidence: bool,
+    terms: Sequence[str],
+    normalize: Callable[[str], str],
+) -> str:
+    lines = [f"**检索问题 / Query:** {query}", ""]
+    if not hits:
+        lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
+        return "\n".join(lines)
+    if low_confidence:
+        lines += [
+            "> ⚠️ 低置信度 / Low confidence: the best match scores below the threshold; "
+            "these passages may not answer the question.",
+            "",
+        ]
+    for n, hit in enumerate(hits, 1):
+        where = f" ({hit.chunk.section})" if hit.chunk.section else ""
+        lines.append(f"[{n}] {focused_snippet(hit.chunk.text, limit, terms, normalize)}{where}")
+        lines.append("")
+    lines.append("**来源 / Sources**")
+    lines.append("")
+    for n, hit in enumerate(hits, 1):
+        lines.append(f"[{n}] {cite(hit)}")
+    return "\n".join(lines)
+
+
+def build_answer(
+    query: str,
+    mode: SearchMode,
+    hits: Sequence[Hit],
+    settings: AnswerSettings,
+    *,
+    low_confidence: bool = False,
+    terms: Sequence[str] = (),
+    normalize: Callable[[str], str] = str.lower,
+) -> Answer:
+    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``.
+
+    With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
+    the chunk that matches the query, not just its beginning.
+    """
+    limit = settings.snippet_chars
+    markdown = _render(query, hits, limit, low_confidence, terms, normalize)
+    while len(markdown) > settings.max_chars and limit > 40:
+        limit = max(40, int(limit * 0.8))
+        markdown = _render(query, hits, limit, low_confidence, terms, normalize)
+    if len(markdown) > settings.max_chars:
+        markdown = markdown[: settings.max_chars - 1] + "…"
+    citations = tuple(
+        Citation(
+            n=n,
+            chunk_id=h.chunk.chunk_id,
+            doc_id=h.chunk.doc_id,
+            source=h.chunk.source,
+            page=h.chunk.page,
+            section=h.chunk.section,
+            score=round(h.score, 6),
+            text=h.chunk.text,
+            fused_rank=h.fused_rank,
+            rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
+            rerank_sigmoid=None if h.rerank_sigmoid is None else round(h.rerank_sigmoid, 6),
+        )
+        for n, h in enumerate(hits, 1)
+    )
+    return Answer(
+        query=query, mode=mode, markdown=markdown, citations=citations, hits=tuple(hits), low_confidence=low_confidence
+    )

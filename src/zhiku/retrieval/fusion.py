@@ -1,0 +1,72 @@
+"""Rank fusion: small pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zhiku.types import ScoredId
+
+
+def rrf(
+    rankings: Sequence[Sequence[ScoredId]],
+    *,
+    k: int = 60,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[str, float]]:
+    """Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009).
+
+    ``score(d) = Σ_i w_i / (k + rank_i(d))`` over the rankings that contain ``d`` (ranks 1-based).
+    Returns ``(chunk_id, score)`` best first; ties are broken by the best single rank, then by id so the
+    order is deterministic.
+    """
+    if k < 1:
+        raise ValueError(f"RRF k must be >= 1, got {k}")
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    scores: dict[str, float] = {}
+    best_rank: dict[str, int] = {}
+    for ranking, weight in zip(rankings, weights, strict=False):
+        for item in ranking:
+            scores[item.chunk_id] = scores.get(item.chunk_id, 0.0) + weight / (k + item.rank)
+            best_rank[item.chunk_id] = min(best_rank.get(item.chunk_id, item.rank), item.rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], best_rank[kv[0]], kv[0]))
+
+
+def ranked(ids_scores: Sequence[tuple[str, float]]) -> list[ScoredId]:
+    """Turn ``(id, score)`` pairs, best first, into ``ScoredId`` with 1-based ranks."""
+    return [ScoredId(chunk_id=i, score=s, rank=n) for n, (i, s) in enumerate(ids_scores, 1)]
+
+
+def zscore_fusion(
+    rankings: Sequence[Sequence[ScoredId]],
+    *,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[str, float]]:
+    """Weighted CombSUM over z-score–normalised scores (Fox & Shaw 1994; Montague & Aslam, CIKM 2001).
+
+    Each ranking's scores are standardised (``(s - mean) / std`` over that ranking's candidates), so BM25's
+    unbounded scores and cosine similarities become comparable, and a channel that is *sure* (one candidate
+    far above the rest) weighs more than a flat one — what RRF, which sees only ranks, cannot do. A candidate
+    missing from a ranking gets that ranking's lowest standardised score (scoring it as BM25's 0 instead was
+    measured worse: meddialog nDCG@10 0.306 vs 0.318, bench/RESULTS.md). Returns ``(chunk_id, score)`` best
+    first; ties broken by id.
+    """
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    normalised: list[dict[str, float]] = []
+    for ranking in rankings:
+        if not ranking:
+            normalised.append({})
+            continue
+        scores = [x.score for x in ranking]
+        mean = sum(scores) / len(scores)
+        std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5 or 1.0
+        normalised.append({x.chunk_id: (x.score - mean) / std for x in ranking})
+    ids = dict.fromkeys(i for n in normalised for i in n)
+    floor = [min(n.values(), default=0.0) for n in normalised]
+    fused = {i: sum(w * n.get(i, lo) for n, w, lo in zip(normalised, weights, floor, strict=False)) for i in ids}
+    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -1,0 +1,65 @@
+"""A document's text rebuilt from its stored chunks, and its outline.
+
+The index keeps chunks, not files. Each chunk is ``doc.text[start:end]`` and knows its section path, so the
+document can be put back together: chunks in order, overlapping characters (``start`` before the previous
+chunk's ``end``) taken once, headings re-emitted from the section path where it changes. What is lost: the
+exact whitespace between chunks (a one-character gap becomes a newline, a longer one a blank line), heading
+levels (the n-th part of a path becomes an ``#``×n heading) and headings without body text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from zhiku.types import Chunk
+
+SECTION_SEPARATOR = " > "
+# An article label that the chunker appends to a section path ("第十九条", "第三条至第七条"), not a heading.
+_ARTICLE = r"第[零一二三四五六七八九十百千〇两\d]+条"
+_ARTICLE_LABEL = re.compile(rf"^({_ARTICLE})(?:至{_ARTICLE})?$")
+
+
+def heading_path(chunk: Chunk, gap: int, current: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The headings of a chunk's section, without a trailing article label that the chunker added.
+
+    ``gap`` is the number of characters between the previous chunk's end and this chunk's start (negative
+    for an overlap); ``current`` the previous chunk's headings. A trailing ``第…条`` part is a heading when it
+    continues ``current``, or when the chunk does not contain that article and the gap could hold the
+    heading line; otherwise it is the chunker's label.
+    """
+    parts = tuple(p for p in chunk.section.split(SECTION_SEPARATOR) if p) if chunk.section else ()
+    if parts and parts != current:
+        m = _ARTICLE_LABEL.match(parts[-1])
+        if m and (m.group(1) in chunk.text or gap < len(parts[-1]) + 3):
+            parts = parts[:-1]
+    return parts
+
+
+def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
+    """The document as Markdown from its chunks (any order; they are sorted by offset)."""
+    out: list[str] = []
+    path: tuple[str, ...] = ()
+    end: int | None = None
+    for c in sorted(chunks, key=lambda c: (c.start, c.ordinal)):
+        gap = c.start - (end or 0)
+        body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
+        text = body[-gap:] if end is not None and gap < 0 else body  # an overlap is taken once
+        new_path = heading_path(c, gap, path)
+        if new_path != path:
+            keep = 0
+            while keep < min(len(path), len(new_path)) and path[keep] == new_path[keep]:
+                keep += 1
+            headings = [f"{'#' * min(level + 1, 6)} {title}" for level, title in enumerate(new_path) if level >= keep]
+            out.append("\n\n".join(([""] if out else []) + headings + [""]) if headings else "\n\n" if out else "")
+            path = new_path
+        elif end is not None and gap > 0:
+            out.append("\n" if gap == 1 else "\n\n")
+        out.append(text)
+        end = c.end if end is None else max(end, c.end)
+    return "".join(out)
+
+
+def outline(chunks: Sequence[Chunk]) -> list[str]:
+    """The distinct section paths of the chunks, in document order."""
+    return list(dict.fromkeys(c.section for c in sorted(chunks, key=lambda c: c.ordinal) if c.section))

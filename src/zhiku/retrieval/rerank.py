@@ -1,0 +1,388 @@
+"""Rerankers behind the ``Reranker`` protocol, and the fallback that keeps queries answering when one fails.
+
+A reranker re-scores the best ``top_m`` fused candidates against the query (a cross-encoder reads query and
+passage together, which a bi-encoder cannot; Nogueira & Cho 2019). Providers:
+
+- ``CrossEncoderReranker``: a sentence-transformers CrossEncoder (``BAAI/bge-reranker-v2-m3``, ``bge-reranker-base``,
+  or a local folder); raw scores are logits, exposed as they are and through a sigmoid;
+- ``LLMReranker``: an OpenAI-compatible chat model grades every candidate 0–10 in one call, answering
+  ``{"scores": [...]}`` (or one ``id: score`` per line); the grade is the raw score, ``sigmoid(grade − 5)`` the squashed one;
+- no reranker (``rerank.provider: none``).
+
+``rerank_with_fallback`` runs a reranker in a daemon thread and waits at most ``timeout`` seconds: on a timeout,
+an exception or an output that is not a reordering of its input, the query keeps the fused order and the outcome
+says ``fallback: <reason>``. A hung model therefore never holds an answer longer than ``timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from zhiku.errors import InvalidInput, RerankError
+from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, Manifest, load_manifest
+from zhiku.settings import RerankSettings
+from zhiku.types import Hit
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    @property
+    def name(self) -> str:
+        """What reranks (provider, model id, revision), e.g. ``cross-encoder:BAAI/bge-reranker-v2-m3@953dc6f6``."""
+        ...
+
+    def load(self) -> None:
+        """Load the model now (servers call it at start-up, so the first query is not the slow one)."""
+        ...
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
+        """The best ``top_k`` of ``hits`` for ``query``, best first, with ``rerank_*`` fields filled.
+
+        Raises on failure; the caller falls back to the input order."""
+        ...
+
+
+def sigmoid(x: float) -> float:
+    """1 / (1 + e^−x), without overflow for large |x|."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+def apply_scores(hits: Sequence[Hit], raw: Sequence[float], top_k: int, *, offset: float = 0.0) -> list[Hit]:
+    """``hits`` sorted by ``raw`` (best first; ties keep the input order), cut to ``top_k``, with their raw
+    score, ``sigmoid(raw − offset)`` and the new rank recorded."""
+    if len(raw) != len(hits):
+        raise RerankError(f"the reranker gave {len(raw)} scores for {len(hits)} passages")
+    scores = [float(s) for s in raw]
+    if not all(math.isfinite(s) for s in scores):
+        raise RerankError(f"the reranker gave non-finite scores: {scores[:5]}")
+    order = sorted(range(len(hits)), key=lambda i: (-scores[i], i))
+    return [
+        replace(hits[i], rerank_rank=r, rerank_score=scores[i], rerank_sigmoid=sigmoid(scores[i] - offset))
+        for r, i in enumerate(order[:top_k], 1)
+    ]
+
+
+# --------------------------------------------------------------------------------------- fallback
+@dataclass(frozen=True)
+class RerankOutcome:
+    hits: tuple[Hit, ...]
+    status: str  # "ok" | "off" | "fallback: <reason>"
+    elapsed_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _run_bounded(fn: Any, timeout: float) -> Any:
+    """``fn()`` in a daemon thread; ``TimeoutError`` when it takes longer than ``timeout`` (it goes on alone)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="zhiku-rerank", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"timeout after {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _check_output(out: Any, candidates: Sequence[Hit], want: int) -> list[Hit]:
+    """The reranker's output must be a reordering of (some of) its input, without repeats."""
+    if not isinstance(out, list) or not all(isinstance(h, Hit) for h in out):
+        raise RerankError(f"the reranker returned {type(out).__name__}, not a list of hits")
+    ids = [h.chunk.chunk_id for h in out]
+    given = {h.chunk.chunk_id for h in candidates}
+    if len(set(ids)) != len(ids) or not set(ids) <= given:
+        raise RerankError("the reranker returned passages it was not given, or one twice")
+    if len(out) < min(want, len(candidates)):
+        raise RerankError(f"the reranker returned {len(out)} of the {min(want, len(candidates))} passages asked for")
+    return out
+
+
+def rerank_with_fallback(
+    reranker: Reranker, query: str, hits: Sequence[Hit], *, top_m: int, top_k: int, timeout: float
+) -> RerankOutcome:
+    """Rerank the first ``top_m`` of ``hits`` (the rest follow in their fused order), keep ``top_k``.
+
+    Never raises for a reranker's failure: the outcome then holds ``hits[:top_k]`` and ``fallback: <reason>``.
+    """
+    started = time.perf_counter()
+    candidates = list(hits[:top_m])
+    want = min(top_k, len(candidates))
+    if not candidates:
+        return RerankOutcome(tuple(hits[:top_k]), "ok", 0.0)
+    try:
+        out = _run_bounded(lambda: reranker.rerank(query, candidates, want), timeout)
+        ranked = _check_output(out, candidates, want)[:want]
+    except BaseException as e:  # noqa: BLE001 - every failure falls back
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        reason = str(e) if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
+        reason = " ".join(reason.split())[:300]
+        log.warning("reranker %s failed, answering with the fused order: %s", reranker_name(reranker), reason)
+        return RerankOutcome(tuple(hits[:top_k]), f"fallback: {reason}", (time.perf_counter() - started) * 1000)
+    final = ranked + list(hits[top_m:])  # candidates past top_m keep their fused order
+    return RerankOutcome(tuple(final[:top_k]), "ok", (time.perf_counter() - started) * 1000)
+
+
+def reranker_name(reranker: Reranker) -> str:
+    """The reranker's name, or its class name when the name cannot be had (a missing model)."""
+    try:
+        return reranker.name
+    except Exception:  # noqa: BLE001 - the name itself may need the (missing) model
+        return type(reranker).__name__
+
+
+# ---------------------------------------------------------------------------------- cross-encoder
+class CrossEncoderReranker:
+    """A sentence-transformers ``CrossEncoder``; the model loads on first use (thread-safe)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+        batch_size: int = 32,
+        max_length: int | None = 512,
+        fp16: bool = True,
+        verify: bool = True,
+        manifest: Manifest | None = None,
+        memo: HashMemo | None = None,
+    ) -> None:
+        self.model = model
+        self.revision = revision
+        self.device_setting = device
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.fp16 = fp16
+        self.verify = verify
+        self.manifest = manifest if manifest is not None else load_manifest()
+        self.memo = memo if memo is not None else HashMemo(None)
+        self._lock = threading.Lock()
+
+    @cached_property
+    def folder(self) -> Any:
+        from zhiku.modelhub.hf import resolve_model
+
+        return resolve_model(
+            self.model, revision=self.revision, manifest=self.manifest, memo=self.memo, verify=self.verify
+        )
+
+    @cached_property
+    def name(self) -> str:
+        return f"cross-encoder:{self.folder.fingerprint(self.memo)}"
+
+    def load(self) -> None:
+        _ = self._model
+
+    @property
+    def _model(self) -> Any:
+        with self._lock:
+            if "_loaded" not in self.__dict__:
+                self.__dict__["_loaded"] = self._load()
+            return self.__dict__["_loaded"]
+
+    def _load(self) -> Any:
+        from zhiku.modelhub.hf import import_sentence_transformers, resolve_device
+
+        st = import_sentence_transformers()
+        device = resolve_device(self.device_setting)
+        try:
+            model = st.CrossEncoder(
+                str(self.folder.folder), device=device, max_length=self.max_length, local_files_only=True
+            )
+        except Exception as e:
+            raise RerankError(
+                f"cannot load cross-encoder {self.model} from {self.folder.folder}: {type(e).__name__}: {e}"
+            ) from None
+        if device.startswith("cuda") and self.fp16:
+            model.half()
+        return model
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
+        if not hits:
+            return []
+        import torch
+
+        raw = self._model.predict(
+            [(query, h.chunk.text) for h in hits],
+            batch_size=self.batch_size,
+            activation_fn=torch.nn.Identity(),
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+        return apply_scores(hits, [float(x) for x in raw.reshape(len(hits), -1)[:, -1]], top_k)
+
+
+# -------------------------------------------------------------------------------------------- LLM
+LLM_SYSTEM = (
+    "You are a search relevance judge. Grade how well each passage answers the user's query, from 0 (irrelevant) "
+    "to 10 (answers it fully). Passages may be in Chinese. Answer with JSON only, exactly "
+    '{"scores": [g1, g2, ...]}: one number per passage, in the order given, nothing else.'
+)
+_THINK = re.compile(r"<think>.*?</think>", re.S)
+_LINE = re.compile(r"^\s*[\[(（]?\s*(\d+)\s*[\])）]?\s*[:：=\-–]\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*10)?\s*$")
+LLM_MIDPOINT = 5.0  # grades are centred here for the sigmoid
+
+
+def llm_prompt(query: str, passages: Sequence[str], max_chars: int) -> str:
+    lines = [f"Query: {query}", "", f"Passages ({len(passages)}):"]
+    for n, text in enumerate(passages, 1):
+        one = " ".join(text.split())
+        lines.append(f"[{n}] {one[:max_chars]}{'…' if len(one) > max_chars else ''}")
+    lines += ["", f'Reply with {{"scores": [...]}} holding exactly {len(passages)} grades (0-10).']
+    return "\n".join(lines)
+
+
+def parse_scores(text: str, n: int) -> list[float]:
+    """Grades from an LLM answer: a JSON ``{"scores": [...]}`` (also inside a code fence or after a ``<think>``
+    block; ``scores`` may also map ids to grades), or one ``id: grade`` per line. Raises ``RerankError``."""
+    if not isinstance(text, str) or not text.strip():
+        raise RerankError("the LLM reranker answered nothing")
+    body = _THINK.sub("", text).strip()
+    start, end = body.find("{"), body.rfind("}")
+    if 0 <= start < end:
+        try:
+            data = json.loads(body[start : end + 1])
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "scores" in data:
+            return _scores_from(data["scores"], n, text)
+    found: dict[int, float] = {}
+    for line in body.splitlines():
+        m = _LINE.match(line)
+        if m:
+            found[int(m[1])] = float(m[2])
+    if found:
+        return _scores_from(found, n, text)
+    raise RerankError(f"cannot read grades from the LLM reranker's answer: {text[:120]!r}")
+
+
+def _scores_from(value: Any, n: int, text: str) -> list[float]:
+    if isinstance(value, dict):
+        try:
+            by_id = {int(k): v for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise RerankError(f"the LLM reranker's scores have ids that are not numbers: {text[:120]!r}") from None
+        if sorted(by_id) != list(range(1, n + 1)):
+            raise RerankError(f"the LLM reranker graded passages {sorted(by_id)[:10]}, expected 1..{n}")
+        value = [by_id[i] for i in range(1, n + 1)]
+    if not isinstance(value, list) or len(value) != n:
+        got = len(value) if isinstance(value, list) else type(value).__name__
+        raise RerankError(f"the LLM reranker gave {got} grades for {n} passages: {text[:120]!r}")
+    try:
+        scores = [float(v) for v in value]
+    except (TypeError, ValueError):
+        raise RerankError(f"the LLM reranker's grades are not numbers: {text[:120]!r}") from None
+    if any(isinstance(v, bool) for v in value) or not all(math.isfinite(s) for s in scores):
+        raise RerankError(f"the LLM reranker's grades are not finite numbers: {text[:120]!r}")
+    return scores
+
+
+class LLMReranker:
+    """One chat completion per query grades all candidates (listwise-in-one-call, pointwise grades)."""
+
+    def __init__(self, client: Any, model: str, *, max_chars: int = 600, timeout: float = 10.0) -> None:
+        self.client = client
+        self.model = model
+        self.max_chars = max_chars
+        self.timeout = timeout
+
+    @property
+    def name(self) -> str:
+        return f"llm:{self.model}"
+
+    def load(self) -> None:
+        return None
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
+        if not hits:
+            return []
+        prompt = llm_prompt(query, [h.chunk.text for h in hits], self.max_chars)
+        payload = {
+            "model": self.model,
+            "temperature": 0,
+            "max_tokens": 8 * len(hits) + 64,
+            "messages": [{"role": "system", "content": LLM_SYSTEM}, {"role": "user", "content": prompt}],
+        }
+        data = self.client.post("chat/completions", payload, deadline=time.monotonic() + self.timeout)
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise RerankError(
+                f"the LLM endpoint's answer has no choices[0].message.content: {str(data)[:120]}"
+            ) from None
+        return apply_scores(hits, parse_scores(content, len(hits)), top_k, offset=LLM_MIDPOINT)
+
+
+# ------------------------------------------------------------------------------------------ build
+def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | None:
+    """The configured reranker (``None`` for ``provider: none``); no model is loaded yet."""
+    match settings.provider:
+        case "none":
+            return None
+        case "cross-encoder":
+            assert settings.model is not None  # the settings validator requires it
+            return CrossEncoderReranker(
+                settings.model,
+                revision=settings.revision,
+                device=settings.device,
+                batch_size=settings.batch_size,
+                max_length=settings.max_length,
+                fp16=settings.fp16,
+                verify=settings.verify,
+                manifest=load_manifest(cache_dir / USER_MANIFEST),
+                memo=HashMemo(cache_dir / HASH_MEMO),
+            )
+        case "llm":
+            from zhiku.openai_http import OpenAICompatibleClient
+
+            assert settings.model is not None and settings.base_url is not None
+            client = OpenAICompatibleClient(
+                settings.base_url,
+                timeout=settings.timeout,
+                max_retries=1,
+                api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            )
+            return LLMReranker(client, settings.model, max_chars=settings.max_chars, timeout=settings.timeout)
+
+
+def parse_reranker_spec(spec: str) -> dict[str, Any]:
+    """``--reranker`` values as ``rerank`` settings: ``none``, ``cross-encoder:MODEL`` (id or folder), ``llm``
+    (model and endpoint from the settings) or ``llm:MODEL``."""
+    provider, _, model = spec.strip().partition(":")
+    match provider:
+        case "none" if not model:
+            return {"provider": "none"}
+        case "cross-encoder" | "ce" if model:
+            return {"provider": "cross-encoder", "model": model}
+        case "llm":
+            return {"provider": "llm", **({"model": model} if model else {})}
+    raise InvalidInput(
+        f"--reranker {spec!r}: use none, cross-encoder:MODEL_OR_FOLDER, llm or llm:MODEL (with rerank.base_url set)"
+    )

@@ -1,0 +1,223 @@
+"""The query pipeline: parse → BM25 and dense retrieval in parallel → fusion → rerank (optional) → hits."""
+
+from __future__ import annotations
+
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from zhiku.embedding.base import Embedder
+from zhiku.errors import InvalidInput
+from zhiku.observability.tracing import changes_data, fusion_rank_changes, mark, rank_changes, span
+from zhiku.retrieval.fusion import rrf, zscore_fusion
+from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
+from zhiku.settings import RerankSettings, RetrievalSettings
+from zhiku.stores.base import Store
+from zhiku.text import TextProcessor
+from zhiku.types import Filters, Hit, ScoredId, SearchMode
+
+MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
+MAX_TOP_K = 100
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    text: str  # as the user wrote it (stripped)
+    terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
+
+
+def parse_query(query: str, text: TextProcessor, *, max_chars: int) -> ParsedQuery:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("the query is empty: ask a question, e.g. 试用期最长多久")
+    query = query.strip()
+    if len(query) > max_chars:
+        raise InvalidInput(
+            f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
+        )
+    return ParsedQuery(text=query, terms=tuple(text.query_tokens(query)))
+
+
+def check_top_k(top_k: int) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
+    return top_k
+
+
+def check_mode(mode: str) -> SearchMode:
+    if mode not in MODES:
+        raise InvalidInput(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """Everything one search produced, stage by stage (for answers, traces and evaluation)."""
+
+    query: ParsedQuery
+    mode: SearchMode
+    bm25: tuple[ScoredId, ...]
+    dense: tuple[ScoredId, ...]
+    hits: tuple[Hit, ...]
+    rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
+
+
+class Searcher:
+    """Runs searches over a ``Store`` with an ``Embedder``; safe to call from several threads."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        text: TextProcessor,
+        settings: RetrievalSettings,
+        reranker: Reranker | None = None,
+        rerank: RerankSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.text = text
+        self.settings = settings
+        self.reranker = reranker
+        self.rerank_settings = rerank or RerankSettings()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zhiku-dense")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        mode: str | None = None,
+        filters: Filters = Filters(),
+        per_source_k: int | None = None,
+        rerank: bool | None = None,
+    ) -> Retrieval:
+        """``rerank``: None runs the configured reranker (if any), False skips it, True requires one."""
+        s = self.settings
+        top_k = check_top_k(s.top_k if top_k is None else top_k)
+        mode_ = check_mode(s.mode if mode is None else mode)
+        if rerank and self.reranker is None:
+            raise InvalidInput(
+                "no reranker is configured: set rerank.provider (cross-encoder or llm) and rerank.model, "
+                "e.g. ZHIKU_RERANK__PROVIDER=cross-encoder ZHIKU_RERANK__MODEL=BAAI/bge-reranker-v2-m3"
+            )
+        reranker = self.reranker if rerank is not False else None
+        final_k = top_k
+        if reranker is not None:  # the reranker sees top_m fused candidates; it keeps at most rerank.top_k
+            final_k = min(top_k, self.rerank_settings.top_k or top_k)
+            top_k = max(top_k, self.rerank_settings.top_m)
+        with span("parse") as sp:
+            parsed = parse_query(query, self.text, max_chars=s.max_query_chars)
+            sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
+        depth = max(per_source_k or s.per_source_k, top_k)
+
+        dense_future = None
+        if mode_ in ("dense", "hybrid"):
+            dense_future = self._pool.submit(contextvars.copy_context().run, self._dense, parsed.text, depth, filters)
+        bm25: list[ScoredId] = []
+        if mode_ in ("bm25", "hybrid"):
+            with span("bm25") as sp:
+                bm25 = self.store.bm25_search(parsed.terms, depth, filters)
+                sp.ranking(bm25, depth=depth)
+        else:
+            mark("bm25", reason=f"mode {mode_}")
+        if dense_future is None:
+            mark("dense", reason=f"mode {mode_}")
+        dense = dense_future.result() if dense_future is not None else []
+
+        if mode_ == "bm25":
+            order = [(x.chunk_id, x.score) for x in bm25][:top_k]
+        elif mode_ == "dense":
+            order = [(x.chunk_id, x.score) for x in dense][:top_k]
+        else:
+            with span("fusion") as sp:
+                weights = [s.bm25_weight, s.dense_weight]
+                if s.fusion == "rrf":
+                    order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:top_k]
+                else:
+                    order = zscore_fusion([bm25, dense], weights=weights)[:top_k]
+                if sp.active:  # rank changes cost a few dict operations: only when traced
+                    changes = fusion_rank_changes(bm25, dense, [c for c, _ in order])
+                    sp.set(
+                        counts={"candidates": len(changes), "returned": len(order)},
+                        method=s.fusion,
+                        rrf_k=s.rrf_k,
+                        weights=[s.bm25_weight, s.dense_weight],
+                        **changes_data(changes, keep_dropped_within=top_k),
+                    )
+        if mode_ != "hybrid":
+            mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
+
+        by_bm25 = {x.chunk_id: x for x in bm25}
+        by_dense = {x.chunk_id: x for x in dense}
+        chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
+        hits = []
+        for fused_rank, (cid, score) in enumerate(order, 1):
+            if cid not in chunks:  # deleted between retrieval and fetch
+                continue
+            b, d = by_bm25.get(cid), by_dense.get(cid)
+            hits.append(
+                Hit(
+                    chunk=chunks[cid],
+                    score=float(score),
+                    bm25_rank=b.rank if b else None,
+                    bm25_score=b.score if b else None,
+                    dense_rank=d.rank if d else None,
+                    dense_score=d.score if d else None,
+                    fused_rank=fused_rank,
+                )
+            )
+        status = "off"
+        if reranker is None:
+            mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
+        else:
+            hits, status = self._rerank(reranker, parsed.text, hits, final_k)
+        return Retrieval(
+            query=parsed, mode=mode_, bm25=tuple(bm25), dense=tuple(dense), hits=tuple(hits), rerank=status
+        )
+
+    def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
+        r = self.rerank_settings
+        with span("rerank") as sp:
+            outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
+            if sp.active:
+                candidates = min(r.top_m, len(hits))
+                data = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
+                if outcome.ok:
+                    changes = rank_changes(
+                        {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},
+                        [h.chunk.chunk_id for h in outcome.hits if h.rerank_rank is not None],
+                    )
+                    scores = [
+                        {
+                            "chunk_id": h.chunk.chunk_id,
+                            "rerank_rank": h.rerank_rank,
+                            "fused_rank": h.fused_rank,
+                            "raw": round(h.rerank_score, 6),
+                            "sigmoid": round(h.rerank_sigmoid or 0.0, 6),
+                        }
+                        for h in outcome.hits
+                        if h.rerank_score is not None
+                    ]
+                    sp.set(
+                        counts={"candidates": candidates, "returned": len(outcome.hits)},
+                        scores=scores,
+                        **data,
+                        **changes_data(changes, keep_dropped_within=top_k),
+                    )
+                else:
+                    sp.set(
+                        counts={"candidates": candidates, "returned": len(outcome.hits)},
+                        status="fallback",
+                        reason=outcome.status.removeprefix("fallback: "),
+                        **data,
+                    )
+        return list(outcome.hits), outcome.status
+
+    def _dense(self, query: str, depth: int, filters: Filters) -> list[ScoredId]:
+        with span("dense") as sp:
+            found = self.store.dense_search(self.embedder.embed_query(query), depth, filters)
+            sp.ranking(found, depth=depth)
+        return found
