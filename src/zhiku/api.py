@@ -22,6 +22,7 @@ from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import open_store
 from zhiku.stores.base import Store
+from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
 from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
@@ -184,6 +185,7 @@ class KnowledgeBase:
             images=self.images,
             retry_needs_ocr=loaders.ocr == "auto" and ocr_available(),
             ocr_setting=loaders.ocr,
+            max_file_mb=loaders.max_file_mb,
         )
 
     @cached_property
@@ -198,6 +200,10 @@ class KnowledgeBase:
             raise IndexMismatch(f"index {self.settings.index} was built differently ({what}): {self._rebuild_hint()}")
         if dry_run:
             return
+        # Take SQLite's write lock once now (an empty write): a locked or read-only index fails before any file
+        # is loaded or embedded, instead of after the whole batch was embedded. (Milvus has no writer lock.)
+        if isinstance(self.store, SQLiteStore):
+            self.store.set_meta({})
         if stale and force:  # a forced rebuild with another model: drop every old vector first
             for doc in self.store.list_documents():
                 self.store.delete_document(doc.doc_id)
@@ -293,41 +299,54 @@ class KnowledgeBase:
         return self.store.ingestion_history(limit)
 
     def resolve_document(self, ref: str, collection: str | None = None) -> DocRecord:
-        """A document by id, by source path as ingested, or by a file path on disk."""
+        """A document by id, by source path as ingested, or by a file path on disk; ``ref`` is literal
+        (``*`` and ``?`` are characters of a name here: :meth:`match_documents` takes patterns)."""
         if not ref or not ref.strip():
             raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
         doc = self.store.get_document(ref)
         if doc is not None and (collection is None or doc.collection == collection):
             return doc
+        on_disk = str(Path(ref).expanduser().resolve()) if "\x00" not in ref else None
         candidates = [
-            d
-            for d in self.store.list_documents(collection)
-            if d.source == ref
-            or d.path == ref
-            or d.path == str(Path(ref).expanduser().resolve())
-            or fnmatch.fnmatchcase(d.source, ref)
+            d for d in self.store.list_documents(collection) if d.source == ref or d.path == ref or d.path == on_disk
         ]
         if len(candidates) == 1:
             return candidates[0]
         if len(candidates) > 1:
             names = ", ".join(f"{d.doc_id} ({d.collection}/{d.source})" for d in candidates[:5])
             raise InvalidInput(f"{ref!r} matches {len(candidates)} documents: {names}; name one by its id")
+        pattern = " (a name, not a pattern: match several with `zhiku delete --glob`)" if _is_glob(ref) else ""
         raise NotFound(
             f"no document {ref!r} in {self.settings.index}"
             + (f" collection {collection!r}" if collection else "")
+            + pattern
             + " (list them with `zhiku documents`)"
         )
+
+    def match_documents(self, pattern: str, collection: str | None = None) -> list[DocRecord]:
+        """The documents whose source path matches the glob ``pattern`` (``*``, ``?``, ``[...]``)."""
+        if not pattern or not pattern.strip():
+            raise InvalidInput("give a pattern over source paths, e.g. '劳动合同法*'")
+        return [d for d in self.store.list_documents(collection) if fnmatch.fnmatchcase(d.source, pattern)]
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
         doc = self.resolve_document(ref, collection)
         self.store.delete_document(doc.doc_id)
         return doc
 
+    def delete_documents(self, docs: Sequence[DocRecord]) -> list[DocRecord]:
+        """Delete each of ``docs`` (from :meth:`match_documents`); returns those that were still there."""
+        return [d for d in docs if self.store.delete_document(d.doc_id)]
+
     def _collection(self, name: str | None) -> str:
         name = name or self.settings.collection
         if not name.strip() or len(name) > 64 or any(ch in name for ch in "/\\\x00"):
             raise InvalidInput(f"invalid collection name {name!r}: use 1–64 characters without slashes")
         return name
+
+
+def _is_glob(ref: str) -> bool:
+    return any(ch in ref for ch in "*?[")
 
 
 __all__ = ["KnowledgeBase", "doc_id_for"]

@@ -128,6 +128,12 @@ class LoaderSettings(_Section):
         le=1,
         description="PDF images covering less than this fraction of the page are skipped as decorative.",
     )
+    max_file_mb: float = Field(
+        100,
+        gt=0,
+        le=100_000,
+        description="Largest file ingested, in MiB, checked with stat before reading; a larger file fails with the reason and the batch goes on. Also bounds what a .docx (ZIP) unpacks to.",
+    )
 
 
 class EmbeddingSettings(_Section):
