@@ -33,6 +33,9 @@ def discover(paths: Sequence[Path], suffixes: Sequence[str]) -> tuple[list[FileT
     seen: set[Path] = set()
     for given in paths:
         shown = printable(str(given))
+        if "\x00" in str(given):
+            failures.append(FileFailure(shown.replace("\x00", "\\x00"), "invalid path: it contains a NUL byte"))
+            continue
         try:
             p = Path(given).expanduser()
             if not p.exists():

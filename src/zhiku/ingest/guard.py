@@ -25,7 +25,7 @@ from pathlib import Path
 from zhiku.errors import LoaderError
 
 MIB = 1024 * 1024
-MAX_INDENT = 16  # columns of leading whitespace kept on a line (Markdown nesting deeper than this reads the same)
+MAX_INDENT = 8  # columns of leading whitespace kept on a line (deeper Markdown nesting reads the same)
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISCHR, "a character device"),
