@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zhiku.api import KnowledgeBase
-from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.ingest.loaders import supported_suffixes
-from zhiku.ingest.pipeline import discover
+from zhiku.embedding import build_embedder
+from zhiku.errors import NotFound, ZhikuError
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -41,6 +41,7 @@ from zhiku.mcp.models import (
     iso_time,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
+from zhiku.mcp.roots import allowed_paths
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
@@ -75,12 +76,6 @@ class QueryArgs:
         return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
 
 
-class PathNotAllowed(InvalidInput):
-    """An ingest path outside ``server.ingest_roots``."""
-
-    code = "PATH_NOT_ALLOWED"
-
-
 def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
     """See the module docstring: best cosine similarity, or the top BM25 score in bm25 mode."""
     if not hits:
@@ -92,7 +87,8 @@ def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
 
 
 class Hub:
-    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes."""
+    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes
+    (:mod:`zhiku.mcp.concurrency`)."""
 
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
@@ -101,11 +97,14 @@ class Hub:
         # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
         # windows, and popular passages come back across queries.
         self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+        self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
-        """Open the index (read-only when ``server.read_only``) and load the models once."""
-        kb = KnowledgeBase(settings, read_only=settings.server.read_only)
+        """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
+        ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
+        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
             if warm:
@@ -150,7 +149,11 @@ class Hub:
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
+        """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
         version = self.index_version()
+        return self._flights.run((version, args), functools.partial(self._query, args, version))
+
+    def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
@@ -337,28 +340,8 @@ class Hub:
 
     # -- writes ------------------------------------------------------------------------------------
     def allowed_paths(self, paths: Sequence[str]) -> list[Path]:
-        """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
-        roots = [Path(r).expanduser().resolve() for r in self.settings.server.ingest_roots]
-        if not roots:
-            raise PathNotAllowed(
-                "this server accepts no ingest paths: set server.ingest_roots "
-                "(e.g. ZHIKU_SERVER__INGEST_ROOTS='[\"/data/docs\"]') and restart it"
-            )
-        shown = ", ".join(map(str, roots))
-        out = []
-        for given in paths:
-            p = Path(given).expanduser()
-            p = (p if p.is_absolute() else roots[0] / p).resolve()
-            if not any(p.is_relative_to(r) for r in roots):
-                raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots ({shown})")
-            out.append(p)
-        tasks, _ = discover(out, supported_suffixes())
-        for t in tasks:  # a symlink inside a root may point outside it
-            if not any(t.path.resolve().is_relative_to(r) for r in roots):
-                raise PathNotAllowed(
-                    f"{t.path} links to {t.path.resolve()}, outside the allowed ingest roots ({shown})"
-                )
-        return out
+        """``paths`` resolved; every file they reach must lie under an ingest root (:mod:`zhiku.mcp.roots`)."""
+        return allowed_paths(paths, self.settings.server.ingest_roots)
 
     def ingest(
         self,

@@ -1,8 +1,9 @@
-"""The MCP server: ``build_server(settings) -> MCPServer``. The only module that imports the MCP SDK.
+"""The MCP server: ``build_server(settings) -> MCPServer``. It and its transports (``stdio``, ``http_security``) import the SDK.
 
 A lifespan opens the index and loads the models once (``Hub.open``); tools run the library in worker
-threads. Searches, ingests and deletes run one at a time (the embedder is not thread-safe); catalogue
-reads run alongside them, and result-cache hits are answered on the event loop. Every tool failure is an ``isError`` result carrying a stable code (``ZhikuError.code``;
+threads. Reads (searches, catalogue, resources) run concurrently; ingests and deletes one at a time, without
+holding up reads (``zhiku.mcp.concurrency``); result-cache hits are answered on the event loop.
+Every tool failure is an ``isError`` result carrying a stable code (``ZhikuError.code``;
 ``INTERNAL_ERROR`` for anything unexpected, whose traceback goes to the log, never to the client) in its
 text and in ``_meta["zhiku/error"]``. Under stdio nothing but protocol reaches stdout.
 
@@ -30,9 +31,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from zhiku.errors import NotFound, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.mcp.stdio import serve_stdio
 from zhiku.mcp.models import (
     CHUNK_URI,
     DOC_URI,
@@ -126,6 +128,8 @@ async def _resource(ctx: Context, fn: Callable[..., str], ident: str) -> str:
         return await _run(ctx, fn, ident)
     except NotFound as e:
         raise ResourceNotFoundError(str(e)) from None
+    except InvalidInput as e:
+        raise MCPError(INVALID_PARAMS, str(e)) from None
     except ZhikuError as e:
         raise ResourceError(f"{e.code}: {e}") from None
 
@@ -185,7 +189,7 @@ def _middleware(tools: dict[str, type[BaseModel]], read_only: bool) -> Callable[
         params = ctx.params or {}
         if ctx.method == "tools/call":
             name = params.get("name")
-            if name not in tools:  # the spec's protocol error for an unknown tool, not an isError result
+            if not isinstance(name, str) or name not in tools:  # an unknown tool: a protocol error, not isError
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(tools)}")
             result = await call_next(ctx)
@@ -325,7 +329,7 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
             return error_result(e.code, str(e), e.retryable)
         if cached is not None:
             return ok_result(cached, await _run(ctx, Hub.image_blocks, cached))
-        return await _tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
+        return await _tool(ctx, "query_knowledge_hub", Hub.query, args, images=True)  # reads run concurrently
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS, READ_ONLY)
     async def list_collections(
@@ -462,21 +466,17 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
 
 # -- running --------------------------------------------------------------------------------------
 def http_app(server: MCPServer, settings: Settings) -> Any:
-    """The Streamable HTTP ASGI app behind zhiku's security middleware."""
+    """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import Policy, SecurityMiddleware, sdk_host_patterns, sdk_origin_patterns
+    from zhiku.mcp.http_security import build_http_app, sdk_host_patterns, sdk_origin_patterns
 
     s = settings.server
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=sdk_host_patterns(s, s.allowed_hosts),
-        allowed_origins=sdk_origin_patterns(s),
-    )
+    security = TransportSecuritySettings(allowed_hosts=sdk_host_patterns(s), allowed_origins=sdk_origin_patterns(s))
     app = server.streamable_http_app(
         streamable_http_path=s.path, max_request_body_size=s.max_request_bytes, transport_security=security, host=s.host
     )
-    return SecurityMiddleware(app, Policy.from_settings(s))
+    return build_http_app(app, s)
 
 
 def preflight(settings: Settings) -> None:
@@ -496,7 +496,7 @@ def run_server(settings: Settings) -> None:
     s = settings.server
     if s.transport == "stdio":
         log.info("zhiku: serving %s over stdio", settings.index)
-        server.run()
+        anyio.run(serve_stdio, server)
         return
     import uvicorn
 
