@@ -33,28 +33,29 @@ _KINDS = (
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISDIR, "a directory"),
 )
-_INDENT_RE = re.compile(r"^[ \t\u3000]{%d,}" % (MAX_INDENT + 1), re.MULTILINE)
-_INNER_RUN_RE = re.compile(r"(?<=\S)[ \t\u3000]{%d,}" % (MAX_INDENT + 1))
-_TRAILING_RE = re.compile(r"[ \t\u3000]{%d,}$" % (MAX_INDENT + 1), re.MULTILINE)
-_BLANK_LINES_RE = re.compile(r"\n(?:[ \t\u3000]*\n){3,}")
+WS = " \t\u3000"
+_LONG_RUN_RE = re.compile(r"[ \t\u3000]{%d,}" % (MAX_INDENT + 1))  # linear: a run is matched once, whole
+_BLANK_LINES_RE = re.compile(r"\n(?:[ \t\u3000]{0,%d}\n){3,}" % MAX_INDENT)
 
 
 def printable(name: str) -> str:
-    """``name`` unchanged when it encodes as UTF-8; else its raw bytes decoded as GB18030 (when that is valid
-    and holds no control characters), else with each undecodable byte shown as ``\\xNN``."""
+    """``name`` as text that any UTF-8 consumer accepts and a terminal shows on one line: bytes that are not
+    UTF-8 decoded as GB18030 when that reads as text, else shown as ``\\xNN``; control and other invisible
+    characters (a newline, a right-to-left override) shown as escapes."""
     try:
         name.encode("utf-8")
-        return name
+        text = name
     except UnicodeEncodeError:
-        pass
-    raw = name.encode("utf-8", "surrogateescape")
-    try:
-        decoded = raw.decode("gb18030")
-        if decoded.isprintable() or all(ch.isprintable() or ch in "/\\" for ch in decoded):
-            return decoded
-    except UnicodeDecodeError:
-        pass
-    return raw.decode("utf-8", "backslashreplace")
+        raw = name.encode("utf-8", "surrogateescape")
+        try:
+            text = raw.decode("gb18030")
+            if not all(ch.isprintable() for ch in text):
+                raise UnicodeDecodeError("gb18030", raw, 0, len(raw), "not text")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def not_regular(mode: int) -> str | None:
@@ -109,10 +110,18 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
 
 def collapse_whitespace(text: str) -> str:
     """Indentation capped at ``MAX_INDENT`` columns, longer inner runs of spaces made one and longer trailing
-    ones dropped, more than two blank (or whitespace-only) lines in a row made two. Words and line structure stay as they are."""
-    if len(text) < 2 * MAX_INDENT:
+    ones dropped, more than two blank (or whitespace-only) lines in a row made two. Words and line structure
+    stay as they are. Linear in the length of ``text`` (no regex backtracks over a run of spaces)."""
+    if len(text) < 2 * MAX_INDENT or (_LONG_RUN_RE.search(text) is None and "\n\n\n\n" not in text):
         return text
-    text = _TRAILING_RE.sub("", text)
-    text = _INDENT_RE.sub(" " * MAX_INDENT, text)
-    text = _INNER_RUN_RE.sub(" ", text)
-    return _BLANK_LINES_RE.sub("\n\n\n", text)
+    lines = []
+    for line in text.split("\n"):
+        body = line.lstrip(WS)
+        indent = line[: len(line) - len(body)]
+        if not body:  # a whitespace-only line
+            lines.append(line if len(line) <= MAX_INDENT else "")
+            continue
+        trimmed = body.rstrip(WS)
+        body = trimmed if len(body) - len(trimmed) > MAX_INDENT else body
+        lines.append((indent if len(indent) <= MAX_INDENT else " " * MAX_INDENT) + _LONG_RUN_RE.sub(" ", body))
+    return _BLANK_LINES_RE.sub("\n\n\n", "\n".join(lines))

@@ -11,7 +11,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,8 @@ class Ingestor:
                     raise
                 reason = str(e)
             except Exception as e:  # whatever a loader or the chunker does, the batch goes on
-                log.warning("ingesting %s failed unexpectedly", task.shown, exc_info=True)
+                log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
+                log.debug("the traceback", exc_info=True)
                 reason = f"unexpected error: {type(e).__name__}: {e}"
             else:
                 if prepared is not None:
@@ -210,6 +211,7 @@ class Ingestor:
         with span("load") as sp:
             doc = load_document(task.path, task.source, self.loaders)
             sp.set(counts={"documents": 1, "bytes": len(data)})
+        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
         return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
@@ -334,7 +336,8 @@ class Ingestor:
                 self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, str(e), False)
                 continue
             except Exception as e:  # a bug on one document's way into the store must not stop the batch
-                log.warning("writing %s failed unexpectedly", p.path, exc_info=True)
+                log.warning("writing %s failed unexpectedly: %s: %s", p.path, type(e).__name__, e)
+                log.debug("the traceback", exc_info=True)
                 reason = f"unexpected error: {type(e).__name__}: {e}"
                 self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
                 continue

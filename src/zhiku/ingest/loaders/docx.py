@@ -87,9 +87,11 @@ class DocxLoader:
         except ImportError:
             raise MissingDependency(f"reading Word files needs python-docx: {DOCX_INSTALL}") from None
         check_zip(path, "a Word .docx document", int(self.settings.max_file_mb * MIB))
+        from lxml.etree import XMLSyntaxError  # python-docx's parser (it refuses entity expansion bombs)
+
         try:
             document = docx.Document(str(path))
-        except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
+        except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, XMLSyntaxError) as e:
             raise LoaderError(
                 f"not a readable .docx document (corrupt, truncated, or another ZIP file): {path} ({e})"
             ) from None

@@ -1,0 +1,93 @@
+"""(b) A generated corpus of ≥ 300 hostile files (``badfiles.py``): each file alone (no traceback, no hang over
+30 s, peak RSS ≤ 1 GB, every file indexed or refused with a reason as expected), then all of them in one CLI
+batch (the good files are indexed: no batch lost; no traceback on stderr). The short version takes a seeded
+sample of 40 files."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from badfiles import make_corpus
+from rel_common import full_run, percentiles, report, run, zhiku_env
+from zhiku.ingest.guard import printable
+
+HANG_S = 30
+RSS_MB = 1024
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[Path, str]]:
+    bad, expect = make_corpus(tmp_path_factory.mktemp("badfiles"))
+    if full_run():
+        return bad, expect
+    rng = random.Random(12)
+    good = [p for p in expect if p.parent.name == "good"]
+    sample = rng.sample(sorted(p for p in expect if p.parent.name != "good" and "sparse" not in p.name), 35)
+    return bad, {p: expect[p] for p in [*good, *sample, *[p for p in expect if p.name == "sparse.txt"]]}
+
+
+def test_each_bad_file_alone(corpus: tuple[Path, dict[Path, str]], tmp_path: Path, embed_cache_dir: Path) -> None:
+    _, expect = corpus
+    listing = tmp_path / "list"
+    listing.write_bytes(b"\0".join(os.fsencode(p) for p in expect))
+    driver = str(Path(__file__).with_name("ingest_each.py"))
+    done = run([driver, str(tmp_path / "idx"), str(listing)], zhiku_env(embed_cache_dir), HANG_S * len(expect) + 60)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    by_path = {row["path"]: row for row in rows}
+    mismatches, unexpected = [], []
+    for path, want in expect.items():
+        row = by_path.get(printable(str(path)))
+        if row is None or "raised" in row or row.get("hang"):
+            mismatches.append(f"{path}: {row}")
+            continue
+        if row.get("reason") and "unexpected error" in row["reason"]:
+            unexpected.append(f"{path}: {row['reason']}")
+        got = "ok" if row["added"] else "fail" if row.get("reason") else "nothing"
+        if got == "nothing" or (want != "either" and got != want):
+            mismatches.append(f"{path}: expected {want}, got {got} ({row.get('reason')})")
+    seconds = [row["seconds"] for row in rows]
+    peak = max((row["peak_rss_mb"] for row in rows), default=0.0)
+    report(
+        "bad_files_alone",
+        cases=len(expect),
+        rows=len(rows),
+        refused=sum(1 for r in rows if r.get("reason")),
+        indexed=sum(1 for r in rows if r.get("added")),
+        failures=len(mismatches) + len(unexpected),
+        tracebacks=sum(1 for r in rows if "raised" in r),
+        hangs=sum(1 for r in rows if r.get("hang") or r["seconds"] > HANG_S),
+        peak_rss_mb=peak,
+        slowest=sorted(((r["seconds"], r["path"].rsplit("/", 2)[-1]) for r in rows), reverse=True)[:3],
+        **percentiles(seconds),
+    )
+    assert done.rc == 0 and not done.timed_out, done.stderr[-3000:]
+    assert (mismatches, unexpected) == ([], [])
+    assert max(seconds) <= HANG_S and peak <= RSS_MB
+
+
+def test_one_batch_of_all_of_them(corpus: tuple[Path, dict[Path, str]], tmp_path: Path, embed_cache_dir: Path) -> None:
+    _, expect = corpus
+    args = ["ingest", *map(str, expect), "--index", str(tmp_path / "idx"), "--json"]
+    done = run(args, zhiku_env(embed_cache_dir), HANG_S * len(expect) + 60)
+    result = json.loads(done.stdout)
+    good = {str(p) for p in expect if p.parent.name == "good"}
+    lost = sorted(good & {f["path"] for f in result["failures"]})
+    report(
+        "bad_files_batch",
+        cases=len(expect),
+        added=result.get("added"),
+        failed=result.get("failed"),
+        data_lost=len(lost),
+        tracebacks=done.stderr.count("Traceback"),
+        seconds=round(done.seconds, 1),
+        peak_rss_mb=round(done.peak_rss_mb, 1),
+    )
+    assert done.rc == 1 and not done.timed_out  # some files failed, the batch did not
+    assert lost == [] and result["added"] >= len(good) and "Traceback" not in done.stderr
+    assert result["added"] + result["failed"] == len(expect)
+    assert done.peak_rss_mb <= RSS_MB

@@ -1,0 +1,122 @@
+"""(a) ``kill -9`` at random points during ingest, replace (a changed file re-indexed), delete and migrate, then
+the integrity and consistency checks of ``integrity.py``: FTS rows = chunks, a vector per chunk, no orphans,
+every document an old or a new version, and the index still answers a query.
+
+The short version (inside ``make test``) kills 4 runs; ``make reliability`` kills 60 (plus migrations to a
+milvus-lite server when the ``milvus`` extra is installed).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from helpers_kb import make_settings
+from integrity import problems, snapshot
+from rel_common import PYTHON, ROOT, full_run, report, zhiku_env
+from zhiku.api import KnowledgeBase
+
+CHUNKING = {"size": 200, "overlap": 20, "min_chars": 20}
+ARTICLE = "第{n}条 用人单位应当依法建立和完善劳动规章制度，保障劳动者享有劳动权利、履行劳动义务。{extra}"
+OPS = ("ingest", "replace", "delete")
+
+
+def _write(folder: Path, names: range, extra: str) -> Path:
+    folder.mkdir(parents=True)
+    for i in names:
+        body = "\n\n".join(ARTICLE.format(n=f"{i}-{k}", extra=extra) for k in range(4))
+        (folder / f"规定{i:02d}.md").write_text(f"# 规定{i:02d}\n\n{body}\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, embed_cache_dir: Path) -> dict[str, object]:
+    """Corpora v1 / v2 (same names, other text) / new, the template index (v1) and every reference version."""
+    root = tmp_path_factory.mktemp("kill")
+    v1 = _write(root / "v1" / "docs", range(10), "（旧版）")
+    v2 = _write(root / "v2" / "docs", range(10), "（修订版，增加了新的内容）")
+    new = _write(root / "new" / "docs", range(10, 20), "（新增）")
+    template = root / "template"
+
+    def kb(index: Path) -> KnowledgeBase:
+        return KnowledgeBase(make_settings(index, embed_cache_dir, chunking=CHUNKING))
+
+    with kb(template) as k:
+        assert not k.ingest([v1], collection="hr").failed
+    versions: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+    for name, corpus in (("v1", None), ("v2", v2), ("new", new)):
+        index = root / f"ref-{name}"
+        shutil.copytree(template, index)
+        if corpus is not None:
+            with kb(index) as k:
+                assert not k.ingest([corpus], collection="hr").failed
+        for doc_id, version in snapshot(index).items():
+            versions.setdefault(doc_id, set()).add(version)
+    dim = KnowledgeBase(make_settings(template, embed_cache_dir)).embedder.dim
+    return {"root": root, "v2": v2, "new": new, "template": template, "versions": versions, "dim": dim}
+
+
+def _command(op: str, world: dict[str, object], index: Path) -> list[str]:
+    base = {"ingest": ["ingest", str(world["new"])], "replace": ["ingest", str(world["v2"])]}
+    args = base.get(op, ["delete", "--glob", "*", "--yes"])
+    if op != "delete":
+        args += ["-c", "hr"]
+    return [PYTHON, "-m", "zhiku.cli", *args, "--index", str(index)]
+
+
+def _kill_run(op: str, world: dict[str, object], index: Path, delay: float, env: dict[str, str]) -> str:
+    """Start ``op``, SIGKILL it after ``delay`` s; "killed" or "finished" (it ended before the kill)."""
+    proc = subprocess.Popen(
+        _command(op, world, index), env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        proc.wait(timeout=delay)
+        return "finished"
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return "killed"
+
+
+def test_kill_minus_nine_leaves_a_consistent_index(world: dict[str, object], embed_cache_dir: Path) -> None:
+    root, versions, dim = world["root"], world["versions"], world["dim"]
+    env = zhiku_env(embed_cache_dir, **{f"ZHIKU_CHUNKING__{k.upper()}": str(v) for k, v in CHUNKING.items()})
+    runs = 60 if full_run() else 4
+    rng = random.Random(1212)
+    durations: dict[str, float] = {}
+    for op in OPS:  # how long each operation takes to the end, to spread the kills over it
+        index = root / f"timing-{op}"  # type: ignore[operator]
+        shutil.copytree(world["template"], index)  # type: ignore[arg-type]
+        started = time.monotonic()
+        assert _kill_run(op, world, index, 300, env) == "finished"
+        durations[op] = time.monotonic() - started
+    outcomes: Counter[str] = Counter()
+    inconsistent: list[str] = []
+    for n in range(runs):
+        op = OPS[n % len(OPS)]
+        index = root / f"run-{n}"  # type: ignore[operator]
+        shutil.copytree(world["template"], index)  # type: ignore[arg-type]
+        outcomes[_kill_run(op, world, index, rng.uniform(0.3, durations[op] * 1.05), env)] += 1
+        found = problems(index, versions, dim)  # type: ignore[arg-type]
+        with KnowledgeBase(make_settings(index, embed_cache_dir, chunking=CHUNKING), read_only=True) as kb:
+            kb.retrieve("劳动规章制度", top_k=3)  # the index still answers
+        if found:
+            inconsistent.append(f"run {n} ({op}): {'; '.join(found)}")
+        shutil.rmtree(index)
+    report(
+        "kill",
+        runs=runs,
+        killed=outcomes["killed"],
+        finished_before_kill=outcomes["finished"],
+        inconsistent=len(inconsistent),
+        op_seconds={k: round(v, 2) for k, v in durations.items()},
+    )
+    assert inconsistent == []
+    assert outcomes["killed"] >= runs * 2 // 3
