@@ -9,7 +9,7 @@ DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: install inspector demo test test-slow quality-gate bench-latency clean
+.PHONY: install inspector demo test test-slow reliability quality-gate bench-latency clean
 
 install: $(STAMP)
 
@@ -36,6 +36,12 @@ test: $(STAMP) inspector
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow
+
+# The long reliability suite (issue 12): kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
+# concurrent clients with a writer. Each part prints a `RELIABILITY <part> {figures}` line (`make test` runs the
+# short versions).
+reliability: $(STAMP)
+	$(PY) -m pytest -m reliability -s tests/reliability
 
 # The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
 quality-gate: $(STAMP)

@@ -181,7 +181,9 @@ def _text(bad: Path, rng: random.Random, expect: Expect) -> None:
     for suffix in (".txt", ".md", ".text", ".markdown", ".html", ".pdf", ".docx"):
         (d / f"empty{suffix}").write_bytes(b"")
         expect[d / f"empty{suffix}"] = "fail"
-    for i, ws in enumerate([" ", "\n", "\t", "\u3000", " \n\t", "\r\n", "\u00a0", " " * 1_000_000, "\n" * 100_000, "\f"]):
+    for i, ws in enumerate(
+        [" ", "\n", "\t", "\u3000", " \n\t", "\r\n", "\u00a0", " " * 1_000_000, "\n" * 100_000, "\f"]
+    ):
         (d / f"blank{i}.md").write_text(ws * (1 if len(ws) > 100 else 1000), encoding="utf-8")
         expect[d / f"blank{i}.md"] = "fail"
     for levels in (1_000, 3_000):

@@ -35,7 +35,9 @@ def problems(index: Path, versions: dict[str, set[Version]], dim: int) -> list[s
         fts = conn.execute("SELECT count(*) FROM fts").fetchone()[0]
         if fts != chunks:
             out.append(f"{fts} FTS rows for {chunks} chunks")
-        orphan_fts = conn.execute("SELECT count(*) FROM fts WHERE rowid NOT IN (SELECT rowid FROM chunks)").fetchone()[0]
+        orphan_fts = conn.execute("SELECT count(*) FROM fts WHERE rowid NOT IN (SELECT rowid FROM chunks)").fetchone()[
+            0
+        ]
         if orphan_fts:
             out.append(f"{orphan_fts} FTS rows without a chunk")
         bad_vectors = conn.execute("SELECT count(*) FROM chunks WHERE length(vector) != ?", (4 * dim,)).fetchone()[0]

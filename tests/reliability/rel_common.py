@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def full_run() -> bool:
-    """The long version (``make reliability``: ``-m reliability``) or the short one inside ``make test``."""
-    return os.environ.get("ZHIKU_RELIABILITY_FULL") == "1"
+# Every part runs twice: "short" inside `make test`, "full" (marked ``reliability``, deselected by default)
+# in `make reliability`. Tests take the ``full`` parameter.
+SIZES = pytest.mark.parametrize(
+    "full", [pytest.param(False, id="short"), pytest.param(True, id="full", marks=pytest.mark.reliability)]
+)
 
 
 def report(part: str, **figures: object) -> None:

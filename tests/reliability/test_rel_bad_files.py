@@ -11,9 +11,9 @@ import random
 from pathlib import Path
 
 import pytest
-
 from badfiles import make_corpus
-from rel_common import full_run, percentiles, report, run, zhiku_env
+from rel_common import SIZES, percentiles, report, run, zhiku_env
+
 from zhiku.ingest.guard import printable
 
 HANG_S = 30
@@ -21,18 +21,22 @@ RSS_MB = 1024
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[Path, str]]:
-    bad, expect = make_corpus(tmp_path_factory.mktemp("badfiles"))
-    if full_run():
-        return bad, expect
-    rng = random.Random(12)
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, str]:
+    return make_corpus(tmp_path_factory.mktemp("badfiles"))[1]
+
+
+def _cases(expect: dict[Path, str], full: bool) -> dict[Path, str]:
+    """All files, or (short) the good ones plus a seeded sample of 35 bad ones."""
+    if full:
+        return expect
     good = [p for p in expect if p.parent.name == "good"]
-    sample = rng.sample(sorted(p for p in expect if p.parent.name != "good" and "sparse" not in p.name), 35)
-    return bad, {p: expect[p] for p in [*good, *sample, *[p for p in expect if p.name == "sparse.txt"]]}
+    bad = sorted((p for p in expect if p.parent.name != "good"), key=str)
+    return {p: expect[p] for p in [*good, *random.Random(12).sample(bad, 35)]}
 
 
-def test_each_bad_file_alone(corpus: tuple[Path, dict[Path, str]], tmp_path: Path, embed_cache_dir: Path) -> None:
-    _, expect = corpus
+@SIZES
+def test_each_bad_file_alone(full: bool, corpus: dict[Path, str], tmp_path: Path, embed_cache_dir: Path) -> None:
+    expect = _cases(corpus, full)
     listing = tmp_path / "list"
     listing.write_bytes(b"\0".join(os.fsencode(p) for p in expect))
     driver = str(Path(__file__).with_name("ingest_each.py"))
@@ -53,7 +57,7 @@ def test_each_bad_file_alone(corpus: tuple[Path, dict[Path, str]], tmp_path: Pat
     seconds = [row["seconds"] for row in rows]
     peak = max((row["peak_rss_mb"] for row in rows), default=0.0)
     report(
-        "bad_files_alone",
+        "bad_files_alone" if full else "bad_files_alone (short)",
         cases=len(expect),
         rows=len(rows),
         refused=sum(1 for r in rows if r.get("reason")),
@@ -70,15 +74,16 @@ def test_each_bad_file_alone(corpus: tuple[Path, dict[Path, str]], tmp_path: Pat
     assert max(seconds) <= HANG_S and peak <= RSS_MB
 
 
-def test_one_batch_of_all_of_them(corpus: tuple[Path, dict[Path, str]], tmp_path: Path, embed_cache_dir: Path) -> None:
-    _, expect = corpus
+@SIZES
+def test_one_batch_of_all_of_them(full: bool, corpus: dict[Path, str], tmp_path: Path, embed_cache_dir: Path) -> None:
+    expect = _cases(corpus, full)
     args = ["ingest", *map(str, expect), "--index", str(tmp_path / "idx"), "--json"]
     done = run(args, zhiku_env(embed_cache_dir), HANG_S * len(expect) + 60)
     result = json.loads(done.stdout)
     good = {str(p) for p in expect if p.parent.name == "good"}
     lost = sorted(good & {f["path"] for f in result["failures"]})
     report(
-        "bad_files_batch",
+        "bad_files_batch" if full else "bad_files_batch (short)",
         cases=len(expect),
         added=result.get("added"),
         failed=result.get("failed"),

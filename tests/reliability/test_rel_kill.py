@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from integrity import problems, snapshot
+from rel_common import PYTHON, ROOT, SIZES, report, zhiku_env
 
 from helpers_kb import make_settings
-from integrity import problems, snapshot
-from rel_common import PYTHON, ROOT, full_run, report, zhiku_env
 from zhiku.api import KnowledgeBase
 
 CHUNKING = {"size": 200, "overlap": 20, "min_chars": 20}
@@ -85,10 +85,11 @@ def _kill_run(op: str, world: dict[str, object], index: Path, delay: float, env:
         return "killed"
 
 
-def test_kill_minus_nine_leaves_a_consistent_index(world: dict[str, object], embed_cache_dir: Path) -> None:
+@SIZES
+def test_kill_minus_nine_leaves_a_consistent_index(full: bool, world: dict[str, object], embed_cache_dir: Path) -> None:
     root, versions, dim = world["root"], world["versions"], world["dim"]
     env = zhiku_env(embed_cache_dir, **{f"ZHIKU_CHUNKING__{k.upper()}": str(v) for k, v in CHUNKING.items()})
-    runs = 60 if full_run() else 4
+    runs = 60 if full else 4
     rng = random.Random(1212)
     durations: dict[str, float] = {}
     for op in OPS:  # how long each operation takes to the end, to spread the kills over it
@@ -111,7 +112,7 @@ def test_kill_minus_nine_leaves_a_consistent_index(world: dict[str, object], emb
             inconsistent.append(f"run {n} ({op}): {'; '.join(found)}")
         shutil.rmtree(index)
     report(
-        "kill",
+        "kill" if full else "kill (short)",
         runs=runs,
         killed=outcomes["killed"],
         finished_before_kill=outcomes["finished"],
