@@ -75,6 +75,12 @@ def check_message(raw: str | bytes) -> Rejection | None:
         )
     if "id" in msg and not _valid_id(msg_id):
         return Rejection(INVALID_REQUEST, f"invalid request: id must be a string or an integer (got {msg_id!r})")
+    try:  # a \ud800 escape parses, but no UTF-8 consumer (SQLite, the log, the reply) can take the string
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        surrogate_id = isinstance(reply_id, str) and not reply_id.isprintable()
+        why = "invalid request: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)"
+        return Rejection(INVALID_REQUEST, why, None if surrogate_id else reply_id)
     if "method" in msg:
         method = msg["method"]
         if not isinstance(method, str) or not method:
