@@ -124,7 +124,9 @@ def test_preflight_is_starlettes_cors() -> None:
     preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
     status, headers, _ = call(method="OPTIONS", headers={"Origin": "vscode-webview://x1", **preflight})
     assert status == 200 and headers["access-control-allow-origin"] == "vscode-webview://x1"
-    assert headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS" and headers["vary"].startswith("Origin")
+    assert headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS" and headers["vary"].startswith(
+        "Origin"
+    )
     assert "authorization" in headers["access-control-allow-headers"]
     # a loopback origin is accepted (no 403) but is not a CORS origin unless listed
     assert error(call(method="OPTIONS", headers={"Origin": "http://localhost:3000", **preflight})) == (

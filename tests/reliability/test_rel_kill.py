@@ -60,7 +60,10 @@ def world(tmp_path_factory: pytest.TempPathFactory, embed_cache_dir: Path) -> di
         for doc_id, version in snapshot(index).items():
             versions.setdefault(doc_id, set()).add(version)
     dim = KnowledgeBase(make_settings(template, embed_cache_dir)).embedder.dim
-    return {"root": root, "v2": v2, "new": new, "template": template, "versions": versions, "dim": dim}
+    return {
+        "root": root, "v2": v2, "new": new, "template": template, "versions": versions, "dim": dim,
+        "before": snapshot(template),
+    }  # fmt: skip
 
 
 def _command(op: str, world: dict[str, object], index: Path) -> list[str]:
@@ -100,12 +103,16 @@ def test_kill_minus_nine_leaves_a_consistent_index(full: bool, world: dict[str, 
         durations[op] = time.monotonic() - started
     outcomes: Counter[str] = Counter()
     inconsistent: list[str] = []
+    partial = 0  # runs killed in the middle of the writes: some documents changed, not all
     for n in range(runs):
         op = OPS[n % len(OPS)]
         index = root / f"run-{n}"  # type: ignore[operator]
         shutil.copytree(world["template"], index)  # type: ignore[arg-type]
         outcomes[_kill_run(op, world, index, rng.uniform(0.3, durations[op] * 1.05), env)] += 1
         found = problems(index, versions, dim)  # type: ignore[arg-type]
+        changed = {d for d, v in snapshot(index).items() if world["before"].get(d) != v}  # type: ignore[attr-defined]
+        changed |= set(world["before"]) - set(snapshot(index))  # type: ignore[call-overload]
+        partial += 0 < len(changed) < 10
         with KnowledgeBase(make_settings(index, embed_cache_dir, chunking=CHUNKING), read_only=True) as kb:
             kb.retrieve("劳动规章制度", top_k=3)  # the index still answers
         if found:
@@ -116,8 +123,68 @@ def test_kill_minus_nine_leaves_a_consistent_index(full: bool, world: dict[str, 
         runs=runs,
         killed=outcomes["killed"],
         finished_before_kill=outcomes["finished"],
+        killed_mid_write=partial,
         inconsistent=len(inconsistent),
         op_seconds={k: round(v, 2) for k, v in durations.items()},
     )
     assert inconsistent == []
     assert outcomes["killed"] >= runs * 2 // 3
+
+
+@pytest.mark.reliability
+def test_kill_minus_nine_during_migrate(world: dict[str, object], embed_cache_dir: Path, milvus_uri: str) -> None:
+    """``zhiku migrate --to milvus`` killed at random points: each copied document is whole in the target, and
+    running the migration again completes it (same documents and chunk counts as the source)."""
+    from milvus_fixtures import milvus_store, unique_prefix
+
+    rng = random.Random(77)
+    env = zhiku_env(embed_cache_dir)
+    source = KnowledgeBase(make_settings(world["template"], embed_cache_dir), read_only=True)  # type: ignore[arg-type]
+    want = sorted((d.doc_id, d.chunk_count) for d in source.documents())
+    runs, killed, partial, broken = 10, 0, 0, []
+
+    def command(prefix: str) -> list[str]:
+        args = [PYTHON, "-m", "zhiku.cli", "migrate", "--to", "milvus", "--uri", milvus_uri, "--prefix", prefix]
+        return [*args, "--index", str(world["template"])]
+
+    started = time.monotonic()
+    subprocess.run(command(unique_prefix()), env=env, cwd=ROOT, capture_output=True, timeout=300, check=True)
+    duration = time.monotonic() - started
+    for n in range(runs):
+        prefix = unique_prefix()
+        args = command(prefix)
+        proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=rng.uniform(0.3, duration))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            killed += 1
+        store = milvus_store(milvus_uri, prefix).model_dump(mode="json")
+        settings = make_settings(world["root"] / "unused", embed_cache_dir, store=store)  # type: ignore[operator]
+        try:
+            with KnowledgeBase(settings, read_only=True) as target:
+                partial += 0 < len(target.documents()) < len(want)
+                for d in target.documents():
+                    if len(target.store.document_chunks(d.doc_id)) != d.chunk_count:
+                        broken.append(
+                            f"run {n}: {d.doc_id} has {len(target.store.document_chunks(d.doc_id))}/{d.chunk_count} chunks"
+                        )
+        except Exception as e:  # noqa: BLE001 - a target that cannot even be opened after a kill is a finding
+            if "no index" not in str(e).lower() and "not found" not in str(e).lower():
+                broken.append(f"run {n}: {type(e).__name__}: {e}")
+        again = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, timeout=300)
+        with KnowledgeBase(settings, read_only=True) as target:
+            got = sorted((d.doc_id, d.chunk_count) for d in target.documents())
+        if again.returncode != 0 or got != want:
+            broken.append(f"run {n}: resumed migration rc={again.returncode}, {len(got)}/{len(want)} documents")
+    source.close()
+    report(
+        "kill_migrate",
+        runs=runs,
+        killed=killed,
+        killed_mid_copy=partial,
+        inconsistent=len(broken),
+        seconds=round(duration, 1),
+    )
+    assert broken == []

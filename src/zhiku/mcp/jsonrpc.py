@@ -85,7 +85,7 @@ def check_message(raw: str | bytes) -> Rejection | None:
         method = msg["method"]
         if not isinstance(method, str) or not method:
             return Rejection(INVALID_REQUEST, f"invalid request: method must be a string (got {method!r})", reply_id)
-        return _check_params(method, msg.get("params"), msg_id) if reply_id is not None else None
+        return _check_params(method, msg.get("params"), reply_id) if reply_id is not None else None
     if reply_id is None or ("result" in msg) == ("error" in msg):
         return Rejection(INVALID_REQUEST, "invalid request: no method, and not a response (id plus result or error)")
     return None

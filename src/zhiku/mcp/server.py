@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.hub import Hub, QueryArgs
-from zhiku.mcp.stdio import serve_stdio
 from zhiku.mcp.models import (
     CHUNK_URI,
     DOC_URI,
@@ -47,6 +46,7 @@ from zhiku.mcp.models import (
     QueryResult,
     doc_uri,
 )
+from zhiku.mcp.stdio import serve_stdio
 from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")

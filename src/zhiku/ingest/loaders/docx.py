@@ -87,7 +87,7 @@ class DocxLoader:
         except ImportError:
             raise MissingDependency(f"reading Word files needs python-docx: {DOCX_INSTALL}") from None
         check_zip(path, "a Word .docx document", int(self.settings.max_file_mb * MIB))
-        from lxml.etree import XMLSyntaxError  # python-docx's parser (it refuses entity expansion bombs)
+        from lxml.etree import XMLSyntaxError  # type: ignore[import-untyped]  # python-docx parses with lxml
 
         try:
             document = docx.Document(str(path))
