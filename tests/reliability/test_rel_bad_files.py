@@ -1,7 +1,7 @@
 """(b) A generated corpus of ≥ 300 hostile files (``badfiles.py``): each file alone (no traceback, no hang over
 30 s, peak RSS ≤ 1 GB, every file indexed or refused with a reason as expected), then all of them in one CLI
 batch (the good files are indexed: no batch lost; no traceback on stderr). The short version takes a seeded
-sample of 40 files."""
+sample of 25 files."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, str]:
 
 
 def _cases(expect: dict[Path, str], full: bool) -> dict[Path, str]:
-    """All files, or (short) the good ones plus a seeded sample of 35 bad ones."""
+    """All files, or (short) the good ones plus a seeded sample of 20 bad ones."""
     if full:
         return expect
     good = [p for p in expect if p.parent.name == "good"]
     bad = sorted((p for p in expect if p.parent.name != "good"), key=str)
-    return {p: expect[p] for p in [*good, *random.Random(12).sample(bad, 35)]}
+    return {p: expect[p] for p in [*good, *random.Random(12).sample(bad, 20)]}
 
 
 @SIZES

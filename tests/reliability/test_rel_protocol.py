@@ -12,11 +12,9 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
@@ -28,11 +26,9 @@ from mcp_fixtures import (
     ROOT,
     Fixture,
     HttpServer,
-    copy_fixture,
     http_request,
     serve_args,
     server_env,
-    start_http,
 )
 from zhiku.cli.app import app
 
@@ -90,16 +86,6 @@ INIT = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "abuse", "version": "0"}},
 }
-
-
-@pytest.fixture(scope="module")
-def served(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fixture, HttpServer]]:
-    fx = copy_fixture(mcp_index, tmp_path_factory.mktemp("protocol"))
-    server = start_http(fx, fx.root / "http.log")
-    try:
-        yield fx, server
-    finally:
-        server.stop()
 
 
 def _cases(full: bool) -> list[tuple[str, dict[str, Any]]]:
