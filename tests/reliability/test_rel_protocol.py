@@ -224,7 +224,7 @@ def _http_post(server: HttpServer, body: str, session: str | None = None) -> dic
 @SIZES
 def test_jsonrpc_abuse_on_both_transports(full: bool, served: tuple[Fixture, HttpServer]) -> None:
     fx, server = served
-    cases = ABUSE if full else ABUSE[::3]
+    cases = ABUSE if full else [c for i, c in enumerate(ABUSE) if i % 3 == 0 or c[1] == -32602]
     wrong: list[str] = []
     raw = _RawStdio(fx)
     try:
