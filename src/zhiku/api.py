@@ -318,6 +318,12 @@ class KnowledgeBase:
             + " (list them with `zhiku documents`)"
         )
 
+    def document_text(self, ref: str, collection: str | None = None) -> str:
+        """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
+        from zhiku.retrieval.reconstruct import reconstruct_markdown
+
+        return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
+
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
         doc = self.resolve_document(ref, collection)
         self.store.delete_document(doc.doc_id)

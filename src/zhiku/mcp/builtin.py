@@ -10,7 +10,7 @@ from typing import Annotated, Any, cast
 import anyio
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult
 from pydantic import Field
 
 from zhiku.errors import ZhikuError
@@ -29,8 +29,7 @@ from zhiku.mcp.models import (
 )
 from zhiku.settings import Settings
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-ToolDecorator = Callable[[str, str, str, ToolAnnotations], Callable[[Any], Any]]
+ToolDecorator = Callable[..., Callable[[Any], Any]]  # tool(name, title, text, read_only=, destructive=)
 
 
 Collection = Annotated[
@@ -54,16 +53,15 @@ DocId = Annotated[
 
 
 def register_builtins(server: MCPServer, tool: ToolDecorator, settings: Settings) -> None:
-    """Add zhiku's knowledge tools (the write tools unless ``server.read_only``), resources and prompt."""
+    """Add zhiku's knowledge tools (the registry leaves out the write tools when ``server.read_only``), resources and prompt."""
     _read_tools(tool, settings.retrieval.max_query_chars)
-    if not settings.server.read_only:
-        _write_tools(tool)
+    _write_tools(tool)  # skipped by the registry on a read-only server
     _resources(server)
     _prompt(server, settings.retrieval.max_query_chars)
 
 
 def _read_tools(tool: ToolDecorator, max_query: int) -> None:
-    @tool("query_knowledge_hub", "知识库检索 / Search the knowledge hub", mcp_text.QUERY, READ_ONLY)
+    @tool("query_knowledge_hub", "知识库检索 / Search the knowledge hub", mcp_text.QUERY)
     async def query_knowledge_hub(
         ctx: Context,
         query: Annotated[
@@ -105,7 +103,7 @@ def _read_tools(tool: ToolDecorator, max_query: int) -> None:
             return ok_result(cached, await run_in_worker(ctx, Hub.image_blocks, cached))
         return await hub_tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
 
-    @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS, READ_ONLY)
+    @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS)
     async def list_collections(
         ctx: Context,
         include_stats: Annotated[
@@ -114,7 +112,7 @@ def _read_tools(tool: ToolDecorator, max_query: int) -> None:
     ) -> Annotated[CallToolResult, CollectionsResult]:
         return await hub_tool(ctx, "list_collections", Hub.collections, include_stats)
 
-    @tool("get_document_summary", "文档概况 / Document summary", mcp_text.DOCUMENT_SUMMARY, READ_ONLY)
+    @tool("get_document_summary", "文档概况 / Document summary", mcp_text.DOCUMENT_SUMMARY)
     async def get_document_summary(
         ctx: Context,
         doc_id: DocId,
@@ -128,7 +126,7 @@ def _write_tools(tool: ToolDecorator) -> None:
         "ingest_documents",
         "导入文档 / Ingest documents",
         mcp_text.INGEST,
-        ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False),
+        read_only=False,
     )
     async def ingest_documents(
         ctx: Context,
@@ -167,7 +165,8 @@ def _write_tools(tool: ToolDecorator) -> None:
         "delete_document",
         "删除文档 / Delete a document",
         mcp_text.DELETE,
-        ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
+        read_only=False,
+        destructive=True,
     )
     async def delete_document(
         ctx: Context,

@@ -14,6 +14,7 @@ from mcp.types import INVALID_PARAMS
 from pydantic import BaseModel
 
 from zhiku.mcp.calls import ERROR_META, State, explain_arguments, wire_error
+from zhiku.mcp.hooks import HookRunner
 from zhiku.mcp.models import doc_uri
 
 RESOURCE_PAGE = 50
@@ -34,7 +35,30 @@ def _offset(cursor: Any) -> int:
     raise MCPError(INVALID_PARAMS, f"invalid resources/list cursor {cursor!r}: pass back a nextCursor unchanged")
 
 
-def build_middleware(tools: dict[str, type[BaseModel]], read_only: bool) -> Callable[..., Any]:
+def build_middleware(
+    tools: dict[str, type[BaseModel]], read_only: bool, hooks: HookRunner | None = None
+) -> Callable[..., Any]:
+    hooks = hooks or HookRunner()
+
+    async def _tool_call(ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        params = ctx.params or {}
+        name = str(params.get("name"))
+        result = await call_next(ctx)
+        if isinstance(result, dict) and result.get("isError") and ERROR_META not in (result.get("_meta") or {}):
+            # rejected by the SDK (its argument validation, or a crash it caught): our error shape and codes
+            why = explain_arguments(tools[name], params.get("arguments"))
+            error = (
+                wire_error("INVALID_INPUT", why)
+                if why
+                else wire_error("INTERNAL_ERROR", f"{name} failed unexpectedly; the server log has the details")
+            )
+            result = {
+                **result,
+                "content": error["content"],
+                "_meta": {**(result.get("_meta") or {}), **error["_meta"]},
+            }
+        return result
+
     async def middleware(ctx: Any, call_next: Callable[[Any], Any]) -> Any:
         params = ctx.params or {}
         if ctx.method == "tools/call":
@@ -42,21 +66,7 @@ def build_middleware(tools: dict[str, type[BaseModel]], read_only: bool) -> Call
             if name not in tools:  # the spec's protocol error for an unknown tool, not an isError result
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(tools)}")
-            result = await call_next(ctx)
-            if isinstance(result, dict) and result.get("isError") and ERROR_META not in (result.get("_meta") or {}):
-                # rejected by the SDK (its argument validation, or a crash it caught): our error shape and codes
-                why = explain_arguments(tools[name], params.get("arguments"))
-                error = (
-                    wire_error("INVALID_INPUT", why)
-                    if why
-                    else wire_error("INTERNAL_ERROR", f"{name} failed unexpectedly; the server log has the details")
-                )
-                result = {
-                    **result,
-                    "content": error["content"],
-                    "_meta": {**(result.get("_meta") or {}), **error["_meta"]},
-                }
-            return result
+            return await hooks.around(name, params.get("arguments"), lambda: _tool_call(ctx, call_next), ERROR_META)
         if ctx.method == "resources/list":
             result = await call_next(ctx)
             state: State = ctx.lifespan_context
@@ -65,7 +75,9 @@ def build_middleware(tools: dict[str, type[BaseModel]], read_only: bool) -> Call
             page = docs[start : start + RESOURCE_PAGE]
             result = {
                 **result,
-                "resources": [
+                # the SDK's static resources (a team's own) first, then the documents
+                "resources": (result.get("resources", []) if start == 0 else [])
+                + [
                     {
                         "uri": doc_uri(d.doc_id),
                         "name": d.source,

@@ -13,23 +13,31 @@ The parts: ``calls.py`` (running a call, results and errors), ``middleware.py`` 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
+import zhiku.plugins as zhiku_plugins
+from zhiku.errors import ZhikuError
+from zhiku.extensions import ToolSpec, prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.builtin import register_builtins
-from zhiku.mcp.calls import State, arg_model, error_result, explain_arguments, ok_result
+from zhiku.mcp.cache import ResultCache
+from zhiku.mcp.calls import State, error_result, explain_arguments, ok_result
+from zhiku.mcp.hooks import HookRunner, Hooks
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.middleware import WRITE_TOOLS, build_middleware
+from zhiku.mcp.registry import Registry
 from zhiku.mcp.transport import http_app, open_client, preflight, serve_built
 from zhiku.settings import Settings
 
@@ -64,8 +72,20 @@ class _Ready:
     hub: Hub | None = None
 
 
-def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hub.open) -> MCPServer:
-    """The MCP server for ``settings``; nothing is opened until a transport enters its lifespan."""
+def build_server(
+    settings: Settings,
+    *,
+    tools: Sequence[Any] = (),
+    resources: Sequence[Any] = (),
+    prompts: Sequence[Any] = (),
+    hooks: Hooks | None = None,
+    plugins: bool = True,
+    open_hub: Callable[[Settings], Hub] = Hub.open,
+) -> MCPServer:
+    """The MCP server for ``settings``: the built-in knowledge tools, then ``tools`` (plain typed functions, see
+    ``zhiku.extensions``), ``resources`` and ``prompts``, then the ``zhiku.tools`` plugins (unless ``plugins=False``);
+    ``hooks`` run around every tool call. A tool breaking the conventions raises ``ToolDefinitionError`` here (a
+    plugin's is logged and skipped). Nothing is opened until a transport enters the lifespan."""
     ready = _Ready()
     read_only = settings.server.read_only
 
@@ -80,27 +100,61 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
             ready.hub = None
             hub.close()
 
-    tools: dict[str, type[BaseModel]] = {}
+    models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
     server = MCPServer(
         "zhiku",
         title="知库 zhiku",
         version=_version(),
         instructions=mcp_text.INSTRUCTIONS,
         lifespan=lifespan,
-        middleware=[build_middleware(tools, read_only)],
+        middleware=[build_middleware(models, read_only, HookRunner(hooks or Hooks()))],
         log_level="WARNING",
     )
+    cache: ResultCache[Any] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
+    registry = Registry(server, models, read_only=read_only, cache=cache)
 
-    def tool(name: str, title: str, description: str, annotations: ToolAnnotations) -> Callable[[F], F]:
+    def builtin(
+        name: str, title: str, text: mcp_text.ToolText, *, read_only: bool = True, destructive: bool = False
+    ) -> Callable[[F], F]:
         def register(fn: F) -> F:
-            tools[name] = arg_model(fn)
-            return server.tool(name=name, title=title, description=description, annotations=annotations)(fn)
+            parts = {k: getattr(text, k) for k in ("description", "when_to_use", "examples", "errors")}
+            spec = ToolSpec(fn, name, title=title, read_only=read_only, destructive=destructive, **parts)
+            registry.add_tool(replace(spec, origin="built-in", wrapped=False))
+            return fn
 
         return register
 
-    register_builtins(server, tool, settings)
+    register_builtins(server, builtin, settings)
+    for fn in tools:
+        registry.add_tool(tool_spec(fn, origin=_origin(fn)))
+    for fn in resources:
+        registry.add_resource(resource_spec(fn, origin=_origin(fn)))
+    for fn in prompts:
+        registry.add_prompt(prompt_spec(fn, origin=_origin(fn)))
+    if plugins:
+        _add_plugin_tools(registry)
     _add_healthz(server, ready)
     return server
+
+
+def _origin(fn: Any) -> str:
+    """Where a script's function is defined, for error messages: ``custom_server.py:12``."""
+    try:
+        target = getattr(fn, "fn", fn)
+        return f"{Path(inspect.getsourcefile(target) or '?').name}:{inspect.getsourcelines(target)[1]}"
+    except (OSError, TypeError):
+        return "script"
+
+
+def _add_plugin_tools(registry: Registry) -> None:
+    """``zhiku.tools`` entry points: a tool breaking the conventions is reported and skipped."""
+    for plugin in zhiku_plugins.load("zhiku.tools"):
+        objs = plugin.obj if isinstance(plugin.obj, list | tuple) else [plugin.obj]
+        for obj in objs:
+            try:
+                registry.add_tool(tool_spec(obj, origin=f"plugin {plugin.info.distribution}"))
+            except (ZhikuError, TypeError) as e:
+                zhiku_plugins.report_problem(plugin.info, str(e))
 
 
 def _add_healthz(server: MCPServer, ready: _Ready) -> None:
@@ -115,10 +169,11 @@ def _add_healthz(server: MCPServer, ready: _Ready) -> None:
         return JSONResponse(await anyio.to_thread.run_sync(hub.health))
 
 
-def run_server(settings: Settings) -> None:
-    """Serve until the client disconnects (stdio) or the process is stopped (HTTP)."""
+def run_server(settings: Settings, **extensions: Any) -> None:
+    """Serve until the client disconnects (stdio) or the process is stopped (HTTP); ``extensions`` are
+    ``build_server``'s ``tools``, ``resources``, ``prompts`` and ``hooks``."""
     preflight(settings)
-    serve_built(build_server(settings), settings)
+    serve_built(build_server(settings, **extensions), settings)
 
 
 # -- generated docs -------------------------------------------------------------------------------
