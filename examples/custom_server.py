@@ -1,7 +1,7 @@
 """A legal team's MCP server: zhiku's knowledge tools plus their own `lookup_article(law, number)`.
 
-    python examples/custom_server.py --config zhiku.yaml                            # stdio
-    python examples/custom_server.py --config zhiku.yaml --transport http --port 8765
+python examples/custom_server.py --config zhiku.yaml                            # stdio
+python examples/custom_server.py --config zhiku.yaml --transport http --port 8765
 """
 
 import re

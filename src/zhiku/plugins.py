@@ -98,8 +98,15 @@ def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
     return tuple(found)
 
 
+_REPORTED: set[tuple[str, str, str]] = set()
+
+
 def report_problem(plugin: PluginInfo, why: str) -> None:
-    """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes)."""
+    """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes);
+    logged once per process."""
+    if (plugin.group, plugin.name, why) in _REPORTED:
+        return
+    _REPORTED.add((plugin.group, plugin.name, why))
     log.warning("plugin %s (%s, from %s) skipped: %s", plugin.name, plugin.group, plugin.distribution, why)
 
 
