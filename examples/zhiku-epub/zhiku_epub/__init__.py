@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import posixpath
-import zipfile
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 from typing import Any
 
