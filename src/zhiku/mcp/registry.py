@@ -41,9 +41,16 @@ class Registry:
     """Adds specs to ``server``; ``models`` (tool name → argument model) feeds the middleware's error messages."""
 
     def __init__(
-        self, server: MCPServer, models: dict[str, type[BaseModel]], *, read_only: bool, cache: ResultCache[Any]
+        self,
+        server: MCPServer,
+        models: dict[str, type[BaseModel]],
+        *,
+        read_only: bool,
+        cache: ResultCache[Any],
+        current: Callable[[], State | None],
     ) -> None:
         self.server = server
+        self.current = current
         self.read_only = read_only
         self.cache = cache
         self.models = models
@@ -78,7 +85,7 @@ class Registry:
     def add_resource(self, spec: ResourceSpec) -> None:
         check_resource(spec)
         public, inject = split_parameters(spec.fn, INJECTED)
-        fn = spec.fn if spec.origin == "built-in" else _wrap_resource(spec, public, inject)
+        fn = spec.fn if spec.origin == "built-in" else _wrap_resource(spec, public, inject, self.current)
         self.server.resource(
             spec.uri, name=spec.name, title=spec.title, mime_type=spec.mime_type, description=spec.description
         )(fn)
@@ -93,19 +100,21 @@ def _documented(annotation: Any, doc: str | None) -> Any:
     return Annotated[annotation, Field(description=doc)] if doc else annotation
 
 
-def _signature(public: dict[str, Any], fn: Callable[..., Any], returns: Any) -> inspect.Signature:
+def _signature(public: dict[str, Any], fn: Callable[..., Any], returns: Any, ctx: bool) -> inspect.Signature:
     original = inspect.signature(fn).parameters
-    params = [inspect.Parameter(CTX, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)]
+    params = [inspect.Parameter(CTX, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)] if ctx else []
     for name, annotation in public.items():
         default = original[name].default
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
     return inspect.Signature(params, return_annotation=returns)
 
 
-def _adapt(wrapper: Callable[..., Any], spec_fn: Callable[..., Any], name: str, public: dict[str, Any]) -> None:
+def _adapt(
+    wrapper: Callable[..., Any], spec_fn: Callable[..., Any], name: str, public: dict[str, Any], ctx: bool = True
+) -> None:
     returns = get_type_hints(spec_fn, include_extras=True).get("return", inspect.Signature.empty)
-    wrapper.__signature__ = _signature(public, spec_fn, returns)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {CTX: Context, **public}
+    wrapper.__signature__ = _signature(public, spec_fn, returns, ctx)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**({CTX: Context} if ctx else {}), **public}
     if returns is not inspect.Signature.empty:
         wrapper.__annotations__["return"] = returns
     wrapper.__name__ = name
@@ -151,12 +160,19 @@ def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: ResultCache[Any]) 
     return call
 
 
-def _wrap_resource(spec: ResourceSpec, public: dict[str, Any], inject: dict[str, str]) -> Callable[..., Any]:
+def _wrap_resource(
+    spec: ResourceSpec, public: dict[str, Any], inject: dict[str, str], current: Callable[[], State | None]
+) -> Callable[..., Any]:
+    """Resources get the open ``KnowledgeBase`` from the running server (the SDK gives static ones no Context)."""
     fn, is_async = spec.fn, inspect.iscoroutinefunction(spec.fn)
+    if "Context" in inject.values():
+        raise ToolDefinitionError(f"resource {spec.name!r} ({spec.origin}): resources take no Context parameter")
 
-    async def read(mcp_context: Context, **params: Any) -> Any:
-        state = cast(State, mcp_context.request_context.lifespan_context)
-        kwargs = {**params, **_injections(inject, mcp_context)}
+    async def read(**params: Any) -> Any:
+        state = current()
+        if state is None:  # pragma: no cover - only between the transport's start and the lifespan
+            raise ResourceError("the server is starting; retry")
+        kwargs = {**params, **{name: state.hub.kb for name in inject}}
         try:
             if is_async:
                 return await fn(**kwargs)
@@ -166,5 +182,5 @@ def _wrap_resource(spec: ResourceSpec, public: dict[str, Any], inject: dict[str,
         except ZhikuError as e:
             raise ResourceError(f"{e.code}: {e}") from None
 
-    _adapt(read, fn, spec.name, public)
+    _adapt(read, fn, spec.name, public, ctx=False)
     return read

@@ -70,6 +70,7 @@ class _Ready:
     """What /healthz reports: set while the lifespan holds an open hub."""
 
     hub: Hub | None = None
+    state: State | None = None
 
 
 def build_server(
@@ -94,10 +95,11 @@ def build_server(
         hub = await anyio.to_thread.run_sync(open_hub, settings)
         ready.hub = hub
         log.info("zhiku: index %s open (%s)", settings.index, "read-only" if read_only else "read-write")
+        ready.state = State(hub=hub, limiter=anyio.CapacityLimiter(1))
         try:
-            yield State(hub=hub, limiter=anyio.CapacityLimiter(1))
+            yield ready.state
         finally:
-            ready.hub = None
+            ready.hub = ready.state = None
             hub.close()
 
     models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
@@ -111,7 +113,7 @@ def build_server(
         log_level="WARNING",
     )
     cache: ResultCache[Any] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
-    registry = Registry(server, models, read_only=read_only, cache=cache)
+    registry = Registry(server, models, read_only=read_only, cache=cache, current=lambda: ready.state)
 
     def builtin(
         name: str, title: str, text: mcp_text.ToolText, *, read_only: bool = True, destructive: bool = False
