@@ -16,8 +16,6 @@ def plugins(
     as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
 ) -> None:
     """List installed plugins (loaders, embedders, rerankers, transforms, tools) and where they come from."""
-    from rich.table import Table
-
     from zhiku.cli.common import _print_json, out
     from zhiku.plugins import GROUPS, installed
 
@@ -28,13 +26,11 @@ def plugins(
     if not found:
         out.print(f"no plugins installed (groups: {', '.join(GROUPS)}; see docs/extending.md)", markup=False)
         return
-    table = Table()
-    for col in ("group", "name", "value", "package", "location", "status"):
-        table.add_column(col, overflow="fold")
-    for p in found:
-        status = "ok" if p.ok else f"broken: {p.error}"
-        table.add_row(p.group, p.name, p.value, f"{p.distribution} {p.version}", p.location, status)
-    out.print(table)
+    for p in found:  # one line each (paths are long: a table would fold them)
+        status = "ok" if p.ok else f"BROKEN (skipped): {p.error}"
+        out.print(
+            f"{p.group}  {p.name} = {p.value}  [{p.distribution} {p.version}, {p.location}]  {status}", markup=False
+        )
 
 
 def register(app: typer.Typer) -> None:
