@@ -1,6 +1,7 @@
 """An LLM judge over an OpenAI-compatible ``/v1/chat/completions`` endpoint, with an on-disk cache.
 
-The client uses the standard library only (``urllib``); responses are JSON objects the prompts ask for.
+Requests go through the shared ``OpenAICompatibleClient`` (retries on 429/5xx/timeouts, ``Retry-After``); responses
+are JSON objects the prompts ask for.
 A response that is not valid JSON is a ``JudgeError`` (and is never cached), so a later run asks again.
 """
 
@@ -11,12 +12,11 @@ import json
 import re
 import sqlite3
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from zhiku.errors import ZhikuError
+from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 CACHE_FILE = "judge.sqlite"
 
@@ -92,6 +92,9 @@ class JudgeClient:
         self.timeout = timeout
         self.cache = cache
         self.calls = 0
+        self._client = OpenAICompatibleClient(
+            self.url.removesuffix("/chat/completions"), api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25
+        )
 
     def ask(self, system: str, user: str) -> dict[str, Any]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -107,25 +110,13 @@ class JudgeClient:
         return value
 
     def _post(self, messages: list[dict[str, str]]) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0}).encode("utf-8")
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        payload = {"model": self.model, "messages": messages, "temperature": 0}
         self.calls += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 (a configured URL)
-                payload = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            raise JudgeError(
-                f"the judge at {self.url} answered HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}"
-            ) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise JudgeError(f"cannot reach the judge at {self.url}: {reason} (check judge.base_url)") from None
-        except json.JSONDecodeError:
-            raise JudgeError(f"the judge at {self.url} did not return an OpenAI-style JSON response") from None
-        try:
-            return str(payload["choices"][0]["message"]["content"])
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"the judge at {self.url} returned no choices[0].message.content") from None
+            return self._client.chat(payload).content
+        except HttpApiError as e:
+            if e.status is not None and e.status < 300:
+                raise JudgeError(f"the judge at {self.url} did not return an OpenAI-style JSON response") from None
+            if e.status is not None:
+                raise JudgeError(f"the judge at {self.url} answered HTTP {e.status}: {e}") from None
+            raise JudgeError(f"cannot reach the judge at {self.url}: {e} (check judge.base_url)") from None
