@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sqlite3
-import threading
-from pathlib import Path
 from typing import Any
 
 from zhiku.errors import ZhikuError
+from zhiku.llm.cache import ReplyCache, json_object_in
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 CACHE_FILE = "judge.sqlite"
@@ -35,43 +32,13 @@ def chat_url(base_url: str) -> str:
 
 def parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a model's reply (a ```json fence or surrounding prose is tolerated)."""
-    body = text.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
-    if fence:
-        body = fence.group(1).strip()
-    if not body.startswith("{"):
-        start, end = body.find("{"), body.rfind("}")
-        body = body[start : end + 1] if 0 <= start < end else body
     try:
-        value = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise JudgeError(f"the judge did not reply with JSON ({e.msg} at char {e.pos}): {text[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise JudgeError(f"the judge replied with JSON {type(value).__name__}, not an object: {text[:80]!r}")
-    return value
+        return json_object_in(text)
+    except ValueError as e:
+        raise JudgeError(f"the judge {e}") from None
 
 
-class JudgeCache:
-    """``responses(key, content)`` in SQLite; the key hashes the model and the messages."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("create table if not exists responses(key text primary key, content text not null)")
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("select content from responses where key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def put(self, key: str, content: str) -> None:
-        with self._lock:
-            self._db.execute("insert or replace into responses values (?, ?)", (key, content))
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+JudgeCache = ReplyCache  # the judge's responses: ``judge.sqlite`` in the cache folder
 
 
 class JudgeClient:

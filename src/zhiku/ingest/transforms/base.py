@@ -21,9 +21,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from zhiku.errors import ZhikuError
-from zhiku.types import Chunk, SourceDoc
+from zhiku.types import Chunk, SourceDoc, TransformIssue
 
 Language = Literal["zh", "en"]
+__all__ = [
+    "ChatService",
+    "DocMeta",
+    "DocumentBatch",
+    "Enrichment",
+    "Transform",
+    "TransformContext",
+    "TransformError",
+    "TransformIssue",
+]
 
 
 class TransformError(ZhikuError):
@@ -57,16 +67,6 @@ class DocMeta:
     summary: str = ""
     tags: tuple[str, ...] = ()
     kind: Literal["llm", "extractive"] = "llm"
-
-
-@dataclass(frozen=True)
-class TransformIssue:
-    """A transform that did not apply: to a chunk (``chunk_id``) or to the whole document (``chunk_id`` None)."""
-
-    transform: str
-    reason: str
-    source: str = ""
-    chunk_id: str | None = None
 
 
 @dataclass(frozen=True)
