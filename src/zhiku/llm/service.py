@@ -8,11 +8,10 @@ the endpoint, estimated otherwise) and a cost estimate from ``llm.price_input`` 
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +85,13 @@ class LLMService:
         return reply_key(self.vision_model if vision else self._model, prompt_id, list(messages))
 
     def chat(
-        self, messages: Sequence[Mapping[str, Any]], *, prompt_id: str, max_tokens: int = 256, vision: bool = False
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        prompt_id: str,
+        max_tokens: int = 256,
+        vision: bool = False,
+        validate: Callable[[str], object] | None = None,
     ) -> str:
         model = self.vision_model if vision else self._model
         key = self.key(messages, prompt_id, vision)
@@ -108,14 +113,14 @@ class LLMService:
             raise TransformError(f"the model refused the content (finish_reason {reply.finish_reason})")
         if not reply.content.strip():
             raise TransformError(f"the model answered nothing (finish_reason {reply.finish_reason or 'none'})")
+        if validate is not None:
+            try:
+                validate(reply.content)
+            except ValueError as e:
+                raise TransformError(f"malformed reply: {e}") from None
+        if self.cache is not None:  # only replies that passed: a malformed one is asked again next time
+            self.cache.put(key, reply.content)
         return reply.content
-
-    def remember(
-        self, messages: Sequence[Mapping[str, Any]], prompt_id: str, content: str, vision: bool = False
-    ) -> None:
-        """Cache a reply the caller has checked (a transform stores only replies it could use)."""
-        if self.cache is not None:
-            self.cache.put(self.key(messages, prompt_id, vision), content)
 
     def _count(self, messages: Sequence[Mapping[str, Any]], content: str, prompt: int, completion: int) -> None:
         with self._lock:
@@ -152,7 +157,13 @@ class PlanningService(LLMService):
         self.planned: list[PlannedCall] = []
 
     def chat(
-        self, messages: Sequence[Mapping[str, Any]], *, prompt_id: str, max_tokens: int = 256, vision: bool = False
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        prompt_id: str,
+        max_tokens: int = 256,
+        vision: bool = False,
+        validate: Callable[[str], object] | None = None,
     ) -> str:
         key = self.key(messages, prompt_id, vision)
         cached = self.cache is not None and self.cache.get(key) is not None
@@ -165,11 +176,6 @@ class PlanningService(LLMService):
                 )
             )
         raise TransformError("dry run: nothing sent")
-
-    def remember(
-        self, messages: Sequence[Mapping[str, Any]], prompt_id: str, content: str, vision: bool = False
-    ) -> None:
-        return None
 
 
 def build_service(settings: LLMSettings, cache_dir: Path, *, deadline_s: float | None = None) -> LLMService | None:
@@ -187,7 +193,3 @@ def build_service(settings: LLMSettings, cache_dir: Path, *, deadline_s: float |
         currency=settings.currency,
         deadline_s=deadline_s,
     )
-
-
-def json_dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

@@ -117,9 +117,11 @@ class ChatService(Protocol):
         prompt_id: str,
         max_tokens: int = 256,
         vision: bool = False,
+        validate: Callable[[str], object] | None = None,
     ) -> str:
-        """The assistant's reply. ``prompt_id`` (``"contextual@1"``) is part of the cache key: bump its version
-        when the prompt changes. ``vision``: send to the vision model. Raises ``TransformError``."""
+        """The assistant's reply. ``prompt_id`` (``"contextual@builtin-1"``) is part of the cache key. ``vision``:
+        send to the vision model. ``validate`` raises ``ValueError`` on a reply the caller cannot use (it is then
+        neither returned nor cached). Raises ``TransformError``."""
         ...
 
 
