@@ -128,12 +128,14 @@ class ChatService(Protocol):
 @dataclass(frozen=True)
 class TransformContext:
     """What a transform may use. ``llm`` is None when no endpoint is configured; ``prompt(name)`` returns the
-    prompt text (the user's override file, else the built-in one in ``language``); ``on_chunk(transform)`` reports
-    progress, once per chunk handled."""
+    prompt template (``$placeholders``; the user's override file, else the built-in one in ``language``) and
+    ``prompt_id(name)`` its id with version for ``ChatService.chat``; ``options`` are the ``transforms.*`` settings
+    (plus ``concurrency``); ``on_chunk(transform)`` reports progress, once per chunk handled."""
 
     llm: ChatService | None
     language: Language = "zh"
     prompt: Callable[[str], str] = field(default=lambda name: "")
+    prompt_id: Callable[[str], str] = field(default=lambda name: f"{name}@1")
     options: Mapping[str, Any] = field(default_factory=dict)
     on_chunk: Callable[[str], None] = field(default=lambda name: None)
 
