@@ -115,6 +115,9 @@ class TransformStage:
 
     def run(self, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
         """Every transform over one document's chunks; its issues are recorded, the chunks always come back."""
+        if not self.transforms:  # none enabled: the stage only clears what an earlier run stored
+            mark("transform", reason="no transforms configured")
+            return DocumentBatch.start(doc, doc_id, chunks)
         before = self.service.usage() if self.service is not None else LLMUsage()
         batch = DocumentBatch.start(doc, doc_id, chunks)
         ctx = self._context(doc, len(chunks))
@@ -164,6 +167,8 @@ class TransformStage:
         if self.store is None:
             return
         self.store.put(batch)
+        if not self.transforms:
+            return
         before = self._usage_at_doc.pop(batch.doc_id, LLMUsage())
         now = self.service.usage() if self.service is not None else LLMUsage()
         usage = replace(
@@ -177,7 +182,9 @@ class TransformStage:
         record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues)
         self.store.record_usage(record)
 
-    def report(self) -> TransformReport:
+    def report(self) -> TransformReport | None:
+        if not self.transforms:
+            return None
         return TransformReport(
             enabled=self.names,
             applied=tuple((n, self._tally.applied.get(n, 0)) for n in self.names),

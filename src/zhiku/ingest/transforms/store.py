@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
@@ -203,3 +203,18 @@ class EnrichmentStore:
             )
             for r in rows
         ]
+
+
+def enrichment_row(e: Enrichment | None) -> dict[str, object]:
+    """A chunk's enrichment as result/trace fields (empty ones left out)."""
+    if e is None:
+        return {}
+    row: dict[str, object] = {"context": e.context, "refined": e.refined, "title": e.title, "summary": e.summary}
+    row = {k: v for k, v in row.items() if v}
+    return {**row, "tags": list(e.tags)} if e.tags else row
+
+
+def transform_rows(report: object) -> dict[str, object]:
+    """An ingest report's transform summary as trace data (``{}`` without transforms)."""
+    t = getattr(report, "transforms", None)
+    return {} if t is None else {"transforms": asdict(t)}
