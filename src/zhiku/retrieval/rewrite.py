@@ -21,7 +21,7 @@ from zhiku.ingest.transforms.base import ChatService, TransformError
 from zhiku.llm.cache import json_object_in
 from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
-from zhiku.observability.tracing import mark, span
+from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked, rrf
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import MAX_TOP_K, Retrieval, Searcher
@@ -92,8 +92,7 @@ def search(
     def run(q: str, k: int | None, rr: bool | None) -> Retrieval:
         return searcher.search(q, top_k=k, mode=mode, filters=filters, per_source_k=per_source_k, rerank=rr)
 
-    if rewriter is None:
-        mark("rewrite", reason="retrieval.rewrite is none")
+    if rewriter is None:  # no stage in the trace: the query trace's `rewrite` field says "off"
         r = run(query, depth, rerank)
     else:
         r = _rewritten(searcher, rewriter, query, run, depth, rerank)
