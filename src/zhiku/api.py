@@ -19,6 +19,7 @@ from zhiku.ingest.transforms.build import build_stage
 from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
 from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
+from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
@@ -28,7 +29,7 @@ from zhiku.settings import Settings
 from zhiku.stores import open_store
 from zhiku.stores.base import Store
 from zhiku.text import TextProcessor
-from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
+from zhiku.types import Answer, Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -367,6 +368,12 @@ class KnowledgeBase:
             + (f" collection {collection!r}" if collection else "")
             + " (list them with `zhiku documents`)"
         )
+
+    def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
+        """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""
+        chunks = self.store.document_chunks(doc_id) if chunks is None else chunks
+        s = document_summary(chunks, self.enrichments.doc_meta(doc_id), self.text.index_tokens)
+        return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
         doc = self.resolve_document(ref, collection)
