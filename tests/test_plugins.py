@@ -1,5 +1,5 @@
 """Plugins by entry points, installed for real: examples/zhiku-epub by `pip install` into a temporary folder, and a
-test kit (an embedder, a reranker, a tool breaking the conventions, a loader whose module is missing) as a
+test kit (an embedder, a reranker, a transform, a tool breaking the conventions, a loader whose module is missing) as a
 hand-written distribution. zhiku runs as subprocesses with those folders on PYTHONPATH, so this process never
 sees the plugins."""
 
@@ -64,6 +64,17 @@ def shortest(settings):
     return Shortest()
 
 
+class Tagger:
+    name = "tagger"
+    needs_llm = False
+
+    def apply(self, batch, ctx):
+        for i in range(len(batch.chunks)):
+            batch = batch.enrich(i, tags=("testkit", "第" + str(i)))
+            ctx.on_chunk(self.name)
+        return batch
+
+
 def badTool() -> str:
     """Say hi.
 
@@ -85,6 +96,9 @@ shortest = zhiku_testkit:shortest
 
 [zhiku.tools]
 bad_tool = zhiku_testkit:badTool
+
+[zhiku.transforms]
+tagger = zhiku_testkit:Tagger
 """
 CHAPTERS = [
     ("第一章 年休假", DOCS["职工带薪年休假条例.md"].split("\n\n")[1]),
@@ -160,6 +174,7 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
         ("zhiku.loaders", "epub", "zhiku_epub:EpubLoader", "zhiku-epub", "0.1.0", epub, None),
         ("zhiku.embedders", "chars", "zhiku_testkit:chars", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.rerankers", "shortest", "zhiku_testkit:shortest", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.transforms", "tagger", "zhiku_testkit:Tagger", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.tools", "list_books", "zhiku_epub:list_books", "zhiku-epub", "0.1.0", epub, None),
     ]  # fmt: skip
@@ -189,7 +204,7 @@ def test_epub_is_ingested_searched_and_served_with_plugin_models(sites: tuple[Pa
         f"rerank:\n  provider: plugin:shortest\nserver:\n  ingest_roots: [{books}]\n",
         encoding="utf-8",
     )
-    ingest = zhiku(["ingest", str(books), "--config", str(config), "--json"], sites, tmp_path)
+    ingest = zhiku(["ingest", str(books), "--config", str(config), "--json", "--transform", "tagger"], sites, tmp_path)
     assert ingest.returncode == 0, ingest.stderr
     report = json.loads(ingest.stdout)
     assert (report["added"], report["failed"]) == (2, 0)
@@ -201,12 +216,15 @@ def test_epub_is_ingested_searched_and_served_with_plugin_models(sites: tuple[Pa
         ("notes.md", "markdown", "笔记"),
         ("选编.epub", "epub", "劳动法规选编"),
     ]
-    query = zhiku(["query", "年休假几天", "--config", str(config), "--json", "-k", "2"], sites, tmp_path)
+    query = zhiku(
+        ["query", "年休假几天", "--config", str(config), "--json", "-k", "2", "--tag", "testkit"], sites, tmp_path
+    )
     assert query.returncode == 0, query.stderr
     answer = json.loads(query.stdout)
     assert answer["rerank"] == "ok"
     hits = [(h["source"], h["rerank_score"], -len(h["text"])) for h in answer["hits"]]
     assert hits == [("notes.md", -11.0, -11), ("选编.epub", -60.0, -60)]  # the plugin reranker: minus the length
+    assert [h["tags"] for h in answer["hits"]] == [["testkit", "第0"], ["testkit", "第1"]]  # the plugin transform
     assert served_tools(sites, config, tmp_path) == (
         ["query_knowledge_hub", "list_collections", "get_document_summary", "list_books"],
         ["劳动法规选编 (选编.epub)"],

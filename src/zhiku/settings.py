@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints,
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from zhiku.errors import ConfigError
+from zhiku.llm.settings import JudgeSettings, LLMSettings, RewriteMode, TransformSettings
 
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
 Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
@@ -225,6 +226,10 @@ class RetrievalSettings(_Section):
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
+    rewrite: RewriteMode = Field(
+        "none",
+        description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",
+    )
 
 
 class RerankSettings(_Section):
@@ -349,22 +354,6 @@ class TracingSettings(_Section):
     )
 
 
-class JudgeSettings(_Section):
-    base_url: str | None = Field(
-        None,
-        description="OpenAI-compatible endpoint of the LLM judge for generation metrics, e.g. `http://127.0.0.1:8000/v1` (unset: those metrics are skipped).",
-    )
-    model: str | None = Field(None, description="Judge model name sent to `/v1/chat/completions`.")
-    api_key_env: str | None = Field(
-        None,
-        description="Name of the environment variable holding the judge's API key (read by the CLI, never stored).",
-    )
-    timeout: float = Field(60.0, gt=0, le=3600, description="Seconds to wait for one judge response.")
-    cache: bool = Field(
-        True, description="Cache judge responses on disk (`embedding.cache_dir`/judge.sqlite) by (model, prompt)."
-    )
-
-
 class Settings(BaseSettings):
     """The whole configuration. See docs/settings.md for every key."""
 
@@ -390,6 +379,8 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     tracing: TracingSettings = TracingSettings()
     judge: JudgeSettings = JudgeSettings()
+    llm: LLMSettings = LLMSettings()
+    transforms: TransformSettings = TransformSettings()
 
 
 _SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
@@ -446,11 +437,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill ``embedding.api_key`` / ``rerank.api_key`` from the variables their ``api_key_env`` names.
+    """Fill ``embedding`` / ``rerank`` / ``llm`` ``api_key`` from the variables their ``api_key_env`` names.
 
     Secrets are read here, at the edge, once; library code gets them through the settings (as ``SecretStr``).
     """
-    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings)):
+    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings), ("llm", LLMSettings)):
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):
             continue

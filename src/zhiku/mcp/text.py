@@ -57,11 +57,13 @@ To see what is indexed before searching, or to pick a `collection` for query_kno
 
 DOCUMENT_SUMMARY = ToolText(
     description="""\
-查看一篇文档的概况：标题、来源、类型、页数、状态（needs_ocr 表示有扫描页尚不可检索）、章节目录、分块数与入库时间（summary 暂为 null）。
+查看一篇文档的概况：标题、来源、类型、页数、状态（needs_ocr 表示有扫描页尚不可检索）、章节目录、分块数、入库时间，以及摘要与关键词（未配置 LLM 时为抽取式，summary_kind=extractive）。
 
 Describe one document: title, source, type, pages, status (`needs_ocr`: scanned pages, listed in
 `needs_ocr_pages`, are not searchable yet), outline of its sections, chunk count and ingestion time
-(`summary` is null for now). `doc_id` comes from a citation (its source path as ingested works too).
+and a summary with keywords (`summary_kind`: `llm` from the metadata transform, else `extractive`: top
+sentences and TextRank keywords, no LLM needed). `doc_id` comes from a citation (its source path as
+ingested works too).
 Its full text is the resource zhiku://doc/{doc_id}.""",
     when_to_use="""\
 当引用结果中的某篇文档需要进一步了解其结构，或要确认文档是否已入库时使用。

@@ -360,15 +360,10 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | N
                 memo=HashMemo(cache_dir / HASH_MEMO),
             )
         case "llm":
-            from zhiku.openai_http import OpenAICompatibleClient
+            from zhiku.openai_http import client_from
 
             assert settings.model is not None and settings.base_url is not None
-            client = OpenAICompatibleClient(
-                settings.base_url,
-                timeout=settings.timeout,
-                max_retries=1,
-                api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-            )
+            client = client_from(settings, max_retries=1)
             return LLMReranker(client, settings.model, max_chars=settings.max_chars, timeout=settings.timeout)
         case str(name):  # "plugin:NAME", a `zhiku.rerankers` entry point: a factory f(RerankSettings)
             from zhiku.plugins import provider
