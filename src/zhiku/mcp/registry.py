@@ -9,7 +9,8 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any, cast, get_type_hints
+from dataclasses import replace
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import anyio
 import anyio.to_thread
@@ -31,10 +32,12 @@ from zhiku.mcp.conventions import (
     check_tool,
     split_parameters,
 )
+from zhiku.mcp.text import ToolText
 
 log = logging.getLogger("zhiku.mcp.server")
 CTX = "mcp_context"  # the wrapper's own Context parameter
 INJECTED = (KnowledgeBase, Context)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Registry:
@@ -81,6 +84,19 @@ class Registry:
         self.models[spec.name] = model
         self.origins[spec.name] = spec.origin
         return True
+
+    def builtin(
+        self, name: str, title: str, text: ToolText, *, read_only: bool = True, destructive: bool = False
+    ) -> Callable[[F], F]:
+        """A decorator registering one of zhiku's own tools (it takes the Context and returns a CallToolResult)."""
+
+        def register(fn: F) -> F:
+            parts = {k: getattr(text, k) for k in ("description", "when_to_use", "examples", "errors")}
+            spec = ToolSpec(fn, name, title=title, read_only=read_only, destructive=destructive, **parts)
+            self.add_tool(replace(spec, origin="built-in", wrapped=False))
+            return fn
+
+        return register
 
     def add_resource(self, spec: ResourceSpec) -> None:
         check_resource(spec)

@@ -18,9 +18,8 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -29,7 +28,7 @@ from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
 from zhiku.errors import ZhikuError
-from zhiku.extensions import ToolSpec, prompt_spec, resource_spec, tool_spec
+from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.builtin import register_builtins
 from zhiku.mcp.cache import ResultCache
@@ -54,7 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("zhiku.mcp.server")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _version() -> str:
@@ -115,18 +113,7 @@ def build_server(
     cache: ResultCache[Any] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
     registry = Registry(server, models, read_only=read_only, cache=cache, current=lambda: ready.state)
 
-    def builtin(
-        name: str, title: str, text: mcp_text.ToolText, *, read_only: bool = True, destructive: bool = False
-    ) -> Callable[[F], F]:
-        def register(fn: F) -> F:
-            parts = {k: getattr(text, k) for k in ("description", "when_to_use", "examples", "errors")}
-            spec = ToolSpec(fn, name, title=title, read_only=read_only, destructive=destructive, **parts)
-            registry.add_tool(replace(spec, origin="built-in", wrapped=False))
-            return fn
-
-        return register
-
-    register_builtins(server, builtin, settings)
+    register_builtins(server, registry.builtin, settings)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))
     for fn in resources:
