@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
@@ -296,6 +297,23 @@ def test_write_tools_hide_on_read_only_servers_and_cache_is_per_index_version(mc
     )
     names = run(read_only, lambda c: c.list_tools())
     assert [t.name for t in names.tools] == [*BUILTIN[:3], "count_documents"]
+
+
+def test_async_tool_gets_the_request_context(mcp_index: Fixture) -> None:
+    @zhiku.tool(exclusive=False)
+    async def whoami(ctx: Context, kb: KnowledgeBase, shout: Annotated[bool, Field(description="Upper case.")]) -> str:
+        """Say which server answers.
+
+        When to use: to check the connection.
+
+        Example: {"shout": true}
+        """
+        await ctx.report_progress(1, 1)
+        name = f"{type(ctx).__name__} {kb.settings.collection}"
+        return name.upper() if shout else name
+
+    result = run(build_server(mcp_index.settings, tools=[whoami]), lambda c: c.call_tool("whoami", {"shout": True}))
+    assert result.structured_content == {"result": "CONTEXT LAWS"}
 
 
 def test_custom_resource_and_prompt(mcp_index: Fixture) -> None:

@@ -265,3 +265,19 @@ def test_epub_text_follows_the_spine(sites: tuple[Path, Path], tmp_path: Path) -
         "书 epub",
         "not a readable EPUB: bad.epub (BadZipFile: File is not a zip file)",
     ], proc.stderr
+
+
+def test_a_missing_provider_plugin_is_one_clear_config_error() -> None:
+    from zhiku.errors import ConfigError
+    from zhiku.plugins import provider
+    from zhiku.settings import EmbeddingSettings, RerankSettings
+
+    assert EmbeddingSettings(provider="plugin:chars").model is None  # plugins need no model or endpoint
+    assert RerankSettings(provider="plugin:shortest").provider == "plugin:shortest"
+    with pytest.raises(ValueError, match="plugin:"):
+        EmbeddingSettings(provider="plugin:")
+    with pytest.raises(ConfigError) as e:
+        provider("zhiku.embedders", "plugin:chars")
+    assert str(e.value) == (
+        "no zhiku.embedders plugin named 'chars' (available: none installed); `zhiku plugins` lists them"
+    )

@@ -120,7 +120,10 @@ def split_parameters(fn: Callable[..., Any], injected: tuple[type, ...]) -> tupl
     try:
         hints = get_type_hints(fn, include_extras=True)
     except Exception as e:
-        raise ToolDefinitionError(f"{getattr(fn, '__name__', fn)}: cannot read its type hints: {e}") from None
+        raise ToolDefinitionError(
+            f"{getattr(fn, '__name__', fn)!r}: cannot read its type hints ({e}): import the types they name at "
+            "module level"
+        ) from None
     public: dict[str, Any] = {}
     inject: dict[str, str] = {}
     for name, p in inspect.signature(fn).parameters.items():

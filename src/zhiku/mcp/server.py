@@ -170,7 +170,7 @@ def tool_reference(settings: Settings | None = None) -> str:
     """docs/mcp-tools.md: every tool, resource template and prompt, from the real schemas."""
     from zhiku.mcp.reference import render
 
-    server = build_server(settings or Settings.model_validate({}), open_hub=lambda s: None)  # type: ignore[arg-type,return-value]
+    server = build_server(settings or Settings.model_validate({}), plugins=False, open_hub=lambda s: None)  # type: ignore[arg-type,return-value]
 
     async def collect() -> tuple[list[Any], list[Any], list[Any]]:
         return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
