@@ -450,6 +450,7 @@ def test_a_bad_custom_tool_stops_the_script_with_one_line(
     )
     line = custom_server.lookup_article.__code__.co_firstlineno
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", expected.format(line=line) + "\n")
+    assert expected.format(line=line) in (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")  # docs true
 
 
 def test_import_zhiku_is_cheap_and_exports_the_api() -> None:
