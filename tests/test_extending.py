@@ -246,6 +246,23 @@ def test_builtin_tools_are_checked_on_the_same_path(mcp_index: Fixture, monkeypa
         build_server(mcp_index.settings)
 
 
+def test_a_signature_the_sdk_refuses_is_one_line_too(mcp_index: Fixture) -> None:
+    def hidden(_secret: Annotated[str, Field(description="A secret.")]) -> str:
+        """Reveal nothing.
+
+        When to use: never.
+
+        Example: reveal the secret x.
+        """
+        return ""
+
+    with pytest.raises(ToolDefinitionError) as e:
+        build_server(mcp_index.settings, tools=[hidden])
+    assert str(e.value).endswith(
+        "cannot be served: InvalidSignature: Parameter _secret of hidden cannot start with '_'"
+    )
+
+
 def test_names_are_unique(mcp_index: Fixture) -> None:
     clash = zhiku.tool(name="list_collections")(custom_server.lookup_article)
     with pytest.raises(ToolDefinitionError) as e:

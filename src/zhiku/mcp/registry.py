@@ -38,6 +38,7 @@ log = logging.getLogger("zhiku.mcp.server")
 CTX = "mcp_context"  # the wrapper's own Context parameter
 INJECTED = (KnowledgeBase, Context)
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class Registry:
@@ -70,7 +71,7 @@ class Registry:
             public = {k: _documented(v, spec.params.get(k)) for k, v in public.items()}
         description = check_tool(spec, public)
         fn = _wrap_tool(spec, public, self.cache) if spec.wrapped else spec.fn
-        model = arg_model(fn)
+        model = _sdk_checked(spec, lambda: arg_model(fn))
         check_examples(spec, lambda args: explain_arguments(model, args))
         if self.read_only and not spec.read_only:
             return False
@@ -80,7 +81,8 @@ class Registry:
             idempotentHint=spec.idempotent,
             openWorldHint=False,
         )
-        self.server.tool(name=spec.name, title=spec.title, description=description, annotations=annotations)(fn)
+        register = self.server.tool(name=spec.name, title=spec.title, description=description, annotations=annotations)
+        _sdk_checked(spec, lambda: register(fn))
         self.models[spec.name] = model
         self.origins[spec.name] = spec.origin
         return True
@@ -109,6 +111,19 @@ class Registry:
     def add_prompt(self, spec: PromptSpec) -> None:
         check_prompt(spec)
         self.server.prompt(name=spec.name, title=spec.title, description=spec.description)(spec.fn)
+
+
+def _sdk_checked(spec: ToolSpec, step: Callable[[], T]) -> T:
+    """``step()``, with what the SDK or pydantic refuses (a parameter named ``_x``, a type with no schema) as one
+    ``ToolDefinitionError`` line."""
+    try:
+        return step()
+    except ToolDefinitionError:
+        raise
+    except Exception as e:
+        why = " ".join(str(e).split())
+        where = f"tool {spec.name!r} ({spec.origin})"
+        raise ToolDefinitionError(f"{where}: cannot be served: {type(e).__name__}: {why}") from None
 
 
 def _documented(annotation: Any, doc: str | None) -> Any:

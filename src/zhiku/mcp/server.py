@@ -142,8 +142,8 @@ def _add_plugin_tools(registry: Registry) -> None:
         for obj in objs:
             try:
                 registry.add_tool(tool_spec(obj, origin=f"plugin {plugin.info.distribution}"))
-            except (ZhikuError, TypeError) as e:
-                zhiku_plugins.report_problem(plugin.info, str(e))
+            except Exception as e:  # a broken plugin never takes the server down
+                zhiku_plugins.report_problem(plugin.info, str(e) if isinstance(e, ZhikuError) else repr(e))
 
 
 def _add_healthz(server: MCPServer, ready: _Ready) -> None:
