@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from zhiku.numeric import l2_normalise
 from zhiku.types import Filters, ScoredId
 
 _MIN_CAPACITY = 64
@@ -42,14 +43,6 @@ class _Interner:
 
     def get(self, name: str) -> int | None:
         return self._codes.get(name)
-
-
-def _normalise(matrix: np.ndarray, *, in_place: bool = False) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero), so a dot product is the cosine."""
-    matrix = np.asarray(matrix, np.float32)
-    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return np.divide(matrix, norms, out=matrix if in_place else None)
 
 
 def _intern_column(values: Sequence[str]) -> tuple[_Interner, np.ndarray]:
@@ -92,7 +85,7 @@ class VectorIndex:
         """An index over ``matrix`` (``(n, dim)`` writable float32, normalised in place) and its row columns."""
         n = matrix.shape[0]
         index = cls(dim, 0)
-        index._matrix = _normalise(matrix, in_place=True) if n else np.empty((0, dim), np.float32)
+        index._matrix = l2_normalise(matrix, in_place=True) if n else np.empty((0, dim), np.float32)
         index._ids = np.asarray(list(ids) if n else [], dtype=object).reshape(-1)
         for field, values in zip(cls._FIELDS[1:], (doc_ids, collections, doc_types, sources), strict=False):
             index._names[field], index._codes[field] = _intern_column(values)
@@ -109,7 +102,7 @@ class VectorIndex:
             return
         self._reserve(k)
         lo, hi = self._n, self._n + k
-        self._matrix[lo:hi] = _normalise(vectors)
+        self._matrix[lo:hi] = l2_normalise(vectors)
         self._ids[lo:hi] = list(ids)
         for field, value in (("doc", doc_id), ("collection", collection), ("doc_type", doc_type), ("source", source)):
             self._codes[field][lo:hi] = self._names[field].code(value)
@@ -172,7 +165,7 @@ class VectorIndex:
         """The ``top_k`` rows most cosine-similar to ``query`` (shape ``(dim,)``), best first."""
         if top_k < 1 or self._n == 0:
             return []
-        scores = self._matrix[: self._n] @ _normalise(query)
+        scores = self._matrix[: self._n] @ l2_normalise(query)
         mask = self._mask(filters)
         rows = np.arange(self._n) if mask is None else np.flatnonzero(mask)
         if rows.size == 0:
