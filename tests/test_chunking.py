@@ -8,8 +8,6 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
 from zhiku.ingest.chunking import (
     Heading,
     article_label,
@@ -26,7 +24,6 @@ from zhiku.settings import ChunkingSettings
 from zhiku.types import Chunk, PageSpan, SourceDoc
 
 LAWS = Path(__file__).parent / "fixtures" / "laws"
-SHARED_LAWS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "laws"
 
 SMALL = ChunkingSettings(size=100, overlap=20, min_chars=10)
 
@@ -411,16 +408,11 @@ def test_annual_leave_regulation() -> None:
     assert doc.text[b.start - 1] == "，"
 
 
-@pytest.fixture
-def shared_laws() -> list[Path]:
-    if not SHARED_LAWS.is_dir():
-        pytest.skip(f"shared corpus not present at {SHARED_LAWS}")
-    return sorted(SHARED_LAWS.glob("*.md"))
-
-
-def test_shared_law_corpus_invariants(shared_laws: list[Path]) -> None:
+def test_law_corpus_invariants() -> None:
     settings = ChunkingSettings(size=300, overlap=60, min_chars=30)
-    for path in shared_laws:
+    laws = sorted(p for p in LAWS.glob("*.md") if p.name != "SOURCES.md")
+    assert len(laws) == 5  # tests/fixtures/laws/SOURCES.md: five shapes of the shared corpus
+    for path in laws:
         doc = load_document(path, f"laws/{path.name}")
         chunks = chunks_of(doc, settings)
         assert chunks, path.name
