@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,13 +22,29 @@ from zhiku.stores._vectors import VectorIndex
 from zhiku.types import Filters
 
 
-def timed(fn: object, queries: np.ndarray) -> tuple[float, float]:
+def timed(fn: Callable[[np.ndarray], object], queries: np.ndarray) -> tuple[float, float]:
     ms = []
     for q in queries:
         t = time.perf_counter()
-        fn(q)  # type: ignore[operator]
+        fn(q)
         ms.append((time.perf_counter() - t) * 1000)
     return round(percentile(ms, 50), 2), round(percentile(ms, 95), 2)
+
+
+def measure(size: int, dim: int, n_queries: int, rng: np.random.Generator) -> dict[str, object]:
+    matrix = l2_normalise(rng.standard_normal((size, dim), dtype=np.float32), in_place=True)
+    ids = [f"c{i}" for i in range(size)]
+    docs = [f"d{i // max(size // 1000, 1)}" for i in range(size)]
+    collections = ["a" if i % 2 else "b" for i in range(size)]
+    index = VectorIndex.build(dim, matrix, ids, docs, collections, ["markdown"] * size, docs)
+    queries = l2_normalise(rng.standard_normal((n_queries, dim), dtype=np.float32))
+    return {
+        "chunks": size,
+        "dim": dim,
+        "product_ms": timed(lambda q: matrix @ q, queries),
+        "search_ms": timed(lambda q: index.search(q, 10), queries),
+        "filtered_ms": timed(lambda q: index.search(q, 10, Filters(collection="a")), queries),
+    }
 
 
 def main() -> None:
@@ -40,18 +57,7 @@ def main() -> None:
     print(json.dumps({"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}))
     for size in args.sizes:
         for dim in args.dims:
-            matrix = l2_normalise(rng.standard_normal((size, dim), dtype=np.float32), in_place=True)
-            ids = [f"c{i}" for i in range(size)]
-            docs = [f"d{i // (size // 1000)}" for i in range(size)]
-            collections = ["a" if i % 2 else "b" for i in range(size)]
-            index = VectorIndex.build(dim, matrix, ids, docs, collections, ["markdown"] * size, docs)
-            queries = l2_normalise(rng.standard_normal((args.queries, dim), dtype=np.float32))
-            product = timed(lambda q, m=index._matrix: m @ q, queries)
-            search = timed(lambda q: index.search(q, 10), queries)
-            filtered = timed(lambda q: index.search(q, 10, Filters(collection="a")), queries)
-            row = {"chunks": size, "dim": dim, "product_ms": product, "search_ms": search, "filtered_ms": filtered}
-            print(json.dumps(row), flush=True)
-            del index, matrix
+            print(json.dumps(measure(size, dim, args.queries, rng)), flush=True)
 
 
 if __name__ == "__main__":
