@@ -35,6 +35,7 @@ import anyio
 import anyio.to_thread
 
 from zhiku.errors import ZhikuError
+from zhiku.numeric import percentile
 from zhiku.settings import Settings
 
 QUERIES = (
@@ -66,17 +67,6 @@ SERIES = ("query", "trivial", "cache_hit")
 
 class BenchError(ZhikuError):
     code = "BENCH_FAILED"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100) with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("no values")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
