@@ -235,7 +235,7 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
     if found is not None:
         return _no_text_check(*found, path)
     try:
-        gb = data.decode("gb18030")
+        gb: str | None = data.decode("gb18030")
     except UnicodeDecodeError:
         gb = None
     if gb is not None and looks_like_text(gb):
