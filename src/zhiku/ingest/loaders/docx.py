@@ -55,7 +55,9 @@ def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
         with zipfile.ZipFile(path) as z:
             members = z.infolist()
     except (zipfile.BadZipFile, OSError, ValueError) as e:
-        raise LoaderError(f"not a readable {what} (corrupt or truncated ZIP): {path} ({e})") from None
+        raise LoaderError(
+            f"not a readable {path.suffix} document (corrupt, truncated, or another ZIP file): {path} ({e})"
+        ) from None
     total = sum(m.file_size for m in members)
     xml = sum(m.file_size for m in members if m.filename.lower().endswith((".xml", ".rels")))
     if total > max_unpacked:
