@@ -75,7 +75,7 @@ def _weird_names(bad: Path, rng: random.Random, expect: Expect) -> None:
     ]
     for _ in range(20):  # random bytes, as a broken archive or file system would leave them
         names.append(bytes(b for b in rng.randbytes(8) if b not in (0, 0x2F)) + b".md")
-    for i, raw in enumerate(names):
+    for raw in names:
         path = os.path.join(os.fsencode(bad / "names"), raw)
         with open(path, "w", encoding="utf-8") as f:
             f.write(GOOD.format(n=1) + "\n")  # one text: embedded once, whatever the name
