@@ -2,7 +2,7 @@
 the integrity and consistency checks of ``integrity.py``: FTS rows = chunks, a vector per chunk, no orphans,
 every document an old or a new version, and the index still answers a query.
 
-The short version (inside ``make test``) kills 3 runs; ``make reliability`` kills 60 (plus migrations to a
+The short version (inside ``make test``) kills 3 runs; ``make reliability`` runs 70 (plus migrations to a
 milvus-lite server when the ``milvus`` extra is installed).
 """
 
@@ -111,7 +111,7 @@ def _kill_run(op: str, world: dict[str, object], index: Path, delay: float | Non
 def test_kill_minus_nine_leaves_a_consistent_index(full: bool, world: dict[str, object], embed_cache_dir: Path) -> None:
     root, versions, dim = world["root"], world["versions"], world["dim"]
     env = zhiku_env(embed_cache_dir, **{f"ZHIKU_CHUNKING__{k.upper()}": str(v) for k, v in CHUNKING.items()})
-    runs = 60 if full else 3
+    runs = 70 if full else 3
     rng = random.Random(1212)
     durations: dict[str, float] = {op: 3.5 for op in OPS}  # short: spread the kills over the first 3.5 s
     for op in OPS if full else ():  # how long each operation takes to the end, to spread the kills over it
