@@ -24,7 +24,7 @@ from zhiku.ingest.loaders import Loader, default_loaders, load_document, support
 from zhiku.ingest.loaders.ocr import needs_ocr_note
 from zhiku.observability.tracing import mark, span
 from zhiku.settings import ChunkingSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import (
     Chunk,
@@ -108,7 +108,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: Store,
+        store: Writer,
         embedder: Embedder,
         text: TextProcessor,
         chunking: ChunkingSettings,

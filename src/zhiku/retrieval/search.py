@@ -12,7 +12,7 @@ from zhiku.observability.tracing import changes_data, fusion_rank_changes, mark,
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
@@ -66,7 +66,7 @@ class Searcher:
 
     def __init__(
         self,
-        store: Store,
+        store: Retriever,
         embedder: Embedder,
         text: TextProcessor,
         settings: RetrievalSettings,

@@ -13,7 +13,7 @@ from zhiku.errors import StoreError
 from zhiku.types import Chunk, DocRecord, DocStatus, ImageRef
 
 DB_NAME = "zhiku.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS ingestion_history (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, collection TEXT NOT NULL, sha256 TEXT, size INTEGER,
     status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
+CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
 """
 CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
 DOC_COLS = (
@@ -50,6 +52,10 @@ MIGRATIONS: dict[int, str] = {
 ALTER TABLE documents ADD COLUMN needs_ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';""",
+    # 3: deleted chunks' rowids (never reused), so the vector file and other processes update incrementally
+    2: """CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);""",
 }
 
 
@@ -66,8 +72,19 @@ def doc_row(doc: DocRecord) -> tuple[Any, ...]:
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
+    doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at = row[:11]
     return DocRecord(
-        *row[:11],
+        doc_id,
+        collection,
+        source,
+        path,
+        doc_type,
+        title,
+        sha256,
+        size,
+        chunk_count,
+        pages,
+        ingested_at,
         status=DocStatus(row[11]),
         needs_ocr_pages=tuple(json.loads(row[12])),
         ocr_pages=tuple(json.loads(row[13])),
@@ -106,12 +123,16 @@ def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
-    return Chunk(*row[:11], images=images_from_json(row[11]))
+    chunk_id, doc_id, collection, source, doc_type, section, page, start, end, ordinal, text = row[:11]
+    return Chunk(
+        chunk_id, doc_id, collection, source, doc_type, section, page, start, end, ordinal, text,
+        images=images_from_json(row[11]),
+    )  # fmt: skip
 
 
 def prepare_rows(
     doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any
-) -> tuple[list[tuple], list[str], np.ndarray]:
+) -> tuple[list[tuple[Any, ...]], list[str], np.ndarray]:
     """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
     where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
     try:
