@@ -18,6 +18,7 @@ from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
+DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class Searcher:
         self.settings = settings
         self.reranker = reranker
         self.rerank_settings = rerank or RerankSettings()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zhiku-dense")
+        # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
+        self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

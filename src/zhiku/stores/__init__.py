@@ -21,7 +21,12 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     """
     kind = settings.store.kind
     if kind == "sqlite":
-        return SQLiteStore(settings.index, read_only=read_only, busy_timeout_s=settings.store.busy_timeout_s)
+        return SQLiteStore(
+            settings.index,
+            read_only=read_only,
+            busy_timeout_s=settings.store.busy_timeout_s,
+            bm25_max_df=settings.store.bm25_max_df,
+        )
     if kind == "milvus":
         from zhiku.stores.milvus import MilvusStore
 

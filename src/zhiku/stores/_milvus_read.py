@@ -67,6 +67,11 @@ class MilvusReads(MilvusBase):
         self._remember(visible[:top_k])
         return [ScoredId(r["chunk_id"], r["score"], rank) for rank, r in enumerate(visible[:top_k], 1)]
 
+    def warm(self) -> None:
+        """Milvus loads the collections when the store opens; this only notices one created since."""
+        if self._dim is None:
+            self._refresh_dim()
+
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
         if isinstance(terms, str):
             raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")

@@ -85,8 +85,10 @@ def _decode(tp: Any, value: Any) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
-    hints = _hints(cls)
-    return cls(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})  # type: ignore[call-arg]
+    target: Any = cls  # a dataclass type (mypy cannot see that through the TypeVar)
+    hints = _hints(target)
+    fields = dataclasses.fields(target)
+    return cls(**{f.name: _decode(hints[f.name], data[f.name]) for f in fields if f.name in data})
 
 
 def from_json(cls: type[T], text: str) -> T:

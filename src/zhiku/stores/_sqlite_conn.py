@@ -124,7 +124,12 @@ class ReadPool:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = connect(self.index_dir, read_only=self._read_only, busy_timeout_s=self._busy_timeout_s)
-            conn.execute("PRAGMA query_only=1")
+            try:  # document frequencies of the BM25 index (temp: works on a read-only file too)
+                conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_vocab USING fts5vocab(main, fts, 'row')")
+                conn.execute("PRAGMA query_only=1")
+            except sqlite3.Error as e:
+                conn.close()
+                raise translate(e, self.index_dir) from e
         try:
             yield conn
         except sqlite3.Error as e:

@@ -75,6 +75,10 @@ class Retriever(Protocol):
         """A counter bumped by every write or delete (caches key on it)."""
         ...
 
+    def warm(self) -> None:
+        """Load now what the first search would load (e.g. the vectors), so the first query is not the slow one."""
+        ...
+
 
 @runtime_checkable
 class Catalogue(Protocol):

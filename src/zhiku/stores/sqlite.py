@@ -16,13 +16,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import astuple
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
-from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
+from zhiku.stores._sqlite_read import stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
     CHUNK_COLS,
     DB_NAME,
@@ -31,43 +30,44 @@ from zhiku.stores._sqlite_schema import (
     SCHEMA_VERSION,
     doc_row,
     prepare_rows,
+    term_counts,
 )
+from zhiku.stores._sqlite_search import SQLiteSearch, fts_query
 from zhiku.stores._vectors import (
     VectorSnapshot,
     file_matches,
-    match_sources,
     normalise,
     rebuild_file,
     top_rowid,
     vector_path,
     write_rows,
 )
-from zhiku.types import Chunk, DocRecord, Filters, IngestionRecord, ScoredId
+from zhiku.types import Chunk, DocRecord, IngestionRecord
 
 _MANAGED_META = frozenset({"schema_version", "index_version"})
 
 
-def fts_query(terms: Sequence[str]) -> str:
-    """An FTS5 query matching any of ``terms``: each double-quoted (``"`` doubled), joined with ``OR``.
-
-    Repeated and blank terms are dropped; no terms gives ``""``.
-    """
-    if isinstance(terms, str):
-        raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
-    unique = dict.fromkeys(t for t in terms if t.strip())
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in unique)
-
-
-class SQLiteStore(SQLiteReads):
+class SQLiteStore(SQLiteSearch):
     """The ``Store`` protocol over one SQLite file (``index_dir/zhiku.db``). Thread-safe: reads run concurrently
     on pooled connections, writes one at a time.
 
     ``read_only=True`` opens an existing index for searching (a missing one raises ``IndexNotFound``); writes
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
+    ``bm25_max_df`` < 1 leaves out BM25 query terms found in more than that fraction of the chunks (keeping at
+    least the 2 rarest): such terms add little to the score and cost the most to score.
     """
 
-    def __init__(self, index_dir: Path | str, *, read_only: bool = False, busy_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        index_dir: Path | str,
+        *,
+        read_only: bool = False,
+        busy_timeout_s: float = 5.0,
+        bm25_max_df: float = 1.0,
+    ) -> None:
         self.index_dir = Path(index_dir)
+        self.bm25_max_df = bm25_max_df
+        self._chunk_count = (-1, 0)  # (index version, chunks): the N of bm25_max_df
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
         self._lock = threading.RLock()  # the write connection
@@ -148,6 +148,14 @@ class SQLiteStore(SQLiteReads):
         rowids = np.fromiter(
             (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
         )
+        gone = term_counts(
+            t
+            for (t,) in conn.execute(
+                "SELECT tokens FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,)
+            )
+        )
+        conn.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(n, t) for t, n in gone.items()])
+        conn.execute("DELETE FROM term_df WHERE df <= 0")
         conn.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
@@ -199,6 +207,10 @@ class SQLiteStore(SQLiteReads):
                 conn.executemany(
                     "INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
                 )
+                conn.executemany(
+                    "INSERT INTO term_df VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + excluded.df",
+                    list(term_counts(r[-1] for r in rows).items()),
+                )
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                     self._write_vectors(dim, base, unit)  # before COMMIT, past every committed rowid
@@ -241,106 +253,6 @@ class SQLiteStore(SQLiteReads):
                 return
             top = max(snap.top, int(added.max()) if added.size else 0)
             self._snap = snap.changed(old_version + 1, top, None, added, removed)
-
-    # --- searching ---------------------------------------------------------------------------------
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
-        query = fts_query(terms)
-        if not query or top_k < 1:
-            return []
-        sql = "SELECT c.chunk_id, -bm25(fts) FROM fts CROSS JOIN chunks AS c ON c.rowid = fts.rowid WHERE fts MATCH ?"
-        params: list[Any] = [query]
-        with self._read() as conn:
-            for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-                if value is not None:
-                    sql += f" AND c.{column} = ?"
-                    params.append(value)
-            if filters.source_glob is not None:
-                where, args = (
-                    ("WHERE collection = ?", (filters.collection,)) if filters.collection is not None else ("", ())
-                )
-                sources = match_sources(
-                    (s for (s,) in conn.execute(f"SELECT DISTINCT source FROM documents {where}", args)),
-                    filters.source_glob,
-                )
-                if not sources:
-                    return []
-                sql += " AND c.source IN (SELECT value FROM json_each(?))"
-                params.append(json.dumps(sources))
-            rows = conn.execute(sql + " ORDER BY bm25(fts), c.chunk_id LIMIT ?", (*params, int(top_k))).fetchall()
-        return [ScoredId(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
-
-    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if not np.isfinite(query).all():
-            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
-        with self._read() as conn:
-            snap = self._snapshot(conn)
-            if snap.dim and query.size != snap.dim:
-                raise IndexMismatch(
-                    f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
-                    "rebuild with `zhiku ingest PATH --force` into a new --index"
-                )
-            mask = self._filter_mask(conn, snap, filters)
-            rowids, scores = snap.search(query, int(top_k), mask)  # no lock held: other searches run meanwhile
-            if rowids.size == 0:
-                return []
-            found = dict(
-                conn.execute(
-                    "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                    (json.dumps(rowids.tolist()),),
-                ).fetchall()
-            )
-        hits = sorted(
-            ((found[int(r)], float(s)) for r, s in zip(rowids, scores, strict=True) if int(r) in found),
-            key=lambda h: (-h[1], h[0]),
-        )
-        return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits, 1)]
-
-    def warm(self) -> None:
-        """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one."""
-        with self._read() as conn:
-            self._snapshot(conn).prefetch()
-
-    def _snapshot(self, conn: sqlite3.Connection) -> VectorSnapshot:
-        """The vectors at the index's current version: loaded once, then moved forward incrementally."""
-        snap = self._snap
-        if snap is not None and snap.version == version_of(conn):
-            return snap
-        with self._vec_lock:
-            conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
-            try:
-                snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
-                if snap is None or snap.dim != dim or snap.version > version:
-                    snap = VectorSnapshot.load(conn, self.index_dir, dim, version)
-                elif snap.version != version:
-                    snap = snap.refreshed(conn, version)
-                conn.execute("COMMIT")
-            except ValueError as e:
-                raise StoreError(
-                    f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
-                ) from None
-            self._snap = snap
-        return snap
-
-    def _filter_mask(self, conn: sqlite3.Connection, snap: VectorSnapshot, filters: Filters) -> np.ndarray | None:
-        """Rows passing ``filters`` (None: no filter), from the chunks' columns at this connection's snapshot."""
-        sql, params = "SELECT rowid FROM chunks WHERE 1", []
-        for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
-        if filters.source_glob is not None:
-            sources = match_sources(
-                (s for (s,) in conn.execute("SELECT DISTINCT source FROM documents")), filters.source_glob
-            )
-            sql += " AND source IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(sources))
-        if not params:
-            return None
-        mask = np.zeros(snap.top, bool)
-        rows = np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64)
-        mask[rows[rows <= snap.top] - 1] = True
-        return mask
 
     # --- metadata ----------------------------------------------------------------------------------
     def set_meta(self, values: dict[str, str]) -> None:
