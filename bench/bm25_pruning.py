@@ -6,7 +6,8 @@
 Each BEIR passage is one chunk (title + text), indexed with zhiku's tokenizer into a SQLite index under
 ``--workdir`` (no vectors are needed: BM25 only). Every query runs through ``SQLiteStore.bm25_search`` with
 the query terms zhiku's ``TextProcessor`` gives; nDCG@10, Recall@100 and MRR@10 come from
-``zhiku.evaluation.metrics``. ``changed`` counts queries whose top 10 differ from the unpruned run.
+``zhiku.evaluation.metrics``. ``changed`` counts queries whose top 10 differ from the first ``--max-df`` run.
+``--min-df 0`` prunes by the fraction alone (the store keeps terms found in fewer than ``BM25_MIN_DF`` chunks).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from zhiku.evaluation.beir import load_beir
 from zhiku.evaluation.metrics import mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from zhiku.stores import _sqlite_search
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, DocRecord
@@ -65,7 +67,10 @@ def main() -> None:
     ap.add_argument("--sets", type=Path, nargs="+", required=True)
     ap.add_argument("--max-df", type=float, nargs="+", default=[1.0, 0.2, 0.1, 0.05])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-bm25-pruning"))
+    ap.add_argument("--min-df", type=int, default=None, help="override BM25_MIN_DF (0: prune by fraction alone)")
     args = ap.parse_args()
+    if args.min_df is not None:
+        _sqlite_search.BM25_MIN_DF = args.min_df
     tp = TextProcessor()
     for folder in args.sets:
         index = args.workdir / folder.name
@@ -75,7 +80,8 @@ def main() -> None:
             row, ranked = run(index, folder, tp, max_df)
             base = base or ranked
             changed = sum(ranked[q][:10] != base[q][:10] for q in ranked)
-            out = {"set": folder.name, "max_df": max_df, **{k: round(v, 4) for k, v in row.items()}}
+            min_df = _sqlite_search.BM25_MIN_DF
+            out = {"set": folder.name, "max_df": max_df, "min_df": min_df, **{k: round(v, 4) for k, v in row.items()}}
             print(json.dumps({**out, "changed_top10": changed, "queries": len(ranked)}), flush=True)
 
 

@@ -78,7 +78,8 @@ def unit_vectors(rng, n: int):  # type: ignore[no-untyped-def]
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def build(index: Path, sents: list[str], size: int) -> dict[str, float]:
+def build(index: Path, sents: list[str], size: int, budget_s: float = float("inf")) -> dict[str, float]:
+    """Write ``size`` chunks (stopping early, between documents, once ``budget_s`` seconds have passed)."""
     import numpy as np
 
     from zhiku.stores.sqlite import SQLiteStore
@@ -90,8 +91,11 @@ def build(index: Path, sents: list[str], size: int) -> dict[str, float]:
     sent_tokens = [tp.index_tokens(x) for x in sents]  # a chunk's tokens: its sentences' (segmented once)
     tok_s = time.perf_counter() - t
     write_s = 0.0
+    written = 0
     with SQLiteStore(index) as store:
         for d in range(size // PER_DOC):
+            if write_s > budget_s:
+                break
             parts = make_chunks(sents, PER_DOC, rng)
             texts = ["".join(sents[i] for i in p) for p in parts]
             tokens = [[w for i in p for w in sent_tokens[i]] for p in parts]
@@ -99,7 +103,12 @@ def build(index: Path, sents: list[str], size: int) -> dict[str, float]:
             t = time.perf_counter()
             store.write_document(doc, chunks, tokens, unit_vectors(vrng, len(chunks)))
             write_s += time.perf_counter() - t
-    return {"tokenize_sentences_s": round(tok_s, 1), "write_chunks_per_s": round(size / write_s)}
+            written += len(chunks)
+    return {
+        "built_chunks": written,
+        "tokenize_sentences_s": round(tok_s, 1),
+        "write_chunks_per_s": round(written / write_s),
+    }
 
 
 def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
@@ -162,6 +171,9 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=200)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-scale"))
     ap.add_argument("--reuse", action="store_true", help="measure existing builds again")
+    ap.add_argument(
+        "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
+    )
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--n-docs", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -178,13 +190,14 @@ def main() -> None:
         row: dict[str, object] = {"chunks": size, "load_avg_1m": round(os.getloadavg()[0], 1)}
         if not (args.reuse and index.is_dir()):
             t = time.perf_counter()
-            row.update(build(index, sents, size))
+            row.update(build(index, sents, size, args.build_budget_s))
             row["build_s"] = round(time.perf_counter() - t, 1)
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
-        child += ["--measure", str(index), "--n-docs", str(size // PER_DOC)]
+        built = int(row.get("built_chunks", size))  # type: ignore[call-overload]
+        child += ["--measure", str(index), "--n-docs", str(built // PER_DOC)]
         out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
         row.update(json.loads(out.stdout.strip().splitlines()[-1]))
         print(json.dumps(row, ensure_ascii=False), flush=True)

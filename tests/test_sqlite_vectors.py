@@ -99,7 +99,8 @@ def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> Non
     with SQLiteStore(index_dir) as store:
         LABOR.write(store)
         WAGE.write(store)
-        store.warm()
+        store.warm()  # what the MCP server does at start: the vectors are mapped before the first query
+        assert store._snap is not None and store._snap.path == index_dir / "vectors.3.f32" and store._snap.top == 3
         results: list[list[str]] = []
         with store._write():  # a write transaction in progress (holds the store's write lock)
             reader = threading.Thread(
@@ -139,12 +140,17 @@ def test_an_upgraded_index_gets_its_document_frequencies_from_fts(index_dir: Pat
     assert _df(index_dir)["劳动者"] == 2 and _df(index_dir)["解除"] == 1
 
 
-def test_bm25_max_df_leaves_out_frequent_terms_but_keeps_the_two_rarest(index_dir: Path) -> None:
+def test_bm25_max_df_leaves_out_frequent_terms_but_keeps_the_two_rarest(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with SQLiteStore(index_dir) as store:
         for doc in (LABOR, WAGE, NOTE):
             doc.write(store)
     terms = ["劳动者", "工资", "会议"]  # in 3, 1 and 1 of the 4 chunks
-    with SQLiteStore(index_dir, read_only=True) as every:
+    with SQLiteStore(index_dir, read_only=True) as default:  # terms in fewer than 1,000 chunks are always kept
+        assert sorted(ids(default.bm25_search(terms, 10))) == sorted(LABOR.ids + WAGE.ids + NOTE.ids)
+    monkeypatch.setattr("zhiku.stores._sqlite_search.BM25_MIN_DF", 0)
+    with SQLiteStore(index_dir, read_only=True, bm25_max_df=1.0) as every:
         assert sorted(ids(every.bm25_search(terms, 10))) == sorted(LABOR.ids + WAGE.ids + NOTE.ids)
     with SQLiteStore(index_dir, read_only=True, bm25_max_df=0.5) as pruned:
         assert sorted(ids(pruned.bm25_search(terms, 10))) == sorted(WAGE.ids + NOTE.ids)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import fnmatch
+import logging
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 
 from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
-from zhiku.errors import IndexMismatch, InvalidInput, NotFound
+from zhiku.errors import IndexMismatch, InvalidInput, NotFound, StoreError
 from zhiku.ingest.chunking import chunking_identity
 from zhiku.ingest.images import IMAGES_DIR, ImageStore
 from zhiku.ingest.loaders import default_loaders
@@ -24,6 +25,8 @@ from zhiku.stores import open_store
 from zhiku.stores.base import Store
 from zhiku.text import TextProcessor
 from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
+
+log = logging.getLogger(__name__)
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -98,6 +101,15 @@ class KnowledgeBase:
             "dim": str(self.embedder.dim),
             "chunking": chunking_identity(self.settings.chunking),
         }
+
+    def warm_index(self) -> None:
+        """Load the tokenizer's dictionary and map the index's vectors now (a broken index is reported by the
+        first query, with its error code)."""
+        self.text.query_tokens("试用期最长多久")
+        try:
+            self.store.warm()
+        except StoreError as e:
+            log.warning("could not load the index's vectors: %s", e)
 
     def stale(self) -> dict[str, tuple[str, str]]:
         """``{key: (stored, current)}`` for every identity key that differs from the index's."""

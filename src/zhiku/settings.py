@@ -34,12 +34,6 @@ class StoreSettings(_Section):
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
-    bm25_max_df: float = Field(
-        1.0,
-        gt=0,
-        le=1,
-        description="SQLite: BM25 leaves out query terms found in more than this fraction of the chunks (their IDF is low and they cost the most), keeping at least the 2 rarest; 1 keeps every term. See bench/RESULTS.md (Issue 13) for the measured speed and quality.",
-    )
     uri: str = Field(
         "http://127.0.0.1:19530",
         min_length=1,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from zhiku.api import KnowledgeBase
-from zhiku.errors import InvalidInput, NotFound, StoreError, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.ingest.loaders import supported_suffixes
 from zhiku.ingest.pipeline import discover
 from zhiku.mcp.cache import ResultCache, cache_key
@@ -116,14 +116,10 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder, the tokenizer and the index's vectors now, so the first query is not the slow one."""
+        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.text.query_tokens("试用期最长多久")
-        try:
-            self.kb.store.warm()  # the vectors: mapped now, not on the first query
-        except StoreError as e:  # the first query will say what is wrong, with its error code
-            log.warning("could not load the index's vectors: %s", e)
+        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
         reranker = self.kb.reranker
         if reranker is not None:
             try:

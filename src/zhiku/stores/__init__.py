@@ -21,12 +21,7 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     """
     kind = settings.store.kind
     if kind == "sqlite":
-        return SQLiteStore(
-            settings.index,
-            read_only=read_only,
-            busy_timeout_s=settings.store.busy_timeout_s,
-            bm25_max_df=settings.store.bm25_max_df,
-        )
+        return SQLiteStore(settings.index, read_only=read_only, busy_timeout_s=settings.store.busy_timeout_s)
     if kind == "milvus":
         from zhiku.stores.milvus import MilvusStore
 

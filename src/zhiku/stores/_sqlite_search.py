@@ -17,6 +17,11 @@ from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
 
+# BM25 query-term pruning (measured in bench/RESULTS.md, Issue 13): a term found in more than BM25_MAX_DF of the
+# chunks and in more than BM25_MIN_DF chunks is left out of the FTS5 query (the 2 rarest terms always stay).
+BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (FTS5 floors it at 1e-6): lossless on every dev set
+BM25_MIN_DF = 1000
+
 
 def fts_query(terms: Sequence[str]) -> str:
     """An FTS5 query matching any of ``terms``: each double-quoted (``"`` doubled), joined with ``OR``.
@@ -46,8 +51,7 @@ class SQLiteSearch(SQLiteReads):
         sql = "SELECT c.chunk_id, -bm25(fts) FROM fts CROSS JOIN chunks AS c ON c.rowid = fts.rowid WHERE fts MATCH ?"
         params: list[Any] = [query]
         with self._read() as conn:
-            if self.bm25_max_df < 1:
-                query = fts_query(self._frequent_terms_pruned(conn, terms))
+            query = fts_query(self._frequent_terms_pruned(conn, terms))
             if filters == Filters():
                 return self._bm25_unfiltered(conn, query, int(top_k))
             for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
@@ -70,14 +74,15 @@ class SQLiteSearch(SQLiteReads):
         return [ScoredId(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
 
     def _frequent_terms_pruned(self, conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        """``terms`` without those in more than ``bm25_max_df`` of the chunks, keeping at least the 2 rarest."""
+        """``terms`` without those in more than ``bm25_max_df`` of the chunks (and more than ``BM25_MIN_DF``:
+        rarer terms cost little), keeping at least the 2 rarest."""
         unique = list(dict.fromkeys(t for t in terms if t.strip()))
-        if len(unique) <= 2:
+        if len(unique) <= 2 or self.bm25_max_df >= 1:
             return unique
         version = version_of(conn)
         if self._chunk_count[0] != version:
             self._chunk_count = (version, conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
-        limit = self.bm25_max_df * self._chunk_count[1]
+        limit = max(self.bm25_max_df * self._chunk_count[1], BM25_MIN_DF)
         df = dict(
             conn.execute(
                 "SELECT term, df FROM term_df WHERE term IN (SELECT value FROM json_each(?))", (json.dumps(unique),)

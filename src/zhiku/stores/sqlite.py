@@ -32,7 +32,7 @@ from zhiku.stores._sqlite_schema import (
     prepare_rows,
     term_counts,
 )
-from zhiku.stores._sqlite_search import SQLiteSearch, fts_query
+from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
 from zhiku.stores._vectors import (
     VectorSnapshot,
     file_matches,
@@ -53,8 +53,8 @@ class SQLiteStore(SQLiteSearch):
 
     ``read_only=True`` opens an existing index for searching (a missing one raises ``IndexNotFound``); writes
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
-    ``bm25_max_df`` < 1 leaves out BM25 query terms found in more than that fraction of the chunks (keeping at
-    least the 2 rarest): such terms add little to the score and cost the most to score.
+    BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
+    rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
     """
 
     def __init__(
@@ -63,7 +63,7 @@ class SQLiteStore(SQLiteSearch):
         *,
         read_only: bool = False,
         busy_timeout_s: float = 5.0,
-        bm25_max_df: float = 1.0,
+        bm25_max_df: float = BM25_MAX_DF,
     ) -> None:
         self.index_dir = Path(index_dir)
         self.bm25_max_df = bm25_max_df
