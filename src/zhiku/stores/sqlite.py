@@ -155,7 +155,9 @@ class SQLiteStore(SQLiteSearch):
             )
         )
         conn.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(n, t) for t, n in gone.items()])
-        conn.execute("DELETE FROM term_df WHERE df <= 0")
+        conn.execute(
+            "DELETE FROM term_df WHERE term IN (SELECT value FROM json_each(?)) AND df <= 0", (json.dumps(list(gone)),)
+        )
         conn.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
