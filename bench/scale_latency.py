@@ -8,6 +8,9 @@ Chunks are real Chinese sentences (from the given Markdown folders and BEIR corp
 chunks, 100 chunks per document. Their vectors are RANDOM unit vectors (384-d): the numbers measure latency and
 size only, never retrieval quality. Query vectors are random too, so query embedding is excluded by design.
 
+``--dense-only`` builds one-sentence chunks without BM25 tokens (far faster to write): it measures the vector side
+(open, dense, RSS, replace) at sizes whose full build does not fit the time here; its BM25 figures mean nothing.
+
 Each size is built once into ``--workdir/<size>`` (kept: ``--reuse`` measures an existing build again). The
 measurements run in a fresh child process pinned to one core (``sched_setaffinity``, BLAS threads 1): cold open
 (page cache as the build left it) to the first hybrid answer, BM25/dense/hybrid p50/p95 through ``Searcher``
@@ -78,8 +81,13 @@ def unit_vectors(rng, n: int):  # type: ignore[no-untyped-def]
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def build(index: Path, sents: list[str], size: int, budget_s: float = float("inf")) -> dict[str, float]:
-    """Write ``size`` chunks (stopping early, between documents, once ``budget_s`` seconds have passed)."""
+def build(
+    index: Path, sents: list[str], size: int, budget_s: float = float("inf"), *, dense_only: bool = False
+) -> dict[str, float]:
+    """Write ``size`` chunks (stopping early, between documents, once ``budget_s`` seconds have passed).
+
+    ``dense_only``: each chunk is one sentence with no BM25 tokens (a fast build for the vector side at 1M;
+    BM25 latency on such an index means nothing)."""
     import numpy as np
 
     from zhiku.stores.sqlite import SQLiteStore
@@ -96,9 +104,13 @@ def build(index: Path, sents: list[str], size: int, budget_s: float = float("inf
         for d in range(size // PER_DOC):
             if write_s > budget_s:
                 break
-            parts = make_chunks(sents, PER_DOC, rng)
+            parts = (
+                [[rng.randrange(len(sents))] for _ in range(PER_DOC)]
+                if dense_only
+                else make_chunks(sents, PER_DOC, rng)
+            )
             texts = ["".join(sents[i] for i in p) for p in parts]
-            tokens = [[w for i in p for w in sent_tokens[i]] for p in parts]
+            tokens = [[] if dense_only else [w for i in p for w in sent_tokens[i]] for p in parts]
             doc, chunks = document(d, texts)
             t = time.perf_counter()
             store.write_document(doc, chunks, tokens, unit_vectors(vrng, len(chunks)))
@@ -190,7 +202,8 @@ def main() -> None:
         row: dict[str, object] = {"chunks": size, "load_avg_1m": round(os.getloadavg()[0], 1)}
         if not (args.reuse and index.is_dir()):
             t = time.perf_counter()
-            row.update(build(index, sents, size, args.build_budget_s))
+            row.update(build(index, sents, size, args.build_budget_s, dense_only=args.dense_only))
+            row["dense_only"] = args.dense_only
             row["build_s"] = round(time.perf_counter() - t, 1)
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
