@@ -183,6 +183,7 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=200)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-scale"))
     ap.add_argument("--reuse", action="store_true", help="measure existing builds again")
+    ap.add_argument("--dense-only", action="store_true", help="one-sentence chunks without BM25 tokens (fast build)")
     ap.add_argument(
         "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
     )
