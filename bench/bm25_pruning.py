@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.evaluation.beir import load_beir
-from zhiku.evaluation.metrics import mrr_at_k, ndcg_at_k, percentile, recall_at_k
+from zhiku.evaluation.metrics import mrr_at_k, ndcg_at_k, recall_at_k
+from zhiku.numeric import percentile
 from zhiku.stores import _sqlite_search
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_latency import DIM, build, sentences  # noqa: E402
-from zhiku.evaluation.metrics import percentile  # noqa: E402
+from zhiku.numeric import percentile  # noqa: E402
 from zhiku.retrieval.search import Searcher  # noqa: E402
 from zhiku.settings import RetrievalSettings  # noqa: E402
 from zhiku.stores.sqlite import SQLiteStore  # noqa: E402

@@ -127,7 +127,7 @@ def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
     """In a child process on one core: open-to-first-answer, latencies, one update, peak RSS."""
     import numpy as np
 
-    from zhiku.evaluation.metrics import percentile
+    from zhiku.numeric import percentile
     from zhiku.retrieval.search import Searcher
     from zhiku.settings import RetrievalSettings
     from zhiku.stores.sqlite import SQLiteStore

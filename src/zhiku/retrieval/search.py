@@ -1,4 +1,4 @@
-"""The query pipeline: parse → BM25 and dense retrieval in parallel → fusion → rerank (optional) → hits."""
+"""The query pipeline: parse → BM25 (the query is embedded meanwhile in a worker) → dense → fusion → rerank."""
 
 from __future__ import annotations
 

@@ -79,19 +79,8 @@ def doc_row(doc: DocRecord) -> tuple[Any, ...]:
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
-    doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at = row[:11]
-    return DocRecord(
-        doc_id,
-        collection,
-        source,
-        path,
-        doc_type,
-        title,
-        sha256,
-        size,
-        chunk_count,
-        pages,
-        ingested_at,
+    return DocRecord(  # type: ignore[misc]  # mypy cannot count the 11 values of a slice
+        *row[:11],
         status=DocStatus(row[11]),
         needs_ocr_pages=tuple(json.loads(row[12])),
         ocr_pages=tuple(json.loads(row[13])),
@@ -130,11 +119,7 @@ def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
-    chunk_id, doc_id, collection, source, doc_type, section, page, start, end, ordinal, text = row[:11]
-    return Chunk(
-        chunk_id, doc_id, collection, source, doc_type, section, page, start, end, ordinal, text,
-        images=images_from_json(row[11]),
-    )  # fmt: skip
+    return Chunk(*row[:11], images=images_from_json(row[11]))  # type: ignore[misc]  # see doc_from_row
 
 
 def term_counts(token_texts: Iterable[str]) -> Counter[str]:

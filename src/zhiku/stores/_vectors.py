@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zhiku.numeric import l2_normalise
+
 _BATCH = 8192
 
 
@@ -34,15 +36,6 @@ def match_sources(sources: Iterable[str], glob: str) -> list[str]:
     BM25 and dense search both filter through this function, so they always agree on what a glob means.
     """
     return [s for s in sources if fnmatch.fnmatchcase(s, glob)]
-
-
-def normalise(matrix: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero), as a new float32 array: a dot product is the cosine."""
-    out = np.array(matrix, dtype=np.float32, copy=True)
-    norms = np.linalg.norm(out, axis=-1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out /= norms
-    return out
 
 
 def vector_path(index_dir: Path, dim: int) -> Path:
@@ -83,7 +76,7 @@ def _blob_rows(
     while batch := cursor.fetchmany(_BATCH):
         ids = np.fromiter((r for r, _ in batch), dtype=np.int64, count=len(batch))
         rows = np.frombuffer(b"".join(v for _, v in batch), "<f4").reshape(len(batch), dim)
-        yield ids, normalise(rows)
+        yield ids, l2_normalise(rows)
 
 
 def rebuild_file(conn: sqlite3.Connection, path: Path, dim: int) -> None:
@@ -113,7 +106,7 @@ def file_matches(conn: sqlite3.Connection, path: Path, dim: int, top: int) -> bo
         return True
     stored = np.frombuffer(row[1], "<f4")
     mapped = np.memmap(path, dtype="<f4", mode="r", shape=(top, dim))
-    return stored.size == dim and bool(np.allclose(mapped[row[0] - 1], normalise(stored.reshape(1, dim))[0]))
+    return stored.size == dim and bool(np.allclose(mapped[row[0] - 1], l2_normalise(stored.reshape(1, dim))[0]))
 
 
 @dataclass(frozen=True)
@@ -190,7 +183,7 @@ class VectorSnapshot:
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        scores = self.matrix[: self.top] @ normalise(query.reshape(1, -1))[0]
+        scores = self.matrix[: self.top] @ l2_normalise(query.reshape(1, -1))[0]
         scores[~allowed] = -np.inf
         k = min(top_k, n)
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.numeric import l2_normalise
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
@@ -36,7 +37,6 @@ from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
 from zhiku.stores._vectors import (
     VectorSnapshot,
     file_matches,
-    normalise,
     rebuild_file,
     top_rowid,
     vector_path,
@@ -170,7 +170,7 @@ class SQLiteStore(SQLiteSearch):
     ) -> None:
         rows, ids, matrix = prepare_rows(doc, chunks, tokens, vectors)
         dim = matrix.shape[1]
-        unit = normalise(matrix)
+        unit = l2_normalise(matrix)
         with self._lock:
             with self._write() as conn:
                 stored = stored_dim(conn)
