@@ -5,17 +5,20 @@ Every read keeps only chunks whose ``version`` is their document's live version 
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from zhiku.errors import IndexMismatch, InvalidInput
+from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.stores import _milvus_schema as ms
 from zhiku.stores._milvus_base import MAX_TOPK, SEEN_MAX, MilvusBase
 from zhiku.stores._vectors import match_sources
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
+
+log = logging.getLogger(__name__)
 
 
 class MilvusReads(MilvusBase):
@@ -69,8 +72,11 @@ class MilvusReads(MilvusBase):
 
     def warm(self) -> None:
         """Milvus loads the collections when the store opens; this only notices one created since."""
-        if self._dim is None:
-            self._refresh_dim()
+        try:
+            if self._dim is None:
+                self._refresh_dim()
+        except StoreError as e:  # the first query reports it, with its error code
+            log.warning("could not reach %s: %s", self.where, e)
 
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
         if isinstance(terms, str):

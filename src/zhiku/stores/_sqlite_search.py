@@ -4,6 +4,7 @@ a pooled read connection, with no lock held while scoring (searches run side by 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
+
+log = logging.getLogger(__name__)
 
 # BM25 query-term pruning (measured in bench/RESULTS.md, Issue 13): a term found in more than BM25_MAX_DF of the
 # chunks and in more than BM25_MIN_DF chunks is left out of the FTS5 query (the 2 rarest terms always stay).
@@ -140,9 +143,13 @@ class SQLiteSearch(SQLiteReads):
         return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits, 1)]
 
     def warm(self) -> None:
-        """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one."""
-        with self._read() as conn:
-            self._snapshot(conn).prefetch()
+        """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one.
+        A broken index is only logged: the first query reports it, with its error code."""
+        try:
+            with self._read() as conn:
+                self._snapshot(conn).prefetch()
+        except StoreError as e:
+            log.warning("could not load the vectors of %s: %s", self.index_dir, e)
 
     def _snapshot(self, conn: sqlite3.Connection) -> VectorSnapshot:
         """The vectors at the index's current version: loaded once, then moved forward incrementally."""
