@@ -103,14 +103,13 @@ class MilvusBase:
             raise ReadOnlyIndex(f"{self.where} was opened read-only (read_only=True); open it for writing to change it")
 
     # --- catalog reads -------------------------------------------------------------------------------
+    def _catalog(self, what: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Catalog rows by key (one ``query`` call: keys are few, no paging)."""
+        rows: list[dict[str, Any]] = self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields)
+        return rows
+
     def _meta_value(self, key: str) -> str | None:
-        rows = self._call(
-            "read metadata",
-            "query",
-            self.catalog_name,
-            filter=f"key == {ms.lit('meta:' + key)}",
-            output_fields=["payload"],
-        )
+        rows = self._catalog("read metadata", f"key == {ms.lit('meta:' + key)}", ["payload"])
         return rows[0]["payload"] if rows else None
 
     def _doc_rows(self, expr: str, fields: list[str] = ms.DOC_FIELDS) -> list[dict[str, Any]]:
@@ -122,13 +121,7 @@ class MilvusBase:
         keys = sorted({f"doc:{d}" for d in doc_ids})
         if not keys:
             return {}
-        rows = self._call(
-            "read documents",
-            "query",
-            self.catalog_name,
-            filter=f"key in {ms.lits(keys)}",
-            output_fields=["doc_id", "version"],
-        )
+        rows = self._catalog("read documents", f"key in {ms.lits(keys)}", ["doc_id", "version"])
         return {r["doc_id"]: int(r["version"]) for r in rows}
 
     def _visible(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,13 +130,7 @@ class MilvusBase:
         return [r for r in rows if live.get(r["doc_id"]) == int(r["version"])]
 
     def _meta_values(self, keys: Sequence[str]) -> dict[str, str]:
-        rows = self._call(
-            "read metadata",
-            "query",
-            self.catalog_name,
-            filter=f"key in {ms.lits(['meta:' + k for k in keys])}",
-            output_fields=["key", "payload"],
-        )
+        rows = self._catalog("read metadata", f"key in {ms.lits(['meta:' + k for k in keys])}", ["key", "payload"])
         return {r["key"][len("meta:") :]: r["payload"] for r in rows}
 
     def _stored_dim(self, meta_dim: str | None) -> int | None:

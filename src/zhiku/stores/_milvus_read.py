@@ -182,13 +182,7 @@ class MilvusReads(MilvusBase):
                 self._seen.popitem(last=False)
 
     def get_document(self, doc_id: str) -> DocRecord | None:
-        rows = self._call(
-            "read documents",
-            "query",
-            self.catalog_name,
-            filter=f"key == {ms.lit('doc:' + doc_id)}",
-            output_fields=["payload"],
-        )
+        rows = self._catalog("read documents", f"key == {ms.lit('doc:' + doc_id)}", ["payload"])
         return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
