@@ -183,7 +183,9 @@ class VectorSnapshot:
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        scores = self.matrix[: self.top] @ l2_normalise(query.reshape(1, -1))[0]
+        # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS threads,
+        # which made concurrent searches slower than one at a time (bench/concurrent_search.py, Issue 13)
+        scores = np.einsum("ij,j->i", self.matrix[: self.top], l2_normalise(query.reshape(1, -1))[0])
         scores[~allowed] = -np.inf
         k = min(top_k, n)
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
