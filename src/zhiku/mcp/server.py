@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from zhiku.errors import NotFound, ZhikuError
 from zhiku.mcp import text as mcp_text
+from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.hub import Hub, QueryArgs
 from zhiku.mcp.models import (
     CHUNK_URI,
@@ -88,14 +89,16 @@ def error_result(code: str, message: str, retryable: bool = False) -> CallToolRe
     )
 
 
-def ok_result(model: Any, images: Any = ()) -> CallToolResult:
-    """The model as text and structured content, then ``images`` (``(mime_type, base64)``) as image content."""
+def ok_result(model: Any, images: Any = (), *, passages: bool = True) -> CallToolResult:
+    """The model as text and structured content, then ``images`` (``(mime_type, base64)``) as image content.
+    A query result's structured content is compact unless ``passages`` (``QueryResult.structured``)."""
+    structured = model.structured(passages) if isinstance(model, QueryResult) else model.model_dump(mode="json")
     return CallToolResult(
         content=[
             TextContent(type="text", text=model.to_markdown()),
             *(ImageContent(type="image", data=data, mime_type=mime) for mime, data in images),
         ],
-        structured_content=model.model_dump(mode="json"),
+        structured_content=structured,
     )
 
 
@@ -112,10 +115,11 @@ async def _tool(
 ) -> CallToolResult:
     try:
         result = await _run(ctx, fn, *args, exclusive=exclusive)
-        return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else ())
+        passages = ctx.request_context.lifespan_context.hub.settings.server.structured_passages
+        return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else (), passages=passages)
     except ZhikuError as e:
         log.info("tool %s failed: %s %s", name, e.code, e)
-        return error_result(e.code, str(e), e.retryable)
+        return error_result(e.code, agent_message(e), e.retryable)
     except Exception:
         log.exception("tool %s raised an unexpected exception", name)
         return error_result("INTERNAL_ERROR", f"{name} failed unexpectedly; the server log has the details")
@@ -125,9 +129,9 @@ async def _resource(ctx: Context, fn: Callable[..., str], ident: str) -> str:
     try:
         return await _run(ctx, fn, ident)
     except NotFound as e:
-        raise ResourceNotFoundError(str(e)) from None
+        raise ResourceNotFoundError(agent_message(e)) from None
     except ZhikuError as e:
-        raise ResourceError(f"{e.code}: {e}") from None
+        raise ResourceError(f"{e.code}: {agent_message(e)}") from None
 
 
 def _image_reader(ext: str) -> Callable[..., Any]:
@@ -322,9 +326,10 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
             args = QueryArgs.of(query, top_k, collection, filters, max_chars)
             cached = state.hub.cached_query(args)
         except ZhikuError as e:
-            return error_result(e.code, str(e), e.retryable)
+            return error_result(e.code, agent_message(e), e.retryable)
         if cached is not None:
-            return ok_result(cached, await _run(ctx, Hub.image_blocks, cached))
+            passages = state.hub.settings.server.structured_passages
+            return ok_result(cached, await _run(ctx, Hub.image_blocks, cached), passages=passages)
         return await _tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS, READ_ONLY)

@@ -19,9 +19,10 @@ Search the knowledge base and return the passages that best answer the question:
 and a sources list, plus structured citations (source file, page, section, score, passage text). Use it
 whenever the answer may be in the ingested documents (laws, policies, manuals). Ask in natural language,
 Chinese or English. Answer only from the returned passages and keep their [n] markers. When
-`low_confidence` is true, say the documents may not cover the question. Long passages are cut to fit
-`max_chars`; read a full one at its citation `uri` (zhiku://chunk/{chunk_id}). Figures of cited PDF/Word
-passages are listed in `images` and the first few come back as image content.
+`low_confidence` is true, say the documents may not cover the question. The passages are in the text
+block; the structured result carries each citation's ids and score. Long passages are cut to fit
+`max_chars`; read a full one at zhiku://chunk/{chunk_id}. Figures of cited PDF/Word passages are listed in
+`images` and the first few come back as image content.
 
 Example / 示例: {"query": "试用期最长不得超过几个月？", "top_k": 3, "filters": {"source": "劳动合同法*"}}
 
