@@ -14,7 +14,6 @@ from zhiku.ingest.loaders import supported_suffixes
 from zhiku.ingest.pipeline import discover
 from zhiku.settings import Settings
 
-
 SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
 
 

@@ -115,7 +115,8 @@ async def _tool(
 ) -> CallToolResult:
     try:
         result = await _run(ctx, fn, *args, exclusive=exclusive)
-        passages = ctx.request_context.lifespan_context.hub.settings.server.structured_passages
+        state: _State = ctx.request_context.lifespan_context
+        passages = state.hub.settings.server.structured_passages
         return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else (), passages=passages)
     except ZhikuError as e:
         log.info("tool %s failed: %s %s", name, e.code, e)
