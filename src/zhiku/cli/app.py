@@ -17,6 +17,7 @@ from rich.table import Table
 from zhiku.cli import eval as eval_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
+from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
 from zhiku.cli.common import (
     CollectionOpt,
@@ -273,6 +274,7 @@ mcp_cmds.register(app)
 eval_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+project_cmds.register(app)
 
 
 def main() -> None:
