@@ -18,7 +18,11 @@ from zhiku.scaffold.clients import CLIENTS, command_of
 from zhiku.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ["女职工劳动保护特别规定(2012-04-28).md", "工资支付暂行规定(1994-12-06).md", "职工带薪年休假条例(2007-12-14).md"]
+SAMPLES = [
+    "女职工劳动保护特别规定(2012-04-28).md",
+    "工资支付暂行规定(1994-12-06).md",
+    "职工带薪年休假条例(2007-12-14).md",
+]
 
 
 @pytest.fixture
@@ -55,7 +59,10 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     settings = load_settings(root / "zhiku.yaml")
     assert (settings.index, settings.collection) == (Path(".zhiku"), "docs")
     assert settings.server.ingest_roots == (root / "docs",)
-    assert settings.model_copy(update={"index": Path(".zhiku"), "collection": "default", "server": Settings().server}) == Settings()
+    assert (
+        settings.model_copy(update={"index": Path(".zhiku"), "collection": "default", "server": Settings().server})
+        == Settings()
+    )
     # every key of the settings tree is there, at its default: uncommenting all of it changes nothing
     everything = yaml.safe_load(uncomment(text))
     assert set(everything) == set(Settings.model_fields)
@@ -95,7 +102,12 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
     by_area = {(c["area"], c["status"]) for c in checks}
     assert ("settings", "ok") in by_area and ("models", "ok") in by_area
     assert [c["status"] for c in checks if c["area"] == "clients"] == ["ok"] * 5
-    assert {"area": "index", "status": "warn", "detail": f"no index at {tmp_path.resolve()}/p/.zhiku yet", "fix": "zhiku ingest docs (or any folder)"} in checks
+    assert {
+        "area": "index",
+        "status": "warn",
+        "detail": f"no index at {tmp_path.resolve()}/p/.zhiku yet",
+        "fix": "zhiku ingest docs (or any folder)",
+    } in checks
 
     Path(".cursor/mcp.json").write_text(
         json.dumps({"mcpServers": {"zhiku": {"command": "/nowhere/zhiku", "args": ["serve"]}}}), encoding="utf-8"
@@ -113,5 +125,13 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
     Path("zhiku.yaml").write_text("store:\n  kind: milvus\n", encoding="utf-8")
     monkeypatch.setattr(doctor_mod, "_installed", lambda m: m != "pymilvus")
     checks = doctor_mod.check_extras(load_settings(Path("zhiku.yaml")))
-    assert doctor_mod.Check("extras", "fail", "milvus: missing, and the settings need it (the Milvus store)", "pip install 'zhiku[milvus]'") in checks
+    assert (
+        doctor_mod.Check(
+            "extras",
+            "fail",
+            "milvus: missing, and the settings need it (the Milvus store)",
+            "pip install 'zhiku[milvus]'",
+        )
+        in checks
+    )
     assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed (read PDFs)")
