@@ -49,9 +49,10 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     root = (tmp_path / "proj").resolve()
     assert report["root"] == str(root) and report["kept"] == []
     assert report["next"] == [f"cd {root}", "zhiku ingest docs", 'zhiku query "女职工产假有多少天？"', "zhiku serve"]
+    assert sorted(p.name for p in (root / "docs").iterdir()) == sorted(SAMPLES)  # only documents to ingest
     for name in SAMPLES:  # the sample documents ship inside the package, byte-for-byte the repository's examples
         assert (root / "docs" / name).read_bytes() == (ROOT / "examples" / "laws" / name).read_bytes()
-    assert "PRC Copyright Law art. 5" in (root / "docs" / "SOURCES.md").read_text(encoding="utf-8")
+    assert "PRC Copyright Law art. 5" in (root / "SOURCES.md").read_text(encoding="utf-8")
     evals = load_dataset(root / "eval.yaml")
     assert len(evals.queries) == 8 and {q.category for q in evals.queries} == {"女职工", "工资", "年休假"}
 
@@ -129,9 +130,9 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
         doctor_mod.Check(
             "extras",
             "fail",
-            "milvus: missing, and the settings need it (the Milvus store)",
+            "milvus: missing, and the settings need it (to use the Milvus store)",
             "pip install 'zhiku[milvus]'",
         )
         in checks
     )
-    assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed (read PDFs)")
+    assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed, to read PDFs")

@@ -21,11 +21,11 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "pdf": (("pypdfium2", "pdfplumber"), "read PDFs"),
     "docx": (("docx",), "read Word .docx files"),
     "ocr": (("rapidocr", "onnxruntime"), "OCR scanned PDF pages"),
-    "models": (("sentence_transformers", "torch"), "sentence-transformers embedders and cross-encoder rerankers"),
-    "remote": (("httpx",), "OpenAI-compatible embedding endpoints and the LLM reranker"),
-    "dashboard": (("streamlit",), "the `zhiku dashboard` web UI"),
-    "milvus": (("pymilvus",), "the Milvus store"),
-    "otel": (("opentelemetry.sdk",), "OpenTelemetry export of traces"),
+    "models": (("sentence_transformers", "torch"), "use sentence-transformers embedders and cross-encoder rerankers"),
+    "remote": (("httpx",), "use OpenAI-compatible embedding endpoints and the LLM reranker"),
+    "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
+    "milvus": (("pymilvus",), "use the Milvus store"),
+    "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
 }
 
 
@@ -179,20 +179,18 @@ def check_extras(settings: Settings | None) -> list[Check]:
     out = []
     for name, (modules, adds) in EXTRAS.items():
         if all(_installed(m) for m in modules):
-            out.append(Check("extras", "ok", f"{name}: installed ({adds})"))
+            out.append(Check("extras", "ok", f"{name}: installed, to {adds}"))
         elif name in need:
             out.append(
                 Check(
                     "extras",
                     "fail",
-                    f"{name}: missing, and the settings need it ({adds})",
+                    f"{name}: missing, and the settings need it (to {adds})",
                     f"pip install 'zhiku[{name}]'",
                 )
             )
         else:
-            out.append(
-                Check("extras", "off", f"{name}: not installed ({adds})", f"pip install 'zhiku[{name}]' to {adds}")
-            )
+            out.append(Check("extras", "off", f"{name}: not installed", f"pip install 'zhiku[{name}]' to {adds}"))
     return out
 
 

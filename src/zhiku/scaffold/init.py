@@ -34,7 +34,7 @@ def sample_files() -> dict[str, bytes]:
     """The sample documents, their licence note and the eval set, shipped inside the package."""
     base = resources.files("zhiku") / "data" / "sample"
     out = {f"{DOCS}/{p.name}": p.read_bytes() for p in (base / "docs").iterdir() if p.name.endswith(".md")}
-    out[f"{DOCS}/SOURCES.md"] = (base / "SOURCES.md").read_bytes()
+    out["SOURCES.md"] = (base / "SOURCES.md").read_bytes()  # beside docs/, or it would be ingested with them
     out[EVAL] = (base / "eval.yaml").read_bytes()
     return dict(sorted(out.items()))
 
