@@ -327,10 +327,7 @@ class ServerSettings(_Section):
         le=20,
         description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
     )
-    structured_passages: bool = Field(
-        False,
-        description="Also put the answer and each passage's text, section and uri in query_knowledge_hub's structuredContent, for clients that read only that. Off: the text block carries the passages and structuredContent their ids and scores, so a client that forwards both pays for each passage once.",
-    )
+    structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
         0.0,
         ge=0,

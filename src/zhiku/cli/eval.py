@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
+from zhiku.cli.traces_view import print_ingest_trace
 from zhiku.errors import InvalidInput, MissingDependency
 from zhiku.observability.tracing import Trace, ordered_stages
 from zhiku.settings import JudgeSettings, Settings, load_settings, merge
@@ -427,7 +428,7 @@ def traces(
         out.print(
             f"{t.kind} {t.trace_id}: " + " ".join(f"{k}={v}" for k, v in t.attrs.items() if v is not None), markup=False
         )
-        print_trace(out, t)
+        (print_ingest_trace if t.kind == "ingest" else print_trace)(out, t)
         return
     table = Table()
     for col in ("trace", "kind", "status", "ms", "what", "stages"):

@@ -164,7 +164,7 @@ class Hub:
             cache="miss",
             note=None if r.hits else self._empty_note(args),
             rerank=r.rerank,
-        )
+        ).with_passages(self.settings.server.structured_passages)
         if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result

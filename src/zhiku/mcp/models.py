@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 DOC_URI = "zhiku://doc/{doc_id}"
 CHUNK_URI = "zhiku://chunk/{chunk_id}"
@@ -103,6 +103,7 @@ class QueryResult(_Out):
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    _passages: bool = PrivateAttr(False)
     rerank: str = Field(
         "off",
         description="`off` (no reranker), `ok` (citations in the reranker's order) or `fallback: <reason>` (the reranker failed or timed out; citations keep the fused order).",
@@ -113,14 +114,20 @@ class QueryResult(_Out):
             return f"{self.answer}\n\n_{self.note}_"
         return self.answer
 
-    def structured(self, passages: bool) -> dict[str, Any]:
-        """The ``structuredContent``: everything when ``passages`` (``server.structured_passages``); else the
-        compact form, which leaves the passages to the text block: per citation its ``n``, ids, score (and
-        page, rerank scores when set), and no ``answer``. A client forwarding both pays for each passage once."""
-        if passages:
-            return self.model_dump(mode="json")
+    def with_passages(self, passages: bool) -> QueryResult:
+        """This result, whose ``structured()`` form is full when ``passages`` (``server.structured_passages``)."""
+        out = self.model_copy()
+        out._passages = passages
+        return out
+
+    def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
+        """The ``structuredContent``: everything when built ``with_passages(True)``; else the compact form, which
+        leaves the passages to the text block: per citation its ``n``, ids, score (and page, rerank scores when
+        set), and no ``answer``. A client forwarding both blocks pays for each passage once."""
+        if self._passages:
+            return self.model_dump(mode=mode)
         return self.model_dump(
-            mode="json", exclude_none=True, exclude={"answer": True, "citations": {"__all__": FULL_ONLY}}
+            mode=mode, exclude_none=True, exclude={"answer": True, "citations": {"__all__": FULL_ONLY}}
         )
 
 

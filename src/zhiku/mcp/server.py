@@ -89,16 +89,14 @@ def error_result(code: str, message: str, retryable: bool = False) -> CallToolRe
     )
 
 
-def ok_result(model: Any, images: Any = (), *, passages: bool = True) -> CallToolResult:
-    """The model as text and structured content, then ``images`` (``(mime_type, base64)``) as image content.
-    A query result's structured content is compact unless ``passages`` (``QueryResult.structured``)."""
-    structured = model.structured(passages) if isinstance(model, QueryResult) else model.model_dump(mode="json")
+def ok_result(model: Any, images: Any = ()) -> CallToolResult:
+    """The model as text and structured content, then ``images`` (``(mime_type, base64)``) as image content."""
     return CallToolResult(
         content=[
             TextContent(type="text", text=model.to_markdown()),
             *(ImageContent(type="image", data=data, mime_type=mime) for mime, data in images),
         ],
-        structured_content=structured,
+        structured_content=getattr(model, "structured", model.model_dump)(mode="json"),
     )
 
 
@@ -115,9 +113,7 @@ async def _tool(
 ) -> CallToolResult:
     try:
         result = await _run(ctx, fn, *args, exclusive=exclusive)
-        state: _State = ctx.request_context.lifespan_context
-        passages = state.hub.settings.server.structured_passages
-        return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else (), passages=passages)
+        return ok_result(result, await _run(ctx, Hub.image_blocks, result) if images else ())
     except ZhikuError as e:
         log.info("tool %s failed: %s %s", name, e.code, e)
         return error_result(e.code, agent_message(e), e.retryable)
@@ -329,8 +325,7 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
         except ZhikuError as e:
             return error_result(e.code, agent_message(e), e.retryable)
         if cached is not None:
-            passages = state.hub.settings.server.structured_passages
-            return ok_result(cached, await _run(ctx, Hub.image_blocks, cached), passages=passages)
+            return ok_result(cached, await _run(ctx, Hub.image_blocks, cached))
         return await _tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS, READ_ONLY)
