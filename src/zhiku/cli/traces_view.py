@@ -64,8 +64,9 @@ def group_runs(records: Sequence[IngestionRecord], traces: Sequence[Trace]) -> l
     span holds them, else (no trace: tracing off or rotated away) by gaps longer than ``RUN_GAP_S``."""
     spans = [(t.started_at, t.started_at + t.elapsed_ms / 1000, t.trace_id) for t in traces if t.kind == "ingest"]
 
-    def trace_of(r: IngestionRecord) -> str | None:
-        return next((tid for start, end, tid in spans if start - 1.0 <= r.at <= end + 1.0), None)
+    def trace_of(r: IngestionRecord) -> str | None:  # the nearest run's span, when it is within a second
+        best = min(spans, key=lambda sp: max(sp[0] - r.at, r.at - sp[1], 0.0), default=None)
+        return best[2] if best is not None and max(best[0] - r.at, r.at - best[1]) <= 1.0 else None
 
     groups: list[tuple[str | None, list[IngestionRecord]]] = []
     for r in records:
