@@ -89,7 +89,6 @@ SPLIT_PENDING = {
     "zhiku.settings": 518,  # +1: server.structured_passages (issue 14)
     "zhiku.cli.eval": 493,  # +1: the import of cli/traces_view (issue 14; evalq splits this module)
     "zhiku.stores.sqlite": 471,
-    "zhiku.ingest.loaders.pdf": 457,
     "zhiku.ingest.chunking": 422,
 }
 
