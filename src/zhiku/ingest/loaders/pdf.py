@@ -28,6 +28,7 @@ from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders import pdf_text
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
 from zhiku.ingest.loaders.markup import encode_image, image_id, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.pdf_front import front_pages
 from zhiku.ingest.loaders.pdf_layout import (
     Line,
     figure_caption,
@@ -254,7 +255,11 @@ class PdfLoader:
         drop = running_lines([(p.lines, p.height) for p in pages])
         for p, dropped in zip(pages, drop, strict=False):
             p.lines = [ln for i, ln in enumerate(p.lines) if i not in dropped]
-        layout = measure([p.lines for p in pages], max((p.width for p in pages), default=595.0))
+        lines, width = [p.lines for p in pages], max((p.width for p in pages), default=595.0)
+        layout = measure(lines, width)
+        front = front_pages(lines, layout.body_size)
+        if front:  # heading levels from the body, not the cover's or the declarations' big type
+            layout = measure(lines, width, front)
         seen = Counter(image_id(data, mime) for p in pages for data, mime in {(im[1], im[2]) for im in p.images})
         repeated = {k for k, n in seen.items() if n >= 3 and n * 2 >= len(pages)}  # logos on every page
         parts: list[str] = []
