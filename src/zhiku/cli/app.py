@@ -253,7 +253,7 @@ def history(
 ) -> None:
     """Show the ingestion history, newest first, grouped per run, with times."""
     from zhiku.cli.traces_view import group_runs, print_history
-    from zhiku.observability.tracing import TRACE_FILE, read_traces
+    from zhiku.observability.trace import TRACE_FILE, read_traces
 
     with _errors():
         settings = _settings(config, index)

@@ -15,6 +15,7 @@ t = traces[
     st.selectbox(
         "运行 Run", range(len(traces)), index=latest_busy(traces), format_func=lambda i: trace_label(traces[i])
     )
+    or 0
 ]
 st.caption(f"trace {t.trace_id} · {t.elapsed_ms:.0f} ms · " + " · ".join(f"{k}: {v}" for k, v in t.attrs.items()))
 counts = t.data.get("counts", {})
