@@ -22,6 +22,7 @@ from zhiku.ingest.chunking import chunk_document
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
+from zhiku.ingest.progress import embed_with_notes
 from zhiku.observability.tracing import mark, span
 from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Store
@@ -170,6 +171,12 @@ class Ingestor:
             nonlocal written
             written += self._write(pending, added, updated, failures)
             pending.clear()
+
+        def note(text: str) -> None:  # chunks embedded, between two documents (ingest/progress.py)
+            if on_progress is not None:
+                on_progress(len(added) + len(updated) + len(skipped) + len(pending), len(tasks), text)
+
+        self._note = note
 
         for n, task in enumerate(tasks, 1):
             if on_progress:
@@ -320,7 +327,9 @@ class Ingestor:
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
             vectors = (
-                self.embedder.embed_documents(all_texts) if all_texts else np.zeros((0, self.embedder.dim), np.float32)
+                embed_with_notes(self.embedder, all_texts, getattr(self, "_note", None))
+                if all_texts
+                else np.zeros((0, self.embedder.dim), np.float32)
             )  # only scans without text
             sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         written = 0
