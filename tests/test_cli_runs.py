@@ -67,12 +67,7 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
 
 
-def test_progress_lines_without_a_terminal_note_embedded_chunks(
-    cli,
-    corpus: Path,
-    tmp_path: Path,
-    monkeypatch,  # noqa: F811
-) -> None:
+def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
     from zhiku.ingest import progress
 
     monkeypatch.setattr(progress, "EMBED_NOTE_EVERY", 3)  # the corpus is 4 chunks: notes at 3 and 4
