@@ -87,7 +87,7 @@ SPLIT_PENDING = {
     "zhiku.stores.milvus": 540,
     "zhiku.mcp.server": 540,  # +1: the import of mcp/agent_errors (issue 14)
     "zhiku.settings": 518,  # +1: server.structured_passages (issue 14)
-    "zhiku.cli.eval": 493,  # +1: the import of cli/traces_view (issue 14; evalq splits this module)
+    "zhiku.cli.eval": 492,
     "zhiku.stores.sqlite": 471,
     "zhiku.ingest.chunking": 422,
 }

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
-from zhiku.cli.traces_view import print_ingest_trace
+from zhiku.cli.traces_view import print_ingest_trace, stage_table
 from zhiku.errors import InvalidInput, MissingDependency
 from zhiku.observability.trace import Trace, ordered_stages
 from zhiku.settings import JudgeSettings, Settings, load_settings, merge
@@ -77,14 +77,7 @@ def _fmt(v: Any, spec: str = "") -> str:
 
 def print_trace(console: Console, trace: Trace) -> None:
     """The stages (status, timings, counts) and the rank table of one query trace."""
-    stages = Table(title=f"trace {trace.trace_id} · {trace.elapsed_ms:.1f} ms")
-    for col in ("stage", "status", "start ms", "elapsed ms", "counts"):
-        stages.add_column(col)
-    for s in ordered_stages(trace):
-        note = s.data.get("reason") or s.data.get("error") or ""
-        counts = " ".join(f"{k}={v}" for k, v in s.counts.items())
-        stages.add_row(s.name, s.status, f"{s.start_ms:.1f}", f"{s.elapsed_ms:.2f}", f"{counts} {note}".strip())
-    console.print(stages)
+    console.print(stage_table(trace))
     hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}
     fusion = trace.stage("fusion")
     fused = fusion is not None and fusion.status == "ok"
