@@ -115,6 +115,27 @@ def test_stdio(mcp_index: Fixture) -> None:
     assert rc == 5 and out["result"]["_meta"]["zhiku/error"]["code"] == "INVALID_INPUT"
 
 
+def test_compact_structured_content_passes_the_typescript_sdk_schema_check(mcp_index: Fixture, tmp_path: Path) -> None:
+    """The default compact structuredContent (no answer, no passage texts) against the tool's outputSchema, as the
+    TypeScript SDK under the Inspector validates it."""
+    config = tmp_path / "zhiku.yaml"
+    text = mcp_index.config.read_text(encoding="utf-8")
+    config.write_text(text.replace("structured_passages: true", "structured_passages: false"), encoding="utf-8")
+    rc, out, err = inspect(
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "query_knowledge_hub",
+        "--tool-args-json",
+        '{"query": "试用期最长不得超过几个月？", "top_k": 2}',
+        target=[PYTHON, "-m", "zhiku.cli", "serve", "--config", str(config)],
+    )
+    assert rc == 0, err
+    s = out["result"]["structuredContent"]
+    assert "answer" not in s and [set(c) for c in s["citations"]] == [{"n", "chunk_id", "doc_id", "score"}] * 2
+    assert s["citations"][0]["doc_id"] == DOC_ID_LABOR
+
+
 @pytest.fixture(scope="module")
 def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
     server = start_http(
