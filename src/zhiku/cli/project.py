@@ -20,9 +20,11 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite files zhiku init wrote before.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a ready project: zhiku.yaml (every setting, commented), docs/ with sample documents and their
-    licence, eval.yaml over them, and MCP client configs (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)
-    with absolute paths. Then prints the commands to ingest, ask and serve."""
+    """Create a ready project: settings, sample documents, an eval set and MCP client configs.
+
+    Writes zhiku.yaml (every setting, commented), docs/ with sample documents (their licence in SOURCES.md),
+    eval.yaml over them, and MCP client configs for Claude Desktop, Cursor, VS Code, Cline and Cherry Studio
+    with absolute paths; then prints the commands to ingest, ask and serve."""
     from zhiku.scaffold.init import create_project
 
     with _errors():
@@ -42,8 +44,9 @@ def init(
 
 
 def doctor(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
-    """Check the install, the settings, the index, the models (verified), the extras and the MCP client configs;
-    every problem comes with its fix. Exits 1 when something is broken (FAIL), 0 otherwise."""
+    """Check the install, settings, index, models, extras and MCP client configs, each problem with its fix.
+
+    Models are verified against their pinned SHA-256. Exits 1 when something is broken (FAIL), 0 otherwise."""
     from zhiku.scaffold.doctor import run_doctor
 
     checks = run_doctor(config, index)
