@@ -40,7 +40,7 @@ demo: $(STAMP)
 
 $(INSPECTOR):
 	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh; \
-	else echo "npm not found: the MCP Inspector tests will be skipped"; fi
+	else echo "npm not found: the MCP Inspector tests will be skipped (and fail in strict mode: ZHIKU_STRICT_SKIPS=1, CI)"; fi
 
 inspector: $(INSPECTOR)
 
