@@ -176,8 +176,8 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
     assert (r.exit_code, r.stderr) == (0, "")
     out = one_json(r)
-    assert set(out) == {"query", "mode", "answer", "rerank", "hits"}
-    assert (out["query"], out["mode"], out["rerank"]) == ("试用期最长多久", "hybrid", "off")
+    assert set(out) == {"query", "mode", "answer", "rerank", "rewrite", "queries", "hits"}
+    assert (out["query"], out["mode"], out["rerank"], out["rewrite"]) == ("试用期最长多久", "hybrid", "off", "off")
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
     first = out["hits"][0]
     assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (

@@ -1,7 +1,7 @@
 """The `zhiku` command line: parses flags, calls the library, formats the result.
 
 Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout. Command groups live in their own modules (eval, mcp, models, store) and are registered here.
+object on stdout. Command groups live in their own modules (eval, mcp, models, plugins, store) and are registered here.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from rich.table import Table
 from zhiku.cli import eval as eval_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
+from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
     ConfigOpt,
@@ -66,17 +68,30 @@ def ingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
     ] = False,
+    transform: tx.TransformOpt = None,
     as_json: JsonOpt = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch."""
+    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
+    With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
+    from zhiku.ingest.transforms.build import parse_transform_names
+
     with _errors():
-        settings = _settings(config, index)
+        names = parse_transform_names(transform)
+        settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
         bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
         with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
+            if dry_run and settings.transforms.enabled:
+                return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
             report = kb.ingest(
-                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=progress
+                paths,
+                collection=collection,
+                force=force,
+                dry_run=dry_run,
+                sync=sync,
+                on_progress=progress,
+                on_transform=tx.per_chunk(progress),
             )
     counts = report.counts()
     if as_json:
@@ -89,6 +104,7 @@ def ingest(
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+                **tx.report_json(report),
             }
         )
     else:
@@ -105,6 +121,7 @@ def ingest(
             err.print(f"  failed: {f.path}: {f.reason}", markup=False)
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        tx.print_report(report)
     if report.failed:
         raise typer.Exit(1)
 
@@ -144,6 +161,7 @@ def query(
             help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.",
         ),
     ] = None,
+    tag: tx.TagOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -156,9 +174,17 @@ def query(
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
                 r = kb.retrieve(
-                    text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
+                    text,
+                    top_k=top_k,
+                    mode=mode,
+                    collection=collection,
+                    source=source,
+                    doc_type=doc_type,
+                    rerank=rerank,
+                    tags=tag,
                 )
                 answer = kb.answer(r)
+                extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
             {
@@ -166,7 +192,9 @@ def query(
                 "mode": answer.mode,
                 "answer": answer.markdown,
                 "rerank": r.rerank,
-                "hits": [asdict(c) for c in answer.citations],
+                "rewrite": r.rewrite,
+                "queries": list(r.queries),
+                "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
             }
         )
         return
@@ -180,6 +208,8 @@ def query(
         )
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
+    if r.rewrite.startswith("fallback"):
+        err.print(f"rewrite {r.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
@@ -259,16 +289,19 @@ def history(
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
+            llm = kb.enrichments.usage_history(limit)
         runs = group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
     if as_json:
         _print_json(
             {
                 "history": [asdict(r) for r in rows],
                 "runs": [{"started_at": r.started_at, "trace_id": r.trace_id, "records": len(r.records)} for r in runs],
+                "llm_usage": [asdict(u) for u in llm],
             }
         )
         return
     print_history(out, runs)
+    tx.print_usage_history(llm)
 
 
 @config_app.command("show")
@@ -289,6 +322,7 @@ mcp_cmds.register(app)
 eval_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+plugins_cmds.register(app)
 project_cmds.register(app)
 
 

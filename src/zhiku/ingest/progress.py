@@ -21,9 +21,21 @@ def is_chunk_note(text: str) -> bool:
     return text.endswith(NOTE_SUFFIX)
 
 
+def notes(
+    on_progress: Callable[[int, int, str], None] | None, done: Callable[[], int], total: int
+) -> Callable[[str], None] | None:
+    """A note callback for ``embed_with_notes`` that reports through an ingest's ``on_progress`` (documents done
+    so far, of ``total``), or None without one."""
+    if on_progress is None:
+        return None
+    return lambda text: on_progress(done(), total, text)
+
+
 def embed_with_notes(embedder: Embedder, texts: Sequence[str], note: Callable[[str], None] | None) -> np.ndarray:
-    """``embedder.embed_documents(texts)``, in steps of ``EMBED_NOTE_EVERY`` with a ``note`` after each when
-    there is more than one step."""
+    """``embedder.embed_documents(texts)`` (an empty ``(0, dim)`` array for no texts: scanned pages), in steps of
+    ``EMBED_NOTE_EVERY`` with a ``note`` after each when there is more than one step."""
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
     if note is None or len(texts) <= EMBED_NOTE_EVERY:
         return embedder.embed_documents(list(texts))
     parts = []

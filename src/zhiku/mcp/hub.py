@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
@@ -205,7 +206,7 @@ class Hub:
             )
             for c, t in zip(answer.citations, texts, strict=False)
         ]
-        return answer.markdown, citations
+        return answer.markdown, enrich_citations(self.kb.enrichments, citations)
 
     @staticmethod
     def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
@@ -228,8 +229,7 @@ class Hub:
         return list(out.values())
 
     def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
-        """``(mime_type, base64 data)`` of the first ``server.max_images`` images of a result that are on disk
-        and small enough to send inline."""
+        """Base64 ``(mime_type, data)`` of the first ``server.max_images`` cited images on disk, if small enough."""
         blocks: list[tuple[str, str]] = []
         for im in result.images:
             if len(blocks) >= self.settings.server.max_images:
@@ -299,7 +299,7 @@ class Hub:
             chunk_count=doc.chunk_count,
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
-            summary=None,
+            **self.kb.summary_fields(doc.doc_id, chunks),
             uri=doc_uri(doc.doc_id),
         )
 
@@ -359,7 +359,7 @@ class Hub:
 
     def delete(self, doc_id: str) -> DeleteResult:
         doc = self._document(doc_id)
-        self.kb.store.delete_document(doc.doc_id)
+        self.kb.delete(doc.doc_id, doc.collection)  # its enrichments go with it
         return DeleteResult(
             doc_id=doc.doc_id,
             collection=doc.collection,

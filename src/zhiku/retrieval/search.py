@@ -61,6 +61,8 @@ class Retrieval:
     dense: tuple[ScoredId, ...]
     hits: tuple[Hit, ...]
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
+    rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
+    queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
 
 
 class Searcher:
