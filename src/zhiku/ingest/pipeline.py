@@ -24,7 +24,7 @@ from zhiku.ingest.progress import embed_with_notes, notes
 from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
 from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import (
     Chunk,
@@ -109,7 +109,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: Store,
+        store: Writer,
         embedder: Embedder,
         text: TextProcessor,
         chunking: ChunkingSettings,

@@ -110,10 +110,10 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder and the tokenizer now, so the first query is not the slow one."""
+        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.text.query_tokens("试用期最长多久")
+        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
         reranker = self.kb.reranker
         if reranker is not None:
             try:
