@@ -25,8 +25,7 @@ from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import open_store
-from zhiku.stores.base import Store
+from zhiku.stores import Store, open_store
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
 from zhiku.types import Answer, Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
@@ -106,6 +105,10 @@ class KnowledgeBase:
             "dim": str(self.embedder.dim),
             "chunking": chunking_identity(self.settings.chunking),
         }
+
+    def warm_index(self) -> None:  # the tokenizer's dictionary and the vectors, before the first query
+        self.text.query_tokens("试用期最长多久")
+        self.store.warm()
 
     def stale(self) -> dict[str, tuple[str, str]]:
         """``{key: (stored, current)}`` for every identity key that differs from the index's."""

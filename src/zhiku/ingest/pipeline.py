@@ -25,10 +25,11 @@ from zhiku.ingest.guard import MIB, printable, read_bounded
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
+from zhiku.ingest.progress import embed_with_notes, notes
 from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
 from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import (
     Chunk,
@@ -81,7 +82,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: Store,
+        store: Writer,
         embedder: Embedder,
         text: TextProcessor,
         chunking: ChunkingSettings,
@@ -149,6 +150,8 @@ class Ingestor:
             nonlocal written
             written += self._write(pending, added, updated, failures)
             pending.clear()
+
+        self._note = notes(on_progress, lambda: len(added) + len(updated) + len(skipped) + len(pending), len(tasks))
 
         for n, task in enumerate(tasks, 1):
             if on_progress:
@@ -301,9 +304,7 @@ class Ingestor:
         computed = getattr(self.embedder, "computed", 0)
         try:
             with span("embed") as sp:
-                vectors = (
-                    self.embedder.embed_documents(texts) if texts else np.zeros((0, self.embedder.dim), np.float32)
-                )  # only scans without text
+                vectors = embed_with_notes(self.embedder, texts, getattr(self, "_note", None))  # [] for scans
                 sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         except EmbeddingError:
             raise  # the service (or the model) is down: every document would fail the same way

@@ -17,14 +17,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import build_embedder
-from zhiku.errors import NotFound, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import ResultCache, cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
+from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -42,7 +42,6 @@ from zhiku.mcp.models import (
     iso_time,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
-from zhiku.mcp.roots import allowed_paths
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
@@ -56,6 +55,7 @@ MAX_OUTLINE = 200
 MIN_SNIPPET = 40
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
+DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,10 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder and the tokenizer now, so the first query is not the slow one."""
+        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.text.query_tokens("试用期最长多久")
+        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
         reranker = self.kb.reranker
         if reranker is not None:
             try:
@@ -175,7 +175,7 @@ class Hub:
             cache="miss",
             note=None if r.hits else self._empty_note(args),
             rerank=r.rerank,
-        )
+        ).with_passages(self.settings.server.structured_passages)
         if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
@@ -280,10 +280,18 @@ class Hub:
             else CollectionInfo(name=s.name)
             for s in stats
         ]
-        return CollectionsResult(collections=items, index_version=self.index_version())
+        return CollectionsResult(
+            collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
+        )
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
-        doc = self.kb.resolve_document(ref, collection)
+        try:
+            doc = self.kb.resolve_document(ref, collection)
+        except NotFound:
+            where = f" in collection {collection!r}" if collection else ""
+            raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
+        except InvalidInput:  # an empty reference, or a path several documents match
+            raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
         chunks = self.kb.store.document_chunks(doc.doc_id)
         sections = outline(chunks)
         return DocumentSummary(
@@ -335,21 +343,17 @@ class Hub:
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.store.get_document(doc_id) if doc_id else None
         if doc is None:
-            raise NotFound(f"no document {doc_id!r} (list documents with resources/list or list_collections)")
+            raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc
 
     # -- writes ------------------------------------------------------------------------------------
-    def allowed_paths(self, paths: Sequence[str]) -> list[Path]:
-        """``paths`` resolved; every file they reach must lie under an ingest root (:mod:`zhiku.mcp.roots`)."""
-        return allowed_paths(paths, self.settings.server.ingest_roots)
-
     def ingest(
         self,
         paths: Sequence[str],
         collection: str | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> IngestResult:
-        resolved = self.allowed_paths(paths)
+        resolved = allowed_paths(self.settings, paths)
         report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress)
         return IngestResult(
             collection=collection or self.settings.collection,
