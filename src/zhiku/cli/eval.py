@@ -35,6 +35,15 @@ EmbedderOpt = Annotated[
         help="Override the embedder: bundled, sentence-transformers:MODEL_OR_FOLDER, openai:MODEL (endpoint from embedding.base_url).",
     ),
 ]
+BudgetOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--budget",
+        help="Context budget in characters: the ranking metrics count a hit only within the first CHARS characters "
+        "of returned text (compare chunkings at equal context cost); also reports hit_chars@CHARS.",
+        min=1,
+    ),
+]
 RerankerOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -183,6 +192,7 @@ def eval_(
     dataset: DatasetOpt,
     mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
     k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
+    budget: BudgetOpt = None,
     max_queries: Annotated[
         Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)
     ] = None,
@@ -214,8 +224,9 @@ def eval_(
     embedder: EmbedderOpt = None,
     reranker: RerankerOpt = None,
 ) -> None:
-    """Evaluate retrieval: Hit@K, MRR, nDCG, recall (overall and per category), latency; optional LLM-judged
-    generation metrics; writes reports with --out and enforces bars with --gate."""
+    """Evaluate retrieval: Hit@K, MRR, nDCG, recall, hits within 2,000/4,000 returned characters (overall and per
+    category), latency; optional LLM-judged generation metrics; writes reports with --out and enforces bars with
+    --gate."""
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.gate import check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
@@ -250,6 +261,7 @@ def eval_(
                     collection=collection,
                     extra_metrics=[b.metric for b in bars],
                     on_progress=progress,
+                    budget=budget,
                 )
             generation = (
                 judge_generation(kb, data, client, mode=mode_, collection=collection, max_queries=judge_queries)
@@ -324,6 +336,7 @@ def experiment(
         str, typer.Option("--variants", help="Comma-separated: bm25, dense, hybrid, hybrid_rerank.")
     ] = "bm25,dense,hybrid,hybrid_rerank",
     k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
+    budget: BudgetOpt = None,
     max_queries: Annotated[
         Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)
     ] = None,
@@ -368,7 +381,9 @@ def experiment(
                 err.print(f"running {v.name} …", markup=False)
                 return None
 
-            result = run_experiment(kb, data, chosen, k=k, collection=collection, on_variant=progress_for)
+            result = run_experiment(
+                kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget
+            )
         if out_dir is not None:
             result.save(out_dir)
     if as_json:
