@@ -87,7 +87,6 @@ SPLIT_PENDING = {
     "zhiku.stores.milvus": 540,
     "zhiku.mcp.server": 539,
     "zhiku.settings": 517,
-    "zhiku.cli.eval": 492,
     "zhiku.stores.sqlite": 471,
     "zhiku.ingest.loaders.pdf": 457,
     "zhiku.ingest.chunking": 422,

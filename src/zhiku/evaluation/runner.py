@@ -99,9 +99,9 @@ class EvalResult:
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
     budget: int | None = None  # ranking metrics count only the text within the first `budget` characters
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
-        out: dict = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
+        out: dict[str, Any] = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
         if self.budget is not None:
             out["budget"] = self.budget
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
