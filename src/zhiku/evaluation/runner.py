@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from zhiku.api import KnowledgeBase
+from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
@@ -209,7 +210,10 @@ def evaluate(
     rerank: dict[str, int] = {}
     for n, q in enumerate(evalset.queries, 1):
         started = time.perf_counter()
-        r = kb.retrieve(q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {}))
+        with caching_queries(kb.embedder if mode != "bm25" else None):
+            r = kb.retrieve(
+                q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {})
+            )
         latency = (time.perf_counter() - started) * 1000
         latencies.append(latency)
         if r.rerank != "off":
