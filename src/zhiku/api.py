@@ -17,6 +17,7 @@ from zhiku.ingest.loaders.ocr import ocr_available
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval.answer import build_answer
+from zhiku.retrieval.confidence import Confidence, assess, signals_of
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
@@ -263,6 +264,22 @@ class KnowledgeBase:
                 query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
             )
             return self.answer(r)
+
+    def confidence(self, r: Retrieval) -> Confidence:
+        """How sure this retrieval is, and whether it is low (``server.min_score``, calibrated in bench/confidence.py)."""
+        found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, self.text.normalize)
+        return assess(found, found=bool(r.hits), mode=r.mode, min_score=self.settings.server.min_score)
+
+    def check_collection(self, name: str | None, hint: str = "") -> None:
+        """``NotFound`` naming the collections there are when ``name`` is not one of them (a typo'd filter
+        otherwise just finds nothing)."""
+        if name is None:
+            return
+        names = [c.name for c in self.collections()]
+        if name not in names:
+            raise NotFound(
+                f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}{hint}"
+            )
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
         """The cited Markdown answer for a retrieval, with query-focused snippets."""

@@ -328,9 +328,9 @@ class ServerSettings(_Section):
         description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
     )
     min_score: float = Field(
-        0.0,
+        0.88,
         ge=0,
-        description="Answers whose confidence (best cosine similarity of a passage to the query; top BM25 score in bm25 mode) is below this are marked low-confidence and not cached. 0 turns the flag off.",
+        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
     )
 
 

@@ -155,7 +155,10 @@ def query(
                 r = kb.retrieve(
                     text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
                 )
-                answer = kb.answer(r)
+                if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
+                    kb.check_collection(collection)
+                judged = kb.confidence(r)
+                answer = kb.answer(r, low_confidence=judged.low)
     if as_json:
         _print_json(
             {
@@ -163,6 +166,8 @@ def query(
                 "mode": answer.mode,
                 "answer": answer.markdown,
                 "rerank": r.rerank,
+                "low_confidence": judged.low,
+                "confidence": None if judged.score is None else round(judged.score, 6),
                 "hits": [asdict(c) for c in answer.citations],
             }
         )
