@@ -23,12 +23,13 @@ from pathlib import Path
 
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
+from zhiku.evaluation.datasets import load_dataset
 from zhiku.evaluation.runner import index_dataset
 from zhiku.retrieval.confidence import SIGNALS, signals_of
 from zhiku.settings import load_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality import SETS, load_set  # noqa: E402
+from quality import SETS  # noqa: E402
 
 OFFTOPIC = Path(__file__).resolve().parent.parent / "tests" / "data" / "offtopic" / "questions.txt"
 
@@ -39,14 +40,11 @@ def read_offtopic(path: Path) -> list[str]:
 
 
 def collect(settings, folder: Path, max_queries: int | None, offtopic: list[str]) -> list[dict]:  # noqa: ANN001
-    data, docs = load_set(folder, max_queries)
-    name = folder.name
+    data = load_dataset(folder, max_queries=max_queries)
+    name = data.name
     rows = []
     with KnowledgeBase(settings) as kb:
-        if docs is not None:
-            kb.ingest([docs], collection=name)
-        else:
-            index_dataset(kb, data, collection=name)
+        index_dataset(kb, data, collection=name)
         questions = [(q.text, True) for q in data.queries] + [(t, False) for t in offtopic]
         for text, answerable in questions:
             with caching_queries(kb.embedder):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zhiku.api import KnowledgeBase
-from zhiku.evaluation.datasets import EvalSet, load_dataset
+from zhiku.evaluation.datasets import load_dataset
 from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
 from zhiku.settings import Settings, load_settings
 
@@ -48,24 +48,11 @@ class Row:
     p50_ms: float
 
 
-def load_set(folder: Path, max_queries: int | None) -> tuple[EvalSet, Path | None]:
-    """A BEIR folder, or a long-document folder (``docs/`` + ``eval.yaml``): the set and the docs to ingest."""
-    if (folder / "eval.yaml").is_file() and (folder / "docs").is_dir():
-        return load_dataset(folder / "eval.yaml", max_queries=max_queries), folder / "docs"
-    return load_dataset(folder, max_queries=max_queries), None
-
-
 def run_set(settings: Settings, folder: Path, modes: list[str], max_queries: int | None) -> tuple[list[Row], str]:
-    data, docs = load_set(folder, max_queries)
-    name = folder.name
+    data = load_dataset(folder, max_queries=max_queries)
+    name = data.name
     with KnowledgeBase(settings) as kb:
-        if docs is not None:
-            report = kb.ingest([docs], collection=name)
-            if report.failed:
-                raise SystemExit(f"{name}: {len(report.failed)} documents failed: {report.failed[0]}")
-        else:
-            index_dataset(kb, data, collection=name)
-        chunks = sum(c.chunks for c in kb.collections() if c.name == name)
+        chunks = index_dataset(kb, data, collection=name).chunks
         rows = []
         for mode in modes:
             started = time.perf_counter()

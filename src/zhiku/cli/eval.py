@@ -16,7 +16,12 @@ from zhiku.errors import InvalidInput
 from zhiku.settings import JudgeSettings, Settings, load_settings, merge
 
 DatasetOpt = Annotated[
-    Path, typer.Option("--dataset", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv) or a YAML set (.yaml).")
+    Path,
+    typer.Option(
+        "--dataset",
+        help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv), a YAML set (.yaml), or a folder with docs/ and "
+        "eval.yaml (long documents: docs/ is ingested first, like a BEIR corpus).",
+    ),
 ]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, report.md and per_query.json here.")]
 CollectionOpt = Annotated[
@@ -137,7 +142,7 @@ def eval_(
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
         data = load_dataset(dataset, max_queries=max_queries)
-        yaml_set = data.kind == "yaml"
+        yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
         settings = with_models(merge(settings, tracing={"enabled": trace}), embedder, reranker)
         mode_ = mode or settings.retrieval.mode

@@ -47,7 +47,7 @@ def experiment(
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)
         data = load_dataset(dataset, max_queries=max_queries)
-        yaml_set = data.kind == "yaml"
+        yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = merge(
             load_settings(config, index=index if (index or yaml_set) else Path(tmp)), tracing={"enabled": False}
         )

@@ -25,7 +25,7 @@ retrieved chunk to a target id, so the same metric functions score both.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +38,7 @@ UNCATEGORIZED = "未分类"
 QUERY_KEYS = ("query", "category", "expected", "id")
 EXPECTED_KEYS = ("source", "page", "section", "contains")
 SECTION_SEP = " > "
+LONGDOC_YAML, LONGDOC_DOCS = "eval.yaml", "docs"
 
 
 def squash(text: str) -> str:
@@ -108,6 +109,7 @@ class EvalSet:
     corpus: tuple[BeirDoc, ...] = ()  # BEIR: the documents to index first
     description: str = ""
     path: str = ""
+    docs: str = ""  # a long-document set: the folder of files to ingest before its YAML questions run
 
     @property
     def categories(self) -> list[str]:
@@ -120,13 +122,15 @@ def from_beir(data: BeirDataset, path: Path | str = "") -> EvalSet:
 
 
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
-    """A BEIR folder or a YAML file (``.yaml``/``.yml``)."""
+    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/`` (files to ingest)
+    beside ``eval.yaml`` (questions with ``contains:`` expectations), as ``stard_longdoc``."""
     path = Path(path)
+    if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
+        s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)
+        return replace(s, name=path.name, docs=str(path / LONGDOC_DOCS))
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
         s = load_yaml_set(path)
-        if max_queries is not None:
-            s = EvalSet(s.name, s.kind, s.queries[:max_queries], s.corpus, s.description, s.path)
-        return s
+        return s if max_queries is None else replace(s, queries=s.queries[:max_queries])
     if path.is_file():
         raise InvalidInput(f"{path} is neither a BEIR folder nor a YAML set (.yaml/.yml)")
     return from_beir(load_beir(path, max_queries=max_queries), path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zhiku.api import KnowledgeBase
@@ -138,11 +139,22 @@ class EvalResult:
 def index_dataset(
     kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str, on_progress: ProgressFn | None = None
 ) -> IndexingStats:
-    """Index a BEIR corpus into ``collection`` (unchanged documents are skipped)."""
-    docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
-    report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
+    """Index a BEIR corpus, or a long-document set's ``docs/`` folder, into ``collection`` (unchanged documents
+    are skipped)."""
+    if isinstance(dataset, EvalSet) and dataset.docs:
+        report = kb.ingest([Path(dataset.docs)], collection=collection, on_progress=on_progress)
+        if report.failed:
+            f = report.failed[0]
+            raise InvalidInput(
+                f"{len(report.failed)} documents of {dataset.docs} failed to ingest: {f.path}: {f.reason}"
+            )
+        documents = sum(c.documents for c in kb.collections() if c.name == collection)
+    else:
+        docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
+        report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
+        documents = len(docs)
     chunks = sum(c.chunks for c in kb.collections() if c.name == collection)
-    return IndexingStats(len(docs), chunks, report.elapsed_s, report.chunks_embedded)
+    return IndexingStats(documents, chunks, report.elapsed_s, report.chunks_embedded)
 
 
 def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecord, ...]:
