@@ -29,6 +29,7 @@ from pathlib import Path
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.datasets import load_dataset
 from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
+from zhiku.mcp.latency import fingerprint
 from zhiku.settings import Settings, load_settings
 
 SETS = ("cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc")
@@ -63,15 +64,8 @@ def run_set(settings: Settings, folder: Path, modes: list[str], max_queries: int
 
 
 def machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
+    f = fingerprint()
+    return f"{f['cpu']}, {f['cores']} cores, {platform.system()} {platform.release()}"
 
 
 def commit() -> str:
