@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zhiku.retrieval.confidence import MIN_COVERAGE, Signals, assess, signals_of
+from zhiku.errors import NotFound
+from zhiku.retrieval.confidence import MIN_COVERAGE, Signals, assess, check_collection, signals_of
 from zhiku.types import Chunk, Hit, ScoredId
 
 
@@ -39,3 +40,13 @@ def test_assess_thresholds_and_modes() -> None:
     covered = Signals(top_cosine=None, margin=None, coverage=MIN_COVERAGE, top_bm25=3.0)
     assert assess(covered, found=True, mode="bm25", min_score=0.88).low is False
     assert assess(s, found=True, mode="bm25", min_score=0.0).low is False
+
+
+def test_check_collection_names_the_real_ones() -> None:
+    check_collection(None, ["laws"])  # no collection asked for: nothing to check
+    check_collection("laws", ["laws", "hr"])
+    with pytest.raises(NotFound) as e:
+        check_collection("lwas", ["laws", "hr"], hint=" (see list_collections)")
+    assert str(e.value) == "no collection 'lwas' in this knowledge base; available: laws, hr (see list_collections)"
+    with pytest.raises(NotFound, match=r"available: \(none yet\)$"):
+        check_collection("laws", [])

@@ -121,6 +121,7 @@ def test_off_topic_questions_are_refused_and_answerable_ones_are_not(cli, tmp_pa
     from zhiku.embedding.cache import caching_queries
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.runner import index_dataset
+    from zhiku.retrieval.confidence import judge
     from zhiku.settings import load_settings
 
     data = load_dataset(STARD)
@@ -134,7 +135,8 @@ def test_off_topic_questions_are_refused_and_answerable_ones_are_not(cli, tmp_pa
             lows = []
             for q in questions:
                 with caching_queries(kb.embedder):
-                    lows.append(kb.confidence(kb.retrieve(q, collection="stard", mode=mode)).low)
+                    r = kb.retrieve(q, collection="stard", mode=mode)
+                lows.append(judge(r, min_score=kb.settings.server.min_score, normalize=kb.text.normalize).low)
             return sum(lows) / len(lows)
 
         answerable = [q.text for q in data.queries]

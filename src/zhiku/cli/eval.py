@@ -13,7 +13,8 @@ from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput
-from zhiku.settings import JudgeSettings, Settings, load_settings, merge
+from zhiku.llm.settings import JudgeSettings
+from zhiku.settings import Settings, load_settings, merge
 
 DatasetOpt = Annotated[
     Path,

@@ -13,7 +13,8 @@ from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
-from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, percentile, score
+from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
+from zhiku.numeric import percentile
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100

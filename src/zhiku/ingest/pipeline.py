@@ -22,7 +22,8 @@ from zhiku.ingest.chunking import chunk_document
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.observability.tracing import mark, span
+from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
+from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Store
 from zhiku.text import TextProcessor
@@ -101,6 +102,7 @@ class _Prepared:
     status: str  # added | updated
     path: str
     images: tuple[SourceImage, ...] = ()
+    batch: DocumentBatch | None = None  # the chunks with what the transforms added
 
 
 class Ingestor:
@@ -117,6 +119,7 @@ class Ingestor:
         images: ImageStore | None = None,
         retry_needs_ocr: bool = False,
         ocr_setting: str = "auto",
+        transforms: TransformStage | None = None,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available)."""
@@ -128,6 +131,7 @@ class Ingestor:
         self.images = images
         self.retry_needs_ocr = retry_needs_ocr
         self.ocr_setting = ocr_setting
+        self.transforms = transforms
         self._needs_ocr: list[OcrNeeded] = []
 
     # -- files -----------------------------------------------------------------------------------
@@ -235,6 +239,7 @@ class Ingestor:
             elapsed_s=time.perf_counter() - started,
             dry_run=dry_run,
             needs_ocr=tuple(self._needs_ocr),
+            transforms=self.transforms.report() if self.transforms else None,
         )
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
@@ -279,6 +284,7 @@ class Ingestor:
             chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
             elapsed_s=time.perf_counter() - started,
             needs_ocr=tuple(self._needs_ocr),
+            transforms=self.transforms.report() if self.transforms else None,
         )
 
     # -- steps -----------------------------------------------------------------------------------
@@ -287,7 +293,7 @@ class Ingestor:
         with span("split") as sp:
             chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
             sp.set(counts={"documents": 1, "chunks": len(chunks)})
-        mark("transform", reason="no transforms configured")
+        batch = run_transforms(self.transforms, doc, doc_id, chunks)
         if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
             raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
         record = DocRecord(
@@ -306,10 +312,10 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = [index_text(doc.title, c.section, c.text, [im.caption for im in c.images]) for c in chunks]
+        chunks, texts = list(batch.chunks), TransformStage.index_texts(batch, index_text)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
-        return _Prepared(record, chunks, texts, status, path, images)
+        return _Prepared(record, chunks, texts, status, path, images, batch)
 
     def _write(
         self, pending: list[_Prepared], added: list[str], updated: list[str], failures: list[FileFailure]
@@ -350,6 +356,8 @@ class Ingestor:
             self.store.record_ingestion(
                 IngestionRecord(p.path, p.doc.collection, p.doc.sha256, p.doc.size, p.status, note, n, time.time())
             )
+            if self.transforms is not None and p.batch is not None:  # after the write: never for a lost chunk
+                self.transforms.commit(p.batch, p.doc.collection)
             written += n
         return written
 

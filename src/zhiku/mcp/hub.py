@@ -4,7 +4,7 @@
 server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
 flag, the answer budget, the result cache.
 
-Confidence comes from the library (``KnowledgeBase.confidence``, zhiku/retrieval/confidence.py): the best cosine
+Confidence comes from the library (``judge`` in zhiku/retrieval/confidence.py): the best cosine
 similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is
 ``low_confidence`` below the calibrated threshold or when nothing matched.
 """
@@ -24,6 +24,7 @@ from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.ingest.loaders import supported_suffixes
 from zhiku.ingest.pipeline import discover
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -43,6 +44,7 @@ from zhiku.mcp.models import (
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
+from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
@@ -145,7 +147,7 @@ class Hub:
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
             )
-            judged = self.kb.confidence(r)
+            judged = judge(r, min_score=self.settings.server.min_score, normalize=self._normalize)
             confidence, low = judged.score, judged.low
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
@@ -202,7 +204,7 @@ class Hub:
             )
             for c, t in zip(answer.citations, texts, strict=False)
         ]
-        return answer.markdown, citations
+        return answer.markdown, enrich_citations(self.kb.enrichments, citations)
 
     @staticmethod
     def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
@@ -225,8 +227,7 @@ class Hub:
         return list(out.values())
 
     def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
-        """``(mime_type, base64 data)`` of the first ``server.max_images`` images of a result that are on disk
-        and small enough to send inline."""
+        """Base64 ``(mime_type, data)`` of the first ``server.max_images`` cited images on disk, if small enough."""
         blocks: list[tuple[str, str]] = []
         for im in result.images:
             if len(blocks) >= self.settings.server.max_images:
@@ -245,7 +246,7 @@ class Hub:
         return self.kb.images.read(image_id)
 
     def _empty_note(self, args: QueryArgs) -> str:
-        self.kb.check_collection(args.collection, hint=" (see list_collections)")
+        check_collection(args.collection, [c.name for c in self.kb.collections()], hint=" (see list_collections)")
         if not self.kb.collections():
             return "知识库为空 / The knowledge base is empty: ingest documents first."
         if args.source or args.doc_type:
@@ -282,7 +283,7 @@ class Hub:
             chunk_count=doc.chunk_count,
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
-            summary=None,
+            **self.kb.summary_fields(doc.doc_id, chunks),
             uri=doc_uri(doc.doc_id),
         )
 
@@ -366,7 +367,7 @@ class Hub:
 
     def delete(self, doc_id: str) -> DeleteResult:
         doc = self._document(doc_id)
-        self.kb.store.delete_document(doc.doc_id)
+        self.kb.delete(doc.doc_id, doc.collection)  # its enrichments go with it
         return DeleteResult(
             doc_id=doc.doc_id,
             collection=doc.collection,

@@ -70,6 +70,11 @@ class CitationOut(_Out):
         None, description="The reranker's raw score (cross-encoder logit, LLM grade 0–10); null when not reranked."
     )
     rerank_sigmoid: float | None = Field(None, description="`rerank_score` squashed into (0, 1).")
+    context: str | None = Field(
+        None, description="The LLM-written context situating the passage in its document (contextual transform)."
+    )
+    title: str | None = Field(None, description="The passage's title (metadata transform).")
+    tags: list[str] | None = Field(None, description="The passage's tags (metadata transform).")
 
 
 class ImageRef(_Out):
@@ -147,7 +152,16 @@ class DocumentSummary(_Out):
     chunk_count: int
     size_bytes: int
     ingested_at: str = Field(description="Ingestion time, ISO 8601 UTC.")
-    summary: str | None = Field(None, description="A written summary of the document (not generated yet: null).")
+    summary: str | None = Field(
+        None,
+        description="The document's summary: written by the LLM when the `metadata` transform ran, else extracted (its top sentences); see `summary_kind`.",
+    )
+    summary_kind: Literal["llm", "extractive"] | None = Field(
+        None, description="`llm` (metadata transform) or `extractive` (top sentences and TextRank keywords, no LLM)."
+    )
+    keywords: list[str] = Field(
+        default_factory=list, description="The LLM's tags (metadata transform), else TextRank keywords."
+    )
     uri: str = Field(description="Resource URI of the full text (zhiku://doc/{doc_id}).")
 
     def to_markdown(self) -> str:
@@ -168,6 +182,8 @@ class DocumentSummary(_Out):
             *([f"- OCR: pages {_pages(self.ocr_pages)}"] if self.ocr_pages else []),
             f"- 入库时间 ingested: {self.ingested_at}",
             f"- 全文 full text: {self.uri}",
+            *([f"- 摘要 summary ({self.summary_kind}): {self.summary}"] if self.summary else []),
+            *([f"- 关键词 keywords: {'、'.join(self.keywords)}"] if self.keywords else []),
             "",
             "## 目录 / Sections",
             "",

@@ -18,8 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from zhiku.errors import NotFound
 from zhiku.types import Hit, ScoredId
+
+if TYPE_CHECKING:
+    from zhiku.retrieval.search import Retrieval
 
 SIGNALS = ("top_cosine", "margin", "coverage")
 MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with server.min_score (bench/confidence.py)
@@ -75,3 +80,19 @@ def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Con
         name, score, threshold = "top_cosine", signals.top_cosine, min_score
     low = not found or (threshold > 0 and score is not None and score < threshold)
     return Confidence(score, low, name, threshold, signals)
+
+
+def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
+    """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
+    ``min_score`` is ``server.min_score``, ``normalize`` the text processor's)."""
+    found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
+    return assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
+
+
+def check_collection(name: str | None, names: Sequence[str], hint: str = "") -> None:
+    """``NotFound`` naming the collections there are when ``name`` is none of them: a typo'd collection is an error,
+    not an empty answer that looks low-confidence."""
+    if name is not None and name not in names:
+        raise NotFound(
+            f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}{hint}"
+        )
