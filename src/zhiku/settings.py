@@ -124,10 +124,10 @@ class LoaderSettings(_Section):
         64, ge=1, le=10000, description="Images narrower or lower than this many pixels are skipped as decorative."
     )
     image_min_area: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="PDF images covering less than this fraction of the page are skipped as decorative.",
+        0.01, ge=0, le=1, description="PDF images smaller than this fraction of the page are skipped as decorative."
+    )
+    max_file_mb: float = Field(
+        100, gt=0, le=1e5, description="Largest file read, in MiB (checked before reading; also caps .docx unpacking)."
     )
 
 

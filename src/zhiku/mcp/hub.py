@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from zhiku.api import KnowledgeBase
+from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
@@ -77,7 +79,8 @@ class QueryArgs:
 
 
 class Hub:
-    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes."""
+    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes
+    (:mod:`zhiku.mcp.concurrency`)."""
 
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
@@ -86,11 +89,14 @@ class Hub:
         # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
         # windows, and popular passages come back across queries.
         self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+        self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
-        """Open the index (read-only when ``server.read_only``) and load the models once."""
-        kb = KnowledgeBase(settings, read_only=settings.server.read_only)
+        """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
+        ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
+        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
             if warm:
@@ -135,7 +141,11 @@ class Hub:
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
+        """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
         version = self.index_version()
+        return self._flights.run((version, args), functools.partial(self._query, args, version))
+
+    def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
