@@ -334,9 +334,9 @@ class ServerSettings(_Section):
     )
     structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
-        0.0,
+        0.88,
         ge=0,
-        description="Answers whose confidence (best cosine similarity of a passage to the query; top BM25 score in bm25 mode) is below this are marked low-confidence and not cached. 0 turns the flag off.",
+        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
     )
 
 

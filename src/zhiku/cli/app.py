@@ -16,11 +16,13 @@ import typer
 from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
+from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import traces as traces_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
@@ -37,6 +39,7 @@ from zhiku.cli.common import (
     out,
 )
 from zhiku.errors import InvalidInput, NotFound
+from zhiku.retrieval.confidence import check_collection, judge
 
 app = typer.Typer(
     name="zhiku",
@@ -185,7 +188,10 @@ def query(
                     rerank=rerank,
                     tags=tag,
                 )
-                answer = kb.answer(r)
+                if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
+                    check_collection(collection, [c.name for c in kb.collections()])
+                judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
+                answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
@@ -196,6 +202,8 @@ def query(
                 "rerank": r.rerank,
                 "rewrite": r.rewrite,
                 "queries": list(r.queries),
+                "low_confidence": judged.low,
+                "confidence": None if judged.score is None else round(judged.score, 6),
                 "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
             }
         )
@@ -216,7 +224,7 @@ def query(
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
         )
-        eval_cmds.print_trace(out, trace)
+        traces_cmds.print_trace(out, trace)
 
 
 @app.command()
@@ -345,6 +353,8 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 mcp_cmds.register(app)
 eval_cmds.register(app)
+experiment_cmds.register(app)
+traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
 plugins_cmds.register(app)

@@ -4,9 +4,9 @@
 server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
 flag, the answer budget, the result cache.
 
-Confidence: the best *cosine similarity* between the query and a returned passage (the dense channel's
-score), because RRF scores only encode ranks and BM25 scores are unbounded; in ``bm25`` mode, the top BM25
-score. An answer is ``low_confidence`` when that value is below ``server.min_score`` or nothing matched.
+Confidence comes from the library (``judge`` in zhiku/retrieval/confidence.py): the best cosine
+similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is
+``low_confidence`` below the calibrated threshold or when nothing matched.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ from zhiku.mcp.models import (
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
+from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
-from zhiku.types import DocRecord, DocStatus, Hit
+from zhiku.types import DocRecord, DocStatus
 
 log = logging.getLogger("zhiku.mcp.server")
 
@@ -75,16 +76,6 @@ class QueryArgs:
     ) -> QueryArgs:
         f = filters or QueryFilters()
         return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
-
-
-def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
-    """See the module docstring: best cosine similarity, or the top BM25 score in bm25 mode."""
-    if not hits:
-        return None
-    if mode == "bm25":
-        return hits[0].bm25_score
-    cosines = [h.dense_score for h in hits if h.dense_score is not None]
-    return max(cosines) if cosines else None
 
 
 class Hub:
@@ -159,8 +150,8 @@ class Hub:
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
             )
-            confidence = confidence_of(r.hits, r.mode)
-            low = not r.hits or (confidence is not None and confidence < self.settings.server.min_score)
+            judged = judge(r, min_score=self.settings.server.min_score, normalize=self._normalize)
+            confidence, low = judged.score, judged.low
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
                 sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
@@ -258,14 +249,8 @@ class Hub:
         return self.kb.images.read(image_id)
 
     def _empty_note(self, args: QueryArgs) -> str:
-        collection = args.collection
-        names = [c.name for c in self.kb.collections()]
-        if collection is not None and collection not in names:
-            raise NotFound(
-                f"no collection {collection!r} in this knowledge base; available: "
-                f"{', '.join(names) or '(none yet)'} (see list_collections)"
-            )
-        if not names:
+        check_collection(args.collection, [c.name for c in self.kb.collections()], hint=" (see list_collections)")
+        if not self.kb.collections():
             return "知识库为空 / The knowledge base is empty: ingest documents first."
         if args.source or args.doc_type:
             return "没有符合过滤条件的段落 / No passage matches the filters; loosen or drop them."
