@@ -275,7 +275,7 @@ class KnowledgeBase:
                 rerank=rerank,
             )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
-                t.data["hits"] = hit_rows(r.hits)
+                t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
                 t.data["rerank"] = r.rerank
                 t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
                 label_chunks(t, self._chunk_labels)
