@@ -12,9 +12,9 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
 from zhiku.types import LLMUsage, TransformIssue
