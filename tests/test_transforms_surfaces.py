@@ -198,3 +198,37 @@ def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, 
         assert fake_openai.chats() == []
         labor = kb.summary_fields(kb.resolve_document("laws/劳动合同法(2012-12-28).md").doc_id)
         assert labor["keywords"][:3] == ["劳动者", "用人单位", "劳动合同"]
+
+
+def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    from test_eval_cli import write_beir
+    from zhiku.evaluation.datasets import load_dataset
+    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
+    from zhiku.evaluation.runner import index_dataset
+
+    data = load_dataset(write_beir(tmp_path / "劳动小集"))
+    variants = parse_variants("hybrid,hybrid+contextual")
+    settings = fake_settings(tmp_path, fake_openai, "m-exp", [])
+    for run in (1, 2):
+        with KnowledgeBase(settings) as kb, variant_indexes(settings, data) as other:
+            index_dataset(kb, data, collection=data.name)
+            result = run_experiment(kb, data, variants, collection=data.name, kb_for=other)
+        assert [(r.variant, r.status) for r in result.rows] == [("hybrid", "ok"), ("hybrid+contextual", "ok")]
+        chats = len(fake_openai.chats())
+        assert chats == len(data.corpus)  # one context per (one-chunk) document; the second run is cached
+    contextual = KnowledgeBase(merge_index(settings, tmp_path / "idx" / "variant-contextual"), read_only=True)
+    with contextual:
+        assert len(contextual.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == len(data.corpus)
+    no_llm = fake_settings(tmp_path / "n", fake_openai, "x", [], llm={"base_url": None, "model": None})
+    with KnowledgeBase(no_llm) as kb, variant_indexes(no_llm, data) as other:
+        row = run_experiment(kb, data, variants[1:], collection=data.name, kb_for=other).rows[0]
+    assert (row.status, row.reason) == (
+        "unavailable",
+        "needs an LLM endpoint for the contextual transform: set llm.base_url and llm.model (docs/transforms.md)",
+    )
+
+
+def merge_index(settings: Settings, index: Path) -> Settings:
+    from zhiku.settings import merge
+
+    return merge(settings, index=str(index), transforms={"enabled": []})

@@ -321,7 +321,7 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
 def experiment(
     dataset: DatasetOpt,
     variants: Annotated[
-        str, typer.Option("--variants", help="Comma-separated: bm25, dense, hybrid, hybrid_rerank.")
+        str, typer.Option("--variants", help="Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual.")
     ] = "bm25,dense,hybrid,hybrid_rerank",
     k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
     max_queries: Annotated[
@@ -344,7 +344,7 @@ def experiment(
 ) -> None:
     """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
     from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.experiments import parse_variants, run_experiment
+    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
     from zhiku.evaluation.runner import index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
@@ -355,7 +355,7 @@ def experiment(
             load_settings(config, index=index if (index or yaml_set) else Path(tmp)), tracing={"enabled": False}
         )
         settings = with_models(settings, embedder, reranker)
-        with _kb(settings, read_only=yaml_set) as kb:
+        with _kb(settings, read_only=yaml_set) as kb, variant_indexes(settings, data) as other:
             warm_reranker(kb)
             if not yaml_set:
                 collection = data.name
@@ -363,12 +363,11 @@ def experiment(
                     index_dataset(kb, data, collection=collection, on_progress=progress)
 
             def progress_for(v: Any) -> Any:
-                if as_json or not err.is_terminal:
-                    return None
-                err.print(f"running {v.name} …", markup=False)
+                if not as_json and err.is_terminal:
+                    err.print(f"running {v.name} …", markup=False)
                 return None
 
-            result = run_experiment(kb, data, chosen, k=k, collection=collection, on_variant=progress_for)
+            result = run_experiment(kb, data, chosen, k=k, collection=collection, on_variant=progress_for, kb_for=other)
         if out_dir is not None:
             result.save(out_dir)
     if as_json:

@@ -2,13 +2,16 @@
 
 Adding a variant is one entry in ``VARIANTS``. A variant that cannot run here (``hybrid_rerank`` while no
 reranker is configured) is reported as unavailable with its reason, never with invented numbers. Only
-``hybrid_rerank`` runs the configured reranker; the other variants switch it off.
+``hybrid_rerank`` runs the configured reranker; the other variants switch it off. A variant with ``transforms``
+(``hybrid+contextual``) runs on a second index of the same corpus built with those ingest transforms (BEIR sets;
+``variant_indexes`` builds it next to the first, through the LLM reply cache).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +19,8 @@ from typing import Any, Literal
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.datasets import EvalSet
-from zhiku.evaluation.runner import ProgressFn, evaluate, standard_metrics
+from zhiku.evaluation.runner import ProgressFn, evaluate, index_dataset, standard_metrics
+from zhiku.settings import Settings, merge
 from zhiku.types import SearchMode
 
 NO_RERANKER = (
@@ -32,6 +36,17 @@ class Variant:
     description: str
     retrieve_options: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of kb.retrieve
     unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
+    transforms: tuple[str, ...] = ()  # ingest transforms of the index it runs on (a second index)
+
+
+def _needs_llm(kb: KnowledgeBase) -> str | None:
+    llm = kb.settings.llm
+    if llm.base_url and llm.model:
+        return None
+    return "needs an LLM endpoint for the contextual transform: set llm.base_url and llm.model (docs/transforms.md)"
+
+
+KbFor = Callable[["Variant", "str | None"], "KnowledgeBase | None"]  # the index a variant with transforms runs on
 
 
 VARIANTS: dict[str, Variant] = {
@@ -47,8 +62,40 @@ VARIANTS: dict[str, Variant] = {
             {"rerank": True},
             unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER,
         ),
+        Variant(
+            "hybrid+contextual",
+            "hybrid",
+            "hybrid over chunks indexed with an LLM-written context (contextual transform)",
+            {"rerank": False},
+            unavailable=_needs_llm,
+            transforms=("contextual",),
+        ),
     )
 }
+
+
+@contextmanager
+def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
+    """``kb_for(variant, collection)``: a second index of a BEIR corpus with the variant's transforms, built on
+    first use under ``<index>/variant-<transforms>`` and closed afterwards (None for YAML sets: they query an
+    index that exists)."""
+    opened: dict[tuple[str, ...], KnowledgeBase] = {}
+
+    def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:
+        if data.kind == "yaml":
+            return None
+        if v.transforms not in opened:
+            where = Path(settings.index) / f"variant-{'-'.join(v.transforms)}"
+            kb = KnowledgeBase(merge(settings, index=str(where), transforms={"enabled": list(v.transforms)}))
+            opened[v.transforms] = kb
+            index_dataset(kb, data, collection=collection or data.name)
+        return opened[v.transforms]
+
+    try:
+        yield kb_for
+    finally:
+        for kb in opened.values():
+            kb.close()
 
 
 def parse_variants(spec: str) -> list[Variant]:
@@ -135,17 +182,21 @@ def run_experiment(
     k: int = 10,
     collection: str | None = None,
     on_variant: Callable[[Variant], ProgressFn | None] | None = None,
+    kb_for: KbFor | None = None,
 ) -> ExperimentResult:
-    """Evaluate every variant on ``kb`` (one index) with the same queries."""
+    """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
     for v in variants:
         reason = v.unavailable(kb)
-        if reason is not None:
+        target = kb_for(v, collection) if v.transforms and kb_for is not None and reason is None else kb
+        if reason is None and v.transforms and target is kb:
+            reason = "needs a BEIR dataset: the experiment builds a second index of its corpus with the transform"
+        if reason is not None or target is None:
             rows.append(VariantRow(v.name, v.description, "unavailable", reason))
             continue
         progress = on_variant(v) if on_variant is not None else None
         r = evaluate(
-            kb,
+            target,
             evalset,
             mode=v.mode,
             k=k,
