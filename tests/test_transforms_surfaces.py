@@ -209,7 +209,7 @@ def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: Fak
     data = load_dataset(write_beir(tmp_path / "劳动小集"))
     variants = parse_variants("hybrid,hybrid+contextual")
     settings = fake_settings(tmp_path, fake_openai, "m-exp", [])
-    for run in (1, 2):
+    for _ in (1, 2):
         with KnowledgeBase(settings) as kb, variant_indexes(settings, data) as other:
             index_dataset(kb, data, collection=data.name)
             result = run_experiment(kb, data, variants, collection=data.name, kb_for=other)
