@@ -6,6 +6,7 @@ the dry-run plan; the refine guard."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -199,3 +200,25 @@ def test_transforms_need_an_endpoint_and_known_names(kb_factory: Any, corpus: Pa
     with pytest.raises(ConfigError, match="unknown transform 'summarise': use any of caption, refine"):
         kb2.ingest([corpus])
     assert kb.documents() == [] and kb2.documents() == []
+
+
+def test_settings_edge_key_env_and_transform_list(
+    fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zhiku.llm.service import build_service
+    from zhiku.settings import load_settings
+
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("MY_LLM_KEY", "sk-llm-789")
+    monkeypatch.setenv("ZHIKU_TRANSFORMS__ENABLED", "contextual, metadata")
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(llm={"base_url": fake_openai.url, "model": "m-key", "api_key_env": "MY_LLM_KEY"})
+    assert s.transforms.enabled == ("contextual", "metadata")
+    assert "sk-llm-789" not in s.model_dump_json()  # the key is never printed
+    service = build_service(s.llm, tmp_path / "cache")
+    assert service is not None
+    assert service.chat([{"role": "user", "content": "你好"}], prompt_id="t@1") == '{"scores": []}'  # the default
+    assert fake_openai.chats()[0].headers["Authorization"] == "Bearer sk-llm-789"
+    assert service.chat([{"role": "user", "content": "你好"}], prompt_id="t@1") and len(fake_openai.chats()) == 1
+    assert (service.usage().calls, service.usage().cached) == (1, 1)
