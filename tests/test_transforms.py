@@ -76,6 +76,10 @@ def test_every_transform_output_is_indexed_traced_and_returned(
     # ... and embedded: the embedder was sent every chunk's context before its text
     embedded = [t for r in fake_openai.requests if r.path.endswith("/embeddings") for t in r.body["input"]]
     assert len([t for t in embedded if t.startswith("紫罗兰卷宗：此段讲")]) == CORPUS_CHUNKS
+    # the refined text (年休假条例's two articles joined) is what was embedded, and title + tags after it
+    refined = [t for t in embedded if "年休假15天。第五条" in t]
+    assert len(refined) == 1 and refined[0].endswith("劳动法规 试用期")
+    assert len(kb.retrieve("法规", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # a word only the tags hold
     probation = next(h for h in r.hits if h.chunk.section == SEC_PROBATION)
     e = kb.enrichments.chunk_enrichments([probation.chunk.chunk_id])[probation.chunk.chunk_id]
     assert (e.context, e.title, e.tags) == ("紫罗兰卷宗：此段讲第十九条 劳", "标题第十九条 劳动合", tuple(TAGS))

@@ -66,6 +66,15 @@ def test_docx_images_are_captioned_indexed_and_sent_over_mcp(tmp_path: Path, fak
         )
         hit = kb.retrieve("总经理", mode="bm25").hits[0]  # a word only the generated caption holds
         assert [im.caption for im in hit.chunk.images] == ["图 1 公司组织结构图 — 一张组织结构图，显示总经理与人事部"]
+    config = tmp_path / "zhiku.json.yaml"
+    config.write_text(json.dumps(settings.model_dump(mode="json")), encoding="utf-8")
+    q = CliRunner().invoke(app, ["query", "总经理", "--config", str(config), "--json", "--mode", "bm25", "-k", "1"])
+    assert json.loads(q.stdout)["hits"][0]["captions"] == ["图 1 公司组织结构图 — 一张组织结构图，显示总经理与人事部"]
+    ingest_trace = next(t for t in read_traces(tmp_path / "idx" / TRACE_FILE) if t.kind == "ingest")
+    rows = next(s for s in ingest_trace.stages if s.name == "transform").data["chunks"]
+    assert [r["captions"] for r in rows if "captions" in r] == [
+        ["图 1 公司组织结构图 — 一张组织结构图，显示总经理与人事部"]
+    ]
     [result] = call_tools(settings, [("query_knowledge_hub", {"query": "组织结构图 总经理"})])
     images = result.structured_content["images"]
     assert images[0]["caption"] == "图 1 公司组织结构图 — 一张组织结构图，显示总经理与人事部"

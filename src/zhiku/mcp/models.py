@@ -73,6 +73,10 @@ class CitationOut(_Out):
     context: str | None = Field(
         None, description="The LLM-written context situating the passage in its document (contextual transform)."
     )
+    refined: str | None = Field(
+        None,
+        description="The cleaned text that was indexed instead of `text` (refine transform); `text` is the original.",
+    )
     title: str | None = Field(None, description="The passage's title (metadata transform).")
     tags: list[str] | None = Field(None, description="The passage's tags (metadata transform).")
 
