@@ -124,6 +124,8 @@ def test_query_rewriting_fuses_variants_and_falls_back_on_timeout(tmp_path: Path
             ["试用期 期限", "试用期多长时间"],
             "ok",
         )
+    [mcp] = call_tools(settings, [("query_knowledge_hub", {"query": "试用期最长多久", "top_k": 2})])
+    assert mcp.structured_content["rewrite"] == "ok"
     slow = fake_settings(
         tmp_path,
         fake_openai,

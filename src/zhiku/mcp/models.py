@@ -106,6 +106,10 @@ class QueryResult(_Out):
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    rewrite: str = Field(
+        "off",
+        description="Query rewriting (`retrieval.rewrite`): `off`, `ok` (the query's rewrites were searched and fused) or `fallback: <reason>` (the LLM failed or timed out; the plain query was searched).",
+    )
     rerank: str = Field(
         "off",
         description="`off` (no reranker), `ok` (citations in the reranker's order) or `fallback: <reason>` (the reranker failed or timed out; citations keep the fused order).",
