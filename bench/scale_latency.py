@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.embedding import BundledE5Embedder
-from zhiku.evaluation.metrics import percentile
 from zhiku.ingest.pipeline import doc_id_for
+from zhiku.numeric import percentile
 from zhiku.retrieval.search import Searcher
 from zhiku.settings import RetrievalSettings
 from zhiku.stores.sqlite import SQLiteStore

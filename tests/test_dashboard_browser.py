@@ -38,8 +38,7 @@ from zhiku.observability.tracing import Tracer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WHY = "headless Chromium is not installed (apt-get install chromium)"
-if CHROMIUM is None and os.environ.get("CI") == "true":  # CI installs it (.ci/run): a skip there would hide a gap
-    raise RuntimeError(f"the dashboard browser tests must run in CI: {WHY}")
+# .ci/run installs it: in strict mode (tests/strict_skips.py) this skip fails the run
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(CHROMIUM is None, reason=WHY)]
 pytest.importorskip("streamlit")
 

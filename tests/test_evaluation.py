@@ -148,6 +148,26 @@ def test_yaml_set_loads(tmp_path: Path) -> None:
             "version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md}]\n  - query: 试用期\n    expected: a.md\n",
             "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …}}`",
         ),
+        # strict types: YAML's 123 and true are not text or page numbers
+        (
+            "version: 1\nqueries:\n  - query: 123\n    expected: [{source: a.md}]\n",
+            "{p}:3: queries[0].query must be non-empty text",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md, page: true}]\n",
+            "{p}:4: queries[0].expected[0].page must be a page number ≥ 1, got True",
+        ),
+        (
+            "version: 1\nqueries:\n  - query: a\n    id: x\n    expected: [{source: a.md}]\n"
+            "  - query: b\n    id: x\n    expected: [{source: a.md}]\n",
+            "{p}:7: queries[1].id 'x' is used twice",
+        ),
+        ("version: 1\nqueries:\n  - 试用期\n", "{p}:3: queries[0] must be a mapping, e.g. `- query: 试用期最长多久`"),
+        ("- a\n", "{p}:1: the top level must be a mapping, e.g. `version: 1`"),
+        (
+            "version: 1\nqueries:\n  - query: a\n    category: ''\n    expected: [{source: a.md}]\n",
+            "{p}:4: queries[0].category must be non-empty text",
+        ),
     ],
 )
 def test_yaml_errors_name_the_line_and_field(tmp_path: Path, text: str, message: str) -> None:

@@ -46,8 +46,7 @@ def _node_path() -> tuple[str | None, str]:
 
 
 NODE_PATH, WHY = _node_path()
-if NODE_PATH is None and os.environ.get("CI") == "true":  # CI installs it (.ci/run): a skip there would hide a gap
-    raise RuntimeError(f"the MCP Inspector tests must run in CI: {WHY}")
+# .ci/run installs it: in strict mode (tests/strict_skips.py) this skip fails the run
 pytestmark = pytest.mark.skipif(NODE_PATH is None, reason=WHY)
 
 

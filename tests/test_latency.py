@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mcp_fixtures import Fixture
-from zhiku.mcp.latency import compare, percentile, run_bench, save_and_compare, summarize
+from zhiku.mcp.latency import compare, run_bench, save_and_compare, summarize
+from zhiku.numeric import percentile
 
 
 def test_percentile_interpolates_like_numpy() -> None:

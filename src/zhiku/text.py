@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from zhiku.errors import ConfigError
 
@@ -53,7 +54,7 @@ class TextProcessor:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
 
     @cached_property
-    def _jieba(self):  # noqa: ANN202 - rjieba.Jieba has no public type
+    def _jieba(self) -> Any:  # rjieba.Jieba has no public type
         import rjieba
 
         jieba = rjieba.Jieba()
@@ -72,7 +73,7 @@ class TextProcessor:
         return jieba
 
     @cached_property
-    def _opencc(self):  # noqa: ANN202
+    def _opencc(self) -> Any:  # opencc has no public types
         import opencc
 
         return opencc.OpenCC("t2s")

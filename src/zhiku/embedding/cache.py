@@ -1,7 +1,7 @@
 """A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
 
 It lives outside the index directory (``embedding.cache_dir``), so rebuilding or deleting an index never
-re-embeds unchanged text: the bundled CPU embedder runs at ~7 passages/s on 2 cores.
+re-embeds unchanged text: the bundled CPU embedder runs at ~8 passages/s on 2 cores (bench/RESULTS.md §4).
 """
 
 from __future__ import annotations

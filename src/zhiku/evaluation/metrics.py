@@ -38,16 +38,6 @@ def ndcg_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> flo
     return dcg / idcg if idcg > 0 else 0.0
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0–100) with linear interpolation (numpy's default)."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 METRICS = {"hit": hit_at_k, "mrr": mrr_at_k, "ndcg": ndcg_at_k, "recall": recall_at_k}
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
-from zhiku.evaluation.metrics import parse_metric, percentile, score
+from zhiku.evaluation.metrics import parse_metric, score
+from zhiku.numeric import percentile
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
@@ -80,9 +81,9 @@ class EvalResult:
     variant: str = ""
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
-        out: dict = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
+        out: dict[str, Any] = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
         if self.indexing is not None:

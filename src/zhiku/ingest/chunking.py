@@ -259,8 +259,8 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
             if b is None:
                 b = _first_in(clauses, window, cut)
             if b is None:
-                space = _SPACE_RE.search(text, window, cut)
-                b = space.start() if space is not None else window
+                gap = _SPACE_RE.search(text, window, cut)
+                b = gap.start() if gap is not None else window
             if b > pos:
                 nxt = b
         pos = _lstrip_from(text, nxt, end)
@@ -285,9 +285,9 @@ def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSe
                 spans.extend((s, e) for s, e, _ in pieces[:-1])
                 cur = pieces[-1][:2]
                 continue
-            pieces = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
-            spans.extend(pieces[:-1])
-            cur = pieces[-1]
+            parts = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
+            spans.extend(parts[:-1])
+            cur = parts[-1]
         elif cur is None:
             cur = (ps, pe)
         elif pe - cur[0] <= size:

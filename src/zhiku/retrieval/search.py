@@ -1,14 +1,16 @@
-"""The query pipeline: parse → BM25 and dense retrieval in parallel → fusion → rerank (optional) → hits."""
+"""The query pipeline: parse → BM25 (the query is embedded meanwhile in a worker) → dense → fusion → rerank."""
 
 from __future__ import annotations
 
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
-from zhiku.observability.tracing import changes_data, fusion_rank_changes, mark, rank_changes, span
+from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
+from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -46,7 +48,7 @@ def check_top_k(top_k: int) -> int:
 def check_mode(mode: str) -> SearchMode:
     if mode not in MODES:
         raise InvalidInput(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class Searcher:
             outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
             if sp.active:
                 candidates = min(r.top_m, len(hits))
-                data = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
+                data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
                 if outcome.ok:
                     changes = rank_changes(
                         {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},

@@ -66,7 +66,7 @@ def doc_row(doc: DocRecord) -> tuple[Any, ...]:
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
-    return DocRecord(
+    return DocRecord(  # type: ignore[misc]  # mypy cannot count the 11 values of a slice
         *row[:11],
         status=DocStatus(row[11]),
         needs_ocr_pages=tuple(json.loads(row[12])),
@@ -106,12 +106,12 @@ def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
-    return Chunk(*row[:11], images=images_from_json(row[11]))
+    return Chunk(*row[:11], images=images_from_json(row[11]))  # type: ignore[misc]  # see doc_from_row
 
 
 def prepare_rows(
     doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any
-) -> tuple[list[tuple], list[str], np.ndarray]:
+) -> tuple[list[tuple[Any, ...]], list[str], np.ndarray]:
     """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
     where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
     try:

@@ -1,7 +1,8 @@
 """The in-memory dense index behind ``SQLiteStore``: a float32 matrix with parallel filter columns.
 
 SQLite holds the vectors durably (one float32 BLOB per chunk); this module serves exact (brute-force)
-cosine search from a numpy matrix, as measured in docs/storage notes (about 40 ms at 100k x 1024).
+cosine search from a numpy matrix (``bench/vector_search.py``: 64 ms p50 at 100k x 1024, 20 ms at 100k x 384,
+on 2 cores under load average 12; bench/RESULTS.md).
 Rows are appended into spare capacity (doubling) and compacted on removal. Filters are boolean masks
 over interned integer columns, so a search has no per-chunk Python loop.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from zhiku.numeric import l2_normalise
 from zhiku.types import Filters, ScoredId
 
 _MIN_CAPACITY = 64
@@ -42,14 +44,6 @@ class _Interner:
 
     def get(self, name: str) -> int | None:
         return self._codes.get(name)
-
-
-def _normalise(matrix: np.ndarray, *, in_place: bool = False) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero), so a dot product is the cosine."""
-    matrix = np.asarray(matrix, np.float32)
-    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return np.divide(matrix, norms, out=matrix if in_place else None)
 
 
 def _intern_column(values: Sequence[str]) -> tuple[_Interner, np.ndarray]:
@@ -92,7 +86,7 @@ class VectorIndex:
         """An index over ``matrix`` (``(n, dim)`` writable float32, normalised in place) and its row columns."""
         n = matrix.shape[0]
         index = cls(dim, 0)
-        index._matrix = _normalise(matrix, in_place=True) if n else np.empty((0, dim), np.float32)
+        index._matrix = l2_normalise(matrix, in_place=True) if n else np.empty((0, dim), np.float32)
         index._ids = np.asarray(list(ids) if n else [], dtype=object).reshape(-1)
         for field, values in zip(cls._FIELDS[1:], (doc_ids, collections, doc_types, sources), strict=False):
             index._names[field], index._codes[field] = _intern_column(values)
@@ -109,7 +103,7 @@ class VectorIndex:
             return
         self._reserve(k)
         lo, hi = self._n, self._n + k
-        self._matrix[lo:hi] = _normalise(vectors)
+        self._matrix[lo:hi] = l2_normalise(vectors)
         self._ids[lo:hi] = list(ids)
         for field, value in (("doc", doc_id), ("collection", collection), ("doc_type", doc_type), ("source", source)):
             self._codes[field][lo:hi] = self._names[field].code(value)
@@ -172,7 +166,7 @@ class VectorIndex:
         """The ``top_k`` rows most cosine-similar to ``query`` (shape ``(dim,)``), best first."""
         if top_k < 1 or self._n == 0:
             return []
-        scores = self._matrix[: self._n] @ _normalise(query)
+        scores = self._matrix[: self._n] @ l2_normalise(query)
         mask = self._mask(filters)
         rows = np.arange(self._n) if mask is None else np.flatnonzero(mask)
         if rows.size == 0:

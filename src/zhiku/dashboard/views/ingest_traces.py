@@ -11,7 +11,8 @@ traces = data().traces("ingest", limit=100)
 if not traces:
     st.info("no ingestion traces yet (tracing.enabled writes one per run to traces.jsonl)")
     st.stop()
-t = traces[st.selectbox("运行 Run", range(len(traces)), format_func=lambda i: trace_label(traces[i]))]
+pick = st.selectbox("运行 Run", range(len(traces)), format_func=lambda i: trace_label(traces[i]))
+t = traces[pick or 0]  # a selectbox over non-empty options always has a pick
 st.caption(f"trace {t.trace_id} · {t.elapsed_ms:.0f} ms · " + " · ".join(f"{k}: {v}" for k, v in t.attrs.items()))
 counts = t.data.get("counts", {})
 cols = st.columns(5)

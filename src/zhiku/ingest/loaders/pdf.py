@@ -119,7 +119,7 @@ class PdfLoader:
         try:
             return pdfium.PdfDocument(str(path), password=password)
         except pdfium.PdfiumError as e:
-            code = getattr(e, "err_code", None)
+            code = getattr(e, "err_code", -1)
             if code == 4:
                 if password:
                     raise LoaderError(f"encrypted PDF and loaders.pdf_password does not open it: {path}") from None
@@ -208,8 +208,8 @@ class PdfLoader:
                         out.tables.append(Table(area, md))
             finally:
                 textpage.close()
-            area = width * height or 1.0
-            cover = sum((b[2] - b[0]) * (b[3] - b[1]) for b, _ in pictures) / area
+            page_area = width * height or 1.0
+            cover = sum((b[2] - b[0]) * (b[3] - b[1]) for b, _ in pictures) / page_area
             chars = sum(visible_chars(ln.text) for ln in out.lines)
             if garbled or (chars < SCAN_MAX_CHARS and cover >= SCAN_MIN_COVER):
                 engine = self._ocr_engine()
@@ -222,13 +222,13 @@ class PdfLoader:
                         [],
                         [],
                     )
-                    pictures = [(b, o) for b, o in pictures if (b[2] - b[0]) * (b[3] - b[1]) < 0.5 * area]
+                    pictures = [(b, o) for b, o in pictures if (b[2] - b[0]) * (b[3] - b[1]) < 0.5 * page_area]
                 else:
                     out.needs_ocr = True
                     if garbled:  # garbage is not indexed
                         out.lines, out.tables, out.table_areas = [], [], []
             if self.settings.images:
-                out.images = self._images(pictures, area)
+                out.images = self._images(pictures, page_area)
             return out
         finally:
             page.close()
