@@ -180,7 +180,7 @@ class KnowledgeBase:
             self._prepare_write(False, False)
             report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
             if t is not None:
-                t.data.update(report_rows(report))
+                t.data.update(report_rows(report), **transform_rows(report))
         return report
 
     def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
