@@ -226,3 +226,31 @@ def test_settings_edge_key_env_and_transform_list(
     assert fake_openai.chats()[0].headers["Authorization"] == "Bearer sk-llm-789"
     assert service.chat([{"role": "user", "content": "你好"}], prompt_id="t@1") and len(fake_openai.chats()) == 1
     assert (service.usage().calls, service.usage().cached) == (1, 1)
+
+
+def test_pdf_images_are_captioned_once_each(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    """A real PDF's images (tests/fixtures/pdf) go to the vision model as data URIs; a failing one keeps its own
+    caption and says why."""
+    from zhiku.ingest.chunking import chunk_document
+    from zhiku.ingest.loaders import default_loaders, load_document
+    from zhiku.ingest.transforms.base import DocumentBatch, TransformContext
+    from zhiku.ingest.transforms.caption import Caption
+    from zhiku.llm.prompts import Prompts
+    from zhiku.llm.service import LLMService
+    from zhiku.settings import ChunkingSettings
+
+    pdf = Path(__file__).parent / "fixtures" / "pdf" / "bithesis-graduation-thesis-sample.pdf"
+    doc = load_document(pdf, "thesis.pdf", default_loaders())
+    chunks = [c for c in chunk_document(doc, collection="c", doc_id="d", settings=ChunkingSettings()) if c.images]
+    fake_openai.chat_reply = llm_reply
+    fake_openai.then("status", 400, {}, json.dumps({"error": {"message": "image too small"}}))  # the first image
+    service = LLMService(OpenAICompatibleClient(fake_openai.url, max_retries=0), "m", vision_model="vl-m")
+    prompts = Prompts()
+    ctx = TransformContext(service, "zh", lambda n: prompts.text(n, "zh"), prompts.id_of)
+    out = Caption().apply(DocumentBatch.start(doc, "d", chunks), ctx)
+    captions = [im.caption for c in out.chunks for im in c.images]
+    assert captions == ["", "图 1-1 标题序号 — 一张组织结构图，显示总经理与人事部"]
+    assert [r.body["model"] for r in fake_openai.chats()] == ["vl-m", "vl-m"]
+    assert [r.images for r in fake_openai.chats()] == [1, 1]
+    [issue] = out.issues
+    assert issue.transform == "caption" and issue.reason.endswith("HTTP 400: image too small")
