@@ -254,3 +254,21 @@ def test_pdf_images_are_captioned_once_each(fake_openai: FakeOpenAI, tmp_path: P
     assert [r.images for r in fake_openai.chats()] == [1, 1]
     [issue] = out.issues
     assert issue.transform == "caption" and issue.reason.endswith("HTTP 400: image too small")
+
+
+def test_a_dead_endpoint_is_not_called_for_every_chunk(tmp_path: Path) -> None:
+    from zhiku.ingest.transforms.base import TransformError
+    from zhiku.llm.service import BREAKER, LLMService
+
+    client = OpenAICompatibleClient("http://127.0.0.1:9/v1", max_retries=0, timeout=0.5)  # nothing listens there
+    service = LLMService(client, "m", concurrency=1)
+    reasons = []
+    for i in range(BREAKER + 5):
+        with pytest.raises(TransformError) as e:
+            service.chat([{"role": "user", "content": f"第{i}段"}], prompt_id="t@1")
+        reasons.append(str(e.value))
+    assert client.requests == BREAKER and service.usage().calls == BREAKER
+    assert all("connection failed" in r for r in reasons[:BREAKER])
+    assert reasons[-1].startswith(
+        f"not sent: the endpoint failed {BREAKER} requests in a row (last: http://127.0.0.1:9"
+    )
