@@ -190,6 +190,11 @@ def test_cli_transform_json_dry_run_and_history(
         run(app, ["query", "试用期最长多久", "--config", str(config), "--json", "-k", "1", "--mode", "bm25"]).stdout
     )
     assert q["hits"][0]["context"] == "紫罗兰卷宗：此段讲第十九条 劳"
+    args = ["query", "试用期最长多久", "--config", str(config), "--json", "--mode", "bm25", "--rewrite", "multi_query"]
+    rewritten = json.loads(run(app, args).stdout)
+    assert (rewritten["rewrite"], rewritten["queries"]) == ("ok", ["试用期 期限", "试用期多长时间"])
+    bad = run(app, [*args[:-1], "hyde2"])
+    assert bad.exit_code == 1 and "retrieval.rewrite" in bad.stderr and "hyde2" in bad.stderr
     history = json.loads(run(app, ["history", "--config", str(config), "--json"]).stdout)["llm_usage"]
     assert sorted(h["source"] for h in history) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
     assert sum(h["usage"]["calls"] for h in history) == CORPUS_CHUNKS

@@ -157,13 +157,14 @@ def query(
         ),
     ] = None,
     tag: tx.TagOpt = None,
+    rewrite: tx.RewriteOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
     Markdown answer."""
     with _errors():
-        settings = _settings(config, index)
+        settings = _settings(config, index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
         with _kb(settings, read_only=True) as kb:
             if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)

@@ -20,6 +20,13 @@ TransformOpt = Annotated[
         "`transforms.enabled`; `none` for none). Needs llm.base_url and llm.model; see docs/transforms.md.",
     ),
 ]
+RewriteOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--rewrite",
+        help="Query rewriting by llm.model: none, multi_query or hyde (default: settings `retrieval.rewrite`).",
+    ),
+]
 TagOpt = Annotated[
     Optional[list[str]],
     typer.Option("--tag", help="Only passages whose tags (metadata transform) include this; repeatable."),
