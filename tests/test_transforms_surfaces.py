@@ -223,23 +223,26 @@ def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: Fak
     from zhiku.evaluation.runner import index_dataset
 
     data = load_dataset(write_beir(tmp_path / "劳动小集"))
-    variants = parse_variants("hybrid,hybrid+contextual")
+    variants = parse_variants("hybrid,hybrid+contextual,hybrid+multi_query")
     settings = fake_settings(tmp_path, fake_openai, "m-exp", [])
     with KnowledgeBase(settings) as kb, variant_indexes(settings, data) as other:
         index_dataset(kb, data, collection=data.name)
         result = run_experiment(kb, data, variants, collection=data.name, kb_for=other)
-    assert [(r.variant, r.status) for r in result.rows] == [("hybrid", "ok"), ("hybrid+contextual", "ok")]
-    assert len(fake_openai.chats()) == len(data.corpus)  # one context per (one-chunk) document
+    assert [(r.variant, r.status) for r in result.rows] == [
+        ("hybrid", "ok"),
+        ("hybrid+contextual", "ok"),
+        ("hybrid+multi_query", "ok"),
+    ]
+    # one context per (one-chunk) document, one rewrite per query
+    assert len(fake_openai.chats()) == len(data.corpus) + len(data.queries)
     contextual = KnowledgeBase(merge_index(settings, tmp_path / "idx" / "variant-contextual"), read_only=True)
     with contextual:
         assert len(contextual.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == len(data.corpus)
     no_llm = fake_settings(tmp_path / "n", fake_openai, "x", [], llm={"base_url": None, "model": None})
     with KnowledgeBase(no_llm) as kb, variant_indexes(no_llm, data) as other:
-        row = run_experiment(kb, data, variants[1:], collection=data.name, kb_for=other).rows[0]
-    assert (row.status, row.reason) == (
-        "unavailable",
-        "needs an LLM endpoint for the contextual transform: set llm.base_url and llm.model (docs/transforms.md)",
-    )
+        rows = run_experiment(kb, data, variants[1:], collection=data.name, kb_for=other).rows
+    reason = "needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
+    assert [(row.status, row.reason) for row in rows] == [("unavailable", reason)] * 2
 
 
 def merge_index(settings: Settings, index: Path) -> Settings:

@@ -317,11 +317,12 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------- experiment
+VARIANTS_HELP = "Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual, hybrid+multi_query, hybrid+hyde (docs/transforms.md)."
+
+
 def experiment(
     dataset: DatasetOpt,
-    variants: Annotated[
-        str, typer.Option("--variants", help="Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual.")
-    ] = "bm25,dense,hybrid,hybrid_rerank",
+    variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
     k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
     max_queries: Annotated[
         Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)

@@ -4,7 +4,8 @@ Adding a variant is one entry in ``VARIANTS``. A variant that cannot run here (`
 reranker is configured) is reported as unavailable with its reason, never with invented numbers. Only
 ``hybrid_rerank`` runs the configured reranker; the other variants switch it off. A variant with ``transforms``
 (``hybrid+contextual``) runs on a second index of the same corpus built with those ingest transforms (BEIR sets;
-``variant_indexes`` builds it next to the first, through the LLM reply cache).
+``variant_indexes`` builds it next to the first, through the LLM reply cache); one with ``settings``
+(``hybrid+multi_query``, ``hybrid+hyde``) on the same index with those settings.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ class Variant:
     retrieve_options: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of kb.retrieve
     unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
     transforms: tuple[str, ...] = ()  # ingest transforms of the index it runs on (a second index)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # settings changes it runs with (e.g. query rewriting)
 
 
 def _needs_llm(kb: KnowledgeBase) -> str | None:
     llm = kb.settings.llm
     if llm.base_url and llm.model:
         return None
-    return "needs an LLM endpoint for the contextual transform: set llm.base_url and llm.model (docs/transforms.md)"
+    return "needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
 
 
 KbFor = Callable[["Variant", "str | None"], "KnowledgeBase | None"]  # the index a variant with transforms runs on
@@ -70,26 +72,42 @@ VARIANTS: dict[str, Variant] = {
             unavailable=_needs_llm,
             transforms=("contextual",),
         ),
+        *(
+            Variant(
+                f"hybrid+{mode}",
+                "hybrid",
+                f"hybrid with query rewriting ({mode}) by the LLM, variants fused with RRF",
+                {"rerank": False},
+                unavailable=_needs_llm,
+                settings={"retrieval": {"rewrite": mode}},
+            )
+            for mode in ("multi_query", "hyde")
+        ),
     )
 }
 
 
 @contextmanager
 def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
-    """``kb_for(variant, collection)``: a second index of a BEIR corpus with the variant's transforms, built on
-    first use under ``<index>/variant-<transforms>`` and closed afterwards (None for YAML sets: they query an
-    index that exists)."""
-    opened: dict[tuple[str, ...], KnowledgeBase] = {}
+    """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on, opened on
+    first use and closed afterwards. Transforms: a second index of a BEIR corpus under
+    ``<index>/variant-<transforms>`` (None for YAML sets: they query an index that exists); settings only: the
+    same index, read-only, with those settings."""
+    opened: dict[str, KnowledgeBase] = {}
 
     def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:
-        if data.kind == "yaml":
+        if v.name in opened:
+            return opened[v.name]
+        if v.transforms and data.kind == "yaml":
             return None
-        if v.transforms not in opened:
+        if v.transforms:
             where = Path(settings.index) / f"variant-{'-'.join(v.transforms)}"
-            kb = KnowledgeBase(merge(settings, index=str(where), transforms={"enabled": list(v.transforms)}))
-            opened[v.transforms] = kb
-            index_dataset(kb, data, collection=collection or data.name)
-        return opened[v.transforms]
+            changes = {"index": str(where), "transforms": {"enabled": list(v.transforms)}, **v.settings}
+            opened[v.name] = KnowledgeBase(merge(settings, **changes))
+            index_dataset(opened[v.name], data, collection=collection or data.name)
+        else:
+            opened[v.name] = KnowledgeBase(merge(settings, **v.settings), read_only=True)
+        return opened[v.name]
 
     try:
         yield kb_for
@@ -188,8 +206,9 @@ def run_experiment(
     rows = []
     for v in variants:
         reason = v.unavailable(kb)
-        target = kb_for(v, collection) if v.transforms and kb_for is not None and reason is None else kb
-        if reason is None and v.transforms and target is kb:
+        own = bool(v.transforms or v.settings)
+        target = kb_for(v, collection) if own and kb_for is not None and reason is None else kb
+        if reason is None and own and (target is None or target is kb):
             reason = "needs a BEIR dataset: the experiment builds a second index of its corpus with the transform"
         if reason is not None or target is None:
             rows.append(VariantRow(v.name, v.description, "unavailable", reason))
