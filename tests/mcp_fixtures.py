@@ -150,13 +150,20 @@ class HttpServer:
 
 
 def start_http(
-    fx: Fixture, log: Path, *extra: str, env: dict[str, str] | None = None, timeout_s: float = 60
+    fx: Fixture,
+    log: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
+    script: Path | None = None,
 ) -> HttpServer:
-    """Start `zhiku serve --transport http` on a free port and wait for GET /healthz → 200."""
+    """Start `zhiku serve --transport http` (or a server ``script`` taking the same flags) on a free port and wait
+    for GET /healthz → 200."""
     port = free_port()
+    command = [str(script), "--config", str(fx.config)] if script else serve_args(fx)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [PYTHON, *serve_args(fx, "--transport", "http", "--port", str(port), *extra)],
+            [PYTHON, *command, "--transport", "http", "--port", str(port), *extra],
             env=env or server_env(),
             stdin=subprocess.DEVNULL,
             stdout=fh,

@@ -85,7 +85,6 @@ def test_no_import_cycles() -> None:
 # Modules still over the limit while they are being split (each may only shrink); this list must end empty.
 SPLIT_PENDING = {
     "zhiku.stores.milvus": 540,
-    "zhiku.mcp.server": 539,
     "zhiku.settings": 517,
     "zhiku.cli.eval": 492,
     "zhiku.stores.sqlite": 471,

@@ -158,3 +158,35 @@ def test_http(http_server: HttpServer) -> None:
     assert rc == 3 and "FORBIDDEN_ORIGIN" in err and "403" in err
     rc, _, err = inspect("--stored-auth-only", "--method", "tools/list", target=url)
     assert rc == 3 and "UNAUTHORIZED" in err
+
+
+def test_custom_server_example(mcp_index: Fixture, tmp_path: Path) -> None:
+    """examples/custom_server.py: the built-in tools plus lookup_article, over stdio and Streamable HTTP."""
+    script = ROOT / "examples" / "custom_server.py"
+    stdio = [PYTHON, str(script), "--config", str(mcp_index.config), "--read-only"]
+    article = '{"law": "劳动合同法", "number": 19}'
+    src = ("-e", f"PYTHONPATH={ROOT / 'src'}")  # the Inspector passes a stdio server only a few variables
+    rc, out, err = inspect(*src, "--method", "tools/list", target=stdio)
+    assert rc == 0 and [t["name"] for t in out["result"]["tools"]][-2:] == ["get_document_summary", "lookup_article"]
+    rc, out, err = inspect(
+        *src, "--method", "tools/call", "--tool-name", "lookup_article", "--tool-args-json", article, target=stdio
+    )
+    assert rc == 0 and out["result"]["structuredContent"]["text"].startswith("第十九条 劳动合同期限三个月以上"), err
+    missing = '{"law": "劳动合同法", "number": 21}'
+    rc, out, _ = inspect(
+        *src, "--method", "tools/call", "--tool-name", "lookup_article", "--tool-args-json", missing, target=stdio
+    )
+    assert rc == 5 and out["result"]["_meta"]["zhiku/error"]["code"] == "NOT_FOUND"
+    server = start_http(
+        mcp_index, tmp_path / "server.log", "--read-only", script=script, env=server_env(ZHIKU_TOKEN=TOKEN)
+    )
+    try:
+        url, auth = [server.url], ("--header", f"Authorization: Bearer {TOKEN}")
+        rc, out, err = inspect(
+            *auth, "--method", "tools/call", "--tool-name", "lookup_article", "--tool-args-json", article, target=url
+        )
+        assert rc == 0 and out["result"]["structuredContent"]["number"] == 19, err
+        rc, _, err = inspect("--stored-auth-only", "--method", "tools/list", target=url)
+        assert rc == 3 and "UNAUTHORIZED" in err  # the same security as `zhiku serve`
+    finally:
+        server.stop()

@@ -369,6 +369,12 @@ class KnowledgeBase:
             + " (list them with `zhiku documents`)"
         )
 
+    def document_text(self, ref: str, collection: str | None = None) -> str:
+        """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
+        from zhiku.retrieval.reconstruct import reconstruct_markdown
+
+        return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
+
     def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""
         chunks = self.store.document_chunks(doc_id) if chunks is None else chunks

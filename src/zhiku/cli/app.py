@@ -1,7 +1,7 @@
 """The `zhiku` command line: parses flags, calls the library, formats the result.
 
 Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout. Command groups live in their own modules (eval, mcp, models, store) and are registered here.
+object on stdout. Command groups live in their own modules (eval, mcp, models, plugins, store) and are registered here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rich.table import Table
 from zhiku.cli import eval as eval_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
+from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import store as store_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
@@ -306,6 +307,7 @@ mcp_cmds.register(app)
 eval_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+plugins_cmds.register(app)
 
 
 def main() -> None:

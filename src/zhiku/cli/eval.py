@@ -18,8 +18,9 @@ from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput, MissingDependency
+from zhiku.llm.settings import JudgeSettings
 from zhiku.observability.trace import Trace, ordered_stages
-from zhiku.settings import JudgeSettings, Settings, load_settings, merge
+from zhiku.settings import Settings, load_settings, merge
 
 DatasetOpt = Annotated[
     Path, typer.Option("--dataset", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv) or a YAML set (.yaml).")

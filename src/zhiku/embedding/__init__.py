@@ -63,6 +63,10 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
                 query_prefix=settings.query_prefix,
                 passage_prefix=settings.passage_prefix,
             )
+        case str(name):  # "plugin:NAME", a `zhiku.embedders` entry point: a factory f(EmbeddingSettings)
+            from zhiku.plugins import provider
+
+            inner = provider("zhiku.embedders", name)(settings)
     if not settings.cache:
         return inner
     return CachedEmbedder(inner, EmbeddingCache(settings.cache_dir / "embeddings.sqlite"))

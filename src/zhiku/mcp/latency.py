@@ -1,6 +1,6 @@
 """The latency harness behind `zhiku bench latency`: real SDK client, real `zhiku serve` subprocess.
 
-The SDK client comes from ``zhiku.mcp.server.open_client`` (``server.py`` is the one module importing the SDK).
+The SDK client comes from ``zhiku.mcp.transport.open_client``.
 
 Two server processes, one after the other, on the same index and transport:
 
@@ -153,7 +153,7 @@ async def _session(
     settings: Settings, transport: str, config: Path | None, env: dict[str, str], errlog: Any, stack: AsyncExitStack
 ) -> tuple[Any, float]:
     """A connected client to a fresh server process, and the monotonic time the process was started."""
-    from zhiku.mcp.server import open_client
+    from zhiku.mcp.transport import open_client
 
     if transport == "stdio":
         started = time.perf_counter()

@@ -29,8 +29,21 @@ __all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transf
 
 
 def registry() -> dict[str, type]:
-    """Transforms by name: the built-ins (``zhiku.transforms`` entry-point plugins are added by the loader)."""
-    return {"caption": Caption, "refine": Refine, "metadata": Metadata, "contextual": Contextual}
+    """Transforms by name: the built-ins, then the ``zhiku.transforms`` plugins by entry-point name (classes
+    instantiated with no arguments); a plugin that is not such a class, or reuses a built-in's name, is reported and
+    skipped."""
+    from zhiku.plugins import load, report_problem
+
+    found: dict[str, type] = {"caption": Caption, "refine": Refine, "metadata": Metadata, "contextual": Contextual}
+    for plugin in load("zhiku.transforms"):
+        name, obj = plugin.info.name, plugin.obj
+        if name in found:
+            report_problem(plugin.info, f"the name {name!r} is a built-in transform's; rename the entry point")
+        elif not (isinstance(obj, type) and callable(getattr(obj, "apply", None))):
+            report_problem(plugin.info, "not a Transform class (needs name, needs_llm and apply(batch, ctx))")
+        else:
+            found[name] = obj
+    return found
 
 
 def resolve(names: Sequence[str], available: dict[str, type] | None = None) -> list[Transform]:
