@@ -207,7 +207,8 @@ def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, 
     with KnowledgeBase(settings) as kb:
         kb.ingest([EXAMPLES])
         docs = kb.documents()
-        assert len(docs) == 6
+        suffixes = {".md", ".markdown", ".txt", ".text", ".pdf", ".docx", ".html", ".htm", ".xhtml"}
+        assert len(docs) == sum(1 for p in EXAMPLES.rglob("*") if p.suffix in suffixes) >= 6
         for d in docs:
             s = kb.summary_fields(d.doc_id)
             assert s["summary_kind"] == "extractive" and len(s["summary"]) >= 20 and len(s["keywords"]) >= 5, d.source
