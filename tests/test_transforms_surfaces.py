@@ -215,6 +215,11 @@ def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, 
         assert fake_openai.chats() == []
         labor = kb.summary_fields(kb.resolve_document("laws/劳动合同法(2012-12-28).md").doc_id)
         assert labor["keywords"][:3] == ["劳动者", "用人单位", "劳动合同"]
+    results = call_tools(settings, [("get_document_summary", {"doc_id": d.doc_id}) for d in docs])  # over MCP
+    for r in results:
+        s = r.structured_content
+        assert s["summary_kind"] == "extractive" and s["summary"] and s["keywords"], s["source"]
+        assert f"摘要 summary (extractive): {s['summary']}" in r.content[0].text
 
 
 def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
