@@ -88,7 +88,6 @@ SPLIT_PENDING = {
     "zhiku.settings": 517,
     "zhiku.cli.eval": 492,
     "zhiku.stores.sqlite": 471,
-    "zhiku.ingest.loaders.pdf": 457,
     "zhiku.ingest.chunking": 422,
 }
 

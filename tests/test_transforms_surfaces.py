@@ -23,7 +23,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.cli.app import app
 from zhiku.mcp.server import build_server
 from zhiku.observability.trace import TRACE_FILE, read_traces
-from zhiku.settings import Settings
+from zhiku.settings import Settings, merge
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -96,8 +96,15 @@ def test_mcp_citations_carry_context_and_tags_and_the_llm_summary(tmp_path: Path
             ("get_document_summary", {"doc_id": doc_id}),
         ],
     )
+    top = query.structured_content["citations"][0]  # the compact form: no passage text, but what transforms added
+    assert (top["context"], top["tags"], "text" in top) == ("紫罗兰卷宗：此段讲第十九条 劳", TAGS, False)
+    assert (
+        "第十九条 劳动合同期限" in query.content[0].text and "紫罗兰" not in query.content[0].text
+    )  # quotes the original
+    full = merge(settings, server={"structured_passages": True})
+    [query] = call_tools(full, [("query_knowledge_hub", {"query": "试用期最长多久", "top_k": 2})])
     top = query.structured_content["citations"][0]
-    assert top["section"] == SEC_PROBATION and top["text"].startswith("第十九条")  # the original text is quoted
+    assert top["section"] == SEC_PROBATION and top["text"].startswith("第十九条")
     assert (top["context"], top["tags"]) == ("紫罗兰卷宗：此段讲第十九条 劳", TAGS)
     s = summary.structured_content
     assert (s["summary"], s["summary_kind"], s["keywords"]) == ("摘要：# 劳动合同法", "llm", TAGS)
@@ -252,6 +259,4 @@ def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: Fak
 
 
 def merge_index(settings: Settings, index: Path) -> Settings:
-    from zhiku.settings import merge
-
     return merge(settings, index=str(index), transforms={"enabled": []})

@@ -333,6 +333,7 @@ class ServerSettings(_Section):
         le=20,
         description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
     )
+    structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
         0.0,
         ge=0,

@@ -18,6 +18,7 @@ from zhiku.cli import eval as eval_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
+from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
@@ -27,6 +28,7 @@ from zhiku.cli.common import (
     JsonOpt,
     _errors,
     _kb,
+    _line_progress,
     _print_json,
     _progress,
     _settings,
@@ -78,8 +80,8 @@ def ingest(
     with _errors():
         names = parse_transform_names(transform)
         settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
-        shown = not as_json and err.is_terminal
-        with _kb(settings) as kb, _progress(shown, "ingesting") as progress:
+        bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
+        with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
                 return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
             report = kb.ingest(
@@ -127,7 +129,9 @@ def ingest(
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="The question, e.g. 试用期最长多久？", show_default=False)],
-    collection: CollectionOpt = None,
+    collection: Annotated[
+        Optional[str], typer.Option("--collection", "-c", help="Search only this collection (default: all of them).")
+    ] = None,
     top_k: Annotated[
         Optional[int],
         typer.Option("-k", "--top-k", help="Number of passages (1–100; default settings `retrieval.top_k`)."),
@@ -196,6 +200,13 @@ def query(
         )
         return
     out.print(answer.markdown, markup=False)
+    if not r.hits and (source or doc_type):
+        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+        err.print(
+            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
+            "and types as ingested",
+            markup=False,
+        )
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
     if r.rewrite.startswith("fallback"):
@@ -271,21 +282,26 @@ def history(
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Show the ingestion history, newest first."""
+    """Show the ingestion history, newest first, grouped per run, with times."""
+    from zhiku.cli.traces_view import group_runs, print_history
+    from zhiku.observability.trace import TRACE_FILE, read_traces
+
     with _errors():
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
             llm = kb.enrichments.usage_history(limit)
+        runs = group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
     if as_json:
-        _print_json({"history": [asdict(r) for r in rows], "llm_usage": [asdict(u) for u in llm]})
+        _print_json(
+            {
+                "history": [asdict(r) for r in rows],
+                "runs": [{"started_at": r.started_at, "trace_id": r.trace_id, "records": len(r.records)} for r in runs],
+                "llm_usage": [asdict(u) for u in llm],
+            }
+        )
         return
-    table = Table()
-    for col in ("status", "collection", "path", "chunks", "error"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r.status, r.collection, r.path, str(r.chunk_count), r.error or "")
-    out.print(table)
+    print_history(out, runs)
     tx.print_usage_history(llm)
 
 
@@ -308,6 +324,7 @@ eval_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
 plugins_cmds.register(app)
+project_cmds.register(app)
 
 
 def main() -> None:

@@ -84,5 +84,35 @@ def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], N
         yield update
 
 
+PROGRESS_EVERY = 10  # documents between two progress lines when stderr is not a terminal
+PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
+
+
+@contextmanager
+def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
+    """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
+    document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
+    ``ingest.progress.EMBED_NOTE_EVERY``), then the end."""
+    import time
+
+    from zhiku.ingest.progress import is_chunk_note
+
+    started = last = time.monotonic()
+    shown = -1
+
+    def update(done: int, total: int, name: str) -> None:
+        nonlocal last, shown
+        now = time.monotonic()
+        chunks = is_chunk_note(name)
+        if chunks or (
+            done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS)
+        ):
+            shown, last = done, now
+            current = f" · {name}" if name else ""
+            err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
+
+    yield update
+
+
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")

@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
+from zhiku.ingest.progress import embed_with_notes, notes
 from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
 from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
@@ -175,6 +174,8 @@ class Ingestor:
             written += self._write(pending, added, updated, failures)
             pending.clear()
 
+        self._note = notes(on_progress, lambda: len(added) + len(updated) + len(skipped) + len(pending), len(tasks))
+
         for n, task in enumerate(tasks, 1):
             if on_progress:
                 on_progress(n - 1, len(tasks), task.source)
@@ -325,9 +326,7 @@ class Ingestor:
         all_texts = [t for p in pending for t in p.texts]
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
-            vectors = (
-                self.embedder.embed_documents(all_texts) if all_texts else np.zeros((0, self.embedder.dim), np.float32)
-            )  # only scans without text
+            vectors = embed_with_notes(self.embedder, all_texts, getattr(self, "_note", None))  # [] for scans
             sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         written = 0
         offset = 0
