@@ -84,14 +84,15 @@ def ingest(
         with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
                 return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
+            files, chunks = tx.progress_pair(progress)
             report = kb.ingest(
                 paths,
                 collection=collection,
                 force=force,
                 dry_run=dry_run,
                 sync=sync,
-                on_progress=progress,
-                on_transform=tx.per_chunk(progress),
+                on_progress=files,
+                on_transform=chunks,
             )
     counts = report.counts()
     if as_json:

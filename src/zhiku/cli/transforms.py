@@ -88,11 +88,23 @@ def sys_out(data: dict[str, Any]) -> None:
     _print_json(data)
 
 
-def per_chunk(progress: Callable[[int, int, str], None] | None) -> Callable[[str, str, int, int], None] | None:
-    """Per-chunk progress of the transforms, shown on the ingest progress bar (chunks of the current file)."""
+def progress_pair(
+    progress: Callable[[int, int, str], None] | None,
+) -> tuple[Callable[[int, int, str], None] | None, Callable[[str, str, int, int], None] | None]:
+    """The ingest's per-document progress, and the transforms' per-chunk progress shown on the same bar or lines
+    (documents done so far, then ``contextual 3/20 chunks · file.md`` as the note)."""
     if progress is None:
-        return None
-    return lambda transform, source, done, total: progress(done, total, f"{transform} · {source}")
+        return None, None
+    docs = [0, 0]
+
+    def files(done: int, total: int, name: str) -> None:
+        docs[:] = [done, total]
+        progress(done, total, name)
+
+    def chunks(transform: str, source: str, done: int, total: int) -> None:
+        progress(docs[0], docs[1], f"{transform} {done}/{total} chunks · {source}")
+
+    return files, chunks
 
 
 def print_usage_history(records: Sequence[Any]) -> None:
