@@ -90,15 +90,15 @@ VARIANTS: dict[str, Variant] = {
 @contextmanager
 def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
     """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on, opened on
-    first use and closed afterwards. Transforms: a second index of a BEIR corpus under
-    ``<index>/variant-<transforms>`` (None for YAML sets: they query an index that exists); settings only: the
-    same index, read-only, with those settings."""
+    first use and closed afterwards. Transforms: a second index of a BEIR corpus (or a long-document set's files)
+    under ``<index>/variant-<transforms>`` (None for plain YAML sets: they query an index that exists); settings
+    only: the same index, read-only, with those settings."""
     opened: dict[str, KnowledgeBase] = {}
 
     def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:
         if v.name in opened:
             return opened[v.name]
-        if v.transforms and data.kind == "yaml":
+        if v.transforms and data.kind == "yaml" and not data.docs:
             return None
         if v.transforms:
             where = Path(settings.index) / f"variant-{'-'.join(v.transforms)}"
@@ -143,15 +143,17 @@ class ExperimentResult:
     k: int
     rows: tuple[VariantRow, ...]
     retrieval: dict[str, Any] = field(default_factory=dict)  # the retrieval settings every variant ran with
+    budget: int | None = None  # the ranking metrics counted only the first `budget` returned characters
 
     def metric_names(self) -> list[str]:
-        return standard_metrics(self.k)
+        return standard_metrics(self.k, self.budget)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
             "queries": self.queries,
             "k": self.k,
+            "budget": self.budget,
             "retrieval": self.retrieval,
             "variants": [
                 {
@@ -200,6 +202,7 @@ def run_experiment(
     k: int = 10,
     collection: str | None = None,
     on_variant: Callable[[Variant], ProgressFn | None] | None = None,
+    budget: int | None = None,
     kb_for: KbFor | None = None,
 ) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
@@ -209,7 +212,7 @@ def run_experiment(
         own = bool(v.transforms or v.settings)
         target = kb_for(v, collection) if own and kb_for is not None and reason is None else kb
         if reason is None and own and (target is None or target is kb):
-            reason = "needs a BEIR dataset: the experiment builds a second index of its corpus with the transform"
+            reason = "needs a BEIR or long-document set: the experiment builds a second index with the transform"
         if reason is not None or target is None:
             rows.append(VariantRow(v.name, v.description, "unavailable", reason))
             continue
@@ -224,10 +227,16 @@ def run_experiment(
             variant=v.name,
             options=v.retrieve_options,
             on_progress=progress,
+            budget=budget,
         )
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
         rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms))
     return ExperimentResult(
-        evalset.name, len(evalset.queries), k, tuple(rows), retrieval=kb.settings.retrieval.model_dump(mode="json")
+        evalset.name,
+        len(evalset.queries),
+        k,
+        tuple(rows),
+        retrieval=kb.settings.retrieval.model_dump(mode="json"),
+        budget=budget,
     )
