@@ -184,7 +184,7 @@ class KnowledgeBase:
             self._prepare_write(False, False)
             report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
             if t is not None:
-                t.data.update(report_rows(report))
+                t.data.update(report_rows(report), **transform_rows(report))
         return report
 
     def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
@@ -282,7 +282,7 @@ class KnowledgeBase:
                 rerank=rerank,
             )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
-                t.data["hits"] = hit_rows(r.hits)
+                t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
                 t.data["rerank"] = r.rerank
                 t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
                 label_chunks(t, self._chunk_labels)
