@@ -16,7 +16,7 @@ INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 # The dev sets for `make bench-quality` (the product never reads them by itself).
 EVAL_DATA ?= ../shared/eval
 
-.PHONY: install install-dev inspector demo lint test test-slow quality-gate bench-latency bench-quality clean
+.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate bench-latency bench-quality clean
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -58,6 +58,12 @@ test: lint inspector
 
 test-slow: $(DEV_STAMP)
 	$(PY) -m pytest -m slow
+
+# The long reliability suite (issue 12): kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
+# concurrent clients with a writer. Each part prints a `RELIABILITY <part> {figures}` line (`make test` runs the
+# short versions).
+reliability: $(DEV_STAMP)
+	$(PY) -m pytest -m reliability -s tests/reliability
 
 # The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
 quality-gate: $(DEV_STAMP)

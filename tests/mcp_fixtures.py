@@ -70,7 +70,8 @@ def _write_config(root: Path, index: Path, inbox: Path, cache: Path) -> Path:
         f"index: {index}\ncollection: {COLLECTION}\n"
         f"embedding:\n  cache_dir: {cache}\n"
         "chunking:\n  size: 200\n  overlap: 40\n  min_chars: 20\n"
-        f"server:\n  ingest_roots: [{inbox}]\n",
+        f"server:\n  ingest_roots: [{inbox}]\n"
+        "  structured_passages: true\n",  # the tests read passages from structuredContent (default: compact)
         encoding="utf-8",
     )
     return config

@@ -69,11 +69,13 @@ def one_json(r: Result) -> dict:
 
 
 def error_line(r: Result) -> str:
-    """The command failed with exit code 1 and exactly one ``error:`` line on stderr, nothing on stdout."""
+    """The command failed with exit code 1 and exactly one ``error:`` line on stderr; nothing on stdout, or
+    (``--json``) exactly one object holding the same error."""
     assert r.exit_code == 1, r.output
-    assert r.stdout == ""
     assert r.stderr.endswith("\n") and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: ")
+    if r.stdout:
+        assert one_json(r)["error"]["message"] == r.stderr[len("error: ") : -1]
     return r.stderr[:-1]
 
 
@@ -157,7 +159,8 @@ def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path:
     text = cli("ingest", corpus, missing, "-c", "hr", "--index", idx)
     assert text.exit_code == 1
     assert text.stdout.startswith("0 added, 0 updated, 3 skipped, 0 removed, 2 failed · 0 chunks written · ")
-    assert text.stderr == (
+    assert text.stderr.startswith("ingesting: 0/4 documents · ")  # progress lines: stderr is not a terminal
+    assert text.stderr.split("\n", 2)[2] == (
         f"  failed: {missing}: no such file or directory\n"
         f"  failed: {bad}: binary file, not text (it contains NUL bytes): {bad}\n"
     )
@@ -244,8 +247,12 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     assert (none["hits"], none["low_confidence"], none["confidence"]) == ([], True, None)
     assert "未找到相关内容" in none["answer"]
     typo = cli("query", "试用期", "--index", index, "-c", "无此集合", "--json")
-    assert (typo.exit_code, typo.stdout) == (1, "")
-    assert typo.stderr == "error: no collection '无此集合' in this knowledge base; available: hr\n"
+    message = "no collection '无此集合' in this knowledge base; available: hr"
+    assert (typo.exit_code, json.loads(typo.stdout)) == (
+        1,
+        {"error": {"code": "NOT_FOUND", "message": message, "retryable": False}},
+    )
+    assert typo.stderr == f"error: {message}\n"
 
     verbose = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--verbose", "--mode", "bm25")
     assert verbose.exit_code == 0
@@ -263,19 +270,34 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
             ["query", "试用期", "--mode", "semantic"],
             "error: unknown search mode 'semantic': use one of bm25, dense, hybrid",
         ),
-        (["delete", "[/x]"], "error: no document '[/x]' in {index} (list them with `zhiku documents`)"),
+        (
+            ["delete", "[/x]"],
+            "error: no document '[/x]' in {index} (a name, not a pattern: match several with `zhiku delete --glob`) (list them with `zhiku documents`)",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_1(cli, index: Path, args: list[str], message: str) -> None:
     assert error_line(cli(*args, "--index", index)) == message.format(index=index)
 
 
-def test_ambiguous_delete_is_one_line_naming_the_candidates(cli, index: Path) -> None:
+def test_delete_is_literal_and_a_glob_needs_yes_for_several(cli, index: Path) -> None:
     line = error_line(cli("delete", "*", "--index", index))
+    assert line == (
+        f"error: no document '*' in {index} (a name, not a pattern: match several with `zhiku delete --glob`)"
+        " (list them with `zhiku documents`)"
+    )
     docs = one_json(cli("documents", "--index", index, "--json"))["documents"]
-    names = ", ".join(f"{d['doc_id']} (hr/{d['source']})" for d in docs)
-    assert line == f"error: '*' matches 3 documents: {names}; name one by its id"
+    r = cli("delete", "--glob", "*", "--index", index)
+    assert r.exit_code == 1 and r.stdout == ""
+    would = "".join(f"  would delete {d['doc_id']} (hr/{d['source']})\n" for d in docs)
+    assert r.stderr == would + "error: '*' matches 3 documents: add --yes to delete them all\n"
     assert len(one_json(cli("documents", "--index", index, "--json"))["documents"]) == 3
+    one = docs[0]["source"]
+    r = cli("delete", "--glob", one[:2] + "*", "--index", index)  # one match: deleted without --yes
+    assert r.exit_code == 0 and r.stdout.startswith(f"deleted {docs[0]['doc_id']} (hr/{one}, ")
+    r = cli("delete", "--glob", "*", "--yes", "--index", index)
+    assert r.exit_code == 0 and r.stdout.count("deleted ") == 2
+    assert one_json(cli("documents", "--index", index, "--json"))["documents"] == []
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ import pytest
 from mcp_fixtures import PYTHON, ROOT, Fixture, HttpServer, serve_args, server_env, start_http
 
 INSPECTOR = os.environ.get("ZHIKU_INSPECTOR", "")
-TOKEN = "inspector-token"
+TOKEN = "inspector-token-0123"
 SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条至第二十条"
 DOC_ID_LABOR = "dd028d7587dd6833"
 
@@ -48,6 +48,11 @@ def _node_path() -> tuple[str | None, str]:
 NODE_PATH, WHY = _node_path()
 # .ci/run installs it: in strict mode (tests/strict_skips.py) this skip fails the run
 pytestmark = pytest.mark.skipif(NODE_PATH is None, reason=WHY)
+
+
+def query_call(args_json: str) -> list[str]:
+    """Inspector arguments for a query_knowledge_hub call with these JSON arguments."""
+    return ["--method", "tools/call", "--tool-name", "query_knowledge_hub", "--tool-args-json", args_json]
 
 
 def inspect(*args: str, target: list[str]) -> tuple[int, Any, str]:
@@ -78,12 +83,7 @@ def test_stdio(mcp_index: Fixture) -> None:
         "delete_document",
     ]
     rc, out, err = inspect(
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "query_knowledge_hub",
-        "--tool-args-json",
-        '{"query": "试用期最长不得超过几个月？", "top_k": 1}',
+        *query_call('{"query": "试用期最长不得超过几个月？", "top_k": 1}'),
         target=stdio,
     )
     assert rc == 0, err
@@ -104,15 +104,26 @@ def test_stdio(mcp_index: Fixture) -> None:
     )
     assert rc == 0 and out["result"]["messages"][0]["content"]["text"].endswith("问题 / Question: 产假多少天"), err
     rc, out, _ = inspect(
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "query_knowledge_hub",
-        "--tool-args-json",
-        '{"query": "试用期", "top_k": 0}',
+        *query_call('{"query": "试用期", "top_k": 0}'),
         target=stdio,
     )
     assert rc == 5 and out["result"]["_meta"]["zhiku/error"]["code"] == "INVALID_INPUT"
+
+
+def test_compact_structured_content_passes_the_typescript_sdk_schema_check(mcp_index: Fixture, tmp_path: Path) -> None:
+    """The default compact structuredContent (no answer, no passage texts) against the tool's outputSchema, as the
+    TypeScript SDK under the Inspector validates it."""
+    config = tmp_path / "zhiku.yaml"
+    text = mcp_index.config.read_text(encoding="utf-8")
+    config.write_text(text.replace("structured_passages: true", "structured_passages: false"), encoding="utf-8")
+    rc, out, err = inspect(
+        *query_call('{"query": "试用期最长不得超过几个月？", "top_k": 2}'),
+        target=[PYTHON, "-m", "zhiku.cli", "serve", "--config", str(config)],
+    )
+    assert rc == 0, err
+    s = out["result"]["structuredContent"]
+    assert "answer" not in s and [set(c) for c in s["citations"]] == [{"n", "chunk_id", "doc_id", "score"}] * 2
+    assert s["citations"][0]["doc_id"] == DOC_ID_LABOR
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +143,7 @@ def test_http(http_server: HttpServer) -> None:
         *auth,
         "--protocol-era",
         "modern",
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "query_knowledge_hub",
-        "--tool-args-json",
-        '{"query": "女职工产假有多少天", "top_k": 1}',
+        *query_call('{"query": "女职工产假有多少天", "top_k": 1}'),
         target=url,
     )
     assert rc == 0 and out["result"]["structuredContent"]["citations"][0]["source"] == "女职工劳动保护特别规定.md", err

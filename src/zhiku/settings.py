@@ -124,10 +124,10 @@ class LoaderSettings(_Section):
         64, ge=1, le=10000, description="Images narrower or lower than this many pixels are skipped as decorative."
     )
     image_min_area: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="PDF images covering less than this fraction of the page are skipped as decorative.",
+        0.01, ge=0, le=1, description="PDF images smaller than this fraction of the page are skipped as decorative."
+    )
+    max_file_mb: float = Field(
+        100, gt=0, le=1e5, description="Largest file read, in MiB (checked before reading; also caps .docx unpacking)."
     )
 
 
@@ -332,6 +332,7 @@ class ServerSettings(_Section):
         le=20,
         description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
     )
+    structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
         0.88,
         ge=0,

@@ -6,6 +6,7 @@ object on stdout. Command groups live in their own modules (eval, mcp, models, p
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +20,7 @@ from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
+from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
 from zhiku.cli import traces as traces_cmds
 from zhiku.cli import transforms as tx
@@ -29,12 +31,14 @@ from zhiku.cli.common import (
     JsonOpt,
     _errors,
     _kb,
+    _line_progress,
     _print_json,
     _progress,
     _settings,
     err,
     out,
 )
+from zhiku.errors import InvalidInput, NotFound
 from zhiku.retrieval.confidence import check_collection, judge
 
 app = typer.Typer(
@@ -78,11 +82,11 @@ def ingest(
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
     from zhiku.ingest.transforms.build import parse_transform_names
 
-    with _errors():
+    with _errors(as_json):
         names = parse_transform_names(transform)
         settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
-        shown = not as_json and err.is_terminal
-        with _kb(settings) as kb, _progress(shown, "ingesting") as progress:
+        bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
+        with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
                 return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
             report = kb.ingest(
@@ -130,7 +134,9 @@ def ingest(
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="The question, e.g. 试用期最长多久？", show_default=False)],
-    collection: CollectionOpt = None,
+    collection: Annotated[
+        Optional[str], typer.Option("--collection", "-c", help="Search only this collection (default: all of them).")
+    ] = None,
     top_k: Annotated[
         Optional[int],
         typer.Option("-k", "--top-k", help="Number of passages (1–100; default settings `retrieval.top_k`)."),
@@ -166,7 +172,7 @@ def query(
 ) -> None:
     """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
     Markdown answer."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
@@ -203,6 +209,13 @@ def query(
         )
         return
     out.print(answer.markdown, markup=False)
+    if not r.hits and (source or doc_type):
+        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+        err.print(
+            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
+            "and types as ingested",
+            markup=False,
+        )
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
     if r.rewrite.startswith("fallback"):
@@ -217,7 +230,7 @@ def query(
 @app.command()
 def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List collections with their document and chunk counts."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             stats = kb.collections()
@@ -237,7 +250,7 @@ def documents(
     collection: CollectionOpt = None, as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None
 ) -> None:
     """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             docs = kb.documents(collection)
@@ -258,17 +271,40 @@ def documents(
 
 @app.command()
 def delete(
-    ref: Annotated[str, typer.Argument(help="Document id, or its path as ingested.", show_default=False)],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="Document id, or its source path as ingested (taken literally; see --glob).", show_default=False
+        ),
+    ],
+    glob: Annotated[
+        bool, typer.Option("--glob", help="REF is a pattern over source paths (* ? [..]): delete every match.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="With --glob: delete when more than one document matches.")
+    ] = False,
     collection: CollectionOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Delete a document from every index (it never comes back in results)."""
+    """Delete a document from every index (it never comes back in results). REF is literal; with --glob it is a
+    pattern, and more than one match needs --yes (`zhiku delete --glob '*'` alone deletes nothing)."""
     with _errors():
         settings = _settings(config, index)
         with _kb(settings) as kb:
-            doc = kb.delete(ref, collection)
-    out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
+            if not glob:
+                docs = [kb.delete(ref, collection)]
+            else:
+                docs = [d for d in kb.documents(collection) if fnmatch.fnmatchcase(d.source, ref)]
+                if not docs:
+                    raise NotFound(f"no document's source matches {ref!r} in {settings.index}")
+                if len(docs) > 1 and not yes:
+                    for d in docs:
+                        err.print(f"  would delete {d.doc_id} ({d.collection}/{d.source})", markup=False)
+                    raise InvalidInput(f"{ref!r} matches {len(docs)} documents: add --yes to delete them all")
+                docs = [kb.delete(d.doc_id) for d in docs]
+    for doc in docs:
+        out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
 
 
 @app.command()
@@ -278,28 +314,33 @@ def history(
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Show the ingestion history, newest first."""
-    with _errors():
+    """Show the ingestion history, newest first, grouped per run, with times."""
+    from zhiku.cli.traces_view import group_runs, print_history
+    from zhiku.observability.trace import TRACE_FILE, read_traces
+
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
             llm = kb.enrichments.usage_history(limit)
+        runs = group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
     if as_json:
-        _print_json({"history": [asdict(r) for r in rows], "llm_usage": [asdict(u) for u in llm]})
+        _print_json(
+            {
+                "history": [asdict(r) for r in rows],
+                "runs": [{"started_at": r.started_at, "trace_id": r.trace_id, "records": len(r.records)} for r in runs],
+                "llm_usage": [asdict(u) for u in llm],
+            }
+        )
         return
-    table = Table()
-    for col in ("status", "collection", "path", "chunks", "error"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r.status, r.collection, r.path, str(r.chunk_count), r.error or "")
-    out.print(table)
+    print_history(out, runs)
     tx.print_usage_history(llm)
 
 
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < zhiku.yaml < ZHIKU_* env < flags)."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
     data = json.loads(settings.model_dump_json())
     if as_json:
@@ -317,6 +358,7 @@ traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
 plugins_cmds.register(app)
+project_cmds.register(app)
 
 
 def main() -> None:

@@ -44,12 +44,15 @@ def _settings(config: Path | None, index: Path | None, **overrides: Any) -> Sett
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
-    """Turn library errors into a one-line message and exit code 1."""
+def _errors(as_json: bool = False) -> Iterator[None]:
+    """Turn library errors into a one-line message and exit code 1; with ``as_json`` the error is also the one
+    JSON object on stdout (``{"error": {"code", "message", "retryable"}}``)."""
     try:
         yield
     except ZhikuError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
+        if as_json:
+            _print_json({"error": {"code": e.code, "message": str(e), "retryable": e.retryable}})
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -82,6 +85,36 @@ def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], N
             bar.update(task, completed=done, total=total or None, description=name[-40:])
 
         yield update
+
+
+PROGRESS_EVERY = 10  # documents between two progress lines when stderr is not a terminal
+PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
+
+
+@contextmanager
+def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
+    """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
+    document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
+    ``ingest.progress.EMBED_NOTE_EVERY``), then the end."""
+    import time
+
+    from zhiku.ingest.progress import is_chunk_note
+
+    started = last = time.monotonic()
+    shown = -1
+
+    def update(done: int, total: int, name: str) -> None:
+        nonlocal last, shown
+        now = time.monotonic()
+        chunks = is_chunk_note(name)
+        if chunks or (
+            done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS)
+        ):
+            shown, last = done, now
+            current = f" · {name}" if name else ""
+            err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
+
+    yield update
 
 
 def _print_json(obj: Any) -> None:

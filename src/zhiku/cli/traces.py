@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, err, out
+from zhiku.cli.traces_view import print_ingest_trace, stage_table
 from zhiku.errors import MissingDependency
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import load_settings
@@ -24,14 +25,7 @@ def _fmt(v: Any, spec: str = "") -> str:
 
 def print_trace(console: Console, trace: Trace) -> None:
     """The stages (status, timings, counts) and the rank table of one query trace."""
-    stages = Table(title=f"trace {trace.trace_id} · {trace.elapsed_ms:.1f} ms")
-    for col in ("stage", "status", "start ms", "elapsed ms", "counts"):
-        stages.add_column(col)
-    for s in ordered_stages(trace):
-        note = s.data.get("reason") or s.data.get("error") or ""
-        counts = " ".join(f"{k}={v}" for k, v in s.counts.items())
-        stages.add_row(s.name, s.status, f"{s.start_ms:.1f}", f"{s.elapsed_ms:.2f}", f"{counts} {note}".strip())
-    console.print(stages)
+    console.print(stage_table(trace))
     hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}
     fusion = trace.stage("fusion")
     fused = fusion is not None and fusion.status == "ok"
@@ -136,7 +130,7 @@ def traces(
         out.print(
             f"{t.kind} {t.trace_id}: " + " ".join(f"{k}={v}" for k, v in t.attrs.items() if v is not None), markup=False
         )
-        print_trace(out, t)
+        (print_ingest_trace if t.kind == "ingest" else print_trace)(out, t)
         return
     table = Table()
     for col in ("trace", "kind", "status", "ms", "what", "stages"):

@@ -278,6 +278,16 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
     ]
 
 
+def latest_busy(traces: Sequence[Trace]) -> int:
+    """The position of the newest ingestion run that changed something (added, updated, removed or failed a
+    document), so the page does not open on a no-op re-run; 0 when none did."""
+    for i, t in enumerate(traces):
+        counts = t.data.get("counts", {})
+        if any(counts.get(k) for k in ("added", "updated", "removed", "failed")):
+            return i
+    return 0
+
+
 def trace_label(t: Trace) -> str:
     when = time.strftime("%m-%d %H:%M:%S", time.localtime(t.started_at))
     what = t.attrs.get("query") or ", ".join(t.attrs.get("paths") or []) or f"{t.attrs.get('documents', '')} documents"

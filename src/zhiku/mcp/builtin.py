@@ -15,6 +15,7 @@ from pydantic import Field
 
 from zhiku.errors import ZhikuError
 from zhiku.mcp import text as mcp_text
+from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.calls import State, error_result, hub_resource, hub_tool, image_reader, ok_result, run_in_worker
 from zhiku.mcp.hub import Hub, QueryArgs
 from zhiku.mcp.models import (
@@ -98,10 +99,10 @@ def _read_tools(tool: ToolDecorator, max_query: int) -> None:
             args = QueryArgs.of(query, top_k, collection, filters, max_chars)
             cached = state.hub.cached_query(args)
         except ZhikuError as e:
-            return error_result(e.code, str(e), e.retryable)
+            return error_result(e.code, agent_message(e), e.retryable)
         if cached is not None:
             return ok_result(cached, await run_in_worker(ctx, Hub.image_blocks, cached))
-        return await hub_tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
+        return await hub_tool(ctx, "query_knowledge_hub", Hub.query, args, images=True)  # reads run concurrently
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS)
     async def list_collections(

@@ -14,10 +14,12 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from zhiku.errors import NotFound, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
+from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.models import ErrorInfo
 
@@ -51,7 +53,7 @@ def ok_result(model: Any, images: Any = ()) -> CallToolResult:
             TextContent(type="text", text=model.to_markdown()),
             *(ImageContent(type="image", data=data, mime_type=mime) for mime, data in images),
         ],
-        structured_content=model.model_dump(mode="json"),
+        structured_content=getattr(model, "structured", model.model_dump)(mode="json"),
     )
 
 
@@ -71,7 +73,7 @@ async def hub_tool(
         return ok_result(result, await run_in_worker(ctx, Hub.image_blocks, result) if images else ())
     except ZhikuError as e:
         log.info("tool %s failed: %s %s", name, e.code, e)
-        return error_result(e.code, str(e), e.retryable)
+        return error_result(e.code, agent_message(e), e.retryable)
     except Exception:
         log.exception("tool %s raised an unexpected exception", name)
         return error_result("INTERNAL_ERROR", f"{name} failed unexpectedly; the server log has the details")
@@ -81,9 +83,11 @@ async def hub_resource(ctx: Context, fn: Callable[..., str], ident: str) -> str:
     try:
         return await run_in_worker(ctx, fn, ident)
     except NotFound as e:
-        raise ResourceNotFoundError(str(e)) from None
+        raise ResourceNotFoundError(agent_message(e)) from None
+    except InvalidInput as e:  # a malformed URI (zhiku://image/.png): invalid params, as for a missing one
+        raise MCPError(INVALID_PARAMS, agent_message(e)) from None
     except ZhikuError as e:
-        raise ResourceError(f"{e.code}: {e}") from None
+        raise ResourceError(f"{e.code}: {agent_message(e)}") from None
 
 
 def image_reader(ext: str) -> Callable[..., Any]:

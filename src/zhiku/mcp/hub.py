@@ -17,14 +17,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from zhiku.api import KnowledgeBase
+from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.ingest.loaders import supported_suffixes
-from zhiku.ingest.pipeline import discover
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
+from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -56,6 +56,7 @@ MAX_OUTLINE = 200
 MIN_SNIPPET = 40
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
+DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,9 @@ class QueryArgs:
         return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
 
 
-class PathNotAllowed(InvalidInput):
-    """An ingest path outside ``server.ingest_roots``."""
-
-    code = "PATH_NOT_ALLOWED"
-
-
 class Hub:
-    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes."""
+    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes
+    (:mod:`zhiku.mcp.concurrency`)."""
 
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
@@ -93,11 +89,14 @@ class Hub:
         # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
         # windows, and popular passages come back across queries.
         self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+        self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
-        """Open the index (read-only when ``server.read_only``) and load the models once."""
-        kb = KnowledgeBase(settings, read_only=settings.server.read_only)
+        """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
+        ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
+        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
             if warm:
@@ -108,10 +107,10 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder and the tokenizer now, so the first query is not the slow one."""
+        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.text.query_tokens("试用期最长多久")
+        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
         reranker = self.kb.reranker
         if reranker is not None:
             try:
@@ -142,7 +141,11 @@ class Hub:
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
+        """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
         version = self.index_version()
+        return self._flights.run((version, args), functools.partial(self._query, args, version))
+
+    def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
@@ -163,7 +166,7 @@ class Hub:
             cache="miss",
             note=None if r.hits else self._empty_note(args),
             rerank=r.rerank,
-        )
+        ).with_passages(self.settings.server.structured_passages)
         if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
@@ -262,10 +265,18 @@ class Hub:
             else CollectionInfo(name=s.name)
             for s in stats
         ]
-        return CollectionsResult(collections=items, index_version=self.index_version())
+        return CollectionsResult(
+            collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
+        )
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
-        doc = self.kb.resolve_document(ref, collection)
+        try:
+            doc = self.kb.resolve_document(ref, collection)
+        except NotFound:
+            where = f" in collection {collection!r}" if collection else ""
+            raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
+        except InvalidInput:  # an empty reference, or a path several documents match
+            raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
         chunks = self.kb.store.document_chunks(doc.doc_id)
         sections = outline(chunks)
         return DocumentSummary(
@@ -317,41 +328,17 @@ class Hub:
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.store.get_document(doc_id) if doc_id else None
         if doc is None:
-            raise NotFound(f"no document {doc_id!r} (list documents with resources/list or list_collections)")
+            raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc
 
     # -- writes ------------------------------------------------------------------------------------
-    def allowed_paths(self, paths: Sequence[str]) -> list[Path]:
-        """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
-        roots = [Path(r).expanduser().resolve() for r in self.settings.server.ingest_roots]
-        if not roots:
-            raise PathNotAllowed(
-                "this server accepts no ingest paths: set server.ingest_roots "
-                "(e.g. ZHIKU_SERVER__INGEST_ROOTS='[\"/data/docs\"]') and restart it"
-            )
-        shown = ", ".join(map(str, roots))
-        out = []
-        for given in paths:
-            p = Path(given).expanduser()
-            p = (p if p.is_absolute() else roots[0] / p).resolve()
-            if not any(p.is_relative_to(r) for r in roots):
-                raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots ({shown})")
-            out.append(p)
-        tasks, _ = discover(out, supported_suffixes())
-        for t in tasks:  # a symlink inside a root may point outside it
-            if not any(t.path.resolve().is_relative_to(r) for r in roots):
-                raise PathNotAllowed(
-                    f"{t.path} links to {t.path.resolve()}, outside the allowed ingest roots ({shown})"
-                )
-        return out
-
     def ingest(
         self,
         paths: Sequence[str],
         collection: str | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> IngestResult:
-        resolved = self.allowed_paths(paths)
+        resolved = allowed_paths(self.settings, paths)
         report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress)
         return IngestResult(
             collection=collection or self.settings.collection,

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from zhiku.api import KnowledgeBase
 from zhiku.errors import NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
+from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.cache import ResultCache, cache_key
 from zhiku.mcp.calls import State, arg_model, error_result, explain_arguments
 from zhiku.mcp.conventions import (
@@ -179,7 +180,7 @@ def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: ResultCache[Any]) 
                 result = await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
         except ZhikuError as e:
             log.info("tool %s failed: %s %s", spec.name, e.code, e)
-            return error_result(e.code, str(e), e.retryable)
+            return error_result(e.code, agent_message(e), e.retryable)
         except Exception:
             log.exception("tool %s (%s) raised an unexpected exception", spec.name, spec.origin)
             return error_result("INTERNAL_ERROR", f"{spec.name} failed unexpectedly; the server log has the details")
@@ -209,9 +210,9 @@ def _wrap_resource(
                 return await fn(**kwargs)
             return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=state.limiter)
         except NotFound as e:
-            raise ResourceNotFoundError(str(e)) from None
+            raise ResourceNotFoundError(agent_message(e)) from None
         except ZhikuError as e:
-            raise ResourceError(f"{e.code}: {e}") from None
+            raise ResourceError(f"{e.code}: {agent_message(e)}") from None
 
     _adapt(read, fn, spec.name, public, ctx=False)
     return read

@@ -29,11 +29,11 @@ QUERY = ToolText(
 回答时只依据返回的段落，并保留 [n] 标记；low_confidence 为 true 时说明资料可能不足。
 
 Search the knowledge base and return the passages that best answer the question: Markdown with [n] markers
-and a sources list, plus structured citations (source file, page, section, score, passage text). Answer
-only from the returned passages and keep their [n] markers. When `low_confidence` is true, say the
-documents may not cover the question. Long passages are cut to fit `max_chars`; read a full one at its
-citation `uri` (zhiku://chunk/{chunk_id}). Figures of cited PDF/Word passages are listed in `images` and
-the first few come back as image content.""",
+and a sources list; the structured result carries each citation's ids and score (the passages are in the
+text block). Answer only from the returned passages and keep their [n] markers. When `low_confidence` is
+true, say the documents may not cover the question. Long passages are cut to fit `max_chars`; read a full one
+at zhiku://chunk/{chunk_id}. Figures of cited PDF/Word passages are listed in `images` and the first few
+come back as image content.""",
     when_to_use="""\
 当用户的问题可能由已入库文档回答时使用（例如法律条文、公司制度、产品手册）；用自然语言提问即可，中文或英文均可，繁体会自动转为简体。
 Whenever the answer may be in the ingested documents (laws, policies, manuals); ask in natural language,

@@ -14,12 +14,13 @@ from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
+DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Searcher:
 
     def __init__(
         self,
-        store: Store,
+        store: Retriever,
         embedder: Embedder,
         text: TextProcessor,
         settings: RetrievalSettings,
@@ -83,7 +84,8 @@ class Searcher:
         self.settings = settings
         self.reranker = reranker
         self.rerank_settings = rerank or RerankSettings()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zhiku-dense")
+        # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
+        self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
