@@ -84,7 +84,6 @@ def test_no_import_cycles() -> None:
 
 # Modules still over the limit while they are being split (each may only shrink); this list must end empty.
 SPLIT_PENDING = {
-    "zhiku.settings": 517,
     "zhiku.ingest.chunking": 422,
 }
 

