@@ -86,7 +86,7 @@ def test_law_like_markdown() -> None:
     assert pairs(chunks) == [
         ("", "前言：本文件仅供测试。"),
         (
-            "劳动法 > 第一章 总则 > 第一条至第二条",
+            "劳动法 > 第一章 总则 > 第一条、第二条",
             "第一条 为了保护劳动者的合法权益，制定本法。\n\n第二条 在中华人民共和国境内的企业与劳动者，适用本法。",
         ),
         ("劳动法 > 第一章 总则 > 第一节 一般规定 > 第三条", "第三条 劳动者享有平等就业的权利。"),
@@ -166,7 +166,8 @@ def test_headings_without_body_make_no_chunks() -> None:
 def test_article_labels() -> None:
     assert article_label([]) == ""
     assert article_label(["第三条"]) == "第三条"
-    assert article_label(["第三条", "第四条", "第七条"]) == "第三条至第七条"
+    assert article_label(["第三条", "第四条", "第七条"]) == "第三条、第四条、第七条"  # exactly, never a range
+    assert article_label(["第三条", "第三条"]) == "第三条"
 
 
 def test_chunk_starting_inside_an_article_names_it() -> None:
@@ -175,10 +176,33 @@ def test_chunk_starting_inside_an_article_names_it() -> None:
         f"## 第四章\n\n第四十条 用人单位在下列节日期间应当依法安排劳动者休假：\n\n{items}\n\n第四十一条 延长工作时间。"
     )
     chunks = chunks_of(md(text))  # size 100: 第四十条 (28 chars) + three items (22 each) fill the first chunk
-    assert [c.section for c in chunks] == ["第四章 > 第四十条", "第四章 > 第四十条至第四十一条"]
+    # 第四十条 with its items is one unit longer than 100: it is cut between items into chunks of its own, and
+    # the next article starts a new chunk.
+    assert [c.section for c in chunks] == ["第四章 > 第四十条", "第四章 > 第四十条", "第四章 > 第四十一条"]
     assert chunks[0].text.endswith("（三）第三项情形的说明文字，足够长以便分块。")
     assert chunks[1].text.startswith("（四）")
-    assert chunks[1].text.endswith("第四十一条 延长工作时间。")
+    assert chunks[1].text.endswith("（五）第五项情形的说明文字，足够长以便分块。")
+    assert chunks[2].text == "第四十一条 延长工作时间。"
+
+
+def test_whole_units_are_packed_and_labelled_exactly() -> None:
+    arts = [f"第{n}条 " + "内容" * 12 + "。" for n in "一二三四五"]  # 29 characters each
+    doc = md("# 法\n\n" + "\n\n".join(arts))
+    chunks = chunks_of(doc, ChunkingSettings.model_construct(size=70, overlap=0, min_chars=0))
+    assert [c.section for c in chunks] == ["法 > 第一条、第二条", "法 > 第三条、第四条", "法 > 第五条"]
+    assert [c.text.split("\n\n") for c in chunks] == [arts[0:2], arts[2:4], arts[4:5]]
+
+
+def test_faq_pairs_and_numbered_parts_are_units() -> None:
+    faq = "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。\n\n问：病假工资怎么算？\n\n答：按病假工资规定。"
+    chunks = chunks_of(md(f"# 常见问题\n\n{faq}"), ChunkingSettings.model_construct(size=40, overlap=0, min_chars=0))
+    assert [c.text for c in chunks] == [
+        "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。",
+        "问：病假工资怎么算？\n\n答：按病假工资规定。",
+    ]
+    parts = "一、总则说明文字。\n\n细则甲。\n\n二、附则说明文字。\n\n细则乙。"
+    chunks = chunks_of(md(parts), ChunkingSettings.model_construct(size=22, overlap=0, min_chars=0))
+    assert [c.text for c in chunks] == ["一、总则说明文字。\n\n细则甲。", "二、附则说明文字。\n\n细则乙。"]
 
 
 def test_article_marker_needs_whitespace_and_line_start() -> None:
@@ -346,7 +370,10 @@ def test_repeated_text_gets_unique_ids() -> None:
 
 
 def test_chunking_identity() -> None:
-    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-2;size=1000;overlap=200;min_chars=50"
+    assert (
+        chunking_identity(ChunkingSettings(size=1000)) == "zhiku-chunker-3;size=1000;overlap=200;min_chars=50;context=1"
+    )
+    assert chunking_identity(ChunkingSettings(size=1000, index_context=False)).endswith(";context=0")
 
 
 # ------------------------------------------------------------------------------------- real laws

@@ -17,6 +17,7 @@ from zhiku.ingest.loaders.ocr import ocr_available
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval.answer import build_answer
+from zhiku.retrieval.context import ChunkContext, check_context, enclosing
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
@@ -63,7 +64,9 @@ class KnowledgeBase:
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
-        return TextProcessor(t2s=t.t2s, user_dict=t.user_dict, stopwords=t.stopwords)
+        return TextProcessor(
+            t2s=t.t2s, user_dict=t.user_dict, stopwords=t.stopwords, synonyms=t.synonyms, synonyms_at=t.synonyms_at
+        )
 
     @property
     def embedder(self) -> Embedder:
@@ -281,6 +284,16 @@ class KnowledgeBase:
                 low_confidence=low_confidence,
             )
         return answer
+
+    def chunk_context(self, chunk_id: str, context: str = "article", max_chars: int | None = None) -> ChunkContext:
+        """Small-to-big: a chunk with its article (all its pieces) or section around it, within ``max_chars``
+        (default ``answer.max_chars``); see :mod:`zhiku.retrieval.context`."""
+        kind = check_context(context)
+        found = self.store.get_chunks([chunk_id])
+        if not found:
+            raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
+        doc_chunks = self.store.document_chunks(found[0].doc_id) if kind != "chunk" else found
+        return enclosing(found[0], doc_chunks, kind, self.settings.answer.max_chars if max_chars is None else max_chars)
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:

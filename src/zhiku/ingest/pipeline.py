@@ -19,6 +19,7 @@ import numpy as np
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.context import check_window, chunk_index_texts
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
@@ -48,15 +49,6 @@ def doc_id_for(collection: str, source: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()) -> str:
-    """What is embedded and tokenised for a chunk: its title/section path, its text, then the captions of its
-    images that the text does not already hold (so that "search text, find the picture" works)."""
-    head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
-    body = f"{head}\n{text}" if head else text
-    extra = [c for c in dict.fromkeys(captions) if c and c not in text]
-    return body + "".join(f"\n图片：{c}" for c in extra)
 
 
 @dataclass(frozen=True)
@@ -129,6 +121,7 @@ class Ingestor:
         self.retry_needs_ocr = retry_needs_ocr
         self.ocr_setting = ocr_setting
         self._needs_ocr: list[OcrNeeded] = []
+        self._over_window = 0
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -143,6 +136,7 @@ class Ingestor:
     ) -> IngestReport:
         started = time.perf_counter()
         self._needs_ocr = []
+        self._over_window = 0
         suffixes = supported_suffixes(self.loaders)
         tasks, failures = discover(paths, suffixes)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
@@ -235,6 +229,7 @@ class Ingestor:
             elapsed_s=time.perf_counter() - started,
             dry_run=dry_run,
             needs_ocr=tuple(self._needs_ocr),
+            chunks_over_window=self._over_window,
         )
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
@@ -249,6 +244,7 @@ class Ingestor:
         failures: list[FileFailure] = []
         pending: list[_Prepared] = []
         written = 0
+        self._over_window = 0
         computed_before = getattr(self.embedder, "computed", 0)
         for n, doc in enumerate(docs, 1):
             sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
@@ -279,6 +275,7 @@ class Ingestor:
             chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
             elapsed_s=time.perf_counter() - started,
             needs_ocr=tuple(self._needs_ocr),
+            chunks_over_window=self._over_window,
         )
 
     # -- steps -----------------------------------------------------------------------------------
@@ -306,7 +303,7 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = [index_text(doc.title, c.section, c.text, [im.caption for im in c.images]) for c in chunks]
+        texts = chunk_index_texts(doc.title, chunks, context=self.chunking.index_context)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
         return _Prepared(record, chunks, texts, status, path, images)
@@ -322,7 +319,17 @@ class Ingestor:
             vectors = (
                 self.embedder.embed_documents(all_texts) if all_texts else np.zeros((0, self.embedder.dim), np.float32)
             )  # only scans without text
-            sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+            window = check_window(self.embedder, all_texts)
+            self._over_window += len(window.over)
+            sp.set(
+                counts={
+                    "texts": len(all_texts),
+                    "computed": getattr(self.embedder, "computed", 0) - computed,
+                    "over_window": len(window.over),
+                },
+                max_tokens=window.max_tokens,
+                longest_tokens=window.longest,
+            )
         written = 0
         offset = 0
         for p in pending:

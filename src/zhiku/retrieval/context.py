@@ -1,0 +1,81 @@
+"""Small-to-big: a matched chunk (one or a few whole units) with the text around it.
+
+Retrieval matches small units (a statute article, a FAQ pair, a paragraph); a reader often needs more: the
+rest of a split article, the neighbouring articles, or the whole chapter. ``enclosing`` gives that text from
+the stored chunks of the document, within a character budget, while the citation keeps pointing to the unit.
+
+- ``chunk``: the chunk alone;
+- ``article``: every chunk of the article(s) the chunk belongs to (a long article is cut into several chunks),
+  and for a chunk outside any article the chunk with its neighbours in the same section;
+- ``section``: the chunks of its section (heading path without the article label), nearest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from zhiku.errors import InvalidInput
+from zhiku.ingest.chunk_units import ARTICLE_RE
+from zhiku.retrieval.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
+from zhiku.types import Chunk
+
+ContextKind = Literal["chunk", "article", "section"]
+CONTEXTS: tuple[ContextKind, ...] = ("chunk", "article", "section")
+
+
+@dataclass(frozen=True)
+class ChunkContext:
+    """``text``: the chunks ``chunks`` (in document order, the matched one among them) as Markdown."""
+
+    chunk: Chunk
+    context: ContextKind
+    chunks: tuple[Chunk, ...]
+    text: str
+    complete: bool  # False when the budget left out chunks of the context
+
+
+def check_context(value: str) -> ContextKind:
+    if value not in CONTEXTS:
+        raise InvalidInput(f"unknown context {value!r}: use one of {', '.join(CONTEXTS)}")
+    return value
+
+
+def split_label(section: str) -> tuple[str, tuple[str, ...]]:
+    """``("劳动合同法 > 第五章", ("第四十七条", "第四十八条"))`` for ``"劳动合同法 > 第五章 > 第四十七条、第四十八条"``."""
+    head, sep, last = section.rpartition(SECTION_SEPARATOR)
+    labels = tuple(last.split("、")) if last else ()
+    if labels and all(ARTICLE_RE.fullmatch(x) for x in labels):
+        return (head if sep else ""), labels
+    return section, ()
+
+
+def _members(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind) -> list[Chunk]:
+    """The chunks of the context, ordered by distance from ``chunk`` (itself first)."""
+    path, labels = split_label(chunk.section)
+    same_section = [c for c in doc_chunks if split_label(c.section)[0] == path]
+    if kind == "chunk":
+        return [chunk]
+    if kind == "article" and labels:
+        wanted = set(labels)
+        same_section = [c for c in same_section if wanted & set(split_label(c.section)[1])]
+    elif kind == "article":
+        same_section = [c for c in same_section if abs(c.ordinal - chunk.ordinal) <= 1]
+    return sorted(same_section, key=lambda c: (abs(c.ordinal - chunk.ordinal), c.ordinal))
+
+
+def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_chars: int) -> ChunkContext:
+    """The ``kind`` context of ``chunk`` among its document's chunks, nearest chunks first until ``max_chars``
+    (the matched chunk is always there, however long)."""
+    members = _members(chunk, doc_chunks, kind)
+    kept: list[Chunk] = []
+    used = 0
+    for c in members:
+        if kept and used + len(c.text) > max_chars:
+            continue
+        kept.append(c)
+        used += len(c.text)
+    kept.sort(key=lambda c: c.ordinal)
+    text = chunk.text if kind == "chunk" else reconstruct_markdown(kept)
+    return ChunkContext(chunk, kind, tuple(kept), text, len(kept) == len(members))
