@@ -87,7 +87,6 @@ SPLIT_PENDING = {
     "zhiku.stores.milvus": 540,
     "zhiku.mcp.server": 543,
     "zhiku.settings": 529,
-    "zhiku.cli.eval": 492,
     "zhiku.stores.sqlite": 471,
     "zhiku.ingest.loaders.pdf": 457,
 }

@@ -15,9 +15,11 @@ import typer
 from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
+from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import traces as traces_cmds
 from zhiku.cli.common import (
     CollectionOpt,
     ConfigOpt,
@@ -179,7 +181,7 @@ def query(
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
         )
-        eval_cmds.print_trace(out, trace)
+        traces_cmds.print_trace(out, trace)
 
 
 @app.command()
@@ -278,6 +280,8 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 mcp_cmds.register(app)
 eval_cmds.register(app)
+experiment_cmds.register(app)
+traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
 

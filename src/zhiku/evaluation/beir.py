@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from zhiku.errors import InvalidInput
 
@@ -24,7 +25,7 @@ class BeirDataset:
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: grade > 0}
 
 
-def _jsonl(path: Path) -> list[dict]:
+def _jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

@@ -9,10 +9,14 @@ A YAML set::
       - query: 试用期最长多久
         category: 试用期
         expected:                     # any one match is a success ("any-match")
-          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path
+          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path (default: any source)
             section: 第二章 劳动合同的订立 > 第十九条   # optional: prefix of the section path, from any level
             page: 3                   # optional
+            contains: 试用期最长不得超过六个月  # optional: text the returned chunk holds (whitespace ignored)
         # reason: 第十九条 sets the probation limits
+
+An entry needs ``source`` or ``contains``; the fields it has must all hold. ``contains`` scores retrieval over long
+documents however they are chunked: a chunk counts when its text holds those characters.
 
 Both kinds load into one ``EvalSet``: every query has ``relevant`` targets and a ``label`` function that maps a
 retrieved chunk to a target id, so the same metric functions score both.
@@ -32,29 +36,39 @@ from zhiku.types import Chunk
 YAML_VERSION = 1
 UNCATEGORIZED = "未分类"
 QUERY_KEYS = ("query", "category", "expected", "id")
-EXPECTED_KEYS = ("source", "page", "section")
+EXPECTED_KEYS = ("source", "page", "section", "contains")
 SECTION_SEP = " > "
+
+
+def squash(text: str) -> str:
+    """``text`` without any whitespace (how ``contains`` compares: line breaks and spaces never matter)."""
+    return "".join(text.split())
 
 
 @dataclass(frozen=True)
 class Expected:
-    """One acceptable place for the answer: a source glob, optionally a page and a section prefix."""
+    """One acceptable place for the answer: a source glob, optionally a page, a section prefix and a text the chunk
+    must contain (whitespace-insensitive)."""
 
-    source: str
+    source: str = "*"
     page: int | None = None
     section: str | None = None
+    contains: str | None = None
 
-    def matches(self, chunk: Chunk) -> bool:
+    def matches(self, chunk: Chunk, text: str | None = None) -> bool:
+        """Whether ``chunk`` satisfies every field; ``text`` (default: the chunk's text) is what ``contains`` searches
+        (the part of the chunk that fits a context budget)."""
         if not fnmatch.fnmatchcase(chunk.source, self.source):
             return False
         if self.page is not None and chunk.page != self.page:
             return False
-        return self.section is None or section_matches(chunk.section, self.section)
+        if self.section is not None and not section_matches(chunk.section, self.section):
+            return False
+        return self.contains is None or squash(self.contains) in squash(chunk.text if text is None else text)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            k: v for k, v in (("source", self.source), ("page", self.page), ("section", self.section)) if v is not None
-        }
+        fields = (("source", self.source), ("page", self.page), ("section", self.section), ("contains", self.contains))
+        return {k: v for k, v in fields if v is not None}
 
 
 def section_matches(section: str, prefix: str) -> bool:
@@ -75,12 +89,13 @@ class EvalQuery:
     relevant: dict[str, int]  # target id -> grade (> 0)
     expected: tuple[Expected, ...] = ()  # YAML sets: the targets are "expected[i]"
 
-    def label(self, chunk: Chunk) -> str:
-        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches."""
+    def label(self, chunk: Chunk, text: str | None = None) -> str:
+        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches
+        (``text``: the part of the chunk that was returned, default all of it)."""
         if not self.expected:
             return chunk.source
         for i, e in enumerate(self.expected):
-            if e.matches(chunk):
+            if e.matches(chunk, text):
                 return f"expected[{i}]"
         return f"chunk:{chunk.chunk_id}"
 
@@ -202,7 +217,7 @@ def load_yaml_set(path: Path) -> EvalSet:
         if not isinstance(enode, yaml.SequenceNode) or not enode.value:
             raise InvalidInput(
                 f"{_where(path, enode)}: {where}.expected must be a non-empty list of "
-                "`{source: …, page: …, section: …}`"
+                "`{source: …, page: …, section: …, contains: …}`"
             )
         expected = tuple(_expected(path, e, f"{where}.expected[{i}]") for i, e in enumerate(enode.value))
         queries.append(
@@ -213,17 +228,24 @@ def load_yaml_set(path: Path) -> EvalSet:
     return EvalSet(path.stem, "yaml", tuple(queries), description=description.strip(), path=str(path))
 
 
+def _text_field(path: Path, e: dict[str, Any], key: str, where: str) -> str | None:
+    value = _scalar(e[key]) if key in e else None
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidInput(f"{_where(path, e[key])}: {where}.{key} must be non-empty text")
+    return value.strip() if value is not None else None
+
+
 def _expected(path: Path, node: Any, where: str) -> Expected:
     e = _mapping(path, node, where, EXPECTED_KEYS, "`{source: 劳动合同法.md, section: 第十九条}`")
-    if "source" not in e:
-        raise InvalidInput(f"{_where(path, node)}: {where}.source is missing (a path or glob, e.g. 劳动合同法*.md)")
-    source = _scalar(e["source"])
-    if not isinstance(source, str) or not source.strip():
-        raise InvalidInput(f"{_where(path, e['source'])}: {where}.source must be non-empty text")
+    if "source" not in e and "contains" not in e:
+        raise InvalidInput(
+            f"{_where(path, node)}: {where} needs `source` (a path or glob, e.g. 劳动合同法*.md) "
+            "or `contains` (text the chunk holds), or both"
+        )
+    source = _text_field(path, e, "source", where)
     page = _scalar(e["page"]) if "page" in e else None
     if page is not None and (isinstance(page, bool) or not isinstance(page, int) or page < 1):
         raise InvalidInput(f"{_where(path, e['page'])}: {where}.page must be a page number ≥ 1, got {page!r}")
-    section = _scalar(e["section"]) if "section" in e else None
-    if section is not None and (not isinstance(section, str) or not section.strip()):
-        raise InvalidInput(f"{_where(path, e['section'])}: {where}.section must be non-empty text")
-    return Expected(source.strip(), page, section.strip() if section else None)
+    return Expected(
+        source or "*", page, _text_field(path, e, "section", where), _text_field(path, e, "contains", where)
+    )

@@ -135,17 +135,18 @@ def judge_generation(
         answer = answer_fn(r) if answer_fn is not None else kb.answer(r).markdown
         values: dict[str, float | None] = {}
         errors: list[str] = []
-        for name, run in (
+        runs: tuple[tuple[str, Callable[[], float]], ...] = (
             ("faithfulness", lambda: faithfulness(judge, answer, r)),  # noqa: B023 (called in this iteration)
             ("answer_relevancy", lambda: answer_relevancy(judge, q.text, answer, kb.embedder.embed_query)),  # noqa: B023
             ("context_precision", lambda: context_precision(judge, q.text, r)),  # noqa: B023
-        ):
+        )
+        for name, run in runs:
             try:
                 values[name] = run()
             except JudgeError as e:
                 values[name] = None
                 errors.append(f"{name}: {e}")
-        per_query.append(GenerationScores(q.qid, errors=tuple(errors), **values))  # type: ignore[arg-type]
+        per_query.append(GenerationScores(q.qid, errors=tuple(errors), **values))
     means: dict[str, float | None] = {}
     for name in GENERATION_METRICS:
         scored = [getattr(s, name) for s in per_query if getattr(s, name) is not None]
