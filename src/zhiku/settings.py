@@ -95,9 +95,14 @@ class TextSettings(_Section):
 
 
 class ChunkingSettings(_Section):
-    size: int = Field(1000, ge=100, le=20000, description="Target chunk size in characters.")
+    size: int = Field(
+        200,
+        ge=100,
+        le=20000,
+        description="Target chunk size in characters: whole units (articles, FAQ pairs, paragraphs) are packed up to it (200: best at equal context budget on the dev sets, bench/RESULTS.md issue 11).",
+    )
     overlap: int = Field(
-        200, ge=0, le=5000, description="Characters of overlap between consecutive pieces of a long section."
+        50, ge=0, le=5000, description="Characters of overlap between consecutive pieces of a unit split for length."
     )
     min_chars: int = Field(
         50, ge=0, le=2000, description="Trailing pieces shorter than this are merged into the previous chunk."
