@@ -97,6 +97,28 @@ def test_rrf_fusion_setting(tmp_path: Path, kb_factory, corpus: Path) -> None:
     assert first.score == pytest.approx(2 / 61)  # RRF, k=60: 1/(60+1) from each channel
 
 
+def test_synonyms_file_lets_colloquial_words_find_statute_words(tmp_path: Path, kb_factory, corpus: Path) -> None:
+    plain = kb_factory(tmp_path / "idx")
+    plain.ingest([corpus])
+    assert plain.retrieve("PTO", mode="bm25").hits == ()  # no chunk says PTO
+    synonyms = tmp_path / "synonyms.txt"
+    synonyms.write_text("PTO 年休假\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx", text={"synonyms": synonyms})  # query-time: the same index
+    r = kb.retrieve("PTO", mode="bm25")
+    assert "年休假" in r.query.terms
+    assert (r.hits[0].chunk.source, r.hits[0].chunk.section) == ("年休假条例.md", SEC_LEAVE)
+
+
+def test_chunk_context_of_a_hit(kb: KnowledgeBase) -> None:
+    hit = kb.retrieve("试用期最长多久", mode="bm25", collection="hr").hits[0]
+    ctx = kb.chunk_context(hit.chunk.chunk_id, "article")
+    assert (ctx.chunks, ctx.complete) == ((hit.chunk,), True)
+    assert ctx.text == "# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n" + hit.chunk.text
+    assert kb.chunk_context(hit.chunk.chunk_id, "chunk").text == hit.chunk.text
+    with pytest.raises(NotFound, match="no chunk 'nope'"):
+        kb.chunk_context("nope")
+
+
 def test_top_k_limits_the_hits(kb: KnowledgeBase) -> None:
     assert len(kb.retrieve("劳动者", mode="dense", top_k=2).hits) == 2
     assert len(kb.retrieve("劳动者", mode="hybrid", top_k=1).hits) == 1
