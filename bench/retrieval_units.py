@@ -128,6 +128,7 @@ def build(args: argparse.Namespace, index: Path) -> tuple[KnowledgeBase, list[tu
         embedding={"cache_dir": args.cache_dir},
         text={"synonyms": args.synonyms, "synonyms_at": args.synonyms_at} if args.synonyms else {},
         tracing={"enabled": False},
+        retrieval={"whole_articles": not args.pieces},
     )
     kb = KnowledgeBase(settings, embedder=embedder(args.cache_dir))
     started = time.time()
@@ -156,6 +157,9 @@ def main() -> None:
     ap.add_argument("--overlap", type=int, default=200)
     ap.add_argument("--min-chars", type=int, default=50)
     ap.add_argument("--no-context", action="store_true")
+    ap.add_argument(
+        "--pieces", action="store_true", help="return matched pieces, not whole articles (small-to-big off)"
+    )
     ap.add_argument("--synonyms", type=Path)
     ap.add_argument("--synonyms-at", default="query", choices=("query", "index"))
     ap.add_argument("--modes", default="bm25,dense,hybrid")

@@ -339,6 +339,21 @@ def test_page_assignment() -> None:
     assert page_of(pages, 81) == 1 and page_of(pages, 82) == 2 and page_of((), 5) is None
 
 
+def test_page_is_where_most_of_the_chunk_is() -> None:
+    # A caption line at the foot of page 1, its table on page 2: the citation names page 2, not the start page.
+    caption, rows = (
+        "表 1 加班工资标准",
+        "| 情形 | 标准 |\n| --- | --- |\n" + "\n".join(f"| 情形{n} | 150% |" for n in range(6)),
+    )
+    text = f"{caption}\n\n{rows}"
+    pages = (PageSpan(1, 0, len(caption) + 1), PageSpan(2, len(caption) + 1, len(text)))
+    (chunk,) = chunks_of(md(text, pages=pages), ChunkingSettings(size=200, overlap=0, min_chars=0))
+    assert (chunk.start, chunk.page) == (0, 2)
+    half = "甲" * 50
+    tie = f"{half}{half}"
+    assert chunks_of(md(tie, pages=(PageSpan(4, 0, 50), PageSpan(5, 50, 100))), ChunkingSettings())[0].page == 4
+
+
 # --------------------------------------------------------------------------------------------- ids
 
 
@@ -385,7 +400,9 @@ def test_labor_law_default_settings() -> None:
     assert chunks[0].section == "中华人民共和国劳动法"
     assert chunks[0].text.startswith("1994年7月5日")
     assert chunks[0].text.endswith("<!-- INFO END -->")
-    chapter4 = [(c.section.removeprefix("中华人民共和国劳动法 > "), c.text[:6]) for c in chunks if "第四章" in c.section]
+    chapter4 = [
+        (c.section.removeprefix("中华人民共和国劳动法 > "), c.text[:6]) for c in chunks if "第四章" in c.section
+    ]
     assert chapter4 == [  # whole articles, labelled exactly
         ("第四章 工作时间和休息休假 > 第三十六条、第三十七条、第三十八条、第三十九条", "第三十六条 "),
         ("第四章 工作时间和休息休假 > 第四十条、第四十一条", "第四十条 用"),

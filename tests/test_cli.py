@@ -182,9 +182,9 @@ def test_ingest_reports_chunks_longer_than_the_embedder_window(cli, tmp_path: Pa
     assert one_json(r)["chunks_over_window"] == 1
     r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx2", env=env)
     assert "1 chunks are longer than the embedder's window and are embedded diluted: lower chunking.size" in r.stderr
-    assert one_json(cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx3", "--json"))[
-        "chunks_over_window"
-    ] == 0  # the default size cuts it in pieces that fit
+    assert (
+        one_json(cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx3", "--json"))["chunks_over_window"] == 0
+    )  # the default size cuts it in pieces that fit
 
 
 # --- query ---------------------------------------------------------------------------------------------

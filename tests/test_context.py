@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from zhiku.errors import InvalidInput
 from zhiku.ingest.chunking import chunk_document
 from zhiku.ingest.context import WindowCheck, check_window, index_text
-from zhiku.retrieval.context import check_context, enclosing, split_label
+from zhiku.retrieval.context import check_context, enclosing, join_pieces, split_label, whole_articles
 from zhiku.settings import ChunkingSettings
-from zhiku.types import Chunk, SourceDoc
+from zhiku.types import Chunk, Hit, SourceDoc
 
 ITEMS = "\n\n".join(f"（{n}）第{n}项情形的说明文字，足够长以便分块，再多写一些字。" for n in "一二三四五六")
 LAW = f"""# 劳动合同法
@@ -90,3 +92,31 @@ def test_index_text_context_and_window_check() -> None:
     assert index_text("手册", "加班", "正文", context=False) == "正文"
     assert check_window(_Counting(), ["短", "九个字九个字九个字", "短"]) == WindowCheck(10, (1,), 11)
     assert check_window(object(), ["短"]) == WindowCheck(None)
+
+
+def test_a_hit_on_a_piece_of_an_article_returns_the_whole_article() -> None:
+    cs = chunks()  # 第四十条 is cut in two (0, 1); 第四十一条 (2) and 第四十七条 (3) are whole
+    hits = [Hit(chunk=cs[1], score=3.0), Hit(chunk=cs[3], score=2.0), Hit(chunk=cs[0], score=1.0)]
+    calls: list[str] = []
+
+    def doc_chunks(doc_id: str) -> list[Chunk]:
+        calls.append(doc_id)
+        return cs
+
+    out = whole_articles(hits, doc_chunks)
+    assert [(h.chunk.chunk_id, h.score) for h in out] == [(cs[1].chunk_id, 3.0), (cs[3].chunk_id, 2.0)]
+    whole = out[0].chunk
+    assert (whole.start, whole.end, whole.section) == (cs[0].start, cs[1].end, cs[1].section)
+    assert whole.text == LAW[cs[0].start : cs[1].end]
+    assert out[1].chunk == cs[3]  # a whole article is returned as it is
+    assert calls == ["d"]  # the document's chunks are read once
+    assert whole_articles([Hit(chunk=cs[2], score=1.0)], doc_chunks)[0].chunk == cs[2]
+
+
+def test_join_pieces_takes_overlaps_once() -> None:
+    text = "甲乙丙丁。戊己庚辛。壬癸。"
+    a = Chunk("a", "d", "c", "s", "text", "", None, 0, 10, 0, text[0:10])
+    b = Chunk("b", "d", "c", "s", "text", "", None, 5, 13, 1, text[5:13])
+    assert join_pieces([a, b]) == text
+    c = Chunk("c", "d", "c", "s", "text", "", None, 10, 13, 2, text[10:13])
+    assert join_pieces([replace(a, end=5, text=text[:5]), c]) == "甲乙丙丁。\n\n壬癸。"

@@ -242,6 +242,10 @@ class RetrievalSettings(_Section):
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
+    whole_articles: bool = Field(
+        True,
+        description="Small-to-big: a hit on a piece of an article that was cut for length returns the whole article (pieces joined; the citation keeps the matched piece's id and page).",
+    )
 
 
 class RerankSettings(_Section):

@@ -12,14 +12,14 @@ the stored chunks of the document, within a character budget, while the citation
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from zhiku.errors import InvalidInput
 from zhiku.ingest.chunk_units import ARTICLE_RE
 from zhiku.retrieval.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
-from zhiku.types import Chunk
+from zhiku.types import Chunk, Hit
 
 ContextKind = Literal["chunk", "article", "section"]
 CONTEXTS: tuple[ContextKind, ...] = ("chunk", "article", "section")
@@ -79,3 +79,61 @@ def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_
     kept.sort(key=lambda c: c.ordinal)
     text = chunk.text if kind == "chunk" else reconstruct_markdown(kept)
     return ChunkContext(chunk, kind, tuple(kept), text, len(kept) == len(members))
+
+
+def _article_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole). A
+    neighbour that also holds other whole articles (a short last piece merged with the next article) ends the run."""
+    path, (label,) = split_label(chunk.section)
+    by_ordinal = {c.ordinal: c for c in doc_chunks}
+    run = [chunk]
+    for step, side in ((-1, -1), (1, 0)):
+        n = chunk.ordinal + step
+        while n in by_ordinal:
+            other_path, labels = split_label(by_ordinal[n].section)
+            if other_path != path or not labels or labels[side] != label:
+                break
+            run.insert(len(run) if step > 0 else 0, by_ordinal[n])
+            if len(labels) > 1:
+                break
+            n += step
+    return run
+
+
+def join_pieces(pieces: Sequence[Chunk]) -> str:
+    """The text of consecutive chunks of one document, overlapping characters taken once."""
+    out: list[str] = []
+    end: int | None = None
+    for c in pieces:
+        body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
+        if end is not None and c.start < end:
+            body = body[end - c.start :]
+        elif end is not None:
+            out.append("\n\n")
+        out.append(body)
+        end = c.end if end is None else max(end, c.end)
+    return "".join(out)
+
+
+def whole_articles(hits: Sequence[Hit], doc_chunks: Callable[[str], Sequence[Chunk]]) -> list[Hit]:
+    """Small-to-big for articles cut for length: a hit on any piece returns the whole article (its pieces joined,
+    ``start``/``end`` spanning them) at the best piece's rank, keeping the matched piece's id and page; the other
+    pieces of that article are dropped from the ranking."""
+    out: list[Hit] = []
+    shown: set[str] = set()  # chunk ids already returned inside a whole article
+    loaded: dict[str, Sequence[Chunk]] = {}
+    for h in hits:
+        c = h.chunk
+        if c.chunk_id in shown:
+            continue
+        if len(split_label(c.section)[1]) != 1:  # no article, or several whole ones
+            out.append(h)
+            continue
+        if c.doc_id not in loaded:
+            loaded[c.doc_id] = doc_chunks(c.doc_id)
+        run = _article_run(c, loaded[c.doc_id])
+        if len(run) > 1:
+            shown.update(x.chunk_id for x in run)
+            c = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
+        out.append(replace(h, chunk=c))
+    return out

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import changes_data, fusion_rank_changes, mark, rank_changes, span
+from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -169,6 +170,8 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
+        if s.whole_articles:  # small-to-big: a piece of an article cut for length brings the whole article
+            hits = whole_articles(hits, self.store.document_chunks)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
