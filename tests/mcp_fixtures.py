@@ -70,7 +70,8 @@ def _write_config(root: Path, index: Path, inbox: Path, cache: Path) -> Path:
         f"index: {index}\ncollection: {COLLECTION}\n"
         f"embedding:\n  cache_dir: {cache}\n"
         "chunking:\n  size: 200\n  overlap: 40\n  min_chars: 20\n"
-        f"server:\n  ingest_roots: [{inbox}]\n",
+        f"server:\n  ingest_roots: [{inbox}]\n"
+        "  structured_passages: true\n",  # the tests read passages from structuredContent (default: compact)
         encoding="utf-8",
     )
     return config
@@ -150,13 +151,20 @@ class HttpServer:
 
 
 def start_http(
-    fx: Fixture, log: Path, *extra: str, env: dict[str, str] | None = None, timeout_s: float = 60
+    fx: Fixture,
+    log: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
+    script: Path | None = None,
 ) -> HttpServer:
-    """Start `zhiku serve --transport http` on a free port and wait for GET /healthz → 200."""
+    """Start `zhiku serve --transport http` (or a server ``script`` taking the same flags) on a free port and wait
+    for GET /healthz → 200."""
     port = free_port()
+    command = [str(script), "--config", str(fx.config)] if script else serve_args(fx)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [PYTHON, *serve_args(fx, "--transport", "http", "--port", str(port), *extra)],
+            [PYTHON, *command, "--transport", "http", "--port", str(port), *extra],
             env=env or server_env(),
             stdin=subprocess.DEVNULL,
             stdout=fh,

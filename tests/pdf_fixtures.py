@@ -13,7 +13,7 @@ PDF_DIR = Path(__file__).parent / "fixtures" / "pdf"
 PAPER = PDF_DIR / "elegantpaper-cn.pdf"  # 5 pages, a three-line table on page 3
 THESIS = PDF_DIR / "bithesis-graduation-thesis-sample.pdf"  # 11 pages, logo p1, figure + 5-column table p6
 NOTE = PDF_DIR / "elegantnote-cn.pdf"  # 10 pages, a regression table on page 7
-SHARED_PDF_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pdf"  # elegantbook-cn.pdf lives there
+BOOK = PDF_DIR / "elegantbook-cn.pdf"  # 13 pages, 2 cover images p1, a ruled table p6
 
 PASSWORD = "知库-密码1"
 

@@ -8,6 +8,7 @@ import sqlite3
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers_kb import (
@@ -20,6 +21,7 @@ from helpers_kb import (
     make_settings,
     write_corpus,
 )
+from helpers_perms import permissions_enforced
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
@@ -81,12 +83,33 @@ def test_hit_evidence_per_mode(kb: KnowledgeBase) -> None:
     hybrid = kb.retrieve("试用期最长多久", mode="hybrid", collection="hr", top_k=10)
     first = hybrid.hits[0]
     assert (first.chunk.section, first.bm25_rank, first.dense_rank) == (SEC_PROBATION, 1, 1)
-    # z-score fusion (default): BM25 matched one chunk only (z = 0, and the floor for the others); dense z-scores
-    dz = {x.chunk_id: x.score for x in hybrid.dense}
-    mean = sum(dz.values()) / len(dz)
-    std = (sum((v - mean) ** 2 for v in dz.values()) / len(dz)) ** 0.5
-    assert first.score == pytest.approx((dz[first.chunk.chunk_id] - mean) / std)
+    assert [h.score for h in hybrid.hits] == sorted((h.score for h in hybrid.hits), reverse=True)
+    assert first.score > hybrid.hits[1].score  # the values: test_zscore_fused_scores_by_hand
     assert len(hybrid.hits) == CORPUS_CHUNKS
+
+
+class OneHot:
+    """The query and the probation chunk on axis 0, every other chunk on axis 1: cosines 1, 0, 0, 0 exactly."""
+
+    name = "test/one-hot-2"
+    dim = 2
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.array([[1.0, 0.0] if PROBATION in t else [0.0, 1.0] for t in texts], np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return np.array([1.0, 0.0], np.float32)
+
+
+def test_zscore_fused_scores_by_hand(tmp_path: Path, embed_cache_dir: Path, corpus: Path) -> None:
+    # Dense cosines 1, 0, 0, 0: mean 1/4, population std √3/4, so z = √3 for the probation chunk and -1/√3 for
+    # the rest. BM25 matches the probation chunk only: one candidate has z = 0, and 0 is the floor the other
+    # chunks get. The fused scores are √3 and three times -1/√3.
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=OneHot()) as kb:
+        kb.ingest([corpus])
+        hits = kb.retrieve("试用期最长多久", mode="hybrid", top_k=10).hits
+    assert [(h.chunk.text, h.bm25_rank, h.dense_rank) for h in hits[:1]] == [(PROBATION, 1, 1)]
+    assert [h.score for h in hits] == pytest.approx([3**0.5, -(3**-0.5), -(3**-0.5), -(3**-0.5)], rel=1e-6)
 
 
 def test_rrf_fusion_setting(tmp_path: Path, kb_factory, corpus: Path) -> None:
@@ -331,14 +354,13 @@ def test_read_only_index_refuses_writes_and_keeps_its_data(kb_factory, corpus: P
     assert top(ro, "年休假有几天", "hybrid") == ("年休假条例.md", SEC_LEAVE)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions, so chmod cannot make the index read-only")
 def test_unwritable_index_directory_is_a_clear_error(kb_factory, corpus: Path, tmp_path: Path) -> None:
     idx = tmp_path / "idx"
     kb_factory(idx).ingest([corpus])
     os.chmod(idx / "zhiku.db", stat.S_IRUSR)
     os.chmod(idx, stat.S_IRUSR | stat.S_IXUSR)
     try:
-        with pytest.raises(StoreError, match="read-only|cannot"):
+        with permissions_enforced(), pytest.raises(StoreError, match="read-only|cannot"):  # as root too (CI)
             kb_factory(idx).ingest([corpus], force=True)
     finally:
         os.chmod(idx, stat.S_IRWXU)

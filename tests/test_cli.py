@@ -159,7 +159,8 @@ def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path:
     text = cli("ingest", corpus, missing, "-c", "hr", "--index", idx)
     assert text.exit_code == 1
     assert text.stdout.startswith("0 added, 0 updated, 3 skipped, 0 removed, 2 failed · 0 chunks written · ")
-    assert text.stderr == (
+    assert text.stderr.startswith("ingesting: 0/4 documents · ")  # progress lines: stderr is not a terminal
+    assert text.stderr.split("\n", 2)[2] == (
         f"  failed: {missing}: no such file or directory\n"
         f"  failed: {bad}: binary file, not text (it contains NUL bytes): {bad}\n"
     )
@@ -188,12 +189,12 @@ def test_ingest_reports_chunks_longer_than_the_embedder_window(cli, tmp_path: Pa
 
 
 # --- query ---------------------------------------------------------------------------------------------
-def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
+def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_dir: Path) -> None:
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
     assert (r.exit_code, r.stderr) == (0, "")
     out = one_json(r)
-    assert set(out) == {"query", "mode", "answer", "rerank", "hits"}
-    assert (out["query"], out["mode"], out["rerank"]) == ("试用期最长多久", "hybrid", "off")
+    assert set(out) == {"query", "mode", "answer", "rerank", "rewrite", "queries", "hits"}
+    assert (out["query"], out["mode"], out["rerank"], out["rewrite"]) == ("试用期最长多久", "hybrid", "off", "off")
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
     first = out["hits"][0]
     assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (
@@ -203,7 +204,12 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path) -> None:
         SEC_PROBATION,
         PROBATION,
     )
-    assert first["score"] == pytest.approx(1.6986, abs=1e-3)  # z-score fusion: BM25 z + dense z of the top chunk
+    # The score is the library's fused score, rounded to 6 places. Its value depends on the CPU's float kernels
+    # (the embedder's sums differ between Intel and AMD), so the test compares surfaces, not a literal.
+    with KnowledgeBase(make_settings(index, embed_cache_dir), read_only=True) as kb:
+        lib = kb.retrieve("试用期最长多久", top_k=3, collection="hr").hits
+    assert [(h["chunk_id"], h["score"]) for h in out["hits"]] == [(h.chunk.chunk_id, round(h.score, 6)) for h in lib]
+    assert out["hits"][0]["score"] > out["hits"][1]["score"] > out["hits"][2]["score"]
     docs = {d["source"]: d["doc_id"] for d in one_json(cli("documents", "--index", index, "--json"))["documents"]}
     assert first["doc_id"] == docs["劳动合同法.md"]
     assert [h["n"] for h in out["hits"]] == [1, 2, 3]

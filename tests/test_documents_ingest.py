@@ -96,7 +96,9 @@ def test_a_fully_scanned_folder_is_visible_in_the_cli(cli, tmp_path: Path) -> No
     r = cli("ingest", folder, "--index", tmp_path / "idx", "-c", "hr", env={"ZHIKU_LOADERS__OCR": "off"})
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith("1 added, 0 updated, 0 skipped, 0 removed, 0 failed (1 need OCR) · 0 chunks written")
-    assert r.stderr == (
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("ingesting: ")]  # stderr is not a terminal
+    assert [ln.split(" · ")[0] for ln in progress] == ["ingesting: 0/1 documents", "ingesting: 1/1 documents"]
+    assert r.stderr.split("\n", len(progress))[-1] == (
         "  合同扫描件.pdf: needs OCR: pages 1-2 without a usable text layer (OCR is off "
         "(loaders.ocr); set loaders.ocr: auto and re-ingest)\n"
     )

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from mcp_fixtures import Fixture
-from zhiku.mcp.latency import compare, percentile, run_bench, save_and_compare, summarize
+from zhiku.mcp.latency import compare, run_bench, save_and_compare, summarize
+from zhiku.numeric import percentile
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -53,6 +54,23 @@ def test_save_and_compare_keeps_one_entry_per_transport(tmp_path: Path) -> None:
     report = save_and_compare(result(12.0), out=out, baseline=base, update_baseline=True)
     assert "no baseline" in report and f"baseline updated: {base}" in report
     assert set(json.loads(out.read_text())) == {"http", "stdio"}
+    assert "+2.4 (+20%)" in save_and_compare(result(14.4), out=out, baseline=base)
+
+
+def test_only_a_baseline_of_the_same_index_and_machine_is_compared(tmp_path: Path) -> None:
+    out, base = tmp_path / "latest.json", tmp_path / "baseline.json"
+    save_and_compare(result(12.0), out=out, baseline=base, update_baseline=True)
+    demo = result(14.4)
+    demo["index"] = {**demo["index"], "chunks": 41}
+    report = save_and_compare(demo, out=out, baseline=base)
+    assert (
+        f"baseline {base} not compared: another index (chunks 5 there, 41 here); these are absolute figures" in report
+    )
+    assert "no baseline" in report and "+20%" not in report
+    other_cpu = result(14.4)
+    other_cpu["env"] = {**other_cpu["env"], "cpu": "AMD EPYC"}
+    report = save_and_compare(other_cpu, out=out, baseline=base)
+    assert "not compared: another machine (cpu 'cpu' there, 'AMD EPYC' here)" in report and "+20%" not in report
     assert "+2.4 (+20%)" in save_and_compare(result(14.4), out=out, baseline=base)
 
 

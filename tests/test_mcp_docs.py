@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zhiku.extensions import ToolSpec
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.server import tool_reference
 
@@ -17,7 +18,8 @@ def test_tool_reference_is_up_to_date() -> None:
 
 def test_descriptions_fit_and_are_bilingual() -> None:
     for name in ("QUERY", "LIST_COLLECTIONS", "DOCUMENT_SUMMARY", "INGEST", "DELETE"):
-        text = getattr(mcp_text, name)
+        t = getattr(mcp_text, name)
+        text = ToolSpec(print, name.lower(), t.description, t.when_to_use, t.examples, t.errors).compose()
         assert len(text) <= 2048, name
         assert "示例" in text and "Example" in text and any("\u4e00" <= ch <= "\u9fff" for ch in text), name
 

@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mcp_fixtures import COLLECTION, DOCS, Fixture, copy_fixture
-from zhiku.mcp import server as server_mod
+from zhiku.mcp import middleware as middleware_mod
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.server import build_server
 from zhiku.settings import merge
@@ -169,9 +169,11 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
         "pages": None,
         "chunk_count": 2,
         "section_count": 2,
-        "summary": None,
+        "summary": "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月；劳动合同期限一年以上不满三年的，"
+        "试用期不得超过二个月；不满六个月的，向劳动者支付半个月工资的经济补偿。",  # extractive: top clauses, no LLM
         "uri": f"zhiku://doc/{DOC_ID_LABOR}",
     }
+    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "劳动者", "试用期"]
     assert s["sections"] == [SECTION_19_20, "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"]
     assert s["size_bytes"] == len(DOCS["劳动合同法.md"].encode()) and s["ingested_at"].endswith("Z")
     assert labor.content[0].text.startswith("# 劳动合同法\n")
@@ -179,7 +181,7 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
 
 
 def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(server_mod, "RESOURCE_PAGE", 2)
+    monkeypatch.setattr(middleware_mod, "RESOURCE_PAGE", 2)
 
     async def body(c: Client) -> dict[str, Any]:
         out: dict[str, Any] = {"templates": (await c.list_resource_templates()).resource_templates}

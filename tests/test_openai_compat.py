@@ -5,7 +5,6 @@ malformed answers, prefixes, the API key read from the variable the settings nam
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -59,11 +58,8 @@ def test_batches_come_back_in_input_order_and_normalised(fake_openai: FakeOpenAI
 def test_concurrency_is_limited(fake_openai: FakeOpenAI) -> None:
     fake_openai.embed_delay_s = 0.15
     emb = OpenAIEmbedder(client(fake_openai), "m", batch_size=1, concurrency=2, dimensions=DIM)
-    started = time.perf_counter()
     emb.embed_documents([f"t{i}" for i in range(6)])
-    elapsed = time.perf_counter() - started
-    assert fake_openai.max_inflight == 2
-    assert 0.4 < elapsed < 2.0  # six 0.15 s requests, two at a time
+    assert len(fake_openai.requests) == 6 and fake_openai.max_inflight == 2  # 0.15 s each: they overlap, two at most
 
 
 def test_429_waits_retry_after_then_succeeds(fake_openai: FakeOpenAI) -> None:
@@ -74,8 +70,7 @@ def test_429_waits_retry_after_then_succeeds(fake_openai: FakeOpenAI) -> None:
     np.testing.assert_allclose(m[0], unit(fake_vector("年休假")), rtol=1e-6)
     t = [r.at for r in fake_openai.requests]
     assert len(t) == 3 and c.requests == 3
-    assert t[1] - t[0] >= 0.39  # Retry-After honoured
-    assert t[2] - t[1] < 0.3  # then the (tiny) exponential backoff
+    assert t[1] - t[0] >= 0.39  # Retry-After honoured (a lower bound: a slow machine only waits longer)
 
 
 def test_5xx_gives_up_after_max_retries_with_the_last_error(fake_openai: FakeOpenAI) -> None:
@@ -99,9 +94,8 @@ def test_4xx_is_not_retried_and_names_the_key(fake_openai: FakeOpenAI) -> None:
 def test_a_hanging_server_times_out_and_retries(fake_openai: FakeOpenAI) -> None:
     fake_openai.then("hang", 1.5)
     c = client(fake_openai, timeout=0.3, max_retries=1)
-    started = time.perf_counter()
     v = OpenAIEmbedder(c, "m").embed_query("年假")  # first attempt times out, the retry answers
-    assert time.perf_counter() - started < 1.4 and v.shape == (DIM,)
+    assert v.shape == (DIM,) and len(fake_openai.requests) == 2 and c.requests == 2
     fake_openai.then("hang", 1.5).then("hang", 1.5)
     with pytest.raises(EmbeddingError, match=r"timed out after 0.3s"):
         OpenAIEmbedder(c, "m").embed_query("年假")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from pdf_fixtures import (
+    BOOK,
     NOTE,
     PAPER,
     PAPER_TABLE,
     PASSWORD,
-    SHARED_PDF_DIR,
     THESIS,
     THESIS_P8,
     THESIS_TABLE,
@@ -170,14 +170,13 @@ def test_small_images_are_skipped_by_size() -> None:
     assert PdfLoader(LoaderSettings(ocr="off", images=False)).load(THESIS, "t.pdf").images == ()
 
 
-@pytest.mark.skipif(not (SHARED_PDF_DIR / "elegantbook-cn.pdf").is_file(), reason="shared/corpus/pdf is not here")
-def test_the_fourth_shared_pdf() -> None:
-    book = PdfLoader(NO_OCR).load(SHARED_PDF_DIR / "elegantbook-cn.pdf", "elegantbook-cn.pdf")
+def test_the_fourth_pdf() -> None:
+    book = PdfLoader(NO_OCR).load(BOOK, "elegantbook-cn.pdf")
     assert len(book.pages) == 13 and book.title == "ElegantBook：优美的 LATEX 书籍模板"
     assert [(im.ref.page, im.ref.mime_type) for im in book.images] == [(1, "image/jpeg"), (1, "image/png")]
     assert "| 环境名 | 标签名 | 前缀 | 交叉引用 |\n| --- | --- | --- | --- |\n| definition | label | def |" in book.text
     assert page_at(book, "| 环境名 | 标签名 |") == 6
-    assert page_at(book, "## 第 1 章 ElegantLATEX 系列模板介绍") == 3
+    assert page_at(book, "# 第 1 章 ElegantLATEX 系列模板介绍") == 3  # the cover's type is not a level (pdf_front)
 
 
 # --- scans and garbled text ------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -195,13 +194,11 @@ def test_failures_fall_back_to_the_fused_order(behaviour: str, reason: str) -> N
 
 
 def test_a_hung_reranker_is_abandoned_after_the_timeout() -> None:
-    hung = Failing("hang")
-    started = time.perf_counter()
+    hung = Failing("hang")  # blocks until released, which happens only after the call returned
     out = rerank_with_fallback(hung, "q", HITS, top_m=4, top_k=3, timeout=0.3)
-    elapsed = time.perf_counter() - started
+    assert not hung.release.is_set()  # the answer came while the reranker was still stuck
     hung.release.set()
     assert out.status == "fallback: timeout after 0.3s" and out.hits == tuple(HITS[:3])
-    assert 0.29 <= elapsed < 0.8 and out.elapsed_ms >= 290
 
 
 # -------------------------------------------------------------------------------------- LLM reranker
@@ -260,10 +257,8 @@ def test_llm_failures_fall_back(fake_openai: FakeOpenAI, behaviour: tuple, reaso
 
 def test_a_hanging_llm_endpoint_is_bounded_by_the_timeout(fake_openai: FakeOpenAI) -> None:
     fake_openai.then("hang", 3).then("hang", 3)
-    started = time.perf_counter()
     out = rerank_with_fallback(llm(fake_openai, timeout=0.4), "q", HITS[:3], top_m=3, top_k=3, timeout=0.4)
-    assert out.status.startswith("fallback: ") and out.hits == tuple(HITS[:3])
-    assert time.perf_counter() - started < 1.0
+    assert out.status == "fallback: timeout after 0.4s" and out.hits == tuple(HITS[:3])
 
 
 def test_an_unreachable_endpoint_falls_back() -> None:

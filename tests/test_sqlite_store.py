@@ -43,7 +43,7 @@ def test_one_wal_file_with_schema_version(store: SQLiteStore, index_dir: Path) -
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"meta", "documents", "chunks", "fts", "ingestion_history"} <= tables
-    assert store.get_meta() == {"index_version": "0", "schema_version": "2"}
+    assert store.get_meta() == {"index_version": "0", "schema_version": "3"}
 
 
 def test_open_store_picks_sqlite_from_settings(index_dir: Path) -> None:
@@ -366,11 +366,13 @@ def write_v1_index(index_dir: Path) -> None:
 def test_a_schema_1_index_is_upgraded_in_place_and_keeps_its_data(index_dir: Path) -> None:
     write_v1_index(index_dir)
     with pytest.raises(
-        IndexMismatch, match=r"schema version 1, older than this zhiku's \(2\): open it for writing once"
+        IndexMismatch, match=r"schema version 1, older than this zhiku's \(3\): open it for writing once"
     ):
         SQLiteStore(index_dir, read_only=True)
+    assert not (index_dir / "vectors.3.f32").exists()
     with SQLiteStore(index_dir) as store:
-        assert store.get_meta()["schema_version"] == "2"
+        assert store.get_meta()["schema_version"] == "3"
+        assert (index_dir / "vectors.3.f32").stat().st_size == len(LABOR.chunks) * 3 * 4  # rebuilt from the BLOBs
         assert store.get_document("doc-labor") == LABOR.record
         assert store.get_document("doc-labor").status == "ready"
         assert store.document_chunks("doc-labor") == LABOR.chunks

@@ -4,6 +4,7 @@ KnowledgeBase writes for queries and ingestion runs."""
 from __future__ import annotations
 
 import contextvars
+import fcntl
 import json
 import os
 import threading
@@ -150,6 +151,7 @@ def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
         with tracer.trace("query", query=f"问题{n}"):
             with span("parse") as sp:
                 sp.set(counts={"terms": n})
+    sink.flush()  # written by the sink's thread
     assert (
         path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()
     )
@@ -165,6 +167,20 @@ def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
         f.write("{broken\n")
     assert read_traces(path, limit=2)[0].attrs["query"] == "问题11"
     assert read_traces(path, kind="ingest") == []
+
+
+def test_a_query_does_not_wait_for_the_trace_file(tmp_path: Path) -> None:
+    path = tmp_path / TRACE_FILE
+    sink = JsonlSink(path)
+    tracer = Tracer([sink])
+    with path.open("ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process is writing its traces
+        with tracer.trace("query", query="问题"):
+            with span("parse"):
+                pass
+        assert path.stat().st_size == 0  # queued, not written: the query returned without the lock
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert [t.attrs["query"] for t in read_traces(path)] == ["问题"]  # reading flushes this process's queue
 
 
 # ------------------------------------------------------------------------------- KnowledgeBase

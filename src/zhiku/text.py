@@ -84,7 +84,7 @@ class TextProcessor:
         return jieba
 
     @cached_property
-    def _opencc(self) -> Any:
+    def _opencc(self) -> Any:  # opencc has no public types
         import opencc
 
         return opencc.OpenCC("t2s")

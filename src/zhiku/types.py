@@ -213,6 +213,40 @@ class OcrNeeded:
 
 
 @dataclass(frozen=True)
+class TransformIssue:
+    """An ingest transform that did not apply: to a chunk (``chunk_id``) or a whole document (``chunk_id`` None).
+    The chunk is kept without it."""
+
+    transform: str
+    reason: str
+    source: str = ""
+    chunk_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LLMUsage:
+    """LLM requests of an ingestion run (or a dry run's plan): sent, served from the cache, tokens and cost."""
+
+    calls: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    currency: str = "USD"
+    estimated: bool = False  # token counts are estimates (the endpoint reported none, or a dry run)
+
+
+@dataclass(frozen=True)
+class TransformReport:
+    """What the ingest transforms did: ``applied`` chunks (or documents) per transform, usage and issues."""
+
+    enabled: tuple[str, ...]
+    applied: tuple[tuple[str, int], ...] = ()
+    usage: LLMUsage = LLMUsage()
+    issues: tuple[TransformIssue, ...] = ()
+
+
+@dataclass(frozen=True)
 class IngestReport:
     added: tuple[str, ...] = ()
     updated: tuple[str, ...] = ()
@@ -225,6 +259,7 @@ class IngestReport:
     dry_run: bool = False
     needs_ocr: tuple[OcrNeeded, ...] = ()  # added/updated documents with pages that need OCR
     chunks_over_window: int = 0  # chunks whose index text is longer than the embedder's window (embedded diluted)
+    transforms: TransformReport | None = None  # None: no transform enabled
 
     def counts(self) -> dict[str, int]:
         return {

@@ -1,7 +1,7 @@
 """The `zhiku` command line: parses flags, calls the library, formats the result.
 
 Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout. Command groups live in their own modules (eval, mcp, models, store) and are registered here.
+object on stdout. Command groups live in their own modules (eval, mcp, models, plugins, store) and are registered here.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import typer
 from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
-from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
+from zhiku.cli import plugins as plugins_cmds
+from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
-from zhiku.cli import traces as traces_cmds
+from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
     ConfigOpt,
@@ -27,6 +28,7 @@ from zhiku.cli.common import (
     JsonOpt,
     _errors,
     _kb,
+    _line_progress,
     _print_json,
     _progress,
     _settings,
@@ -66,16 +68,30 @@ def ingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
     ] = False,
+    transform: tx.TransformOpt = None,
     as_json: JsonOpt = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch."""
+    """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
+    With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
+    from zhiku.ingest.transforms.build import parse_transform_names
+
     with _errors():
-        settings = _settings(config, index)
-        with _kb(settings) as kb, _progress(not as_json and err.is_terminal, "ingesting") as progress:
+        names = parse_transform_names(transform)
+        settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
+        bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
+        with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
+            if dry_run and settings.transforms.enabled:
+                return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
             report = kb.ingest(
-                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=progress
+                paths,
+                collection=collection,
+                force=force,
+                dry_run=dry_run,
+                sync=sync,
+                on_progress=progress,
+                on_transform=tx.per_chunk(progress),
             )
     counts = report.counts()
     if as_json:
@@ -89,6 +105,7 @@ def ingest(
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+                **tx.report_json(report),
             }
         )
     else:
@@ -111,6 +128,7 @@ def ingest(
             )
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        tx.print_report(report)
     if report.failed:
         raise typer.Exit(1)
 
@@ -118,7 +136,9 @@ def ingest(
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="The question, e.g. 试用期最长多久？", show_default=False)],
-    collection: CollectionOpt = None,
+    collection: Annotated[
+        Optional[str], typer.Option("--collection", "-c", help="Search only this collection (default: all of them).")
+    ] = None,
     top_k: Annotated[
         Optional[int],
         typer.Option("-k", "--top-k", help="Number of passages (1–100; default settings `retrieval.top_k`)."),
@@ -148,6 +168,7 @@ def query(
             help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.",
         ),
     ] = None,
+    tag: tx.TagOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -160,9 +181,17 @@ def query(
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
                 r = kb.retrieve(
-                    text, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
+                    text,
+                    top_k=top_k,
+                    mode=mode,
+                    collection=collection,
+                    source=source,
+                    doc_type=doc_type,
+                    rerank=rerank,
+                    tags=tag,
                 )
                 answer = kb.answer(r)
+                extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
             {
@@ -170,18 +199,29 @@ def query(
                 "mode": answer.mode,
                 "answer": answer.markdown,
                 "rerank": r.rerank,
-                "hits": [asdict(c) for c in answer.citations],
+                "rewrite": r.rewrite,
+                "queries": list(r.queries),
+                "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
             }
         )
         return
     out.print(answer.markdown, markup=False)
+    if not r.hits and (source or doc_type):
+        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+        err.print(
+            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
+            "and types as ingested",
+            markup=False,
+        )
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
+    if r.rewrite.startswith("fallback"):
+        err.print(f"rewrite {r.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
         )
-        traces_cmds.print_trace(out, trace)
+        eval_cmds.print_trace(out, trace)
 
 
 @app.command()
@@ -248,20 +288,27 @@ def history(
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Show the ingestion history, newest first."""
+    """Show the ingestion history, newest first, grouped per run, with times."""
+    from zhiku.cli.traces_view import group_runs, print_history
+    from zhiku.observability.trace import TRACE_FILE, read_traces
+
     with _errors():
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
+            llm = kb.enrichments.usage_history(limit)
+        runs = group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
     if as_json:
-        _print_json({"history": [asdict(r) for r in rows]})
+        _print_json(
+            {
+                "history": [asdict(r) for r in rows],
+                "runs": [{"started_at": r.started_at, "trace_id": r.trace_id, "records": len(r.records)} for r in runs],
+                "llm_usage": [asdict(u) for u in llm],
+            }
+        )
         return
-    table = Table()
-    for col in ("status", "collection", "path", "chunks", "error"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r.status, r.collection, r.path, str(r.chunk_count), r.error or "")
-    out.print(table)
+    print_history(out, runs)
+    tx.print_usage_history(llm)
 
 
 @config_app.command("show")
@@ -280,10 +327,10 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 mcp_cmds.register(app)
 eval_cmds.register(app)
-experiment_cmds.register(app)
-traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+plugins_cmds.register(app)
+project_cmds.register(app)
 
 
 def main() -> None:

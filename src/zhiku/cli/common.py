@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -20,6 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from zhiku.errors import ZhikuError
 from zhiku.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from zhiku.api import KnowledgeBase
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
@@ -53,7 +56,7 @@ def _errors() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _kb(settings: Settings, *, read_only: bool = False):  # noqa: ANN202
+def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
     from zhiku.api import KnowledgeBase
 
     return KnowledgeBase(settings, read_only=read_only)
@@ -79,6 +82,36 @@ def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], N
             bar.update(task, completed=done, total=total or None, description=name[-40:])
 
         yield update
+
+
+PROGRESS_EVERY = 10  # documents between two progress lines when stderr is not a terminal
+PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
+
+
+@contextmanager
+def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
+    """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
+    document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
+    ``ingest.progress.EMBED_NOTE_EVERY``), then the end."""
+    import time
+
+    from zhiku.ingest.progress import is_chunk_note
+
+    started = last = time.monotonic()
+    shown = -1
+
+    def update(done: int, total: int, name: str) -> None:
+        nonlocal last, shown
+        now = time.monotonic()
+        chunks = is_chunk_note(name)
+        if chunks or (
+            done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS)
+        ):
+            shown, last = done, now
+            current = f" · {name}" if name else ""
+            err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
+
+    yield update
 
 
 def _print_json(obj: Any) -> None:

@@ -18,10 +18,10 @@ from typing import Any
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput, ZhikuError
-from zhiku.evaluation.metrics import percentile
 from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
 from zhiku.ingest.pipeline import ProgressFn
-from zhiku.observability.tracing import TRACE_FILE, Trace, ordered_stages, read_traces
+from zhiku.numeric import percentile
+from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import Settings, merge
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord, IngestReport
 
@@ -94,8 +94,8 @@ class DashboardData:
         return Health(
             queries=len(queries),
             errors=sum(1 for t in queries if t.status == "error"),
-            p50_ms=percentile(ms, 50),
-            p95_ms=percentile(ms, 95),
+            p50_ms=percentile(ms, 50) if ms else 0.0,  # no queries yet: the overview shows 0
+            p95_ms=percentile(ms, 95) if ms else 0.0,
             ingests=sum(1 for t in recent if t.kind == "ingest"),
             last_at=max((t.started_at for t in recent), default=None),
         )
@@ -276,6 +276,16 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
         }
         for c in s.data.get("changes", [])
     ]
+
+
+def latest_busy(traces: Sequence[Trace]) -> int:
+    """The position of the newest ingestion run that changed something (added, updated, removed or failed a
+    document), so the page does not open on a no-op re-run; 0 when none did."""
+    for i, t in enumerate(traces):
+        counts = t.data.get("counts", {})
+        if any(counts.get(k) for k in ("added", "updated", "removed", "failed")):
+            return i
+    return 0
 
 
 def trace_label(t: Trace) -> str:

@@ -49,16 +49,10 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
             )
         case "openai":
             from zhiku.embedding.openai_compat import OpenAIEmbedder
-            from zhiku.openai_http import OpenAICompatibleClient
+            from zhiku.openai_http import client_from
 
             assert settings.model is not None and settings.base_url is not None
-            client = OpenAICompatibleClient(
-                settings.base_url,
-                api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-                timeout=settings.timeout,
-                max_retries=settings.max_retries,
-                max_connections=settings.concurrency,
-            )
+            client = client_from(settings)
             inner = OpenAIEmbedder(
                 client,
                 settings.model,
@@ -69,6 +63,10 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
                 query_prefix=settings.query_prefix,
                 passage_prefix=settings.passage_prefix,
             )
+        case str(name):  # "plugin:NAME", a `zhiku.embedders` entry point: a factory f(EmbeddingSettings)
+            from zhiku.plugins import provider
+
+            inner = provider("zhiku.embedders", name)(settings)
     if not settings.cache:
         return inner
     return CachedEmbedder(inner, EmbeddingCache(settings.cache_dir / "embeddings.sqlite"))

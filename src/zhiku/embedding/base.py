@@ -25,10 +25,3 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray:
         """``(dim,)`` float32, L2-normalised."""
         ...
-
-
-def l2_normalise(m: np.ndarray) -> np.ndarray:
-    """Rows of ``m`` scaled to unit length (zero rows stay zero), as float32."""
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)

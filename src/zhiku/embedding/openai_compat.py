@@ -16,9 +16,9 @@ from functools import cached_property
 
 import numpy as np
 
-from zhiku.embedding.base import l2_normalise
 from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
+from zhiku.numeric import l2_normalise
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 
@@ -61,7 +61,7 @@ class OpenAIEmbedder:
         with self._dim_lock:
             if "_probed_dim" not in self.__dict__:  # one request tells the model's size
                 self.__dict__["_probed_dim"] = int(self._request(["dimension probe"]).shape[1])
-            return self.__dict__["_probed_dim"]
+            return int(self.__dict__["_probed_dim"])
 
     def _request(self, texts: list[str]) -> np.ndarray:
         payload: dict[str, object] = {"model": self.model, "input": texts}
@@ -112,4 +112,5 @@ class OpenAIEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._request([self.prefixes.query + text])[0]
+        row: np.ndarray = self._request([self.prefixes.query + text])[0]
+        return row

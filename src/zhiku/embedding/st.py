@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from zhiku.embedding.base import l2_normalise
 from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
 from zhiku.modelhub.hf import ModelFolder, import_sentence_transformers, resolve_device, resolve_model
 from zhiku.modelhub.pinning import HashMemo, Manifest, load_manifest
+from zhiku.numeric import l2_normalise
 
 
 class SentenceTransformerEmbedder:
@@ -126,4 +126,5 @@ class SentenceTransformerEmbedder:
         return self._encode([p + t for t in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._encode([self.prefixes.query + text])[0]
+        row: np.ndarray = self._encode([self.prefixes.query + text])[0]
+        return row

@@ -9,14 +9,10 @@ A YAML set::
       - query: 试用期最长多久
         category: 试用期
         expected:                     # any one match is a success ("any-match")
-          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path (default: any source)
+          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path
             section: 第二章 劳动合同的订立 > 第十九条   # optional: prefix of the section path, from any level
             page: 3                   # optional
-            contains: 试用期最长不得超过六个月  # optional: text the returned chunk holds (whitespace ignored)
         # reason: 第十九条 sets the probation limits
-
-An entry needs ``source`` or ``contains``; the fields it has must all hold. ``contains`` scores retrieval over long
-documents however they are chunked: a chunk counts when its text holds those characters.
 
 Both kinds load into one ``EvalSet``: every query has ``relevant`` targets and a ``label`` function that maps a
 retrieved chunk to a target id, so the same metric functions score both.
@@ -27,7 +23,9 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset, BeirDoc, load_beir
@@ -36,39 +34,29 @@ from zhiku.types import Chunk
 YAML_VERSION = 1
 UNCATEGORIZED = "未分类"
 QUERY_KEYS = ("query", "category", "expected", "id")
-EXPECTED_KEYS = ("source", "page", "section", "contains")
+EXPECTED_KEYS = ("source", "page", "section")
 SECTION_SEP = " > "
-
-
-def squash(text: str) -> str:
-    """``text`` without any whitespace (how ``contains`` compares: line breaks and spaces never matter)."""
-    return "".join(text.split())
 
 
 @dataclass(frozen=True)
 class Expected:
-    """One acceptable place for the answer: a source glob, optionally a page, a section prefix and a text the chunk
-    must contain (whitespace-insensitive)."""
+    """One acceptable place for the answer: a source glob, optionally a page and a section prefix."""
 
-    source: str = "*"
+    source: str
     page: int | None = None
     section: str | None = None
-    contains: str | None = None
 
-    def matches(self, chunk: Chunk, text: str | None = None) -> bool:
-        """Whether ``chunk`` satisfies every field; ``text`` (default: the chunk's text) is what ``contains`` searches
-        (the part of the chunk that fits a context budget)."""
+    def matches(self, chunk: Chunk) -> bool:
         if not fnmatch.fnmatchcase(chunk.source, self.source):
             return False
         if self.page is not None and chunk.page != self.page:
             return False
-        if self.section is not None and not section_matches(chunk.section, self.section):
-            return False
-        return self.contains is None or squash(self.contains) in squash(chunk.text if text is None else text)
+        return self.section is None or section_matches(chunk.section, self.section)
 
     def to_json(self) -> dict[str, Any]:
-        fields = (("source", self.source), ("page", self.page), ("section", self.section), ("contains", self.contains))
-        return {k: v for k, v in fields if v is not None}
+        return {
+            k: v for k, v in (("source", self.source), ("page", self.page), ("section", self.section)) if v is not None
+        }
 
 
 def section_matches(section: str, prefix: str) -> bool:
@@ -89,13 +77,12 @@ class EvalQuery:
     relevant: dict[str, int]  # target id -> grade (> 0)
     expected: tuple[Expected, ...] = ()  # YAML sets: the targets are "expected[i]"
 
-    def label(self, chunk: Chunk, text: str | None = None) -> str:
-        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches
-        (``text``: the part of the chunk that was returned, default all of it)."""
+    def label(self, chunk: Chunk) -> str:
+        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches."""
         if not self.expected:
             return chunk.source
         for i, e in enumerate(self.expected):
-            if e.matches(chunk, text):
+            if e.matches(chunk):
                 return f"expected[{i}]"
         return f"chunk:{chunk.chunk_id}"
 
@@ -133,31 +120,103 @@ def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
 
 
 # ------------------------------------------------------------------------------------------- YAML
-def _where(path: Path, node: Any) -> str:
-    return f"{path}:{node.start_mark.line + 1}"
+# The YAML schema as pydantic models (strict: no coercion of 3 to "3" or "3" to 3); a validation error becomes one
+# line naming the file, the line (from the YAML node marks) and the field, with the fix.
+_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
-def _scalar(node: Any) -> Any:
-    """The Python value of a YAML scalar node (int, str, …) as safe_load would give it."""
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _ExpectedEntry(_Strict):
+    source: _Text
+    page: Annotated[int, Field(ge=1)] | None = None
+    section: _Text | None = None
+
+
+class _QueryEntry(_Strict):
+    query: _Text
+    category: _Text = UNCATEGORIZED
+    expected: Annotated[list[_ExpectedEntry], Field(min_length=1)]
+    id: str | int | None = None
+
+
+class _YamlSet(_Strict):
+    version: Literal[1]
+    description: str = ""
+    queries: Annotated[list[_QueryEntry], Field(min_length=1)]
+
+
+# What each field must be, and what to add when it is missing (by field name; the line and path come from the error).
+_MUST = {
+    "query": "must be non-empty text",
+    "category": "must be non-empty text",
+    "source": "must be non-empty text",
+    "section": "must be non-empty text",
+    "description": "must be text",
+    "page": "must be a page number ≥ 1, got {value!r}",
+    "queries": "must be a non-empty list of `- query: …` entries",
+    "expected": "must be a non-empty list of `{{source: …, page: …, section: …}}`",
+    "id": "must be text or a number",
+}
+_MISSING = {
+    "version": f": add `version: {YAML_VERSION}`",
+    "queries": ": add a list of `- query: …` entries",
+    "expected": ": list where the answer is, e.g. `expected: [{source: 劳动合同法.md}]`",
+    "source": " (a path or glob, e.g. 劳动合同法*.md)",
+}
+_MAPPING_EXAMPLE = {
+    0: "`version: 1`",
+    2: "`- query: 试用期最长多久`",
+    4: "`{source: 劳动合同法.md, section: 第十九条}`",
+}
+_Loc = tuple[str | int, ...]
+
+
+def _node_lines(node: Any, loc: _Loc, lines: dict[_Loc, int]) -> None:
+    """``lines[loc]``: the 1-based line of every value in the YAML tree (and of each mapping key, at loc + key)."""
     import yaml
 
-    return yaml.safe_load(yaml.serialize(node))
+    lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = yaml.safe_load(yaml.serialize(key_node))
+            lines[loc + ("key", key)] = key_node.start_mark.line + 1
+            _node_lines(value_node, loc + (key,), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _node_lines(item, (*loc, i), lines)
 
 
-def _mapping(path: Path, node: Any, what: str, allowed: tuple[str, ...], example: str) -> dict[str, Any]:
-    import yaml
+def _dotted(loc: _Loc) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
 
-    if not isinstance(node, yaml.MappingNode):
-        raise InvalidInput(f"{_where(path, node)}: {what} must be a mapping, e.g. {example}")
-    out: dict[str, Any] = {}
-    for key_node, value_node in node.value:
-        key = _scalar(key_node)
-        if key not in allowed:
-            raise InvalidInput(
-                f"{_where(path, key_node)}: {what}: unknown field {key!r} (allowed: {', '.join(allowed)})"
-            )
-        out[key] = value_node
-    return out
+
+def _message(path: Path, error: Any, lines: dict[_Loc, int]) -> str:
+    """One pydantic error as ``file:line: field: what is wrong (the fix)``."""
+    loc: _Loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p in ("str", "int", "list")))
+    kind, field, parent = error["type"], loc[-1] if loc else "", loc[:-1]
+    line = lines.get(loc) or lines.get(parent) or lines.get(())
+    where = f"{path}:{line}" if line else str(path)
+    if kind == "extra_forbidden":
+        allowed = {0: "version, description, queries", 2: ", ".join(QUERY_KEYS), 4: ", ".join(EXPECTED_KEYS)}
+        what = _dotted(parent) if parent else "the top level"
+        line = lines.get((*parent, "key", field), line)
+        return f"{path}:{line}: {what}: unknown field {field!r} (allowed: {allowed.get(len(parent), '')})"
+    if kind == "missing":
+        name = _dotted(loc) if parent else f"`{field}`"
+        return f"{where}: {name} is missing{_MISSING.get(str(field), '')}"
+    if kind in ("model_type", "dict_type"):
+        return (
+            f"{where}: {_dotted(loc) or 'the top level'} must be a mapping, e.g. {_MAPPING_EXAMPLE.get(len(loc), '')}"
+        )
+    if field == "version":
+        return f"{where}: version: {error['input']!r} is not supported (use {YAML_VERSION})"
+    if isinstance(field, int):  # an item of a list that is not a list: the list itself is wrong
+        loc, field = parent, parent[-1]
+    must = _MUST.get(str(field), error["msg"]).format(value=error["input"])
+    return f"{where}: {_dotted(loc)} {must}"
 
 
 def load_yaml_set(path: Path) -> EvalSet:
@@ -175,77 +234,22 @@ def load_yaml_set(path: Path) -> EvalSet:
         raise InvalidInput(f"{path}{line}: not valid YAML ({e.problem})") from None
     if root is None:
         raise InvalidInput(f"{path}: the file is empty: it needs `version: 1` and `queries:`")
-    top = _mapping(path, root, "the top level", ("version", "description", "queries"), "`version: 1`")
-    if "version" not in top:
-        raise InvalidInput(f"{_where(path, root)}: `version` is missing: add `version: {YAML_VERSION}`")
-    version = _scalar(top["version"])
-    if version != YAML_VERSION:
-        raise InvalidInput(
-            f"{_where(path, top['version'])}: version: {version!r} is not supported (use {YAML_VERSION})"
-        )
-    description = _scalar(top["description"]) if "description" in top else ""
-    if not isinstance(description, str):
-        raise InvalidInput(f"{_where(path, top['description'])}: description must be text")
-    if "queries" not in top:
-        raise InvalidInput(f"{_where(path, root)}: `queries` is missing: add a list of `- query: …` entries")
-    qnode = top["queries"]
-    if not isinstance(qnode, yaml.SequenceNode) or not qnode.value:
-        raise InvalidInput(f"{_where(path, qnode)}: queries must be a non-empty list of `- query: …` entries")
+    lines: dict[_Loc, int] = {}
+    _node_lines(root, (), lines)
+    try:
+        data = _YamlSet.model_validate(yaml.safe_load(yaml.serialize(root)))
+    except ValidationError as e:
+        first = min(e.errors(), key=lambda err: err["type"] != "extra_forbidden")  # a typo explains a missing field
+        raise InvalidInput(_message(path, first, lines)) from None
     queries: list[EvalQuery] = []
     seen: set[str] = set()
-    for n, item in enumerate(qnode.value):
-        where = f"queries[{n}]"
-        q = _mapping(path, item, where, QUERY_KEYS, "`- query: 试用期最长多久`")
-        if "query" not in q:
-            raise InvalidInput(f"{_where(path, item)}: {where}.query is missing")
-        text = _scalar(q["query"])
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"{_where(path, q['query'])}: {where}.query must be non-empty text")
-        category = _scalar(q["category"]) if "category" in q else UNCATEGORIZED
-        if not isinstance(category, str) or not category.strip():
-            raise InvalidInput(f"{_where(path, q['category'])}: {where}.category must be non-empty text")
-        qid = str(_scalar(q["id"])) if "id" in q else f"q{n + 1}"
+    for n, q in enumerate(data.queries):
+        qid = str(q.id) if q.id is not None else f"q{n + 1}"
         if qid in seen:
-            raise InvalidInput(f"{_where(path, q.get('id', item))}: {where}.id {qid!r} is used twice")
+            at = lines.get(("queries", n, "id")) or lines[("queries", n)]
+            raise InvalidInput(f"{path}:{at}: queries[{n}].id {qid!r} is used twice")
         seen.add(qid)
-        if "expected" not in q:
-            raise InvalidInput(
-                f"{_where(path, item)}: {where}.expected is missing: list where the answer is, "
-                "e.g. `expected: [{source: 劳动合同法.md}]`"
-            )
-        enode = q["expected"]
-        if not isinstance(enode, yaml.SequenceNode) or not enode.value:
-            raise InvalidInput(
-                f"{_where(path, enode)}: {where}.expected must be a non-empty list of "
-                "`{source: …, page: …, section: …, contains: …}`"
-            )
-        expected = tuple(_expected(path, e, f"{where}.expected[{i}]") for i, e in enumerate(enode.value))
-        queries.append(
-            EvalQuery(
-                qid, text.strip(), category.strip(), {f"expected[{i}]": 1 for i in range(len(expected))}, expected
-            )
-        )
-    return EvalSet(path.stem, "yaml", tuple(queries), description=description.strip(), path=str(path))
-
-
-def _text_field(path: Path, e: dict[str, Any], key: str, where: str) -> str | None:
-    value = _scalar(e[key]) if key in e else None
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise InvalidInput(f"{_where(path, e[key])}: {where}.{key} must be non-empty text")
-    return value.strip() if value is not None else None
-
-
-def _expected(path: Path, node: Any, where: str) -> Expected:
-    e = _mapping(path, node, where, EXPECTED_KEYS, "`{source: 劳动合同法.md, section: 第十九条}`")
-    if "source" not in e and "contains" not in e:
-        raise InvalidInput(
-            f"{_where(path, node)}: {where} needs `source` (a path or glob, e.g. 劳动合同法*.md) "
-            "or `contains` (text the chunk holds), or both"
-        )
-    source = _text_field(path, e, "source", where)
-    page = _scalar(e["page"]) if "page" in e else None
-    if page is not None and (isinstance(page, bool) or not isinstance(page, int) or page < 1):
-        raise InvalidInput(f"{_where(path, e['page'])}: {where}.page must be a page number ≥ 1, got {page!r}")
-    return Expected(
-        source or "*", page, _text_field(path, e, "section", where), _text_field(path, e, "contains", where)
-    )
+        expected = tuple(Expected(e.source, e.page, e.section) for e in q.expected)
+        relevant = {f"expected[{i}]": 1 for i in range(len(expected))}
+        queries.append(EvalQuery(qid, q.query, q.category, relevant, expected))
+    return EvalSet(path.stem, "yaml", tuple(queries), description=data.description.strip(), path=str(path))

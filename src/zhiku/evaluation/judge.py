@@ -1,6 +1,7 @@
 """An LLM judge over an OpenAI-compatible ``/v1/chat/completions`` endpoint, with an on-disk cache.
 
-The client uses the standard library only (``urllib``); responses are JSON objects the prompts ask for.
+Requests go through the shared ``OpenAICompatibleClient`` (retries on 429/5xx/timeouts, ``Retry-After``); responses
+are JSON objects the prompts ask for.
 A response that is not valid JSON is a ``JudgeError`` (and is never cached), so a later run asks again.
 """
 
@@ -8,15 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sqlite3
-import threading
-import urllib.error
-import urllib.request
-from pathlib import Path
 from typing import Any
 
 from zhiku.errors import ZhikuError
+from zhiku.llm.cache import ReplyCache, json_object_in
+from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 CACHE_FILE = "judge.sqlite"
 
@@ -35,43 +32,13 @@ def chat_url(base_url: str) -> str:
 
 def parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a model's reply (a ```json fence or surrounding prose is tolerated)."""
-    body = text.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
-    if fence:
-        body = fence.group(1).strip()
-    if not body.startswith("{"):
-        start, end = body.find("{"), body.rfind("}")
-        body = body[start : end + 1] if 0 <= start < end else body
     try:
-        value = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise JudgeError(f"the judge did not reply with JSON ({e.msg} at char {e.pos}): {text[:80]!r}") from None
-    if not isinstance(value, dict):
-        raise JudgeError(f"the judge replied with JSON {type(value).__name__}, not an object: {text[:80]!r}")
-    return value
+        return json_object_in(text)
+    except ValueError as e:
+        raise JudgeError(f"the judge {e}") from None
 
 
-class JudgeCache:
-    """``responses(key, content)`` in SQLite; the key hashes the model and the messages."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("create table if not exists responses(key text primary key, content text not null)")
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("select content from responses where key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def put(self, key: str, content: str) -> None:
-        with self._lock:
-            self._db.execute("insert or replace into responses values (?, ?)", (key, content))
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+JudgeCache = ReplyCache  # the judge's responses: ``judge.sqlite`` in the cache folder
 
 
 class JudgeClient:
@@ -92,6 +59,9 @@ class JudgeClient:
         self.timeout = timeout
         self.cache = cache
         self.calls = 0
+        self._client = OpenAICompatibleClient(
+            self.url.removesuffix("/chat/completions"), api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25
+        )
 
     def ask(self, system: str, user: str) -> dict[str, Any]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -107,25 +77,13 @@ class JudgeClient:
         return value
 
     def _post(self, messages: list[dict[str, str]]) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0}).encode("utf-8")
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        payload = {"model": self.model, "messages": messages, "temperature": 0}
         self.calls += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 (a configured URL)
-                payload = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            raise JudgeError(
-                f"the judge at {self.url} answered HTTP {e.code}: {e.read()[:200].decode('utf-8', 'replace')}"
-            ) from None
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise JudgeError(f"cannot reach the judge at {self.url}: {reason} (check judge.base_url)") from None
-        except json.JSONDecodeError:
-            raise JudgeError(f"the judge at {self.url} did not return an OpenAI-style JSON response") from None
-        try:
-            return str(payload["choices"][0]["message"]["content"])
-        except (KeyError, IndexError, TypeError):
-            raise JudgeError(f"the judge at {self.url} returned no choices[0].message.content") from None
+            return self._client.chat(payload).content
+        except HttpApiError as e:
+            if e.status is not None and e.status < 300:
+                raise JudgeError(f"the judge at {self.url} did not return an OpenAI-style JSON response") from None
+            if e.status is not None:
+                raise JudgeError(f"the judge at {self.url} answered HTTP {e.status}: {e}") from None
+            raise JudgeError(f"cannot reach the judge at {self.url}: {e} (check judge.base_url)") from None

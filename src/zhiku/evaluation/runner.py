@@ -8,37 +8,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from zhiku.api import KnowledgeBase
-from zhiku.embedding.cache import caching_queries
-from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
-from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, percentile, score
+from zhiku.evaluation.metrics import parse_metric, score
+from zhiku.numeric import percentile
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
-BUDGETS = (2000, 4000)  # context budgets (characters) every run reports: hit_chars@2000, hit_chars@4000
 ProgressFn = Callable[[int, int, str], None]
 
 
-def standard_metrics(k: int, budget: int | None = None) -> list[str]:
+def standard_metrics(k: int) -> list[str]:
     """The metrics every run reports (the ``--json`` keys of `zhiku eval`)."""
-    names = [f"ndcg@{k}", f"recall@{k}", f"recall@{RECALL_DEPTH}", f"mrr@{k}", "hit@1", "hit@5"]
-    names += [f"{BUDGET_METRIC}@{b}" for b in (*BUDGETS, *([budget] if budget else []))]
-    return list(dict.fromkeys(names))
-
-
-def within_budget(q: EvalQuery, hits: Sequence[Hit], chars: int) -> list[str]:
-    """The targets (best first, once each) of the text an agent reads when it cuts the ranked chunks' text at
-    ``chars`` characters: a chunk counts if some of it is inside, and a ``contains`` expectation only if its text is
-    inside the part that fits."""
-    labels: list[str] = []
-    used = 0
-    for h in hits:
-        if used >= chars:
-            break
-        labels.append(q.label(h.chunk, h.chunk.text[: chars - used]))
-        used += len(h.chunk.text)
-    return list(dict.fromkeys(labels))
+    return list(dict.fromkeys([f"ndcg@{k}", f"recall@{k}", f"recall@{RECALL_DEPTH}", f"mrr@{k}", "hit@1", "hit@5"]))
 
 
 @dataclass(frozen=True)
@@ -98,13 +80,10 @@ class EvalResult:
     kind: str = "beir"
     variant: str = ""
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
-    budget: int | None = None  # ranking metrics count only the text within the first `budget` characters
 
     def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
         out: dict[str, Any] = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
-        if self.budget is not None:
-            out["budget"] = self.budget
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
         if self.indexing is not None:
@@ -187,21 +166,15 @@ def evaluate(
     variant: str = "",
     options: Mapping[str, Any] | None = None,
     on_progress: ProgressFn | None = None,
-    budget: int | None = None,
 ) -> EvalResult:
     """Search every query (deep enough for recall@100) and score the ranked targets against the judgements.
 
     A hit's target is its document (BEIR) or the first expected entry it matches (YAML); repeated targets
     count once, at their best position. ``options`` are extra keyword arguments of ``kb.retrieve`` (variants).
-    ``budget``: the ranking metrics see only the text within the first ``budget`` characters (chunks compared at
-    equal context cost); ``hit_chars@N`` metrics always cut at their own N.
     """
     evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else dataset
-    if budget is not None and budget < 1:
-        raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
-    names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
-    cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
-    depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
+    names = list(dict.fromkeys(standard_metrics(k) + list(extra_metrics)))
+    depth = max([RECALL_DEPTH, k] + [parse_metric(n)[1] for n in names])
     keep = k if keep_hits is None else keep_hits
     sums = dict.fromkeys(names, 0.0)
     by_category: dict[str, dict[str, float]] = {}
@@ -210,18 +183,14 @@ def evaluate(
     rerank: dict[str, int] = {}
     for n, q in enumerate(evalset.queries, 1):
         started = time.perf_counter()
-        with caching_queries(kb.embedder if mode != "bm25" else None):
-            r = kb.retrieve(
-                q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {})
-            )
+        r = kb.retrieve(q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {}))
         latency = (time.perf_counter() - started) * 1000
         latencies.append(latency)
         if r.rerank != "off":
             outcome = r.rerank.split(":", 1)[0]
             rerank[outcome] = rerank.get(outcome, 0) + 1
-        by_budget = {c: within_budget(q, r.hits, c) for c in cuts}
-        ranked = by_budget[budget] if budget else list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
-        values = score(names, ranked, q.relevant, by_budget)
+        ranked = list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
+        values = score(names, ranked, q.relevant)
         first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
         records.append(
             QueryRecord(
@@ -259,7 +228,6 @@ def evaluate(
         kind=evalset.kind,
         variant=variant,
         rerank=rerank,
-        budget=budget,
     )
 
 

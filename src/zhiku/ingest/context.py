@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from zhiku.types import Chunk
-
 
 def index_text(title: str, section: str, text: str, captions: Sequence[str] = (), *, context: bool = True) -> str:
     """What is embedded and tokenised for a chunk: (with ``context``) its title/section path, its text, then the
@@ -23,10 +21,6 @@ def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()
     body = f"{head}\n{text}" if head else text
     extra = [c for c in dict.fromkeys(captions) if c and c not in text]
     return body + "".join(f"\n图片：{c}" for c in extra)
-
-
-def chunk_index_texts(title: str, chunks: Sequence[Chunk], *, context: bool = True) -> list[str]:
-    return [index_text(title, c.section, c.text, [im.caption for im in c.images], context=context) for c in chunks]
 
 
 @runtime_checkable

@@ -14,18 +14,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.context import check_window, chunk_index_texts
+from zhiku.ingest.context import check_window, index_text
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.observability.tracing import mark, span
+from zhiku.ingest.progress import embed_with_notes, notes
+from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
+from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import (
     Chunk,
@@ -93,6 +93,7 @@ class _Prepared:
     status: str  # added | updated
     path: str
     images: tuple[SourceImage, ...] = ()
+    batch: DocumentBatch | None = None  # the chunks with what the transforms added
 
 
 class Ingestor:
@@ -100,7 +101,7 @@ class Ingestor:
 
     def __init__(
         self,
-        store: Store,
+        store: Writer,
         embedder: Embedder,
         text: TextProcessor,
         chunking: ChunkingSettings,
@@ -109,6 +110,7 @@ class Ingestor:
         images: ImageStore | None = None,
         retry_needs_ocr: bool = False,
         ocr_setting: str = "auto",
+        transforms: TransformStage | None = None,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available)."""
@@ -120,6 +122,7 @@ class Ingestor:
         self.images = images
         self.retry_needs_ocr = retry_needs_ocr
         self.ocr_setting = ocr_setting
+        self.transforms = transforms
         self._needs_ocr: list[OcrNeeded] = []
         self._over_window = 0
 
@@ -164,6 +167,8 @@ class Ingestor:
             nonlocal written
             written += self._write(pending, added, updated, failures)
             pending.clear()
+
+        self._note = notes(on_progress, lambda: len(added) + len(updated) + len(skipped) + len(pending), len(tasks))
 
         for n, task in enumerate(tasks, 1):
             if on_progress:
@@ -230,6 +235,7 @@ class Ingestor:
             dry_run=dry_run,
             needs_ocr=tuple(self._needs_ocr),
             chunks_over_window=self._over_window,
+            transforms=self.transforms.report() if self.transforms else None,
         )
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
@@ -276,6 +282,7 @@ class Ingestor:
             elapsed_s=time.perf_counter() - started,
             needs_ocr=tuple(self._needs_ocr),
             chunks_over_window=self._over_window,
+            transforms=self.transforms.report() if self.transforms else None,
         )
 
     # -- steps -----------------------------------------------------------------------------------
@@ -284,7 +291,7 @@ class Ingestor:
         with span("split") as sp:
             chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
             sp.set(counts={"documents": 1, "chunks": len(chunks)})
-        mark("transform", reason="no transforms configured")
+        batch = run_transforms(self.transforms, doc, doc_id, chunks)
         if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
             raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
         record = DocRecord(
@@ -303,10 +310,17 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = chunk_index_texts(doc.title, chunks, context=self.chunking.index_context)
+        context = self.chunking.index_context
+        chunks, texts = (
+            list(batch.chunks),
+            TransformStage.index_texts(
+                batch,
+                lambda title, section, text, captions: index_text(title, section, text, captions, context=context),
+            ),
+        )
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
-        return _Prepared(record, chunks, texts, status, path, images)
+        return _Prepared(record, chunks, texts, status, path, images, batch)
 
     def _write(
         self, pending: list[_Prepared], added: list[str], updated: list[str], failures: list[FileFailure]
@@ -316,9 +330,7 @@ class Ingestor:
         all_texts = [t for p in pending for t in p.texts]
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
-            vectors = (
-                self.embedder.embed_documents(all_texts) if all_texts else np.zeros((0, self.embedder.dim), np.float32)
-            )  # only scans without text
+            vectors = embed_with_notes(self.embedder, all_texts, getattr(self, "_note", None))  # [] for scans
             window = check_window(self.embedder, all_texts)
             self._over_window += len(window.over)
             sp.set(
@@ -357,6 +369,8 @@ class Ingestor:
             self.store.record_ingestion(
                 IngestionRecord(p.path, p.doc.collection, p.doc.sha256, p.doc.size, p.status, note, n, time.time())
             )
+            if self.transforms is not None and p.batch is not None:  # after the write: never for a lost chunk
+                self.transforms.commit(p.batch, p.doc.collection)
             written += n
         return written
 

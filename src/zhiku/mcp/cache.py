@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
+
+from cachetools import TTLCache
 
 V = TypeVar("V")
 
@@ -25,13 +26,16 @@ def cache_key(tool: str, index_version: int, args: Mapping[str, Any]) -> str:
 
 
 class ResultCache(Generic[V]):
-    """At most ``size`` entries, each valid for ``ttl_s`` seconds; ``size == 0`` or ``ttl_s == 0`` turns it off."""
+    """At most ``size`` entries, each valid for ``ttl_s`` seconds; ``size == 0`` or ``ttl_s == 0`` turns it off.
+
+    A ``cachetools.TTLCache`` (least recently used first out when full; an entry expires once ``clock()``
+    reaches its insertion time + ``ttl_s``) behind a lock, with hit and miss counts.
+    """
 
     def __init__(self, size: int, ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.size = size
         self.ttl_s = ttl_s
-        self._clock = clock
-        self._items: OrderedDict[str, tuple[float, V]] = OrderedDict()
+        self._items: TTLCache[str, V] | None = TTLCache(size, ttl_s, timer=clock) if self.enabled else None
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -41,31 +45,29 @@ class ResultCache(Generic[V]):
         return self.size > 0 and self.ttl_s > 0
 
     def get(self, key: str) -> V | None:
-        if not self.enabled:
+        if self._items is None:
             return None
         with self._lock:
-            item = self._items.get(key)
-            if item is None or item[0] <= self._clock():
-                if item is not None:
-                    del self._items[key]
+            value = self._items.get(key)
+            if value is None:
                 self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return item[1]
+            else:
+                self.hits += 1
+            return value
 
     def put(self, key: str, value: V) -> None:
-        if not self.enabled:
+        if self._items is None:
             return
         with self._lock:
-            self._items[key] = (self._clock() + self.ttl_s, value)
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
+            self._items[key] = value
 
     def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+        if self._items is not None:
+            with self._lock:
+                self._items.clear()
 
     def __len__(self) -> int:
-        return len(self._items)
+        if self._items is None:
+            return 0
+        with self._lock:
+            return len(self._items)

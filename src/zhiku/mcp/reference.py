@@ -23,7 +23,7 @@ _BOUNDS = (
 
 def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in schema:
         return " \\| ".join(_type(s, defs) for s in schema["anyOf"])
     t = schema.get("type", "any")

@@ -10,8 +10,8 @@ Hugging Face cache folder belongs to (``models--ORG--NAME/snapshots/REV``), or t
 largest file (its weights) the folder holds with the same size (a local copy). A folder that matches nothing
 is ``unknown``: it loads, unverified. ``zhiku models verify PATH --id ID`` checks a folder against one entry whatever it holds.
 
-Hashing a 2 GB model takes seconds, so hashes are remembered by (absolute path, size, mtime) in
-``<cache_dir>/model_hashes.json``; ``zhiku models verify`` always re-reads the files.
+Hashing a model reads every byte of its files (gigabytes for the larger ones), so hashes are remembered by
+(absolute path, size, mtime) in ``<cache_dir>/model_hashes.json``; ``zhiku models verify`` always re-reads the files.
 """
 
 from __future__ import annotations

@@ -5,10 +5,13 @@ Split from ``tracing`` so that exporters (``otel``) depend on the records, not o
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import logging
+import queue
 import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,30 +146,72 @@ class MemorySink:
 class JsonlSink:
     """Appends one JSON line per trace to ``path``; rotates to ``path.1`` … ``path.N`` past ``max_bytes``.
 
-    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``.
+    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``. With
+    ``background=True`` (the default) ``write`` only queues the trace: one writer thread serialises and appends
+    what is queued, so a query neither pays for the JSON nor waits for another query's ``flock``. Readers in
+    this process (``read_traces``) and interpreter exit flush the queue first.
     """
 
-    def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3) -> None:
+    def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3, background: bool = True) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
+        self.background = background
+        self._queue: queue.Queue[Trace] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
 
     def write(self, trace: Trace) -> None:
-        line = (json.dumps(trace.to_json(), ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode(
-            "utf-8"
-        )
-        with open(self.path, "ab") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
+        if not self.background:
+            self._append([trace])
+            return
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    _PENDING.add(self)
+                    self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
+                    self._thread.start()
+        self._queue.put(trace)
+
+    def flush(self) -> None:
+        """Wait until every queued trace is in the file."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 256:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
             try:
-                size = f.seek(0, 2)
-                if size and size + len(line) > self.max_bytes:
-                    self._rotate()
-                    with open(self.path, "ab") as fresh:
-                        fresh.write(line)
-                else:
-                    f.write(line)
+                self._append(batch)
+            except Exception as e:  # a full disk must never stop the writer (or fail a query)
+                log.warning("could not write %d trace(s) to %s: %s", len(batch), self.path, e)
             finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+                for _ in batch:
+                    self._queue.task_done()
+
+    def _append(self, traces: list[Trace]) -> None:
+        lines = [
+            (json.dumps(t.to_json(), ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+            for t in traces
+        ]
+        for line in lines:
+            with open(self.path, "ab") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    size = f.seek(0, 2)
+                    if size and size + len(line) > self.max_bytes:
+                        self._rotate()
+                        with open(self.path, "ab") as fresh:
+                            fresh.write(line)
+                    else:
+                        f.write(line)
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
 
     def _rotate(self) -> None:
         if self.backups <= 0:
@@ -179,6 +224,18 @@ class JsonlSink:
                 newer.replace(older)
 
 
+_PENDING: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
+
+
+def flush_traces() -> None:
+    """Write every trace still queued by this process's ``JsonlSink`` writers."""
+    for sink in list(_PENDING):
+        sink.flush()
+
+
+atexit.register(flush_traces)
+
+
 def trace_files(path: Path, backups: int = 9) -> list[Path]:
     """``path`` and its rotated backups that exist, newest first."""
     files = [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
@@ -187,6 +244,7 @@ def trace_files(path: Path, backups: int = 9) -> list[Path]:
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
     """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first; bad lines are skipped."""
+    flush_traces()
     out: list[Trace] = []
     for f in trace_files(Path(path)):
         lines = f.read_text(encoding="utf-8", errors="replace").splitlines()

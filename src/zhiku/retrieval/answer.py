@@ -16,25 +16,51 @@ from zhiku.types import Answer, Citation, Hit, SearchMode
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
 
+def flatten(text: str) -> str:
+    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line, set off by blank
+    lines (a table flattened into one line, ``| | (1) | (2) | | --- |…``, is unreadable)."""
+    if "\n" not in text:
+        return text
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        s = line.strip()
+        kind = "table" if s.startswith("|") else "prose"
+        if not s:
+            continue
+        if not blocks or blocks[-1][0] != kind:
+            blocks.append([kind])
+        blocks[-1].append(s)
+    return "\n\n".join("\n".join(b[1:]) if b[0] == "table" else " ".join(" ".join(b[1:]).split()) for b in blocks)
+
+
 def snippet(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 %."""
-    text = " ".join(text.split()) if "\n" in text else text
+    """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 % (inside a
+    table: after its last whole row)."""
+    text = flatten(text)
     if len(text) <= limit:
         return text
     head = text[: max(limit - 1, 1)]
+    row_end = head.rfind("\n")
+    if row_end > 0 and head[row_end + 1 :].startswith("|"):  # cut inside a table row: keep whole rows only
+        return head[:row_end].rstrip() + "\n\n…"
     ends = [m.end() for m in _SENTENCE_END.finditer(head)]
     cut = ends[-1] if ends and ends[-1] >= 0.6 * len(head) else len(head)
     return head[:cut].rstrip() + "…"
 
 
 def _sentence_starts(text: str) -> list[int]:
+    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header."""
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
-    return sorted({s for s in starts if s < len(text)})
+    rows = [(m.start(), m.end()) for m in re.finditer(r"(?m)^\|.*$", text)]
+    headers = {a for a, _ in rows if a < 2 or text[a - 2 : a] == "\n\n"}  # a table's first row follows a blank line
+    inside = [(a, b) for a, b in rows if a not in headers] + [(a + 1, b) for a, b in rows if a in headers]
+    return sorted({s for s in starts if s < len(text) and not any(a <= s <= b for a, b in inside)})
 
 
 def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
     """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
     distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms."""
+    text = flatten(text)
     if len(text) <= limit or not terms:
         return snippet(text, limit)
     best_key, best_start = (-1, -1, 0), 0
@@ -49,7 +75,7 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     if best_start == 0:
         return snippet(text, limit)
     body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
-    return "…" + body
+    return "…\n\n" + body if body.startswith("|") else "…" + body
 
 
 def cite(hit: Hit) -> str:
@@ -82,8 +108,12 @@ def _render(
             "",
         ]
     for n, hit in enumerate(hits, 1):
-        where = f" ({hit.chunk.section})" if hit.chunk.section else ""
-        lines.append(f"[{n}] {focused_snippet(hit.chunk.text, limit, terms, normalize)}{where}")
+        text = focused_snippet(hit.chunk.text, limit, terms, normalize)
+        where = f"({hit.chunk.section})" if hit.chunk.section else ""
+        # a table must start and end its own block, or Markdown renders its rows as one paragraph
+        head = f"[{n}]\n\n" if text.startswith("|") else f"[{n}] "
+        tail = f"\n\n{where}" if where and text.rsplit("\n", 1)[-1].startswith("|") else f" {where}" if where else ""
+        lines.append(head + text + tail)
         lines.append("")
     lines.append("**来源 / Sources**")
     lines.append("")

@@ -49,9 +49,8 @@ def zscore_fusion(
     Each ranking's scores are standardised (``(s - mean) / std`` over that ranking's candidates), so BM25's
     unbounded scores and cosine similarities become comparable, and a channel that is *sure* (one candidate
     far above the rest) weighs more than a flat one — what RRF, which sees only ranks, cannot do. A candidate
-    missing from a ranking gets that ranking's lowest standardised score (scoring it as BM25's 0 instead was
-    measured worse: meddialog nDCG@10 0.306 vs 0.318, bench/RESULTS.md). Returns ``(chunk_id, score)`` best
-    first; ties broken by id.
+    missing from a ranking gets that ranking's lowest standardised score (it ranks below every candidate the
+    channel found). Returns ``(chunk_id, score)`` best first; ties broken by id.
     """
     if weights is None:
         weights = [1.0] * len(rankings)

@@ -360,16 +360,15 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | N
                 memo=HashMemo(cache_dir / HASH_MEMO),
             )
         case "llm":
-            from zhiku.openai_http import OpenAICompatibleClient
+            from zhiku.openai_http import client_from
 
             assert settings.model is not None and settings.base_url is not None
-            client = OpenAICompatibleClient(
-                settings.base_url,
-                timeout=settings.timeout,
-                max_retries=1,
-                api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-            )
+            client = client_from(settings, max_retries=1)
             return LLMReranker(client, settings.model, max_chars=settings.max_chars, timeout=settings.timeout)
+        case str(name):  # "plugin:NAME", a `zhiku.rerankers` entry point: a factory f(RerankSettings)
+            from zhiku.plugins import provider
+
+            return provider("zhiku.rerankers", name)(settings)  # type: ignore[no-any-return]
 
 
 def parse_reranker_spec(spec: str) -> dict[str, Any]:
@@ -383,6 +382,9 @@ def parse_reranker_spec(spec: str) -> dict[str, Any]:
             return {"provider": "cross-encoder", "model": model}
         case "llm":
             return {"provider": "llm", **({"model": model} if model else {})}
+        case "plugin" if model:
+            return {"provider": f"plugin:{model}"}
     raise InvalidInput(
-        f"--reranker {spec!r}: use none, cross-encoder:MODEL_OR_FOLDER, llm or llm:MODEL (with rerank.base_url set)"
+        f"--reranker {spec!r}: use none, cross-encoder:MODEL_OR_FOLDER, llm or llm:MODEL (with rerank.base_url set), "
+        "or plugin:NAME"
     )

@@ -1,24 +1,27 @@
-"""The query pipeline: parse → BM25 and dense retrieval in parallel → fusion → rerank (optional) → hits."""
+"""The query pipeline: parse → BM25 (the query is embedded meanwhile in a worker) → dense → fusion → rerank."""
 
 from __future__ import annotations
 
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
-from zhiku.observability.tracing import changes_data, fusion_rank_changes, mark, rank_changes, span
+from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
+from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
+DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ def check_top_k(top_k: int) -> int:
 def check_mode(mode: str) -> SearchMode:
     if mode not in MODES:
         raise InvalidInput(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Retrieval:
     dense: tuple[ScoredId, ...]
     hits: tuple[Hit, ...]
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
+    rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
+    queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
 
 
 class Searcher:
@@ -67,7 +72,7 @@ class Searcher:
 
     def __init__(
         self,
-        store: Store,
+        store: Retriever,
         embedder: Embedder,
         text: TextProcessor,
         settings: RetrievalSettings,
@@ -80,7 +85,8 @@ class Searcher:
         self.settings = settings
         self.reranker = reranker
         self.rerank_settings = rerank or RerankSettings()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zhiku-dense")
+        # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
+        self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -188,7 +194,7 @@ class Searcher:
             outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
             if sp.active:
                 candidates = min(r.top_m, len(hits))
-                data = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
+                data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
                 if outcome.ok:
                     changes = rank_changes(
                         {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},

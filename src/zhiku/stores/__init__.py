@@ -6,7 +6,7 @@ from contextlib import suppress
 
 from zhiku.errors import ConfigError
 from zhiku.settings import Settings
-from zhiku.stores.base import Store
+from zhiku.stores.base import Catalogue, IndexAdmin, Retriever, Store, Writer
 from zhiku.stores.sqlite import IndexNotFound, SQLiteStore
 
 
@@ -32,4 +32,4 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     raise ConfigError(f"unknown store.kind {kind!r}: use 'sqlite' or 'milvus'")
 
 
-__all__ = ["IndexNotFound", "SQLiteStore", "Store", "open_store"]
+__all__ = ["Catalogue", "IndexAdmin", "IndexNotFound", "Retriever", "SQLiteStore", "Store", "Writer", "open_store"]

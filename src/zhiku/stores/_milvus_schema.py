@@ -20,7 +20,7 @@ import types
 import typing
 from collections.abc import Sequence
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
@@ -85,8 +85,11 @@ def _decode(tp: Any, value: Any) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
-    hints = _hints(cls)
-    return cls(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})  # type: ignore[call-arg]
+    klass: Any = cls  # a dataclass; T is unbound, so mypy cannot see its fields
+    hints = _hints(klass)
+    return cast(
+        T, klass(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(klass) if f.name in data})
+    )
 
 
 def from_json(cls: type[T], text: str) -> T:

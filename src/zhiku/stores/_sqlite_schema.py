@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, astuple
 from typing import Any
 
@@ -13,7 +14,7 @@ from zhiku.errors import StoreError
 from zhiku.types import Chunk, DocRecord, DocStatus, ImageRef
 
 DB_NAME = "zhiku.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,6 +37,9 @@ CREATE TABLE IF NOT EXISTS ingestion_history (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, collection TEXT NOT NULL, sha256 TEXT, size INTEGER,
     status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
+CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
+CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
 """
 CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
 DOC_COLS = (
@@ -50,6 +54,15 @@ MIGRATIONS: dict[int, str] = {
 ALTER TABLE documents ADD COLUMN needs_ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';""",
+    # 3: deleted chunks' rowids (never reused), so the vector file and other processes update incrementally;
+    # document frequencies of the index terms (BM25 query-term pruning)
+    2: """CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
+CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+CREATE VIRTUAL TABLE temp.old_vocab USING fts5vocab(main, fts, 'row');
+INSERT INTO term_df SELECT term, doc FROM temp.old_vocab;
+DROP TABLE temp.old_vocab;""",
 }
 
 
@@ -66,7 +79,7 @@ def doc_row(doc: DocRecord) -> tuple[Any, ...]:
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
-    return DocRecord(
+    return DocRecord(  # type: ignore[misc]  # mypy cannot count the 11 values of a slice
         *row[:11],
         status=DocStatus(row[11]),
         needs_ocr_pages=tuple(json.loads(row[12])),
@@ -106,12 +119,20 @@ def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
-    return Chunk(*row[:11], images=images_from_json(row[11]))
+    return Chunk(*row[:11], images=images_from_json(row[11]))  # type: ignore[misc]  # see doc_from_row
+
+
+def term_counts(token_texts: Iterable[str]) -> Counter[str]:
+    """In how many of these chunks (space-joined index terms) each term occurs: ``term_df`` deltas."""
+    counts: Counter[str] = Counter()
+    for text in token_texts:
+        counts.update(set(text.split()))
+    return counts
 
 
 def prepare_rows(
     doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: Any
-) -> tuple[list[tuple], list[str], np.ndarray]:
+) -> tuple[list[tuple[Any, ...]], list[str], np.ndarray]:
     """Validate a document write and build its rows; raises ``StoreError`` before anything is touched."""
     where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
     try:

@@ -1,4 +1,11 @@
-"""The ``Store`` protocol: what every storage backend provides.
+"""The ``Store`` protocol: what every storage backend provides, split into the roles its callers use.
+
+- ``Writer``: what an ingest needs (write/delete documents, the history, change detection);
+- ``Retriever``: what a search needs (BM25, dense, the chunks of the hits, the version caches key on);
+- ``Catalogue``: browsing what is stored (documents, their chunks, collections, history);
+- ``IndexAdmin``: index metadata, version and closing.
+
+A caller is typed against the role it needs; ``Store`` is all four (what a backend implements).
 
 Backends hold documents, chunks, their index tokens (for BM25) and vectors (for dense search), the
 ingestion history and index metadata. Every backend passes ``tests/contracts/test_store_contract.py``
@@ -21,8 +28,7 @@ from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRec
 
 
 @runtime_checkable
-class Store(Protocol):
-    # --- writing -------------------------------------------------------------------------------
+class Writer(Protocol):
     def write_document(
         self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray
     ) -> None:
@@ -42,7 +48,17 @@ class Store(Protocol):
         """Append one line to the ingestion history."""
         ...
 
-    # --- searching -----------------------------------------------------------------------------
+    def find_document(self, collection: str, source: str) -> DocRecord | None:
+        """The stored document for a source path in a collection (used for change detection)."""
+        ...
+
+    def list_documents(self, collection: str | None = None) -> list[DocRecord]:
+        """Every document (of one collection), ordered by collection, then source."""
+        ...
+
+
+@runtime_checkable
+class Retriever(Protocol):
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
         """Chunks matching any of ``terms`` (OR), best BM25 first; scores are positive, higher is better."""
         ...
@@ -51,18 +67,28 @@ class Store(Protocol):
         """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
         ...
 
-    # --- reading -------------------------------------------------------------------------------
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids, in the order asked; unknown ids are left out."""
         ...
 
-    def get_document(self, doc_id: str) -> DocRecord | None: ...
-
-    def find_document(self, collection: str, source: str) -> DocRecord | None:
-        """The stored document for a source path in a collection (used for change detection)."""
+    def index_version(self) -> int:
+        """A counter bumped by every write or delete (caches key on it)."""
         ...
 
+    def warm(self) -> None:
+        """Load now what the first search would load (e.g. the vectors), so the first query is not the slow one."""
+        ...
+
+
+@runtime_checkable
+class Catalogue(Protocol):
+    def get_document(self, doc_id: str) -> DocRecord | None: ...
+
+    def find_document(self, collection: str, source: str) -> DocRecord | None: ...
+
     def list_documents(self, collection: str | None = None) -> list[DocRecord]: ...
+
+    def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]: ...
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         """All chunks of a document in order."""
@@ -74,7 +100,9 @@ class Store(Protocol):
         """Newest first."""
         ...
 
-    # --- metadata ------------------------------------------------------------------------------
+
+@runtime_checkable
+class IndexAdmin(Protocol):
     def get_meta(self) -> dict[str, str]:
         """Index metadata (tokenizer, embedder, dim, chunking, schema version, index version)."""
         ...
@@ -86,3 +114,11 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Store(Writer, Retriever, Catalogue, IndexAdmin, Protocol):
+    """Every role: what a backend implements (``tests/contracts`` checks it)."""
+
+
+ROLES: tuple[type, ...] = (Writer, Retriever, Catalogue, IndexAdmin)

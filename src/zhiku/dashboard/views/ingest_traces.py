@@ -3,7 +3,7 @@
 import altair as alt
 import streamlit as st
 
-from zhiku.dashboard.data import trace_label, waterfall
+from zhiku.dashboard.data import latest_busy, trace_label, waterfall
 from zhiku.dashboard.ui import data
 
 st.title("导入追踪 Ingestion traces")
@@ -11,7 +11,10 @@ traces = data().traces("ingest", limit=100)
 if not traces:
     st.info("no ingestion traces yet (tracing.enabled writes one per run to traces.jsonl)")
     st.stop()
-t = traces[st.selectbox("运行 Run", range(len(traces)), format_func=lambda i: trace_label(traces[i]))]
+pick = st.selectbox(
+    "运行 Run", range(len(traces)), index=latest_busy(traces), format_func=lambda i: trace_label(traces[i])
+)
+t = traces[pick or 0]  # a selectbox over non-empty options always has a pick
 st.caption(f"trace {t.trace_id} · {t.elapsed_ms:.0f} ms · " + " · ".join(f"{k}: {v}" for k, v in t.attrs.items()))
 counts = t.data.get("counts", {})
 cols = st.columns(5)

@@ -46,7 +46,7 @@ if not docs:
     st.info("no documents to delete")
 else:
     doc = st.selectbox("文档 Document", docs, format_func=lambda x: f"{x.collection}/{x.source} ({x.doc_id})")
-    if st.button("从所有索引删除 Delete from every index"):
+    if doc is not None and st.button("从所有索引删除 Delete from every index"):
         try:
             gone = d.delete(doc.doc_id)
         except ZhikuError as e:

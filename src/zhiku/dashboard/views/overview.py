@@ -31,17 +31,19 @@ else:
 left, right = st.columns(2)
 with left:
     st.subheader("模型与索引 Models and index")
-    st.table([{"key": k, "value": v} for k, v in sorted(ov.meta.items())] or [{"key": "index", "value": ov.index}])
+    st.table(
+        [{"key": k, "value": str(v)} for k, v in sorted(ov.meta.items())] or [{"key": "index", "value": str(ov.index)}]
+    )
 with right:
     st.subheader("近期健康 Recent health")
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h.last_at)) if h.last_at else "–"
     st.table(
         [
-            {"what": "query traces (last 200 traces)", "value": h.queries},
-            {"what": "failed queries", "value": h.errors},
-            {"what": "ingestion runs", "value": h.ingests},
+            {"what": "query traces (last 200 traces)", "value": str(h.queries)},
+            {"what": "failed queries", "value": str(h.errors)},
+            {"what": "ingestion runs", "value": str(h.ingests)},
             {"what": "last trace", "value": last},
-            {"what": "evaluation runs", "value": ov.eval_runs},
+            {"what": "evaluation runs", "value": str(ov.eval_runs)},
             {
                 "what": "last ingestion",
                 "value": f"{ov.last_ingestion.status} {ov.last_ingestion.path}" if ov.last_ingestion else "–",

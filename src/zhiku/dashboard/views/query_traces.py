@@ -24,7 +24,8 @@ if trace is None:
     if not traces:
         st.info("no query traces yet: run a query above, with `zhiku query`, or through the MCP server")
         st.stop()
-    trace = traces[st.selectbox("查询 Query", range(len(traces)), format_func=lambda i: trace_label(traces[i]))]
+    pick = st.selectbox("查询 Query", range(len(traces)), format_func=lambda i: trace_label(traces[i]))
+    trace = traces[pick or 0]  # a selectbox over non-empty options always has a pick
 
 a = trace.attrs
 st.caption(

@@ -3,7 +3,8 @@
 The suffix picks the loader; the loader sniffs the file's first bytes and refuses content of another kind
 ("content is PDF, not text: the file name's suffix is wrong"), an empty file, or a corrupt one, with the reason.
 
-Adding a format: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (its constructor
+Adding a format outside zhiku: a ``zhiku.loaders`` entry point naming a Loader class (``zhiku.plugins``).
+Adding one here: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (its constructor
 takes the ``loaders`` settings section; import heavy dependencies inside ``load``, raising
 ``MissingDependency`` with the ``pip install`` line), then add the class to ``LOADER_CLASSES``.
 """
@@ -36,6 +37,7 @@ __all__ = [
     "default_loaders",
     "load_document",
     "loader_for",
+    "plugin_loaders",
     "sniff",
     "supported_suffixes",
 ]
@@ -45,8 +47,28 @@ LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoade
 
 
 def default_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
-    """A fresh instance of every registered loader, configured by the ``loaders`` settings section."""
-    return tuple(cls(settings) for cls in LOADER_CLASSES)  # type: ignore[call-arg]
+    """A fresh instance of every registered loader, configured by the ``loaders`` settings section, then one of
+    each ``zhiku.loaders`` plugin (a built-in loader keeps a suffix both claim)."""
+    builtin = tuple(cls(settings) for cls in LOADER_CLASSES)  # type: ignore[call-arg]
+    return builtin + plugin_loaders(settings)
+
+
+def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
+    """The ``zhiku.loaders`` plugins' loaders; one that cannot be built or lacks ``suffixes`` is reported and skipped."""
+    from zhiku.plugins import load, report_problem
+
+    out: list[Loader] = []
+    for plugin in load("zhiku.loaders"):
+        try:
+            loader = plugin.obj(settings)
+        except Exception as e:
+            report_problem(plugin.info, f"its loader could not be built: {type(e).__name__}: {e}")
+            continue
+        if isinstance(loader, Loader) and loader.suffixes:
+            out.append(loader)
+        else:
+            report_problem(plugin.info, "not a Loader (needs doc_type, suffixes and load(path, source))")
+    return tuple(out)
 
 
 def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ...]:

@@ -179,7 +179,7 @@ def _style_name(p: Any, styles: dict[str, str]) -> str:
     if style is None:
         return ""
     style_id = style.get(_W + "val", "")
-    return styles.get(style_id, style_id)
+    return str(styles.get(style_id, style_id))
 
 
 def _heading_level(p: Any, style: str) -> int | None:

@@ -165,11 +165,11 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
     except UnicodeDecodeError:
         pass
     try:
-        text = data.decode("gb18030")
+        gb_text: str | None = data.decode("gb18030")
     except UnicodeDecodeError:
-        text = None
-    if text is not None and looks_like_text(text):
-        return _no_text_check(text, "gb18030", path)
+        gb_text = None
+    if gb_text is not None and looks_like_text(gb_text):
+        return _no_text_check(gb_text, "gb18030", path)
     raise LoaderError(
         f"cannot detect the encoding of {path} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8"
     )

@@ -260,6 +260,16 @@ class _Extractor(HTMLParser):
         self._flush()
 
 
+def html_markdown(html: str) -> tuple[str, str]:
+    """``(title, Markdown)`` of an HTML page's main content (see the module docstring); for plugins too."""
+    lower = html.lower()
+    content = "main" if "<main" in lower else "article" if "<article" in lower else None
+    parser = _Extractor(content)
+    parser.feed(html)
+    parser.close()
+    return " ".join(parser.title.split()), "\n\n".join(parser.blocks)
+
+
 class HtmlLoader:
     """Loads HTML pages (see the module docstring)."""
 
@@ -278,16 +288,9 @@ class HtmlLoader:
         kind = sniff_bytes(data[:SNIFF_BYTES])
         if kind not in (None, "html"):
             raise LoaderError(f"content is {describe_kind(kind)}, not HTML: the file name's suffix is wrong ({path})")
-        html = decode_html(data, path)
-        lower = html.lower()
-        content = "main" if "<main" in lower else "article" if "<article" in lower else None
-        parser = _Extractor(content)
-        parser.feed(html)
-        parser.close()
-        text = "\n\n".join(parser.blocks)
+        title, text = html_markdown(decode_html(data, path))
         if not text.strip():
             raise LoaderError(f"no text in the HTML page's content: {path}")
-        title = " ".join(parser.title.split())
         if not title:
             m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
             title = m.group(1).strip() if m else path.stem

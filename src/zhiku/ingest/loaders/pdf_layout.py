@@ -77,6 +77,9 @@ class Block:
     image: int | None = None
 
 
+FRONT_LEVEL = 6  # the deepest Markdown heading: any body heading closes it
+
+
 @dataclass(frozen=True)
 class Layout:
     """Document-wide measurements that the per-page rules use."""
@@ -87,6 +90,7 @@ class Layout:
     left: float
     right: float
     page_body: tuple[float, ...] = ()  # per page: its own body size where it clearly has one, else body_size
+    front: frozenset[int] = frozenset()  # cover/declaration pages (pdf_front): headings at FRONT_LEVEL only
 
     def body_of(self, page: int) -> float:
         return self.page_body[page] if page < len(self.page_body) else self.body_size
@@ -135,8 +139,8 @@ def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int
     return out
 
 
-def measure(pages: Sequence[Sequence[Line]], page_width: float) -> Layout:
-    """Body size, heading levels, usual leading and text margins of a document."""
+def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset[int] = frozenset()) -> Layout:
+    """Body size, heading levels (from the pages not in ``front``), usual leading and text margins."""
     sizes: Counter[float] = Counter()
     for lines in pages:
         for line in lines:
@@ -165,8 +169,8 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float) -> Layout:
     right = rights[len(rights) * 9 // 10] if rights else page_width
     page_body = tuple(_page_body(lines, body) for lines in pages)
     candidates: Counter[float] = Counter()
-    for lines, own in zip(pages, page_body, strict=False):
-        for run in _heading_runs(lines, own, right):
+    for k, (lines, own) in enumerate(zip(pages, page_body, strict=False)):
+        for run in _heading_runs(lines, own, right) if k not in front else ():
             if len(run) < 3:
                 candidates[size_key(lines[run[0]].size)] += 1
     levels = {s: n for n, s in enumerate(sorted(candidates, reverse=True)[:6], 1)}
@@ -177,6 +181,7 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float) -> Layout:
         left=lefts[len(lefts) // 10] if lefts else 0.0,
         right=right,
         page_body=page_body,
+        front=front,
     )
 
 
@@ -225,12 +230,22 @@ def _heading_runs(lines: Sequence[Line], body: float, right: float) -> list[list
 def heading_levels(lines: Sequence[Line], layout: Layout, page: int = 0) -> dict[int, int]:
     """``{index: level}`` of the heading lines among ``lines`` of page ``page`` (0-based; runs of three or
     more are not headings)."""
+    if page in layout.front:
+        return _front_headings(lines, layout.body_of(page), layout.right)
     out: dict[int, int] = {}
     for run in _heading_runs(lines, layout.body_of(page), layout.right):
         level = layout.heading_levels.get(size_key(lines[run[0]].size))
         if level is not None and len(run) < 3:
             out.update((i, level) for i in run)
     return out
+
+
+def _front_headings(lines: Sequence[Line], body: float, right: float) -> dict[int, int]:
+    """On a cover or declaration page: the runs in the page's largest heading type, at the deepest level, so
+    they title their own page and are never the ancestors of the body's headings."""
+    runs = [r for r in _heading_runs(lines, body, right) if len(r) < 3]
+    top = max((size_key(lines[r[0]].size) for r in runs), default=None)
+    return {i: FRONT_LEVEL for r in runs if size_key(lines[r[0]].size) == top for i in r}
 
 
 def _breaks(prev: Line, cur: Line, layout: Layout, right: float) -> bool:

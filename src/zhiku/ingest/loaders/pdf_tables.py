@@ -133,13 +133,13 @@ def find_tables(page: Any, areas: Sequence[Box]) -> list[Table]:
         return []
     tables: list[Table] = []
     for found in page.find_tables():
-        if not any(_overlaps(tuple(found.bbox), area) for area in areas):  # type: ignore[arg-type]
+        if not any(_overlaps(tuple(found.bbox), area) for area in areas):
             continue
         rows = found.extract()
         if valid_rows(rows):
             md = markdown_table(rows)
             if md:
-                tables.append(Table(tuple(found.bbox), md))  # type: ignore[arg-type]
+                tables.append(Table(tuple(found.bbox), md))
     width, height = float(page.width), float(page.height)
     for x0, top, x1, bottom in areas:
         box = (max(x0 - 2, 0.0), max(top - 2, 0.0), min(x1 + 2, width), min(bottom + 2, height))

@@ -1,0 +1,100 @@
+"""Searches from many threads at once on one store: throughput and latency, 1 client vs N clients.
+
+    nice -n 10 .venv/bin/python bench/concurrent_search.py --corpus ../shared/corpus/laws \
+        --corpus ../shared/eval/cmrc2018_dev --queries ../shared/eval/cmrc2018_dev/queries.jsonl \
+        --size 10000 --clients 1 50 --seconds 20 --workdir /tmp/zhiku-conc
+
+Uses only ``SQLiteStore`` and ``Searcher`` (hybrid, tracing off, no answer cache), so the same file measures any
+zhiku checkout (``PYTHONPATH=<checkout>/src``): the index is built by that checkout under ``--workdir``. Query
+vectors are random unit vectors (query embedding excluded); every query text is different (uncached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_latency import DIM, build, sentences  # noqa: E402
+from zhiku.numeric import percentile  # noqa: E402
+from zhiku.retrieval.search import Searcher  # noqa: E402
+from zhiku.settings import RetrievalSettings  # noqa: E402
+from zhiku.stores.sqlite import SQLiteStore  # noqa: E402
+from zhiku.text import TextProcessor  # noqa: E402
+
+
+class RandomQueryVectors:
+    dim, name = DIM, "random"
+
+    def embed_query(self, text: str) -> np.ndarray:
+        v = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(DIM).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+
+def load(searcher: Searcher, queries: list[str], clients: int, seconds: float) -> dict[str, float]:
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def client(n: int) -> None:
+        rng = random.Random(n)
+        mine = []
+        while time.perf_counter() < stop:
+            q = rng.choice(queries)
+            t = time.perf_counter()
+            searcher.search(q, top_k=10, mode="hybrid")
+            mine.append((time.perf_counter() - t) * 1000)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return {
+        "clients": clients,
+        "queries_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 50), 1),
+        "p95_ms": round(percentile(latencies, 95), 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--corpus", type=Path, action="append", default=[])
+    ap.add_argument("--queries", type=Path, required=True)
+    ap.add_argument("--size", type=int, default=10000)
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 50])
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-conc"))
+    args = ap.parse_args()
+    import zhiku
+
+    index = args.workdir / str(args.size)
+    if not index.is_dir():
+        build(index, sentences(args.corpus), args.size)
+    lines = args.queries.read_text(encoding="utf-8").splitlines()
+    queries = [json.loads(x)["text"] for x in lines if x.strip()]
+    tp = TextProcessor()
+    with SQLiteStore(index, read_only=True) as store:
+        searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
+        searcher.search(queries[0], top_k=10, mode="hybrid")
+        for clients in args.clients:
+            row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
+            print(json.dumps({**row, **load(searcher, queries, clients, args.seconds)}), flush=True)
+        searcher.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Optional ingest transforms between chunking and embedding (see docs/transforms.md)."""

@@ -1,0 +1,232 @@
+"""The transform stage of ingestion: runs the enabled transforms on each document's chunks, composes the texts
+that are embedded and BM25-indexed, stores the enrichments after the document is written, and sums up usage and
+issues for the ingest summary. A transform that fails keeps the chunk without it; nothing is ever dropped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from zhiku.errors import ConfigError
+from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
+from zhiku.ingest.transforms.caption import Caption
+from zhiku.ingest.transforms.contextual import Contextual
+from zhiku.ingest.transforms.metadata import Metadata
+from zhiku.ingest.transforms.refine import Refine
+from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
+from zhiku.llm.prompts import Prompts, detect_language
+from zhiku.llm.service import LLMService
+from zhiku.llm.settings import TRANSFORM_ORDER, LLMSettings, TransformSettings
+from zhiku.observability.tracing import mark, span
+from zhiku.types import Chunk, LLMUsage, SourceDoc, TransformIssue, TransformReport
+
+IndexText = Callable[[str, str, str, Sequence[str]], str]  # (title, section, text, captions) → index text
+TransformProgress = Callable[[str, str, int, int], None]  # (transform, source, chunks done, chunks in document)
+TRACE_CHUNKS = 200  # chunk rows kept in one ingest trace
+__all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transforms"]
+
+
+def registry() -> dict[str, type]:
+    """Transforms by name: the built-ins, then the ``zhiku.transforms`` plugins by entry-point name (classes
+    instantiated with no arguments); a plugin that is not such a class, or reuses a built-in's name, is reported and
+    skipped."""
+    from zhiku.plugins import load, report_problem
+
+    found: dict[str, type] = {"caption": Caption, "refine": Refine, "metadata": Metadata, "contextual": Contextual}
+    for plugin in load("zhiku.transforms"):
+        name, obj = plugin.info.name, plugin.obj
+        if name in found:
+            report_problem(plugin.info, f"the name {name!r} is a built-in transform's; rename the entry point")
+        elif not (isinstance(obj, type) and callable(getattr(obj, "apply", None))):
+            report_problem(plugin.info, "not a Transform class (needs name, needs_llm and apply(batch, ctx))")
+        else:
+            found[name] = obj
+    return found
+
+
+def resolve(names: Sequence[str], available: dict[str, type] | None = None) -> list[Transform]:
+    """Instances of the named transforms, built-ins in their fixed order (caption → refine → metadata →
+    contextual), plugins after them in the order given."""
+    available = available if available is not None else registry()
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(
+            f"unknown transform {', '.join(map(repr, unknown))}: use any of {', '.join(available)} "
+            "(transforms.enabled or --transform contextual,refine,metadata,caption)"
+        )
+    wanted = list(dict.fromkeys(names))
+    ordered = [n for n in TRANSFORM_ORDER if n in wanted] + [n for n in wanted if n not in TRANSFORM_ORDER]
+    return [available[n]() for n in ordered]
+
+
+def enriched_text(base: str, e: Enrichment) -> str:
+    """The index text of a chunk with its enrichment: context first, then the chunk's text, then its title and tags."""
+    extra = " ".join(p for p in (e.title, " ".join(e.tags)) if p)
+    return "\n".join(p for p in (e.context, base, extra) if p)
+
+
+@dataclass
+class _Tally:
+    applied: dict[str, int] = field(default_factory=dict)
+    issues: list[TransformIssue] = field(default_factory=list)
+
+
+class TransformStage:
+    """One per ingestion run. ``service`` None: transforms that need an LLM are refused up front."""
+
+    def __init__(
+        self,
+        transforms: Sequence[Transform],
+        service: LLMService | None,
+        settings: TransformSettings,
+        llm: LLMSettings,
+        *,
+        store: EnrichmentStore | None = None,
+        prompts: Prompts | None = None,
+        on_progress: TransformProgress | None = None,
+    ) -> None:
+        need = [t.name for t in transforms if t.needs_llm]
+        if need and service is None:
+            raise ConfigError(
+                f"transform {', '.join(need)} needs an LLM endpoint: set llm.base_url and llm.model "
+                "(ZHIKU_LLM__BASE_URL, ZHIKU_LLM__MODEL; key in ZHIKU_LLM_API_KEY) — see docs/transforms.md"
+            )
+        self.transforms = list(transforms)
+        self.service = service
+        self.settings = settings
+        self.llm = llm
+        self.store = store
+        self.prompts = prompts or Prompts(llm.prompts_dir, llm.prompt_version)
+        self.on_progress = on_progress
+        self._tally = _Tally()
+        self._usage_at_doc: dict[str, LLMUsage] = {}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.transforms)
+
+    def _context(self, doc: SourceDoc, total: int) -> TransformContext:
+        lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
+        done: dict[str, int] = {}
+
+        def on_chunk(name: str) -> None:
+            done[name] = done.get(name, 0) + 1
+            if self.on_progress is not None:
+                self.on_progress(name, doc.source, done[name], total)
+
+        options: dict[str, Any] = {**self.settings.model_dump(), "concurrency": self.llm.concurrency}
+        return TransformContext(
+            llm=self.service,
+            language="zh" if lang == "zh" else "en",
+            prompt=lambda name: self.prompts.text(name, lang),
+            prompt_id=self.prompts.id_of,
+            options=options,
+            on_chunk=on_chunk,
+        )
+
+    def run(self, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
+        """Every transform over one document's chunks; its issues are recorded, the chunks always come back."""
+        if not self.transforms:  # none enabled: the stage only clears what an earlier run stored
+            mark("transform", reason="no transforms configured")
+            return DocumentBatch.start(doc, doc_id, chunks)
+        before = self.service.usage() if self.service is not None else LLMUsage()
+        batch = DocumentBatch.start(doc, doc_id, chunks)
+        ctx = self._context(doc, len(chunks))
+        with span("transform") as sp:
+            for t in self.transforms:
+                batch = self._apply(t, batch, ctx)
+            if sp.active:
+                sp.set(
+                    counts={"chunks": len(batch.chunks), "issues": len(batch.issues)},
+                    transforms=list(self.names),
+                    chunks=trace_rows(batch)[:TRACE_CHUNKS],
+                    issues=[i.__dict__ for i in batch.issues],
+                )
+        self._tally.issues.extend(batch.issues)
+        self._usage_at_doc[doc_id] = before
+        return batch
+
+    def _apply(self, t: Transform, batch: DocumentBatch, ctx: TransformContext) -> DocumentBatch:
+        try:
+            out = t.apply(batch, ctx)
+        except TransformError as e:
+            return batch.with_issue(t.name, str(e))
+        except Exception as e:  # a plugin's bug must not stop the batch
+            return batch.with_issue(t.name, f"unexpected error: {type(e).__name__}: {e}")
+        if [c.chunk_id for c in out.chunks] != [c.chunk_id for c in batch.chunks] or len(out.enrichments) != len(
+            out.chunks
+        ):
+            return batch.with_issue(t.name, "changed the chunks it was given (ids or count); its output is ignored")
+        changed = sum(
+            a != b or c != d
+            for a, b, c, d in zip(batch.enrichments, out.enrichments, batch.chunks, out.chunks, strict=True)
+        )
+        changed += int(out.meta != batch.meta)
+        self._tally.applied[t.name] = self._tally.applied.get(t.name, 0) + changed
+        return out
+
+    @staticmethod
+    def index_texts(batch: DocumentBatch, index_text: IndexText) -> list[str]:
+        """What is embedded and BM25-indexed per chunk (the refined text in place of the original, if any)."""
+        return [
+            enriched_text(index_text(batch.doc.title, c.section, e.refined or c.text, [i.caption for i in c.images]), e)
+            for c, e in zip(batch.chunks, batch.enrichments, strict=True)
+        ]
+
+    def commit(self, batch: DocumentBatch, collection: str) -> None:
+        """After the document is written: store its enrichments and its LLM usage."""
+        if self.store is None:
+            return
+        self.store.put(batch)
+        if not self.transforms:
+            return
+        before = self._usage_at_doc.pop(batch.doc_id, LLMUsage())
+        now = self.service.usage() if self.service is not None else LLMUsage()
+        usage = replace(
+            now,
+            calls=now.calls - before.calls,
+            cached=now.cached - before.cached,
+            prompt_tokens=now.prompt_tokens - before.prompt_tokens,
+            completion_tokens=now.completion_tokens - before.completion_tokens,
+            cost=round(now.cost - before.cost, 6),
+        )
+        record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues)
+        self.store.record_usage(record)
+
+    def report(self) -> TransformReport | None:
+        if not self.transforms:
+            return None
+        return TransformReport(
+            enabled=self.names,
+            applied=tuple((n, self._tally.applied.get(n, 0)) for n in self.names),
+            usage=self.service.usage() if self.service is not None else LLMUsage(),
+            issues=tuple(self._tally.issues),
+        )
+
+
+def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
+    """One trace row per chunk with what the transforms added (texts cut to 200 characters)."""
+    rows = []
+    for c, e in zip(batch.chunks, batch.enrichments, strict=True):
+        row: dict[str, Any] = {"chunk_id": c.chunk_id, "source": c.source, "section": c.section}
+        if e.context:
+            row["context"] = e.context[:200]
+        if e.refined:
+            row["refined"] = e.refined[:200]
+        if e.title or e.tags:
+            row.update(title=e.title, summary=e.summary[:200], tags=list(e.tags))
+        captions = [i.caption[:200] for i in c.images if i.caption]
+        if captions:
+            row["captions"] = captions
+        rows.append(row)
+    return rows
+
+
+def run_transforms(stage: TransformStage | None, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
+    """The stage's batch for a document, or the plain chunks (and an ``off`` trace stage) without transforms."""
+    if stage is None:
+        mark("transform", reason="no transforms configured")
+        return DocumentBatch.start(doc, doc_id, chunks)
+    return stage.run(doc, doc_id, chunks)

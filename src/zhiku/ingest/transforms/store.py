@@ -1,0 +1,220 @@
+"""Where transform outputs live: ``<index>/enrichments.sqlite``, beside the index (any store backend).
+
+Per chunk: context, refined text, title, summary, tags; per document: the LLM title, summary and tags; per
+ingested document: the LLM usage (requests, cache hits, tokens, cost) and the transform issues, for
+``zhiku history``. A document's rows are replaced when it is re-ingested and dropped when it is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
+from zhiku.types import LLMUsage, TransformIssue
+
+ENRICH_FILE = "enrichments.sqlite"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunk_enrichment (chunk_id TEXT PRIMARY KEY, doc_id TEXT NOT NULL, context TEXT NOT NULL,
+    refined TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL, tags TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS chunk_enrichment_by_doc ON chunk_enrichment (doc_id);
+CREATE TABLE IF NOT EXISTS doc_meta (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, summary TEXT NOT NULL,
+    tags TEXT NOT NULL, kind TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS llm_usage (id INTEGER PRIMARY KEY, at REAL NOT NULL, collection TEXT NOT NULL,
+    source TEXT NOT NULL, transforms TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost REAL NOT NULL, currency TEXT NOT NULL,
+    issues TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One document's LLM usage in one ingestion, with the transforms' issues."""
+
+    at: float
+    collection: str
+    source: str
+    transforms: tuple[str, ...]
+    usage: LLMUsage
+    issues: tuple[TransformIssue, ...]
+
+
+class EnrichmentStore:
+    """Thread-safe; opened read-only it never creates the file (an index without transforms has none)."""
+
+    def __init__(self, index_dir: Path, *, read_only: bool = False) -> None:
+        self.path = Path(index_dir) / ENRICH_FILE
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _conn(self, write: bool = False) -> sqlite3.Connection | None:
+        if self._db is None:
+            if not self.path.exists() and (self.read_only or not write):
+                return None
+            if self.read_only:
+                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
+                self._db.executescript(SCHEMA)
+        return self._db
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # -- writing -----------------------------------------------------------------------------------
+    def put(self, batch: DocumentBatch) -> None:
+        """Replace what is stored for ``batch.doc_id`` with the batch's enrichments and document metadata."""
+        rows = [
+            (
+                c.chunk_id,
+                batch.doc_id,
+                e.context,
+                e.refined,
+                e.title,
+                e.summary,
+                json.dumps(list(e.tags), ensure_ascii=False),
+            )
+            for c, e in zip(batch.chunks, batch.enrichments, strict=True)
+            if not e.is_empty()
+        ]
+        with self._lock:
+            db = self._conn(write=True)
+            if db is None or (not rows and batch.meta is None and not self._has(db, batch.doc_id)):
+                return
+            with db:
+                self._delete(db, batch.doc_id)
+                db.executemany("INSERT OR REPLACE INTO chunk_enrichment VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                if batch.meta is not None:
+                    m = batch.meta
+                    tags = json.dumps(list(m.tags), ensure_ascii=False)
+                    db.execute(
+                        "INSERT INTO doc_meta VALUES (?, ?, ?, ?, ?)", (batch.doc_id, m.title, m.summary, tags, m.kind)
+                    )
+
+    def delete(self, doc_id: str) -> None:
+        with self._lock:
+            db = self._conn(write=True) if self.path.exists() else None
+            if db is not None:
+                with db:
+                    self._delete(db, doc_id)
+
+    @staticmethod
+    def _has(db: sqlite3.Connection, doc_id: str) -> bool:
+        found = db.execute("SELECT 1 FROM chunk_enrichment WHERE doc_id = ? LIMIT 1", (doc_id,)).fetchone()
+        return (
+            found is not None or db.execute("SELECT 1 FROM doc_meta WHERE doc_id = ?", (doc_id,)).fetchone() is not None
+        )
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, doc_id: str) -> None:
+        db.execute("DELETE FROM chunk_enrichment WHERE doc_id = ?", (doc_id,))
+        db.execute("DELETE FROM doc_meta WHERE doc_id = ?", (doc_id,))
+
+    def record_usage(self, record: UsageRecord) -> None:
+        u = record.usage
+        issues = json.dumps([i.__dict__ for i in record.issues], ensure_ascii=False)
+        row = (
+            record.at or time.time(),
+            record.collection,
+            record.source,
+            ",".join(record.transforms),
+            u.calls,
+            u.cached,
+            u.prompt_tokens,
+            u.completion_tokens,
+            u.cost,
+            u.currency,
+            issues,
+        )
+        with self._lock:
+            db = self._conn(write=True)
+            if db is not None:
+                with db:
+                    db.execute("INSERT INTO llm_usage VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def chunk_enrichments(self, chunk_ids: Sequence[str]) -> dict[str, Enrichment]:
+        if not chunk_ids:
+            return {}
+        with self._lock:
+            db = self._conn()
+            if db is None:
+                return {}
+            marks = ",".join("?" * len(chunk_ids))
+            rows = db.execute(
+                f"SELECT chunk_id, context, refined, title, summary, tags FROM chunk_enrichment WHERE chunk_id IN ({marks})",
+                list(chunk_ids),
+            ).fetchall()
+        return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in rows}
+
+    def doc_meta(self, doc_id: str) -> DocMeta | None:
+        with self._lock:
+            db = self._conn()
+            row = (
+                db.execute("SELECT title, summary, tags, kind FROM doc_meta WHERE doc_id = ?", (doc_id,)).fetchone()
+                if db
+                else None
+            )
+        return DocMeta(row[0], row[1], tuple(json.loads(row[2])), row[3]) if row else None
+
+    def tagged(self, tags: Sequence[str]) -> tuple[set[str], set[str]]:
+        """``(chunk ids, doc ids)`` carrying every one of ``tags`` (chunk tags, or their document's tags)."""
+        want = {t.strip().lower() for t in tags if t.strip()}
+        chunks: set[str] = set()
+        docs: set[str] = set()
+        with self._lock:
+            db = self._conn()
+            if db is None:
+                return chunks, docs
+            for cid, tag_json in db.execute("SELECT chunk_id, tags FROM chunk_enrichment WHERE tags != '[]'"):
+                if want <= {t.lower() for t in json.loads(tag_json)}:
+                    chunks.add(cid)
+            for did, tag_json in db.execute("SELECT doc_id, tags FROM doc_meta"):
+                if want <= {t.lower() for t in json.loads(tag_json)}:
+                    docs.add(did)
+        return chunks, docs
+
+    def usage_history(self, limit: int = 100) -> list[UsageRecord]:
+        with self._lock:
+            db = self._conn()
+            rows = (
+                db.execute("SELECT * FROM llm_usage ORDER BY at DESC, id DESC LIMIT ?", (limit,)).fetchall()
+                if db
+                else []
+            )
+        return [
+            UsageRecord(
+                r[1],
+                r[2],
+                r[3],
+                tuple(t for t in r[4].split(",") if t),
+                LLMUsage(r[5], r[6], r[7], r[8], r[9], r[10]),
+                tuple(TransformIssue(**d) for d in json.loads(r[11])),
+            )
+            for r in rows
+        ]
+
+
+def enrichment_row(e: Enrichment | None) -> dict[str, object]:
+    """A chunk's enrichment as result/trace fields (empty ones left out)."""
+    if e is None:
+        return {}
+    row: dict[str, object] = {"context": e.context, "refined": e.refined, "title": e.title, "summary": e.summary}
+    row = {k: v for k, v in row.items() if v}
+    return {**row, "tags": list(e.tags)} if e.tags else row
+
+
+def transform_rows(report: object) -> dict[str, object]:
+    """An ingest report's transform summary as trace data (``{}`` without transforms)."""
+    t = getattr(report, "transforms", None)
+    return {} if t is None else {"transforms": asdict(t)}

@@ -1,0 +1,145 @@
+"""Document summaries without an LLM: keywords by TextRank over zhiku's segmentation (rjieba tokens, stopwords
+removed), and the top sentences by the keywords they hold (a light lead bias), in document order. Labelled
+``extractive``; with the ``metadata`` transform the LLM's summary and tags are returned instead."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from zhiku.ingest.transforms.base import DocMeta
+from zhiku.types import Chunk
+
+WINDOW = 5  # co-occurrence window of TextRank (Mihalcea & Tarau 2004)
+DAMPING = 0.85
+ITERATIONS = 30
+_SENTENCE = re.compile(r"[^。！？!?；;\n]+[。！？!?；;]?")
+_MARKUP = re.compile(r"^[#>*\-+\s|]+|[*_`|]+")
+_NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
+_LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
+_LIST_ITEM = re.compile(r"^[（(][一二三四五六七八九十\d]+[)）]|^[一二三四五六七八九十]+、")
+_EN_STOP = frozenset(
+    "the and are for from with that this was were has have had not but its into than then also such which who "
+    "what when where how all any can may will shall per via our their they them these those been being of in to on at "
+    "by is be or as an it no"
+    # Chinese function words that segmentation keeps but a keyword list should not
+    " 或者 应当 可以 以上 以下 不得 没有 进行 有关 其他 按照 依照 根据 以及 对于 由于 其中 并且 但是 如果".split()
+)
+
+
+@dataclass(frozen=True)
+class Summary:
+    summary: str
+    keywords: tuple[str, ...]
+    kind: str  # "extractive" | "llm"
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Paragraphs with wrapped lines joined; headings, table rows and fences left out."""
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [
+            ln.strip() for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|", "```"))
+        ]
+        para = ""
+        for ln in lines:
+            ln = _MARKUP.sub("", ln)
+            para += (" " if para and para[-1].isascii() and ln[:1].isascii() else "") + ln
+        if para:
+            out.append(para)
+    return out
+
+
+def sentences_of(chunks: Sequence[Chunk]) -> list[str]:
+    """The document's sentences in order, each once (chunks overlap), without Markdown markup or table rows;
+    list headers (ending in a colon) and fragments under 12 characters are left out."""
+    seen: dict[str, None] = {}
+    for c in chunks:
+        for para in _paragraphs(c.text):
+            for part in _LATIN_STOP.split(para):
+                for m in _SENTENCE.finditer(part):
+                    s = m.group(0).strip()
+                    if len(s) >= 12 and not s.endswith(("：", ":")):
+                        seen.setdefault(s, None)
+    return list(seen)
+
+
+def _keep(token: str) -> bool:
+    return len(token) >= 2 and not _NUMERIC.match(token) and token.lower() not in _EN_STOP
+
+
+def textrank(token_lists: Sequence[Sequence[str]]) -> dict[str, float]:
+    """TextRank scores of the tokens over an undirected co-occurrence graph (window ``WINDOW``)."""
+    edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for tokens in token_lists:
+        for i, a in enumerate(tokens):
+            for b in tokens[i + 1 : i + WINDOW]:
+                if a != b:
+                    edges[a][b] += 1.0
+                    edges[b][a] += 1.0
+    if not edges:
+        return {t: 1.0 for tokens in token_lists for t in tokens}
+    score = dict.fromkeys(edges, 1.0)
+    out_weight = {n: sum(nbrs.values()) for n, nbrs in edges.items()}
+    for _ in range(ITERATIONS):
+        score = {
+            n: (1 - DAMPING) + DAMPING * sum(w * score[m] / out_weight[m] for m, w in nbrs.items())
+            for n, nbrs in edges.items()
+        }
+    return score
+
+
+def top_keywords(rank: dict[str, float], n: int) -> tuple[str, ...]:
+    """The ``n`` best tokens, a token left out when a kept keyword holds it."""
+    ordered = sorted(rank, key=lambda t: (-rank[t], t))[: n * 3]
+    kept: list[str] = []
+    for t in ordered:
+        if any(t in k for k in kept):
+            continue
+        kept = [k for k in kept if k not in t] + [t]  # a longer keyword replaces the pieces it holds
+        if len(kept) == n:
+            break
+    return tuple(sorted(kept, key=lambda t: -rank[t]))
+
+
+def extractive_summary(
+    chunks: Sequence[Chunk],
+    tokenize: Callable[[str], list[str]],
+    *,
+    n_keywords: int = 8,
+    n_sentences: int = 3,
+    max_chars: int = 300,
+) -> Summary:
+    """Keywords and a summary of a document from its chunks; ``tokenize`` gives index terms (stopwords removed)."""
+    sentences = sentences_of(chunks)
+    tokens = [[t for t in tokenize(s) if _keep(t)] for s in sentences]
+    rank = textrank(tokens)
+    keywords = top_keywords(rank, n_keywords)
+    top = set(keywords)
+    scored = []
+    for i, (sentence, toks) in enumerate(zip(sentences, tokens, strict=True)):
+        if not toks:
+            continue
+        weight = sum(rank[t] for t in set(toks) if t in top) + 0.1 * sum(rank.get(t, 0.0) for t in set(toks))
+        lead = (1.3 if i < 3 else 1.0) * (0.5 if _LIST_ITEM.match(sentence) else 1.0)
+        scored.append((weight * lead / math.sqrt(len(toks)), i))
+    chosen = sorted(i for _, i in sorted(scored, reverse=True)[:n_sentences])
+    text = ""
+    for i in chosen:
+        if text and len(text) + len(sentences[i]) > max_chars:
+            break
+        gap = " " if text and text[-1].isascii() and sentences[i][:1].isascii() else ""
+        text += gap + (sentences[i] if re.search(r"[。！？!?；;.]$", sentences[i]) else sentences[i] + "。")
+    if not text and sentences:
+        text = sentences[0][:max_chars]
+    return Summary(text[:max_chars], keywords, "extractive")
+
+
+def document_summary(chunks: Sequence[Chunk], meta: DocMeta | None, tokenize: Callable[[str], list[str]]) -> Summary:
+    """The LLM's summary and tags when the ``metadata`` transform wrote them, else the extractive summary."""
+    if meta is not None and meta.summary:
+        return Summary(meta.summary, meta.tags, meta.kind)
+    return extractive_summary(chunks, tokenize)

@@ -1,0 +1,195 @@
+"""The cached, rate-limited chat service every LLM feature uses (``ChatService`` of the transform protocol).
+
+One ``OpenAICompatibleClient`` (retries honouring ``Retry-After``, timeouts) behind a semaphore of
+``llm.concurrency``; replies cached by (model, prompt id, messages) in ``llm.sqlite``; token counts (reported by
+the endpoint, estimated otherwise) and a cost estimate from ``llm.price_input`` / ``price_output``.
+``PlanningService`` stands in for it in a dry run: it records what would be sent and answers nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from zhiku.ingest.transforms.base import TransformError
+from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache, reply_key
+from zhiku.llm.settings import LLMSettings
+from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, client_from
+from zhiku.types import LLMUsage
+
+_CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
+REFUSALS = ("content_filter", "content-filter", "safety")
+
+
+def estimate_tokens(text: str) -> int:
+    """A tokenizer-free estimate: one token per CJK character, one per four other characters."""
+    cjk = len(_CJK.findall(text))
+    return cjk + (len(text) - cjk + 3) // 4
+
+
+def messages_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    total = 0
+    for m in messages:
+        content = m.get("content", "")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        for p in parts:
+            total += estimate_tokens(str(p.get("text", ""))) if p.get("type") == "text" else 765  # one image tile set
+    return total + 4 * len(messages)
+
+
+@dataclass
+class _Counter:
+    calls: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    estimated: bool = False
+
+
+class LLMService:
+    """``chat(messages, prompt_id=…)`` → the reply text, or ``TransformError`` with the reason."""
+
+    def __init__(
+        self,
+        client: OpenAICompatibleClient,
+        model: str,
+        *,
+        vision_model: str | None = None,
+        cache: ReplyCache | None = None,
+        concurrency: int = 4,
+        prices: tuple[float, float] = (0.0, 0.0),
+        currency: str = "USD",
+        deadline_s: float | None = None,
+    ) -> None:
+        self.client = client
+        self._model = model
+        self.vision_model = vision_model or model
+        self.cache = cache
+        self.prices = prices
+        self.currency = currency
+        self.deadline_s = deadline_s
+        self._gate = threading.Semaphore(concurrency)
+        self._lock = threading.Lock()
+        self._n = _Counter()
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def key(self, messages: Sequence[Mapping[str, Any]], prompt_id: str, vision: bool = False) -> str:
+        return reply_key(self.vision_model if vision else self._model, prompt_id, list(messages))
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        prompt_id: str,
+        max_tokens: int = 256,
+        vision: bool = False,
+        validate: Callable[[str], object] | None = None,
+    ) -> str:
+        model = self.vision_model if vision else self._model
+        key = self.key(messages, prompt_id, vision)
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            with self._lock:
+                self._n.cached += 1
+            return hit
+        payload = {"model": model, "messages": list(messages), "max_tokens": max_tokens, "temperature": 0}
+        deadline = time.monotonic() + self.deadline_s if self.deadline_s else None
+        with self._gate:
+            with self._lock:
+                self._n.calls += 1
+            try:
+                reply = self.client.chat(payload, deadline=deadline)
+            except HttpApiError as e:
+                raise TransformError(str(e)) from None
+        self._count(messages, reply.content, reply.prompt_tokens, reply.completion_tokens)
+        if reply.finish_reason in REFUSALS:
+            raise TransformError(f"the model refused the content (finish_reason {reply.finish_reason})")
+        if not reply.content.strip():
+            raise TransformError(f"the model answered nothing (finish_reason {reply.finish_reason or 'none'})")
+        if validate is not None:
+            try:
+                validate(reply.content)
+            except ValueError as e:
+                raise TransformError(f"malformed reply: {e}") from None
+        if self.cache is not None:  # only replies that passed: a malformed one is asked again next time
+            self.cache.put(key, reply.content)
+        return reply.content
+
+    def _count(self, messages: Sequence[Mapping[str, Any]], content: str, prompt: int, completion: int) -> None:
+        with self._lock:
+            if not prompt:
+                self._n.estimated = True
+                prompt, completion = messages_tokens(messages), estimate_tokens(content)
+            self._n.prompt_tokens += prompt
+            self._n.completion_tokens += completion
+
+    def usage(self) -> LLMUsage:
+        with self._lock:
+            n = self._n
+            cost = (n.prompt_tokens * self.prices[0] + n.completion_tokens * self.prices[1]) / 1e6
+            return LLMUsage(
+                n.calls, n.cached, n.prompt_tokens, n.completion_tokens, round(cost, 6), self.currency, n.estimated
+            )
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    prompt_id: str
+    model: str
+    tokens: int  # estimated prompt tokens
+    cached: bool
+    preview: str  # the start of the last message's text
+
+
+class PlanningService(LLMService):
+    """A dry run: records each request (estimated tokens, whether the cache already holds it) and answers ``""``
+    so that nothing is sent and nothing is cached."""
+
+    def __init__(self, model: str, *, vision_model: str | None = None, cache: ReplyCache | None = None) -> None:
+        super().__init__(None, model, vision_model=vision_model, cache=cache)  # type: ignore[arg-type]
+        self.planned: list[PlannedCall] = []
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        prompt_id: str,
+        max_tokens: int = 256,
+        vision: bool = False,
+        validate: Callable[[str], object] | None = None,
+    ) -> str:
+        key = self.key(messages, prompt_id, vision)
+        cached = self.cache is not None and self.cache.get(key) is not None
+        last = messages[-1].get("content", "") if messages else ""
+        text = last if isinstance(last, str) else " ".join(str(p.get("text", "")) for p in last)
+        with self._lock:
+            self.planned.append(
+                PlannedCall(
+                    prompt_id, self.vision_model if vision else self._model, messages_tokens(messages), cached, text
+                )
+            )
+        raise TransformError("dry run: nothing sent")
+
+
+def build_service(settings: LLMSettings, cache_dir: Path, *, deadline_s: float | None = None) -> LLMService | None:
+    """The chat service of ``llm.*`` (None when no endpoint or model is set)."""
+    if not settings.base_url or not settings.model:
+        return None
+    cache = ReplyCache(cache_dir / LLM_CACHE_FILE) if settings.cache else None
+    return LLMService(
+        client_from(settings),
+        settings.model,
+        vision_model=settings.vision_model,
+        cache=cache,
+        concurrency=settings.concurrency,
+        prices=(settings.price_input, settings.price_output),
+        currency=settings.currency,
+        deadline_s=deadline_s,
+    )

@@ -1,0 +1,58 @@
+"""The ingest-root policy of the MCP server: which folders ``ingest_documents`` may read.
+
+Messages here are for an agent: they name the path it gave and what it can do (list_collections shows the
+roots), never a CLI command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from zhiku.errors import InvalidInput
+from zhiku.ingest.loaders import supported_suffixes
+from zhiku.ingest.pipeline import discover
+from zhiku.settings import Settings
+
+SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
+
+
+class PathNotAllowed(InvalidInput):
+    """An ingest path outside ``server.ingest_roots``."""
+
+    code = "PATH_NOT_ALLOWED"
+
+
+def ingest_roots(settings: Settings) -> list[Path]:
+    """The configured roots, resolved (symlinks followed)."""
+    return [Path(r).expanduser().resolve() for r in settings.server.ingest_roots]
+
+
+def shown_roots(settings: Settings) -> list[str] | None:
+    """What list_collections shows: the roots when this server has the ingest tool, else None."""
+    return None if settings.server.read_only else [str(r) for r in ingest_roots(settings)]
+
+
+def allowed_paths(settings: Settings, paths: Sequence[str]) -> list[Path]:
+    """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
+    roots = ingest_roots(settings)
+    if not roots:
+        raise PathNotAllowed(
+            "this server accepts no ingest paths (its ingest roots are empty); ask the user to add the folder "
+            "to the server's ingest roots, or to ingest the files themselves"
+        )
+    out = []
+    for given in paths:
+        p = Path(given).expanduser()
+        p = (p if p.is_absolute() else roots[0] / p).resolve()
+        if not any(p.is_relative_to(r) for r in roots):
+            raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots; {SEE_ROOTS}")
+        out.append(p)
+    tasks, _ = discover(out, supported_suffixes())
+    for t in tasks:  # a symlink inside a root may point outside it
+        if not any(t.path.resolve().is_relative_to(r) for r in roots):
+            raise PathNotAllowed(
+                f"{t.path.name!r} links outside the allowed ingest roots; leave it out (pass the other files one "
+                f"by one); {SEE_ROOTS}"
+            )
+    return out

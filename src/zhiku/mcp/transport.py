@@ -1,0 +1,69 @@
+"""Transports: the Streamable HTTP app behind zhiku's security middleware, serving a built server over stdio or
+HTTP, and an SDK client for either (``open_client``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+
+from zhiku.settings import Settings
+
+log = logging.getLogger("zhiku.mcp.server")
+
+
+def http_app(server: MCPServer, settings: Settings) -> Any:
+    """The Streamable HTTP ASGI app behind zhiku's security middleware."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from zhiku.mcp.http_security import Policy, SecurityMiddleware, sdk_host_patterns, sdk_origin_patterns
+
+    s = settings.server
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sdk_host_patterns(s, s.allowed_hosts),
+        allowed_origins=sdk_origin_patterns(s),
+    )
+    app = server.streamable_http_app(
+        streamable_http_path=s.path, max_request_body_size=s.max_request_bytes, transport_security=security, host=s.host
+    )
+    return SecurityMiddleware(app, Policy.from_settings(s))
+
+
+def preflight(settings: Settings) -> None:
+    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened."""
+    from zhiku.mcp.http_security import check_bind
+    from zhiku.stores import open_store
+
+    if settings.server.transport == "http":
+        check_bind(settings.server)
+    open_store(settings, read_only=settings.server.read_only).close()
+
+
+def serve_built(server: MCPServer, settings: Settings) -> None:
+    """Serve ``server`` until the client disconnects (stdio) or the process is stopped (HTTP)."""
+    s = settings.server
+    if s.transport == "stdio":
+        log.info("zhiku: serving %s over stdio", settings.index)
+        server.run()
+        return
+    import uvicorn
+
+    log.info("zhiku: serving %s on http://%s:%d%s", settings.index, s.host, s.port, s.path)
+    config = uvicorn.Config(
+        http_app(server, settings), host=s.host, port=s.port, log_level="warning", access_log=False, lifespan="on"
+    )
+    uvicorn.Server(config).run()
+
+
+def open_client(target: str | list[str], *, env: dict[str, str] | None = None, errlog: Any = None) -> Any:
+    """An MCP SDK client (an async context manager) for a URL, or for a command line spoken to over stdio."""
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    if isinstance(target, str):
+        return Client(target)
+    params = StdioServerParameters(command=target[0], args=target[1:], env=env)
+    return Client(stdio_client(params, errlog=errlog or sys.stderr))

@@ -1,0 +1,34 @@
+"""The two small numeric helpers every layer shares: one L2 normaliser, one percentile."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def l2_normalise(m: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """Rows of ``m`` (along its last axis; a 1-D vector is one row) scaled to unit length, as float32.
+
+    Zero rows stay zero, so a dot product of normalised rows is their cosine. ``in_place`` overwrites ``m`` when it
+    is already a writable float32 array (the dense index normalises its freshly loaded matrix this way).
+    """
+    m = np.asarray(m, np.float32)
+    norms = np.linalg.norm(m, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: np.ndarray = np.divide(m, norms, out=m if in_place else None)
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0–100) of ``values``, interpolating linearly between closest ranks (numpy's default).
+
+    Raises ``ValueError`` on no values: there is no percentile of nothing, and callers say what they show instead.
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))

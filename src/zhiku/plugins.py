@@ -1,0 +1,127 @@
+"""Plugins: packages installed beside zhiku that add to it through Python entry points, without touching it.
+
+=====================  ===========================================================================================
+group                  the entry point names
+=====================  ===========================================================================================
+``zhiku.loaders``      a ``Loader`` class (constructed with the ``loaders`` settings section) for more file formats
+``zhiku.embedders``    a factory ``f(EmbeddingSettings) -> Embedder``; chosen by ``embedding.provider: plugin:NAME``
+``zhiku.rerankers``    a factory ``f(RerankSettings) -> Reranker``; chosen by ``rerank.provider: plugin:NAME``
+``zhiku.transforms``   a ``Transform`` class (``zhiku.ingest.transforms.base``), instantiated with no arguments
+``zhiku.tools``        a tool function (or a list of them, or of ``ToolSpec``) served next to the built-in tools
+=====================  ===========================================================================================
+
+A plugin that cannot be imported is reported (``zhiku plugins``, a warning in the log) and skipped; it never
+stops ingestion or the server. Each group is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from zhiku.errors import ConfigError
+
+log = logging.getLogger("zhiku.plugins")
+GROUPS = ("zhiku.loaders", "zhiku.embedders", "zhiku.rerankers", "zhiku.transforms", "zhiku.tools")
+PREFIX = "plugin:"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One entry point: where it comes from, and why it could not be loaded (``error``, else None)."""
+
+    group: str
+    name: str
+    value: str  # module:attribute
+    distribution: str  # the installed package that declares it
+    version: str
+    location: str  # where that package is installed
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Plugin:
+    info: PluginInfo
+    obj: Any
+
+
+def _info(group: str, ep: EntryPoint, error: str | None = None) -> PluginInfo:
+    dist = ep.dist
+    location = ""
+    if dist is not None:
+        try:
+            location = str(dist.locate_file(""))
+        except Exception:  # pragma: no cover - exotic distribution finders
+            location = ""
+    return PluginInfo(
+        group=group,
+        name=ep.name,
+        value=ep.value,
+        distribution=dist.metadata["Name"] if dist is not None else "?",
+        version=dist.version if dist is not None else "?",
+        location=location,
+        error=error,
+    )
+
+
+@functools.cache
+def load(group: str) -> tuple[Plugin, ...]:
+    """Every entry point of ``group`` loaded, in name order; broken ones are logged and left out."""
+    out: list[Plugin] = []
+    for info, obj in _load_all(group):
+        if info.ok:
+            out.append(Plugin(info, obj))
+    return tuple(out)
+
+
+@functools.cache
+def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
+    if group not in GROUPS:
+        raise ValueError(f"unknown plugin group {group!r}; the groups are {', '.join(GROUPS)}")
+    found: list[tuple[PluginInfo, Any]] = []
+    for ep in sorted(entry_points(group=group), key=lambda e: (e.name, e.value)):
+        try:
+            found.append((_info(group, ep), ep.load()))
+        except Exception as e:  # a broken plugin: report, skip, carry on
+            info = _info(group, ep, f"{type(e).__name__}: {e}")
+            log.warning(
+                "plugin %s (%s, from %s) is broken and skipped: %s", ep.name, group, info.distribution, info.error
+            )
+            found.append((info, None))
+    return tuple(found)
+
+
+_REPORTED: set[tuple[str, str, str]] = set()
+
+
+def report_problem(plugin: PluginInfo, why: str) -> None:
+    """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes);
+    logged once per process."""
+    if (plugin.group, plugin.name, why) in _REPORTED:
+        return
+    _REPORTED.add((plugin.group, plugin.name, why))
+    log.warning("plugin %s (%s, from %s) skipped: %s", plugin.name, plugin.group, plugin.distribution, why)
+
+
+def installed() -> list[PluginInfo]:
+    """Every plugin in every group, with its load error if any (``zhiku plugins``)."""
+    return [info for group in GROUPS for info, _ in _load_all(group)]
+
+
+def provider(group: str, provider_name: str) -> Any:
+    """The factory a ``plugin:NAME`` provider setting names; a clear ``ConfigError`` when it is missing or broken."""
+    name = provider_name.removeprefix(PREFIX)
+    for info, obj in _load_all(group):
+        if info.name == name:
+            if not info.ok:
+                raise ConfigError(f"{group} plugin {name!r} from {info.distribution} is broken: {info.error}")
+            return obj
+    have = ", ".join(PREFIX + i.name for i, _ in _load_all(group) if i.ok) or "none installed"
+    raise ConfigError(f"no {group} plugin named {name!r} (available: {have}); `zhiku plugins` lists them")

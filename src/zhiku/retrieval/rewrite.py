@@ -1,0 +1,156 @@
+"""Query rewriting (``retrieval.rewrite``) through the shared chat service: ``multi_query`` asks for alternative
+phrasings, ``hyde`` for a hypothetical passage that answers the query (Gao et al. 2022); each variant is searched
+and the rankings are fused with RRF, the original query's first. On a timeout or any error the plain query is
+searched and the result says ``rewrite: fallback: <reason>`` (like the reranker's fallback).
+
+Tag filters (``metadata`` transform) are applied here too: hits whose chunk or document lacks a tag are dropped
+from a deeper candidate list.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
+
+from zhiku.errors import ConfigError
+from zhiku.ingest.transforms._util import clean_reply
+from zhiku.ingest.transforms.base import ChatService, TransformError
+from zhiku.llm.cache import json_object_in
+from zhiku.llm.prompts import Prompts, detect_language
+from zhiku.llm.service import build_service
+from zhiku.observability.tracing import span
+from zhiku.retrieval.fusion import ranked, rrf
+from zhiku.retrieval.rerank import rerank_with_fallback
+from zhiku.retrieval.search import MAX_TOP_K, Retrieval, Searcher
+from zhiku.settings import Settings
+from zhiku.types import Filters, Hit
+
+Tagged = tuple[set[str], set[str]]  # chunk ids, doc ids that carry the wanted tags
+
+
+class QueryRewriter:
+    """``variants(query)`` → the extra queries to search (``TransformError`` or ``TimeoutError`` on failure)."""
+
+    def __init__(self, llm: ChatService, mode: str, *, n: int = 3, timeout: float = 8.0, prompts: Prompts) -> None:
+        self.llm = llm
+        self.mode = mode
+        self.n = n
+        self.timeout = timeout
+        self.prompts = prompts
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zhiku-rewrite")
+
+    def _ask(self, query: str) -> list[str]:
+        lang = detect_language(query)
+        text = self.prompts.render(self.mode, lang, query=query, n=self.n)
+        messages = [{"role": "user", "content": text}]
+        prompt_id = self.prompts.id_of(self.mode)
+        if self.mode == "hyde":
+            return [clean_reply(self.llm.chat(messages, prompt_id=prompt_id, max_tokens=400, validate=_nonblank))]
+        reply = self.llm.chat(messages, prompt_id=prompt_id, max_tokens=300, validate=_queries)
+        return _queries(reply)[: self.n]
+
+    def variants(self, query: str) -> list[str]:
+        future = self._pool.submit(contextvars.copy_context().run, self._ask, query)
+        try:
+            found = future.result(timeout=self.timeout)
+        except FutureTimeout:
+            raise TimeoutError(f"timeout: no rewrite within {self.timeout:g}s (llm.rewrite_timeout)") from None
+        return [q for q in dict.fromkeys(found) if q and q != query]
+
+
+def _nonblank(text: str) -> None:
+    if not clean_reply(text):
+        raise ValueError("empty passage")
+
+
+def _queries(text: str) -> list[str]:
+    value = json_object_in(text).get("queries")
+    if not isinstance(value, list) or not value or not all(isinstance(q, str) for q in value):
+        raise ValueError(f"no list of query strings under 'queries': {text[:80]!r}")
+    return [" ".join(q.split()) for q in value if q.strip()]
+
+
+def search(
+    searcher: Searcher,
+    query: str,
+    *,
+    rewriter: QueryRewriter | None,
+    tagged: Tagged | None,
+    top_k: int | None,
+    mode: str | None,
+    filters: Filters,
+    per_source_k: int | None,
+    rerank: bool | None,
+) -> Retrieval:
+    """``searcher.search`` with query rewriting and tag filtering when asked; otherwise exactly that call."""
+    want = top_k or searcher.settings.top_k
+    depth = MAX_TOP_K if tagged is not None else top_k
+
+    def run(q: str, k: int | None, rr: bool | None) -> Retrieval:
+        return searcher.search(q, top_k=k, mode=mode, filters=filters, per_source_k=per_source_k, rerank=rr)
+
+    if rewriter is None:  # no stage in the trace: the query trace's `rewrite` field says "off"
+        r = run(query, depth, rerank)
+    else:
+        r = _rewritten(searcher, rewriter, query, run, depth, rerank)
+    if tagged is None:
+        return r
+    chunks, docs = tagged
+    kept = [h for h in r.hits if h.chunk.chunk_id in chunks or h.chunk.doc_id in docs]
+    return replace(r, hits=tuple(kept[:want]))
+
+
+def _rewritten(
+    searcher: Searcher,
+    rewriter: QueryRewriter,
+    query: str,
+    run: Callable[[str, int | None, bool | None], Retrieval],
+    depth: int | None,
+    rerank: bool | None,
+) -> Retrieval:
+    with span("rewrite") as sp:
+        try:
+            extra = rewriter.variants(query.strip())
+            status = "ok"
+        except (TransformError, TimeoutError) as e:
+            extra, status = [], f"fallback: {' '.join(str(e).split())[:300]}"
+        reason = {} if status == "ok" else {"reason": status.removeprefix("fallback: ")}
+        sp.set(counts={"queries": len(extra)}, mode=rewriter.mode, queries=extra, **reason)
+    if not extra:
+        return replace(run(query, depth, rerank), rewrite=status)
+    limit = searcher.settings.max_query_chars
+    k = max(depth or searcher.settings.top_k, searcher.rerank_settings.top_m)
+    results = [run(query, k, False)] + [run(q[:limit], k, False) for q in extra]
+    fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=searcher.settings.rrf_k)
+    hits_by: dict[str, Hit] = {}
+    for r in results:
+        for h in r.hits:
+            hits_by.setdefault(h.chunk.chunk_id, h)
+    hits = [replace(hits_by[cid], score=s, fused_rank=n) for n, (cid, s) in enumerate(fused, 1)]
+    final_k = depth or searcher.settings.top_k
+    rerank_status = "off"
+    reranker = searcher.reranker if rerank is not False else None
+    if reranker is not None:
+        rs = searcher.rerank_settings
+        with span("rerank"):
+            outcome = rerank_with_fallback(reranker, query, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
+        hits, rerank_status = list(outcome.hits), outcome.status
+    return replace(results[0], hits=tuple(hits[:final_k]), rerank=rerank_status, rewrite=status, queries=tuple(extra))
+
+
+def build_rewriter(settings: Settings) -> QueryRewriter | None:
+    """The rewriter of ``retrieval.rewrite`` through ``llm.*`` (None when it is ``none``)."""
+    mode = settings.retrieval.rewrite
+    if mode == "none":
+        return None
+    llm = settings.llm
+    service = build_service(llm, settings.embedding.cache_dir, deadline_s=llm.rewrite_timeout)
+    if service is None:
+        raise ConfigError(
+            f"retrieval.rewrite {mode!r} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
+        )
+    prompts = Prompts(llm.prompts_dir, llm.prompt_version)
+    return QueryRewriter(service, mode, n=llm.rewrite_queries, timeout=llm.rewrite_timeout, prompts=prompts)

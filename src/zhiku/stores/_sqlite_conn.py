@@ -1,0 +1,154 @@
+"""Connections to an index's SQLite file: opening, schema creation and upgrades, error translation, and the
+pool of read connections that lets searches run side by side (WAL: readers never wait for each other or for
+the writer, and each sees only committed transactions)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
+from zhiku.stores._sqlite_schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION
+
+
+def translate(e: sqlite3.Error, index_dir: Path) -> StoreError:
+    """A ``sqlite3`` error as the ``StoreError`` that says what to do."""
+    path = index_dir / DB_NAME
+    code = getattr(e, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    text = str(e).lower()
+    if primary in (5, 6) or "locked" in text or "busy" in text:
+        return IndexLocked(
+            f"index {index_dir} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s"
+        )
+    if primary == 8 or "readonly" in text:
+        return ReadOnlyIndex(
+            f"index {index_dir} is read-only: {path} or its directory is not writable; fix the permissions or choose another --index"
+        )
+    if primary in (11, 26) or "not a database" in text or "malformed" in text:
+        return StoreError(f"{path} is not a usable zhiku index ({e}): move it away or choose another --index")
+    return StoreError(f"index {path}: {e}")
+
+
+def connect(index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection to ``index_dir/zhiku.db`` (created when writable); errors already translated."""
+    path = index_dir / DB_NAME
+    if read_only:
+        if not path.is_file():
+            raise IndexNotFound(f"no index at {index_dir}: run `zhiku ingest PATH --index {index_dir}` first")
+        target, uri = path.resolve().as_uri() + "?mode=ro", True
+    else:
+        try:
+            index_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create index directory {index_dir}: {e.strerror}; choose another --index") from e
+        target, uri = str(path), False
+    try:
+        conn = sqlite3.connect(target, uri=uri, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as e:
+        raise translate(e, index_dir) from e
+    try:
+        if not read_only:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.Error as e:
+        conn.close()
+        raise translate(e, index_dir) from e
+    return conn
+
+
+def init_schema(conn: sqlite3.Connection, index_dir: Path, *, read_only: bool) -> None:
+    """Create the schema of a new index, or upgrade an older one in place; refuse a newer one."""
+    path = index_dir / DB_NAME
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "meta" not in tables:
+        if tables:
+            raise StoreError(
+                f"{path} is a SQLite database but not a zhiku index: move it away or choose another --index"
+            )
+        if read_only:
+            raise IndexNotFound(
+                f"no index at {index_dir} (empty {DB_NAME}): run `zhiku ingest PATH --index {index_dir}` first"
+            )
+        conn.executescript(
+            f"BEGIN IMMEDIATE; {SCHEMA} INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
+            " INSERT OR IGNORE INTO meta VALUES ('index_version', '0'); COMMIT;"
+        )
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        raise IndexMismatch(
+            f"index {index_dir} has schema version {row[0]}, newer than this zhiku supports ({SCHEMA_VERSION}): upgrade zhiku"
+        )
+    if row is not None and int(row[0]) < SCHEMA_VERSION:
+        _migrate(conn, index_dir, int(row[0]), read_only=read_only)
+
+
+def _migrate(conn: sqlite3.Connection, index_dir: Path, version: int, *, read_only: bool) -> None:
+    """Upgrade an index written by an older zhiku in place (new columns and tables with defaults; data kept)."""
+    if read_only or version not in MIGRATIONS:
+        how = (
+            f"open it for writing once (any `zhiku ingest PATH --index {index_dir}` upgrades it in place and keeps its contents)"
+            if version in MIGRATIONS
+            else "rebuild it: `zhiku ingest PATH --index NEW_DIR`"
+        )
+        raise IndexMismatch(
+            f"index {index_dir} has schema version {version}, older than this zhiku's ({SCHEMA_VERSION}): {how}"
+        )
+    script = "".join(MIGRATIONS[v] for v in range(version, SCHEMA_VERSION))
+    conn.executescript(
+        f"BEGIN IMMEDIATE; {script} UPDATE meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'; COMMIT;"
+    )
+
+
+class ReadPool:
+    """Idle read connections, one borrowed per read; new ones are opened on demand (one per concurrent reader)."""
+
+    def __init__(self, index_dir: Path, *, read_only: bool, busy_timeout_s: float, max_idle: int = 16) -> None:
+        self.index_dir = index_dir
+        self._read_only, self._busy_timeout_s = read_only, busy_timeout_s
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._max_idle = max_idle
+        self._closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """A read connection (``PRAGMA query_only``), errors translated; returned to the pool afterwards."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"index {self.index_dir} is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self.index_dir, read_only=self._read_only, busy_timeout_s=self._busy_timeout_s)
+            try:  # document frequencies of the BM25 index (temp: works on a read-only file too)
+                conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_vocab USING fts5vocab(main, fts, 'row')")
+                conn.execute("PRAGMA query_only=1")
+            except sqlite3.Error as e:
+                conn.close()
+                raise translate(e, self.index_dir) from e
+        try:
+            yield conn
+        except sqlite3.Error as e:
+            raise translate(e, self.index_dir) from e
+        finally:
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            with self._lock:
+                keep = not self._closed and len(self._idle) < self._max_idle
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with suppress(sqlite3.Error):
+                conn.close()

@@ -1,0 +1,81 @@
+"""The CLI's view of ingestion runs and its newcomer hints: `traces --id` on an ingest trace, `history` grouped per
+run with times, `query --help` about collections, the empty-filter hint, progress lines without a terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli import cli, index  # noqa: F401  (fixtures)
+from zhiku.cli.traces_view import RUN_GAP_S, group_runs
+from zhiku.observability.trace import Trace
+from zhiku.types import IngestionRecord
+
+
+def record(path: str, at: float, status: str = "added") -> IngestionRecord:
+    return IngestionRecord(path, "hr", None, None, status, None, 1, at)
+
+
+def test_group_runs_by_trace_span_else_by_gap() -> None:
+    traces = [
+        Trace(kind="ingest", trace_id="t2", started_at=1000.0, elapsed_ms=5000.0),
+        Trace(kind="ingest", trace_id="t1", started_at=900.0, elapsed_ms=2000.0),
+        Trace(kind="query", trace_id="q", started_at=500.0, elapsed_ms=10_000.0),
+    ]
+    records = [  # newest first, as the store returns them
+        record("c.md", 1004.0),
+        record("b.md", 1001.0, "updated"),
+        record("a.md", 901.5),
+        record("x.md", 505.0),  # no ingest trace: grouped by gaps
+        record("y.md", 505.0 - RUN_GAP_S + 1),
+        record("z.md", 505.0 - 2 * RUN_GAP_S - 5),
+    ]
+    runs = group_runs(records, traces)
+    assert [(r.trace_id, r.started_at, [x.path for x in r.records]) for r in runs] == [
+        ("t2", 1000.0, ["c.md", "b.md"]),
+        ("t1", 900.0, ["a.md"]),
+        (None, 505.0 - RUN_GAP_S + 1, ["x.md", "y.md"]),
+        (None, 505.0 - 2 * RUN_GAP_S - 5, ["z.md"]),
+    ]
+
+
+def test_ingest_runs_in_history_and_traces(cli, index: Path, corpus: Path) -> None:  # noqa: F811
+    (corpus / "年休假条例.md").write_text("# 职工带薪年休假条例\n\n第三条 年休假5天到15天不等，按工龄计算。\n", "utf-8")
+    (corpus / "empty.md").write_text("", encoding="utf-8")
+    second = cli("ingest", corpus, "-c", "hr", "--index", index)
+    assert second.exit_code == 1  # the empty file failed; the rest went in
+    assert "ingesting: 0/4 documents" in second.stderr and "ingesting: 4/4 documents" in second.stderr
+
+    data = json.loads(cli("history", "--index", index, "--json").stdout)
+    assert [r["records"] for r in data["runs"]] == [2, 3]  # newest first: 1 updated + 1 failed; then 3 added
+    text = cli("history", "--index", index, env={"COLUMNS": "250"}).stdout
+    assert text.count("── run (trace ") == 2 and "1 updated, 1 failed" in text and "3 added" in text
+
+    traces = json.loads(cli("traces", "--index", index, "--kind", "ingest", "--json").stdout)["traces"]
+    newest = traces[0]["trace_id"]
+    shown = cli("traces", "--index", index, "--id", newest, env={"COLUMNS": "250"}).stdout
+    assert "documents (4)" in shown and "0 added, 1 updated, 2 skipped, 0 removed, 1 failed" in shown
+    assert "unchanged (same SHA-256)" in shown and "empty.md" in shown and "upsert" in shown
+
+
+def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa: F811
+    help_text = " ".join(cli("query", "--help", env={"COLUMNS": "250"}).stdout.split())
+    assert "Search only this collection (default: all of them)." in help_text
+    r = cli("query", "试用期", "--index", index, "--source", "nothing*", "--type", "pdf")
+    assert r.exit_code == 0
+    assert "no passage matched the filters (--source 'nothing*' --type 'pdf'): loosen or drop them" in r.stderr
+    assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
+
+
+def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
+    from zhiku.ingest import progress
+
+    monkeypatch.setattr(progress, "EMBED_NOTE_EVERY", 3)  # the corpus is 4 chunks: notes at 3 and 4
+    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "fresh")
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert [ln.split(" · ")[-1] for ln in lines if "chunks embedded" in ln] == [
+        "3/4 chunks embedded",
+        "4/4 chunks embedded",
+    ]
+    assert lines[0].startswith("ingesting: 0/3 documents · ") and lines[-1].startswith("ingesting: 3/3 documents · ")

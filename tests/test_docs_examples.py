@@ -1,0 +1,108 @@
+"""The `zhiku …` commands in README.md and docs/*.md are true: every one parses against the real command line
+(fast), and the blocks marked ``<!-- docs-test: run -->`` run as written, in order, from a fresh folder (slow:
+it embeds the sample documents of `zhiku init`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from zhiku.cli.app import app
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN_MARK = "<!-- docs-test: run -->"
+FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def code_blocks(path: Path) -> list[tuple[bool, list[str]]]:
+    """Shell code blocks of a Markdown file: (marked to run, lines)."""
+    out: list[tuple[bool, list[str]]] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m and m.group(1) in ("bash", "sh", "console", ""):
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            marked = i > 0 and lines[i - 1].strip() == RUN_MARK
+            out.append((marked, lines[i + 1 : end]))
+            i = end
+        elif m:  # another language: skip the block
+            i = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        i += 1
+    return out
+
+
+def commands(lines: list[str]) -> list[list[str]]:
+    """Each shell line's commands (split at ``&&``), comments dropped."""
+    out = []
+    joined = "\n".join(lines).replace("\\\n", " ").splitlines()  # continuation lines
+    for line in joined:
+        if not line.strip().startswith(("zhiku ", "cd ")):
+            continue  # other shell (exports, pip, make, curl…) is not run or checked here
+        words = shlex.split(line, comments=True)
+        while words:
+            cut = words.index("&&") if "&&" in words else len(words)
+            out.append(words[:cut])
+            words = words[cut + 1 :]
+    return out
+
+
+def doc_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for path in DOC_FILES:
+        for _, lines in code_blocks(path):
+            found += [(path.name, c) for c in commands(lines) if c and c[0] == "zhiku"]
+    return found
+
+
+def parse(args: list[str]) -> None:
+    """Resolve ``args`` through the real click command tree and parse every level's options (invokes nothing)."""
+    cmd = typer.main.get_command(app)  # typer's own click: groups are told apart by their `commands`
+    ctx = cmd.make_context("zhiku", list(args))
+    while hasattr(cmd, "commands"):
+        rest = [*(getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []), *ctx.args]
+        name, sub, rest = cmd.resolve_command(ctx, rest)
+        assert sub is not None, args
+        cmd = sub
+        ctx = cmd.make_context(name or "", rest, parent=ctx)
+
+
+@pytest.mark.parametrize(("doc", "args"), doc_commands(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_every_documented_command_parses(doc: str, args: list[str]) -> None:
+    parse(args[1:])
+
+
+def test_the_docs_name_no_machine_specific_paths() -> None:
+    for path in DOC_FILES:
+        text = path.read_text(encoding="utf-8")
+        assert "/work/" not in text and "/home/" not in text, path.name
+
+
+@pytest.mark.slow
+def test_marked_blocks_run_as_written_from_a_fresh_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_cache_dir: Path
+) -> None:
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))  # where vectors are cached, nothing else
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    ran = []
+    for path in DOC_FILES:
+        for marked, lines in code_blocks(path):
+            for args in commands(lines) if marked else []:
+                if args[0] == "cd":
+                    monkeypatch.chdir(Path.cwd() / args[1])
+                    continue
+                assert args[0] == "zhiku", (path.name, args)
+                r = runner.invoke(app, args[1:], catch_exceptions=False)
+                assert r.exit_code == 0, (path.name, args, r.stdout[-2000:], r.stderr[-2000:])
+                ran.append(" ".join(args))
+    assert len(ran) >= 15 and ran[0] == "zhiku init myproject", ran

@@ -1,0 +1,278 @@
+"""Plugins by entry points, installed for real: examples/zhiku-epub by `pip install` into a temporary folder, and a
+test kit (an embedder, a reranker, a transform, a tool breaking the conventions, a loader whose module is missing) as a
+hand-written distribution. zhiku runs as subprocesses with those folders on PYTHONPATH, so this process never
+sees the plugins."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from mcp_fixtures import DOCS, PYTHON, ROOT, server_env
+from zhiku.errors import UnsupportedFormat
+from zhiku.ingest.loaders import loader_for
+
+TESTKIT = '''\
+"""Test plugins: a character-hash embedder, a shortest-first reranker and a tool with a bad name."""
+import hashlib
+
+import numpy as np
+
+from zhiku.retrieval.rerank import apply_scores
+
+
+class CharEmbedder:
+    name = "testkit-chars-64"
+    dim = 64
+
+    def embed_query(self, text):
+        v = np.zeros(64, np.float32)
+        for ch in text:
+            v[int(hashlib.md5(ch.encode()).hexdigest(), 16) % 64] += 1
+        n = np.linalg.norm(v)
+        return v / n if n else v
+
+    def embed_documents(self, texts):
+        return np.stack([self.embed_query(t) for t in texts]) if texts else np.zeros((0, 64), np.float32)
+
+
+def chars(settings):
+    return CharEmbedder()
+
+
+class Shortest:
+    name = "testkit-shortest"
+
+    def load(self):
+        pass
+
+    def rerank(self, query, hits, top_k):
+        return apply_scores(hits, [-len(h.chunk.text) for h in hits], top_k)
+
+
+def shortest(settings):
+    return Shortest()
+
+
+class Tagger:
+    name = "tagger"
+    needs_llm = False
+
+    def apply(self, batch, ctx):
+        for i in range(len(batch.chunks)):
+            batch = batch.enrich(i, tags=("testkit", "第" + str(i)))
+            ctx.on_chunk(self.name)
+        return batch
+
+
+def badTool() -> str:
+    """Say hi.
+
+    When to use: never.
+
+    Example: {}
+    """
+    return "hi"
+'''
+TESTKIT_ENTRY_POINTS = """\
+[zhiku.embedders]
+chars = zhiku_testkit:chars
+
+[zhiku.loaders]
+broken = zhiku_no_such_module:Loader
+
+[zhiku.rerankers]
+shortest = zhiku_testkit:shortest
+
+[zhiku.tools]
+bad_tool = zhiku_testkit:badTool
+
+[zhiku.transforms]
+tagger = zhiku_testkit:Tagger
+"""
+CHAPTERS = [
+    ("第一章 年休假", DOCS["职工带薪年休假条例.md"].split("\n\n")[1]),
+    ("第二章 试用期", DOCS["劳动合同法.md"].split("\n\n")[2]),
+]
+
+
+def make_epub(path: Path, title: str, chapters: Sequence[tuple[str, str]]) -> None:
+    """A minimal EPUB 3: the mimetype, the container, the OPF package (manifest + spine) and XHTML chapters."""
+    opf_ns = "http://www.idpf.org/2007/opf"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
+        z.writestr(
+            "META-INF/container.xml",
+            '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+            '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+            "</rootfiles></container>",
+        )
+        items = "".join(
+            f'<item id="c{i}" href="text/c{i}.xhtml" media-type="application/xhtml+xml"/>' for i in range(len(chapters))
+        )
+        spine = "".join(f'<itemref idref="c{i}"/>' for i in reversed(range(len(chapters))))  # spine order wins
+        z.writestr(
+            "OEBPS/content.opf",
+            f'<?xml version="1.0"?><package xmlns="{opf_ns}" version="3.0"><metadata '
+            f'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>{title}</dc:title></metadata>'
+            f"<manifest>{items}</manifest><spine>{spine}</spine></package>",
+        )
+        for i, (heading, body) in enumerate(chapters):
+            z.writestr(
+                f"OEBPS/text/c{i}.xhtml",
+                '<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><head>'
+                f"<title>{heading}</title></head><body><h1>{heading}</h1><p>{body}</p></body></html>",
+            )
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(where pip installed zhiku-epub, where the test kit distribution lives)."""
+    root = tmp_path_factory.mktemp("plugins")
+    src = root / "zhiku-epub"
+    shutil.copytree(ROOT / "examples" / "zhiku-epub", src)  # pip builds in place: keep examples/ clean
+    epub_site = root / "epub-site"
+    pip = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--target", str(epub_site), str(src)], check=True, timeout=300, capture_output=True)
+    kit = root / "testkit-site"
+    dist = kit / "zhiku_testkit-0.2.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zhiku-testkit\nVersion: 0.2.0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(TESTKIT_ENTRY_POINTS, encoding="utf-8")
+    (kit / "zhiku_testkit.py").write_text(TESTKIT, encoding="utf-8")
+    return epub_site, kit
+
+
+def zhiku(args: list[str], sites: tuple[Path, Path], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = server_env(PYTHONPATH=":".join([str(sites[0]), str(sites[1]), str(ROOT / "src")]))
+    return subprocess.run(
+        [PYTHON, "-m", "zhiku.cli", *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd
+    )
+
+
+def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    proc = zhiku(["plugins", "--json"], sites, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = [
+        (p["group"], p["name"], p["value"], p["distribution"], p["version"], p["location"], p["error"])
+        for p in json.loads(proc.stdout)["plugins"]
+    ]
+    epub, kit = (str(s) for s in sites)
+    assert rows == [
+        ("zhiku.loaders", "broken", "zhiku_no_such_module:Loader", "zhiku-testkit", "0.2.0", kit,
+         "ModuleNotFoundError: No module named 'zhiku_no_such_module'"),
+        ("zhiku.loaders", "epub", "zhiku_epub:EpubLoader", "zhiku-epub", "0.1.0", epub, None),
+        ("zhiku.embedders", "chars", "zhiku_testkit:chars", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.rerankers", "shortest", "zhiku_testkit:shortest", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.transforms", "tagger", "zhiku_testkit:Tagger", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.tools", "list_books", "zhiku_epub:list_books", "zhiku-epub", "0.1.0", epub, None),
+    ]  # fmt: skip
+    table = zhiku(["plugins"], sites, tmp_path)
+    assert table.returncode == 0
+    assert (
+        table.stdout.splitlines()[1] == f"zhiku.loaders  epub = zhiku_epub:EpubLoader  [zhiku-epub 0.1.0, {epub}]  ok"
+    )
+    assert table.stdout.splitlines()[0].endswith(
+        "BROKEN (skipped): ModuleNotFoundError: No module named 'zhiku_no_such_module'"
+    )
+
+
+def test_without_the_plugin_epub_is_unsupported() -> None:
+    with pytest.raises(UnsupportedFormat, match=r"unsupported file type '\.epub' for a\.epub"):
+        loader_for(Path("a.epub"))
+
+
+def test_epub_is_ingested_searched_and_served_with_plugin_models(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    books.mkdir()
+    make_epub(books / "选编.epub", "劳动法规选编", CHAPTERS)
+    (books / "notes.md").write_text("# 笔记\n\n年休假按工作年限计算。\n", encoding="utf-8")
+    config = tmp_path / "zhiku.yaml"
+    config.write_text(
+        f"index: {tmp_path / 'index'}\ncollection: books\nembedding:\n  provider: plugin:chars\n  cache: false\n"
+        f"rerank:\n  provider: plugin:shortest\nserver:\n  ingest_roots: [{books}]\n",
+        encoding="utf-8",
+    )
+    ingest = zhiku(["ingest", str(books), "--config", str(config), "--json", "--transform", "tagger"], sites, tmp_path)
+    assert ingest.returncode == 0, ingest.stderr
+    report = json.loads(ingest.stdout)
+    assert (report["added"], report["failed"]) == (2, 0)
+    assert (
+        "plugin broken (zhiku.loaders, from zhiku-testkit) is broken and skipped: ModuleNotFoundError" in ingest.stderr
+    )
+    query = zhiku(
+        ["query", "年休假几天", "--config", str(config), "--json", "-k", "2", "--tag", "testkit"], sites, tmp_path
+    )
+    assert query.returncode == 0, query.stderr
+    answer = json.loads(query.stdout)
+    assert answer["rerank"] == "ok"
+    hits = [(h["source"], h["rerank_score"], -len(h["text"])) for h in answer["hits"]]
+    assert hits == [("notes.md", -11.0, -11), ("选编.epub", -60.0, -60)]  # the plugin reranker: minus the length
+    assert [h["tags"] for h in answer["hits"]] == [["testkit", "第0"], ["testkit", "第1"]]  # the plugin transform
+    assert served_tools(sites, config, tmp_path) == (
+        ["query_knowledge_hub", "list_collections", "get_document_summary", "list_books"],
+        ["劳动法规选编 (选编.epub)"],
+    )
+    log = (tmp_path / "serve.log").read_text()
+    assert "plugin bad_tool (zhiku.tools, from zhiku-testkit) skipped: tool 'badTool' (plugin zhiku-testkit)" in log
+
+
+def served_tools(sites: tuple[Path, Path], config: Path, cwd: Path) -> tuple[list[str], Any]:
+    env = server_env(PYTHONPATH=":".join([str(sites[0]), str(sites[1]), str(ROOT / "src")]))
+    params = StdioServerParameters(
+        command=PYTHON, args=["-m", "zhiku.cli", "serve", "--config", str(config), "--read-only"], env=env, cwd=str(cwd)
+    )
+
+    async def main() -> tuple[list[str], Any]:
+        with open(cwd / "serve.log", "w") as err:
+            async with Client(stdio_client(params, errlog=err)) as c:
+                names = [t.name for t in (await c.list_tools()).tools]
+                books = await c.call_tool("list_books", {})
+                return names, books.structured_content["result"]
+
+    return anyio.run(main)
+
+
+def test_epub_text_follows_the_spine(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    make_epub(tmp_path / "b.epub", "书", CHAPTERS)
+    (tmp_path / "bad.epub").write_bytes(b"PK\x03\x04 not really a zip")
+    code = (
+        "from pathlib import Path; from zhiku_epub import EpubLoader; from zhiku.errors import LoaderError\n"
+        "d = EpubLoader().load(Path('b.epub'), 'b.epub'); print(repr(d.text)); print(d.title, d.doc_type)\n"
+        "try: EpubLoader().load(Path('bad.epub'), 'bad.epub')\nexcept LoaderError as e: print(e)\n"
+    )
+    env = server_env(PYTHONPATH=f"{sites[0]}:{ROOT / 'src'}")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    text = f"# {CHAPTERS[1][0]}\n\n{CHAPTERS[1][1]}\n\n# {CHAPTERS[0][0]}\n\n{CHAPTERS[0][1]}"
+    assert proc.stdout.splitlines() == [
+        repr(text),
+        "书 epub",
+        "not a readable EPUB: bad.epub (BadZipFile: File is not a zip file)",
+    ], proc.stderr
+
+
+def test_a_missing_provider_plugin_is_one_clear_config_error() -> None:
+    from zhiku.errors import ConfigError
+    from zhiku.plugins import provider
+    from zhiku.settings import EmbeddingSettings, RerankSettings
+
+    assert EmbeddingSettings(provider="plugin:chars").model is None  # plugins need no model or endpoint
+    assert RerankSettings(provider="plugin:shortest").provider == "plugin:shortest"
+    with pytest.raises(ValueError, match="plugin:"):
+        EmbeddingSettings(provider="plugin:")
+    with pytest.raises(ConfigError) as e:
+        provider("zhiku.embedders", "plugin:chars")
+    assert str(e.value) == (
+        "no zhiku.embedders plugin named 'chars' (available: none installed); `zhiku plugins` lists them"
+    )

@@ -1,0 +1,138 @@
+"""`zhiku init` and `zhiku doctor`, in-process through typer's CliRunner on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from zhiku.cli.app import app
+from zhiku.evaluation.datasets import load_dataset
+from zhiku.scaffold import doctor as doctor_mod
+from zhiku.scaffold.clients import CLIENTS, command_of
+from zhiku.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = [
+    "女职工劳动保护特别规定(2012-04-28).md",
+    "工资支付暂行规定(1994-12-06).md",
+    "职工带薪年休假条例(2007-12-14).md",
+]
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: object) -> Result:
+        return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return run
+
+
+def uncomment(text: str) -> str:
+    """Every setting of a generated zhiku.yaml switched on: drop the '# ' in front of keys and section lines."""
+    return "\n".join(re.sub(r"^(\s*)# (?!#)", r"\1", line) for line in text.splitlines())
+
+
+def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
+    r = cli("init", "proj", "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    root = (tmp_path / "proj").resolve()
+    assert report["root"] == str(root) and report["kept"] == []
+    assert report["next"] == [f"cd {root}", "zhiku ingest docs", 'zhiku query "女职工产假有多少天？"', "zhiku serve"]
+    assert sorted(p.name for p in (root / "docs").iterdir()) == sorted(SAMPLES)  # only documents to ingest
+    for name in SAMPLES:  # the sample documents ship inside the package, byte-for-byte the repository's examples
+        assert (root / "docs" / name).read_bytes() == (ROOT / "examples" / "laws" / name).read_bytes()
+    assert "PRC Copyright Law art. 5" in (root / "SOURCES.md").read_text(encoding="utf-8")
+    evals = load_dataset(root / "eval.yaml")
+    assert len(evals.queries) == 8 and {q.category for q in evals.queries} == {"女职工", "工资", "年休假"}
+
+    text = (root / "zhiku.yaml").read_text(encoding="utf-8")
+    settings = load_settings(root / "zhiku.yaml")
+    assert (settings.index, settings.collection) == (Path(".zhiku"), "docs")
+    assert settings.server.ingest_roots == (root / "docs",)
+    assert (
+        settings.model_copy(update={"index": Path(".zhiku"), "collection": "default", "server": Settings().server})
+        == Settings()
+    )
+    # every key of the settings tree is there, at its default: uncommenting all of it changes nothing
+    everything = yaml.safe_load(uncomment(text))
+    assert set(everything) == set(Settings.model_fields)
+    assert Settings.model_validate(everything) == settings
+    assert "## Target chunk size in characters." in text and "#   size: 1000" in text
+
+    serve = report["serve"]
+    assert serve[1:] == ["serve", "--config", str(root / "zhiku.yaml"), "--index", str(root / ".zhiku")]
+    assert Path(serve[0]).is_absolute()
+    for c in CLIENTS:
+        assert command_of(c.client, (root / c.path).read_text(encoding="utf-8")) == serve, c.client
+    assert json.loads((root / ".vscode/mcp.json").read_text())["servers"]["zhiku"]["type"] == "stdio"
+    assert json.loads((root / "mcp-clients/cherry-studio.json").read_text())["mcpServers"]["zhiku"]["isActive"]
+
+
+def test_init_keeps_existing_files_unless_forced(cli, tmp_path: Path) -> None:
+    assert cli("init", "p").exit_code == 0
+    (tmp_path / "p" / "zhiku.yaml").write_text("collection: mine\n", encoding="utf-8")
+    again = cli("init", "p")
+    assert again.exit_code == 0 and "kept 12 existing files" in again.stderr
+    assert (tmp_path / "p" / "zhiku.yaml").read_text() == "collection: mine\n"
+    assert cli("init", "p", "--force").exit_code == 0
+    assert (tmp_path / "p" / "zhiku.yaml").read_text().startswith("## zhiku.yaml — the settings of this zhiku project")
+    (tmp_path / "file").write_text("x")
+    bad = cli("init", "file")
+    assert bad.exit_code == 1 and "exists and is not a folder: choose another DIR" in bad.stderr
+
+
+def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cli("init", "p").exit_code == 0
+    monkeypatch.chdir(tmp_path / "p")
+    good = cli("doctor", "--json")
+    assert good.exit_code == 0, good.output
+    checks = json.loads(good.stdout)["checks"]
+    by_area = {(c["area"], c["status"]) for c in checks}
+    assert ("settings", "ok") in by_area and ("models", "ok") in by_area
+    assert [c["status"] for c in checks if c["area"] == "clients"] == ["ok"] * 5
+    assert {
+        "area": "index",
+        "status": "warn",
+        "detail": f"no index at {tmp_path.resolve()}/p/.zhiku yet",
+        "fix": "zhiku ingest docs (or any folder)",
+    } in checks
+
+    Path(".cursor/mcp.json").write_text(
+        json.dumps({"mcpServers": {"zhiku": {"command": "/nowhere/zhiku", "args": ["serve"]}}}), encoding="utf-8"
+    )
+    broken = cli("doctor")
+    assert broken.exit_code == 1
+    assert "FAIL  clients  .cursor/mcp.json (cursor): /nowhere/zhiku does not exist" in broken.stdout
+    assert "fix: zhiku init --force . rewrites the client configs with this install's paths" in broken.stdout
+
+    Path("zhiku.yaml").write_text("retrieval:\n  top_k: 0\n", encoding="utf-8")
+    bad = cli("doctor")
+    assert bad.exit_code == 1 and "FAIL  settings invalid settings: retrieval.top_k" in bad.stdout
+    assert "fix: fix zhiku.yaml (reference: docs/settings.md)" in bad.stdout
+
+    Path("zhiku.yaml").write_text("store:\n  kind: milvus\n", encoding="utf-8")
+    monkeypatch.setattr(doctor_mod, "_installed", lambda m: m != "pymilvus")
+    checks = doctor_mod.check_extras(load_settings(Path("zhiku.yaml")))
+    assert (
+        doctor_mod.Check(
+            "extras",
+            "fail",
+            "milvus: missing, and the settings need it (to use the Milvus store)",
+            "pip install 'zhiku[milvus]'",
+        )
+        in checks
+    )
+    assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed, to read PDFs")
