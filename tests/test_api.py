@@ -23,6 +23,7 @@ from helpers_kb import (
 )
 from helpers_perms import permissions_enforced
 from zhiku.api import KnowledgeBase
+from zhiku.retrieval.context import chunk_context
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
 
@@ -134,12 +135,12 @@ def test_synonyms_file_lets_colloquial_words_find_statute_words(tmp_path: Path, 
 
 def test_chunk_context_of_a_hit(kb: KnowledgeBase) -> None:
     hit = kb.retrieve("试用期最长多久", mode="bm25", collection="hr").hits[0]
-    ctx = kb.chunk_context(hit.chunk.chunk_id, "article")
+    ctx = chunk_context(kb.store, hit.chunk.chunk_id, "article", 12000)
     assert (ctx.chunks, ctx.complete) == ((hit.chunk,), True)
     assert ctx.text == "# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n" + hit.chunk.text
-    assert kb.chunk_context(hit.chunk.chunk_id, "chunk").text == hit.chunk.text
+    assert chunk_context(kb.store, hit.chunk.chunk_id, "chunk", 1).text == hit.chunk.text
     with pytest.raises(NotFound, match="no chunk 'nope'"):
-        kb.chunk_context("nope")
+        chunk_context(kb.store, "nope", "article", 12000)
 
 
 def test_top_k_limits_the_hits(kb: KnowledgeBase) -> None:

@@ -23,7 +23,6 @@ from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
-from zhiku.retrieval.context import ChunkContext, check_context, enclosing
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
@@ -71,9 +70,7 @@ class KnowledgeBase:
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
-        return TextProcessor(
-            t2s=t.t2s, user_dict=t.user_dict, stopwords=t.stopwords, synonyms=t.synonyms, synonyms_at=t.synonyms_at
-        )
+        return TextProcessor(**t.model_dump())  # t2s, user_dict, stopwords, synonyms, synonyms_at
 
     @property
     def embedder(self) -> Embedder:
@@ -338,16 +335,6 @@ class KnowledgeBase:
                 low_confidence=low_confidence,
             )
         return answer
-
-    def chunk_context(self, chunk_id: str, context: str = "article", max_chars: int | None = None) -> ChunkContext:
-        """Small-to-big: a chunk with its article (all its pieces) or section around it, within ``max_chars``
-        (default ``answer.max_chars``); see :mod:`zhiku.retrieval.context`."""
-        kind = check_context(context)
-        found = self.store.get_chunks([chunk_id])
-        if not found:
-            raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
-        doc_chunks = self.store.document_chunks(found[0].doc_id) if kind != "chunk" else found
-        return enclosing(found[0], doc_chunks, kind, self.settings.answer.max_chars if max_chars is None else max_chars)
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:

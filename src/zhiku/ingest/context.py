@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 def index_text(title: str, section: str, text: str, captions: Sequence[str] = (), *, context: bool = True) -> str:
@@ -51,3 +51,10 @@ def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
     counts = [inner.token_count(t) for t in texts]
     limit = inner.max_tokens
     return WindowCheck(limit, tuple(i for i, n in enumerate(counts) if n > limit), max(counts, default=0))
+
+
+def note_window(embedder: object, texts: Sequence[str], span: Any) -> int:
+    """``check_window`` recorded on the ingest trace's ``embed`` span; returns how many texts are over."""
+    window = check_window(embedder, texts)
+    span.set(counts={"over_window": len(window.over)}, max_tokens=window.max_tokens, longest_tokens=window.longest)
+    return len(window.over)

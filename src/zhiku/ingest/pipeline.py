@@ -12,12 +12,13 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.context import check_window, index_text
+from zhiku.ingest.context import index_text, note_window
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
@@ -310,14 +311,8 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        context = self.chunking.index_context
-        chunks, texts = (
-            list(batch.chunks),
-            TransformStage.index_texts(
-                batch,
-                lambda title, section, text, captions: index_text(title, section, text, captions, context=context),
-            ),
-        )
+        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        chunks = list(batch.chunks)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
         return _Prepared(record, chunks, texts, status, path, images, batch)
@@ -331,17 +326,8 @@ class Ingestor:
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
             vectors = embed_with_notes(self.embedder, all_texts, getattr(self, "_note", None))  # [] for scans
-            window = check_window(self.embedder, all_texts)
-            self._over_window += len(window.over)
-            sp.set(
-                counts={
-                    "texts": len(all_texts),
-                    "computed": getattr(self.embedder, "computed", 0) - computed,
-                    "over_window": len(window.over),
-                },
-                max_tokens=window.max_tokens,
-                longest_tokens=window.longest,
-            )
+            sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+            self._over_window += note_window(self.embedder, all_texts, sp)
         written = 0
         offset = 0
         for p in pending:

@@ -42,6 +42,7 @@ from zhiku.mcp.models import (
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
+from zhiku.retrieval.context import chunk_context
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
@@ -312,7 +313,7 @@ class Hub:
 
     def chunk_markdown(self, chunk_id: str, context: str | None = None) -> str:
         """A chunk with its citation; ``context`` (``article`` | ``section``) adds the text around it."""
-        ctx = self.kb.chunk_context(chunk_id, context or "chunk")
+        ctx = chunk_context(self.kb.store, chunk_id, context or "chunk", self.settings.answer.max_chars)
         c = ctx.chunk
         doc = self.kb.store.get_document(c.doc_id)
         where = ", ".join(

@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from zhiku.errors import InvalidInput
+from zhiku.errors import InvalidInput, NotFound
 from zhiku.ingest.chunk_units import ARTICLE_RE
 from zhiku.retrieval.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
+from zhiku.stores.base import Catalogue
 from zhiku.types import Chunk, Hit
 
 ContextKind = Literal["chunk", "article", "section"]
@@ -40,6 +41,15 @@ def check_context(value: str) -> ContextKind:
     if value not in CONTEXTS:
         raise InvalidInput(f"unknown context {value!r}: use one of {', '.join(CONTEXTS)}")
     return value
+
+
+def chunk_context(store: Catalogue, chunk_id: str, context: str, max_chars: int) -> ChunkContext:
+    """Small-to-big for a stored chunk: it with its article (all its pieces) or section, within ``max_chars``."""
+    kind = check_context(context)
+    found = store.get_chunks([chunk_id])
+    if not found:
+        raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
+    return enclosing(found[0], store.document_chunks(found[0].doc_id) if kind != "chunk" else found, kind, max_chars)
 
 
 def split_label(section: str) -> tuple[str, tuple[str, ...]]:

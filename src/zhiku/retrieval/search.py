@@ -15,7 +15,7 @@ from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Retriever
+from zhiku.stores.base import Catalogue, Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
@@ -177,7 +177,7 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
-        if s.whole_articles:  # small-to-big: a piece of an article cut for length brings the whole article
+        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
             hits = whole_articles(hits, self.store.document_chunks)[:top_k]
         status = "off"
         if reranker is None:
