@@ -13,7 +13,10 @@ DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-.PHONY: install install-dev inspector demo lint test test-slow quality-gate bench-latency clean
+# The dev sets for `make bench-quality` (the product never reads them by itself).
+EVAL_DATA ?= ../shared/eval
+
+.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate bench-latency bench-quality clean
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -56,6 +59,12 @@ test: lint inspector
 test-slow: $(DEV_STAMP)
 	$(PY) -m pytest -m slow
 
+# The long reliability suite (issue 12): kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
+# concurrent clients with a writer. Each part prints a `RELIABILITY <part> {figures}` line (`make test` runs the
+# short versions).
+reliability: $(DEV_STAMP)
+	$(PY) -m pytest -m reliability -s tests/reliability
+
 # The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
 quality-gate: $(DEV_STAMP)
 	$(PY) -m pytest -m quality_gate
@@ -64,6 +73,11 @@ bench-latency: $(DEV_STAMP)  # the MCP server (the mcp extra) and its client
 	test -d $(DEMO_INDEX) || $(MAKE) demo
 	$(ZHIKU) bench latency --transport stdio --calls 100 --index $(DEMO_INDEX)
 	$(ZHIKU) bench latency --transport http --calls 100 --index $(DEMO_INDEX)
+
+# bm25/dense/hybrid on the four dev sets (all questions); rewrites the quality table in bench/RESULTS.md.
+# Vectors come from the persistent embedding cache: the first run embeds ~11k passages (about an hour on 2 cores).
+bench-quality: $(STAMP)
+	nice -n 10 $(PY) bench/quality.py --data $(EVAL_DATA)
 
 clean:
 	rm -rf $(DEMO_INDEX) .pytest_cache

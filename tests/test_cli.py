@@ -69,11 +69,13 @@ def one_json(r: Result) -> dict:
 
 
 def error_line(r: Result) -> str:
-    """The command failed with exit code 1 and exactly one ``error:`` line on stderr, nothing on stdout."""
+    """The command failed with exit code 1 and exactly one ``error:`` line on stderr; nothing on stdout, or
+    (``--json``) exactly one object holding the same error."""
     assert r.exit_code == 1, r.output
-    assert r.stdout == ""
     assert r.stderr.endswith("\n") and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: ")
+    if r.stdout:
+        assert one_json(r)["error"]["message"] == r.stderr[len("error: ") : -1]
     return r.stderr[:-1]
 
 
@@ -193,8 +195,20 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--json", "-k", "3")
     assert (r.exit_code, r.stderr) == (0, "")
     out = one_json(r)
-    assert set(out) == {"query", "mode", "answer", "rerank", "rewrite", "queries", "hits"}
+    assert set(out) == {
+        "query",
+        "mode",
+        "answer",
+        "rerank",
+        "rewrite",
+        "queries",
+        "low_confidence",
+        "confidence",
+        "hits",
+    }
     assert (out["query"], out["mode"], out["rerank"], out["rewrite"]) == ("试用期最长多久", "hybrid", "off", "off")
+    assert out["low_confidence"] is False
+    assert 0.88 < out["confidence"] <= 1.0  # the best cosine, above the default server.min_score
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
     first = out["hits"][0]
     assert (first["n"], first["source"], first["page"], first["section"], first["text"]) == (
@@ -223,6 +237,16 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
     assert sub["hits"][0]["source"] == "规章/工资支付规定.txt"  # relative to the ingest root
 
 
+def test_off_topic_questions_are_low_confidence_by_default(cli, index: Path) -> None:
+    weather = one_json(cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json"))
+    assert weather["low_confidence"] is True and weather["confidence"] < 0.88  # the default server.min_score
+    assert "低置信度 / Low confidence" in weather["answer"]
+    bm25 = one_json(cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json", "--mode", "bm25"))
+    assert bm25["low_confidence"] is True  # bm25 mode: the passages hold none of the query's terms
+    off = cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json", env={"ZHIKU_SERVER__MIN_SCORE": "0"})
+    assert json.loads(off.stdout)["low_confidence"] is False  # 0 turns the flag off
+
+
 def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--mode", "bm25")
     assert (r.exit_code, r.stderr) == (0, "")
@@ -236,9 +260,16 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     assert [(h["source"], h["section"]) for h in leave["hits"]] == [("年休假条例.md", SEC_LEAVE)]
     text = one_json(cli("query", "工资", "--index", index, "--type", "text", "--json", "-k", "10"))
     assert [h["source"] for h in text["hits"]] == ["规章/工资支付规定.txt"]
-    none = one_json(cli("query", "试用期", "--index", index, "-c", "无此集合", "--json"))
-    assert none["hits"] == []
+    none = one_json(cli("query", "试用期", "--index", index, "--source", "无此文件*", "--json"))
+    assert (none["hits"], none["low_confidence"], none["confidence"]) == ([], True, None)
     assert "未找到相关内容" in none["answer"]
+    typo = cli("query", "试用期", "--index", index, "-c", "无此集合", "--json")
+    message = "no collection '无此集合' in this knowledge base; available: hr"
+    assert (typo.exit_code, json.loads(typo.stdout)) == (
+        1,
+        {"error": {"code": "NOT_FOUND", "message": message, "retryable": False}},
+    )
+    assert typo.stderr == f"error: {message}\n"
 
     verbose = cli("query", "试用期最长多久", "-c", "hr", "--index", index, "--verbose", "--mode", "bm25")
     assert verbose.exit_code == 0
@@ -256,19 +287,34 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
             ["query", "试用期", "--mode", "semantic"],
             "error: unknown search mode 'semantic': use one of bm25, dense, hybrid",
         ),
-        (["delete", "[/x]"], "error: no document '[/x]' in {index} (list them with `zhiku documents`)"),
+        (
+            ["delete", "[/x]"],
+            "error: no document '[/x]' in {index} (a name, not a pattern: match several with `zhiku delete --glob`) (list them with `zhiku documents`)",
+        ),
     ],
 )
 def test_errors_are_one_line_with_exit_1(cli, index: Path, args: list[str], message: str) -> None:
     assert error_line(cli(*args, "--index", index)) == message.format(index=index)
 
 
-def test_ambiguous_delete_is_one_line_naming_the_candidates(cli, index: Path) -> None:
+def test_delete_is_literal_and_a_glob_needs_yes_for_several(cli, index: Path) -> None:
     line = error_line(cli("delete", "*", "--index", index))
+    assert line == (
+        f"error: no document '*' in {index} (a name, not a pattern: match several with `zhiku delete --glob`)"
+        " (list them with `zhiku documents`)"
+    )
     docs = one_json(cli("documents", "--index", index, "--json"))["documents"]
-    names = ", ".join(f"{d['doc_id']} (hr/{d['source']})" for d in docs)
-    assert line == f"error: '*' matches 3 documents: {names}; name one by its id"
+    r = cli("delete", "--glob", "*", "--index", index)
+    assert r.exit_code == 1 and r.stdout == ""
+    would = "".join(f"  would delete {d['doc_id']} (hr/{d['source']})\n" for d in docs)
+    assert r.stderr == would + "error: '*' matches 3 documents: add --yes to delete them all\n"
     assert len(one_json(cli("documents", "--index", index, "--json"))["documents"]) == 3
+    one = docs[0]["source"]
+    r = cli("delete", "--glob", one[:2] + "*", "--index", index)  # one match: deleted without --yes
+    assert r.exit_code == 0 and r.stdout.startswith(f"deleted {docs[0]['doc_id']} (hr/{one}, ")
+    r = cli("delete", "--glob", "*", "--yes", "--index", index)
+    assert r.exit_code == 0 and r.stdout.count("deleted ") == 2
+    assert one_json(cli("documents", "--index", index, "--json"))["documents"] == []
 
 
 @pytest.mark.parametrize(

@@ -354,3 +354,42 @@ def test_variants_registry() -> None:
     with pytest.raises(InvalidInput, match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_rerank"):
         parse_variants("bm25,colbert")
     assert VARIANTS["hybrid_rerank"].mode == "hybrid"
+
+
+# ------------------------------------------------------------------------ long documents (docs/ + eval.yaml)
+LONGDOC_YAML = """\
+version: 1
+queries:
+  - id: probation
+    query: 试用期最长多久
+    expected: [{source: 劳动合同法.md, contains: "试用期不得 超过一个月"}]  # spaces never matter
+  - id: leave
+    query: 年休假有几天
+    expected: [{contains: 年休假5天}]  # any file
+  - id: wrong-article
+    query: 经济补偿怎么算
+    expected: [{source: 劳动合同法.md, contains: 每满一年支付六个月}]  # no chunk holds this text
+"""
+
+
+def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "长文档"
+    (folder / "docs").mkdir(parents=True)
+    write(
+        folder / "docs" / "劳动合同法.md",
+        "# 劳动合同法\n\n第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
+        "第四十七条 经济补偿按劳动者在本单位工作的年限，每满一年支付一个月工资的标准向劳动者支付。\n",
+    )
+    write(
+        folder / "docs" / "年休假条例.md", "# 职工带薪年休假条例\n\n第三条 职工累计工作已满1年不满10年的，年休假5天。\n"
+    )
+    write(folder / "eval.yaml", LONGDOC_YAML)
+    r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["dataset"], out["queries"], out["indexing"]["documents"]) == ("长文档", 3, 2)
+    # BM25: 试用期 and 年休假 each occur in one file only (rank 1); the third expects text no chunk holds
+    assert (out["hit@1"], out["hit@5"], out["mrr@10"], out["hit_chars@2000"]) == (0.6667, 0.6667, 0.6667, 0.6667)
+    per_query = json.loads((tmp_path / "out" / "per_query.json").read_text(encoding="utf-8"))
+    assert [q["first_relevant"] for q in per_query] == [1, 1, None]
+    assert per_query[1]["relevant"] == ["source=*, contains=年休假5天"]

@@ -1,4 +1,5 @@
-"""The HTTP security middleware as a pure ASGI app, and the bind check."""
+"""The HTTP security stack (``build_http_app``) in front of a plain ASGI app, driven as ASGI; the bind check;
+and the two facts about the SDK's own Host/Origin check that keep ours in place."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
 from zhiku.errors import ConfigError
 from zhiku.mcp.http_security import (
-    Policy,
-    SecurityMiddleware,
+    build_http_app,
     check_bind,
+    host_allowed,
+    host_names,
     is_loopback,
     is_loopback_origin,
     origin_matches,
@@ -21,7 +24,11 @@ from zhiku.mcp.http_security import (
 )
 from zhiku.settings import ServerSettings
 
-POLICY = Policy(cors_origins=("https://app.example.com", "vscode-webview://*"), token="tok", max_body=100)
+TOKEN = "a-token-of-24-characters"
+SERVER = ServerSettings(
+    allowed_origins=("https://app.example.com", "vscode-webview://*"), token=TOKEN, max_request_bytes=1024
+)
+BODY = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
 
 
 async def echo_app(scope: Any, receive: Any, send: Any) -> None:
@@ -31,22 +38,24 @@ async def echo_app(scope: Any, receive: Any, send: Any) -> None:
         body += message.get("body", b"")
         if not message.get("more_body"):
             break
+    host = dict(scope["headers"]).get(b"host", b"").decode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"got " + str(len(body)).encode()})
+    await send({"type": "http.response.body", "body": f"got {len(body)} for {host}".encode()})
 
 
 def call(
     method: str = "POST",
     path: str = "/mcp",
     headers: dict[str, str] | None = None,
-    chunks: tuple[bytes, ...] = (b"{}",),
-    policy: Policy = POLICY,
+    chunks: tuple[bytes, ...] = (BODY,),
+    server: ServerSettings = SERVER,
 ) -> tuple[int, dict[str, str], bytes]:
+    all_headers = {"Host": "127.0.0.1:8765", **(headers or {})}
     scope = {
         "type": "http",
         "method": method,
         "path": path,
-        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()],
     }
     incoming = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict[str, Any]] = []
@@ -57,7 +66,7 @@ def call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    anyio.run(SecurityMiddleware(echo_app, policy), scope, receive, send)
+    anyio.run(build_http_app(echo_app, server), scope, receive, send)
     start = sent[0]
     return (
         start["status"],
@@ -66,33 +75,73 @@ def call(
     )
 
 
-AUTH = {"Authorization": "Bearer tok"}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def error(response: tuple[int, dict[str, str], bytes]) -> tuple[int, str]:
+    status, headers, body = response
+    assert headers["content-type"] == "application/json"
+    return status, json.loads(body)["error"]["code"]
+
+
+def test_host_is_checked_strictly_and_without_case() -> None:
+    assert error(call(headers={**AUTH, "Host": "127.0.0.1:1@evil.example"})) == (421, "MISDIRECTED_REQUEST")
+    assert error(call(headers={**AUTH, "Host": "evil.example:80"})) == (421, "MISDIRECTED_REQUEST")
+    assert error(call(headers={**AUTH, "Host": "127.0.0.1.evil.example"})) == (421, "MISDIRECTED_REQUEST")
+    assert call(headers={**AUTH, "Host": "LOCALHOST:8765"})[2] == b"got 45 for localhost:8765"
+    assert call(headers={**AUTH, "Host": "[::1]:80"})[0] == 200
+    names, exact = host_names(
+        ServerSettings(host="10.0.0.5", token=TOKEN, allowed_hosts=("KB.example.com:*", "a.b:8443"))
+    )
+    assert host_allowed("kb.example.com:443", names, exact) and host_allowed("10.0.0.5:1", names, exact)
+    assert host_allowed("a.b:8443", names, exact) and not host_allowed("a.b:8444", names, exact)
+    assert not host_allowed("kb.example.com:443/x", names, exact) and not host_allowed("", names, exact)
+
+
+def test_the_sdk_host_and_origin_check_matches_prefixes_and_case() -> None:
+    """Why HostOriginGuard exists: the SDK accepts a suffix after ``name:`` and compares case-sensitively."""
+    sdk = TransportSecurityMiddleware(
+        TransportSecuritySettings(allowed_hosts=["127.0.0.1:*"], allowed_origins=["http://127.0.0.1:*"])
+    )
+    assert sdk._validate_host("127.0.0.1:1@evil.example") is True
+    assert sdk._validate_origin("http://127.0.0.1:80@evil.com") is True
+    assert (
+        TransportSecurityMiddleware(TransportSecuritySettings(allowed_hosts=["localhost:*"]))._validate_host(
+            "LOCALHOST:8765"
+        )
+        is False
+    )
 
 
 def test_foreign_origin_is_403_before_anything_else() -> None:
     for path in ("/mcp", "/healthz"):
-        status, _, body = call(path=path, headers={"Origin": "http://evil.example"})
-        assert status == 403 and json.loads(body)["error"]["code"] == "FORBIDDEN_ORIGIN"
-    assert call(method="OPTIONS", headers={"Origin": "https://evil.example"})[0] == 403
+        assert error(call(path=path, headers={"Origin": "http://evil.example"})) == (403, "FORBIDDEN_ORIGIN")
+    assert error(call(method="OPTIONS", headers={"Origin": "https://evil.example"})) == (403, "FORBIDDEN_ORIGIN")
+    assert error(call(headers={**AUTH, "Origin": "http://127.0.0.1:80@evil.com"})) == (403, "FORBIDDEN_ORIGIN")
 
 
-def test_preflight_echoes_the_allowed_origin() -> None:
-    status, headers, body = call(method="OPTIONS", headers={"Origin": "vscode-webview://x1"})
-    assert (status, body) == (204, b"")
-    assert headers["access-control-allow-origin"] == "vscode-webview://x1" and headers["vary"] == "Origin"
-    assert headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
-    status, headers, _ = call(method="OPTIONS", headers={"Origin": "http://localhost:3000"})
-    assert status == 204 and "access-control-allow-origin" not in headers  # accepted, but not a CORS origin
+def test_preflight_is_starlettes_cors() -> None:
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    status, headers, _ = call(method="OPTIONS", headers={"Origin": "vscode-webview://x1", **preflight})
+    assert status == 200 and headers["access-control-allow-origin"] == "vscode-webview://x1"
+    assert headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS" and headers["vary"].startswith(
+        "Origin"
+    )
+    assert "authorization" in headers["access-control-allow-headers"]
+    # a loopback origin is accepted (no 403) but is not a CORS origin unless listed
+    assert error(call(method="OPTIONS", headers={"Origin": "http://localhost:3000", **preflight})) == (
+        400,
+        "BAD_REQUEST",
+    )
 
 
 def test_token_is_required_except_for_healthz() -> None:
-    assert call()[0] == 401
+    assert error(call()) == (401, "UNAUTHORIZED")
     assert call(headers={"Authorization": "Bearer nope"})[0] == 401
-    assert call(headers={"Authorization": "Basic tok"})[0] == 401
-    assert call(headers=AUTH) == (200, {"content-type": "text/plain"}, b"got 2")
+    assert call(headers={"Authorization": f"Basic {TOKEN}"})[0] == 401
+    assert call(headers=AUTH) == (200, {"content-type": "text/plain", "vary": "Origin"}, b"got 45 for 127.0.0.1:8765")
     assert call(method="GET", path="/healthz", chunks=(b"",))[0] == 200
-    no_token = Policy(cors_origins=(), token=None, max_body=100)
-    assert call(policy=no_token)[0] == 200
+    assert call(server=ServerSettings())[0] == 200  # no token configured
     status, headers, _ = call(headers={"Origin": "https://app.example.com"})
     assert status == 401 and headers["access-control-allow-origin"] == "https://app.example.com"
     assert headers["www-authenticate"] == 'Bearer realm="zhiku"'
@@ -102,12 +151,15 @@ def test_cors_headers_on_normal_responses() -> None:
     status, headers, _ = call(headers={**AUTH, "Origin": "https://app.example.com"})
     assert status == 200 and headers["access-control-allow-origin"] == "https://app.example.com"
     assert "mcp-session-id" in headers["access-control-expose-headers"]
+    status, headers, _ = call(headers={**AUTH, "Origin": "http://localhost:6274"})
+    assert status == 200 and "access-control-allow-origin" not in headers
 
 
-def test_body_limit_by_header_and_by_stream() -> None:
-    assert call(headers={**AUTH, "Content-Length": "101"}, chunks=(b"x" * 101,))[0] == 413
-    assert call(headers=AUTH, chunks=(b"x" * 60, b"y" * 41))[0] == 413  # chunked, no Content-Length
-    assert call(headers=AUTH, chunks=(b"x" * 60, b"y" * 40)) == (200, {"content-type": "text/plain"}, b"got 100")
+def test_body_limit_by_header_and_by_stream_answers_json() -> None:
+    big = b'{"pad": "' + b"x" * 1100 + b'"}'
+    assert error(call(headers={**AUTH, "Content-Length": str(len(big))}, chunks=(big,))) == (413, "REQUEST_TOO_LARGE")
+    assert error(call(headers=AUTH, chunks=(big[:600], big[600:]))) == (413, "REQUEST_TOO_LARGE")  # no Content-Length
+    assert call(headers=AUTH, chunks=(BODY[:20], BODY[20:]))[0] == 200
 
 
 def test_origin_helpers() -> None:
@@ -130,20 +182,24 @@ def test_origin_helpers() -> None:
 def test_sdk_patterns() -> None:
     s = ServerSettings(
         host="10.0.0.5",
-        token="t",
+        token=TOKEN,
         allowed_origins=("https://a.example", "chrome-extension://*"),
         allowed_hosts=("kb.example.com:*",),
     )
     assert sdk_origin_patterns(s)[-2:] == ["https://a.example", "chrome-extension:*"]
-    hosts = sdk_host_patterns(s, s.allowed_hosts)
-    assert hosts[-3:] == ["10.0.0.5", "10.0.0.5:*", "kb.example.com:*"] and "127.0.0.1:*" in hosts
-    assert "0.0.0.0:*" not in sdk_host_patterns(ServerSettings(host="0.0.0.0", token="t"))
+    hosts = sdk_host_patterns(s)
+    assert {"10.0.0.5", "10.0.0.5:*", "kb.example.com:*", "127.0.0.1:*"} <= set(hosts)
+    assert "0.0.0.0:*" not in sdk_host_patterns(ServerSettings(host="0.0.0.0", token=TOKEN))
 
 
 def test_check_bind() -> None:
     check_bind(ServerSettings(host="127.0.0.1"))
-    check_bind(ServerSettings(host="0.0.0.0", token="t"))
+    check_bind(ServerSettings(host="0.0.0.0", token=TOKEN))
     with pytest.raises(ConfigError, match="without a bearer token: set ZHIKU_TOKEN"):
         check_bind(ServerSettings(host="0.0.0.0"))
     with pytest.raises(ConfigError, match="never '\\*'"):
         check_bind(ServerSettings(allowed_origins=("*",)))
+    for bad in (" ", "short-token", " " * 20, "a token with spaces in it"):
+        with pytest.raises(ConfigError) as e:
+            check_bind(ServerSettings(token=bad))
+        assert str(e.value).startswith("server.token (ZHIKU_TOKEN) must be at least 16 characters without spaces")

@@ -178,9 +178,9 @@ def test_delete_refuses_unknown_and_ambiguous_references(kb_factory, corpus: Pat
     with pytest.raises(NotFound) as e:
         kb.delete("劳动合同法.md", collection="notes")
     assert str(e.value) == f"no document '劳动合同法.md' in {idx} collection 'notes' (list them with `zhiku documents`)"
-    with pytest.raises(InvalidInput) as e:
+    with pytest.raises(NotFound) as e:  # literal: a pattern is a name here
         kb.delete("*.md")
-    assert str(e.value).startswith("'*.md' matches 2 documents: ")
+    assert "(a name, not a pattern: match several with `zhiku delete --glob`)" in str(e.value)
     with pytest.raises(InvalidInput) as e:
         kb.delete("  ")
     assert str(e.value) == "name a document: its id (see `zhiku documents`) or its path"
@@ -258,9 +258,8 @@ def test_bad_files_fail_alone_with_reasons(kb_factory, tmp_path: Path) -> None:
         p["空文件.md"]: f"empty file (0 bytes): {p['空文件.md']}",
         p["空白.txt"]: f"no text in file (only whitespace): {p['空白.txt']}",
         p["二进制.md"]: f"binary file, not text (it contains NUL bytes): {p['二进制.md']}",
-        p[
-            "乱码.txt"
-        ]: f"cannot detect the encoding of {p['乱码.txt']} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8",
+        p["乱码.txt"]: f"{p['乱码.txt']} holds 6 bytes that are not UTF-8: too short to tell its encoding; "
+        "convert the file to UTF-8",
         p["只有标题.md"]: "no text to index in 只有标题.md (the file holds no words)",
         p["伪装.md"]: f"content is PDF, not text: the file name's suffix is wrong ({p['伪装.md']})",
     }

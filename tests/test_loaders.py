@@ -106,7 +106,7 @@ def test_undecodable_bytes(tmp_path: Path) -> None:
         TextLoader().load(path, "noise.txt")
     message = str(e.value)
     assert "cannot detect the encoding" in message
-    assert "expected UTF-8 or GB18030/GBK" in message
+    assert "expected UTF-8, GB18030/GBK, Big5, Shift-JIS or UTF-16" in message
     assert "convert the file to UTF-8" in message
     assert str(path) in message
 

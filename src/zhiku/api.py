@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +26,7 @@ from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import Store, open_store
+from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
 from zhiku.types import Answer, Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
 
@@ -197,6 +197,7 @@ class KnowledgeBase:
             images=self.images,
             retry_needs_ocr=loaders.ocr == "auto" and ocr_available(),
             ocr_setting=loaders.ocr,
+            max_file_mb=loaders.max_file_mb,
             transforms=build_stage(self.settings, self.enrichments, on_progress=on_transform),
         )
 
@@ -229,6 +230,8 @@ class KnowledgeBase:
             raise IndexMismatch(f"index {self.settings.index} was built differently ({what}): {self._rebuild_hint()}")
         if dry_run:
             return
+        if isinstance(self.store, SQLiteStore):  # take the write lock once before loading/embedding anything
+            self.store.set_meta({})
         if stale and force:  # a forced rebuild with another model: drop every old vector first
             for doc in self.store.list_documents():
                 self.store.delete_document(doc.doc_id)
@@ -347,30 +350,24 @@ class KnowledgeBase:
         return self.store.ingestion_history(limit)
 
     def resolve_document(self, ref: str, collection: str | None = None) -> DocRecord:
-        """A document by id, by source path as ingested, or by a file path on disk."""
+        """A document by id, by source path or by file path; ``ref`` is literal (`*` and `?` are characters)."""
         if not ref or not ref.strip():
             raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
         doc = self.store.get_document(ref)
         if doc is not None and (collection is None or doc.collection == collection):
             return doc
+        on_disk = str(Path(ref).expanduser().resolve()) if "\x00" not in ref else None
         candidates = [
-            d
-            for d in self.store.list_documents(collection)
-            if d.source == ref
-            or d.path == ref
-            or d.path == str(Path(ref).expanduser().resolve())
-            or fnmatch.fnmatchcase(d.source, ref)
+            d for d in self.store.list_documents(collection) if d.source == ref or d.path == ref or d.path == on_disk
         ]
         if len(candidates) == 1:
             return candidates[0]
         if len(candidates) > 1:
             names = ", ".join(f"{d.doc_id} ({d.collection}/{d.source})" for d in candidates[:5])
             raise InvalidInput(f"{ref!r} matches {len(candidates)} documents: {names}; name one by its id")
-        raise NotFound(
-            f"no document {ref!r} in {self.settings.index}"
-            + (f" collection {collection!r}" if collection else "")
-            + " (list them with `zhiku documents`)"
-        )
+        hint = " (a name, not a pattern: match several with `zhiku delete --glob`)" if set(ref) & set("*?[") else ""
+        where = f" collection {collection!r}" if collection else ""
+        raise NotFound(f"no document {ref!r} in {self.settings.index}{where}{hint} (list them with `zhiku documents`)")
 
     def document_text(self, ref: str, collection: str | None = None) -> str:
         """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""

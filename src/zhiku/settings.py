@@ -141,10 +141,10 @@ class LoaderSettings(_Section):
         64, ge=1, le=10000, description="Images narrower or lower than this many pixels are skipped as decorative."
     )
     image_min_area: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="PDF images covering less than this fraction of the page are skipped as decorative.",
+        0.01, ge=0, le=1, description="PDF images smaller than this fraction of the page are skipped as decorative."
+    )
+    max_file_mb: float = Field(
+        100, gt=0, le=1e5, description="Largest file read, in MiB (checked before reading; also caps .docx unpacking)."
     )
 
 
@@ -355,9 +355,9 @@ class ServerSettings(_Section):
     )
     structured_passages: bool = Field(False, description="Also send passages in query_knowledge_hub structuredContent.")
     min_score: float = Field(
-        0.0,
+        0.88,
         ge=0,
-        description="Answers whose confidence (best cosine similarity of a passage to the query; top BM25 score in bm25 mode) is below this are marked low-confidence and not cached. 0 turns the flag off.",
+        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
     )
 
 

@@ -5,8 +5,10 @@
 - cmrc_subset: 150 passages of cmrc2018_dev (the first 150 by sha1(id)) and 2 questions on each (300);
 - meddialog_subset: 100 questions of meddialog_im_dev (by sha1(id)), the answers judged for them, and
   distractor answers (by sha1(id)) up to 300 documents.
+- stard_subset: 150 questions of stard_dev (by sha1(id)), the statute articles cited for them, and distractor
+  articles (by sha1(id)) up to 400 articles.
 
-With ``--seed-cache`` it also writes ``cmrc_subset/embeddings.npz``: the subset's passage vectors as the
+With ``--seed-cache`` it also writes ``cmrc_subset/embeddings.npz`` and ``stard_subset/embeddings.npz``: the subset's passage vectors as the
 bundled embedder computed them, read from that embedding cache. The CI gate on cmrc runs in BM25 mode, where
 vectors are never read, but indexing embeds every passage (~1 passage/s for these 500-character texts on 2
 busy cores); the test seeds the session's embedding cache with these vectors so indexing skips that work.
@@ -25,6 +27,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 CMRC_PASSAGES, CMRC_PER_PASSAGE = 150, 2
 MED_QUERIES, MED_DOCS = 100, 300
+STARD_QUERIES, STARD_DOCS = 150, 400
+SUBSETS = {"cmrc_subset": "cmrc2018_dev", "meddialog_subset": "meddialog_im_dev", "stard_subset": "stard_dev"}
 
 
 def sha(s: str) -> str:
@@ -74,14 +78,15 @@ def cmrc(src: Path, dst: Path) -> None:
     write(dst, [d for d in corpus if d["_id"] in keep_ids], queries, qrels)
 
 
-def meddialog(src: Path, dst: Path) -> None:
+def questions_with_distractors(src: Path, dst: Path, n_queries: int, n_docs: int) -> None:
+    """The first ``n_queries`` judged questions by sha1(id), their judged documents, distractors up to ``n_docs``."""
     corpus = read_jsonl(src / "corpus.jsonl")
     qrels = read_qrels(src / "qrels.tsv")
     queries = sorted((q for q in read_jsonl(src / "queries.jsonl") if q["_id"] in qrels), key=lambda q: sha(q["_id"]))
-    queries = queries[:MED_QUERIES]
+    queries = queries[:n_queries]
     keep_ids = {d for q in queries for d in qrels[q["_id"]]}
     for d in sorted(corpus, key=lambda d: sha(d["_id"])):
-        if len(keep_ids) >= MED_DOCS:
+        if len(keep_ids) >= n_docs:
             break
         keep_ids.add(d["_id"])
     write(dst, [d for d in corpus if d["_id"] in keep_ids], queries, qrels)
@@ -130,13 +135,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("shared_eval", type=Path)
     ap.add_argument("--seed-cache", type=Path)
+    ap.add_argument("--sets", default=",".join(SUBSETS), help="which subsets to cut (default: all)")
     args = ap.parse_args()
-    cmrc(args.shared_eval / "cmrc2018_dev", HERE / "cmrc_subset")
-    meddialog(args.shared_eval / "meddialog_im_dev", HERE / "meddialog_subset")
-    for name, src in (("cmrc_subset", "cmrc2018_dev"), ("meddialog_subset", "meddialog_im_dev")):
-        shutil.copy(args.shared_eval / src / "SOURCE.md", HERE / name / "UPSTREAM.md")
+    chosen = args.sets.split(",")
+    ev = args.shared_eval
+    if "cmrc_subset" in chosen:
+        cmrc(ev / "cmrc2018_dev", HERE / "cmrc_subset")
+    if "meddialog_subset" in chosen:
+        questions_with_distractors(ev / "meddialog_im_dev", HERE / "meddialog_subset", MED_QUERIES, MED_DOCS)
+    if "stard_subset" in chosen:
+        questions_with_distractors(ev / "stard_dev", HERE / "stard_subset", STARD_QUERIES, STARD_DOCS)
+    for name in chosen:
+        shutil.copy(ev / SUBSETS[name] / "SOURCE.md", HERE / name / "UPSTREAM.md")
     if args.seed_cache:
-        seed(HERE / "cmrc_subset", args.seed_cache.expanduser())
+        for name in ("cmrc_subset", "stard_subset"):
+            if name in chosen:
+                seed(HERE / name, args.seed_cache.expanduser())
 
 
 if __name__ == "__main__":

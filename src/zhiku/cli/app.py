@@ -6,6 +6,7 @@ object on stdout. Command groups live in their own modules (eval, mcp, models, p
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +21,7 @@ from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import traces as traces_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
@@ -35,6 +37,8 @@ from zhiku.cli.common import (
     err,
     out,
 )
+from zhiku.errors import InvalidInput, NotFound
+from zhiku.retrieval.confidence import check_collection, judge
 
 app = typer.Typer(
     name="zhiku",
@@ -77,7 +81,7 @@ def ingest(
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
     from zhiku.ingest.transforms.build import parse_transform_names
 
-    with _errors():
+    with _errors(as_json):
         names = parse_transform_names(transform)
         settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
         bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
@@ -174,7 +178,7 @@ def query(
 ) -> None:
     """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
     Markdown answer."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
@@ -190,7 +194,10 @@ def query(
                     rerank=rerank,
                     tags=tag,
                 )
-                answer = kb.answer(r)
+                if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
+                    check_collection(collection, [c.name for c in kb.collections()])
+                judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
+                answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
@@ -201,6 +208,8 @@ def query(
                 "rerank": r.rerank,
                 "rewrite": r.rewrite,
                 "queries": list(r.queries),
+                "low_confidence": judged.low,
+                "confidence": None if judged.score is None else round(judged.score, 6),
                 "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
             }
         )
@@ -227,7 +236,7 @@ def query(
 @app.command()
 def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List collections with their document and chunk counts."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             stats = kb.collections()
@@ -247,7 +256,7 @@ def documents(
     collection: CollectionOpt = None, as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None
 ) -> None:
     """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             docs = kb.documents(collection)
@@ -268,17 +277,40 @@ def documents(
 
 @app.command()
 def delete(
-    ref: Annotated[str, typer.Argument(help="Document id, or its path as ingested.", show_default=False)],
+    ref: Annotated[
+        str,
+        typer.Argument(
+            help="Document id, or its source path as ingested (taken literally; see --glob).", show_default=False
+        ),
+    ],
+    glob: Annotated[
+        bool, typer.Option("--glob", help="REF is a pattern over source paths (* ? [..]): delete every match.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="With --glob: delete when more than one document matches.")
+    ] = False,
     collection: CollectionOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Delete a document from every index (it never comes back in results)."""
+    """Delete a document from every index (it never comes back in results). REF is literal; with --glob it is a
+    pattern, and more than one match needs --yes (`zhiku delete --glob '*'` alone deletes nothing)."""
     with _errors():
         settings = _settings(config, index)
         with _kb(settings) as kb:
-            doc = kb.delete(ref, collection)
-    out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
+            if not glob:
+                docs = [kb.delete(ref, collection)]
+            else:
+                docs = [d for d in kb.documents(collection) if fnmatch.fnmatchcase(d.source, ref)]
+                if not docs:
+                    raise NotFound(f"no document's source matches {ref!r} in {settings.index}")
+                if len(docs) > 1 and not yes:
+                    for d in docs:
+                        err.print(f"  would delete {d.doc_id} ({d.collection}/{d.source})", markup=False)
+                    raise InvalidInput(f"{ref!r} matches {len(docs)} documents: add --yes to delete them all")
+                docs = [kb.delete(d.doc_id) for d in docs]
+    for doc in docs:
+        out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
 
 
 @app.command()
@@ -292,7 +324,7 @@ def history(
     from zhiku.cli.traces_view import group_runs, print_history
     from zhiku.observability.trace import TRACE_FILE, read_traces
 
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
@@ -314,7 +346,7 @@ def history(
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < zhiku.yaml < ZHIKU_* env < flags)."""
-    with _errors():
+    with _errors(as_json):
         settings = _settings(config, index)
     data = json.loads(settings.model_dump_json())
     if as_json:

@@ -44,12 +44,15 @@ def _settings(config: Path | None, index: Path | None, **overrides: Any) -> Sett
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
-    """Turn library errors into a one-line message and exit code 1."""
+def _errors(as_json: bool = False) -> Iterator[None]:
+    """Turn library errors into a one-line message and exit code 1; with ``as_json`` the error is also the one
+    JSON object on stdout (``{"error": {"code", "message", "retryable"}}``)."""
     try:
         yield
     except ZhikuError as e:
         err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
+        if as_json:
+            _print_json({"error": {"code": e.code, "message": str(e), "retryable": e.retryable}})
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         err.print("interrupted")

@@ -1,7 +1,9 @@
 """A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
 
 It lives outside the index directory (``embedding.cache_dir``), so rebuilding or deleting an index never
-re-embeds unchanged text: the bundled CPU embedder runs at ~8 passages/s on 2 cores (bench/RESULTS.md §4).
+re-embeds unchanged text: the bundled CPU embedder runs at ~8 passages/s on 2 cores (bench/RESULTS.md §4). Query
+vectors are cached only inside ``caching_queries`` (evaluation runs, where the same questions come back run after
+run); a served query is never written to disk.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,11 @@ from zhiku.embedding.base import Embedder
 
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def query_key(text: str) -> str:
+    """A query's key: apart from the same text as a passage (the model embeds them with different prefixes)."""
+    return text_key("\x00query\x00" + text)
 
 
 class EmbeddingCache:
@@ -72,6 +80,7 @@ class CachedEmbedder:
         self.inner = inner
         self.cache = cache
         self.computed = 0  # documents embedded by the model (cache misses) since creation
+        self.cache_queries = False  # see ``caching_queries``
 
     @property
     def name(self) -> str:
@@ -97,4 +106,26 @@ class CachedEmbedder:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.inner.embed_query(text)
+        if not self.cache_queries:
+            return self.inner.embed_query(text)
+        key = query_key(text)
+        found = self.cache.get_many(self.name, [key], self.dim)
+        if key in found:
+            return found[key]
+        vector = self.inner.embed_query(text)
+        self.cache.put_many(self.name, [(key, vector)])
+        return vector
+
+
+@contextmanager
+def caching_queries(embedder: object) -> Iterator[None]:
+    """Within the block, a ``CachedEmbedder`` also keeps query vectors in its persistent cache (evaluation runs:
+    rerunning a dev set then embeds none of its questions again). Other embedders are left as they are."""
+    if not isinstance(embedder, CachedEmbedder) or embedder.cache_queries:
+        yield
+        return
+    embedder.cache_queries = True
+    try:
+        yield
+    finally:
+        embedder.cache_queries = False

@@ -9,10 +9,14 @@ A YAML set::
       - query: 试用期最长多久
         category: 试用期
         expected:                     # any one match is a success ("any-match")
-          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path
+          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path (default: any source)
             section: 第二章 劳动合同的订立 > 第十九条   # optional: prefix of the section path, from any level
             page: 3                   # optional
+            contains: 试用期最长不得超过六个月  # optional: text the returned chunk holds (whitespace ignored)
         # reason: 第十九条 sets the probation limits
+
+An entry needs ``source`` or ``contains``; the fields it has must all hold. ``contains`` scores retrieval over long
+documents however they are chunked: a chunk counts when its text holds those characters.
 
 Both kinds load into one ``EvalSet``: every query has ``relevant`` targets and a ``label`` function that maps a
 retrieved chunk to a target id, so the same metric functions score both.
@@ -21,11 +25,12 @@ retrieved chunk to a target id, so the same metric functions score both.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset, BeirDoc, load_beir
@@ -34,29 +39,40 @@ from zhiku.types import Chunk
 YAML_VERSION = 1
 UNCATEGORIZED = "未分类"
 QUERY_KEYS = ("query", "category", "expected", "id")
-EXPECTED_KEYS = ("source", "page", "section")
+EXPECTED_KEYS = ("source", "page", "section", "contains")
 SECTION_SEP = " > "
+LONGDOC_YAML, LONGDOC_DOCS = "eval.yaml", "docs"
+
+
+def squash(text: str) -> str:
+    """``text`` without any whitespace (how ``contains`` compares: line breaks and spaces never matter)."""
+    return "".join(text.split())
 
 
 @dataclass(frozen=True)
 class Expected:
-    """One acceptable place for the answer: a source glob, optionally a page and a section prefix."""
+    """One acceptable place for the answer: a source glob, optionally a page, a section prefix and a text the chunk
+    must contain (whitespace-insensitive)."""
 
-    source: str
+    source: str = "*"
     page: int | None = None
     section: str | None = None
+    contains: str | None = None
 
-    def matches(self, chunk: Chunk) -> bool:
+    def matches(self, chunk: Chunk, text: str | None = None) -> bool:
+        """Whether ``chunk`` satisfies every field; ``text`` (default: the chunk's text) is what ``contains`` searches
+        (the part of the chunk that fits a context budget)."""
         if not fnmatch.fnmatchcase(chunk.source, self.source):
             return False
         if self.page is not None and chunk.page != self.page:
             return False
-        return self.section is None or section_matches(chunk.section, self.section)
+        if self.section is not None and not section_matches(chunk.section, self.section):
+            return False
+        return self.contains is None or squash(self.contains) in squash(chunk.text if text is None else text)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            k: v for k, v in (("source", self.source), ("page", self.page), ("section", self.section)) if v is not None
-        }
+        fields = (("source", self.source), ("page", self.page), ("section", self.section), ("contains", self.contains))
+        return {k: v for k, v in fields if v is not None}
 
 
 def section_matches(section: str, prefix: str) -> bool:
@@ -77,12 +93,13 @@ class EvalQuery:
     relevant: dict[str, int]  # target id -> grade (> 0)
     expected: tuple[Expected, ...] = ()  # YAML sets: the targets are "expected[i]"
 
-    def label(self, chunk: Chunk) -> str:
-        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches."""
+    def label(self, chunk: Chunk, text: str | None = None) -> str:
+        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches
+        (``text``: the part of the chunk that was returned, default all of it)."""
         if not self.expected:
             return chunk.source
         for i, e in enumerate(self.expected):
-            if e.matches(chunk):
+            if e.matches(chunk, text):
                 return f"expected[{i}]"
         return f"chunk:{chunk.chunk_id}"
 
@@ -95,6 +112,7 @@ class EvalSet:
     corpus: tuple[BeirDoc, ...] = ()  # BEIR: the documents to index first
     description: str = ""
     path: str = ""
+    docs: str = ""  # a long-document set: the folder of files to ingest before its YAML questions run
 
     @property
     def categories(self) -> list[str]:
@@ -107,13 +125,15 @@ def from_beir(data: BeirDataset, path: Path | str = "") -> EvalSet:
 
 
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
-    """A BEIR folder or a YAML file (``.yaml``/``.yml``)."""
+    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/`` (files to ingest)
+    beside ``eval.yaml`` (questions with ``contains:`` expectations), as ``stard_longdoc``."""
     path = Path(path)
+    if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
+        s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)
+        return replace(s, name=path.name, docs=str(path / LONGDOC_DOCS))
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
         s = load_yaml_set(path)
-        if max_queries is not None:
-            s = EvalSet(s.name, s.kind, s.queries[:max_queries], s.corpus, s.description, s.path)
-        return s
+        return s if max_queries is None else replace(s, queries=s.queries[:max_queries])
     if path.is_file():
         raise InvalidInput(f"{path} is neither a BEIR folder nor a YAML set (.yaml/.yml)")
     return from_beir(load_beir(path, max_queries=max_queries), path)
@@ -130,9 +150,16 @@ class _Strict(BaseModel):
 
 
 class _ExpectedEntry(_Strict):
-    source: _Text
+    source: _Text | None = None
     page: Annotated[int, Field(ge=1)] | None = None
     section: _Text | None = None
+    contains: _Text | None = None
+
+    @model_validator(mode="after")
+    def _source_or_contains(self) -> _ExpectedEntry:
+        if self.source is None and self.contains is None:
+            raise PydanticCustomError("source_or_contains", "needs source or contains")
+        return self
 
 
 class _QueryEntry(_Strict):
@@ -154,10 +181,11 @@ _MUST = {
     "category": "must be non-empty text",
     "source": "must be non-empty text",
     "section": "must be non-empty text",
+    "contains": "must be non-empty text",
     "description": "must be text",
     "page": "must be a page number ≥ 1, got {value!r}",
     "queries": "must be a non-empty list of `- query: …` entries",
-    "expected": "must be a non-empty list of `{{source: …, page: …, section: …}}`",
+    "expected": "must be a non-empty list of `{{source: …, page: …, section: …, contains: …}}`",
     "id": "must be text or a number",
 }
 _MISSING = {
@@ -204,6 +232,11 @@ def _message(path: Path, error: Any, lines: dict[_Loc, int]) -> str:
         what = _dotted(parent) if parent else "the top level"
         line = lines.get((*parent, "key", field), line)
         return f"{path}:{line}: {what}: unknown field {field!r} (allowed: {allowed.get(len(parent), '')})"
+    if kind == "source_or_contains":
+        return (
+            f"{where}: {_dotted(loc)} needs `source` (a path or glob, e.g. 劳动合同法*.md) "
+            "or `contains` (text the chunk holds), or both"
+        )
     if kind == "missing":
         name = _dotted(loc) if parent else f"`{field}`"
         return f"{where}: {name} is missing{_MISSING.get(str(field), '')}"
@@ -249,7 +282,7 @@ def load_yaml_set(path: Path) -> EvalSet:
             at = lines.get(("queries", n, "id")) or lines[("queries", n)]
             raise InvalidInput(f"{path}:{at}: queries[{n}].id {qid!r} is used twice")
         seen.add(qid)
-        expected = tuple(Expected(e.source, e.page, e.section) for e in q.expected)
+        expected = tuple(Expected(e.source or "*", e.page, e.section, e.contains) for e in q.expected)
         relevant = {f"expected[{i}]": 1 for i in range(len(expected))}
         queries.append(EvalQuery(qid, q.query, q.category, relevant, expected))
     return EvalSet(path.stem, "yaml", tuple(queries), description=data.description.strip(), path=str(path))

@@ -5,22 +5,42 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zhiku.api import KnowledgeBase
+from zhiku.embedding.cache import caching_queries
+from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
-from zhiku.evaluation.metrics import parse_metric, score
+from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
 from zhiku.numeric import percentile
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
+BUDGETS = (2000, 4000)  # context budgets (characters) every run reports: hit_chars@2000, hit_chars@4000
 ProgressFn = Callable[[int, int, str], None]
 
 
-def standard_metrics(k: int) -> list[str]:
+def standard_metrics(k: int, budget: int | None = None) -> list[str]:
     """The metrics every run reports (the ``--json`` keys of `zhiku eval`)."""
-    return list(dict.fromkeys([f"ndcg@{k}", f"recall@{k}", f"recall@{RECALL_DEPTH}", f"mrr@{k}", "hit@1", "hit@5"]))
+    names = [f"ndcg@{k}", f"recall@{k}", f"recall@{RECALL_DEPTH}", f"mrr@{k}", "hit@1", "hit@5"]
+    names += [f"{BUDGET_METRIC}@{b}" for b in (*BUDGETS, *([budget] if budget else []))]
+    return list(dict.fromkeys(names))
+
+
+def within_budget(q: EvalQuery, hits: Sequence[Hit], chars: int) -> list[str]:
+    """The targets (best first, once each) of the text an agent reads when it cuts the ranked chunks' text at
+    ``chars`` characters: a chunk counts if some of it is inside, and a ``contains`` expectation only if its text is
+    inside the part that fits."""
+    labels: list[str] = []
+    used = 0
+    for h in hits:
+        if used >= chars:
+            break
+        labels.append(q.label(h.chunk, h.chunk.text[: chars - used]))
+        used += len(h.chunk.text)
+    return list(dict.fromkeys(labels))
 
 
 @dataclass(frozen=True)
@@ -80,10 +100,13 @@ class EvalResult:
     kind: str = "beir"
     variant: str = ""
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
+    budget: int | None = None  # ranking metrics count only the text within the first `budget` characters
 
     def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
         out: dict[str, Any] = {"dataset": self.dataset, "mode": self.mode, "queries": self.queries}
+        if self.budget is not None:
+            out["budget"] = self.budget
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
         if self.indexing is not None:
@@ -117,11 +140,22 @@ class EvalResult:
 def index_dataset(
     kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str, on_progress: ProgressFn | None = None
 ) -> IndexingStats:
-    """Index a BEIR corpus into ``collection`` (unchanged documents are skipped)."""
-    docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
-    report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
+    """Index a BEIR corpus, or a long-document set's ``docs/`` folder, into ``collection`` (unchanged documents
+    are skipped)."""
+    if isinstance(dataset, EvalSet) and dataset.docs:
+        report = kb.ingest([Path(dataset.docs)], collection=collection, on_progress=on_progress)
+        if report.failed:
+            f = report.failed[0]
+            raise InvalidInput(
+                f"{len(report.failed)} documents of {dataset.docs} failed to ingest: {f.path}: {f.reason}"
+            )
+        documents = sum(c.documents for c in kb.collections() if c.name == collection)
+    else:
+        docs = [SourceDoc(source=d.doc_id, doc_type="text", title=d.title, text=d.text) for d in dataset.corpus]
+        report = kb.ingest_documents(docs, collection=collection, on_progress=on_progress)
+        documents = len(docs)
     chunks = sum(c.chunks for c in kb.collections() if c.name == collection)
-    return IndexingStats(len(docs), chunks, report.elapsed_s, report.chunks_embedded)
+    return IndexingStats(documents, chunks, report.elapsed_s, report.chunks_embedded)
 
 
 def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecord, ...]:
@@ -166,15 +200,21 @@ def evaluate(
     variant: str = "",
     options: Mapping[str, Any] | None = None,
     on_progress: ProgressFn | None = None,
+    budget: int | None = None,
 ) -> EvalResult:
     """Search every query (deep enough for recall@100) and score the ranked targets against the judgements.
 
     A hit's target is its document (BEIR) or the first expected entry it matches (YAML); repeated targets
     count once, at their best position. ``options`` are extra keyword arguments of ``kb.retrieve`` (variants).
+    ``budget``: the ranking metrics see only the text within the first ``budget`` characters (chunks compared at
+    equal context cost); ``hit_chars@N`` metrics always cut at their own N.
     """
     evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else dataset
-    names = list(dict.fromkeys(standard_metrics(k) + list(extra_metrics)))
-    depth = max([RECALL_DEPTH, k] + [parse_metric(n)[1] for n in names])
+    if budget is not None and budget < 1:
+        raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
+    names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
+    cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
+    depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
     keep = k if keep_hits is None else keep_hits
     sums = dict.fromkeys(names, 0.0)
     by_category: dict[str, dict[str, float]] = {}
@@ -183,14 +223,18 @@ def evaluate(
     rerank: dict[str, int] = {}
     for n, q in enumerate(evalset.queries, 1):
         started = time.perf_counter()
-        r = kb.retrieve(q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {}))
+        with caching_queries(kb.embedder if mode != "bm25" else None):
+            r = kb.retrieve(
+                q.text, top_k=depth, mode=mode, collection=collection, per_source_k=depth, **(options or {})
+            )
         latency = (time.perf_counter() - started) * 1000
         latencies.append(latency)
         if r.rerank != "off":
             outcome = r.rerank.split(":", 1)[0]
             rerank[outcome] = rerank.get(outcome, 0) + 1
-        ranked = list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
-        values = score(names, ranked, q.relevant)
+        by_budget = {c: within_budget(q, r.hits, c) for c in cuts}
+        ranked = by_budget[budget] if budget else list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
+        values = score(names, ranked, q.relevant, by_budget)
         first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
         records.append(
             QueryRecord(
@@ -228,6 +272,7 @@ def evaluate(
         kind=evalset.kind,
         variant=variant,
         rerank=rerank,
+        budget=budget,
     )
 
 

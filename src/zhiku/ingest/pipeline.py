@@ -8,17 +8,22 @@ touches what is stored.
 from __future__ import annotations
 
 import hashlib
-import os
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from zhiku.embedding.base import Embedder
-from zhiku.errors import IngestError, ZhikuError
+from zhiku.errors import EmbeddingError, IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
 from zhiku.ingest.context import index_text, note_window
+from zhiku.ingest.discover import FileTask, discover
+from zhiku.ingest.guard import MIB, printable, read_bounded
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
@@ -40,8 +45,10 @@ from zhiku.types import (
     SourceImage,
 )
 
+log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
 EMBED_GROUP = 64  # documents whose chunks are embedded in one call
+STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
 
 
 def doc_id_for(collection: str, source: str) -> str:
@@ -50,40 +57,6 @@ def doc_id_for(collection: str, source: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class FileTask:
-    path: Path  # absolute
-    source: str  # relative to the ingest root, forward slashes
-    root: Path | None  # the directory it was found under (None for a file named directly)
-
-
-def discover(paths: Sequence[Path], suffixes: Sequence[str]) -> tuple[list[FileTask], list[FileFailure]]:
-    """Files to ingest under ``paths`` (directories are walked; hidden files and unknown suffixes skipped)."""
-    tasks: list[FileTask] = []
-    failures: list[FileFailure] = []
-    seen: set[Path] = set()
-    for given in paths:
-        p = Path(given).expanduser()
-        if not p.exists():
-            failures.append(FileFailure(str(given), "no such file or directory"))
-            continue
-        p = p.resolve()
-        if p.is_file():
-            if p not in seen:
-                seen.add(p)
-                tasks.append(FileTask(p, p.name, None))
-            continue
-        for dirpath, dirnames, filenames in os.walk(p):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                f = Path(dirpath) / name
-                if name.startswith(".") or f.suffix.lower() not in suffixes or f in seen:
-                    continue
-                seen.add(f)
-                tasks.append(FileTask(f, f.relative_to(p).as_posix(), p))
-    return tasks, failures
 
 
 @dataclass
@@ -111,10 +84,13 @@ class Ingestor:
         images: ImageStore | None = None,
         retry_needs_ocr: bool = False,
         ocr_setting: str = "auto",
+        max_file_mb: float = 100,
         transforms: TransformStage | None = None,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
-        unchanged documents whose pages needed OCR (OCR has become available)."""
+        unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
+        fail without being read."""
+        self.max_file_bytes = int(max_file_mb * MIB)
         self.store = store
         self.embedder = embedder
         self.text = text
@@ -125,7 +101,7 @@ class Ingestor:
         self.ocr_setting = ocr_setting
         self.transforms = transforms
         self._needs_ocr: list[OcrNeeded] = []
-        self._over_window = 0
+        self._over_window = 0  # chunks over the embedder's window in this run (reset by each ingest call)
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -139,17 +115,17 @@ class Ingestor:
         on_progress: ProgressFn | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
-        self._needs_ocr = []
-        self._over_window = 0
+        self._needs_ocr, self._over_window = [], 0
         suffixes = supported_suffixes(self.loaders)
         tasks, failures = discover(paths, suffixes)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
                 tasks = [t for t in tasks if t.path != p.resolve()]
+                what = printable(p.suffix or p.name)
                 failures.append(
                     FileFailure(
-                        str(given), f"unsupported file type '{p.suffix or p.name}' (supported: {', '.join(suffixes)})"
+                        printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
                     )
                 )
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
@@ -174,49 +150,26 @@ class Ingestor:
         for n, task in enumerate(tasks, 1):
             if on_progress:
                 on_progress(n - 1, len(tasks), task.source)
+            read: list[Any] = [None, None]  # sha256, size: known once the file is read
             try:
-                data = task.path.read_bytes()
-            except OSError as e:
-                self._fail(
-                    failures, str(task.path), collection, None, None, f"cannot read file: {e.strerror or e}", dry_run
-                )
-                continue
-            sha = sha256_bytes(data)
-            existing = self.store.find_document(collection, task.source)
-            if (
-                existing is not None
-                and existing.sha256 == sha
-                and not force
-                and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
-            ):
-                skipped.append(task.source)
-                continue
-            status = "updated" if existing is not None else "added"
-            if dry_run:
-                (updated if existing is not None else added).append(task.source)
-                continue
-            try:
-                with span("load") as sp:
-                    doc = load_document(task.path, task.source, self.loaders)
-                    sp.set(counts={"documents": 1, "bytes": len(data)})
-                prepared = self._prepare(doc, collection, str(task.path), sha, len(data), status)
+                status, prepared = self._load_task(task, collection, force, dry_run, read)
             except ZhikuError as e:
-                self._fail(failures, str(task.path), collection, sha, len(data), str(e), dry_run)
+                if e.code in STOP_CODES:
+                    raise
+                reason = str(e)
+            except Exception as e:  # whatever a loader or the chunker does, the batch goes on
+                log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
+                log.debug("the traceback", exc_info=True)
+                reason = f"unexpected error: {type(e).__name__}: {e}"
+            else:
+                if prepared is not None:
+                    pending.append(prepared)
+                    if len(pending) >= EMBED_GROUP:
+                        flush()
+                else:
+                    {"skipped": skipped, "added": added, "updated": updated}[status].append(task.source)
                 continue
-            except Exception as e:  # a loader bug must not stop the batch
-                self._fail(
-                    failures,
-                    str(task.path),
-                    collection,
-                    sha,
-                    len(data),
-                    f"unexpected error: {type(e).__name__}: {e}",
-                    dry_run,
-                )
-                continue
-            pending.append(prepared)
-            if len(pending) >= EMBED_GROUP:
-                flush()
+            self._fail(failures, task.shown, collection, read[0], read[1], reason, dry_run)
         flush()
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
@@ -239,6 +192,31 @@ class Ingestor:
             transforms=self.transforms.report() if self.transforms else None,
         )
 
+    def _load_task(
+        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
+    ) -> tuple[str, _Prepared | None]:
+        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
+        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
+        data = read_bounded(task.path, self.max_file_bytes)
+        sha = read[0] = sha256_bytes(data)
+        read[1] = len(data)
+        existing = self.store.find_document(collection, task.source)
+        if (
+            existing is not None
+            and existing.sha256 == sha
+            and not force
+            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+        ):
+            return "skipped", None
+        status = "updated" if existing is not None else "added"
+        if dry_run:
+            return status, None
+        with span("load") as sp:
+            doc = load_document(task.path, task.source, self.loaders)
+            sp.set(counts={"documents": 1, "bytes": len(data)})
+        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
+        return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
+
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
     def ingest_docs(
         self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
@@ -250,8 +228,7 @@ class Ingestor:
         skipped: list[str] = []
         failures: list[FileFailure] = []
         pending: list[_Prepared] = []
-        written = 0
-        self._over_window = 0
+        written, self._over_window = 0, 0
         computed_before = getattr(self.embedder, "computed", 0)
         for n, doc in enumerate(docs, 1):
             sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
@@ -317,25 +294,41 @@ class Ingestor:
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
         return _Prepared(record, chunks, texts, status, path, images, batch)
 
+    def _embed(self, pending: list[_Prepared], failures: list[FileFailure]) -> list[tuple[_Prepared, np.ndarray]]:
+        """Each prepared document with its vectors. When a group fails for a reason other than the embedding
+        service, each document is embedded alone, so only the one that fails is lost."""
+        texts = [t for p in pending for t in p.texts]
+        computed = getattr(self.embedder, "computed", 0)
+        try:
+            with span("embed") as sp:
+                vectors = embed_with_notes(self.embedder, texts, getattr(self, "_note", None))  # [] for scans
+                sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+                self._over_window += note_window(self.embedder, texts, sp)
+        except EmbeddingError:
+            raise  # the service (or the model) is down: every document would fail the same way
+        except Exception as e:
+            if len(pending) > 1:
+                return [pair for p in pending for pair in self._embed([p], failures)]
+            p = pending[0]
+            reason = f"embedding failed: {type(e).__name__}: {e}"
+            self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
+            return []
+        out, offset = [], 0
+        for p in pending:
+            out.append((p, vectors[offset : offset + len(p.chunks)]))
+            offset += len(p.chunks)
+        return out
+
     def _write(
         self, pending: list[_Prepared], added: list[str], updated: list[str], failures: list[FileFailure]
     ) -> int:
         if not pending:
             return 0
-        all_texts = [t for p in pending for t in p.texts]
-        computed = getattr(self.embedder, "computed", 0)
-        with span("embed") as sp:
-            vectors = embed_with_notes(self.embedder, all_texts, getattr(self, "_note", None))  # [] for scans
-            sp.set(counts={"texts": len(all_texts), "computed": getattr(self.embedder, "computed", 0) - computed})
-            self._over_window += note_window(self.embedder, all_texts, sp)
         written = 0
-        offset = 0
-        for p in pending:
+        for p, vecs in self._embed(pending, failures):
             n = len(p.chunks)
-            vecs = vectors[offset : offset + n]
-            offset += n
-            tokens = [self.text.index_tokens(t) for t in p.texts]
             try:
+                tokens = [self.text.index_tokens(t) for t in p.texts]
                 if self.images is not None:  # files first: a chunk never refers to a missing image
                     for im in p.images:
                         self.images.put(im.ref.image_id, im.data)
@@ -343,9 +336,15 @@ class Ingestor:
                     self.store.write_document(p.doc, p.chunks, tokens, vecs)
                     sp.set(counts={"documents": 1, "chunks": n})
             except ZhikuError as e:
-                if getattr(e, "code", "") in ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED"):
-                    raise  # the whole batch would fail the same way: stop with the store's message
+                if e.code in STOP_CODES:
+                    raise
                 self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, str(e), False)
+                continue
+            except Exception as e:  # a bug on one document's way into the store must not stop the batch
+                log.warning("writing %s failed unexpectedly: %s: %s", p.path, type(e).__name__, e)
+                log.debug("the traceback", exc_info=True)
+                reason = f"unexpected error: {type(e).__name__}: {e}"
+                self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
                 continue
             (added if p.status == "added" else updated).append(p.doc.source)
             note = None
@@ -370,6 +369,7 @@ class Ingestor:
         reason: str,
         dry_run: bool,
     ) -> None:
+        path, reason = printable(path), printable(reason)
         failures.append(FileFailure(path, reason))
         if not dry_run:
             self.store.record_ingestion(IngestionRecord(path, collection, sha, size, "failed", reason, 0, time.time()))

@@ -102,7 +102,7 @@ def _read_tools(tool: ToolDecorator, max_query: int) -> None:
             return error_result(e.code, agent_message(e), e.retryable)
         if cached is not None:
             return ok_result(cached, await run_in_worker(ctx, Hub.image_blocks, cached))
-        return await hub_tool(ctx, "query_knowledge_hub", Hub.query, args, exclusive=True, images=True)
+        return await hub_tool(ctx, "query_knowledge_hub", Hub.query, args, images=True)  # reads run concurrently
 
     @tool("list_collections", "列出集合 / List collections", mcp_text.LIST_COLLECTIONS)
     async def list_collections(

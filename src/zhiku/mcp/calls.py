@@ -14,10 +14,11 @@ import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from zhiku.errors import NotFound, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.models import ErrorInfo
@@ -83,6 +84,8 @@ async def hub_resource(ctx: Context, fn: Callable[..., str], ident: str) -> str:
         return await run_in_worker(ctx, fn, ident)
     except NotFound as e:
         raise ResourceNotFoundError(agent_message(e)) from None
+    except InvalidInput as e:  # a malformed URI (zhiku://image/.png): invalid params, as for a missing one
+        raise MCPError(INVALID_PARAMS, agent_message(e)) from None
     except ZhikuError as e:
         raise ResourceError(f"{e.code}: {agent_message(e)}") from None
 

@@ -4,9 +4,9 @@
 server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
 flag, the answer budget, the result cache.
 
-Confidence: the best *cosine similarity* between the query and a returned passage (the dense channel's
-score), because RRF scores only encode ranks and BM25 scores are unbounded; in ``bm25`` mode, the top BM25
-score. An answer is ``low_confidence`` when that value is below ``server.min_score`` or nothing matched.
+Confidence comes from the library (``judge`` in zhiku/retrieval/confidence.py): the best cosine
+similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is
+``low_confidence`` below the calibrated threshold or when nothing matched.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from zhiku.api import KnowledgeBase
+from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
@@ -43,10 +45,11 @@ from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.context import chunk_context
+from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
-from zhiku.types import DocRecord, DocStatus, Hit
+from zhiku.types import DocRecord, DocStatus
 
 log = logging.getLogger("zhiku.mcp.server")
 
@@ -76,18 +79,9 @@ class QueryArgs:
         return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
 
 
-def confidence_of(hits: Sequence[Hit], mode: str) -> float | None:
-    """See the module docstring: best cosine similarity, or the top BM25 score in bm25 mode."""
-    if not hits:
-        return None
-    if mode == "bm25":
-        return hits[0].bm25_score
-    cosines = [h.dense_score for h in hits if h.dense_score is not None]
-    return max(cosines) if cosines else None
-
-
 class Hub:
-    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes."""
+    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes
+    (:mod:`zhiku.mcp.concurrency`)."""
 
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
@@ -96,11 +90,14 @@ class Hub:
         # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
         # windows, and popular passages come back across queries.
         self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+        self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
-        """Open the index (read-only when ``server.read_only``) and load the models once."""
-        kb = KnowledgeBase(settings, read_only=settings.server.read_only)
+        """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
+        ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
+        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
             if warm:
@@ -145,13 +142,17 @@ class Hub:
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
+        """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
         version = self.index_version()
+        return self._flights.run((version, args), functools.partial(self._query, args, version))
+
+    def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
             r = self.kb.retrieve(
                 args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
             )
-            confidence = confidence_of(r.hits, r.mode)
-            low = not r.hits or (confidence is not None and confidence < self.settings.server.min_score)
+            judged = judge(r, min_score=self.settings.server.min_score, normalize=self._normalize)
+            confidence, low = judged.score, judged.low
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
                 sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
@@ -249,14 +250,8 @@ class Hub:
         return self.kb.images.read(image_id)
 
     def _empty_note(self, args: QueryArgs) -> str:
-        collection = args.collection
-        names = [c.name for c in self.kb.collections()]
-        if collection is not None and collection not in names:
-            raise NotFound(
-                f"no collection {collection!r} in this knowledge base; available: "
-                f"{', '.join(names) or '(none yet)'} (see list_collections)"
-            )
-        if not names:
+        check_collection(args.collection, [c.name for c in self.kb.collections()], hint=" (see list_collections)")
+        if not self.kb.collections():
             return "知识库为空 / The knowledge base is empty: ingest documents first."
         if args.source or args.doc_type:
             return "没有符合过滤条件的段落 / No passage matches the filters; loosen or drop them."

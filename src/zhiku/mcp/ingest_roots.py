@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zhiku.errors import InvalidInput
+from zhiku.ingest.discover import discover
 from zhiku.ingest.loaders import supported_suffixes
-from zhiku.ingest.pipeline import discover
 from zhiku.settings import Settings
 
 SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
@@ -43,6 +43,8 @@ def allowed_paths(settings: Settings, paths: Sequence[str]) -> list[Path]:
         )
     out = []
     for given in paths:
+        if "\x00" in given:
+            raise InvalidInput(f"invalid path {given!r}: it contains a NUL byte")
         p = Path(given).expanduser()
         p = (p if p.is_absolute() else roots[0] / p).resolve()
         if not any(p.is_relative_to(r) for r in roots):

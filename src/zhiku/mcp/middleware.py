@@ -63,7 +63,7 @@ def build_middleware(
         params = ctx.params or {}
         if ctx.method == "tools/call":
             name = params.get("name")
-            if name not in tools:  # the spec's protocol error for an unknown tool, not an isError result
+            if not isinstance(name, str) or name not in tools:  # an unknown tool: a protocol error, not isError
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(tools)}")
             return await hooks.around(name, params.get("arguments"), lambda: _tool_call(ctx, call_next), ERROR_META)

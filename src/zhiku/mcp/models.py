@@ -104,7 +104,7 @@ class QueryResult(_Out):
     )
     low_confidence: bool = Field(description="True when `confidence` is below server.min_score, or nothing matched.")
     confidence: float | None = Field(
-        None, description="Best cosine similarity of a passage to the query (bm25 mode: top BM25 score)."
+        description="Best cosine similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold)."
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")

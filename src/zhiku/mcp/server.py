@@ -1,8 +1,8 @@
 """The MCP server: ``build_server(settings) -> MCPServer``, the builder every surface uses.
 
 A lifespan opens the index and loads the models once (``Hub.open``); tools run the library in worker
-threads. Searches, ingests and deletes run one at a time (the embedder is not thread-safe); catalogue
-reads run alongside them, and result-cache hits are answered on the event loop. Every tool failure is an
+threads. Reads (searches, catalogue, resources) run concurrently; ingests and deletes one at a time, without
+holding up reads (``concurrency.py``); result-cache hits are answered on the event loop. Every tool failure is an
 ``isError`` result carrying a stable code (``calls.py``). Under stdio nothing but protocol reaches stdout.
 
 The parts: ``calls.py`` (running a call, results and errors), ``middleware.py`` (JSON-RPC edges),

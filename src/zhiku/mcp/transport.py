@@ -7,29 +7,27 @@ import logging
 import sys
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 
+from zhiku.mcp.stdio import serve_stdio
 from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")
 
 
 def http_app(server: MCPServer, settings: Settings) -> Any:
-    """The Streamable HTTP ASGI app behind zhiku's security middleware."""
+    """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import Policy, SecurityMiddleware, sdk_host_patterns, sdk_origin_patterns
+    from zhiku.mcp.http_security import build_http_app, sdk_host_patterns, sdk_origin_patterns
 
     s = settings.server
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=sdk_host_patterns(s, s.allowed_hosts),
-        allowed_origins=sdk_origin_patterns(s),
-    )
+    security = TransportSecuritySettings(allowed_hosts=sdk_host_patterns(s), allowed_origins=sdk_origin_patterns(s))
     app = server.streamable_http_app(
         streamable_http_path=s.path, max_request_body_size=s.max_request_bytes, transport_security=security, host=s.host
     )
-    return SecurityMiddleware(app, Policy.from_settings(s))
+    return build_http_app(app, s)
 
 
 def preflight(settings: Settings) -> None:
@@ -47,7 +45,7 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
     s = settings.server
     if s.transport == "stdio":
         log.info("zhiku: serving %s over stdio", settings.index)
-        server.run()
+        anyio.run(serve_stdio, server)  # every input line checked first (zhiku.mcp.jsonrpc)
         return
     import uvicorn
 

@@ -23,6 +23,10 @@ from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc, SourceImage
 
 DOCX_INSTALL = "pip install 'zhiku[docx]'"
+MIB = 1024 * 1024
+# XML parts parse to ~15× their size in memory (python-docx/lxml: 32 MiB of paragraphs → 0.5 GB peak RSS, 8 MiB →
+# 0.16 GB; measured with /usr/bin/time on a generated document.xml, see bench/RESULTS.md "Issue 12").
+MAX_XML_BYTES = 32 * MIB
 _HEADING_STYLE_RE = re.compile(r"(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 _NS = {
     "w": "http://schemas.openxmlformats.org/wordprocessingml/2006/main",
@@ -33,8 +37,10 @@ _NS = {
 _W = "{%s}" % _NS["w"]
 
 
-def check_zip(path: Path, what: str) -> None:
-    """Refuse an empty file, or one that is not a ZIP container (an Office Open XML file), with the reason."""
+def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
+    """Refuse an empty file, one that is not a ZIP container (an Office Open XML file), or one that unpacks to
+    more than ``max_unpacked`` bytes (its XML parts to more than ``MAX_XML_BYTES``: a zip bomb), with the reason.
+    Sizes are the ones the archive declares; Python's ``zipfile`` never reads a member past its declared size."""
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
@@ -45,6 +51,25 @@ def check_zip(path: Path, what: str) -> None:
     kind = sniff_bytes(head)
     if kind != "zip/office":
         raise LoaderError(f"content is {describe_kind(kind)}, not {what}: the file name's suffix is wrong ({path})")
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = z.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise LoaderError(
+            f"not a readable {path.suffix} document (corrupt, truncated, or another ZIP file): {path} ({e})"
+        ) from None
+    total = sum(m.file_size for m in members)
+    xml = sum(m.file_size for m in members if m.filename.lower().endswith((".xml", ".rels")))
+    if total > max_unpacked:
+        raise LoaderError(
+            f"{path} unpacks to {total / MIB:.0f} MiB, over loaders.max_file_mb ({max_unpacked / MIB:g} MiB): "
+            "a zip bomb, or a document too large to index"
+        )
+    if xml > MAX_XML_BYTES:
+        raise LoaderError(
+            f"{path} holds {xml / MIB:.0f} MiB of XML, over the {MAX_XML_BYTES / MIB:g} MiB zhiku parses: "
+            "a zip bomb, or a document too large to index"
+        )
 
 
 class DocxLoader:
@@ -63,10 +88,12 @@ class DocxLoader:
             from docx.opc.exceptions import PackageNotFoundError
         except ImportError:
             raise MissingDependency(f"reading Word files needs python-docx: {DOCX_INSTALL}") from None
-        check_zip(path, "a Word .docx document")
+        check_zip(path, "a Word .docx document", int(self.settings.max_file_mb * MIB))
+        from lxml.etree import XMLSyntaxError  # type: ignore[import-untyped]  # python-docx parses with lxml
+
         try:
             document = docx.Document(str(path))
-        except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as e:
+        except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, XMLSyntaxError) as e:
             raise LoaderError(
                 f"not a readable .docx document (corrupt, truncated, or another ZIP file): {path} ({e})"
             ) from None

@@ -1,17 +1,21 @@
 """Reading text files: content sniffing, encoding detection and line-ending normalisation.
 
-Shared by the plain-text loaders (Markdown, text). Detection is deliberately narrow and deterministic:
+Shared by the plain-text loaders (Markdown, text). Detection is deterministic and Chinese-first:
 
 1. an empty file is an error;
 2. a UTF-32/UTF-16 byte-order mark decides the encoding;
-3. a NUL byte in the first 8 KiB means a binary file;
-4. valid UTF-8 (with or without BOM) is UTF-8;
-5. otherwise GB18030 (a superset of GBK and GB2312), if it decodes strictly *and* the result looks like
-   text (:func:`looks_like_text`);
+3. NUL bytes in the first 8 KiB mean UTF-16 without a BOM when they sit on every other byte and the text
+   decodes cleanly, else a binary file;
+4. valid UTF-8 (with or without BOM) is UTF-8, unless it is mostly control characters (random bytes);
+5. otherwise content under ``MIN_DETECT_BYTES`` is refused (too short to tell its encoding; random 1–7 byte
+   files decode as "text" in GB18030 by chance); from ``DETECT_BYTES`` on, charset-normalizer chooses among
+   the East Asian encodings, and Big5, Shift-JIS or EUC-JP win when it names them (Big5 and Shift-JIS bytes
+   also decode as GB18030, into plausible-looking nonsense); otherwise GB18030 (a superset of GBK and
+   GB2312), if it decodes strictly *and* the result looks like text (:func:`looks_like_text`);
 6. anything else is an error that tells the user to convert the file to UTF-8.
 
-Legacy single-byte encodings (Latin-1, cp1252) and Big5 are not guessed: a wrong guess would index garbage
-silently, while an error with the fix in it costs the user one ``iconv``.
+Single-byte encodings (Latin-1, cp1252) are not guessed: a wrong guess would index garbage silently, while an
+error with the fix in it costs the user one ``iconv``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,15 @@ import unicodedata
 from pathlib import Path
 
 from zhiku.errors import LoaderError
+from zhiku.ingest.guard import collapse_whitespace
 
 BINARY_PROBE_BYTES = 8192
 SNIFF_BYTES = 512
+MIN_DETECT_BYTES = 8  # non-UTF-8 content shorter than this is refused (its encoding cannot be told)
+DETECT_BYTES = 64  # from this size on charset-normalizer is asked (it guesses wrong on shorter Chinese text)
+DETECT_PROBE_BYTES = 256 * 1024  # what it reads at most
+# charset-normalizer's names of the encodings it may choose among, and ours
+_DETECT_AMONG = {"gb18030": "gb18030", "big5": "big5", "shift_jis": "shift_jis", "euc_jp": "euc_jp"}
 
 # (magic prefix, kind); checked in order against the first bytes of a file.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -117,18 +127,63 @@ def looks_like_text(text: str) -> bool:
     return bad * 100 <= n and len(uncommon) * 100 <= 5 * n
 
 
-def _no_text_check(text: str, encoding: str, path: Path) -> tuple[str, str]:
+def _no_text_check(text: str, encoding: str, path: Path, size: int = MIN_DETECT_BYTES) -> tuple[str, str]:
     if not text.strip():
         raise LoaderError(f"no text in file (only whitespace): {path}")
+    if size < MIN_DETECT_BYTES:
+        raise LoaderError(f"{path} holds {size} bytes: too short to be a document (random bytes, most likely)")
     return text, encoding
+
+
+def _control_heavy(text: str) -> bool:
+    """More than 1% control/unassigned characters (or any, in a text under 100 characters): not text."""
+    bad = sum(1 for ch in _UNCOMMON_RE.findall(text) if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs"))
+    return bad * 100 > len(text)
+
+
+def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
+    """UTF-16 with no BOM: the byte order whose text looks like text; when both do (ASCII "Hi" swapped is
+    CJK), the one with the NUL bytes of ASCII characters on its high-byte positions."""
+    if len(data) % 2 or len(data) < MIN_DETECT_BYTES:
+        return None
+    found = []
+    for name in ("utf-16-le", "utf-16-be"):
+        try:
+            text = data.decode(name)
+        except UnicodeDecodeError:
+            continue
+        if looks_like_text(text) and not _control_heavy(text):
+            found.append((text, name))
+    if len(found) == 2:
+        probe = data[:BINARY_PROBE_BYTES]
+        even, odd = probe[0::2].count(0), probe[1::2].count(0)
+        found = [found[0]] if odd > 2 * even else [found[1]] if even > 2 * odd else []
+    return found[0] if found else None
+
+
+def _east_asian(data: bytes) -> tuple[str, str] | None:
+    """Big5, Shift-JIS or EUC-JP when charset-normalizer names one of them for ``data`` (None otherwise)."""
+    if len(data) < DETECT_BYTES:
+        return None
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data[:DETECT_PROBE_BYTES], cp_isolation=list(_DETECT_AMONG)).best()
+    name = _DETECT_AMONG.get(best.encoding, "") if best is not None else ""
+    if name not in ("big5", "shift_jis", "euc_jp"):
+        return None
+    try:
+        text = data.decode({"shift_jis": "cp932", "big5": "big5hkscs"}.get(name, name))
+    except UnicodeDecodeError:
+        return None
+    return (text, name) if looks_like_text(text) else None
 
 
 def decode_text(data: bytes, path: Path) -> tuple[str, str]:
     """Decode the bytes of a text file; returns ``(text, encoding name)``.
 
     The encoding name is one of "utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32-le",
-    "utf-32-be", "gb18030". A BOM is not part of the text. Line endings are left as they are
-    (see :func:`normalize_newlines`). ``path`` is only used in error messages.
+    "utf-32-be", "gb18030", "big5", "shift_jis", "euc_jp". A BOM is not part of the text. Line endings are
+    left as they are (see :func:`normalize_newlines`). ``path`` is only used in error messages.
 
     Raises ``LoaderError`` for an empty file, a binary file, undetectable encodings and files that hold
     only whitespace.
@@ -149,9 +204,12 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
                     f"{path} starts with a {name.upper()} byte-order mark but is not valid {name.upper()} "
                     f"(bad bytes at offset {e.start + len(bom)}); convert the file to UTF-8"
                 ) from None
-            return _no_text_check(text, name, path)
+            return _no_text_check(text, name, path, len(data))
     if b"\x00" in data[:BINARY_PROBE_BYTES]:
-        raise LoaderError(f"binary file, not text (it contains NUL bytes): {path}")
+        utf16 = _utf16_without_bom(data)
+        if utf16 is None:
+            raise LoaderError(f"binary file, not text (it contains NUL bytes): {path}")
+        return _no_text_check(*utf16, path)
     if data.startswith(codecs.BOM_UTF8):
         try:
             return _no_text_check(data[len(codecs.BOM_UTF8) :].decode("utf-8"), "utf-8-sig", path)
@@ -161,17 +219,33 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
                 f"(bad bytes at offset {e.start + 3}); convert the file to UTF-8"
             ) from None
     try:
-        return _no_text_check(data.decode("utf-8"), "utf-8", path)
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    else:
+        if _control_heavy(text):
+            raise LoaderError(f"binary file, not text (mostly control characters): {path}")
+        return _no_text_check(text, "utf-8", path, len(data))
+    if len(data) < MIN_DETECT_BYTES:
+        raise LoaderError(
+            f"{path} holds {len(data)} bytes that are not UTF-8: too short to tell its encoding; "
+            "convert the file to UTF-8"
+        )
+    found = _east_asian(data)
+    if found is not None:
+        return _no_text_check(*found, path)
     try:
-        gb_text: str | None = data.decode("gb18030")
+        gb: str | None = data.decode("gb18030")
     except UnicodeDecodeError:
-        gb_text = None
-    if gb_text is not None and looks_like_text(gb_text):
-        return _no_text_check(gb_text, "gb18030", path)
+        gb = None
+    if gb is not None and looks_like_text(gb):
+        return _no_text_check(gb, "gb18030", path)
+    utf16 = _utf16_without_bom(data)
+    if utf16 is not None:
+        return _no_text_check(*utf16, path)
     raise LoaderError(
-        f"cannot detect the encoding of {path} (expected UTF-8 or GB18030/GBK); convert the file to UTF-8"
+        f"cannot detect the encoding of {path} (expected UTF-8, GB18030/GBK, Big5, Shift-JIS or UTF-16); "
+        "convert the file to UTF-8"
     )
 
 
@@ -195,4 +269,4 @@ def read_text_file(path: Path) -> tuple[str, str]:
     if kind in _KIND_NAMES:
         raise LoaderError(f"content is {_KIND_NAMES[kind]}, not text: the file name's suffix is wrong ({path})")
     text, encoding = decode_text(data, path)
-    return normalize_newlines(text), encoding
+    return collapse_whitespace(normalize_newlines(text)), encoding

@@ -94,6 +94,18 @@ def decode_html(data: bytes, path: Path) -> str:
     return normalize_newlines(text)
 
 
+def drop_unclosed_comment(html: str) -> str:
+    """``html`` without a comment that is never closed (browsers hide everything after ``<!--``; the parser
+    would hand it over as text)."""
+    pos = 0
+    while (start := html.find("<!--", pos)) != -1:
+        end = html.find("-->", start + 4)
+        if end == -1:
+            return html[:start]
+        pos = end + 3
+    return html
+
+
 class _Extractor(HTMLParser):
     """Collects Markdown blocks from the content part of a page (see the module docstring)."""
 
@@ -265,7 +277,7 @@ def html_markdown(html: str) -> tuple[str, str]:
     lower = html.lower()
     content = "main" if "<main" in lower else "article" if "<article" in lower else None
     parser = _Extractor(content)
-    parser.feed(html)
+    parser.feed(drop_unclosed_comment(html))
     parser.close()
     return " ".join(parser.title.split()), "\n\n".join(parser.blocks)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from zhiku.errors import ZhikuError
 from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.discover import discover
 from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
-from zhiku.ingest.pipeline import discover, doc_id_for, sha256_bytes
+from zhiku.ingest.pipeline import doc_id_for, sha256_bytes
 from zhiku.ingest.transforms.stage import TransformStage
 from zhiku.llm.service import PlannedCall, PlanningService
 from zhiku.settings import Settings

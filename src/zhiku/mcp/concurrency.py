@@ -1,0 +1,109 @@
+"""How the server runs many tool calls at once: reads in parallel, writes one at a time, nobody starved.
+
+- Reads (queries, catalogue, resources) run concurrently in worker threads. The store keeps every write one
+  transaction and patches its in-memory indexes under its own lock, so a reader sees a document before or
+  after a write, never half of it (``Store.write_document``'s contract).
+- Writes (ingest, delete) run one at a time (``server.py``'s write limiter), and never hold up a reader for
+  longer than one store transaction or one small embedding batch: :class:`SerialEmbedder` shares the model
+  between a running ingest and the queries in slices of ``EMBED_SLICE`` texts, so a query's one text waits
+  for at most one slice, not for the whole batch.
+- :class:`SingleFlight`: identical queries that arrive while the first is computed wait for its answer
+  instead of computing it again (after a write changes the index version, every client misses the result
+  cache at once; this keeps that from becoming N identical searches).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from zhiku.embedding.base import Embedder
+
+V = TypeVar("V")
+EMBED_SLICE = 16  # texts embedded per hold of the model lock (~1-2 s with the bundled model on 2 cores)
+QUERY_CACHE = 1024  # query vectors kept
+
+
+class SerialEmbedder:
+    """An ``Embedder`` whose model is used by one thread at a time, in slices (see the module docstring)."""
+
+    def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE) -> None:
+        self.inner = inner
+        self.slice_size = slice_size
+        self._lock = threading.Lock()
+        self._queries: dict[str, np.ndarray] = {}
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    @property
+    def computed(self) -> int:
+        return int(getattr(self.inner, "computed", 0))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        parts = []
+        for start in range(0, len(texts), self.slice_size):
+            with self._lock:
+                parts.append(self.inner.embed_documents(texts[start : start + self.slice_size]))
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Cached (``QUERY_CACHE`` recent texts): a query vector does not depend on the index, so the searches
+        that follow a write (which empties the result cache) do not wait for the model again."""
+        with self._lock:
+            vector = self._queries.pop(text, None)
+            if vector is None:
+                vector = self.inner.embed_query(text)
+            self._queries[text] = vector  # most recent last
+            if len(self._queries) > QUERY_CACHE:
+                del self._queries[next(iter(self._queries))]
+            return vector
+
+    def __getattr__(self, name: str) -> object:  # warm-up hooks and the like of the wrapped embedder
+        return getattr(self.inner, name)
+
+
+@dataclass
+class _Call(Generic[V]):
+    done: threading.Event = field(default_factory=threading.Event)
+    value: V | None = None
+    error: BaseException | None = None
+
+
+class SingleFlight(Generic[V]):
+    """``run(key, fn)``: ``fn()``, shared by every caller that asks for the same key while it runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[Hashable, _Call[V]] = {}
+
+    def run(self, key: Hashable, fn: Callable[[], V]) -> V:
+        with self._lock:
+            call = self._calls.get(key)
+            leader = call is None
+            if call is None:
+                call = self._calls[key] = _Call()
+        if not leader:
+            call.done.wait()
+            if call.error is not None:
+                raise call.error
+            return call.value  # type: ignore[return-value]
+        try:
+            call.value = fn()
+            return call.value
+        except BaseException as e:
+            call.error = e
+            raise
+        finally:
+            with self._lock:
+                del self._calls[key]
+            call.done.set()

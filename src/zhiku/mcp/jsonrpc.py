@@ -1,0 +1,142 @@
+"""JSON-RPC 2.0 checks in front of the MCP SDK, on both transports (no SDK import here).
+
+The SDK answers some malformed messages badly: over stdio a line that is not JSON, ``"jsonrpc": "1.0"``,
+``[]`` or ``null`` gets no reply at all (the client waiting on that id hangs); over HTTP a request whose
+``id`` is an object, an array or null is taken for a notification (``202``, no error), and a message that is
+not a JSON-RPC object gets ``-32602`` instead of ``-32600``. :func:`check_message` decides what the spec says
+(``-32700`` parse error, ``-32600`` invalid request, ``-32602`` invalid params for the shapes of
+``tools/call`` and ``resources/read``); :class:`JsonRpcGuard` applies it to HTTP POST bodies and
+:func:`filter_lines` to stdio lines. Everything else goes to the SDK unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why a message is not passed on, and the JSON-RPC error response that says so."""
+
+    code: int
+    message: str
+    id: str | int | None = None
+
+    def response(self) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": self.id, "error": {"code": self.code, "message": self.message}}
+
+
+def _valid_id(value: object) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _check_params(method: str, params: object, msg_id: str | int) -> Rejection | None:
+    if params is not None and not isinstance(params, dict):
+        return Rejection(INVALID_PARAMS, f"params of {method} must be an object", msg_id)
+    p = params or {}
+    if method == "tools/call":
+        if not isinstance(p.get("name"), str):
+            return Rejection(INVALID_PARAMS, f"tools/call needs params.name, a string (got {p.get('name')!r})", msg_id)
+        if p.get("arguments") is not None and not isinstance(p["arguments"], dict):
+            return Rejection(INVALID_PARAMS, "tools/call params.arguments must be an object", msg_id)
+    if method == "resources/read" and not isinstance(p.get("uri"), str):
+        return Rejection(INVALID_PARAMS, f"resources/read needs params.uri, a string (got {p.get('uri')!r})", msg_id)
+    return None
+
+
+def check_message(raw: str | bytes) -> Rejection | None:
+    """None when ``raw`` is one well-formed JSON-RPC 2.0 message; else the error to answer with."""
+    try:
+        msg = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        return Rejection(PARSE_ERROR, f"parse error: not JSON ({type(e).__name__}: {str(e)[:120]})")
+    if isinstance(msg, list):
+        return Rejection(INVALID_REQUEST, "invalid request: batches are not supported; send one JSON-RPC object")
+    if not isinstance(msg, dict):
+        return Rejection(INVALID_REQUEST, f"invalid request: a JSON-RPC message is an object, not {type(msg).__name__}")
+    msg_id = msg.get("id")
+    reply_id = msg_id if _valid_id(msg_id) else None
+    if msg.get("jsonrpc") != "2.0":
+        return Rejection(
+            INVALID_REQUEST, f'invalid request: "jsonrpc" must be "2.0" (got {msg.get("jsonrpc")!r})', reply_id
+        )
+    if "id" in msg and not _valid_id(msg_id):
+        return Rejection(INVALID_REQUEST, f"invalid request: id must be a string or an integer (got {msg_id!r})")
+    try:  # a \ud800 escape parses, but no UTF-8 consumer (SQLite, the log, the reply) can take the string
+        json.dumps(msg, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        surrogate_id = isinstance(reply_id, str) and not reply_id.isprintable()
+        why = "invalid request: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)"
+        return Rejection(INVALID_REQUEST, why, None if surrogate_id else reply_id)
+    if "method" in msg:
+        method = msg["method"]
+        if not isinstance(method, str) or not method:
+            return Rejection(INVALID_REQUEST, f"invalid request: method must be a string (got {method!r})", reply_id)
+        return _check_params(method, msg.get("params"), reply_id) if reply_id is not None else None
+    if reply_id is None or ("result" in msg) == ("error" in msg):
+        return Rejection(INVALID_REQUEST, "invalid request: no method, and not a response (id plus result or error)")
+    return None
+
+
+async def filter_lines(
+    lines: AsyncIterable[str], reject: Callable[[dict[str, Any]], Awaitable[None]]
+) -> AsyncIterator[str]:
+    """The lines of a stdio stream that are well-formed messages; each other non-blank line is answered with
+    ``reject(error response)``."""
+    async for line in lines:
+        if not line.strip():
+            continue
+        rejection = check_message(line)
+        if rejection is None:
+            yield line
+        else:
+            await reject(rejection.response())
+
+
+class JsonRpcGuard:
+    """ASGI middleware: a POST to ``path`` whose body :func:`check_message` rejects gets HTTP 400 with the
+    JSON-RPC error; others reach ``app`` with their body replayed. Put it behind the body-size limit."""
+
+    def __init__(self, app: ASGIApp, path: str) -> None:
+        self.app = app
+        self.path = path.rstrip("/") or "/"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != self.path:
+            await self.app(scope, receive, send)
+            return
+        body, trailing = bytearray(), []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                trailing.append(message)
+                break
+            body.extend(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        rejection = check_message(bytes(body))
+        if rejection is not None:
+            data = json.dumps(rejection.response(), ensure_ascii=False).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+            await send({"type": "http.response.start", "status": 400, "headers": headers})
+            await send({"type": "http.response.body", "body": data})
+            return
+        queue: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}, *trailing]
+
+        async def replay() -> Message:
+            return queue.pop(0) if queue else await receive()
+
+        await self.app(scope, replay, send)

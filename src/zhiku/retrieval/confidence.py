@@ -1,0 +1,98 @@
+"""How sure an answer is: signals of one retrieval and the low-confidence decision.
+
+Signals (all from what the search already computed; no extra model call):
+
+- ``top_cosine``: the best cosine similarity of any chunk to the query (the dense channel's first score). The
+  bundled e5 model squeezes cosines into a narrow band (~0.75–0.95), so an off-topic question still scores high.
+- ``margin``: ``top_cosine`` minus the mean cosine of the dense candidates (the query's top 100 chunks): how far
+  the best chunk stands out from the rest of the corpus for this query. An off-topic question scores the whole
+  corpus alike (a flat top), an answerable one has chunks that stand out.
+- ``coverage``: the share of the query's BM25 terms found in the returned chunks' text.
+
+``assess`` compares the best cosine with ``server.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
+the default thresholds are calibrated by bench/confidence.py on the dev sets plus an off-topic set
+(tests/data/offtopic; bench/RESULTS.md, issue 11), where ``top_cosine`` separated them best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from zhiku.errors import NotFound
+from zhiku.types import Hit, ScoredId
+
+if TYPE_CHECKING:
+    from zhiku.retrieval.search import Retrieval
+
+SIGNALS = ("top_cosine", "margin", "coverage")
+MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with server.min_score (bench/confidence.py)
+
+
+@dataclass(frozen=True)
+class Signals:
+    top_cosine: float | None  # None in bm25 mode (no dense channel)
+    margin: float | None
+    coverage: float | None  # None when the query has no BM25 term
+    top_bm25: float | None
+
+    def get(self, name: str) -> float | None:
+        value: float | None = getattr(self, name)
+        return value
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """The decision for one answer: ``score`` is the signal it was made on (``signal``), ``low`` whether it is
+    below ``threshold`` (or nothing matched)."""
+
+    score: float | None
+    low: bool
+    signal: str
+    threshold: float
+    signals: Signals
+
+
+def signals_of(
+    hits: Sequence[Hit],
+    dense: Sequence[ScoredId],
+    bm25: Sequence[ScoredId],
+    terms: Sequence[str],
+    normalize: Callable[[str], str] = str.lower,
+) -> Signals:
+    """The signals of one retrieval: ``hits`` returned, the channels' candidates, the query's BM25 terms."""
+    top = dense[0].score if dense else None
+    margin = None if top is None else top - sum(x.score for x in dense) / len(dense)
+    coverage = None
+    if terms:
+        text = normalize("\n".join(h.chunk.text for h in hits))
+        coverage = sum(1 for t in terms if t in text) / len(terms)
+    return Signals(top, margin, coverage, bm25[0].score if bm25 else None)
+
+
+def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Confidence:
+    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off); in bm25 mode
+    (no cosine) when the passages hold less than ``MIN_COVERAGE`` of the query's terms."""
+    if mode == "bm25":
+        name, score, threshold = "coverage", signals.coverage, MIN_COVERAGE if min_score > 0 else 0.0
+    else:
+        name, score, threshold = "top_cosine", signals.top_cosine, min_score
+    low = not found or (threshold > 0 and score is not None and score < threshold)
+    return Confidence(score, low, name, threshold, signals)
+
+
+def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
+    """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
+    ``min_score`` is ``server.min_score``, ``normalize`` the text processor's)."""
+    found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
+    return assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
+
+
+def check_collection(name: str | None, names: Sequence[str], hint: str = "") -> None:
+    """``NotFound`` naming the collections there are when ``name`` is none of them: a typo'd collection is an error,
+    not an empty answer that looks low-confidence."""
+    if name is not None and name not in names:
+        raise NotFound(
+            f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}{hint}"
+        )

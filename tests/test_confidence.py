@@ -1,0 +1,52 @@
+"""The low-confidence decision (zhiku.retrieval.confidence): signals of one retrieval, thresholds, bm25 mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from zhiku.errors import NotFound
+from zhiku.retrieval.confidence import MIN_COVERAGE, Signals, assess, check_collection, signals_of
+from zhiku.types import Chunk, Hit, ScoredId
+
+
+def hit(text: str, cid: str = "c1") -> Hit:
+    return Hit(Chunk(cid, "d", "laws", "劳动合同法.md", "markdown", "", None, 0, len(text), 0, text), 1.0)
+
+
+def test_signals_of_one_retrieval() -> None:
+    dense = [ScoredId("c1", 0.9, 1), ScoredId("c2", 0.8, 2), ScoredId("c3", 0.7, 3)]
+    s = signals_of([hit("试用期不得超过六个月")], dense, [ScoredId("c1", 7.5, 1)], ["试用期", "六个月", "加班"])
+    assert s.top_cosine == 0.9 and s.top_bm25 == 7.5
+    assert s.margin == pytest.approx(0.1)  # 0.9 − mean(0.9, 0.8, 0.7)
+    assert s.coverage == pytest.approx(2 / 3)  # 加班 is in no returned passage
+    empty = signals_of([], [], [], [])
+    assert (empty.top_cosine, empty.margin, empty.coverage, empty.top_bm25) == (None, None, None, None)
+
+
+def test_coverage_compares_normalised_text() -> None:
+    s = signals_of([hit("員工加班費")], [], [], ["员工", "加班"], normalize=lambda t: t.replace("員", "员"))
+    assert s.coverage == 1.0
+
+
+def test_assess_thresholds_and_modes() -> None:
+    s = Signals(top_cosine=0.86, margin=0.05, coverage=0.25, top_bm25=3.0)
+    low = assess(s, found=True, mode="hybrid", min_score=0.88)
+    assert (low.low, low.score, low.signal, low.threshold) == (True, 0.86, "top_cosine", 0.88)
+    assert assess(s, found=True, mode="dense", min_score=0.85).low is False
+    assert assess(s, found=True, mode="hybrid", min_score=0.0).low is False  # 0 turns the flag off
+    assert assess(s, found=False, mode="hybrid", min_score=0.0).low is True  # nothing matched: always low
+    bm25 = assess(s, found=True, mode="bm25", min_score=0.88)
+    assert (bm25.low, bm25.signal, bm25.score, bm25.threshold) == (True, "coverage", 0.25, MIN_COVERAGE)
+    covered = Signals(top_cosine=None, margin=None, coverage=MIN_COVERAGE, top_bm25=3.0)
+    assert assess(covered, found=True, mode="bm25", min_score=0.88).low is False
+    assert assess(s, found=True, mode="bm25", min_score=0.0).low is False
+
+
+def test_check_collection_names_the_real_ones() -> None:
+    check_collection(None, ["laws"])  # no collection asked for: nothing to check
+    check_collection("laws", ["laws", "hr"])
+    with pytest.raises(NotFound) as e:
+        check_collection("lwas", ["laws", "hr"], hint=" (see list_collections)")
+    assert str(e.value) == "no collection 'lwas' in this knowledge base; available: laws, hr (see list_collections)"
+    with pytest.raises(NotFound, match=r"available: \(none yet\)$"):
+        check_collection("laws", [])
