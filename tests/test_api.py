@@ -23,9 +23,9 @@ from helpers_kb import (
 )
 from helpers_perms import permissions_enforced
 from zhiku.api import KnowledgeBase
-from zhiku.retrieval.context import chunk_context
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
+from zhiku.retrieval.context import chunk_context
 
 PROBATION = CORPUS["劳动合同法.md"].split("\n\n")[2]
 SEVERANCE = CORPUS["劳动合同法.md"].split("\n\n")[4].strip()

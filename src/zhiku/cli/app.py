@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
+from zhiku.cli import experiment as experiment_cmds
 from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
@@ -230,7 +231,7 @@ def query(
         out.print(
             f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
         )
-        eval_cmds.print_trace(out, trace)
+        traces_cmds.print_trace(out, trace)
 
 
 @app.command()
@@ -359,6 +360,8 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 mcp_cmds.register(app)
 eval_cmds.register(app)
+experiment_cmds.register(app)
+traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
 plugins_cmds.register(app)

@@ -44,8 +44,8 @@ from zhiku.mcp.models import (
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
-from zhiku.retrieval.context import chunk_context
 from zhiku.retrieval.confidence import check_collection, judge
+from zhiku.retrieval.context import chunk_context
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
