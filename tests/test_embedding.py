@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from zhiku.embedding import BundledE5Embedder, CachedEmbedder, Embedder, EmbeddingCache, build_embedder
-from zhiku.embedding.cache import text_key
+from zhiku.embedding.cache import caching_queries, query_key, text_key
 from zhiku.settings import EmbeddingSettings
 
 PROBATION = "劳动合同期限三个月以上不满一年的，试用期不得超过一个月。"
@@ -75,6 +75,26 @@ def test_cache_counts_computed_vectors_and_returns_identical_ones(e5: BundledE5E
     assert cache.get_many(e5.name, keys, 768) == {}  # and never returns vectors of another size
     assert np.array_equal(reopened.embed_query("试用期"), e5.embed_query("试用期"))  # queries are not cached
     assert reopened.computed == 0
+    assert cache.get_many(e5.name, [query_key("试用期")], 384) == {}
+
+
+def test_query_vectors_are_cached_only_inside_caching_queries(e5: BundledE5Embedder, embed_cache_dir: Path) -> None:
+    path = embed_cache_dir / "query-cache-test.sqlite"
+    path.unlink(missing_ok=True)
+    cached = CachedEmbedder(e5, EmbeddingCache(path))
+    with caching_queries(cached):
+        assert cached.cache_queries is True
+        first = cached.embed_query("缓存测试：试用期多久")
+    assert cached.cache_queries is False
+    cache = EmbeddingCache(path)
+    stored = cache.get_many(e5.name, [query_key("缓存测试：试用期多久")], 384)
+    assert np.array_equal(stored[query_key("缓存测试：试用期多久")], first)
+    assert cache.get_many(e5.name, [text_key("缓存测试：试用期多久")], 384) == {}  # not taken for a passage
+    np.testing.assert_allclose(first, e5.embed_query("缓存测试：试用期多久"), atol=1e-6)
+    cached.embed_query("缓存测试：不缓存")  # outside the block: nothing written
+    assert cache.get_many(e5.name, [query_key("缓存测试：不缓存")], 384) == {}
+    with caching_queries(e5):  # not a CachedEmbedder: left alone
+        assert not hasattr(e5, "cache_queries")
 
 
 def test_build_embedder_honours_the_settings(tmp_path: Path) -> None:

@@ -42,6 +42,8 @@ BM25_METRICS = {
     "mrr@10": 0.625,
     "hit@1": 0.5,
     "hit@5": 0.75,
+    "hit_chars@2000": 0.75,  # every returned document fits into 2,000 characters: as hit@100
+    "hit_chars@4000": 0.75,
 }
 # hybrid (z-score fusion): q4 moves to rank 1 (dense); q3's d3, BM25's weaker of only two matches, gets BM25 z = -1,
 # the same floor as documents BM25 missed, and dense puts it 5th: rank 5. q1, q2 at rank 1.
@@ -52,6 +54,8 @@ HYBRID_METRICS = {
     "mrr@10": 0.8,
     "hit@1": 0.75,
     "hit@5": 1.0,
+    "hit_chars@2000": 1.0,
+    "hit_chars@4000": 1.0,
 }
 KEYS = {
     "dataset",
@@ -63,6 +67,8 @@ KEYS = {
     "mrr@10",
     "hit@1",
     "hit@5",
+    "hit_chars@2000",
+    "hit_chars@4000",
     "latency_ms",
     "indexing",
 }
@@ -133,6 +139,29 @@ def test_eval_hybrid_reuses_an_index_and_finds_every_relevant_document(cli, tmp_
     assert table.exit_code == 0
     assert "劳动小集 · bm25 · 4 queries" in table.stdout
     assert "│ mrr@10 " in table.stdout and "0.6250 │" in table.stdout
+
+
+def test_budget_counts_only_the_first_chars_of_returned_text(cli, tmp_path: Path) -> None:
+    """BM25 ranks d5 (34 characters) above q3's relevant d3: a 34-character budget holds d5 only; 35 holds the first
+    character of d3 too (a chunk counts when part of it is returned). q2's d3/d4 (26 and 30 characters) both fit
+    into 34 characters, at least in part."""
+    dataset = write_beir(tmp_path / "劳动小集")
+    idx = tmp_path / "idx"
+    cut = one_json(cli("eval", "--dataset", dataset, "--mode", "bm25", "--index", idx, "--budget", 34, "--json"))
+    assert set(cut) == KEYS | {"budget", "hit_chars@34"} and cut["budget"] == 34
+    assert {k: cut[k] for k in ("hit@1", "hit@5", "mrr@10", "ndcg@10", "recall@10", "hit_chars@34")} == {
+        "hit@1": 0.5,
+        "hit@5": 0.5,
+        "mrr@10": 0.5,
+        "ndcg@10": 0.5,
+        "recall@10": 0.5,
+        "hit_chars@34": 0.5,
+    }
+    assert (cut["hit_chars@2000"], cut["hit_chars@4000"]) == (0.75, 0.75)
+    more = one_json(cli("eval", "--dataset", dataset, "--mode", "bm25", "--index", idx, "--budget", 35, "--json"))
+    assert (more["hit@5"], more["mrr@10"], more["hit_chars@35"]) == (0.75, 0.625, 0.75)
+    r = cli("eval", "--dataset", dataset, "--budget", 0)
+    assert r.exit_code == 2 and "--budget" in r.stderr
 
 
 def _error(r: Result) -> str:

@@ -16,7 +16,7 @@ from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE
 from test_eval_cli import BM25_METRICS, write_beir
 from zhiku.cli.app import app
 from zhiku.errors import InvalidInput
-from zhiku.evaluation.datasets import Expected, load_dataset, load_yaml_set, section_matches
+from zhiku.evaluation.datasets import EvalQuery, Expected, load_dataset, load_yaml_set, section_matches
 from zhiku.evaluation.experiments import VARIANTS, parse_variants
 from zhiku.evaluation.gate import Bar, check_gate, parse_gate
 from zhiku.evaluation.metrics import hit_at_k, mrr_at_k, ndcg_at_k, parse_metric, recall_at_k
@@ -69,7 +69,8 @@ def test_metrics_match_pytrec_eval_on_random_runs() -> None:
 
 def test_parse_metric() -> None:
     assert parse_metric("NDCG@10") == ("ndcg", 10)
-    for bad in ("ndcg", "map@10", "hit@0", "hit@x"):
+    assert parse_metric("hit_chars@4000") == ("hit_chars", 4000)
+    for bad in ("ndcg", "map@10", "hit@0", "hit@x", "hit@2000", "hit_chars@0"):
         with pytest.raises(ValueError, match="unknown metric"):
             parse_metric(bad)
 
@@ -134,7 +135,8 @@ def test_yaml_set_loads(tmp_path: Path) -> None:
         ),
         (
             "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - section: 第十九条\n",
-            "{p}:5: queries[0].expected[0].source is missing (a path or glob, e.g. 劳动合同法*.md)",
+            "{p}:5: queries[0].expected[0] needs `source` (a path or glob, e.g. 劳动合同法*.md) "
+            "or `contains` (text the chunk holds), or both",
         ),
         (
             "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        page: 零\n",
@@ -142,11 +144,11 @@ def test_yaml_set_loads(tmp_path: Path) -> None:
         ),
         (
             "version: 1\nqueries:\n  - query: 试用期\n    expected:\n      - source: a.md\n        sectoin: 第一章\n",
-            "{p}:6: queries[0].expected[0]: unknown field 'sectoin' (allowed: source, page, section)",
+            "{p}:6: queries[0].expected[0]: unknown field 'sectoin' (allowed: source, page, section, contains)",
         ),
         (
             "version: 1\nqueries:\n  - query: a\n    expected: [{source: a.md}]\n  - query: 试用期\n    expected: a.md\n",
-            "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …}}`",
+            "{p}:6: queries[1].expected must be a non-empty list of `{{source: …, page: …, section: …, contains: …}}`",
         ),
         # strict types: YAML's 123 and true are not text or page numbers
         (
@@ -177,8 +179,8 @@ def test_yaml_errors_name_the_line_and_field(tmp_path: Path, text: str, message:
     assert str(e.value) == message.format(p=path)
 
 
-def chunk(source: str, section: str = "", page: int | None = None) -> Chunk:
-    return Chunk("c", "d", "hr", source, "markdown", section, page, 0, 1, 0, "文本")
+def chunk(source: str, section: str = "", page: int | None = None, text: str = "文本", cid: str = "c") -> Chunk:
+    return Chunk(cid, "d", "hr", source, "markdown", section, page, 0, len(text), 0, text)
 
 
 def test_expected_matching_by_source_glob_page_and_section_prefix() -> None:
@@ -192,6 +194,32 @@ def test_expected_matching_by_source_glob_page_and_section_prefix() -> None:
     assert Expected("a.pdf", page=3).matches(chunk("a.pdf", page=3))
     assert not Expected("a.pdf", page=3).matches(chunk("a.pdf", page=4))
     assert not Expected("劳动合同法.md", section="第四章").matches(chunk("劳动合同法.md", SEC_PROBATION))
+
+
+def test_expected_contains_ignores_whitespace_and_combines_with_source_and_page() -> None:
+    article = chunk("劳动合同法.md", text="第十九条 劳动合同期限三个月以上\n不满一年的，试用期不得超过一个月")
+    assert Expected(contains="期限三个月以上不满 一年").matches(article)  # line break and space ignored
+    assert not Expected(contains="试用期不得超过六个月").matches(article)
+    assert Expected("劳动*.md", contains="试用期不得超过一个月").matches(article)
+    assert not Expected("劳动法.md", contains="试用期不得超过一个月").matches(article)
+    assert not Expected("劳动合同法.md", page=2, contains="第十九条").matches(article)
+    assert not Expected(contains="试用期不得超过一个月").matches(
+        article, "第十九条 劳动合同期限"
+    )  # only the part given
+    assert Expected(contains="第十九条").to_json() == {"source": "*", "contains": "第十九条"}
+
+
+def test_within_budget_cuts_the_ranked_text_at_chars() -> None:
+    from zhiku.evaluation.runner import within_budget
+    from zhiku.types import Hit
+
+    text = "0123456789"  # 10 characters per chunk; the expected text sits at characters 5–8 of the second one
+    q = EvalQuery("q", "问题", "未分类", {"expected[0]": 1}, (Expected(contains="5678"),))
+    hits = [Hit(chunk("a.md", text="abcdefghij", cid="c1"), 1.0), Hit(chunk("b.md", text=text, cid="c2"), 0.5)]
+    assert within_budget(q, hits, 10) == ["chunk:c1"]
+    assert within_budget(q, hits, 18) == ["chunk:c1", "chunk:c2"]  # "5678" is cut at "567"
+    assert within_budget(q, hits, 19) == ["chunk:c1", "expected[0]"]
+    assert within_budget(q, hits, 1000) == ["chunk:c1", "expected[0]"]
 
 
 # ------------------------------------------------------------------- YAML runs against an index
@@ -289,7 +317,8 @@ def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tm
         ),
         (
             "map@10>=0.5",
-            "error: invalid --gate bar 'map@10>=0.5': unknown metric 'map@10': use hit@K, mrr@K, ndcg@K, recall@K (K from 1 to 1000)",
+            "error: invalid --gate bar 'map@10>=0.5': unknown metric 'map@10': use hit@K, mrr@K, ndcg@K, recall@K "
+            "(K from 1 to 1000) or hit_chars@CHARS (a hit within the first CHARS characters of returned text)",
         ),
         ("hit@5>=90", "error: invalid --gate bar 'hit@5>=90': hit@5 lies between 0 and 1"),
         (" , ", 'error: --gate is empty: give bars like "hit@5>=0.9,mrr@10>=0.8"'),
@@ -301,10 +330,15 @@ def test_malformed_gate_is_a_one_line_error(cli, tmp_path: Path, gate: str, mess
 
 
 def test_gate_functions() -> None:
-    bars = parse_gate("hit@5>=0.9,mrr@10>0.8,recall@100<=1")
-    assert bars == (Bar("hit@5", ">=", 0.9), Bar("mrr@10", ">", 0.8), Bar("recall@100", "<=", 1.0))
-    got = check_gate(bars, {"hit@5": 0.9, "mrr@10": 0.8, "recall@100": 1.0})
-    assert [b.passed for b in got] == [True, False, True]
+    bars = parse_gate("hit@5>=0.9,mrr@10>0.8,recall@100<=1,hit_chars@2000>=0.5")
+    assert bars == (
+        Bar("hit@5", ">=", 0.9),
+        Bar("mrr@10", ">", 0.8),
+        Bar("recall@100", "<=", 1.0),
+        Bar("hit_chars@2000", ">=", 0.5),
+    )
+    got = check_gate(bars, {"hit@5": 0.9, "mrr@10": 0.8, "recall@100": 1.0, "hit_chars@2000": 0.4})
+    assert [b.passed for b in got] == [True, False, True, False]
 
 
 def test_yaml_set_needs_an_existing_index(cli, tmp_path: Path) -> None:

@@ -78,15 +78,17 @@ class ExperimentResult:
     k: int
     rows: tuple[VariantRow, ...]
     retrieval: dict[str, Any] = field(default_factory=dict)  # the retrieval settings every variant ran with
+    budget: int | None = None  # the ranking metrics counted only the first `budget` returned characters
 
     def metric_names(self) -> list[str]:
-        return standard_metrics(self.k)
+        return standard_metrics(self.k, self.budget)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
             "queries": self.queries,
             "k": self.k,
+            "budget": self.budget,
             "retrieval": self.retrieval,
             "variants": [
                 {
@@ -135,6 +137,7 @@ def run_experiment(
     k: int = 10,
     collection: str | None = None,
     on_variant: Callable[[Variant], ProgressFn | None] | None = None,
+    budget: int | None = None,
 ) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index) with the same queries."""
     rows = []
@@ -154,10 +157,16 @@ def run_experiment(
             variant=v.name,
             options=v.retrieve_options,
             on_progress=progress,
+            budget=budget,
         )
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
         rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms))
     return ExperimentResult(
-        evalset.name, len(evalset.queries), k, tuple(rows), retrieval=kb.settings.retrieval.model_dump(mode="json")
+        evalset.name,
+        len(evalset.queries),
+        k,
+        tuple(rows),
+        retrieval=kb.settings.retrieval.model_dump(mode="json"),
+        budget=budget,
     )

@@ -39,20 +39,44 @@ def ndcg_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> flo
 
 
 METRICS = {"hit": hit_at_k, "mrr": mrr_at_k, "ndcg": ndcg_at_k, "recall": recall_at_k}
+# ``hit_chars@N``: a relevant target within the first N characters of returned text (the ranked chunks' text, cut
+# at N). It needs the chunks' lengths, so the runner computes it; ``score`` takes the ranking cut at N.
+BUDGET_METRIC = "hit_chars"
+MAX_BUDGET = 1_000_000
 
 
 def parse_metric(name: str) -> tuple[str, int]:
     """``"ndcg@10"`` → ``("ndcg", 10)``; raises ``ValueError`` naming the metrics there are."""
     base, at, k = name.strip().lower().partition("@")
+    if base == BUDGET_METRIC and at and k.isdigit() and 1 <= int(k) <= MAX_BUDGET:
+        return base, int(k)
     if base not in METRICS or not at or not k.isdigit() or not 1 <= int(k) <= 1000:
-        raise ValueError(f"unknown metric {name!r}: use {', '.join(f'{m}@K' for m in METRICS)} (K from 1 to 1000)")
+        raise ValueError(
+            f"unknown metric {name!r}: use {', '.join(f'{m}@K' for m in METRICS)} (K from 1 to 1000) "
+            f"or {BUDGET_METRIC}@CHARS (a hit within the first CHARS characters of returned text)"
+        )
     return base, int(k)
 
 
-def score(names: Sequence[str], ranked: Sequence[str], relevant: Mapping[str, int]) -> dict[str, float]:
-    """Every named metric (``hit@5``, ``mrr@10``, …) of one ranking."""
+def is_budget_metric(name: str) -> bool:
+    return parse_metric(name)[0] == BUDGET_METRIC
+
+
+def score(
+    names: Sequence[str],
+    ranked: Sequence[str],
+    relevant: Mapping[str, int],
+    by_budget: Mapping[int, Sequence[str]] | None = None,
+) -> dict[str, float]:
+    """Every named metric (``hit@5``, ``mrr@10``, …) of one ranking; ``hit_chars@N`` reads ``by_budget[N]``, the
+    targets of the text returned within the first N characters."""
     out = {}
     for name in names:
         base, k = parse_metric(name)
-        out[name] = METRICS[base](ranked, relevant, k)
+        if base == BUDGET_METRIC:
+            if by_budget is None or k not in by_budget:
+                raise ValueError(f"{name} needs the ranking cut at {k} characters")
+            out[name] = hit_at_k(by_budget[k], relevant, len(by_budget[k]))
+        else:
+            out[name] = METRICS[base](ranked, relevant, k)
     return out
