@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -183,7 +184,7 @@ class KnowledgeBase:
             self._prepare_write(False, False)
             report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
             if t is not None:
-                t.data.update(report_rows(report))
+                t.data.update(report_rows(report), **transform_rows(report))
         return report
 
     def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
@@ -281,7 +282,7 @@ class KnowledgeBase:
                 rerank=rerank,
             )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
-                t.data["hits"] = hit_rows(r.hits)
+                t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
                 t.data["rerank"] = r.rerank
                 t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
                 label_chunks(t, self._chunk_labels)
@@ -349,8 +350,8 @@ class KnowledgeBase:
     def history(self, limit: int = 100) -> list[IngestionRecord]:
         return self.store.ingestion_history(limit)
 
-    def resolve_document(self, ref: str, collection: str | None = None) -> DocRecord:
-        """A document by id, by source path or by file path; ``ref`` is literal (`*` and `?` are characters)."""
+    def resolve_document(self, ref: str, collection: str | None = None, *, glob: bool = True) -> DocRecord:
+        """A document by id, source path or file path; with ``glob``, also a pattern that matches one source."""
         if not ref or not ref.strip():
             raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
         doc = self.store.get_document(ref)
@@ -358,14 +359,16 @@ class KnowledgeBase:
             return doc
         on_disk = str(Path(ref).expanduser().resolve()) if "\x00" not in ref else None
         candidates = [
-            d for d in self.store.list_documents(collection) if d.source == ref or d.path == ref or d.path == on_disk
+            d
+            for d in self.store.list_documents(collection)
+            if d.source == ref or d.path == ref or d.path == on_disk or (glob and fnmatch.fnmatchcase(d.source, ref))
         ]
         if len(candidates) == 1:
             return candidates[0]
         if len(candidates) > 1:
             names = ", ".join(f"{d.doc_id} ({d.collection}/{d.source})" for d in candidates[:5])
             raise InvalidInput(f"{ref!r} matches {len(candidates)} documents: {names}; name one by its id")
-        hint = " (a name, not a pattern: match several with `zhiku delete --glob`)" if set(ref) & set("*?[") else ""
+        hint = " (a name, not a pattern: see `zhiku delete --glob`)" if not glob and set(ref) & set("*?[") else ""
         where = f" collection {collection!r}" if collection else ""
         raise NotFound(f"no document {ref!r} in {self.settings.index}{where}{hint} (list them with `zhiku documents`)")
 
@@ -382,7 +385,7 @@ class KnowledgeBase:
         return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:
-        doc = self.resolve_document(ref, collection)
+        doc = self.resolve_document(ref, collection, glob=False)
         self.store.delete_document(doc.doc_id)
         self.enrichments.delete(doc.doc_id)
         return doc

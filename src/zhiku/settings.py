@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints,
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from zhiku.errors import ConfigError
-from zhiku.llm.settings import JudgeSettings, LLMSettings, RewriteMode, TransformSettings
+from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
+from zhiku.llm.settings import LLMSettings, RewriteMode, TransformSettings
 
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
 Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md

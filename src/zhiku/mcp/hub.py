@@ -167,8 +167,9 @@ class Hub:
             cache="miss",
             note=None if r.hits else self._empty_note(args),
             rerank=r.rerank,
+            rewrite=r.rewrite,
         ).with_passages(self.settings.server.structured_passages)
-        if not low and not r.rerank.startswith("fallback"):  # a degraded answer is not kept
+        if not low and "fallback" not in (r.rerank[:8], r.rewrite[:8]):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
 
@@ -216,8 +217,7 @@ class Hub:
         chunks = {h.chunk.chunk_id: h.chunk for h in r.hits}
         out: dict[str, ImageOut] = {}
         for c in citations:
-            chunk = chunks.get(c.chunk_id)
-            for im in chunk.images if chunk is not None else ():
+            for im in chunks[c.chunk_id].images if c.chunk_id in chunks else ():
                 out.setdefault(
                     im.image_id,
                     ImageOut(
