@@ -2,8 +2,11 @@
 
 Standard library only (``http.server`` in a daemon thread). ``/v1/embeddings`` answers deterministic vectors
 (derived from the SHA-256 of each input, so equal texts get equal vectors); ``/v1/chat/completions`` answers
-``chat_reply(prompt, n_passages)``. Tests queue one-off behaviours for the next requests with ``then(...)``:
-a status with headers and a body (429 + Retry-After, 500, 400), a hang of N seconds, or a raw body (malformed).
+``chat_reply(prompt, n_passages)`` with token ``usage``; a vision request's prompt is its text parts joined, its
+images counted in ``Recorded.images``. Tests queue one-off behaviours for the next requests with ``then(...)``:
+a status with headers and a body (429 + Retry-After, 500, 400), a hang of N seconds, a raw body (malformed) or a
+refusal (``("refuse",)``: empty content, ``finish_reason: content_filter``); ``always`` repeats one behaviour for
+every chat request (a dead or rate-limited chat endpoint) and ``chat_delay_s`` slows every chat answer.
 Every request is recorded (path, headers, JSON body, time) and the peak number of requests in flight is kept.
 """
 
@@ -45,6 +48,7 @@ class Recorded:
     headers: dict[str, str]
     body: dict[str, Any]
     at: float
+    images: int = 0  # image_url parts of a chat request (vision)
 
 
 @dataclass
@@ -54,6 +58,8 @@ class FakeOpenAI:
     script: deque[tuple[Any, ...]] = field(default_factory=deque)
     chat_reply: Callable[[str, int], str] = ascending_scores
     embed_delay_s: float = 0.0
+    chat_delay_s: float = 0.0
+    always: tuple[Any, ...] | None = None
     inflight: int = 0
     max_inflight: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -65,6 +71,18 @@ class FakeOpenAI:
 
     def paths(self) -> list[str]:
         return [r.path for r in self.requests]
+
+    def chats(self) -> list[Recorded]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+
+def prompt_of(body: dict[str, Any]) -> tuple[str, int]:
+    """The last message's text (text parts joined) and how many images it holds."""
+    content = body.get("messages", [{}])[-1].get("content", "")
+    if isinstance(content, str):
+        return content, 0
+    texts = [p.get("text", "") for p in content if p.get("type") == "text"]
+    return "\n".join(texts), sum(1 for p in content if p.get("type") == "image_url")
 
 
 def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
@@ -92,8 +110,10 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = {}
             with state._lock:
-                state.requests.append(Recorded(self.path, dict(self.headers), body, time.monotonic()))
-                behaviour = state.script.popleft() if state.script else ("ok",)
+                images = prompt_of(body)[1] if self.path.endswith("/chat/completions") else 0
+                state.requests.append(Recorded(self.path, dict(self.headers), body, time.monotonic(), images))
+                chat = self.path.endswith("/chat/completions")
+                behaviour = state.script.popleft() if state.script else (state.always if chat else None) or ("ok",)
                 state.inflight += 1
                 state.max_inflight = max(state.max_inflight, state.inflight)
             try:
@@ -117,6 +137,14 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if kind == "raw":
                 self._send(200, behaviour[1])
                 return
+            if kind == "refuse":
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": ""},
+                    "finish_reason": "content_filter",
+                }
+                self._send(200, json.dumps({"choices": [choice]}))
+                return
             if self.path.endswith("/embeddings"):
                 if state.embed_delay_s:
                     time.sleep(state.embed_delay_s)
@@ -129,11 +157,13 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 ]  # out of order on purpose: sorted by index
                 self._send(200, json.dumps({"object": "list", "data": data, "model": body.get("model")}))
             elif self.path.endswith("/chat/completions"):
-                prompt = body["messages"][-1]["content"]
+                if state.chat_delay_s:
+                    time.sleep(state.chat_delay_s)
+                prompt, _ = prompt_of(body)
                 content = state.chat_reply(prompt, count_passages(prompt))
-                self._send(
-                    200, json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
-                )
+                choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                usage = {"prompt_tokens": len(prompt) // 2 + 1, "completion_tokens": len(content) // 2 + 1}
+                self._send(200, json.dumps({"choices": [choice], "usage": usage}, ensure_ascii=False))
             else:
                 self._send(404, json.dumps({"error": {"message": f"no route {self.path}"}}))
 

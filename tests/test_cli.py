@@ -289,7 +289,7 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
         ),
         (
             ["delete", "[/x]"],
-            "error: no document '[/x]' in {index} (a name, not a pattern: match several with `zhiku delete --glob`) (list them with `zhiku documents`)",
+            "error: no document '[/x]' in {index} (a name, not a pattern: see `zhiku delete --glob`) (list them with `zhiku documents`)",
         ),
     ],
 )
@@ -300,7 +300,7 @@ def test_errors_are_one_line_with_exit_1(cli, index: Path, args: list[str], mess
 def test_delete_is_literal_and_a_glob_needs_yes_for_several(cli, index: Path) -> None:
     line = error_line(cli("delete", "*", "--index", index))
     assert line == (
-        f"error: no document '*' in {index} (a name, not a pattern: match several with `zhiku delete --glob`)"
+        f"error: no document '*' in {index} (a name, not a pattern: see `zhiku delete --glob`)"
         " (list them with `zhiku documents`)"
     )
     docs = one_json(cli("documents", "--index", index, "--json"))["documents"]

@@ -180,7 +180,7 @@ def test_delete_refuses_unknown_and_ambiguous_references(kb_factory, corpus: Pat
     assert str(e.value) == f"no document '劳动合同法.md' in {idx} collection 'notes' (list them with `zhiku documents`)"
     with pytest.raises(NotFound) as e:  # literal: a pattern is a name here
         kb.delete("*.md")
-    assert "(a name, not a pattern: match several with `zhiku delete --glob`)" in str(e.value)
+    assert "(a name, not a pattern: see `zhiku delete --glob`)" in str(e.value)
     with pytest.raises(InvalidInput) as e:
         kb.delete("  ")
     assert str(e.value) == "name a document: its id (see `zhiku documents`) or its path"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import sys
 import time
@@ -21,6 +20,15 @@ from pathlib import Path
 from typing import Any
 
 ALARM_S = 300
+
+
+def peak_rss_mb() -> float:
+    """``VmHWM``: this process's peak resident memory since its exec (``ru_maxrss`` also counts what the
+    parent's pages added between fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 class Hang(BaseException):  # not an Exception: the pipeline's "one bad file" handler must not swallow it
@@ -77,7 +85,7 @@ def main(index: str, list_file: str) -> None:
             row.update(
                 seconds=round(time.monotonic() - started, 3),
                 embed_seconds=round(embedder.seconds - embed_before, 3),
-                peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                peak_rss_mb=round(peak_rss_mb(), 1),
             )
             print(json.dumps(row, ensure_ascii=False), flush=True)
 

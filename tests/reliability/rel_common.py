@@ -58,6 +58,17 @@ def zhiku_env(cache: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def vm_hwm_mb(pid: int | str = "self") -> float:
+    """The peak resident memory of a process since its exec (``VmHWM``), in MB; 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 @dataclass(frozen=True)
 class Finished:
     rc: int
@@ -70,7 +81,8 @@ class Finished:
 
 def run(args: Sequence[str], env: dict[str, str], timeout_s: float, cwd: Path | None = None) -> Finished:
     """``python -m zhiku.cli *args`` (or ``python *args`` when args[0] ends with .py), killed after
-    ``timeout_s``; its peak RSS comes from ``wait4`` on exactly that child."""
+    ``timeout_s``; its peak RSS is the child's own ``VmHWM``, read every 20 ms while it runs (``wait4``'s
+    ``ru_maxrss`` would count the pages it shared with this process between fork and exec)."""
     cmd = [PYTHON, *args] if args[0].endswith(".py") else [PYTHON, "-m", "zhiku.cli", *args]
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -84,8 +96,10 @@ def run(args: Sequence[str], env: dict[str, str], timeout_s: float, cwd: Path | 
     for t in readers:
         t.start()
     timed_out = False
+    peak_mb = 0.0
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        peak_mb = max(peak_mb, vm_hwm_mb(proc.pid))
+        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() - started > timeout_s and not timed_out:
@@ -100,6 +114,6 @@ def run(args: Sequence[str], env: dict[str, str], timeout_s: float, cwd: Path | 
         chunks.get("out", b"").decode("utf-8", "replace"),
         chunks.get("err", b"").decode("utf-8", "replace"),
         time.monotonic() - started,
-        usage.ru_maxrss / 1024,
+        peak_mb,
         timed_out,
     )

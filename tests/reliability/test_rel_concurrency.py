@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
-from rel_common import SIZES, percentiles, report
+from rel_common import SIZES, percentiles, report, vm_hwm_mb
 
 from mcp_fixtures import Fixture, HttpServer
 
@@ -80,13 +80,6 @@ async def _writer(url: str, inbox: Path, until: float, stats: Stats) -> None:
             await anyio.sleep(0.5)
 
 
-def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 @SIZES
 def test_many_clients_and_a_writer(full: bool, served: tuple[Fixture, HttpServer]) -> None:
     fx, server = served
@@ -117,7 +110,7 @@ def test_many_clients_and_a_writer(full: bool, served: tuple[Fixture, HttpServer
         over_5s=slow,
         writer_cycles=stats.cycles,
         deleted_doc_returned=len(stale),
-        server_peak_rss_mb=round(_peak_rss_mb(server.proc.pid), 1),
+        server_peak_rss_mb=round(vm_hwm_mb(server.proc.pid), 1),
         **percentiles(stats.latencies),
     )
     assert stats.errors == [] and slow == 0 and stale == []

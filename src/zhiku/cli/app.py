@@ -89,14 +89,15 @@ def ingest(
         with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
                 return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
+            files, chunks = tx.progress_pair(progress)
             report = kb.ingest(
                 paths,
                 collection=collection,
                 force=force,
                 dry_run=dry_run,
                 sync=sync,
-                on_progress=progress,
-                on_transform=tx.per_chunk(progress),
+                on_progress=files,
+                on_transform=chunks,
             )
     counts = report.counts()
     if as_json:
@@ -174,13 +175,14 @@ def query(
         ),
     ] = None,
     tag: tx.TagOpt = None,
+    rewrite: tx.RewriteOpt = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
     Markdown answer."""
     with _errors(as_json):
-        settings = _settings(config, index)
+        settings = _settings(config, index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
         with _kb(settings, read_only=True) as kb:
             if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)

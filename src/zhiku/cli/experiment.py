@@ -13,12 +13,15 @@ from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _pro
 from zhiku.cli.eval import BudgetOpt, CollectionOpt, DatasetOpt, EmbedderOpt, RerankerOpt, warm_reranker, with_models
 from zhiku.settings import load_settings, merge
 
+VARIANTS_HELP = (
+    "Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual, hybrid+multi_query, hybrid+hyde "
+    "(docs/transforms.md)."
+)
+
 
 def experiment(
     dataset: DatasetOpt,
-    variants: Annotated[
-        str, typer.Option("--variants", help="Comma-separated: bm25, dense, hybrid, hybrid_rerank.")
-    ] = "bm25,dense,hybrid,hybrid_rerank",
+    variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
     k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
     budget: BudgetOpt = None,
     max_queries: Annotated[
@@ -41,7 +44,7 @@ def experiment(
 ) -> None:
     """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
     from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.experiments import parse_variants, run_experiment
+    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
     from zhiku.evaluation.runner import index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
@@ -52,7 +55,7 @@ def experiment(
             load_settings(config, index=index if (index or yaml_set) else Path(tmp)), tracing={"enabled": False}
         )
         settings = with_models(settings, embedder, reranker)
-        with _kb(settings, read_only=yaml_set) as kb:
+        with _kb(settings, read_only=yaml_set) as kb, variant_indexes(settings, data) as other:
             warm_reranker(kb)
             if not yaml_set:
                 collection = data.name
@@ -66,7 +69,7 @@ def experiment(
                 return None
 
             result = run_experiment(
-                kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget
+                kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget, kb_for=other
             )
         if out_dir is not None:
             result.save(out_dir)

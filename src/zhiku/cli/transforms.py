@@ -20,6 +20,13 @@ TransformOpt = Annotated[
         "`transforms.enabled`; `none` for none). Needs llm.base_url and llm.model; see docs/transforms.md.",
     ),
 ]
+RewriteOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--rewrite",
+        help="Query rewriting by llm.model: none, multi_query or hyde (default: settings `retrieval.rewrite`).",
+    ),
+]
 TagOpt = Annotated[
     Optional[list[str]],
     typer.Option("--tag", help="Only passages whose tags (metadata transform) include this; repeatable."),
@@ -81,11 +88,23 @@ def sys_out(data: dict[str, Any]) -> None:
     _print_json(data)
 
 
-def per_chunk(progress: Callable[[int, int, str], None] | None) -> Callable[[str, str, int, int], None] | None:
-    """Per-chunk progress of the transforms, shown on the ingest progress bar (chunks of the current file)."""
+def progress_pair(
+    progress: Callable[[int, int, str], None] | None,
+) -> tuple[Callable[[int, int, str], None] | None, Callable[[str, str, int, int], None] | None]:
+    """The ingest's per-document progress, and the transforms' per-chunk progress shown on the same bar or lines
+    (documents done so far, then ``contextual 3/20 chunks · file.md`` as the note)."""
     if progress is None:
-        return None
-    return lambda transform, source, done, total: progress(done, total, f"{transform} · {source}")
+        return None, None
+    docs = [0, 0]
+
+    def files(done: int, total: int, name: str) -> None:
+        docs[:] = [done, total]
+        progress(done, total, name)
+
+    def chunks(transform: str, source: str, done: int, total: int) -> None:
+        progress(docs[0], docs[1], f"{transform} {done}/{total} chunks · {source}")
+
+    return files, chunks
 
 
 def print_usage_history(records: Sequence[Any]) -> None:
@@ -107,4 +126,8 @@ def hit_enrichment(kb: Any, chunk_ids: Sequence[str]) -> dict[str, dict[str, obj
     from zhiku.ingest.transforms.store import enrichment_row
 
     found = kb.enrichments.chunk_enrichments(list(chunk_ids))
-    return {cid: enrichment_row(found.get(cid)) for cid in chunk_ids}
+    captions = {c.chunk_id: [i.caption for i in c.images if i.caption] for c in kb.store.get_chunks(list(chunk_ids))}
+    return {
+        cid: enrichment_row(found.get(cid)) | ({"captions": captions[cid]} if captions.get(cid) else {})
+        for cid in chunk_ids
+    }

@@ -2,13 +2,17 @@
 
 Adding a variant is one entry in ``VARIANTS``. A variant that cannot run here (``hybrid_rerank`` while no
 reranker is configured) is reported as unavailable with its reason, never with invented numbers. Only
-``hybrid_rerank`` runs the configured reranker; the other variants switch it off.
+``hybrid_rerank`` runs the configured reranker; the other variants switch it off. A variant with ``transforms``
+(``hybrid+contextual``) runs on a second index of the same corpus built with those ingest transforms (BEIR sets;
+``variant_indexes`` builds it next to the first, through the LLM reply cache); one with ``settings``
+(``hybrid+multi_query``, ``hybrid+hyde``) on the same index with those settings.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +20,8 @@ from typing import Any, Literal
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.datasets import EvalSet
-from zhiku.evaluation.runner import ProgressFn, evaluate, standard_metrics
+from zhiku.evaluation.runner import ProgressFn, evaluate, index_dataset, standard_metrics
+from zhiku.settings import Settings, merge
 from zhiku.types import SearchMode
 
 NO_RERANKER = (
@@ -32,6 +37,18 @@ class Variant:
     description: str
     retrieve_options: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of kb.retrieve
     unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
+    transforms: tuple[str, ...] = ()  # ingest transforms of the index it runs on (a second index)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # settings changes it runs with (e.g. query rewriting)
+
+
+def _needs_llm(kb: KnowledgeBase) -> str | None:
+    llm = kb.settings.llm
+    if llm.base_url and llm.model:
+        return None
+    return "needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
+
+
+KbFor = Callable[["Variant", "str | None"], "KnowledgeBase | None"]  # the index a variant with transforms runs on
 
 
 VARIANTS: dict[str, Variant] = {
@@ -47,8 +64,56 @@ VARIANTS: dict[str, Variant] = {
             {"rerank": True},
             unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER,
         ),
+        Variant(
+            "hybrid+contextual",
+            "hybrid",
+            "hybrid over chunks indexed with an LLM-written context (contextual transform)",
+            {"rerank": False},
+            unavailable=_needs_llm,
+            transforms=("contextual",),
+        ),
+        *(
+            Variant(
+                f"hybrid+{mode}",
+                "hybrid",
+                f"hybrid with query rewriting ({mode}) by the LLM, variants fused with RRF",
+                {"rerank": False},
+                unavailable=_needs_llm,
+                settings={"retrieval": {"rewrite": mode}},
+            )
+            for mode in ("multi_query", "hyde")
+        ),
     )
 }
+
+
+@contextmanager
+def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
+    """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on, opened on
+    first use and closed afterwards. Transforms: a second index of a BEIR corpus (or a long-document set's files)
+    under ``<index>/variant-<transforms>`` (None for plain YAML sets: they query an index that exists); settings
+    only: the same index, read-only, with those settings."""
+    opened: dict[str, KnowledgeBase] = {}
+
+    def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:
+        if v.name in opened:
+            return opened[v.name]
+        if v.transforms and data.kind == "yaml" and not data.docs:
+            return None
+        if v.transforms:
+            where = Path(settings.index) / f"variant-{'-'.join(v.transforms)}"
+            changes = {"index": str(where), "transforms": {"enabled": list(v.transforms)}, **v.settings}
+            opened[v.name] = KnowledgeBase(merge(settings, **changes))
+            index_dataset(opened[v.name], data, collection=collection or data.name)
+        else:
+            opened[v.name] = KnowledgeBase(merge(settings, **v.settings), read_only=True)
+        return opened[v.name]
+
+    try:
+        yield kb_for
+    finally:
+        for kb in opened.values():
+            kb.close()
 
 
 def parse_variants(spec: str) -> list[Variant]:
@@ -138,17 +203,22 @@ def run_experiment(
     collection: str | None = None,
     on_variant: Callable[[Variant], ProgressFn | None] | None = None,
     budget: int | None = None,
+    kb_for: KbFor | None = None,
 ) -> ExperimentResult:
-    """Evaluate every variant on ``kb`` (one index) with the same queries."""
+    """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
     for v in variants:
         reason = v.unavailable(kb)
-        if reason is not None:
+        own = bool(v.transforms or v.settings)
+        target = kb_for(v, collection) if own and kb_for is not None and reason is None else kb
+        if reason is None and own and (target is None or target is kb):
+            reason = "needs a BEIR or long-document set: the experiment builds a second index with the transform"
+        if reason is not None or target is None:
             rows.append(VariantRow(v.name, v.description, "unavailable", reason))
             continue
         progress = on_variant(v) if on_variant is not None else None
         r = evaluate(
-            kb,
+            target,
             evalset,
             mode=v.mode,
             k=k,

@@ -24,6 +24,7 @@ from zhiku.types import LLMUsage
 
 _CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
 REFUSALS = ("content_filter", "content-filter", "safety")
+BREAKER = 8  # consecutive requests that failed after their retries; then the endpoint is not called again this run
 
 
 def estimate_tokens(text: str) -> int:
@@ -49,6 +50,8 @@ class _Counter:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
+    failing: int = 0  # consecutive requests that failed after their retries
+    last_error: str = ""
 
 
 class LLMService:
@@ -103,11 +106,22 @@ class LLMService:
         deadline = time.monotonic() + self.deadline_s if self.deadline_s else None
         with self._gate:
             with self._lock:
+                if self._n.failing >= BREAKER:  # a dead endpoint: fail fast instead of retrying every chunk
+                    raise TransformError(
+                        f"not sent: the endpoint failed {self._n.failing} requests in a row (last: {self._n.last_error})"
+                    )
                 self._n.calls += 1
             try:
                 reply = self.client.chat(payload, deadline=deadline)
             except HttpApiError as e:
+                with self._lock:
+                    if (
+                        e.status is None
+                    ):  # retries exhausted (429, 5xx, timeouts, connection): count towards the breaker
+                        self._n.failing, self._n.last_error = self._n.failing + 1, str(e)[:200]
                 raise TransformError(str(e)) from None
+            with self._lock:
+                self._n.failing = 0
         self._count(messages, reply.content, reply.prompt_tokens, reply.completion_tokens)
         if reply.finish_reason in REFUSALS:
             raise TransformError(f"the model refused the content (finish_reason {reply.finish_reason})")

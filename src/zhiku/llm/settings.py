@@ -3,10 +3,12 @@ generation judge (``judge``). Part of the one settings tree (``zhiku.settings.Se
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 TRANSFORM_ORDER = ("caption", "refine", "metadata", "contextual")  # built-ins, in the order they run
 
@@ -66,7 +68,7 @@ class LLMSettings(_Section):
 
 
 class TransformSettings(_Section):
-    enabled: tuple[str, ...] = Field(
+    enabled: Annotated[tuple[str, ...], NoDecode] = Field(
         (),
         description="Ingest transforms to run, any of `caption`, `refine`, `metadata`, `contextual` (and installed `zhiku.transforms` plugins); also `zhiku ingest --transform`. All need `llm.base_url` and `llm.model`.",
     )
@@ -95,8 +97,11 @@ class TransformSettings(_Section):
     @field_validator("enabled", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
-        if isinstance(value, str):  # ZHIKU_TRANSFORMS__ENABLED=contextual,metadata
-            return tuple(v.strip() for v in value.split(",") if v.strip())
+        if isinstance(value, str):  # ZHIKU_TRANSFORMS__ENABLED=contextual,metadata (or a JSON list)
+            text = value.strip()
+            if text.startswith("["):
+                return tuple(json.loads(text))
+            return tuple(v.strip() for v in text.split(",") if v.strip())
         return value
 
 

@@ -16,6 +16,11 @@ def enrich_citations(store: EnrichmentStore, citations: Sequence[CitationOut]) -
         if e is None:
             out.append(c)
             continue
-        update = {"context": e.context or None, "title": e.title or None, "tags": list(e.tags) or None}
+        update = {
+            "context": e.context or None,
+            "refined": e.refined or None,
+            "title": e.title or None,
+            "tags": list(e.tags) or None,
+        }
         out.append(c.model_copy(update=update))
     return out

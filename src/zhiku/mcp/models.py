@@ -75,6 +75,10 @@ class CitationOut(_Out):
     context: str | None = Field(
         None, description="The LLM-written context situating the passage in its document (contextual transform)."
     )
+    refined: str | None = Field(
+        None,
+        description="The cleaned text that was indexed instead of `text` (refine transform); `text` is the original.",
+    )
     title: str | None = Field(None, description="The passage's title (metadata transform).")
     tags: list[str] | None = Field(None, description="The passage's tags (metadata transform).")
 
@@ -108,6 +112,10 @@ class QueryResult(_Out):
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    rewrite: str = Field(
+        "off",
+        description="Query rewriting (`retrieval.rewrite`): `off`, `ok` (the query's rewrites were searched and fused) or `fallback: <reason>` (the LLM failed or timed out; the plain query was searched).",
+    )
     _passages: bool = PrivateAttr(False)
     rerank: str = Field(
         "off",
@@ -136,7 +144,15 @@ class QueryResult(_Out):
         )
 
 
-FULL_ONLY = {"source", "section", "text", "truncated", "uri", "fused_rank"}  # citation fields of the full form
+FULL_ONLY = {
+    "source",
+    "section",
+    "text",
+    "truncated",
+    "uri",
+    "fused_rank",
+    "refined",
+}  # citation fields of the full form
 
 
 class CollectionInfo(_Out):

@@ -36,7 +36,8 @@ def build_stage(
     service: LLMService | None
     if planning:
         llm = settings.llm
-        cache = ReplyCache(settings.embedding.cache_dir / LLM_CACHE_FILE) if llm.cache else None
+        path = settings.embedding.cache_dir / LLM_CACHE_FILE  # read, never created, by a dry run
+        cache = ReplyCache(path, read_only=True) if llm.cache and path.exists() else None
         service = PlanningService(llm.model or "(llm.model unset)", vision_model=llm.vision_model, cache=cache)
     else:
         service = build_service(settings.llm, settings.embedding.cache_dir) if names else None

@@ -101,7 +101,7 @@ class TransformStage:
         self.prompts = prompts or Prompts(llm.prompts_dir, llm.prompt_version)
         self.on_progress = on_progress
         self._tally = _Tally()
-        self._usage_at_doc: dict[str, LLMUsage] = {}
+        self._doc_usage: dict[str, LLMUsage] = {}  # each document's share, kept until it is written
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -145,7 +145,7 @@ class TransformStage:
                     issues=[i.__dict__ for i in batch.issues],
                 )
         self._tally.issues.extend(batch.issues)
-        self._usage_at_doc[doc_id] = before
+        self._doc_usage[doc_id] = _minus(self.service.usage(), before) if self.service is not None else LLMUsage()
         return batch
 
     def _apply(self, t: Transform, batch: DocumentBatch, ctx: TransformContext) -> DocumentBatch:
@@ -182,16 +182,7 @@ class TransformStage:
         self.store.put(batch)
         if not self.transforms:
             return
-        before = self._usage_at_doc.pop(batch.doc_id, LLMUsage())
-        now = self.service.usage() if self.service is not None else LLMUsage()
-        usage = replace(
-            now,
-            calls=now.calls - before.calls,
-            cached=now.cached - before.cached,
-            prompt_tokens=now.prompt_tokens - before.prompt_tokens,
-            completion_tokens=now.completion_tokens - before.completion_tokens,
-            cost=round(now.cost - before.cost, 6),
-        )
+        usage = self._doc_usage.pop(batch.doc_id, LLMUsage())
         record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues)
         self.store.record_usage(record)
 
@@ -204,6 +195,17 @@ class TransformStage:
             usage=self.service.usage() if self.service is not None else LLMUsage(),
             issues=tuple(self._tally.issues),
         )
+
+
+def _minus(now: LLMUsage, before: LLMUsage) -> LLMUsage:
+    return replace(
+        now,
+        calls=now.calls - before.calls,
+        cached=now.cached - before.cached,
+        prompt_tokens=now.prompt_tokens - before.prompt_tokens,
+        completion_tokens=now.completion_tokens - before.completion_tokens,
+        cost=round(now.cost - before.cost, 6),
+    )
 
 
 def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:

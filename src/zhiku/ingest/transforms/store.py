@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
 from zhiku.types import LLMUsage, TransformIssue
@@ -156,6 +157,11 @@ class EnrichmentStore:
                 list(chunk_ids),
             ).fetchall()
         return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in rows}
+
+    def label(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (with ``chunk_id``) with each chunk's enrichment added (context, title, summary, tags)."""
+        found = self.chunk_enrichments([r["chunk_id"] for r in rows])
+        return [r | enrichment_row(found.get(r["chunk_id"])) for r in rows]
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
         with self._lock:
