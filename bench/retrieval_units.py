@@ -25,12 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import BundledE5Embedder, CachedEmbedder, EmbeddingCache
-from zhiku.embedding.cache import text_key
 from zhiku.evaluation.beir import load_beir
 from zhiku.settings import Settings
 from zhiku.types import Hit, SourceDoc
@@ -40,23 +38,11 @@ WS = re.compile(r"\s+")
 BUDGETS = (2000, 4000)
 
 
-class QueryCachedEmbedder(CachedEmbedder):
-    """The persistent cache for query vectors too (bench only; the product embeds a served query every time).
-    Keys are SHA-256 of ``"\\x00query\\x00" + text``, apart from passages (the model prefixes them differently)."""
-
-    def embed_query(self, text: str) -> np.ndarray:
-        key = text_key("\x00query\x00" + text)
-        found = self.cache.get_many(self.name, [key], self.dim)
-        if key in found:
-            return found[key]
-        vector = self.inner.embed_query(text)
-        self.cache.put_many(self.name, [(key, vector)])
-        return vector
-
-
 def embedder(cache_dir: Path) -> CachedEmbedder:
-    """The bundled model through the persistent cache, query vectors included."""
-    return QueryCachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
+    """The bundled model through the persistent cache, query vectors included (as ``zhiku eval`` caches them)."""
+    emb = CachedEmbedder(BundledE5Embedder(threads=1), EmbeddingCache(cache_dir / "embeddings.sqlite"))
+    emb.cache_queries = True
+    return emb
 
 
 def load_longdoc(first: int | None) -> list[dict[str, Any]]:
