@@ -58,7 +58,7 @@ CORPUS: dict[str, str] = {
 # The chunks the corpus is cut into: (source, section)
 SEC_PROBATION = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
 SEC_SEVERANCE = "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"
-SEC_LEAVE = "职工带薪年休假条例 > 第三条至第五条"
+SEC_LEAVE = "职工带薪年休假条例 > 第三条、第五条"
 SEC_WAGE = ""
 CORPUS_CHUNKS = 4
 

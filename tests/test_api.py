@@ -25,6 +25,7 @@ from helpers_perms import permissions_enforced
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
+from zhiku.retrieval.context import chunk_context
 
 PROBATION = CORPUS["劳动合同法.md"].split("\n\n")[2]
 SEVERANCE = CORPUS["劳动合同法.md"].split("\n\n")[4].strip()
@@ -118,6 +119,28 @@ def test_rrf_fusion_setting(tmp_path: Path, kb_factory, corpus: Path) -> None:
     first = kb.retrieve("试用期最长多久", mode="hybrid", top_k=10).hits[0]
     assert (first.chunk.section, first.bm25_rank, first.dense_rank) == (SEC_PROBATION, 1, 1)
     assert first.score == pytest.approx(2 / 61)  # RRF, k=60: 1/(60+1) from each channel
+
+
+def test_synonyms_file_lets_colloquial_words_find_statute_words(tmp_path: Path, kb_factory, corpus: Path) -> None:
+    plain = kb_factory(tmp_path / "idx")
+    plain.ingest([corpus])
+    assert plain.retrieve("PTO", mode="bm25").hits == ()  # no chunk says PTO
+    synonyms = tmp_path / "synonyms.txt"
+    synonyms.write_text("PTO 年休假\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx", text={"synonyms": synonyms})  # query-time: the same index
+    r = kb.retrieve("PTO", mode="bm25")
+    assert "年休假" in r.query.terms
+    assert (r.hits[0].chunk.source, r.hits[0].chunk.section) == ("年休假条例.md", SEC_LEAVE)
+
+
+def test_chunk_context_of_a_hit(kb: KnowledgeBase) -> None:
+    hit = kb.retrieve("试用期最长多久", mode="bm25", collection="hr").hits[0]
+    ctx = chunk_context(kb.store, hit.chunk.chunk_id, "article", 12000)
+    assert (ctx.chunks, ctx.complete) == ((hit.chunk,), True)
+    assert ctx.text == "# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n" + hit.chunk.text
+    assert chunk_context(kb.store, hit.chunk.chunk_id, "chunk", 1).text == hit.chunk.text
+    with pytest.raises(NotFound, match="no chunk 'nope'"):
+        chunk_context(kb.store, "nope", "article", 12000)
 
 
 def test_top_k_limits_the_hits(kb: KnowledgeBase) -> None:

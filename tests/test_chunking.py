@@ -84,7 +84,7 @@ def test_law_like_markdown() -> None:
     assert pairs(chunks) == [
         ("", "前言：本文件仅供测试。"),
         (
-            "劳动法 > 第一章 总则 > 第一条至第二条",
+            "劳动法 > 第一章 总则 > 第一条、第二条",
             "第一条 为了保护劳动者的合法权益，制定本法。\n\n第二条 在中华人民共和国境内的企业与劳动者，适用本法。",
         ),
         ("劳动法 > 第一章 总则 > 第一节 一般规定 > 第三条", "第三条 劳动者享有平等就业的权利。"),
@@ -164,7 +164,8 @@ def test_headings_without_body_make_no_chunks() -> None:
 def test_article_labels() -> None:
     assert article_label([]) == ""
     assert article_label(["第三条"]) == "第三条"
-    assert article_label(["第三条", "第四条", "第七条"]) == "第三条至第七条"
+    assert article_label(["第三条", "第四条", "第七条"]) == "第三条、第四条、第七条"  # exactly, never a range
+    assert article_label(["第三条", "第三条"]) == "第三条"
 
 
 def test_chunk_starting_inside_an_article_names_it() -> None:
@@ -173,10 +174,33 @@ def test_chunk_starting_inside_an_article_names_it() -> None:
         f"## 第四章\n\n第四十条 用人单位在下列节日期间应当依法安排劳动者休假：\n\n{items}\n\n第四十一条 延长工作时间。"
     )
     chunks = chunks_of(md(text))  # size 100: 第四十条 (28 chars) + three items (22 each) fill the first chunk
-    assert [c.section for c in chunks] == ["第四章 > 第四十条", "第四章 > 第四十条至第四十一条"]
+    # 第四十条 with its items is one unit longer than 100: it is cut between items into chunks of its own, and
+    # the next article starts a new chunk.
+    assert [c.section for c in chunks] == ["第四章 > 第四十条", "第四章 > 第四十条", "第四章 > 第四十一条"]
     assert chunks[0].text.endswith("（三）第三项情形的说明文字，足够长以便分块。")
     assert chunks[1].text.startswith("（四）")
-    assert chunks[1].text.endswith("第四十一条 延长工作时间。")
+    assert chunks[1].text.endswith("（五）第五项情形的说明文字，足够长以便分块。")
+    assert chunks[2].text == "第四十一条 延长工作时间。"
+
+
+def test_whole_units_are_packed_and_labelled_exactly() -> None:
+    arts = [f"第{n}条 " + "内容" * 12 + "。" for n in "一二三四五"]  # 29 characters each
+    doc = md("# 法\n\n" + "\n\n".join(arts))
+    chunks = chunks_of(doc, ChunkingSettings.model_construct(size=70, overlap=0, min_chars=0))
+    assert [c.section for c in chunks] == ["法 > 第一条、第二条", "法 > 第三条、第四条", "法 > 第五条"]
+    assert [c.text.split("\n\n") for c in chunks] == [arts[0:2], arts[2:4], arts[4:5]]
+
+
+def test_faq_pairs_and_numbered_parts_are_units() -> None:
+    faq = "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。\n\n问：病假工资怎么算？\n\n答：按病假工资规定。"
+    chunks = chunks_of(md(f"# 常见问题\n\n{faq}"), ChunkingSettings.model_construct(size=40, overlap=0, min_chars=0))
+    assert [c.text for c in chunks] == [
+        "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。",
+        "问：病假工资怎么算？\n\n答：按病假工资规定。",
+    ]
+    parts = "一、总则说明文字。\n\n细则甲。\n\n二、附则说明文字。\n\n细则乙。"
+    chunks = chunks_of(md(parts), ChunkingSettings.model_construct(size=22, overlap=0, min_chars=0))
+    assert [c.text for c in chunks] == ["一、总则说明文字。\n\n细则甲。", "二、附则说明文字。\n\n细则乙。"]
 
 
 def test_article_marker_needs_whitespace_and_line_start() -> None:
@@ -313,6 +337,21 @@ def test_page_assignment() -> None:
     assert page_of(pages, 81) == 1 and page_of(pages, 82) == 2 and page_of((), 5) is None
 
 
+def test_page_is_where_most_of_the_chunk_is() -> None:
+    # A caption line at the foot of page 1, its table on page 2: the citation names page 2, not the start page.
+    caption, rows = (
+        "表 1 加班工资标准",
+        "| 情形 | 标准 |\n| --- | --- |\n" + "\n".join(f"| 情形{n} | 150% |" for n in range(6)),
+    )
+    text = f"{caption}\n\n{rows}"
+    pages = (PageSpan(1, 0, len(caption) + 1), PageSpan(2, len(caption) + 1, len(text)))
+    (chunk,) = chunks_of(md(text, pages=pages), ChunkingSettings(size=200, overlap=0, min_chars=0))
+    assert (chunk.start, chunk.page) == (0, 2)
+    half = "甲" * 50
+    tie = f"{half}{half}"
+    assert chunks_of(md(tie, pages=(PageSpan(4, 0, 50), PageSpan(5, 50, 100))), ChunkingSettings())[0].page == 4
+
+
 # --------------------------------------------------------------------------------------------- ids
 
 
@@ -344,7 +383,8 @@ def test_repeated_text_gets_unique_ids() -> None:
 
 
 def test_chunking_identity() -> None:
-    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-2;size=1000;overlap=200;min_chars=50"
+    assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-3;size=200;overlap=50;min_chars=50;context=1"
+    assert chunking_identity(ChunkingSettings(index_context=False)).endswith(";context=0")
 
 
 # ------------------------------------------------------------------------------------- real laws
@@ -354,57 +394,56 @@ def test_labor_law_default_settings() -> None:
     doc = load_document(LAWS / "劳动法(2018-12-29).md", "laws/劳动法(2018-12-29).md")
     chunks = chunks_of(doc, ChunkingSettings())
     check_invariants(doc, chunks)
-    assert len(chunks) == 16
+    assert len(chunks) == 55
     assert chunks[0].section == "中华人民共和国劳动法"
     assert chunks[0].text.startswith("1994年7月5日")
     assert chunks[0].text.endswith("<!-- INFO END -->")
-    (art36,) = [c for c in chunks if "第三十六条 国家实行" in c.text]
-    assert art36.section == "中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第三十六条至第四十五条"
-    assert art36.text.startswith("第三十六条 国家实行劳动者每日工作时间不超过八小时")
-    assert chunks[-1].section == "中华人民共和国劳动法 > 第十三章 附则 > 第一百零六条至第一百零七条"
+    chapter4 = [
+        (c.section.removeprefix("中华人民共和国劳动法 > "), c.text[:6]) for c in chunks if "第四章" in c.section
+    ]
+    assert chapter4 == [  # whole articles, labelled exactly
+        ("第四章 工作时间和休息休假 > 第三十六条、第三十七条、第三十八条、第三十九条", "第三十六条 "),
+        ("第四章 工作时间和休息休假 > 第四十条、第四十一条", "第四十条 用"),
+        ("第四章 工作时间和休息休假 > 第四十二条、第四十三条", "第四十二条 "),
+        ("第四章 工作时间和休息休假 > 第四十四条", "第四十四条 "),
+        ("第四章 工作时间和休息休假 > 第四十五条", "第四十五条 "),
+    ]
+    assert chunks[-1].section == "中华人民共和国劳动法 > 第十三章 附则 > 第一百零六条、第一百零七条"
     assert chunks[-1].text.endswith("第一百零七条 本法自1995年1月1日起施行。")
     for c in chunks:
         assert "\n#" not in c.text and not c.text.startswith("#")
-        assert len(c.text) <= 1000 + 50
-
-
-def test_labor_law_small_chunks() -> None:
-    doc = load_document(LAWS / "劳动法(2018-12-29).md", "laws/劳动法(2018-12-29).md")
-    chunks = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
-    check_invariants(doc, chunks)
-    chapter4 = [(c.section, c.text[:6]) for c in chunks if "第四章" in c.section]
-    assert chapter4 == [
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第三十六条至第三十九条", "第三十六条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十条至第四十一条", "第四十条 用"),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十二条至第四十三条", "第四十二条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十四条至第四十五条", "第四十四条 "),
-        ("中华人民共和国劳动法 > 第四章 工作时间和休息休假 > 第四十五条", "劳动者连续工"),
-    ]
+        assert len(c.text) <= 200 + 50
+        assert "至" not in c.section.rpartition(" > ")[2]
 
 
 def test_annual_leave_regulation() -> None:
     doc = load_document(LAWS / "职工带薪年休假条例(2007-12-14).md", "laws/职工带薪年休假条例(2007-12-14).md")
     assert doc.title == "职工带薪年休假条例"
-    chunks = chunks_of(doc, ChunkingSettings())
-    assert [c.section for c in chunks] == ["职工带薪年休假条例 > 第一条至第六条", "职工带薪年休假条例 > 第七条至第十条"]
-    assert chunks[0].text.startswith("2007年12月7日 国务院第198次常务会议通过")
-    assert chunks[1].text.endswith("第十条 本条例自2008年1月1日起施行。")
+    big = chunks_of(doc, ChunkingSettings(size=1000, overlap=200))
+    assert [c.section for c in big] == [
+        "职工带薪年休假条例 > 第一条、第二条、第三条、第四条、第五条、第六条",
+        "职工带薪年休假条例 > 第七条、第八条、第九条、第十条",
+    ]
+    assert big[0].text.startswith("2007年12月7日 国务院第198次常务会议通过")
+    assert big[1].text.endswith("第十条 本条例自2008年1月1日起施行。")
     small = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
     check_invariants(doc, small)
     assert [c.section.removeprefix("职工带薪年休假条例 > ") for c in small] == [
         "第一条",
-        "第二条至第三条",
+        "第二条、第三条",
         "第四条",
         "第五条",
         "第六条",
         "第七条",
-        "第七条至第十条",
+        "第七条",
+        "第八条、第九条、第十条",
     ]
-    # 第七条 is longer than 200 characters: its second piece overlaps the first. No sentence ends within the
-    # 40 characters before the cut, so the overlap starts after a clause mark.
+    # 第七条 is longer than 200 characters: it is cut into two chunks of its own, the second overlapping the
+    # first. No sentence ends within the 40 characters before the cut, so the overlap starts after a clause mark.
     a, b = small[5], small[6]
     assert a.text.endswith("对直接负责的主管人员以及其他直接责任人员依法给予处分；")
     assert b.text.startswith("对直接负责的主管人员以及其他直接责任人员依法给予处分；属于其他单位的")
+    assert b.text.endswith("人民法院强制执行。")
     assert a.end - b.start == 27
     assert doc.text[b.start - 1] == "，"
 
@@ -447,9 +486,9 @@ def test_linear_on_400kb() -> None:
     doc, one_doc = md(text), md(law)
     chunks = chunks_of(doc, settings)
     one = chunks_of(one_doc, settings)
-    assert len(one) == 35
-    assert len(chunks) == 16 * 35
-    assert len({c.chunk_id for c in chunks}) == 16 * 35  # repeats get occurrence-suffixed ids
+    assert len(one) == 38
+    assert len(chunks) == 16 * 38
+    assert len({c.chunk_id for c in chunks}) == 16 * 38  # repeats get occurrence-suffixed ids
     # The work grows linearly: 16 copies cost at most 17 times the calls of one (measured: 85,150 vs 5,200);
     # anything quadratic in the text would cost ~8x more. Wall time: bench, not a test.
     assert calls_while(lambda: chunks_of(doc, settings)) <= 17 * calls_while(lambda: chunks_of(one_doc, settings))

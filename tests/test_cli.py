@@ -95,6 +95,7 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
     assert set(first) == COUNT_KEYS | {
         "chunks_written",
         "chunks_embedded",
+        "chunks_over_window",
         "seconds",
         "dry_run",
         "failures",
@@ -107,6 +108,7 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
         [],
         [],
     )
+    assert first["chunks_over_window"] == 0  # every chunk fits the bundled model's 512-token window
 
     r = cli("ingest", corpus, "-c", "hr", "--index", idx, "--json")
     assert (r.exit_code, r.stderr) == (0, "")
@@ -171,6 +173,21 @@ def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path:
         + [("added", str((corpus / s).resolve())) for s in ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")]
     )
     assert set(rows[0]) == {"path", "collection", "sha256", "size", "status", "error", "chunk_count", "at"}
+
+
+def test_ingest_reports_chunks_longer_than_the_embedder_window(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "long"
+    folder.mkdir()
+    # one 1,200-character paragraph: 655 tokens for multilingual-e5 (window 512), one chunk at size 2000
+    (folder / "长文.txt").write_text("劳动者依法享有休息休假的权利，用人单位应当保证。" * 50, encoding="utf-8")
+    env = {"ZHIKU_CHUNKING__SIZE": "2000", "ZHIKU_CHUNKING__OVERLAP": "100"}
+    r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx", "--json", env=env)
+    assert one_json(r)["chunks_over_window"] == 1
+    r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx2", env=env)
+    assert "1 chunks are longer than the embedder's window and are embedded diluted: lower chunking.size" in r.stderr
+    assert (
+        one_json(cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx3", "--json"))["chunks_over_window"] == 0
+    )  # the default size cuts it in pieces that fit
 
 
 # --- query ---------------------------------------------------------------------------------------------

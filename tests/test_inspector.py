@@ -23,7 +23,7 @@ from mcp_fixtures import PYTHON, ROOT, Fixture, HttpServer, serve_args, server_e
 
 INSPECTOR = os.environ.get("ZHIKU_INSPECTOR", "")
 TOKEN = "inspector-token-0123"
-SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条至第二十条"
+SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条、第二十条"
 DOC_ID_LABOR = "dd028d7587dd6833"
 
 

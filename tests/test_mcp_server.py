@@ -25,7 +25,7 @@ TEXT_19_20 = (
     "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资或者劳动合同约定工资的百分之八十，"
     "并不得低于用人单位所在地的最低工资标准。"
 )
-SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条至第二十条"
+SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条、第二十条"
 DOC_ID_LABOR = "dd028d7587dd6833"  # sha256("laws\0劳动合同法.md")[:16]
 ALL_TOOLS = ["query_knowledge_hub", "list_collections", "get_document_summary", "ingest_documents", "delete_document"]
 
@@ -191,6 +191,11 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
         out["docs"] = {r.name: (await c.read_resource(r.uri)).contents[0] for r in page1.resources + page2.resources}
         hit = await c.call_tool("query_knowledge_hub", {"query": "试用期最长不得超过几个月？", "top_k": 1})
         out["chunk"] = (await c.read_resource(hit.structured_content["citations"][0]["uri"])).contents[0]
+        uri = hit.structured_content["citations"][0]["uri"]
+        out["section"] = (await c.read_resource(uri + "?context=section")).contents[0]
+        with pytest.raises(MCPError) as e:
+            await c.read_resource(uri + "?context=chapter")
+        out["bad_context"] = e.value.error
         for uri in ("zhiku://doc/0000000000000000", "zhiku://chunk/nope"):
             with pytest.raises(MCPError) as e:
                 await c.read_resource(uri)
@@ -202,7 +207,7 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
 
     out = with_client(build_server(mcp_index.settings), body)
     assert sorted(t.uri_template for t in out["templates"]) == [
-        "zhiku://chunk/{chunk_id}",
+        "zhiku://chunk/{chunk_id}{?context}",
         "zhiku://doc/{doc_id}",
         "zhiku://image/{sha256}.jpg",
         "zhiku://image/{sha256}.png",
@@ -217,6 +222,12 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
         f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
         f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n\n" + TEXT_19_20
     )
+    assert out["section"].text == (  # small-to-big: the chapter holds this one chunk, shown under its headings
+        f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
+        f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n"
+        "> context: section · chunks 1–1\n\n# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n" + TEXT_19_20
+    )
+    assert "unknown context 'chapter': use one of chunk, article, section" in out["bad_context"].message
     for uri in ("zhiku://doc/0000000000000000", "zhiku://chunk/nope"):
         assert out[uri].code == -32602 and "Traceback" not in out[uri].message
     assert out["zhiku://doc/0000000000000000"].message.startswith("no document '0000000000000000'")

@@ -18,7 +18,7 @@ from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, HttpServer, http_request, 
 
 TOKEN = "s3cret-token-0123456789"
 CORS = '["https://app.example.com", "vscode-webview://*"]'
-SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条至第二十条"
+SECTION_19_20 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条、第二十条"
 DOC_ID_LABOR = "dd028d7587dd6833"
 
 

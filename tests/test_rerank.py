@@ -401,8 +401,8 @@ def test_mcp_answers_with_a_broken_reranker_and_says_so(mcp_index, fake_openai: 
         assert s["cache"] == "miss"  # a degraded answer is never cached
         assert s["citations"][0]["source"] == "劳动合同法.md" and s["citations"][0]["rerank_score"] is None
     s = third.structured_content
-    # the index holds 5 chunks, all candidates (top_m 20): the last fused one graded 9 comes first
-    assert s["rerank"] == "ok" and s["citations"][0]["rerank_score"] == 9.0 and s["citations"][0]["fused_rank"] == 5
+    # the index holds 4 chunks, all candidates (top_m 20): the last fused one graded 9 comes first
+    assert s["rerank"] == "ok" and s["citations"][0]["rerank_score"] == 9.0 and s["citations"][0]["fused_rank"] == 4
 
 
 def test_hub_warm_survives_a_reranker_that_cannot_load(mcp_index, caplog: pytest.LogCaptureFixture) -> None:

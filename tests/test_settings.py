@@ -23,7 +23,7 @@ def test_defaults():
         100,
         "hybrid",
     )
-    assert (s.chunking.size, s.chunking.overlap) == (1000, 200)
+    assert (s.chunking.size, s.chunking.overlap) == (200, 50)
     assert s.store.kind == "sqlite"
 
 
@@ -73,7 +73,7 @@ def test_malformed_yaml(tmp_path):
 
 
 def test_chunk_overlap_must_be_below_half_the_size():
-    with pytest.raises(ConfigError, match=r"chunking.overlap \(600\) must be less than half of chunking.size \(1000\)"):
+    with pytest.raises(ConfigError, match=r"chunking.overlap \(600\) must be less than half of chunking.size \(200\)"):
         load_settings(chunking={"overlap": 600})
 
 

@@ -82,3 +82,37 @@ def test_stopwords_builtin_and_custom(tmp_path: Path):
     f.write_text("# comment\n劳动\n", encoding="utf-8")
     assert load_stopwords(f) == frozenset({"劳动"})
     assert TextProcessor(stopwords=f).query_tokens("劳动的合同") == ["的", "合同"]
+
+
+SYNONYMS = "# 口语 ↔ 书面\n开除 辞退 解除劳动合同\n社保，社会保险\n年假/年休假\n"
+
+
+def test_synonyms_expand_query_terms(tmp_path: Path):
+    path = tmp_path / "synonyms.txt"
+    path.write_text(SYNONYMS, encoding="utf-8")
+    tp = TextProcessor(synonyms=path)
+    assert tp.query_tokens("公司开除我") == ["公司", "开除", "解除", "劳动", "合同", "劳动合同", "辞退"]
+    assert tp.query_tokens("沒交社保") == ["交", "社保", "社会", "保险", "社会保险"]  # after t2s
+    assert tp.query_tokens("加班费") == TextProcessor().query_tokens("加班费")  # no group mentioned
+    assert tp.index_tokens("用人单位解除劳动合同") == TextProcessor().index_tokens("用人单位解除劳动合同")
+    assert tp.identity == TextProcessor().identity  # query-time expansion does not change the index
+
+
+def test_synonyms_at_index_time_expand_chunk_tokens_and_identity(tmp_path: Path):
+    path = tmp_path / "synonyms.txt"
+    path.write_text(SYNONYMS, encoding="utf-8")
+    tp = TextProcessor(synonyms=path, synonyms_at="index")
+    assert tp.index_tokens("单位解除劳动合同") == ["单位", "解除", "劳动", "合同", "劳动合同", "开除", "辞退"]
+    assert tp.query_tokens("公司开除我") == ["公司", "开除"]
+    assert tp.identity.endswith(";synonyms=" + tp.synonyms.digest)
+    path.write_text(SYNONYMS + "工资 薪水\n", encoding="utf-8")
+    assert TextProcessor(synonyms=path, synonyms_at="index").identity != tp.identity
+
+
+def test_bad_synonyms_file_is_a_config_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="cannot read synonyms file .*fix text.synonyms"):
+        TextProcessor(synonyms=tmp_path / "missing.txt")
+    path = tmp_path / "one.txt"
+    path.write_text("开除 辞退\n社保\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"line 2: '社保' has one term"):
+        TextProcessor(synonyms=path)

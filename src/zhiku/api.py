@@ -71,7 +71,7 @@ class KnowledgeBase:
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
-        return TextProcessor(t2s=t.t2s, user_dict=t.user_dict, stopwords=t.stopwords)
+        return TextProcessor(**t.model_dump())  # t2s, user_dict, stopwords, synonyms, synonyms_at
 
     @property
     def embedder(self) -> Embedder:

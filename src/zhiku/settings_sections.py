@@ -81,15 +81,32 @@ class TextSettings(_Section):
     )
     user_dict: Path | None = Field(None, description="jieba-format user dictionary (`word [freq] [tag]` per line).")
     stopwords: Path | None = Field(None, description="Stopword file (one per line); default: zhiku's built-in list.")
+    synonyms: Path | None = Field(
+        None,
+        description="Synonyms file for BM25: one group of equivalent terms per line (`开除 辞退 解除劳动合同`); a text mentioning one term also matches the others. Default: none.",
+    )
+    synonyms_at: Literal["query", "index"] = Field(
+        "query",
+        description="`query`: expand the query's BM25 terms (no re-indexing); `index`: expand each chunk's BM25 tokens (changing the file then needs `zhiku ingest --force`).",
+    )
 
 
 class ChunkingSettings(_Section):
-    size: int = Field(1000, ge=100, le=20000, description="Target chunk size in characters.")
+    size: int = Field(
+        200,
+        ge=100,
+        le=20000,
+        description="Target chunk size in characters: whole units (articles, FAQ pairs, paragraphs) are packed up to it (200: best at equal context budget on the dev sets, bench/RESULTS.md issue 11).",
+    )
     overlap: int = Field(
-        200, ge=0, le=5000, description="Characters of overlap between consecutive pieces of a long section."
+        50, ge=0, le=5000, description="Characters of overlap between consecutive pieces of a unit split for length."
     )
     min_chars: int = Field(
         50, ge=0, le=2000, description="Trailing pieces shorter than this are merged into the previous chunk."
+    )
+    index_context: bool = Field(
+        True,
+        description="Put the document title and section path (law > chapter > article) in front of each chunk's text for embedding and BM25; the stored and cited text stays the document's.",
     )
 
     @model_validator(mode="after")
@@ -222,6 +239,10 @@ class RetrievalSettings(_Section):
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
+    whole_articles: bool = Field(
+        True,
+        description="Small-to-big: a hit on a piece of an article that was cut for length returns the whole article (pieces joined; the citation keeps the matched piece's id and page).",
+    )
     rewrite: RewriteMode = Field(
         "none",
         description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",

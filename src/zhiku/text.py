@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import ConfigError
+from zhiku.synonyms import Synonyms
 
 TOKENIZER_NAME = "rjieba"
 
@@ -42,7 +43,15 @@ def load_stopwords(path: Path | None = None) -> frozenset[str]:
 class TextProcessor:
     """Normaliser + tokenizer. Build one per index (it holds the jieba dictionary and OpenCC tables)."""
 
-    def __init__(self, *, t2s: bool = True, user_dict: Path | None = None, stopwords: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        t2s: bool = True,
+        user_dict: Path | None = None,
+        stopwords: Path | None = None,
+        synonyms: Path | None = None,
+        synonyms_at: str = "query",
+    ) -> None:
         self.t2s = t2s
         self.user_dict = Path(user_dict) if user_dict else None
         self.stopwords = load_stopwords(stopwords)
@@ -52,6 +61,8 @@ class TextProcessor:
                 self._user_dict_text = self.user_dict.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
+        self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms.empty()
+        self.synonyms_at = synonyms_at
 
     @cached_property
     def _jieba(self) -> Any:  # rjieba.Jieba has no public type
@@ -83,7 +94,10 @@ class TextProcessor:
         """Identifies everything that changes index tokens; stored in the index and checked on open."""
         version = importlib.metadata.version("rjieba")
         udict = hashlib.sha256(self._user_dict_text.encode()).hexdigest()[:12] if self._user_dict_text else "none"
-        return f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s={self.t2s};nfkc;lower"
+        ident = f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s={self.t2s};nfkc;lower"
+        if self.synonyms.groups and self.synonyms_at == "index":
+            ident += f";synonyms={self.synonyms.digest}"
+        return ident
 
     def _normalize_chars(self, text: str) -> str:
         text = unicodedata.normalize("NFKC", text)
@@ -97,7 +111,14 @@ class TextProcessor:
 
     def index_tokens(self, text: str) -> list[str]:
         """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""
-        return [t for t in self._jieba.cut_for_search(self.normalize(text)) if _has_word_char(t)]
+        norm = self.normalize(text)
+        tokens = self._cut(norm)
+        if self.synonyms.groups and self.synonyms_at == "index":
+            tokens = self.synonyms.expand_tokens(norm, tokens, self._cut)
+        return tokens
+
+    def _cut(self, normalized: str) -> list[str]:
+        return [t for t in self._jieba.cut_for_search(normalized) if _has_word_char(t)]
 
     def query_tokens(self, text: str) -> list[str]:
         """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation
@@ -107,8 +128,13 @@ class TextProcessor:
         ``拖欠劳动者的工资`` indexes; search mode adds ``拖欠`` and ``工资``. If every term is a stopword, the
         stopwords are kept (a query like ``什么`` still searches).
         """
-        words = [t for t in self._jieba.cut_for_search(self.normalize(text)) if _has_word_char(t)]
+        norm = self.normalize(text)
+        words = self._cut(norm)
         kept = [w for w in words if w not in self.stopwords] or words
+        if self.synonyms.groups and self.synonyms_at == "query":
+            kept = self.synonyms.expand_tokens(
+                norm, kept, lambda t: [w for w in self._cut(t) if w not in self.stopwords]
+            )
         return list(dict.fromkeys(kept))
 
     def index_tokens_many(self, texts: Iterable[str]) -> list[list[str]]:

@@ -258,6 +258,7 @@ class IngestReport:
     elapsed_s: float = 0.0
     dry_run: bool = False
     needs_ocr: tuple[OcrNeeded, ...] = ()  # added/updated documents with pages that need OCR
+    chunks_over_window: int = 0  # chunks whose index text is longer than the embedder's window (embedded diluted)
     transforms: TransformReport | None = None  # None: no transform enabled
 
     def counts(self) -> dict[str, int]:

@@ -101,7 +101,7 @@ def seed(dataset: Path, cache_dir: Path) -> None:
     from zhiku.embedding.cache import text_key
     from zhiku.evaluation.beir import load_beir
     from zhiku.evaluation.runner import index_dataset
-    from zhiku.ingest.pipeline import index_text
+    from zhiku.ingest.context import index_text
     from zhiku.settings import load_settings, merge
 
     data = load_beir(dataset)

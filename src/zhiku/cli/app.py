@@ -106,6 +106,7 @@ def ingest(
                 **counts,
                 "chunks_written": report.chunks_written,
                 "chunks_embedded": report.chunks_embedded,
+                "chunks_over_window": report.chunks_over_window,
                 "seconds": round(report.elapsed_s, 3),
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
@@ -125,6 +126,12 @@ def ingest(
         )
         for f in report.failed:
             err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+        if report.chunks_over_window:
+            err.print(
+                f"  {report.chunks_over_window} chunks are longer than the embedder's window and are embedded "
+                "diluted: lower chunking.size",
+                markup=False,
+            )
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
         tx.print_report(report)

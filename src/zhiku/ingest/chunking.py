@@ -1,34 +1,35 @@
-"""Heading-aware, sentence-aware chunking of a :class:`~zhiku.types.SourceDoc`.
+"""Structure-aware chunking of a :class:`~zhiku.types.SourceDoc`.
 
 The rules, in order:
 
-1. **Sections.** ``SourceDoc.text`` is Markdown: ATX headings (``#`` .. ``######``, CommonMark rules, never
-   inside ``````` or ``~~~`` fences) open a section whose path is the heading titles joined by ``" > "``
-   (an H2 replaces the previous H2 and drops deeper levels). Text before the first heading has section
-   ``""``. Heading lines themselves are not chunk text; a heading without body text yields no chunk. A chunk
-   never crosses a heading. Documents of type ``"text"`` have no headings: one section ``""``.
-2. **Paragraphs.** A section's body is cut into paragraphs at blank lines (blank lines inside a code fence do
-   not cut). Whole paragraphs are packed greedily into chunks of at most ``size`` characters.
-3. **Long paragraphs.** A paragraph longer than ``size`` is split at sentence ends (``。！？；…`` and
-   ``. ! ?`` before whitespace, with closing quotes/brackets; line ends count too), else at clause marks
-   (``，、：`` and ``, ; :`` before whitespace), else at a space, else hard at ``size``. Consecutive pieces
-   overlap by at most ``overlap`` characters, starting on a sentence/clause boundary when there is one.
-4. **Tables.** A Markdown table (a ``|`` row followed by a ``|---|`` delimiter row) is atomic: it is never cut
-   inside a row, and a caption paragraph right before it (``表 1 …``, ``Table 2 …``) stays in its chunk. A
-   table longer than ``size`` is split between rows; every piece after the first starts with the header row
-   and delimiter row repeated, so ``chunk.text`` is those two lines, a newline, then ``text[start:end]``.
-5. **Tiny pieces.** A chunk shorter than ``min_chars`` (or a last piece of a split paragraph adding fewer
-   than ``min_chars`` new characters) is merged into the previous chunk of its section (a tiny first chunk
-   into the next one); a section shorter than ``min_chars`` is still one chunk. A chunk is at most
-   ``size + min_chars`` characters, plus the blank lines between merged paragraphs.
-6. **Articles.** Chinese statute articles (a line starting ``第…条`` followed by whitespace) are appended to
-   the section: ``" > 第三条"``, or ``" > 第三条至第七条"`` for a chunk that holds several. A chunk that starts
-   inside an article (its second paragraph, or a later piece of a split article) names that article first.
-7. **Identity.** ``chunk_id`` hashes collection, source, section and text (:func:`chunk_id_for`), so
+1. **Sections** (:mod:`zhiku.ingest.chunk_sections`). ``SourceDoc.text`` is Markdown: ATX headings (``#`` ..
+   ``######``, CommonMark rules, never inside ``````` or ``~~~`` fences) open a section whose path is the heading
+   titles joined by ``" > "`` (an H2 replaces the previous H2 and drops deeper levels). Text before the first
+   heading has section ``""``. Heading lines themselves are not chunk text; a heading without body text yields
+   no chunk. A chunk never crosses a heading. Documents of type ``"text"`` have no headings.
+2. **Paragraphs.** A section's body is cut into paragraphs at blank lines (not inside a code fence).
+3. **Tables** (:mod:`zhiku.ingest.chunk_tables`). A Markdown table with the caption paragraph right before it
+   is atomic; a table longer than ``size`` is split between rows, every later piece starting with the header
+   and delimiter rows repeated (``chunk.text`` is those two lines, a newline, then ``text[start:end]``).
+4. **Units** (:mod:`zhiku.ingest.chunk_units`). Paragraphs are grouped into units: a statute article
+   (``第X条`` with its items and paragraphs), a FAQ question with its answer, a numbered part (``一、``), a
+   table, or a paragraph. Whole units are packed greedily into chunks of at most ``size`` characters; a chunk
+   never holds part of a unit unless the unit alone is longer than ``size``.
+5. **Long units.** A unit longer than ``size`` is cut into chunks of its own: its paragraphs are packed whole;
+   a paragraph longer than ``size`` is split (:mod:`zhiku.ingest.chunk_split`) at sentence ends, else clause
+   marks, else a space, else hard, consecutive pieces overlapping by at most ``overlap`` characters.
+6. **Tiny pieces.** A chunk shorter than ``min_chars`` is merged into the previous chunk of its section (a
+   tiny first chunk into the next one); a chunk is at most ``size + min_chars`` characters, plus the blank
+   lines between merged paragraphs.
+7. **Labels.** The articles a chunk holds are appended to the section path, exactly: ``" > 第三条"``,
+   ``" > 第三条、第四条"``. A chunk that starts inside an article (a later piece of a split article) names
+   that article first.
+8. **Identity.** ``chunk_id`` hashes collection, source, section and text (:func:`chunk_id_for`), so
    unchanged content keeps its ids; repeated identical chunks of one document get an occurrence suffix.
+9. **Pages.** A chunk's page is the page holding most of its characters (the first such page on a tie).
 
 Every chunk satisfies ``chunk.text == doc.text[chunk.start:chunk.end]`` with no surrounding whitespace, except
-that a continued table's chunk text starts with the repeated header (rule 4). A chunk lists the images whose
+that a continued table's chunk text starts with the repeated header (rule 3). A chunk lists the images whose
 ``SourceImage.offset`` lies in ``[start, end)`` (an image after the last chunk belongs to the last one).
 The work is linear in the size of the document.
 """
@@ -36,246 +37,46 @@ The work is linear in the size of the document.
 from __future__ import annotations
 
 import hashlib
-import re
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import replace
 
-from zhiku.ingest.chunk_tables import split_table, table_units
+from zhiku.ingest.chunk_sections import SECTION_SEPARATOR, Heading, Section, iter_headings, split_sections
+from zhiku.ingest.chunk_split import split_long
+from zhiku.ingest.chunk_tables import split_table
+from zhiku.ingest.chunk_units import ArticleIndex, Unit, article_label, group_units
 from zhiku.settings import ChunkingSettings
 from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
 
-CHUNKER_VERSION = 2  # 2: Markdown tables are atomic, split by rows with the header repeated
-SECTION_SEPARATOR = " > "
+CHUNKER_VERSION = 3  # 3: whole structural units (articles, FAQ pairs, parts), exact article labels
 
-_HEADING_RE = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
-_CLOSING_HASHES_RE = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
-_FENCE_OPEN_RE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
-_FENCE_CLOSE_RE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
-_ARTICLE_RE = re.compile(r"^[ \t\u3000]*(第[零一二三四五六七八九十百千〇两\d]+条)(?=\s|$)", re.MULTILINE)
+__all__ = [
+    "CHUNKER_VERSION",
+    "SECTION_SEPARATOR",
+    "Heading",
+    "Section",
+    "article_label",
+    "chunk_document",
+    "chunk_id_for",
+    "chunking_identity",
+    "iter_headings",
+    "page_of",
+    "split_long",
+    "split_sections",
+]
 
-_CLOSERS = "”’」』）)\\]》】〉\"'"
-_SENTENCE_END_RE = re.compile(rf"(?:[。！？；]+|…+|[.!?]+(?=[{_CLOSERS}]*(?:\s|\Z)))[{_CLOSERS}]*")
-_LINE_END_RE = re.compile(r"[^\S\n]*\n")
-_CLAUSE_END_RE = re.compile(r"[，、：]|[,;:](?=\s)")
-_SPACE_RE = re.compile(r"\s")
-
-
-@dataclass(frozen=True)
-class Heading:
-    """An ATX heading line ``text[start:end]`` (without its newline)."""
-
-    level: int
-    title: str
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class Section:
-    """The body of one section: ``paragraphs`` are ``(start, end)`` spans, stripped, in order."""
-
-    path: str
-    paragraphs: tuple[tuple[int, int], ...]
-
-    @property
-    def start(self) -> int:
-        return self.paragraphs[0][0]
-
-    @property
-    def end(self) -> int:
-        return self.paragraphs[-1][1]
-
-
-# --------------------------------------------------------------------------------------------- sections
-
-
-def _parse_heading(line: str) -> tuple[int, str] | None:
-    m = _HEADING_RE.fullmatch(line)
-    if m is None:
-        return None
-    title = _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip()
-    return len(m.group(1)), title
-
-
-def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
-    """Yield ``(start, end, heading, in_fence)`` for every line of ``text`` (end excludes the newline)."""
-    fence: tuple[str, int] | None = None
-    pos = 0
-    n = len(text)
-    while pos <= n:
-        nl = text.find("\n", pos)
-        if nl == -1:
-            nl = n
-        line = text[pos:nl]
-        head = line.lstrip(" ")[:1]
-        if fence is not None:
-            m = _FENCE_CLOSE_RE.fullmatch(line) if head == fence[0] else None
-            if m is not None and len(m.group(1)) >= fence[1] and m.group(1)[0] == fence[0]:
-                fence = None
-            yield pos, nl, None, True
-        elif markdown and head == "#" and (parsed := _parse_heading(line)) is not None:
-            yield pos, nl, Heading(parsed[0], parsed[1], pos, nl), False
-        else:
-            if markdown and head in ("`", "~"):
-                m = _FENCE_OPEN_RE.fullmatch(line)
-                if m is not None and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                    fence = (m.group(1)[0], len(m.group(1)))
-                    yield pos, nl, None, True
-                    pos = nl + 1
-                    continue
-            yield pos, nl, None, False
-        pos = nl + 1
-
-
-def iter_headings(text: str) -> Iterator[Heading]:
-    """The ATX headings of Markdown ``text`` in order, skipping ``#`` lines inside code fences."""
-    for _, _, heading, _ in _scan(text, markdown=True):
-        if heading is not None:
-            yield heading
-
-
-def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
-    """Cut ``text`` into sections (by heading) and paragraphs (by blank line).
-
-    Sections without body text are left out. With ``markdown=False`` there are no headings or fences.
-    """
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []
-    path = ""
-    paragraphs: list[tuple[int, int]] = []
-    p_start = -1
-    p_end = -1
-
-    def close_paragraph() -> None:
-        nonlocal p_start
-        if p_start >= 0:
-            paragraphs.append((p_start, p_end))
-            p_start = -1
-
-    for start, end, heading, in_fence in _scan(text, markdown):
-        if heading is not None:
-            close_paragraph()
-            if paragraphs:
-                sections.append(Section(path, tuple(paragraphs)))
-                paragraphs = []
-            while stack and stack[-1][0] >= heading.level:
-                stack.pop()
-            stack.append((heading.level, heading.title))
-            path = SECTION_SEPARATOR.join(title for _, title in stack if title)
-            continue
-        line = text[start:end]
-        stripped = line.strip()
-        if not stripped:
-            if not in_fence:
-                close_paragraph()
-            continue
-        if p_start < 0:
-            p_start = start + (len(line) - len(line.lstrip()))
-        p_end = start + len(line.rstrip())
-    close_paragraph()
-    if paragraphs:
-        sections.append(Section(path, tuple(paragraphs)))
-    return sections
-
-
-# ------------------------------------------------------------------------------------- long paragraphs
-
-
-def _last_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
-    """The largest position in ``[lo, hi]``, or None."""
-    i = bisect_right(positions, hi)
-    if i and positions[i - 1] >= lo:
-        return positions[i - 1]
-    return None
-
-
-def _first_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
-    """The smallest position in ``[lo, hi)``, or None."""
-    i = bisect_left(positions, lo)
-    if i < len(positions) and positions[i] < hi:
-        return positions[i]
-    return None
-
-
-def _rstrip_to(text: str, start: int, end: int) -> int:
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return end
-
-
-def _lstrip_from(text: str, start: int, end: int) -> int:
-    while start < end and text[start].isspace():
-        start += 1
-    return start
-
-
-def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_chars: int) -> list[tuple[int, int]]:
-    """Split ``text[start:end]`` (stripped) into overlapping pieces of at most ``size`` characters.
-
-    Cuts prefer sentence ends (and line ends), then clause marks, then a space, then ``size``. Each piece
-    after the first starts at most ``overlap`` characters before the end of the previous one, on the first
-    sentence (else clause, else word) boundary in that window; every piece reaches further than the
-    previous one.
-    A last piece adding fewer than ``min_chars`` characters is merged into the piece before it.
-    """
-    sentences = sorted(
-        {m.end() for m in _SENTENCE_END_RE.finditer(text, start, end)}
-        | {m.start() for m in _LINE_END_RE.finditer(text, start, end)}
-    )
-    clauses = [m.end() for m in _CLAUSE_END_RE.finditer(text, start, end)]
-    pieces: list[tuple[int, int]] = []
-    pos = start
-    prev_end = -1
-    while True:
-        if end - pos <= size:
-            if pieces and end - prev_end < min_chars:
-                pieces[-1] = (pieces[-1][0], end)
-            else:
-                pieces.append((pos, end))
-            return pieces
-        limit = pos + size
-        floor = max(prev_end, pos)
-        lo = max(pos + size // 4, floor + 1)
-        cut = _last_in(sentences, lo, limit)
-        if cut is None:
-            cut = _last_in(clauses, lo, limit)
-        if cut is None:
-            a, b = _last_in(sentences, floor + 1, limit), _last_in(clauses, floor + 1, limit)
-            cut = max(a, b) if a is not None and b is not None else (a if a is not None else b)
-        if cut is None:
-            space = max(text.rfind(" ", floor + 1, limit), text.rfind("\t", floor + 1, limit))
-            cut = space if space > floor else limit
-        cut_end = _rstrip_to(text, pos, cut)
-        if cut_end <= floor:  # only whitespace past the previous piece: take through the next character
-            cut = _lstrip_from(text, limit, end) + 1
-            cut_end = cut
-        pieces.append((pos, cut_end))
-        prev_end = cut_end
-        nxt = cut
-        if overlap > 0:
-            window = cut - overlap
-            b = _first_in(sentences, window, cut)
-            if b is None:
-                b = _first_in(clauses, window, cut)
-            if b is None:
-                gap = _SPACE_RE.search(text, window, cut)
-                b = gap.start() if gap is not None else window
-            if b > pos:
-                nxt = b
-        pos = _lstrip_from(text, nxt, end)
+Span = tuple[int, int]
 
 
 # ----------------------------------------------------------------------------------------- packing
 
 
-def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSettings) -> list[tuple[int, int, str]]:
-    """Chunk spans ``(start, end, prefix)`` of one section; ``prefix`` is a repeated table header or ``""``."""
+def _split_unit(text: str, unit: Unit, settings: ChunkingSettings, prefixes: dict[int, str]) -> list[Span]:
+    """Chunks of one unit longer than ``size``: its paragraphs packed whole, long paragraphs and tables split."""
     size = settings.size
-    spans: list[tuple[int, int]] = []
-    prefixes: dict[int, str] = {}
-    cur: tuple[int, int] | None = None
-    for ps, pe, table in table_units(text, paragraphs):
+    spans: list[Span] = []
+    cur: Span | None = None
+    for ps, pe, table in unit.parts:
         if pe - ps > size:
             if cur is not None:
                 spans.append(cur)
@@ -285,9 +86,9 @@ def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSe
                 spans.extend((s, e) for s, e, _ in pieces[:-1])
                 cur = pieces[-1][:2]
                 continue
-            parts = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
-            spans.extend(parts[:-1])
-            cur = parts[-1]
+            split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
+            spans.extend(split[:-1])
+            cur = split[-1]
         elif cur is None:
             cur = (ps, pe)
         elif pe - cur[0] <= size:
@@ -295,6 +96,30 @@ def _pack(text: str, paragraphs: Sequence[tuple[int, int]], settings: ChunkingSe
         else:
             spans.append(cur)
             cur = (ps, pe)
+    if cur is not None:
+        spans.append(cur)
+    return spans
+
+
+def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkingSettings) -> list[tuple[int, int, str]]:
+    """Chunk spans ``(start, end, prefix)`` of one section; ``prefix`` is a repeated table header or ``""``."""
+    size = settings.size
+    spans: list[Span] = []
+    prefixes: dict[int, str] = {}
+    cur: Span | None = None
+    for unit in group_units(text, paragraphs):
+        if unit.end - unit.start > size:
+            if cur is not None:
+                spans.append(cur)
+                cur = None
+            spans.extend(_split_unit(text, unit, settings, prefixes))
+        elif cur is None:
+            cur = (unit.start, unit.end)
+        elif unit.end - cur[0] <= size:
+            cur = (cur[0], unit.end)
+        else:
+            spans.append(cur)
+            cur = (unit.start, unit.end)
     if cur is not None:
         spans.append(cur)
     return [(s, e, prefixes.get(s, "")) for s, e in _merge_tiny(spans, size, settings.min_chars, set(prefixes))]
@@ -326,13 +151,6 @@ def _merge_tiny(
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def article_label(labels: Sequence[str]) -> str:
-    """``"第三条"`` for one article, ``"第三条至第七条"`` for several (first and last), ``""`` for none."""
-    if not labels:
-        return ""
-    return labels[0] if len(labels) == 1 else f"{labels[0]}至{labels[-1]}"
-
-
 def chunk_id_for(collection: str, source: str, section: str, text: str, occurrence: int = 0) -> str:
     """The content-hash id of a chunk: 24 hex digits of sha256 over collection, source, section and text.
 
@@ -357,31 +175,43 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 def chunking_identity(settings: ChunkingSettings) -> str:
     """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
-    return f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={settings.overlap};min_chars={settings.min_chars}"
+    return (
+        f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={settings.overlap};"
+        f"min_chars={settings.min_chars};context={int(settings.index_context)}"
+    )
 
 
 # -------------------------------------------------------------------------------------------- chunker
 
 
+def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end: int) -> int | None:
+    """The page holding most of ``[start, end)`` (the first such page on a tie); None without pages."""
+    if not pages:
+        return None
+    first = max(bisect_right(page_starts, start) - 1, 0)
+    best, best_n = pages[first].number, -1
+    for i in range(first, len(pages)):
+        if i > first and pages[i].start >= end:
+            break
+        lo = start if i == first else max(start, pages[i].start)
+        hi = end if i + 1 == len(pages) else min(end, pages[i + 1].start)
+        if hi - lo > best_n:
+            best, best_n = pages[i].number, hi - lo
+    return best
+
+
 def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: ChunkingSettings) -> list[Chunk]:
     """Cut ``doc`` into chunks (see the module docstring for the rules)."""
     text = doc.text
-    sections = split_sections(text, markdown=doc.doc_type != "text")
-    articles = [(m.start(1), m.group(1)) for m in _ARTICLE_RE.finditer(text)]
-    article_pos = [p for p, _ in articles]
+    articles = ArticleIndex.of(text)
     pages = sorted(doc.pages, key=lambda p: p.start)
     page_starts = [p.start for p in pages]
-    images = sorted(doc.images, key=lambda im: im.offset)
     seen: dict[str, int] = {}
     chunks: list[Chunk] = []
-    for sec in sections:
-        a_lo = bisect_left(article_pos, sec.start)
-        a_hi = bisect_left(article_pos, sec.end)
+    for sec in split_sections(text, markdown=doc.doc_type != "text"):
+        a_lo, a_hi = articles.bounds(sec.start, sec.end)
         for s, e, prefix in _pack(text, sec.paragraphs, settings):
-            i = bisect_right(article_pos, s, a_lo, a_hi)
-            j = bisect_left(article_pos, e, a_lo, a_hi)
-            labels = [articles[k][1] for k in range(max(i - 1, a_lo), j)]
-            label = article_label(labels)
+            label = article_label(articles.held(s, e, a_lo, a_hi))
             section = SECTION_SEPARATOR.join(x for x in (sec.path, label) if x)
             body = f"{prefix}\n{text[s:e]}" if prefix else text[s:e]
             cid = chunk_id_for(collection, doc.source, section, body)
@@ -389,9 +219,6 @@ def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: Ch
             seen[cid] = n + 1
             if n:
                 cid = chunk_id_for(collection, doc.source, section, body, occurrence=n)
-            page = None
-            if pages:
-                page = pages[max(bisect_right(page_starts, s) - 1, 0)].number
             chunks.append(
                 Chunk(
                     chunk_id=cid,
@@ -400,14 +227,14 @@ def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: Ch
                     source=doc.source,
                     doc_type=doc.doc_type,
                     section=section,
-                    page=page,
+                    page=_page(pages, page_starts, s, e),
                     start=s,
                     end=e,
                     ordinal=len(chunks),
                     text=body,
                 )
             )
-    return _link_images(chunks, images)
+    return _link_images(chunks, sorted(doc.images, key=lambda im: im.offset))
 
 
 def _link_images(chunks: list[Chunk], images: Sequence[SourceImage]) -> list[Chunk]:

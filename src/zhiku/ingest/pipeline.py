@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 from zhiku.embedding.base import Embedder
 from zhiku.errors import EmbeddingError, IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.context import index_text, note_window
 from zhiku.ingest.discover import FileTask, discover
 from zhiku.ingest.guard import MIB, printable, read_bounded
 from zhiku.ingest.images import ImageStore
@@ -55,15 +57,6 @@ def doc_id_for(collection: str, source: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()) -> str:
-    """What is embedded and tokenised for a chunk: its title/section path, its text, then the captions of its
-    images that the text does not already hold (so that "search text, find the picture" works)."""
-    head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
-    body = f"{head}\n{text}" if head else text
-    extra = [c for c in dict.fromkeys(captions) if c and c not in text]
-    return body + "".join(f"\n图片：{c}" for c in extra)
 
 
 @dataclass
@@ -108,6 +101,7 @@ class Ingestor:
         self.ocr_setting = ocr_setting
         self.transforms = transforms
         self._needs_ocr: list[OcrNeeded] = []
+        self._over_window = 0  # chunks over the embedder's window in this run (reset by each ingest call)
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -121,7 +115,7 @@ class Ingestor:
         on_progress: ProgressFn | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
-        self._needs_ocr = []
+        self._needs_ocr, self._over_window = [], 0
         suffixes = supported_suffixes(self.loaders)
         tasks, failures = discover(paths, suffixes)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
@@ -194,6 +188,7 @@ class Ingestor:
             elapsed_s=time.perf_counter() - started,
             dry_run=dry_run,
             needs_ocr=tuple(self._needs_ocr),
+            chunks_over_window=self._over_window,
             transforms=self.transforms.report() if self.transforms else None,
         )
 
@@ -233,7 +228,7 @@ class Ingestor:
         skipped: list[str] = []
         failures: list[FileFailure] = []
         pending: list[_Prepared] = []
-        written = 0
+        written, self._over_window = 0, 0
         computed_before = getattr(self.embedder, "computed", 0)
         for n, doc in enumerate(docs, 1):
             sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
@@ -264,6 +259,7 @@ class Ingestor:
             chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
             elapsed_s=time.perf_counter() - started,
             needs_ocr=tuple(self._needs_ocr),
+            chunks_over_window=self._over_window,
             transforms=self.transforms.report() if self.transforms else None,
         )
 
@@ -292,7 +288,8 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        chunks, texts = list(batch.chunks), TransformStage.index_texts(batch, index_text)
+        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        chunks = list(batch.chunks)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
         return _Prepared(record, chunks, texts, status, path, images, batch)
@@ -306,6 +303,7 @@ class Ingestor:
             with span("embed") as sp:
                 vectors = embed_with_notes(self.embedder, texts, getattr(self, "_note", None))  # [] for scans
                 sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+                self._over_window += note_window(self.embedder, texts, sp)
         except EmbeddingError:
             raise  # the service (or the model) is down: every document would fail the same way
         except Exception as e:

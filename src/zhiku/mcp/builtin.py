@@ -195,14 +195,18 @@ def _resources(server: MCPServer) -> None:
         return await hub_resource(ctx, Hub.document_markdown, doc_id)
 
     @server.resource(
-        CHUNK_URI,
+        CHUNK_URI + "{?context}",
         name="chunk",
         title="段落 / Chunk",
         mime_type="text/markdown",
-        description="One indexed passage with its citation (source, page, section). 段落及出处。",
+        description=(
+            "One indexed passage with its citation (source, page, section); `?context=article` adds the rest of its"
+            " article(s) or its neighbours, `?context=section` its section (chapter), within the answer budget."
+            " 段落及出处；context=article|section 返回所在条文或章节。"
+        ),
     )
-    async def read_chunk(chunk_id: str, ctx: Context) -> str:
-        return await hub_resource(ctx, Hub.chunk_markdown, chunk_id)
+    async def read_chunk(chunk_id: str, ctx: Context, context: str | None = None) -> str:
+        return await hub_resource(ctx, functools.partial(Hub.chunk_markdown, context=context), chunk_id)
 
     for ext, mime in (("png", "image/png"), ("jpg", "image/jpeg")):  # images of cited passages, by content hash
         server.resource(

@@ -45,6 +45,7 @@ from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.confidence import check_collection, judge
+from zhiku.retrieval.context import chunk_context
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
@@ -305,25 +306,24 @@ class Hub:
         doc = self._document(doc_id)
         return reconstruct_markdown(self.kb.store.document_chunks(doc.doc_id))
 
-    def chunk_markdown(self, chunk_id: str) -> str:
-        found = self.kb.store.get_chunks([chunk_id])
-        if not found:
-            raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query_knowledge_hub citations)")
-        c = found[0]
+    def chunk_markdown(self, chunk_id: str, context: str | None = None) -> str:
+        """A chunk with its citation; ``context`` (``article`` | ``section``) adds the text around it."""
+        ctx = chunk_context(self.kb.store, chunk_id, context or "chunk", self.settings.answer.max_chars)
+        c = ctx.chunk
         doc = self.kb.store.get_document(c.doc_id)
         where = ", ".join(
             [c.source, *([f"p. {c.page}"] if c.page is not None else []), *([c.section] if c.section else [])]
         )
         total = f"/{doc.chunk_count}" if doc else ""
-        return "\n".join(
-            [
-                f"> 来源 / Source: {where}",
-                f"> collection: {c.collection} · doc: {doc_uri(c.doc_id)} · chunk {c.ordinal + 1}{total}"
-                f" · chars {c.start}–{c.end}",
-                "",
-                c.text,
-            ]
-        )
+        lines = [
+            f"> 来源 / Source: {where}",
+            f"> collection: {c.collection} · doc: {doc_uri(c.doc_id)} · chunk {c.ordinal + 1}{total}"
+            f" · chars {c.start}–{c.end}",
+        ]
+        if ctx.context != "chunk":
+            shown = f"chunks {ctx.chunks[0].ordinal + 1}–{ctx.chunks[-1].ordinal + 1}"
+            lines.append(f"> context: {ctx.context} · {shown}" + ("" if ctx.complete else " (cut to the budget)"))
+        return "\n".join([*lines, "", ctx.text])
 
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.store.get_document(doc_id) if doc_id else None

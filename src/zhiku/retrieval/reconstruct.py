@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from zhiku.types import Chunk
 
 SECTION_SEPARATOR = " > "
-# An article label that the chunker appends to a section path ("第十九条", "第三条至第七条"), not a heading.
+# An article label that the chunker appends to a section path ("第十九条", "第三条、第四条"; "第三条至第七条" from
+# indexes built before chunker 3), not a heading.
 _ARTICLE = r"第[零一二三四五六七八九十百千〇两\d]+条"
-_ARTICLE_LABEL = re.compile(rf"^({_ARTICLE})(?:至{_ARTICLE})?$")
+_ARTICLE_LABEL = re.compile(rf"^({_ARTICLE})(?:(?:至|、){_ARTICLE})*$")
 
 
 def heading_path(chunk: Chunk, gap: int, current: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -11,10 +11,11 @@ from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
 from zhiku.observability.tracing import mark, span
+from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Retriever
+from zhiku.stores.base import Catalogue, Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
@@ -133,21 +134,22 @@ class Searcher:
             mark("dense", reason=f"mode {mode_}")
         dense = dense_future.result() if dense_future is not None else []
 
+        keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
         if mode_ == "bm25":
-            order = [(x.chunk_id, x.score) for x in bm25][:top_k]
+            order = [(x.chunk_id, x.score) for x in bm25][:keep]
         elif mode_ == "dense":
-            order = [(x.chunk_id, x.score) for x in dense][:top_k]
+            order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
             with span("fusion") as sp:
                 weights = [s.bm25_weight, s.dense_weight]
                 if s.fusion == "rrf":
-                    order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:top_k]
+                    order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
                 else:
-                    order = zscore_fusion([bm25, dense], weights=weights)[:top_k]
+                    order = zscore_fusion([bm25, dense], weights=weights)[:keep]
                 if sp.active:  # rank changes cost a few dict operations: only when traced
-                    changes = fusion_rank_changes(bm25, dense, [c for c, _ in order])
+                    changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
                     sp.set(
-                        counts={"candidates": len(changes), "returned": len(order)},
+                        counts={"candidates": len(changes), "returned": len(order[:top_k])},
                         method=s.fusion,
                         rrf_k=s.rrf_k,
                         weights=[s.bm25_weight, s.dense_weight],
@@ -175,6 +177,8 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
+        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
+            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")

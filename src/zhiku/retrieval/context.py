@@ -1,0 +1,149 @@
+"""Small-to-big: a matched chunk (one or a few whole units) with the text around it.
+
+Retrieval matches small units (a statute article, a FAQ pair, a paragraph); a reader often needs more: the
+rest of a split article, the neighbouring articles, or the whole chapter. ``enclosing`` gives that text from
+the stored chunks of the document, within a character budget, while the citation keeps pointing to the unit.
+
+- ``chunk``: the chunk alone;
+- ``article``: every chunk of the article(s) the chunk belongs to (a long article is cut into several chunks),
+  and for a chunk outside any article the chunk with its neighbours in the same section;
+- ``section``: the chunks of its section (heading path without the article label), nearest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from zhiku.errors import InvalidInput, NotFound
+from zhiku.ingest.chunk_units import ARTICLE_RE
+from zhiku.retrieval.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
+from zhiku.stores.base import Catalogue
+from zhiku.types import Chunk, Hit
+
+ContextKind = Literal["chunk", "article", "section"]
+CONTEXTS: tuple[ContextKind, ...] = ("chunk", "article", "section")
+
+
+@dataclass(frozen=True)
+class ChunkContext:
+    """``text``: the chunks ``chunks`` (in document order, the matched one among them) as Markdown."""
+
+    chunk: Chunk
+    context: ContextKind
+    chunks: tuple[Chunk, ...]
+    text: str
+    complete: bool  # False when the budget left out chunks of the context
+
+
+def check_context(value: str) -> ContextKind:
+    if value not in CONTEXTS:
+        raise InvalidInput(f"unknown context {value!r}: use one of {', '.join(CONTEXTS)}")
+    return value
+
+
+def chunk_context(store: Catalogue, chunk_id: str, context: str, max_chars: int) -> ChunkContext:
+    """Small-to-big for a stored chunk: it with its article (all its pieces) or section, within ``max_chars``."""
+    kind = check_context(context)
+    found = store.get_chunks([chunk_id])
+    if not found:
+        raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
+    return enclosing(found[0], store.document_chunks(found[0].doc_id) if kind != "chunk" else found, kind, max_chars)
+
+
+def split_label(section: str) -> tuple[str, tuple[str, ...]]:
+    """``("劳动合同法 > 第五章", ("第四十七条", "第四十八条"))`` for ``"劳动合同法 > 第五章 > 第四十七条、第四十八条"``."""
+    head, sep, last = section.rpartition(SECTION_SEPARATOR)
+    labels = tuple(last.split("、")) if last else ()
+    if labels and all(ARTICLE_RE.fullmatch(x) for x in labels):
+        return (head if sep else ""), labels
+    return section, ()
+
+
+def _members(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind) -> list[Chunk]:
+    """The chunks of the context, ordered by distance from ``chunk`` (itself first)."""
+    path, labels = split_label(chunk.section)
+    same_section = [c for c in doc_chunks if split_label(c.section)[0] == path]
+    if kind == "chunk":
+        return [chunk]
+    if kind == "article" and labels:
+        wanted = set(labels)
+        same_section = [c for c in same_section if wanted & set(split_label(c.section)[1])]
+    elif kind == "article":
+        same_section = [c for c in same_section if abs(c.ordinal - chunk.ordinal) <= 1]
+    return sorted(same_section, key=lambda c: (abs(c.ordinal - chunk.ordinal), c.ordinal))
+
+
+def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_chars: int) -> ChunkContext:
+    """The ``kind`` context of ``chunk`` among its document's chunks, nearest chunks first until ``max_chars``
+    (the matched chunk is always there, however long)."""
+    members = _members(chunk, doc_chunks, kind)
+    kept: list[Chunk] = []
+    used = 0
+    for c in members:
+        if kept and used + len(c.text) > max_chars:
+            continue
+        kept.append(c)
+        used += len(c.text)
+    kept.sort(key=lambda c: c.ordinal)
+    text = chunk.text if kind == "chunk" else reconstruct_markdown(kept)
+    return ChunkContext(chunk, kind, tuple(kept), text, len(kept) == len(members))
+
+
+def _article_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole). A
+    neighbour that also holds other whole articles (a short last piece merged with the next article) ends the run."""
+    path, (label,) = split_label(chunk.section)
+    by_ordinal = {c.ordinal: c for c in doc_chunks}
+    run = [chunk]
+    for step, side in ((-1, -1), (1, 0)):
+        n = chunk.ordinal + step
+        while n in by_ordinal:
+            other_path, labels = split_label(by_ordinal[n].section)
+            if other_path != path or not labels or labels[side] != label:
+                break
+            run.insert(len(run) if step > 0 else 0, by_ordinal[n])
+            if len(labels) > 1:
+                break
+            n += step
+    return run
+
+
+def join_pieces(pieces: Sequence[Chunk]) -> str:
+    """The text of consecutive chunks of one document, overlapping characters taken once."""
+    out: list[str] = []
+    end: int | None = None
+    for c in pieces:
+        body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
+        if end is not None and c.start < end:
+            body = body[end - c.start :]
+        elif end is not None:
+            out.append("\n\n")
+        out.append(body)
+        end = c.end if end is None else max(end, c.end)
+    return "".join(out)
+
+
+def whole_articles(hits: Sequence[Hit], doc_chunks: Callable[[str], Sequence[Chunk]]) -> list[Hit]:
+    """Small-to-big for articles cut for length: a hit on any piece returns the whole article (its pieces joined,
+    ``start``/``end`` spanning them) at the best piece's rank, keeping the matched piece's id and page; the other
+    pieces of that article are dropped from the ranking."""
+    out: list[Hit] = []
+    shown: set[str] = set()  # chunk ids already returned inside a whole article
+    loaded: dict[str, Sequence[Chunk]] = {}
+    for h in hits:
+        c = h.chunk
+        if c.chunk_id in shown:
+            continue
+        if len(split_label(c.section)[1]) != 1:  # no article, or several whole ones
+            out.append(h)
+            continue
+        if c.doc_id not in loaded:
+            loaded[c.doc_id] = doc_chunks(c.doc_id)
+        run = _article_run(c, loaded[c.doc_id])
+        if len(run) > 1:
+            shown.update(x.chunk_id for x in run)
+            c = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
+        out.append(replace(h, chunk=c))
+    return out

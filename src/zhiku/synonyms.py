@@ -1,0 +1,72 @@
+"""User synonyms for BM25 (``text.synonyms``): one group of equivalent terms per line.
+
+File format: terms separated by whitespace, ``,``, ``，``, ``、`` or ``/``; ``#`` starts a comment line. A group
+like ``开除 辞退 解除劳动合同`` makes a text that contains any of the terms (after the index's normalisation:
+NFKC, Traditional → Simplified, lower case) also match the others. ``text.synonyms_at`` chooses where:
+
+- ``query``: the query's BM25 terms gain the other terms' tokens (no re-indexing; the file can change any time);
+- ``index``: each chunk's BM25 tokens gain them (the file is part of the index's tokenizer identity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from zhiku.errors import ConfigError
+
+_SPLIT_RE = re.compile(r"[\s,，、/]+")
+
+
+@dataclass(frozen=True)
+class SynonymGroup:
+    terms: tuple[str, ...]  # normalised, longest first
+
+
+@dataclass(frozen=True)
+class Synonyms:
+    groups: tuple[SynonymGroup, ...]
+    digest: str  # identifies the file's content
+
+    @classmethod
+    def empty(cls) -> Synonyms:
+        return cls((), "none")
+
+    @classmethod
+    def load(cls, path: Path, normalize: Callable[[str], str]) -> Synonyms:
+        """Read a synonyms file; a line with fewer than two terms is an error naming the line."""
+        try:
+            raw = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read synonyms file {path}: {e} (fix text.synonyms)") from None
+        groups = []
+        for n, line in enumerate(raw.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            terms = list(dict.fromkeys(normalize(t) for t in _SPLIT_RE.split(line) if t))
+            if len(terms) < 2:
+                raise ConfigError(
+                    f"synonyms file {path} line {n}: {line!r} has one term; a line lists two or more equivalent "
+                    "terms, e.g. `年假 年休假 带薪年休假`"
+                )
+            groups.append(SynonymGroup(tuple(sorted(terms, key=len, reverse=True))))
+        return cls(tuple(groups), hashlib.sha256(raw.encode()).hexdigest()[:12])
+
+    def expansions(self, normalized_text: str) -> list[str]:
+        """The terms of every group that ``normalized_text`` mentions, which it does not contain itself."""
+        out: list[str] = []
+        for g in self.groups:
+            if any(t in normalized_text for t in g.terms):
+                out.extend(t for t in g.terms if t not in normalized_text)
+        return out
+
+    def expand_tokens(
+        self, normalized_text: str, tokens: Sequence[str], tokenize: Callable[[str], list[str]]
+    ) -> list[str]:
+        """``tokens`` plus the tokens of the expansions of ``normalized_text``, each new token once."""
+        extra = [tok for term in self.expansions(normalized_text) for tok in tokenize(term)]
+        return list(tokens) + [t for t in dict.fromkeys(extra) if t not in set(tokens)]
