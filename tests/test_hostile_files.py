@@ -158,8 +158,8 @@ def test_a_list_nested_1000_levels_is_chunked_as_its_words(tmp_path: Path) -> No
     assert path.stat().st_size > 1_000_000
     doc = MarkdownLoader().load(path, "nested.md")
     assert len(doc.text) < 20_000 and doc.text.count("项") == 1000
-    chunks = chunk_document(doc, collection="c", doc_id="d", settings=ChunkingSettings())
-    assert 1 <= len(chunks) <= 20
+    chunks = chunk_document(doc, collection="c", doc_id="d", settings=ChunkingSettings(size=1000, overlap=200))
+    assert 1 <= len(chunks) <= 20  # the words (< 20k characters) in 1,000-character chunks, not 570 chunks of spaces
     assert collapse_whitespace("a" + " " * 40 + "b\n" + " \n" * 50 + "c" + " " * 30) == "a b\n\n\nc"
     assert collapse_whitespace("  两个空格  \n\n\n末尾" * 3) == "  两个空格  \n\n\n末尾" * 3  # short runs stay
 

@@ -53,7 +53,8 @@ def test_structured_content_does_not_repeat_the_passages(mcp_index: Fixture) -> 
     top = s["citations"][0]
     assert set(top) == {"n", "chunk_id", "doc_id", "score"}  # page and rerank scores only when set
     assert [c["chunk_id"] for c in s["citations"]] == [c["chunk_id"] for c in full.structured_content["citations"]]
-    assert len(s["citations"]) == 5 and all(c["chunk_id"] not in text for c in s["citations"])
+    # the fixture has 5 chunks, two of them pieces of one article (retrieval.whole_articles): 4 hits
+    assert len(s["citations"]) == 4 and all(c["chunk_id"] not in text for c in s["citations"])
     # ids and scores only: a bounded cost per citation whatever the passage length (the 1.3x bar on real-sized
     # passages is measured by the slow test_packaging.py on the sample documents, and in bench/RESULTS.md)
     assert chars(s) <= 200 + 100 * len(s["citations"]), chars(s)

@@ -270,7 +270,9 @@ def test_eval_takes_an_embedder_override(
         catch_exceptions=False,
     )
     out = json.loads(r.stdout)
-    assert r.exit_code == 0 and out["queries"] == 2 and out["indexing"]["chunks"] == 3
+    assert (
+        r.exit_code == 0 and out["queries"] == 2 and out["indexing"]["chunks"] == 4
+    )  # the 224-character law: 2 chunks of ≤ 200
     from zhiku.stores.sqlite import SQLiteStore
 
     store = SQLiteStore(idx, read_only=True)

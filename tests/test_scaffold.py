@@ -15,7 +15,7 @@ from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_dataset
 from zhiku.scaffold import doctor as doctor_mod
 from zhiku.scaffold.clients import CLIENTS, command_of
-from zhiku.settings import Settings, load_settings
+from zhiku.settings import ChunkingSettings, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = [
@@ -68,7 +68,9 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     everything = yaml.safe_load(uncomment(text))
     assert set(everything) == set(Settings.model_fields)
     assert Settings.model_validate(everything) == settings
-    assert "## Target chunk size in characters." in text and "#   size: 1000" in text
+    size = ChunkingSettings.model_fields["size"]
+    first = (size.description or "").split(":")[0]  # the comment may wrap after it
+    assert f"## {first}" in text and f"#   size: {size.default}" in text
 
     serve = report["serve"]
     assert serve[1:] == ["serve", "--config", str(root / "zhiku.yaml"), "--index", str(root / ".zhiku")]
