@@ -257,7 +257,8 @@ def test_llm_failures_fall_back(fake_openai: FakeOpenAI, behaviour: tuple, reaso
 
 def test_a_hanging_llm_endpoint_is_bounded_by_the_timeout(fake_openai: FakeOpenAI) -> None:
     fake_openai.then("hang", 3).then("hang", 3)
-    out = rerank_with_fallback(llm(fake_openai, timeout=0.4), "q", HITS[:3], top_m=3, top_k=3, timeout=0.4)
+    # the HTTP read timeout (10 s) outlasts the hang (3 s): only the rerank timeout (0.4 s) can end the call
+    out = rerank_with_fallback(llm(fake_openai, timeout=10), "q", HITS[:3], top_m=3, top_k=3, timeout=0.4)
     assert out.status == "fallback: timeout after 0.4s" and out.hits == tuple(HITS[:3])
 
 
