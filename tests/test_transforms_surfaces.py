@@ -89,13 +89,20 @@ def test_mcp_citations_carry_context_and_tags_and_the_llm_summary(tmp_path: Path
     with KnowledgeBase(settings) as kb:
         assert kb.ingest([tmp_path / "docs"]).transforms.issues == ()
         doc_id = kb.resolve_document("劳动合同法.md").doc_id
-    query, summary = call_tools(
+    query, summary, tagged, untagged = call_tools(
         settings,
         [
             ("query_knowledge_hub", {"query": "试用期最长多久", "top_k": 2}),
             ("get_document_summary", {"doc_id": doc_id}),
+            ("query_knowledge_hub", {"query": "试用期最长多久", "top_k": 2, "filters": {"tags": ["试用期"]}}),
+            ("query_knowledge_hub", {"query": "试用期最长多久", "top_k": 2, "filters": {"tags": ["没有这个标签"]}}),
         ],
     )
+    # the tag filter (every chunk carries the fake's TAGS): a carried tag keeps the hits, another one leaves none
+    assert [c["chunk_id"] for c in tagged.structured_content["citations"]] == [
+        c["chunk_id"] for c in query.structured_content["citations"]
+    ]
+    assert untagged.structured_content["citations"] == [] and "过滤条件" in untagged.structured_content["note"]
     top = query.structured_content["citations"][0]  # the compact form: no passage text, but what transforms added
     assert (top["context"], top["tags"], "text" in top) == ("紫罗兰卷宗：此段讲第十九条 劳", TAGS, False)
     assert (

@@ -79,7 +79,8 @@ def _read_tools(tool: ToolDecorator, max_query: int) -> None:
             QueryFilters | None,
             Field(
                 description=(
-                    "Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'|'pdf'|'docx'|'html'}. 过滤条件。"
+                    "Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'|'pdf'|'docx'|'html', "
+                    "tags: ['试用期'] (passages carrying every tag; metadata transform)}. 过滤条件。"
                 )
             ),
         ] = None,

@@ -70,13 +70,15 @@ class QueryArgs:
     source: str | None = None
     doc_type: str | None = None
     max_chars: int = 12000
+    tags: tuple[str, ...] | None = None  # a tuple: the arguments are hashed (one search per identical call)
 
     @classmethod
     def of(
         cls, query: str, top_k: int, collection: str | None, filters: QueryFilters | None, max_chars: int
     ) -> QueryArgs:
         f = filters or QueryFilters()
-        return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars)
+        tags = tuple(f.tags) if f.tags else None
+        return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars, tags)
 
 
 class Hub:
@@ -149,7 +151,12 @@ class Hub:
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
             r = self.kb.retrieve(
-                args.query, top_k=args.top_k, collection=args.collection, source=args.source, doc_type=args.doc_type
+                args.query,
+                top_k=args.top_k,
+                collection=args.collection,
+                source=args.source,
+                doc_type=args.doc_type,
+                tags=args.tags,
             )
             judged = judge(r, min_score=self.settings.server.min_score, normalize=self._normalize)
             confidence, low = judged.score, judged.low
@@ -253,7 +260,7 @@ class Hub:
         check_collection(args.collection, [c.name for c in self.kb.collections()], hint=" (see list_collections)")
         if not self.kb.collections():
             return "知识库为空 / The knowledge base is empty: ingest documents first."
-        if args.source or args.doc_type:
+        if args.source or args.doc_type or args.tags:
             return "没有符合过滤条件的段落 / No passage matches the filters; loosen or drop them."
         return "没有匹配的段落 / No passage matches the query; try other words."
 

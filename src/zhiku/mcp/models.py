@@ -7,9 +7,9 @@ block sent next to it. No MCP SDK import here: the models are plain data, tested
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
 
 DOC_URI = "zhiku://doc/{doc_id}"
 CHUNK_URI = "zhiku://chunk/{chunk_id}"
@@ -49,6 +49,12 @@ class QueryFilters(BaseModel):
     )
     doc_type: str | None = Field(
         None, pattern=r"^[a-z0-9_\-]{1,32}$", description="Document type: 'markdown', 'text', 'pdf', 'docx' or 'html'."
+    )
+    tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=10,
+        description="Only passages whose tags (metadata transform) include every one of these, e.g. ['试用期'].",
     )
 
 
