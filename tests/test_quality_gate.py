@@ -1,6 +1,6 @@
 """CI quality gate on real Chinese sets (marker ``quality_gate``; part of `make test`, alone: `make quality-gate`).
 
-Sets (tests/data, cut by tests/data/make_subsets.py; provenance and licences in their SOURCE.md):
+Sets (tests/data, cut by scripts/make_test_subsets.py; provenance and licences in their SOURCE.md):
 - cmrc_subset: 150 CMRC 2018 passages, 299 questions (CC BY-SA 4.0) — gated in BM25 mode. Its passage
   vectors are seeded into the session's embedding cache from embeddings.npz (BM25 never reads them; embedding
   these 500-character passages would take ~2 minutes on 2 cores).

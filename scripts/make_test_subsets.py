@@ -1,6 +1,6 @@
 """Cut the CI quality-gate subsets out of the shared BEIR sets (deterministic: ordered by SHA-1 of ids).
 
-    .venv/bin/python tests/data/make_subsets.py ../shared/eval [--seed-cache ~/.cache/zhiku]
+      .venv/bin/python scripts/make_test_subsets.py ../shared/eval [--seed-cache ~/.cache/zhiku]
 
 - cmrc_subset: 150 passages of cmrc2018_dev (the first 150 by sha1(id)) and 2 questions on each (300);
 - meddialog_subset: 100 questions of meddialog_im_dev (by sha1(id)), the answers judged for them, and
@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "tests" / "data"  # where the subsets live
 CMRC_PASSAGES, CMRC_PER_PASSAGE = 150, 2
 MED_QUERIES, MED_DOCS = 100, 300
 STARD_QUERIES, STARD_DOCS = 150, 400
