@@ -79,9 +79,9 @@ class LookupEmbedder:
 class Zhiku:
     """The embedded SQLite store through ``KnowledgeBase.retrieve`` (default hybrid: z-score fusion)."""
 
-    def __init__(self, tracing: bool, queries: list[Query]) -> None:
-        self.name = "zhiku (tracing on)" if tracing else "zhiku"
-        self.tracing = tracing
+    def __init__(self, tracing: bool, queries: list[Query], mode: str = "hybrid") -> None:
+        self.name = ("zhiku (tracing on)" if tracing else "zhiku") + ("" if mode == "hybrid" else f" {mode} only")
+        self.tracing, self.mode = tracing, mode
         self.queries = queries
         self.kb: Any = None
 
@@ -104,7 +104,7 @@ class Zhiku:
         self.kb.store.set_meta({key: corpus.meta[key] for key in keys if key in corpus.meta})
 
     def search(self, q: Query, k: int) -> list[str]:
-        r = self.kb.retrieve(q.text, top_k=k, mode="hybrid", per_source_k=DEPTH)
+        r = self.kb.retrieve(q.text, top_k=k, mode=self.mode, per_source_k=DEPTH)
         return [h.chunk.chunk_id for h in r.hits]
 
 
@@ -233,7 +233,9 @@ class MilvusLite:
 class Bm25sNumpy:
     """bm25s (Lucene BM25, k1 1.5, b 0.75) + an exact numpy dot product + RRF k=60: the minimal reference."""
 
-    name = "bm25s + numpy + RRF"
+    def __init__(self, mode: str = "hybrid") -> None:
+        self.mode = mode
+        self.name = {"hybrid": "bm25s + numpy + RRF", "bm25": "bm25s only", "dense": "numpy only"}[mode]
 
     def build(self, corpus: Corpus, where: Path) -> None:
         import bm25s
@@ -248,18 +250,23 @@ class Bm25sNumpy:
 
     def search(self, q: Query, k: int) -> list[str]:
         terms = [t for t in q.tokens if t in self.vocab]  # bm25s has no entry for unseen terms
-        sparse = top(self.bm25.get_scores(terms), self.ids, DEPTH) if terms else []
-        dense = top(self.vectors @ q.vector, self.ids, DEPTH)
+        sparse = top(self.bm25.get_scores(terms), self.ids, DEPTH) if terms and self.mode != "dense" else []
+        dense = top(self.vectors @ q.vector, self.ids, DEPTH) if self.mode != "bm25" else []
         return rrf(sparse, dense)[:k]
 
 
 STACKS = ("zhiku", "zhiku-traced", "chroma", "lancedb", "milvus", "bm25s")
+CHANNELS = ("zhiku-bm25", "zhiku-dense", "bm25s-bm25", "bm25s-dense")  # one channel alone: where a gap comes from
 
 
 def make_stack(key: str, queries: list[Query]) -> Stack:
     match key:
         case "zhiku" | "zhiku-traced":
             return Zhiku(key == "zhiku-traced", queries)
+        case "zhiku-bm25" | "zhiku-dense":
+            return Zhiku(False, queries, key.split("-")[1])
+        case "bm25s-bm25" | "bm25s-dense":
+            return Bm25sNumpy(key.split("-")[1])
         case "chroma":
             return ChromaRankBM25()
         case "lancedb":
@@ -268,7 +275,7 @@ def make_stack(key: str, queries: list[Query]) -> Stack:
             return MilvusLite()
         case "bm25s":
             return Bm25sNumpy()
-    raise SystemExit(f"unknown stack {key!r}: one of {', '.join(STACKS)}")
+    raise SystemExit(f"unknown stack {key!r}: one of {', '.join(STACKS + CHANNELS)}")
 
 
 def disk_bytes(where: Path) -> int:

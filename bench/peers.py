@@ -4,10 +4,15 @@
     .venv-peers/bin/python bench/peers.py --data ../shared/eval [--sets cmrc2018_dev,stard_dev]
         [--from-index /work/cache/q-idx] [--cache /work/cache/embeddings] [--stacks zhiku,bm25s]
         [--workdir /tmp/zhiku-peers] [--max-queries N] [--json out.json]
+    .venv-peers/bin/python bench/peers.py --data ../shared/eval --sets "" --stacks zhiku,bm25s --scale 100000
 
 Stacks (bench/peer_stacks.py, one adapter each): zhiku (embedded SQLite store, default hybrid z-score fusion;
 tracing off, and on), Chroma + rank_bm25 + RRF k=60, LanceDB hybrid + RRFReranker, Milvus Lite hybrid_search +
-RRFRanker(60), bm25s + numpy + RRF k=60.
+RRFRanker(60), bm25s + numpy + RRF k=60; and, to find where a gap comes from, one channel alone: zhiku-bm25,
+zhiku-dense, bm25s-bm25, bm25s-dense.
+
+``--scale N …`` adds latency/size points on bench/scale_latency.py's corpus (its sentence recombiner and seeds:
+the same real-Chinese chunks and random unit vectors as its builds; no quality figures there).
 
 The corpus is zhiku's chunk-level index of each dev set: every stack indexes the same chunks, the same passage
 vectors and the same index tokens (zhiku's rjieba search-mode segmentation, stored in the index), and gets the
@@ -144,10 +149,18 @@ def make_queries(data: EvalSet, meta: dict[str, str], cache: Path) -> list[Query
 
 
 # --- one stack in its own process -------------------------------------------------------------------------------
+def peak_rss_mb() -> float:
+    """This process's peak RSS since exec (VmHWM; ``ru_maxrss`` would carry over the parent's peak across exec)."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(stack_key: str, work: Path) -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     corpus, queries = pickle.loads((work / "inputs.pkl").read_bytes())
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base_rss = peak_rss_mb()
     stack = make_stack(stack_key, queries)
     where = fresh(work / "stacks" / stack_key)
     t = time.perf_counter()
@@ -165,7 +178,7 @@ def child(stack_key: str, work: Path) -> None:
         "disk_mb": round(disk_bytes(where) / 1e6, 1),
         "p50_ms": round(percentile(latencies, 50), 2),
         "p95_ms": round(percentile(latencies, 95), 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_rss_mb": round(peak_rss_mb()),
         "inputs_rss_mb": round(base_rss),
         "rankings": rankings,
     }
