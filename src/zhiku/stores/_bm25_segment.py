@@ -1,0 +1,186 @@
+"""Segments of the BM25 index behind ``SQLiteStore``: immutable postings of one range of chunk rowids.
+
+A segment covers rowids ``lo…hi`` (every rowid in the range, live or not: rowids are never reused, so a rowid's
+index terms never change). It holds, per index term (sorted), the rows that contain it and how often
+(``offsets`` into ``rows``/``tfs``), and every row's length in terms (``doclen``, 0 for a row with no chunk).
+Segments are built from the ``chunk_tokens`` table, merged (postings concatenated by term), and written to
+``bm25/seg-<lo>-<hi>.bin`` beside ``zhiku.db``: a JSON header line, then the arrays, memory-mapped on load.
+
+Index terms are what SQLite FTS5's ``unicode61`` tokenizer made of the stored tokens (the ranking this index
+reproduces): each space-separated token split into runs of letters and digits. A token made of several runs
+(``hbv-dna``, ``1.4.2``) also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``,
+``1 4 2``: the runs joined by a space), which is what an FTS5 phrase query for such a term matched within the
+token; phrase keys do not count towards a row's length. (FTS5 also matched a phrase across two adjacent tokens:
+that case is not reproduced; bench/bm25_parity.py measures how rarely it changes a ranking.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "zhiku-bm25-segment-1"
+_RUN = re.compile(r"[^\W_]+")
+_ODD = re.compile(r"[^\w\s]|_")  # a character that makes a token split into several runs (or none)
+_ALIGN = 8
+
+
+def row_terms(tokens: str) -> tuple[list[str], int]:
+    """The postings terms of one row's space-joined tokens, and the row's length in terms."""
+    if _ODD.search(tokens) is None:
+        terms = tokens.split()
+        return terms, len(terms)
+    terms, length = [], 0
+    for token in tokens.split():
+        runs = _RUN.findall(token)
+        terms += runs
+        length += len(runs)
+        for size in range(2, len(runs) + 1):  # every phrase of consecutive runs an FTS5 query could match here
+            terms += (" ".join(runs[i : i + size]) for i in range(len(runs) - size + 1))
+    return terms, length
+
+
+def query_key(term: str) -> str:
+    """The postings key a query term looks up (``""``: the term has no letter or digit and matches nothing)."""
+    return " ".join(_RUN.findall(term))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Postings of rowids ``lo…hi``; ``terms`` sorted, ``offsets[i]:offsets[i+1]`` the rows of ``terms[i]``."""
+
+    lo: int
+    hi: int
+    terms: Sequence[str]
+    offsets: np.ndarray  # int64 (len(terms) + 1,)
+    rows: np.ndarray  # uint32 rowids, ascending within a term
+    tfs: np.ndarray  # uint16 occurrences in the row
+    doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    @cached_property
+    def lookup(self) -> dict[str, int]:
+        """Term → position in ``terms`` (built on first use)."""
+        return {t: i for i, t in enumerate(self.terms)}
+
+    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        i = self.lookup.get(key)
+        if i is None:
+            return None
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.rows[a:b], self.tfs[a:b]
+
+
+def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
+    """A segment of rowids ``lo…hi`` from ``(rowid, space-joined tokens)`` pairs (rowids inside the range)."""
+    rowids: list[int] = []
+    per_row: list[list[str]] = []
+    doclen = np.zeros(hi - lo + 1, np.uint32)
+    for rowid, tokens in rows:
+        terms, length = row_terms(tokens)
+        rowids.append(rowid)
+        per_row.append(terms)
+        doclen[rowid - lo] = length
+    counts = np.fromiter(map(len, per_row), np.int64, len(per_row))
+    flat = list(chain.from_iterable(per_row))
+    vocab = sorted(dict.fromkeys(flat))
+    index = {t: i for i, t in enumerate(vocab)}
+    tid = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    span = hi - lo + 1
+    key = tid * span + (np.repeat(np.asarray(rowids, np.int64), counts) - lo)
+    uniq, tf = np.unique(key, return_counts=True)
+    tids = uniq // span
+    offsets = np.searchsorted(tids, np.arange(len(vocab) + 1)).astype(np.int64)
+    rows_out = (uniq % span + lo).astype(np.uint32)
+    return Segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
+
+
+def merge(segments: Sequence[Segment]) -> Segment:
+    """One segment of consecutive ``segments`` (ordered by ``lo``, tiling their range)."""
+    vocab = sorted(set().union(*(s.terms for s in segments)))
+    index = {t: i for i, t in enumerate(vocab)}
+    tids = np.concatenate(
+        [
+            np.repeat(np.fromiter(map(index.__getitem__, s.terms), np.int64, len(s.terms)), np.diff(s.offsets))
+            for s in segments
+        ]
+    )
+    order = np.argsort(tids, kind="stable")  # each input is sorted by term: runs merged, rows stay ascending
+    rows = np.concatenate([s.rows for s in segments])[order]
+    tfs = np.concatenate([s.tfs for s in segments])[order]
+    offsets = np.searchsorted(tids[order], np.arange(len(vocab) + 1)).astype(np.int64)
+    doclen = np.concatenate([s.doclen for s in segments])
+    return Segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
+
+
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def write(seg: Segment, folder: Path, index_id: str) -> Path:
+    """Write ``seg`` to ``folder/seg-<lo>-<hi>.bin`` atomically (temporary file, fsync, rename)."""
+    folder.mkdir(exist_ok=True)
+    vocab = "\n".join(seg.terms).encode()
+    header = {
+        "format": FORMAT,
+        "index_id": index_id,
+        "lo": seg.lo,
+        "hi": seg.hi,
+        "terms": len(seg.terms),
+        "postings": int(seg.rows.size),
+        "vocab_bytes": len(vocab),
+    }
+    head = json.dumps(header).encode() + b"\n"
+    head += b" " * _pad(len(head))
+    parts = [head, seg.offsets.astype("<i8").tobytes(), seg.rows.astype("<u4").tobytes()]
+    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes(), vocab]
+    path = folder / f"seg-{seg.lo}-{seg.hi}.bin"
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        for part in parts:
+            f.write(part)
+            f.write(b"\0" * _pad(len(part)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read(path: Path, index_id: str) -> Segment | None:
+    """The segment in ``path``, memory-mapped; None when it belongs to another index or is not a whole segment."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(4096)
+        header = json.loads(line)
+        if header.get("format") != FORMAT or header.get("index_id") != index_id:
+            return None
+        lo, hi, n_terms, n_post = (int(header[k]) for k in ("lo", "hi", "terms", "postings"))
+        start = len(line) + _pad(len(line))
+        arrays = []
+        for dtype, count in (("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", hi - lo + 1)):
+            size = np.dtype(dtype).itemsize * count
+            arrays.append(
+                np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else np.empty(0, dtype)
+            )
+            start += size + _pad(size)
+        with open(path, "rb") as f:
+            f.seek(start)
+            vocab = f.read(int(header["vocab_bytes"]))
+        terms = vocab.decode().split("\n") if n_terms else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if len(terms) != n_terms or int(arrays[0][-1]) != n_post:
+        return None
+    return Segment(lo, hi, terms, arrays[0], arrays[1], arrays[2], arrays[3], path)
