@@ -75,25 +75,29 @@ def settle(segments: list[Segment], folder: Path | None = None, ident: str = "")
     return segs
 
 
-def saved_segments(folder: Path, ident: str, top: int) -> list[Segment]:
-    """Saved segments tiling rowids ``1…hi`` (``hi <= top``), the longest at each start that reads whole."""
+def _tiling(folder: Path, top: int) -> list[list[tuple[int, Path]]]:
+    """Candidate files by start, from their names: ``[start 1: [(hi, path) longest first], start hi+1: …]``."""
     starts: dict[int, list[tuple[int, Path]]] = {}
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
             m = _SEG_NAME.fullmatch(path.name)
             if m and int(m[2]) <= top:
                 starts.setdefault(int(m[1]), []).append((int(m[2]), path))
-    out: list[Segment] = []
-    nxt = 1
+    out, nxt = [], 1
     while nxt in starts:
-        for hi, path in sorted(starts[nxt], reverse=True):
-            seg = read(path, ident)
-            if seg is not None and seg.lo == nxt and seg.hi == hi:
-                break
-        else:
+        out.append(sorted(starts[nxt], reverse=True))
+        nxt = out[-1][0][0] + 1
+    return out
+
+
+def saved_segments(folder: Path, ident: str, top: int) -> list[Segment]:
+    """Saved segments tiling rowids ``1…hi`` (``hi <= top``), the longest at each start that reads whole."""
+    out: list[Segment] = []
+    for candidates in _tiling(folder, top):
+        seg = next((s for hi, p in candidates if (s := read(p, ident)) is not None and s.hi == hi), None)
+        if seg is None or seg.lo != (out[-1].hi + 1 if out else 1):
             break
         out.append(seg)
-        nxt = seg.hi + 1
     return out
 
 
@@ -107,11 +111,17 @@ def table_segments(conn: sqlite3.Connection, lo: int, hi: int) -> list[Segment]:
     return out
 
 
-def save_segments(conn: sqlite3.Connection, index_dir: Path, *, min_rows: int | None = None) -> None:
+def save_segments(
+    conn: sqlite3.Connection, index_dir: Path, *, min_rows: int | None = None, verify: bool = False
+) -> None:
     """Save the committed rows past the saved segments as new segments, once there are ``min_rows`` of them
     (default ``FLUSH_ROWS``; ``conn`` in a read transaction), merge tiers, and remove files no longer part of the
-    tiling."""
+    tiling. Without ``verify`` the files are trusted by name until there is something to save (a write's case:
+    this process saved them); with it they are read first (opening an index a crash may have left)."""
     folder, ident, top = bm25_dir(index_dir), index_id(conn), top_rowid(conn)
+    named = _tiling(folder, top)
+    if not verify and top - (named[-1][0][0] if named else 0) < max(FLUSH_ROWS if min_rows is None else min_rows, 1):
+        return
     segs = saved_segments(folder, ident, top)
     covered = segs[-1].hi if segs else 0
     if top - covered < max(FLUSH_ROWS if min_rows is None else min_rows, 1):

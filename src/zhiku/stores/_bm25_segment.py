@@ -29,23 +29,25 @@ import numpy as np
 
 FORMAT = "zhiku-bm25-segment-1"
 _RUN = re.compile(r"[^\W_]+")
-_ODD = re.compile(r"[^\w\s]|_")  # a character that makes a token split into several runs (or none)
 _ALIGN = 8
 
 
 def row_terms(tokens: str) -> tuple[list[str], int]:
     """The postings terms of one row's space-joined tokens, and the row's length in terms."""
-    if _ODD.search(tokens) is None:
-        terms = tokens.split()
-        return terms, len(terms)
-    terms, length = [], 0
-    for token in tokens.split():
+    split = tokens.split()
+    if tokens.replace(" ", "").isalnum():  # every token one run (the common case)
+        return split, len(split)
+    terms: list[str] = []
+    phrases: list[str] = []
+    for token in split:
+        if token.isalnum():
+            terms.append(token)
+            continue
         runs = _RUN.findall(token)
         terms += runs
-        length += len(runs)
         for size in range(2, len(runs) + 1):  # every phrase of consecutive runs an FTS5 query could match here
-            terms += (" ".join(runs[i : i + size]) for i in range(len(runs) - size + 1))
-    return terms, length
+            phrases += (" ".join(runs[i : i + size]) for i in range(len(runs) - size + 1))
+    return terms + phrases, len(terms)
 
 
 def query_key(term: str) -> str:
@@ -171,9 +173,8 @@ def read(path: Path, index_id: str) -> Segment | None:
         arrays = []
         for dtype, count in (("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", hi - lo + 1)):
             size = np.dtype(dtype).itemsize * count
-            arrays.append(
-                np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else np.empty(0, dtype)
-            )
+            mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
+            arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
             start += size + _pad(size)
         with open(path, "rb") as f:
             f.seek(start)

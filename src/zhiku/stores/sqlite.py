@@ -82,7 +82,7 @@ class SQLiteStore(SQLiteSearch):
             init_schema(self._conn, self.index_dir, read_only=read_only)
             if not read_only:
                 self._check_vector_file()
-                self._save_bm25()
+                self._save_bm25(verify=True)
         except sqlite3.Error as e:
             self.close()
             raise translate(e, self.index_dir) from e
@@ -236,7 +236,7 @@ class SQLiteStore(SQLiteSearch):
         except OSError as e:
             raise StoreError(f"cannot write vectors to {path}: {e.strerror}; free disk space or fix permissions") from e
 
-    def _save_bm25(self) -> None:
+    def _save_bm25(self, *, verify: bool = False) -> None:
         """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
         The files only speed up opening: a failure is logged, the committed write stands."""
         conn = self._conn
@@ -245,7 +245,7 @@ class SQLiteStore(SQLiteSearch):
             try:
                 conn.execute("BEGIN")
                 try:
-                    save_segments(conn, self.index_dir)
+                    save_segments(conn, self.index_dir, verify=verify)
                 finally:
                     conn.execute("COMMIT")
             except (OSError, sqlite3.Error) as e:
