@@ -31,12 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from zhiku.stores._bm25_query import K1, B, QueryTerm, score
 from zhiku.stores._bm25_segment import Segment, build, merge, query_key, read, write
 from zhiku.stores._vectors import top_rowid
 
-K1 = 1.2  # FTS5's bm25() constants: changing them changes every ranking
-B = 0.75
-IDF_FLOOR = 1e-6
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)
 MERGE_FANIN = 4  # trailing segments of one size tier merged into one
@@ -167,6 +165,7 @@ class BM25Snapshot:
     doclen: np.ndarray  # float64 (top + 1,), terms per row
     norm: np.ndarray  # float64 (top + 1,): K1 * (1 - B + B * doclen / avgdl)
     n_live: int
+    avgdl: float
 
     @classmethod
     def of(
@@ -175,7 +174,7 @@ class BM25Snapshot:
         n_live = int(live.sum())
         avgdl = float(doclen[live].sum()) / n_live if n_live else 1.0
         norm = K1 * (1 - B + B * doclen / avgdl)  # the order of FTS5's operations, for identical floats
-        return cls(version, top, tuple(segments), live, doclen, norm, n_live)
+        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
@@ -201,18 +200,16 @@ class BM25Snapshot:
         doclen = np.concatenate([self.doclen, *(s.doclen.astype(np.float64) for s in new)])
         return BM25Snapshot.of(version, top, settle([*self.segments, *new]), live, doclen)
 
-    def postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        """The live rows containing ``term`` (as FTS5 would match it) and how often."""
+    def term(self, term: str) -> QueryTerm:
+        """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it."""
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-        if not found:
-            return np.empty(0, np.int64), np.empty(0, np.float64)
-        rows = np.concatenate([r for r, _ in found]).astype(np.int64)
-        tfs = np.concatenate([t for _, t in found])
-        if self.n_live < self.top:
-            keep = self.live[rows]
-            rows, tfs = rows[keep], tfs[keep]
-        return rows, tfs.astype(np.float64)
+        if self.n_live == self.top:
+            df = sum(r.size for r, *_ in found)
+        else:
+            df = sum(int(np.count_nonzero(self.live[r])) for r, *_ in found)
+        parts = tuple((r, t) for r, t, *_ in found)
+        return QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
 
     def search(
         self, terms: Sequence[str], top_k: int, mask: np.ndarray | None, prune: tuple[float, int] = (1.0, 0)
@@ -221,24 +218,15 @@ class BM25Snapshot:
         tied with the ``top_k``-th are all returned. ``mask`` (by rowid − 1): rows allowed by filters.
         ``prune = (max_df, min_df)``: terms in more than ``max_df`` of the rows and in more than ``min_df``
         rows are left out, except the two rarest."""
-        found = {t: self.postings(t) for t in terms}
+        found = [self.term(t) for t in terms]
         max_df, min_df = prune
         if len(found) > 2 and max_df < 1:
             limit = max(max_df * self.n_live, min_df)
-            rarest = set(sorted(found, key=lambda t: (found[t][0].size, t))[:2])
-            found = {t: p for t, p in found.items() if t in rarest or p[0].size <= limit}
-        scores = np.zeros(self.top + 1, np.float64)
-        for rows, tfs in found.values():
-            if rows.size == 0:
-                continue
-            idf = math.log((self.n_live - rows.size + 0.5) / (rows.size + 0.5))
-            idf = idf if idf > 0 else IDF_FLOOR
-            scores[rows] += idf * ((tfs * (K1 + 1.0)) / (tfs + self.norm[rows]))
-        if mask is not None:
-            scores[1:][~mask[: self.top]] = 0.0
-        hits = np.flatnonzero(scores)
-        if hits.size > top_k:
-            values = scores[hits]
-            cut = hits.size - top_k
-            hits = hits[values >= np.partition(values, cut)[cut]]
-        return hits, scores[hits]
+            rarest = {t.term for t in sorted(found, key=lambda t: (t.df, t.term))[:2]}
+            found = [t for t in found if t.term in rarest or t.df <= limit]
+        found = [t for t in found if t.df > 0]
+        if not found or top_k < 1:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        allowed = None if mask is None else np.concatenate([[False], mask[: self.top]])
+        live = None if self.n_live == self.top else self.live
+        return score(found, self.n_live, self.avgdl, self.norm, live, allowed, top_k)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = "zhiku-bm25-segment-1"
+FORMAT = "zhiku-bm25-segment-2"
 _RUN = re.compile(r"[^\W_]+")
 _ALIGN = 8
 
@@ -66,6 +66,8 @@ class Segment:
     rows: np.ndarray  # uint32 rowids, ascending within a term
     tfs: np.ndarray  # uint16 occurrences in the row
     doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
+    max_tf: np.ndarray  # uint16 per term: its highest tf here (with min_dl: a bound on its score)
+    min_dl: np.ndarray  # uint32 per term: the shortest row here that contains it
     path: Path | None = None
 
     @property
@@ -77,12 +79,25 @@ class Segment:
         """Term → position in ``terms`` (built on first use)."""
         return {t: i for i, t in enumerate(self.terms)}
 
-    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """The rows containing ``key``, their tfs, and the term's ``max_tf`` and ``min_dl`` here."""
         i = self.lookup.get(key)
         if i is None:
             return None
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.rows[a:b], self.tfs[a:b]
+        return self.rows[a:b], self.tfs[a:b], int(self.max_tf[i]), int(self.min_dl[i])
+
+
+def _segment(
+    lo: int, hi: int, vocab: Sequence[str], offsets: np.ndarray, rows: np.ndarray, tfs: np.ndarray, doclen: np.ndarray
+) -> Segment:
+    """A segment with its per-term bounds computed (every term has at least one posting)."""
+    starts = offsets[:-1]
+    if rows.size == 0:
+        return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, np.empty(0, np.uint16), np.empty(0, np.uint32))
+    max_tf = np.maximum.reduceat(tfs, starts).astype(np.uint16)
+    min_dl = np.minimum.reduceat(doclen[rows.astype(np.int64) - lo], starts).astype(np.uint32)
+    return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, max_tf, min_dl)
 
 
 def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
@@ -106,7 +121,7 @@ def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
     tids = uniq // span
     offsets = np.searchsorted(tids, np.arange(len(vocab) + 1)).astype(np.int64)
     rows_out = (uniq % span + lo).astype(np.uint32)
-    return Segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
+    return _segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
 
 
 def merge(segments: Sequence[Segment]) -> Segment:
@@ -124,7 +139,7 @@ def merge(segments: Sequence[Segment]) -> Segment:
     tfs = np.concatenate([s.tfs for s in segments])[order]
     offsets = np.searchsorted(tids[order], np.arange(len(vocab) + 1)).astype(np.int64)
     doclen = np.concatenate([s.doclen for s in segments])
-    return Segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
+    return _segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
 
 
 def _pad(n: int) -> int:
@@ -147,7 +162,8 @@ def write(seg: Segment, folder: Path, index_id: str) -> Path:
     head = json.dumps(header).encode() + b"\n"
     head += b" " * _pad(len(head))
     parts = [head, seg.offsets.astype("<i8").tobytes(), seg.rows.astype("<u4").tobytes()]
-    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes(), vocab]
+    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes()]
+    parts += [seg.max_tf.astype("<u2").tobytes(), seg.min_dl.astype("<u4").tobytes(), vocab]
     path = folder / f"seg-{seg.lo}-{seg.hi}.bin"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
@@ -171,7 +187,8 @@ def read(path: Path, index_id: str) -> Segment | None:
         lo, hi, n_terms, n_post = (int(header[k]) for k in ("lo", "hi", "terms", "postings"))
         start = len(line) + _pad(len(line))
         arrays = []
-        for dtype, count in (("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", hi - lo + 1)):
+        layout = [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", hi - lo + 1)]
+        for dtype, count in [*layout, ("<u2", n_terms), ("<u4", n_terms)]:
             size = np.dtype(dtype).itemsize * count
             mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
             arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
@@ -184,4 +201,5 @@ def read(path: Path, index_id: str) -> Segment | None:
         return None
     if len(terms) != n_terms or int(arrays[0][-1]) != n_post:
         return None
-    return Segment(lo, hi, terms, arrays[0], arrays[1], arrays[2], arrays[3], path)
+    offsets, rows, tfs, doclen, max_tf, min_dl = arrays
+    return Segment(lo, hi, terms, offsets, rows, tfs, doclen, max_tf, min_dl, path)
