@@ -57,12 +57,13 @@ def _tier(size: int) -> int:
 
 def settle(segments: list[Segment], folder: Path | None = None, ident: str = "") -> list[Segment]:
     """Merge trailing segments while ``MERGE_FANIN`` of them share a size tier; with ``folder``, the merged
-    segment is saved and mapped (the inputs' files are removed by ``save_segments``)."""
+    segment is saved and mapped (the inputs' files are removed by ``save_segments``). Without it (a reader's
+    tail, in memory) saved segments are never merged: that is the writer's work, on disk."""
     segs = list(segments)
     while len(segs) >= MERGE_FANIN:
         tier = _tier(segs[-1].size)
         k = 1
-        while k < len(segs) and _tier(segs[-1 - k].size) == tier:
+        while k < len(segs) and _tier(segs[-1 - k].size) == tier and (folder is not None or segs[-1 - k].path is None):
             k += 1
         if k < MERGE_FANIN:
             break
