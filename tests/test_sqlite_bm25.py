@@ -146,6 +146,24 @@ def test_another_processes_commits_are_applied_incrementally(index_dir: Path) ->
         assert ids(reader.bm25_search(["劳动"], 5, Filters(collection="其他"))) == []
 
 
+def test_a_commit_by_another_process_reaches_a_reader_without_reloading(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer:
+        LABOR.write(writer)
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert ids(reader.bm25_search(["工资", "解除"], 5)) == LABOR.ids[:1]
+        before = reader._bm25
+        script = (
+            f"import sys; sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]\n"
+            "from zhiku.stores import SQLiteStore\nfrom contracts.store_contract import WAGE\n"
+            f"with SQLiteStore({str(index_dir)!r}) as s: WAGE.write(s)\n"
+        )
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+        assert ids(reader.bm25_search(["工资", "解除"], 5)) == [LABOR.ids[0], WAGE.ids[0]]  # tied: by chunk id
+        after = reader._bm25
+        assert before is not None and after is not None and after.top == 3
+        assert after.segments[0] is before.segments[0]
+
+
 KILLED = """
 import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
