@@ -85,12 +85,7 @@ def score(
     long = [t for t in terms if t.df > long_df]
     if not long or not short:
         return _every_row(terms, n, norm, live, mask, top_k)
-    partial = np.zeros(norm.size, np.float64)
-    for t in short:
-        rows, tfs = t.gathered(live)
-        partial[rows] += weights(t.idf(n), tfs, norm[rows])
-    if mask is not None:
-        partial[~mask] = 0.0
+    partial = _summed(short, n, norm, live, mask)
     nonzero = partial[partial > 0]
     if nonzero.size < top_k:
         return _every_row(terms, n, norm, live, mask, top_k)
@@ -104,12 +99,7 @@ def score(
         skipped.add(i)
     if not skipped:
         return _every_row(terms, n, norm, live, mask, top_k)
-    for i, t in enumerate(long):
-        if i not in skipped:
-            rows, tfs = t.gathered(live)
-            partial[rows] += weights(t.idf(n), tfs, norm[rows])
-    if mask is not None:
-        partial[~mask] = 0.0
+    partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
     exact = np.zeros(cand.size, np.float64)
     for t in terms:  # query order: the same sums as _every_row
@@ -132,14 +122,22 @@ def _every_row(
     mask: np.ndarray | None,
     top_k: int,
 ) -> tuple[np.ndarray, np.ndarray]:
+    scores = _summed(terms, n, norm, live, mask)
+    hits = np.flatnonzero(scores)
+    return _best(hits, scores[hits], top_k)
+
+
+def _summed(
+    terms: Sequence[QueryTerm], n: int, norm: np.ndarray, live: np.ndarray | None, mask: np.ndarray | None
+) -> np.ndarray:
+    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``."""
     scores = np.zeros(norm.size, np.float64)
     for t in terms:
         rows, tfs = t.gathered(live)
         scores[rows] += weights(t.idf(n), tfs, norm[rows])
     if mask is not None:
         scores[~mask] = 0.0
-    hits = np.flatnonzero(scores)
-    return _best(hits, scores[hits], top_k)
+    return scores
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
