@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.stores._bm25_query import K1, B, QueryTerm, score
-from zhiku.stores._bm25_segment import Segment, build, merge, query_key, read, write
+from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._vectors import top_rowid
 
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
@@ -74,30 +74,37 @@ def settle(segments: list[Segment], folder: Path | None = None, ident: str = "")
     return segs
 
 
-def _tiling(folder: Path, top: int) -> list[list[tuple[int, Path]]]:
-    """Candidate files by start, from their names: ``[start 1: [(hi, path) longest first], start hi+1: …]``."""
+def _by_start(folder: Path, top: int) -> dict[int, list[tuple[int, Path]]]:
+    """Segment files by their first rowid (from their names), longest first; those past ``top`` left out."""
     starts: dict[int, list[tuple[int, Path]]] = {}
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
             m = _SEG_NAME.fullmatch(path.name)
             if m and int(m[2]) <= top:
                 starts.setdefault(int(m[1]), []).append((int(m[2]), path))
-    out, nxt = [], 1
-    while nxt in starts:
-        out.append(sorted(starts[nxt], reverse=True))
-        nxt = out[-1][0][0] + 1
-    return out
+    return {start: sorted(found, reverse=True) for start, found in starts.items()}
 
 
 def saved_segments(folder: Path, ident: str, top: int) -> list[Segment]:
     """Saved segments tiling rowids ``1…hi`` (``hi <= top``), the longest at each start that reads whole."""
-    out: list[Segment] = []
-    for candidates in _tiling(folder, top):
+    starts, out = _by_start(folder, top), list[Segment]()
+    while (candidates := starts.get(out[-1].hi + 1 if out else 1)) is not None:
         seg = next((s for hi, p in candidates if (s := read(p, ident)) is not None and s.hi == hi), None)
-        if seg is None or seg.lo != (out[-1].hi + 1 if out else 1):
+        if seg is None:
             break
         out.append(seg)
     return out
+
+
+def _covered(folder: Path, ident: str, top: int, verify: bool) -> int:
+    """The last rowid the saved segments tile (``verify``: only whole files count; else trusted by name)."""
+    starts, hi = _by_start(folder, top), 0
+    while (candidates := starts.get(hi + 1)) is not None:
+        found = next((end for end, path in candidates if not verify or intact(path, ident)), None)
+        if found is None:
+            break
+        hi = found
+    return hi
 
 
 def table_segments(conn: sqlite3.Connection, lo: int, hi: int) -> list[Segment]:
@@ -112,19 +119,20 @@ def table_segments(conn: sqlite3.Connection, lo: int, hi: int) -> list[Segment]:
 
 def save_segments(
     conn: sqlite3.Connection, index_dir: Path, *, min_rows: int | None = None, verify: bool = False
-) -> None:
+) -> int:
     """Save the committed rows past the saved segments as new segments, once there are ``min_rows`` of them
     (default ``FLUSH_ROWS``; ``conn`` in a read transaction), merge tiers, and remove files no longer part of the
     tiling. Without ``verify`` the files are trusted by name until there is something to save (a write's case:
-    this process saved them); with it they are read first (opening an index a crash may have left)."""
+    this process saved them); with it their headers and sizes are checked first (opening an index a crash may
+    have left). Returns how many rowids then lie past the saved segments."""
     folder, ident, top = bm25_dir(index_dir), index_id(conn), top_rowid(conn)
-    named = _tiling(folder, top)
-    if not verify and top - (named[-1][0][0] if named else 0) < max(FLUSH_ROWS if min_rows is None else min_rows, 1):
-        return
+    least = max(FLUSH_ROWS if min_rows is None else min_rows, 1)
+    if (unsaved := top - _covered(folder, ident, top, verify)) < least:
+        return unsaved
     segs = saved_segments(folder, ident, top)
     covered = segs[-1].hi if segs else 0
-    if top - covered < max(FLUSH_ROWS if min_rows is None else min_rows, 1):
-        return
+    if top - covered < least:
+        return top - covered
     for start in range(covered + 1, top + 1, BUILD_ROWS):
         (seg,) = table_segments(conn, start, min(start + BUILD_ROWS - 1, top))
         segs.append(read(write(seg, folder, ident), ident) or seg)
@@ -135,6 +143,7 @@ def save_segments(
         if (tmp and not _writer_alive(path.name)) or (not tmp and _SEG_NAME.fullmatch(path.name) and path not in keep):
             with contextlib.suppress(OSError):
                 path.unlink()
+    return 0
 
 
 def _writer_alive(tmp_name: str) -> bool:

@@ -176,30 +176,54 @@ def write(seg: Segment, folder: Path, index_id: str) -> Path:
     return path
 
 
-def read(path: Path, index_id: str) -> Segment | None:
-    """The segment in ``path``, memory-mapped; None when it belongs to another index or is not a whole segment."""
+def _layout(header: dict[str, int]) -> list[tuple[str, int]]:
+    n_terms, n_post, rows = header["terms"], header["postings"], header["hi"] - header["lo"] + 1
+    return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows), ("<u2", n_terms), ("<u4", n_terms)]
+
+
+def _header(path: Path, index_id: str) -> tuple[dict[str, int], int] | None:
+    """A segment file's header (its sizes) and where its arrays start; None if not this index's, or torn."""
     try:
         with open(path, "rb") as f:
             line = f.readline(4096)
-        header = json.loads(line)
-        if header.get("format") != FORMAT or header.get("index_id") != index_id:
+        raw = json.loads(line)
+        if raw.get("format") != FORMAT or raw.get("index_id") != index_id:
             return None
-        lo, hi, n_terms, n_post = (int(header[k]) for k in ("lo", "hi", "terms", "postings"))
+        header = {k: int(raw[k]) for k in ("lo", "hi", "terms", "postings", "vocab_bytes")}
         start = len(line) + _pad(len(line))
-        arrays = []
-        layout = [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", hi - lo + 1)]
-        for dtype, count in [*layout, ("<u2", n_terms), ("<u4", n_terms)]:
+        end = start + sum(np.dtype(d).itemsize * n + _pad(np.dtype(d).itemsize * n) for d, n in _layout(header))
+        if path.stat().st_size != end + header["vocab_bytes"] + _pad(header["vocab_bytes"]):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return header, start
+
+
+def intact(path: Path, index_id: str) -> bool:
+    """Whether ``path`` holds a whole segment of this index (its header and its size; nothing else is read)."""
+    return _header(path, index_id) is not None
+
+
+def read(path: Path, index_id: str) -> Segment | None:
+    """The segment in ``path``, memory-mapped; None when it belongs to another index or is not a whole segment."""
+    found = _header(path, index_id)
+    if found is None:
+        return None
+    header, start = found
+    arrays = []
+    try:
+        for dtype, count in _layout(header):
             size = np.dtype(dtype).itemsize * count
             mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
             arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
             start += size + _pad(size)
         with open(path, "rb") as f:
             f.seek(start)
-            vocab = f.read(int(header["vocab_bytes"]))
-        terms = vocab.decode().split("\n") if n_terms else []
-    except (OSError, ValueError, KeyError, TypeError):
+            vocab = f.read(header["vocab_bytes"])
+        terms = vocab.decode().split("\n") if header["terms"] else []
+    except (OSError, ValueError):
         return None
-    if len(terms) != n_terms or int(arrays[0][-1]) != n_post:
+    if len(terms) != header["terms"] or int(arrays[0][-1]) != header["postings"]:
         return None
     offsets, rows, tfs, doclen, max_tf, min_dl = arrays
-    return Segment(lo, hi, terms, offsets, rows, tfs, doclen, max_tf, min_dl, path)
+    return Segment(header["lo"], header["hi"], terms, offsets, rows, tfs, doclen, max_tf, min_dl, path)

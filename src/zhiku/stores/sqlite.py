@@ -22,6 +22,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores import _bm25
 from zhiku.stores._bm25 import BM25Snapshot, save_segments
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
@@ -75,6 +76,7 @@ class SQLiteStore(SQLiteSearch):
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
         self._bm25: BM25Snapshot | None = None
+        self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
         )
@@ -209,7 +211,9 @@ class SQLiteStore(SQLiteSearch):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
-            self._save_bm25()
+            self._bm25_unsaved += len(rows)
+            if self._bm25_unsaved >= _bm25.FLUSH_ROWS:  # else no need to look at the files
+                self._save_bm25()
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
@@ -220,7 +224,6 @@ class SQLiteStore(SQLiteSearch):
                 removed = self._delete_rows(conn, doc_id, old_version + 1)
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             self._after_commit(old_version, None, np.empty(0, np.int64), removed)
-            self._save_bm25()
         return True
 
     def record_ingestion(self, record: IngestionRecord) -> None:
@@ -245,7 +248,7 @@ class SQLiteStore(SQLiteSearch):
             try:
                 conn.execute("BEGIN")
                 try:
-                    save_segments(conn, self.index_dir, verify=verify)
+                    self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
                 finally:
                     conn.execute("COMMIT")
             except (OSError, sqlite3.Error) as e:
