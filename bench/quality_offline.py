@@ -74,8 +74,8 @@ def bm25_requery(data: SetData, stopwords: Path | None, depth: int) -> list[list
     return data.bm25_runs[key]
 
 
-def requeried(stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0) -> Variant:
-    inner = fusion(complete=complete, wb=wb)
+def requeried(stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0, inner: Variant | None = None) -> Variant:
+    inner = inner or fusion(complete=complete, wb=wb)
 
     def run(data: SetData, n: int, q: dict[str, Any], bm25: list[ScoredId], dense: list[ScoredId]):
         if n == 0:
@@ -148,8 +148,10 @@ def scored(pairs: Sequence[tuple[str, float]]) -> list[ScoredId]:
 Variant = Callable[[SetData, int, dict[str, Any], list[ScoredId], list[ScoredId]], list[tuple[str, float]]]
 
 
-def evaluate(data: SetData, variant: Variant) -> dict[str, float]:
+def evaluate(data: SetData, variant: Variant) -> tuple[dict[str, float], np.ndarray]:
+    """Mean metrics, and each question's nDCG@10 (for paired differences between variants)."""
     sums: dict[str, float] = {}
+    per: list[float] = []
     requery = getattr(variant, "requery", None)
     scores = requery(data) @ data.matrix.T if requery else data.scores
     for n, q in enumerate(data.questions):
@@ -161,7 +163,8 @@ def evaluate(data: SetData, variant: Variant) -> dict[str, float]:
         s = longdoc_scores(q["gold"], hits) if data.name == "stard_longdoc" else beir_scores(q["gold"], hits)
         for k, v in s.items():
             sums[k] = sums.get(k, 0.0) + v
-    return {k: round(v / len(data.questions), 4) for k, v in sums.items()}
+        per.append(s["ndcg@10"])
+    return {k: round(v / len(data.questions), 4) for k, v in sums.items()}, np.array(per)
 
 
 # ------------------------------------------------------------------------------------------------ variants
@@ -194,11 +197,11 @@ def prf(alpha: float, m: int, source: str) -> Variant:
     return run
 
 
-def doc_boost(gamma: float, how: str) -> Variant:
+def doc_boost(gamma: float, how: str, base: Variant = baseline) -> Variant:
     """A chunk's fused score plus gamma x the evidence of the other candidates of its document."""
 
     def run(data: SetData, n: int, q: dict[str, Any], bm25: list[ScoredId], dense: list[ScoredId]):
-        fused = zscore_fusion([bm25, dense])
+        fused = base(data, n, q, bm25, dense)
         lo = min(s for _, s in fused)
         per_doc: dict[str, list[float]] = {}
         for c, s in fused:
@@ -285,6 +288,9 @@ def fusion(
     return run
 
 
+COLLOQ = Path("/work/cache/quality/colloquial.txt")  # the first measurement (held some header words too)
+SHIPPED = Path(__file__).resolve().parent.parent / "src/zhiku/data/stopwords_zh.txt"
+
 VARIANTS: dict[str, Variant] = {
     "fz-check": fusion(),
     "fz-depth10": fusion(stats_depth=10),
@@ -296,9 +302,14 @@ VARIANTS: dict[str, Variant] = {
     "fz-both-all": fusion(complete=True, complete_bm25="all"),
     "fz-bm25only": fusion(complete_bm25="matching"),
     "rq-default-100": requeried(None, 100, False),
-    "rq-colloq-100": requeried(Path("/work/cache/quality/colloquial.txt"), 100, False),
-    "rq-colloq-100-complete": requeried(Path("/work/cache/quality/colloquial.txt"), 100, True),
+    "rq-colloq-100": requeried(COLLOQ, 100, False),
+    "rq-colloq-100-complete": requeried(COLLOQ, 100, True),
     "rq-default-200-complete": requeried(None, 200, True),
+    "ship-stop": requeried(SHIPPED, 100, False),
+    "ship-stop-fill": requeried(SHIPPED, 100, True),
+    **{f"best-wb{w}": requeried(COLLOQ, 100, True, wb=w) for w in (0.75, 0.85, 0.9)},
+    **{f"best-doc-{h} g={g}": requeried(COLLOQ, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
+       for h in ("max", "mean3") for g in (0.05, 0.1, 0.2)},
     "fz-corpus": fusion(dense_stats="corpus"),
     "fz-corpus-complete": fusion(dense_stats="corpus", complete=True),
     "fz-spread0.2": fusion(spread=0.2),
@@ -327,10 +338,13 @@ def main() -> None:
         t = time.time()
         data = load(args.root, cache, name, args.first)
         print(f"# {name}: {len(data.ids)} chunks, {len(data.questions)} questions, {time.time() - t:.0f}s", flush=True)
+        _, ref = evaluate(data, baseline)
         for v in wanted:
             t = time.time()
-            row = evaluate(data, VARIANTS[v])
-            print(json.dumps({"set": name, "variant": v, **row, "s": round(time.time() - t)}), flush=True)
+            row, per = evaluate(data, VARIANTS[v])
+            diff = per - ref  # paired: the same questions; noise = 2 standard errors of the mean difference
+            noise = {"d_ndcg": round(float(diff.mean()), 4), "2se": round(2 * float(diff.std()) / len(diff) ** 0.5, 4)}
+            print(json.dumps({"set": name, "variant": v, **row, **noise, "s": round(time.time() - t)}), flush=True)
 
 
 if __name__ == "__main__":
