@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +186,25 @@ def test_prefetch_keeps_order_hands_back_errors_and_stays_bounded() -> None:
     assert [type(o.error).__name__ for o in rest if o.error is not None] == ["KeyError"]
     inline = list(prefetch(range(4), square, workers=0))
     assert [o.value for o in inline] == [0, 1, 4, None]
+
+
+def test_prefetch_helpers_start_items_only_while_the_gate_is_open() -> None:
+    where: list[tuple[int, str]] = []
+
+    def record(n: int) -> int:
+        where.append((n, threading.current_thread().name))
+        return n
+
+    closed = threading.Event()
+    assert [o.value for o in prefetch(range(5), record, workers=2, gate=closed)] == [0, 1, 2, 3, 4]
+    assert where == [(n, threading.current_thread().name) for n in range(5)]  # the caller prepared every item
+
+    def broken() -> Iterator[int]:
+        yield 1
+        raise OSError("the folder went away")
+
+    got: list[int | None] = []
+    with pytest.raises(OSError, match="the folder went away"):
+        for o in prefetch(broken(), record, workers=1):
+            got.append(o.value)
+    assert got == [1]

@@ -124,10 +124,10 @@ class IngestSettings(_Section):
         description="Chunks per embedding call, across documents (a large file is split over several calls); progress is reported after each call and a document is written once all its chunks are embedded.",
     )
     workers: int = Field(
-        2,
+        1,
         ge=0,
         le=64,
-        description="Threads that read, parse, chunk and tokenise the next documents while the current chunks are embedded and written; 0 does it all in the calling thread. LLM transforms (`transforms.enabled`) always run in the calling thread.",
+        description="Threads that read, parse, chunk and tokenise the next documents while an embedding call runs (the model, or the endpoint, computing); otherwise the ingesting thread does it. 0: always the ingesting thread. More than 1 pays only for loaders that release the GIL. With LLM transforms (`transforms.enabled`) it is 0.",
     )
 
 

@@ -13,6 +13,7 @@ by itself is lost; it is handed to ``on_error`` and leaves the queue.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,11 +50,14 @@ class EmbedBatcher(Generic[T]):
         *,
         on_error: Callable[[T, Exception], None],
         on_batch: Callable[[int, int], None] | None = None,
+        gate: threading.Event | None = None,
     ) -> None:
+        """``gate`` is open during each embedding call (``ingest.prefetch`` prepares the next documents then)."""
         self.embedder = embedder
         self.batch_chunks = max(1, batch_chunks)
         self.on_error = on_error
         self.on_batch = on_batch
+        self.gate = gate
         self._queue: deque[_Queued[T]] = deque()
         self._waiting = 0  # queued texts not embedded yet
         self._embedded = 0
@@ -129,7 +133,13 @@ class EmbedBatcher(Generic[T]):
     def _call(self, texts: Sequence[str]) -> np.ndarray:
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
-            vectors = self.embedder.embed_documents(list(texts))
+            if self.gate is not None:
+                self.gate.set()
+            try:
+                vectors = self.embedder.embed_documents(list(texts))
+            finally:
+                if self.gate is not None:
+                    self.gate.clear()
             sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         if vectors.shape[0] != len(texts):
             raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")

@@ -4,14 +4,16 @@ Unchanged files are skipped without writing anything; changed files are replaced
 document; ``sync`` drops documents whose files are gone. One bad file never stops the batch and never
 touches what is stored.
 
-Two things run side by side: ``ingest.workers`` threads prepare the next documents (``ingest.prepare``: read,
-parse, chunk, tokenise) while the calling thread embeds chunks in calls of ``ingest.batch_chunks``
-(``ingest.batching``) and writes each document, in order, as soon as all its chunks are embedded.
+The calling thread embeds chunks in calls of ``ingest.batch_chunks`` across documents (``ingest.batching``) and
+writes each document, in order, as soon as all its chunks are embedded. While it is inside an embedding call,
+``ingest.workers`` threads prepare the next documents (``ingest.prepare``: read, parse, chunk, tokenise); a
+document none of them has started is prepared by the calling thread (``ingest.prefetch`` says why).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -193,8 +195,9 @@ class Ingestor:
             self.settings.batch_chunks,
             on_error=partial(self._embed_failed, tally),
             on_batch=note,
+            gate=(gate := threading.Event()),
         )
-        for out in prefetch(items, prepare, workers=self.workers):
+        for out in prefetch(items, prepare, workers=self.workers, gate=gate):
             item = out.item
             shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
             if on_progress:
