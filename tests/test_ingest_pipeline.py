@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from helpers_kb import CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, write_corpus
 from zhiku.ingest.context import index_text
-from zhiku.ingest.prefetch import prefetch
+from zhiku.ingest.prefetch import Gate, prefetch
 
 SOURCES = ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")
 # A document of five one-sentence articles: five short chunks (cheap to embed for real).
@@ -195,9 +196,20 @@ def test_prefetch_helpers_start_items_only_while_the_gate_is_open() -> None:
         where.append((n, threading.current_thread().name))
         return n
 
-    closed = threading.Event()
-    assert [o.value for o in prefetch(range(5), record, workers=2, gate=closed)] == [0, 1, 2, 3, 4]
+    assert [o.value for o in prefetch(range(5), record, workers=2, gate=Gate())] == [0, 1, 2, 3, 4]
     assert where == [(n, threading.current_thread().name) for n in range(5)]  # the caller prepared every item
+
+    gate = Gate(grace_s=0.0)
+    where.clear()
+    items = prefetch(range(3), record, workers=1, ahead=3, gate=gate)
+    assert next(items).value == 0  # the gate is shut: the caller prepares it
+    with gate:  # the caller is in a long call: the helper prepares the rest
+        for _ in range(1000):  # wait (up to 10 s) for the helper
+            if len(where) == 3:
+                break
+            time.sleep(0.01)
+    assert [o.value for o in items] == [1, 2]
+    assert [name for _, name in where] == [threading.current_thread().name, "zhiku-prepare-0", "zhiku-prepare-0"]
 
     def broken() -> Iterator[int]:
         yield 1

@@ -13,9 +13,9 @@ by itself is lost; it is handed to ``on_error`` and leaves the queue.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import EmbeddingError
+from zhiku.ingest.prefetch import Gate
 from zhiku.observability.tracing import span
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ class EmbedBatcher(Generic[T]):
         *,
         on_error: Callable[[T, Exception], None],
         on_batch: Callable[[int, int], None] | None = None,
-        gate: threading.Event | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """``gate`` is open during each embedding call (``ingest.prefetch`` prepares the next documents then)."""
         self.embedder = embedder
@@ -133,13 +134,8 @@ class EmbedBatcher(Generic[T]):
     def _call(self, texts: Sequence[str]) -> np.ndarray:
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
-            if self.gate is not None:
-                self.gate.set()
-            try:
+            with self.gate or nullcontext():
                 vectors = self.embedder.embed_documents(list(texts))
-            finally:
-                if self.gate is not None:
-                    self.gate.clear()
             sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         if vectors.shape[0] != len(texts):
             raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")

@@ -13,7 +13,6 @@ document none of them has started is prepared by the calling thread (``ingest.pr
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from zhiku.ingest.guard import MIB, printable
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.ingest.prefetch import prefetch
+from zhiku.ingest.prefetch import Gate, prefetch
 from zhiku.ingest.prepare import STOP_CODES, Loaded, Prepared, Preparer, doc_id_for, sha256_bytes
 from zhiku.ingest.progress import chunk_note
 from zhiku.ingest.transforms.stage import TransformStage
@@ -195,7 +194,7 @@ class Ingestor:
             self.settings.batch_chunks,
             on_error=partial(self._embed_failed, tally),
             on_batch=note,
-            gate=(gate := threading.Event()),
+            gate=(gate := Gate()),
         )
         for out in prefetch(items, prepare, workers=self.workers, gate=gate):
             item = out.item

@@ -6,17 +6,20 @@ stops the batch. At most ``ahead`` items are taken from ``items`` before the cal
 bounded however large the batch. Work runs in a copy of the caller's context, so its trace spans land in the
 caller's ingestion trace.
 
-``gate``: helper threads start an item only while the gate is open (the pipeline opens it during each embedding
-call, when the caller's thread waits in the model, the HTTP client or SQLite without the GIL). When the caller
-needs an item no helper has started, it prepares the item itself. Preparing is Python that holds the GIL, so a
-helper running it while the caller also runs Python (writing to the store, reading cached vectors) only makes both
-wait on the GIL: measured 10–25 % slower with cached vectors (bench/RESULTS.md, issue 13 — ingest pipeline).
+``gate``: helper threads start an item only once the gate has been open for ``Gate.grace_s`` (the pipeline opens
+it during each embedding call, when the caller's thread waits in the model or the HTTP client without the GIL;
+a call answered from the embedding cache is over before the grace ends). When the caller needs an item no helper
+has started, it prepares the item itself. Preparing is mostly Python, which holds the GIL, so a helper running it
+while the caller also runs Python (writing to the store, reading cached vectors) makes both wait on the GIL
+(bench/RESULTS.md, issue 13 — ingest pipeline).
 """
 
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,6 +37,36 @@ class Outcome(Generic[T, R]):
     item: T
     value: R | None
     error: Exception | None = None
+
+
+class Gate:
+    """Open while the caller waits in a long call; helpers pass once it has been open for ``grace_s``."""
+
+    def __init__(self, grace_s: float = 0.02) -> None:
+        self.grace_s = grace_s
+        self._open = threading.Event()
+        self._since = 0.0
+
+    def __enter__(self) -> Gate:
+        self._since = time.monotonic()
+        self._open.set()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._open.clear()
+
+    def always(self) -> None:
+        """Open for good, with no grace (a prefetch without a gate; or to release the helpers when it ends)."""
+        self._since = -math.inf
+        self._open.set()
+
+    def wait(self) -> None:
+        while True:
+            self._open.wait()
+            left = self._since + self.grace_s - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(left)  # then look again: the call may be over
 
 
 def _call(fn: Callable[[T], R], item: T) -> Outcome[T, R]:
@@ -55,7 +88,7 @@ class _Slot(Generic[T, R]):
 class _Ahead(Generic[T, R]):
     """The slots between what the caller has taken and ``ahead`` items further, and the helper threads."""
 
-    def __init__(self, items: Iterable[T], fn: Callable[[T], R], ahead: int, gate: threading.Event) -> None:
+    def __init__(self, items: Iterable[T], fn: Callable[[T], R], ahead: int, gate: Gate) -> None:
         self.source = iter(items)
         self.fn = fn
         self.ahead = ahead
@@ -123,7 +156,7 @@ class _Ahead(Generic[T, R]):
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        self.gate.set()  # wake the helpers waiting for it, so they see ``closed``
+        self.gate.always()  # wake the helpers waiting for it, so they see ``closed``
 
 
 def prefetch(
@@ -132,7 +165,7 @@ def prefetch(
     *,
     workers: int,
     ahead: int = 0,
-    gate: threading.Event | None = None,
+    gate: Gate | None = None,
 ) -> Iterator[Outcome[T, R]]:
     """``fn(item)`` for every item, in order, with ``workers`` helper threads computing up to ``ahead`` items
     (default ``4 × workers``) before the caller takes them, while ``gate`` is open (no gate: always);
@@ -142,8 +175,8 @@ def prefetch(
         yield from (_call(fn, item) for item in items)
         return
     if gate is None:
-        gate = threading.Event()
-        gate.set()
+        gate = Gate()
+        gate.always()
     state: _Ahead[T, R] = _Ahead(items, fn, max(ahead or 4 * workers, 1), gate)
     threads = [threading.Thread(target=state.helper, name=f"zhiku-prepare-{i}", daemon=True) for i in range(workers)]
     for t in threads:
