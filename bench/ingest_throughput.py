@@ -15,6 +15,8 @@ same texts, a stage breakdown, and the same runs on another checkout ("before") 
   in 2 processes (``--prepare-pool``): whether a process pool would pay.
 - bundled: the smallest files whose chunks reach ``--bundled-chunks``, no cache: the embedder alone on their index
   texts (before and after the ingests, averaged), then a full ingest of the files by each checkout.
+- embed_by_size: the bundled embedder alone on ``--embed-texts`` texts of exactly N characters for each N of
+  ``--embed-sizes`` (cut from the corpus, whitespace removed): its throughput per chunk size.
 """
 
 from __future__ import annotations
@@ -280,6 +282,8 @@ def main() -> None:
     ap.add_argument("--before", type=Path, help="the src folder of the checkout to compare with")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bundled-chunks", type=int, default=60, help="chunks for the bundled-embedder runs (0: skip)")
+    ap.add_argument("--embed-sizes", type=int, nargs="*", default=[150, 300, 600], help="chunk sizes (characters)")
+    ap.add_argument("--embed-texts", type=int, default=16, help="texts per chunk size for --embed-sizes")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-ingest-bench"))
     ap.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = ap.parse_args()
@@ -311,6 +315,11 @@ def summary(res: dict[str, Any]) -> str:
     if "bundled" in res:
         alone = res["bundled"]["embedder_alone"]
         lines.append(f"| embedder alone | {alone['chunks']} | {alone['seconds']} | | | |")
+    lines += ["", "| chunk size (chars) | texts | s | chunks/s | chars/s |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        f"| {n} | {r['chunks']} | {r['seconds']} | {r['chunks_per_s']} | {r['chars_per_s']} |"
+        for n, r in res.get("embed_by_size", {}).items()
+    ]
     lines += ["", "| stage alone | s | chunks/s |", "| --- | --- | --- |"]
     lines += [f"| {k} | {v['s']} | {v['chunks_per_s']} |" for k, v in res["stages"].items() if isinstance(v, dict)]
     return "\n".join(lines)
@@ -346,10 +355,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     res["stages"] = run_child(SRC, "stages", str(corpus), str(work / "idx-stages"), str(work / "cache"))
     if args.bundled_chunks:
         res["bundled"] = bundled_runs(args, work, checkouts)
+    res["embed_by_size"] = {n: embed_by_size(args.corpus, work, n, args.embed_texts) for n in args.embed_sizes}
     res["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.out:
         args.out.write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
     return res
+
+
+def embed_by_size(corpus: Path, work: Path, size: int, count: int) -> dict[str, Any]:
+    """The bundled embedder alone on ``count`` texts of exactly ``size`` characters cut from the corpus."""
+    text = "".join("".join(f.read_text(encoding="utf-8").split()) for f in sorted(corpus.glob("*.md")))
+    step = max(size, (len(text) - size) // count)
+    texts = [text[i : i + size] for i in range(0, step * count, step)]
+    path = work / f"texts_{size}.json"
+    path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    r = run_child(SRC, "embed", str(path))
+    return {**r, "chars_per_s": round(r["chunks_per_s"] * size)}
 
 
 def bundled_runs(args: argparse.Namespace, work: Path, checkouts: dict[str, Path]) -> dict[str, Any]:
