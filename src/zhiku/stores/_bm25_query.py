@@ -6,7 +6,7 @@ terms alone is a lower bound θ of the final k-th score; a long term adds at mos
 term-frequency part at its highest tf in its shortest row), so the long terms whose bounds sum below θ cannot
 lift a row that has none of the other terms into the top k, and the rows whose partial score plus that sum stay
 below θ cannot get there either. The few rows left are then scored exactly, term by term in query order (the
-same floating-point sums as scoring every row), the skipped terms looked up by binary search in their postings.
+same floating-point sums as scoring every row), reading the skipped terms' postings only to find those rows.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ IDF_FLOOR = 1e-6
 LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LONG_MIN) has a long postings list
 LONG_MIN = 4096
 _MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
+SLACK_SHARE = 0.75  # skipped terms may add at most this share of θ: the rows left to score exactly stay few
 
 
 @dataclass(frozen=True)
@@ -47,20 +48,6 @@ class QueryTerm:
             keep = live[rows]
             rows, tfs = rows[keep], tfs[keep]
         return rows, tfs.astype(np.float64)
-
-    def tfs_of(self, cand: np.ndarray) -> np.ndarray:
-        """The term's tf in each of the rows ``cand`` (sorted int64), 0 where absent."""
-        out = np.zeros(cand.size, np.float64)
-        keys = cand.astype(np.uint32)
-        for rows, tfs in self.parts:
-            if rows.size == 0:
-                continue
-            pos = np.searchsorted(rows, keys)
-            inside = pos < rows.size
-            hit = np.zeros(cand.size, bool)
-            hit[inside] = rows[pos[inside]] == keys[inside]
-            out[hit] = tfs[pos[hit]]
-        return out
 
 
 def weights(idf: float, tfs: np.ndarray, norm: np.ndarray) -> np.ndarray:
@@ -93,7 +80,7 @@ def score(
     bounds = sorted(((_bound(t, n, avgdl), i) for i, t in enumerate(long)), key=lambda b: b[0])
     slack, skipped = 0.0, set()
     for bound, i in bounds:
-        if slack + bound >= theta * (1 - _MARGIN):
+        if slack + bound >= theta * SLACK_SHARE:
             break
         slack += bound
         skipped.add(i)
@@ -101,10 +88,16 @@ def score(
         return _every_row(terms, n, norm, live, mask, top_k)
     partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
+    slot = np.full(norm.size, -1, np.int32)
+    slot[cand] = np.arange(cand.size, dtype=np.int32)
     exact = np.zeros(cand.size, np.float64)
-    for t in terms:  # query order: the same sums as _every_row
-        tfs = t.tfs_of(cand)
-        exact += np.where(tfs > 0, weights(t.idf(n), tfs, norm[cand]), 0.0)
+    for t in terms:  # query order: the same sums as _every_row, for the candidates only
+        idf = t.idf(n)
+        for rows, tfs in t.parts:  # a row is in one part: one addition per term
+            at = slot[rows]
+            hit = at >= 0
+            if hit.any():
+                exact[at[hit]] += weights(idf, tfs[hit].astype(np.float64), norm[rows[hit]])
     return _best(cand, exact, top_k)
 
 
