@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.stores._bm25_query import K1, B, QueryTerm, score
+from zhiku.stores._bm25_query import K1, B, QueryTerm, dead_in, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._vectors import top_rowid
 
@@ -176,6 +176,7 @@ class BM25Snapshot:
     norm: np.ndarray  # float64 (top + 1,): K1 * (1 - B + B * doclen / avgdl)
     n_live: int
     avgdl: float
+    dead: np.ndarray  # int64, sorted: rowids 1…top that are not live
 
     @classmethod
     def of(
@@ -184,7 +185,8 @@ class BM25Snapshot:
         n_live = int(live.sum())
         avgdl = float(doclen[live].sum()) / n_live if n_live else 1.0
         norm = K1 * (1 - B + B * doclen / avgdl)  # the order of FTS5's operations, for identical floats
-        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl)
+        dead = np.flatnonzero(~live[1:]) + 1
+        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl, dead)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
@@ -214,10 +216,7 @@ class BM25Snapshot:
         """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it."""
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-        if self.n_live == self.top:
-            df = sum(r.size for r, *_ in found)
-        else:
-            df = sum(int(np.count_nonzero(self.live[r])) for r, *_ in found)
+        df = sum(r.size - dead_in(r, self.dead, self.live) for r, *_ in found)
         parts = tuple((r, t) for r, t, *_ in found)
         return QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
 

@@ -23,12 +23,14 @@ IDF_FLOOR = 1e-6
 LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LONG_MIN) has a long postings list
 LONG_MIN = 4096
 _MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
+_SEARCH_COST = 24  # a binary search costs about this many steps of a scan
 SLACK_SHARE = 0.75  # skipped terms may add at most this share of θ: the rows left to score exactly stay few
 
 
 @dataclass(frozen=True)
 class QueryTerm:
-    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending) and statistics."""
+    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending, segments in rowid
+    order) and statistics."""
 
     term: str
     parts: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -48,6 +50,42 @@ class QueryTerm:
             keep = live[rows]
             rows, tfs = rows[keep], tfs[keep]
         return rows, tfs.astype(np.float64)
+
+    def add_to(self, exact: np.ndarray, cand: np.ndarray, slot: np.ndarray, idf: float, norm: np.ndarray) -> None:
+        """Add the term's score to ``exact[i]`` for each candidate row ``cand[i]`` (sorted) containing it. Few
+        candidates against a long list are looked up by binary search (reading a few pages of the postings);
+        otherwise the postings are scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
+        for rows, tfs in self.parts:  # a row is in one part: one addition per term
+            if rows.size == 0:
+                continue
+            a, b = np.searchsorted(cand, (int(rows[0]), int(rows[-1]) + 1))
+            if a == b:
+                continue
+            if (b - a) * _SEARCH_COST < rows.size:
+                pos = np.searchsorted(rows, cand[a:b].astype(np.uint32))
+                hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
+                at, found = np.arange(a, b)[hit], pos[hit]
+            else:
+                at = slot[rows]
+                found = np.flatnonzero(at >= 0)
+                at = at[found]
+            if at.size:
+                exact[at] += weights(idf, tfs[found].astype(np.float64), norm[cand[at]])
+
+
+def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
+    """How many of ``rows`` (sorted) are not live (``dead``: the sorted rowids that are not; ``live`` by rowid):
+    by binary search when the dead rows in their range are few (reading a few pages of the postings), else by
+    scanning them."""
+    if rows.size == 0 or dead.size == 0:
+        return 0
+    a, b = np.searchsorted(dead, (int(rows[0]), int(rows[-1]) + 1))
+    if a == b:
+        return 0
+    if (b - a) * _SEARCH_COST < rows.size:
+        pos = np.searchsorted(rows, dead[a:b].astype(np.uint32))
+        return int(np.count_nonzero(rows[np.minimum(pos, rows.size - 1)] == dead[a:b]))
+    return int(rows.size - np.count_nonzero(live[rows]))
 
 
 def weights(idf: float, tfs: np.ndarray, norm: np.ndarray) -> np.ndarray:
@@ -92,12 +130,7 @@ def score(
     slot[cand] = np.arange(cand.size, dtype=np.int32)
     exact = np.zeros(cand.size, np.float64)
     for t in terms:  # query order: the same sums as _every_row, for the candidates only
-        idf = t.idf(n)
-        for rows, tfs in t.parts:  # a row is in one part: one addition per term
-            at = slot[rows]
-            hit = at >= 0
-            if hit.any():
-                exact[at[hit]] += weights(idf, tfs[hit].astype(np.float64), norm[rows[hit]])
+        t.add_to(exact, cand, slot, t.idf(n), norm)
     return _best(cand, exact, top_k)
 
 
