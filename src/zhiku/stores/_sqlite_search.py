@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
+from zhiku.numeric import l2_normalise
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import VectorSnapshot, match_sources
@@ -83,22 +84,50 @@ class SQLiteSearch(SQLiteReads):
         )
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if not np.isfinite(query).all():
-            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+        query = self._query_vector(vector)
         with self._read() as conn:
             snap = self._snapshot(conn)
-            if snap.dim and query.size != snap.dim:
-                raise IndexMismatch(
-                    f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
-                    "rebuild with `zhiku ingest PATH --force` into a new --index"
-                )
+            self._check_dim(snap, query)
             mask = self._filter_mask(conn, snap.top, filters)
             rowids, scores = snap.search(query, int(top_k), mask)  # no lock held: other searches run meanwhile
             if rowids.size == 0:
                 return []
             found = self._chunk_ids(conn, rowids)
         return _ranked(rowids, scores, found, int(top_k))
+
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        ids = list(dict.fromkeys(chunk_ids))
+        query = self._query_vector(vector)
+        if not ids:
+            return {}
+        with self._read() as conn:
+            snap = self._snapshot(conn)
+            self._check_dim(snap, query)
+            rows = conn.execute(
+                "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            ).fetchall()
+        rows = [(r, c) for r, c in rows if r <= snap.top and snap.live[r - 1]]
+        if not rows:
+            return {}
+        unit = l2_normalise(query.reshape(1, -1))[0]
+        scores = np.einsum("ij,j->i", snap.matrix[np.array([r for r, _ in rows]) - 1], unit)
+        return {c: float(s) for (_, c), s in zip(rows, scores, strict=True)}
+
+    @staticmethod
+    def _query_vector(vector: np.ndarray) -> np.ndarray:
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if not np.isfinite(query).all():
+            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+        return query
+
+    @staticmethod
+    def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
+        if snap.dim and query.size != snap.dim:
+            raise IndexMismatch(
+                f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
+                "rebuild with `zhiku ingest PATH --force` into a new --index"
+            )
 
     def warm(self) -> None:
         """Map the vectors now (and ask the OS to read them ahead) and load the BM25 segments, so the first search
