@@ -217,9 +217,10 @@ def read(path: Path, index_id: str) -> Segment | None:
         for dtype, count in _layout(header):
             size = np.dtype(dtype).itemsize * count
             mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
-            if mapped is not None and hasattr(mmap, "MADV_RANDOM"):  # no read-ahead around a binary search's pages
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    mapped._mmap.madvise(mmap.MADV_RANDOM)
+            region = getattr(mapped, "_mmap", None)
+            if isinstance(region, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):  # no read-ahead: a binary search
+                with contextlib.suppress(OSError, ValueError):  # maps the pages it reads, not their neighbours
+                    region.madvise(mmap.MADV_RANDOM)
             arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
             start += size + _pad(size)
         with open(path, "rb") as f:
