@@ -285,3 +285,18 @@ def test_skipping_long_postings_returns_exactly_what_scoring_every_row_does(monk
     assert run() == every  # the same rows, the same floats
     assert len(calls) < len(queries) // 2  # most queries took the skipping path
     assert all(len(r) >= 5 for r in every)
+
+
+def test_warm_loads_the_bm25_segments(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        WAGE.write(store)
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store._bm25 is None
+        store.warm()  # what the MCP server does at start
+        snap = store._bm25
+        assert snap is not None and snap.top == 3 and snap.n_live == 3
+        assert [s.path.name if s.path else None for s in snap.segments] == ["seg-1-2.bin", None]  # row 3: table
+        assert ids(store.bm25_search(["工资"], 5)) == WAGE.ids
+        assert store._bm25 is snap
