@@ -212,6 +212,18 @@ class BM25Snapshot:
         doclen = np.concatenate([self.doclen, *(s.doclen.astype(np.float64) for s in new)])
         return BM25Snapshot.of(version, top, settle([*self.segments, *new]), live, doclen)
 
+    def prefetch(self) -> None:
+        """Ask the OS to read the segment files into the page cache (a hint; returns at once). They are mapped
+        for random access (no read-ahead at each page a query reads): this is their read-ahead, done once."""
+        for seg in self.segments:
+            if seg.path is not None and hasattr(os, "posix_fadvise"):
+                with contextlib.suppress(OSError):
+                    fd = os.open(seg.path, os.O_RDONLY)
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                    finally:
+                        os.close(fd)
+
     def term(self, term: str) -> QueryTerm:
         """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it."""
         key = query_key(term)

@@ -130,13 +130,13 @@ class SQLiteSearch(SQLiteReads):
             )
 
     def warm(self) -> None:
-        """Map the vectors now (and ask the OS to read them ahead) and load the BM25 segments, so the first search
-        is not the slow one.
+        """Map the vectors and load the BM25 segments now (and ask the OS to read both ahead), so the first
+        search is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
                 self._snapshot(conn).prefetch()
-                self._bm25_snapshot(conn)
+                self._bm25_snapshot(conn).prefetch()
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
