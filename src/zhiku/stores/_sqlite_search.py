@@ -15,7 +15,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import VectorSnapshot, match_sources
+from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
 
 log = logging.getLogger(__name__)
@@ -157,19 +157,29 @@ class SQLiteSearch(SQLiteReads):
         if snap is not None and snap.version == version_of(conn):
             return snap
         with self._vec_lock:
-            conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
             try:
-                snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
-                if snap is None or snap.dim != dim or snap.version > version:
-                    snap = VectorSnapshot.load(conn, self.index_dir, dim, version)
-                elif snap.version != version:
-                    snap = snap.refreshed(conn, version)
-                conn.execute("COMMIT")
-            except ValueError as e:
-                raise StoreError(
-                    f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
-                ) from None
+                snap = self._snapshot_in(conn, retried=False)
+            except FileMoved:  # a compaction replaced the file as this transaction began: the next one sees it
+                snap = self._snapshot_in(conn, retried=True)
             self._snap = snap
+        return snap
+
+    def _snapshot_in(self, conn: sqlite3.Connection, *, retried: bool) -> VectorSnapshot:
+        conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
+        try:
+            snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
+            if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
+                snap = VectorSnapshot.load(conn, self.index_dir, dim, version, retried=retried)
+            elif snap.version != version:
+                snap = snap.refreshed(conn, self.index_dir, version)
+            conn.execute("COMMIT")
+        except ValueError as e:
+            raise StoreError(
+                f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
+            ) from None
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         return snap
 
     def _filter_mask(self, conn: sqlite3.Connection, snap: VectorSnapshot, filters: Filters) -> np.ndarray | None:
@@ -187,7 +197,4 @@ class SQLiteSearch(SQLiteReads):
             params.append(json.dumps(sources))
         if not params:
             return None
-        mask = np.zeros(snap.top, bool)
-        rows = np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64)
-        mask[rows[rows <= snap.top] - 1] = True
-        return mask
+        return snap.mask_of(np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64))

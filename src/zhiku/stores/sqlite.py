@@ -21,6 +21,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
@@ -34,20 +35,14 @@ from zhiku.stores._sqlite_schema import (
     term_counts,
 )
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
-from zhiku.stores._vectors import (
-    VectorSnapshot,
-    file_matches,
-    rebuild_file,
-    top_rowid,
-    vector_path,
-    write_rows,
-)
+from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
+from zhiku.stores._vectors import VectorSnapshot
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
-_MANAGED_META = frozenset({"schema_version", "index_version"})
+_MANAGED_META = frozenset({"schema_version", "index_version", LAYOUT_KEY})
 
 
-class SQLiteStore(SQLiteSearch):
+class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     """The ``Store`` protocol over one SQLite file (``index_dir/zhiku.db``). Thread-safe: reads run concurrently
     on pooled connections, writes one at a time.
 
@@ -55,6 +50,8 @@ class SQLiteStore(SQLiteSearch):
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
+    A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
     def __init__(
@@ -64,9 +61,11 @@ class SQLiteStore(SQLiteSearch):
         read_only: bool = False,
         busy_timeout_s: float = 5.0,
         bm25_max_df: float = BM25_MAX_DF,
+        compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
     ) -> None:
         self.index_dir = Path(index_dir)
         self.bm25_max_df = bm25_max_df
+        self.compact_dead_fraction = compact_dead_fraction
         self._chunk_count = (-1, 0)  # (index version, chunks): the N of bm25_max_df
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
@@ -98,18 +97,6 @@ class SQLiteStore(SQLiteSearch):
         self.close()
 
     # --- connections and transactions ----------------------------------------------------------------
-    def _check_vector_file(self) -> None:
-        """Rebuild the vector file from the BLOBs when it is missing or damaged (an index from an older zhiku)."""
-        assert self._conn is not None
-        dim, top = stored_dim(self._conn), top_rowid(self._conn)
-        if not dim or not top or file_matches(self._conn, vector_path(self.index_dir, dim), dim, top):
-            return
-        with self._write() as conn:  # under the write lock: no other writer appends meanwhile
-            dim, top = stored_dim(conn), top_rowid(conn)
-            if dim and top and not file_matches(conn, vector_path(self.index_dir, dim), dim, top):
-                with suppress(ValueError):  # BLOBs of another dim: dense search says so (StoreError)
-                    rebuild_file(conn, vector_path(self.index_dir, dim), dim)
-
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A pooled read connection (no lock shared with other readers)."""
@@ -161,6 +148,7 @@ class SQLiteStore(SQLiteSearch):
         conn.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        note_dead(conn, stored_dim(conn), rowids.size)
         conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
         return rowids
 
@@ -215,10 +203,11 @@ class SQLiteStore(SQLiteSearch):
                 )
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
-                    self._write_vectors(dim, base, unit)  # before COMMIT, past every committed rowid
+                    self._write_vectors(conn, dim, base, unit)  # before COMMIT, past every committed rowid
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
+            self._maybe_compact()
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
@@ -229,6 +218,7 @@ class SQLiteStore(SQLiteSearch):
                 removed = self._delete_rows(conn, doc_id, old_version + 1)
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             self._after_commit(old_version, None, np.empty(0, np.int64), removed)
+            self._maybe_compact()
         return True
 
     def record_ingestion(self, record: IngestionRecord) -> None:
@@ -237,10 +227,11 @@ class SQLiteStore(SQLiteSearch):
                 f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record)
             )
 
-    def _write_vectors(self, dim: int, first_rowid: int, unit: np.ndarray) -> None:
-        path = vector_path(self.index_dir, dim)
+    def _write_vectors(self, conn: sqlite3.Connection, dim: int, first_rowid: int, unit: np.ndarray) -> None:
+        layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
+        path = layout.path(self.index_dir)
         try:
-            write_rows(path, first_rowid, unit)
+            write_rows(path, layout.first_row(first_rowid), unit)
         except OSError as e:
             raise StoreError(f"cannot write vectors to {path}: {e.strerror}; free disk space or fix permissions") from e
 
@@ -250,7 +241,7 @@ class SQLiteStore(SQLiteSearch):
             snap = self._snap
             if snap is None or snap.version != old_version or snap.path is None:
                 return
-            if dim is not None and dim != snap.dim:
+            if dim is not None and dim != snap.dim or added.size and int(added[0]) <= snap.layout.base:
                 self._snap = None
                 return
             top = max(snap.top, int(added.max()) if added.size else 0)
@@ -282,4 +273,4 @@ class SQLiteStore(SQLiteSearch):
             self._snap = None
 
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "fts_query"]
+__all__ = ["DB_NAME", "CompactionReport", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "fts_query"]

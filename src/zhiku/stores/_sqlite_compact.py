@@ -1,0 +1,166 @@
+"""Compaction of the SQLite store's vector file: the rows of deleted chunks are reclaimed by writing the live rows
+into the next generation's file and pointing ``meta.vector_layout`` at it in one transaction (``_vector_files``).
+
+Crash safety: the new files are written and synced before the transaction that records them commits, and the
+old ones are deleted only after it; a ``kill -9`` at any moment leaves the old generation (the commit did not
+happen) or the new one (it did), and the files of the other are deleted at the next compaction or writable open.
+Readers keep the snapshot they have (its file stays mapped after it is deleted); another process sees the new
+``index_version`` and maps the new file.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zhiku.errors import IndexLocked, StoreError
+from zhiku.stores._sqlite_read import stored_dim, version_of
+from zhiku.stores._vector_files import (
+    Layout,
+    load_ids,
+    read_layout,
+    remove_files,
+    remove_stale_files,
+    save_layout,
+    top_rowid,
+    vector_files,
+    write_generation,
+)
+from zhiku.stores._vectors import VectorSnapshot, file_matches
+
+log = logging.getLogger(__name__)
+
+COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead compacts it (bench/RESULTS.md, Issue 13)
+COMPACT_MIN_DEAD = 1000  # ... and at least this many: below it the waste is a few MB
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What ``compact`` did: rows in the vector file before and after, bytes freed, and how long it took."""
+
+    compacted: bool
+    rows_before: int
+    rows_after: int
+    bytes_freed: int
+    files_removed: int
+    seconds: float
+
+
+class SQLiteCompaction:
+    """``compact`` and the vector-file checks at open; the store provides the connections and attributes."""
+
+    index_dir: Path
+    compact_dead_fraction: float
+    _lock: threading.RLock
+    _vec_lock: threading.Lock
+    _snap: VectorSnapshot | None
+    _conn: sqlite3.Connection | None
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def compact(self, *, min_dead_fraction: float = 0.0) -> CompactionReport:
+        """Reclaim the vector-file rows of deleted chunks when more than ``min_dead_fraction`` of the rows are
+        dead (0: whenever any is), and delete vector files of older generations and other dims. A file that is
+        missing or does not match the stored vectors is rewritten from them. Safe against ``kill -9``."""
+        t0 = time.perf_counter()
+        with self._lock:
+            with self._write() as conn:
+                done = self._compact_in(conn, min_dead_fraction)
+                keep = done[1] if done is not None else _layout(conn)
+                # under the write lock, so no other writer's uncommitted generation is among them
+                removed = remove_stale_files(self.index_dir, keep, done[0] if done is not None else None)
+            if done is not None:  # committed: the old generation is no one's now
+                removed += remove_files(self.index_dir, done[0])
+        if done is None:
+            return CompactionReport(False, 0, 0, 0, len(removed), time.perf_counter() - t0)
+        old, new, snap = done
+        with self._vec_lock:
+            self._snap = snap
+        rows_before, rows_after = old.rows(new.base), new.count
+        freed = (rows_before - rows_after) * new.dim * 4
+        return CompactionReport(True, rows_before, rows_after, freed, len(removed), time.perf_counter() - t0)
+
+    def _compact_in(
+        self, conn: sqlite3.Connection, min_dead_fraction: float
+    ) -> tuple[Layout, Layout, VectorSnapshot] | None:
+        """Inside the write transaction: the new generation, or None when there is nothing to reclaim."""
+        dim = stored_dim(conn)
+        top = top_rowid(conn)
+        if not dim or not top:
+            return None
+        old = read_layout(conn, dim)
+        try:
+            ids = load_ids(self.index_dir, old)
+            intact = file_matches(conn, self.index_dir, old, ids, top)
+        except (OSError, ValueError):
+            ids, intact = np.empty(0, np.int64), False
+        rows = old.rows(top)
+        if intact and (old.dead == 0 or old.dead <= min_dead_fraction * rows):
+            return None
+        source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(rows, dim)) if intact and rows else None
+        try:
+            new = write_generation(conn, self.index_dir, old, source, ids)
+        except OSError as e:
+            remove_files(self.index_dir, Layout(old.dim, gen=old.gen + 1))
+            raise StoreError(
+                f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"
+            ) from e
+        save_layout(conn, new)
+        version = version_of(conn) + 1
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(version),))
+        new_ids = load_ids(self.index_dir, new)
+        path = new.path(self.index_dir)
+        matrix = np.memmap(path, "<f4", "r", shape=(new.count, dim)) if new.count else np.empty((0, dim), np.float32)
+        live = np.ones(new.count, bool)
+        snap = VectorSnapshot(dim, version, new.base, matrix, live, new.count, path, new, new_ids)
+        return old, new, snap
+
+    def _maybe_compact(self) -> None:
+        """After a write: compact when the file's dead rows passed ``compact_dead_fraction`` (and 1,000)."""
+        if self._conn is None or self.compact_dead_fraction >= 1:
+            return
+        dim = stored_dim(self._conn)
+        if not dim:
+            return
+        layout = read_layout(self._conn, dim)
+        if layout.dead < COMPACT_MIN_DEAD or layout.dead <= self.compact_dead_fraction * layout.rows(
+            top_rowid(self._conn)
+        ):
+            return
+        report = self.compact(min_dead_fraction=self.compact_dead_fraction)
+        log.info("compacted the vectors of %s: %s", self.index_dir, report)
+
+    def _check_vector_file(self) -> None:
+        """At a writable open: rewrite a missing or damaged vector file from the BLOBs (e.g. an index from an
+        older zhiku), and delete files a forced rebuild or a killed compaction left behind."""
+        assert self._conn is not None
+        layout = _layout(self._conn)
+        if not self._file_intact(self._conn, layout):
+            self.compact(min_dead_fraction=1.0)
+            return
+        kept = () if layout is None else layout.files(self.index_dir)
+        if any(p not in kept for p in vector_files(self.index_dir)):
+            with suppress(IndexLocked):  # another writer is busy (maybe compacting): the next open cleans up
+                self.compact(min_dead_fraction=1.0)
+
+    def _file_intact(self, conn: sqlite3.Connection, layout: Layout | None) -> bool:
+        top = top_rowid(conn)
+        if layout is None or not top:
+            return True
+        with suppress(OSError, ValueError):
+            return file_matches(conn, self.index_dir, layout, load_ids(self.index_dir, layout), top)
+        return False
+
+
+def _layout(conn: sqlite3.Connection) -> Layout | None:
+    """The current layout, None when the index holds no vectors (no dim)."""
+    dim = stored_dim(conn)
+    return read_layout(conn, dim) if dim else None

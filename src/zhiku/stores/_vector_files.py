@@ -1,0 +1,229 @@
+"""Where each chunk's vector lives in the vector files beside ``zhiku.db``, and writing those files.
+
+A **layout** (``meta.vector_layout``; absent on an index never compacted) says which file holds the vectors
+and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<dim>.f32`` for ``g = 0`` and
+``vectors.<dim>.g<g>.f32`` after a compaction. Its first ``count`` rows hold the chunks of rowids ``ids``
+(ascending, all ``<= base``; listed in ``vectors.<dim>.g<g>.ids``, int64), and rowid ``r > base`` is at row
+``count + r - base - 1``. Generation 0 has ``base = count = 0``: row ``rowid - 1``, the layout of every index
+before compaction existed. Chunk rowids never change (FTS5 and every rowid-keyed structure stay as they are):
+compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from zhiku.numeric import l2_normalise
+
+LAYOUT_KEY = "vector_layout"
+_BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Rows of the vector file of generation ``gen`` (see the module docstring). ``dead``: rows of chunks
+    deleted since the file was written (kept up to date by every write; what compaction would reclaim)."""
+
+    dim: int
+    gen: int = 0
+    base: int = 0
+    count: int = 0
+    dead: int = 0
+
+    def path(self, index_dir: Path) -> Path:
+        return index_dir / (f"vectors.{self.dim}.f32" if self.gen == 0 else f"vectors.{self.dim}.g{self.gen}.f32")
+
+    def ids_path(self, index_dir: Path) -> Path:
+        return index_dir / f"vectors.{self.dim}.g{self.gen}.ids"
+
+    def files(self, index_dir: Path) -> tuple[Path, Path]:
+        return self.path(index_dir), self.ids_path(index_dir)
+
+    def rows(self, top: int) -> int:
+        """Rows in the file when ``top`` is the highest rowid given."""
+        return self.count + max(top - self.base, 0)
+
+    def first_row(self, first_rowid: int) -> int:
+        """The row of a new rowid (always past ``base``: rowids are never reused)."""
+        if first_rowid <= self.base:
+            raise ValueError(f"rowid {first_rowid} is not past the vector file's base {self.base}")
+        return self.count + first_rowid - self.base - 1
+
+    def to_meta(self) -> str:
+        return json.dumps({"dim": self.dim, "gen": self.gen, "base": self.base, "count": self.count, "dead": self.dead})
+
+
+def read_layout(conn: sqlite3.Connection, dim: int) -> Layout:
+    """The layout of ``dim``-dimensional vectors as readers see it: the recorded one, generation 0 on an index
+    never compacted, or (recorded for another dim) an empty next generation past every rowid given so far."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
+    if row is None:
+        return Layout(dim, dead=conn.execute("SELECT COUNT(*) FROM tombstones").fetchone()[0])
+    layout = Layout(**json.loads(row[0]))
+    return layout if layout.dim == dim else Layout(dim, gen=layout.gen + 1, base=top_rowid(conn))
+
+
+def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_rowid: int) -> Layout:
+    """The layout new rows from ``first_rowid`` on go into (inside the write transaction). Vectors of a new dim
+    (a forced rebuild with another embedder) start a new generation, so no row is left for the old ones."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
+    stored = Layout(**json.loads(row[0])) if row is not None else None
+    if stored is not None and stored.dim == dim:
+        return stored
+    if stored is None and (first_rowid == 1 or Layout(dim).path(index_dir).is_file()):
+        return read_layout(conn, dim)  # generation 0: a new index, or one never compacted
+    layout = Layout(dim, gen=(stored.gen if stored is not None else 0) + 1, base=first_rowid - 1)
+    save_layout(conn, layout)
+    return layout
+
+
+def save_layout(conn: sqlite3.Connection, layout: Layout) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (LAYOUT_KEY, layout.to_meta()))
+
+
+def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:
+    """Count ``rows`` deleted chunks into the layout (inside the write transaction that deletes them)."""
+    if rows and dim:
+        layout = read_layout(conn, dim)
+        save_layout(conn, replace(layout, dead=layout.dead + rows))
+
+
+def top_rowid(conn: sqlite3.Connection) -> int:
+    """The highest rowid ever given to a chunk (live or deleted)."""
+    row = conn.execute(
+        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
+    ).fetchone()
+    return int(row[0])
+
+
+def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
+    """The rowids of the layout's first ``count`` rows."""
+    if layout.count == 0:
+        return np.empty(0, np.int64)
+    ids = np.fromfile(layout.ids_path(index_dir), dtype="<i8")
+    if ids.size != layout.count:
+        raise ValueError(f"{layout.ids_path(index_dir)} lists {ids.size} rowids, not {layout.count}")
+    return ids
+
+
+def write_rows(path: Path, first_row: int, unit: np.ndarray) -> None:
+    """Write unit rows (float32, ``(k, dim)``) into the vector file from row ``first_row`` on."""
+    data = np.ascontiguousarray(unit, dtype="<f4").tobytes()
+    offset = first_row * unit.shape[1] * 4
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+    finally:
+        os.close(fd)
+
+
+def blob_rows(
+    conn: sqlite3.Connection, dim: int, where: str = "", *args: object, batch: int = 8192
+) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """``(rowids, unit rows)`` batches of stored vectors, decoded from the BLOBs, by rowid."""
+    cursor = conn.execute(f"SELECT rowid, vector FROM chunks {where} ORDER BY rowid", args)
+    while rows := cursor.fetchmany(batch):
+        ids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
+        matrix = np.frombuffer(b"".join(v for _, v in rows), "<f4").reshape(len(rows), dim)
+        yield ids, l2_normalise(matrix)
+
+
+def write_generation(
+    conn: sqlite3.Connection, index_dir: Path, old: Layout, source: np.ndarray | None, old_ids: np.ndarray
+) -> Layout:
+    """Write the live chunks' rows into a new generation's files (synced to disk) and return its layout; the
+    caller records it in the same write transaction. ``source``: the old file's rows (mapped), or None to decode
+    the BLOBs (a missing or damaged file). ``conn`` holds the write lock, so no rowid is added meanwhile."""
+    top = top_rowid(conn)
+    new = Layout(old.dim, gen=old.gen + 1, base=top)
+    path, ids_path = new.path(index_dir), new.ids_path(index_dir)
+    live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), dtype=np.int64)
+    with open(path, "wb") as out:
+        if source is None:
+            for _, rows in blob_rows(conn, old.dim):
+                out.write(np.ascontiguousarray(rows, "<f4").tobytes())
+        else:
+            for start in range(0, live.size, _BATCH):
+                rows = rows_of(old, old_ids, live[start : start + _BATCH])
+                out.write(np.ascontiguousarray(source[rows], "<f4").tobytes())
+        out.flush()
+        os.fsync(out.fileno())
+    with open(ids_path, "wb") as out:
+        out.write(live.astype("<i8").tobytes())
+        out.flush()
+        os.fsync(out.fileno())
+    _sync_dir(index_dir)
+    return replace(new, count=int(live.size))
+
+
+def rows_of(layout: Layout, ids: np.ndarray, rowids: np.ndarray) -> np.ndarray:
+    """File rows of ``rowids`` (-1 for a rowid the file does not hold: deleted before it was written)."""
+    rowids = np.asarray(rowids, dtype=np.int64)
+    rows = layout.count + rowids - layout.base - 1
+    old = rowids <= layout.base
+    if old.any():
+        at = np.searchsorted(ids, rowids[old])
+        found = at < ids.size
+        found[found] = ids[at[found]] == rowids[old][found]
+        rows[old] = np.where(found, at, -1)
+    return rows
+
+
+def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rowids held by file ``rows``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    head = rows < layout.count
+    out = rows - layout.count + layout.base + 1
+    out[head] = ids[rows[head]]
+    return out
+
+
+def vector_files(index_dir: Path) -> list[Path]:
+    """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers)."""
+    return [p for pattern in ("vectors.*.f32", "vectors.*.ids", "vectors.*.tmp") for p in index_dir.glob(pattern)]
+
+
+def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:
+    """Delete every vector file but ``keep``'s (older generations, other dims, leftovers of a killed compaction).
+    Only with the write lock held: an uncommitted generation is never another writer's then."""
+    kept = {p for layout in keep if layout is not None for p in layout.files(index_dir)}
+    return _unlink(p for p in vector_files(index_dir) if p not in kept)
+
+
+def remove_files(index_dir: Path, layout: Layout) -> list[Path]:
+    """Delete one generation's files (replaced by a committed compaction, or a failed one's)."""
+    return _unlink(p for p in layout.files(index_dir) if p.exists())
+
+
+def _unlink(paths: Iterable[Path]) -> list[Path]:
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:  # e.g. still mapped on a platform that forbids it: the next cleanup retries
+            continue
+        removed.append(path)
+    return removed
+
+
+def _sync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
