@@ -31,6 +31,12 @@ class StoreSettings(_Section):
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
+    compact_dead_fraction: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md).",
+    )
     uri: str = Field(
         "http://127.0.0.1:19530",
         min_length=1,

@@ -81,6 +81,7 @@ def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_
         return read_layout(conn, dim)  # generation 0: a new index, or one never compacted
     layout = Layout(dim, gen=(stored.gen if stored is not None else 0) + 1, base=first_rowid - 1)
     save_layout(conn, layout)
+    remove_stale_files(index_dir, layout)  # the old dim's files: under the write lock, no other writer's
     return layout
 
 
