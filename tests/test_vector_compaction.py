@@ -53,7 +53,7 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
 
         report = store.compact()
         assert report.compacted and (report.rows_before, report.rows_after, report.bytes_freed) == (5, 2, 3 * 3 * 4)
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.ids"]
+        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
         assert (index_dir / "vectors.3.g1.f32").stat().st_size == 2 * 3 * 4
         assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
@@ -83,23 +83,23 @@ def test_a_write_past_the_dead_fraction_compacts(index_dir: Path, monkeypatch: p
         WAGE.write(store)
         NOTE.write(store)
         LABOR_V2.write(store)  # 2 of 5 rows dead: 40 %
-        assert _files(index_dir) == ["vectors.3.f32"]
+        assert _files(index_dir) == ["vectors.3.f32", "vectors.3.i8"]
         store.delete_document("doc-wage")  # 3 of 5: 60 %
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.ids"]
+        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
         assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
     with SQLiteStore(index_dir, compact_dead_fraction=1) as never:
         never.delete_document("doc-note")  # 1 of 2 dead, but compaction is left to compact()
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.ids"]
+        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
 
 
 @pytest.mark.parametrize(
     ("step", "when", "after"),
     [
-        ("write_generation", "partial", ["vectors.3.f32"]),  # killed while writing the new files
-        ("write_generation", "after", ["vectors.3.f32"]),  # new files written, not recorded: the old ones stay
-        ("save_layout", "after", ["vectors.3.f32"]),  # recorded inside the transaction, not committed
-        ("remove_files", "before", ["vectors.3.g1.f32", "vectors.3.g1.ids"]),  # committed, old files still there
+        ("write_generation", "partial", ["vectors.3.f32", "vectors.3.i8"]),  # killed while writing the new files
+        ("write_generation", "after", ["vectors.3.f32", "vectors.3.i8"]),  # new files written, not recorded: the old ones stay
+        ("save_layout", "after", ["vectors.3.f32", "vectors.3.i8"]),  # recorded inside the transaction, not committed
+        ("remove_files", "before", ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]),  # committed, old files still there
     ],
 )
 def test_a_compaction_killed_at_any_step_leaves_a_usable_index(
@@ -133,7 +133,7 @@ SQLiteStore({str(index_dir)!r}, compact_dead_fraction=1).compact()
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
         WAGE.write(store)
         assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], NOTE.ids[0], LABOR_V2.ids[0]]
-        assert store.compact().compacted == (after == ["vectors.3.f32"])
+        assert store.compact().compacted == (after[0] == "vectors.3.f32")
         assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], NOTE.ids[0], LABOR_V2.ids[0]]
 
 
@@ -146,7 +146,7 @@ def test_a_forced_rebuild_with_another_dim_leaves_no_file_of_the_old_one(index_d
             store.delete_document(doc.doc_id)
         store.set_meta({"dim": ""})
         four.write(store)
-        assert _files(index_dir) == ["vectors.4.g1.f32"]  # rowid 4 at row 0: nothing kept for rowids 1-3
+        assert _files(index_dir) == ["vectors.4.g1.f32", "vectors.4.g1.i8"]  # rowid 4 at row 0: nothing kept for rowids 1-3
         assert (index_dir / "vectors.4.g1.f32").stat().st_size == 4 * 4
         assert ids(store.dense_search(np.array([0, 0, 0, 1.0], np.float32), 5)) == four.ids
     with SQLiteStore(index_dir, read_only=True) as reader:
@@ -162,7 +162,7 @@ def test_a_lost_generation_file_is_served_from_the_blobs_then_rewritten(index_di
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
         assert reader._snap is not None and reader._snap.path is None  # in memory, from the BLOBs
     with SQLiteStore(index_dir) as store:
-        assert _files(index_dir) == ["vectors.3.g2.f32", "vectors.3.g2.ids"]
+        assert _files(index_dir) == ["vectors.3.g2.f32", "vectors.3.g2.i8", "vectors.3.g2.ids"]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
 
 
@@ -178,7 +178,7 @@ def test_zhiku_compact_reports_what_it_freed_and_refuses_a_missing_index(index_d
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert (report["compacted"], report["rows_before"], report["rows_after"], report["bytes_freed"]) == (True, 5, 2, 36)
-    assert report["files_removed"] == 1 and _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.ids"]
+    assert report["files_removed"] == 2 and _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
     again = runner.invoke(app, ["compact", "--index", str(index_dir)])
     assert again.exit_code == 0 and again.stdout.startswith("nothing to compact in ")
     missing = runner.invoke(app, ["compact", "--index", str(tmp_path / "无")])

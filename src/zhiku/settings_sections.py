@@ -31,6 +31,10 @@ class StoreSettings(_Section):
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
+    dense_search: Literal["auto", "exact", "int8"] = Field(
+        "auto",
+        description="Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact` (bench/RESULTS.md, Issue 13).",
+    )
     compact_dead_fraction: float = Field(
         0.25,
         gt=0,

@@ -26,6 +26,7 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
             read_only=read_only,
             busy_timeout_s=settings.store.busy_timeout_s,
             compact_dead_fraction=settings.store.compact_dead_fraction,
+            dense_search=settings.store.dense_search,
         )
     if kind == "milvus":
         from zhiku.stores.milvus import MilvusStore

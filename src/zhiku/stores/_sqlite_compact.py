@@ -31,9 +31,10 @@ from zhiku.stores._vector_files import (
     save_layout,
     top_rowid,
     vector_files,
+    write_codes,
     write_generation,
 )
-from zhiku.stores._vectors import VectorSnapshot, file_matches
+from zhiku.stores._vectors import VectorSnapshot, file_matches, map_codes
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,27 @@ class SQLiteCompaction:
         if not self._file_intact(self._conn, layout):
             self.compact(min_dead_fraction=1.0)
             return
+        if layout is not None and not self._codes_intact(self._conn, layout):
+            with self._lock, self._write() as conn:  # an index written before the int8 codes existed
+                layout = _layout(conn)
+                if layout is not None and not self._codes_intact(conn, layout):
+                    rows = layout.rows(top_rowid(conn))
+                    write_codes(
+                        layout,
+                        self.index_dir,
+                        np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim)),
+                    )
         kept = () if layout is None else layout.files(self.index_dir)
         if any(p not in kept for p in vector_files(self.index_dir)):
             with suppress(IndexLocked):  # another writer is busy (maybe compacting): the next open cleans up
                 self.compact(min_dead_fraction=1.0)
+
+    def _codes_intact(self, conn: sqlite3.Connection, layout: Layout) -> bool:
+        rows = layout.rows(top_rowid(conn))
+        if rows == 0:
+            return True
+        matrix = np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim))
+        return map_codes(self.index_dir, layout, rows, matrix, rows - 1) is not None
 
     def _file_intact(self, conn: sqlite3.Connection, layout: Layout | None) -> bool:
         top = top_rowid(conn)

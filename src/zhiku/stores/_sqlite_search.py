@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 # chunks and in more than BM25_MIN_DF chunks is left out of the FTS5 query (the 2 rarest terms always stay).
 BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (FTS5 floors it at 1e-6): lossless on every dev set
 BM25_MIN_DF = 1000
+# store.dense_search "auto" screens by int8 codes from this many rows in the vector file (bench/RESULTS.md, Issue 13)
+SCREEN_FROM = 100_000
 
 
 def fts_query(terms: Sequence[str]) -> str:
@@ -43,6 +45,7 @@ class SQLiteSearch(SQLiteReads):
     index_dir: Path
     path: Path
     bm25_max_df: float
+    dense_mode: str  # "exact", "int8" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
     _chunk_count: tuple[int, int]
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
@@ -127,7 +130,8 @@ class SQLiteSearch(SQLiteReads):
                     "rebuild with `zhiku ingest PATH --force` into a new --index"
                 )
             mask = self._filter_mask(conn, snap, filters)
-            rowids, scores = snap.search(query, int(top_k), mask)  # no lock held: other searches run meanwhile
+            screen = self.dense_mode == "int8" or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+            rowids, scores = snap.search(query, int(top_k), mask, screen=screen)  # no lock: searches run side by side
             if rowids.size == 0:
                 return []
             found = dict(

@@ -43,8 +43,12 @@ class Layout:
     def ids_path(self, index_dir: Path) -> Path:
         return index_dir / f"vectors.{self.dim}.g{self.gen}.ids"
 
-    def files(self, index_dir: Path) -> tuple[Path, Path]:
-        return self.path(index_dir), self.ids_path(index_dir)
+    def codes_path(self, index_dir: Path) -> Path:
+        """The int8 codes of the same rows (``quantise``), which dense search screens before re-scoring."""
+        return self.path(index_dir).with_suffix(".i8")
+
+    def files(self, index_dir: Path) -> tuple[Path, Path, Path]:
+        return self.path(index_dir), self.ids_path(index_dir), self.codes_path(index_dir)
 
     def rows(self, top: int) -> int:
         """Rows in the file when ``top`` is the highest rowid given."""
@@ -114,10 +118,30 @@ def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
     return ids
 
 
-def write_rows(path: Path, first_row: int, unit: np.ndarray) -> None:
-    """Write unit rows (float32, ``(k, dim)``) into the vector file from row ``first_row`` on."""
-    data = np.ascontiguousarray(unit, dtype="<f4").tobytes()
-    offset = first_row * unit.shape[1] * 4
+def quantise(unit: np.ndarray) -> np.ndarray:
+    """int8 codes of unit vectors (every value in [-1, 1]): ``round(127 x)``. A dot product of two codes is exact
+    in int32 (and in float32: |sum| <= 127² × dim < 2²⁴ up to 1,040 dims), and ranks like the float product
+    within a small error that re-scoring the best candidates in float32 removes (bench/RESULTS.md, Issue 13)."""
+    return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
+
+
+def write_rows(layout: Layout, index_dir: Path, first_row: int, unit: np.ndarray) -> None:
+    """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on."""
+    _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, np.ascontiguousarray(unit, "<f4").tobytes())
+    _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], quantise(unit).tobytes())
+
+
+def write_codes(layout: Layout, index_dir: Path, matrix: np.ndarray) -> None:
+    """(Re)write the whole codes file from the mapped float32 rows (an index written before codes existed)."""
+    path = layout.codes_path(index_dir)
+    with open(path, "wb") as out:
+        for start in range(0, matrix.shape[0], _BATCH):
+            out.write(quantise(matrix[start : start + _BATCH]).tobytes())
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _pwrite(path: Path, offset: int, data: bytes) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         view = memoryview(data)
@@ -149,22 +173,31 @@ def write_generation(
     new = Layout(old.dim, gen=old.gen + 1, base=top)
     path, ids_path = new.path(index_dir), new.ids_path(index_dir)
     live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), dtype=np.int64)
-    with open(path, "wb") as out:
-        if source is None:
-            for _, rows in blob_rows(conn, old.dim):
-                out.write(np.ascontiguousarray(rows, "<f4").tobytes())
-        else:
-            for start in range(0, live.size, _BATCH):
-                rows = rows_of(old, old_ids, live[start : start + _BATCH])
-                out.write(np.ascontiguousarray(source[rows], "<f4").tobytes())
-        out.flush()
-        os.fsync(out.fileno())
+    with open(path, "wb") as out, open(new.codes_path(index_dir), "wb") as codes:
+        for rows in _live_rows(conn, old, source, old_ids, live):
+            out.write(np.ascontiguousarray(rows, "<f4").tobytes())
+            codes.write(quantise(rows).tobytes())
+        for f in (out, codes):
+            f.flush()
+            os.fsync(f.fileno())
     with open(ids_path, "wb") as out:
         out.write(live.astype("<i8").tobytes())
         out.flush()
         os.fsync(out.fileno())
     _sync_dir(index_dir)
     return replace(new, count=int(live.size))
+
+
+def _live_rows(
+    conn: sqlite3.Connection, old: Layout, source: np.ndarray | None, old_ids: np.ndarray, live: np.ndarray
+) -> Iterable[np.ndarray]:
+    """The live chunks' unit rows by rowid, in batches: from the old file, or decoded from the BLOBs."""
+    if source is None:
+        for _, rows in blob_rows(conn, old.dim):
+            yield rows
+        return
+    for start in range(0, live.size, _BATCH):
+        yield source[rows_of(old, old_ids, live[start : start + _BATCH])]
 
 
 def rows_of(layout: Layout, ids: np.ndarray, rowids: np.ndarray) -> np.ndarray:
@@ -191,7 +224,8 @@ def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def vector_files(index_dir: Path) -> list[Path]:
     """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers)."""
-    return [p for pattern in ("vectors.*.f32", "vectors.*.ids", "vectors.*.tmp") for p in index_dir.glob(pattern)]
+    patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.tmp")
+    return [p for pattern in patterns for p in index_dir.glob(pattern)]
 
 
 def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:

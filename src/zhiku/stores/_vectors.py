@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
+import importlib
 import mmap
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +32,7 @@ from zhiku.stores._vector_files import (
     Layout,
     blob_rows,
     load_ids,
+    quantise,
     read_layout,
     rowids_of,
     rows_of,
@@ -70,6 +74,8 @@ def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
 
 
 _NO_IDS = np.empty(0, np.int64)
+RESCORE = 4  # int8 screening re-scores the best RESCORE × k rows in float32 ...
+RESCORE_MIN = 100  # ... and at least this many (bench/RESULTS.md, Issue 13: recall of exact top k)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class VectorSnapshot:
     path: Path | None  # the mapped file; None when the rows are held in memory (generation 0 layout)
     layout: Layout = Layout(0)
     ids: np.ndarray = field(default_factory=lambda: _NO_IDS)  # rowids of the layout's first ``count`` rows
+    codes: np.ndarray | None = None  # (>= rows, dim) int8 codes of the rows (mapped), when the file is whole
 
     @property
     def rows(self) -> int:
@@ -118,7 +125,10 @@ class VectorSnapshot:
         if ids is not None and file_matches(conn, index_dir, layout, ids, top):
             live = np.zeros(layout.rows(top), bool)
             live[rows_of(layout, ids, live_ids)] = True
-            return cls(dim, version, top, _map(path, dim, live.size), live, live_ids.size, path, layout, ids)
+            matrix = _map(path, dim, live.size)
+            newest = int(rows_of(layout, ids, live_ids[-1:])[0])
+            codes = map_codes(index_dir, layout, live.size, matrix, newest)
+            return cls(dim, version, top, matrix, live, live_ids.size, path, layout, ids, codes)
         matrix = np.zeros((top, dim), np.float32)
         for rowids, rows in blob_rows(conn, dim):
             matrix[rowids - 1] = rows
@@ -147,14 +157,19 @@ class VectorSnapshot:
     ) -> VectorSnapshot:
         """A new snapshot with rowids ``added`` live and ``removed`` dead (``matrix`` None: remap the file)."""
         rows = self.layout.rows(top)
-        if matrix is None:
-            matrix = _map(self.path, self.dim, rows) if self.path is not None and rows > self.rows else self.matrix
+        codes = self.codes
+        if matrix is None and self.path is not None and rows > self.rows:
+            matrix = _map(self.path, self.dim, rows)
+            codes = map_codes(self.path.parent, self.layout, rows) if codes is not None else None
+        matrix = self.matrix if matrix is None else matrix
         live = np.zeros(rows, bool)
         live[: self.live.size] = self.live
         gone = rows_of(self.layout, self.ids, removed[removed <= top])
         live[gone[gone >= 0]] = False
         live[rows_of(self.layout, self.ids, added)] = True
-        return replace(self, version=version, top=top, matrix=matrix, live=live, live_count=int(live.sum()))
+        return replace(
+            self, version=version, top=top, matrix=matrix, live=live, live_count=int(live.sum()), codes=codes
+        )
 
     def mask_of(self, rowids: np.ndarray) -> np.ndarray:
         """A row mask allowing these rowids (those this snapshot holds)."""
@@ -170,20 +185,64 @@ class VectorSnapshot:
             with contextlib.suppress(OSError, ValueError):
                 mapped.madvise(mmap.MADV_WILLNEED)
 
-    def search(self, query: np.ndarray, top_k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered."""
+    def search(
+        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
+        ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
+        float32 (needs ``codes`` and numkong; else exact)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS threads,
-        # which made concurrent searches slower than one at a time (bench/concurrent_search.py, Issue 13)
-        scores = np.einsum("ij,j->i", self.matrix[: self.rows], l2_normalise(query.reshape(1, -1))[0])
-        scores[~allowed] = -np.inf
+        unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
+        if screen and self.codes is not None and (kernels := numkong()) is not None:
+            rows: np.ndarray | None = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
+            scores = np.einsum("ij,j->i", self.matrix[rows], unit)
+        else:
+            # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS
+            # threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py)
+            rows, scores = None, np.einsum("ij,j->i", self.matrix[: self.rows], unit)
+            scores[~allowed] = -np.inf
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         best = best[np.isfinite(scores[best])]
-        return rowids_of(self.layout, self.ids, best), scores[best]
+        return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
+
+    def _screened(self, kernels: Any, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
+        """The ``want`` allowed rows whose int8 codes score best against the query's, in file order."""
+        assert self.codes is not None
+        coarse = kernels.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
+        coarse = np.asarray(coarse)[0]
+        coarse[~allowed] = -np.inf
+        rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
+        return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+
+
+def map_codes(
+    index_dir: Path, layout: Layout, rows: int, matrix: np.ndarray | None = None, check_row: int = -1
+) -> np.ndarray | None:
+    """The layout's int8 codes mapped, or None when the file is short (an index from before codes existed) or,
+    given ``matrix``, row ``check_row``'s codes do not match its float32 row."""
+    path = layout.codes_path(index_dir)
+    try:
+        if rows == 0 or path.stat().st_size < rows * layout.dim:
+            return None
+    except OSError:
+        return None
+    codes = np.memmap(path, dtype=np.int8, mode="r", shape=(rows, layout.dim))
+    if matrix is not None and check_row >= 0 and not np.array_equal(codes[check_row], quantise(matrix[check_row])):
+        return None
+    return codes
+
+
+@functools.cache
+def numkong() -> Any:
+    """The numkong module (SIMD int8 dot products), or None when it is not installed."""
+    try:
+        return importlib.import_module("numkong")
+    except ImportError:
+        return None
 
 
 def _map(path: Path, dim: int, rows: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
@@ -36,7 +36,7 @@ from zhiku.stores._sqlite_schema import (
 )
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
-from zhiku.stores._vectors import VectorSnapshot
+from zhiku.stores._vectors import VectorSnapshot, numkong
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
 _MANAGED_META = frozenset({"schema_version", "index_version", LAYOUT_KEY})
@@ -50,7 +50,9 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
-    A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code and scores
+    the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
+    numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
     1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
@@ -62,7 +64,16 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         busy_timeout_s: float = 5.0,
         bm25_max_df: float = BM25_MAX_DF,
         compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
+        dense_search: str = "auto",
     ) -> None:
+        if dense_search not in ("auto", "exact", "int8"):
+            raise InvalidInput(f"dense_search must be auto, exact or int8, got {dense_search!r}")
+        if dense_search == "int8" and numkong() is None:
+            raise ConfigError(
+                "store.dense_search is int8 but numkong (its SIMD kernels) is not installed: "
+                "pip install 'zhiku[scale]', or set store.dense_search to auto"
+            )
+        self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
         self.bm25_max_df = bm25_max_df
         self.compact_dead_fraction = compact_dead_fraction
@@ -229,11 +240,12 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
 
     def _write_vectors(self, conn: sqlite3.Connection, dim: int, first_rowid: int, unit: np.ndarray) -> None:
         layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
-        path = layout.path(self.index_dir)
         try:
-            write_rows(path, layout.first_row(first_rowid), unit)
+            write_rows(layout, self.index_dir, layout.first_row(first_rowid), unit)
         except OSError as e:
-            raise StoreError(f"cannot write vectors to {path}: {e.strerror}; free disk space or fix permissions") from e
+            raise StoreError(
+                f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
+            ) from e
 
     def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
         """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
