@@ -45,7 +45,9 @@ def data(size: int, dim: int, n_queries: int, real: Path | None, model: str) -> 
     try:
         rows = conn.execute("SELECT vector FROM vectors WHERE model = ? ORDER BY key LIMIT ?", (model, size))
         matrix = np.frombuffer(b"".join(v for (v,) in rows), "<f4").reshape(-1, dim)
-        rows = conn.execute("SELECT vector FROM vectors WHERE model = ? ORDER BY key LIMIT ?", (model + "#query", n_queries))
+        rows = conn.execute(
+            "SELECT vector FROM vectors WHERE model = ? ORDER BY key LIMIT ?", (model + "#query", n_queries)
+        )
         queries = np.frombuffer(b"".join(v for (v,) in rows), "<f4").reshape(-1, dim)
     finally:
         conn.close()
@@ -210,7 +212,16 @@ def main() -> None:
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
-    out = ["--dim", str(args.dim), "--queries", str(args.queries), "--rescore", str(args.rescore), "--model", args.model]
+    out = [
+        "--dim",
+        str(args.dim),
+        "--queries",
+        str(args.queries),
+        "--rescore",
+        str(args.rescore),
+        "--model",
+        args.model,
+    ]
     out += ["--k", *map(str, args.k)]
     return out + (["--real", str(args.real)] if args.real else [])
 

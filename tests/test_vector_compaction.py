@@ -97,9 +97,17 @@ def test_a_write_past_the_dead_fraction_compacts(index_dir: Path, monkeypatch: p
     ("step", "when", "after"),
     [
         ("write_generation", "partial", ["vectors.3.f32", "vectors.3.i8"]),  # killed while writing the new files
-        ("write_generation", "after", ["vectors.3.f32", "vectors.3.i8"]),  # new files written, not recorded: the old ones stay
+        (
+            "write_generation",
+            "after",
+            ["vectors.3.f32", "vectors.3.i8"],
+        ),  # new files written, not recorded: the old ones stay
         ("save_layout", "after", ["vectors.3.f32", "vectors.3.i8"]),  # recorded inside the transaction, not committed
-        ("remove_files", "before", ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]),  # committed, old files still there
+        (
+            "remove_files",
+            "before",
+            ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"],
+        ),  # committed, old files still there
     ],
 )
 def test_a_compaction_killed_at_any_step_leaves_a_usable_index(
@@ -146,7 +154,10 @@ def test_a_forced_rebuild_with_another_dim_leaves_no_file_of_the_old_one(index_d
             store.delete_document(doc.doc_id)
         store.set_meta({"dim": ""})
         four.write(store)
-        assert _files(index_dir) == ["vectors.4.g1.f32", "vectors.4.g1.i8"]  # rowid 4 at row 0: nothing kept for rowids 1-3
+        assert _files(index_dir) == [
+            "vectors.4.g1.f32",
+            "vectors.4.g1.i8",
+        ]  # rowid 4 at row 0: nothing kept for rowids 1-3
         assert (index_dir / "vectors.4.g1.f32").stat().st_size == 4 * 4
         assert ids(store.dense_search(np.array([0, 0, 0, 1.0], np.float32), 5)) == four.ids
     with SQLiteStore(index_dir, read_only=True) as reader:
@@ -178,7 +189,11 @@ def test_zhiku_compact_reports_what_it_freed_and_refuses_a_missing_index(index_d
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert (report["compacted"], report["rows_before"], report["rows_after"], report["bytes_freed"]) == (True, 5, 2, 36)
-    assert report["files_removed"] == 2 and _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
+    assert report["files_removed"] == 2 and _files(index_dir) == [
+        "vectors.3.g1.f32",
+        "vectors.3.g1.i8",
+        "vectors.3.g1.ids",
+    ]
     again = runner.invoke(app, ["compact", "--index", str(index_dir)])
     assert again.exit_code == 0 and again.stdout.startswith("nothing to compact in ")
     missing = runner.invoke(app, ["compact", "--index", str(tmp_path / "无")])

@@ -130,7 +130,7 @@ class SQLiteSearch(SQLiteReads):
                     "rebuild with `zhiku ingest PATH --force` into a new --index"
                 )
             mask = self._filter_mask(conn, snap, filters)
-            screen = self.dense_mode == "int8" or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+            screen = self._screens(snap)
             rowids, scores = snap.search(query, int(top_k), mask, screen=screen)  # no lock: searches run side by side
             if rowids.size == 0:
                 return []
@@ -146,12 +146,17 @@ class SQLiteSearch(SQLiteReads):
         )
         return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits, 1)]
 
+    def _screens(self, snap: VectorSnapshot) -> bool:
+        """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""
+        return self.dense_mode == "int8" or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+
     def warm(self) -> None:
         """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
-                self._snapshot(conn).prefetch()
+                snap = self._snapshot(conn)
+                snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
         except StoreError as e:
             log.warning("could not load the vectors of %s: %s", self.index_dir, e)
 

@@ -1,15 +1,17 @@
-"""The dense index behind ``SQLiteStore``: a memory-mapped vector file beside ``zhiku.db``.
+"""The dense index behind ``SQLiteStore``: memory-mapped vector files beside ``zhiku.db``.
 
 SQLite keeps every chunk's float32 vector as a BLOB (the durable copy that ``migrate`` reads). Dense search is
-served from ``vectors.<dim>.f32``: unit rows, row ``rowid - 1`` holds chunk ``rowid``. Rowids are never reused
-(a deleted chunk's rowid stays in ``tombstones``), so the file only grows: a write appends its rows *before*
-its transaction commits (past every committed rowid, where no reader looks), and a delete only records
-tombstones. A writer killed before ``COMMIT`` leaves rows nobody points at, overwritten by the next writer; so
-after ``kill -9`` the file holds every committed row, and a document is its old or its new version.
+served from the vector file of the current layout (``_vector_files``: which file, which row holds which rowid)
+and its int8 codes. Rowids are never reused (a deleted chunk's rowid stays in ``tombstones``), so between
+compactions the file only grows: a write appends its rows *before* its transaction commits (past every
+committed rowid, where no reader looks), and a delete only records tombstones. A writer killed before ``COMMIT``
+leaves rows nobody points at, overwritten by the next writer; so after ``kill -9`` the file holds every
+committed row, and a document is its old or its new version.
 
-Opening maps the file (no row is decoded) and reads the live rowids from an index; another process's commits
-are applied incrementally (rows past the last seen rowid, tombstones newer than the last seen version). A file
-that is missing or does not match the BLOBs (e.g. after a power loss) is rebuilt from them.
+Opening maps the files (no row is decoded) and reads the live rowids from an index; another process's commits
+are applied incrementally (rows past the last seen rowid, tombstones newer than the last seen version), or the
+files mapped anew after a compaction. A file that is missing or does not match the BLOBs (e.g. after a power
+loss) is rewritten from them at the next writable open; until then it is served from the BLOBs in memory.
 """
 
 from __future__ import annotations
@@ -178,12 +180,14 @@ class VectorSnapshot:
         mask[rows[rows >= 0]] = True
         return mask
 
-    def prefetch(self) -> None:
-        """Ask the OS to read the mapped file ahead (a hint; returns at once)."""
-        mapped = getattr(self.matrix, "_mmap", None)
-        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_WILLNEED"):
-            with contextlib.suppress(OSError, ValueError):
-                mapped.madvise(mmap.MADV_WILLNEED)
+    def prefetch(self, *, codes_only: bool = False) -> None:
+        """Ask the OS to read the mapped files ahead (a hint; returns at once): only the int8 codes when searches
+        screen by them (they then read a few float32 rows each)."""
+        for array in (self.codes,) if codes_only else (self.matrix, self.codes):
+            mapped = getattr(array, "_mmap", None)
+            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_WILLNEED"):
+                with contextlib.suppress(OSError, ValueError):
+                    mapped.madvise(mmap.MADV_WILLNEED)
 
     def search(
         self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False

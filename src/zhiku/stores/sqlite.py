@@ -2,8 +2,8 @@
 
 ``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors,
 an FTS5 table of the chunks' pre-segmented index tokens (BM25), the ingestion history and metadata.
-Dense search is served from the memory-mapped ``vectors.<dim>.f32`` beside it (``_vectors``), kept in step with
-every commit. Reads run on pooled connections, side by side; writes go one at a time through one connection.
+Dense search is served from the memory-mapped vector files beside it (``_vectors``, ``_vector_files``), kept in
+step with every commit and compacted when enough of their rows are dead (``_sqlite_compact``). Reads run on pooled connections, side by side; writes go one at a time through one connection.
 Every ``sqlite3`` error becomes a ``StoreError``.
 """
 
