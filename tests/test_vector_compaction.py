@@ -20,6 +20,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 TESTS = Path(__file__).resolve().parent
 Y = np.array([0.0, 1.0, 0.0], np.float32)
 Z = np.array([0.0, 0.0, 1.0], np.float32)
+OLD = ["vectors.3.f32", "vectors.3.i8"]  # generation 0's files
+NEW = ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]  # after one compaction
 
 
 @pytest.fixture
@@ -53,7 +55,7 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
 
         report = store.compact()
         assert report.compacted and (report.rows_before, report.rows_after, report.bytes_freed) == (5, 2, 3 * 3 * 4)
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
+        assert _files(index_dir) == NEW
         assert (index_dir / "vectors.3.g1.f32").stat().st_size == 2 * 3 * 4
         assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
@@ -85,29 +87,21 @@ def test_a_write_past_the_dead_fraction_compacts(index_dir: Path, monkeypatch: p
         LABOR_V2.write(store)  # 2 of 5 rows dead: 40 %
         assert _files(index_dir) == ["vectors.3.f32", "vectors.3.i8"]
         store.delete_document("doc-wage")  # 3 of 5: 60 %
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
+        assert _files(index_dir) == NEW
         assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
     with SQLiteStore(index_dir, compact_dead_fraction=1) as never:
         never.delete_document("doc-note")  # 1 of 2 dead, but compaction is left to compact()
-        assert _files(index_dir) == ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"]
+        assert _files(index_dir) == NEW
 
 
 @pytest.mark.parametrize(
     ("step", "when", "after"),
     [
-        ("write_generation", "partial", ["vectors.3.f32", "vectors.3.i8"]),  # killed while writing the new files
-        (
-            "write_generation",
-            "after",
-            ["vectors.3.f32", "vectors.3.i8"],
-        ),  # new files written, not recorded: the old ones stay
-        ("save_layout", "after", ["vectors.3.f32", "vectors.3.i8"]),  # recorded inside the transaction, not committed
-        (
-            "remove_files",
-            "before",
-            ["vectors.3.g1.f32", "vectors.3.g1.i8", "vectors.3.g1.ids"],
-        ),  # committed, old files still there
+        ("write_generation", "partial", OLD),  # killed while writing the new files
+        ("write_generation", "after", OLD),  # new files written, not recorded: the old ones stay
+        ("save_layout", "after", OLD),  # recorded inside the transaction, not committed
+        ("remove_files", "before", NEW),  # committed, the old files still there
     ],
 )
 def test_a_compaction_killed_at_any_step_leaves_a_usable_index(
