@@ -1,5 +1,6 @@
 """Dense search screened by int8 codes (``store.dense_search``): every row ranked by its int8 code, the best
-re-scored in float32; filters and deletions honoured; an index without codes gets them at a writable open."""
+re-scored in float32; filters and deletions honoured; an index without codes gets them at a writable open. And
+``hnsw``: candidates from a saved HNSW index that follows writes, deletes, filters and compaction."""
 
 from __future__ import annotations
 
@@ -98,3 +99,37 @@ def test_int8_without_numkong_is_refused_with_the_fix(index_dir: Path, monkeypat
     monkeypatch.setattr("zhiku.stores.sqlite.numkong", lambda: None)
     with pytest.raises(ConfigError, match=r"pip install 'zhiku\[scale\]'"):
         SQLiteStore(index_dir, dense_search="int8")
+
+
+def test_hnsw_proposes_the_candidates_and_follows_writes_deletes_filters_and_compaction(index_dir: Path) -> None:
+    with SQLiteStore(index_dir, dense_search="hnsw", compact_dead_fraction=1) as store:
+        for i in (5, 150, 299):
+            hits = store.dense_search(VECTORS[i], 10)
+            assert hits[0].chunk_id == CHUNK[i] and {h.chunk_id for h in hits} == _exact(VECTORS[i], list(range(300)))
+        assert (index_dir / f"vectors.{DIM}.hnsw").is_file()  # built at the first search (small: inline), saved
+        query = VECTORS[120]
+        in_jia = list(range(100)) + list(range(200, 300))
+        assert {h.chunk_id for h in store.dense_search(query, 10, Filters(collection="甲"))} == _exact(query, in_jia)
+        store.delete_document("doc-1")  # still in the graph: dropped from every answer
+        assert {h.chunk_id for h in store.dense_search(query, 10)} == _exact(query, in_jia)
+        assert len(store.dense_search(query, 500)) == 200
+        DOCS[1].write(store)  # rows 300-399, written after the build: scored exactly beside it
+        assert ids(store.dense_search(VECTORS[120], 1)) == [CHUNK[120]]
+        assert store.compact().compacted  # a new generation: the old index goes with the old files
+        assert not (index_dir / f"vectors.{DIM}.hnsw").exists()
+        assert ids(store.dense_search(VECTORS[120], 1)) == [CHUNK[120]]
+        assert (index_dir / f"vectors.{DIM}.g1.hnsw").is_file()
+
+
+def test_hnsw_answers_come_from_the_saved_index(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from usearch.index import Index
+
+    wrong = Index(ndim=DIM, metric="ip", dtype="f16")
+    wrong.add(np.arange(300, dtype=np.uint64), -VECTORS)  # an index whose every row points the other way
+    wrong.save(str(index_dir / f"vectors.{DIM}.hnsw"))
+    with SQLiteStore(index_dir, dense_search="hnsw") as store, SQLiteStore(index_dir, dense_search="exact") as exact:
+        assert CHUNK[5] not in ids(store.dense_search(VECTORS[5], 10))  # the farthest rows were proposed
+        assert ids(exact.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
+        assert CHUNK[150] not in ids(store.dense_search(VECTORS[150], 10, Filters(collection="乙")))
+        monkeypatch.setattr("zhiku.stores._ann.MIN_ALLOWED", 0.5)  # 乙 is a third of the rows: too few for it
+        assert ids(store.dense_search(VECTORS[150], 1, Filters(collection="乙"))) == [CHUNK[150]]

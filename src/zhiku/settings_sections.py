@@ -31,9 +31,9 @@ class StoreSettings(_Section):
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
-    dense_search: Literal["auto", "exact", "int8"] = Field(
+    dense_search: Literal["auto", "exact", "int8", "hnsw"] = Field(
         "auto",
-        description="Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact` (bench/RESULTS.md, Issue 13).",
+        description="Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13).",
     )
     compact_dead_fraction: float = Field(
         0.25,

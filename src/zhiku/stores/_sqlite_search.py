@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
+from zhiku.stores._ann import AnnCache
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
@@ -45,7 +46,8 @@ class SQLiteSearch(SQLiteReads):
     index_dir: Path
     path: Path
     bm25_max_df: float
-    dense_mode: str  # "exact", "int8" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
+    dense_mode: str  # "exact", "int8", "hnsw" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
+    _ann: AnnCache
     _chunk_count: tuple[int, int]
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
@@ -130,8 +132,9 @@ class SQLiteSearch(SQLiteReads):
                     "rebuild with `zhiku ingest PATH --force` into a new --index"
                 )
             mask = self._filter_mask(conn, snap, filters)
-            screen = self._screens(snap)
-            rowids, scores = snap.search(query, int(top_k), mask, screen=screen)  # no lock: searches run side by side
+            ann = self._ann.get(snap.layout, snap.matrix, snap.rows) if self._uses_ann(snap) else None
+            # no lock held: searches run side by side
+            rowids, scores = snap.search(query, int(top_k), mask, screen=self._screens(snap), ann=ann)
             if rowids.size == 0:
                 return []
             found = dict(
@@ -147,8 +150,12 @@ class SQLiteSearch(SQLiteReads):
         return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits, 1)]
 
     def _screens(self, snap: VectorSnapshot) -> bool:
-        """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""
-        return self.dense_mode == "int8" or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+        """Whether dense search ranks by the int8 codes first (``store.dense_search``; hnsw: when it cannot use
+        the HNSW index)."""
+        return self.dense_mode in ("int8", "hnsw") or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+
+    def _uses_ann(self, snap: VectorSnapshot) -> bool:
+        return self.dense_mode == "hnsw" and snap.path is not None and snap.live_count > 0
 
     def warm(self) -> None:
         """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one.
@@ -157,6 +164,8 @@ class SQLiteSearch(SQLiteReads):
             with self._read() as conn:
                 snap = self._snapshot(conn)
                 snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
+                if self._uses_ann(snap):  # opens the saved HNSW index, or starts building it
+                    self._ann.get(snap.layout, snap.matrix, snap.rows)
         except StoreError as e:
             log.warning("could not load the vectors of %s: %s", self.index_dir, e)
 

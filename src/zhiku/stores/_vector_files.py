@@ -47,8 +47,10 @@ class Layout:
         """The int8 codes of the same rows (``quantise``), which dense search screens before re-scoring."""
         return self.path(index_dir).with_suffix(".i8")
 
-    def files(self, index_dir: Path) -> tuple[Path, Path, Path]:
-        return self.path(index_dir), self.ids_path(index_dir), self.codes_path(index_dir)
+    def files(self, index_dir: Path) -> tuple[Path, ...]:
+        """Every file of this generation: rows, rowids, int8 codes, and the HNSW index (``_ann``) if built."""
+        path = self.path(index_dir)
+        return path, self.ids_path(index_dir), self.codes_path(index_dir), path.with_suffix(".hnsw")
 
     def rows(self, top: int) -> int:
         """Rows in the file when ``top`` is the highest rowid given."""
@@ -224,7 +226,7 @@ def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def vector_files(index_dir: Path) -> list[Path]:
     """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers)."""
-    patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.tmp")
+    patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.hnsw", "vectors.*.tmp")
     return [p for pattern in patterns for p in index_dir.glob(pattern)]
 
 

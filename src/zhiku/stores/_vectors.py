@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from zhiku.numeric import l2_normalise
+from zhiku.stores._ann import Ann
 from zhiku.stores._vector_files import (
     Layout,
     blob_rows,
@@ -190,19 +191,24 @@ class VectorSnapshot:
                     mapped.madvise(mmap.MADV_WILLNEED)
 
     def search(
-        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False
+        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False, ann: Ann | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
         ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
-        float32 (needs ``codes`` and numkong; else exact)."""
+        float32 (needs ``codes`` and numkong; else exact). ``ann``: an HNSW index of this file's first rows
+        proposes the candidates (``_ann``; unless the filters pass too few rows)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
-        if screen and self.codes is not None and (kernels := numkong()) is not None:
-            rows: np.ndarray | None = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
+        hit = ann.search(self.matrix, self.rows, unit, k, allowed) if ann is not None else None
+        rows: np.ndarray | None
+        if hit is not None:
+            rows, scores = hit
+        elif screen and self.codes is not None and (kernels := numkong()) is not None:
+            rows = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
             scores = np.einsum("ij,j->i", self.matrix[rows], unit)
         else:
             # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS

@@ -10,6 +10,7 @@ Every ``sqlite3`` error becomes a ``StoreError``.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,7 @@ import numpy as np
 
 from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores._ann import AnnCache, usearch
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
@@ -52,7 +54,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
     ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code and scores
     the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
-    numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    numkong is installed; ``hnsw`` takes the candidates from an HNSW index (``_ann``), ``int8`` until it is built. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
     1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
@@ -66,15 +68,16 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
         dense_search: str = "auto",
     ) -> None:
-        if dense_search not in ("auto", "exact", "int8"):
-            raise InvalidInput(f"dense_search must be auto, exact or int8, got {dense_search!r}")
-        if dense_search == "int8" and numkong() is None:
+        if dense_search not in ("auto", "exact", "int8", "hnsw"):
+            raise InvalidInput(f"dense_search must be auto, exact, int8 or hnsw, got {dense_search!r}")
+        if dense_search in ("int8", "hnsw") and (numkong() is None or dense_search == "hnsw" and usearch() is None):
             raise ConfigError(
-                "store.dense_search is int8 but numkong (its SIMD kernels) is not installed: "
+                f"store.dense_search is {dense_search} but numkong or usearch is not installed: "
                 "pip install 'zhiku[scale]', or set store.dense_search to auto"
             )
         self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
+        self._ann = AnnCache(self.index_dir, threads=max(1, (os.cpu_count() or 2) // 2))
         self.bm25_max_df = bm25_max_df
         self.compact_dead_fraction = compact_dead_fraction
         self._chunk_count = (-1, 0)  # (index version, chunks): the N of bm25_max_df
