@@ -42,6 +42,10 @@ COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead com
 COMPACT_MIN_DEAD = 1000  # ... and at least this many: below it the waste is a few MB
 
 
+class WrongDim(StoreError):
+    """The stored vectors are not of the index's dim (its metadata was changed by hand)."""
+
+
 @dataclass(frozen=True)
 class CompactionReport:
     """What ``compact`` did: rows in the vector file before and after, bytes freed, and how long it took."""
@@ -109,6 +113,11 @@ class SQLiteCompaction:
         source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(rows, dim)) if intact and rows else None
         try:
             new = write_generation(conn, self.index_dir, old, source, ids)
+        except ValueError as e:  # BLOBs of another dim: dense search says so too
+            remove_files(self.index_dir, Layout(old.dim, gen=old.gen + 1))
+            raise WrongDim(
+                f"{self.index_dir} holds vectors that are not {dim}-dimensional ({e}): rebuild the index"
+            ) from None
         except OSError as e:
             remove_files(self.index_dir, Layout(old.dim, gen=old.gen + 1))
             raise StoreError(
@@ -145,7 +154,8 @@ class SQLiteCompaction:
         assert self._conn is not None
         layout = _layout(self._conn)
         if not self._file_intact(self._conn, layout):
-            self.compact(min_dead_fraction=1.0)
+            with suppress(WrongDim):  # the first dense search reports it
+                self.compact(min_dead_fraction=1.0)
             return
         if layout is not None and not self._codes_intact(self._conn, layout):
             with self._lock, self._write() as conn:  # an index written before the int8 codes existed
