@@ -98,8 +98,9 @@ def test_a_write_past_the_dead_fraction_compacts(index_dir: Path, monkeypatch: p
 @pytest.mark.parametrize(
     ("step", "when", "after"),
     [
-        ("write_generation", "partial", OLD),  # killed while writing the new files
-        ("write_generation", "after", OLD),  # new files written, not recorded: the old ones stay
+        ("NewGeneration.append", "before", OLD),  # copying the live rows (temporary files)
+        ("NewGeneration.commit", "before", OLD),  # copied, write lock held, files not yet named
+        ("NewGeneration.commit", "after", OLD),  # files named, layout not recorded: they are no one's
         ("save_layout", "after", OLD),  # recorded inside the transaction, not committed
         ("remove_files", "before", NEW),  # committed, the old files still there
     ],
@@ -109,24 +110,29 @@ def test_a_compaction_killed_at_any_step_leaves_a_usable_index(
 ) -> None:
     with SQLiteStore(index_dir, compact_dead_fraction=1) as store:
         _with_dead_rows(store)
+    owner, _, name = step.rpartition(".")
+    target = f"c.{owner}" if owner else "c"
     script = f"""
 import os, signal, sys
 sys.path[:0] = [{str(SRC)!r}]
 import zhiku.stores._sqlite_compact as c
-real = c.{step}
+real = getattr({target}, {name!r})
 def die(*args):
     if {when!r} == "after":
         real(*args)
-    elif {when!r} == "partial":  # the first row of the new file written
-        open(c.Layout(3, gen=1).path(args[1]), "wb").write(bytes(12))
     os.kill(os.getpid(), signal.SIGKILL)
-c.{step} = die
+setattr({target}, {name!r}, die)
 c.remove_stale_files = lambda *args: []  # the open below must not tidy up before the kill
 from zhiku.stores import SQLiteStore
 SQLiteStore({str(index_dir)!r}, compact_dead_fraction=1).compact()
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, check=False)
     assert done.returncode == -signal.SIGKILL, done.stderr
+    left = _files(index_dir)
+    assert (any(n.endswith(".tmp") for n in left), "vectors.3.g1.f32" in left) == {
+        "append": (True, False),
+        "commit": (when == "before", when == "after"),
+    }.get(name, (False, True))
     with SQLiteStore(index_dir, read_only=True) as reader:  # usable before any writer tidies up
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
         assert reader._snap is not None and reader._snap.path == index_dir / after[0]
@@ -137,6 +143,32 @@ SQLiteStore({str(index_dir)!r}, compact_dead_fraction=1).compact()
         assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], NOTE.ids[0], LABOR_V2.ids[0]]
         assert store.compact().compacted == (after[0] == "vectors.3.f32")
         assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], NOTE.ids[0], LABOR_V2.ids[0]]
+
+
+def test_writes_during_the_copy_keep_their_place_in_the_new_file(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zhiku.stores._sqlite_compact import SQLiteCompaction
+
+    real = SQLiteCompaction._copy_live
+
+    def copy_then_another_process_writes(self: SQLiteCompaction, plan: object) -> object:
+        new = real(self, plan)  # type: ignore[arg-type]
+        with SQLiteStore(index_dir) as other:  # the write lock is free while the live rows are copied
+            WAGE.write(other)  # rowid 6
+            other.delete_document("doc-note")  # rowid 4: copied, now dead
+        return new
+
+    monkeypatch.setattr(SQLiteCompaction, "_copy_live", copy_then_another_process_writes)
+    with SQLiteStore(index_dir, compact_dead_fraction=1) as store:
+        _with_dead_rows(store)
+        report = store.compact()
+        assert (report.rows_before, report.rows_after) == (6, 3)  # rowids 4, 5 copied; 6 appended
+        assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
+        assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], LABOR_V2.ids[0]]
+        assert store._snap is not None and store._snap.layout.dead == 1 and store._snap.live_count == 2
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert ids(reader.dense_search(Y, 5)) == [WAGE.ids[0], LABOR_V2.ids[0]]
 
 
 def test_a_forced_rebuild_with_another_dim_leaves_no_file_of_the_old_one(index_dir: Path) -> None:

@@ -76,7 +76,7 @@ class Ann:
             stop = min(start + _BATCH, rows)
             index.add(np.arange(start, stop, dtype=np.uint64), np.asarray(matrix[start:stop]), threads=threads)
         path = ann_path(layout, index_dir)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         with contextlib.suppress(OSError):
             index.save(str(tmp))
             os.replace(tmp, path)

@@ -11,9 +11,11 @@ compaction writes the live rows into the next generation's file, then one transa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -165,41 +167,58 @@ def blob_rows(
         yield ids, l2_normalise(matrix)
 
 
-def write_generation(
-    conn: sqlite3.Connection, index_dir: Path, old: Layout, source: np.ndarray | None, old_ids: np.ndarray
-) -> Layout:
-    """Write the live chunks' rows into a new generation's files (synced to disk) and return its layout; the
-    caller records it in the same write transaction. ``source``: the old file's rows (mapped), or None to decode
-    the BLOBs (a missing or damaged file). ``conn`` holds the write lock, so no rowid is added meanwhile."""
-    top = top_rowid(conn)
-    new = Layout(old.dim, gen=old.gen + 1, base=top)
-    path, ids_path = new.path(index_dir), new.ids_path(index_dir)
-    live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), dtype=np.int64)
-    with open(path, "wb") as out, open(new.codes_path(index_dir), "wb") as codes:
-        for rows in _live_rows(conn, old, source, old_ids, live):
-            out.write(np.ascontiguousarray(rows, "<f4").tobytes())
-            codes.write(quantise(rows).tobytes())
-        for f in (out, codes):
-            f.flush()
-            os.fsync(f.fileno())
-    with open(ids_path, "wb") as out:
-        out.write(live.astype("<i8").tobytes())
-        out.flush()
-        os.fsync(out.fileno())
-    _sync_dir(index_dir)
-    return replace(new, count=int(live.size))
+class NewGeneration:
+    """The files of the next generation, written under temporary names (``*.tmp``) until ``commit`` gives them
+    their own, inside the write transaction that records the layout. Its first rows hold rowids ``ids``."""
+
+    def __init__(self, index_dir: Path, old: Layout, base: int, ids: np.ndarray) -> None:
+        self.layout = Layout(old.dim, gen=old.gen + 1, base=base, count=int(ids.size))
+        self.ids = ids
+        tag = f"{os.getpid()}-{threading.get_ident()}"
+        finals = (self.layout.path(index_dir), self.layout.codes_path(index_dir), self.layout.ids_path(index_dir))
+        self.index_dir = index_dir
+        self.files = [(final.with_name(f"{final.name}.{tag}.tmp"), final) for final in finals]
+        self.files[2][0].write_bytes(ids.astype("<i8").tobytes())
+        for tmp, _ in self.files[:2]:
+            tmp.write_bytes(b"")
+
+    def append(self, batches: Iterable[np.ndarray]) -> None:
+        """Append unit rows (and their codes)."""
+        with open(self.files[0][0], "ab") as rows, open(self.files[1][0], "ab") as codes:
+            for batch in batches:
+                rows.write(np.ascontiguousarray(batch, "<f4").tobytes())
+                codes.write(quantise(batch).tobytes())
+
+    def commit(self) -> None:
+        """Sync the files and give them their names (before the transaction recording the layout commits)."""
+        for tmp, final in self.files:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        _sync_dir(self.index_dir)
+
+    def intact(self) -> bool:
+        """Whether every temporary file is still there (a writable open may have tidied a dead process's)."""
+        return all(tmp.is_file() for tmp, _ in self.files)
+
+    def discard(self) -> None:
+        for tmp, _ in self.files:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
-def _live_rows(
-    conn: sqlite3.Connection, old: Layout, source: np.ndarray | None, old_ids: np.ndarray, live: np.ndarray
+def stored_rows(
+    conn: sqlite3.Connection | None, layout: Layout, source: np.ndarray | None, ids: np.ndarray, rowids: np.ndarray
 ) -> Iterable[np.ndarray]:
-    """The live chunks' unit rows by rowid, in batches: from the old file, or decoded from the BLOBs."""
+    """The unit rows of ``rowids`` (ascending), in batches: from the mapped file ``source`` of ``layout``, or
+    decoded from the BLOBs (``conn``; ``rowids`` are then every chunk's)."""
     if source is None:
-        for _, rows in blob_rows(conn, old.dim):
+        assert conn is not None
+        for _, rows in blob_rows(conn, layout.dim):
             yield rows
         return
-    for start in range(0, live.size, _BATCH):
-        yield source[rows_of(old, old_ids, live[start : start + _BATCH])]
+    for start in range(0, rowids.size, _BATCH):
+        yield source[rows_of(layout, ids, rowids[start : start + _BATCH])]
 
 
 def rows_of(layout: Layout, ids: np.ndarray, rowids: np.ndarray) -> np.ndarray:
@@ -234,7 +253,23 @@ def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:
     """Delete every vector file but ``keep``'s (older generations, other dims, leftovers of a killed compaction).
     Only with the write lock held: an uncommitted generation is never another writer's then."""
     kept = {p for layout in keep if layout is not None for p in layout.files(index_dir)}
-    return _unlink(p for p in vector_files(index_dir) if p not in kept)
+    return _unlink(p for p in vector_files(index_dir) if p not in kept and not _being_written(p))
+
+
+def _being_written(path: Path) -> bool:
+    """A temporary file of a compaction still running (``<name>.<pid>-<thread>.tmp`` of a live process)."""
+    if path.suffix != ".tmp":
+        return False
+    pid = path.stem.rpartition(".")[2].partition("-")[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but is not ours to signal
+        return True
+    return True
 
 
 def remove_files(index_dir: Path, layout: Layout) -> list[Path]:
