@@ -224,3 +224,34 @@ def test_zhiku_compact_reports_what_it_freed_and_refuses_a_missing_index(index_d
     assert again.exit_code == 0 and again.stdout.startswith("nothing to compact in ")
     missing = runner.invoke(app, ["compact", "--index", str(tmp_path / "无")])
     assert missing.exit_code == 1 and "no index at" in missing.output
+
+
+def test_another_process_keeps_searching_through_a_compaction_and_then_maps_the_new_file(index_dir: Path) -> None:
+    with SQLiteStore(index_dir, compact_dead_fraction=1) as store:
+        _with_dead_rows(store)
+        script = f"""
+import sys
+sys.path[:0] = [{str(SRC)!r}]
+import numpy as np
+from zhiku.stores import SQLiteStore
+z = np.array([0.0, 0.0, 1.0], np.float32)
+with SQLiteStore({str(index_dir)!r}, read_only=True) as reader:
+    for line in sys.stdin:
+        hits = [h.chunk_id for h in reader.dense_search(z, 5)]
+        print(reader._snap.path.name, *hits, flush=True)
+"""
+        child = subprocess.Popen(
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            child.stdin.write("search\n")
+            child.stdin.flush()
+            assert child.stdout.readline().split() == ["vectors.3.f32", LABOR_V2.ids[0], NOTE.ids[0]]
+            assert store.compact().compacted and not (index_dir / "vectors.3.f32").exists()
+            child.stdin.write("search\n")
+            child.stdin.flush()
+            assert child.stdout.readline().split() == ["vectors.3.g1.f32", LABOR_V2.ids[0], NOTE.ids[0]]
+        finally:
+            child.stdin.close()
+            assert child.wait(timeout=60) == 0
