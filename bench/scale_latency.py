@@ -150,6 +150,8 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
     searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
     searcher.search(queries[0], top_k=10, mode="hybrid")
     row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
+    if dense_search == "hnsw":  # wait for the background build: the latencies below are the HNSW index's
+        row["hnsw_build_s"] = wait_for_hnsw(store)
     for mode in ("bm25", "dense", "hybrid"):
         lat = []
         for q in queries:
@@ -176,6 +178,14 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
     store.close()
     row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
+
+
+def wait_for_hnsw(store) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    store.warm()
+    while store._ann._building or store._ann._ann is None:  # a bench may look inside: no public wait
+        time.sleep(0.5)
+    return round(time.perf_counter() - t, 1)
 
 
 def main() -> None:
