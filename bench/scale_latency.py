@@ -201,7 +201,10 @@ def main() -> None:
         "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
     )
     ap.add_argument(
-        "--dense-search", nargs="+", default=["auto"], help="store.dense_search modes to measure (auto exact int8)"
+        "--dense-search",
+        nargs="*",
+        default=["auto"],
+        help="store.dense_search modes to measure (auto exact int8 hnsw; none: build and --compaction only)",
     )
     ap.add_argument("--compaction", action="store_true", help="then delete a quarter of the documents and compact")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
@@ -212,7 +215,7 @@ def main() -> None:
     queries = rng.sample([json.loads(x)["text"] for x in lines if x.strip()], args.n_queries)
     if args.measure is not None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        print(json.dumps(measure(args.measure, queries, args.n_docs, args.dense_search[0])))
+        print(json.dumps(measure(args.measure, queries, args.n_docs, (args.dense_search or ["auto"])[0])))
         return
     sents = sentences(args.corpus)
     for size in args.sizes:
@@ -259,6 +262,7 @@ def compaction(index: Path, n_docs: int) -> dict[str, object]:
         "deleted_docs": len(range(0, n_docs, 4)),
         "delete_s": round(deleted_s, 1),
         "compact_s": round(report.seconds, 2),
+        "write_lock_held_s": round(report.locked_seconds, 2),
         "rows": [report.rows_before, report.rows_after],
         "vector_files_mb": [before, files_mb()],
     }

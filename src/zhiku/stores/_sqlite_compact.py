@@ -50,7 +50,8 @@ class WrongDim(StoreError):
 
 @dataclass(frozen=True)
 class CompactionReport:
-    """What ``compact`` did: rows in the vector file before and after, bytes freed, and how long it took."""
+    """What ``compact`` did: rows in the vector file before and after, bytes freed, how long it took, and how long
+    of that it held the index's write lock (other writers wait)."""
 
     compacted: bool
     rows_before: int
@@ -58,6 +59,7 @@ class CompactionReport:
     bytes_freed: int
     files_removed: int
     seconds: float
+    locked_seconds: float = 0.0
 
 
 class SQLiteCompaction:
@@ -85,6 +87,7 @@ class SQLiteCompaction:
             plan = self._plan(min_dead_fraction)
             new = self._copy_live(plan) if plan is not None and plan.source is not None else None
             done = None
+            locked = time.perf_counter()
             try:
                 with self._write() as conn:
                     done = self._finish(conn, plan, new) if plan is not None else None
@@ -94,16 +97,17 @@ class SQLiteCompaction:
             finally:
                 if new is not None and done is None:
                     new.discard()
+            locked = time.perf_counter() - locked
             if done is not None:  # committed: the old generation is no one's now
                 removed += remove_files(self.index_dir, done[0])
         if done is None:
-            return CompactionReport(False, 0, 0, 0, len(removed), time.perf_counter() - t0)
+            return CompactionReport(False, 0, 0, 0, len(removed), time.perf_counter() - t0, locked)
         old, layout, snap = done
         with self._vec_lock:
             self._snap = snap
         rows_before, rows_after = old.rows(snap.top), layout.rows(snap.top)
         freed = (rows_before - rows_after) * layout.dim * 4
-        return CompactionReport(True, rows_before, rows_after, freed, len(removed), time.perf_counter() - t0)
+        return CompactionReport(True, rows_before, rows_after, freed, len(removed), time.perf_counter() - t0, locked)
 
     def _plan(self, min_dead_fraction: float) -> _Plan | None:
         """What a compaction would copy (read in one transaction), or None when nothing needs it."""
