@@ -137,6 +137,7 @@ class SQLiteCompaction:
         try:
             new = NewGeneration(self.index_dir, plan.old, plan.top, plan.live)
             new.append(stored_rows(None, plan.old, plan.source, plan.ids, plan.live))
+            new.sync()
         except OSError as e:
             raise StoreError(
                 f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"

@@ -189,11 +189,16 @@ class NewGeneration:
                 rows.write(np.ascontiguousarray(batch, "<f4").tobytes())
                 codes.write(quantise(batch).tobytes())
 
-    def commit(self) -> None:
-        """Sync the files and give them their names (before the transaction recording the layout commits)."""
-        for tmp, final in self.files:
+    def sync(self) -> None:
+        """Write the files to disk (before taking the write lock, so that ``commit`` has little left to sync)."""
+        for tmp, _ in self.files:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
+
+    def commit(self) -> None:
+        """Sync the files and give them their names (before the transaction recording the layout commits)."""
+        self.sync()
+        for tmp, final in self.files:
             os.replace(tmp, final)
         _sync_dir(self.index_dir)
 
