@@ -133,3 +133,20 @@ def test_hnsw_answers_come_from_the_saved_index(index_dir: Path, monkeypatch: py
         assert CHUNK[150] not in ids(store.dense_search(VECTORS[150], 10, Filters(collection="乙")))
         monkeypatch.setattr("zhiku.stores._ann.MIN_ALLOWED", 0.5)  # 乙 is a third of the rows: too few for it
         assert ids(store.dense_search(VECTORS[150], 1, Filters(collection="乙"))) == [CHUNK[150]]
+
+
+def test_codes_follow_appends_compaction_and_another_reader(index_dir: Path) -> None:
+    extra = make_doc("doc-x", "甲", "甲/x.md", "markdown", [("新增。", ["新增"], (-VECTORS[7]).tolist())])
+    with SQLiteStore(index_dir, dense_search="int8", compact_dead_fraction=1) as store:
+        with SQLiteStore(index_dir, read_only=True, dense_search="int8") as reader:
+            assert ids(reader.dense_search(VECTORS[7], 1)) == [CHUNK[7]]
+            extra.write(store)  # row 300: its code appended with it
+            store.delete_document("doc-0")
+            assert ids(reader.dense_search(-VECTORS[7], 1)) == extra.ids
+            assert reader._snap is not None and reader._snap.codes is not None and reader._snap.codes.shape[0] == 301
+            assert store.compact().rows_after == 201
+            assert ids(reader.dense_search(-VECTORS[7], 1)) == extra.ids  # the new generation's codes
+            assert reader._snap.codes is not None and reader._snap.codes.shape[0] == 201
+            assert {h.chunk_id for h in reader.dense_search(VECTORS[150], 10)} == _exact(
+                VECTORS[150], list(range(100, 300))
+            )
