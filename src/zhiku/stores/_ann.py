@@ -26,7 +26,7 @@ from zhiku.stores._vector_files import Layout
 
 MIN_ALLOWED = 0.05  # filters passing fewer of the indexed rows than this: search without the index
 REBUILD_DELTA = 0.2  # rows written since the build above this fraction of it: build it again
-SYNC_ROWS = 20_000  # up to this many rows a search builds the index itself; past it, a background thread does
+SYNC_ROWS = 2_000  # up to this many rows (~0.3 s) a search builds the index itself; past it, a background thread
 _BATCH = 65536
 
 
