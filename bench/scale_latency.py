@@ -229,6 +229,7 @@ def main() -> None:
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
         row["codes_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.i8")) / 1e6, 1)
+        row["bm25_mb"] = round(sum(p.stat().st_size for p in index.glob("bm25/seg-*.bin")) / 1e6, 1)
         built = int(row.get("built_chunks", size))  # type: ignore[call-overload]
         for mode in args.dense_search:
             print(json.dumps({**row, "dense_search": mode, **child_measure(args, index, built, mode)}), flush=True)

@@ -203,18 +203,18 @@ class KnowledgeBase:
         return report
 
     def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
-        loaders = self.settings.loaders
         return Ingestor(
             self.store,
             self.embedder,
             self.text,
             self.settings.chunking,
-            loaders=default_loaders(loaders),
+            loaders=default_loaders(loaders := self.settings.loaders),
             images=self.images,
             retry_needs_ocr=loaders.ocr == "auto" and ocr_available(),
             ocr_setting=loaders.ocr,
             max_file_mb=loaders.max_file_mb,
             transforms=build_stage(self.settings, self.enrichments, on_progress=on_transform),
+            settings=self.settings.ingest,
         )
 
     @cached_property

@@ -1,5 +1,5 @@
 """The sections of the settings tree (one frozen pydantic model per part: store, text, chunking, loaders,
-embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
+ingest, embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
 loads them and re-exports every name here."""
 
 from __future__ import annotations
@@ -25,22 +25,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
+_COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
+
+
 class StoreSettings(_Section):
     kind: Literal["sqlite", "milvus"] = Field(
         "sqlite",
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
-    dense_search: Literal["auto", "exact", "int8", "hnsw"] = Field(
-        "auto",
-        description="Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13).",
-    )
-    compact_dead_fraction: float = Field(
-        0.25,
-        gt=0,
-        le=1,
-        description="Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md).",
-    )
+    dense_search: Literal["auto", "exact", "int8", "hnsw"] = Field("auto", description=_DENSE_SEARCH)
+    compact_dead_fraction: float = Field(0.25, gt=0, le=1, description=_COMPACT_DEAD_FRACTION)
     uri: str = Field(
         "http://127.0.0.1:19530",
         min_length=1,
@@ -124,6 +120,21 @@ class ChunkingSettings(_Section):
         if self.overlap >= self.size // 2:
             raise ValueError(f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size})")
         return self
+
+
+class IngestSettings(_Section):
+    batch_chunks: int = Field(
+        128,
+        ge=1,
+        le=65536,
+        description="Chunks per embedding call, across documents (a large file is split over several calls); progress is reported after each call and a document is written once all its chunks are embedded.",
+    )
+    workers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Threads that read, parse, chunk and tokenise the next documents while an embedding call runs (the model, or the endpoint, computing); otherwise the ingesting thread does it. 0: always the ingesting thread. More than 1 pays only for loaders that release the GIL. With LLM transforms (`transforms.enabled`) it is 0.",
+    )
 
 
 class LoaderSettings(_Section):
@@ -246,6 +257,10 @@ class RetrievalSettings(_Section):
         description="How hybrid mode fuses the BM25 and dense rankings: `zscore` (weighted sum of z-normalised scores; measured best on both eval sets, see bench/RESULTS.md) or `rrf` (Reciprocal Rank Fusion).",
     )
     rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k (Cormack et al. 2009), used when `fusion: rrf`.")
+    fill_dense: bool = Field(
+        True,
+        description="z-score fusion: a BM25 candidate outside the dense channel's top `per_source_k` gets its exact cosine (standardised like the dense ranking) instead of the dense channel's lowest score (measured in bench/RESULTS.md, Issue 11 — closing the quality gap).",
+    )
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")

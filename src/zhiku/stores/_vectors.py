@@ -174,9 +174,15 @@ class VectorSnapshot:
             self, version=version, top=top, matrix=matrix, live=live, live_count=int(live.sum()), codes=codes
         )
 
+    def rows_of(self, rowids: np.ndarray) -> np.ndarray:
+        """The file rows of ``rowids`` (-1 for one this snapshot does not hold)."""
+        rows = rows_of(self.layout, self.ids, rowids)
+        rows[rowids > self.top] = -1
+        return rows
+
     def mask_of(self, rowids: np.ndarray) -> np.ndarray:
         """A row mask allowing these rowids (those this snapshot holds)."""
-        rows = rows_of(self.layout, self.ids, rowids[rowids <= self.top])
+        rows = self.rows_of(rowids)
         mask = np.zeros(self.rows, bool)
         mask[rows[rows >= 0]] = True
         return mask

@@ -1,15 +1,17 @@
 """``SQLiteStore``: the embedded default backend, one SQLite file per index plus its vector file.
 
-``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors,
-an FTS5 table of the chunks' pre-segmented index tokens (BM25), the ingestion history and metadata.
-Dense search is served from the memory-mapped vector files beside it (``_vectors``, ``_vector_files``), kept in
-step with every commit and compacted when enough of their rows are dead (``_sqlite_compact``). Reads run on pooled connections, side by side; writes go one at a time through one connection.
+``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors and
+pre-segmented index tokens, the ingestion history and metadata. Dense search is served from the memory-mapped
+vector files beside it (``_vectors``, ``_vector_files``; compacted when enough of their rows are dead,
+``_sqlite_compact``), BM25 from postings segments in ``bm25/`` (``_bm25``), both kept in step with every commit.
+Reads run on pooled connections, side by side; writes go one at a time through one connection.
 Every ``sqlite3`` error becomes a ``StoreError``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -22,7 +24,9 @@ import numpy as np
 
 from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores import _bm25
 from zhiku.stores._ann import AnnCache, usearch
+from zhiku.stores._bm25 import BM25Snapshot, save_segments
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
@@ -34,14 +38,14 @@ from zhiku.stores._sqlite_schema import (
     SCHEMA_VERSION,
     doc_row,
     prepare_rows,
-    term_counts,
 )
-from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
+from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
 from zhiku.stores._vectors import VectorSnapshot, numkong
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
-_MANAGED_META = frozenset({"schema_version", "index_version", LAYOUT_KEY})
+_MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
+log = logging.getLogger(__name__)
 
 
 class SQLiteStore(SQLiteCompaction, SQLiteSearch):
@@ -80,12 +84,13 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._ann = AnnCache(self.index_dir, threads=max(1, (os.cpu_count() or 2) // 2))
         self.bm25_max_df = bm25_max_df
         self.compact_dead_fraction = compact_dead_fraction
-        self._chunk_count = (-1, 0)  # (index version, chunks): the N of bm25_max_df
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
         self._lock = threading.RLock()  # the write connection
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
+        self._bm25: BM25Snapshot | None = None
+        self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
         )
@@ -93,6 +98,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
             init_schema(self._conn, self.index_dir, read_only=read_only)
             if not read_only:
                 self._check_vector_file()
+                self._save_bm25(verify=True)
         except sqlite3.Error as e:
             self.close()
             raise translate(e, self.index_dir) from e
@@ -149,17 +155,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         rowids = np.fromiter(
             (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
         )
-        gone = term_counts(
-            t
-            for (t,) in conn.execute(
-                "SELECT tokens FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,)
-            )
-        )
-        conn.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(n, t) for t, n in gone.items()])
-        conn.execute(
-            "DELETE FROM term_df WHERE term IN (SELECT value FROM json_each(?)) AND df <= 0", (json.dumps(list(gone)),)
-        )
-        conn.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
+        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         note_dead(conn, stored_dim(conn), rowids.size)
@@ -209,11 +205,8 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                     [(base + i, *r[:-1]) for i, r in enumerate(rows)],
                 )
                 conn.executemany(
-                    "INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
-                )
-                conn.executemany(
-                    "INSERT INTO term_df VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + excluded.df",
-                    list(term_counts(r[-1] for r in rows).items()),
+                    "INSERT INTO chunk_tokens (rowid, tokens) VALUES (?, ?)",
+                    [(base + i, r[-1]) for i, r in enumerate(rows)],
                 )
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
@@ -221,6 +214,9 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
+            self._bm25_unsaved += len(rows)
+            if self._bm25_unsaved >= _bm25.FLUSH_ROWS:  # else no need to look at the files
+                self._save_bm25()
             self._maybe_compact()
 
     def delete_document(self, doc_id: str) -> bool:
@@ -249,6 +245,21 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
             raise StoreError(
                 f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
             ) from e
+
+    def _save_bm25(self, *, verify: bool = False) -> None:
+        """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
+        The files only speed up opening: a failure is logged, the committed write stands."""
+        conn = self._conn
+        assert conn is not None
+        with self._lock:
+            try:
+                conn.execute("BEGIN")
+                try:
+                    self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
+                finally:
+                    conn.execute("COMMIT")
+            except (OSError, sqlite3.Error) as e:
+                log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)
 
     def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
         """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
@@ -286,6 +297,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
             if pool is not None:
                 pool.close()
             self._snap = None
+            self._bm25 = None
 
 
-__all__ = ["DB_NAME", "CompactionReport", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "fts_query"]
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
