@@ -61,6 +61,9 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
         assert ids(store.dense_search(Z, 5, Filters(collection="笔记"))) == NOTE.ids
         assert store.document_chunks("doc-labor") == LABOR_V2.chunks
+        scores = store.dense_scores(Z, [NOTE.ids[0], WAGE.ids[0], LABOR_V2.ids[0]])  # through the row map
+        assert scores.keys() == {NOTE.ids[0], LABOR_V2.ids[0]}
+        assert scores[LABOR_V2.ids[0]] == pytest.approx(1.0) and scores[NOTE.ids[0]] == pytest.approx(0.8)
 
         rowids, _ = held.search(Z, 5, None)  # a search already holding the old snapshot: its file stays mapped
         assert sorted(rowids.tolist()) == [4, 5]
