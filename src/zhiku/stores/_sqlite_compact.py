@@ -1,6 +1,8 @@
 """Compaction of the SQLite store's vector file: the rows of deleted chunks are reclaimed by writing the live rows
 into the next generation's file and pointing ``meta.vector_layout`` at it in one transaction (``_vector_files``).
 
+The live rows are copied into temporary files without the index's write lock (other processes keep writing);
+under the lock the rows written meanwhile are appended, the files named, and the layout recorded.
 Crash safety: the new files are written and synced before the transaction that records them commits, and the
 old ones are deleted only after it; a ``kill -9`` at any moment leaves the old generation (the commit did not
 happen) or the new one (it did), and the files of the other are deleted at the next compaction or writable open.

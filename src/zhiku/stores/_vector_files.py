@@ -5,8 +5,10 @@ and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<
 ``vectors.<dim>.g<g>.f32`` after a compaction. Its first ``count`` rows hold the chunks of rowids ``ids``
 (ascending, all ``<= base``; listed in ``vectors.<dim>.g<g>.ids``, int64), and rowid ``r > base`` is at row
 ``count + r - base - 1``. Generation 0 has ``base = count = 0``: row ``rowid - 1``, the layout of every index
-before compaction existed. Chunk rowids never change (FTS5 and every rowid-keyed structure stay as they are):
+before compaction existed. Chunk rowids never change (the BM25 segments and every rowid-keyed structure stay as they are):
 compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
+Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows), and may have an HNSW
+index of them (``.hnsw``, ``_ann``).
 """
 
 from __future__ import annotations
