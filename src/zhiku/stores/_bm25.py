@@ -183,7 +183,8 @@ class BM25Snapshot:
         cls, version: int, top: int, segments: Sequence[Segment], live: np.ndarray, doclen: np.ndarray
     ) -> BM25Snapshot:
         n_live = int(live.sum())
-        avgdl = float(doclen[live].sum()) / n_live if n_live else 1.0
+        total = float(doclen[live].sum())
+        avgdl = total / n_live if total > 0 else 1.0  # no live term at all: nothing matches, any value will do
         norm = K1 * (1 - B + B * doclen / avgdl)  # the order of FTS5's operations, for identical floats
         dead = np.flatnonzero(~live[1:]) + 1
         return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl, dead)
