@@ -312,7 +312,7 @@ def run_scale(size: int, args: argparse.Namespace) -> list[Row]:
     del corpus
     rows = []
     for k in args.stacks:
-        r = run_child(k, work, args)
+        r = kept(k, work) if k in args.keep else run_child(k, work, args)
         if r is not None:
             figures = {f: r[f] for f in ("build_s", "disk_mb", "p50_ms", "p95_ms", "peak_rss_mb", "inputs_rss_mb")}
             figures |= {"load_avg_1m": r.get("load_avg_1m", "?"), "chunks": size, "queries": len(queries)}
