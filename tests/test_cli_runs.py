@@ -67,15 +67,13 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
 
 
-def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path, monkeypatch) -> None:  # noqa: F811
-    from zhiku.ingest import progress
-
-    monkeypatch.setattr(progress, "EMBED_NOTE_EVERY", 3)  # the corpus is 4 chunks: notes at 3 and 4
-    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "fresh")
+def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path) -> None:  # noqa: F811
+    # the corpus is 2 + 1 + 1 chunks: one call of 3 once the second document is queued, then the last chunk
+    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "fresh", env={"ZHIKU_INGEST__BATCH_CHUNKS": "3"})
     assert r.exit_code == 0, r.output
     lines = r.stderr.splitlines()
-    assert [ln.split(" · ")[-1] for ln in lines if "chunks embedded" in ln] == [
-        "3/4 chunks embedded",
-        "4/4 chunks embedded",
+    assert [ln.split(" · ", 1)[0] + " · " + ln.split(" · ")[-1] for ln in lines if "chunks embedded" in ln] == [
+        "ingesting: 2/3 documents · 3/3 chunks embedded",
+        "ingesting: 3/3 documents · 4/4 chunks embedded",
     ]
     assert lines[0].startswith("ingesting: 0/3 documents · ") and lines[-1].startswith("ingesting: 3/3 documents · ")

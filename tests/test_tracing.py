@@ -225,11 +225,12 @@ def test_ingest_trace_lists_documents_with_statuses_and_reasons(kb_factory, corp
     (corpus / "空白.md").write_text("   \n", encoding="utf-8")
     kb.ingest([corpus])
     second, first = read_traces(tmp_path / "idx" / TRACE_FILE, kind="ingest")
-    assert [s.name for s in first.stages] == ["load", "split", "transform", "embed", "upsert"]
+    assert [s.name for s in first.stages] == ["load", "split", "transform", "tokenise", "embed", "upsert"]
     assert first.stage("load").counts["documents"] == 3 and first.stage("load").calls == 3
     assert first.stage("split").counts == {"documents": 3, "chunks": 4}
     assert first.stage("transform").status == "off"
-    assert first.stage("embed").counts["texts"] == 4
+    assert first.stage("tokenise").counts == {"chunks": 4, "over_window": 0}
+    assert first.stage("embed").counts["texts"] == 4 and first.stage("embed").calls == 1  # one call: 4 ≤ batch_chunks
     assert first.stage("upsert").counts == {"documents": 3, "chunks": 4}
     assert {d["status"] for d in first.data["documents"]} == {"added"}
     by_status = {d["status"]: d for d in second.data["documents"]}

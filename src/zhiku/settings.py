@@ -21,6 +21,7 @@ from zhiku.settings_sections import (
     AnswerSettings,
     ChunkingSettings,
     EmbeddingSettings,
+    IngestSettings,
     LoaderSettings,
     Plugin,
     RerankSettings,
@@ -38,6 +39,7 @@ __all__ = [
     "ChunkingSettings",
     "DEFAULT_CONFIG_FILE",
     "EmbeddingSettings",
+    "IngestSettings",
     "JudgeSettings",
     "LLMSettings",
     "LoaderSettings",
@@ -74,6 +76,7 @@ class Settings(BaseSettings):
     text: TextSettings = TextSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     loaders: LoaderSettings = LoaderSettings()
+    ingest: IngestSettings = IngestSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     rerank: RerankSettings = RerankSettings()

@@ -1,5 +1,5 @@
 """The sections of the settings tree (one frozen pydantic model per part: store, text, chunking, loaders,
-embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
+ingest, embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
 loads them and re-exports every name here."""
 
 from __future__ import annotations
@@ -114,6 +114,21 @@ class ChunkingSettings(_Section):
         if self.overlap >= self.size // 2:
             raise ValueError(f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size})")
         return self
+
+
+class IngestSettings(_Section):
+    batch_chunks: int = Field(
+        128,
+        ge=1,
+        le=65536,
+        description="Chunks per embedding call, across documents (a large file is split over several calls); progress is reported after each call and a document is written once all its chunks are embedded.",
+    )
+    workers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="Threads that read, parse, chunk and tokenise the next documents while an embedding call runs (the model, or the endpoint, computing); otherwise the ingesting thread does it. 0: always the ingesting thread. More than 1 pays only for loaders that release the GIL. With LLM transforms (`transforms.enabled`) it is 0.",
+    )
 
 
 class LoaderSettings(_Section):

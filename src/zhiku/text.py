@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import re
 import unicodedata
 from collections.abc import Iterable
 from functools import cached_property
@@ -24,8 +25,7 @@ from zhiku.synonyms import Synonyms
 TOKENIZER_NAME = "rjieba"
 
 
-def _has_word_char(token: str) -> bool:
-    return any(ch.isalnum() for ch in token)
+_WORD_CHAR = re.compile(r"[^\W_]")  # a token is kept if it holds one: exactly str.isalnum() for every code point
 
 
 def load_stopwords(path: Path | None = None) -> frozenset[str]:
@@ -118,7 +118,8 @@ class TextProcessor:
         return tokens
 
     def _cut(self, normalized: str) -> list[str]:
-        return [t for t in self._jieba.cut_for_search(normalized) if _has_word_char(t)]
+        word = _WORD_CHAR.search
+        return [t for t in self._jieba.cut_for_search(normalized) if word(t)]
 
     def query_tokens(self, text: str) -> list[str]:
         """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation

@@ -95,7 +95,7 @@ PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
 def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
     """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
     document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
-    ``ingest.progress.EMBED_NOTE_EVERY``), then the end."""
+    ``ingest.batch_chunks`` embedded), then the end."""
     import time
 
     from zhiku.ingest.progress import is_chunk_note

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 
 def index_text(title: str, section: str, text: str, captions: Sequence[str] = (), *, context: bool = True) -> str:
@@ -33,10 +33,18 @@ class CountsTokens(Protocol):
     def token_count(self, text: str) -> int: ...
 
 
+@runtime_checkable
+class BoundsTokens(Protocol):
+    """An embedder that can bound a passage's tokens cheaply (``token_bound(text) >= token_count(text)``)."""
+
+    def token_bound(self, text: str) -> int: ...
+
+
 @dataclass(frozen=True)
 class WindowCheck:
     """Index texts longer than the embedder's window (``max_tokens``), by position; ``None`` when the
-    embedder cannot count tokens."""
+    embedder cannot count tokens. ``longest``: the most tokens of one text (at most that many, when the embedder's
+    cheap bound already put every text inside the window and none was counted)."""
 
     max_tokens: int | None
     over: tuple[int, ...] = ()
@@ -44,17 +52,12 @@ class WindowCheck:
 
 
 def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
-    """Count the index texts the embedder cannot see whole (it would truncate or window them)."""
+    """Count the index texts the embedder cannot see whole (it would truncate or window them). Texts that the
+    embedder's ``token_bound`` puts inside the window are not tokenised (that took longer than the BM25 tokens)."""
     inner = getattr(embedder, "inner", embedder)  # the embedding cache wraps the model
     if not isinstance(inner, CountsTokens):
         return WindowCheck(None)
-    counts = [inner.token_count(t) for t in texts]
     limit = inner.max_tokens
+    bounds = [inner.token_bound(t) for t in texts] if isinstance(inner, BoundsTokens) else [limit + 1] * len(texts)
+    counts = [inner.token_count(t) if b > limit else b for t, b in zip(texts, bounds, strict=True)]
     return WindowCheck(limit, tuple(i for i, n in enumerate(counts) if n > limit), max(counts, default=0))
-
-
-def note_window(embedder: object, texts: Sequence[str], span: Any) -> int:
-    """``check_window`` recorded on the ingest trace's ``embed`` span; returns how many texts are over."""
-    window = check_window(embedder, texts)
-    span.set(counts={"over_window": len(window.over)}, max_tokens=window.max_tokens, longest_tokens=window.longest)
-    return len(window.over)

@@ -3,15 +3,19 @@
 Unchanged files are skipped without writing anything; changed files are replaced in one transaction per
 document; ``sync`` drops documents whose files are gone. One bad file never stops the batch and never
 touches what is stored.
+
+The calling thread embeds chunks in calls of ``ingest.batch_chunks`` across documents (``ingest.batching``) and
+writes each document, in order, as soon as all its chunks are embedded. While it is inside an embedding call,
+``ingest.workers`` threads prepare the next documents (``ingest.prepare``: read, parse, chunk, tokenise); a
+document none of them has started is prepared by the calling thread (``ingest.prefetch`` says why).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,55 +23,43 @@ from typing import Any
 import numpy as np
 
 from zhiku.embedding.base import Embedder
-from zhiku.errors import EmbeddingError, IngestError, ZhikuError
-from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.context import index_text, note_window
+from zhiku.errors import ZhikuError
+from zhiku.ingest.batching import EmbedBatcher
 from zhiku.ingest.discover import FileTask, discover
-from zhiku.ingest.guard import MIB, printable, read_bounded
+from zhiku.ingest.guard import MIB, printable
 from zhiku.ingest.images import ImageStore
-from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
+from zhiku.ingest.loaders import Loader, default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.ingest.progress import embed_with_notes, notes
-from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
+from zhiku.ingest.prefetch import Gate, prefetch
+from zhiku.ingest.prepare import STOP_CODES, Loaded, Prepared, Preparer, doc_id_for, sha256_bytes
+from zhiku.ingest.progress import chunk_note
+from zhiku.ingest.transforms.stage import TransformStage
 from zhiku.observability.tracing import span
-from zhiku.settings import ChunkingSettings
+from zhiku.settings import ChunkingSettings, IngestSettings
 from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
-from zhiku.types import (
-    Chunk,
-    DocRecord,
-    DocStatus,
-    FileFailure,
-    IngestionRecord,
-    IngestReport,
-    OcrNeeded,
-    SourceDoc,
-    SourceImage,
-)
+from zhiku.types import FileFailure, IngestionRecord, IngestReport, OcrNeeded, SourceDoc
+
+__all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
-EMBED_GROUP = 64  # documents whose chunks are embedded in one call
-STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
-
-
-def doc_id_for(collection: str, source: str) -> str:
-    return hashlib.sha256(f"{collection}\x00{source}".encode()).hexdigest()[:16]
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
-class _Prepared:
-    doc: DocRecord
-    chunks: list[Chunk]
-    texts: list[str]  # index texts
-    status: str  # added | updated
-    path: str
-    images: tuple[SourceImage, ...] = ()
-    batch: DocumentBatch | None = None  # the chunks with what the transforms added
+class _Tally:
+    """One ingest run's outcome so far."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failures: list[FileFailure] = field(default_factory=list)
+    handled: int = 0  # items taken from the preparers
+    written: int = 0
+    over_window: int = 0
+
+    def count(self, status: str, source: str) -> None:
+        {"skipped": self.skipped, "added": self.added, "updated": self.updated}[status].append(source)
 
 
 class Ingestor:
@@ -86,22 +78,41 @@ class Ingestor:
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
+        settings: IngestSettings | None = None,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read."""
-        self.max_file_bytes = int(max_file_mb * MIB)
+        fail without being read. ``settings``: chunks per embedding call and prepare threads."""
         self.store = store
         self.embedder = embedder
-        self.text = text
-        self.chunking = chunking
-        self.loaders = tuple(loaders) if loaders is not None else default_loaders()
         self.images = images
-        self.retry_needs_ocr = retry_needs_ocr
         self.ocr_setting = ocr_setting
         self.transforms = transforms
+        self.settings = settings or IngestSettings()
+        self.prep = Preparer(
+            store,
+            embedder,
+            text,
+            chunking,
+            tuple(loaders) if loaders is not None else default_loaders(),
+            max_file_bytes=int(max_file_mb * MIB),
+            retry_needs_ocr=retry_needs_ocr,
+            transforms=transforms,
+        )
         self._needs_ocr: list[OcrNeeded] = []
-        self._over_window = 0  # chunks over the embedder's window in this run (reset by each ingest call)
+
+    @property
+    def loaders(self) -> tuple[Loader, ...]:
+        return self.prep.loaders
+
+    @loaders.setter
+    def loaders(self, value: Sequence[Loader]) -> None:
+        self.prep.loaders = tuple(value)
+
+    @property
+    def workers(self) -> int:
+        """Prepare threads: none with LLM transforms (they call the service and count its use in order)."""
+        return 0 if self.transforms is not None else self.settings.workers
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -115,7 +126,24 @@ class Ingestor:
         on_progress: ProgressFn | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
-        self._needs_ocr, self._over_window = [], 0
+        self._needs_ocr = []
+        tasks, failures = self._tasks(paths)
+        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
+            for f in failures:
+                self.store.record_ingestion(
+                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
+                )
+        tally = _Tally(failures=failures)
+        computed_before = getattr(self.embedder, "computed", 0)
+        prepare = partial(self.prep.file, collection=collection, force=force, dry_run=dry_run)
+        self._run(tasks, prepare, tally, collection, on_progress, dry_run)
+        if on_progress and tasks:
+            on_progress(len(tasks), len(tasks), "")
+        removed = self._sync(paths, tasks, collection, dry_run) if sync else []
+        return self._report(tally, started, computed_before, removed=removed, dry_run=dry_run)
+
+    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
+        """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
         suffixes = supported_suffixes(self.loaders)
         tasks, failures = discover(paths, suffixes)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
@@ -128,94 +156,7 @@ class Ingestor:
                         printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
                     )
                 )
-        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
-            for f in failures:
-                self.store.record_ingestion(
-                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
-                )
-        added: list[str] = []
-        updated: list[str] = []
-        skipped: list[str] = []
-        pending: list[_Prepared] = []
-        written = 0
-        computed_before = getattr(self.embedder, "computed", 0)
-
-        def flush() -> None:
-            nonlocal written
-            written += self._write(pending, added, updated, failures)
-            pending.clear()
-
-        self._note = notes(on_progress, lambda: len(added) + len(updated) + len(skipped) + len(pending), len(tasks))
-
-        for n, task in enumerate(tasks, 1):
-            if on_progress:
-                on_progress(n - 1, len(tasks), task.source)
-            read: list[Any] = [None, None]  # sha256, size: known once the file is read
-            try:
-                status, prepared = self._load_task(task, collection, force, dry_run, read)
-            except ZhikuError as e:
-                if e.code in STOP_CODES:
-                    raise
-                reason = str(e)
-            except Exception as e:  # whatever a loader or the chunker does, the batch goes on
-                log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
-                log.debug("the traceback", exc_info=True)
-                reason = f"unexpected error: {type(e).__name__}: {e}"
-            else:
-                if prepared is not None:
-                    pending.append(prepared)
-                    if len(pending) >= EMBED_GROUP:
-                        flush()
-                else:
-                    {"skipped": skipped, "added": added, "updated": updated}[status].append(task.source)
-                continue
-            self._fail(failures, task.shown, collection, read[0], read[1], reason, dry_run)
-        flush()
-        if on_progress and tasks:
-            on_progress(len(tasks), len(tasks), "")
-
-        removed: list[str] = []
-        if sync:
-            removed = self._sync(paths, tasks, collection, dry_run)
-        return IngestReport(
-            added=tuple(added),
-            updated=tuple(updated),
-            skipped=tuple(skipped),
-            removed=tuple(removed),
-            failed=tuple(failures),
-            chunks_written=written,
-            chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
-            elapsed_s=time.perf_counter() - started,
-            dry_run=dry_run,
-            needs_ocr=tuple(self._needs_ocr),
-            chunks_over_window=self._over_window,
-            transforms=self.transforms.report() if self.transforms else None,
-        )
-
-    def _load_task(
-        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
-    ) -> tuple[str, _Prepared | None]:
-        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
-        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
-        data = read_bounded(task.path, self.max_file_bytes)
-        sha = read[0] = sha256_bytes(data)
-        read[1] = len(data)
-        existing = self.store.find_document(collection, task.source)
-        if (
-            existing is not None
-            and existing.sha256 == sha
-            and not force
-            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
-        ):
-            return "skipped", None
-        status = "updated" if existing is not None else "added"
-        if dry_run:
-            return status, None
-        with span("load") as sp:
-            doc = load_document(task.path, task.source, self.loaders)
-            sp.set(counts={"documents": 1, "bytes": len(data)})
-        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
-        return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
+        return tasks, failures
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
     def ingest_docs(
@@ -223,141 +164,113 @@ class Ingestor:
     ) -> IngestReport:
         """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
         started = time.perf_counter()
-        added: list[str] = []
-        updated: list[str] = []
-        skipped: list[str] = []
-        failures: list[FileFailure] = []
-        pending: list[_Prepared] = []
-        written, self._over_window = 0, 0
+        self._needs_ocr = []
+        tally = _Tally()
         computed_before = getattr(self.embedder, "computed", 0)
-        for n, doc in enumerate(docs, 1):
-            sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
-            existing = self.store.find_document(collection, doc.source)
-            if existing is not None and existing.sha256 == sha:
-                skipped.append(doc.source)
-                continue
-            try:
-                pending.append(
-                    self._prepare(
-                        doc, collection, doc.source, sha, len(doc.text.encode()), "updated" if existing else "added"
-                    )
-                )
-            except ZhikuError as e:
-                self._fail(failures, doc.source, collection, sha, None, str(e), False)
-            if len(pending) >= EMBED_GROUP:
-                written += self._write(pending, added, updated, failures)
-                pending.clear()
-                if on_progress:
-                    on_progress(n, total, doc.source)
-        written += self._write(pending, added, updated, failures)
+        self._run(docs, partial(self.prep.document, collection=collection), tally, collection, on_progress, total=total)
+        return self._report(tally, started, computed_before)
+
+    # -- the loop: prepare ahead, embed in chunk batches, write in order ----------------------------
+    def _run(
+        self,
+        items: Iterable[FileTask | SourceDoc],
+        prepare: Callable[[Any], Loaded],
+        tally: _Tally,
+        collection: str,
+        on_progress: ProgressFn | None,
+        dry_run: bool = False,
+        total: int | None = None,
+    ) -> None:
+        """Prepare ``items`` in the prepare threads, in order; embed and write each prepared one here."""
+        if total is None:
+            total = len(items) if isinstance(items, Sequence) else 0
+        note = (
+            None
+            if on_progress is None
+            else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
+        )
+        batcher: EmbedBatcher[Prepared] = EmbedBatcher(
+            self.embedder,
+            self.settings.batch_chunks,
+            on_error=partial(self._embed_failed, tally),
+            on_batch=note,
+            gate=(gate := Gate()),
+        )
+        for out in prefetch(items, prepare, workers=self.workers, gate=gate):
+            item = out.item
+            shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
+            if on_progress:
+                on_progress(tally.handled, total, source)
+            tally.handled += 1
+            if out.error is not None:
+                raise out.error  # STOP_CODES, or a bug outside a file's own preparation
+            loaded = out.value
+            assert loaded is not None
+            if loaded.status == "failed":
+                self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
+            elif loaded.prepared is None:
+                tally.count(loaded.status, source)
+            else:
+                tally.over_window += loaded.prepared.over_window
+                self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
+        self._store(batcher.finish(), tally)
+
+    def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
+        reason = f"embedding failed: {type(e).__name__}: {e}"
+        self._fail(tally.failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
+
+    def _report(
+        self, tally: _Tally, started: float, computed_before: int, *, removed: Sequence[str] = (), dry_run: bool = False
+    ) -> IngestReport:
         return IngestReport(
-            added=tuple(added),
-            updated=tuple(updated),
-            skipped=tuple(skipped),
-            failed=tuple(failures),
-            chunks_written=written,
+            added=tuple(tally.added),
+            updated=tuple(tally.updated),
+            skipped=tuple(tally.skipped),
+            removed=tuple(removed),
+            failed=tuple(tally.failures),
+            chunks_written=tally.written,
             chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
             elapsed_s=time.perf_counter() - started,
+            dry_run=dry_run,
             needs_ocr=tuple(self._needs_ocr),
-            chunks_over_window=self._over_window,
+            chunks_over_window=tally.over_window,
             transforms=self.transforms.report() if self.transforms else None,
         )
 
-    # -- steps -----------------------------------------------------------------------------------
-    def _prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> _Prepared:
-        doc_id = doc_id_for(collection, doc.source)
-        with span("split") as sp:
-            chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
-            sp.set(counts={"documents": 1, "chunks": len(chunks)})
-        batch = run_transforms(self.transforms, doc, doc_id, chunks)
-        if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
-            raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
-        record = DocRecord(
-            doc_id=doc_id,
-            collection=collection,
-            source=doc.source,
-            path=path,
-            doc_type=doc.doc_type,
-            title=doc.title,
-            sha256=sha,
-            size=size,
-            chunk_count=len(chunks),
-            pages=max((p.number for p in doc.pages), default=None),
-            ingested_at=time.time(),
-            status=DocStatus.NEEDS_OCR if doc.needs_ocr_pages else DocStatus.READY,
-            needs_ocr_pages=tuple(doc.needs_ocr_pages),
-            ocr_pages=tuple(doc.ocr_pages),
-        )
-        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
-        chunks = list(batch.chunks)
-        linked = {im.image_id for c in chunks for im in c.images}
-        images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
-        return _Prepared(record, chunks, texts, status, path, images, batch)
-
-    def _embed(self, pending: list[_Prepared], failures: list[FileFailure]) -> list[tuple[_Prepared, np.ndarray]]:
-        """Each prepared document with its vectors. When a group fails for a reason other than the embedding
-        service, each document is embedded alone, so only the one that fails is lost."""
-        texts = [t for p in pending for t in p.texts]
-        computed = getattr(self.embedder, "computed", 0)
-        try:
-            with span("embed") as sp:
-                vectors = embed_with_notes(self.embedder, texts, getattr(self, "_note", None))  # [] for scans
-                sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
-                self._over_window += note_window(self.embedder, texts, sp)
-        except EmbeddingError:
-            raise  # the service (or the model) is down: every document would fail the same way
-        except Exception as e:
-            if len(pending) > 1:
-                return [pair for p in pending for pair in self._embed([p], failures)]
-            p = pending[0]
-            reason = f"embedding failed: {type(e).__name__}: {e}"
-            self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
-            return []
-        out, offset = [], 0
-        for p in pending:
-            out.append((p, vectors[offset : offset + len(p.chunks)]))
-            offset += len(p.chunks)
-        return out
-
-    def _write(
-        self, pending: list[_Prepared], added: list[str], updated: list[str], failures: list[FileFailure]
-    ) -> int:
-        if not pending:
-            return 0
-        written = 0
-        for p, vecs in self._embed(pending, failures):
+    def _store(self, done: Sequence[tuple[Prepared, np.ndarray]], tally: _Tally) -> None:
+        """Write each embedded document in its own transaction, then its history row."""
+        for p, vecs in done:
             n = len(p.chunks)
+            doc = replace(p.doc, ingested_at=time.time())
             try:
-                tokens = [self.text.index_tokens(t) for t in p.texts]
                 if self.images is not None:  # files first: a chunk never refers to a missing image
                     for im in p.images:
                         self.images.put(im.ref.image_id, im.data)
                 with span("upsert") as sp:
-                    self.store.write_document(p.doc, p.chunks, tokens, vecs)
+                    self.store.write_document(doc, p.chunks, p.tokens, vecs)
                     sp.set(counts={"documents": 1, "chunks": n})
             except ZhikuError as e:
                 if e.code in STOP_CODES:
                     raise
-                self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, str(e), False)
+                self._fail(tally.failures, p.path, doc.collection, doc.sha256, doc.size, str(e), False)
                 continue
             except Exception as e:  # a bug on one document's way into the store must not stop the batch
                 log.warning("writing %s failed unexpectedly: %s: %s", p.path, type(e).__name__, e)
                 log.debug("the traceback", exc_info=True)
                 reason = f"unexpected error: {type(e).__name__}: {e}"
-                self._fail(failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
+                self._fail(tally.failures, p.path, doc.collection, doc.sha256, doc.size, reason, False)
                 continue
-            (added if p.status == "added" else updated).append(p.doc.source)
+            (tally.added if p.status == "added" else tally.updated).append(doc.source)
             note = None
-            if p.doc.needs_ocr_pages:
-                self._needs_ocr.append(OcrNeeded(p.doc.source, p.doc.needs_ocr_pages))
-                note = needs_ocr_note(p.doc.needs_ocr_pages, self.ocr_setting)
+            if doc.needs_ocr_pages:
+                self._needs_ocr.append(OcrNeeded(doc.source, doc.needs_ocr_pages))
+                note = needs_ocr_note(doc.needs_ocr_pages, self.ocr_setting)
             self.store.record_ingestion(
-                IngestionRecord(p.path, p.doc.collection, p.doc.sha256, p.doc.size, p.status, note, n, time.time())
+                IngestionRecord(p.path, doc.collection, doc.sha256, doc.size, p.status, note, n, time.time())
             )
             if self.transforms is not None and p.batch is not None:  # after the write: never for a lost chunk
-                self.transforms.commit(p.batch, p.doc.collection)
-            written += n
-        return written
+                self.transforms.commit(p.batch, doc.collection)
+            tally.written += n
 
     def _fail(
         self,

@@ -20,7 +20,20 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 TRACE_FILE = "traces.jsonl"
-STAGES = ("parse", "bm25", "dense", "fusion", "rerank", "answer", "load", "split", "transform", "embed", "upsert")
+STAGES = (
+    "parse",
+    "bm25",
+    "dense",
+    "fusion",
+    "rerank",
+    "answer",
+    "load",
+    "split",
+    "transform",
+    "tokenise",
+    "embed",
+    "upsert",
+)
 
 
 # ------------------------------------------------------------------------------------------- records

@@ -1,4 +1,4 @@
-"""Ingestion traces: each run's stages (load, split, transform, embed, upsert) and its documents."""
+"""Ingestion traces: each run's stages (load, split, transform, tokenise, embed, upsert) and its documents."""
 
 import altair as alt
 import streamlit as st

@@ -1,0 +1,155 @@
+"""Embedding batches counted in chunks, not documents.
+
+Documents join a queue in order; their texts are embedded in calls of ``batch_chunks`` texts (a call may span
+several small documents, and a large document is spread over several calls; only the last call of a run may be
+smaller). A document comes out, with its vectors, once every one of its texts is embedded, and documents come out
+in the order they went in. After each call ``on_batch(embedded, seen)`` reports the chunks embedded so far and
+those queued so far: the ingest's per-chunk progress.
+
+When a call fails for a reason other than the embedding service (``EmbeddingError``: every document would fail
+the same way, so it is raised), each document of that call is embedded alone, so that only a document that fails
+by itself is lost; it is handed to ``on_error`` and leaves the queue.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from zhiku.embedding.base import Embedder
+from zhiku.errors import EmbeddingError
+from zhiku.ingest.prefetch import Gate
+from zhiku.observability.tracing import span
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class _Queued(Generic[T]):
+    item: T
+    texts: Sequence[str]
+    parts: list[np.ndarray] = field(default_factory=list)
+    done: int = 0  # texts embedded
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - self.done
+
+
+class EmbedBatcher(Generic[T]):
+    """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        batch_chunks: int,
+        *,
+        on_error: Callable[[T, Exception], None],
+        on_batch: Callable[[int, int], None] | None = None,
+        gate: Gate | None = None,
+    ) -> None:
+        """``gate`` is open during each embedding call (``ingest.prefetch`` prepares the next documents then)."""
+        self.embedder = embedder
+        self.batch_chunks = max(1, batch_chunks)
+        self.on_error = on_error
+        self.on_batch = on_batch
+        self.gate = gate
+        self._queue: deque[_Queued[T]] = deque()
+        self._waiting = 0  # queued texts not embedded yet
+        self._embedded = 0
+        self._seen = 0
+
+    def add(self, item: T, texts: Sequence[str]) -> list[tuple[T, np.ndarray]]:
+        """Queue a document's texts; returns the documents finished by the calls this made (maybe none)."""
+        self._queue.append(_Queued(item, texts))
+        self._waiting += len(texts)
+        self._seen += len(texts)
+        while self._waiting >= self.batch_chunks:
+            self._embed_next(self.batch_chunks)
+        return self._finished()
+
+    def finish(self) -> list[tuple[T, np.ndarray]]:
+        """Embed what is left (one smaller call) and return every remaining document."""
+        while self._waiting > 0:
+            self._embed_next(min(self.batch_chunks, self._waiting))
+        return self._finished()
+
+    def _finished(self) -> list[tuple[T, np.ndarray]]:
+        out = []
+        while self._queue and self._queue[0].left == 0:
+            q = self._queue.popleft()
+            out.append((q.item, np.concatenate(q.parts) if q.parts else np.zeros((0, self.embedder.dim), np.float32)))
+        return out
+
+    def _embed_next(self, n: int) -> None:
+        """One call of ``n`` texts taken from the queued documents in order."""
+        slices: list[tuple[_Queued[T], int]] = []  # (document, texts taken from it)
+        taken = 0
+        for q in self._queue:
+            if taken == n:
+                break
+            k = min(q.left, n - taken)
+            if k:
+                slices.append((q, k))
+                taken += k
+        texts = [t for q, k in slices for t in q.texts[q.done : q.done + k]]
+        try:
+            vectors = self._call(texts)
+        except EmbeddingError:
+            raise  # the service (or the model) is down: every document would fail the same way
+        except Exception as e:
+            if len(slices) == 1:
+                self._drop(slices[0][0], e)
+            else:
+                for q, _ in slices:
+                    self._embed_alone(q)
+            return
+        offset = 0
+        for q, k in slices:
+            q.parts.append(vectors[offset : offset + k])
+            q.done += k
+            offset += k
+        self._progress(taken)
+
+    def _embed_alone(self, q: _Queued[T]) -> None:
+        """Embed the rest of one document by itself (after a shared call failed); drop it if it fails."""
+        while q.left:
+            k = min(q.left, self.batch_chunks)
+            try:
+                vectors = self._call(q.texts[q.done : q.done + k])
+            except EmbeddingError:
+                raise
+            except Exception as e:
+                self._drop(q, e)
+                return
+            q.parts.append(vectors)
+            q.done += k
+            self._progress(k)
+
+    def _call(self, texts: Sequence[str]) -> np.ndarray:
+        computed = getattr(self.embedder, "computed", 0)
+        with span("embed") as sp:
+            with self.gate or nullcontext():
+                vectors = self.embedder.embed_documents(list(texts))
+            sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+        if vectors.shape[0] != len(texts):
+            raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")
+        return vectors
+
+    def _drop(self, q: _Queued[T], error: Exception) -> None:
+        self._queue.remove(q)
+        self._waiting -= q.left
+        self._seen -= len(q.texts)
+        self._embedded -= q.done
+        self.on_error(q.item, error)
+
+    def _progress(self, k: int) -> None:
+        self._waiting -= k
+        self._embedded += k
+        if self.on_batch is not None:
+            self.on_batch(self._embedded, self._seen)
