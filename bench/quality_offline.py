@@ -10,6 +10,12 @@ expected places, hit@2000ch by where the expected text ends).
 
     PYTHONPATH=src nice -n 10 python bench/quality_offline.py --root /work/cache/quality \
         --cache /work/cache/quality/embeddings/embeddings.sqlite [--sets ...] [--variants ...]
+
+``--root`` holds ``idx/<set>/`` (copies of the indexes; one from an older zhiku is upgraded in place once),
+``<pickle>`` per set (see ``PICKLES``) and ``stopwords_before.txt`` (the built-in stopword list before issue 11's
+colloquial additions: ``git show e4c0d23:src/zhiku/data/stopwords_zh.txt``). Two variants of the table in
+bench/RESULTS.md (exact BM25 filled in for dense-only candidates) read FTS5 directly and were measured with this
+file at commit 35d3e44; FTS5 is gone since, and so are they.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from retrieval_units import beir_scores, longdoc_scores  # noqa: E402
 from zhiku.embedding.cache import EmbeddingCache, query_key  # noqa: E402
+from zhiku.errors import IndexMismatch  # noqa: E402
 from zhiku.retrieval.context import whole_articles  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
-from zhiku.stores._sqlite_search import fts_query  # noqa: E402
 from zhiku.stores.sqlite import SQLiteStore  # noqa: E402
 from zhiku.text import TextProcessor  # noqa: E402
 from zhiku.types import Chunk, Hit, ScoredId  # noqa: E402
@@ -62,7 +68,6 @@ class SetData:
     row: dict[str, int] = field(default_factory=dict)
     scores: np.ndarray = field(default_factory=lambda: np.empty(0))  # questions x chunks cosines
     store: SQLiteStore | None = None
-    bm25_extra: dict[int, dict[str, float]] = field(default_factory=dict)  # question -> exact BM25 of dense-only
     bm25_runs: dict[str, list[list[ScoredId]]] = field(default_factory=dict)  # requeried BM25 rankings
 
 
@@ -75,7 +80,9 @@ def bm25_requery(data: SetData, stopwords: Path | None, depth: int) -> list[list
     return data.bm25_runs[key]
 
 
-def requeried(stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0, inner: Variant | None = None) -> Variant:
+def requeried(
+    stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0, inner: Variant | None = None
+) -> Variant:
     inner = inner or fusion(complete=complete, wb=wb)
 
     def run(data: SetData, n: int, q: dict[str, Any], bm25: list[ScoredId], dense: list[ScoredId]):
@@ -87,24 +94,6 @@ def requeried(stopwords: Path | None, depth: int, complete: bool, wb: float = 1.
     return run
 
 
-def bm25_of(data: SetData, n: int, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
-    """Exact BM25 (as ``bm25_search`` scores it: same pruned query) of ``ids``; 0.0 for chunks matching no term."""
-    if n in data.bm25_extra:
-        return data.bm25_extra[n]
-    assert data.store is not None
-    out = dict.fromkeys(ids, 0.0)
-    with data.store._read() as conn:
-        query = fts_query(data.store._frequent_terms_pruned(conn, terms))
-        rows = conn.execute(
-            "SELECT c.chunk_id, -bm25(fts) FROM fts JOIN chunks AS c ON c.rowid = fts.rowid WHERE fts MATCH ?"
-            " AND fts.rowid IN (SELECT rowid FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?)))",
-            (query, json.dumps(list(ids))),
-        ).fetchall()
-    out.update({c: float(x) for c, x in rows})
-    data.bm25_extra[n] = out
-    return out
-
-
 def load(root: Path, cache: EmbeddingCache, name: str, first: int | None) -> SetData:
     idx = root / "idx" / name
     conn = sqlite3.connect(f"file:{idx / 'zhiku.db'}?mode=ro", uri=True)
@@ -114,6 +103,10 @@ def load(root: Path, cache: EmbeddingCache, name: str, first: int | None) -> Set
     matrix = np.stack([np.frombuffer(r[2], "<f4") for r in rows]).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     docs = {d: n for n, d in enumerate(dict.fromkeys(r[1] for r in rows))}
+    try:
+        SQLiteStore(idx, read_only=True).close()
+    except IndexMismatch:  # a copy from an older zhiku: upgrade it once (the copies are ours to change)
+        SQLiteStore(idx).close()
     with SQLiteStore(idx, read_only=True) as store:
         chunks = {c.chunk_id: c for c in store.get_chunks(ids)}
     by_doc: dict[str, list[Chunk]] = {}
@@ -244,7 +237,6 @@ def fusion(
     wb: float = 1.0,
     dense_stats: str = "top",
     spread: float = 0.0,
-    complete_bm25: str = "",
 ) -> Variant:
     """Fusion details: z or min-max, statistics over the top ``stats_depth``; ``complete``: a BM25-only candidate
     gets its exact cosine (normalised like the dense ranking) instead of the dense floor; ``dense_stats`` "corpus":
@@ -272,13 +264,6 @@ def fusion(
             for c in ids:
                 if c not in d:
                     d[c] = (float(data.scores[n][data.row[c]]) - mean) / std
-        if complete_bm25:
-            ref = np.array([x.score for x in bm25], dtype=np.float64)
-            mean, std = (float(ref.mean()), float(ref.std()) or 1.0) if ref.size else (0.0, 1.0)
-            extra = bm25_of(data, n, q["terms"], [c for c in ids if c not in b])
-            for c, x in extra.items():
-                if x > 0 or complete_bm25 == "all":
-                    b[c] = (x - mean) / std
         w_b, w_d = wb, 1.0
         if spread and b and d:
             tb, td = 1 + spread * max(b.values()), 1 + spread * max(d.values())
@@ -311,8 +296,6 @@ VARIANTS: dict[str, Variant] = {
     "spread weights 0.5": fusion(spread=0.5),
     "BM25 weight 0.75": fusion(wb=0.75),
     "fill dense (exact cosine)": fusion(complete=True),
-    "fill BM25 (exact BM25 of dense-only)": fusion(complete_bm25="matching"),
-    "fill both": fusion(complete=True, complete_bm25="matching"),
     "fill dense, per_source_k 200": requeried(BEFORE, 200, True),
     # 4. query-side BM25: colloquial stopwords (the shipped list; BM25 re-run over the index)
     "BM25 re-run, old stopwords": requeried(BEFORE, 100, False),
@@ -320,8 +303,10 @@ VARIANTS: dict[str, Variant] = {
     "SHIPPED: colloquial stopwords + fill dense": requeried(SHIPPED, 100, True),
     # combinations on top of the shipped pair
     **{f"shipped + BM25 weight {w}": requeried(SHIPPED, 100, True, wb=w) for w in (0.75, 0.9)},
-    **{f"shipped + doc-{h} g={g}": requeried(SHIPPED, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
-       for h, g in (("max", 0.05), ("mean3", 0.05), ("mean3", 0.1))},
+    **{
+        f"shipped + doc-{h} g={g}": requeried(SHIPPED, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
+        for h, g in (("max", 0.05), ("mean3", 0.05), ("mean3", 0.1))
+    },
 }
 
 
