@@ -11,10 +11,14 @@ size only, never retrieval quality. Query vectors are random too, so query embed
 ``--dense-only`` builds one-sentence chunks without BM25 tokens (far faster to write): it measures the vector side
 (open, dense, RSS, replace) at sizes whose full build does not fit the time here; its BM25 figures mean nothing.
 
+``--dense-search exact int8`` measures each ``store.dense_search`` mode in its own child (same build);
+``--compaction`` then deletes every fourth document and times ``compact()``.
+
 Each size is built once into ``--workdir/<size>`` (kept: ``--reuse`` measures an existing build again). The
 measurements run in a fresh child process pinned to one core (``sched_setaffinity``, BLAS threads 1): cold open
 (page cache as the build left it) to the first hybrid answer, BM25/dense/hybrid p50/p95 through ``Searcher``
-(tracing off), replacing one 100-chunk document, and the child's peak RSS.
+(tracing off; wall time, and CPU time, which a loaded machine inflates far less), replacing one 100-chunk
+document, and the child's peak RSS.
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ def build(
     }
 
 
-def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
+def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "auto") -> dict[str, float]:
     """In a child process on one core: open-to-first-answer, latencies, one update, peak RSS."""
     import numpy as np
 
@@ -143,36 +147,51 @@ def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
     tp = TextProcessor()
     tp.query_tokens("预热")  # the tokenizer's dictionary, loaded before the clock starts
     t = time.perf_counter()
-    store = SQLiteStore(index)
+    store = SQLiteStore(index, dense_search=dense_search)
     searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
     searcher.search(queries[0], top_k=10, mode="hybrid")
     row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
+    if dense_search == "hnsw":  # wait for the background build: the latencies below are the HNSW index's
+        row["hnsw_build_s"] = wait_for_hnsw(store)
     for mode in ("bm25", "dense", "hybrid"):
-        lat = []
+        lat, cpu = [], []
         for q in queries:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             searcher.search(q, top_k=10, mode=mode)
             lat.append((time.perf_counter() - t) * 1000)
+            cpu.append((time.process_time() - c) * 1000)  # CPU time: what the query costs, whatever the load
         row[f"{mode}_p50_ms"] = round(percentile(lat, 50), 1)
         row[f"{mode}_p95_ms"] = round(percentile(lat, 95), 1)
+        row[f"{mode}_cpu_p50_ms"] = round(percentile(cpu, 50), 1)
+        row[f"{mode}_cpu_p95_ms"] = round(percentile(cpu, 95), 1)
     rng, vrng = random.Random(1), np.random.default_rng(1)
     sents = [q for q in queries if len(q) > 4] * 20
-    updates = []
+    updates, update_cpu = [], []
     for n in range(5):
         d = rng.randrange(n_docs)
         texts = ["".join(sents[i] for i in p) for p in make_chunks(sents, PER_DOC, rng)]
         doc, chunks = document(d, texts, version=n + 1)
         tokens = [tp.index_tokens(c.text) for c in chunks]
         vectors = unit_vectors(vrng, len(chunks))
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         store.write_document(doc, chunks, tokens, vectors)
         updates.append((time.perf_counter() - t) * 1000)
+        update_cpu.append((time.process_time() - c) * 1000)
         searcher.search(queries[n], top_k=10, mode="dense")  # the snapshot moves forward with the write
     row["replace_100_chunk_doc_ms_median"] = round(float(np.median(updates)), 1)
+    row["replace_cpu_ms_median"] = round(float(np.median(update_cpu)), 1)
     searcher.close()
     store.close()
     row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
+
+
+def wait_for_hnsw(store) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    store.warm()
+    while store._ann._building or store._ann._ann is None:  # a bench may look inside: no public wait
+        time.sleep(0.5)
+    return round(time.perf_counter() - t, 1)
 
 
 def main() -> None:
@@ -187,6 +206,13 @@ def main() -> None:
     ap.add_argument(
         "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
     )
+    ap.add_argument(
+        "--dense-search",
+        nargs="*",
+        default=["auto"],
+        help="store.dense_search modes to measure (auto exact int8 hnsw; none: build and --compaction only)",
+    )
+    ap.add_argument("--compaction", action="store_true", help="then delete a quarter of the documents and compact")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--n-docs", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -195,7 +221,7 @@ def main() -> None:
     queries = rng.sample([json.loads(x)["text"] for x in lines if x.strip()], args.n_queries)
     if args.measure is not None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        print(json.dumps(measure(args.measure, queries, args.n_docs)))
+        print(json.dumps(measure(args.measure, queries, args.n_docs, (args.dense_search or ["auto"])[0])))
         return
     sents = sentences(args.corpus)
     for size in args.sizes:
@@ -208,14 +234,45 @@ def main() -> None:
             row["build_s"] = round(time.perf_counter() - t, 1)
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
+        row["codes_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.i8")) / 1e6, 1)
         row["bm25_mb"] = round(sum(p.stat().st_size for p in index.glob("bm25/seg-*.bin")) / 1e6, 1)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
         built = int(row.get("built_chunks", size))  # type: ignore[call-overload]
-        child += ["--measure", str(index), "--n-docs", str(built // PER_DOC)]
-        out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
-        row.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(json.dumps(row, ensure_ascii=False), flush=True)
+        for mode in args.dense_search:
+            print(json.dumps({**row, "dense_search": mode, **child_measure(args, index, built, mode)}), flush=True)
+        if args.compaction:
+            print(json.dumps({"chunks": size, **compaction(index, built // PER_DOC)}), flush=True)
+
+
+def child_measure(args: argparse.Namespace, index: Path, built: int, mode: str) -> dict[str, object]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
+    child += ["--measure", str(index), "--n-docs", str(built // PER_DOC), "--dense-search", mode]
+    out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def compaction(index: Path, n_docs: int) -> dict[str, object]:
+    """Delete every fourth document, then ``compact()``: how long, and the vector files before and after."""
+    from zhiku.stores.sqlite import SQLiteStore
+
+    def files_mb() -> float:
+        return round(sum(p.stat().st_size for p in index.glob("vectors.*")) / 1e6, 1)
+
+    with SQLiteStore(index, compact_dead_fraction=1) as store:
+        before = files_mb()
+        t = time.perf_counter()
+        for d in range(0, n_docs, 4):
+            store.delete_document(document(d, [])[0].doc_id)
+        deleted_s = time.perf_counter() - t
+        report = store.compact()
+    return {
+        "deleted_docs": len(range(0, n_docs, 4)),
+        "delete_s": round(deleted_s, 1),
+        "compact_s": round(report.seconds, 2),
+        "write_lock_held_s": round(report.locked_seconds, 2),
+        "rows": [report.rows_before, report.rows_after],
+        "vector_files_mb": [before, files_mb()],
+    }
 
 
 if __name__ == "__main__":
