@@ -16,7 +16,7 @@ INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 # The dev sets for `make bench-quality` (the product never reads them by itself).
 EVAL_DATA ?= ../shared/eval
 
-.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate bench-latency bench-quality clean
+.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate bench-latency bench-quality bench-peers clean
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -78,6 +78,25 @@ bench-latency: $(DEV_STAMP)  # the MCP server (the mcp extra) and its client
 # Vectors come from the persistent embedding cache: the first run embeds ~11k passages (about an hour on 2 cores).
 bench-quality: $(STAMP)
 	nice -n 10 $(PY) bench/quality.py --data $(EVAL_DATA)
+
+# zhiku beside Chroma + rank_bm25, LanceDB, Milvus Lite and bm25s on the same chunks, vectors and tokens (issue 13).
+# The peers go into their own venv (never into .venv or `make test`), with zhiku installed editable beside them.
+# PEERS_ARGS: e.g. --from-index DIR --cache DIR (reuse indexes and query vectors; see bench/peers.py).
+PEERS_VENV := .venv-peers
+PEERS_PKGS := chromadb==1.5.9 rank_bm25==0.2.2 lancedb==0.40.0 pymilvus==3.0.2 milvus-lite==3.2.2 bm25s==0.3.16 \
+              jieba==0.42.1
+PEERS_STAMP := $(PEERS_VENV)/.installed-peers-$(SUM)
+PEERS_ARGS ?=
+
+$(PEERS_STAMP): pyproject.toml
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -e . $(PEERS_PKGS)
+	rm -f $(PEERS_VENV)/.installed-peers-*
+	touch $@
+
+bench-peers: $(PEERS_STAMP)
+	nice -n 10 $(PEERS_VENV)/bin/python bench/peers.py --data $(EVAL_DATA) $(PEERS_ARGS)
 
 clean:
 	rm -rf $(DEMO_INDEX) .pytest_cache

@@ -16,10 +16,14 @@ import rjieba
 
 from zhiku.evaluation.beir import load_beir
 from zhiku.evaluation.metrics import ndcg_at_k, recall_at_k
-from zhiku.stores.sqlite import fts_query
 from zhiku.text import TextProcessor
 
 Cut = Callable[[str], list[str]]
+
+
+def fts_query(terms: list[str]) -> str:
+    """An FTS5 query matching any of the distinct ``terms`` (as zhiku's BM25 queried FTS5 up to schema 3)."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in dict.fromkeys(t for t in terms if t.strip()))
 
 
 def evaluate(data, index_fn: Cut, query_fn: Cut) -> tuple[float, float]:

@@ -208,6 +208,7 @@ def main() -> None:
             row["build_s"] = round(time.perf_counter() - t, 1)
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
+        row["bm25_mb"] = round(sum(p.stat().st_size for p in index.glob("bm25/seg-*.bin")) / 1e6, 1)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
         built = int(row.get("built_chunks", size))  # type: ignore[call-overload]

@@ -240,6 +240,22 @@ def test_answer_has_markers_and_sources(kb: KnowledgeBase) -> None:
     assert plain.markdown.endswith("**来源 / Sources**\n\n[1] 工资支付规定.txt")  # no section: file name only
 
 
+def test_query_takes_retrieves_options_and_judges_confidence(kb: KnowledgeBase) -> None:
+    """``query`` takes exactly ``retrieve``'s options (one ``QueryOptions``) and flags an off-topic question
+    ``low_confidence`` as MCP and ``zhiku query`` do (server.min_score, calibrated for the bundled embedder)."""
+    options = {"mode": "hybrid", "top_k": 2, "per_source_k": 3, "collection": "hr", "rerank": False}
+    r = kb.retrieve("经济补偿怎么计算", **options)
+    a = kb.query("经济补偿怎么计算", **options)
+    assert [c.chunk_id for c in a.citations] == [h.chunk.chunk_id for h in r.hits]
+    assert [(c.source, c.section) for c in a.citations] == [
+        ("劳动合同法.md", SEC_SEVERANCE),
+        ("规章/工资支付规定.txt", ""),
+    ]
+    assert a.low_confidence is False
+    off = kb.query("今天天气怎么样？", mode="hybrid")
+    assert off.low_confidence is True and len(off.citations) > 0
+
+
 # --- invalid input -----------------------------------------------------------------------------------
 EMPTY = "the query is empty: ask a question, e.g. 试用期最长多久"
 

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 
 from zhiku.retrieval.fusion import ranked, rrf
@@ -79,3 +80,72 @@ def test_zscore_fusion_degenerate_inputs():
     assert zscore_fusion([one, []]) == [("only", 0.0)]
     with pytest.raises(ValueError, match="1 weights for 2 rankings"):
         zscore_fusion([one, one], weights=[1])
+
+
+def test_zscore_fusion_fill_gives_a_missing_candidate_its_exact_score():
+    from zhiku.retrieval.fusion import zscore_fusion
+
+    bm25 = ranked([("a", 9.0), ("b", 3.0), ("c", 0.0), ("d", 0.0)])  # mean 3, std sqrt(13.5)
+    dense = ranked([("c", 0.9), ("a", 0.7)])  # mean 0.8, std 0.1
+    s = 13.5**0.5
+    plain = dict(zscore_fusion([bm25, dense]))
+    assert math.isclose(plain["b"], 0 / s + (-1.0))  # the dense floor
+    assert [i for i, _ in zscore_fusion([bm25, dense])] == ["a", "c", "b", "d"]
+    # b's exact cosine is 0.95 (z 1.5), d's is 0.1 (z -7); e is in no ranking (ignored)
+    filled = zscore_fusion([bm25, dense], fill=[None, {"b": 0.95, "d": 0.1, "e": 1.0}])
+    got = dict(filled)
+    assert [i for i, _ in filled] == ["b", "a", "c", "d"]
+    assert math.isclose(got["b"], 0 / s + 1.5)
+    assert math.isclose(got["a"], 6 / s + (-1.0))
+    assert math.isclose(got["c"], -3 / s + 1.0)
+    assert math.isclose(got["d"], -3 / s + (-7.0))
+    # a fill below the ranking's floor does not move the floor of the candidates left unfilled
+    partial = dict(zscore_fusion([bm25, dense], fill=[None, {"d": 0.1}]))
+    assert math.isclose(partial["b"], 0 / s + (-1.0))
+    with pytest.raises(ValueError, match="1 fill mappings for 2 rankings"):
+        zscore_fusion([bm25, dense], fill=[None])
+
+
+class Angles:
+    """Designed cosines to the query (axis 0): probation 1.0, leave rules 0.8, severance 0.6, wage rules 0.35."""
+
+    name = "test/angles-2"
+    dim = 2
+    COSINES = {"试用期": 1.0, "年休假": 0.8, "经济补偿": 0.6, "货币形式": 0.35}
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        cos = [next(c for key, c in self.COSINES.items() if key in t) for t in texts]
+        return np.array([[c, (1 - c * c) ** 0.5] for c in cos], np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return np.array([1.0, 0.0], np.float32)
+
+
+def test_fill_dense_scores_bm25_only_candidates_by_their_exact_cosine(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_WAGE, make_settings, write_corpus
+    from zhiku.api import KnowledgeBase
+
+    docs = write_corpus(tmp_path / "docs")
+    found = {}
+    for fill in (True, False):
+        settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"fill_dense": fill})
+        with KnowledgeBase(settings, embedder=Angles()) as kb:
+            if fill:
+                kb.ingest([docs])
+            # depth 3: dense finds probation (z √1.5), leave (0), severance (-√1.5); BM25 ranks the wage rules
+            # first, the two chunks that say 工资 in passing far below; the wage rules are outside the dense top 3
+            r = kb.retrieve("拖欠加班工资", mode="hybrid", top_k=3, per_source_k=3)
+            found[fill] = [(h.chunk.section, h.bm25_rank, h.dense_rank, _round(h.dense_score)) for h in r.hits]
+            scores = [h.score for h in r.hits]
+    bm25 = [x.score for x in r.bm25]
+    mean = sum(bm25) / 3
+    zb = [(x - mean) / (sum((y - mean) ** 2 for y in bm25) / 3) ** 0.5 for x in bm25]  # wage, then ~0, ~0
+    dense_std = (0.08 / 3) ** 0.5
+    assert found[False] == [(SEC_PROBATION, None, 1, 1.0), (SEC_WAGE, 1, None, None), (SEC_LEAVE, 3, 2, 0.8)]
+    assert scores == pytest.approx([zb[2] + 0.2 / dense_std, zb[0] - 0.2 / dense_std, zb[2]], abs=1e-5)
+    # filled: the wage rules' cosine 0.35 (z -2.76) instead of the floor (z -1.22) puts them below the leave rules
+    assert found[True] == [(SEC_PROBATION, None, 1, 1.0), (SEC_LEAVE, 3, 2, 0.8), (SEC_WAGE, 1, None, 0.35)]
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 5)

@@ -16,7 +16,7 @@ from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, Doc, ids, make
 from zhiku.errors import IndexLocked, IndexMismatch, InvalidInput, NotFound, ReadOnlyIndex, StoreError
 from zhiku.settings import Settings, StoreSettings
 from zhiku.stores import SQLiteStore, open_store
-from zhiku.stores.sqlite import IndexNotFound, fts_query
+from zhiku.stores.sqlite import IndexNotFound, query_terms
 from zhiku.types import Filters, IngestionRecord
 
 X = np.array([1.0, 0.0, 0.0], np.float32)
@@ -42,8 +42,9 @@ def test_one_wal_file_with_schema_version(store: SQLiteStore, index_dir: Path) -
     conn = raw(index_dir)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"meta", "documents", "chunks", "fts", "ingestion_history"} <= tables
-    assert store.get_meta() == {"index_version": "0", "schema_version": "3"}
+    assert {"meta", "documents", "chunks", "chunk_tokens", "ingestion_history"} <= tables
+    meta = store.get_meta()
+    assert meta.pop("index_id") != "" and meta == {"index_version": "0", "schema_version": "4"}
 
 
 def test_open_store_picks_sqlite_from_settings(index_dir: Path) -> None:
@@ -60,11 +61,11 @@ def test_open_store_picks_sqlite_from_settings(index_dir: Path) -> None:
     writer.close()
 
 
-def test_fts_query_quotes_and_dedupes_terms() -> None:
-    assert fts_query(["劳动", "合同", "劳动", " ", 'a"b']) == '"劳动" OR "合同" OR "a""b"'
-    assert fts_query([]) == ""
+def test_query_terms_are_distinct_and_not_blank() -> None:
+    assert query_terms(["劳动", "合同", "劳动", " ", 'a"b']) == ["劳动", "合同", 'a"b']
+    assert query_terms([]) == []
     with pytest.raises(InvalidInput):
-        fts_query("劳动 合同")
+        query_terms("劳动 合同")
 
 
 # --- several connections ---------------------------------------------------------------------------
@@ -366,12 +367,12 @@ def write_v1_index(index_dir: Path) -> None:
 def test_a_schema_1_index_is_upgraded_in_place_and_keeps_its_data(index_dir: Path) -> None:
     write_v1_index(index_dir)
     with pytest.raises(
-        IndexMismatch, match=r"schema version 1, older than this zhiku's \(3\): open it for writing once"
+        IndexMismatch, match=r"schema version 1, older than this zhiku's \(4\): open it for writing once"
     ):
         SQLiteStore(index_dir, read_only=True)
     assert not (index_dir / "vectors.3.f32").exists()
     with SQLiteStore(index_dir) as store:
-        assert store.get_meta()["schema_version"] == "3"
+        assert store.get_meta()["schema_version"] == "4"
         assert (index_dir / "vectors.3.f32").stat().st_size == len(LABOR.chunks) * 3 * 4  # rebuilt from the BLOBs
         assert store.get_document("doc-labor") == LABOR.record
         assert store.get_document("doc-labor").status == "ready"

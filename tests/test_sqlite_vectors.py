@@ -4,7 +4,6 @@ old-or-new after ``kill -9`` mid-write, readers that do not wait for a writer.""
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -14,7 +13,6 @@ import numpy as np
 import pytest
 
 from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, ids
-from test_sqlite_store import write_v1_index
 from zhiku.stores import SQLiteStore
 from zhiku.types import Filters
 
@@ -112,32 +110,6 @@ def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> Non
             reader.join(timeout=60)
             assert not reader.is_alive()
         assert results == [WAGE.ids, WAGE.ids, ["2"]]
-
-
-def _df(index_dir: Path) -> dict[str, int]:
-    conn = sqlite3.connect(index_dir / "zhiku.db")
-    try:
-        return dict(conn.execute("SELECT term, df FROM term_df").fetchall())
-    finally:
-        conn.close()
-
-
-def test_document_frequencies_follow_writes_replacements_and_deletes(index_dir: Path) -> None:
-    with SQLiteStore(index_dir) as store:
-        LABOR.write(store)
-        WAGE.write(store)
-        assert _df(index_dir)["劳动者"] == 3 and _df(index_dir)["工资"] == 1
-        store.delete_document("doc-wage")
-        assert _df(index_dir)["劳动者"] == 2 and "工资" not in _df(index_dir)
-        LABOR_V2.write(store)
-        assert "劳动者" not in _df(index_dir) and _df(index_dir)["劳动"] == 1
-
-
-def test_an_upgraded_index_gets_its_document_frequencies_from_fts(index_dir: Path) -> None:
-    write_v1_index(index_dir)
-    with SQLiteStore(index_dir):
-        pass
-    assert _df(index_dir)["劳动者"] == 2 and _df(index_dir)["解除"] == 1
 
 
 def test_bm25_max_df_leaves_out_frequent_terms_but_keeps_the_two_rarest(

@@ -200,6 +200,7 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     assert q.stage("answer").counts["citations"] == len(answer.citations) == 3
     fusion = q.stage("fusion")
     assert fusion.counts == {"candidates": 4, "returned": 3}
+    assert fusion.data["dense_filled"] == 0  # the dense channel found every chunk: no cosine to fill in
     first = fusion.data["changes"][0]
     assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (
         1,

@@ -6,6 +6,7 @@ import fnmatch
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
@@ -23,13 +24,27 @@ from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
+from zhiku.retrieval.confidence import judge
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import Store, open_store
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
-from zhiku.types import Answer, Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, IngestReport, SourceDoc
+from zhiku.types import (
+    Answer,
+    Chunk,
+    CollectionStats,
+    DocRecord,
+    Filters,
+    IngestionRecord,
+    IngestReport,
+    QueryOptions,
+    SourceDoc,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # Python 3.10 has no typing.Unpack; annotations only
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -242,21 +257,12 @@ class KnowledgeBase:
             self.store.set_meta(identity)  # only when it changed: an unchanged re-ingest writes nothing
 
     # -- queries -----------------------------------------------------------------------------------
-    def retrieve(
-        self,
-        query: str,
-        *,
-        top_k: int | None = None,
-        mode: str | None = None,
-        collection: str | None = None,
-        source: str | None = None,
-        doc_type: str | None = None,
-        per_source_k: int | None = None,
-        rerank: bool | None = None,
-        tags: Sequence[str] | None = None,
-    ) -> Retrieval:
+    def retrieve(self, query: str, **options: Unpack[QueryOptions]) -> Retrieval:
         """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one; ``tags``: only
-        chunks whose metadata (or their document's) carries every tag."""
+        chunks whose metadata (or their document's) carries every tag; the options are ``QueryOptions``'s."""
+        o = options
+        mode, top_k, tags = o.get("mode"), o.get("top_k"), o.get("tags")
+        collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
         with self.tracer.trace(
             "query",
@@ -278,8 +284,8 @@ class KnowledgeBase:
                 top_k=top_k,
                 mode=mode,
                 filters=filters,
-                per_source_k=per_source_k,
-                rerank=rerank,
+                per_source_k=o.get("per_source_k"),
+                rerank=o.get("rerank"),
             )
             if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
                 t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
@@ -305,22 +311,13 @@ class KnowledgeBase:
             for c in self.store.get_chunks(chunk_ids)
         }
 
-    def query(
-        self,
-        query: str,
-        *,
-        top_k: int | None = None,
-        mode: str | None = None,
-        collection: str | None = None,
-        source: str | None = None,
-        doc_type: str | None = None,
-        rerank: bool | None = None,
-    ) -> Answer:
+    def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
+        """``retrieve`` (same options) and ``answer`` in one call; below ``server.min_score`` the answer is marked
+        ``low_confidence``, as over MCP and in ``zhiku query``."""
         with self.tracer.trace("query"):
-            r = self.retrieve(
-                query, top_k=top_k, mode=mode, collection=collection, source=source, doc_type=doc_type, rerank=rerank
-            )
-            return self.answer(r)
+            r = self.retrieve(query, **options)
+            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)
+            return self.answer(r, low_confidence=judged.low)
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
         """The cited Markdown answer for a retrieval, with query-focused snippets."""

@@ -251,6 +251,10 @@ class RetrievalSettings(_Section):
         description="How hybrid mode fuses the BM25 and dense rankings: `zscore` (weighted sum of z-normalised scores; measured best on both eval sets, see bench/RESULTS.md) or `rrf` (Reciprocal Rank Fusion).",
     )
     rrf_k: int = Field(60, ge=1, le=1000, description="RRF constant k (Cormack et al. 2009), used when `fusion: rrf`.")
+    fill_dense: bool = Field(
+        True,
+        description="z-score fusion: a BM25 candidate outside the dense channel's top `per_source_k` gets its exact cosine (standardised like the dense ranking) instead of the dense channel's lowest score (measured in bench/RESULTS.md, Issue 11 — closing the quality gap).",
+    )
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")

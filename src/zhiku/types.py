@@ -5,9 +5,10 @@ Every stage takes and returns these; no stage passes ``dict[str, Any]`` around.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal
+from typing import Literal, TypedDict
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
 
@@ -186,6 +187,19 @@ class Citation:
     fused_rank: int | None = None  # rank before reranking
     rerank_score: float | None = None  # the reranker's raw score, when it scored this passage
     rerank_sigmoid: float | None = None
+
+
+class QueryOptions(TypedDict, total=False):
+    """What ``KnowledgeBase.retrieve``/``query`` accept besides the question (absent: the settings' value)."""
+
+    top_k: int | None
+    mode: str | None
+    collection: str | None
+    source: str | None  # a glob over document sources
+    doc_type: str | None
+    per_source_k: int | None  # candidates taken from each retriever before fusion
+    rerank: bool | None  # None: the configured reranker; False: skip; True: require one
+    tags: Sequence[str] | None  # only chunks (or documents) carrying every tag
 
 
 @dataclass(frozen=True)

@@ -289,6 +289,18 @@ class StoreContract:
         assert ids(top) == LABOR.ids
         assert [h.score for h in top] == pytest.approx([1.0, 0.6], abs=1e-6)
 
+    def test_dense_scores_are_the_exact_cosines_of_the_asked_chunks(self, full: Store) -> None:
+        query = np.array([0.0, 1.2, 1.6], np.float32)  # not unit length: scored as its direction
+        got = full.dense_scores(query, [LABOR.ids[1], NOTE.ids[0], "no-such-chunk", LABOR.ids[1]])
+        assert sorted(got) == sorted([LABOR.ids[1], NOTE.ids[0]])
+        assert got[LABOR.ids[1]] == pytest.approx(0.48, abs=1e-6)
+        assert got[NOTE.ids[0]] == pytest.approx(1.0, abs=1e-6)
+        assert full.dense_scores(query, []) == {}
+        LABOR_V2.write(full)  # the replaced version's chunks are no longer scored
+        assert full.dense_scores(query, LABOR.ids + LABOR_V2.ids) == {LABOR_V2.ids[0]: pytest.approx(0.8, abs=1e-6)}
+        with pytest.raises(IndexMismatch):
+            full.dense_scores(np.ones(4, np.float32), WAGE.ids)
+
     @pytest.mark.parametrize(
         ("filters", "expected"),
         [

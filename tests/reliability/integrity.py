@@ -1,6 +1,6 @@
 """Consistency checks of a SQLite index after a crash (the reliability suite's kill runs).
 
-``problems(index, versions)`` lists every violation: the database fails ``PRAGMA integrity_check``; FTS rows
+``problems(index, versions)`` lists every violation: the database fails ``PRAGMA integrity_check``; token rows
 ≠ chunks; a chunk without a vector or a vector of the wrong size; a chunk whose document is gone; a document
 whose ``chunk_count`` differs from its chunks; a document that is neither an old nor a new version (its
 SHA-256 and its chunk texts must equal one of the ``versions`` recorded for its ``doc_id``).
@@ -32,14 +32,14 @@ def problems(index: Path, versions: dict[str, set[Version]], dim: int) -> list[s
         if (ok := conn.execute("PRAGMA integrity_check").fetchone()[0]) != "ok":
             out.append(f"integrity_check: {ok}")
         chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        fts = conn.execute("SELECT count(*) FROM fts").fetchone()[0]
+        fts = conn.execute("SELECT count(*) FROM chunk_tokens").fetchone()[0]
         if fts != chunks:
-            out.append(f"{fts} FTS rows for {chunks} chunks")
-        orphan_fts = conn.execute("SELECT count(*) FROM fts WHERE rowid NOT IN (SELECT rowid FROM chunks)").fetchone()[
-            0
-        ]
+            out.append(f"{fts} token rows for {chunks} chunks")
+        orphan_fts = conn.execute(
+            "SELECT count(*) FROM chunk_tokens WHERE rowid NOT IN (SELECT rowid FROM chunks)"
+        ).fetchone()[0]
         if orphan_fts:
-            out.append(f"{orphan_fts} FTS rows without a chunk")
+            out.append(f"{orphan_fts} token rows without a chunk")
         bad_vectors = conn.execute("SELECT count(*) FROM chunks WHERE length(vector) != ?", (4 * dim,)).fetchone()[0]
         if bad_vectors:
             out.append(f"{bad_vectors} chunks without a {dim}-d vector")

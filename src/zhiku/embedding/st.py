@@ -10,57 +10,35 @@ weights hash, and whatever changes stored vectors (passage prefix, max length).
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
-from zhiku.modelhub.hf import ModelFolder, import_sentence_transformers, resolve_device, resolve_model
-from zhiku.modelhub.pinning import HashMemo, Manifest, load_manifest
+from zhiku.modelhub.loaded import HubModel
 from zhiku.numeric import l2_normalise
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(HubModel):
     """``Embedder`` over a sentence-transformers model; the model loads on first use (thread-safe)."""
+
+    load_error = EmbeddingError
+    kind = "sentence-transformers model"
 
     def __init__(
         self,
         model: str,
         *,
-        revision: str | None = None,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
-        batch_size: int = 32,
-        fp16: bool = True,
-        max_length: int | None = None,
         query_prefix: str | None = None,
         passage_prefix: str | None = None,
-        verify: bool = True,
-        manifest: Manifest | None = None,
-        memo: HashMemo | None = None,
+        **options: Any,
     ) -> None:
-        self.model = model
-        self.revision = revision
-        self.device_setting = device
-        self.batch_size = batch_size
-        self.fp16 = fp16
-        self.max_length = max_length
+        super().__init__(model, **options)
         self._query_prefix = query_prefix
         self._passage_prefix = passage_prefix
-        self.verify = verify
-        self.manifest = manifest if manifest is not None else load_manifest()
-        self.memo = memo if memo is not None else HashMemo(None)
-        self._lock = threading.Lock()
-
-    @cached_property
-    def folder(self) -> ModelFolder:
-        """The model's files, found (downloaded) and verified; nothing is loaded into memory yet."""
-        return resolve_model(
-            self.model, revision=self.revision, manifest=self.manifest, memo=self.memo, verify=self.verify
-        )
 
     @cached_property
     def prefixes(self) -> Prefixes:
@@ -78,26 +56,8 @@ class SentenceTransformerEmbedder:
     def device(self) -> str:
         return str(self._model.device)
 
-    @property
-    def _model(self) -> Any:
-        with self._lock:  # one load even when the first calls come from several threads
-            if "_loaded" not in self.__dict__:
-                self.__dict__["_loaded"] = self._load()
-            return self.__dict__["_loaded"]
-
-    def _load(self) -> Any:
-        st = import_sentence_transformers()
-        folder = self.folder
-        device = resolve_device(self.device_setting)
-        try:
-            model = st.SentenceTransformer(str(folder.folder), device=device, local_files_only=True)
-        except Exception as e:
-            raise EmbeddingError(
-                f"cannot load sentence-transformers model {folder.model_id} from {folder.folder}: "
-                f"{type(e).__name__}: {e}"
-            ) from None
-        if device.startswith("cuda") and self.fp16:
-            model.half()
+    def _construct(self, st: Any, path: str, device: str) -> Any:
+        model = st.SentenceTransformer(path, device=device, local_files_only=True)
         if self.max_length is not None:
             model.max_seq_length = self.max_length
         return model

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from zhiku.types import ScoredId
 
@@ -43,6 +43,7 @@ def zscore_fusion(
     rankings: Sequence[Sequence[ScoredId]],
     *,
     weights: Sequence[float] | None = None,
+    fill: Sequence[Mapping[str, float] | None] | None = None,
 ) -> list[tuple[str, float]]:
     """Weighted CombSUM over z-score–normalised scores (Fox & Shaw 1994; Montague & Aslam, CIKM 2001).
 
@@ -50,22 +51,32 @@ def zscore_fusion(
     unbounded scores and cosine similarities become comparable, and a channel that is *sure* (one candidate
     far above the rest) weighs more than a flat one — what RRF, which sees only ranks, cannot do. A candidate
     missing from a ranking gets that ranking's lowest standardised score (it ranks below every candidate the
-    channel found). Returns ``(chunk_id, score)`` best first; ties broken by id.
+    channel found), unless ``fill`` (one mapping or None per ranking) holds its exact raw score in that channel:
+    then it is standardised with the ranking's mean and std like the ranking's own candidates. Returns
+    ``(chunk_id, score)`` best first; ties broken by id.
     """
     if weights is None:
         weights = [1.0] * len(rankings)
     if len(weights) != len(rankings):
         raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
+    if fill is not None and len(fill) != len(rankings):
+        raise ValueError(f"{len(fill)} fill mappings for {len(rankings)} rankings")
     normalised: list[dict[str, float]] = []
-    for ranking in rankings:
+    floor: list[float] = []  # the lowest standardised score of each ranking's own candidates
+    for n, ranking in enumerate(rankings):
         if not ranking:
             normalised.append({})
+            floor.append(0.0)
             continue
         scores = [x.score for x in ranking]
         mean = sum(scores) / len(scores)
         std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5 or 1.0
-        normalised.append({x.chunk_id: (x.score - mean) / std for x in ranking})
-    ids = dict.fromkeys(i for n in normalised for i in n)
-    floor = [min(n.values(), default=0.0) for n in normalised]
+        z = {x.chunk_id: (x.score - mean) / std for x in ranking}
+        floor.append(min(z.values()))
+        extra = fill[n] if fill is not None else None
+        if extra:
+            z.update({i: (s - mean) / std for i, s in extra.items() if i not in z})
+        normalised.append(z)
+    ids = dict.fromkeys(x.chunk_id for ranking in rankings for x in ranking)
     fused = {i: sum(w * n.get(i, lo) for n, w, lo in zip(normalised, weights, floor, strict=False)) for i in ids}
     return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -26,10 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from zhiku.errors import InvalidInput, RerankError
-from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, Manifest, load_manifest
+from zhiku.modelhub.loaded import HubModel
+from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
 from zhiku.settings import RerankSettings
 from zhiku.types import Hit
 
@@ -158,71 +159,21 @@ def reranker_name(reranker: Reranker) -> str:
 
 
 # ---------------------------------------------------------------------------------- cross-encoder
-class CrossEncoderReranker:
+class CrossEncoderReranker(HubModel):
     """A sentence-transformers ``CrossEncoder``; the model loads on first use (thread-safe)."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        revision: str | None = None,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
-        batch_size: int = 32,
-        max_length: int | None = 512,
-        fp16: bool = True,
-        verify: bool = True,
-        manifest: Manifest | None = None,
-        memo: HashMemo | None = None,
-    ) -> None:
-        self.model = model
-        self.revision = revision
-        self.device_setting = device
-        self.batch_size = batch_size
-        self.max_length = max_length
-        self.fp16 = fp16
-        self.verify = verify
-        self.manifest = manifest if manifest is not None else load_manifest()
-        self.memo = memo if memo is not None else HashMemo(None)
-        self._lock = threading.Lock()
+    load_error = RerankError
+    kind = "cross-encoder"
 
-    @cached_property
-    def folder(self) -> Any:
-        from zhiku.modelhub.hf import resolve_model
-
-        return resolve_model(
-            self.model, revision=self.revision, manifest=self.manifest, memo=self.memo, verify=self.verify
-        )
+    def __init__(self, model: str, *, max_length: int | None = 512, **options: Any) -> None:
+        super().__init__(model, max_length=max_length, **options)
 
     @cached_property
     def name(self) -> str:
         return f"cross-encoder:{self.folder.fingerprint(self.memo)}"
 
-    def load(self) -> None:
-        _ = self._model
-
-    @property
-    def _model(self) -> Any:
-        with self._lock:
-            if "_loaded" not in self.__dict__:
-                self.__dict__["_loaded"] = self._load()
-            return self.__dict__["_loaded"]
-
-    def _load(self) -> Any:
-        from zhiku.modelhub.hf import import_sentence_transformers, resolve_device
-
-        st = import_sentence_transformers()
-        device = resolve_device(self.device_setting)
-        try:
-            model = st.CrossEncoder(
-                str(self.folder.folder), device=device, max_length=self.max_length, local_files_only=True
-            )
-        except Exception as e:
-            raise RerankError(
-                f"cannot load cross-encoder {self.model} from {self.folder.folder}: {type(e).__name__}: {e}"
-            ) from None
-        if device.startswith("cuda") and self.fp16:
-            model.half()
-        return model
+    def _construct(self, st: Any, path: str, device: str) -> Any:
+        return st.CrossEncoder(path, device=device, max_length=self.max_length, local_files_only=True)
 
     def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
         if not hits:

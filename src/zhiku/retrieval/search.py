@@ -7,6 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
@@ -132,29 +134,16 @@ class Searcher:
             mark("bm25", reason=f"mode {mode_}")
         if dense_future is None:
             mark("dense", reason=f"mode {mode_}")
-        dense = dense_future.result() if dense_future is not None else []
+        vector, dense = dense_future.result() if dense_future is not None else (None, [])
 
         keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
+        filled: dict[str, float] = {}
         if mode_ == "bm25":
             order = [(x.chunk_id, x.score) for x in bm25][:keep]
         elif mode_ == "dense":
             order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
-            with span("fusion") as sp:
-                weights = [s.bm25_weight, s.dense_weight]
-                if s.fusion == "rrf":
-                    order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
-                else:
-                    order = zscore_fusion([bm25, dense], weights=weights)[:keep]
-                if sp.active:  # rank changes cost a few dict operations: only when traced
-                    changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
-                    sp.set(
-                        counts={"candidates": len(changes), "returned": len(order[:top_k])},
-                        method=s.fusion,
-                        rrf_k=s.rrf_k,
-                        weights=[s.bm25_weight, s.dense_weight],
-                        **changes_data(changes, keep_dropped_within=top_k),
-                    )
+            order, filled = self._fuse(bm25, dense, vector, top_k, keep)
         if mode_ != "hybrid":
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
 
@@ -173,7 +162,7 @@ class Searcher:
                     bm25_rank=b.rank if b else None,
                     bm25_score=b.score if b else None,
                     dense_rank=d.rank if d else None,
-                    dense_score=d.score if d else None,
+                    dense_score=d.score if d else filled.get(cid),
                     fused_rank=fused_rank,
                 )
             )
@@ -226,8 +215,38 @@ class Searcher:
                     )
         return list(outcome.hits), outcome.status
 
-    def _dense(self, query: str, depth: int, filters: Filters) -> list[ScoredId]:
+    def _dense(self, query: str, depth: int, filters: Filters) -> tuple[np.ndarray, list[ScoredId]]:
         with span("dense") as sp:
-            found = self.store.dense_search(self.embedder.embed_query(query), depth, filters)
+            vector = self.embedder.embed_query(query)
+            found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
-        return found
+        return vector, found
+
+    def _fuse(
+        self, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int, keep: int
+    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
+        ranking (``retrieval.fill_dense``, z-score fusion only)."""
+        s = self.settings
+        with span("fusion") as sp:
+            weights = [s.bm25_weight, s.dense_weight]
+            filled: dict[str, float] = {}
+            if s.fusion == "rrf":
+                order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
+            else:
+                if s.fill_dense and dense and vector is not None:
+                    seen = {x.chunk_id for x in dense}
+                    missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
+                    filled = self.store.dense_scores(vector, missing) if missing else {}
+                order = zscore_fusion([bm25, dense], weights=weights, fill=[None, filled])[:keep]
+            if sp.active:  # rank changes cost a few dict operations: only when traced
+                changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
+                sp.set(
+                    counts={"candidates": len(changes), "returned": len(order[:top_k])},
+                    method=s.fusion,
+                    dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
+                    rrf_k=s.rrf_k,
+                    weights=[s.bm25_weight, s.dense_weight],
+                    **changes_data(changes, keep_dropped_within=top_k),
+                )
+        return order, filled

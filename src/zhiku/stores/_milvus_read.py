@@ -86,18 +86,46 @@ class MilvusReads(MilvusBase):
             return []
         return self._search(" ".join(unique), "sparse", {"metric_type": "BM25"}, top_k, filters)
 
-    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def _query_vector(self, vector: np.ndarray) -> np.ndarray | None:
+        """The query as float32, checked against the stored dim; None when the store holds no vectors yet."""
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
         if not np.isfinite(query).all():
             raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
         if self._dim is None and not self._refresh_dim():
-            return []
+            return None
         if query.size != self._dim:
             raise IndexMismatch(
                 f"{self.where} holds {self._dim}-dimensional vectors but got {query.size}: the embedder "
                 "changed; rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
             )
+        return query
+
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+        query = self._query_vector(vector)
+        if query is None:
+            return []
         return self._search(query.tolist(), "vector", {"metric_type": "COSINE"}, top_k, filters)
+
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """A search restricted to ``chunk_ids`` (rows of replaced versions too: the limit leaves room for them)."""
+        ids = list(dict.fromkeys(chunk_ids))
+        query = self._query_vector(vector)
+        if query is None or not ids:
+            return {}
+        limit = min(MAX_TOPK, 2 * len(ids))
+        raw = self._call(
+            "search",
+            "search",
+            self.chunks_name,
+            data=[query.tolist()],
+            anns_field="vector",
+            filter=f"chunk_id in {ms.lits(ids)}",
+            limit=limit,
+            output_fields=["chunk_id", "doc_id", "version"],
+            search_params={"metric_type": "COSINE", "params": {"ef": max(self.settings.hnsw_ef, limit)}},
+        )[0]
+        rows = self._visible([{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw])
+        return {r["chunk_id"]: r["score"] for r in rows}
 
     def hybrid_search(
         self,

@@ -76,7 +76,8 @@ def init_schema(conn: sqlite3.Connection, index_dir: Path, *, read_only: bool) -
             )
         conn.executescript(
             f"BEGIN IMMEDIATE; {SCHEMA} INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
-            " INSERT OR IGNORE INTO meta VALUES ('index_version', '0'); COMMIT;"
+            " INSERT OR IGNORE INTO meta VALUES ('index_version', '0');"
+            " INSERT OR IGNORE INTO meta VALUES ('index_id', lower(hex(randomblob(16)))); COMMIT;"
         )
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if row is not None and int(row[0]) > SCHEMA_VERSION:
@@ -124,8 +125,7 @@ class ReadPool:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = connect(self.index_dir, read_only=self._read_only, busy_timeout_s=self._busy_timeout_s)
-            try:  # document frequencies of the BM25 index (temp: works on a read-only file too)
-                conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_vocab USING fts5vocab(main, fts, 'row')")
+            try:
                 conn.execute("PRAGMA query_only=1")
             except sqlite3.Error as e:
                 conn.close()

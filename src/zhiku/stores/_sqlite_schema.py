@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, astuple
 from typing import Any
 
@@ -14,7 +13,7 @@ from zhiku.errors import StoreError
 from zhiku.types import Chunk, DocRecord, DocStatus, ImageRef
 
 DB_NAME = "zhiku.db"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -32,14 +31,13 @@ CREATE TABLE IF NOT EXISTS chunks (
     page INTEGER, start INTEGER NOT NULL, "end" INTEGER NOT NULL, ordinal INTEGER NOT NULL,
     text TEXT NOT NULL, vector BLOB NOT NULL, images TEXT NOT NULL DEFAULT '[]');
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
-CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5 (tokens, tokenize = 'unicode61 remove_diacritics 0');
+CREATE TABLE IF NOT EXISTS chunk_tokens (rowid INTEGER PRIMARY KEY, tokens TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS ingestion_history (
     id INTEGER PRIMARY KEY, path TEXT NOT NULL, collection TEXT NOT NULL, sha256 TEXT, size INTEGER,
     status TEXT NOT NULL, error TEXT, chunk_count INTEGER NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
-CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
 """
 CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
 DOC_COLS = (
@@ -54,15 +52,17 @@ MIGRATIONS: dict[int, str] = {
 ALTER TABLE documents ADD COLUMN needs_ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';""",
-    # 3: deleted chunks' rowids (never reused), so the vector file and other processes update incrementally;
-    # document frequencies of the index terms (BM25 query-term pruning)
+    # 3: deleted chunks' rowids (never reused), so the vector file and other processes update incrementally
     2: """CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
-CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
-CREATE TABLE IF NOT EXISTS term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-CREATE VIRTUAL TABLE temp.old_vocab USING fts5vocab(main, fts, 'row');
-INSERT INTO term_df SELECT term, doc FROM temp.old_vocab;
-DROP TABLE temp.old_vocab;""",
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);""",
+    # 4: BM25 is scored from segment files beside the database (_bm25), built from the chunks' tokens in a plain
+    # table; the FTS5 table (and schema 3's term_df) are no longer written
+    3: """CREATE TABLE IF NOT EXISTS chunk_tokens (rowid INTEGER PRIMARY KEY, tokens TEXT NOT NULL);
+INSERT INTO chunk_tokens (rowid, tokens) SELECT f.rowid, f.tokens FROM fts AS f JOIN chunks AS c ON c.rowid = f.rowid;
+DROP TABLE fts;
+DROP TABLE IF EXISTS term_df;
+INSERT OR IGNORE INTO meta VALUES ('index_id', lower(hex(randomblob(16))));""",
 }
 
 
@@ -120,14 +120,6 @@ def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
     return Chunk(*row[:11], images=images_from_json(row[11]))  # type: ignore[misc]  # see doc_from_row
-
-
-def term_counts(token_texts: Iterable[str]) -> Counter[str]:
-    """In how many of these chunks (space-joined index terms) each term occurs: ``term_df`` deltas."""
-    counts: Counter[str] = Counter()
-    for text in token_texts:
-        counts.update(set(text.split()))
-    return counts
 
 
 def prepare_rows(

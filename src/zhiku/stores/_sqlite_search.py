@@ -1,5 +1,6 @@
-"""The ``Retriever`` role of ``SQLiteStore``: BM25 over FTS5 and dense search over the mapped vector file, each on
-a pooled read connection, with no lock held while scoring (searches run side by side)."""
+"""The ``Retriever`` role of ``SQLiteStore``: BM25 over the in-memory postings segments (``_bm25``) and dense
+search over the mapped vector file, each on a pooled read connection, with no lock held while scoring (searches
+run side by side)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
+from zhiku.numeric import l2_normalise
+from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
@@ -21,20 +23,16 @@ from zhiku.types import Filters, ScoredId
 log = logging.getLogger(__name__)
 
 # BM25 query-term pruning (measured in bench/RESULTS.md, Issue 13): a term found in more than BM25_MAX_DF of the
-# chunks and in more than BM25_MIN_DF chunks is left out of the FTS5 query (the 2 rarest terms always stay).
-BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (FTS5 floors it at 1e-6): lossless on every dev set
+# chunks and in more than BM25_MIN_DF chunks is left out of the query (the 2 rarest terms always stay).
+BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (floored at 1e-6): lossless on every dev set
 BM25_MIN_DF = 1000
 
 
-def fts_query(terms: Sequence[str]) -> str:
-    """An FTS5 query matching any of ``terms``: each double-quoted (``"`` doubled), joined with ``OR``.
-
-    Repeated and blank terms are dropped; no terms gives ``""``.
-    """
+def query_terms(terms: Sequence[str]) -> list[str]:
+    """The distinct non-blank ``terms``, in order (a BM25 query scores each once)."""
     if isinstance(terms, str):
         raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
-    unique = dict.fromkeys(t for t in terms if t.strip())
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in unique)
+    return list(dict.fromkeys(t for t in terms if t.strip()))
 
 
 class SQLiteSearch(SQLiteReads):
@@ -43,113 +41,104 @@ class SQLiteSearch(SQLiteReads):
     index_dir: Path
     path: Path
     bm25_max_df: float
-    _chunk_count: tuple[int, int]
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
+    _bm25: BM25Snapshot | None
 
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
-        query = fts_query(terms)
-        if not query or top_k < 1:
+        unique = query_terms(terms)
+        if not unique or top_k < 1:
             return []
-        sql = "SELECT c.chunk_id, -bm25(fts) FROM fts CROSS JOIN chunks AS c ON c.rowid = fts.rowid WHERE fts MATCH ?"
-        params: list[Any] = [query]
         with self._read() as conn:
-            query = fts_query(self._frequent_terms_pruned(conn, terms))
-            if filters == Filters():
-                return self._bm25_unfiltered(conn, query, int(top_k))
-            for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-                if value is not None:
-                    sql += f" AND c.{column} = ?"
-                    params.append(value)
-            if filters.source_glob is not None:
-                where, args = (
-                    ("WHERE collection = ?", (filters.collection,)) if filters.collection is not None else ("", ())
-                )
-                sources = match_sources(
-                    (s for (s,) in conn.execute(f"SELECT DISTINCT source FROM documents {where}", args)),
-                    filters.source_glob,
-                )
-                if not sources:
-                    return []
-                sql += " AND c.source IN (SELECT value FROM json_each(?))"
-                params.append(json.dumps(sources))
-            rows = conn.execute(sql + " ORDER BY bm25(fts), c.chunk_id LIMIT ?", (*params, int(top_k))).fetchall()
-        return [ScoredId(chunk_id, float(score), rank) for rank, (chunk_id, score) in enumerate(rows, 1)]
+            snap = self._bm25_snapshot(conn)
+            mask = self._filter_mask(conn, snap.top, filters)
+            if mask is not None and not mask.any():
+                return []
+            rowids, scores = snap.search(unique, int(top_k), mask, (self.bm25_max_df, BM25_MIN_DF))
+            found = self._chunk_ids(conn, rowids)
+        return _ranked(rowids, scores, found, int(top_k))
 
-    def _frequent_terms_pruned(self, conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        """``terms`` without those in more than ``bm25_max_df`` of the chunks (and more than ``BM25_MIN_DF``:
-        rarer terms cost little), keeping at least the 2 rarest."""
-        unique = list(dict.fromkeys(t for t in terms if t.strip()))
-        if len(unique) <= 2 or self.bm25_max_df >= 1:
-            return unique
-        version = version_of(conn)
-        if self._chunk_count[0] != version:
-            self._chunk_count = (version, conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
-        limit = max(self.bm25_max_df * self._chunk_count[1], BM25_MIN_DF)
-        df = dict(
-            conn.execute(
-                "SELECT term, df FROM term_df WHERE term IN (SELECT value FROM json_each(?))", (json.dumps(unique),)
-            ).fetchall()
-        )
-        rarest = set(sorted(unique, key=lambda t: (df.get(t, 0), t))[:2])
-        return [t for t in unique if t in rarest or df.get(t, 0) <= limit]
+    def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
+        """The BM25 index at the current version: loaded once, then moved forward incrementally."""
+        snap = self._bm25
+        if snap is not None and snap.version == version_of(conn):
+            return snap
+        with self._vec_lock:
+            conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
+            snap, version = self._bm25, version_of(conn)
+            if snap is None or snap.version > version:
+                snap = BM25Snapshot.load(conn, self.index_dir, version)
+            elif snap.version != version:
+                snap = snap.refreshed(conn, version)
+            conn.execute("COMMIT")
+            self._bm25 = snap
+        return snap
 
     @staticmethod
-    def _bm25_unfiltered(conn: sqlite3.Connection, query: str, top_k: int) -> list[ScoredId]:
-        """The best ``top_k`` by FTS5 rank alone (no join per match), chunk ids looked up for those only. Ties
-        are broken by chunk id as in the filtered query: the limit grows while the cut falls inside a tie."""
-        limit = top_k + 16
-        while True:
-            ranked = conn.execute(
-                "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?", (query, limit)
-            ).fetchall()
-            if len(ranked) < limit or ranked[top_k - 1][1] != ranked[-1][1]:
-                break
-            limit *= 4
-        ids = dict(
+    def _chunk_ids(conn: sqlite3.Connection, rowids: np.ndarray) -> dict[int, str]:
+        return dict(
             conn.execute(
                 "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                (json.dumps([r for r, _ in ranked]),),
+                (json.dumps(rowids.tolist()),),
             ).fetchall()
         )
-        hits = sorted(((ids[r], float(score)) for r, score in ranked if r in ids), key=lambda h: (-h[1], h[0]))
-        return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits[:top_k], 1)]
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
-        query = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if not np.isfinite(query).all():
-            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+        query = self._query_vector(vector)
         with self._read() as conn:
             snap = self._snapshot(conn)
-            if snap.dim and query.size != snap.dim:
-                raise IndexMismatch(
-                    f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
-                    "rebuild with `zhiku ingest PATH --force` into a new --index"
-                )
-            mask = self._filter_mask(conn, snap, filters)
+            self._check_dim(snap, query)
+            mask = self._filter_mask(conn, snap.top, filters)
             rowids, scores = snap.search(query, int(top_k), mask)  # no lock held: other searches run meanwhile
             if rowids.size == 0:
                 return []
-            found = dict(
-                conn.execute(
-                    "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                    (json.dumps(rowids.tolist()),),
-                ).fetchall()
+            found = self._chunk_ids(conn, rowids)
+        return _ranked(rowids, scores, found, int(top_k))
+
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        ids = list(dict.fromkeys(chunk_ids))
+        query = self._query_vector(vector)
+        if not ids:
+            return {}
+        with self._read() as conn:
+            snap = self._snapshot(conn)
+            self._check_dim(snap, query)
+            rows = conn.execute(
+                "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids),),
+            ).fetchall()
+        rows = [(r, c) for r, c in rows if r <= snap.top and snap.live[r - 1]]
+        if not rows:
+            return {}
+        unit = l2_normalise(query.reshape(1, -1))[0]
+        scores = np.einsum("ij,j->i", snap.matrix[np.array([r for r, _ in rows]) - 1], unit)
+        return {c: float(s) for (_, c), s in zip(rows, scores, strict=True)}
+
+    @staticmethod
+    def _query_vector(vector: np.ndarray) -> np.ndarray:
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if not np.isfinite(query).all():
+            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+        return query
+
+    @staticmethod
+    def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
+        if snap.dim and query.size != snap.dim:
+            raise IndexMismatch(
+                f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
+                "rebuild with `zhiku ingest PATH --force` into a new --index"
             )
-        hits = sorted(
-            ((found[int(r)], float(s)) for r, s in zip(rowids, scores, strict=True) if int(r) in found),
-            key=lambda h: (-h[1], h[0]),
-        )
-        return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits, 1)]
 
     def warm(self) -> None:
-        """Map the vectors now (and ask the OS to read them ahead), so the first dense search is not the slow one.
+        """Map the vectors now (and ask the OS to read them ahead) and load the BM25 segments, so the first search
+        is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
                 self._snapshot(conn).prefetch()
+                self._bm25_snapshot(conn)
         except StoreError as e:
-            log.warning("could not load the vectors of %s: %s", self.index_dir, e)
+            log.warning("could not load the index %s: %s", self.index_dir, e)
 
     def _snapshot(self, conn: sqlite3.Connection) -> VectorSnapshot:
         """The vectors at the index's current version: loaded once, then moved forward incrementally."""
@@ -172,8 +161,10 @@ class SQLiteSearch(SQLiteReads):
             self._snap = snap
         return snap
 
-    def _filter_mask(self, conn: sqlite3.Connection, snap: VectorSnapshot, filters: Filters) -> np.ndarray | None:
-        """Rows passing ``filters`` (None: no filter), from the chunks' columns at this connection's snapshot."""
+    @staticmethod
+    def _filter_mask(conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
+        """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), from the chunks' columns at this
+        connection's snapshot."""
         sql, params = "SELECT rowid FROM chunks WHERE 1", []
         for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
             if value is not None:
@@ -187,7 +178,16 @@ class SQLiteSearch(SQLiteReads):
             params.append(json.dumps(sources))
         if not params:
             return None
-        mask = np.zeros(snap.top, bool)
+        mask = np.zeros(top, bool)
         rows = np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64)
-        mask[rows[rows <= snap.top] - 1] = True
+        mask[rows[rows <= top] - 1] = True
         return mask
+
+
+def _ranked(rowids: np.ndarray, scores: np.ndarray, found: dict[int, str], top_k: int) -> list[ScoredId]:
+    """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search)."""
+    hits = sorted(
+        ((found[int(r)], float(s)) for r, s in zip(rowids, scores, strict=True) if int(r) in found),
+        key=lambda h: (-h[1], h[0]),
+    )
+    return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits[:top_k], 1)]

@@ -67,6 +67,11 @@ class Retriever(Protocol):
         """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
         ...
 
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """The exact cosine of each of ``chunk_ids`` (as ``dense_search`` scores it); unknown ids are left out.
+        Hybrid fusion uses it for BM25 candidates outside the dense ranking (``retrieval.fill_dense``)."""
+        ...
+
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids, in the order asked; unknown ids are left out."""
         ...

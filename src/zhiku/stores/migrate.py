@@ -20,7 +20,7 @@ from zhiku.errors import StoreError
 from zhiku.stores.base import Store
 from zhiku.stores.sqlite import DB_NAME, SQLiteStore
 
-_MANAGED_META = ("schema_version", "index_version")
+_MANAGED_META = ("schema_version", "index_version", "index_id")
 ProgressFn = Callable[[int, int, str], None]
 
 
@@ -36,7 +36,7 @@ class MigrationReport:
 def _tokens_and_vectors(conn: sqlite3.Connection, doc_id: str) -> dict[str, tuple[list[str], np.ndarray]]:
     """``chunk_id -> (BM25 tokens, vector)`` for one document of a SQLite index, as stored."""
     rows = conn.execute(
-        "SELECT c.chunk_id, f.tokens, c.vector FROM chunks AS c JOIN fts AS f ON f.rowid = c.rowid WHERE c.doc_id = ?",
+        "SELECT c.chunk_id, f.tokens, c.vector FROM chunks AS c JOIN chunk_tokens AS f ON f.rowid = c.rowid WHERE c.doc_id = ?",
         (doc_id,),
     ).fetchall()
     return {cid: (tokens.split(), np.frombuffer(blob, "<f4")) for cid, tokens, blob in rows}

@@ -1,15 +1,16 @@
 """``SQLiteStore``: the embedded default backend, one SQLite file per index plus its vector file.
 
-``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors,
-an FTS5 table of the chunks' pre-segmented index tokens (BM25), the ingestion history and metadata.
-Dense search is served from the memory-mapped ``vectors.<dim>.f32`` beside it (``_vectors``), kept in step with
-every commit. Reads run on pooled connections, side by side; writes go one at a time through one connection.
+``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors and
+pre-segmented index tokens, the ingestion history and metadata. Dense search is served from the memory-mapped
+``vectors.<dim>.f32`` beside it (``_vectors``), BM25 from postings segments in ``bm25/`` (``_bm25``), both
+kept in step with every commit. Reads run on pooled connections, side by side; writes go one at a time through one connection.
 Every ``sqlite3`` error becomes a ``StoreError``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,8 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores import _bm25
+from zhiku.stores._bm25 import BM25Snapshot, save_segments
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
@@ -31,9 +34,8 @@ from zhiku.stores._sqlite_schema import (
     SCHEMA_VERSION,
     doc_row,
     prepare_rows,
-    term_counts,
 )
-from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, fts_query
+from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
 from zhiku.stores._vectors import (
     VectorSnapshot,
     file_matches,
@@ -44,7 +46,8 @@ from zhiku.stores._vectors import (
 )
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
-_MANAGED_META = frozenset({"schema_version", "index_version"})
+_MANAGED_META = frozenset({"schema_version", "index_version", "index_id"})
+log = logging.getLogger(__name__)
 
 
 class SQLiteStore(SQLiteSearch):
@@ -67,12 +70,13 @@ class SQLiteStore(SQLiteSearch):
     ) -> None:
         self.index_dir = Path(index_dir)
         self.bm25_max_df = bm25_max_df
-        self._chunk_count = (-1, 0)  # (index version, chunks): the N of bm25_max_df
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
         self._lock = threading.RLock()  # the write connection
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
+        self._bm25: BM25Snapshot | None = None
+        self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
         )
@@ -80,6 +84,7 @@ class SQLiteStore(SQLiteSearch):
             init_schema(self._conn, self.index_dir, read_only=read_only)
             if not read_only:
                 self._check_vector_file()
+                self._save_bm25(verify=True)
         except sqlite3.Error as e:
             self.close()
             raise translate(e, self.index_dir) from e
@@ -148,17 +153,7 @@ class SQLiteStore(SQLiteSearch):
         rowids = np.fromiter(
             (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
         )
-        gone = term_counts(
-            t
-            for (t,) in conn.execute(
-                "SELECT tokens FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,)
-            )
-        )
-        conn.executemany("UPDATE term_df SET df = df - ? WHERE term = ?", [(n, t) for t, n in gone.items()])
-        conn.execute(
-            "DELETE FROM term_df WHERE term IN (SELECT value FROM json_each(?)) AND df <= 0", (json.dumps(list(gone)),)
-        )
-        conn.execute("DELETE FROM fts WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
+        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
@@ -207,11 +202,8 @@ class SQLiteStore(SQLiteSearch):
                     [(base + i, *r[:-1]) for i, r in enumerate(rows)],
                 )
                 conn.executemany(
-                    "INSERT INTO fts (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
-                )
-                conn.executemany(
-                    "INSERT INTO term_df VALUES (?, ?) ON CONFLICT (term) DO UPDATE SET df = df + excluded.df",
-                    list(term_counts(r[-1] for r in rows).items()),
+                    "INSERT INTO chunk_tokens (rowid, tokens) VALUES (?, ?)",
+                    [(base + i, r[-1]) for i, r in enumerate(rows)],
                 )
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
@@ -219,6 +211,9 @@ class SQLiteStore(SQLiteSearch):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
+            self._bm25_unsaved += len(rows)
+            if self._bm25_unsaved >= _bm25.FLUSH_ROWS:  # else no need to look at the files
+                self._save_bm25()
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
@@ -243,6 +238,21 @@ class SQLiteStore(SQLiteSearch):
             write_rows(path, first_rowid, unit)
         except OSError as e:
             raise StoreError(f"cannot write vectors to {path}: {e.strerror}; free disk space or fix permissions") from e
+
+    def _save_bm25(self, *, verify: bool = False) -> None:
+        """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
+        The files only speed up opening: a failure is logged, the committed write stands."""
+        conn = self._conn
+        assert conn is not None
+        with self._lock:
+            try:
+                conn.execute("BEGIN")
+                try:
+                    self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
+                finally:
+                    conn.execute("COMMIT")
+            except (OSError, sqlite3.Error) as e:
+                log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)
 
     def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
         """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
@@ -280,6 +290,7 @@ class SQLiteStore(SQLiteSearch):
             if pool is not None:
                 pool.close()
             self._snap = None
+            self._bm25 = None
 
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "fts_query"]
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "query_terms"]

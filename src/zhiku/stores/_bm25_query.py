@@ -1,0 +1,151 @@
+"""Scoring one BM25 query over the postings segments (``_bm25``), exactly as FTS5's ``bm25()`` ranked it.
+
+Short postings are added into one dense float64 score per row. Long postings (frequent terms) are the cost at
+scale, so they are skipped where they cannot change the top k (MaxScore): the k-th best score from the short
+terms alone is a lower bound θ of the final k-th score; a long term adds at most its bound (its idf times the
+term-frequency part at its highest tf in its shortest row), so the long terms whose bounds sum below θ cannot
+lift a row that has none of the other terms into the top k, and the rows whose partial score plus that sum stay
+below θ cannot get there either. The few rows left are then scored exactly, term by term in query order (the
+same floating-point sums as scoring every row), the skipped terms looked up by binary search in their postings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+K1 = 1.2  # FTS5's bm25() constants: changing them changes every ranking
+B = 0.75
+IDF_FLOOR = 1e-6
+LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LONG_MIN) has a long postings list
+LONG_MIN = 4096
+_MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
+
+
+@dataclass(frozen=True)
+class QueryTerm:
+    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending) and statistics."""
+
+    term: str
+    parts: tuple[tuple[np.ndarray, np.ndarray], ...]
+    df: int  # live rows containing it
+    max_tf: int
+    min_dl: int
+
+    def idf(self, n: int) -> float:
+        idf = math.log((n - self.df + 0.5) / (self.df + 0.5))
+        return idf if idf > 0 else IDF_FLOOR
+
+    def gathered(self, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """All live rows containing the term (int64) and their tfs (float64)."""
+        rows = np.concatenate([r for r, _ in self.parts]).astype(np.int64)
+        tfs = np.concatenate([t for _, t in self.parts])
+        if live is not None:
+            keep = live[rows]
+            rows, tfs = rows[keep], tfs[keep]
+        return rows, tfs.astype(np.float64)
+
+    def tfs_of(self, cand: np.ndarray) -> np.ndarray:
+        """The term's tf in each of the rows ``cand`` (sorted int64), 0 where absent."""
+        out = np.zeros(cand.size, np.float64)
+        keys = cand.astype(np.uint32)
+        for rows, tfs in self.parts:
+            if rows.size == 0:
+                continue
+            pos = np.searchsorted(rows, keys)
+            inside = pos < rows.size
+            hit = np.zeros(cand.size, bool)
+            hit[inside] = rows[pos[inside]] == keys[inside]
+            out[hit] = tfs[pos[hit]]
+        return out
+
+
+def weights(idf: float, tfs: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """FTS5's per-term score, in its order of operations (identical floats)."""
+    out: np.ndarray = idf * ((tfs * (K1 + 1.0)) / (tfs + norm))
+    return out
+
+
+def score(
+    terms: Sequence[QueryTerm],
+    n: int,
+    avgdl: float,
+    norm: np.ndarray,
+    live: np.ndarray | None,
+    mask: np.ndarray | None,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rowids, scores)`` of the best ``top_k`` rows (ties with the k-th included), unordered. ``terms`` in query
+    order, each with ``df > 0``; ``norm`` by rowid; ``live``/``mask`` (by rowid, None: all) the rows allowed."""
+    long_df = max(LONG_MIN, n // LONG_FRACTION)
+    short = [t for t in terms if t.df <= long_df]
+    long = [t for t in terms if t.df > long_df]
+    if not long or not short:
+        return _every_row(terms, n, norm, live, mask, top_k)
+    partial = _summed(short, n, norm, live, mask)
+    nonzero = partial[partial > 0]
+    if nonzero.size < top_k:
+        return _every_row(terms, n, norm, live, mask, top_k)
+    theta = float(np.partition(nonzero, nonzero.size - top_k)[nonzero.size - top_k])
+    bounds = sorted(((_bound(t, n, avgdl), i) for i, t in enumerate(long)), key=lambda b: b[0])
+    slack, skipped = 0.0, set()
+    for bound, i in bounds:
+        if slack + bound >= theta * (1 - _MARGIN):
+            break
+        slack += bound
+        skipped.add(i)
+    if not skipped:
+        return _every_row(terms, n, norm, live, mask, top_k)
+    partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
+    cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
+    exact = np.zeros(cand.size, np.float64)
+    for t in terms:  # query order: the same sums as _every_row
+        tfs = t.tfs_of(cand)
+        exact += np.where(tfs > 0, weights(t.idf(n), tfs, norm[cand]), 0.0)
+    return _best(cand, exact, top_k)
+
+
+def _bound(t: QueryTerm, n: int, avgdl: float) -> float:
+    """The most ``t`` can add to any row's score."""
+    tf = float(t.max_tf)
+    return t.idf(n) * ((tf * (K1 + 1.0)) / (tf + K1 * (1 - B + B * t.min_dl / avgdl))) * (1 + _MARGIN)
+
+
+def _every_row(
+    terms: Sequence[QueryTerm],
+    n: int,
+    norm: np.ndarray,
+    live: np.ndarray | None,
+    mask: np.ndarray | None,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    scores = _summed(terms, n, norm, live, mask)
+    hits = np.flatnonzero(scores)
+    return _best(hits, scores[hits], top_k)
+
+
+def _summed(
+    terms: Sequence[QueryTerm], n: int, norm: np.ndarray, live: np.ndarray | None, mask: np.ndarray | None
+) -> np.ndarray:
+    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``."""
+    scores = np.zeros(norm.size, np.float64)
+    for t in terms:
+        rows, tfs = t.gathered(live)
+        scores[rows] += weights(t.idf(n), tfs, norm[rows])
+    if mask is not None:
+        scores[~mask] = 0.0
+    return scores
+
+
+def _best(rows: np.ndarray, scores: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``top_k`` best of ``rows`` (positive scores), with every row tied with the k-th."""
+    keep = scores > 0
+    rows, scores = rows[keep], scores[keep]
+    if rows.size > top_k:
+        cut = rows.size - top_k
+        best = scores >= np.partition(scores, cut)[cut]
+        rows, scores = rows[best], scores[best]
+    return rows, scores

@@ -1,0 +1,229 @@
+"""Segments of the BM25 index behind ``SQLiteStore``: immutable postings of one range of chunk rowids.
+
+A segment covers rowids ``lo…hi`` (every rowid in the range, live or not: rowids are never reused, so a rowid's
+index terms never change). It holds, per index term (sorted), the rows that contain it and how often
+(``offsets`` into ``rows``/``tfs``), and every row's length in terms (``doclen``, 0 for a row with no chunk).
+Segments are built from the ``chunk_tokens`` table, merged (postings concatenated by term), and written to
+``bm25/seg-<lo>-<hi>.bin`` beside ``zhiku.db``: a JSON header line, then the arrays, memory-mapped on load.
+
+Index terms are what SQLite FTS5's ``unicode61`` tokenizer made of the stored tokens (the ranking this index
+reproduces): each space-separated token split into runs of letters and digits. A token made of several runs
+(``hbv-dna``, ``1.4.2``) also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``,
+``1 4 2``: the runs joined by a space), which is what an FTS5 phrase query for such a term matched within the
+token; phrase keys do not count towards a row's length. (FTS5 also matched a phrase across two adjacent tokens:
+that case is not reproduced; bench/bm25_parity.py measures how rarely it changes a ranking.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "zhiku-bm25-segment-2"
+_RUN = re.compile(r"[^\W_]+")
+_ALIGN = 8
+
+
+def row_terms(tokens: str) -> tuple[list[str], int]:
+    """The postings terms of one row's space-joined tokens, and the row's length in terms."""
+    split = tokens.split()
+    if tokens.replace(" ", "").isalnum():  # every token one run (the common case)
+        return split, len(split)
+    terms: list[str] = []
+    phrases: list[str] = []
+    for token in split:
+        if token.isalnum():
+            terms.append(token)
+            continue
+        runs = _RUN.findall(token)
+        terms += runs
+        for size in range(2, len(runs) + 1):  # every phrase of consecutive runs an FTS5 query could match here
+            phrases += (" ".join(runs[i : i + size]) for i in range(len(runs) - size + 1))
+    return terms + phrases, len(terms)
+
+
+def query_key(term: str) -> str:
+    """The postings key a query term looks up (``""``: the term has no letter or digit and matches nothing)."""
+    return " ".join(_RUN.findall(term))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Postings of rowids ``lo…hi``; ``terms`` sorted, ``offsets[i]:offsets[i+1]`` the rows of ``terms[i]``."""
+
+    lo: int
+    hi: int
+    terms: Sequence[str]
+    offsets: np.ndarray  # int64 (len(terms) + 1,)
+    rows: np.ndarray  # uint32 rowids, ascending within a term
+    tfs: np.ndarray  # uint16 occurrences in the row
+    doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
+    max_tf: np.ndarray  # uint16 per term: its highest tf here (with min_dl: a bound on its score)
+    min_dl: np.ndarray  # uint32 per term: the shortest row here that contains it
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    @cached_property
+    def lookup(self) -> dict[str, int]:
+        """Term → position in ``terms`` (built on first use)."""
+        return {t: i for i, t in enumerate(self.terms)}
+
+    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """The rows containing ``key``, their tfs, and the term's ``max_tf`` and ``min_dl`` here."""
+        i = self.lookup.get(key)
+        if i is None:
+            return None
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.rows[a:b], self.tfs[a:b], int(self.max_tf[i]), int(self.min_dl[i])
+
+
+def _segment(
+    lo: int, hi: int, vocab: Sequence[str], offsets: np.ndarray, rows: np.ndarray, tfs: np.ndarray, doclen: np.ndarray
+) -> Segment:
+    """A segment with its per-term bounds computed (every term has at least one posting)."""
+    starts = offsets[:-1]
+    if rows.size == 0:
+        return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, np.empty(0, np.uint16), np.empty(0, np.uint32))
+    max_tf = np.maximum.reduceat(tfs, starts).astype(np.uint16)
+    min_dl = np.minimum.reduceat(doclen[rows.astype(np.int64) - lo], starts).astype(np.uint32)
+    return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, max_tf, min_dl)
+
+
+def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
+    """A segment of rowids ``lo…hi`` from ``(rowid, space-joined tokens)`` pairs (rowids inside the range)."""
+    rowids: list[int] = []
+    per_row: list[list[str]] = []
+    doclen = np.zeros(hi - lo + 1, np.uint32)
+    for rowid, tokens in rows:
+        terms, length = row_terms(tokens)
+        rowids.append(rowid)
+        per_row.append(terms)
+        doclen[rowid - lo] = length
+    counts = np.fromiter(map(len, per_row), np.int64, len(per_row))
+    flat = list(chain.from_iterable(per_row))
+    vocab = sorted(dict.fromkeys(flat))
+    index = {t: i for i, t in enumerate(vocab)}
+    tid = np.fromiter(map(index.__getitem__, flat), np.int64, len(flat))
+    span = hi - lo + 1
+    key = tid * span + (np.repeat(np.asarray(rowids, np.int64), counts) - lo)
+    uniq, tf = np.unique(key, return_counts=True)
+    tids = uniq // span
+    offsets = np.searchsorted(tids, np.arange(len(vocab) + 1)).astype(np.int64)
+    rows_out = (uniq % span + lo).astype(np.uint32)
+    return _segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
+
+
+def merge(segments: Sequence[Segment]) -> Segment:
+    """One segment of consecutive ``segments`` (ordered by ``lo``, tiling their range)."""
+    vocab = sorted(set().union(*(s.terms for s in segments)))
+    index = {t: i for i, t in enumerate(vocab)}
+    tids = np.concatenate(
+        [
+            np.repeat(np.fromiter(map(index.__getitem__, s.terms), np.int64, len(s.terms)), np.diff(s.offsets))
+            for s in segments
+        ]
+    )
+    order = np.argsort(tids, kind="stable")  # each input is sorted by term: runs merged, rows stay ascending
+    rows = np.concatenate([s.rows for s in segments])[order]
+    tfs = np.concatenate([s.tfs for s in segments])[order]
+    offsets = np.searchsorted(tids[order], np.arange(len(vocab) + 1)).astype(np.int64)
+    doclen = np.concatenate([s.doclen for s in segments])
+    return _segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
+
+
+def _pad(n: int) -> int:
+    return -n % _ALIGN
+
+
+def write(seg: Segment, folder: Path, index_id: str) -> Path:
+    """Write ``seg`` to ``folder/seg-<lo>-<hi>.bin`` atomically (temporary file, fsync, rename)."""
+    folder.mkdir(exist_ok=True)
+    vocab = "\n".join(seg.terms).encode()
+    header = {
+        "format": FORMAT,
+        "index_id": index_id,
+        "lo": seg.lo,
+        "hi": seg.hi,
+        "terms": len(seg.terms),
+        "postings": int(seg.rows.size),
+        "vocab_bytes": len(vocab),
+    }
+    head = json.dumps(header).encode() + b"\n"
+    head += b" " * _pad(len(head))
+    parts = [head, seg.offsets.astype("<i8").tobytes(), seg.rows.astype("<u4").tobytes()]
+    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes()]
+    parts += [seg.max_tf.astype("<u2").tobytes(), seg.min_dl.astype("<u4").tobytes(), vocab]
+    path = folder / f"seg-{seg.lo}-{seg.hi}.bin"
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        for part in parts:
+            f.write(part)
+            f.write(b"\0" * _pad(len(part)))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _layout(header: dict[str, int]) -> list[tuple[str, int]]:
+    n_terms, n_post, rows = header["terms"], header["postings"], header["hi"] - header["lo"] + 1
+    return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows), ("<u2", n_terms), ("<u4", n_terms)]
+
+
+def _header(path: Path, index_id: str) -> tuple[dict[str, int], int] | None:
+    """A segment file's header (its sizes) and where its arrays start; None if not this index's, or torn."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(4096)
+        raw = json.loads(line)
+        if raw.get("format") != FORMAT or raw.get("index_id") != index_id:
+            return None
+        header = {k: int(raw[k]) for k in ("lo", "hi", "terms", "postings", "vocab_bytes")}
+        start = len(line) + _pad(len(line))
+        end = start + sum(np.dtype(d).itemsize * n + _pad(np.dtype(d).itemsize * n) for d, n in _layout(header))
+        if path.stat().st_size != end + header["vocab_bytes"] + _pad(header["vocab_bytes"]):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return header, start
+
+
+def intact(path: Path, index_id: str) -> bool:
+    """Whether ``path`` holds a whole segment of this index (its header and its size; nothing else is read)."""
+    return _header(path, index_id) is not None
+
+
+def read(path: Path, index_id: str) -> Segment | None:
+    """The segment in ``path``, memory-mapped; None when it belongs to another index or is not a whole segment."""
+    found = _header(path, index_id)
+    if found is None:
+        return None
+    header, start = found
+    arrays = []
+    try:
+        for dtype, count in _layout(header):
+            size = np.dtype(dtype).itemsize * count
+            mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
+            arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
+            start += size + _pad(size)
+        with open(path, "rb") as f:
+            f.seek(start)
+            vocab = f.read(header["vocab_bytes"])
+        terms = vocab.decode().split("\n") if header["terms"] else []
+    except (OSError, ValueError):
+        return None
+    if len(terms) != header["terms"] or int(arrays[0][-1]) != header["postings"]:
+        return None
+    offsets, rows, tfs, doclen, max_tf, min_dl = arrays
+    return Segment(header["lo"], header["hi"], terms, offsets, rows, tfs, doclen, max_tf, min_dl, path)
