@@ -74,7 +74,9 @@ def bm25_requery(data: SetData, stopwords: Path | None, depth: int) -> list[list
     return data.bm25_runs[key]
 
 
-def requeried(stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0, inner: Variant | None = None) -> Variant:
+def requeried(
+    stopwords: Path | None, depth: int, complete: bool, wb: float = 1.0, inner: Variant | None = None
+) -> Variant:
     inner = inner or fusion(complete=complete, wb=wb)
 
     def run(data: SetData, n: int, q: dict[str, Any], bm25: list[ScoredId], dense: list[ScoredId]):
@@ -308,8 +310,11 @@ VARIANTS: dict[str, Variant] = {
     "ship-stop": requeried(SHIPPED, 100, False),
     "ship-stop-fill": requeried(SHIPPED, 100, True),
     **{f"best-wb{w}": requeried(COLLOQ, 100, True, wb=w) for w in (0.75, 0.85, 0.9)},
-    **{f"best-doc-{h} g={g}": requeried(COLLOQ, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
-       for h in ("max", "mean3") for g in (0.05, 0.1, 0.2)},
+    **{
+        f"best-doc-{h} g={g}": requeried(COLLOQ, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
+        for h in ("max", "mean3")
+        for g in (0.05, 0.1, 0.2)
+    },
     "fz-corpus": fusion(dense_stats="corpus"),
     "fz-corpus-complete": fusion(dense_stats="corpus", complete=True),
     "fz-spread0.2": fusion(spread=0.2),
