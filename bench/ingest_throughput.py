@@ -12,7 +12,7 @@ same texts, a stage breakdown, and the same runs on other checkouts ("before") i
   ``--repeat`` times (best and median); the after code with ``ingest.workers`` 0 (inline) and the default.
 - stages: each stage alone on the same files in one process (read + SHA-256, parse, chunk + index texts, BM25
   tokens, window check, cache lookup, store write), and preparation (read … window check) inline, in 2 threads and
-  in 2 processes (``--prepare-pool``): whether a process pool would pay.
+  in 2 processes (each prepared document pickled back): whether a process pool would pay.
 - bundled: the smallest files whose chunks reach ``--bundled-chunks``, no cache: the embedder alone on their index
   texts (before and after the ingests, averaged), then a full ingest of the files by each checkout.
 - embed_by_size: the bundled embedder alone on ``--embed-texts`` texts of exactly N characters for each N of
@@ -125,8 +125,7 @@ _PREP: Any = None
 
 
 def _prepare_one(path: str) -> int:
-    """Prepare one file in this process (thread or pool worker); the chunk count (what a pool would pickle back
-    is the whole prepared document: measured by returning it in ``--prepare-pool`` with ``pickle``)."""
+    """Prepare one file in this process (a thread or a pool worker); its chunk count."""
     global _PREP
     if _PREP is None:
         _PREP = _preparer(Path(os.environ["BENCH_CACHE"]))
