@@ -11,6 +11,9 @@ size only, never retrieval quality. Query vectors are random too, so query embed
 ``--dense-only`` builds one-sentence chunks without BM25 tokens (far faster to write): it measures the vector side
 (open, dense, RSS, replace) at sizes whose full build does not fit the time here; its BM25 figures mean nothing.
 
+``--dense-search exact int8`` measures each ``store.dense_search`` mode in its own child (same build);
+``--compaction`` then deletes every fourth document and times ``compact()``.
+
 Each size is built once into ``--workdir/<size>`` (kept: ``--reuse`` measures an existing build again). The
 measurements run in a fresh child process pinned to one core (``sched_setaffinity``, BLAS threads 1): cold open
 (page cache as the build left it) to the first hybrid answer, BM25/dense/hybrid p50/p95 through ``Searcher``
@@ -123,7 +126,7 @@ def build(
     }
 
 
-def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
+def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "auto") -> dict[str, float]:
     """In a child process on one core: open-to-first-answer, latencies, one update, peak RSS."""
     import numpy as np
 
@@ -143,10 +146,12 @@ def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
     tp = TextProcessor()
     tp.query_tokens("预热")  # the tokenizer's dictionary, loaded before the clock starts
     t = time.perf_counter()
-    store = SQLiteStore(index)
+    store = SQLiteStore(index, dense_search=dense_search)
     searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
     searcher.search(queries[0], top_k=10, mode="hybrid")
     row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
+    if dense_search == "hnsw":  # wait for the background build: the latencies below are the HNSW index's
+        row["hnsw_build_s"] = wait_for_hnsw(store)
     for mode in ("bm25", "dense", "hybrid"):
         lat = []
         for q in queries:
@@ -175,6 +180,14 @@ def measure(index: Path, queries: list[str], n_docs: int) -> dict[str, float]:
     return row
 
 
+def wait_for_hnsw(store) -> float:  # type: ignore[no-untyped-def]
+    t = time.perf_counter()
+    store.warm()
+    while store._ann._building or store._ann._ann is None:  # a bench may look inside: no public wait
+        time.sleep(0.5)
+    return round(time.perf_counter() - t, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=Path, action="append", default=[])
@@ -187,6 +200,13 @@ def main() -> None:
     ap.add_argument(
         "--build-budget-s", type=float, default=900.0, help="stop a build after this long (then measure it)"
     )
+    ap.add_argument(
+        "--dense-search",
+        nargs="*",
+        default=["auto"],
+        help="store.dense_search modes to measure (auto exact int8 hnsw; none: build and --compaction only)",
+    )
+    ap.add_argument("--compaction", action="store_true", help="then delete a quarter of the documents and compact")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
     ap.add_argument("--n-docs", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -195,7 +215,7 @@ def main() -> None:
     queries = rng.sample([json.loads(x)["text"] for x in lines if x.strip()], args.n_queries)
     if args.measure is not None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        print(json.dumps(measure(args.measure, queries, args.n_docs)))
+        print(json.dumps(measure(args.measure, queries, args.n_docs, (args.dense_search or ["auto"])[0])))
         return
     sents = sentences(args.corpus)
     for size in args.sizes:
@@ -208,14 +228,45 @@ def main() -> None:
             row["build_s"] = round(time.perf_counter() - t, 1)
         row["db_mb"] = round((index / "zhiku.db").stat().st_size / 1e6, 1)
         row["vectors_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.f32")) / 1e6, 1)
+        row["codes_mb"] = round(sum(p.stat().st_size for p in index.glob("vectors.*.i8")) / 1e6, 1)
         row["bm25_mb"] = round(sum(p.stat().st_size for p in index.glob("bm25/seg-*.bin")) / 1e6, 1)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
         built = int(row.get("built_chunks", size))  # type: ignore[call-overload]
-        child += ["--measure", str(index), "--n-docs", str(built // PER_DOC)]
-        out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
-        row.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(json.dumps(row, ensure_ascii=False), flush=True)
+        for mode in args.dense_search:
+            print(json.dumps({**row, "dense_search": mode, **child_measure(args, index, built, mode)}), flush=True)
+        if args.compaction:
+            print(json.dumps({"chunks": size, **compaction(index, built // PER_DOC)}), flush=True)
+
+
+def child_measure(args: argparse.Namespace, index: Path, built: int, mode: str) -> dict[str, object]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
+    child += ["--measure", str(index), "--n-docs", str(built // PER_DOC), "--dense-search", mode]
+    out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def compaction(index: Path, n_docs: int) -> dict[str, object]:
+    """Delete every fourth document, then ``compact()``: how long, and the vector files before and after."""
+    from zhiku.stores.sqlite import SQLiteStore
+
+    def files_mb() -> float:
+        return round(sum(p.stat().st_size for p in index.glob("vectors.*")) / 1e6, 1)
+
+    with SQLiteStore(index, compact_dead_fraction=1) as store:
+        before = files_mb()
+        t = time.perf_counter()
+        for d in range(0, n_docs, 4):
+            store.delete_document(document(d, [])[0].doc_id)
+        deleted_s = time.perf_counter() - t
+        report = store.compact()
+    return {
+        "deleted_docs": len(range(0, n_docs, 4)),
+        "delete_s": round(deleted_s, 1),
+        "compact_s": round(report.seconds, 2),
+        "write_lock_held_s": round(report.locked_seconds, 2),
+        "rows": [report.rows_before, report.rows_after],
+        "vector_files_mb": [before, files_mb()],
+    }
 
 
 if __name__ == "__main__":

@@ -88,9 +88,11 @@ def test_a_damaged_vector_file_is_rebuilt_from_the_blobs_when_opened_for_writing
         assert ids(store.dense_search(Y, 1)) == WAGE.ids
         assert store._snap is not None and store._snap.path is None
     assert path.stat().st_size == 12
-    with SQLiteStore(index_dir) as store:
-        assert path.stat().st_size == 3 * 3 * 4
+    with SQLiteStore(index_dir) as store:  # rewritten from the BLOBs as the next generation
+        assert not path.exists() and (index_dir / "vectors.3.g1.f32").stat().st_size == 3 * 3 * 4
+        assert np.fromfile(index_dir / "vectors.3.g1.ids", "<i8").tolist() == [1, 2, 3]
         assert ids(store.dense_search(Y, 1)) == WAGE.ids
+        assert store._snap is not None and store._snap.path == index_dir / "vectors.3.g1.f32"
 
 
 def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> None:

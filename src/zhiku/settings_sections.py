@@ -25,12 +25,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
+_COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
+
+
 class StoreSettings(_Section):
     kind: Literal["sqlite", "milvus"] = Field(
         "sqlite",
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
+    dense_search: Literal["auto", "exact", "int8", "hnsw"] = Field("auto", description=_DENSE_SEARCH)
+    compact_dead_fraction: float = Field(0.25, gt=0, le=1, description=_COMPACT_DEAD_FRACTION)
     uri: str = Field(
         "http://127.0.0.1:19530",
         min_length=1,

@@ -1,4 +1,4 @@
-"""CLI commands about storage backends: `zhiku migrate --to milvus`.
+"""CLI commands about storage backends: `zhiku migrate --to milvus`, `zhiku compact`.
 
 Thin over ``zhiku.stores.migrate``: flags become store settings (validated by the settings tree), library errors
 become one line on stderr with exit code 1, ``--json`` prints exactly one JSON object.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -82,6 +83,37 @@ def migrate(
     )
 
 
+def compact(
+    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
+    index: Annotated[
+        Optional[Path], typer.Option("--index", help="The index to compact (default: settings `index`, .zhiku).")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
+    past `store.compact_dead_fraction`), and delete vector files of older generations or another embedder."""
+    from zhiku.cli.common import _errors
+    from zhiku.settings import load_settings
+    from zhiku.stores import compact_index
+
+    with _errors():
+        settings = load_settings(config, index=index)
+        report = compact_index(settings)
+    if as_json:
+        sys.stdout.write(json.dumps({"index": str(settings.index), **asdict(report)}) + "\n")
+        return
+    if not report.compacted:
+        sys.stdout.write(
+            f"nothing to compact in {settings.index} ({report.files_removed} stale vector files removed)\n"
+        )
+        return
+    sys.stdout.write(
+        f"compacted the vectors of {settings.index}: {report.rows_before} -> {report.rows_after} rows, "
+        f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s\n"
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add the storage commands to the `zhiku` app."""
     app.command("migrate")(migrate)
+    app.command("compact")(compact)

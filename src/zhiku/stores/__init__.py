@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from contextlib import suppress
 
-from zhiku.errors import ConfigError
+from zhiku.errors import ConfigError, InvalidInput
 from zhiku.settings import Settings
 from zhiku.stores.base import Catalogue, IndexAdmin, Retriever, Store, Writer
-from zhiku.stores.sqlite import IndexNotFound, SQLiteStore
+from zhiku.stores.sqlite import DB_NAME, CompactionReport, IndexNotFound, SQLiteStore
 
 
 def open_store(settings: Settings, *, read_only: bool = False) -> Store:
@@ -21,7 +21,13 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     """
     kind = settings.store.kind
     if kind == "sqlite":
-        return SQLiteStore(settings.index, read_only=read_only, busy_timeout_s=settings.store.busy_timeout_s)
+        return SQLiteStore(
+            settings.index,
+            read_only=read_only,
+            busy_timeout_s=settings.store.busy_timeout_s,
+            compact_dead_fraction=settings.store.compact_dead_fraction,
+            dense_search=settings.store.dense_search,
+        )
     if kind == "milvus":
         from zhiku.stores.milvus import MilvusStore
 
@@ -32,4 +38,27 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     raise ConfigError(f"unknown store.kind {kind!r}: use 'sqlite' or 'milvus'")
 
 
-__all__ = ["Catalogue", "IndexAdmin", "IndexNotFound", "Retriever", "SQLiteStore", "Store", "Writer", "open_store"]
+def compact_index(settings: Settings) -> CompactionReport:
+    """Reclaim the embedded index's vector-file rows of deleted chunks now (``zhiku compact``)."""
+    if settings.store.kind != "sqlite":
+        raise InvalidInput(
+            f"only the embedded (sqlite) store has a vector file to compact, not {settings.store.kind!r}"
+        )
+    if not (settings.index / DB_NAME).is_file():
+        raise IndexNotFound(f"no index at {settings.index}: run `zhiku ingest PATH --index {settings.index}` first")
+    with SQLiteStore(settings.index, busy_timeout_s=settings.store.busy_timeout_s) as store:
+        return store.compact()
+
+
+__all__ = [
+    "Catalogue",
+    "CompactionReport",
+    "compact_index",
+    "IndexAdmin",
+    "IndexNotFound",
+    "Retriever",
+    "SQLiteStore",
+    "Store",
+    "Writer",
+    "open_store",
+]

@@ -33,7 +33,7 @@ import numpy as np
 
 from zhiku.stores._bm25_query import K1, B, QueryTerm, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
-from zhiku.stores._vectors import top_rowid
+from zhiku.stores._vector_files import top_rowid
 
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)

@@ -15,9 +15,10 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores._ann import AnnCache
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import VectorSnapshot, match_sources
+from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 # chunks and in more than BM25_MIN_DF chunks is left out of the query (the 2 rarest terms always stay).
 BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (floored at 1e-6): lossless on every dev set
 BM25_MIN_DF = 1000
+# store.dense_search "auto" screens by int8 codes from this many rows in the vector file (bench/RESULTS.md, Issue 13)
+SCREEN_FROM = 100_000
 
 
 def query_terms(terms: Sequence[str]) -> list[str]:
@@ -41,6 +44,8 @@ class SQLiteSearch(SQLiteReads):
     index_dir: Path
     path: Path
     bm25_max_df: float
+    dense_mode: str  # "exact", "int8", "hnsw" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
+    _ann: AnnCache
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
@@ -89,7 +94,10 @@ class SQLiteSearch(SQLiteReads):
             snap = self._snapshot(conn)
             self._check_dim(snap, query)
             mask = self._filter_mask(conn, snap.top, filters)
-            rowids, scores = snap.search(query, int(top_k), mask)  # no lock held: other searches run meanwhile
+            allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
+            ann = self._ann.get(snap.layout, snap.matrix, snap.rows) if self._uses_ann(snap) else None
+            # no lock held: searches run side by side
+            rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann)
             if rowids.size == 0:
                 return []
             found = self._chunk_ids(conn, rowids)
@@ -107,12 +115,13 @@ class SQLiteSearch(SQLiteReads):
                 "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(ids),),
             ).fetchall()
-        rows = [(r, c) for r, c in rows if r <= snap.top and snap.live[r - 1]]
-        if not rows:
+        at = snap.rows_of(np.array([r for r, _ in rows], dtype=np.int64))  # file rows (-1: not in this snapshot)
+        kept = [(int(a), c) for a, (_, c) in zip(at, rows, strict=True) if a >= 0 and snap.live[a]]
+        if not kept:
             return {}
         unit = l2_normalise(query.reshape(1, -1))[0]
-        scores = np.einsum("ij,j->i", snap.matrix[np.array([r for r, _ in rows]) - 1], unit)
-        return {c: float(s) for (_, c), s in zip(rows, scores, strict=True)}
+        scores = np.einsum("ij,j->i", snap.matrix[np.array([a for a, _ in kept])], unit)
+        return {c: float(s) for (_, c), s in zip(kept, scores, strict=True)}
 
     @staticmethod
     def _query_vector(vector: np.ndarray) -> np.ndarray:
@@ -129,13 +138,24 @@ class SQLiteSearch(SQLiteReads):
                 "rebuild with `zhiku ingest PATH --force` into a new --index"
             )
 
+    def _screens(self, snap: VectorSnapshot) -> bool:
+        """Whether dense search ranks by the int8 codes first (``store.dense_search``; hnsw: when it cannot use
+        the HNSW index)."""
+        return self.dense_mode in ("int8", "hnsw") or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+
+    def _uses_ann(self, snap: VectorSnapshot) -> bool:
+        return self.dense_mode == "hnsw" and snap.path is not None and snap.live_count > 0
+
     def warm(self) -> None:
         """Map the vectors now (and ask the OS to read them ahead) and load the BM25 segments, so the first search
         is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
-                self._snapshot(conn).prefetch()
+                snap = self._snapshot(conn)
+                snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
+                if self._uses_ann(snap):  # opens the saved HNSW index, or starts building it
+                    self._ann.get(snap.layout, snap.matrix, snap.rows)
                 self._bm25_snapshot(conn)
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
@@ -146,19 +166,29 @@ class SQLiteSearch(SQLiteReads):
         if snap is not None and snap.version == version_of(conn):
             return snap
         with self._vec_lock:
-            conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
             try:
-                snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
-                if snap is None or snap.dim != dim or snap.version > version:
-                    snap = VectorSnapshot.load(conn, self.index_dir, dim, version)
-                elif snap.version != version:
-                    snap = snap.refreshed(conn, version)
-                conn.execute("COMMIT")
-            except ValueError as e:
-                raise StoreError(
-                    f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
-                ) from None
+                snap = self._snapshot_in(conn, retried=False)
+            except FileMoved:  # a compaction replaced the file as this transaction began: the next one sees it
+                snap = self._snapshot_in(conn, retried=True)
             self._snap = snap
+        return snap
+
+    def _snapshot_in(self, conn: sqlite3.Connection, *, retried: bool) -> VectorSnapshot:
+        conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
+        try:
+            snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
+            if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
+                snap = VectorSnapshot.load(conn, self.index_dir, dim, version, retried=retried)
+            elif snap.version != version:
+                snap = snap.refreshed(conn, self.index_dir, version)
+            conn.execute("COMMIT")
+        except ValueError as e:
+            raise StoreError(
+                f"{self.path} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
+            ) from None
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         return snap
 
     @staticmethod

@@ -1,33 +1,46 @@
-"""The dense index behind ``SQLiteStore``: a memory-mapped vector file beside ``zhiku.db``.
+"""The dense index behind ``SQLiteStore``: memory-mapped vector files beside ``zhiku.db``.
 
 SQLite keeps every chunk's float32 vector as a BLOB (the durable copy that ``migrate`` reads). Dense search is
-served from ``vectors.<dim>.f32``: unit rows, row ``rowid - 1`` holds chunk ``rowid``. Rowids are never reused
-(a deleted chunk's rowid stays in ``tombstones``), so the file only grows: a write appends its rows *before*
-its transaction commits (past every committed rowid, where no reader looks), and a delete only records
-tombstones. A writer killed before ``COMMIT`` leaves rows nobody points at, overwritten by the next writer; so
-after ``kill -9`` the file holds every committed row, and a document is its old or its new version.
+served from the vector file of the current layout (``_vector_files``: which file, which row holds which rowid)
+and its int8 codes. Rowids are never reused (a deleted chunk's rowid stays in ``tombstones``), so between
+compactions the file only grows: a write appends its rows *before* its transaction commits (past every
+committed rowid, where no reader looks), and a delete only records tombstones. A writer killed before ``COMMIT``
+leaves rows nobody points at, overwritten by the next writer; so after ``kill -9`` the file holds every
+committed row, and a document is its old or its new version.
 
-Opening maps the file (no row is decoded) and reads the live rowids from an index; another process's commits
-are applied incrementally (rows past the last seen rowid, tombstones newer than the last seen version). A file
-that is missing or does not match the BLOBs (e.g. after a power loss) is rebuilt from them.
+Opening maps the files (no row is decoded) and reads the live rowids from an index; another process's commits
+are applied incrementally (rows past the last seen rowid, tombstones newer than the last seen version), or the
+files mapped anew after a compaction. A file that is missing or does not match the BLOBs (e.g. after a power
+loss) is rewritten from them at the next writable open; until then it is served from the BLOBs in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
+import importlib
 import mmap
-import os
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from zhiku.numeric import l2_normalise
-
-_BATCH = 8192
+from zhiku.stores._ann import Ann
+from zhiku.stores._vector_files import (
+    Layout,
+    blob_rows,
+    load_ids,
+    quantise,
+    read_layout,
+    rowids_of,
+    rows_of,
+    top_rowid,
+)
 
 
 def match_sources(sources: Iterable[str], glob: str) -> list[str]:
@@ -38,160 +51,215 @@ def match_sources(sources: Iterable[str], glob: str) -> list[str]:
     return [s for s in sources if fnmatch.fnmatchcase(s, glob)]
 
 
-def vector_path(index_dir: Path, dim: int) -> Path:
-    return index_dir / f"vectors.{dim}.f32"
+def file_matches(conn: sqlite3.Connection, index_dir: Path, layout: Layout, ids: np.ndarray, top: int) -> bool:
+    """The layout's file is long enough and its newest live row equals the BLOB (a cheap check at open)."""
+    path = layout.path(index_dir)
+    rows = layout.rows(top)
+    if not path.is_file() or path.stat().st_size < rows * layout.dim * 4:
+        return False
+    row = conn.execute("SELECT rowid, vector FROM chunks ORDER BY rowid DESC LIMIT 1").fetchone()
+    if row is None or rows == 0:
+        return True
+    stored = np.frombuffer(row[1], "<f4")
+    at = int(rows_of(layout, ids, np.array([row[0]]))[0])
+    if stored.size != layout.dim or at < 0:
+        return False
+    mapped = np.memmap(path, dtype="<f4", mode="r", shape=(rows, layout.dim))
+    return bool(np.allclose(mapped[at], l2_normalise(stored.reshape(1, layout.dim))[0]))
 
 
-def write_rows(path: Path, first_rowid: int, unit: np.ndarray) -> None:
-    """Write unit rows for rowids ``first_rowid…`` (float32, ``(k, dim)``) into the vector file."""
-    data = np.ascontiguousarray(unit, dtype="<f4").tobytes()
-    offset = (first_rowid - 1) * unit.shape[1] * 4
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view, offset = view[written:], offset + written
-    finally:
-        os.close(fd)
-
-
-def top_rowid(conn: sqlite3.Connection) -> int:
-    """The highest rowid ever given to a chunk (live or deleted)."""
-    row = conn.execute(
-        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
-    ).fetchone()
-    return int(row[0])
+class FileMoved(Exception):
+    """The vector file a read transaction points at was replaced by a compaction that committed meanwhile."""
 
 
 def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
     return np.fromiter((r for (r,) in conn.execute(sql, args)), dtype=np.int64)
 
 
-def _blob_rows(
-    conn: sqlite3.Connection, dim: int, where: str, *args: object
-) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    """``(rowids, unit rows)`` batches of stored vectors, decoded from the BLOBs."""
-    cursor = conn.execute(f"SELECT rowid, vector FROM chunks {where} ORDER BY rowid", args)
-    while batch := cursor.fetchmany(_BATCH):
-        ids = np.fromiter((r for r, _ in batch), dtype=np.int64, count=len(batch))
-        rows = np.frombuffer(b"".join(v for _, v in batch), "<f4").reshape(len(batch), dim)
-        yield ids, l2_normalise(rows)
-
-
-def rebuild_file(conn: sqlite3.Connection, path: Path, dim: int) -> None:
-    """Write the vector file afresh from the BLOBs (a new index, an upgraded one, or a damaged file)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.touch()
-    for ids, rows in _blob_rows(conn, dim, ""):
-        for start, stop in _runs(ids):
-            write_rows(tmp, int(ids[start]), rows[start:stop])
-    os.replace(tmp, path)
-
-
-def _runs(ids: np.ndarray) -> list[tuple[int, int]]:
-    """Index ranges of consecutive rowids."""
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    edges = [0, *breaks.tolist(), ids.size]
-    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
-
-
-def file_matches(conn: sqlite3.Connection, path: Path, dim: int, top: int) -> bool:
-    """The vector file is long enough and its newest live row equals the BLOB (a cheap check at open)."""
-    if not path.is_file() or path.stat().st_size < top * dim * 4:
-        return False
-    row = conn.execute("SELECT rowid, vector FROM chunks ORDER BY rowid DESC LIMIT 1").fetchone()
-    if row is None:
-        return True
-    stored = np.frombuffer(row[1], "<f4")
-    mapped = np.memmap(path, dtype="<f4", mode="r", shape=(top, dim))
-    return stored.size == dim and bool(np.allclose(mapped[row[0] - 1], l2_normalise(stored.reshape(1, dim))[0]))
+_NO_IDS = np.empty(0, np.int64)
+RESCORE = 4  # int8 screening re-scores the best RESCORE × k rows in float32 ...
+RESCORE_MIN = 100  # ... and at least this many (bench/RESULTS.md, Issue 13: recall of exact top k)
 
 
 @dataclass(frozen=True)
 class VectorSnapshot:
-    """The dense index at one ``index_version``: rows ``1…top`` (``matrix[r-1]``) and which are live. Immutable:
-    searches run on a snapshot without any lock while a writer builds the next one."""
+    """The dense index at one ``index_version``: the file rows of rowids ``1…top`` (where each is: ``layout``,
+    ``ids``) and which are live. Immutable: searches run on a snapshot without any lock while a writer builds
+    the next one."""
 
     dim: int
     version: int
     top: int
-    matrix: np.ndarray  # (>= top, dim) float32 unit rows: a read-only memmap, or in memory
-    live: np.ndarray  # bool (top,)
+    matrix: np.ndarray  # (>= rows, dim) float32 unit rows: a read-only memmap, or in memory
+    live: np.ndarray  # bool (rows,)
     live_count: int
-    path: Path | None  # the mapped file; None when the rows are held in memory
+    path: Path | None  # the mapped file; None when the rows are held in memory (generation 0 layout)
+    layout: Layout = Layout(0)
+    ids: np.ndarray = field(default_factory=lambda: _NO_IDS)  # rowids of the layout's first ``count`` rows
+    codes: np.ndarray | None = None  # (>= rows, dim) int8 codes of the rows (mapped), when the file is whole
+
+    @property
+    def rows(self) -> int:
+        return self.layout.rows(self.top)
 
     @classmethod
     def empty(cls, dim: int, version: int) -> VectorSnapshot:
-        return cls(dim, version, 0, np.empty((0, dim), np.float32), np.zeros(0, bool), 0, None)
+        return cls(dim, version, 0, np.empty((0, dim), np.float32), np.zeros(0, bool), 0, None, Layout(dim))
 
     @classmethod
-    def load(cls, conn: sqlite3.Connection, index_dir: Path, dim: int, version: int) -> VectorSnapshot:
+    def load(
+        cls, conn: sqlite3.Connection, index_dir: Path, dim: int, version: int, *, retried: bool = False
+    ) -> VectorSnapshot:
         """Map the vector file or, when it does not match (a read-only index never opened by this zhiku for
-        writing), decode the BLOBs into memory. ``conn`` is inside a read transaction."""
+        writing, a damaged file), decode the BLOBs into memory. ``conn`` is inside a read transaction. Raises
+        ``FileMoved`` when a compaction replaced the file since that transaction began (unless ``retried``)."""
         top = top_rowid(conn)
-        if dim == 0 or top == 0:
+        live_ids = _rowids(conn, "SELECT rowid FROM chunks") if dim and top else _NO_IDS
+        if live_ids.size == 0:
             return cls.empty(dim, version)
-        live = np.zeros(top, bool)
-        live[_rowids(conn, "SELECT rowid FROM chunks") - 1] = True
-        path = vector_path(index_dir, dim)
-        if file_matches(conn, path, dim, top):
-            return cls(dim, version, top, _map(path, dim, top), live, int(live.sum()), path)
+        layout = read_layout(conn, dim)
+        path = layout.path(index_dir)
+        if layout.gen and not path.is_file() and not retried:
+            raise FileMoved(str(path))
+        try:
+            ids = load_ids(index_dir, layout)
+        except (OSError, ValueError):
+            ids = None
+        if ids is not None and file_matches(conn, index_dir, layout, ids, top):
+            live = np.zeros(layout.rows(top), bool)
+            live[rows_of(layout, ids, live_ids)] = True
+            matrix = _map(path, dim, live.size)
+            newest = int(rows_of(layout, ids, live_ids[-1:])[0])
+            codes = map_codes(index_dir, layout, live.size, matrix, newest)
+            return cls(dim, version, top, matrix, live, live_ids.size, path, layout, ids, codes)
         matrix = np.zeros((top, dim), np.float32)
-        for ids, rows in _blob_rows(conn, dim, ""):
-            matrix[ids - 1] = rows
-        return cls(dim, version, top, matrix, live, int(live.sum()), None)
+        for rowids, rows in blob_rows(conn, dim):
+            matrix[rowids - 1] = rows
+        live = np.zeros(top, bool)
+        live[live_ids - 1] = True
+        return cls(dim, version, top, matrix, live, live_ids.size, None, Layout(dim))
 
-    def refreshed(self, conn: sqlite3.Connection, version: int) -> VectorSnapshot:
-        """This snapshot moved to ``version`` by another connection's commits (``conn`` in a read transaction)."""
+    def refreshed(self, conn: sqlite3.Connection, index_dir: Path, version: int) -> VectorSnapshot:
+        """This snapshot moved to ``version`` by another connection's commits (``conn`` in a read transaction);
+        loaded anew when they compacted the file."""
+        if self.path is not None and read_layout(conn, self.dim).gen != self.layout.gen:
+            return VectorSnapshot.load(conn, index_dir, self.dim, version)
         added = _rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)
         removed = _rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)
         top = max(self.top, top_rowid(conn))
-        matrix = self.matrix
-        if self.path is not None:
-            matrix = _map(self.path, self.dim, top) if top > self.top else matrix
-        elif added.size:
+        matrix = None
+        if self.path is None and added.size:
             matrix = np.zeros((top, self.dim), np.float32)
             matrix[: self.top] = self.matrix[: self.top]
-            for ids, rows in _blob_rows(conn, self.dim, "WHERE rowid > ?", self.top):
-                matrix[ids - 1] = rows
+            for rowids, rows in blob_rows(conn, self.dim, "WHERE rowid > ?", self.top):
+                matrix[rowids - 1] = rows
         return self.changed(version, top, matrix, added, removed)
 
     def changed(
         self, version: int, top: int, matrix: np.ndarray | None, added: np.ndarray, removed: np.ndarray
     ) -> VectorSnapshot:
-        """A new snapshot with rows ``added`` live and ``removed`` dead (``matrix`` None: remap the file)."""
-        if matrix is None:
-            matrix = _map(self.path, self.dim, top) if self.path is not None and top > self.top else self.matrix
-        live = np.zeros(top, bool)
-        live[: self.top] = self.live
-        live[removed[removed <= top] - 1] = False
-        live[added - 1] = True
-        return VectorSnapshot(self.dim, version, top, matrix, live, int(live.sum()), self.path)
+        """A new snapshot with rowids ``added`` live and ``removed`` dead (``matrix`` None: remap the file)."""
+        rows = self.layout.rows(top)
+        codes = self.codes
+        if matrix is None and self.path is not None and rows > self.rows:
+            matrix = _map(self.path, self.dim, rows)
+            codes = map_codes(self.path.parent, self.layout, rows) if codes is not None else None
+        matrix = self.matrix if matrix is None else matrix
+        live = np.zeros(rows, bool)
+        live[: self.live.size] = self.live
+        gone = rows_of(self.layout, self.ids, removed[removed <= top])
+        live[gone[gone >= 0]] = False
+        live[rows_of(self.layout, self.ids, added)] = True
+        return replace(
+            self, version=version, top=top, matrix=matrix, live=live, live_count=int(live.sum()), codes=codes
+        )
 
-    def prefetch(self) -> None:
-        """Ask the OS to read the mapped file ahead (a hint; returns at once)."""
-        mapped = getattr(self.matrix, "_mmap", None)
-        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_WILLNEED"):
-            with contextlib.suppress(OSError, ValueError):
-                mapped.madvise(mmap.MADV_WILLNEED)
+    def rows_of(self, rowids: np.ndarray) -> np.ndarray:
+        """The file rows of ``rowids`` (-1 for one this snapshot does not hold)."""
+        rows = rows_of(self.layout, self.ids, rowids)
+        rows[rowids > self.top] = -1
+        return rows
 
-    def search(self, query: np.ndarray, top_k: int, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered."""
-        allowed = self.live if mask is None else self.live & mask[: self.top]
+    def mask_of(self, rowids: np.ndarray) -> np.ndarray:
+        """A row mask allowing these rowids (those this snapshot holds)."""
+        rows = self.rows_of(rowids)
+        mask = np.zeros(self.rows, bool)
+        mask[rows[rows >= 0]] = True
+        return mask
+
+    def prefetch(self, *, codes_only: bool = False) -> None:
+        """Ask the OS to read the mapped files ahead (a hint; returns at once): only the int8 codes when searches
+        screen by them (they then read a few float32 rows each)."""
+        for array in (self.codes,) if codes_only else (self.matrix, self.codes):
+            mapped = getattr(array, "_mmap", None)
+            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_WILLNEED"):
+                with contextlib.suppress(OSError, ValueError):
+                    mapped.madvise(mmap.MADV_WILLNEED)
+
+    def search(
+        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False, ann: Ann | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
+        ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
+        float32 (needs ``codes`` and numkong; else exact). ``ann``: an HNSW index of this file's first rows
+        proposes the candidates (``_ann``; unless the filters pass too few rows)."""
+        allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS threads,
-        # which made concurrent searches slower than one at a time (bench/concurrent_search.py, Issue 13)
-        scores = np.einsum("ij,j->i", self.matrix[: self.top], l2_normalise(query.reshape(1, -1))[0])
-        scores[~allowed] = -np.inf
+        unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
+        hit = ann.search(self.matrix, self.rows, unit, k, allowed) if ann is not None else None
+        rows: np.ndarray | None
+        if hit is not None:
+            rows, scores = hit
+        elif screen and self.codes is not None and (kernels := numkong()) is not None:
+            rows = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
+            scores = np.einsum("ij,j->i", self.matrix[rows], unit)
+        else:
+            # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS
+            # threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py)
+            rows, scores = None, np.einsum("ij,j->i", self.matrix[: self.rows], unit)
+            scores[~allowed] = -np.inf
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         best = best[np.isfinite(scores[best])]
-        return best + 1, scores[best]
+        return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
+
+    def _screened(self, kernels: Any, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
+        """The ``want`` allowed rows whose int8 codes score best against the query's, in file order."""
+        assert self.codes is not None
+        coarse = kernels.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
+        coarse = np.asarray(coarse)[0]
+        coarse[~allowed] = -np.inf
+        rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
+        return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
 
 
-def _map(path: Path, dim: int, top: int) -> np.ndarray:
-    return np.memmap(path, dtype="<f4", mode="r", shape=(top, dim))
+def map_codes(
+    index_dir: Path, layout: Layout, rows: int, matrix: np.ndarray | None = None, check_row: int = -1
+) -> np.ndarray | None:
+    """The layout's int8 codes mapped, or None when the file is short (an index from before codes existed) or,
+    given ``matrix``, row ``check_row``'s codes do not match its float32 row."""
+    path = layout.codes_path(index_dir)
+    try:
+        if rows == 0 or path.stat().st_size < rows * layout.dim:
+            return None
+    except OSError:
+        return None
+    codes = np.memmap(path, dtype=np.int8, mode="r", shape=(rows, layout.dim))
+    if matrix is not None and check_row >= 0 and not np.array_equal(codes[check_row], quantise(matrix[check_row])):
+        return None
+    return codes
+
+
+@functools.cache
+def numkong() -> Any:
+    """The numkong module (SIMD int8 dot products), or None when it is not installed."""
+    try:
+        return importlib.import_module("numkong")
+    except ImportError:
+        return None
+
+
+def _map(path: Path, dim: int, rows: int) -> np.ndarray:
+    return np.memmap(path, dtype="<f4", mode="r", shape=(rows, dim))

@@ -2,8 +2,9 @@
 
 ``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors and
 pre-segmented index tokens, the ingestion history and metadata. Dense search is served from the memory-mapped
-``vectors.<dim>.f32`` beside it (``_vectors``), BM25 from postings segments in ``bm25/`` (``_bm25``), both
-kept in step with every commit. Reads run on pooled connections, side by side; writes go one at a time through one connection.
+vector files beside it (``_vectors``, ``_vector_files``; compacted when enough of their rows are dead,
+``_sqlite_compact``), BM25 from postings segments in ``bm25/`` (``_bm25``), both kept in step with every commit.
+Reads run on pooled connections, side by side; writes go one at a time through one connection.
 Every ``sqlite3`` error becomes a ``StoreError``.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -20,10 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores import _bm25
+from zhiku.stores._ann import AnnCache, usearch
 from zhiku.stores._bm25 import BM25Snapshot, save_segments
+from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
@@ -36,21 +40,15 @@ from zhiku.stores._sqlite_schema import (
     prepare_rows,
 )
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
-from zhiku.stores._vectors import (
-    VectorSnapshot,
-    file_matches,
-    rebuild_file,
-    top_rowid,
-    vector_path,
-    write_rows,
-)
+from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
+from zhiku.stores._vectors import VectorSnapshot, numkong
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
-_MANAGED_META = frozenset({"schema_version", "index_version", "index_id"})
+_MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SQLiteSearch):
+class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     """The ``Store`` protocol over one SQLite file (``index_dir/zhiku.db``). Thread-safe: reads run concurrently
     on pooled connections, writes one at a time.
 
@@ -58,6 +56,10 @@ class SQLiteStore(SQLiteSearch):
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
+    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code and scores
+    the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
+    numkong is installed; ``hnsw`` takes the candidates from an HNSW index (``_ann``), ``int8`` until it is built. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
     def __init__(
@@ -67,9 +69,21 @@ class SQLiteStore(SQLiteSearch):
         read_only: bool = False,
         busy_timeout_s: float = 5.0,
         bm25_max_df: float = BM25_MAX_DF,
+        compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
+        dense_search: str = "auto",
     ) -> None:
+        if dense_search not in ("auto", "exact", "int8", "hnsw"):
+            raise InvalidInput(f"dense_search must be auto, exact, int8 or hnsw, got {dense_search!r}")
+        if dense_search in ("int8", "hnsw") and (numkong() is None or dense_search == "hnsw" and usearch() is None):
+            raise ConfigError(
+                f"store.dense_search is {dense_search} but numkong or usearch is not installed: "
+                "pip install 'zhiku[scale]', or set store.dense_search to auto"
+            )
+        self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
+        self._ann = AnnCache(self.index_dir, threads=max(1, (os.cpu_count() or 2) // 2))
         self.bm25_max_df = bm25_max_df
+        self.compact_dead_fraction = compact_dead_fraction
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
         self._lock = threading.RLock()  # the write connection
@@ -103,18 +117,6 @@ class SQLiteStore(SQLiteSearch):
         self.close()
 
     # --- connections and transactions ----------------------------------------------------------------
-    def _check_vector_file(self) -> None:
-        """Rebuild the vector file from the BLOBs when it is missing or damaged (an index from an older zhiku)."""
-        assert self._conn is not None
-        dim, top = stored_dim(self._conn), top_rowid(self._conn)
-        if not dim or not top or file_matches(self._conn, vector_path(self.index_dir, dim), dim, top):
-            return
-        with self._write() as conn:  # under the write lock: no other writer appends meanwhile
-            dim, top = stored_dim(conn), top_rowid(conn)
-            if dim and top and not file_matches(conn, vector_path(self.index_dir, dim), dim, top):
-                with suppress(ValueError):  # BLOBs of another dim: dense search says so (StoreError)
-                    rebuild_file(conn, vector_path(self.index_dir, dim), dim)
-
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A pooled read connection (no lock shared with other readers)."""
@@ -156,6 +158,7 @@ class SQLiteStore(SQLiteSearch):
         conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
         conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        note_dead(conn, stored_dim(conn), rowids.size)
         conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
         return rowids
 
@@ -207,13 +210,14 @@ class SQLiteStore(SQLiteSearch):
                 )
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
-                    self._write_vectors(dim, base, unit)  # before COMMIT, past every committed rowid
+                    self._write_vectors(conn, dim, base, unit)  # before COMMIT, past every committed rowid
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
             self._bm25_unsaved += len(rows)
             if self._bm25_unsaved >= _bm25.FLUSH_ROWS:  # else no need to look at the files
                 self._save_bm25()
+            self._maybe_compact()
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
@@ -224,6 +228,7 @@ class SQLiteStore(SQLiteSearch):
                 removed = self._delete_rows(conn, doc_id, old_version + 1)
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             self._after_commit(old_version, None, np.empty(0, np.int64), removed)
+            self._maybe_compact()
         return True
 
     def record_ingestion(self, record: IngestionRecord) -> None:
@@ -232,12 +237,14 @@ class SQLiteStore(SQLiteSearch):
                 f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record)
             )
 
-    def _write_vectors(self, dim: int, first_rowid: int, unit: np.ndarray) -> None:
-        path = vector_path(self.index_dir, dim)
+    def _write_vectors(self, conn: sqlite3.Connection, dim: int, first_rowid: int, unit: np.ndarray) -> None:
+        layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
         try:
-            write_rows(path, first_rowid, unit)
+            write_rows(layout, self.index_dir, layout.first_row(first_rowid), unit)
         except OSError as e:
-            raise StoreError(f"cannot write vectors to {path}: {e.strerror}; free disk space or fix permissions") from e
+            raise StoreError(
+                f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
+            ) from e
 
     def _save_bm25(self, *, verify: bool = False) -> None:
         """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
@@ -260,7 +267,7 @@ class SQLiteStore(SQLiteSearch):
             snap = self._snap
             if snap is None or snap.version != old_version or snap.path is None:
                 return
-            if dim is not None and dim != snap.dim:
+            if dim is not None and dim != snap.dim or added.size and int(added[0]) <= snap.layout.base:
                 self._snap = None
                 return
             top = max(snap.top, int(added.max()) if added.size else 0)
@@ -293,4 +300,4 @@ class SQLiteStore(SQLiteSearch):
             self._bm25 = None
 
 
-__all__ = ["DB_NAME", "SCHEMA_VERSION", "IndexNotFound", "SQLiteStore", "query_terms"]
+__all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]

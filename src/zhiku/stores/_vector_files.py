@@ -1,0 +1,308 @@
+"""Where each chunk's vector lives in the vector files beside ``zhiku.db``, and writing those files.
+
+A **layout** (``meta.vector_layout``; absent on an index never compacted) says which file holds the vectors
+and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<dim>.f32`` for ``g = 0`` and
+``vectors.<dim>.g<g>.f32`` after a compaction. Its first ``count`` rows hold the chunks of rowids ``ids``
+(ascending, all ``<= base``; listed in ``vectors.<dim>.g<g>.ids``, int64), and rowid ``r > base`` is at row
+``count + r - base - 1``. Generation 0 has ``base = count = 0``: row ``rowid - 1``, the layout of every index
+before compaction existed. Chunk rowids never change (the BM25 segments and every rowid-keyed structure stay as they are):
+compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
+Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows), and may have an HNSW
+index of them (``.hnsw``, ``_ann``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from zhiku.numeric import l2_normalise
+
+LAYOUT_KEY = "vector_layout"
+_BATCH = 65536
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Rows of the vector file of generation ``gen`` (see the module docstring). ``dead``: rows of chunks
+    deleted since the file was written (kept up to date by every write; what compaction would reclaim)."""
+
+    dim: int
+    gen: int = 0
+    base: int = 0
+    count: int = 0
+    dead: int = 0
+
+    def path(self, index_dir: Path) -> Path:
+        return index_dir / (f"vectors.{self.dim}.f32" if self.gen == 0 else f"vectors.{self.dim}.g{self.gen}.f32")
+
+    def ids_path(self, index_dir: Path) -> Path:
+        return index_dir / f"vectors.{self.dim}.g{self.gen}.ids"
+
+    def codes_path(self, index_dir: Path) -> Path:
+        """The int8 codes of the same rows (``quantise``), which dense search screens before re-scoring."""
+        return self.path(index_dir).with_suffix(".i8")
+
+    def files(self, index_dir: Path) -> tuple[Path, ...]:
+        """Every file of this generation: rows, rowids, int8 codes, and the HNSW index (``_ann``) if built."""
+        path = self.path(index_dir)
+        return path, self.ids_path(index_dir), self.codes_path(index_dir), path.with_suffix(".hnsw")
+
+    def rows(self, top: int) -> int:
+        """Rows in the file when ``top`` is the highest rowid given."""
+        return self.count + max(top - self.base, 0)
+
+    def first_row(self, first_rowid: int) -> int:
+        """The row of a new rowid (always past ``base``: rowids are never reused)."""
+        if first_rowid <= self.base:
+            raise ValueError(f"rowid {first_rowid} is not past the vector file's base {self.base}")
+        return self.count + first_rowid - self.base - 1
+
+    def to_meta(self) -> str:
+        return json.dumps({"dim": self.dim, "gen": self.gen, "base": self.base, "count": self.count, "dead": self.dead})
+
+
+def read_layout(conn: sqlite3.Connection, dim: int) -> Layout:
+    """The layout of ``dim``-dimensional vectors as readers see it: the recorded one, generation 0 on an index
+    never compacted, or (recorded for another dim) an empty next generation past every rowid given so far."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
+    if row is None:
+        return Layout(dim, dead=conn.execute("SELECT COUNT(*) FROM tombstones").fetchone()[0])
+    layout = Layout(**json.loads(row[0]))
+    return layout if layout.dim == dim else Layout(dim, gen=layout.gen + 1, base=top_rowid(conn))
+
+
+def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_rowid: int) -> Layout:
+    """The layout new rows from ``first_rowid`` on go into (inside the write transaction). Vectors of a new dim
+    (a forced rebuild with another embedder) start a new generation, so no row is left for the old ones."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
+    stored = Layout(**json.loads(row[0])) if row is not None else None
+    if stored is not None and stored.dim == dim:
+        return stored
+    if stored is None and (first_rowid == 1 or Layout(dim).path(index_dir).is_file()):
+        return read_layout(conn, dim)  # generation 0: a new index, or one never compacted
+    layout = Layout(dim, gen=(stored.gen if stored is not None else 0) + 1, base=first_rowid - 1)
+    save_layout(conn, layout)
+    remove_stale_files(index_dir, layout)  # the old dim's files: under the write lock, no other writer's
+    return layout
+
+
+def save_layout(conn: sqlite3.Connection, layout: Layout) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (LAYOUT_KEY, layout.to_meta()))
+
+
+def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:
+    """Count ``rows`` deleted chunks into the layout (inside the write transaction that deletes them)."""
+    if rows and dim:
+        layout = read_layout(conn, dim)
+        save_layout(conn, replace(layout, dead=layout.dead + rows))
+
+
+def top_rowid(conn: sqlite3.Connection) -> int:
+    """The highest rowid ever given to a chunk (live or deleted)."""
+    row = conn.execute(
+        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
+    ).fetchone()
+    return int(row[0])
+
+
+def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
+    """The rowids of the layout's first ``count`` rows."""
+    if layout.count == 0:
+        return np.empty(0, np.int64)
+    ids = np.fromfile(layout.ids_path(index_dir), dtype="<i8")
+    if ids.size != layout.count:
+        raise ValueError(f"{layout.ids_path(index_dir)} lists {ids.size} rowids, not {layout.count}")
+    return ids
+
+
+def quantise(unit: np.ndarray) -> np.ndarray:
+    """int8 codes of unit vectors (every value in [-1, 1]): ``round(127 x)``. A dot product of two codes is exact
+    in int32 (and in float32: |sum| <= 127² × dim < 2²⁴ up to 1,040 dims), and ranks like the float product
+    within a small error that re-scoring the best candidates in float32 removes (bench/RESULTS.md, Issue 13)."""
+    return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
+
+
+def write_rows(layout: Layout, index_dir: Path, first_row: int, unit: np.ndarray) -> None:
+    """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on."""
+    _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, np.ascontiguousarray(unit, "<f4").tobytes())
+    _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], quantise(unit).tobytes())
+
+
+def write_codes(layout: Layout, index_dir: Path, matrix: np.ndarray) -> None:
+    """(Re)write the whole codes file from the mapped float32 rows (an index written before codes existed)."""
+    path = layout.codes_path(index_dir)
+    with open(path, "wb") as out:
+        for start in range(0, matrix.shape[0], _BATCH):
+            out.write(quantise(matrix[start : start + _BATCH]).tobytes())
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _pwrite(path: Path, offset: int, data: bytes) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+    finally:
+        os.close(fd)
+
+
+def blob_rows(
+    conn: sqlite3.Connection, dim: int, where: str = "", *args: object, batch: int = 8192
+) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """``(rowids, unit rows)`` batches of stored vectors, decoded from the BLOBs, by rowid."""
+    cursor = conn.execute(f"SELECT rowid, vector FROM chunks {where} ORDER BY rowid", args)
+    while rows := cursor.fetchmany(batch):
+        ids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
+        matrix = np.frombuffer(b"".join(v for _, v in rows), "<f4").reshape(len(rows), dim)
+        yield ids, l2_normalise(matrix)
+
+
+class NewGeneration:
+    """The files of the next generation, written under temporary names (``*.tmp``) until ``commit`` gives them
+    their own, inside the write transaction that records the layout. Its first rows hold rowids ``ids``."""
+
+    def __init__(self, index_dir: Path, old: Layout, base: int, ids: np.ndarray) -> None:
+        self.layout = Layout(old.dim, gen=old.gen + 1, base=base, count=int(ids.size))
+        self.ids = ids
+        tag = f"{os.getpid()}-{threading.get_ident()}"
+        finals = (self.layout.path(index_dir), self.layout.codes_path(index_dir), self.layout.ids_path(index_dir))
+        self.index_dir = index_dir
+        self.files = [(final.with_name(f"{final.name}.{tag}.tmp"), final) for final in finals]
+        self.files[2][0].write_bytes(ids.astype("<i8").tobytes())
+        for tmp, _ in self.files[:2]:
+            tmp.write_bytes(b"")
+
+    def append(self, batches: Iterable[np.ndarray]) -> None:
+        """Append unit rows (and their codes)."""
+        with open(self.files[0][0], "ab") as rows, open(self.files[1][0], "ab") as codes:
+            for batch in batches:
+                rows.write(np.ascontiguousarray(batch, "<f4").tobytes())
+                codes.write(quantise(batch).tobytes())
+
+    def sync(self) -> None:
+        """Write the files to disk (before taking the write lock, so that ``commit`` has little left to sync)."""
+        for tmp, _ in self.files:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+
+    def commit(self) -> None:
+        """Sync the files and give them their names (before the transaction recording the layout commits)."""
+        self.sync()
+        for tmp, final in self.files:
+            os.replace(tmp, final)
+        _sync_dir(self.index_dir)
+
+    def intact(self) -> bool:
+        """Whether every temporary file is still there (a writable open may have tidied a dead process's)."""
+        return all(tmp.is_file() for tmp, _ in self.files)
+
+    def discard(self) -> None:
+        for tmp, _ in self.files:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def stored_rows(
+    conn: sqlite3.Connection | None, layout: Layout, source: np.ndarray | None, ids: np.ndarray, rowids: np.ndarray
+) -> Iterable[np.ndarray]:
+    """The unit rows of ``rowids`` (ascending), in batches: from the mapped file ``source`` of ``layout``, or
+    decoded from the BLOBs (``conn``; ``rowids`` are then every chunk's)."""
+    if source is None:
+        assert conn is not None
+        for _, rows in blob_rows(conn, layout.dim):
+            yield rows
+        return
+    for start in range(0, rowids.size, _BATCH):
+        yield source[rows_of(layout, ids, rowids[start : start + _BATCH])]
+
+
+def rows_of(layout: Layout, ids: np.ndarray, rowids: np.ndarray) -> np.ndarray:
+    """File rows of ``rowids`` (-1 for a rowid the file does not hold: deleted before it was written)."""
+    rowids = np.asarray(rowids, dtype=np.int64)
+    rows = layout.count + rowids - layout.base - 1
+    old = rowids <= layout.base
+    if old.any():
+        at = np.searchsorted(ids, rowids[old])
+        found = at < ids.size
+        found[found] = ids[at[found]] == rowids[old][found]
+        rows[old] = np.where(found, at, -1)
+    return rows
+
+
+def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rowids held by file ``rows``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    head = rows < layout.count
+    out = rows - layout.count + layout.base + 1
+    out[head] = ids[rows[head]]
+    return out
+
+
+def vector_files(index_dir: Path) -> list[Path]:
+    """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers)."""
+    patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.hnsw", "vectors.*.tmp")
+    return [p for pattern in patterns for p in index_dir.glob(pattern)]
+
+
+def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:
+    """Delete every vector file but ``keep``'s (older generations, other dims, leftovers of a killed compaction).
+    Only with the write lock held: an uncommitted generation is never another writer's then."""
+    kept = {p for layout in keep if layout is not None for p in layout.files(index_dir)}
+    return _unlink(p for p in vector_files(index_dir) if p not in kept and not _being_written(p))
+
+
+def _being_written(path: Path) -> bool:
+    """A temporary file of a compaction still running (``<name>.<pid>-<thread>.tmp`` of a live process)."""
+    if path.suffix != ".tmp":
+        return False
+    pid = path.stem.rpartition(".")[2].partition("-")[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but is not ours to signal
+        return True
+    return True
+
+
+def remove_files(index_dir: Path, layout: Layout) -> list[Path]:
+    """Delete one generation's files (replaced by a committed compaction, or a failed one's)."""
+    return _unlink(p for p in layout.files(index_dir) if p.exists())
+
+
+def _unlink(paths: Iterable[Path]) -> list[Path]:
+    removed = []
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:  # e.g. still mapped on a platform that forbids it: the next cleanup retries
+            continue
+        removed.append(path)
+    return removed
+
+
+def _sync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
