@@ -285,3 +285,32 @@ def test_skipping_long_postings_returns_exactly_what_scoring_every_row_does(monk
     assert run() == every  # the same rows, the same floats
     assert len(calls) < len(queries) // 2  # most queries took the skipping path
     assert all(len(r) >= 5 for r in every)
+
+
+def test_warm_loads_the_bm25_segments(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        WAGE.write(store)
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store._bm25 is None
+        store.warm()  # what the MCP server does at start
+        snap = store._bm25
+        assert snap is not None and snap.top == 3 and snap.n_live == 3
+        assert [s.path.name if s.path else None for s in snap.segments] == ["seg-1-2.bin", None]  # row 3: table
+        assert ids(store.bm25_search(["工资"], 5)) == WAGE.ids
+        assert store._bm25 is snap
+
+
+def test_an_index_without_any_term_saves_and_loads_empty_segments(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
+    blank = make_doc("doc-空", "法规", "法规/空.md", "markdown", [("一", [], [1.0, 0.0]), ("二", [], [0.0, 1.0])])
+    with SQLiteStore(index_dir) as store:
+        blank.write(store)
+        assert sorted(p.name for p in (index_dir / "bm25").iterdir()) == ["seg-1-2.bin"]
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store.bm25_search(["一"], 5) == []
+        snap = store._bm25
+        assert snap is not None and snap.avgdl == 1.0 and [s.path is not None for s in snap.segments] == [True]

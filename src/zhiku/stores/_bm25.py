@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.stores._bm25_query import K1, B, QueryTerm, score
+from zhiku.stores._bm25_query import K1, B, QueryTerm, dead_in, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._vector_files import top_rowid
 
@@ -176,15 +176,18 @@ class BM25Snapshot:
     norm: np.ndarray  # float64 (top + 1,): K1 * (1 - B + B * doclen / avgdl)
     n_live: int
     avgdl: float
+    dead: np.ndarray  # int64, sorted: rowids 1…top that are not live
 
     @classmethod
     def of(
         cls, version: int, top: int, segments: Sequence[Segment], live: np.ndarray, doclen: np.ndarray
     ) -> BM25Snapshot:
         n_live = int(live.sum())
-        avgdl = float(doclen[live].sum()) / n_live if n_live else 1.0
+        total = float(doclen[live].sum())
+        avgdl = total / n_live if total > 0 else 1.0  # no live term at all: nothing matches, any value will do
         norm = K1 * (1 - B + B * doclen / avgdl)  # the order of FTS5's operations, for identical floats
-        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl)
+        dead = np.flatnonzero(~live[1:]) + 1
+        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl, dead)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
@@ -210,14 +213,23 @@ class BM25Snapshot:
         doclen = np.concatenate([self.doclen, *(s.doclen.astype(np.float64) for s in new)])
         return BM25Snapshot.of(version, top, settle([*self.segments, *new]), live, doclen)
 
+    def prefetch(self) -> None:
+        """Ask the OS to read the segment files into the page cache (a hint; returns at once). They are mapped
+        for random access (no read-ahead at each page a query reads): this is their read-ahead, done once."""
+        for seg in self.segments:
+            if seg.path is not None and hasattr(os, "posix_fadvise"):
+                with contextlib.suppress(OSError):
+                    fd = os.open(seg.path, os.O_RDONLY)
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                    finally:
+                        os.close(fd)
+
     def term(self, term: str) -> QueryTerm:
         """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it."""
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-        if self.n_live == self.top:
-            df = sum(r.size for r, *_ in found)
-        else:
-            df = sum(int(np.count_nonzero(self.live[r])) for r, *_ in found)
+        df = sum(r.size - dead_in(r, self.dead, self.live) for r, *_ in found)
         parts = tuple((r, t) for r, t, *_ in found)
         return QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
 

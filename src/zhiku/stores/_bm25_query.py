@@ -6,7 +6,7 @@ terms alone is a lower bound θ of the final k-th score; a long term adds at mos
 term-frequency part at its highest tf in its shortest row), so the long terms whose bounds sum below θ cannot
 lift a row that has none of the other terms into the top k, and the rows whose partial score plus that sum stay
 below θ cannot get there either. The few rows left are then scored exactly, term by term in query order (the
-same floating-point sums as scoring every row), the skipped terms looked up by binary search in their postings.
+same floating-point sums as scoring every row), reading the skipped terms' postings only to find those rows.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ IDF_FLOOR = 1e-6
 LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LONG_MIN) has a long postings list
 LONG_MIN = 4096
 _MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
+_SEARCH_COST = 24  # a binary search costs about this many steps of a scan
+SLACK_SHARE = 0.75  # skipped terms may add at most this share of θ: the rows left to score exactly stay few
 
 
 @dataclass(frozen=True)
 class QueryTerm:
-    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending) and statistics."""
+    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending, segments in rowid
+    order) and statistics."""
 
     term: str
     parts: tuple[tuple[np.ndarray, np.ndarray], ...]
@@ -48,19 +51,41 @@ class QueryTerm:
             rows, tfs = rows[keep], tfs[keep]
         return rows, tfs.astype(np.float64)
 
-    def tfs_of(self, cand: np.ndarray) -> np.ndarray:
-        """The term's tf in each of the rows ``cand`` (sorted int64), 0 where absent."""
-        out = np.zeros(cand.size, np.float64)
-        keys = cand.astype(np.uint32)
-        for rows, tfs in self.parts:
+    def add_to(self, exact: np.ndarray, cand: np.ndarray, slot: np.ndarray, idf: float, norm: np.ndarray) -> None:
+        """Add the term's score to ``exact[i]`` for each candidate row ``cand[i]`` (sorted) containing it. Few
+        candidates against a long list are looked up by binary search (reading a few pages of the postings);
+        otherwise the postings are scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
+        for rows, tfs in self.parts:  # a row is in one part: one addition per term
             if rows.size == 0:
                 continue
-            pos = np.searchsorted(rows, keys)
-            inside = pos < rows.size
-            hit = np.zeros(cand.size, bool)
-            hit[inside] = rows[pos[inside]] == keys[inside]
-            out[hit] = tfs[pos[hit]]
-        return out
+            a, b = np.searchsorted(cand, (int(rows[0]), int(rows[-1]) + 1))
+            if a == b:
+                continue
+            if (b - a) * _SEARCH_COST < rows.size:
+                pos = np.searchsorted(rows, cand[a:b].astype(np.uint32))
+                hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
+                at, found = np.arange(a, b)[hit], pos[hit]
+            else:
+                at = slot[rows]
+                found = np.flatnonzero(at >= 0)
+                at = at[found]
+            if at.size:
+                exact[at] += weights(idf, tfs[found].astype(np.float64), norm[cand[at]])
+
+
+def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
+    """How many of ``rows`` (sorted) are not live (``dead``: the sorted rowids that are not; ``live`` by rowid):
+    by binary search when the dead rows in their range are few (reading a few pages of the postings), else by
+    scanning them."""
+    if rows.size == 0 or dead.size == 0:
+        return 0
+    a, b = np.searchsorted(dead, (int(rows[0]), int(rows[-1]) + 1))
+    if a == b:
+        return 0
+    if (b - a) * _SEARCH_COST < rows.size:
+        pos = np.searchsorted(rows, dead[a:b].astype(np.uint32))
+        return int(np.count_nonzero(rows[np.minimum(pos, rows.size - 1)] == dead[a:b]))
+    return int(rows.size - np.count_nonzero(live[rows]))
 
 
 def weights(idf: float, tfs: np.ndarray, norm: np.ndarray) -> np.ndarray:
@@ -93,7 +118,7 @@ def score(
     bounds = sorted(((_bound(t, n, avgdl), i) for i, t in enumerate(long)), key=lambda b: b[0])
     slack, skipped = 0.0, set()
     for bound, i in bounds:
-        if slack + bound >= theta * (1 - _MARGIN):
+        if slack + bound >= theta * SLACK_SHARE:
             break
         slack += bound
         skipped.add(i)
@@ -101,10 +126,11 @@ def score(
         return _every_row(terms, n, norm, live, mask, top_k)
     partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
+    slot = np.full(norm.size, -1, np.int32)
+    slot[cand] = np.arange(cand.size, dtype=np.int32)
     exact = np.zeros(cand.size, np.float64)
-    for t in terms:  # query order: the same sums as _every_row
-        tfs = t.tfs_of(cand)
-        exact += np.where(tfs > 0, weights(t.idf(n), tfs, norm[cand]), 0.0)
+    for t in terms:  # query order: the same sums as _every_row, for the candidates only
+        t.add_to(exact, cand, slot, t.idf(n), norm)
     return _best(cand, exact, top_k)
 
 

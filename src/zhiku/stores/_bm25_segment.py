@@ -16,7 +16,9 @@ that case is not reproduced; bench/bm25_parity.py measures how rarely it changes
 
 from __future__ import annotations
 
+import contextlib
 import json
+import mmap
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -215,6 +217,10 @@ def read(path: Path, index_id: str) -> Segment | None:
         for dtype, count in _layout(header):
             size = np.dtype(dtype).itemsize * count
             mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
+            region = getattr(mapped, "_mmap", None)
+            if isinstance(region, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):  # no read-ahead: a binary search
+                with contextlib.suppress(OSError, ValueError):  # maps the pages it reads, not their neighbours
+                    region.madvise(mmap.MADV_RANDOM)
             arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
             start += size + _pad(size)
         with open(path, "rb") as f:
