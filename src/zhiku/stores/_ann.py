@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,10 +90,16 @@ class Ann:
         return self.gen == layout.gen and self.dim == layout.dim and rows - self.rows <= REBUILD_DELTA * self.rows
 
     def search(
-        self, matrix: np.ndarray, rows: int, unit: np.ndarray, k: int, allowed: np.ndarray
+        self,
+        matrix: np.ndarray,
+        gather: Callable[[np.ndarray], np.ndarray],
+        rows: int,
+        unit: np.ndarray,
+        k: int,
+        allowed: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(rows, float32 scores)`` of the best ``k`` allowed rows of ``matrix[:rows]``, or None when the
-        filters pass too few of the indexed rows (the caller then scores every row)."""
+        """``(rows, float32 scores)`` of the best ``k`` allowed rows of ``matrix[:rows]`` (``gather`` reads given
+        rows), or None when the filters pass too few of the indexed rows (the caller then scores every row)."""
         head = allowed[: self.rows]
         passing = int(head.sum())
         if passing < MIN_ALLOWED * self.rows:
@@ -112,7 +119,7 @@ class Ann:
             best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
             tail = self.rows + best[np.isfinite(scores[best])]
         candidates = np.sort(np.concatenate([found, tail]))
-        return candidates, np.einsum("ij,j->i", matrix[candidates], unit)
+        return candidates, np.einsum("ij,j->i", gather(candidates), unit)
 
 
 class AnnCache:

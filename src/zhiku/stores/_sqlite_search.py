@@ -120,7 +120,7 @@ class SQLiteSearch(SQLiteReads):
         if not kept:
             return {}
         unit = l2_normalise(query.reshape(1, -1))[0]
-        scores = np.einsum("ij,j->i", snap.matrix[np.array([a for a, _ in kept])], unit)
+        scores = np.einsum("ij,j->i", snap.gather(np.array([a for a, _ in kept])), unit)
         return {c: float(s) for (_, c), s in zip(kept, scores, strict=True)}
 
     @staticmethod

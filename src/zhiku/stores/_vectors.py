@@ -21,6 +21,7 @@ import fnmatch
 import functools
 import importlib
 import mmap
+import os
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -209,13 +210,13 @@ class VectorSnapshot:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
-        hit = ann.search(self.matrix, self.rows, unit, k, allowed) if ann is not None else None
+        hit = ann.search(self.matrix, self.gather, self.rows, unit, k, allowed) if ann is not None else None
         rows: np.ndarray | None
         if hit is not None:
             rows, scores = hit
         elif screen and self.codes is not None and (kernels := numkong()) is not None:
             rows = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
-            scores = np.einsum("ij,j->i", self.matrix[rows], unit)
+            scores = np.einsum("ij,j->i", self.gather(rows), unit)
         else:
             # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS
             # threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py)
@@ -224,6 +225,25 @@ class VectorSnapshot:
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         best = best[np.isfinite(scores[best])]
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The float32 ``rows`` (ascending), read with ``pread`` rather than through the mapping: the scattered
+        pages a re-scoring reads then stay in the page cache, not in this process's resident memory (which
+        fault-around would fill with the whole file over many queries)."""
+        if self.path is None or rows.size == 0:
+            return np.asarray(self.matrix[rows])
+        size = self.dim * 4
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:  # deleted by a compaction: this snapshot's mapping still holds it
+            return np.asarray(self.matrix[rows])
+        try:
+            data = b"".join(os.pread(fd, size, int(r) * size) for r in rows)
+        finally:
+            os.close(fd)
+        if len(data) != rows.size * size:
+            return np.asarray(self.matrix[rows])
+        return np.frombuffer(data, "<f4").reshape(rows.size, self.dim)
 
     def _screened(self, kernels: Any, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
         """The ``want`` allowed rows whose int8 codes score best against the query's, in file order."""
