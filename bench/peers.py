@@ -30,9 +30,9 @@ Scoring is zhiku's evaluator's: a stack returns the top 100 chunks; a target's r
 (``EvalQuery.label``: the document for BEIR sets, the matched expectation for stard_longdoc); nDCG@10,
 Recall@100 and MRR@10 come from ``zhiku.evaluation.metrics``. Each stack runs in its own child process pinned to
 one core (BLAS/OpenMP/Lance threads 1), so its peak RSS is its own: build (no embedding; timed), size on disk,
-the scored pass (top 100), then the latency pass (top 10, every query again, warm; query embedding excluded —
-peers get their query tokens ready-made, zhiku segments the query inside its timing). ``p`` is a paired
-randomisation test (10,000 sign flips) of per-query nDCG@10 against zhiku.
+the scored pass (top 100, every query), then the latency pass (top 10, ``--latency-queries`` spread over the set,
+warm; query embedding excluded — peers get their query tokens ready-made, zhiku segments the query inside its
+timing). ``p`` is a paired randomisation test (10,000 sign flips) of per-query nDCG@10 against zhiku.
 """
 
 from __future__ import annotations
@@ -78,8 +78,11 @@ def read_corpus(db: Path) -> Corpus:
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         docs = [doc_from_row(r) for r in conn.execute(f"SELECT {DOC_COLS} FROM documents ORDER BY doc_id")]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        tokens = "chunk_tokens" if "chunk_tokens" in tables else "fts"  # schema 4 / schemas 1–3
         rows = conn.execute(
-            f"SELECT {CHUNK_COLS}, c.vector, f.tokens FROM chunks c JOIN fts f ON f.rowid = c.rowid ORDER BY c.rowid"
+            f"SELECT {CHUNK_COLS}, c.vector, t.tokens FROM chunks c JOIN {tokens} t ON t.rowid = c.rowid"
+            " ORDER BY c.rowid"
         ).fetchall()
     finally:
         conn.close()
@@ -157,7 +160,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(stack_key: str, work: Path) -> None:
+def child(stack_key: str, work: Path, latency_queries: int) -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     corpus, queries = pickle.loads((work / "inputs.pkl").read_bytes())
     base_rss = peak_rss_mb()
@@ -168,7 +171,7 @@ def child(stack_key: str, work: Path) -> None:
     build_s = time.perf_counter() - t
     rankings = [stack.search(q, DEPTH) for q in queries]  # the scored pass; it also warms every stack
     latencies = []
-    for q in queries:
+    for q in queries[:: max(1, len(queries) // latency_queries)]:  # evenly spread over the set
         t = time.perf_counter()
         stack.search(q, 10)
         latencies.append((time.perf_counter() - t) * 1000)
@@ -185,9 +188,11 @@ def child(stack_key: str, work: Path) -> None:
     (work / f"{stack_key}.json").write_text(json.dumps(out), encoding="utf-8")
 
 
-def run_child(stack_key: str, work: Path, timeout_s: float) -> dict[str, Any] | None:
+def run_child(stack_key: str, work: Path, args: argparse.Namespace) -> dict[str, Any] | None:
     load = os.getloadavg()[0]
     cmd = [sys.executable, __file__, "--child", stack_key, "--workdir", str(work)]
+    cmd += ["--latency-queries", str(args.latency_queries)]
+    timeout_s = args.timeout
     started = time.perf_counter()
     try:
         subprocess.run(cmd, env={**os.environ, **THREADS_1}, check=True, timeout=timeout_s)
@@ -196,7 +201,15 @@ def run_child(stack_key: str, work: Path, timeout_s: float) -> dict[str, Any] | 
         return None
     out: dict[str, Any] = json.loads((work / f"{stack_key}.json").read_text(encoding="utf-8"))
     out["load_avg_1m"] = round(load, 1)
+    (work / f"{stack_key}.json").write_text(json.dumps(out), encoding="utf-8")
     print(f"  {stack_key}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+    return out
+
+
+def kept(stack_key: str, work: Path) -> dict[str, Any]:
+    """A stack's figures and rankings from an earlier run in this workdir (``--keep``)."""
+    print(f"  {stack_key}: kept from {work / f'{stack_key}.json'}", file=sys.stderr, flush=True)
+    out: dict[str, Any] = json.loads((work / f"{stack_key}.json").read_text(encoding="utf-8"))
     return out
 
 
@@ -247,7 +260,7 @@ def run_set(name: str, args: argparse.Namespace) -> list[Row]:
     queries = make_queries(data, corpus.meta, cache_dir(args, args.workdir))
     (work / "inputs.pkl").write_bytes(pickle.dumps((corpus, queries)))
     print(f"{name}: {len(corpus.chunks)} chunks, {len(queries)} queries", file=sys.stderr, flush=True)
-    results = {k: run_child(k, work, args.timeout) for k in args.stacks}
+    results = {k: kept(k, work) if k in args.keep else run_child(k, work, args) for k in args.stacks}
     scores = {k: per_query_scores(data, corpus, r["rankings"]) for k, r in results.items() if r}
     rows = []
     for k, r in results.items():
@@ -256,7 +269,7 @@ def run_set(name: str, args: argparse.Namespace) -> list[Row]:
         means = dict(zip(METRICS, scores[k].mean(axis=0), strict=True))
         p = randomisation_p(scores[k][:, 0], scores["zhiku"][:, 0]) if "zhiku" in scores and k != "zhiku" else None
         figures = {f: r[f] for f in ("build_s", "disk_mb", "p50_ms", "p95_ms", "peak_rss_mb", "inputs_rss_mb")}
-        figures |= {"load_avg_1m": r["load_avg_1m"], "chunks": len(corpus.chunks), "queries": len(queries)}
+        figures |= {"load_avg_1m": r.get("load_avg_1m", "?"), "chunks": len(corpus.chunks), "queries": len(queries)}
         rows.append(Row(name, k, r["stack"], means, p, figures))
     return rows
 
@@ -299,10 +312,10 @@ def run_scale(size: int, args: argparse.Namespace) -> list[Row]:
     del corpus
     rows = []
     for k in args.stacks:
-        r = run_child(k, work, args.timeout)
+        r = kept(k, work) if k in args.keep else run_child(k, work, args)
         if r is not None:
             figures = {f: r[f] for f in ("build_s", "disk_mb", "p50_ms", "p95_ms", "peak_rss_mb", "inputs_rss_mb")}
-            figures |= {"load_avg_1m": r["load_avg_1m"], "chunks": size, "queries": len(queries)}
+            figures |= {"load_avg_1m": r.get("load_avg_1m", "?"), "chunks": size, "queries": len(queries)}
             rows.append(Row(f"scale {size:,}", k, r["stack"], dict.fromkeys(METRICS, float("nan")), None, figures))
     return rows
 
@@ -344,16 +357,19 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-peers"))
     ap.add_argument("--max-queries", type=int)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per stack and set")
+    ap.add_argument("--latency-queries", type=int, default=500, help="timed top-10 queries, spread over the set")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--keep", default="", help="stacks whose results of an earlier run in --workdir are reused")
     ap.add_argument("--scale", type=int, nargs="*", default=[], help="also 100000 1000000 …: latency/size only")
     ap.add_argument("--scale-corpus", type=Path, action="append", help="Markdown/BEIR folders (scale_latency)")
     ap.add_argument("--scale-queries", type=Path, help="queries.jsonl for the scale points")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.workdir)
+        child(args.child, args.workdir, args.latency_queries)
         return
     args.stacks = [s for s in args.stacks.split(",") if s]
+    args.keep = [s for s in args.keep.split(",") if s]
     rows: list[Row] = []
     for name in [s for s in args.sets.split(",") if s]:
         rows += run_set(name, args)
