@@ -348,3 +348,25 @@ def test_mcp_hub_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path
     assert t.attrs["surface"] == "mcp" and t.attrs["query"] == "试用期最长多久"
     assert [s.name for s in t.stages][-1] == "answer"
     assert t.stage("answer").counts["citations"] == len(result.citations) == 2
+
+
+def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
+    from zhiku.observability.tracing import VersionedLabels
+
+    calls: list[list[str]] = []
+    version = [7]
+
+    def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
+        calls.append(list(ids))
+        return {i: {"source": f"{i}.md", "v": version[0]} for i in ids if i != "gone"}
+
+    labels = VersionedLabels(fetch, lambda: version[0], max_items=3)
+    assert labels(["a", "b"]) == {"a": {"source": "a.md", "v": 7}, "b": {"source": "b.md", "v": 7}}
+    assert labels(["b", "c", "gone"]) == {"b": {"source": "b.md", "v": 7}, "c": {"source": "c.md", "v": 7}}
+    assert calls == [["a", "b"], ["c", "gone"]]  # b was known; an id the index lacks is asked again, not invented
+    version[0] = 8  # a write: every label is looked up again
+    assert labels(["a"]) == {"a": {"source": "a.md", "v": 8}}
+    assert calls[-1] == ["a"]
+    labels(["b", "c", "d"])  # 4 known > max_items 3: the next call starts afresh
+    labels(["a"])
+    assert calls[-2:] == [["b", "c", "d"], ["a"]]

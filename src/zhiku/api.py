@@ -19,9 +19,9 @@ from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
 from zhiku.ingest.transforms.build import build_stage
 from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
-from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
+from zhiku.ingest.transforms.store import EnrichmentStore, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
-from zhiku.observability.tracing import Tracer, build_tracer, hit_rows, label_chunks, report_rows, span
+from zhiku.observability.tracing import Tracer, VersionedLabels, build_tracer, hit_rows, label_chunks, report_rows, span
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import judge
@@ -291,7 +291,7 @@ class KnowledgeBase:
                 t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
                 t.data["rerank"] = r.rerank
                 t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
-                label_chunks(t, self._chunk_labels)
+                label_chunks(t, self._labels)
         return r
 
     @cached_property
@@ -299,21 +299,14 @@ class KnowledgeBase:
         """The query rewriter of ``retrieval.rewrite`` (None: off, or no ``llm`` endpoint)."""
         return rewrite.build_rewriter(self.settings)
 
-    def _chunk_labels(self, chunk_ids: list[str]) -> dict[str, dict[str, object]]:
-        extra = self.enrichments.chunk_enrichments(chunk_ids)
-        return {
-            c.chunk_id: {
-                "source": c.source,
-                "section": c.section,
-                "page": c.page,
-                **enrichment_row(extra.get(c.chunk_id)),
-            }
-            for c in self.store.get_chunks(chunk_ids)
-        }
+    @cached_property
+    def _labels(self) -> VersionedLabels:  # trace labels, looked up once per chunk and index version
+        return VersionedLabels(
+            lambda ids: self.enrichments.chunk_labels(self.store.get_chunks(ids)), self.store.index_version
+        )
 
     def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
-        """``retrieve`` (same options) and ``answer`` in one call; below ``server.min_score`` the answer is marked
-        ``low_confidence``, as over MCP and in ``zhiku query``."""
+        """``retrieve`` + ``answer``; ``low_confidence`` below ``server.min_score``, as over MCP and in the CLI."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)

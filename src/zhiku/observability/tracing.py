@@ -220,6 +220,34 @@ class Tracer:
                 log.warning("could not write trace %s to %s: %s", trace.trace_id, type(sink).__name__, e)
 
 
+class VersionedLabels:
+    """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), remembered for one index
+    version: a chunk id's labels do not change until the index does, so a traced query looks up only the chunks
+    no earlier query labelled. ``version()`` is the store's ``index_version``; at most ``max_items`` are kept.
+    (A document's enrichments are stored just after its chunks: a query traced in between labels that document's
+    chunks without them until the next write. Traces only; answers never read these labels.)"""
+
+    def __init__(
+        self,
+        fetch: Callable[[list[str]], Mapping[str, Mapping[str, Any]]],
+        version: Callable[[], int],
+        max_items: int = 100_000,
+    ) -> None:
+        self._fetch, self._version, self._max = fetch, version, max_items
+        self._state: tuple[int, dict[str, Mapping[str, Any]]] = (-1, {})
+
+    def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
+        version = self._version()
+        state = self._state
+        if state[0] != version or len(state[1]) > self._max:
+            state = self._state = (version, {})  # one swap: a query still filling the old dict changes nothing
+        known = state[1]
+        missing = [c for c in chunk_ids if c not in known]
+        if missing:
+            known.update(self._fetch(missing))
+        return {c: known[c] for c in chunk_ids if c in known}
+
+
 def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]) -> None:
     """Add each chunk's ``source``/``section``/``page`` to every row with a ``chunk_id`` in the stages' data."""
     rows = [

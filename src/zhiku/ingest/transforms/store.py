@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
-from zhiku.types import LLMUsage, TransformIssue
+from zhiku.types import Chunk, LLMUsage, TransformIssue
 
 ENRICH_FILE = "enrichments.sqlite"
 SCHEMA = """
@@ -162,6 +162,11 @@ class EnrichmentStore:
         """``rows`` (with ``chunk_id``) with each chunk's enrichment added (context, title, summary, tags)."""
         found = self.chunk_enrichments([r["chunk_id"] for r in rows])
         return [r | enrichment_row(found.get(r["chunk_id"])) for r in rows]
+
+    def chunk_labels(self, chunks: Sequence[Chunk]) -> dict[str, dict[str, Any]]:
+        """Each chunk's source, section and page with its enrichment (what a trace labels ranked chunks with)."""
+        rows = [{"chunk_id": c.chunk_id, "source": c.source, "section": c.section, "page": c.page} for c in chunks]
+        return {r["chunk_id"]: r for r in self.label(rows)}
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
         with self._lock:
