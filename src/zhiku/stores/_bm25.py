@@ -33,7 +33,7 @@ import numpy as np
 
 from zhiku.stores._bm25_query import K1, B, QueryTerm, dead_in, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
-from zhiku.stores._vector_files import top_rowid
+from zhiku.stores._vector_files import pid_alive, top_rowid
 
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)
@@ -148,16 +148,7 @@ def save_segments(
 
 def _writer_alive(tmp_name: str) -> bool:
     """Whether the process that is writing ``.seg-….<pid>.tmp`` still runs (its file is then left alone)."""
-    pid = tmp_name.rsplit(".", 2)[-2]
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+    return pid_alive(tmp_name.rsplit(".", 2)[-2])
 
 
 def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:

@@ -267,7 +267,11 @@ def _being_written(path: Path) -> bool:
     """A temporary file of a compaction still running (``<name>.<pid>-<thread>.tmp`` of a live process)."""
     if path.suffix != ".tmp":
         return False
-    pid = path.stem.rpartition(".")[2].partition("-")[0]
+    return pid_alive(path.stem.rpartition(".")[2].partition("-")[0])
+
+
+def pid_alive(pid: str) -> bool:
+    """Whether the process ``pid`` (digits, as a temporary file names its writer) still runs."""
     if not pid.isdigit():
         return False
     try:
