@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-conc"))
     ap.add_argument("--mode", default="hybrid", help="bm25, dense or hybrid")
     ap.add_argument("--dense-search", default=None, help="store.dense_search (a checkout without it: leave it out)")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="retrieval.max_concurrent (1024: ungated)")
     args = ap.parse_args()
     import zhiku
 
@@ -93,13 +94,20 @@ def main() -> None:
     tp = TextProcessor()
     kwargs = {} if args.dense_search is None else {"dense_search": args.dense_search}
     with SQLiteStore(index, read_only=True, **kwargs) as store:
-        searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
+        searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
         searcher.search(queries[0], top_k=10, mode="hybrid")
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
-            row.update(mode=args.mode, dense_search=args.dense_search or "default")
+            row.update(mode=args.mode, dense_search=args.dense_search or "default", max_concurrent=args.max_concurrent)
             print(json.dumps({**row, **load(searcher, queries, clients, args.seconds, args.mode)}), flush=True)
         searcher.close()
+
+
+def retrieval_settings(args: argparse.Namespace) -> RetrievalSettings:
+    """``retrieval.max_concurrent`` from ``--max-concurrent`` on checkouts that have it (0: the default)."""
+    if args.max_concurrent is None:
+        return RetrievalSettings()
+    return RetrievalSettings(max_concurrent=args.max_concurrent)  # type: ignore[call-arg]
 
 
 if __name__ == "__main__":

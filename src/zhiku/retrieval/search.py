@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, 
 from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
+from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, Retriever
@@ -89,6 +91,9 @@ class Searcher:
         self.rerank_settings = rerank or RerankSettings()
         # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
+        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; embedding
+        # the question and reranking stay outside, so a remote model's latency never holds a place
+        self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -128,7 +133,8 @@ class Searcher:
         bm25: list[ScoredId] = []
         if mode_ in ("bm25", "hybrid"):
             with span("bm25") as sp:
-                bm25 = self.store.bm25_search(parsed.terms, depth, filters)
+                with self._gate:
+                    bm25 = self.store.bm25_search(parsed.terms, depth, filters)
                 sp.ranking(bm25, depth=depth)
         else:
             mark("bm25", reason=f"mode {mode_}")
@@ -136,38 +142,8 @@ class Searcher:
             mark("dense", reason=f"mode {mode_}")
         vector, dense = dense_future.result() if dense_future is not None else (None, [])
 
-        keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
-        filled: dict[str, float] = {}
-        if mode_ == "bm25":
-            order = [(x.chunk_id, x.score) for x in bm25][:keep]
-        elif mode_ == "dense":
-            order = [(x.chunk_id, x.score) for x in dense][:keep]
-        else:
-            order, filled = self._fuse(bm25, dense, vector, top_k, keep)
-        if mode_ != "hybrid":
-            mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
-
-        by_bm25 = {x.chunk_id: x for x in bm25}
-        by_dense = {x.chunk_id: x for x in dense}
-        chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
-        hits = []
-        for fused_rank, (cid, score) in enumerate(order, 1):
-            if cid not in chunks:  # deleted between retrieval and fetch
-                continue
-            b, d = by_bm25.get(cid), by_dense.get(cid)
-            hits.append(
-                Hit(
-                    chunk=chunks[cid],
-                    score=float(score),
-                    bm25_rank=b.rank if b else None,
-                    bm25_score=b.score if b else None,
-                    dense_rank=d.rank if d else None,
-                    dense_score=d.score if d else filled.get(cid),
-                    fused_rank=fused_rank,
-                )
-            )
-        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
-            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
+        with self._gate:
+            hits = self._hits(mode_, bm25, dense, vector, top_k)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -215,10 +191,50 @@ class Searcher:
                     )
         return list(outcome.hits), outcome.status
 
+    def _hits(
+        self, mode_: SearchMode, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int
+    ) -> list[Hit]:
+        """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
+        s = self.settings
+        keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
+        filled: dict[str, float] = {}
+        if mode_ == "bm25":
+            order = [(x.chunk_id, x.score) for x in bm25][:keep]
+        elif mode_ == "dense":
+            order = [(x.chunk_id, x.score) for x in dense][:keep]
+        else:
+            order, filled = self._fuse(bm25, dense, vector, top_k, keep)
+        if mode_ != "hybrid":
+            mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
+
+        by_bm25 = {x.chunk_id: x for x in bm25}
+        by_dense = {x.chunk_id: x for x in dense}
+        chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
+        hits = []
+        for fused_rank, (cid, score) in enumerate(order, 1):
+            if cid not in chunks:  # deleted between retrieval and fetch
+                continue
+            b, d = by_bm25.get(cid), by_dense.get(cid)
+            hits.append(
+                Hit(
+                    chunk=chunks[cid],
+                    score=float(score),
+                    bm25_rank=b.rank if b else None,
+                    bm25_score=b.score if b else None,
+                    dense_rank=d.rank if d else None,
+                    dense_score=d.score if d else filled.get(cid),
+                    fused_rank=fused_rank,
+                )
+            )
+        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
+            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
+        return hits
+
     def _dense(self, query: str, depth: int, filters: Filters) -> tuple[np.ndarray, list[ScoredId]]:
         with span("dense") as sp:
             vector = self.embedder.embed_query(query)
-            found = self.store.dense_search(vector, depth, filters)
+            with self._gate:
+                found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
         return vector, found
 

@@ -1,0 +1,82 @@
+"""``FairGate``: at most n threads inside, the rest admitted in arrival order (no wall-clock asserts: the test
+waits until each thread is queued before starting the next)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from zhiku.retrieval.gate import FairGate
+from zhiku.retrieval.search import Searcher
+from zhiku.settings import RetrievalSettings
+
+
+def _wait_until(cond) -> None:
+    ev = threading.Event()
+    while not cond():
+        ev.wait(0.001)
+
+
+@pytest.mark.parametrize("places", [1, 2])
+def test_waiters_enter_in_arrival_order_and_never_more_than_n(places: int) -> None:
+    """With one place admissions are sequential, so the order is exact; with two, threads admitted together
+    may record themselves in either order."""
+    gate = FairGate(places)
+    inside, most, order = [0], [0], []
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def worker(n: int) -> None:
+        with gate:
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                order.append(n)
+            release.wait()
+            with lock:
+                inside[0] -= 1
+
+    threads = []
+    for n in range(7):
+        t = threading.Thread(target=worker, args=(n,))
+        t.start()
+        threads.append(t)
+        if n < places:
+            _wait_until(lambda n=n: len(order) == n + 1)  # the first ones go straight in
+        else:
+            _wait_until(lambda n=n: len(gate._waiters) == n + 1 - places)  # queued behind the earlier ones
+    assert order == list(range(places)) and len(gate._waiters) == 7 - places
+    release.set()
+    for t in threads:
+        t.join(timeout=30)
+    if places == 1:
+        assert order == [0, 1, 2, 3, 4, 5, 6]  # handed over in the order they queued
+    else:  # two woken threads race to record themselves: every one got in, never more than two at once
+        assert sorted(order) == list(range(7))
+    assert most[0] == places and gate._free == places and not gate._waiters
+
+
+def test_a_releasing_thread_cannot_take_its_place_back_before_a_waiter() -> None:
+    gate = FairGate(1)
+    gate.__enter__()
+    got = []
+    t = threading.Thread(target=lambda: (gate.__enter__(), got.append("waiter"), gate.__exit__()))
+    t.start()
+    _wait_until(lambda: len(gate._waiters) == 1)
+    gate.__exit__()  # hands the place over ...
+    entered_again = gate._free > 0 and not gate._waiters  # ... so it is not free for us
+    assert entered_again is False
+    t.join(timeout=30)
+    assert got == ["waiter"] and gate._free == 1
+
+
+def test_a_gate_needs_a_place_and_searchers_size_theirs_from_the_settings(tmp_path) -> None:
+    with pytest.raises(ValueError, match="at least one place"):
+        FairGate(0)
+    searcher = Searcher(None, None, None, RetrievalSettings(max_concurrent=3))  # type: ignore[arg-type]
+    default = Searcher(None, None, None, RetrievalSettings())  # type: ignore[arg-type]
+    assert (searcher._gate.places, default._gate.places) == (3, 2 * (os.cpu_count() or 1))
+    searcher.close()
+    default.close()
