@@ -35,6 +35,7 @@ EmbedderOpt = Annotated[
         help="Override the embedder: bundled, sentence-transformers:MODEL_OR_FOLDER, openai:MODEL (endpoint from embedding.base_url).",
     ),
 ]
+CutoffOpt = Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)]
 BudgetOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -98,7 +99,7 @@ def build_judge(settings: Settings, env: dict[str, str]) -> Any:
 def eval_(
     dataset: DatasetOpt,
     mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
-    k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
+    k: CutoffOpt = 10,
     budget: BudgetOpt = None,
     max_queries: Annotated[
         Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)

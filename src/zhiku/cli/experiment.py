@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
-from zhiku.cli.eval import BudgetOpt, CollectionOpt, DatasetOpt, EmbedderOpt, RerankerOpt, warm_reranker, with_models
+from zhiku.cli.eval import (
+    BudgetOpt,
+    CollectionOpt,
+    CutoffOpt,
+    DatasetOpt,
+    EmbedderOpt,
+    RerankerOpt,
+    warm_reranker,
+    with_models,
+)
 from zhiku.settings import load_settings, merge
 
 VARIANTS_HELP = (
@@ -22,7 +31,7 @@ VARIANTS_HELP = (
 def experiment(
     dataset: DatasetOpt,
     variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
-    k: Annotated[int, typer.Option("-k", help="Cut-off for nDCG, recall and MRR.", min=1, max=100)] = 10,
+    k: CutoffOpt = 10,
     budget: BudgetOpt = None,
     max_queries: Annotated[
         Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)
