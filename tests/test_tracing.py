@@ -360,7 +360,7 @@ def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
         calls.append(list(ids))
         return {i: {"source": f"{i}.md", "v": version[0]} for i in ids if i != "gone"}
 
-    labels = VersionedLabels(fetch, lambda: version[0], max_items=3)
+    labels = VersionedLabels(fetch, lambda: version[0], max_items=3, recheck_s=0.0)
     assert labels(["a", "b"]) == {"a": {"source": "a.md", "v": 7}, "b": {"source": "b.md", "v": 7}}
     assert labels(["b", "c", "gone"]) == {"b": {"source": "b.md", "v": 7}, "c": {"source": "c.md", "v": 7}}
     assert calls == [["a", "b"], ["c", "gone"]]  # b was known; an id the index lacks is asked again, not invented
