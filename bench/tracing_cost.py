@@ -84,11 +84,13 @@ def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> di
     return {"walls": walls, "thread_ms": thread * 1000, "proc_ms": proc * 1000}
 
 
-def measure(settings: Settings, embedder: LookupEmbedder, queries: list[str], call: str, mode: str, rounds: int):
+def measure(
+    settings: Settings, embedder: LookupEmbedder, queries: list[str], call: str, mode: str, rounds: int, detail: str
+) -> dict[bool, dict[str, Any]]:
     out: dict[bool, dict[str, Any]] = {}
     for _ in range(rounds):
         for enabled in (False, True):  # interleaved, to even out a busy machine
-            s = merge(settings, tracing={"enabled": enabled})
+            s = merge(settings, tracing={"enabled": enabled, **({"detail": detail} if detail else {})})
             with KnowledgeBase(s, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
                 one_round(kb, call, mode, queries[: min(20, len(queries))])  # warm-up
                 r = one_round(kb, call, mode, queries)
@@ -108,6 +110,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--calls", nargs="+", default=["retrieve", "query"], choices=["retrieve", "query"])
+    ap.add_argument("--detail", default="", help="tracing.detail (lean, full; a checkout that has it)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.index:
@@ -117,10 +120,13 @@ def main() -> None:
             settings, embedder, queries = laws_index(Path(tmp))
             queries = queries * 10
             where = "examples/laws"
-        print(f"{where}: {len(queries)} queries a round × {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+        print(
+            f"{where}: {len(queries)} queries a round × {args.rounds} rounds, tracing.detail {args.detail or 'default'}, "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
         for call in args.calls:
             for mode in args.modes:
-                r = measure(settings, embedder, queries, call, mode, args.rounds)
+                r = measure(settings, embedder, queries, call, mode, args.rounds, args.detail)
                 off, on = r[False], r[True]
                 p50 = [percentile(x["walls"], 50) for x in (off, on)]
                 p95 = [percentile(x["walls"], 95) for x in (off, on)]
