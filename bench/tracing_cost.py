@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_stacks import LookupEmbedder  # noqa: E402
 from tracing_overhead import QUERIES  # noqa: E402
 from zhiku.api import KnowledgeBase  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
@@ -33,20 +34,6 @@ from zhiku.observability.trace import flush_traces  # noqa: E402
 from zhiku.settings import Settings, load_settings, merge  # noqa: E402
 
 MODES = ("bm25", "dense", "hybrid")
-
-
-class LookupEmbedder:
-    """Query vectors computed beforehand, under the index's embedder name."""
-
-    def __init__(self, name: str, vectors: dict[str, np.ndarray]) -> None:
-        self.name, self._vectors = name, vectors
-        self.dim = len(next(iter(vectors.values())))
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._vectors[text]
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        raise RuntimeError("this benchmark never embeds passages")
 
 
 def laws_index(tmp: Path) -> tuple[Settings, LookupEmbedder, list[str]]:
