@@ -123,8 +123,8 @@ def fusion_record(
     )
     candidates = len(b.keys() | d.keys())
     dropped = candidates - (len(fused) - new)
-    summary = RankSummary(up, down, same, new, gain, drop, dropped)
-    return {"candidates": len(fused) + dropped}, {"changes": rows, "summary": asdict(summary)}
+    summary = dict(zip(_SUMMARY, (up, down, same, new, gain, drop, dropped), strict=True))  # asdict: ~10× slower
+    return {"candidates": len(fused) + dropped}, {"changes": rows, "summary": summary}
 
 
 def _fused_row(
@@ -172,3 +172,4 @@ def _row(c: RankChange) -> dict[str, Any]:
 
 
 _FIELDS = tuple(f.name for f in fields(RankChange))
+_SUMMARY = tuple(f.name for f in fields(RankSummary))

@@ -364,7 +364,8 @@ def trace_files(path: Path, backups: int = 9) -> list[Path]:
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
-    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first; bad lines are skipped."""
+    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they ended:
+    writers append every ~0.2 s, so two processes' lines can land out of order); bad lines are skipped."""
     flush_traces()
     out: list[Trace] = []
     for f in trace_files(Path(path)):
@@ -377,5 +378,7 @@ def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> lis
             if kind is None or t.kind == kind:
                 out.append(t)
                 if len(out) >= limit:
-                    return out
-    return out
+                    break
+        if len(out) >= limit:
+            break
+    return sorted(out, key=lambda t: t.started_at + t.elapsed_ms / 1000, reverse=True)
