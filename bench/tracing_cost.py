@@ -9,12 +9,14 @@ process's CPU (the trace writer thread included) per query, tracing off and on, 
 Query embedding is excluded: query vectors are looked up (the bundled embedder's own vectors for examples/laws,
 embedded once; random unit vectors under the index's embedder name for ``--index``). ``retrieve`` and ``query``
 (retrieve + answer) are timed in bm25, dense and hybrid mode with ``top_k`` 10 and ``per_source_k`` 100. A
-round flushes the trace writer before its clock stops, so the CPU the writer spends is counted in its round.
+round flushes the trace writer before its clock stops, so the CPU the writer spends is counted in its round; "GC"
+is the time the garbage collector ran, per query.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -60,6 +62,15 @@ def copied_index(index: Path, queries: Path, n: int) -> tuple[Settings, LookupEm
 def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> dict[str, Any]:
     fn = kb.retrieve if call == "retrieve" else kb.query
     walls = []
+    collecting = [0.0, 0.0]  # garbage collection: since when, seconds in all
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[0] = time.perf_counter()
+        else:
+            collecting[1] += time.perf_counter() - collecting[0]
+
+    gc.callbacks.append(on_gc)
     thread0, proc0 = time.thread_time(), time.process_time()
     for q in queries:
         t = time.perf_counter()
@@ -68,7 +79,8 @@ def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> di
     thread = time.thread_time() - thread0
     flush_traces()  # the writer's share of this round's CPU
     proc = time.process_time() - proc0
-    return {"walls": walls, "thread_ms": thread * 1000, "proc_ms": proc * 1000}
+    gc.callbacks.remove(on_gc)
+    return {"walls": walls, "thread_ms": thread * 1000, "proc_ms": proc * 1000, "gc_ms": collecting[1] * 1000}
 
 
 def measure(
@@ -81,7 +93,8 @@ def measure(
             with KnowledgeBase(s, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
                 one_round(kb, call, mode, queries[: min(20, len(queries))])  # warm-up
                 r = one_round(kb, call, mode, queries)
-            acc = out.setdefault(enabled, {"walls": [], "thread_ms": 0.0, "proc_ms": 0.0, "n": 0})
+            acc = out.setdefault(enabled, {"walls": [], "thread_ms": 0.0, "proc_ms": 0.0, "gc_ms": 0.0, "n": 0})
+            acc["gc_ms"] += r["gc_ms"]
             acc["walls"] += r["walls"]
             acc["thread_ms"] += r["thread_ms"]
             acc["proc_ms"] += r["proc_ms"]
@@ -119,11 +132,13 @@ def main() -> None:
                 p95 = [percentile(x["walls"], 95) for x in (off, on)]
                 th = [x["thread_ms"] / x["n"] for x in (off, on)]
                 pr = [x["proc_ms"] / x["n"] for x in (off, on)]
+                gcs = [1000 * x["gc_ms"] / x["n"] for x in (off, on)]
                 print(
                     f"{call:8} {mode:6} wall p50 {p50[0]:.3f} → {p50[1]:.3f} ms ({100 * (p50[1] / p50[0] - 1):+.1f}%) · "
                     f"p95 {p95[0]:.3f} → {p95[1]:.3f} · query-thread CPU {th[0]:.3f} → {th[1]:.3f} ms "
                     f"({100 * (th[1] / th[0] - 1):+.1f}%) · process CPU {pr[0]:.3f} → {pr[1]:.3f} ms "
-                    f"({100 * (pr[1] / pr[0] - 1):+.1f}%) · load {os.getloadavg()[0]:.1f}",
+                    f"({100 * (pr[1] / pr[0] - 1):+.1f}%) · GC {gcs[0]:.0f} → {gcs[1]:.0f} µs · "
+                    f"load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
 
