@@ -161,7 +161,7 @@ class Trace:
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": round(self.started_at, 3),
+            "started_at": round(self.started_at, 6),
             "elapsed_ms": round(self.elapsed_ms, 3),
             "status": self.status,
             "error": self.error,
@@ -364,7 +364,7 @@ def trace_files(path: Path, backups: int = 9) -> list[Path]:
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
-    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they ended:
+    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they started:
     writers append every ~0.2 s, so two processes' lines can land out of order); bad lines are skipped."""
     flush_traces()
     out: list[Trace] = []
@@ -381,4 +381,4 @@ def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> lis
                     break
         if len(out) >= limit:
             break
-    return sorted(out, key=lambda t: t.started_at + t.elapsed_ms / 1000, reverse=True)
+    return sorted(out, key=lambda t: t.started_at, reverse=True)  # stable: equal times keep the file's order
