@@ -9,7 +9,9 @@ Each index is copied to a temporary directory first (opening it for writing may 
 touched). Queries: the model's cached query vectors (``--cache``) plus ``--random`` random unit vectors, each
 searched for the top ``--k`` chunks. Identical rankings on every set mean an unchanged nDCG for the dense (and so
 the hybrid) path, whatever the questions. ``--compare`` prints, per set, how many queries have the same top 10
-and top ``k`` (ids in order) and the largest score difference.
+and top ``k`` (ids in order) and the largest score difference; with ``--fill N`` also ``dense_scores`` (z-score
+fusion's fill) of N chunks spread over the index, per query: ``same_fill`` counts queries with equal ids and
+floats.
 """
 
 from __future__ import annotations
@@ -49,6 +51,20 @@ def rank(index: Path, queries: np.ndarray, k: int, mode: str | None) -> list[lis
             return [[(h.chunk_id, h.score) for h in store.dense_search(q, k)] for q in queries]
 
 
+def filled(index: Path, queries: np.ndarray, n_ids: int) -> list[list[tuple[str, float]]]:
+    """``dense_scores`` (the fill of z-score fusion) of ``n_ids`` chunks spread over the index, per query."""
+    from zhiku.stores.sqlite import SQLiteStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "index"
+        shutil.copytree(index, copy)
+        with SQLiteStore(copy) as store:
+            with store._read() as conn:
+                every = [c for (c,) in conn.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")]
+            ids = every[:: max(1, len(every) // n_ids)][:n_ids]
+            return [sorted(store.dense_scores(q, ids).items()) for q in queries]
+
+
 def compare(a_path: Path, b_path: Path) -> None:
     a, b = json.loads(a_path.read_text()), json.loads(b_path.read_text())
     for name in a["sets"]:
@@ -58,11 +74,11 @@ def compare(a_path: Path, b_path: Path) -> None:
         diff = max(
             (abs(s - t) for x, y in zip(ra, rb, strict=True) for (_, s), (_, t) in zip(x, y, strict=False)), default=0
         )
-        print(
-            json.dumps(
-                {"set": name, "queries": len(ra), "same_top10": top10, "same_topk": topk, "max_score_diff": diff}
-            )
-        )
+        row = {"set": name, "queries": len(ra), "same_top10": top10, "same_topk": topk, "max_score_diff": diff}
+        fa, fb = a.get("fill", {}).get(name), b.get("fill", {}).get(name)
+        if fa is not None and fb is not None:  # dense_scores of the same chunks: the same ids, the same floats
+            row["same_fill"] = sum(x == y for x, y in zip(fa, fb, strict=True))
+        print(json.dumps(row))
 
 
 def main() -> None:
@@ -75,6 +91,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--dense-search", help="store.dense_search (a checkout without the setting: leave it out)")
+    ap.add_argument("--fill", type=int, default=0, help="also dense_scores of this many chunks per query")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--compare", type=Path, nargs=2)
     args = ap.parse_args()
@@ -83,7 +100,10 @@ def main() -> None:
         return
     queries = query_vectors(args.cache, args.model, args.random, args.dim)
     sets = {s: rank(args.index_root / s, queries, args.k, args.dense_search) for s in args.sets}
-    args.out.write_text(json.dumps({"queries": len(queries), "sets": sets}))
+    out: dict[str, object] = {"queries": len(queries), "sets": sets}
+    if args.fill:
+        out["fill"] = {s: filled(args.index_root / s, queries, args.fill) for s in args.sets}
+    args.out.write_text(json.dumps(out))
     print(f"{len(queries)} queries x {len(sets)} sets -> {args.out}")
 
 

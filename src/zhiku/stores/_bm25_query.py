@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LON
 LONG_MIN = 4096
 _MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
 _SEARCH_COST = 24  # a binary search costs about this many steps of a scan
+CACHE_POSTINGS = 2_000_000  # postings of query terms a snapshot keeps (scored: 16 bytes each)
 SLACK_SHARE = 0.75  # skipped terms may add at most this share of θ: the rows left to score exactly stay few
 
 
@@ -37,10 +38,27 @@ class QueryTerm:
     df: int  # live rows containing it
     max_tf: int
     min_dl: int
+    memo: list[tuple[object, ...]] = field(default_factory=list, compare=False, repr=False)  # see ``scored``
+
+    @property
+    def size(self) -> int:
+        """Postings over every segment (live or not)."""
+        return sum(r.size for r, _ in self.parts)
 
     def idf(self, n: int) -> float:
         idf = math.log((n - self.df + 0.5) / (self.df + 0.5))
         return idf if idf > 0 else IDF_FLOOR
+
+    def scored(self, n: int, norm: np.ndarray, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """All live rows containing the term (int64) and its score in each (``weights``), kept for the next query
+        with the same ``n``, ``norm`` and ``live`` (a snapshot's: ``BM25Snapshot`` keeps its terms)."""
+        memo = self.memo[0] if self.memo else None
+        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
+            return memo[3], memo[4]  # type: ignore[return-value]
+        rows, tfs = self.gathered(live)
+        out = rows, weights(self.idf(n), tfs, norm[rows])
+        self.memo[:] = [(norm, live, n, *out)]
+        return out
 
     def gathered(self, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """All live rows containing the term (int64) and their tfs (float64)."""
@@ -71,6 +89,30 @@ class QueryTerm:
                 at = at[found]
             if at.size:
                 exact[at] += weights(idf, tfs[found].astype(np.float64), norm[cand[at]])
+
+
+class TermCache:
+    """A snapshot's query terms (postings, df and their scores once computed), kept for the next queries: the
+    snapshot is immutable, so they stay right for its life (a new version is a new snapshot, with a new cache).
+    Bounded by postings held (``budget``; 16 bytes each once scored): past it, it starts again empty. A term
+    longer than 1/16 of the budget is not kept. No lock: a lost entry is recomputed."""
+
+    def __init__(self, budget: int = CACHE_POSTINGS) -> None:
+        self.budget = budget
+        self._terms: dict[str, QueryTerm] = {}
+        self._used = 0
+
+    def get(self, term: str) -> QueryTerm | None:
+        return self._terms.get(term)
+
+    def put(self, found: QueryTerm) -> None:
+        size = found.size
+        if size * 16 > self.budget:
+            return
+        if self._used + size > self.budget:
+            self._terms, self._used = {}, 0
+        self._terms[found.term] = found
+        self._used += size
 
 
 def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
@@ -156,11 +198,15 @@ def _every_row(
 def _summed(
     terms: Sequence[QueryTerm], n: int, norm: np.ndarray, live: np.ndarray | None, mask: np.ndarray | None
 ) -> np.ndarray:
-    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``."""
-    scores = np.zeros(norm.size, np.float64)
-    for t in terms:
-        rows, tfs = t.gathered(live)
-        scores[rows] += weights(t.idf(n), tfs, norm[rows])
+    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``. One ``bincount`` over the terms'
+    postings concatenated in query order adds each row's term scores in that order, from 0: the same floats as
+    adding term after term."""
+    parts = [t.scored(n, norm, live) for t in terms]
+    if not parts:
+        return np.zeros(norm.size, np.float64)
+    rows = np.concatenate([r for r, _ in parts]) if len(parts) > 1 else parts[0][0]
+    each = np.concatenate([w for _, w in parts]) if len(parts) > 1 else parts[0][1]
+    scores: np.ndarray = np.bincount(rows, weights=each, minlength=norm.size)
     if mask is not None:
         scores[~mask] = 0.0
     return scores

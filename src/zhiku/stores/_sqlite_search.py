@@ -17,6 +17,7 @@ from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores._ann import AnnCache
 from zhiku.stores._bm25 import BM25Snapshot
+from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
 from zhiku.types import Filters, ScoredId
@@ -46,6 +47,7 @@ class SQLiteSearch(SQLiteReads):
     bm25_max_df: float
     dense_mode: str  # "exact", "int8", "hnsw" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
     _ann: AnnCache
+    _ids: ChunkIds
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
@@ -60,8 +62,7 @@ class SQLiteSearch(SQLiteReads):
             if mask is not None and not mask.any():
                 return []
             rowids, scores = snap.search(unique, int(top_k), mask, (self.bm25_max_df, BM25_MIN_DF))
-            found = self._chunk_ids(conn, rowids)
-        return _ranked(rowids, scores, found, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, int(top_k))
 
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
         """The BM25 index at the current version: loaded once, then moved forward incrementally."""
@@ -79,15 +80,6 @@ class SQLiteSearch(SQLiteReads):
             self._bm25 = snap
         return snap
 
-    @staticmethod
-    def _chunk_ids(conn: sqlite3.Connection, rowids: np.ndarray) -> dict[int, str]:
-        return dict(
-            conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                (json.dumps(rowids.tolist()),),
-            ).fetchall()
-        )
-
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
         query = self._query_vector(vector)
         with self._read() as conn:
@@ -100,8 +92,7 @@ class SQLiteSearch(SQLiteReads):
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann)
             if rowids.size == 0:
                 return []
-            found = self._chunk_ids(conn, rowids)
-        return _ranked(rowids, scores, found, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, int(top_k))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         ids = list(dict.fromkeys(chunk_ids))
@@ -111,17 +102,36 @@ class SQLiteSearch(SQLiteReads):
         with self._read() as conn:
             snap = self._snapshot(conn)
             self._check_dim(snap, query)
-            rows = conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
-            ).fetchall()
-        at = snap.rows_of(np.array([r for r, _ in rows], dtype=np.int64))  # file rows (-1: not in this snapshot)
-        kept = [(int(a), c) for a, (_, c) in zip(at, rows, strict=True) if a >= 0 and snap.live[a]]
+            at, kept = self._live_rows(conn, snap, ids)
         if not kept:
             return {}
         unit = l2_normalise(query.reshape(1, -1))[0]
-        scores = np.einsum("ij,j->i", snap.gather(np.array([a for a, _ in kept])), unit)
-        return {c: float(s) for (_, c), s in zip(kept, scores, strict=True)}
+        scores = np.einsum("ij,j->i", snap.gather(at), unit)
+        return dict(zip(kept, scores.tolist(), strict=True))
+
+    def _live_rows(
+        self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str]
+    ) -> tuple[np.ndarray, list[str]]:
+        """The file rows of the chunks ``ids`` live in ``snap`` (in file order) and their ids: rowids remembered
+        from earlier searches when they are live (``_chunk_ids``), the rest read from SQLite."""
+        hint = self._ids.rows_hint(ids)
+        rowids = np.array([-1 if r is None else r for r in hint], dtype=np.int64)
+        at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
+        at[rowids < 1] = -1
+        ok = at >= 0
+        ok[ok] = snap.live[at[ok]]
+        if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
+            stale = [c for c, good in zip(ids, ok.tolist(), strict=True) if not good]
+            now = self._ids.rows_now(conn, stale)
+            redo = np.flatnonzero(~ok)
+            rowids[redo] = [now.get(c, -1) for c in stale]
+            at[redo] = snap.rows_of(rowids[redo])
+            at[redo[rowids[redo] < 1]] = -1
+            ok = at >= 0
+            ok[ok] = snap.live[at[ok]]
+        order = np.flatnonzero(ok)
+        order = order[np.argsort(at[order], kind="stable")]
+        return at[order], [ids[i] for i in order.tolist()]
 
     @staticmethod
     def _query_vector(vector: np.ndarray) -> np.ndarray:
@@ -214,10 +224,17 @@ class SQLiteSearch(SQLiteReads):
         return mask
 
 
-def _ranked(rowids: np.ndarray, scores: np.ndarray, found: dict[int, str], top_k: int) -> list[ScoredId]:
-    """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search)."""
-    hits = sorted(
-        ((found[int(r)], float(s)) for r, s in zip(rowids, scores, strict=True) if int(r) in found),
-        key=lambda h: (-h[1], h[0]),
-    )
-    return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits[:top_k], 1)]
+def _ranked(
+    rowids: np.ndarray, scores: np.ndarray, ids: ChunkIds, conn: sqlite3.Connection, top_k: int
+) -> list[ScoredId]:
+    """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are no
+    chunk (deleted before their id was ever read) left out."""
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    rows = rowids[order].tolist()
+    found = ids.of_rows(conn, rows)
+    hits = [(s, found[r]) for s, r in zip((-ranked).tolist(), rows, strict=True) if r in found]
+    if ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # ties: by chunk id
+        hits.sort()
+    hits = hits[:top_k]
+    return list(map(ScoredId, [c for _, c in hits], [-s for s, _ in hits], range(1, len(hits) + 1)))

@@ -80,6 +80,7 @@ def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
 _NO_IDS = np.empty(0, np.int64)
 RESCORE = 4  # int8 screening re-scores the best RESCORE × k rows in float32 ...
 RESCORE_MIN = 100  # ... and at least this many (bench/RESULTS.md, Issue 13: recall of exact top k)
+PREAD_FROM = 100_000  # rows: from here ``gather`` reads rows with pread rather than through the mapping
 
 
 @dataclass(frozen=True)
@@ -229,8 +230,9 @@ class VectorSnapshot:
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The float32 ``rows`` (ascending), read with ``pread`` rather than through the mapping: the scattered
         pages a re-scoring reads then stay in the page cache, not in this process's resident memory (which
-        fault-around would fill with the whole file over many queries)."""
-        if self.path is None or rows.size == 0:
+        fault-around would fill with the whole file over many queries). A file under ``PREAD_FROM`` rows is read
+        through the mapping (its every row is read by each exact search anyway; one copy, no system call per row)."""
+        if self.path is None or rows.size == 0 or self.rows < PREAD_FROM:
             return np.asarray(self.matrix[rows])
         size = self.dim * 4
         try:
