@@ -69,26 +69,44 @@ class QueryTerm:
             rows, tfs = rows[keep], tfs[keep]
         return rows, tfs.astype(np.float64)
 
-    def add_to(self, exact: np.ndarray, cand: np.ndarray, slot: np.ndarray, idf: float, norm: np.ndarray) -> None:
-        """Add the term's score to ``exact[i]`` for each candidate row ``cand[i]`` (sorted) containing it. Few
+    def found_in(
+        self, cand: np.ndarray, slot: np.ndarray, n: int, norm: np.ndarray, live: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates containing the term (indexes into ``cand``, rows sorted) and its score in each: from its
+        scored rows when this query or an earlier one computed them (``scored``), else from the postings. Few
         candidates against a long list are looked up by binary search (reading a few pages of the postings);
-        otherwise the postings are scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
-        for rows, tfs in self.parts:  # a row is in one part: one addition per term
+        otherwise the list is scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
+        memo = self.memo[0] if self.memo else None
+        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
+            rows, each = memo[3], memo[4]
+            at, found = _lookup(cand, 0, cand.size, rows, slot)  # type: ignore[arg-type]
+            return at, each[found]  # type: ignore[index]
+        ats, scores, idf = [], [], self.idf(n)
+        for rows, tfs in self.parts:  # a row is in one part: one score per term
             if rows.size == 0:
                 continue
             a, b = np.searchsorted(cand, (int(rows[0]), int(rows[-1]) + 1))
             if a == b:
                 continue
-            if (b - a) * _SEARCH_COST < rows.size:
-                pos = np.searchsorted(rows, cand[a:b].astype(np.uint32))
-                hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
-                at, found = np.arange(a, b)[hit], pos[hit]
-            else:
-                at = slot[rows]
-                found = np.flatnonzero(at >= 0)
-                at = at[found]
-            if at.size:
-                exact[at] += weights(idf, tfs[found].astype(np.float64), norm[cand[at]])
+            at, found = _lookup(cand, int(a), int(b), rows, slot)
+            ats.append(at)
+            scores.append(weights(idf, tfs[found].astype(np.float64), norm[cand[at]]))
+        if not ats:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        return np.concatenate(ats), np.concatenate(scores)
+
+
+def _lookup(cand: np.ndarray, a: int, b: int, rows: np.ndarray, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``cand[a:b]`` are in ``rows`` (sorted): their indexes into ``cand`` and into ``rows``."""
+    if rows.size == 0 or a == b:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if (b - a) * _SEARCH_COST < rows.size:
+        pos = np.searchsorted(rows, cand[a:b].astype(rows.dtype))
+        hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
+        return np.arange(a, b)[hit], pos[hit]
+    at = slot[rows]
+    found = np.flatnonzero(at >= 0)
+    return at[found], found
 
 
 class TermCache:
@@ -170,9 +188,10 @@ def score(
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
     slot = np.full(norm.size, -1, np.int32)
     slot[cand] = np.arange(cand.size, dtype=np.int32)
-    exact = np.zeros(cand.size, np.float64)
-    for t in terms:  # query order: the same sums as _every_row, for the candidates only
-        t.add_to(exact, cand, slot, t.idf(n), norm)
+    found = [t.found_in(cand, slot, n, norm, live) for t in terms]
+    # query order: the same sums as _every_row, for the candidates only (bincount adds in its input's order)
+    at, each = np.concatenate([a for a, _ in found]), np.concatenate([w for _, w in found])
+    exact = np.bincount(at, weights=each, minlength=cand.size)
     return _best(cand, exact, top_k)
 
 

@@ -222,7 +222,8 @@ class VectorSnapshot:
             # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS
             # threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py)
             rows, scores = None, np.einsum("ij,j->i", self.matrix[: self.rows], unit)
-            scores[~allowed] = -np.inf
+            if n < self.rows:
+                scores[~allowed] = -np.inf
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         best = best[np.isfinite(scores[best])]
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
@@ -240,21 +241,38 @@ class VectorSnapshot:
         except OSError:  # deleted by a compaction: this snapshot's mapping still holds it
             return np.asarray(self.matrix[rows])
         try:
-            data = b"".join(os.pread(fd, size, int(r) * size) for r in rows)
+            out, got = _read_rows(fd, rows, size)
         finally:
             os.close(fd)
-        if len(data) != rows.size * size:
+        if got != rows.size * size:
             return np.asarray(self.matrix[rows])
-        return np.frombuffer(data, "<f4").reshape(rows.size, self.dim)
+        return out.view("<f4").reshape(rows.size, self.dim)
 
     def _screened(self, kernels: Any, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
         """The ``want`` allowed rows whose int8 codes score best against the query's, in file order."""
         assert self.codes is not None
         coarse = kernels.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
         coarse = np.asarray(coarse)[0]
-        coarse[~allowed] = -np.inf
+        if not allowed.all():
+            coarse[~allowed] = -np.inf
         rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
         return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+
+
+def _read_rows(fd: int, rows: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """Rows of ``size`` bytes at ``rows`` of the file ``fd``, read into one buffer (``preadv`` straight into it:
+    half the time of ``pread``'s one bytes object per row), and how many bytes were read."""
+    out = np.empty(rows.size * size, np.uint8)
+    view = out.data
+    offsets = (np.asarray(rows, np.int64) * size).tolist()
+    if hasattr(os, "preadv"):
+        preadv, starts = os.preadv, range(0, out.size, size)
+        got = sum([preadv(fd, (view[i : i + size],), at) for i, at in zip(starts, offsets, strict=True)])
+    else:  # no preadv (Windows)
+        data = b"".join(os.pread(fd, size, at) for at in offsets)
+        got = len(data)
+        out[:got] = np.frombuffer(data, np.uint8)
+    return out, got
 
 
 def map_codes(
