@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contracts.store_contract import LABOR, NOTE, WAGE, ids
+from contracts.store_contract import LABOR, NOTE, WAGE, ids, make_doc
 from zhiku.stores import SQLiteStore, _bm25, _bm25_query, _vectors
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.types import Filters
@@ -178,3 +178,31 @@ def test_rows_read_with_preadv_equal_the_mapped_rows(index_dir: Path, monkeypatc
         read = store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]])
         monkeypatch.setattr(_vectors, "PREAD_FROM", 10**9)  # through the mapping
         assert store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]]) == read
+
+
+def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) -> None:
+    notes = Filters(collection="笔记")
+    wage_glob = Filters(source_glob="法规/工资*")
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        NOTE.write(writer)
+        assert ids(reader.bm25_search(["劳动者", "会议"], 5, notes)) == NOTE.ids
+        assert reader.bm25_search(["劳动者"], 5, wage_glob) == []
+        assert reader._masks._masks[("笔记", None, None)][0] == 3  # rows 1…3 known
+        later_note = make_doc(
+            "doc-note2",
+            "笔记",
+            "笔记/周会.md",
+            "markdown",
+            [("周会讨论劳动者权益。", ["周会", "劳动者"], [1.0, 0.0, 0.0])],
+        )
+        later_note.write(writer)
+        WAGE.write(writer)  # a source the glob matches, written after the glob was first searched
+        writer.delete_document("doc-note")
+        assert ids(reader.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids
+        assert ids(reader.dense_search(X, 5, notes)) == later_note.ids
+        assert ids(reader.bm25_search(["劳动者"], 5, wage_glob)) == WAGE.ids
+        assert ids(reader.dense_search(X, 5, wage_glob)) == WAGE.ids
+        assert reader._masks._masks[("笔记", None, None)][0] == 5
+    with SQLiteStore(index_dir, read_only=True) as fresh:
+        assert ids(fresh.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids

@@ -4,7 +4,6 @@ run side by side)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -18,8 +17,9 @@ from zhiku.numeric import l2_normalise
 from zhiku.stores._ann import AnnCache
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
+from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
+from zhiku.stores._vectors import FileMoved, VectorSnapshot
 from zhiku.types import Filters, ScoredId
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class SQLiteSearch(SQLiteReads):
     dense_mode: str  # "exact", "int8", "hnsw" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
     _ann: AnnCache
     _ids: ChunkIds
+    _masks: FilterMasks
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
@@ -201,27 +202,9 @@ class SQLiteSearch(SQLiteReads):
                 conn.execute("ROLLBACK")
         return snap
 
-    @staticmethod
-    def _filter_mask(conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
-        """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), from the chunks' columns at this
-        connection's snapshot."""
-        sql, params = "SELECT rowid FROM chunks WHERE 1", []
-        for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
-        if filters.source_glob is not None:
-            sources = match_sources(
-                (s for (s,) in conn.execute("SELECT DISTINCT source FROM documents")), filters.source_glob
-            )
-            sql += " AND source IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(sources))
-        if not params:
-            return None
-        mask = np.zeros(top, bool)
-        rows = np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64)
-        mask[rows[rows <= top] - 1] = True
-        return mask
+    def _filter_mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
+        """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), kept per filter (``_filter_masks``)."""
+        return self._masks.mask(conn, top, filters)
 
 
 def _ranked(
