@@ -206,3 +206,17 @@ def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) 
         assert reader._masks._masks[("笔记", None, None)][0] == 5
     with SQLiteStore(index_dir, read_only=True) as fresh:
         assert ids(fresh.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids
+
+
+def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        NOTE.write(store)
+        assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
+        assert store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
+        snap = store._bm25
+        assert snap is not None
+        store._bm25 = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
+        assert ids(store.bm25_search(["劳动者"], 5)) == sorted(LABOR.ids)  # tied: by chunk id
+        assert store._ids.of_rows_known(3) is None and not store._masks._masks  # forgotten, then refilled
+        assert store._ids.of_rows_known(1) == LABOR.ids[0]

@@ -74,6 +74,7 @@ class SQLiteSearch(SQLiteReads):
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
             snap, version = self._bm25, version_of(conn)
             if snap is None or snap.version > version:
+                self._forget_rows(snap is not None)
                 snap = BM25Snapshot.load(conn, self.index_dir, version)
             elif snap.version != version:
                 snap = snap.refreshed(conn, version)
@@ -189,6 +190,7 @@ class SQLiteSearch(SQLiteReads):
         try:
             snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
             if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
+                self._forget_rows(snap is not None and snap.version > version)
                 snap = VectorSnapshot.load(conn, self.index_dir, dim, version, retried=retried)
             elif snap.version != version:
                 snap = snap.refreshed(conn, self.index_dir, version)
@@ -201,6 +203,13 @@ class SQLiteSearch(SQLiteReads):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
         return snap
+
+    def _forget_rows(self, replaced: bool) -> None:
+        """Drop what the searches keep about rowids (``_chunk_ids``, ``_filter_masks``: true for the life of an
+        index) when the index went back to an older version: another index now, whose rowids are other chunks."""
+        if replaced:
+            self._ids.clear()
+            self._masks.clear()
 
     def _filter_mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
         """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), kept per filter (``_filter_masks``)."""
