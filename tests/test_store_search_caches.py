@@ -154,7 +154,7 @@ def test_chunk_ids_past_their_limit_start_again_and_searches_stay_right(index_di
     with SQLiteStore(index_dir) as store:
         for doc in (LABOR, WAGE, NOTE):
             doc.write(store)
-        store._ids = ChunkIds(limit=1)
+        store._ids = ChunkIds(limit=1, table_max=0)  # no array: ids read per ranking, into bounded maps
         for _ in range(3):
             tied = sorted([*LABOR.ids, WAGE.ids[0]])  # equal scores: by chunk id
             assert ids(store.bm25_search(["劳动者", "会议"], 5)) == [NOTE.ids[0], *tied]
@@ -213,10 +213,27 @@ def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_
         LABOR.write(store)
         NOTE.write(store)
         assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
-        assert store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
+        table = store._ids._table
+        assert table is not None and store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
         snap = store._bm25
         assert snap is not None
         store._bm25 = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
         assert ids(store.bm25_search(["劳动者"], 5)) == sorted(LABOR.ids)  # tied: by chunk id
-        assert store._ids.of_rows_known(3) is None and not store._masks._masks  # forgotten, then refilled
+        assert store._ids._table is not table and not store._masks._masks  # forgotten, then read again
         assert store._ids.of_rows_known(1) == LABOR.ids[0]
+
+
+def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        assert ids(reader.dense_search(X, 2)) == LABOR.ids
+        table = reader._ids._table
+        assert table is not None and table[0] == 2 and table[1].tolist() == [b"", *(c.encode() for c in LABOR.ids)]
+        WAGE.write(writer)
+        writer.delete_document("doc-labor")
+        NOTE.write(writer)
+        assert ids(reader.dense_search(X, 3)) == sorted([WAGE.ids[0], NOTE.ids[0]])  # both score 0: by chunk id
+        grown = reader._ids._table
+        assert grown is not None and grown[0] == 4 and grown[1][:3].tolist() == table[1].tolist()
+        with reader._read() as conn:  # a deleted row's id stays known (rowids are never reused)
+            assert reader._ids.names(conn, [4, 3, 1], 4) == [NOTE.ids[0], WAGE.ids[0], LABOR.ids[0]]

@@ -1,15 +1,19 @@
-"""Chunk ids by rowid, cached for the searches of ``SQLiteStore``: turning a ranking's rowids into chunk ids (and a
+"""Chunk ids by rowid, kept for the searches of ``SQLiteStore``: turning a ranking's rowids into chunk ids (and a
 fill's chunk ids into rowids) without a SQL query per search.
 
 A rowid is given to one chunk and never reused (``_vectors``: a deleted chunk's rowid stays in ``tombstones``;
 compaction keeps rowids), so a rowid's chunk id, once read from committed rows, never changes: that direction
-needs no invalidation. A chunk id moves to a new rowid when its document is written again, so the other
-direction is only a hint: the caller keeps a cached rowid only if it is live in its snapshot (a live rowid holds
-that chunk id, and chunk ids are unique among live chunks), and asks SQLite for the rest.
+needs no invalidation, only extending to new rows. Up to ``TABLE_MAX`` rowids the ids are read all at once into one
+array by rowid (from the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the
+rows past it); past that, and for ids too long for a compact array, each ranking reads the rowids it has not seen
+(into maps bounded by ``LIMIT`` rowids, replaced by empty ones past it).
 
-The maps are bounded (``LIMIT`` rowids): past it they are replaced by empty ones. A search holds on to the maps it
-started with, so a concurrent replacement never loses its entries. Dict reads and writes are atomic in CPython:
-no lock.
+A chunk id moves to a new rowid when its document is written again, so the other direction is only a hint: the
+caller keeps a remembered rowid only if it is live in its snapshot (a live rowid holds that chunk id, and chunk
+ids are unique among live chunks), and asks SQLite for the rest.
+
+A search holds on to the maps and the array it started with, so a concurrent replacement never loses its
+entries. Dict reads and writes are atomic in CPython: no lock.
 """
 
 from __future__ import annotations
@@ -18,18 +22,24 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-LIMIT = 200_000  # rowids kept (about 25 MB of keys and ids); past it the maps start again empty
+import numpy as np
+
+LIMIT = 200_000  # rowids kept in the maps (about 25 MB of keys and ids); past it they start again empty
+TABLE_MAX = 250_000  # rowids up to which every chunk id is held in one array (bytes per id × rowids)
+TABLE_ID_BYTES = 64  # longer ids (not zhiku's 16 hex digits): no array
 
 
 class ChunkIds:
     """rowid → chunk id (exact) and chunk id → rowid (a hint), filled from committed rows."""
 
-    def __init__(self, limit: int = LIMIT) -> None:
-        self.limit = limit
+    def __init__(self, limit: int = LIMIT, table_max: int = TABLE_MAX) -> None:
+        self.limit, self.table_max = limit, table_max
         self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
+        self._table: tuple[int, np.ndarray] | None = None  # (every rowid up to this one, ids by rowid: b"" none)
+        self._no_table = False
 
     def clear(self) -> None:
-        self._maps = ({}, {})
+        self._maps, self._table, self._no_table = ({}, {}), None, False
 
     def _current(self) -> tuple[dict[int, str], dict[str, int]]:
         maps = self._maps
@@ -37,9 +47,45 @@ class ChunkIds:
             maps = self._maps = ({}, {})
         return maps
 
+    def names(self, conn: sqlite3.Connection, rowids: Sequence[int], top: int) -> list[str | None]:
+        """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read)."""
+        table = self._table_upto(conn, top)
+        if table is not None:
+            return [b.decode() if b else None for b in table[rowids].tolist()]
+        by_row = self.of_rows(conn, rowids)
+        return [by_row.get(r) for r in rowids]
+
+    def seen(self, chunk_ids: Sequence[str], rowids: Sequence[int]) -> None:
+        """Remember where these chunk ids are (a hint for ``rows_hint``)."""
+        self._current()[1].update(zip(chunk_ids, rowids, strict=True))
+
+    def _table_upto(self, conn: sqlite3.Connection, top: int) -> np.ndarray | None:
+        """Every chunk id of rowids ``1…top`` by rowid, read once then extended (None past ``table_max``)."""
+        table = self._table
+        if table is not None and table[0] >= top:
+            return table[1]
+        if self._no_table or top > self.table_max:
+            return None
+        if table is None:  # the whole column, from its covering index (not the table's rows)
+            rows = conn.execute("SELECT rowid, chunk_id FROM chunks").fetchall()
+        else:  # the rows past it: a range of the table's key
+            rows = conn.execute("SELECT rowid, chunk_id FROM chunks WHERE rowid > ?", (table[0],)).fetchall()
+        ids = [c.encode() for _, c in rows]
+        if any(len(c) > TABLE_ID_BYTES for c in ids):
+            self._no_table = True
+            return None
+        at = np.fromiter((r for r, _ in rows), np.int64, len(rows))
+        covered = max(top, int(at.max()) if at.size else 0)  # every committed rowid up to here is read
+        known = table[1] if table is not None else np.zeros(1, "S1")
+        grown = np.zeros(covered + 1, np.result_type(known.dtype, np.array(ids, "S") if ids else known.dtype))
+        grown[: known.size] = known
+        grown[at] = ids
+        self._table = (covered, grown)
+        return grown
+
     def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
-        """The chunk id of each of ``rowids`` that is (or was) a committed chunk; rows deleted before they were ever
-        read are left out."""
+        """The chunk id of each of ``rowids`` that is (or was) a committed chunk, read from SQLite when not seen
+        before; rows deleted before they were ever read are left out."""
         by_row, by_id = self._current()
         missing = [r for r in rowids if r not in by_row]
         if missing:
@@ -54,6 +100,9 @@ class ChunkIds:
 
     def of_rows_known(self, rowid: int) -> str | None:
         """The chunk id of ``rowid`` if it was read (no SQL)."""
+        table = self._table
+        if table is not None and rowid <= table[0]:
+            return table[1][rowid].decode() or None
         return self._maps[0].get(rowid)
 
     def rows_hint(self, chunk_ids: Sequence[str]) -> list[int | None]:

@@ -63,7 +63,7 @@ class SQLiteSearch(SQLiteReads):
             if mask is not None and not mask.any():
                 return []
             rowids, scores = snap.search(unique, int(top_k), mask, (self.bm25_max_df, BM25_MIN_DF))
-            return _ranked(rowids, scores, self._ids, conn, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
         """The BM25 index at the current version: loaded once, then moved forward incrementally."""
@@ -94,7 +94,7 @@ class SQLiteSearch(SQLiteReads):
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann)
             if rowids.size == 0:
                 return []
-            return _ranked(rowids, scores, self._ids, conn, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         ids = list(dict.fromkeys(chunk_ids))
@@ -217,16 +217,17 @@ class SQLiteSearch(SQLiteReads):
 
 
 def _ranked(
-    rowids: np.ndarray, scores: np.ndarray, ids: ChunkIds, conn: sqlite3.Connection, top_k: int
+    rowids: np.ndarray, scores: np.ndarray, ids: ChunkIds, conn: sqlite3.Connection, top: int, top_k: int
 ) -> list[ScoredId]:
     """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are no
-    chunk (deleted before their id was ever read) left out."""
+    chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
     order = np.argsort(-scores, kind="stable")
     ranked = scores[order]
     rows = rowids[order].tolist()
-    found = ids.of_rows(conn, rows)
-    hits = [(s, found[r]) for s, r in zip((-ranked).tolist(), rows, strict=True) if r in found]
+    names = ids.names(conn, rows, top)
+    hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
     if ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # ties: by chunk id
         hits.sort()
     hits = hits[:top_k]
-    return list(map(ScoredId, [c for _, c in hits], [-s for s, _ in hits], range(1, len(hits) + 1)))
+    ids.seen([c for _, c, _ in hits], [r for _, _, r in hits])
+    return list(map(ScoredId, [c for _, c, _ in hits], [-s for s, _, _ in hits], range(1, len(hits) + 1)))
