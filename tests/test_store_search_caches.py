@@ -171,12 +171,12 @@ def test_rows_read_with_preadv_equal_the_mapped_rows(index_dir: Path, monkeypatc
         with store._read() as conn:
             snap = store._snapshot(conn)
         rows = np.array([0, 2, 3])
-        monkeypatch.setattr(_vectors, "PREAD_FROM", 0)  # read with system calls, as past 100,000 rows
+        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 0)  # read with system calls, as past 256 MB
         assert np.array_equal(snap.gather(rows), np.asarray(snap.matrix[rows]))
         assert snap.gather(rows).dtype == np.float32 and snap.gather(rows).shape == (3, 3)
         query = rng.standard_normal(3).astype(np.float32)
         read = store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]])
-        monkeypatch.setattr(_vectors, "PREAD_FROM", 10**9)  # through the mapping
+        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 1 << 40)  # through the mapping
         assert store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]]) == read
 
 
