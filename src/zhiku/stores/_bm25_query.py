@@ -12,7 +12,7 @@ same floating-point sums as scoring every row), reading the skipped terms' posti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,12 +70,12 @@ class QueryTerm:
         return rows, tfs.astype(np.float64)
 
     def found_in(
-        self, cand: np.ndarray, slot: np.ndarray, n: int, norm: np.ndarray, live: np.ndarray | None
+        self, cand: np.ndarray, slot: Callable[[], np.ndarray], n: int, norm: np.ndarray, live: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The candidates containing the term (indexes into ``cand``, rows sorted) and its score in each: from its
         scored rows when this query or an earlier one computed them (``scored``), else from the postings. Few
         candidates against a long list are looked up by binary search (reading a few pages of the postings);
-        otherwise the list is scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
+        otherwise the list is scanned through ``slot()`` (row → index into ``cand``, -1 elsewhere)."""
         memo = self.memo[0] if self.memo else None
         if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
             rows, each = memo[3], memo[4]
@@ -96,7 +96,9 @@ class QueryTerm:
         return np.concatenate(ats), np.concatenate(scores)
 
 
-def _lookup(cand: np.ndarray, a: int, b: int, rows: np.ndarray, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _lookup(
+    cand: np.ndarray, a: int, b: int, rows: np.ndarray, slot: Callable[[], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``cand[a:b]`` are in ``rows`` (sorted): their indexes into ``cand`` and into ``rows``."""
     if rows.size == 0 or a == b:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -104,7 +106,7 @@ def _lookup(cand: np.ndarray, a: int, b: int, rows: np.ndarray, slot: np.ndarray
         pos = np.searchsorted(rows, cand[a:b].astype(rows.dtype))
         hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
         return np.arange(a, b)[hit], pos[hit]
-    at = slot[rows]
+    at = slot()[rows]
     found = np.flatnonzero(at >= 0)
     return at[found], found
 
@@ -186,8 +188,14 @@ def score(
         return _every_row(terms, n, norm, live, mask, top_k)
     partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
-    slot = np.full(norm.size, -1, np.int32)
-    slot[cand] = np.arange(cand.size, dtype=np.int32)
+    slots: list[np.ndarray] = []
+
+    def slot() -> np.ndarray:  # row → index into cand, made when a term's list is scanned
+        if not slots:
+            slots.append(np.full(norm.size, -1, np.int32))
+            slots[0][cand] = np.arange(cand.size, dtype=np.int32)
+        return slots[0]
+
     found = [t.found_in(cand, slot, n, norm, live) for t in terms]
     # query order: the same sums as _every_row, for the candidates only (bincount adds in its input's order)
     at, each = np.concatenate([a for a, _ in found]), np.concatenate([w for _, w in found])

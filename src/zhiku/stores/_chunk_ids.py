@@ -43,7 +43,7 @@ class ChunkIds:
 
     def _current(self) -> tuple[dict[int, str], dict[str, int]]:
         maps = self._maps
-        if len(maps[0]) > self.limit:
+        if len(maps[0]) > self.limit or len(maps[1]) > self.limit:
             maps = self._maps = ({}, {})
         return maps
 
