@@ -237,3 +237,13 @@ def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Pa
         assert grown is not None and grown[0] == 4 and grown[1][:3].tolist() == table[1].tolist()
         with reader._read() as conn:  # a deleted row's id stays known (rowids are never reused)
             assert reader._ids.names(conn, [4, 3, 1], 4) == [NOTE.ids[0], WAGE.ids[0], LABOR.ids[0]]
+
+
+def test_warm_reads_the_chunk_ids(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store._ids._table is None
+        store.warm()  # what the MCP server does at start
+        table = store._ids._table
+        assert table is not None and table[0] == 2 and store._ids.of_rows_known(2) == LABOR.ids[1]

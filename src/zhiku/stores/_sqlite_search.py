@@ -159,8 +159,8 @@ class SQLiteSearch(SQLiteReads):
         return self.dense_mode == "hnsw" and snap.path is not None and snap.live_count > 0
 
     def warm(self) -> None:
-        """Map the vectors and load the BM25 segments now (and ask the OS to read both ahead), so the first
-        search is not the slow one.
+        """Map the vectors, load the BM25 segments and the chunk ids now (and ask the OS to read the files ahead),
+        so the first search is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
@@ -168,7 +168,9 @@ class SQLiteSearch(SQLiteReads):
                 snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
                 if self._uses_ann(snap):  # opens the saved HNSW index, or starts building it
                     self._ann.get(snap.layout, snap.matrix, snap.rows)
-                self._bm25_snapshot(conn).prefetch()
+                bm25 = self._bm25_snapshot(conn)
+                bm25.prefetch()
+                self._ids.names(conn, [], bm25.top)  # reads them all, up to chunk_ids.TABLE_MAX rows
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
