@@ -212,6 +212,7 @@ def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_
     with SQLiteStore(index_dir) as store:
         LABOR.write(store)
         NOTE.write(store)
+        store.warm()  # reads every chunk id
         assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
         table = store._ids._table
         assert table is not None and store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
@@ -227,6 +228,8 @@ def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Pa
     with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
         LABOR.write(writer)
         assert ids(reader.dense_search(X, 2)) == LABOR.ids
+        assert reader._ids._table is None  # first, the rows each ranking needs
+        assert ids(reader.dense_search(X, 2)) == LABOR.ids  # 2 rows read, half the index: now all at once
         table = reader._ids._table
         assert table is not None and table[0] == 2 and table[1].tolist() == [b"", *(c.encode() for c in LABOR.ids)]
         WAGE.write(writer)

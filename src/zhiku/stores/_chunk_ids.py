@@ -3,10 +3,12 @@ fill's chunk ids into rowids) without a SQL query per search.
 
 A rowid is given to one chunk and never reused (``_vectors``: a deleted chunk's rowid stays in ``tombstones``;
 compaction keeps rowids), so a rowid's chunk id, once read from committed rows, never changes: that direction
-needs no invalidation, only extending to new rows. Up to ``TABLE_MAX`` rowids the ids are read all at once into one
-array by rowid (from the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the
-rows past it); past that, and for ids too long for a compact array, each ranking reads the rowids it has not seen
-(into maps bounded by ``LIMIT`` rowids, replaced by empty ones past it).
+needs no invalidation, only extending to new rows. Each ranking reads the rowids it has not seen (into maps
+bounded by ``LIMIT`` rowids, replaced by empty ones past it). Once that has read a quarter as many rows as the
+index has (or at ``warm()``), up to ``TABLE_MAX`` rowids, every id is read at once into one array by rowid (from
+the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the rows past it): the
+first searches of a one-off command do not pay for it, a server's searches stop asking SQLite. Ids too long for a
+compact array stay in the maps.
 
 A chunk id moves to a new rowid when its document is written again, so the other direction is only a hint: the
 caller keeps a remembered rowid only if it is live in its snapshot (a live rowid holds that chunk id, and chunk
@@ -37,9 +39,10 @@ class ChunkIds:
         self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
         self._table: tuple[int, np.ndarray] | None = None  # (every rowid up to this one, ids by rowid: b"" none)
         self._no_table = False
+        self._read = 0  # rows read one ranking at a time (the array is read once this reaches top / 4)
 
     def clear(self) -> None:
-        self._maps, self._table, self._no_table = ({}, {}), None, False
+        self._maps, self._table, self._no_table, self._read = ({}, {}), None, False, 0
 
     def _current(self) -> tuple[dict[int, str], dict[str, int]]:
         maps = self._maps
@@ -47,9 +50,12 @@ class ChunkIds:
             maps = self._maps = ({}, {})
         return maps
 
-    def names(self, conn: sqlite3.Connection, rowids: Sequence[int], top: int) -> list[str | None]:
-        """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read)."""
-        table = self._table_upto(conn, top)
+    def names(
+        self, conn: sqlite3.Connection, rowids: Sequence[int], top: int, *, whole: bool = False
+    ) -> list[str | None]:
+        """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read); ``whole``:
+        read every id into the array now (``warm()``)."""
+        table = self._table_upto(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
         if table is not None:
             return [b.decode() if b else None for b in table[rowids].tolist()]
         by_row = self.of_rows(conn, rowids)
@@ -88,6 +94,7 @@ class ChunkIds:
         before; rows deleted before they were ever read are left out."""
         by_row, by_id = self._current()
         missing = [r for r in rowids if r not in by_row]
+        self._read += len(missing)
         if missing:
             found = conn.execute(
                 "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",

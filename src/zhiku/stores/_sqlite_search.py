@@ -170,7 +170,7 @@ class SQLiteSearch(SQLiteReads):
                     self._ann.get(snap.layout, snap.matrix, snap.rows)
                 bm25 = self._bm25_snapshot(conn)
                 bm25.prefetch()
-                self._ids.names(conn, [], bm25.top)  # reads them all, up to chunk_ids.TABLE_MAX rows
+                self._ids.names(conn, [], bm25.top, whole=True)  # reads them all, up to chunk_ids.TABLE_MAX rows
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
