@@ -141,6 +141,7 @@ class Searcher:
         # the question and reranking stay outside, so a remote model's latency never holds a place
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
         self._vectors = QueryVectors()
+        self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         self._embed_s: float | None = None  # the embedder's recent time per question (moving average)
         self.inline_embed_s = INLINE_EMBED_S
 
@@ -276,8 +277,8 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
-        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
-            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
+        if s.whole_articles and self._catalogue is not None:  # small-to-big: a piece brings its article
+            hits = whole_articles(hits, self._catalogue.document_chunks)[:top_k]
         return hits
 
     def _bm25(

@@ -1,19 +1,75 @@
 """The ``Catalogue`` role of ``SQLiteStore``: documents, chunks, collections and history, each read on a pooled
-read connection (readers run side by side and never wait for the writer)."""
+read connection (readers run side by side and never wait for the writer). Chunks decoded for one search are kept
+for the next (``ChunkCache``) until the ``index_version`` moves: every commit that changes chunks moves it, in
+this process or another."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
+CHUNK_CACHE = 4096  # decoded chunks a store keeps between reads (of one index version; the oldest out first)
+
+
+class ChunkCache:
+    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id; a newer version
+    empties it, an older one (a reader behind another's commit) neither reads nor fills it. At most ``size``
+    chunks (a document's list counts its chunks; the oldest entries go first). Thread-safe."""
+
+    def __init__(self, size: int = CHUNK_CACHE) -> None:
+        self.size = size
+        self.version = -1
+        self._chunks: dict[str, Chunk] = {}
+        self._docs: dict[str, tuple[Chunk, ...]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def _at(self, version: int) -> bool:
+        """Whether entries of ``version`` may be read and added (under the lock)."""
+        if version > self.version:
+            self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
+        return version == self.version
+
+    def chunks(self, version: int, ids: Iterable[str]) -> dict[str, Chunk]:
+        with self._lock:
+            if not self._at(version):
+                return {}
+            get = self._chunks.get
+            return {i: c for i in ids if (c := get(i)) is not None}
+
+    def document(self, version: int, doc_id: str) -> tuple[Chunk, ...] | None:
+        with self._lock:
+            return self._docs.get(doc_id) if self._at(version) else None
+
+    def add(self, version: int, chunks: Iterable[Chunk] = (), doc: tuple[str, tuple[Chunk, ...]] | None = None) -> None:
+        with self._lock:
+            if not self._at(version) or self.size < 1:
+                return
+            for c in chunks:
+                if c.chunk_id not in self._chunks:
+                    self._chunks[c.chunk_id] = c
+                    self._held += 1
+            if doc is not None and doc[0] not in self._docs and len(doc[1]) <= self.size:
+                self._docs[doc[0]] = doc[1]
+                self._held += len(doc[1])
+            while self._held > self.size:  # the oldest entries out (dicts keep insertion order)
+                if self._chunks:
+                    del self._chunks[next(iter(self._chunks))]
+                    self._held -= 1
+                else:
+                    self._held -= len(self._docs.pop(next(iter(self._docs))))
+
 
 class SQLiteReads:
-    """Catalogue reads; the store provides ``_read`` (a pooled read connection)."""
+    """Catalogue reads; the store provides ``_read`` (a pooled read connection) and ``_chunk_cache``."""
+
+    _chunk_cache: ChunkCache
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
@@ -22,12 +78,20 @@ class SQLiteReads:
         ids = list(chunk_ids)
         if not ids:
             return []
+        cache = self._chunk_cache
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
-            )
-            found = {row[0]: chunk_from_row(row) for row in rows}
+            version = version_of(conn)
+            found = cache.chunks(version, ids)
+            missing = [i for i in ids if i not in found]
+            if missing:
+                rows = conn.execute(
+                    f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(missing),),
+                )
+                fetched = [chunk_from_row(row) for row in rows]
+                found.update((c.chunk_id, c) for c in fetched)
+                if version_of(conn) == version:  # no commit between the two reads: the rows are of `version`
+                    cache.add(version, fetched)
         return [found[i] for i in ids if i in found]
 
     def get_document(self, doc_id: str) -> DocRecord | None:
@@ -51,11 +115,19 @@ class SQLiteReads:
         return [doc_from_row(row) for row in rows]
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
+        cache = self._chunk_cache
         with self._read() as conn:
+            version = version_of(conn)
+            kept = cache.document(version, doc_id)
+            if kept is not None:
+                return list(kept)
             rows = conn.execute(
                 f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)
             ).fetchall()
-        return [chunk_from_row(row) for row in rows]
+            chunks = tuple(chunk_from_row(row) for row in rows)
+            if version_of(conn) == version:
+                cache.add(version, doc=(doc_id, chunks))
+        return list(chunks)
 
     def collections(self) -> list[CollectionStats]:
         with self._read() as conn:
