@@ -33,6 +33,12 @@ def test_kept_chunks_follow_another_stores_commits(tmp_path: Path) -> None:
             assert reader.document_chunks("doc-labor") == LABOR_V2.chunks
             writer.delete_document("doc-labor")
             assert reader.get_chunks(LABOR_V2.ids) == [] and reader.document_chunks("doc-labor") == []
+            WAGE.write(writer)
+            assert reader.get_chunks(WAGE.ids) == WAGE.chunks  # kept
+            NOTE.write(writer)
+            _moved(WAGE).write(writer)
+            # one kept (now outdated), one read: the read rows are of a newer version, so all are read again
+            assert reader.get_chunks(NOTE.ids + WAGE.ids) == NOTE.chunks + _moved(WAGE).chunks
 
 
 def test_the_writer_sees_its_own_commits(tmp_path: Path) -> None:
@@ -47,16 +53,19 @@ def test_the_cache_holds_one_version_and_at_most_its_size() -> None:
     cache = ChunkCache(size=3)
     a, b = LABOR.chunks
     (w,), (n,) = WAGE.chunks, NOTE.chunks
+    assert cache.chunks([a.chunk_id]) == (-1, {})
     cache.add(5, [a, b])
-    assert cache.chunks(5, [a.chunk_id, w.chunk_id]) == {a.chunk_id: a}
-    cache.add(4, [w])  # a reader behind a commit: neither fills nor reads the newer version's entries
-    assert cache.chunks(4, [a.chunk_id]) == {} and cache.chunks(5, [w.chunk_id]) == {}
+    assert cache.chunks([a.chunk_id, w.chunk_id]) == (5, {a.chunk_id: a})
+    cache.add(4, [w])  # read by a reader behind a commit: not added
+    assert cache.chunks([w.chunk_id]) == (5, {})
     cache.add(5, [w], doc=("doc-labor", (a, b)))  # 3 chunks + 2 in the list: the oldest go first
-    assert cache.chunks(5, [a.chunk_id, b.chunk_id, w.chunk_id]) == {w.chunk_id: w}
-    assert cache.document(5, "doc-labor") == (a, b)
-    cache.add(5, [n])  # still over: the last single chunk is kept, the list dropped last
-    assert cache.chunks(5, [w.chunk_id, n.chunk_id]) == {n.chunk_id: n} and cache.document(5, "doc-labor") == (a, b)
-    assert cache.chunks(6, [n.chunk_id]) == {} and cache.document(6, "doc-labor") is None  # a newer version
+    assert cache.chunks([a.chunk_id, b.chunk_id, w.chunk_id]) == (5, {w.chunk_id: w})
+    assert cache.document("doc-labor") == (5, (a, b))
+    cache.add(5, [n])  # still over: single chunks go before the older list
+    assert cache.chunks([w.chunk_id, n.chunk_id]) == (5, {n.chunk_id: n})
+    assert cache.document("doc-labor") == (5, (a, b))
+    cache.add(6, [w])  # a newer version empties it first
+    assert cache.chunks([n.chunk_id, w.chunk_id]) == (6, {w.chunk_id: w}) and cache.document("doc-labor") == (6, None)
     off = ChunkCache(size=0)
     off.add(1, [a], doc=("doc-labor", (a, b)))
-    assert off.chunks(1, [a.chunk_id]) == {} and off.document(1, "doc-labor") is None
+    assert off.chunks([a.chunk_id]) == (1, {}) and off.document("doc-labor") == (1, None)

@@ -18,9 +18,10 @@ CHUNK_CACHE = 4096  # decoded chunks a store keeps between reads (of one index v
 
 
 class ChunkCache:
-    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id; a newer version
-    empties it, an older one (a reader behind another's commit) neither reads nor fills it. At most ``size``
-    chunks (a document's list counts its chunks; the oldest entries go first). Thread-safe."""
+    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id: what the last
+    reads decoded, kept for the next. Adding entries of a newer version empties it first; entries of an older one
+    (a reader behind another's commit) are not added. At most ``size`` chunks (a document's list counts its
+    chunks; the oldest entries go first). Thread-safe."""
 
     def __init__(self, size: int = CHUNK_CACHE) -> None:
         self.size = size
@@ -30,26 +31,21 @@ class ChunkCache:
         self._held = 0
         self._lock = threading.Lock()
 
-    def _at(self, version: int) -> bool:
-        """Whether entries of ``version`` may be read and added (under the lock)."""
-        if version > self.version:
-            self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
-        return version == self.version
-
-    def chunks(self, version: int, ids: Iterable[str]) -> dict[str, Chunk]:
+    def chunks(self, ids: Iterable[str]) -> tuple[int, dict[str, Chunk]]:
+        """The version the entries are of, and those of ``ids`` held."""
         with self._lock:
-            if not self._at(version):
-                return {}
             get = self._chunks.get
-            return {i: c for i in ids if (c := get(i)) is not None}
+            return self.version, {i: c for i in ids if (c := get(i)) is not None}
 
-    def document(self, version: int, doc_id: str) -> tuple[Chunk, ...] | None:
+    def document(self, doc_id: str) -> tuple[int, tuple[Chunk, ...] | None]:
         with self._lock:
-            return self._docs.get(doc_id) if self._at(version) else None
+            return self.version, self._docs.get(doc_id)
 
     def add(self, version: int, chunks: Iterable[Chunk] = (), doc: tuple[str, tuple[Chunk, ...]] | None = None) -> None:
         with self._lock:
-            if not self._at(version) or self.size < 1:
+            if version > self.version:
+                self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
+            if version != self.version or self.size < 1:
                 return
             for c in chunks:
                 if c.chunk_id not in self._chunks:
@@ -66,6 +62,16 @@ class ChunkCache:
                     self._held -= len(self._docs.pop(next(iter(self._docs))))
 
 
+# the chunk columns and, read in the same statement (one snapshot), the index version they are of
+_VERSIONED = f"SELECT {CHUNK_COLS}, (SELECT value FROM meta WHERE key = 'index_version') FROM chunks"
+
+
+def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, list[Chunk]]:
+    """The chunks of ``_VERSIONED + sql`` and the version they are of (None when no row came back)."""
+    rows = conn.execute(_VERSIONED + sql, (arg,)).fetchall()
+    return (int(rows[0][-1] or 0) if rows else None), [chunk_from_row(row) for row in rows]
+
+
 class SQLiteReads:
     """Catalogue reads; the store provides ``_read`` (a pooled read connection) and ``_chunk_cache``."""
 
@@ -75,23 +81,23 @@ class SQLiteReads:
         raise NotImplementedError
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
+        """The chunks of ``chunk_ids`` that exist, in that order: those of the current version from memory, the
+        others read (one statement) and kept."""
         ids = list(chunk_ids)
         if not ids:
             return []
         cache = self._chunk_cache
+        in_ids = " WHERE chunk_id IN (SELECT value FROM json_each(?))"
         with self._read() as conn:
-            version = version_of(conn)
-            found = cache.chunks(version, ids)
+            version, found = cache.chunks(ids)
             missing = [i for i in ids if i not in found]
-            if missing:
-                rows = conn.execute(
-                    f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                    (json.dumps(missing),),
-                )
-                fetched = [chunk_from_row(row) for row in rows]
-                found.update((c.chunk_id, c) for c in fetched)
-                if version_of(conn) == version:  # no commit between the two reads: the rows are of `version`
-                    cache.add(version, fetched)
+            at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
+            if found and (at if at is not None else version_of(conn)) != version:  # kept ones of another version
+                found = {}
+                at, fetched = _fetch(conn, in_ids, json.dumps(ids))
+        if at is not None:
+            cache.add(at, fetched)
+        found.update((c.chunk_id, c) for c in fetched)
         return [found[i] for i in ids if i in found]
 
     def get_document(self, doc_id: str) -> DocRecord | None:
@@ -117,17 +123,13 @@ class SQLiteReads:
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         cache = self._chunk_cache
         with self._read() as conn:
-            version = version_of(conn)
-            kept = cache.document(version, doc_id)
-            if kept is not None:
+            version, kept = cache.document(doc_id)
+            if kept is not None and version_of(conn) == version:
                 return list(kept)
-            rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)
-            ).fetchall()
-            chunks = tuple(chunk_from_row(row) for row in rows)
-            if version_of(conn) == version:
-                cache.add(version, doc=(doc_id, chunks))
-        return list(chunks)
+            at, chunks = _fetch(conn, " WHERE doc_id = ? ORDER BY ordinal", doc_id)
+        if at is not None:
+            cache.add(at, doc=(doc_id, tuple(chunks)))
+        return chunks
 
     def collections(self) -> list[CollectionStats]:
         with self._read() as conn:
