@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zhiku.api import KnowledgeBase  # noqa: E402
+from zhiku.evaluation.datasets import load_dataset  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
 from zhiku.retrieval.search import parse_query  # noqa: E402
@@ -111,7 +112,7 @@ def retrieve(kb: KnowledgeBase, queries: list[str], mode: str) -> dict[str, floa
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", type=Path, required=True, help="ROOT holding ROOT/<set>/zhiku.db (a copy)")
-    ap.add_argument("--queries", type=Path, required=True, help="ROOT holding ROOT/<set>/queries.jsonl")
+    ap.add_argument("--queries", type=Path, required=True, help="ROOT holding the dev sets (ROOT/<set>)")
     ap.add_argument("--sets", default="cmrc2018_dev,meddialog_im_dev,stard_dev,stard_longdoc")
     ap.add_argument("--max-queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over the queries (after one warm pass)")
@@ -120,8 +121,7 @@ def main() -> None:
     import zhiku
 
     for name in args.sets.split(","):
-        lines = (args.queries / name / "queries.jsonl").read_text(encoding="utf-8").splitlines()
-        queries = [json.loads(x)["text"] for x in lines if x.strip()][: args.max_queries]
+        queries = [q.text for q in load_dataset(args.queries / name, max_queries=args.max_queries).queries]
         with open_kb(args.index / name, queries) as kb:
             retrieve(kb, queries, "hybrid")  # warm
             row: dict[str, Any] = {"set": name, "zhiku": str(Path(zhiku.__file__).parents[2])}
