@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_stacks import LookupEmbedder  # noqa: E402
 from zhiku.api import KnowledgeBase  # noqa: E402
 from zhiku.evaluation.datasets import load_dataset  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
@@ -31,20 +32,6 @@ from zhiku.settings import load_settings, merge  # noqa: E402
 from zhiku.types import Filters  # noqa: E402
 
 DEPTH = 100
-
-
-class LookupEmbedder:
-    """Query vectors computed beforehand, looked up by text."""
-
-    def __init__(self, name: str, vectors: dict[str, np.ndarray]) -> None:
-        self.name, self._vectors = name, vectors
-        self.dim = len(next(iter(vectors.values())))
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._vectors[text]
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        raise RuntimeError("this benchmark never embeds passages")
 
 
 def open_kb(index: Path, queries: list[str]) -> KnowledgeBase:

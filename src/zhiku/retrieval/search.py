@@ -8,6 +8,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,17 +37,7 @@ QUERY_VECTORS = 256  # question vectors kept in memory (agents repeat questions)
 INLINE_EMBED_S = 0.001
 
 
-class _NoGate:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-NO_GATE = _NoGate()  # a step already inside the gate
+NO_GATE = nullcontext()  # for a step already inside the gate
 
 
 @dataclass(frozen=True)
