@@ -31,10 +31,11 @@ MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 QUERY_VECTORS = 256  # question vectors kept in memory (agents repeat questions): these skip the embedder
-# an embedder that answers in less than this (its recent average) runs on the caller's thread: handing the
-# question to the dense worker would cost more than overlapping its embedding with BM25 saves (bench/RESULTS.md,
-# "Issue 13 — the search path's per-query cost")
+# an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
+# thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
+# (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
 INLINE_EMBED_S = 0.001
+EMBED_TIMES = 9
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
@@ -133,7 +134,7 @@ class Searcher:
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
-        self._embed_s: float | None = None  # the embedder's recent time per question (moving average)
+        self._embed_times: tuple[float, ...] = ()  # the embedder's last times per question (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
 
     def close(self) -> None:
@@ -172,9 +173,7 @@ class Searcher:
         # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
         # vector is known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
         # search takes one place in the gate
-        inline = (
-            mode_ == "bm25" or vector is not None or self._embed_s is not None and self._embed_s < self.inline_embed_s
-        )
+        inline = mode_ == "bm25" or vector is not None or self._embeds_fast()
         if inline:
             with self._gate:
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
@@ -307,10 +306,15 @@ class Searcher:
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
         vector = self.embedder.embed_query(query)
-        took = time.perf_counter() - t
-        self._embed_s = took if self._embed_s is None else 0.8 * self._embed_s + 0.2 * took
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
         self._vectors.put(query, vector)
         return vector
+
+    def _embeds_fast(self) -> bool:
+        """Whether the embedder's median time over its last questions is under ``inline_embed_s`` (a median: a
+        thread preempted while embedding does not send the next questions to the worker)."""
+        times = sorted(self._embed_times)
+        return bool(times) and times[len(times) // 2] < self.inline_embed_s
 
     def _fuse(
         self, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int, keep: int
