@@ -1,11 +1,12 @@
 """Where one search's time goes: per-stage and ``KnowledgeBase.retrieve`` p50/p95 on copies of dev-set indexes.
 
-    nice -n 10 .venv/bin/python bench/search_stages.py --index /tmp/sf --sets stard_dev,meddialog_im_dev \
+    nice -n 10 .venv/bin/python bench/search_stages.py --index /tmp/q-idx-copy --sets stard_dev,meddialog_im_dev \
         --queries ../shared/eval --stages
 
 ``--index ROOT`` holds one index per set (``ROOT/<set>/zhiku.db``; use a copy: opening it may write its vector
 and BM25 files). Query vectors are random unit vectors looked up by text (query embedding excluded); tracing off;
-hybrid top 10 from 100 candidates per channel (as bench/peers.py). ``--stages`` also times each stage alone
+hybrid top 10 from 100 candidates per channel (as bench/peers.py). ``cpu_p50``: the process's CPU time per query
+(every thread's), which preemption on a loaded machine does not inflate. ``--stages`` also times each stage alone
 (parse, the three store calls, fusion, ``Searcher._hits``) on the same queries.
 """
 
@@ -88,12 +89,15 @@ def stages(kb: KnowledgeBase, queries: list[str]) -> dict[str, dict[str, float]]
 
 
 def retrieve(kb: KnowledgeBase, queries: list[str], mode: str) -> dict[str, float]:
-    laps = Laps()
+    """Wall p50/p95 and the process's CPU time per query (all threads: robust to a loaded machine's preemption)."""
+    wall, cpu = Laps(), []
     for q in queries:
-        laps.start()
+        c = time.process_time()
+        wall.start()
         kb.retrieve(q, top_k=10, mode=mode, per_source_k=DEPTH)  # type: ignore[arg-type]
-        laps.lap(mode)
-    return summary(laps.times[mode])
+        wall.lap(mode)
+        cpu.append(time.process_time() - c)
+    return {**summary(wall.times[mode]), "cpu_p50": summary(cpu)["p50"]}
 
 
 def main() -> None:
