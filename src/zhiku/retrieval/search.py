@@ -129,8 +129,8 @@ class Searcher:
         self.rerank_settings = rerank or RerankSettings()
         # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
-        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; embedding
-        # the question and reranking stay outside, so a remote model's latency never holds a place
+        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; reranking and
+        # a slow embedder's embedding stay outside, so a remote model's latency never holds a place
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
