@@ -27,6 +27,7 @@ from peer_stacks import LookupEmbedder  # noqa: E402
 from zhiku.api import KnowledgeBase  # noqa: E402
 from zhiku.evaluation.datasets import load_dataset  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
+from zhiku.observability.tracing import Tracer  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
 from zhiku.retrieval.search import parse_query  # noqa: E402
 from zhiku.settings import load_settings, merge  # noqa: E402
@@ -35,14 +36,16 @@ from zhiku.types import Filters  # noqa: E402
 DEPTH = 100
 
 
-def open_kb(index: Path, queries: list[str]) -> KnowledgeBase:
-    settings = merge(load_settings(index=index), tracing={"enabled": False})
+def open_kb(index: Path, queries: list[str], tracer: Tracer | None = None) -> KnowledgeBase:
+    """``index`` with random unit query vectors for ``queries``; tracing off, unless into ``tracer``."""
+    settings = merge(load_settings(index=index), tracing={"enabled": tracer is not None})
     with KnowledgeBase(settings) as probe:  # not read-only: an older schema is upgraded in place
         meta = probe.store.get_meta()
     rng = np.random.default_rng(0)
     raw = rng.standard_normal((len(queries), int(meta["dim"])))
     vectors = {q: (v / np.linalg.norm(v)).astype(np.float32) for q, v in zip(queries, raw, strict=True)}
-    return KnowledgeBase(settings, embedder=LookupEmbedder(meta["embedder"], vectors))  # type: ignore[arg-type]
+    embedder = LookupEmbedder(meta["embedder"], vectors)
+    return KnowledgeBase(settings, embedder=embedder, tracer=tracer)  # type: ignore[arg-type]
 
 
 def summary(times: list[float]) -> dict[str, float]:
