@@ -26,7 +26,7 @@ class _Section(BaseModel):
 
 
 _DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
-_MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order. Embedding the question and reranking are not counted. 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
+_MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order. Reranking is not counted, nor embedding the question when the embedder is slow (the median of its last questions over 1 ms: it embeds in a worker meanwhile; a known question's vector is kept). 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
 _COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
 
 
