@@ -16,7 +16,7 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
+from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
 from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
@@ -333,14 +333,14 @@ class Searcher:
                     missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
                     filled = self.store.dense_scores(vector, missing) if missing else {}
                 order = zscore_fusion([bm25, dense], weights=weights, fill=[None, filled])[:keep]
-            if sp.active:  # rank changes cost a few dict operations: only when traced
-                changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
+            if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
+                fused = [c for c, _ in order[:top_k]]
                 sp.set(
-                    counts={"candidates": len(changes), "returned": len(order[:top_k])},
+                    counts={"returned": len(fused)},
                     method=s.fusion,
                     dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
                     rrf_k=s.rrf_k,
                     weights=[s.bm25_weight, s.dense_weight],
-                    **changes_data(changes, keep_dropped_within=top_k),
                 )
+                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
         return order, filled
