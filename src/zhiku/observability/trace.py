@@ -161,7 +161,7 @@ class Trace:
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": round(self.started_at, 3),
+            "started_at": round(self.started_at, 6),
             "elapsed_ms": round(self.elapsed_ms, 3),
             "status": self.status,
             "error": self.error,
