@@ -91,15 +91,16 @@ def load(
             latencies.extend(mine)
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     return {
         "clients": clients,
         "queries_per_s": round(len(latencies) / elapsed, 1),
+        "cpu_ms_per_query": round(cpu * 1000 / max(len(latencies), 1), 2),  # this process, all threads
         "p50_ms": round(percentile(latencies, 50), 1),
         "p95_ms": round(percentile(latencies, 95), 1),
     }

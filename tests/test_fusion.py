@@ -149,3 +149,40 @@ def test_fill_dense_scores_bm25_only_candidates_by_their_exact_cosine(tmp_path, 
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
+
+
+def _zscore_reference(rankings, weights, fill):
+    """z-score fusion written as its formula, term by term (the oracle of the optimised ``zscore_fusion``)."""
+    zs, floors = [], []
+    for ranking, extra in zip(rankings, fill, strict=True):
+        scores = [x.score for x in ranking]
+        mean = sum(scores) / len(scores)
+        std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5 or 1.0
+        z = {x.chunk_id: (x.score - mean) / std for x in ranking}
+        floors.append(min(z.values()))
+        z.update({i: (s - mean) / std for i, s in (extra or {}).items() if i not in z})
+        zs.append(z)
+    ids = {x.chunk_id for ranking in rankings for x in ranking}
+    fused = {i: sum(w * z.get(i, lo) for z, w, lo in zip(zs, weights, floors, strict=True)) for i in ids}
+    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int) -> None:
+    import random
+
+    from zhiku.retrieval.fusion import zscore_fusion
+
+    rng = random.Random(seed)
+    pool = [f"c{n:03d}" for n in range(300)]
+    # coarse BM25 scores: many exact ties, broken by id
+    bm25 = ranked(sorted(((i, rng.randint(0, 12) / 4) for i in rng.sample(pool, 100)), key=lambda x: -x[1]))
+    dense = ranked(sorted(((i, rng.random()) for i in rng.sample(pool, 100)), key=lambda x: -x[1]))
+    seen = {x.chunk_id for x in dense}
+    fill = {x.chunk_id: rng.random() for x in bm25 if x.chunk_id not in seen and rng.random() < 0.7}
+    weights = [rng.choice([1.0, 0.7, 2.5]), rng.choice([1.0, 0.3])]
+    got = zscore_fusion([bm25, dense], weights=weights, fill=[None, fill])
+    want = _zscore_reference([bm25, dense], weights, [None, fill])
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert all(abs(a - b) <= 1e-12 for (_, a), (_, b) in zip(got, want, strict=True))
+    assert len({s for _, s in got}) < len(got)  # the case exercises ties

@@ -1,10 +1,14 @@
-"""The query pipeline: parse → BM25 (the query is embedded meanwhile in a worker) → dense → fusion → rerank."""
+"""The query pipeline: parse → BM25 (a slow embedder embeds the query meanwhile in a worker) → dense → fusion → rerank."""
 
 from __future__ import annotations
 
 import contextvars
 import os
+import threading
+import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +30,15 @@ from zhiku.types import Filters, Hit, ScoredId, SearchMode
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
+QUERY_VECTORS = 256  # question vectors kept in memory (agents repeat questions): these skip the embedder
+# an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
+# thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
+# (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
+INLINE_EMBED_S = 0.001
+EMBED_TIMES = 9
+
+
+NO_GATE = nullcontext()  # for a step already inside the gate
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,31 @@ class Retrieval:
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
 
 
+class QueryVectors:
+    """The last ``size`` question vectors by question text (least recently used out first); thread-safe."""
+
+    def __init__(self, size: int = QUERY_VECTORS) -> None:
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is not None:
+                self._vectors.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        kept = np.array(vector, copy=True)
+        kept.setflags(write=False)  # shared by every later search of this question
+        with self._lock:
+            self._vectors[text] = kept
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+
+
 class Searcher:
     """Runs searches over a ``Store`` with an ``Embedder``; safe to call from several threads."""
 
@@ -91,9 +129,13 @@ class Searcher:
         self.rerank_settings = rerank or RerankSettings()
         # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
-        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; embedding
-        # the question and reranking stay outside, so a remote model's latency never holds a place
+        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; reranking and
+        # a slow embedder's embedding stay outside, so a remote model's latency never holds a place
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
+        self._vectors = QueryVectors()
+        self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
+        self._embed_times: tuple[float, ...] = ()  # the embedder's last times per question (replaced, not mutated)
+        self.inline_embed_s = INLINE_EMBED_S
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -127,23 +169,22 @@ class Searcher:
             sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
         depth = max(per_source_k or s.per_source_k, top_k)
 
-        dense_future = None
-        if mode_ in ("dense", "hybrid"):
-            dense_future = self._pool.submit(contextvars.copy_context().run, self._dense, parsed.text, depth, filters)
-        bm25: list[ScoredId] = []
-        if mode_ in ("bm25", "hybrid"):
-            with span("bm25") as sp:
-                with self._gate:
-                    bm25 = self.store.bm25_search(parsed.terms, depth, filters)
-                sp.ranking(bm25, depth=depth)
+        vector = self._vectors.get(parsed.text) if mode_ != "bm25" else None
+        # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
+        # vector is known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
+        # search takes one place in the gate
+        inline = mode_ == "bm25" or vector is not None or self._embeds_fast()
+        if inline:
+            with self._gate:
+                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
+                vector, dense = self._dense_here(mode_, parsed.text, depth, filters, vector)
+                hits = self._hits(mode_, bm25, dense, vector, top_k)
         else:
-            mark("bm25", reason=f"mode {mode_}")
-        if dense_future is None:
-            mark("dense", reason=f"mode {mode_}")
-        vector, dense = dense_future.result() if dense_future is not None else (None, [])
-
-        with self._gate:
-            hits = self._hits(mode_, bm25, dense, vector, top_k)
+            future = self._pool.submit(contextvars.copy_context().run, self._dense, parsed.text, depth, filters)
+            bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
+            vector, dense = future.result()
+            with self._gate:
+                hits = self._hits(mode_, bm25, dense, vector, top_k)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -226,17 +267,54 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
-        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
-            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
+        if s.whole_articles and self._catalogue is not None:  # small-to-big: a piece brings its article
+            hits = whole_articles(hits, self._catalogue.document_chunks)[:top_k]
         return hits
 
-    def _dense(self, query: str, depth: int, filters: Filters) -> tuple[np.ndarray, list[ScoredId]]:
+    def _bm25(
+        self, mode_: SearchMode, parsed: ParsedQuery, depth: int, filters: Filters, *, inside_gate: bool
+    ) -> list[ScoredId]:
+        if mode_ not in ("bm25", "hybrid"):
+            mark("bm25", reason=f"mode {mode_}")
+            return []
+        with span("bm25") as sp:
+            with NO_GATE if inside_gate else self._gate:
+                found = self.store.bm25_search(parsed.terms, depth, filters)
+            sp.ranking(found, depth=depth)
+        return found
+
+    def _dense_here(
+        self, mode_: SearchMode, query: str, depth: int, filters: Filters, known: np.ndarray | None
+    ) -> tuple[np.ndarray | None, list[ScoredId]]:
+        """The dense channel on this thread, inside the gate (``known``: the question's vector, if it is)."""
+        if mode_ == "bm25":
+            mark("dense", reason=f"mode {mode_}")
+            return None, []
+        return self._dense(query, depth, filters, known=known, inside_gate=True)
+
+    def _dense(
+        self, query: str, depth: int, filters: Filters, *, known: np.ndarray | None = None, inside_gate: bool = False
+    ) -> tuple[np.ndarray, list[ScoredId]]:
+        """Embed ``query`` (unless its vector is ``known``), then search (taking a place in the gate for it)."""
         with span("dense") as sp:
-            vector = self.embedder.embed_query(query)
-            with self._gate:
+            vector = known if known is not None else self._embed(query)
+            with NO_GATE if inside_gate else self._gate:
                 found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
         return vector, found
+
+    def _embed(self, query: str) -> np.ndarray:
+        t = time.perf_counter()
+        vector = self.embedder.embed_query(query)
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
+        self._vectors.put(query, vector)
+        return vector
+
+    def _embeds_fast(self) -> bool:
+        """Whether the embedder's median time over its last questions is under ``inline_embed_s`` (a median: a
+        thread preempted while embedding does not send the next questions to the worker)."""
+        times = sorted(self._embed_times)
+        return bool(times) and times[len(times) // 2] < self.inline_embed_s
 
     def _fuse(
         self, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int, keep: int
