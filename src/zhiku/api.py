@@ -21,7 +21,15 @@ from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
 from zhiku.ingest.transforms.store import EnrichmentStore, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
-from zhiku.observability.tracing import Tracer, VersionedLabels, build_tracer, label_later, report_rows, span
+from zhiku.observability.tracing import (
+    Tracer,
+    VersionedLabels,
+    build_tracer,
+    keep_detail,
+    label_later,
+    report_rows,
+    span,
+)
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import judge
@@ -327,6 +335,8 @@ class KnowledgeBase:
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
                 low_confidence=low_confidence,
             )
+            if low_confidence:  # a trace worth reading: it keeps every channel's ranking (tracing.sample)
+                keep_detail("low-confidence")
         return answer
 
     # -- catalogue ---------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ _DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `i
 _MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order. Reranking is not counted, nor embedding the question when the embedder is slow (the median of its last questions over 1 ms: it embeds in a worker meanwhile; a known question's vector is kept). 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
 _TRACING = "Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl` (appended by a background thread; docs/observability.md)."
 _TRACE_DETAIL = "Candidates a query trace lists per channel (BM25, dense) with their scores and labels: `lean` the first top_k, `full` the first 50; the rest are counted. Fusion rank changes (the returned top_k and what left it) and hits are the same in both (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %)."
+_TRACE_SAMPLE = "Fraction of query traces that keep their candidate detail (each channel's ranking, fusion rank changes, chunk labels), chosen by trace id; every trace keeps its stages, timings, counts and hits with their rank in every channel, and failed, low-confidence, slow (`slow_ms`) and forced (`zhiku query --verbose`, the dashboard's query page) traces keep the detail too. 1: every query, 0: only those (docs/observability.md)."
+_TRACE_MAX_BYTES = "Size at which traces.jsonl is rotated to traces.jsonl.1."
+_TRACE_SLOW = "A query slower than this (ms) keeps its trace's candidate detail whatever `sample` says."
+_TRACE_OTEL = "Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`)."
 _COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
 
 
@@ -388,12 +392,9 @@ class ServerSettings(_Section):
 
 class TracingSettings(_Section):
     enabled: bool = Field(True, description=_TRACING)
-    max_bytes: int = Field(
-        10_000_000, ge=10_000, le=10_000_000_000, description="Size at which traces.jsonl is rotated to traces.jsonl.1."
-    )
+    max_bytes: int = Field(10_000_000, ge=10_000, le=10_000_000_000, description=_TRACE_MAX_BYTES)
     backups: int = Field(3, ge=0, le=100, description="Rotated trace files kept (traces.jsonl.1 … .N).")
     detail: Literal["lean", "full"] = Field("lean", description=_TRACE_DETAIL)
-    otel: bool = Field(
-        False,
-        description="Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`).",
-    )
+    sample: float = Field(0.1, ge=0.0, le=1.0, description=_TRACE_SAMPLE)
+    slow_ms: float = Field(500.0, ge=0.0, description=_TRACE_SLOW)
+    otel: bool = Field(False, description=_TRACE_OTEL)

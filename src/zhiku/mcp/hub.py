@@ -42,7 +42,7 @@ from zhiku.mcp.models import (
     iso_time,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
-from zhiku.observability.tracing import span
+from zhiku.observability.tracing import keep_detail, span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import chunk_context
@@ -163,6 +163,8 @@ class Hub:
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
                 sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
+                if low:
+                    keep_detail("low-confidence")
         result = QueryResult(
             query=r.query.text,
             mode=r.mode,

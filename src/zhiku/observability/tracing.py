@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.observability.columns import Columns
+from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
+from zhiku.observability.labels import hit_columns as hit_columns
+from zhiku.observability.labels import label_chunks as label_chunks
+from zhiku.observability.labels import label_later as label_later
 from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: tracing is where stages record rank changes)
     RankChange,
     RankSummary,
@@ -34,7 +38,10 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     rank_changes,
     summarize_changes,
 )
+from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
+    BRIEF,
+    DETAIL,
     DETAILS,
     RANKING_MAX,
     STAGES,
@@ -49,12 +56,13 @@ from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     trace_files,
 )
 from zhiku.settings import TracingSettings
-from zhiku.types import Hit, IngestReport, ScoredId
+from zhiku.types import IngestReport, ScoredId
 
 log = logging.getLogger(__name__)
 
 
 _current: ContextVar[Trace | None] = ContextVar("zhiku_trace", default=None)
+Later = Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]  # counts and data recorded when sealed
 
 
 class _Span:
@@ -88,12 +96,15 @@ class _Span:
         self.set(counts={"candidates": len(items)}, **data)
         self.later(lambda: ({}, {"ranking": ranking_columns(items, self._trace.ranking_limit())}))
 
-    def later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
-        """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``): for
-        what only a written trace needs (rank changes). ``record`` must only read values that do not change."""
-        self._trace.defer(lambda: self._set_later(record))
+    def later(self, record: Later, brief: Later | None = None) -> None:
+        """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
+        keeps its candidate detail: for what only a written trace needs (rank changes); ``brief()`` instead when
+        it is sampled out. Both must only read values that do not change."""
+        self._trace.defer(lambda: self._set_later(record), DETAIL)
+        if brief is not None:
+            self._trace.defer(lambda: self._set_later(brief), BRIEF)
 
-    def _set_later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
+    def _set_later(self, record: Later) -> None:
         counts, data = record()
         self.set(counts=counts, **data)
 
@@ -133,7 +144,7 @@ class _NoSpan:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         return None
 
-    def later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
+    def later(self, record: Later, brief: Later | None = None) -> None:
         return None
 
 
@@ -155,6 +166,13 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
 
 def current() -> Trace | None:
     return _current.get()
+
+
+def keep_detail(reason: Reason) -> None:
+    """Keep the current trace's candidate detail whatever ``tracing.sample`` says (e.g. a low-confidence answer)."""
+    t = _current.get()
+    if t is not None:
+        t.keep(reason)
 
 
 def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Columns:
@@ -182,6 +200,9 @@ class _Root:
         self._tracer = tracer
         self._capture = capture
         self._trace = Trace(kind, _trace_id(), time.time(), attrs, detail=tracer.detail)
+        self._trace.sample, self._trace.slow_ms = tracer.sample, tracer.slow_ms
+        if capture:  # the caller reads the trace: it keeps its candidate detail
+            self._trace.kept = "forced"
 
     def __enter__(self) -> Trace:
         self._trace._t0 = time.perf_counter()
@@ -231,11 +252,15 @@ _NO_TRACE = _NoTrace()
 class Tracer:
     """Opens traces and writes finished ones to its sinks; with no sinks it is off (and costs nothing)."""
 
-    def __init__(self, sinks: Sequence[Sink] = (), *, detail: str = "lean") -> None:
+    def __init__(
+        self, sinks: Sequence[Sink] = (), *, detail: str = "lean", sample: float = 1.0, slow_ms: float = float("inf")
+    ) -> None:
+        """``sample``, ``slow_ms``: which query traces keep their candidate detail (``sampling``); the default
+        keeps every one's."""
         if detail not in DETAILS:
             raise ValueError(f"tracing detail {detail!r}: use one of {', '.join(DETAILS)}")
         self.sinks = tuple(sinks)
-        self.detail = detail
+        self.detail, self.sample, self.slow_ms = detail, sample, slow_ms
 
     @property
     def enabled(self) -> bool:
@@ -269,69 +294,6 @@ class Tracer:
                 log.warning("could not write trace %s to %s: %s", trace.trace_id, type(sink).__name__, e)
 
 
-class VersionedLabels:
-    """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), remembered for one index
-    version: a chunk id's labels do not change until the index does, so a traced query looks up only the chunks
-    no earlier query labelled. ``version()`` is the store's ``index_version``, read at most every ``recheck_s``
-    (a trace written within that time of a write may carry a changed chunk's old labels); at most ``max_items``
-    are kept.
-    (A document's enrichments are stored just after its chunks: a query traced in between labels that document's
-    chunks without them until the next write. Traces only; answers never read these labels.)"""
-
-    def __init__(
-        self,
-        fetch: Callable[[list[str]], Mapping[str, Mapping[str, Any]]],
-        version: Callable[[], int],
-        max_items: int = 100_000,
-        recheck_s: float = 0.5,
-    ) -> None:
-        self._fetch, self._version, self._max, self._recheck_s = fetch, version, max_items, recheck_s
-        self._state: tuple[int, dict[str, Mapping[str, Any]]] = (-1, {})
-        self._checked = (-1.0, -1)  # (when, version): the version is read at most every recheck_s (~11 µs a read)
-
-    def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
-        now = time.monotonic()
-        when, version = self._checked
-        if now - when >= self._recheck_s or when < 0:
-            version = self._version()
-            self._checked = (now, version)
-        state = self._state
-        if state[0] != version or len(state[1]) > self._max:
-            state = self._state = (version, {})  # one swap: a query still filling the old dict changes nothing
-        known = state[1]
-        missing = [c for c in chunk_ids if c not in known]
-        if missing:
-            known.update(self._fetch(missing))
-        return {c: known[c] for c in chunk_ids if c in known}
-
-
-def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]) -> None:
-    """Put the labels (``lookup``: source, section, page, enrichment) of every chunk the trace lists, in its
-    stages' data and its own (columns or rows with a ``chunk_id``), in ``trace.labels``: readers add them to
-    the rows (``Trace.readable``), and the line names each chunk's labels once."""
-    ids: set[str] = set()
-    for data in [s.data for s in trace.stages] + [trace.data]:
-        for v in data.values():
-            if type(v) is Columns:
-                ids.update(v.cols.get("chunk_id", ()))
-            elif type(v) is list and v and type(v[0]) is dict:
-                ids.update([r["chunk_id"] for r in v if "chunk_id" in r])
-    if ids:
-        trace.labels.update(lookup(sorted(ids)))
-
-
-def label_later(
-    trace: Trace, hits: Sequence[Hit], lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
-) -> None:
-    """When the trace is sealed: ``data.hits`` as columns, and the labels of every chunk the trace lists."""
-
-    def label() -> None:
-        trace.data["hits"] = hit_columns(hits)
-        label_chunks(trace, lookup)
-
-    trace.defer(label)
-
-
 def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
     """The tracer a ``KnowledgeBase`` uses: ``<index>/traces.jsonl`` (and OpenTelemetry when asked), or off."""
     if not settings.enabled:
@@ -341,26 +303,7 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
         from zhiku.observability.otel import OtelSink
 
         sinks.append(OtelSink())
-    return Tracer(sinks, detail=settings.detail)
-
-
-_HIT_FIELDS: tuple[str, ...] = ("chunk_id", "source", "section", "page", "score", "bm25_rank", "bm25_score")
-_HIT_FIELDS += ("dense_rank", "dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
-_ROUNDED = frozenset({"score", "bm25_score", "dense_score", "rerank_score", "rerank_sigmoid"})
-
-
-def hit_columns(hits: Sequence[Hit]) -> Columns:
-    """The final hits of a query as trace columns (rank, ids, every channel's evidence; scores to 6 places)."""
-    rows = [
-        (c.chunk_id, c.source, c.section, c.page, h.score, h.bm25_rank, h.bm25_score)
-        + (h.dense_rank, h.dense_score, h.fused_rank, h.rerank_score, h.rerank_sigmoid)
-        for h in hits
-        for c in (h.chunk,)
-    ]
-    cols: dict[str, list[Any]] = {"rank": list(range(1, len(hits) + 1))}
-    for name, values in zip(_HIT_FIELDS, zip(*rows, strict=True) if rows else [()] * len(_HIT_FIELDS), strict=True):
-        cols[name] = [None if v is None else round(v, 6) for v in values] if name in _ROUNDED else list(values)
-    return Columns(cols)
+    return Tracer(sinks, detail=settings.detail, sample=settings.sample, slow_ms=settings.slow_ms)
 
 
 def report_rows(report: IngestReport) -> dict[str, Any]:

@@ -1,0 +1,224 @@
+"""Trace records: ``Trace`` and ``Stage``, the data a query or an ingestion run leaves, and how it is sealed
+(deferred work, tail-sampled candidate detail: ``sampling``). Sinks and the reader are in ``trace``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from zhiku.observability.columns import as_rows
+from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
+
+log = logging.getLogger(__name__)
+
+TRACE_FILE = "traces.jsonl"
+RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
+DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
+ALWAYS, DETAIL, BRIEF = 0, 1, 2  # when deferred work runs (``Trace.defer``)
+STAGES = (
+    "parse",
+    "bm25",
+    "dense",
+    "fusion",
+    "rerank",
+    "answer",
+    "load",
+    "split",
+    "transform",
+    "tokenise",
+    "embed",
+    "upsert",
+)
+
+
+# ------------------------------------------------------------------------------------------- records
+@dataclass
+class Stage:
+    """One stage of a trace. ``start_ms`` is relative to the trace's start."""
+
+    name: str
+    start_ms: float
+    elapsed_ms: float = 0.0
+    status: str = "ok"  # ok | off | error
+    counts: dict[str, int] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    calls: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "start_ms": round(self.start_ms, 3),
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "status": self.status,
+            "calls": self.calls,
+            "counts": self.counts,
+            "data": self.data,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Stage:
+        return cls(
+            name=str(d["name"]),
+            start_ms=float(d.get("start_ms", 0.0)),
+            elapsed_ms=float(d.get("elapsed_ms", 0.0)),
+            status=str(d.get("status", "ok")),
+            counts=dict(d.get("counts") or {}),
+            data=dict(d.get("data") or {}),
+            calls=int(d.get("calls", 1)),
+        )
+
+
+@dataclass
+class Trace:
+    """A query or an ingestion run; mutable while it is open, then written once."""
+
+    kind: str  # query | ingest
+    trace_id: str
+    started_at: float  # unix seconds
+    attrs: dict[str, Any] = field(default_factory=dict)
+    stages: list[Stage] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+    status: str = "ok"  # ok | error
+    error: str | None = None
+    detail: str = "full"  # lean | full: candidates a channel stage lists (``ranking_limit``) | sampled-out: none
+    labels: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # chunk id → source, section, page, …
+    kept: Reason | None = None  # why the candidate detail was kept (``sampling.keep_reason``); None: not sampled
+    sample: float = field(default=1.0, repr=False, compare=False)  # tracing.sample and tracing.slow_ms
+    slow_ms: float = field(default=float("inf"), repr=False, compare=False)
+    _t0: float = field(default=0.0, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _later: list[tuple[Callable[[], None], int]] = field(default_factory=list, repr=False, compare=False)
+    _sealing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _sealed: bool = field(default=False, repr=False, compare=False)
+    _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
+
+    def defer(self, fn: Callable[[], None], when: int = ALWAYS) -> None:
+        """Run ``fn`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
+        work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
+        no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
+        ``ALWAYS``; ``DETAIL``, candidate detail, only if the trace keeps it (``sampling``); ``BRIEF``, only if
+        the trace is sampled out (a count the detail would have given)."""
+        if not self._sealed:
+            self._later.append((fn, when))
+        elif when == ALWAYS or (when == DETAIL) == (self.detail != SAMPLED_OUT):
+            self._run(fn)
+
+    def keep(self, reason: Reason) -> None:
+        """Keep this trace's candidate detail (a low-confidence answer, a caller that reads it): first reason wins."""
+        if self.kept is None:
+            self.kept = reason
+
+    def seal(self) -> Trace:
+        """Decide whether the candidate detail is kept, then run the deferred work, once (sinks and readers of a
+        live trace call it; later calls return at once)."""
+        if not self._sealed:
+            with self._sealing:
+                if not self._sealed:
+                    detail = self._keeps_detail()
+                    for fn, when in self._later:
+                        if when == ALWAYS or (when == DETAIL) == detail:
+                            self._run(fn)
+                    self._later.clear()
+                    self._sealed = True
+        return self
+
+    def _keeps_detail(self) -> bool:
+        if not any(when == DETAIL for _, when in self._later):
+            return True
+        failed = self.status == "error" or any(s.status == "error" for s in self.stages)
+        self.kept = keep_reason(
+            self.trace_id,
+            kept=self.kept,
+            failed=failed,
+            elapsed_ms=self.elapsed_ms,
+            slow_ms=self.slow_ms,
+            fraction=self.sample,
+        )
+        if self.kept is None:
+            self.detail = SAMPLED_OUT
+        return self.kept is not None
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # the trace loses that detail, never the query or its other stages
+            log.warning("trace %s: deferred %r failed: %s", self.trace_id, fn, e)
+
+    def ranking_limit(self) -> int:
+        """How many candidates a channel stage lists: ``RANKING_MAX`` (full) or the query's ``top_k`` (lean)."""
+        if self.detail == "full":
+            return RANKING_MAX
+        top_k = self.attrs.get("top_k")
+        return top_k if isinstance(top_k, int) and top_k > 0 else 10
+
+    def readable(self) -> Trace:
+        """Seal the trace and give it the shape readers use: every ``Columns`` turned into rows, labelled."""
+        self.seal()
+        self.data = {k: as_rows(v, self.labels) for k, v in self.data.items()}
+        for s in self.stages:
+            s.data = {k: as_rows(v, self.labels) for k, v in s.data.items()}
+        return self
+
+    def stage(self, name: str) -> Stage | None:
+        found = self._by_name.get(name)
+        return found if found is not None else next((s for s in self.stages if s.name == name), None)
+
+    def _open(self, name: str, now: float) -> Stage:
+        with self._lock:
+            found = self._by_name.get(name)
+            if found is not None:
+                found.calls += 1
+                return found
+            s = self._by_name[name] = Stage(name, (now - self._t0) * 1000)
+            self.stages.append(s)
+            return s
+
+    def to_json(self) -> dict[str, Any]:
+        return self._record() | {"stages": [s.to_json() for s in ordered_stages(self)]}
+
+    def _record(self) -> dict[str, Any]:
+        """The sealed trace without its stages (``encode_line`` hands orjson the ``Stage`` objects themselves)."""
+        self.seal()
+        return {
+            "trace_id": self.trace_id,
+            "kind": self.kind,
+            "started_at": round(self.started_at, 6),
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "status": self.status,
+            "error": self.error,
+            "detail": self.detail,
+            "kept": self.kept,
+            "attrs": self.attrs,
+            "data": self.data,
+            "labels": self.labels,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Trace:
+        return cls(
+            kind=str(d["kind"]),
+            trace_id=str(d["trace_id"]),
+            started_at=float(d["started_at"]),
+            attrs=dict(d.get("attrs") or {}),
+            stages=[Stage.from_json(s) for s in d.get("stages") or []],
+            data=dict(d.get("data") or {}),
+            elapsed_ms=float(d.get("elapsed_ms", 0.0)),
+            status=str(d.get("status", "ok")),
+            error=d.get("error"),
+            detail=str(d.get("detail", "full")),
+            kept=d.get("kept"),
+            labels=dict(d.get("labels") or {}),
+        ).readable()
+
+
+def ordered_stages(trace: Trace) -> list[Stage]:
+    """Stages in pipeline order (parse, bm25, dense, fusion, rerank, answer; load … upsert), others after by start."""
+    return sorted(trace.stages, key=lambda s: (_ORDER.get(s.name, len(_ORDER)), s.start_ms))
+
+
+_ORDER = {name: i for i, name in enumerate(STAGES)}
