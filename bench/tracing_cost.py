@@ -8,8 +8,9 @@ process's CPU (the trace writer thread included) per query, tracing off and on, 
 
 Query embedding is excluded: query vectors are looked up (the bundled embedder's own vectors for examples/laws,
 embedded once; random unit vectors under the index's embedder name for ``--index``). ``retrieve`` and ``query``
-(retrieve + answer) are timed in bm25, dense and hybrid mode with ``top_k`` 10 and ``per_source_k`` 100. A
-round flushes the trace writer before its clock stops, so the CPU the writer spends is counted in its round; "GC"
+(retrieve + answer) are timed in bm25, dense and hybrid mode with ``top_k`` 10 and ``per_source_k`` 100, tracing
+off and on at each ``--samples`` value (``tracing.sample``: the checkout's default, and 1.0: every trace keeps its
+candidate detail). A round flushes the trace writer before its clock stops, so the CPU the writer spends is counted in its round; "GC"
 is the time the garbage collector ran, per query.
 """
 
@@ -83,17 +84,26 @@ def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> di
     return {"walls": walls, "thread_ms": thread * 1000, "proc_ms": proc * 1000, "gc_ms": collecting[1] * 1000}
 
 
+def arms(detail: str, samples: list[str]) -> dict[str, dict[str, Any]]:
+    """The tracing settings compared: off, then on with each ``tracing.sample`` ("default": the checkout's)."""
+    on = {"enabled": True, **({"detail": detail} if detail else {})}
+    out: dict[str, dict[str, Any]] = {"off": {"enabled": False}}
+    for sample in samples:
+        out[f"on {sample}"] = on if sample == "default" else {**on, "sample": float(sample)}
+    return out
+
+
 def measure(
-    settings: Settings, embedder: LookupEmbedder, queries: list[str], call: str, mode: str, rounds: int, detail: str
-) -> dict[bool, dict[str, Any]]:
-    out: dict[bool, dict[str, Any]] = {}
+    settings: Settings, embedder: LookupEmbedder, queries: list[str], call: str, mode: str, rounds: int, **how: Any
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for _ in range(rounds):
-        for enabled in (False, True):  # interleaved, to even out a busy machine
-            s = merge(settings, tracing={"enabled": enabled, **({"detail": detail} if detail else {})})
+        for arm, tracing in how["arms"].items():  # interleaved, to even out a busy machine
+            s = merge(settings, tracing=tracing)
             with KnowledgeBase(s, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
                 one_round(kb, call, mode, queries[: min(20, len(queries))])  # warm-up
                 r = one_round(kb, call, mode, queries)
-            acc = out.setdefault(enabled, {"walls": [], "thread_ms": 0.0, "proc_ms": 0.0, "gc_ms": 0.0, "n": 0})
+            acc = out.setdefault(arm, {"walls": [], "thread_ms": 0.0, "proc_ms": 0.0, "gc_ms": 0.0, "n": 0})
             acc["gc_ms"] += r["gc_ms"]
             acc["walls"] += r["walls"]
             acc["thread_ms"] += r["thread_ms"]
@@ -111,6 +121,12 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--calls", nargs="+", default=["retrieve", "query"], choices=["retrieve", "query"])
     ap.add_argument("--detail", default="", help="tracing.detail (lean, full; a checkout that has it)")
+    ap.add_argument(
+        "--samples",
+        nargs="+",
+        default=["default", "1.0"],
+        help="tracing.sample values to compare with tracing off ('default': the checkout's; a checkout that has it)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.index:
@@ -126,21 +142,24 @@ def main() -> None:
         )
         for call in args.calls:
             for mode in args.modes:
-                r = measure(settings, embedder, queries, call, mode, args.rounds, args.detail)
-                off, on = r[False], r[True]
-                p50 = [percentile(x["walls"], 50) for x in (off, on)]
-                p95 = [percentile(x["walls"], 95) for x in (off, on)]
-                th = [x["thread_ms"] / x["n"] for x in (off, on)]
-                pr = [x["proc_ms"] / x["n"] for x in (off, on)]
-                gcs = [1000 * x["gc_ms"] / x["n"] for x in (off, on)]
-                print(
-                    f"{call:8} {mode:6} wall p50 {p50[0]:.3f} → {p50[1]:.3f} ms ({100 * (p50[1] / p50[0] - 1):+.1f}%) · "
-                    f"p95 {p95[0]:.3f} → {p95[1]:.3f} · query-thread CPU {th[0]:.3f} → {th[1]:.3f} ms "
-                    f"({100 * (th[1] / th[0] - 1):+.1f}%) · process CPU {pr[0]:.3f} → {pr[1]:.3f} ms "
-                    f"({100 * (pr[1] / pr[0] - 1):+.1f}%) · GC {gcs[0]:.0f} → {gcs[1]:.0f} µs · "
-                    f"load {os.getloadavg()[0]:.1f}",
-                    flush=True,
-                )
+                r = measure(settings, embedder, queries, call, mode, args.rounds, arms=arms(args.detail, args.samples))
+                off = r.pop("off")
+                for arm, on in r.items():
+                    print(f"{call:8} {mode:6} {arm:11} " + compare(off, on), flush=True)
+
+
+def compare(off: dict[str, Any], on: dict[str, Any]) -> str:
+    p50 = [percentile(x["walls"], 50) for x in (off, on)]
+    p95 = [percentile(x["walls"], 95) for x in (off, on)]
+    th = [x["thread_ms"] / x["n"] for x in (off, on)]
+    pr = [x["proc_ms"] / x["n"] for x in (off, on)]
+    gcs = [1000 * x["gc_ms"] / x["n"] for x in (off, on)]
+    return (
+        f"wall p50 {p50[0]:.3f} → {p50[1]:.3f} ms ({100 * (p50[1] / p50[0] - 1):+.1f}%) · "
+        f"p95 {p95[0]:.3f} → {p95[1]:.3f} · query-thread CPU {th[0]:.3f} → {th[1]:.3f} ms "
+        f"({100 * (th[1] / th[0] - 1):+.1f}%) · process CPU {pr[0]:.3f} → {pr[1]:.3f} ms "
+        f"({100 * (pr[1] / pr[0] - 1):+.1f}%) · GC {gcs[0]:.0f} → {gcs[1]:.0f} µs · load {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

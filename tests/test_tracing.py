@@ -108,7 +108,11 @@ def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
         mark("transform", reason="none")
         with tracer.trace("query", extra=1):  # joins the open trace
             pass
-        worker = threading.Thread(target=contextvars.copy_context().run, args=(lambda: span("embed").__enter__(),))
+        def embed() -> None:
+            with span("embed"):
+                pass
+
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(embed,))
         worker.start()
         worker.join()
     assert current() is None

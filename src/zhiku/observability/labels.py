@@ -73,20 +73,27 @@ def label_later(
     trace.defer(lambda: label_chunks(trace, lookup), DETAIL)
 
 
-_HIT_FIELDS: tuple[str, ...] = ("chunk_id", "source", "section", "page", "score", "bm25_rank", "bm25_score")
-_HIT_FIELDS += ("dense_rank", "dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
-_ROUNDED = frozenset({"score", "bm25_score", "dense_score", "rerank_score", "rerank_sigmoid"})
-
-
 def hit_columns(hits: Sequence[Hit]) -> Columns:
     """The final hits of a query as trace columns (rank, ids, every channel's evidence; scores to 6 places)."""
-    rows = [
-        (c.chunk_id, c.source, c.section, c.page, h.score, h.bm25_rank, h.bm25_score)
-        + (h.dense_rank, h.dense_score, h.fused_rank, h.rerank_score, h.rerank_sigmoid)
-        for h in hits
-        for c in (h.chunk,)
-    ]
-    cols: dict[str, list[Any]] = {"rank": list(range(1, len(hits) + 1))}
-    for name, values in zip(_HIT_FIELDS, zip(*rows, strict=True) if rows else [()] * len(_HIT_FIELDS), strict=True):
-        cols[name] = [None if v is None else round(v, 6) for v in values] if name in _ROUNDED else list(values)
-    return Columns(cols)
+    chunks = [h.chunk for h in hits]
+    return Columns(
+        {
+            "rank": list(range(1, len(hits) + 1)),
+            "chunk_id": [c.chunk_id for c in chunks],
+            "source": [c.source for c in chunks],
+            "section": [c.section for c in chunks],
+            "page": [c.page for c in chunks],
+            "score": [round(h.score, 6) for h in hits],
+            "bm25_rank": [h.bm25_rank for h in hits],
+            "bm25_score": _rounded([h.bm25_score for h in hits]),
+            "dense_rank": [h.dense_rank for h in hits],
+            "dense_score": _rounded([h.dense_score for h in hits]),
+            "fused_rank": [h.fused_rank for h in hits],
+            "rerank_score": _rounded([h.rerank_score for h in hits]),
+            "rerank_sigmoid": _rounded([h.rerank_sigmoid for h in hits]),
+        }
+    )
+
+
+def _rounded(values: list[float | None]) -> list[float | None]:
+    return [None if v is None else round(v, 6) for v in values]

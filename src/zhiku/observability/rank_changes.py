@@ -127,15 +127,6 @@ def fusion_record(
     return {"candidates": len(fused) + dropped}, {"changes": rows, "summary": summary}
 
 
-def fusion_count(
-    bm25: Sequence[ScoredId], dense: Sequence[ScoredId], fused: Sequence[str]
-) -> tuple[dict[str, int], dict[str, Any]]:
-    """The fusion stage's ``counts`` alone, as ``fusion_record`` gives them: what a sampled-out trace records."""
-    found = {x.chunk_id for x in bm25}
-    found.update([x.chunk_id for x in dense])
-    return {"candidates": len(found) + sum(1 for c in fused if c not in found)}, {}
-
-
 def _fused_row(
     cid: str, before: int | None, after: int | None, delta: int | None, status: str, rb: int | None, rd: int | None
 ) -> dict[str, Any]:

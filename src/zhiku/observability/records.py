@@ -10,15 +10,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zhiku.observability.columns import as_rows
+from zhiku.observability.columns import Columns, as_rows
 from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
 
 log = logging.getLogger(__name__)
 
+# what a span or a mark leaves in an open trace: stage name, start (perf_counter), seconds, [(counts, status, data)]
+Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]
+Event = tuple[str, float, float, Sets | None]
+
+
+def _started(event: Event) -> float:
+    return event[1]
+
+
 TRACE_FILE = "traces.jsonl"
 RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
 DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
-ALWAYS, DETAIL, BRIEF = 0, 1, 2  # when deferred work runs (``Trace.defer``)
+ALWAYS, DETAIL = 0, 1  # when deferred work runs (``Trace.defer``): always, or with the candidate detail
 STAGES = (
     "parse",
     "bm25",
@@ -36,7 +45,7 @@ STAGES = (
 
 
 # ------------------------------------------------------------------------------------------- records
-@dataclass
+@dataclass(slots=True)
 class Stage:
     """One stage of a trace. ``start_ms`` is relative to the trace's start."""
 
@@ -47,6 +56,20 @@ class Stage:
     counts: dict[str, int] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     calls: int = 1
+
+    def record(self, counts: Mapping[str, int] | None, status: str | None, data: Mapping[str, Any]) -> None:
+        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
+        if counts:
+            for k, v in counts.items():
+                self.counts[k] = self.counts.get(k, 0) + int(v)
+        if status is not None:
+            self.status = status
+        for k, v in data.items():
+            old = self.data.get(k)
+            if isinstance(v, (list, Columns)) and type(old) is type(v):
+                old.extend(v)
+            else:
+                self.data[k] = v
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,7 +114,7 @@ class Trace:
     sample: float = field(default=1.0, repr=False, compare=False)  # tracing.sample and tracing.slow_ms
     slow_ms: float = field(default=float("inf"), repr=False, compare=False)
     _t0: float = field(default=0.0, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _events: list[Event] = field(default_factory=list, repr=False, compare=False)  # spans and marks, until sealed
     _later: list[tuple[Callable[[], None], int]] = field(default_factory=list, repr=False, compare=False)
     _sealing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _sealed: bool = field(default=False, repr=False, compare=False)
@@ -101,11 +124,10 @@ class Trace:
         """Run ``fn`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
         work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
         no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
-        ``ALWAYS``; ``DETAIL``, candidate detail, only if the trace keeps it (``sampling``); ``BRIEF``, only if
-        the trace is sampled out (a count the detail would have given)."""
+        ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``)."""
         if not self._sealed:
             self._later.append((fn, when))
-        elif when == ALWAYS or (when == DETAIL) == (self.detail != SAMPLED_OUT):
+        elif when == ALWAYS or self.detail != SAMPLED_OUT:
             self._run(fn)
 
     def keep(self, reason: Reason) -> None:
@@ -119,18 +141,33 @@ class Trace:
         if not self._sealed:
             with self._sealing:
                 if not self._sealed:
+                    self._replay()
                     detail = self._keeps_detail()
                     for fn, when in self._later:
-                        if when == ALWAYS or (when == DETAIL) == detail:
+                        if when == ALWAYS or detail:
                             self._run(fn)
                     self._later.clear()
                     self._sealed = True
         return self
 
+    def _replay(self) -> None:
+        """Turn the spans and marks recorded while the trace was open into stages, in the order they started (a
+        span only appends one tuple to ``_events`` when it ends: a query pays for stage objects only if sealed)."""
+        events, self._events = self._events, []
+        events.sort(key=_started)
+        for name, t0, elapsed_s, sets in events:
+            s = self._open(name, t0)
+            s.elapsed_ms += elapsed_s * 1000
+            for counts, status, data in sets or ():
+                s.record(counts, status, data)
+
     def _keeps_detail(self) -> bool:
-        if not any(when == DETAIL for _, when in self._later):
-            return True
-        failed = self.status == "error" or any(s.status == "error" for s in self.stages)
+        for _, when in self._later:
+            if when == DETAIL:
+                break
+        else:
+            return True  # nothing to sample (an ingestion run)
+        failed = self.status == "error" or "error" in [s.status for s in self.stages]
         self.kept = keep_reason(
             self.trace_id,
             kept=self.kept,
@@ -169,14 +206,13 @@ class Trace:
         return found if found is not None else next((s for s in self.stages if s.name == name), None)
 
     def _open(self, name: str, now: float) -> Stage:
-        with self._lock:
-            found = self._by_name.get(name)
-            if found is not None:
-                found.calls += 1
-                return found
-            s = self._by_name[name] = Stage(name, (now - self._t0) * 1000)
-            self.stages.append(s)
-            return s
+        found = self._by_name.get(name)
+        if found is not None:
+            found.calls += 1
+            return found
+        s = self._by_name[name] = Stage(name, (now - self._t0) * 1000)
+        self.stages.append(s)
+        return s
 
     def to_json(self) -> dict[str, Any]:
         return self._record() | {"stages": [s.to_json() for s in ordered_stages(self)]}

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 import orjson
 
 from zhiku.observability.records import ALWAYS as ALWAYS  # re-exported: readers import the records from here
-from zhiku.observability.records import BRIEF as BRIEF
 from zhiku.observability.records import DETAIL as DETAIL
 from zhiku.observability.records import DETAILS as DETAILS
 from zhiku.observability.records import RANKING_MAX as RANKING_MAX

@@ -38,9 +38,9 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     rank_changes,
     summarize_changes,
 )
+from zhiku.observability.records import Sets
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
-    BRIEF,
     DETAIL,
     DETAILS,
     RANKING_MAX,
@@ -66,29 +66,34 @@ Later = Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]  # counts and 
 
 
 class _Span:
-    """A stage being timed inside an open trace."""
+    """A stage being timed inside an open trace: what it records is appended to the trace when it ends, as one
+    tuple, and becomes a ``Stage`` when the trace is sealed (``Trace._replay``)."""
 
-    __slots__ = ("_trace", "_name", "_t0", "stage")
+    __slots__ = ("_trace", "_name", "_t0", "_sets")
     active = True
 
     def __init__(self, trace: Trace, name: str) -> None:
         self._trace = trace
         self._name = name
+        self._sets: Sets | None = None
 
     def __enter__(self) -> _Span:
         self._t0 = time.perf_counter()
-        self.stage = self._trace._open(self._name, self._t0)
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.stage.elapsed_ms += (time.perf_counter() - self._t0) * 1000
+        elapsed = time.perf_counter() - self._t0
+        sets = self._sets
         if exc is not None:
-            self.stage.status = "error"
-            self.stage.data["error"] = f"{type(exc).__name__}: {exc}"
+            sets = [*(sets or ()), (None, "error", {"error": f"{type(exc).__name__}: {exc}"})]
+        self._trace._events.append((self._name, self._t0, elapsed, sets))  # list.append: safe across threads
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
         """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
-        _record(self._trace, self.stage, counts, status, data)
+        if self._sets is None:
+            self._sets = [(counts, status, data)]
+        else:
+            self._sets.append((counts, status, data))
 
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
@@ -96,34 +101,17 @@ class _Span:
         self.set(counts={"candidates": len(items)}, **data)
         self.later(lambda: ({}, {"ranking": ranking_columns(items, self._trace.ranking_limit())}))
 
-    def later(self, record: Later, brief: Later | None = None) -> None:
+    def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
-        keeps its candidate detail: for what only a written trace needs (rank changes); ``brief()`` instead when
-        it is sampled out. Both must only read values that do not change."""
+        keeps its candidate detail (``sampling``): for what only a written trace needs (rank changes). ``record``
+        must only read values that do not change."""
         self._trace.defer(lambda: self._set_later(record), DETAIL)
-        if brief is not None:
-            self._trace.defer(lambda: self._set_later(brief), BRIEF)
 
     def _set_later(self, record: Later) -> None:
         counts, data = record()
-        self.set(counts=counts, **data)
-
-
-def _record(
-    trace: Trace, s: Stage, counts: Mapping[str, int] | None, status: str | None, data: Mapping[str, Any]
-) -> None:
-    with trace._lock:
-        if counts:
-            for k, v in counts.items():
-                s.counts[k] = s.counts.get(k, 0) + int(v)
-        if status is not None:
-            s.status = status
-        for k, v in data.items():
-            old = s.data.get(k)
-            if isinstance(v, (list, Columns)) and type(old) is type(v):
-                old.extend(v)
-            else:
-                s.data[k] = v
+        stage = self._trace.stage(self._name)
+        if stage is not None:
+            stage.record(counts, None, data)
 
 
 class _NoSpan:
@@ -144,7 +132,7 @@ class _NoSpan:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         return None
 
-    def later(self, record: Later, brief: Later | None = None) -> None:
+    def later(self, record: Later) -> None:
         return None
 
 
@@ -161,7 +149,7 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
     """Record a stage that did not run (``{"status": "off"}``), e.g. rerank while no reranker exists."""
     t = _current.get()
     if t is not None:
-        _record(t, t._open(name, time.perf_counter()), None, status, data)
+        t._events.append((name, time.perf_counter(), 0.0, [(None, status, data)]))
 
 
 def current() -> Trace | None:

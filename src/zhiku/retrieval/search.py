@@ -16,7 +16,7 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import changes_data, fusion_count, fusion_record, rank_changes
+from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
 from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
@@ -342,5 +342,5 @@ class Searcher:
                     rrf_k=s.rrf_k,
                     weights=[s.bm25_weight, s.dense_weight],
                 )
-                sp.later(lambda: fusion_record(bm25, dense, fused, top_k), lambda: fusion_count(bm25, dense, fused))
+                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
         return order, filled
