@@ -108,6 +108,7 @@ def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
         mark("transform", reason="none")
         with tracer.trace("query", extra=1):  # joins the open trace
             pass
+
         def embed() -> None:
             with span("embed"):
                 pass
@@ -525,3 +526,107 @@ def test_traces_queued_at_exit_are_written(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert [json.loads(x)["attrs"]["query"] for x in lines] == [f"q{n}" for n in range(50)]
+
+
+# ------------------------------------------------------------------- tail-sampled candidate detail
+HITS_ZETA = [(1, "c3.md", 1, 3, 3), (2, "a1.md", 2, 1, 6), (3, "b2.md", 3, 2, 5)]  # rank, source, fused/bm25/dense
+
+
+def hit_ranks(t: Trace) -> list[tuple[object, ...]]:
+    return [(h["rank"], h["source"], h["fused_rank"], h["bm25_rank"], h["dense_rank"]) for h in t.data["hits"]]
+
+
+def test_sampled_in_is_a_deterministic_fraction_of_trace_ids() -> None:
+    from zhiku.observability.sampling import sampled_in
+
+    spread = [f"{(i << 64) // 1000:016x}" for i in range(1000)]  # ids evenly over [0, 2**64): i/1000
+    assert [i for i, t in enumerate(spread) if sampled_in(t, 0.1)] == list(range(100))
+    assert sum(sampled_in(t, 0.25) for t in spread) == 250
+    assert not any(sampled_in(t, 0.0) for t in spread) and all(sampled_in(t, 1.0) for t in spread)
+    other = [f"trace-{i}" for i in range(2000)]  # not 16 hex digits: hashed (CRC-32), the same on every run
+    kept = {t for t in other if sampled_in(t, 0.1)}
+    assert kept == {t for t in other if sampled_in(t, 0.1)} and 150 <= len(kept) <= 250
+    assert kept <= {t for t in other if sampled_in(t, 0.3)}  # kept at 0.1: kept at any larger fraction
+
+
+def test_a_sampled_out_trace_keeps_stages_counts_and_hit_ranks_but_no_candidate_rows(
+    kb_factory, tmp_path: Path
+) -> None:
+    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0})
+    kb.retrieve("zeta", top_k=3)
+    kb.close()
+    [q, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    assert (q.detail, q.kept, q.labels) == ("sampled-out", None, {})
+    assert [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank"]
+    assert q.stage("bm25").counts == {"candidates": 4} and q.stage("dense").counts == {"candidates": 6}
+    assert q.stage("bm25").data == {"depth": 100} and q.stage("dense").data == {"depth": 100}  # no ranking rows
+    fusion = q.stage("fusion")
+    assert fusion.counts == {"returned": 3} and "changes" not in fusion.data and fusion.data["method"] == "rrf"
+    assert hit_ranks(q) == HITS_ZETA
+    line = json.loads((tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1])
+    assert (line["detail"], line["kept"]) == ("sampled-out", None)
+
+
+def test_errors_low_confidence_slow_and_forced_traces_keep_their_detail(kb_factory, tmp_path: Path) -> None:
+    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0}, server={"min_score": 0.95})
+    sink = MemorySink()
+    kb.tracer = Tracer([sink], sample=0.0, slow_ms=10_000)
+    kb.query("zeta", top_k=3)  # best cosine .7 < min_score .95: low confidence
+    with kb.tracer.trace("query", capture=True):  # `zhiku query --verbose`, the dashboard's query page
+        kb.retrieve("zeta", top_k=3)
+    with pytest.raises(RuntimeError), kb.tracer.trace("query"):
+        kb.retrieve("zeta", top_k=3)
+        raise RuntimeError("after the search")
+    kb.settings = kb.settings.model_copy(update={"server": kb.settings.server.model_copy(update={"min_score": 0.0})})
+    kb.query("zeta", top_k=3)  # confident: sampled out
+    kb.tracer = Tracer([sink], sample=0.0, slow_ms=0.0)
+    kb.retrieve("zeta", top_k=3)  # slower than 0 ms
+    assert [(t.kept, t.detail, t.status) for t in sink.traces] == [
+        ("low-confidence", "lean", "ok"),
+        ("forced", "lean", "ok"),
+        ("error", "lean", "error"),
+        (None, "sampled-out", "ok"),
+        ("slow", "lean", "ok"),
+    ]
+    for t in sink.traces:
+        assert hit_ranks(t) == HITS_ZETA
+        kept = t.kept is not None
+        assert ("ranking" in t.stage("bm25").data, "changes" in t.stage("fusion").data, bool(t.labels)) == (kept,) * 3
+    assert sources(sink.traces[0].stage("dense").data["ranking"]) == ["f6.md", "e5.md", "c3.md"]
+
+
+def test_readers_say_a_trace_was_sampled_out(kb_factory, tmp_path: Path, embed_cache_dir: Path) -> None:
+    from rich.console import Console
+
+    from zhiku.cli.traces import print_trace
+    from zhiku.dashboard.data import DashboardData, channel_rows, detail_note, rank_rows
+    from zhiku.observability.sampling import NOT_SAMPLED
+
+    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0})
+    kb.retrieve("zeta", top_k=3)
+    kb.close()
+    [sampled_out, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    console = Console(record=True, width=250)
+    print_trace(console, sampled_out)
+    text = console.export_text()
+    assert NOT_SAMPLED in text and "ranks: before" not in text  # the hits table, with each channel's rank
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if ".md" in line]
+    assert [(r[0], r[1], r[2], r[3], r[5], r[6], r[8]) for r in rows] == [  # n, Δ, before, bm25, dense, cosine, source
+        ("1", "", "–", "3", "3", "0.700", "c3.md"),
+        ("2", "", "–", "1", "6", "0.400", "a1.md"),
+        ("3", "", "–", "2", "5", "0.500", "b2.md"),
+    ]
+    assert detail_note(sampled_out) == NOT_SAMPLED and channel_rows(sampled_out, "bm25") == []
+    assert rank_rows(sampled_out) == []
+
+    dashboard = DashboardData(kb.settings, embedder=DesignedEmbedder())  # the query page forces the detail
+    live = dashboard.query("zeta", top_k=3)
+    assert (live.kept, detail_note(live)) == ("forced", None)
+    assert [r["source"] for r in channel_rows(live, "bm25")] == ["a1.md", "b2.md", "c3.md"]
+    assert [(r["after"], r["source"]) for r in rank_rows(live)][:3] == [(1, "c3.md"), (2, "a1.md"), (3, "b2.md")]
+    [written, *_] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    assert (written.trace_id, written.kept) == (live.trace_id, "forced")
+    console = Console(record=True, width=250)
+    print_trace(console, written)
+    text = console.export_text()
+    assert NOT_SAMPLED not in text and "ranks: before" in text

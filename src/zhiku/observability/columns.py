@@ -1,8 +1,9 @@
-"""Ranked candidates in a trace, column by column (``Columns``), and how a reader gets rows back (``as_rows``)."""
+"""Ranked candidates in a trace, column by column (``Columns``) or as tuples (``Rows``), and how a reader gets
+rows back (``as_rows``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -28,11 +29,26 @@ class Columns(dict[str, dict[str, list[Any]]]):
             values.extend(other.cols[name])
 
 
+class Rows(dict[str, Any]):
+    """Rows held as tuples under one list of field names: ``{"fields": [...], "rows": [[...], ...]}`` (what a
+    trace writes for a query's hits: one tuple per hit is cheaper to build than a list per field)."""
+
+    def __init__(self, fields: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        super().__init__(fields=fields, rows=rows)
+
+    def column(self, name: str) -> list[Any]:
+        at = list(self["fields"]).index(name)
+        return [r[at] for r in self["rows"]]
+
+
 def as_rows(value: Any, labels: Mapping[str, Mapping[str, Any]]) -> Any:
     """A data value as a reader sees it: columns become rows, and a row with a ``chunk_id`` gets that chunk's
     labels (source, section, page, enrichment; what the row holds itself wins)."""
     if isinstance(value, dict) and value.keys() == {"cols"}:
         value = Columns(value["cols"]).rows()
+    elif isinstance(value, dict) and value.keys() == {"fields", "rows"}:
+        names = tuple(value["fields"])
+        value = [dict(zip(names, r, strict=True)) for r in value["rows"]]
     if not labels or not isinstance(value, list):
         return value
     return [{**labels[r["chunk_id"]], **r} if isinstance(r, dict) and r.get("chunk_id") in labels else r for r in value]

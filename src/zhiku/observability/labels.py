@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from zhiku.observability.columns import Columns
+from zhiku.observability.columns import Columns, Rows
 from zhiku.observability.records import DETAIL, Trace
 from zhiku.types import Hit
 
@@ -58,6 +58,8 @@ def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mappin
         for v in data.values():
             if type(v) is Columns:
                 ids.update(v.cols.get("chunk_id", ()))
+            elif type(v) is Rows:
+                ids.update(v.column("chunk_id"))
             elif type(v) is list and v and type(v[0]) is dict:
                 ids.update([r["chunk_id"] for r in v if "chunk_id" in r])
     if ids:
@@ -73,27 +75,29 @@ def label_later(
     trace.defer(lambda: label_chunks(trace, lookup), DETAIL)
 
 
-def hit_columns(hits: Sequence[Hit]) -> Columns:
-    """The final hits of a query as trace columns (rank, ids, every channel's evidence; scores to 6 places)."""
-    chunks = [h.chunk for h in hits]
-    return Columns(
-        {
-            "rank": list(range(1, len(hits) + 1)),
-            "chunk_id": [c.chunk_id for c in chunks],
-            "source": [c.source for c in chunks],
-            "section": [c.section for c in chunks],
-            "page": [c.page for c in chunks],
-            "score": [round(h.score, 6) for h in hits],
-            "bm25_rank": [h.bm25_rank for h in hits],
-            "bm25_score": _rounded([h.bm25_score for h in hits]),
-            "dense_rank": [h.dense_rank for h in hits],
-            "dense_score": _rounded([h.dense_score for h in hits]),
-            "fused_rank": [h.fused_rank for h in hits],
-            "rerank_score": _rounded([h.rerank_score for h in hits]),
-            "rerank_sigmoid": _rounded([h.rerank_sigmoid for h in hits]),
-        }
+HIT_FIELDS: tuple[str, ...] = (
+    "rank",
+    "chunk_id",
+    "source",
+    "section",
+    "page",
+    "score",
+    "bm25_rank",
+    "bm25_score",
+    "dense_rank",
+)
+HIT_FIELDS += ("dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
+
+
+def hit_columns(hits: Sequence[Hit]) -> Rows:
+    """The final hits of a query as trace rows (rank, ids, every channel's evidence): one tuple per hit, built in
+    one pass (every query's trace has them; readers get dicts back, ``as_rows``)."""
+    return Rows(
+        HIT_FIELDS,
+        [
+            (n, c.chunk_id, c.source, c.section, c.page, h.score, h.bm25_rank, h.bm25_score, h.dense_rank)
+            + (h.dense_score, h.fused_rank, h.rerank_score, h.rerank_sigmoid)
+            for n, h in enumerate(hits, 1)
+            for c in (h.chunk,)
+        ],
     )
-
-
-def _rounded(values: list[float | None]) -> list[float | None]:
-    return [None if v is None else round(v, 6) for v in values]
