@@ -95,7 +95,7 @@ class Stage:
         )
 
 
-@dataclass
+@dataclass(slots=True)
 class Trace:
     """A query or an ingestion run; mutable while it is open, then written once."""
 
@@ -155,7 +155,14 @@ class Trace:
         span only appends one tuple to ``_events`` when it ends: a query pays for stage objects only if sealed)."""
         events, self._events = self._events, []
         events.sort(key=_started)
+        by_name, t_start = self._by_name, self._t0
         for name, t0, elapsed_s, sets in events:
+            if name not in by_name and sets is not None and len(sets) == 1:  # most stages: one span, one set()
+                counts, status, data = sets[0]
+                by_name[name] = s = Stage(name, (t0 - t_start) * 1000, elapsed_s * 1000, status or "ok")
+                s.counts, s.data = {k: int(v) for k, v in counts.items()} if counts else {}, dict(data)
+                self.stages.append(s)
+                continue
             s = self._open(name, t0)
             s.elapsed_ms += elapsed_s * 1000
             for counts, status, data in sets or ():
