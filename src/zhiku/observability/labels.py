@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zhiku.observability.columns import Columns, Rows
-from zhiku.observability.records import DETAIL, Trace
+from zhiku.observability.records import Trace
+from zhiku.observability.sampling import SAMPLED_OUT
 from zhiku.types import Hit
 
 
@@ -71,8 +72,13 @@ def label_later(
 ) -> None:
     """When the trace is sealed: ``data.hits`` as columns, and (with its candidate detail) the labels of every
     chunk the trace lists; hits carry their own source, section and page."""
-    trace.defer(lambda: trace.data.__setitem__("hits", hit_columns(hits)))
-    trace.defer(lambda: label_chunks(trace, lookup), DETAIL)
+
+    def label() -> None:
+        trace.data["hits"] = hit_columns(hits)
+        if trace.detail != SAMPLED_OUT:
+            label_chunks(trace, lookup)
+
+    trace.defer(label)
 
 
 HIT_FIELDS: tuple[str, ...] = (

@@ -20,6 +20,9 @@ Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]
 Event = tuple[str, float, float, Sets | None]
 
 
+_SEALING = threading.RLock()  # one for every trace (a lock per trace costs each query its allocation)
+
+
 def _started(event: Event) -> float:
     return event[1]
 
@@ -45,7 +48,7 @@ STAGES = (
 
 
 # ------------------------------------------------------------------------------------------- records
-@dataclass(slots=True)
+@dataclass  # not slotted: orjson writes a plain dataclass ~4× faster (bench/RESULTS.md, sampled trace detail)
 class Stage:
     """One stage of a trace. ``start_ms`` is relative to the trace's start."""
 
@@ -116,7 +119,6 @@ class Trace:
     _t0: float = field(default=0.0, repr=False, compare=False)
     _events: list[Event] = field(default_factory=list, repr=False, compare=False)  # spans and marks, until sealed
     _later: list[tuple[Callable[[], None], int]] = field(default_factory=list, repr=False, compare=False)
-    _sealing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _sealed: bool = field(default=False, repr=False, compare=False)
     _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
 
@@ -139,7 +141,7 @@ class Trace:
         """Decide whether the candidate detail is kept, then run the deferred work, once (sinks and readers of a
         live trace call it; later calls return at once)."""
         if not self._sealed:
-            with self._sealing:
+            with _SEALING:
                 if not self._sealed:
                     self._replay()
                     detail = self._keeps_detail()
@@ -159,8 +161,8 @@ class Trace:
         for name, t0, elapsed_s, sets in events:
             if name not in by_name and sets is not None and len(sets) == 1:  # most stages: one span, one set()
                 counts, status, data = sets[0]
-                by_name[name] = s = Stage(name, (t0 - t_start) * 1000, elapsed_s * 1000, status or "ok")
-                s.counts, s.data = {k: int(v) for k, v in counts.items()} if counts else {}, dict(data)
+                start, counted = (t0 - t_start) * 1000, dict(counts) if counts else {}
+                by_name[name] = s = Stage(name, start, elapsed_s * 1000, status or "ok", counted, dict(data))
                 self.stages.append(s)
                 continue
             s = self._open(name, t0)
