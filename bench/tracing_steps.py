@@ -1,0 +1,92 @@
+"""Where a sampled-out trace's cost goes: process CPU per query with sinks that stop after each step, against
+tracing off, medians of interleaved (shuffled) 100-query runs on a built index (a copy: traces are written
+into it).
+
+    cp -r <q-idx>/stard_dev /tmp/ts-stard
+    PYTHONPATH=src nice -n 10 .venv/bin/python bench/tracing_steps.py --index /tmp/ts-stard \\
+        --queries ../shared/eval/stard_dev/queries.jsonl --mode bm25 --reps 30
+
+Arms: ``off``; ``open`` (the trace and its spans, then dropped unsealed); ``seal`` (+ stages and hit tuples);
+``encode`` (+ the JSON line, thrown away); ``jsonl`` (+ the background writer: what a query pays), all with
+``tracing.sample`` 0 (every trace sampled out); ``jsonl 0.1`` and ``jsonl 1`` (the default sample, every trace
+with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tracing_cost import copied_index  # noqa: E402
+from zhiku.api import KnowledgeBase  # noqa: E402
+from zhiku.observability.trace import JsonlSink, Trace, encode_line  # noqa: E402
+from zhiku.observability.tracing import Tracer  # noqa: E402
+from zhiku.settings import merge  # noqa: E402
+
+
+class Open:
+    def write(self, trace: Trace) -> None:
+        trace._later.clear()  # drop it unsealed (no reference cycle left for the garbage collector)
+
+
+class Seal:
+    def write(self, trace: Trace) -> None:
+        trace.seal()
+
+
+class Encode:
+    def write(self, trace: Trace) -> None:
+        encode_line(trace)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", type=Path, required=True)
+    ap.add_argument("--queries", type=Path, required=True)
+    ap.add_argument("--mode", default="bm25", choices=["bm25", "dense", "hybrid"])
+    ap.add_argument("--call", default="retrieve", choices=["retrieve", "query"])
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    settings, embedder, queries = copied_index(args.index, args.queries, 100)
+    settings = merge(settings, tracing={"enabled": False}, server={"min_score": 0.0})
+    with tempfile.TemporaryDirectory() as tmp, KnowledgeBase(settings, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
+        jsonl = JsonlSink(Path(tmp) / "traces.jsonl")
+        never = {"sample": 0.0, "slow_ms": 1e9}
+        arms: dict[str, Tracer] = {
+            "off": Tracer(),
+            "open": Tracer([Open()], **never),
+            "seal": Tracer([Seal()], **never),
+            "encode": Tracer([Encode()], **never),
+            "jsonl": Tracer([jsonl], **never),
+            "jsonl 0.1": Tracer([jsonl], sample=0.1, slow_ms=1e9),
+            "jsonl 1": Tracer([jsonl], sample=1.0, slow_ms=1e9),
+        }
+        fn: Any = kb.retrieve if args.call == "retrieve" else kb.query
+        for q in queries:
+            fn(q, mode=args.mode, top_k=10, per_source_k=100)
+        got: dict[str, list[float]] = {k: [] for k in arms}
+        rng = random.Random(0)
+        for _ in range(args.reps):
+            order = list(arms)
+            rng.shuffle(order)
+            for arm in order:
+                kb.tracer = arms[arm]
+                t = time.process_time()
+                for q in queries:
+                    fn(q, mode=args.mode, top_k=10, per_source_k=100)
+                jsonl.flush()
+                got[arm].append((time.process_time() - t) / len(queries) * 1e6)
+    base = statistics.median(got["off"])
+    cells = [f"{k} {statistics.median(v):.0f} µs ({statistics.median(v) - base:+.0f})" for k, v in got.items()]
+    print(f"{args.call} {args.mode}: " + " · ".join(cells) + f" · load {open('/proc/loadavg').read().split()[0]}")
+
+
+if __name__ == "__main__":
+    main()
