@@ -149,3 +149,96 @@ def test_fill_dense_scores_bm25_only_candidates_by_their_exact_cosine(tmp_path, 
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
+
+
+QUESTION = "天气晴朗，心情不错"  # two clauses, no word of the corpus
+
+
+class Clauses:
+    """Designed vectors: each chunk on its own axis (probation, leave rules, severance, wage rules); the whole
+    question leans on probation, its first clause is the wage rules' axis, its second the severance axis."""
+
+    name = "test/clauses-4"
+    dim = 4
+    AXES = {"试用期": 0, "年休假": 1, "经济补偿": 2, "货币形式": 3}
+    QUERIES = {QUESTION: (1.0, 0.8, 0.6, 0.35), "天气晴朗": (0, 0, 0, 1.0), "心情不错": (0, 0, 1.0, 0)}
+    asked: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.array([np.eye(4)[next(a for k, a in self.AXES.items() if k in t)] for t in texts], np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.asked.append(text)
+        v = np.array(self.QUERIES[text], np.float32)
+        return v / np.linalg.norm(v)
+
+
+def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, **retrieval):
+    from helpers_kb import make_settings, write_corpus
+    from zhiku.api import KnowledgeBase
+
+    settings = make_settings(tmp_path / "idx", cache_dir, retrieval=retrieval)
+    embedder = Clauses()
+    with KnowledgeBase(settings, embedder=embedder) as kb:
+        if not (tmp_path / "docs").exists():  # the first search of a test builds the index
+            kb.ingest([write_corpus(tmp_path / "docs")])
+        embedder.asked = []
+        r = kb.retrieve(query, mode="hybrid", top_k=top_k, per_source_k=depth)
+    return r, embedder.asked
+
+
+def test_clause_channel_fuses_each_clauses_nearest_chunks(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, SEC_WAGE
+
+    # no question word is in the corpus: BM25 finds nothing, the dense z-scores of cosines ∝ (1, 0.8, 0.6, 0.35)
+    # are (1.298, 0.467, -0.363, -1.402); the clause channel (best cosine over the clauses: 0, 0, 1, 1) is z
+    # (-1, -1, 1, 1)
+    dense_z = np.array([1.0, 0.8, 0.6, 0.35])
+    dense_z = (dense_z - dense_z.mean()) / dense_z.std()
+    clause_z = np.array([-1.0, -1.0, 1.0, 1.0])
+    sections = [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
+    for weight, order in ((0.0, [0, 1, 2, 3]), (0.15, [0, 1, 2, 3]), (1.0, [2, 0, 3, 1])):
+        r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=weight)
+        assert r.bm25 == ()
+        assert [h.chunk.section for h in r.hits] == [sections[i] for i in order]
+        assert [h.score for h in r.hits] == pytest.approx(list((dense_z + weight * clause_z)[order]), abs=1e-5)
+        assert asked == ([QUESTION] if weight == 0 else [QUESTION, "天气晴朗", "心情不错"])
+        assert [(round(x.score, 5), x.rank) for x in r.clauses] == (
+            [] if weight == 0 else [(1.0, 1), (1.0, 2)] + [(0.0, 3), (0.0, 4)]
+        )
+
+
+def test_clause_channel_fills_missing_candidates_with_exact_cosines(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_PROBATION, SEC_SEVERANCE
+
+    # depth 2: the dense channel finds probation and leave (cosines ∝ 1, 0.8: z 1, -1), the clause channel the
+    # severance and wage rules (both 1: z 0, std taken as 1); each fills the other's candidates with exact
+    # cosines: severance (0.6 - 0.9) / 0.1 = -3, wage (0.35 - 0.9) / 0.1 = -5.5 in the dense channel, 0 - 1 = -1
+    # for probation and leave in the clause channel. Weight 3: probation -2, severance -3, leave -4, wage -5.5
+    r, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0)
+    assert [(h.chunk.section, round(h.score, 4)) for h in r.hits] == [(SEC_PROBATION, -2.0), (SEC_SEVERANCE, -3.0)]
+    norm = float(np.linalg.norm(Clauses.QUERIES[QUESTION]))
+    assert [(h.dense_rank, _round(h.dense_score)) for h in r.hits] == [
+        (1, _round(1 / norm)),
+        (None, _round(0.6 / norm)),
+    ]
+    # without the fill-in the missing take each channel's floor (dense -1, clause 0): probation 1, the rest -1
+    r, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0, fill_dense=False)
+    assert [round(h.score, 4) for h in r.hits] == [1.0, -1.0]
+    assert r.hits[0].chunk.section == SEC_PROBATION
+
+
+def test_clause_channel_only_for_several_clauses_in_hybrid_zscore(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import make_settings
+    from zhiku.api import KnowledgeBase
+
+    _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
+    r, asked = _clause_search(tmp_path, embed_cache_dir, "天气晴朗", 4)  # one clause: the question alone
+    assert (asked, r.clauses) == (["天气晴朗"], ())
+    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, fusion="rrf")
+    assert (asked, r.clauses) == ([QUESTION], ())
+    embedder = Clauses()
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:
+        embedder.asked = []
+        r = kb.retrieve(QUESTION, mode="dense", top_k=4)
+    assert (embedder.asked, r.clauses) == ([QUESTION], ())

@@ -13,14 +13,14 @@ import numpy as np
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
-from zhiku.observability.tracing import mark, span
+from zhiku.observability.tracing import mark, ranking_rows, span
 from zhiku.retrieval.context import whole_articles
-from zhiku.retrieval.fusion import rrf, zscore_fusion
+from zhiku.retrieval.fusion import ranked, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, Retriever
-from zhiku.text import TextProcessor
+from zhiku.text import TextProcessor, query_clauses
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
@@ -69,6 +69,18 @@ class Retrieval:
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
+    clauses: tuple[ScoredId, ...] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
+
+
+@dataclass(frozen=True)
+class DenseResult:
+    """What the dense worker found: the question's vector and ranking, and the clause channel (empty when the
+    question is one clause or the channel is off)."""
+
+    vector: np.ndarray | None = None
+    ranking: tuple[ScoredId, ...] = ()
+    clause_vectors: tuple[np.ndarray, ...] = ()
+    clauses: tuple[ScoredId, ...] = ()
 
 
 class Searcher:
@@ -129,7 +141,9 @@ class Searcher:
 
         dense_future = None
         if mode_ in ("dense", "hybrid"):
-            dense_future = self._pool.submit(contextvars.copy_context().run, self._dense, parsed.text, depth, filters)
+            clauses = self._clauses_of(parsed.text) if mode_ == "hybrid" else []
+            run = contextvars.copy_context().run
+            dense_future = self._pool.submit(run, self._dense, parsed.text, depth, filters, clauses)
         bm25: list[ScoredId] = []
         if mode_ in ("bm25", "hybrid"):
             with span("bm25") as sp:
@@ -140,18 +154,32 @@ class Searcher:
             mark("bm25", reason=f"mode {mode_}")
         if dense_future is None:
             mark("dense", reason=f"mode {mode_}")
-        vector, dense = dense_future.result() if dense_future is not None else (None, [])
+        found = dense_future.result() if dense_future is not None else DenseResult()
+        dense = list(found.ranking)
 
         with self._gate:
-            hits = self._hits(mode_, bm25, dense, vector, top_k)
+            hits = self._hits(mode_, bm25, found, top_k)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(
-            query=parsed, mode=mode_, bm25=tuple(bm25), dense=tuple(dense), hits=tuple(hits), rerank=status
+            query=parsed,
+            mode=mode_,
+            bm25=tuple(bm25),
+            dense=tuple(dense),
+            hits=tuple(hits),
+            rerank=status,
+            clauses=found.clauses,
         )
+
+    def _clauses_of(self, query: str) -> list[str]:
+        """The clauses to embed beside the whole question: z-score fusion with a clause weight only."""
+        s = self.settings
+        if s.fusion != "zscore" or s.clause_weight <= 0:
+            return []
+        return query_clauses(query, max_clauses=s.max_clauses)
 
     def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
         r = self.rerank_settings
@@ -191,19 +219,18 @@ class Searcher:
                     )
         return list(outcome.hits), outcome.status
 
-    def _hits(
-        self, mode_: SearchMode, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int
-    ) -> list[Hit]:
+    def _hits(self, mode_: SearchMode, bm25: list[ScoredId], found: DenseResult, top_k: int) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
         keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
+        dense = list(found.ranking)
         filled: dict[str, float] = {}
         if mode_ == "bm25":
             order = [(x.chunk_id, x.score) for x in bm25][:keep]
         elif mode_ == "dense":
             order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
-            order, filled = self._fuse(bm25, dense, vector, top_k, keep)
+            order, filled = self._fuse(bm25, found, top_k, keep)
         if mode_ != "hybrid":
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
 
@@ -230,39 +257,80 @@ class Searcher:
             hits = whole_articles(hits, self.store.document_chunks)[:top_k]
         return hits
 
-    def _dense(self, query: str, depth: int, filters: Filters) -> tuple[np.ndarray, list[ScoredId]]:
+    def _dense(self, query: str, depth: int, filters: Filters, clauses: list[str]) -> DenseResult:
         with span("dense") as sp:
             vector = self.embedder.embed_query(query)
             with self._gate:
                 found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
-        return vector, found
+            if not clauses:
+                return DenseResult(vector, tuple(found))
+            # the clause channel: each clause embedded as a query; a chunk's score is its best cosine over the
+            # clauses. The union of each clause's top ``depth`` holds the exact top ``depth`` of that maximum.
+            vectors = tuple(self.embedder.embed_query(c) for c in clauses)
+            best: dict[str, float] = {}
+            with self._gate:
+                for v in vectors:
+                    for x in self.store.dense_search(v, depth, filters):
+                        best[x.chunk_id] = max(x.score, best.get(x.chunk_id, x.score))
+            ranking = ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:depth])
+            sp.set(counts={"clauses": len(clauses)})
+            if sp.active:
+                sp.set(clauses=list(clauses), clause_ranking=ranking_rows(ranking))
+        return DenseResult(vector, tuple(found), vectors, tuple(ranking))
 
     def _fuse(
-        self, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int, keep: int
+        self, bm25: list[ScoredId], found: DenseResult, top_k: int, keep: int
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
-        ranking (``retrieval.fill_dense``, z-score fusion only)."""
+        """The fused order (``keep`` long) and the exact cosines filled in for candidates outside the dense ranking
+        (``retrieval.fill_dense``, z-score fusion only)."""
         s = self.settings
+        dense = list(found.ranking)
         with span("fusion") as sp:
             weights = [s.bm25_weight, s.dense_weight]
             filled: dict[str, float] = {}
             if s.fusion == "rrf":
                 order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
             else:
-                if s.fill_dense and dense and vector is not None:
-                    seen = {x.chunk_id for x in dense}
-                    missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
-                    filled = self.store.dense_scores(vector, missing) if missing else {}
-                order = zscore_fusion([bm25, dense], weights=weights, fill=[None, filled])[:keep]
+                rankings: list[list[ScoredId]] = [bm25, dense]
+                fill: list[dict[str, float] | None] = [None, None]
+                if found.clauses:  # the clause channel (retrieval.clause_weight)
+                    rankings.append(list(found.clauses))
+                    weights.append(s.clause_weight)
+                    fill.append(None)
+                if s.fill_dense and dense and found.vector is not None:
+                    filled, fill[2:] = self._fills(rankings, found)
+                    fill[1] = filled
+                order = zscore_fusion(rankings, weights=weights, fill=fill)[:keep]
             if sp.active:  # rank changes cost a few dict operations: only when traced
                 changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
                 sp.set(
                     counts={"candidates": len(changes), "returned": len(order[:top_k])},
                     method=s.fusion,
-                    dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
+                    dense_filled=len(filled),  # candidates given their exact cosine (retrieval.fill_dense)
+                    clause_channel=len(found.clauses),
                     rrf_k=s.rrf_k,
-                    weights=[s.bm25_weight, s.dense_weight],
+                    weights=weights,
                     **changes_data(changes, keep_dropped_within=top_k),
                 )
         return order, filled
+
+    def _fills(
+        self, rankings: list[list[ScoredId]], found: DenseResult
+    ) -> tuple[dict[str, float], list[dict[str, float] | None]]:
+        """Exact scores for the candidates a channel did not return: the question's cosine for the dense channel;
+        for the clause channel (when on) the best cosine over the clauses."""
+        assert found.vector is not None
+        everyone = dict.fromkeys(x.chunk_id for r in rankings for x in r)
+        seen = {x.chunk_id for x in found.ranking}
+        missing = [c for c in everyone if c not in seen]
+        dense = self.store.dense_scores(found.vector, missing) if missing else {}
+        if not found.clauses:
+            return dense, []
+        seen = {x.chunk_id for x in found.clauses}
+        missing = [c for c in everyone if c not in seen]
+        best: dict[str, float] = {}
+        for v in found.clause_vectors if missing else ():
+            for c, x in self.store.dense_scores(v, missing).items():
+                best[c] = max(x, best.get(c, x))
+        return dense, [best]
