@@ -179,6 +179,8 @@ FAMILIES: dict[str, dict[str, Variant]] = {
     # a finer grid around the family's best on half A (clause-channel max w=0.25)
     "clausew": {f"clause-channel max w={w}": clause_channel(w, "max") for w in (0.1, 0.15, 0.2, 0.3, 0.35)},
     "clauser": {f"clause-rescore w={w}": clause_rescore(w) for w in (0.15, 0.25, 0.35, 0.5)},
+    # the chosen combination against the chosen clause channel alone (run with --ref "clause-channel max w=0.15")
+    "docmarg": {"clause max w=0.15 + doc g=0.15": doc_prior(0.15, clause_channel(0.15, "max"))},
     "combo": {
         f"clause max w={w} + doc g={g}": doc_prior(g, clause_channel(w, "max"))
         for w in (0.15, 0.25, 0.35)
@@ -228,9 +230,20 @@ def objective(rows: list[dict[str, Any]], variant: str) -> float | None:
     return round(total, 4) if len(mine) == len(qo.PICKLES) else None
 
 
+def _rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """The rows of earlier runs' outputs, each (set, variant, half) once (the first run that has it)."""
+    out: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for p in paths:
+        for line in p.read_text().splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                out.setdefault((r["set"], r["variant"], r["half"]), r)
+    return list(out.values())
+
+
 def choose(paths: list[Path]) -> None:
     """Print each family's settings by the half-A objective, best first, and the chosen one's half-B rows."""
-    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.startswith("{")]
+    rows = _rows(paths)
     for fam in dict.fromkeys(r["family"] for r in rows if r["family"]):
         names = dict.fromkeys(r["variant"] for r in rows if r["family"] == fam)
         scored = sorted(((objective(rows, v), v) for v in names), key=lambda x: (x[0] is None, -(x[0] or 0.0)))
@@ -241,17 +254,43 @@ def choose(paths: list[Path]) -> None:
                     print("   ", json.dumps(r))
 
 
+def _cell(r: dict[str, Any], m: str) -> str:
+    return f"{r[m]:.4f} ({r[f'd_{m}']:+.4f} ± {r[f'2se_{m}']:.4f})"
+
+
+def tables(paths: list[Path]) -> None:
+    """Markdown: per half, every variant's nDCG@10 per set (and stard_longdoc hit@1, hit@2000ch), Δ ± 2 SE."""
+    rows = _rows(paths)
+    sets = [s for s in qo.PICKLES if any(r["set"] == s for r in rows)]
+    heads = [*sets, "stard_longdoc hit@1", "stard_longdoc hit@2000ch", "rule (A)"]
+    for half in ("A", "B", "all"):
+        print(f"\nHalf {half}:\n\n| variant | " + " | ".join(heads) + " |\n|" + " --- |" * (len(heads) + 1))
+        for v in dict.fromkeys(r["variant"] for r in rows):
+            mine = {r["set"]: r for r in rows if r["variant"] == v and r["half"] == half}
+            cells = [_cell(mine[s], "ndcg@10") if s in mine else "" for s in sets]
+            ld = mine.get("stard_longdoc")
+            cells += [_cell(ld, "hit@1"), _cell(ld, "hit@2000ch")] if ld else ["", ""]
+            o = objective(rows, v)
+            cells.append("–" if half != "A" or not mine.get(sets[0], {}).get("family") else str(o or "loses"))
+            print(f"| {v} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--choose", nargs="+", type=Path, help="jsonl outputs of earlier runs: apply the rule, print")
+    ap.add_argument("--tables", nargs="+", type=Path, help="jsonl outputs of earlier runs: Markdown tables")
     ap.add_argument("--root", type=Path, default=Path("/work/cache/quality"))
     ap.add_argument("--cache", type=Path, default=Path("/work/cache/quality/embeddings/embeddings.sqlite"))
     ap.add_argument("--sets", default=",".join(qo.PICKLES))
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--embed", action="store_true", help="embed clause vectors missing from the cache")
+    ap.add_argument("--ref", default="shipped", help="the variant differences are taken against (default: shipped)")
     args = ap.parse_args()
     if args.choose:
         choose(args.choose)
+        return
+    if args.tables:
+        tables(args.tables)
         return
     qo.ROOT = args.root
     cache = EmbeddingCache(args.cache)
@@ -262,8 +301,9 @@ def main() -> None:
         half_a = np.arange(n) % 2 == 0
         halves = {"A": half_a, "B": ~half_a, "all": np.ones(n, bool)}
         print(f"# {name}: {n} questions, {time.time() - t:.0f}s", file=sys.stderr, flush=True)
-        ref = per_question(p, shipped)
-        rows = {("", "shipped"): ref}
+        every = {v: f for fam in FAMILIES.values() for v, f in fam.items()}
+        ref = per_question(p, every.get(args.ref, shipped))
+        rows = {("", args.ref): ref}
         for fam in args.families.split(","):
             rows.update({(fam, v): per_question(p, f) for v, f in FAMILIES[fam].items()})
         for (fam, v), per in rows.items():
