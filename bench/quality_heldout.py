@@ -262,7 +262,7 @@ def tables(paths: list[Path]) -> None:
     """Markdown: per half, every variant's nDCG@10 per set (and stard_longdoc hit@1, hit@2000ch), Δ ± 2 SE."""
     rows = _rows(paths)
     sets = [s for s in qo.PICKLES if any(r["set"] == s for r in rows)]
-    heads = [*sets, "stard_longdoc hit@1", "stard_longdoc hit@2000ch", "rule (A)"]
+    heads = [*(f"{s} nDCG@10" for s in sets), "stard_longdoc hit@1", "stard_longdoc hit@2000ch", "rule (A)"]
     for half in ("A", "B", "all"):
         print(f"\nHalf {half}:\n\n| variant | " + " | ".join(heads) + " |\n|" + " --- |" * (len(heads) + 1))
         for v in dict.fromkeys(r["variant"] for r in rows):
