@@ -197,35 +197,27 @@ def test_clause_channel_fuses_each_clauses_nearest_chunks(tmp_path, embed_cache_
     dense_z = (dense_z - dense_z.mean()) / dense_z.std()
     clause_z = np.array([-1.0, -1.0, 1.0, 1.0])
     sections = [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
-    for weight, order in ((0.0, [0, 1, 2, 3]), (0.15, [0, 1, 2, 3]), (1.0, [2, 0, 3, 1])):
+    for weight, order in ((0.0, [0, 1, 2, 3]), (0.35, [0, 1, 2, 3]), (1.0, [2, 0, 3, 1])):
         r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=weight)
         assert r.bm25 == ()
         assert [h.chunk.section for h in r.hits] == [sections[i] for i in order]
         assert [h.score for h in r.hits] == pytest.approx(list((dense_z + weight * clause_z)[order]), abs=1e-5)
         assert asked == ([QUESTION] if weight == 0 else [QUESTION, "天气晴朗", "心情不错"])
         assert [(round(x.score, 5), x.rank) for x in r.clauses] == (
-            [] if weight == 0 else [(1.0, 1), (1.0, 2)] + [(0.0, 3), (0.0, 4)]
+            [] if weight == 0 else [(1.0, 1), (1.0, 2), (0.0, 3), (0.0, 4)]
         )
 
 
-def test_clause_channel_fills_missing_candidates_with_exact_cosines(tmp_path, embed_cache_dir) -> None:
-    from helpers_kb import SEC_PROBATION, SEC_SEVERANCE
+def test_clause_channel_reorders_the_candidates_and_adds_none(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION
 
-    # depth 2: the dense channel finds probation and leave (cosines ∝ 1, 0.8: z 1, -1), the clause channel the
-    # severance and wage rules (both 1: z 0, std taken as 1); each fills the other's candidates with exact
-    # cosines: severance (0.6 - 0.9) / 0.1 = -3, wage (0.35 - 0.9) / 0.1 = -5.5 in the dense channel, 0 - 1 = -1
-    # for probation and leave in the clause channel. Weight 3: probation -2, severance -3, leave -4, wage -5.5
-    r, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0)
-    assert [(h.chunk.section, round(h.score, 4)) for h in r.hits] == [(SEC_PROBATION, -2.0), (SEC_SEVERANCE, -3.0)]
-    norm = float(np.linalg.norm(Clauses.QUERIES[QUESTION]))
-    assert [(h.dense_rank, _round(h.dense_score)) for h in r.hits] == [
-        (1, _round(1 / norm)),
-        (None, _round(0.6 / norm)),
-    ]
-    # without the fill-in the missing take each channel's floor (dense -1, clause 0): probation 1, the rest -1
-    r, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0, fill_dense=False)
-    assert [round(h.score, 4) for h in r.hits] == [1.0, -1.0]
-    assert r.hits[0].chunk.section == SEC_PROBATION
+    # depth 2: the dense channel finds probation and leave (cosines ∝ 1, 0.8: z 1, -1); the clause channel scores
+    # just those two (best clause cosine 0 and 0: z 0), so however heavy, it cannot bring in the severance or wage
+    # rules that the clauses point at
+    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0)
+    assert [(h.chunk.section, round(h.score, 4)) for h in r.hits] == [(SEC_PROBATION, 1.0), (SEC_LEAVE, -1.0)]
+    assert [(x.chunk_id, x.score) for x in r.clauses] == sorted((h.chunk.chunk_id, 0.0) for h in r.hits)
+    assert asked == [QUESTION, "天气晴朗", "心情不错"]
 
 
 def test_clause_channel_only_for_several_clauses_in_hybrid_zscore(tmp_path, embed_cache_dir) -> None:

