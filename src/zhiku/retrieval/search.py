@@ -140,7 +140,7 @@ class Searcher:
 
         dense_future = None
         if mode_ in ("dense", "hybrid"):
-            clauses = self._clauses_of(parsed.text) if mode_ == "hybrid" else []
+            clauses = self._clauses_of(parsed.text) if mode_ == "hybrid" else []  # the clause channel's
             run = contextvars.copy_context().run
             dense_future = self._pool.submit(run, self._dense, parsed.text, depth, filters, clauses)
         bm25: list[ScoredId] = []
@@ -154,25 +154,16 @@ class Searcher:
         if dense_future is None:
             mark("dense", reason=f"mode {mode_}")
         found = dense_future.result() if dense_future is not None else DenseResult()
-        dense = list(found.ranking)
 
         with self._gate:
-            clauses = self._clause_ranking(bm25, found) if found.clause_vectors else []
-            hits = self._hits(mode_, bm25, found, clauses, top_k)
+            by_clause = self._clause_ranking(bm25, found) if found.clause_vectors else []
+            hits = self._hits(mode_, bm25, found, by_clause, top_k)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
-        return Retrieval(
-            query=parsed,
-            mode=mode_,
-            bm25=tuple(bm25),
-            dense=tuple(dense),
-            hits=tuple(hits),
-            rerank=status,
-            clauses=tuple(clauses),
-        )
+        return Retrieval(parsed, mode_, tuple(bm25), found.ranking, tuple(hits), status, clauses=tuple(by_clause))
 
     def _clauses_of(self, query: str) -> list[str]:
         """The clauses to embed beside the whole question: z-score fusion with a clause weight only."""
