@@ -181,6 +181,8 @@ FAMILIES: dict[str, dict[str, Variant]] = {
     "clauser": {f"clause-rescore w={w}": clause_rescore(w) for w in (0.15, 0.25, 0.35, 0.5)},
     # the chosen combination against the chosen clause channel alone (run with --ref "clause-channel max w=0.15")
     "docmarg": {"clause max w=0.15 + doc g=0.15": doc_prior(0.15, clause_channel(0.15, "max"))},
+    # the shipped clause channel plus the document prior, g chosen on half A (run with --ref "clause-rescore w=0.35")
+    "combor": {f"clause-rescore w=0.35 + doc g={g}": doc_prior(g, clause_rescore(0.35)) for g in (0.05, 0.1, 0.15)},
     "combo": {
         f"clause max w={w} + doc g={g}": doc_prior(g, clause_channel(w, "max"))
         for w in (0.15, 0.25, 0.35)
