@@ -32,7 +32,7 @@ from zhiku.embedding.cache import EmbeddingCache, query_key  # noqa: E402
 from zhiku.retrieval.context import whole_articles  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
 from zhiku.text import TextProcessor, query_clauses  # noqa: E402
-from zhiku.types import Hit  # noqa: E402
+from zhiku.types import Hit, ScoredId  # noqa: E402
 
 METRICS = ("ndcg@10", "hit@1", "hit@2000ch")
 
@@ -102,15 +102,19 @@ def clause_max(p: Prepared, n: int) -> list[tuple[str, float]]:
     return shipped(p, n) if c is None else fuse(p, n, np.maximum(p.data.scores[n], c.max(axis=0)))
 
 
+def _with_clauses(p: Prepared, n: int) -> tuple[np.ndarray, np.ndarray, list[ScoredId]] | None:
+    """A question's clause cosines (clauses x chunks), its own cosines and dense top 100; None for one clause."""
+    c = p.clause_cos[n]
+    return None if c is None else (c, p.data.scores[n], qo.dense_top(p.data, p.data.scores[n]))
+
+
 def clause_channel(w: float, how: str) -> Variant:
     """A third z-scored channel: the top 100 by the clauses' max (or mean) cosine, weight ``w``."""
 
     def run(p: Prepared, n: int) -> list[tuple[str, float]]:
-        c = p.clause_cos[n]
-        if c is None:
+        if (got := _with_clauses(p, n)) is None:
             return shipped(p, n)
-        base = p.data.scores[n]
-        dense = qo.dense_top(p.data, base)
+        c, base, dense = got
         third = c.max(axis=0) if how == "max" else c.mean(axis=0)
         extra = qo.dense_top(p.data, third)
         ids = {x.chunk_id for x in [*p.bm25[n], *dense, *extra]}
@@ -128,11 +132,9 @@ def clause_rescore(w: float) -> Variant:
     cosine over the clauses, z-scored over the candidates, weight ``w``."""
 
     def run(p: Prepared, n: int) -> list[tuple[str, float]]:
-        c = p.clause_cos[n]
-        if c is None:
+        if (got := _with_clauses(p, n)) is None:
             return shipped(p, n)
-        base = p.data.scores[n]
-        dense = qo.dense_top(p.data, base)
+        c, base, dense = got
         ids = sorted({x.chunk_id for x in [*p.bm25[n], *dense]})
         best = c.max(axis=0)
         third = qo.scored(sorted(((i, float(best[p.data.row[i]])) for i in ids), key=lambda kv: (-kv[1], kv[0])))
