@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 from zhiku.types import ScoredId
 
@@ -70,13 +71,24 @@ def zscore_fusion(
             continue
         scores = [x.score for x in ranking]
         mean = sum(scores) / len(scores)
-        std = (sum((s - mean) ** 2 for s in scores) / len(scores)) ** 0.5 or 1.0
+        std = (sum([(s - mean) ** 2 for s in scores]) / len(scores)) ** 0.5 or 1.0
         z = {x.chunk_id: (x.score - mean) / std for x in ranking}
         floor.append(min(z.values()))
         extra = fill[n] if fill is not None else None
-        if extra:
-            z.update({i: (s - mean) / std for i, s in extra.items() if i not in z})
+        for i, s in (extra or {}).items():
+            if i not in z:
+                z[i] = (s - mean) / std
         normalised.append(z)
-    ids = dict.fromkeys(x.chunk_id for ranking in rankings for x in ranking)
-    fused = {i: sum(w * n.get(i, lo) for n, w, lo in zip(normalised, weights, floor, strict=False)) for i in ids}
-    return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+    # Σ_i w_i · z_i(d), summed in ranking order from 0.0 (as ``sum`` would: the same floats), one pass per ranking
+    fused = dict.fromkeys([x.chunk_id for ranking in rankings for x in ranking], 0.0)
+    for z, w, lo in zip(normalised, weights, floor, strict=False):
+        get = z.get
+        fused = {i: t + w * get(i, lo) for i, t in fused.items()}
+    return by_score_then_id(fused)
+
+
+def by_score_then_id(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``(id, score)`` by score descending, ties by id: sorted by id, then (stably) by score."""
+    out = sorted(scores.items())
+    out.sort(key=itemgetter(1), reverse=True)
+    return out

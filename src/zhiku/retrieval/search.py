@@ -1,10 +1,14 @@
-"""The query pipeline: parse → BM25 (the query is embedded meanwhile in a worker) → dense → fusion → rerank."""
+"""The query pipeline: parse → BM25 (a slow embedder embeds the query meanwhile in a worker) → dense → fusion → rerank."""
 
 from __future__ import annotations
 
 import contextvars
 import os
+import threading
+import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,20 +16,30 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import changes_data, fusion_rank_changes, rank_changes
-from zhiku.observability.tracing import mark, ranking_rows, span
+from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
+from zhiku.observability.tracing import mark, ranking_columns, span
+from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed
 from zhiku.retrieval.context import whole_articles
-from zhiku.retrieval.fusion import ranked, rrf, zscore_fusion
+from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, Retriever
-from zhiku.text import TextProcessor, query_clauses
+from zhiku.text import TextProcessor
 from zhiku.types import Filters, Hit, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
+QUERY_VECTORS = 256  # question vectors kept in memory (agents repeat questions): these skip the embedder
+# an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
+# thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
+# (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
+INLINE_EMBED_S = 0.001
+EMBED_TIMES = 9
+
+
+NO_GATE = nullcontext()  # for a step already inside the gate
 
 
 @dataclass(frozen=True)
@@ -72,14 +86,29 @@ class Retrieval:
     clauses: tuple[ScoredId, ...] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
 
 
-@dataclass(frozen=True)
-class DenseResult:
-    """What the dense worker found: the question's vector and ranking, and its clauses' vectors (none when the
-    question is one clause or the clause channel is off)."""
+class QueryVectors:
+    """The last ``size`` question vectors by question text (least recently used out first); thread-safe."""
 
-    vector: np.ndarray | None = None
-    ranking: tuple[ScoredId, ...] = ()
-    clause_vectors: tuple[np.ndarray, ...] = ()
+    def __init__(self, size: int = QUERY_VECTORS) -> None:
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is not None:
+                self._vectors.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        kept = np.array(vector, copy=True)
+        kept.setflags(write=False)  # shared by every later search of this question
+        with self._lock:
+            self._vectors[text] = kept
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
 
 
 class Searcher:
@@ -102,9 +131,13 @@ class Searcher:
         self.rerank_settings = rerank or RerankSettings()
         # concurrent searches each run their dense channel at once (the store holds no lock while scoring)
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
-        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; embedding
-        # the question and reranking stay outside, so a remote model's latency never holds a place
+        # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; reranking and
+        # a slow embedder's embedding stay outside, so a remote model's latency never holds a place
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
+        self._vectors = QueryVectors()
+        self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
+        self._embed_times: tuple[float, ...] = ()  # the embedder's last times per question (replaced, not mutated)
+        self.inline_embed_s = INLINE_EMBED_S
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -138,39 +171,50 @@ class Searcher:
             sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
         depth = max(per_source_k or s.per_source_k, top_k)
 
-        dense_future = None
-        if mode_ in ("dense", "hybrid"):
-            clauses = self._clauses_of(parsed.text) if mode_ == "hybrid" else []  # the clause channel's
-            run = contextvars.copy_context().run
-            dense_future = self._pool.submit(run, self._dense, parsed.text, depth, filters, clauses)
-        bm25: list[ScoredId] = []
-        if mode_ in ("bm25", "hybrid"):
-            with span("bm25") as sp:
-                with self._gate:
-                    bm25 = self.store.bm25_search(parsed.terms, depth, filters)
-                sp.ranking(bm25, depth=depth)
+        vector = self._vectors.get(parsed.text) if mode_ != "bm25" else None
+        # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
+        # vector is known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
+        # search takes one place in the gate
+        inline = mode_ == "bm25" or vector is not None or self._embeds_fast()
+        clauses = clauses_to_embed(parsed.text, s) if mode_ == "hybrid" else []  # the clause channel's
+        if inline:
+            clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
+            with self._gate:
+                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
+                vector, dense = self._dense_here(mode_, parsed.text, depth, filters, vector)
+                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
-            mark("bm25", reason=f"mode {mode_}")
-        if dense_future is None:
-            mark("dense", reason=f"mode {mode_}")
-        found = dense_future.result() if dense_future is not None else DenseResult()
-
-        with self._gate:
-            by_clause = self._clause_ranking(bm25, found) if found.clause_vectors else []
-            hits = self._hits(mode_, bm25, found, by_clause, top_k)
+            run = contextvars.copy_context().run
+            future = self._pool.submit(run, self._dense_and_clauses, parsed.text, depth, filters, clauses)
+            bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
+            vector, dense, clause_vectors = future.result()
+            with self._gate:
+                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
-        return Retrieval(parsed, mode_, tuple(bm25), found.ranking, tuple(hits), status, clauses=tuple(by_clause))
+        return Retrieval(parsed, mode_, tuple(bm25), tuple(dense), tuple(hits), status, clauses=tuple(by_clause))
 
-    def _clauses_of(self, query: str) -> list[str]:
-        """The clauses to embed beside the whole question: z-score fusion with a clause weight only."""
-        s = self.settings
-        if s.fusion != "zscore" or s.clause_weight <= 0:
-            return []
-        return query_clauses(query, max_clauses=s.max_clauses)
+    def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
+        """The clauses' vectors, kept with the question vectors (a repeated question embeds none of them)."""
+        vectors = []
+        for clause in clauses:
+            vector = self._vectors.get(clause)
+            if vector is None:
+                vector = self.embedder.embed_query(clause)
+                self._vectors.put(clause, vector)
+            vectors.append(vector)
+        return tuple(vectors)
+
+    def _dense_and_clauses(
+        self, query: str, depth: int, filters: Filters, clauses: list[str]
+    ) -> tuple[np.ndarray, list[ScoredId], tuple[np.ndarray, ...]]:
+        """The dense worker: the question's channel, then its clauses' vectors."""
+        return (*self._dense(query, depth, filters), self._embed_clauses(clauses))
 
     def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
         r = self.rerank_settings
@@ -211,19 +255,24 @@ class Searcher:
         return list(outcome.hits), outcome.status
 
     def _hits(
-        self, mode_: SearchMode, bm25: list[ScoredId], found: DenseResult, clauses: list[ScoredId], top_k: int
+        self,
+        mode_: SearchMode,
+        bm25: list[ScoredId],
+        dense: list[ScoredId],
+        vector: np.ndarray | None,
+        top_k: int,
+        by_clause: list[ScoredId],
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
         keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
-        dense = list(found.ranking)
         filled: dict[str, float] = {}
         if mode_ == "bm25":
             order = [(x.chunk_id, x.score) for x in bm25][:keep]
         elif mode_ == "dense":
             order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
-            order, filled = self._fuse(bm25, found, clauses, top_k, keep)
+            order, filled = self._fuse(bm25, dense, vector, top_k, keep, by_clause)
         if mode_ != "hybrid":
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
 
@@ -246,61 +295,91 @@ class Searcher:
                     fused_rank=fused_rank,
                 )
             )
-        if s.whole_articles and isinstance(self.store, Catalogue):  # small-to-big: a piece brings its article
-            hits = whole_articles(hits, self.store.document_chunks)[:top_k]
+        if s.whole_articles and self._catalogue is not None:  # small-to-big: a piece brings its article
+            hits = whole_articles(hits, self._catalogue.document_chunks)[:top_k]
         return hits
 
-    def _dense(self, query: str, depth: int, filters: Filters, clauses: list[str]) -> DenseResult:
+    def _bm25(
+        self, mode_: SearchMode, parsed: ParsedQuery, depth: int, filters: Filters, *, inside_gate: bool
+    ) -> list[ScoredId]:
+        if mode_ not in ("bm25", "hybrid"):
+            mark("bm25", reason=f"mode {mode_}")
+            return []
+        with span("bm25") as sp:
+            with NO_GATE if inside_gate else self._gate:
+                found = self.store.bm25_search(parsed.terms, depth, filters)
+            sp.ranking(found, depth=depth)
+        return found
+
+    def _dense_here(
+        self, mode_: SearchMode, query: str, depth: int, filters: Filters, known: np.ndarray | None
+    ) -> tuple[np.ndarray | None, list[ScoredId]]:
+        """The dense channel on this thread, inside the gate (``known``: the question's vector, if it is)."""
+        if mode_ == "bm25":
+            mark("dense", reason=f"mode {mode_}")
+            return None, []
+        return self._dense(query, depth, filters, known=known, inside_gate=True)
+
+    def _dense(
+        self, query: str, depth: int, filters: Filters, *, known: np.ndarray | None = None, inside_gate: bool = False
+    ) -> tuple[np.ndarray, list[ScoredId]]:
+        """Embed ``query`` (unless its vector is ``known``), then search (taking a place in the gate for it)."""
         with span("dense") as sp:
-            vector = self.embedder.embed_query(query)
-            with self._gate:
+            vector = known if known is not None else self._embed(query)
+            with NO_GATE if inside_gate else self._gate:
                 found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
-            vectors = tuple(self.embedder.embed_query(c) for c in clauses)  # the clause channel's
-            if clauses:
-                sp.set(counts={"clauses": len(clauses)}, clauses=list(clauses))
-        return DenseResult(vector, tuple(found), vectors)
+        return vector, found
 
-    def _clause_ranking(self, bm25: list[ScoredId], found: DenseResult) -> list[ScoredId]:
-        """The clause channel: every candidate of the BM25 and dense rankings scored by its best cosine over the
-        question's clauses (no search of its own: it re-orders the candidates, it never adds one)."""
-        candidates = list(dict.fromkeys(x.chunk_id for x in (*bm25, *found.ranking)))
-        best: dict[str, float] = {}
-        for v in found.clause_vectors:
-            for c, x in self.store.dense_scores(v, candidates).items():
-                best[c] = max(x, best.get(c, x))
-        return ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0])))
+    def _embed(self, query: str) -> np.ndarray:
+        t = time.perf_counter()
+        vector = self.embedder.embed_query(query)
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
+        self._vectors.put(query, vector)
+        return vector
+
+    def _embeds_fast(self) -> bool:
+        """Whether the embedder's median time over its last questions is under ``inline_embed_s`` (a median: a
+        thread preempted while embedding does not send the next questions to the worker)."""
+        times = sorted(self._embed_times)
+        return bool(times) and times[len(times) // 2] < self.inline_embed_s
 
     def _fuse(
-        self, bm25: list[ScoredId], found: DenseResult, clauses: list[ScoredId], top_k: int, keep: int
+        self,
+        bm25: list[ScoredId],
+        dense: list[ScoredId],
+        vector: np.ndarray | None,
+        top_k: int,
+        keep: int,
+        by_clause: list[ScoredId],
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
-        ranking (``retrieval.fill_dense``, z-score fusion only); ``clauses``: the clause channel's ranking."""
+        ranking (``retrieval.fill_dense``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
-        dense = list(found.ranking)
         with span("fusion") as sp:
             weights = [s.bm25_weight, s.dense_weight]
             filled: dict[str, float] = {}
             if s.fusion == "rrf":
                 order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
             else:
-                if s.fill_dense and dense and found.vector is not None:
+                if s.fill_dense and dense and vector is not None:
                     seen = {x.chunk_id for x in dense}
                     missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
-                    filled = self.store.dense_scores(found.vector, missing) if missing else {}
+                    filled = self.store.dense_scores(vector, missing) if missing else {}
                 rankings, fill = [bm25, dense], [None, filled]
-                if clauses:  # the clause channel (retrieval.clause_weight)
-                    rankings, fill, weights = [*rankings, clauses], [*fill, None], [*weights, s.clause_weight]
+                if by_clause:  # the clause channel (retrieval.clause_weight)
+                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
                 order = zscore_fusion(rankings, weights=weights, fill=fill)[:keep]
-            if sp.active:  # rank changes cost a few dict operations: only when traced
-                changes = fusion_rank_changes(bm25, dense, [c for c, _ in order[:top_k]])
+            if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
+                fused = [c for c, _ in order[:top_k]]
                 sp.set(
-                    counts={"candidates": len(changes), "returned": len(order[:top_k])},
+                    counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
                     method=s.fusion,
                     dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
-                    clause_ranking=ranking_rows(clauses),  # the clause channel (retrieval.clause_weight)
                     rrf_k=s.rrf_k,
                     weights=weights,
-                    **changes_data(changes, keep_dropped_within=top_k),
                 )
+                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+                if by_clause:
+                    sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
         return order, filled

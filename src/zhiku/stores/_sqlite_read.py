@@ -1,33 +1,103 @@
 """The ``Catalogue`` role of ``SQLiteStore``: documents, chunks, collections and history, each read on a pooled
-read connection (readers run side by side and never wait for the writer)."""
+read connection (readers run side by side and never wait for the writer). Chunks decoded for one search are kept
+for the next (``ChunkCache``) until the ``index_version`` moves: every commit that changes chunks moves it, in
+this process or another."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
+CHUNK_CACHE = 4096  # decoded chunks a store keeps between reads (of one index version; the oldest out first)
+
+
+class ChunkCache:
+    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id: what the last
+    reads decoded, kept for the next. Adding entries of a newer version empties it first; entries of an older one
+    (a reader behind another's commit) are not added. At most ``size`` chunks (a document's list counts its
+    chunks; the oldest entries go first). Thread-safe."""
+
+    def __init__(self, size: int = CHUNK_CACHE) -> None:
+        self.size = size
+        self.version = -1
+        self._chunks: dict[str, Chunk] = {}
+        self._docs: dict[str, tuple[Chunk, ...]] = {}
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def chunks(self, ids: Iterable[str]) -> tuple[int, dict[str, Chunk]]:
+        """The version the entries are of, and those of ``ids`` held."""
+        with self._lock:
+            get = self._chunks.get
+            return self.version, {i: c for i in ids if (c := get(i)) is not None}
+
+    def document(self, doc_id: str) -> tuple[int, tuple[Chunk, ...] | None]:
+        with self._lock:
+            return self.version, self._docs.get(doc_id)
+
+    def add(self, version: int, chunks: Iterable[Chunk] = (), doc: tuple[str, tuple[Chunk, ...]] | None = None) -> None:
+        with self._lock:
+            if version > self.version:
+                self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
+            if version != self.version or self.size < 1:
+                return
+            for c in chunks:
+                if c.chunk_id not in self._chunks:
+                    self._chunks[c.chunk_id] = c
+                    self._held += 1
+            if doc is not None and doc[0] not in self._docs and len(doc[1]) <= self.size:
+                self._docs[doc[0]] = doc[1]
+                self._held += len(doc[1])
+            while self._held > self.size:  # the oldest entries out (dicts keep insertion order)
+                if self._chunks:
+                    del self._chunks[next(iter(self._chunks))]
+                    self._held -= 1
+                else:
+                    self._held -= len(self._docs.pop(next(iter(self._docs))))
+
+
+# the chunk columns and, read in the same statement (one snapshot), the index version they are of
+_VERSIONED = f"SELECT {CHUNK_COLS}, (SELECT value FROM meta WHERE key = 'index_version') FROM chunks"
+
+
+def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, list[Chunk]]:
+    """The chunks of ``_VERSIONED + sql`` and the version they are of (None when no row came back)."""
+    rows = conn.execute(_VERSIONED + sql, (arg,)).fetchall()
+    return (int(rows[0][-1] or 0) if rows else None), [chunk_from_row(row) for row in rows]
+
 
 class SQLiteReads:
-    """Catalogue reads; the store provides ``_read`` (a pooled read connection)."""
+    """Catalogue reads; the store provides ``_read`` (a pooled read connection) and ``_chunk_cache``."""
+
+    _chunk_cache: ChunkCache
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
+        """The chunks of ``chunk_ids`` that exist, in that order: those of the current version from memory, the
+        others read (one statement) and kept."""
         ids = list(chunk_ids)
         if not ids:
             return []
+        cache = self._chunk_cache
+        in_ids = " WHERE chunk_id IN (SELECT value FROM json_each(?))"
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
-            )
-            found = {row[0]: chunk_from_row(row) for row in rows}
+            version, found = cache.chunks(ids)
+            missing = [i for i in ids if i not in found]
+            at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
+            if found and (at if at is not None else version_of(conn)) != version:  # kept ones of another version
+                found = {}
+                at, fetched = _fetch(conn, in_ids, json.dumps(ids))
+        if at is not None:
+            cache.add(at, fetched)
+        found.update((c.chunk_id, c) for c in fetched)
         return [found[i] for i in ids if i in found]
 
     def get_document(self, doc_id: str) -> DocRecord | None:
@@ -51,11 +121,15 @@ class SQLiteReads:
         return [doc_from_row(row) for row in rows]
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
+        cache = self._chunk_cache
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT {CHUNK_COLS} FROM chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)
-            ).fetchall()
-        return [chunk_from_row(row) for row in rows]
+            version, kept = cache.document(doc_id)
+            if kept is not None and version_of(conn) == version:
+                return list(kept)
+            at, chunks = _fetch(conn, " WHERE doc_id = ? ORDER BY ordinal", doc_id)
+        if at is not None:
+            cache.add(at, doc=(doc_id, tuple(chunks)))
+        return chunks
 
     def collections(self) -> list[CollectionStats]:
         with self._read() as conn:

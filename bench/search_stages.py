@@ -1,0 +1,132 @@
+"""Where one search's time goes: per-stage and ``KnowledgeBase.retrieve`` p50/p95 on copies of dev-set indexes.
+
+    nice -n 10 .venv/bin/python bench/search_stages.py --index /tmp/q-idx-copy --sets stard_dev,meddialog_im_dev \
+        --queries ../shared/eval --stages
+
+``--index ROOT`` holds one index per set (``ROOT/<set>/zhiku.db``; use a copy: opening it may write its vector
+and BM25 files). Query vectors are random unit vectors looked up by text (query embedding excluded); tracing off;
+hybrid top 10 from 100 candidates per channel (as bench/peers.py). ``cpu_p50``: the process's CPU time per query
+(every thread's), which preemption on a loaded machine does not inflate. ``--stages`` also times each stage alone
+(parse, the three store calls, fusion, ``Searcher._hits``) on the same queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_stacks import LookupEmbedder  # noqa: E402
+from zhiku.api import KnowledgeBase  # noqa: E402
+from zhiku.evaluation.datasets import load_dataset  # noqa: E402
+from zhiku.numeric import percentile  # noqa: E402
+from zhiku.observability.tracing import Tracer  # noqa: E402
+from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
+from zhiku.retrieval.search import parse_query  # noqa: E402
+from zhiku.settings import load_settings, merge  # noqa: E402
+from zhiku.types import Filters  # noqa: E402
+
+DEPTH = 100
+
+
+def open_kb(index: Path, queries: list[str], tracer: Tracer | None = None) -> KnowledgeBase:
+    """``index`` with random unit query vectors for ``queries``; tracing off, unless into ``tracer``."""
+    settings = merge(load_settings(index=index), tracing={"enabled": tracer is not None})
+    with KnowledgeBase(settings) as probe:  # not read-only: an older schema is upgraded in place
+        meta = probe.store.get_meta()
+    rng = np.random.default_rng(0)
+    raw = rng.standard_normal((len(queries), int(meta["dim"])))
+    vectors = {q: (v / np.linalg.norm(v)).astype(np.float32) for q, v in zip(queries, raw, strict=True)}
+    embedder = LookupEmbedder(meta["embedder"], vectors)
+    return KnowledgeBase(settings, embedder=embedder, tracer=tracer)  # type: ignore[arg-type]
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    ms = [t * 1000 for t in times]
+    return {"p50": round(percentile(ms, 50), 3), "p95": round(percentile(ms, 95), 3)}
+
+
+class Laps:
+    """``lap(name)``: the time since the previous lap (or creation), recorded under ``name``."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = {}
+        self._t = time.perf_counter()
+
+    def start(self) -> None:
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.times.setdefault(name, []).append(now - self._t)
+        self._t = now
+
+
+def stages(kb: KnowledgeBase, queries: list[str]) -> dict[str, dict[str, float]]:
+    sr, st = kb.searcher, kb.store
+    laps = Laps()
+    for q in queries:
+        v = sr.embedder.embed_query(q)
+        laps.start()
+        p = parse_query(q, sr.text, max_chars=sr.settings.max_query_chars)
+        laps.lap("parse")
+        b = st.bm25_search(p.terms, DEPTH, Filters())
+        laps.lap("bm25_search")
+        d = st.dense_search(v, DEPTH, Filters())
+        laps.lap("dense_search")
+        seen = {x.chunk_id for x in d}
+        f = st.dense_scores(v, [x.chunk_id for x in b if x.chunk_id not in seen])
+        laps.lap("dense_scores (fill)")
+        zscore_fusion([b, d], weights=[1.0, 1.0], fill=[None, f])
+        laps.lap("zscore_fusion")
+        sr._hits("hybrid", b, d, v, 10)
+        laps.lap("Searcher._hits")
+    return {n: summary(t) for n, t in laps.times.items()}
+
+
+def retrieve(kb: KnowledgeBase, queries: list[str], mode: str) -> dict[str, float]:
+    """Wall p50/p95 and the process's CPU time per query (all threads: robust to a loaded machine's preemption)."""
+    wall, cpu = Laps(), []
+    for q in queries:
+        c = time.process_time()
+        wall.start()
+        kb.retrieve(q, top_k=10, mode=mode, per_source_k=DEPTH)  # type: ignore[arg-type]
+        wall.lap(mode)
+        cpu.append(time.process_time() - c)
+    return {**summary(wall.times[mode]), "cpu_p50": summary(cpu)["p50"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--index", type=Path, required=True, help="ROOT holding ROOT/<set>/zhiku.db (a copy)")
+    ap.add_argument("--queries", type=Path, required=True, help="ROOT holding the dev sets (ROOT/<set>)")
+    ap.add_argument("--sets", default="cmrc2018_dev,meddialog_im_dev,stard_dev,stard_longdoc")
+    ap.add_argument("--max-queries", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=3, help="timed passes over the queries (after one warm pass)")
+    ap.add_argument("--stages", action="store_true")
+    args = ap.parse_args()
+    import zhiku
+
+    for name in args.sets.split(","):
+        queries = [q.text for q in load_dataset(args.queries / name, max_queries=args.max_queries).queries]
+        with open_kb(args.index / name, queries) as kb:
+            retrieve(kb, queries, "hybrid")  # warm
+            row: dict[str, Any] = {"set": name, "zhiku": str(Path(zhiku.__file__).parents[2])}
+            row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+            row["retrieve_hybrid"] = retrieve(kb, queries * args.rounds, "hybrid")
+            row["retrieve_dense"] = retrieve(kb, queries * args.rounds, "dense")
+            row["retrieve_bm25"] = retrieve(kb, queries * args.rounds, "bm25")
+            if args.stages:
+                row["stages"] = stages(kb, queries * args.rounds)
+            print(json.dumps(row, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The search path's shortcuts change nothing observable: a question's vector is kept (a repeated question is not
+embedded again), a fast embedder runs on the caller's thread and a slow one in the dense worker, with the same
+hits and the same trace either way."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from helpers_kb import make_settings, write_corpus
+from zhiku.api import KnowledgeBase
+from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
+from zhiku.retrieval.search import QueryVectors
+
+
+class Recording:
+    """A deterministic 3-d embedder that records which thread embedded each question."""
+
+    name = "test/recording-3"
+    dim = 3
+
+    def __init__(self) -> None:
+        self.queries: list[tuple[str, str]] = []  # (question, thread name)
+
+    @staticmethod
+    def _vector(text: str) -> np.ndarray:
+        v = np.array([1.0 + ("试用期" in text), 1.0 + ("年休假" in text), 1.0 + ("工资" in text)], np.float32)
+        return v / np.linalg.norm(v)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.array([self._vector(t) for t in texts], np.float32).reshape(-1, 3)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append((text, threading.current_thread().name))
+        return self._vector(text)
+
+
+def _stages(sink: MemorySink) -> list[tuple[object, ...]]:
+    t = sink.traces[-1]
+    return [(s.name, s.status, s.calls, s.counts, s.data) for s in ordered_stages(t)]
+
+
+def test_a_known_question_is_not_embedded_again_and_finds_the_same_hits_and_trace(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    embedder, sink = Recording(), MemorySink()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, tracing={"enabled": True})
+    with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        kb.searcher.inline_embed_s = 0.0  # never fast enough: every new question goes to the dense worker
+        first = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)
+        traced_first = _stages(sink)
+        again = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)  # its vector is known: no embedding
+        traced_again = _stages(sink)
+        dense = kb.retrieve("年休假几天", mode="dense", top_k=2)
+    assert [q for q, _ in embedder.queries] == ["试用期最长多久", "年休假几天"]
+    assert all(thread.startswith("zhiku-dense") for _, thread in embedder.queries)
+    assert again.hits == first.hits and (again.bm25, again.dense) == (first.bm25, first.dense)
+    assert [h.chunk.section for h in first.hits][0].endswith("第十九条")
+    assert traced_again == traced_first
+    assert [s[0] for s in traced_first] == ["parse", "bm25", "dense", "fusion", "rerank"]
+    assert dense.hits[0].chunk.section == "职工带薪年休假条例 > 第三条、第五条"
+
+
+def test_a_fast_embedder_runs_on_the_callers_thread_with_the_same_results(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, tracing={"enabled": True})
+    found = {}
+    for limit in (0.0, 1e9):  # never / always fast enough (after the first question has been timed)
+        embedder, sink = Recording(), MemorySink()
+        with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+            if limit == 0.0:
+                kb.ingest([write_corpus(tmp_path / "docs")])
+            kb.searcher.inline_embed_s = limit
+            runs = [kb.retrieve(q, mode="hybrid", top_k=3) for q in ("拖欠工资", "试用期最长多久", "年休假几天")]
+            found[limit] = ([(r.hits, r.bm25, r.dense) for r in runs], _stages(sink), embedder.queries)
+    (slow_runs, slow_trace, slow_threads), (fast_runs, fast_trace, fast_threads) = found[0.0], found[1e9]
+    main = threading.current_thread().name
+    assert [t.startswith("zhiku-dense") for _, t in slow_threads] == [True] * 3
+    assert [t == main for _, t in fast_threads] == [False, True, True]  # the first one timed the embedder
+    assert fast_runs == slow_runs and fast_trace == slow_trace
+
+
+def test_query_vectors_keep_the_most_recently_used_questions_as_read_only_copies() -> None:
+    kept = QueryVectors(2)
+    a = np.array([1.0, 0.0], np.float32)
+    kept.put("a", a)
+    kept.put("b", np.array([0.0, 1.0], np.float32))
+    a[0] = 5.0  # the caller's array is not the one kept
+    got = kept.get("a")  # a is now the most recently used: c pushes b out
+    kept.put("c", np.array([0.6, 0.8], np.float32))
+    assert got is not None and got.tolist() == [1.0, 0.0] and not got.flags.writeable
+    assert kept.get("b") is None and kept.get("a") is not None and kept.get("c") is not None
