@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -261,7 +262,7 @@ class Searcher:
         dense: list[ScoredId],
         vector: np.ndarray | None,
         top_k: int,
-        by_clause: list[ScoredId],
+        by_clause: Sequence[ScoredId] = (),
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
@@ -351,7 +352,7 @@ class Searcher:
         vector: np.ndarray | None,
         top_k: int,
         keep: int,
-        by_clause: list[ScoredId],
+        by_clause: Sequence[ScoredId] = (),
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
         ranking (``retrieval.fill_dense``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
@@ -366,7 +367,8 @@ class Searcher:
                     seen = {x.chunk_id for x in dense}
                     missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
                     filled = self.store.dense_scores(vector, missing) if missing else {}
-                rankings, fill = [bm25, dense], [None, filled]
+                rankings: list[Sequence[ScoredId]] = [bm25, dense]
+                fill: list[dict[str, float] | None] = [None, filled]
                 if by_clause:  # the clause channel (retrieval.clause_weight)
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
                 order = zscore_fusion(rankings, weights=weights, fill=fill)[:keep]
