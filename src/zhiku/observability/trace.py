@@ -157,6 +157,10 @@ class Trace:
             return s
 
     def to_json(self) -> dict[str, Any]:
+        return self._record() | {"stages": [s.to_json() for s in ordered_stages(self)]}
+
+    def _record(self) -> dict[str, Any]:
+        """The sealed trace without its stages (``encode_line`` hands orjson the ``Stage`` objects themselves)."""
         self.seal()
         return {
             "trace_id": self.trace_id,
@@ -168,7 +172,6 @@ class Trace:
             "detail": self.detail,
             "attrs": self.attrs,
             "data": self.data,
-            "stages": [s.to_json() for s in ordered_stages(self)],
             "labels": self.labels,
         }
 
@@ -193,7 +196,8 @@ def encode_line(trace: Trace) -> bytes:
     """One trace as a compact UTF-8 JSON line: what ``JsonlSink`` appends. ``orjson`` (a dependency) encodes a
     query trace several times faster than ``json`` (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %); ``json``
     takes what it refuses (an int past 64 bits)."""
-    record = trace.to_json()
+    record = trace._record()
+    record["stages"] = ordered_stages(trace)  # dataclasses: orjson writes their fields without a dict each
     try:
         return orjson.dumps(record, default=_encodable, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
     except TypeError:
@@ -201,6 +205,8 @@ def encode_line(trace: Trace) -> bytes:
 
 
 def _encodable(value: Any) -> Any:
+    if isinstance(value, Stage):
+        return value.to_json()
     item = getattr(value, "item", None)  # a numpy scalar
     return item() if callable(item) else str(value)
 
@@ -364,7 +370,7 @@ def trace_files(path: Path, backups: int = 9) -> list[Path]:
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
-    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they ended:
+    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they started:
     writers append every ~0.2 s, so two processes' lines can land out of order); bad lines are skipped."""
     flush_traces()
     out: list[Trace] = []
@@ -381,4 +387,4 @@ def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> lis
                     break
         if len(out) >= limit:
             break
-    return sorted(out, key=lambda t: t.started_at + t.elapsed_ms / 1000, reverse=True)
+    return sorted(out, key=lambda t: t.started_at, reverse=True)  # stable: equal times keep the file's order
