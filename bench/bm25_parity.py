@@ -9,7 +9,8 @@ into ``--workdir`` (the original is never opened). On the copy, every question's
 their FTS5 document frequency as before (``BM25_MAX_DF``, ``BM25_MIN_DF``), top 100 by score then chunk id.
 Then the copy is opened by ``SQLiteStore`` (upgraded to schema 4, segments saved) and searched again. Reported:
 queries whose top 10 / top 100 chunk ids differ, the largest score difference, nDCG@10 of both (BEIR sets:
-relevance by source), and p50/p95 per query of both (one thread, warm).
+relevance by source), and p50/p95 per query of both (one thread, warm). ``--out FILE`` saves the new rankings
+(chunk ids and scores): ``bench/dense_parity.py --compare A.json B.json`` then compares two checkouts' rankings.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def old_search(conn: sqlite3.Connection, df: dict[str, int], n: int, terms: list
     return sorted(((cid, float(s)) for cid, s in rows), key=lambda h: (-h[1], h[0]))[:DEPTH]
 
 
-def run(folder: Path, index_root: Path, workdir: Path, tp: TextProcessor) -> dict[str, object]:
+def run(
+    folder: Path, index_root: Path, workdir: Path, tp: TextProcessor
+) -> tuple[dict[str, object], list[list[tuple[str, float]]]]:
     data = load_dataset(folder)
     index = workdir / folder.name
     shutil.rmtree(index, ignore_errors=True)
@@ -96,7 +99,7 @@ def run(folder: Path, index_root: Path, workdir: Path, tp: TextProcessor) -> dic
     for name, lat in (("old", old_ms), ("new", new_ms)):
         row[f"p50_ms_{name}"] = round(percentile(lat, 50), 2)
         row[f"p95_ms_{name}"] = round(percentile(lat, 95), 2)
-    return row
+    return row, new
 
 
 def main() -> None:
@@ -105,10 +108,17 @@ def main() -> None:
     ap.add_argument("--index-root", type=Path, required=True)
     ap.add_argument("--sets", nargs="+", default=["cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc"])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-bm25-parity"))
+    ap.add_argument(
+        "--out", type=Path, help="save the new rankings: compare two checkouts' with dense_parity.py --compare"
+    )
     args = ap.parse_args()
     tp = TextProcessor()
+    rankings = {}
     for name in args.sets:
-        print(json.dumps(run(args.data / name, args.index_root, args.workdir, tp), ensure_ascii=False), flush=True)
+        row, rankings[name] = run(args.data / name, args.index_root, args.workdir, tp)
+        print(json.dumps(row, ensure_ascii=False), flush=True)
+    if args.out is not None:
+        args.out.write_text(json.dumps({"queries": sum(map(len, rankings.values())), "sets": rankings}))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
 Uses only ``SQLiteStore`` and ``Searcher`` (hybrid, tracing off, no answer cache), so the same file measures any
 zhiku checkout (``PYTHONPATH=<checkout>/src``): the index is built by that checkout under ``--workdir``. Query
 vectors are random unit vectors (query embedding excluded); every query text is different (uncached).
+``--tracing`` wraps every search in a query trace as ``KnowledgeBase.retrieve`` does (stages, ranked candidates,
+rank changes, hits and chunk labels, ``tracing.detail`` lean), appended to ``<workdir>/traces.jsonl``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +42,41 @@ class RandomQueryVectors:
         return v / np.linalg.norm(v)
 
 
+def traced(searcher: Searcher, store: SQLiteStore, path: Path) -> Callable[..., object]:
+    """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds)."""
+    from zhiku.observability import tracing as tr
+
+    path.unlink(missing_ok=True)
+    tracer = tr.Tracer([tr.JsonlSink(path)])
+
+    def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
+        return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page} for c in store.get_chunks(ids)}
+
+    labels = tr.VersionedLabels(fetch, store.index_version)
+
+    def search(q: str, *, top_k: int, mode: str) -> object:
+        with tracer.trace("query", query=q, mode=mode, top_k=top_k) as t:
+            r = searcher.search(q, top_k=top_k, mode=mode)
+            if t is not None and hasattr(tr, "label_later"):
+                tr.label_later(t, r.hits, labels)
+            elif t is not None:  # a checkout from before label_later: rows and labels built here
+                t.data["hits"] = tr.hit_rows(r.hits)
+                tr.label_chunks(t, labels)
+        return r
+
+    return search
+
+
 def load(
-    searcher: Searcher, queries: list[str], clients: int, seconds: float, mode: str = "hybrid"
+    searcher: Searcher | Callable[..., object],
+    queries: list[str],
+    clients: int,
+    seconds: float,
+    mode: str = "hybrid",
 ) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
+    search = searcher.search if isinstance(searcher, Searcher) else searcher
     stop = time.perf_counter() + seconds
 
     def client(n: int) -> None:
@@ -52,7 +85,7 @@ def load(
         while time.perf_counter() < stop:
             q = rng.choice(queries)
             t = time.perf_counter()
-            searcher.search(q, top_k=10, mode=mode)
+            search(q, top_k=10, mode=mode)
             mine.append((time.perf_counter() - t) * 1000)
         with lock:
             latencies.extend(mine)
@@ -84,6 +117,7 @@ def main() -> None:
     ap.add_argument("--mode", default="hybrid", help="bm25, dense or hybrid")
     ap.add_argument("--dense-search", default=None, help="store.dense_search (a checkout without it: leave it out)")
     ap.add_argument("--max-concurrent", type=int, default=None, help="retrieval.max_concurrent (1024: ungated)")
+    ap.add_argument("--tracing", action="store_true", help="trace every search (a checkout with label_later)")
     args = ap.parse_args()
     import zhiku
 
@@ -97,10 +131,12 @@ def main() -> None:
     with SQLiteStore(index, read_only=True, **kwargs) as store:
         searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
         searcher.search(queries[0], top_k=10, mode="hybrid")
+        search = traced(searcher, store, args.workdir / "traces.jsonl") if args.tracing else searcher
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
             row.update(mode=args.mode, dense_search=args.dense_search or "default", max_concurrent=args.max_concurrent)
-            print(json.dumps({**row, **load(searcher, queries, clients, args.seconds, args.mode)}), flush=True)
+            row.update(tracing=args.tracing)
+            print(json.dumps({**row, **load(search, queries, clients, args.seconds, args.mode)}), flush=True)
         searcher.close()
 
 

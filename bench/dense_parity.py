@@ -9,7 +9,11 @@ Each index is copied to a temporary directory first (opening it for writing may 
 touched). Queries: the model's cached query vectors (``--cache``) plus ``--random`` random unit vectors, each
 searched for the top ``--k`` chunks. Identical rankings on every set mean an unchanged nDCG for the dense (and so
 the hybrid) path, whatever the questions. ``--compare`` prints, per set, how many queries have the same top 10
-and top ``k`` (ids in order) and the largest score difference.
+and top ``k`` (ids in order) and the largest score difference; with ``--fill N`` also ``dense_scores`` (z-score
+fusion's fill) of N chunks spread over the index, per query: ``same_fill`` counts queries with equal ids and
+floats; with ``--bm25-queries Q.jsonl`` also the BM25 top ``k`` of its first ``--bm25-n`` questions
+(``same_bm25``: the same ids in order and the same floats), e.g. on a ``bench/scale_latency.py`` build, where
+BM25 skips long postings (MaxScore) as it never does on the small dev sets.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ def query_vectors(cache: Path | None, model: str, n_random: int, dim: int) -> np
     return np.stack([r for r in rows if r.size == dim])
 
 
-def rank(index: Path, queries: np.ndarray, k: int, mode: str | None) -> list[list[tuple[str, float]]]:
+Ranked = list[list[tuple[str, float]]]
+
+
+def rank(
+    index: Path, queries: np.ndarray, k: int, mode: str | None, n_fill: int, terms: list[list[str]]
+) -> tuple[Ranked, Ranked, Ranked]:
+    """On a copy of ``index``: the dense top ``k`` of each query vector; ``dense_scores`` (the fill of z-score
+    fusion) of ``n_fill`` chunks spread over the index, per query; the BM25 top ``k`` of each of ``terms``."""
     from zhiku.stores.sqlite import SQLiteStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,7 +57,24 @@ def rank(index: Path, queries: np.ndarray, k: int, mode: str | None) -> list[lis
         shutil.copytree(index, copy)
         kwargs = {} if mode is None else {"dense_search": mode}
         with SQLiteStore(copy, **kwargs) as store:  # type: ignore[arg-type]
-            return [[(h.chunk_id, h.score) for h in store.dense_search(q, k)] for q in queries]
+            dense = [[(h.chunk_id, h.score) for h in store.dense_search(q, k)] for q in queries]
+            with store._read() as conn:
+                every = [c for (c,) in conn.execute("SELECT chunk_id FROM chunks ORDER BY chunk_id")]
+            ids = every[:: max(1, len(every) // max(n_fill, 1))][:n_fill]
+            fill = [sorted(store.dense_scores(q, ids).items()) for q in queries] if n_fill else []
+            bm25 = [[(h.chunk_id, h.score) for h in store.bm25_search(t, k)] for t in terms]
+    return dense, fill, bm25
+
+
+def bm25_terms(path: Path | None, n: int) -> list[list[str]]:
+    """The first ``n`` questions of a queries.jsonl as zhiku's query tokens (``TextProcessor``)."""
+    if path is None:
+        return []
+    from zhiku.text import TextProcessor
+
+    tp = TextProcessor()
+    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:n]
+    return [list(dict.fromkeys(t for t in tp.query_tokens(q) if t.strip())) for q in texts]
 
 
 def compare(a_path: Path, b_path: Path) -> None:
@@ -58,11 +86,13 @@ def compare(a_path: Path, b_path: Path) -> None:
         diff = max(
             (abs(s - t) for x, y in zip(ra, rb, strict=True) for (_, s), (_, t) in zip(x, y, strict=False)), default=0
         )
-        print(
-            json.dumps(
-                {"set": name, "queries": len(ra), "same_top10": top10, "same_topk": topk, "max_score_diff": diff}
-            )
-        )
+        row = {"set": name, "queries": len(ra), "same_top10": top10, "same_topk": topk, "max_score_diff": diff}
+        for key in ("fill", "bm25"):  # the same ids and the same floats (ids in order, for BM25)
+            fa, fb = a.get(key, {}).get(name), b.get(key, {}).get(name)
+            if fa and fb:
+                row[f"same_{key}"] = sum(x == y for x, y in zip(fa, fb, strict=True))
+                row[f"{key}_queries"] = len(fa)
+        print(json.dumps(row))
 
 
 def main() -> None:
@@ -75,6 +105,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--dense-search", help="store.dense_search (a checkout without the setting: leave it out)")
+    ap.add_argument("--fill", type=int, default=0, help="also dense_scores of this many chunks per query")
+    ap.add_argument("--bm25-queries", type=Path, help="also BM25 rankings of these questions (a queries.jsonl)")
+    ap.add_argument("--bm25-n", type=int, default=500, help="how many of them")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--compare", type=Path, nargs=2)
     args = ap.parse_args()
@@ -82,9 +115,13 @@ def main() -> None:
         compare(*args.compare)
         return
     queries = query_vectors(args.cache, args.model, args.random, args.dim)
-    sets = {s: rank(args.index_root / s, queries, args.k, args.dense_search) for s in args.sets}
-    args.out.write_text(json.dumps({"queries": len(queries), "sets": sets}))
-    print(f"{len(queries)} queries x {len(sets)} sets -> {args.out}")
+    terms = bm25_terms(args.bm25_queries, args.bm25_n)
+    found = {s: rank(args.index_root / s, queries, args.k, args.dense_search, args.fill, terms) for s in args.sets}
+    out: dict[str, object] = {"queries": len(queries)}
+    for n, key in enumerate(("sets", "fill", "bm25")):
+        out[key] = {s: ranked[n] for s, ranked in found.items()}
+    args.out.write_text(json.dumps(out))
+    print(f"{len(queries)} queries x {len(found)} sets -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ Recall@100 and MRR@10 come from ``zhiku.evaluation.metrics``. Each stack runs in
 one core (BLAS/OpenMP/Lance threads 1), so its peak RSS is its own: build (no embedding; timed), size on disk,
 the scored pass (top 100, every query), then the latency pass (top 10, ``--latency-queries`` spread over the set,
 warm; query embedding excluded — peers get their query tokens ready-made, zhiku segments the query inside its
-timing). ``p`` is a paired randomisation test (10,000 sign flips) of per-query nDCG@10 against zhiku.
+timing): wall time, and CPU time of all the child's threads (what a query costs; a loaded machine inflates it far
+less than wall time). ``p`` is a paired randomisation test (10,000 sign flips) of per-query nDCG@10 against zhiku.
 """
 
 from __future__ import annotations
@@ -170,17 +171,20 @@ def child(stack_key: str, work: Path, latency_queries: int) -> None:
     stack.build(corpus, where)
     build_s = time.perf_counter() - t
     rankings = [stack.search(q, DEPTH) for q in queries]  # the scored pass; it also warms every stack
-    latencies = []
+    latencies, cpu = [], []
     for q in queries[:: max(1, len(queries) // latency_queries)]:  # evenly spread over the set
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         stack.search(q, 10)
         latencies.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)  # every thread's: what a query costs, whatever the load
     out = {
         "stack": stack.name,
         "build_s": round(build_s, 2),
         "disk_mb": round(disk_bytes(where) / 1e6, 1),
         "p50_ms": round(percentile(latencies, 50), 2),
         "p95_ms": round(percentile(latencies, 95), 2),
+        "cpu_p50_ms": round(percentile(cpu, 50), 2),
+        "cpu_p95_ms": round(percentile(cpu, 95), 2),
         "peak_rss_mb": round(peak_rss_mb()),
         "inputs_rss_mb": round(base_rss),
         "rankings": rankings,
@@ -269,6 +273,7 @@ def run_set(name: str, args: argparse.Namespace) -> list[Row]:
         means = dict(zip(METRICS, scores[k].mean(axis=0), strict=True))
         p = randomisation_p(scores[k][:, 0], scores["zhiku"][:, 0]) if "zhiku" in scores and k != "zhiku" else None
         figures = {f: r[f] for f in ("build_s", "disk_mb", "p50_ms", "p95_ms", "peak_rss_mb", "inputs_rss_mb")}
+        figures |= {f: r.get(f, float("nan")) for f in ("cpu_p50_ms", "cpu_p95_ms")}
         figures |= {"load_avg_1m": r.get("load_avg_1m", "?"), "chunks": len(corpus.chunks), "queries": len(queries)}
         rows.append(Row(name, k, r["stack"], means, p, figures))
     return rows
@@ -315,31 +320,41 @@ def run_scale(size: int, args: argparse.Namespace) -> list[Row]:
         r = kept(k, work) if k in args.keep else run_child(k, work, args)
         if r is not None:
             figures = {f: r[f] for f in ("build_s", "disk_mb", "p50_ms", "p95_ms", "peak_rss_mb", "inputs_rss_mb")}
+            figures |= {f: r.get(f, float("nan")) for f in ("cpu_p50_ms", "cpu_p95_ms")}
             figures |= {"load_avg_1m": r.get("load_avg_1m", "?"), "chunks": size, "queries": len(queries)}
             rows.append(Row(f"scale {size:,}", k, r["stack"], dict.fromkeys(METRICS, float("nan")), None, figures))
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    head = "| set | stack | nDCG@10 | Recall@100 | MRR@10 | p vs zhiku | p50 ms | p95 ms | build s | disk MB | peak RSS MB (inputs) | load |"
-    lines = [head, "|" + "---|" * 12]
+    head = (
+        "| set | stack | nDCG@10 | Recall@100 | MRR@10 | p vs zhiku | p50 ms | p95 ms | CPU p50 / p95 ms | build s "
+        "| disk MB | peak RSS MB (inputs) | load |"
+    )
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         f, m = r.figures, r.metrics
         p = "–" if r.p_vs_zhiku is None else f"{r.p_vs_zhiku:.4f}"
         q = " | ".join("–" if np.isnan(m[x]) else f"{m[x]:.4f}" for x in METRICS)
         lines.append(
             f"| {r.dataset} | {r.stack} | {q} | {p} | "
-            f"{f['p50_ms']:.2f} | {f['p95_ms']:.2f} | {f['build_s']:.1f} | {f['disk_mb']:.1f} | "
+            f"{f['p50_ms']:.2f} | {f['p95_ms']:.2f} | {_cpu(f)} | {f['build_s']:.1f} | {f['disk_mb']:.1f} | "
             f"{f['peak_rss_mb']} ({f['inputs_rss_mb']}) | {f['load_avg_1m']} |"
         )
     return "\n".join(lines)
+
+
+def _cpu(figures: dict[str, Any]) -> str:
+    """CPU time per query (every thread's), p50 / p95; "–" for results kept from before it was measured."""
+    a, b = figures.get("cpu_p50_ms", float("nan")), figures.get("cpu_p95_ms", float("nan"))
+    return "–" if np.isnan(a) else f"{a:.2f} / {b:.2f}"
 
 
 def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for pkg in ("zhiku", "chromadb", "rank_bm25", "lancedb", "pyarrow", "pymilvus", "milvus-lite", "bm25s"):
+    for pkg in ("zhiku", "numkong", "chromadb", "rank_bm25", "lancedb", "pyarrow", "pymilvus", "milvus-lite", "bm25s"):
         try:
             out.append(f"{pkg} {version(pkg)}")
         except PackageNotFoundError:

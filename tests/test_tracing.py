@@ -10,6 +10,7 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
@@ -201,6 +202,7 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     fusion = q.stage("fusion")
     assert fusion.counts == {"candidates": 4, "returned": 3}
     assert fusion.data["dense_filled"] == 0  # the dense channel found every chunk: no cosine to fill in
+    assert "clause_ranking" not in fusion.data  # one clause: no clause channel
     first = fusion.data["changes"][0]
     assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (
         1,
@@ -213,6 +215,13 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     assert fusion.data["summary"]["dropped"] == 1
     assert q.stage("bm25").data["ranking"][0]["source"] == "劳动合同法.md"
     assert [h["rank"] for h in q.data["hits"]] == [1, 2, 3] and q.data["hits"][0]["section"] == SEC_PROBATION
+
+    kb.query("试用期最长多久，年休假有几天", top_k=3)  # two clauses: the clause channel scores all 4 candidates
+    q = read_traces(tmp_path / "idx" / TRACE_FILE)[0]
+    assert q.stage("fusion").counts["clause_candidates"] == 4
+    ranking = q.stage("fusion").data["clause_ranking"]
+    assert [r["rank"] for r in ranking] == [1, 2, 3, 4] and len({r["chunk_id"] for r in ranking}) == 4
+    assert {r["source"] for r in ranking} == {"劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"}
     for s in q.stages:
         assert s.elapsed_ms >= 0 and s.start_ms >= 0
     line = (tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1]
@@ -360,7 +369,7 @@ def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
         calls.append(list(ids))
         return {i: {"source": f"{i}.md", "v": version[0]} for i in ids if i != "gone"}
 
-    labels = VersionedLabels(fetch, lambda: version[0], max_items=3)
+    labels = VersionedLabels(fetch, lambda: version[0], max_items=3, recheck_s=0.0)
     assert labels(["a", "b"]) == {"a": {"source": "a.md", "v": 7}, "b": {"source": "b.md", "v": 7}}
     assert labels(["b", "c", "gone"]) == {"b": {"source": "b.md", "v": 7}, "c": {"source": "c.md", "v": 7}}
     assert calls == [["a", "b"], ["c", "gone"]]  # b was known; an id the index lacks is asked again, not invented
@@ -370,3 +379,153 @@ def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
     labels(["b", "c", "d"])  # 4 known > max_items 3: the next call starts afresh
     labels(["a"])
     assert calls[-2:] == [["b", "c", "d"], ["a"]]
+
+
+# ------------------------------------------------------------------- a designed index, exact traces
+# Six one-paragraph documents, all five words long. BM25 ("zeta"): the four that hold it, by how often:
+# a1 (4×) > b2 (3×) > c3 (2×) > d4 (1×). Dense (DesignedEmbedder): cosine to the query a1 .4, b2 .5, c3 .7,
+# d4 .6, e5 .8, f6 .9, so the dense order is f6, e5, c3, d4, b2, a1. RRF (k=60) over both:
+# c3 1/63+1/63 = .031746 > a1 1/61+1/66 = .031545 > b2 1/62+1/65 = .031514 > d4 1/64+1/64 = .031250
+# > f6 1/61 > e5 1/62; the top 3 are c3, a1, b2.
+DESIGNED = {
+    "a1.md": ("zeta zeta zeta zeta alpha", 0.4),
+    "b2.md": ("zeta zeta zeta bravo bravo", 0.5),
+    "c3.md": ("zeta zeta charlie charlie charlie", 0.7),
+    "d4.md": ("zeta delta delta delta delta", 0.6),
+    "e5.md": ("echo echo echo echo echo", 0.8),
+    "f6.md": ("foxtrot foxtrot foxtrot foxtrot foxtrot", 0.9),
+}
+
+
+class DesignedEmbedder:
+    """Vectors with a chosen cosine to every query: ``c·e0 + √(1−c²)·e_i`` for document i, ``e0`` for a query."""
+
+    name, dim = "designed-8", 8
+
+    def embed_query(self, text: str) -> np.ndarray:
+        v = np.zeros(self.dim, dtype=np.float32)
+        v[0] = 1.0
+        return v
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            [(i, cos)] = [(i, c) for i, (body, c) in enumerate(DESIGNED.values(), 1) if body.split()[-1] in text]
+            out[row, 0], out[row, i] = cos, (1 - cos * cos) ** 0.5
+        return out
+
+
+def designed_kb(kb_factory, tmp_path: Path, **overrides: object):  # noqa: ANN201
+    docs = tmp_path / "designed"
+    docs.mkdir()
+    for name, (body, _) in DESIGNED.items():
+        (docs / name).write_text(body + "\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx", embedder=DesignedEmbedder(), retrieval={"fusion": "rrf"}, **overrides)
+    kb.ingest([docs])
+    return kb
+
+
+def sources(rows: list[dict[str, object]]) -> list[object]:
+    return [r["source"] for r in rows]
+
+
+def test_designed_index_trace_has_exact_counts_ranks_and_rank_changes(kb_factory, tmp_path: Path) -> None:
+    kb = designed_kb(kb_factory, tmp_path)
+    hits = kb.retrieve("zeta", top_k=3).hits
+    assert [h.chunk.source for h in hits] == ["c3.md", "a1.md", "b2.md"]
+    kb.close()  # the writer drains on close
+    [q, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    assert q.detail == "lean" and [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank"]
+    bm25, dense, fusion = q.stage("bm25"), q.stage("dense"), q.stage("fusion")
+    assert bm25.counts == {"candidates": 4} and dense.counts == {"candidates": 6}
+    # lean: each channel lists its first top_k (3), with ranks and labels
+    assert sources(bm25.data["ranking"]) == ["a1.md", "b2.md", "c3.md"]
+    assert [r["rank"] for r in bm25.data["ranking"]] == [1, 2, 3]
+    assert sources(dense.data["ranking"]) == ["f6.md", "e5.md", "c3.md"]
+    assert [r["score"] for r in dense.data["ranking"]] == pytest.approx([0.9, 0.8, 0.7], abs=1e-5)
+    assert fusion.counts == {"candidates": 6, "returned": 3}
+    changes = [
+        (r["source"], r["rank_before"], r["rank_after"], r["delta"], r["status"], r["bm25_rank"], r["dense_rank"])
+        for r in fusion.data["changes"]
+    ]
+    assert changes == [
+        ("c3.md", 3, 1, 2, "up", 3, 3),
+        ("a1.md", 1, 2, -1, "down", 1, 6),
+        ("b2.md", 2, 3, -1, "down", 2, 5),
+        ("f6.md", 1, None, None, "dropped", None, 1),  # left the top 3: shown (it stood within it)
+        ("e5.md", 2, None, None, "dropped", None, 2),  # d4 (best rank 4) is counted, not shown
+    ]
+    assert fusion.data["summary"] == {
+        "moved_up": 1,
+        "moved_down": 2,
+        "unchanged": 0,
+        "new": 0,
+        "max_gain": 2,
+        "max_drop": 1,
+        "dropped": 3,
+    }
+    assert [(h["rank"], h["source"], h["fused_rank"], h["bm25_rank"], h["dense_rank"]) for h in q.data["hits"]] == [
+        (1, "c3.md", 1, 3, 3),
+        (2, "a1.md", 2, 1, 6),
+        (3, "b2.md", 3, 2, 5),
+    ]
+    assert set(q.labels) == {r["chunk_id"] for r in dense.data["ranking"] + fusion.data["changes"] + q.data["hits"]}
+
+
+def test_full_detail_lists_every_candidate_and_readers_see_what_was_written(kb_factory, tmp_path: Path) -> None:
+    kb = designed_kb(kb_factory, tmp_path, tracing={"detail": "full"})
+    memory = MemorySink()
+    kb.tracer = Tracer([*kb.tracer.sinks, memory], detail="full")  # the line is encoded before memory reads it
+    kb.retrieve("zeta", top_k=3, mode="bm25")
+    kb.close()
+    [written, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    [live] = memory.traces
+    assert written.detail == live.detail == "full"
+    ranking = written.stage("bm25").data["ranking"]
+    assert sources(ranking) == ["a1.md", "b2.md", "c3.md", "d4.md"] and written.stage("bm25").counts["candidates"] == 4
+    assert {s.name: s.status for s in written.stages}["fusion"] == "off"
+    for name in ("parse", "bm25", "dense", "fusion", "rerank"):  # the file holds what the live trace holds
+        assert (
+            written.stage(name).data == live.stage(name).data and written.stage(name).counts == live.stage(name).counts
+        )
+    assert written.data["hits"] == live.data["hits"] and sources(written.data["hits"]) == ["a1.md", "b2.md", "c3.md"]
+
+
+def test_fusion_record_equals_the_rank_change_rows_it_replaces() -> None:
+    import random
+
+    from zhiku.observability.rank_changes import fusion_record
+
+    rng = random.Random(13)
+    for _ in range(300):
+        pool = [f"c{i}" for i in range(rng.randint(0, 30))]
+        bm25 = ids(*rng.sample(pool, rng.randint(0, len(pool))))
+        dense = ids(*rng.sample(pool, rng.randint(0, len(pool))))
+        union = list(dict.fromkeys(x.chunk_id for x in bm25 + dense))
+        rng.shuffle(union)
+        fused, top_k = union[: rng.randint(0, len(union))] + (["new"] if rng.random() < 0.2 else []), rng.randint(1, 12)
+        rows = fusion_rank_changes(bm25, dense, fused)
+        assert fusion_record(bm25, dense, fused, top_k) == (
+            {"candidates": len(rows)},
+            changes_data(rows, keep_dropped_within=top_k),
+        )
+
+
+def test_traces_queued_at_exit_are_written(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / TRACE_FILE
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from zhiku.observability.tracing import JsonlSink, Tracer, span\n"
+        "tracer = Tracer([JsonlSink(Path(sys.argv[1]), interval_s=60)])\n"  # the writer would sleep a minute
+        "for n in range(50):\n"
+        "    with tracer.trace('query', query=f'q{n}'):\n"
+        "        with span('parse'):\n"
+        "            pass\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x)["attrs"]["query"] for x in lines] == [f"q{n}" for n in range(50)]

@@ -21,7 +21,7 @@ from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
 from zhiku.ingest.transforms.store import EnrichmentStore, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
-from zhiku.observability.tracing import Tracer, VersionedLabels, build_tracer, hit_rows, label_chunks, report_rows, span
+from zhiku.observability.tracing import Tracer, VersionedLabels, build_tracer, label_later, report_rows, span
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import judge
@@ -76,6 +76,7 @@ class KnowledgeBase:
         self.close()
 
     def close(self) -> None:
+        self.tracer.flush()  # queued traces are labelled from the store: write them before it closes
         if "searcher" in self.__dict__:
             self.searcher.close()
         if "enrichments" in self.__dict__:
@@ -287,11 +288,9 @@ class KnowledgeBase:
                 per_source_k=o.get("per_source_k"),
                 rerank=o.get("rerank"),
             )
-            if t is not None:  # make the trace readable on its own: sources and sections of every ranked chunk
-                t.data["hits"] = self.enrichments.label(hit_rows(r.hits))
-                t.data["rerank"] = r.rerank
-                t.data.update(rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
-                label_chunks(t, self._labels)
+            if t is not None:  # readable on its own: sources and sections of every ranked chunk (added at seal)
+                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
+                label_later(t, r.hits, self._labels)
         return r
 
     @cached_property

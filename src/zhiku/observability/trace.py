@@ -9,17 +9,23 @@ import atexit
 import fcntl
 import json
 import logging
-import queue
 import threading
 import weakref
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import orjson
+
+from zhiku.observability.columns import as_rows
+
 log = logging.getLogger(__name__)
 
 TRACE_FILE = "traces.jsonl"
+RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
+DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
 STAGES = (
     "parse",
     "bm25",
@@ -86,33 +92,87 @@ class Trace:
     elapsed_ms: float = 0.0
     status: str = "ok"  # ok | error
     error: str | None = None
+    detail: str = "full"  # lean | full: how many candidates a channel stage lists (``ranking_limit``)
+    labels: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # chunk id → source, section, page, …
     _t0: float = field(default=0.0, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _later: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
+    _sealing: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _sealed: bool = field(default=False, repr=False, compare=False)
+    _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
+        work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
+        no sink takes (tracing off) never runs it. Deferred work runs in the order it was added."""
+        if self._sealed:
+            self._run(fn)
+        else:
+            self._later.append(fn)
+
+    def seal(self) -> Trace:
+        """Run the deferred work, once (sinks and readers of a live trace call it; later calls return at once)."""
+        if not self._sealed:
+            with self._sealing:
+                if not self._sealed:
+                    for fn in self._later:
+                        self._run(fn)
+                    self._later.clear()
+                    self._sealed = True
+        return self
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as e:  # the trace loses that detail, never the query or its other stages
+            log.warning("trace %s: deferred %r failed: %s", self.trace_id, fn, e)
+
+    def ranking_limit(self) -> int:
+        """How many candidates a channel stage lists: ``RANKING_MAX`` (full) or the query's ``top_k`` (lean)."""
+        if self.detail == "full":
+            return RANKING_MAX
+        top_k = self.attrs.get("top_k")
+        return top_k if isinstance(top_k, int) and top_k > 0 else 10
+
+    def readable(self) -> Trace:
+        """Seal the trace and give it the shape readers use: every ``Columns`` turned into rows, labelled."""
+        self.seal()
+        self.data = {k: as_rows(v, self.labels) for k, v in self.data.items()}
+        for s in self.stages:
+            s.data = {k: as_rows(v, self.labels) for k, v in s.data.items()}
+        return self
 
     def stage(self, name: str) -> Stage | None:
-        return next((s for s in self.stages if s.name == name), None)
+        found = self._by_name.get(name)
+        return found if found is not None else next((s for s in self.stages if s.name == name), None)
 
     def _open(self, name: str, now: float) -> Stage:
         with self._lock:
-            found = self.stage(name)
+            found = self._by_name.get(name)
             if found is not None:
                 found.calls += 1
                 return found
-            s = Stage(name=name, start_ms=(now - self._t0) * 1000)
+            s = self._by_name[name] = Stage(name, (now - self._t0) * 1000)
             self.stages.append(s)
             return s
 
     def to_json(self) -> dict[str, Any]:
+        return self._record() | {"stages": [s.to_json() for s in ordered_stages(self)]}
+
+    def _record(self) -> dict[str, Any]:
+        """The sealed trace without its stages (``encode_line`` hands orjson the ``Stage`` objects themselves)."""
+        self.seal()
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": round(self.started_at, 3),
+            "started_at": round(self.started_at, 6),
             "elapsed_ms": round(self.elapsed_ms, 3),
             "status": self.status,
             "error": self.error,
+            "detail": self.detail,
             "attrs": self.attrs,
             "data": self.data,
-            "stages": [s.to_json() for s in ordered_stages(self)],
+            "labels": self.labels,
         }
 
     @classmethod
@@ -127,13 +187,36 @@ class Trace:
             elapsed_ms=float(d.get("elapsed_ms", 0.0)),
             status=str(d.get("status", "ok")),
             error=d.get("error"),
-        )
+            detail=str(d.get("detail", "full")),
+            labels=dict(d.get("labels") or {}),
+        ).readable()
+
+
+def encode_line(trace: Trace) -> bytes:
+    """One trace as a compact UTF-8 JSON line: what ``JsonlSink`` appends. ``orjson`` (a dependency) encodes a
+    query trace several times faster than ``json`` (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %); ``json``
+    takes what it refuses (an int past 64 bits)."""
+    record = trace._record()
+    record["stages"] = ordered_stages(trace)  # dataclasses: orjson writes their fields without a dict each
+    try:
+        return orjson.dumps(record, default=_encodable, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_encodable) + "\n").encode()
+
+
+def _encodable(value: Any) -> Any:
+    if isinstance(value, Stage):
+        return value.to_json()
+    item = getattr(value, "item", None)  # a numpy scalar
+    return item() if callable(item) else str(value)
 
 
 def ordered_stages(trace: Trace) -> list[Stage]:
     """Stages in pipeline order (parse, bm25, dense, fusion, rerank, answer; load … upsert), others after by start."""
-    order = {name: i for i, name in enumerate(STAGES)}
-    return sorted(trace.stages, key=lambda s: (order.get(s.name, len(order)), s.start_ms))
+    return sorted(trace.stages, key=lambda s: (_ORDER.get(s.name, len(_ORDER)), s.start_ms))
+
+
+_ORDER = {name: i for i, name in enumerate(STAGES)}
 
 
 # --------------------------------------------------------------------------------------------- spans
@@ -153,30 +236,49 @@ class MemorySink:
         self.traces: list[Trace] = []
 
     def write(self, trace: Trace) -> None:
-        self.traces.append(trace)
+        self.traces.append(trace.readable())
 
 
 class JsonlSink:
     """Appends one JSON line per trace to ``path``; rotates to ``path.1`` … ``path.N`` past ``max_bytes``.
 
-    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``. With
-    ``background=True`` (the default) ``write`` only queues the trace: one writer thread serialises and appends
-    what is queued, so a query neither pays for the JSON nor waits for another query's ``flock``. Readers in
-    this process (``read_traces``) and interpreter exit flush the queue first.
+    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``. ``write``
+    seals and encodes the trace in the caller's thread (a few tens of µs) and, with ``background=True`` (the
+    default), only queues the line: a writer thread wakes every ``interval_s`` (or once ``BATCH`` lines wait) and
+    appends what is queued under one ``flock``, so a query never waits for a file lock or the disk, and the writer
+    holds the GIL only between its system calls. Encoding in the writer was measured and lost: queued traces
+    keep their rankings and hits alive, and the garbage collector's extra passes over them cost more than the
+    encoding (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %). Readers in this process (``read_traces``),
+    ``KnowledgeBase.close`` and interpreter exit flush the queue first.
     """
 
-    def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3, background: bool = True) -> None:
+    BATCH = 256
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_bytes: int = 10_000_000,
+        backups: int = 3,
+        background: bool = True,
+        interval_s: float = 0.2,
+    ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
         self.background = background
-        self._queue: queue.Queue[Trace] = queue.Queue()
+        self.interval_s = interval_s
+        self._pending: deque[bytes] = deque()  # append and popleft are atomic: no lock on a query's path
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._busy = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
     def write(self, trace: Trace) -> None:
+        line = encode_line(trace)
         if not self.background:
-            self._append([trace])
+            self._append([line])
             return
         if self._thread is None:
             with self._start_lock:
@@ -184,47 +286,59 @@ class JsonlSink:
                     _PENDING.add(self)
                     self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
                     self._thread.start()
-        self._queue.put(trace)
+        self._pending.append(line)
+        if len(self._pending) >= self.BATCH:
+            self._wake.set()
 
     def flush(self) -> None:
         """Wait until every queued trace is in the file."""
-        if self._thread is not None:
-            self._queue.join()
+        if self._thread is None:
+            return
+        with self._idle:
+            while self._pending or self._busy:
+                self._wake.set()
+                self._idle.wait(1.0)
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < 256:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            with self._idle:
+                batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.BATCH))]
+                self._busy = bool(batch)
+                if len(self._pending) >= self.BATCH:
+                    self._wake.set()
             try:
-                self._append(batch)
+                if batch:
+                    self._append(batch)
             except Exception as e:  # a full disk must never stop the writer (or fail a query)
                 log.warning("could not write %d trace(s) to %s: %s", len(batch), self.path, e)
             finally:
-                for _ in batch:
-                    self._queue.task_done()
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
 
-    def _append(self, traces: list[Trace]) -> None:
-        lines = [
-            (json.dumps(t.to_json(), ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-            for t in traces
-        ]
-        for line in lines:
-            with open(self.path, "ab") as f:
-                fcntl.flock(f, fcntl.LOCK_EX)
-                try:
-                    size = f.seek(0, 2)
+    def _append(self, lines: list[bytes]) -> None:
+        while lines:
+            lines = self._append_until_full(lines)
+
+    def _append_until_full(self, lines: list[bytes]) -> list[bytes]:
+        """Append ``lines`` under one ``flock``; past ``max_bytes`` rotate and return the lines not written."""
+        with open(self.path, "ab") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                size = f.seek(0, 2)
+                for n, line in enumerate(lines):
                     if size and size + len(line) > self.max_bytes:
+                        f.flush()
                         self._rotate()
-                        with open(self.path, "ab") as fresh:
-                            fresh.write(line)
-                    else:
-                        f.write(line)
-                finally:
-                    fcntl.flock(f, fcntl.LOCK_UN)
+                        return lines[n:]
+                    f.write(line)
+                    size += len(line)
+                f.flush()
+                return []
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def _rotate(self) -> None:
         if self.backups <= 0:
@@ -256,7 +370,8 @@ def trace_files(path: Path, backups: int = 9) -> list[Path]:
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
-    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first; bad lines are skipped."""
+    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they started:
+    writers append every ~0.2 s, so two processes' lines can land out of order); bad lines are skipped."""
     flush_traces()
     out: list[Trace] = []
     for f in trace_files(Path(path)):
@@ -269,5 +384,7 @@ def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> lis
             if kind is None or t.kind == kind:
                 out.append(t)
                 if len(out) >= limit:
-                    return out
-    return out
+                    break
+        if len(out) >= limit:
+            break
+    return sorted(out, key=lambda t: t.started_at, reverse=True)  # stable: equal times keep the file's order

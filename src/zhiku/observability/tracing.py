@@ -18,13 +18,14 @@ Rank tracking (fusion, rerank) is a set of small pure functions in ``zhiku.obser
 from __future__ import annotations
 
 import logging
+import random
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from zhiku.observability.columns import Columns
 from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: tracing is where stages record rank changes)
     RankChange,
     RankSummary,
@@ -34,6 +35,8 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     summarize_changes,
 )
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
+    DETAILS,
+    RANKING_MAX,
     STAGES,
     TRACE_FILE,
     JsonlSink,
@@ -50,7 +53,6 @@ from zhiku.types import Hit, IngestReport, ScoredId
 
 log = logging.getLogger(__name__)
 
-RANKING_MAX = 50  # channel candidates kept per stage in a trace (the rest are counted, not listed)
 
 _current: ContextVar[Trace | None] = ContextVar("zhiku_trace", default=None)
 
@@ -77,22 +79,40 @@ class _Span:
             self.stage.data["error"] = f"{type(exc).__name__}: {exc}"
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
-        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists are extended)."""
-        s = self.stage
-        with self._trace._lock:
-            for k, v in (counts or {}).items():
-                s.counts[k] = s.counts.get(k, 0) + int(v)
-            if status is not None:
-                s.status = status
-            for k, v in data.items():
-                if isinstance(v, list) and isinstance(s.data.get(k), list):
-                    s.data[k].extend(v)
-                else:
-                    s.data[k] = v
+        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
+        _record(self._trace, self.stage, counts, status, data)
 
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
-        """Record a channel's candidates: ``counts.candidates`` and the first ``RANKING_MAX`` as rows."""
-        self.set(counts={"candidates": len(items)}, ranking=ranking_rows(items), **data)
+        """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
+        trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
+        self.set(counts={"candidates": len(items)}, **data)
+        self.later(lambda: ({}, {"ranking": ranking_columns(items, self._trace.ranking_limit())}))
+
+    def later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
+        """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``): for
+        what only a written trace needs (rank changes). ``record`` must only read values that do not change."""
+        self._trace.defer(lambda: self._set_later(record))
+
+    def _set_later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
+        counts, data = record()
+        self.set(counts=counts, **data)
+
+
+def _record(
+    trace: Trace, s: Stage, counts: Mapping[str, int] | None, status: str | None, data: Mapping[str, Any]
+) -> None:
+    with trace._lock:
+        if counts:
+            for k, v in counts.items():
+                s.counts[k] = s.counts.get(k, 0) + int(v)
+        if status is not None:
+            s.status = status
+        for k, v in data.items():
+            old = s.data.get(k)
+            if isinstance(v, (list, Columns)) and type(old) is type(v):
+                old.extend(v)
+            else:
+                s.data[k] = v
 
 
 class _NoSpan:
@@ -113,6 +133,9 @@ class _NoSpan:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         return None
 
+    def later(self, record: Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]) -> None:
+        return None
+
 
 NOOP = _NoSpan()
 
@@ -127,24 +150,38 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
     """Record a stage that did not run (``{"status": "off"}``), e.g. rerank while no reranker exists."""
     t = _current.get()
     if t is not None:
-        with _Span(t, name) as sp:
-            sp.set(status=status, **data)
+        _record(t, t._open(name, time.perf_counter()), None, status, data)
 
 
 def current() -> Trace | None:
     return _current.get()
 
 
-def ranking_rows(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> list[dict[str, Any]]:
-    return [{"chunk_id": x.chunk_id, "rank": x.rank, "score": round(float(x.score), 6)} for x in items[:limit]]
+def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Columns:
+    """A channel's first ``limit`` candidates as columns: ``chunk_id``, ``rank``, ``score``."""
+    first = items[:limit]
+    return Columns(
+        {
+            "chunk_id": [x.chunk_id for x in first],
+            "rank": [x.rank for x in first],
+            "score": [round(float(x.score), 6) for x in first],
+        }
+    )
+
+
+def _trace_id() -> str:
+    """16 hex digits from ``random`` (seeded from ``os.urandom``, reseeded in a forked child): an id, not a
+    secret; ``uuid4`` reads ``os.urandom`` on every call (~7× slower)."""
+    return f"{random.getrandbits(64):016x}"
 
 
 class _Root:
     """Opens a new trace, makes it current, and hands it to the sinks when the block ends."""
 
-    def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any]) -> None:
+    def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
-        self._trace = Trace(kind=kind, trace_id=uuid.uuid4().hex[:16], started_at=time.time(), attrs=attrs)
+        self._capture = capture
+        self._trace = Trace(kind, _trace_id(), time.time(), attrs, detail=tracer.detail)
 
     def __enter__(self) -> Trace:
         self._trace._t0 = time.perf_counter()
@@ -157,6 +194,8 @@ class _Root:
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
         if exc is not None:
             t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
+        if self._capture:  # the caller reads it (``--verbose``, the dashboard): complete it now, as rows
+            t.readable()
         self._tracer.emit(t)
 
 
@@ -192,8 +231,11 @@ _NO_TRACE = _NoTrace()
 class Tracer:
     """Opens traces and writes finished ones to its sinks; with no sinks it is off (and costs nothing)."""
 
-    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
+    def __init__(self, sinks: Sequence[Sink] = (), *, detail: str = "lean") -> None:
+        if detail not in DETAILS:
+            raise ValueError(f"tracing detail {detail!r}: use one of {', '.join(DETAILS)}")
         self.sinks = tuple(sinks)
+        self.detail = detail
 
     @property
     def enabled(self) -> bool:
@@ -210,7 +252,14 @@ class Tracer:
             return _Join(outer, attrs)
         if not self.sinks and not capture:
             return _NO_TRACE
-        return _Root(self, kind, attrs)
+        return _Root(self, kind, attrs, capture)
+
+    def flush(self) -> None:
+        """Wait until the sinks that write in the background have written every trace handed to them."""
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()
 
     def emit(self, trace: Trace) -> None:
         for sink in self.sinks:
@@ -223,7 +272,9 @@ class Tracer:
 class VersionedLabels:
     """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), remembered for one index
     version: a chunk id's labels do not change until the index does, so a traced query looks up only the chunks
-    no earlier query labelled. ``version()`` is the store's ``index_version``; at most ``max_items`` are kept.
+    no earlier query labelled. ``version()`` is the store's ``index_version``, read at most every ``recheck_s``
+    (a trace written within that time of a write may carry a changed chunk's old labels); at most ``max_items``
+    are kept.
     (A document's enrichments are stored just after its chunks: a query traced in between labels that document's
     chunks without them until the next write. Traces only; answers never read these labels.)"""
 
@@ -232,12 +283,18 @@ class VersionedLabels:
         fetch: Callable[[list[str]], Mapping[str, Mapping[str, Any]]],
         version: Callable[[], int],
         max_items: int = 100_000,
+        recheck_s: float = 0.5,
     ) -> None:
-        self._fetch, self._version, self._max = fetch, version, max_items
+        self._fetch, self._version, self._max, self._recheck_s = fetch, version, max_items, recheck_s
         self._state: tuple[int, dict[str, Mapping[str, Any]]] = (-1, {})
+        self._checked = (-1.0, -1)  # (when, version): the version is read at most every recheck_s (~11 µs a read)
 
     def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
-        version = self._version()
+        now = time.monotonic()
+        when, version = self._checked
+        if now - when >= self._recheck_s or when < 0:
+            version = self._version()
+            self._checked = (now, version)
         state = self._state
         if state[0] != version or len(state[1]) > self._max:
             state = self._state = (version, {})  # one swap: a query still filling the old dict changes nothing
@@ -249,20 +306,30 @@ class VersionedLabels:
 
 
 def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]) -> None:
-    """Add each chunk's ``source``/``section``/``page`` to every row with a ``chunk_id`` in the stages' data."""
-    rows = [
-        row
-        for s in trace.stages
-        for v in s.data.values()
-        if isinstance(v, list)
-        for row in v
-        if isinstance(row, dict) and "chunk_id" in row
-    ]
-    if not rows:
-        return
-    labels = lookup(sorted({r["chunk_id"] for r in rows}))
-    for row in rows:
-        row.update(labels.get(row["chunk_id"], {}))
+    """Put the labels (``lookup``: source, section, page, enrichment) of every chunk the trace lists, in its
+    stages' data and its own (columns or rows with a ``chunk_id``), in ``trace.labels``: readers add them to
+    the rows (``Trace.readable``), and the line names each chunk's labels once."""
+    ids: set[str] = set()
+    for data in [s.data for s in trace.stages] + [trace.data]:
+        for v in data.values():
+            if type(v) is Columns:
+                ids.update(v.cols.get("chunk_id", ()))
+            elif type(v) is list and v and type(v[0]) is dict:
+                ids.update([r["chunk_id"] for r in v if "chunk_id" in r])
+    if ids:
+        trace.labels.update(lookup(sorted(ids)))
+
+
+def label_later(
+    trace: Trace, hits: Sequence[Hit], lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
+) -> None:
+    """When the trace is sealed: ``data.hits`` as columns, and the labels of every chunk the trace lists."""
+
+    def label() -> None:
+        trace.data["hits"] = hit_columns(hits)
+        label_chunks(trace, lookup)
+
+    trace.defer(label)
 
 
 def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
@@ -274,29 +341,26 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
         from zhiku.observability.otel import OtelSink
 
         sinks.append(OtelSink())
-    return Tracer(sinks)
+    return Tracer(sinks, detail=settings.detail)
 
 
-def hit_rows(hits: Sequence[Hit]) -> list[dict[str, Any]]:
-    """The final hits of a query as trace rows (rank, ids, every channel's evidence)."""
-    return [
-        {
-            "rank": n,
-            "chunk_id": h.chunk.chunk_id,
-            "source": h.chunk.source,
-            "section": h.chunk.section,
-            "page": h.chunk.page,
-            "score": round(h.score, 6),
-            "bm25_rank": h.bm25_rank,
-            "bm25_score": None if h.bm25_score is None else round(h.bm25_score, 6),
-            "dense_rank": h.dense_rank,
-            "dense_score": None if h.dense_score is None else round(h.dense_score, 6),
-            "fused_rank": h.fused_rank,
-            "rerank_score": None if h.rerank_score is None else round(h.rerank_score, 6),
-            "rerank_sigmoid": None if h.rerank_sigmoid is None else round(h.rerank_sigmoid, 6),
-        }
-        for n, h in enumerate(hits, 1)
+_HIT_FIELDS: tuple[str, ...] = ("chunk_id", "source", "section", "page", "score", "bm25_rank", "bm25_score")
+_HIT_FIELDS += ("dense_rank", "dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
+_ROUNDED = frozenset({"score", "bm25_score", "dense_score", "rerank_score", "rerank_sigmoid"})
+
+
+def hit_columns(hits: Sequence[Hit]) -> Columns:
+    """The final hits of a query as trace columns (rank, ids, every channel's evidence; scores to 6 places)."""
+    rows = [
+        (c.chunk_id, c.source, c.section, c.page, h.score, h.bm25_rank, h.bm25_score)
+        + (h.dense_rank, h.dense_score, h.fused_rank, h.rerank_score, h.rerank_sigmoid)
+        for h in hits
+        for c in (h.chunk,)
     ]
+    cols: dict[str, list[Any]] = {"rank": list(range(1, len(hits) + 1))}
+    for name, values in zip(_HIT_FIELDS, zip(*rows, strict=True) if rows else [()] * len(_HIT_FIELDS), strict=True):
+        cols[name] = [None if v is None else round(v, 6) for v in values] if name in _ROUNDED else list(values)
+    return Columns(cols)
 
 
 def report_rows(report: IngestReport) -> dict[str, Any]:

@@ -26,12 +26,12 @@ import os
 import re
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from zhiku.stores._bm25_query import K1, B, QueryTerm, dead_in, score
+from zhiku.stores._bm25_query import K1, B, QueryTerm, TermCache, dead_in, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._vector_files import pid_alive, top_rowid
 
@@ -168,6 +168,7 @@ class BM25Snapshot:
     n_live: int
     avgdl: float
     dead: np.ndarray  # int64, sorted: rowids 1…top that are not live
+    terms: TermCache = field(default_factory=TermCache, compare=False, repr=False)  # query terms seen
 
     @classmethod
     def of(
@@ -217,12 +218,18 @@ class BM25Snapshot:
                         os.close(fd)
 
     def term(self, term: str) -> QueryTerm:
-        """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it."""
+        """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it; kept
+        for the next queries (``TermCache``)."""
+        cached = self.terms.get(term)
+        if cached is not None:
+            return cached
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
         df = sum(r.size - dead_in(r, self.dead, self.live) for r, *_ in found)
         parts = tuple((r, t) for r, t, *_ in found)
-        return QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
+        out = QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
+        self.terms.put(out)
+        return out
 
     def search(
         self, terms: Sequence[str], top_k: int, mask: np.ndarray | None, prune: tuple[float, int] = (1.0, 0)

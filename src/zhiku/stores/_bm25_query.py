@@ -12,8 +12,8 @@ same floating-point sums as scoring every row), reading the skipped terms' posti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ LONG_FRACTION = 64  # a term in more than 1/64 of the rows (and in more than LON
 LONG_MIN = 4096
 _MARGIN = 1e-9  # relative slack on every bound (floating-point sums in another order)
 _SEARCH_COST = 24  # a binary search costs about this many steps of a scan
+CACHE_POSTINGS = 2_000_000  # postings of query terms a snapshot keeps (scored: 16 bytes each)
 SLACK_SHARE = 0.75  # skipped terms may add at most this share of θ: the rows left to score exactly stay few
 
 
@@ -37,10 +38,27 @@ class QueryTerm:
     df: int  # live rows containing it
     max_tf: int
     min_dl: int
+    memo: list[tuple[object, ...]] = field(default_factory=list, compare=False, repr=False)  # see ``scored``
+
+    @property
+    def size(self) -> int:
+        """Postings over every segment (live or not)."""
+        return sum(r.size for r, _ in self.parts)
 
     def idf(self, n: int) -> float:
         idf = math.log((n - self.df + 0.5) / (self.df + 0.5))
         return idf if idf > 0 else IDF_FLOOR
+
+    def scored(self, n: int, norm: np.ndarray, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """All live rows containing the term (int64) and its score in each (``weights``), kept for the next query
+        with the same ``n``, ``norm`` and ``live`` (a snapshot's: ``BM25Snapshot`` keeps its terms)."""
+        memo = self.memo[0] if self.memo else None
+        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
+            return memo[3], memo[4]  # type: ignore[return-value]
+        rows, tfs = self.gathered(live)
+        out = rows, weights(self.idf(n), tfs, norm[rows])
+        self.memo[:] = [(norm, live, n, *out)]
+        return out
 
     def gathered(self, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """All live rows containing the term (int64) and their tfs (float64)."""
@@ -51,26 +69,70 @@ class QueryTerm:
             rows, tfs = rows[keep], tfs[keep]
         return rows, tfs.astype(np.float64)
 
-    def add_to(self, exact: np.ndarray, cand: np.ndarray, slot: np.ndarray, idf: float, norm: np.ndarray) -> None:
-        """Add the term's score to ``exact[i]`` for each candidate row ``cand[i]`` (sorted) containing it. Few
+    def found_in(
+        self, cand: np.ndarray, slot: Callable[[], np.ndarray], n: int, norm: np.ndarray, live: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates containing the term (indexes into ``cand``, rows sorted) and its score in each: from its
+        scored rows when this query or an earlier one computed them (``scored``), else from the postings. Few
         candidates against a long list are looked up by binary search (reading a few pages of the postings);
-        otherwise the postings are scanned through ``slot`` (row → index into ``cand``, -1 elsewhere)."""
-        for rows, tfs in self.parts:  # a row is in one part: one addition per term
+        otherwise the list is scanned through ``slot()`` (row → index into ``cand``, -1 elsewhere)."""
+        memo = self.memo[0] if self.memo else None
+        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
+            rows, each = memo[3], memo[4]
+            at, found = _lookup(cand, 0, cand.size, rows, slot)  # type: ignore[arg-type]
+            return at, each[found]  # type: ignore[index]
+        ats, scores, idf = [], [], self.idf(n)
+        for rows, tfs in self.parts:  # a row is in one part: one score per term
             if rows.size == 0:
                 continue
             a, b = np.searchsorted(cand, (int(rows[0]), int(rows[-1]) + 1))
             if a == b:
                 continue
-            if (b - a) * _SEARCH_COST < rows.size:
-                pos = np.searchsorted(rows, cand[a:b].astype(np.uint32))
-                hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
-                at, found = np.arange(a, b)[hit], pos[hit]
-            else:
-                at = slot[rows]
-                found = np.flatnonzero(at >= 0)
-                at = at[found]
-            if at.size:
-                exact[at] += weights(idf, tfs[found].astype(np.float64), norm[cand[at]])
+            at, found = _lookup(cand, int(a), int(b), rows, slot)
+            ats.append(at)
+            scores.append(weights(idf, tfs[found].astype(np.float64), norm[cand[at]]))
+        if not ats:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        return np.concatenate(ats), np.concatenate(scores)
+
+
+def _lookup(
+    cand: np.ndarray, a: int, b: int, rows: np.ndarray, slot: Callable[[], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``cand[a:b]`` are in ``rows`` (sorted): their indexes into ``cand`` and into ``rows``."""
+    if rows.size == 0 or a == b:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if (b - a) * _SEARCH_COST < rows.size:
+        pos = np.searchsorted(rows, cand[a:b].astype(rows.dtype))
+        hit = rows[np.minimum(pos, rows.size - 1)] == cand[a:b]
+        return np.arange(a, b)[hit], pos[hit]
+    at = slot()[rows]
+    found = np.flatnonzero(at >= 0)
+    return at[found], found
+
+
+class TermCache:
+    """A snapshot's query terms (postings, df and their scores once computed), kept for the next queries: the
+    snapshot is immutable, so they stay right for its life (a new version is a new snapshot, with a new cache).
+    Bounded by postings held (``budget``; 16 bytes each once scored): past it, it starts again empty. A term
+    longer than 1/16 of the budget is not kept. No lock: a lost entry is recomputed."""
+
+    def __init__(self, budget: int = CACHE_POSTINGS) -> None:
+        self.budget = budget
+        self._terms: dict[str, QueryTerm] = {}
+        self._used = 0
+
+    def get(self, term: str) -> QueryTerm | None:
+        return self._terms.get(term)
+
+    def put(self, found: QueryTerm) -> None:
+        size = found.size
+        if size * 16 > self.budget:
+            return
+        if self._used + size > self.budget:
+            self._terms, self._used = {}, 0
+        self._terms[found.term] = found
+        self._used += size
 
 
 def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
@@ -126,11 +188,18 @@ def score(
         return _every_row(terms, n, norm, live, mask, top_k)
     partial += _summed([t for i, t in enumerate(long) if i not in skipped], n, norm, live, mask)
     cand = np.flatnonzero(partial >= theta - slack - theta * _MARGIN)
-    slot = np.full(norm.size, -1, np.int32)
-    slot[cand] = np.arange(cand.size, dtype=np.int32)
-    exact = np.zeros(cand.size, np.float64)
-    for t in terms:  # query order: the same sums as _every_row, for the candidates only
-        t.add_to(exact, cand, slot, t.idf(n), norm)
+    slots: list[np.ndarray] = []
+
+    def slot() -> np.ndarray:  # row → index into cand, made when a term's list is scanned
+        if not slots:
+            slots.append(np.full(norm.size, -1, np.int32))
+            slots[0][cand] = np.arange(cand.size, dtype=np.int32)
+        return slots[0]
+
+    found = [t.found_in(cand, slot, n, norm, live) for t in terms]
+    # query order: the same sums as _every_row, for the candidates only (bincount adds in its input's order)
+    at, each = np.concatenate([a for a, _ in found]), np.concatenate([w for _, w in found])
+    exact = np.bincount(at, weights=each, minlength=cand.size)
     return _best(cand, exact, top_k)
 
 
@@ -156,11 +225,15 @@ def _every_row(
 def _summed(
     terms: Sequence[QueryTerm], n: int, norm: np.ndarray, live: np.ndarray | None, mask: np.ndarray | None
 ) -> np.ndarray:
-    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``."""
-    scores = np.zeros(norm.size, np.float64)
-    for t in terms:
-        rows, tfs = t.gathered(live)
-        scores[rows] += weights(t.idf(n), tfs, norm[rows])
+    """Every row's score from ``terms`` (added in their order), 0 outside ``mask``. One ``bincount`` over the terms'
+    postings concatenated in query order adds each row's term scores in that order, from 0: the same floats as
+    adding term after term."""
+    parts = [t.scored(n, norm, live) for t in terms]
+    if not parts:
+        return np.zeros(norm.size, np.float64)
+    rows = np.concatenate([r for r, _ in parts]) if len(parts) > 1 else parts[0][0]
+    each = np.concatenate([w for _, w in parts]) if len(parts) > 1 else parts[0][1]
+    scores: np.ndarray = np.bincount(rows, weights=each, minlength=norm.size)
     if mask is not None:
         scores[~mask] = 0.0
     return scores

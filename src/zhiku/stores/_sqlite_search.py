@@ -4,7 +4,6 @@ run side by side)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -17,8 +16,10 @@ from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores._ann import AnnCache
 from zhiku.stores._bm25 import BM25Snapshot
+from zhiku.stores._chunk_ids import ChunkIds
+from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import FileMoved, VectorSnapshot, match_sources
+from zhiku.stores._vectors import FileMoved, VectorSnapshot
 from zhiku.types import Filters, ScoredId
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class SQLiteSearch(SQLiteReads):
     bm25_max_df: float
     dense_mode: str  # "exact", "int8", "hnsw" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
     _ann: AnnCache
+    _ids: ChunkIds
+    _masks: FilterMasks
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
@@ -60,8 +63,7 @@ class SQLiteSearch(SQLiteReads):
             if mask is not None and not mask.any():
                 return []
             rowids, scores = snap.search(unique, int(top_k), mask, (self.bm25_max_df, BM25_MIN_DF))
-            found = self._chunk_ids(conn, rowids)
-        return _ranked(rowids, scores, found, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
         """The BM25 index at the current version: loaded once, then moved forward incrementally."""
@@ -72,21 +74,13 @@ class SQLiteSearch(SQLiteReads):
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
             snap, version = self._bm25, version_of(conn)
             if snap is None or snap.version > version:
+                self._forget_rows(snap is not None)
                 snap = BM25Snapshot.load(conn, self.index_dir, version)
             elif snap.version != version:
                 snap = snap.refreshed(conn, version)
             conn.execute("COMMIT")
             self._bm25 = snap
         return snap
-
-    @staticmethod
-    def _chunk_ids(conn: sqlite3.Connection, rowids: np.ndarray) -> dict[int, str]:
-        return dict(
-            conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                (json.dumps(rowids.tolist()),),
-            ).fetchall()
-        )
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
         query = self._query_vector(vector)
@@ -100,8 +94,7 @@ class SQLiteSearch(SQLiteReads):
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann)
             if rowids.size == 0:
                 return []
-            found = self._chunk_ids(conn, rowids)
-        return _ranked(rowids, scores, found, int(top_k))
+            return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         ids = list(dict.fromkeys(chunk_ids))
@@ -111,17 +104,36 @@ class SQLiteSearch(SQLiteReads):
         with self._read() as conn:
             snap = self._snapshot(conn)
             self._check_dim(snap, query)
-            rows = conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
-            ).fetchall()
-        at = snap.rows_of(np.array([r for r, _ in rows], dtype=np.int64))  # file rows (-1: not in this snapshot)
-        kept = [(int(a), c) for a, (_, c) in zip(at, rows, strict=True) if a >= 0 and snap.live[a]]
+            at, kept = self._live_rows(conn, snap, ids)
         if not kept:
             return {}
         unit = l2_normalise(query.reshape(1, -1))[0]
-        scores = np.einsum("ij,j->i", snap.gather(np.array([a for a, _ in kept])), unit)
-        return {c: float(s) for (_, c), s in zip(kept, scores, strict=True)}
+        scores = np.einsum("ij,j->i", snap.gather(at), unit)
+        return dict(zip(kept, scores.tolist(), strict=True))
+
+    def _live_rows(
+        self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str]
+    ) -> tuple[np.ndarray, list[str]]:
+        """The file rows of the chunks ``ids`` live in ``snap`` (in file order) and their ids: rowids remembered
+        from earlier searches when they are live (``_chunk_ids``), the rest read from SQLite."""
+        hint = self._ids.rows_hint(ids)
+        rowids = np.array([-1 if r is None else r for r in hint], dtype=np.int64)
+        at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
+        at[rowids < 1] = -1
+        ok = at >= 0
+        ok[ok] = snap.live[at[ok]]
+        if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
+            stale = [c for c, good in zip(ids, ok.tolist(), strict=True) if not good]
+            now = self._ids.rows_now(conn, stale)
+            redo = np.flatnonzero(~ok)
+            rowids[redo] = [now.get(c, -1) for c in stale]
+            at[redo] = snap.rows_of(rowids[redo])
+            at[redo[rowids[redo] < 1]] = -1
+            ok = at >= 0
+            ok[ok] = snap.live[at[ok]]
+        order = np.flatnonzero(ok)
+        order = order[np.argsort(at[order], kind="stable")]
+        return at[order], [ids[i] for i in order.tolist()]
 
     @staticmethod
     def _query_vector(vector: np.ndarray) -> np.ndarray:
@@ -147,8 +159,8 @@ class SQLiteSearch(SQLiteReads):
         return self.dense_mode == "hnsw" and snap.path is not None and snap.live_count > 0
 
     def warm(self) -> None:
-        """Map the vectors and load the BM25 segments now (and ask the OS to read both ahead), so the first
-        search is not the slow one.
+        """Map the vectors, load the BM25 segments and the chunk ids now (and ask the OS to read the files ahead),
+        so the first search is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
             with self._read() as conn:
@@ -156,7 +168,9 @@ class SQLiteSearch(SQLiteReads):
                 snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
                 if self._uses_ann(snap):  # opens the saved HNSW index, or starts building it
                     self._ann.get(snap.layout, snap.matrix, snap.rows)
-                self._bm25_snapshot(conn).prefetch()
+                bm25 = self._bm25_snapshot(conn)
+                bm25.prefetch()
+                self._ids.names(conn, [], bm25.top, whole=True)  # reads them all, up to chunk_ids.TABLE_MAX rows
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
@@ -178,6 +192,7 @@ class SQLiteSearch(SQLiteReads):
         try:
             snap, version, dim = self._snap, version_of(conn), stored_dim(conn) or 0
             if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
+                self._forget_rows(snap is not None and snap.version > version)
                 snap = VectorSnapshot.load(conn, self.index_dir, dim, version, retried=retried)
             elif snap.version != version:
                 snap = snap.refreshed(conn, self.index_dir, version)
@@ -191,33 +206,30 @@ class SQLiteSearch(SQLiteReads):
                 conn.execute("ROLLBACK")
         return snap
 
-    @staticmethod
-    def _filter_mask(conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
-        """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), from the chunks' columns at this
-        connection's snapshot."""
-        sql, params = "SELECT rowid FROM chunks WHERE 1", []
-        for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
-        if filters.source_glob is not None:
-            sources = match_sources(
-                (s for (s,) in conn.execute("SELECT DISTINCT source FROM documents")), filters.source_glob
-            )
-            sql += " AND source IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(sources))
-        if not params:
-            return None
-        mask = np.zeros(top, bool)
-        rows = np.fromiter((r for (r,) in conn.execute(sql, params)), dtype=np.int64)
-        mask[rows[rows <= top] - 1] = True
-        return mask
+    def _forget_rows(self, replaced: bool) -> None:
+        """Drop what the searches keep about rowids (``_chunk_ids``, ``_filter_masks``: true for the life of an
+        index) when the index went back to an older version: another index now, whose rowids are other chunks."""
+        if replaced:
+            self._ids.clear()
+            self._masks.clear()
+
+    def _filter_mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
+        """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), kept per filter (``_filter_masks``)."""
+        return self._masks.mask(conn, top, filters)
 
 
-def _ranked(rowids: np.ndarray, scores: np.ndarray, found: dict[int, str], top_k: int) -> list[ScoredId]:
-    """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search)."""
-    hits = sorted(
-        ((found[int(r)], float(s)) for r, s in zip(rowids, scores, strict=True) if int(r) in found),
-        key=lambda h: (-h[1], h[0]),
-    )
-    return [ScoredId(cid, score, rank) for rank, (cid, score) in enumerate(hits[:top_k], 1)]
+def _ranked(
+    rowids: np.ndarray, scores: np.ndarray, ids: ChunkIds, conn: sqlite3.Connection, top: int, top_k: int
+) -> list[ScoredId]:
+    """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are no
+    chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    rows = rowids[order].tolist()
+    names = ids.names(conn, rows, top)
+    hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
+    if ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # ties: by chunk id
+        hits.sort()
+    hits = hits[:top_k]
+    ids.seen([c for _, c, _ in hits], [r for _, _, r in hits])
+    return list(map(ScoredId, [c for _, c, _ in hits], [-s for s, _, _ in hits], range(1, len(hits) + 1)))

@@ -27,6 +27,8 @@ from zhiku.numeric import l2_normalise
 from zhiku.stores import _bm25
 from zhiku.stores._ann import AnnCache, usearch
 from zhiku.stores._bm25 import BM25Snapshot, save_segments
+from zhiku.stores._chunk_ids import ChunkIds
+from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
 from zhiku.stores._sqlite_read import ChunkCache, stored_dim, version_of
@@ -90,6 +92,8 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
         self._bm25: BM25Snapshot | None = None
+        self._ids = ChunkIds()  # chunk ids by rowid, for the searches
+        self._masks = FilterMasks()  # rows passing each filter searched with
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._chunk_cache = ChunkCache()
         self._conn: sqlite3.Connection | None = connect(

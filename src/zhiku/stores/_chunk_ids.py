@@ -1,0 +1,130 @@
+"""Chunk ids by rowid, kept for the searches of ``SQLiteStore``: turning a ranking's rowids into chunk ids (and a
+fill's chunk ids into rowids) without a SQL query per search.
+
+A rowid is given to one chunk and never reused (``_vectors``: a deleted chunk's rowid stays in ``tombstones``;
+compaction keeps rowids), so a rowid's chunk id, once read from committed rows, never changes: that direction
+needs no invalidation, only extending to new rows. Each ranking reads the rowids it has not seen (into maps
+bounded by ``LIMIT`` rowids, replaced by empty ones past it). Once that has read a quarter as many rows as the
+index has (or at ``warm()``), up to ``TABLE_MAX`` rowids, every id is read at once into one array by rowid (from
+the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the rows past it): the
+first searches of a one-off command do not pay for it, a server's searches stop asking SQLite. Ids too long for a
+compact array stay in the maps.
+
+A chunk id moves to a new rowid when its document is written again, so the other direction is only a hint: the
+caller keeps a remembered rowid only if it is live in its snapshot (a live rowid holds that chunk id, and chunk
+ids are unique among live chunks), and asks SQLite for the rest.
+
+A search holds on to the maps and the array it started with, so a concurrent replacement never loses its
+entries. Dict reads and writes are atomic in CPython: no lock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+
+import numpy as np
+
+LIMIT = 200_000  # rowids kept in the maps (about 25 MB of keys and ids); past it they start again empty
+TABLE_MAX = 250_000  # rowids up to which every chunk id is held in one array (bytes per id × rowids)
+TABLE_ID_BYTES = 64  # longer ids (not zhiku's 16 hex digits): no array
+
+
+class ChunkIds:
+    """rowid → chunk id (exact) and chunk id → rowid (a hint), filled from committed rows."""
+
+    def __init__(self, limit: int = LIMIT, table_max: int = TABLE_MAX) -> None:
+        self.limit, self.table_max = limit, table_max
+        self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
+        self._table: tuple[int, np.ndarray] | None = None  # (every rowid up to this one, ids by rowid: b"" none)
+        self._no_table = False
+        self._read = 0  # rows read one ranking at a time (the array is read once this reaches top / 4)
+
+    def clear(self) -> None:
+        self._maps, self._table, self._no_table, self._read = ({}, {}), None, False, 0
+
+    def _current(self) -> tuple[dict[int, str], dict[str, int]]:
+        maps = self._maps
+        if len(maps[0]) > self.limit or len(maps[1]) > self.limit:
+            maps = self._maps = ({}, {})
+        return maps
+
+    def names(
+        self, conn: sqlite3.Connection, rowids: Sequence[int], top: int, *, whole: bool = False
+    ) -> list[str | None]:
+        """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read); ``whole``:
+        read every id into the array now (``warm()``)."""
+        table = self._table_upto(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
+        if table is not None:
+            return [b.decode() if b else None for b in table[rowids].tolist()]
+        by_row = self.of_rows(conn, rowids)
+        return [by_row.get(r) for r in rowids]
+
+    def seen(self, chunk_ids: Sequence[str], rowids: Sequence[int]) -> None:
+        """Remember where these chunk ids are (a hint for ``rows_hint``)."""
+        self._current()[1].update(zip(chunk_ids, rowids, strict=True))
+
+    def _table_upto(self, conn: sqlite3.Connection, top: int) -> np.ndarray | None:
+        """Every chunk id of rowids ``1…top`` by rowid, read once then extended (None past ``table_max``)."""
+        table = self._table
+        if table is not None and table[0] >= top:
+            return table[1]
+        if self._no_table or top > self.table_max:
+            return None
+        if table is None:  # the whole column, from its covering index (not the table's rows)
+            rows = conn.execute("SELECT rowid, chunk_id FROM chunks").fetchall()
+        else:  # the rows past it: a range of the table's key
+            rows = conn.execute("SELECT rowid, chunk_id FROM chunks WHERE rowid > ?", (table[0],)).fetchall()
+        ids = [c.encode() for _, c in rows]
+        if any(len(c) > TABLE_ID_BYTES for c in ids):
+            self._no_table = True
+            return None
+        at = np.fromiter((r for r, _ in rows), np.int64, len(rows))
+        covered = max(top, int(at.max()) if at.size else 0)  # every committed rowid up to here is read
+        known = table[1] if table is not None else np.zeros(1, "S1")
+        grown = np.zeros(covered + 1, np.result_type(known.dtype, np.array(ids, "S") if ids else known.dtype))
+        grown[: known.size] = known
+        grown[at] = ids
+        self._table = (covered, grown)
+        return grown
+
+    def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
+        """The chunk id of each of ``rowids`` that is (or was) a committed chunk, read from SQLite when not seen
+        before; rows deleted before they were ever read are left out."""
+        by_row, by_id = self._current()
+        missing = [r for r in rowids if r not in by_row]
+        self._read += len(missing)
+        if missing:
+            found = conn.execute(
+                "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
+                (json.dumps(missing),),
+            ).fetchall()
+            for rowid, chunk_id in found:
+                by_row[rowid] = chunk_id
+                by_id[chunk_id] = rowid
+        return by_row
+
+    def of_rows_known(self, rowid: int) -> str | None:
+        """The chunk id of ``rowid`` if it was read (no SQL)."""
+        table = self._table
+        if table is not None and rowid <= table[0]:
+            return table[1][rowid].decode() or None
+        return self._maps[0].get(rowid)
+
+    def rows_hint(self, chunk_ids: Sequence[str]) -> list[int | None]:
+        """The rowid each chunk id was last seen at (None: never seen); check it is live before trusting it."""
+        by_id = self._current()[1]
+        return [by_id.get(c) for c in chunk_ids]
+
+    def rows_now(self, conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, int]:
+        """The current rowids of ``chunk_ids`` (those stored), read from SQLite, and remembered."""
+        by_row, by_id = self._current()
+        found = conn.execute(
+            "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(chunk_ids)),),
+        ).fetchall()
+        for rowid, chunk_id in found:
+            by_row[rowid] = chunk_id
+            by_id[chunk_id] = rowid
+        return {c: r for r, c in found}

@@ -1,0 +1,252 @@
+"""What the SQLite store's searches keep between calls (chunk ids by rowid, a snapshot's BM25 query terms and their
+scores) and how they add up: after another writer's commit (another connection, another process) every search
+answers as a store opened afresh, and the cached paths give the same rows and floats as computing everything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contracts.store_contract import LABOR, NOTE, WAGE, ids, make_doc
+from zhiku.stores import SQLiteStore, _bm25, _bm25_query, _vectors
+from zhiku.stores._chunk_ids import ChunkIds
+from zhiku.types import Filters
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+TESTS = Path(__file__).resolve().parent
+X = np.array([1.0, 0.0, 0.0], np.float32)
+# LABOR written again with its two chunks' vectors swapped: the same chunk ids, at new rowids
+LABOR_SWAPPED = replace(LABOR, vectors=LABOR.vectors[::-1].copy())
+
+
+@pytest.fixture
+def index_dir(tmp_path: Path) -> Path:
+    return tmp_path / "索引"
+
+
+def scores(found: dict[str, float]) -> dict[str, float]:
+    return {c: round(s, 5) for c, s in found.items()}
+
+
+def test_dense_scores_follow_a_document_written_again_by_another_connection(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        WAGE.write(writer)
+        assert ids(reader.dense_search(X, 3)) == [LABOR.ids[0], LABOR.ids[1], WAGE.ids[0]]  # rowids remembered
+        assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 1.0, LABOR.ids[1]: 0.6}
+        LABOR_SWAPPED.write(writer)  # the remembered rowids are dead now
+        assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 0.6, LABOR.ids[1]: 1.0}
+        assert ids(reader.dense_search(X, 2)) == [LABOR.ids[1], LABOR.ids[0]]
+        writer.delete_document("doc-labor")
+        assert reader.dense_scores(X, [*LABOR.ids, WAGE.ids[0]]) == {WAGE.ids[0]: 0.0}
+        assert ids(reader.dense_search(X, 3)) == WAGE.ids
+        assert reader.dense_scores(X, ["no-such-chunk"]) == {}
+
+
+def test_searches_answer_as_a_fresh_store_after_another_processes_commit(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer:
+        LABOR.write(writer)
+        NOTE.write(writer)
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        terms = ["劳动者", "会议", "解除"]
+        assert ids(reader.bm25_search(terms, 5)) == [NOTE.ids[0], LABOR.ids[0], LABOR.ids[1]]
+        assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 1.0, LABOR.ids[1]: 0.6}
+        cached = reader._bm25
+        old = cached.terms.get("劳动者") if cached is not None else None
+        assert old is not None and old.df == 2  # kept for the next query
+        script = (
+            f"import sys; sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]\n"
+            "from zhiku.stores import SQLiteStore\nfrom contracts.store_contract import WAGE\n"
+            "from test_store_search_caches import LABOR_SWAPPED\n"
+            f"with SQLiteStore({str(index_dir)!r}) as s: LABOR_SWAPPED.write(s); WAGE.write(s)\n"
+        )
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+        got = [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 5)]
+        assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 0.6, LABOR.ids[1]: 1.0}
+        moved = reader._bm25
+        new = moved.terms.get("劳动者") if moved is not None else None
+        assert new is not None and new is not old and new.df == 3  # the new snapshot's own
+    with SQLiteStore(index_dir, read_only=True) as fresh:
+        assert got == [(h.chunk_id, h.score) for h in fresh.bm25_search(terms, 5)]  # the same floats
+    assert {c for c, _ in got} == {*LABOR.ids, NOTE.ids[0], WAGE.ids[0]}
+
+
+def test_bm25_scores_reused_from_earlier_queries_are_the_same_floats(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+        queries = [["劳动者", "支付"], ["支付", "劳动者", "会议"], ["工资"], ["劳动者"], ["劳动者", "支付"]]
+        first = [[(h.chunk_id, h.score) for h in store.bm25_search(q, 5)] for q in queries]
+        again = [[(h.chunk_id, h.score) for h in store.bm25_search(q, 5)] for q in queries]
+        filtered = store.bm25_search(["劳动者", "会议"], 5, Filters(collection="笔记"))
+    assert first == again and first[0] == first[-1]
+    with SQLiteStore(index_dir, read_only=True) as fresh:  # every term computed anew, in another order
+        assert [[(h.chunk_id, h.score) for h in fresh.bm25_search(q, 5)] for q in reversed(queries)] == first[::-1]
+    assert ids(filtered) == NOTE.ids
+
+
+def reference_sum(terms: list[_bm25_query.QueryTerm], n: int, norm: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Term after term, as the index summed before one bincount did it."""
+    out = np.zeros(norm.size, np.float64)
+    for t in terms:
+        rows, tfs = t.gathered(live)
+        out[rows] += _bm25_query.weights(t.idf(n), tfs, norm[rows])
+    return out
+
+
+def test_one_bincount_adds_each_rows_term_scores_in_query_order() -> None:
+    rng = np.random.default_rng(7)
+    vocab = [f"词{i}" for i in range(40)]
+    rows = [" ".join(rng.choice(vocab, size=int(rng.integers(2, 60)))) for _ in range(300)]
+    seg = _bm25.build(1, 300, [(i + 1, t) for i, t in enumerate(rows)])
+    live = np.ones(301, bool)
+    live[[0, 3, 150]] = False
+    snap = _bm25.BM25Snapshot.of(1, 300, [seg], live, np.concatenate([[0.0], seg.doclen.astype(np.float64)]))
+    for size in (1, 2, 7, 25):
+        terms = [snap.term(t) for t in rng.choice(vocab, size=size, replace=False)]
+        expected = reference_sum(terms, snap.n_live, snap.norm, snap.live)
+        got = _bm25_query._summed(terms, snap.n_live, snap.norm, snap.live, None)
+        assert np.array_equal(got, expected)  # bit for bit: each row's sum in the same order
+        assert np.array_equal(_bm25_query._summed(terms, snap.n_live, snap.norm, snap.live, None), expected)
+
+
+def test_skipped_long_terms_read_from_their_postings_give_the_same_floats(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(21)
+    vocab = [f"词{i}" for i in range(50)]
+    p = 1 / np.arange(1, 51) ** 1.2
+    rows = [" ".join(rng.choice(vocab, size=int(rng.integers(3, 30)), p=p / p.sum())) for _ in range(500)]
+    segs = [_bm25.build(1, 250, [(i + 1, t) for i, t in enumerate(rows[:250])])]
+    segs.append(_bm25.build(251, 500, [(i + 251, t) for i, t in enumerate(rows[250:])]))
+    live = np.ones(501, bool)
+    live[[0, 10, 300]] = False
+    doclen = np.concatenate([[0.0], *(s.doclen.astype(np.float64) for s in segs)])
+    queries = [list(rng.permutation([*rng.choice(vocab[:6], 3, replace=False), vocab[20 + n % 20]])) for n in range(40)]
+    monkeypatch.setattr(_bm25_query, "LONG_MIN", 10**9)
+    every = _bm25.BM25Snapshot.of(1, 500, segs, live, doclen)
+    expected = [sorted(zip(*(a.tolist() for a in every.search(q, 10, None)), strict=True)) for q in queries]
+    monkeypatch.setattr(_bm25_query, "LONG_MIN", 0)
+    monkeypatch.setattr(_bm25_query, "LONG_FRACTION", 8)
+    skipping = _bm25.BM25Snapshot.of(1, 500, segs, live, doclen)  # nothing scored yet: skipped terms read postings
+    got = [sorted(zip(*(a.tolist() for a in skipping.search(q, 10, None)), strict=True)) for q in queries]
+    assert got == expected
+    assert any(t.memo == [] for t in skipping.terms._terms.values())  # some long term was never scored whole
+
+
+def test_the_term_cache_is_bounded_by_postings() -> None:
+    seg = _bm25.build(1, 4, [(1, "甲 乙"), (2, "甲 丙"), (3, "甲"), (4, "丁")])
+    snap = _bm25.BM25Snapshot.of(1, 4, [seg], np.array([False, True, True, True, True]), np.array([0, 2, 2, 1, 1.0]))
+    cache = _bm25_query.TermCache(budget=48)  # terms of up to 3 postings kept, 48 in all
+    cache.put(snap.term("甲"))
+    assert cache.get("甲") is not None
+    cache.put(replace(snap.term("乙"), term="big", parts=((np.arange(4, dtype=np.uint32), np.ones(4, np.uint16)),)))
+    assert cache.get("big") is None and cache.get("甲") is not None  # 4 postings: over 1/16 of the budget
+    for n in range(46):
+        cache.put(replace(snap.term("乙"), term=f"t{n}"))
+    assert cache.get("甲") is None and cache.get("t45") is not None  # full: started again empty
+
+
+def test_chunk_ids_past_their_limit_start_again_and_searches_stay_right(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+        store._ids = ChunkIds(limit=1, table_max=0)  # no array: ids read per ranking, into bounded maps
+        for _ in range(3):
+            tied = sorted([*LABOR.ids, WAGE.ids[0]])  # equal scores: by chunk id
+            assert ids(store.bm25_search(["劳动者", "会议"], 5)) == [NOTE.ids[0], *tied]
+            assert ids(store.dense_search(X, 2)) == LABOR.ids
+            assert scores(store.dense_scores(X, [NOTE.ids[0], LABOR.ids[1]])) == {NOTE.ids[0]: 0.0, LABOR.ids[1]: 0.6}
+        assert len(store._ids._maps[0]) <= 4
+
+
+def test_rows_read_with_preadv_equal_the_mapped_rows(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+        with store._read() as conn:
+            snap = store._snapshot(conn)
+        rows = np.array([0, 2, 3])
+        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 0)  # read with system calls, as past 256 MB
+        assert np.array_equal(snap.gather(rows), np.asarray(snap.matrix[rows]))
+        assert snap.gather(rows).dtype == np.float32 and snap.gather(rows).shape == (3, 3)
+        query = rng.standard_normal(3).astype(np.float32)
+        read = store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]])
+        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 1 << 40)  # through the mapping
+        assert store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]]) == read
+
+
+def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) -> None:
+    notes = Filters(collection="笔记")
+    wage_glob = Filters(source_glob="法规/工资*")
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        NOTE.write(writer)
+        assert ids(reader.bm25_search(["劳动者", "会议"], 5, notes)) == NOTE.ids
+        assert reader.bm25_search(["劳动者"], 5, wage_glob) == []
+        assert reader._masks._masks[("笔记", None, None)][0] == 3  # rows 1…3 known
+        later_note = make_doc(
+            "doc-note2",
+            "笔记",
+            "笔记/周会.md",
+            "markdown",
+            [("周会讨论劳动者权益。", ["周会", "劳动者"], [1.0, 0.0, 0.0])],
+        )
+        later_note.write(writer)
+        WAGE.write(writer)  # a source the glob matches, written after the glob was first searched
+        writer.delete_document("doc-note")
+        assert ids(reader.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids
+        assert ids(reader.dense_search(X, 5, notes)) == later_note.ids
+        assert ids(reader.bm25_search(["劳动者"], 5, wage_glob)) == WAGE.ids
+        assert ids(reader.dense_search(X, 5, wage_glob)) == WAGE.ids
+        assert reader._masks._masks[("笔记", None, None)][0] == 5
+    with SQLiteStore(index_dir, read_only=True) as fresh:
+        assert ids(fresh.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids
+
+
+def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        NOTE.write(store)
+        store.warm()  # reads every chunk id
+        assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
+        table = store._ids._table
+        assert table is not None and store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
+        snap = store._bm25
+        assert snap is not None
+        store._bm25 = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
+        assert ids(store.bm25_search(["劳动者"], 5)) == sorted(LABOR.ids)  # tied: by chunk id
+        assert store._ids._table is not table and not store._masks._masks  # forgotten, then read again
+        assert store._ids.of_rows_known(1) == LABOR.ids[0]
+
+
+def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        assert ids(reader.dense_search(X, 2)) == LABOR.ids
+        assert reader._ids._table is None  # first, the rows each ranking needs
+        assert ids(reader.dense_search(X, 2)) == LABOR.ids  # 2 rows read, half the index: now all at once
+        table = reader._ids._table
+        assert table is not None and table[0] == 2 and table[1].tolist() == [b"", *(c.encode() for c in LABOR.ids)]
+        WAGE.write(writer)
+        writer.delete_document("doc-labor")
+        NOTE.write(writer)
+        assert ids(reader.dense_search(X, 3)) == sorted([WAGE.ids[0], NOTE.ids[0]])  # both score 0: by chunk id
+        grown = reader._ids._table
+        assert grown is not None and grown[0] == 4 and grown[1][:3].tolist() == table[1].tolist()
+        with reader._read() as conn:  # a deleted row's id stays known (rowids are never reused)
+            assert reader._ids.names(conn, [4, 3, 1], 4) == [NOTE.ids[0], WAGE.ids[0], LABOR.ids[0]]
+
+
+def test_warm_reads_the_chunk_ids(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert store._ids._table is None
+        store.warm()  # what the MCP server does at start
+        table = store._ids._table
+        assert table is not None and table[0] == 2 and store._ids.of_rows_known(2) == LABOR.ids[1]
