@@ -82,6 +82,7 @@ bench-quality: $(STAMP)
 # zhiku beside Chroma + rank_bm25, LanceDB, Milvus Lite and bm25s on the same chunks, vectors and tokens (issue 13).
 # The peers go into their own venv (never into .venv or `make test`), with zhiku installed editable beside them.
 # PEERS_ARGS: e.g. --from-index DIR --cache DIR (reuse indexes and query vectors; see bench/peers.py).
+# zhiku is installed with its scale extra (numkong: store.dense_search auto screens by int8 codes from 100k chunks).
 PEERS_VENV := .venv-peers
 PEERS_PKGS := chromadb==1.5.9 rank_bm25==0.2.2 lancedb==0.40.0 pymilvus==3.0.2 milvus-lite==3.2.2 bm25s==0.3.16 \
               jieba==0.42.1
@@ -91,7 +92,7 @@ PEERS_ARGS ?=
 $(PEERS_STAMP): pyproject.toml
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/python -m pip install -q -e . $(PEERS_PKGS)
+	$(PEERS_VENV)/bin/python -m pip install -q -e '.[scale]' $(PEERS_PKGS)
 	rm -f $(PEERS_VENV)/.installed-peers-*
 	touch $@
 

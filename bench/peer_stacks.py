@@ -7,6 +7,7 @@ best first. Peers are imported lazily: only ``make bench-peers`` installs them (
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import shutil
 from collections import defaultdict
@@ -70,6 +71,12 @@ class LookupEmbedder:
         self.dim = len(next(iter(vectors.values())))
 
     def embed_query(self, text: str) -> np.ndarray:
+        """The question's vector; any other text (a long question's clause, for zhiku's clause channel) a random
+        unit vector fixed by the text, so its cost is timed without a model."""
+        if text not in self._vectors:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            self._vectors[text] = (v / np.linalg.norm(v)).astype(np.float32)
         return self._vectors[text]
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
@@ -92,7 +99,9 @@ class Zhiku:
         by_doc: dict[str, list[int]] = defaultdict(list)
         for i, c in enumerate(corpus.chunks):
             by_doc[c.doc_id].append(i)
-        settings = merge(load_settings(index=where), tracing={"enabled": self.tracing})
+        # every stack gets one vector per question: zhiku's clause channel (which embeds a long question's
+        # clauses as well) is off here
+        settings = merge(load_settings(index=where), tracing={"enabled": self.tracing}, retrieval={"clause_weight": 0})
         embedder = LookupEmbedder(corpus.meta["embedder"], {q.text: q.vector for q in self.queries})
         self.kb = KnowledgeBase(settings, embedder=embedder)  # type: ignore[arg-type]
         for doc in corpus.docs:

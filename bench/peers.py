@@ -354,7 +354,7 @@ def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     out = []
-    for pkg in ("zhiku", "chromadb", "rank_bm25", "lancedb", "pyarrow", "pymilvus", "milvus-lite", "bm25s"):
+    for pkg in ("zhiku", "numkong", "chromadb", "rank_bm25", "lancedb", "pyarrow", "pymilvus", "milvus-lite", "bm25s"):
         try:
             out.append(f"{pkg} {version(pkg)}")
         except PackageNotFoundError:

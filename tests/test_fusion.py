@@ -151,6 +151,91 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 5)
 
 
+QUESTION = "天气晴朗，心情不错"  # two clauses, no word of the corpus
+
+
+class Clauses:
+    """Designed vectors: each chunk on its own axis (probation, leave rules, severance, wage rules); the whole
+    question leans on probation, its first clause is the wage rules' axis, its second the severance axis."""
+
+    name = "test/clauses-4"
+    dim = 4
+    AXES = {"试用期": 0, "年休假": 1, "经济补偿": 2, "货币形式": 3}
+    QUERIES = {QUESTION: (1.0, 0.8, 0.6, 0.35), "天气晴朗": (0, 0, 0, 1.0), "心情不错": (0, 0, 1.0, 0)}
+    asked: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.array([np.eye(4)[next(a for k, a in self.AXES.items() if k in t)] for t in texts], np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.asked.append(text)
+        v = np.array(self.QUERIES[text], np.float32)
+        return v / np.linalg.norm(v)
+
+
+def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, **retrieval):
+    from helpers_kb import make_settings, write_corpus
+    from zhiku.api import KnowledgeBase
+
+    settings = make_settings(tmp_path / "idx", cache_dir, retrieval=retrieval)
+    embedder = Clauses()
+    with KnowledgeBase(settings, embedder=embedder) as kb:
+        if not (tmp_path / "docs").exists():  # the first search of a test builds the index
+            kb.ingest([write_corpus(tmp_path / "docs")])
+        embedder.asked = []
+        r = kb.retrieve(query, mode="hybrid", top_k=top_k, per_source_k=depth)
+    return r, embedder.asked
+
+
+def test_clause_channel_fuses_each_clauses_nearest_chunks(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, SEC_WAGE
+
+    # no question word is in the corpus: BM25 finds nothing, the dense z-scores of cosines ∝ (1, 0.8, 0.6, 0.35)
+    # are (1.298, 0.467, -0.363, -1.402); the clause channel (best cosine over the clauses: 0, 0, 1, 1) is z
+    # (-1, -1, 1, 1)
+    dense_z = np.array([1.0, 0.8, 0.6, 0.35])
+    dense_z = (dense_z - dense_z.mean()) / dense_z.std()
+    clause_z = np.array([-1.0, -1.0, 1.0, 1.0])
+    sections = [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
+    for weight, order in ((0.0, [0, 1, 2, 3]), (0.35, [0, 1, 2, 3]), (1.0, [2, 0, 3, 1])):
+        r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=weight)
+        assert r.bm25 == ()
+        assert [h.chunk.section for h in r.hits] == [sections[i] for i in order]
+        assert [h.score for h in r.hits] == pytest.approx(list((dense_z + weight * clause_z)[order]), abs=1e-5)
+        assert sorted(asked) == sorted([QUESTION] if weight == 0 else [QUESTION, "天气晴朗", "心情不错"])
+        assert [(round(x.score, 5), x.rank) for x in r.clauses] == (
+            [] if weight == 0 else [(1.0, 1), (1.0, 2), (0.0, 3), (0.0, 4)]
+        )
+
+
+def test_clause_channel_reorders_the_candidates_and_adds_none(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION
+
+    # depth 2: the dense channel finds probation and leave (cosines ∝ 1, 0.8: z 1, -1); the clause channel scores
+    # just those two (best clause cosine 0 and 0: z 0), so however heavy, it cannot bring in the severance or wage
+    # rules that the clauses point at
+    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0)
+    assert [(h.chunk.section, round(h.score, 4)) for h in r.hits] == [(SEC_PROBATION, 1.0), (SEC_LEAVE, -1.0)]
+    assert [(x.chunk_id, x.score) for x in r.clauses] == sorted((h.chunk.chunk_id, 0.0) for h in r.hits)
+    assert sorted(asked) == sorted([QUESTION, "天气晴朗", "心情不错"])  # in any order
+
+
+def test_clause_channel_only_for_several_clauses_in_hybrid_zscore(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import make_settings
+    from zhiku.api import KnowledgeBase
+
+    _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
+    r, asked = _clause_search(tmp_path, embed_cache_dir, "天气晴朗", 4)  # one clause: the question alone
+    assert (asked, r.clauses) == (["天气晴朗"], ())
+    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, fusion="rrf")
+    assert (asked, r.clauses) == ([QUESTION], ())
+    embedder = Clauses()
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:
+        embedder.asked = []
+        r = kb.retrieve(QUESTION, mode="dense", top_k=4)
+    assert (embedder.asked, r.clauses) == ([QUESTION], ())
+
+
 def _zscore_reference(rankings, weights, fill):
     """z-score fusion written as its formula, term by term (the oracle of the optimised ``zscore_fusion``)."""
     zs, floors = [], []
@@ -186,3 +271,35 @@ def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int
     assert [i for i, _ in got] == [i for i, _ in want]
     assert all(abs(a - b) <= 1e-12 for (_, a), (_, b) in zip(got, want, strict=True))
     assert len({s for _, s in got}) < len(got)  # the case exercises ties
+    for limit in (0, 1, 5, 10, 20, 37, len(got), len(got) + 5):  # the best `limit`, boundary ties included
+        assert zscore_fusion([bm25, dense], weights=weights, fill=[None, fill], limit=limit) == got[:limit]
+
+
+def test_a_repeated_question_embeds_neither_it_nor_its_clauses(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import make_settings, write_corpus
+    from zhiku.api import KnowledgeBase
+
+    embedder = Clauses()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
+    with KnowledgeBase(settings, embedder=embedder) as kb:
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        embedder.asked = []
+        first = kb.retrieve(QUESTION, mode="hybrid", top_k=4)
+        assert sorted(embedder.asked) == sorted([QUESTION, "天气晴朗", "心情不错"])
+        embedder.asked = []
+        again = kb.retrieve(QUESTION, mode="hybrid", top_k=4)  # the kept vectors: the search runs inline
+    assert embedder.asked == []
+    assert [(h.chunk.chunk_id, round(h.score, 6)) for h in again.hits] == [
+        (h.chunk.chunk_id, round(h.score, 6)) for h in first.hits
+    ]
+    assert again.clauses == first.clauses
+
+
+def test_the_best_few_keep_the_order_of_the_whole_list_through_ties() -> None:
+    from zhiku.retrieval.fusion import by_score_then_id
+
+    scores = {"c": 1.0, "b": 1.0, "d": 2.0, "a": 1.0, "e": 0.5}
+    assert by_score_then_id(scores) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0), ("e", 0.5)]
+    assert by_score_then_id(scores, 2) == [("d", 2.0), ("a", 1.0)]  # a tie at the cut: the lowest id first
+    assert by_score_then_id(scores, 4) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0)]
+    assert by_score_then_id(scores, 0) == [] and by_score_then_id(scores, 9) == by_score_then_id(scores)

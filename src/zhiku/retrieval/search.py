@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ import numpy as np
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
-from zhiku.observability.tracing import mark, span
+from zhiku.observability.tracing import mark, ranking_columns, span
+from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
@@ -82,6 +84,7 @@ class Retrieval:
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
+    clauses: tuple[ScoredId, ...] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
 
 
 class QueryVectors:
@@ -174,25 +177,45 @@ class Searcher:
         # vector is known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
         # search takes one place in the gate
         inline = mode_ == "bm25" or vector is not None or self._embeds_fast()
+        clauses = clauses_to_embed(parsed.text, s) if mode_ == "hybrid" else []  # the clause channel's
         if inline:
+            clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
             with self._gate:
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
                 vector, dense = self._dense_here(mode_, parsed.text, depth, filters, vector)
-                hits = self._hits(mode_, bm25, dense, vector, top_k)
+                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
-            future = self._pool.submit(contextvars.copy_context().run, self._dense, parsed.text, depth, filters)
+            run = contextvars.copy_context().run
+            future = self._pool.submit(run, self._dense_and_clauses, parsed.text, depth, filters, clauses)
             bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
-            vector, dense = future.result()
+            vector, dense, clause_vectors = future.result()
             with self._gate:
-                hits = self._hits(mode_, bm25, dense, vector, top_k)
+                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
-        return Retrieval(
-            query=parsed, mode=mode_, bm25=tuple(bm25), dense=tuple(dense), hits=tuple(hits), rerank=status
-        )
+        return Retrieval(parsed, mode_, tuple(bm25), tuple(dense), tuple(hits), status, clauses=tuple(by_clause))
+
+    def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
+        """The clauses' vectors, kept with the question vectors (a repeated question embeds none of them)."""
+        vectors = []
+        for clause in clauses:
+            vector = self._vectors.get(clause)
+            if vector is None:
+                vector = self.embedder.embed_query(clause)
+                self._vectors.put(clause, vector)
+            vectors.append(vector)
+        return tuple(vectors)
+
+    def _dense_and_clauses(
+        self, query: str, depth: int, filters: Filters, clauses: list[str]
+    ) -> tuple[np.ndarray, list[ScoredId], tuple[np.ndarray, ...]]:
+        """The dense worker: the question's channel, then its clauses' vectors."""
+        return (*self._dense(query, depth, filters), self._embed_clauses(clauses))
 
     def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
         r = self.rerank_settings
@@ -233,7 +256,13 @@ class Searcher:
         return list(outcome.hits), outcome.status
 
     def _hits(
-        self, mode_: SearchMode, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int
+        self,
+        mode_: SearchMode,
+        bm25: list[ScoredId],
+        dense: list[ScoredId],
+        vector: np.ndarray | None,
+        top_k: int,
+        by_clause: Sequence[ScoredId] = (),
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
@@ -244,7 +273,7 @@ class Searcher:
         elif mode_ == "dense":
             order = [(x.chunk_id, x.score) for x in dense][:keep]
         else:
-            order, filled = self._fuse(bm25, dense, vector, top_k, keep)
+            order, filled = self._fuse(bm25, dense, vector, top_k, keep, by_clause)
         if mode_ != "hybrid":
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
 
@@ -317,10 +346,16 @@ class Searcher:
         return bool(times) and times[len(times) // 2] < self.inline_embed_s
 
     def _fuse(
-        self, bm25: list[ScoredId], dense: list[ScoredId], vector: np.ndarray | None, top_k: int, keep: int
+        self,
+        bm25: list[ScoredId],
+        dense: list[ScoredId],
+        vector: np.ndarray | None,
+        top_k: int,
+        keep: int,
+        by_clause: Sequence[ScoredId] = (),
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
-        ranking (``retrieval.fill_dense``, z-score fusion only)."""
+        ranking (``retrieval.fill_dense``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
         with span("fusion") as sp:
             weights = [s.bm25_weight, s.dense_weight]
@@ -332,15 +367,21 @@ class Searcher:
                     seen = {x.chunk_id for x in dense}
                     missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
                     filled = self.store.dense_scores(vector, missing) if missing else {}
-                order = zscore_fusion([bm25, dense], weights=weights, fill=[None, filled])[:keep]
+                rankings: list[Sequence[ScoredId]] = [bm25, dense]
+                fill: list[dict[str, float] | None] = [None, filled]
+                if by_clause:  # the clause channel (retrieval.clause_weight)
+                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
+                order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
                 fused = [c for c, _ in order[:top_k]]
                 sp.set(
-                    counts={"returned": len(fused)},
+                    counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
                     method=s.fusion,
                     dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
                     rrf_k=s.rrf_k,
-                    weights=[s.bm25_weight, s.dense_weight],
+                    weights=weights,
                 )
                 sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+                if by_clause:
+                    sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
         return order, filled
