@@ -155,19 +155,20 @@ class JsonlSink:
 
     def _append_until_full(self, lines: list[bytes]) -> list[bytes]:
         """Append ``lines`` under one ``flock``; past ``max_bytes`` rotate and return the lines not written."""
-        with open(self.path, "ab") as f:
+        with open(self.path, "ab", buffering=0) as f:  # one write per batch: no copy through a buffer
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 size = f.seek(0, 2)
-                for n, line in enumerate(lines):
-                    if size and size + len(line) > self.max_bytes:
-                        f.flush()
-                        self._rotate()
-                        return lines[n:]
-                    f.write(line)
-                    size += len(line)
-                f.flush()
-                return []
+                n = 0  # lines that fit before max_bytes (a first line always fits an empty file)
+                while n < len(lines) and not (size and size + len(lines[n]) > self.max_bytes):
+                    size += len(lines[n])
+                    n += 1
+                data = memoryview(b"".join(lines[:n]))
+                while data:  # a raw write may take less than it was given
+                    data = data[f.write(data) or 0 :]
+                if n < len(lines):
+                    self._rotate()
+                return lines[n:]
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
