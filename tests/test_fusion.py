@@ -271,6 +271,8 @@ def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int
     assert [i for i, _ in got] == [i for i, _ in want]
     assert all(abs(a - b) <= 1e-12 for (_, a), (_, b) in zip(got, want, strict=True))
     assert len({s for _, s in got}) < len(got)  # the case exercises ties
+    for limit in (0, 1, 5, 10, 20, 37, len(got), len(got) + 5):  # the best `limit`, boundary ties included
+        assert zscore_fusion([bm25, dense], weights=weights, fill=[None, fill], limit=limit) == got[:limit]
 
 
 def test_a_repeated_question_embeds_neither_it_nor_its_clauses(tmp_path, embed_cache_dir) -> None:
@@ -291,3 +293,13 @@ def test_a_repeated_question_embeds_neither_it_nor_its_clauses(tmp_path, embed_c
         (h.chunk.chunk_id, round(h.score, 6)) for h in first.hits
     ]
     assert again.clauses == first.clauses
+
+
+def test_the_best_few_keep_the_order_of_the_whole_list_through_ties() -> None:
+    from zhiku.retrieval.fusion import by_score_then_id
+
+    scores = {"c": 1.0, "b": 1.0, "d": 2.0, "a": 1.0, "e": 0.5}
+    assert by_score_then_id(scores) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0), ("e", 0.5)]
+    assert by_score_then_id(scores, 2) == [("d", 2.0), ("a", 1.0)]  # a tie at the cut: the lowest id first
+    assert by_score_then_id(scores, 4) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0)]
+    assert by_score_then_id(scores, 0) == [] and by_score_then_id(scores, 9) == by_score_then_id(scores)

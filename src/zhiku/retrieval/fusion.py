@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
@@ -45,6 +47,7 @@ def zscore_fusion(
     *,
     weights: Sequence[float] | None = None,
     fill: Sequence[Mapping[str, float] | None] | None = None,
+    limit: int | None = None,
 ) -> list[tuple[str, float]]:
     """Weighted CombSUM over z-score–normalised scores (Fox & Shaw 1994; Montague & Aslam, CIKM 2001).
 
@@ -54,7 +57,7 @@ def zscore_fusion(
     missing from a ranking gets that ranking's lowest standardised score (it ranks below every candidate the
     channel found), unless ``fill`` (one mapping or None per ranking) holds its exact raw score in that channel:
     then it is standardised with the ranking's mean and std like the ranking's own candidates. Returns
-    ``(chunk_id, score)`` best first; ties broken by id.
+    ``(chunk_id, score)`` best first; ties broken by id; only the first ``limit`` when given.
     """
     if weights is None:
         weights = [1.0] * len(rankings)
@@ -84,11 +87,16 @@ def zscore_fusion(
     for z, w, lo in zip(normalised, weights, floor, strict=False):
         get = z.get
         fused = {i: t + w * get(i, lo) for i, t in fused.items()}
-    return by_score_then_id(fused)
+    return by_score_then_id(fused, limit)
 
 
-def by_score_then_id(scores: Mapping[str, float]) -> list[tuple[str, float]]:
-    """``(id, score)`` by score descending, ties by id: sorted by id, then (stably) by score."""
+def by_score_then_id(scores: Mapping[str, float], limit: int | None = None) -> list[tuple[str, float]]:
+    """``(id, score)`` by score descending, ties by id: sorted by id, then (stably) by score; only the first
+    ``limit`` when given (only the candidates scoring at least the ``limit``-th best score are sorted)."""
+    if limit is not None and limit < len(scores):
+        floor = heapq.nlargest(limit, scores.values())[-1] if limit > 0 else math.inf
+        if floor == floor:  # (not NaN)
+            scores = {i: x for i, x in scores.items() if x >= floor}
     out = sorted(scores.items())
     out.sort(key=itemgetter(1), reverse=True)
-    return out
+    return out if limit is None else out[:limit]

@@ -371,7 +371,7 @@ class Searcher:
                 fill: list[dict[str, float] | None] = [None, filled]
                 if by_clause:  # the clause channel (retrieval.clause_weight)
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
-                order = zscore_fusion(rankings, weights=weights, fill=fill)[:keep]
+                order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
                 fused = [c for c, _ in order[:top_k]]
                 sp.set(
