@@ -42,12 +42,13 @@ class RandomQueryVectors:
         return v / np.linalg.norm(v)
 
 
-def traced(searcher: Searcher, store: SQLiteStore, path: Path) -> Callable[..., object]:
-    """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds)."""
+def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | None) -> Callable[..., object]:
+    """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds);
+    ``sample``: ``tracing.sample`` (a checkout that has it; None: every trace keeps its candidate detail)."""
     from zhiku.observability import tracing as tr
 
     path.unlink(missing_ok=True)
-    tracer = tr.Tracer([tr.JsonlSink(path)])
+    tracer = tr.Tracer([tr.JsonlSink(path)], **({} if sample is None else {"sample": sample}))
 
     def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
         return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page} for c in store.get_chunks(ids)}
@@ -118,6 +119,7 @@ def main() -> None:
     ap.add_argument("--dense-search", default=None, help="store.dense_search (a checkout without it: leave it out)")
     ap.add_argument("--max-concurrent", type=int, default=None, help="retrieval.max_concurrent (1024: ungated)")
     ap.add_argument("--tracing", action="store_true", help="trace every search (a checkout with label_later)")
+    ap.add_argument("--sample", type=float, default=None, help="with --tracing: tracing.sample (default 1: all detail)")
     args = ap.parse_args()
     import zhiku
 
@@ -131,11 +133,11 @@ def main() -> None:
     with SQLiteStore(index, read_only=True, **kwargs) as store:
         searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
         searcher.search(queries[0], top_k=10, mode="hybrid")
-        search = traced(searcher, store, args.workdir / "traces.jsonl") if args.tracing else searcher
+        search = traced(searcher, store, args.workdir / "traces.jsonl", args.sample) if args.tracing else searcher
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
             row.update(mode=args.mode, dense_search=args.dense_search or "default", max_concurrent=args.max_concurrent)
-            row.update(tracing=args.tracing)
+            row.update(tracing=args.tracing, sample=args.sample)
             print(json.dumps({**row, **load(search, queries, clients, args.seconds, args.mode)}), flush=True)
         searcher.close()
 
