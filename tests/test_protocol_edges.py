@@ -128,11 +128,11 @@ class _Counting:
         return np.ones(2, np.float32)
 
 
-def test_serial_embedder_slices_documents_and_caches_queries() -> None:
+def test_serial_embedder_slices_documents_and_passes_queries_through() -> None:
     inner = _Counting()
     e = SerialEmbedder(inner, slice_size=16)  # type: ignore[arg-type]
     assert e.embed_documents(["x"] * 40).shape == (40, 2) and inner.batches == [16, 16, 8]
     assert e.embed_documents([]).shape == (0, 2)
     e.embed_query("试用期")
     e.embed_query("试用期")
-    assert inner.queries == 1
+    assert inner.queries == 2  # question vectors are kept once, by the Searcher (tests/test_search_path.py)

@@ -25,7 +25,6 @@ from zhiku.embedding.base import Embedder
 
 V = TypeVar("V")
 EMBED_SLICE = 16  # texts embedded per hold of the model lock (~1-2 s with the bundled model on 2 cores)
-QUERY_CACHE = 1024  # query vectors kept
 
 
 class SerialEmbedder:
@@ -35,7 +34,6 @@ class SerialEmbedder:
         self.inner = inner
         self.slice_size = slice_size
         self._lock = threading.Lock()
-        self._queries: dict[str, np.ndarray] = {}
 
     @property
     def name(self) -> str:
@@ -57,16 +55,10 @@ class SerialEmbedder:
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Cached (``QUERY_CACHE`` recent texts): a query vector does not depend on the index, so the searches
-        that follow a write (which empties the result cache) do not wait for the model again."""
+        """One question at a time with the model (between an ingest's slices). Question vectors are kept by the
+        ``Searcher`` (``zhiku.retrieval.search.QueryVectors``), which every surface shares."""
         with self._lock:
-            vector = self._queries.pop(text, None)
-            if vector is None:
-                vector = self.inner.embed_query(text)
-            self._queries[text] = vector  # most recent last
-            if len(self._queries) > QUERY_CACHE:
-                del self._queries[next(iter(self._queries))]
-            return vector
+            return self.inner.embed_query(text)
 
     def __getattr__(self, name: str) -> object:  # warm-up hooks and the like of the wrapped embedder
         return getattr(self.inner, name)
