@@ -84,7 +84,7 @@ class KnowledgeBase:
         self.close()
 
     def close(self) -> None:
-        self.tracer.flush()  # queued traces are labelled from the store: write them before it closes
+        self.tracer.close()  # write the queued traces and end the sink's writer thread
         if "searcher" in self.__dict__:
             self.searcher.close()
         if "enrichments" in self.__dict__:

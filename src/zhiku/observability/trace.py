@@ -105,6 +105,7 @@ class JsonlSink:
         self._busy = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._closing = False
 
     def write(self, trace: Trace) -> None:
         line = encode_line(trace)
@@ -120,6 +121,21 @@ class JsonlSink:
         self._pending.append(line)
         if len(self._pending) >= self.BATCH:
             self._wake.set()
+
+    def close(self) -> None:
+        """Write every queued trace and end the writer thread (a later ``write`` starts a new one): each
+        ``KnowledgeBase`` has its own sink, and the dashboard opens one per page action."""
+        with self._start_lock:
+            thread = self._thread
+            if thread is None:
+                return
+            self._closing = True
+            self._wake.set()
+            thread.join()
+            self._thread, self._closing = None, False
+            _PENDING.discard(self)
+            if self._pending:  # queued while the writer was ending
+                self._append([self._pending.popleft() for _ in range(len(self._pending))])
 
     def flush(self) -> None:
         """Wait until every queued trace is in the file."""
@@ -148,6 +164,8 @@ class JsonlSink:
                 with self._idle:
                     self._busy = False
                     self._idle.notify_all()
+            if self._closing and not self._pending:
+                return
 
     def _append(self, lines: list[bytes]) -> None:
         while lines:

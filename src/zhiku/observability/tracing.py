@@ -274,6 +274,14 @@ class Tracer:
             if flush is not None:
                 flush()
 
+    def close(self) -> None:
+        """Write what the sinks hold and end their writer threads (the tracer still works: a later trace starts
+        them again)."""
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
     def emit(self, trace: Trace) -> None:
         for sink in self.sinks:
             try:
