@@ -39,3 +39,37 @@ def test_closing_a_knowledge_base_ends_its_trace_writer(kb_factory, corpus: Path
     kb.close()
     assert len(writer_threads()) == before
     assert [t.kind for t in read_traces(tmp_path / "idx" / TRACE_FILE)] == ["query", "ingest"]
+
+
+FORK_SCRIPT = """
+import os, signal, sys, time
+from pathlib import Path
+from zhiku.observability.tracing import JsonlSink, Tracer
+tracer = Tracer([JsonlSink(Path(sys.argv[1]), interval_s=60)])  # the writer would sleep a minute
+with tracer.trace("query", query="parent"):
+    pass
+pid = os.fork()  # e.g. a multiprocessing pool (fork start method) after the parent answered a query
+if pid == 0:
+    with tracer.trace("query", query="child"):
+        pass
+    sys.exit(0)  # interpreter exit flushes the child's queue
+for _ in range(300):  # a child that hangs at exit is killed after ~30 s, and fails the test
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.1)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+sys.exit("the child hung at exit")
+"""
+
+
+def test_a_forked_child_writes_its_own_traces_once_and_exits(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / TRACE_FILE
+    subprocess.run([sys.executable, "-c", FORK_SCRIPT, str(path)], check=True, timeout=60)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(x)["attrs"]["query"] for x in lines) == ["child", "parent"]  # the parent's once

@@ -10,6 +10,7 @@ import atexit
 import fcntl
 import json
 import logging
+import os
 import threading
 import weakref
 from collections import deque
@@ -210,7 +211,18 @@ def flush_traces() -> None:
         sink.flush()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's writer threads (its flush would wait for one forever) and a copy
+    of their queues (the parent writes those): each sink starts afresh, and its next write starts a writer."""
+    for sink in list(_PENDING):
+        sink._pending.clear()
+        sink._thread, sink._busy, sink._closing = None, False, False
+        sink._wake, sink._idle, sink._start_lock = threading.Event(), threading.Condition(), threading.Lock()
+    _PENDING.clear()
+
+
 atexit.register(flush_traces)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def trace_files(path: Path, backups: int = 9) -> list[Path]:
