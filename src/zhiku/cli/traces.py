@@ -79,6 +79,11 @@ def print_trace(console: Console, trace: Trace) -> None:
     if fused and fusion is not None:
         summary = fusion.data.get("summary", {})
         console.print("fusion: " + ", ".join(f"{k} {v}" for k, v in summary.items()), markup=False)
+    _print_rerank(console, trace)
+
+
+def _print_rerank(console: Console, trace: Trace) -> None:
+    """The rerank stage of a query trace: its status and reason, or its table (fused rank → reranked rank)."""
     rerank = trace.stage("rerank")
     if rerank is not None and rerank.status != "ok":
         console.print(f"rerank: {rerank.status} ({rerank.data.get('reason', '')})", markup=False)

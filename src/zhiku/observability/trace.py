@@ -51,10 +51,7 @@ def _encodable(value: Any) -> Any:
     return item() if callable(item) else str(value)
 
 
-# --------------------------------------------------------------------------------------------- spans
-
-
-# --------------------------------------------------------------------------------------- the tracer
+# ---------------------------------------------------------------------------------------------- sinks
 class Sink(Protocol):
     def write(self, trace: Trace) -> None:
         """Persist or export one finished trace. Errors are logged by the tracer, never raised to callers."""
