@@ -1,4 +1,4 @@
-"""What a query trace says about chunks: the returned hits as columns (``hit_columns``, written with every trace)
+"""What a query trace says about chunks: the returned hits as rows (``hit_rows``, written with every trace)
 and chunk labels (``VersionedLabels``, ``label_chunks``: source, section, page, enrichments), added when a trace
 keeps its candidate detail."""
 
@@ -70,11 +70,11 @@ def label_chunks(trace: Trace, lookup: Callable[[list[str]], Mapping[str, Mappin
 def label_later(
     trace: Trace, hits: Sequence[Hit], lookup: Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
 ) -> None:
-    """When the trace is sealed: ``data.hits`` as columns, and (with its candidate detail) the labels of every
+    """When the trace is sealed: ``data.hits`` as rows, and (with its candidate detail) the labels of every
     chunk the trace lists; hits carry their own source, section and page."""
 
     def label() -> None:
-        trace.data["hits"] = hit_columns(hits)
+        trace.data["hits"] = hit_rows(hits)
         if trace.detail != SAMPLED_OUT:
             label_chunks(trace, lookup)
 
@@ -95,7 +95,7 @@ HIT_FIELDS: tuple[str, ...] = (
 HIT_FIELDS += ("dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
 
 
-def hit_columns(hits: Sequence[Hit]) -> Rows:
+def hit_rows(hits: Sequence[Hit]) -> Rows:
     """The final hits of a query as trace rows (rank, ids, every channel's evidence): one tuple per hit, built in
     one pass (every query's trace has them; readers get dicts back, ``as_rows``)."""
     return Rows(

@@ -27,7 +27,7 @@ from typing import Any
 
 from zhiku.observability.columns import Columns
 from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
-from zhiku.observability.labels import hit_columns as hit_columns
+from zhiku.observability.labels import hit_rows as hit_rows
 from zhiku.observability.labels import label_chunks as label_chunks
 from zhiku.observability.labels import label_later as label_later
 from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: tracing is where stages record rank changes)
