@@ -73,3 +73,30 @@ def test_a_forked_child_writes_its_own_traces_once_and_exits(tmp_path: Path) -> 
     subprocess.run([sys.executable, "-c", FORK_SCRIPT, str(path)], check=True, timeout=60)
     lines = path.read_text(encoding="utf-8").splitlines()
     assert sorted(json.loads(x)["attrs"]["query"] for x in lines) == ["child", "parent"]  # the parent's once
+
+
+class BrokenSink:
+    """A sink whose close fails (an exporter that cannot reach its collector, a full disk)."""
+
+    def write(self, trace: object) -> None:
+        return None
+
+    def close(self) -> None:
+        raise OSError("No space left on device")
+
+
+def test_a_sink_that_fails_to_close_never_fails_closing_the_knowledge_base(
+    kb_factory, corpus: Path, tmp_path: Path
+) -> None:
+    import pytest
+
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    path = tmp_path / "other.jsonl"
+    good = JsonlSink(path, interval_s=60)
+    kb.tracer = Tracer([BrokenSink(), good])
+    kb.retrieve("试用期最长多久", top_k=3)
+    kb.close()  # logs the broken sink, closes the other one and the store
+    assert good._thread is None and [t.kind for t in read_traces(path)] == ["query"]
+    with pytest.raises(Exception, match="closed"):
+        kb.store.get_chunks(["x"])

@@ -133,7 +133,11 @@ class JsonlSink:
             self._thread, self._closing = None, False
             _PENDING.discard(self)
             if self._pending:  # queued while the writer was ending
-                self._append([self._pending.popleft() for _ in range(len(self._pending))])
+                lines = [self._pending.popleft() for _ in range(len(self._pending))]
+                try:
+                    self._append(lines)
+                except Exception as e:  # as in the writer: logged, never raised
+                    log.warning("could not write %d trace(s) to %s: %s", len(lines), self.path, e)
 
     def flush(self) -> None:
         """Wait until every queued trace is in the file."""

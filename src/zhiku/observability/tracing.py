@@ -279,8 +279,11 @@ class Tracer:
         them again)."""
         for sink in self.sinks:
             close = getattr(sink, "close", None)
-            if close is not None:
-                close()
+            try:
+                if close is not None:
+                    close()
+            except Exception as e:  # like a write: never fails the caller (KnowledgeBase.close must go on)
+                log.warning("could not close trace sink %s: %s", type(sink).__name__, e)
 
     def emit(self, trace: Trace) -> None:
         for sink in self.sinks:
