@@ -100,3 +100,42 @@ def test_a_sink_that_fails_to_close_never_fails_closing_the_knowledge_base(
     assert good._thread is None and [t.kind for t in read_traces(path)] == ["query"]
     with pytest.raises(Exception, match="closed"):
         kb.store.get_chunks(["x"])
+
+
+SEALING_FORK_SCRIPT = """
+import os, signal, sys, threading, time
+from zhiku.observability import records
+from zhiku.observability.tracing import MemorySink, Tracer
+
+held, release = threading.Event(), threading.Event()
+
+def seal_slowly():  # another thread sealing a trace at the moment of the fork
+    with records._SEALING:
+        held.set()
+        release.wait()
+
+threading.Thread(target=seal_slowly, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    sink = MemorySink()
+    with Tracer([sink]).trace("query", query="child"):
+        pass
+    os._exit(0 if [t.attrs["query"] for t in sink.traces] == ["child"] else 1)
+release.set()
+for _ in range(300):  # a child stuck on the lock is killed after ~30 s, and fails the test
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(os.waitstatus_to_exitcode(status))
+    time.sleep(0.1)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+sys.exit("the child hung sealing its trace")
+"""
+
+
+def test_a_child_forked_while_another_thread_seals_can_seal_its_own_traces() -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", SEALING_FORK_SCRIPT], check=True, timeout=60)

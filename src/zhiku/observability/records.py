@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,15 @@ Event = tuple[str, float, float, Sets | None]
 
 
 _SEALING = threading.RLock()  # one for every trace (a lock per trace costs each query its allocation)
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread sealed a trace would inherit the lock held, by a thread it lacks."""
+    global _SEALING
+    _SEALING = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _started(event: Event) -> float:
