@@ -139,3 +139,37 @@ def test_a_child_forked_while_another_thread_seals_can_seal_its_own_traces() -> 
     import sys
 
     subprocess.run([sys.executable, "-c", SEALING_FORK_SCRIPT], check=True, timeout=60)
+
+
+def test_the_rerank_table_of_a_sampled_out_trace_names_each_chunks_source_and_section() -> None:
+    from rich.console import Console
+
+    from zhiku.cli.traces import print_trace
+    from zhiku.observability.labels import HIT_FIELDS
+    from zhiku.observability.trace import Trace
+
+    hit = dict.fromkeys(HIT_FIELDS)
+    hits = [
+        hit | {"rank": 1, "chunk_id": "c2", "source": "年休假条例.md", "section": "第三条", "fused_rank": 2},
+        hit | {"rank": 2, "chunk_id": "c1", "source": "劳动合同法.md", "section": "第十九条", "fused_rank": 1},
+    ]
+    changes = [
+        {"chunk_id": "c2", "rank_before": 2, "rank_after": 1, "delta": 1, "status": "up"},
+        {"chunk_id": "c1", "rank_before": 1, "rank_after": 2, "delta": -1, "status": "down"},
+    ]
+    line = {
+        "trace_id": "a" * 16,
+        "kind": "query",
+        "started_at": 1.0,
+        "detail": "sampled-out",  # no chunk labels: the rerank rows are named from the hits
+        "data": {"hits": {"fields": list(HIT_FIELDS), "rows": [[h[f] for f in HIT_FIELDS] for h in hits]}},
+        "stages": [{"name": "rerank", "data": {"reranker": "llm", "top_m": 20, "changes": changes}}],
+    }
+    console = Console(record=True, width=200)
+    print_trace(console, Trace.from_json(line))
+    table = console.export_text().split("rerank (llm, top_m 20)")[1]
+    rows = [[cell.strip() for cell in r.split("│")[1:-1]] for r in table.splitlines() if r.startswith("│")]
+    assert rows == [
+        ["1", "+1", "2", "–", "–", "年休假条例.md", "第三条"],
+        ["2", "-1", "1", "–", "–", "劳动合同法.md", "第十九条"],
+    ]

@@ -95,17 +95,18 @@ def _print_rerank(console: Console, trace: Trace) -> None:
         for col in ("after", "Δ", "before", "raw", "sigmoid", "source", "section"):
             table.add_column(col)
         scores = {row["chunk_id"]: row for row in rerank.data.get("scores", [])}
+        hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}  # a sampled-out trace's rows have no labels
         for c in rerank.data.get("changes", []):
             delta = {"new": "new", "dropped": "dropped"}.get(c["status"], f"{c['delta']:+d}" if c["delta"] else "=")
-            sc = scores.get(c["chunk_id"], {})
+            sc, h = scores.get(c["chunk_id"], {}), hits.get(c["chunk_id"], {})
             table.add_row(
                 _fmt(c["rank_after"]),
                 delta,
                 _fmt(c["rank_before"]),
                 _fmt(sc.get("raw"), ".3f"),
                 _fmt(sc.get("sigmoid"), ".3f"),
-                c.get("source", ""),
-                c.get("section", ""),
+                c.get("source") or h.get("source", ""),
+                c.get("section") or h.get("section", ""),
             )
         console.print(table)
 
