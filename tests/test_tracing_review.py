@@ -173,3 +173,25 @@ def test_the_rerank_table_of_a_sampled_out_trace_names_each_chunks_source_and_se
         ["1", "+1", "2", "–", "–", "年休假条例.md", "第三条"],
         ["2", "-1", "1", "–", "–", "劳动合同法.md", "第十九条"],
     ]
+
+
+def test_embedding_a_questions_clauses_is_a_stage_of_its_trace(kb_factory, tmp_path: Path) -> None:
+    from test_tracing import DESIGNED, DesignedEmbedder
+    from zhiku.observability.tracing import ordered_stages
+
+    docs = tmp_path / "designed"
+    docs.mkdir()
+    for name, (body, _) in DESIGNED.items():
+        (docs / name).write_text(body + "\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx", embedder=DesignedEmbedder(), retrieval={"fusion": "zscore"})
+    kb.ingest([docs])
+    kb.retrieve("zeta alpha", mode="hybrid", top_k=2)  # two clauses: "zeta", "alpha"
+    kb.retrieve("zeta alpha", mode="hybrid", top_k=2)  # their vectors are known
+    kb.retrieve("zeta", mode="hybrid", top_k=2)  # one clause: nothing to embed
+    kb.close()
+    one, again, first = read_traces(tmp_path / "idx" / TRACE_FILE, kind="query")
+    names = ["parse", "bm25", "dense", "clauses", "fusion", "rerank"]
+    assert [s.name for s in ordered_stages(first)] == [s.name for s in ordered_stages(again)] == names
+    assert first.stage("clauses").counts == {"clauses": 2, "embedded": 2}
+    assert again.stage("clauses").counts == {"clauses": 2, "embedded": 0}
+    assert [s.name for s in ordered_stages(one)] == ["parse", "bm25", "dense", "fusion", "rerank"]

@@ -45,6 +45,7 @@ STAGES = (
     "parse",
     "bm25",
     "dense",
+    "clauses",
     "fusion",
     "rerank",
     "answer",
@@ -272,7 +273,8 @@ class Trace:
 
 
 def ordered_stages(trace: Trace) -> list[Stage]:
-    """Stages in pipeline order (parse, bm25, dense, fusion, rerank, answer; load … upsert), others after by start."""
+    """Stages in pipeline order (parse, bm25, dense, clauses, fusion, rerank, answer; load … upsert), others after by
+    start."""
     return sorted(trace.stages, key=lambda s: (_ORDER.get(s.name, len(_ORDER)), s.start_ms))
 
 
