@@ -267,13 +267,6 @@ class Tracer:
             return _NO_TRACE
         return _Root(self, kind, attrs, capture)
 
-    def flush(self) -> None:
-        """Wait until the sinks that write in the background have written every trace handed to them."""
-        for sink in self.sinks:
-            flush = getattr(sink, "flush", None)
-            if flush is not None:
-                flush()
-
     def close(self) -> None:
         """Write what the sinks hold and end their writer threads (the tracer still works: a later trace starts
         them again)."""
