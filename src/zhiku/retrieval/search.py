@@ -88,7 +88,9 @@ class Retrieval:
 
 
 class QueryVectors:
-    """The last ``size`` question vectors by question text (least recently used out first); thread-safe."""
+    """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
+    with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
+    model's one bad reply would otherwise fail that question until it left the cache)."""
 
     def __init__(self, size: int = QUERY_VECTORS) -> None:
         self.size = size
@@ -104,6 +106,8 @@ class QueryVectors:
 
     def put(self, text: str, vector: np.ndarray) -> None:
         kept = np.array(vector, copy=True)
+        if not np.isfinite(kept).all():
+            return
         kept.setflags(write=False)  # shared by every later search of this question
         with self._lock:
             self._vectors[text] = kept
