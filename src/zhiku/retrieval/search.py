@@ -32,7 +32,7 @@ from zhiku.types import Filters, Hit, ScoredId, SearchMode
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
-QUERY_VECTORS = 1024  # question vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
+QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 # (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
