@@ -250,3 +250,17 @@ def test_warm_reads_the_chunk_ids(index_dir: Path) -> None:
         store.warm()  # what the MCP server does at start
         table = store._ids._table
         assert table is not None and table[0] == 2 and table[1][2] == LABOR.ids[1].encode()
+
+
+def test_the_scores_a_snapshot_keeps_for_a_term_are_read_only(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        NOTE.write(store)
+        assert ids(store.bm25_search(["劳动者"], 5))
+        snap = store._bm25
+        assert snap is not None
+        term = snap.terms.get("劳动者")
+        assert term is not None
+        rows, each = term.scored(snap.n_live, snap.norm, None if snap.n_live == snap.top else snap.live)
+        assert rows.tolist() == [1, 2] and each.size == 2  # shared by every later query of the snapshot
+        assert not rows.flags.writeable and not each.flags.writeable
