@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from zhiku.types import Filters, Hit, ScoredId, SearchMode
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
+log = logging.getLogger(__name__)
 QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
@@ -205,12 +207,17 @@ class Searcher:
         return Retrieval(parsed, mode_, tuple(bm25), tuple(dense), tuple(hits), status, clauses=tuple(by_clause))
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
-        """The clauses' vectors, kept with the question vectors (a repeated question embeds none of them)."""
+        """The clauses' vectors, kept with the question vectors (a repeated question embeds none of them). The
+        clause channel is optional: if the embedder fails on a clause the search goes on without it (logged)."""
         vectors = []
         for clause in clauses:
             vector = self._vectors.get(clause)
             if vector is None:
-                vector = self.embedder.embed_query(clause)
+                try:
+                    vector = self.embedder.embed_query(clause)
+                except Exception as exc:  # noqa: BLE001 - an optional channel degrades; the question's own vector is fine
+                    log.warning("clause channel skipped: embedding a clause failed (%s: %s)", type(exc).__name__, exc)
+                    return ()
                 self._vectors.put(clause, vector)
             vectors.append(vector)
         return tuple(vectors)
