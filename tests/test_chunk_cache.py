@@ -69,3 +69,23 @@ def test_the_cache_holds_one_version_and_at_most_its_size() -> None:
     off = ChunkCache(size=0)
     off.add(1, [a], doc=("doc-labor", (a, b)))
     assert off.chunks([a.chunk_id]) == (1, {}) and off.document("doc-labor") == (1, None)
+
+
+def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "idx") as store:
+        LABOR.write(store)
+        NOTE.write(store)
+        assert store.get_chunks(NOTE.ids) == NOTE.chunks  # kept at version 2
+        assert store.bm25_search(["会议"], 5) and store._bm25 is not None
+        version = store.index_version()
+        # as if the file now held another index's past: its searches' snapshot and its kept chunks are 2 ahead,
+        # and that other index kept NOTE's chunk id under another heading
+        other = _moved(NOTE).chunks
+        store._bm25 = dataclasses.replace(store._bm25, version=version + 2)
+        store._chunk_cache.add(version + 2, other, doc=("doc-note", tuple(other)))
+        assert store.bm25_search(["会议"], 5)  # the search sees the version go back
+        WAGE.write(store)
+        LABOR_V2.write(store)  # this index now reaches the version the other one's chunks were kept at
+        assert store.index_version() == version + 2
+        assert store.get_chunks(NOTE.ids) == NOTE.chunks
+        assert store.document_chunks("doc-note") == NOTE.chunks

@@ -303,3 +303,25 @@ def test_the_best_few_keep_the_order_of_the_whole_list_through_ties() -> None:
     assert by_score_then_id(scores, 2) == [("d", 2.0), ("a", 1.0)]  # a tie at the cut: the lowest id first
     assert by_score_then_id(scores, 4) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0)]
     assert by_score_then_id(scores, 0) == [] and by_score_then_id(scores, 9) == by_score_then_id(scores)
+
+
+class ClausesFailing(Clauses):
+    """The embedder fails on one clause (a remote API's hiccup); the question itself embeds fine."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text == "心情不错":
+            raise RuntimeError("503 from the embedding endpoint")
+        return super().embed_query(text)
+
+
+def test_a_failing_clause_embedding_leaves_the_search_without_the_clause_channel(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, SEC_WAGE, make_settings
+    from zhiku.api import KnowledgeBase
+
+    _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
+    with KnowledgeBase(settings, embedder=ClausesFailing()) as kb:
+        r = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)
+    # the dense order alone (weight 1 with the clauses would put severance first: the test above)
+    assert [h.chunk.section for h in r.hits] == [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
+    assert r.clauses == ()

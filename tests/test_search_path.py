@@ -8,9 +8,11 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from helpers_kb import make_settings, write_corpus
 from zhiku.api import KnowledgeBase
+from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
 from zhiku.retrieval.search import QueryVectors
 
@@ -94,3 +96,34 @@ def test_query_vectors_keep_the_most_recently_used_questions_as_read_only_copies
     kept.put("c", np.array([0.6, 0.8], np.float32))
     assert got is not None and got.tolist() == [1.0, 0.0] and not got.flags.writeable
     assert kept.get("b") is None and kept.get("a") is not None and kept.get("c") is not None
+
+
+class Glitching(Recording):
+    """Answers its first question with NaNs (a remote model's bad reply), then as ``Recording``."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        vector = super().embed_query(text)
+        return np.full(3, np.nan, np.float32) if len(self.queries) == 1 else vector
+
+
+def test_a_vector_the_store_refuses_is_not_kept_so_asking_again_embeds_again(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    embedder = Glitching()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with KnowledgeBase(settings, embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        with pytest.raises(InvalidInput, match="NaN or infinite"):
+            kb.retrieve("试用期最长多久", mode="dense", top_k=2)
+        again = kb.retrieve("试用期最长多久", mode="dense", top_k=2)
+    assert [q for q, _ in embedder.queries] == ["试用期最长多久", "试用期最长多久"]
+    assert again.hits[0].chunk.section.endswith("第十九条")
+
+
+def test_query_vectors_keep_only_finite_vectors() -> None:
+    kept = QueryVectors(size=3)
+    kept.put("坏", np.array([np.nan, 1.0], np.float32))
+    kept.put("无穷", np.array([np.inf, 1.0], np.float32))
+    kept.put("好", np.array([0.6, 0.8], np.float32))
+    assert kept.get("坏") is None and kept.get("无穷") is None
+    assert np.array_equal(kept.get("好"), np.array([0.6, 0.8], np.float32))  # type: ignore[arg-type]

@@ -215,13 +215,13 @@ def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_
         store.warm()  # reads every chunk id
         assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
         table = store._ids._table
-        assert table is not None and store._ids.of_rows_known(3) == NOTE.ids[0] and store._masks._masks
+        assert table is not None and table[1][3] == NOTE.ids[0].encode() and store._masks._masks
         snap = store._bm25
         assert snap is not None
         store._bm25 = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
         assert ids(store.bm25_search(["劳动者"], 5)) == sorted(LABOR.ids)  # tied: by chunk id
         assert store._ids._table is not table and not store._masks._masks  # forgotten, then read again
-        assert store._ids.of_rows_known(1) == LABOR.ids[0]
+        assert store._ids._maps[0][1] == LABOR.ids[0]  # read again, from this index
 
 
 def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Path) -> None:
@@ -249,4 +249,18 @@ def test_warm_reads_the_chunk_ids(index_dir: Path) -> None:
         assert store._ids._table is None
         store.warm()  # what the MCP server does at start
         table = store._ids._table
-        assert table is not None and table[0] == 2 and store._ids.of_rows_known(2) == LABOR.ids[1]
+        assert table is not None and table[0] == 2 and table[1][2] == LABOR.ids[1].encode()
+
+
+def test_the_scores_a_snapshot_keeps_for_a_term_are_read_only(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as store:
+        LABOR.write(store)
+        NOTE.write(store)
+        assert ids(store.bm25_search(["劳动者"], 5))
+        snap = store._bm25
+        assert snap is not None
+        term = snap.terms.get("劳动者")
+        assert term is not None
+        rows, each = term.scored(snap.n_live, snap.norm, None if snap.n_live == snap.top else snap.live)
+        assert rows.tolist() == [1, 2] and each.size == 2  # shared by every later query of the snapshot
+        assert not rows.flags.writeable and not each.flags.writeable

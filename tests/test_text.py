@@ -134,3 +134,18 @@ def test_query_clauses_cuts_a_long_question_at_clause_punctuation() -> None:
     assert query_clauses("  ") == []
     assert query_clauses("一二三四；五六七八；九十百千", max_clauses=2) == ["一二三四", "五六七八"]
     assert query_clauses("一二三四；五六七八", min_chars=5) == []  # the two pieces joined: one clause
+
+
+def test_query_clauses_keep_english_words_and_numbers_together() -> None:
+    from zhiku.text import query_clauses
+
+    assert query_clauses("what is the minimum wage in Beijing") == []  # one English clause, not four
+    assert query_clauses("Is overtime paid? How much per hour?") == ["Is overtime paid", "How much per hour"]
+    assert query_clauses("《Go车志 BuyCarTV》的创办人是谁？") == []  # a space inside a mixed name is no break
+    assert query_clauses("月薪1,000.5元,试用期工资多少？公司不给怎么办") == [
+        "月薪1,000.5元",
+        "试用期工资多少",
+        "公司不给怎么办",
+    ]
+    assert query_clauses("头疼得厉害 一直发烧 怎么办") == ["头疼得厉害", "一直发烧，怎么办"]
+    assert query_clauses("劳动法 第 39 条 规定了什么情况") == ["劳动法，第 39 条", "规定了什么情况"]

@@ -183,8 +183,8 @@ def test_embedding_a_questions_clauses_is_a_stage_of_its_trace(kb_factory, tmp_p
         (docs / name).write_text(body + "\n", encoding="utf-8")
     kb = kb_factory(tmp_path / "idx", embedder=DesignedEmbedder(), retrieval={"fusion": "zscore"})
     kb.ingest([docs])
-    kb.retrieve("zeta alpha", mode="hybrid", top_k=2)  # two clauses: "zeta", "alpha"
-    kb.retrieve("zeta alpha", mode="hybrid", top_k=2)  # their vectors are known
+    kb.retrieve("zeta，alpha", mode="hybrid", top_k=2)  # two clauses: "zeta", "alpha"
+    kb.retrieve("zeta，alpha", mode="hybrid", top_k=2)  # their vectors are known
     kb.retrieve("zeta", mode="hybrid", top_k=2)  # one clause: nothing to embed
     kb.close()
     one, again, first = read_traces(tmp_path / "idx" / TRACE_FILE, kind="query")
@@ -193,3 +193,26 @@ def test_embedding_a_questions_clauses_is_a_stage_of_its_trace(kb_factory, tmp_p
     assert first.stage("clauses").counts == {"clauses": 2, "embedded": 2}
     assert again.stage("clauses").counts == {"clauses": 2, "embedded": 0}
     assert [s.name for s in ordered_stages(one)] == ["parse", "bm25", "dense", "fusion", "rerank"]
+
+
+def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_factory, tmp_path: Path) -> None:
+    from test_tracing import DESIGNED, DesignedEmbedder
+
+    class FailsOnAlpha(DesignedEmbedder):
+        def embed_query(self, text: str):  # noqa: ANN201
+            if text == "alpha":
+                raise RuntimeError("503 from the embedding endpoint")
+            return super().embed_query(text)
+
+    docs = tmp_path / "designed"
+    docs.mkdir()
+    for name, (body, _) in DESIGNED.items():
+        (docs / name).write_text(body + "\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx", embedder=FailsOnAlpha(), retrieval={"fusion": "zscore"})
+    kb.ingest([docs])
+    assert kb.retrieve("zeta，alpha", mode="hybrid", top_k=2).clauses == ()  # searched without the clause channel
+    kb.close()
+    stage = read_traces(tmp_path / "idx" / TRACE_FILE, kind="query")[0].stage("clauses")
+    assert stage is not None
+    assert (stage.status, stage.counts) == ("fallback", {"clauses": 2, "embedded": 1})
+    assert stage.data == {"reason": "RuntimeError: 503 from the embedding endpoint"}

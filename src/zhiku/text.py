@@ -142,16 +142,23 @@ class TextProcessor:
         return [self.index_tokens(t) for t in texts]
 
 
-_CLAUSE_BREAK = re.compile(r"[，,。！!？?；;：:\s]+")  # clause punctuation (full and half width) and whitespace
+# Clause breaks: full-width clause punctuation; ASCII , ! ? ; : unless between two ASCII letters/digits (1,000 or
+# 10:30 stay whole); whitespace only between two non-ASCII characters (头疼 发烧 — not "minimum wage", not
+# "Go车志 BuyCarTV").
+_CLAUSE_BREAK = re.compile(
+    r"[，。！？；：]|(?<![0-9A-Za-z])[,!?;:]|[,!?;:](?![0-9A-Za-z])|(?<=[^\x00-\x7f])\s+(?=[^\x00-\x7f])"
+)
 
 
 def query_clauses(query: str, *, min_chars: int = 4, max_clauses: int = 8) -> list[str]:
-    """The clauses of a long question, for embedding beside the whole (``retrieval.query_clauses``): the text
-    cut at clause punctuation and whitespace, a piece shorter than ``min_chars`` joined to the one before it
-    (or a short first piece to the next), at most ``max_clauses`` (the first ones). A question of one clause
-    gives ``[]``: the whole question already is that clause."""
+    """The clauses of a long question, for embedding beside the whole (the clause channel,
+    ``retrieval.clause_weight``): the text cut at clause punctuation and at whitespace between Chinese characters
+    (``_CLAUSE_BREAK``: English words and numbers stay together), a piece shorter than
+    ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
+    first ones). A question of one clause gives ``[]``: the whole question already is that clause."""
     out: list[str] = []
     for piece in _CLAUSE_BREAK.split(query.strip()):
+        piece = piece.strip()
         if not piece:
             continue
         if out and (len(piece) < min_chars or len(out[-1]) < min_chars):

@@ -3,15 +3,29 @@ the candidates BM25 and the dense channel found (bench/RESULTS.md, Issue 11 — 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
+from zhiku.embedding.base import Embedder
+from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked
 from zhiku.settings import RetrievalSettings
 from zhiku.stores.base import Retriever
 from zhiku.text import query_clauses
 from zhiku.types import ScoredId
+
+log = logging.getLogger(__name__)
+
+
+class KnownVectors(Protocol):
+    """Vectors kept by text (the searcher's ``QueryVectors``)."""
+
+    def get(self, text: str) -> np.ndarray | None: ...
+
+    def put(self, text: str, vector: np.ndarray) -> None: ...
 
 
 def clauses_to_embed(query: str, settings: RetrievalSettings) -> list[str]:
@@ -35,3 +49,30 @@ def clause_ranking(
         for chunk_id, score in store.dense_scores(vector, candidates).items():
             best[chunk_id] = max(score, best.get(chunk_id, score))
     return ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:
+    """The clauses' vectors, kept in ``known`` with the question vectors (a repeated question embeds none of them);
+    traced as stage ``clauses`` (embedding them takes about as long as embedding the question). The clause channel
+    is optional: if the embedder fails on a clause the search goes on without it (logged; the stage says
+    ``fallback``)."""
+    if not clauses:
+        return ()
+    vectors: list[np.ndarray] = []
+    embedded = 0
+    with span("clauses") as sp:
+        for clause in clauses:
+            vector = known.get(clause)
+            if vector is None:
+                try:
+                    vector = embedder.embed_query(clause)
+                except Exception as exc:  # noqa: BLE001 - an optional channel degrades; the question's own vector is fine
+                    log.warning("clause channel skipped: embedding a clause failed (%s: %s)", type(exc).__name__, exc)
+                    reason = f"{type(exc).__name__}: {exc}"
+                    sp.set(counts={"clauses": len(clauses), "embedded": embedded}, status="fallback", reason=reason)
+                    return ()
+                embedded += 1
+                known.put(clause, vector)
+            vectors.append(vector)
+        sp.set(counts={"clauses": len(clauses), "embedded": embedded})
+    return tuple(vectors)

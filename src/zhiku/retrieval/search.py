@@ -19,7 +19,7 @@ from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
 from zhiku.observability.tracing import mark, ranking_columns, span
-from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed
+from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
@@ -32,7 +32,7 @@ from zhiku.types import Filters, Hit, ScoredId, SearchMode
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
-QUERY_VECTORS = 1024  # question vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
+QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 # (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
@@ -88,7 +88,9 @@ class Retrieval:
 
 
 class QueryVectors:
-    """The last ``size`` question vectors by question text (least recently used out first); thread-safe."""
+    """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
+    with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
+    model's one bad reply would otherwise fail that question until it left the cache)."""
 
     def __init__(self, size: int = QUERY_VECTORS) -> None:
         self.size = size
@@ -104,6 +106,8 @@ class QueryVectors:
 
     def put(self, text: str, vector: np.ndarray) -> None:
         kept = np.array(vector, copy=True)
+        if not np.isfinite(kept).all():
+            return
         kept.setflags(write=False)  # shared by every later search of this question
         with self._lock:
             self._vectors[text] = kept
@@ -201,20 +205,8 @@ class Searcher:
         return Retrieval(parsed, mode_, tuple(bm25), tuple(dense), tuple(hits), status, clauses=tuple(by_clause))
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
-        """The clauses' vectors, kept with the question vectors (a repeated question embeds none of them); traced
-        as stage ``clauses`` (embedding them takes about as long as embedding the question)."""
-        if not clauses:
-            return ()
-        vectors, embedded = [], 0
-        with span("clauses") as sp:
-            for clause in clauses:
-                vector = self._vectors.get(clause)
-                if vector is None:
-                    vector, embedded = self.embedder.embed_query(clause), embedded + 1
-                    self._vectors.put(clause, vector)
-                vectors.append(vector)
-            sp.set(counts={"clauses": len(clauses), "embedded": embedded})
-        return tuple(vectors)
+        """The clauses' vectors, kept with the question vectors (``clauses.embed_clauses``)."""
+        return embed_clauses(self.embedder, self._vectors, clauses)
 
     def _dense_and_clauses(
         self, query: str, depth: int, filters: Filters, clauses: list[str]

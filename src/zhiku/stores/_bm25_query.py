@@ -51,14 +51,24 @@ class QueryTerm:
 
     def scored(self, n: int, norm: np.ndarray, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """All live rows containing the term (int64) and its score in each (``weights``), kept for the next query
-        with the same ``n``, ``norm`` and ``live`` (a snapshot's: ``BM25Snapshot`` keeps its terms)."""
+        with the same ``n``, ``norm`` and ``live`` (a snapshot's: ``BM25Snapshot`` keeps its terms); read-only, as
+        concurrent queries share them."""
+        kept = self._kept(n, norm, live)
+        if kept is not None:
+            return kept
+        rows, tfs = self.gathered(live)
+        each = weights(self.idf(n), tfs, norm[rows])
+        rows.setflags(write=False)
+        each.setflags(write=False)
+        self.memo[:] = [(norm, live, n, rows, each)]
+        return rows, each
+
+    def _kept(self, n: int, norm: np.ndarray, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows and scores ``scored`` kept for these ``n``, ``norm`` and ``live`` (the same objects), if any."""
         memo = self.memo[0] if self.memo else None
         if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
             return memo[3], memo[4]  # type: ignore[return-value]
-        rows, tfs = self.gathered(live)
-        out = rows, weights(self.idf(n), tfs, norm[rows])
-        self.memo[:] = [(norm, live, n, *out)]
-        return out
+        return None
 
     def gathered(self, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """All live rows containing the term (int64) and their tfs (float64)."""
@@ -76,11 +86,10 @@ class QueryTerm:
         scored rows when this query or an earlier one computed them (``scored``), else from the postings. Few
         candidates against a long list are looked up by binary search (reading a few pages of the postings);
         otherwise the list is scanned through ``slot()`` (row → index into ``cand``, -1 elsewhere)."""
-        memo = self.memo[0] if self.memo else None
-        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
-            rows, each = memo[3], memo[4]
-            at, found = _lookup(cand, 0, cand.size, rows, slot)  # type: ignore[arg-type]
-            return at, each[found]  # type: ignore[index]
+        kept = self._kept(n, norm, live)
+        if kept is not None:
+            at, found = _lookup(cand, 0, cand.size, kept[0], slot)
+            return at, kept[1][found]
         ats, scores, idf = [], [], self.idf(n)
         for rows, tfs in self.parts:  # a row is in one part: one score per term
             if rows.size == 0:

@@ -105,13 +105,6 @@ class ChunkIds:
                 by_id[chunk_id] = rowid
         return by_row
 
-    def of_rows_known(self, rowid: int) -> str | None:
-        """The chunk id of ``rowid`` if it was read (no SQL)."""
-        table = self._table
-        if table is not None and rowid <= table[0]:
-            return table[1][rowid].decode() or None
-        return self._maps[0].get(rowid)
-
     def rows_hint(self, chunk_ids: Sequence[str]) -> list[int | None]:
         """The rowid each chunk id was last seen at (None: never seen); check it is live before trusting it."""
         by_id = self._current()[1]

@@ -31,6 +31,12 @@ class ChunkCache:
         self._held = 0
         self._lock = threading.Lock()
 
+    def clear(self) -> None:
+        """Forget every entry and the version (the index went back to an older version: another index's past,
+        whose versions will reach the kept one with other chunks)."""
+        with self._lock:
+            self.version, self._chunks, self._docs, self._held = -1, {}, {}, 0
+
     def chunks(self, ids: Iterable[str]) -> tuple[int, dict[str, Chunk]]:
         """The version the entries are of, and those of ``ids`` held."""
         with self._lock:

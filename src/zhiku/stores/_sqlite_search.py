@@ -208,10 +208,13 @@ class SQLiteSearch(SQLiteReads):
 
     def _forget_rows(self, replaced: bool) -> None:
         """Drop what the searches keep about rowids (``_chunk_ids``, ``_filter_masks``: true for the life of an
-        index) when the index went back to an older version: another index now, whose rowids are other chunks."""
+        index) when the index went back to an older version: another index now, whose rowids are other chunks. The
+        decoded chunks too (``ChunkCache``): kept by version, they would never be replaced (an older version's rows
+        are not added) and would be served again once this index's version reaches theirs."""
         if replaced:
             self._ids.clear()
             self._masks.clear()
+            self._chunk_cache.clear()
 
     def _filter_mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
         """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), kept per filter (``_filter_masks``)."""
