@@ -8,6 +8,17 @@ from pathlib import Path
 from zhiku.observability.tracing import TRACE_FILE, JsonlSink, Tracer, read_traces, span
 
 
+def designed_docs(tmp_path: Path) -> Path:
+    """The designed index's six documents (tests/test_tracing.py), in ``tmp_path/designed``."""
+    from test_tracing import DESIGNED
+
+    docs = tmp_path / "designed"
+    docs.mkdir()
+    for name, (body, _) in DESIGNED.items():
+        (docs / name).write_text(body + "\n", encoding="utf-8")
+    return docs
+
+
 def writer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "zhiku-traces"]
 
@@ -174,13 +185,10 @@ def test_the_rerank_table_of_a_sampled_out_trace_names_each_chunks_source_and_se
 
 
 def test_embedding_a_questions_clauses_is_a_stage_of_its_trace(kb_factory, tmp_path: Path) -> None:
-    from test_tracing import DESIGNED, DesignedEmbedder
+    from test_tracing import DesignedEmbedder
     from zhiku.observability.tracing import ordered_stages
 
-    docs = tmp_path / "designed"
-    docs.mkdir()
-    for name, (body, _) in DESIGNED.items():
-        (docs / name).write_text(body + "\n", encoding="utf-8")
+    docs = designed_docs(tmp_path)
     kb = kb_factory(tmp_path / "idx", embedder=DesignedEmbedder(), retrieval={"fusion": "zscore"})
     kb.ingest([docs])
     kb.retrieve("zeta，alpha", mode="hybrid", top_k=2)  # two clauses: "zeta", "alpha"
@@ -196,7 +204,7 @@ def test_embedding_a_questions_clauses_is_a_stage_of_its_trace(kb_factory, tmp_p
 
 
 def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_factory, tmp_path: Path) -> None:
-    from test_tracing import DESIGNED, DesignedEmbedder
+    from test_tracing import DesignedEmbedder
 
     class FailsOnAlpha(DesignedEmbedder):
         def embed_query(self, text: str):  # noqa: ANN201
@@ -204,10 +212,7 @@ def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_facto
                 raise RuntimeError("503 from the embedding endpoint")
             return super().embed_query(text)
 
-    docs = tmp_path / "designed"
-    docs.mkdir()
-    for name, (body, _) in DESIGNED.items():
-        (docs / name).write_text(body + "\n", encoding="utf-8")
+    docs = designed_docs(tmp_path)
     kb = kb_factory(tmp_path / "idx", embedder=FailsOnAlpha(), retrieval={"fusion": "zscore"})
     kb.ingest([docs])
     assert kb.retrieve("zeta，alpha", mode="hybrid", top_k=2).clauses == ()  # searched without the clause channel
