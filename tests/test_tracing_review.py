@@ -221,3 +221,15 @@ def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_facto
     assert stage is not None
     assert (stage.status, stage.counts) == ("fallback", {"clauses": 2, "embedded": 1})
     assert stage.data == {"reason": "RuntimeError: 503 from the embedding endpoint"}
+
+
+def test_read_traces_reads_every_backup_tracing_backups_keeps(tmp_path: Path) -> None:
+    import json
+
+    from zhiku.observability.trace import Trace
+
+    path = tmp_path / TRACE_FILE  # tracing.backups may be up to 100: here 11 rotated files, one trace each
+    for n in range(12):
+        line = json.dumps(Trace("query", f"{n:016x}", 1000.0 - n, {"query": f"q{n}"}).to_json())
+        path.with_name(TRACE_FILE + (f".{n}" if n else "")).write_text(line + "\n", encoding="utf-8")
+    assert [t.attrs["query"] for t in read_traces(path)] == [f"q{n}" for n in range(12)]  # newest first

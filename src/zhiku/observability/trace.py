@@ -226,8 +226,9 @@ atexit.register(flush_traces)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def trace_files(path: Path, backups: int = 9) -> list[Path]:
-    """``path`` and its rotated backups that exist, newest first."""
+def trace_files(path: Path, backups: int = 100) -> list[Path]:
+    """``path`` and its rotated backups that exist, newest first (``tracing.backups`` keeps at most 100; a gap
+    does not end the list: another process may be rotating them)."""
     files = [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
     return [p for p in files if p.is_file()]
 
