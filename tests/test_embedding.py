@@ -135,3 +135,20 @@ def test_the_nfkc_guard_leaves_tokens_and_vectors_unchanged(e5: BundledE5Embedde
     raw /= np.linalg.norm(raw, axis=1, keepdims=True)
     assert np.allclose(e5.embed_documents(texts), raw, atol=1e-6)
     assert [e5.token_count(t) for t in texts] == [int(e5._model.token_count(t, False)) for t in texts]
+
+
+def test_questions_embedded_together_equal_each_embedded_alone(e5: BundledE5Embedder, embed_cache_dir: Path) -> None:
+    from zhiku.embedding.base import embed_queries
+
+    texts = ["公司一直不跟我签劳动合同", "能要双倍工资吗"]
+    together = embed_queries(e5, texts)
+    assert together.shape == (2, 384)
+    np.testing.assert_allclose(together, np.vstack([e5.embed_query(t) for t in texts]), atol=1e-6)
+    path = embed_cache_dir / "queries-together.sqlite"
+    path.unlink(missing_ok=True)
+    cached = CachedEmbedder(e5, EmbeddingCache(path))
+    with caching_queries(cached):
+        cached.embed_query(texts[0])  # one of the two already cached: only the other is computed
+        np.testing.assert_allclose(embed_queries(cached, texts), together, atol=1e-6)
+    stored = EmbeddingCache(path).get_many(e5.name, [query_key(t) for t in texts], 384)
+    assert sorted(stored) == sorted(query_key(t) for t in texts)

@@ -325,3 +325,30 @@ def test_a_failing_clause_embedding_leaves_the_search_without_the_clause_channel
     # the dense order alone (weight 1 with the clauses would put severance first: the test above)
     assert [h.chunk.section for h in r.hits] == [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
     assert r.clauses == ()
+
+
+class ClausesBatched(Clauses):
+    """The designed vectors, with a batched ``embed_queries`` as the built-in embedders have."""
+
+    batches: list[list[str]] = []
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(list(texts))
+        return np.vstack([super(ClausesBatched, self).embed_query(t) for t in texts])
+
+
+def test_a_questions_clauses_are_embedded_in_one_call(tmp_path, embed_cache_dir) -> None:
+    from helpers_kb import make_settings
+    from zhiku.api import KnowledgeBase
+
+    _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
+    expected, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=1.0)
+    embedder = ClausesBatched()
+    embedder.asked, embedder.batches = [], []
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
+    with KnowledgeBase(settings, embedder=embedder) as kb:
+        r = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)
+        again = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)  # kept: nothing embedded
+    assert embedder.batches == [["天气晴朗", "心情不错"]]
+    assert [h.chunk.chunk_id for h in r.hits] == [h.chunk.chunk_id for h in expected.hits]
+    assert [h.chunk.chunk_id for h in again.hits] == [h.chunk.chunk_id for h in expected.hits]

@@ -181,3 +181,12 @@ def test_settings_read_the_key_from_the_named_variable_and_cache_vectors(
         EmbeddingSettings(provider="openai", model="m")
     with pytest.raises(Exception, match="needs embedding.model"):
         EmbeddingSettings(provider="sentence-transformers")
+
+
+def test_several_questions_go_in_one_request_with_the_query_prefix(fake_openai: FakeOpenAI) -> None:
+    from zhiku.embedding.base import embed_queries
+
+    e5 = OpenAIEmbedder(client(fake_openai), "intfloat/multilingual-e5-large")
+    m = embed_queries(e5, ["公司不签合同", "能要双倍工资吗"])  # a question's clauses: one round trip, not two
+    assert [r.body["input"] for r in fake_openai.requests] == [["query: 公司不签合同", "query: 能要双倍工资吗"]]
+    np.testing.assert_allclose(m[1], e5.embed_query("能要双倍工资吗"), rtol=1e-6)

@@ -219,7 +219,10 @@ def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_facto
     kb.close()
     stage = read_traces(tmp_path / "idx" / TRACE_FILE, kind="query")[0].stage("clauses")
     assert stage is not None
-    assert (stage.status, stage.counts) == ("fallback", {"clauses": 2, "embedded": 1})
+    assert (stage.status, stage.counts) == (
+        "fallback",
+        {"clauses": 2, "embedded": 0},
+    )  # one call for both: none embedded
     assert stage.data == {"reason": "RuntimeError: 503 from the embedding endpoint"}
 
 

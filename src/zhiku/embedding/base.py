@@ -25,3 +25,13 @@ class Embedder(Protocol):
     def embed_query(self, text: str) -> np.ndarray:
         """``(dim,)`` float32, L2-normalised."""
         ...
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """``(len(texts), dim)``: several questions embedded as queries in one call when the embedder has an
+    ``embed_queries`` method (the built-in ones do: one HTTP request for a remote model instead of one per text),
+    else one ``embed_query`` each (a plugin's embedder needs only the protocol above)."""
+    batched = getattr(embedder, "embed_queries", None)
+    if batched is not None:
+        return np.asarray(batched(texts), dtype=np.float32).reshape(len(texts), -1)
+    return np.vstack([embedder.embed_query(t) for t in texts]) if texts else np.zeros((0, 0), np.float32)

@@ -130,3 +130,11 @@ class BundledE5Embedder:
         self._threads(self.query_threads)
         row: np.ndarray = l2_normalise(np.asarray(self._model.query(model_input(text)), dtype=np.float32))
         return row
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several questions in one call (a question's clauses); each row equals its ``embed_query``."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self._threads(self.query_threads)
+        rows = np.asarray(self._model.query([model_input(t) for t in texts]), dtype=np.float32)
+        return l2_normalise(rows.reshape(len(texts), self.dim))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder
+from zhiku.embedding.base import Embedder, embed_queries
 
 
 def text_key(text: str) -> str:
@@ -115,6 +115,19 @@ class CachedEmbedder:
         vector = self.inner.embed_query(text)
         self.cache.put_many(self.name, [(key, vector)])
         return vector
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several questions in one call of the model (see ``embed_query`` for when they are cached)."""
+        if not self.cache_queries:
+            return embed_queries(self.inner, texts)
+        keys = [query_key(t) for t in texts]
+        found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
+        if missing:
+            vectors = embed_queries(self.inner, list(missing.values()))
+            self.cache.put_many(self.name, list(zip(missing, vectors, strict=True)))
+            found.update(zip(missing, vectors, strict=True))
+        return np.vstack([found[k] for k in keys]) if keys else np.zeros((0, self.dim), np.float32)
 
 
 @contextmanager

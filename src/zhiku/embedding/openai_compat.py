@@ -114,3 +114,7 @@ class OpenAIEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         row: np.ndarray = self._request([self.prefixes.query + text])[0]
         return row
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several questions in one request (a question's clauses)."""
+        return self._request([self.prefixes.query + t for t in texts])

@@ -88,3 +88,7 @@ class SentenceTransformerEmbedder(HubModel):
     def embed_query(self, text: str) -> np.ndarray:
         row: np.ndarray = self._encode([self.prefixes.query + text])[0]
         return row
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Several questions in one forward pass (a question's clauses)."""
+        return self._encode([self.prefixes.query + t for t in texts])

@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder
+from zhiku.embedding.base import Embedder, embed_queries
 
 V = TypeVar("V")
 EMBED_SLICE = 16  # texts embedded per hold of the model lock (~1-2 s with the bundled model on 2 cores)
@@ -59,6 +59,10 @@ class SerialEmbedder:
         ``Searcher`` (``zhiku.retrieval.search.QueryVectors``), which every surface shares."""
         with self._lock:
             return self.inner.embed_query(text)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            return embed_queries(self.inner, texts)
 
     def __getattr__(self, name: str) -> object:  # warm-up hooks and the like of the wrapped embedder
         return getattr(self.inner, name)

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder
+from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked
 from zhiku.settings import RetrievalSettings
@@ -58,21 +58,19 @@ def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -
     ``fallback``)."""
     if not clauses:
         return ()
-    vectors: list[np.ndarray] = []
-    embedded = 0
     with span("clauses") as sp:
-        for clause in clauses:
-            vector = known.get(clause)
-            if vector is None:
-                try:
-                    vector = embedder.embed_query(clause)
-                except Exception as exc:  # noqa: BLE001 - an optional channel degrades; the question's own vector is fine
-                    log.warning("clause channel skipped: embedding a clause failed (%s: %s)", type(exc).__name__, exc)
-                    reason = f"{type(exc).__name__}: {exc}"
-                    sp.set(counts={"clauses": len(clauses), "embedded": embedded}, status="fallback", reason=reason)
-                    return ()
-                embedded += 1
+        kept = {clause: known.get(clause) for clause in clauses}
+        missing = [clause for clause, vector in kept.items() if vector is None]
+        if missing:
+            try:  # one call for all of them (one request to a remote model)
+                new = embed_queries(embedder, missing)
+            except Exception as exc:  # noqa: BLE001 - an optional channel degrades; the question's own vector is fine
+                log.warning("clause channel skipped: embedding the clauses failed (%s: %s)", type(exc).__name__, exc)
+                reason = f"{type(exc).__name__}: {exc}"
+                sp.set(counts={"clauses": len(clauses), "embedded": 0}, status="fallback", reason=reason)
+                return ()
+            for clause, vector in zip(missing, new, strict=True):
                 known.put(clause, vector)
-            vectors.append(vector)
-        sp.set(counts={"clauses": len(clauses), "embedded": embedded})
-    return tuple(vectors)
+                kept[clause] = vector
+        sp.set(counts={"clauses": len(clauses), "embedded": len(missing)})
+    return tuple(v for v in (kept[clause] for clause in clauses) if v is not None)
