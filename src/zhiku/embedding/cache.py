@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -90,44 +90,39 @@ class CachedEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        keys = [text_key(t) for t in texts]
+    def _through_cache(
+        self, keys: list[str], texts: Sequence[str], compute: Callable[[list[str]], np.ndarray]
+    ) -> tuple[np.ndarray, int]:
+        """The vectors of ``texts`` (stored under ``keys``): cached ones read, the rest computed in one ``compute``
+        call (each distinct key once) and stored; also how many were computed."""
         found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
-        missing = list(dict.fromkeys(k for k in keys if k not in found))
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
         if missing:
-            first_text = {k: t for k, t in zip(keys, texts, strict=False)}
-            vectors = self.inner.embed_documents([first_text[k] for k in missing])
-            self.cache.put_many(self.name, list(zip(missing, vectors, strict=False)))
-            found.update(zip(missing, vectors, strict=False))
-            self.computed += len(missing)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+            vectors = compute(list(missing.values()))
+            self.cache.put_many(self.name, list(zip(missing, vectors, strict=True)))
+            found.update(zip(missing, vectors, strict=True))
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
         for i, key in enumerate(keys):
             out[i] = found[key]
+        return out, len(missing)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        out, computed = self._through_cache([text_key(t) for t in texts], texts, self.inner.embed_documents)
+        self.computed += computed
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
         if not self.cache_queries:
             return self.inner.embed_query(text)
-        key = query_key(text)
-        found = self.cache.get_many(self.name, [key], self.dim)
-        if key in found:
-            return found[key]
-        vector = self.inner.embed_query(text)
-        self.cache.put_many(self.name, [(key, vector)])
-        return vector
+        row: np.ndarray = self.embed_queries([text])[0]
+        return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one call of the model (see ``embed_query`` for when they are cached)."""
+        """Several questions in one call of the model (kept in the cache only inside ``caching_queries``)."""
         if not self.cache_queries:
             return embed_queries(self.inner, texts)
-        keys = [query_key(t) for t in texts]
-        found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
-        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
-        if missing:
-            vectors = embed_queries(self.inner, list(missing.values()))
-            self.cache.put_many(self.name, list(zip(missing, vectors, strict=True)))
-            found.update(zip(missing, vectors, strict=True))
-        return np.vstack([found[k] for k in keys]) if keys else np.zeros((0, self.dim), np.float32)
+        out, _ = self._through_cache([query_key(t) for t in texts], texts, lambda t: embed_queries(self.inner, t))
+        return out
 
 
 @contextmanager
