@@ -90,8 +90,9 @@ class ChunkIds:
         return grown
 
     def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
-        """The chunk id of each of ``rowids`` that is (or was) a committed chunk, read from SQLite when not seen
-        before; rows deleted before they were ever read are left out."""
+        """The map rowid → chunk id holding every one of ``rowids`` that is (or was) a committed chunk (read from
+        SQLite when not seen before; rows deleted before they were ever read are not in it), and the rows seen
+        before: callers look their rows up in it."""
         by_row, by_id = self._current()
         missing = [r for r in rowids if r not in by_row]
         self._read += len(missing)
@@ -100,9 +101,7 @@ class ChunkIds:
                 "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
                 (json.dumps(missing),),
             ).fetchall()
-            for rowid, chunk_id in found:
-                by_row[rowid] = chunk_id
-                by_id[chunk_id] = rowid
+            self._remember(found, by_row, by_id)
         return by_row
 
     def rows_hint(self, chunk_ids: Sequence[str]) -> list[int | None]:
@@ -117,7 +116,11 @@ class ChunkIds:
             "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
             (json.dumps(list(chunk_ids)),),
         ).fetchall()
+        self._remember(found, by_row, by_id)
+        return {c: r for r, c in found}
+
+    @staticmethod
+    def _remember(found: list[tuple[int, str]], by_row: dict[int, str], by_id: dict[str, int]) -> None:
         for rowid, chunk_id in found:
             by_row[rowid] = chunk_id
             by_id[chunk_id] = rowid
-        return {c: r for r, c in found}
