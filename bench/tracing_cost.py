@@ -60,7 +60,7 @@ def copied_index(index: Path, queries: Path, n: int) -> tuple[Settings, LookupEm
     return settings, LookupEmbedder(meta["embedder"], vectors), texts
 
 
-def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> dict[str, Any]:
+def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str], pause_s: float = 0.0) -> dict[str, Any]:
     fn = kb.retrieve if call == "retrieve" else kb.query
     walls = []
     collecting = [0.0, 0.0]  # garbage collection: since when, seconds in all
@@ -77,6 +77,8 @@ def one_round(kb: KnowledgeBase, call: str, mode: str, queries: list[str]) -> di
         t = time.perf_counter()
         fn(q, mode=mode, top_k=10, per_source_k=100)
         walls.append((time.perf_counter() - t) * 1000)
+        if pause_s:  # a client that reads its answer before it asks again: the process is idle meanwhile
+            time.sleep(pause_s)
     thread = time.thread_time() - thread0
     flush_traces()  # the writer's share of this round's CPU
     proc = time.process_time() - proc0
@@ -102,7 +104,7 @@ def measure(
             s = merge(settings, tracing=tracing)
             with KnowledgeBase(s, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
                 one_round(kb, call, mode, queries[: min(20, len(queries))])  # warm-up
-                r = one_round(kb, call, mode, queries)
+                r = one_round(kb, call, mode, queries, how.get("pause_s", 0.0))
             acc = out.setdefault(arm, {"walls": [], "thread_ms": 0.0, "proc_ms": 0.0, "gc_ms": 0.0, "n": 0})
             acc["gc_ms"] += r["gc_ms"]
             acc["walls"] += r["walls"]
@@ -133,6 +135,12 @@ def main() -> None:
         help="server.min_score: 0 for --index, whose random query vectors make every answer low-confidence (a "
         "low-confidence answer keeps its trace's candidate detail whatever tracing.sample says)",
     )
+    ap.add_argument(
+        "--pause-ms",
+        type=float,
+        default=0.0,
+        help="idle time after each query (a client reading its answer; 0: queries back to back, the CPU-bound case)",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.index:
@@ -146,23 +154,26 @@ def main() -> None:
             where = "examples/laws"
         print(
             f"{where}: {len(queries)} queries a round × {args.rounds} rounds, tracing.detail {args.detail or 'default'}, "
-            f"load {os.getloadavg()[0]:.1f}"
+            f"pause {args.pause_ms:g} ms, load {os.getloadavg()[0]:.1f}"
         )
         for call in args.calls:
             for mode in args.modes:
-                r = measure(settings, embedder, queries, call, mode, args.rounds, arms=arms(args.detail, args.samples))
+                how = {"arms": arms(args.detail, args.samples), "pause_s": args.pause_ms / 1000}
+                r = measure(settings, embedder, queries, call, mode, args.rounds, **how)
                 off = r.pop("off")
                 for arm, on in r.items():
                     print(f"{call:8} {mode:6} {arm:11} " + compare(off, on), flush=True)
 
 
 def compare(off: dict[str, Any], on: dict[str, Any]) -> str:
+    mean = [sum(x["walls"]) / len(x["walls"]) for x in (off, on)]
     p50 = [percentile(x["walls"], 50) for x in (off, on)]
     p95 = [percentile(x["walls"], 95) for x in (off, on)]
     th = [x["thread_ms"] / x["n"] for x in (off, on)]
     pr = [x["proc_ms"] / x["n"] for x in (off, on)]
     gcs = [1000 * x["gc_ms"] / x["n"] for x in (off, on)]
     return (
+        f"wall mean {mean[0]:.3f} → {mean[1]:.3f} ms ({100 * (mean[1] / mean[0] - 1):+.1f}%) · "
         f"wall p50 {p50[0]:.3f} → {p50[1]:.3f} ms ({100 * (p50[1] / p50[0] - 1):+.1f}%) · "
         f"p95 {p95[0]:.3f} → {p95[1]:.3f} · query-thread CPU {th[0]:.3f} → {th[1]:.3f} ms "
         f"({100 * (th[1] / th[0] - 1):+.1f}%) · process CPU {pr[0]:.3f} → {pr[1]:.3f} ms "

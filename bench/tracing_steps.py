@@ -36,6 +36,12 @@ class Open:
         trace._later.clear()  # drop it unsealed (no reference cycle left for the garbage collector)
 
 
+class Decide:
+    def write(self, trace: Trace) -> None:
+        trace.decide()  # what JsonlSink does on the query's thread before it queues the trace
+        trace._later.clear()
+
+
 class Seal:
     def write(self, trace: Trace) -> None:
         trace.seal()
@@ -53,6 +59,8 @@ def main() -> None:
     ap.add_argument("--mode", default="bm25", choices=["bm25", "dense", "hybrid"])
     ap.add_argument("--call", default="retrieve", choices=["retrieve", "query"])
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--arms", nargs="+", help="the arms to run (default: all)")
+    ap.add_argument("--pause-ms", type=float, default=0.0, help="idle time after each query (0: back to back)")
     args = ap.parse_args()
     settings, embedder, queries = copied_index(args.index, args.queries, 100)
     settings = merge(settings, tracing={"enabled": False}, server={"min_score": 0.0})
@@ -62,30 +70,43 @@ def main() -> None:
         arms: dict[str, Tracer] = {
             "off": Tracer(),
             "open": Tracer([Open()], **never),
+            "decide": Tracer([Decide()], **never),
             "seal": Tracer([Seal()], **never),
             "encode": Tracer([Encode()], **never),
             "jsonl": Tracer([jsonl], **never),
             "jsonl 0.1": Tracer([jsonl], sample=0.1, slow_ms=1e9),
             "jsonl 1": Tracer([jsonl], sample=1.0, slow_ms=1e9),
         }
+        arms = {k: v for k, v in arms.items() if k == "off" or not args.arms or k in args.arms}
         fn: Any = kb.retrieve if args.call == "retrieve" else kb.query
         for q in queries:
             fn(q, mode=args.mode, top_k=10, per_source_k=100)
         got: dict[str, list[float]] = {k: [] for k in arms}
+        mine: dict[str, list[float]] = {k: [] for k in arms}  # the query thread's CPU
+        wall: dict[str, list[float]] = {k: [] for k in arms}  # what a caller waits for
         rng = random.Random(0)
         for _ in range(args.reps):
             order = list(arms)
             rng.shuffle(order)
             for arm in order:
                 kb.tracer = arms[arm]
-                t = time.process_time()
+                t, th, waited = time.process_time(), time.thread_time(), 0.0
                 for q in queries:
+                    w = time.perf_counter()
                     fn(q, mode=args.mode, top_k=10, per_source_k=100)
+                    waited += time.perf_counter() - w
+                    if args.pause_ms:
+                        time.sleep(args.pause_ms / 1000)
+                wall[arm].append(waited / len(queries) * 1e6)
+                mine[arm].append((time.thread_time() - th) / len(queries) * 1e6)
                 jsonl.flush()
                 got[arm].append((time.process_time() - t) / len(queries) * 1e6)
-    base = statistics.median(got["off"])
-    cells = [f"{k} {statistics.median(v):.0f} µs ({statistics.median(v) - base:+.0f})" for k, v in got.items()]
-    print(f"{args.call} {args.mode}: " + " · ".join(cells) + f" · load {open('/proc/loadavg').read().split()[0]}")
+    for what, by_arm in (("process CPU", got), ("query-thread CPU", mine), ("wall", wall)):
+        base = statistics.median(by_arm["off"])
+        cells = [f"{k} {statistics.median(v):.0f} µs ({statistics.median(v) - base:+.0f})" for k, v in by_arm.items()]
+        load = open("/proc/loadavg").read().split()[0]
+        pause = f", pause {args.pause_ms:g} ms" if args.pause_ms else ""
+        print(f"{args.call} {args.mode}{pause}, {what}: " + " · ".join(cells) + f" · load {load}")
 
 
 if __name__ == "__main__":

@@ -73,10 +73,10 @@ def label_later(
     """When the trace is sealed: ``data.hits`` as rows, and (with its candidate detail) the labels of every
     chunk the trace lists; hits carry their own source, section and page."""
 
-    def label() -> None:
-        trace.data["hits"] = hit_rows(hits)
-        if trace.detail != SAMPLED_OUT:
-            label_chunks(trace, lookup)
+    def label(sealed: Trace) -> None:  # the trace comes as an argument: no reference cycle through it
+        sealed.data["hits"] = hit_rows(hits)
+        if sealed.detail != SAMPLED_OUT:
+            label_chunks(sealed, lookup)
 
     trace.defer(label)
 

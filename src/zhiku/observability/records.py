@@ -21,6 +21,7 @@ Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]
 Event = tuple[str, float, float, Sets | None]
 
 
+OPEN: set[int] = set()  # ids of the traces open in this process (``JsonlSink``'s writer waits while there are any)
 _SEALING = threading.RLock()  # one for every trace (a lock per trace costs each query its allocation)
 
 
@@ -28,6 +29,7 @@ def _after_fork_in_child() -> None:
     """A child forked while another thread sealed a trace would inherit the lock held, by a thread it lacks."""
     global _SEALING
     _SEALING = threading.RLock()
+    OPEN.clear()  # the parent's threads are not here
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -129,15 +131,18 @@ class Trace:
     slow_ms: float = field(default=float("inf"), repr=False, compare=False)
     _t0: float = field(default=0.0, repr=False, compare=False)
     _events: list[Event] = field(default_factory=list, repr=False, compare=False)  # spans and marks, until sealed
-    _later: list[tuple[Callable[[], None], int]] = field(default_factory=list, repr=False, compare=False)
+    _later: list[tuple[Callable[[Trace], None], int]] = field(default_factory=list, repr=False, compare=False)
     _sealed: bool = field(default=False, repr=False, compare=False)
+    _decided: bool | None = field(default=None, repr=False, compare=False)  # keeps its detail (``decide``)
     _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
 
-    def defer(self, fn: Callable[[], None], when: int = ALWAYS) -> None:
-        """Run ``fn`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
+    def defer(self, fn: Callable[[Trace], None], when: int = ALWAYS) -> None:
+        """Run ``fn(trace)`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
         work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
         no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
-        ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``)."""
+        ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``). ``fn`` gets the
+        trace as its argument, so it need not hold it (a trace without reference cycles is freed as soon as it is
+        written, not by the garbage collector)."""
         if not self._sealed:
             self._later.append((fn, when))
         elif when == ALWAYS or self.detail != SAMPLED_OUT:
@@ -154,14 +159,24 @@ class Trace:
         if not self._sealed:
             with _SEALING:
                 if not self._sealed:
+                    detail = self.decide()
                     self._replay()
-                    detail = self._keeps_detail()
                     for fn, when in self._later:
                         if when == ALWAYS or detail:
                             self._run(fn)
                     self._later.clear()
                     self._sealed = True
         return self
+
+    def decide(self) -> bool:
+        """Whether the trace keeps its candidate detail (``sampling``), decided once, when it has ended: a trace
+        sampled out drops the deferred detail work at once (and the rankings it holds). ``JsonlSink`` asks on the
+        query's thread before it queues the trace, ``seal`` otherwise."""
+        if self._decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
+            self._decided = keeps = self._keeps_detail()
+            if not keeps:
+                self._later = [(fn, when) for fn, when in self._later if when == ALWAYS]
+        return self._decided
 
     def _replay(self) -> None:
         """Turn the spans and marks recorded while the trace was open into stages, in the order they started (a
@@ -187,11 +202,10 @@ class Trace:
                 break
         else:
             return True  # nothing to sample (an ingestion run)
-        failed = self.status == "error" or "error" in [s.status for s in self.stages]
         self.kept = keep_reason(
             self.trace_id,
             kept=self.kept,
-            failed=failed,
+            failed=self._failed(),
             elapsed_ms=self.elapsed_ms,
             slow_ms=self.slow_ms,
             fraction=self.sample,
@@ -200,9 +214,15 @@ class Trace:
             self.detail = SAMPLED_OUT
         return self.kept is not None
 
-    def _run(self, fn: Callable[[], None]) -> None:
+    def _failed(self) -> bool:
+        """The query failed, or one of its stages did (a span that raised, a stage set to ``error``)."""
+        if self.status == "error" or "error" in [s.status for s in self.stages]:
+            return True
+        return any(status == "error" for *_, sets in self._events if sets for _, status, _ in sets)
+
+    def _run(self, fn: Callable[[Trace], None]) -> None:
         try:
-            fn()
+            fn(self)
         except Exception as e:  # the trace loses that detail, never the query or its other stages
             log.warning("trace %s: deferred %r failed: %s", self.trace_id, fn, e)
 

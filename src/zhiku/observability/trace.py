@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from pathlib import Path
@@ -22,6 +23,7 @@ import orjson
 from zhiku.observability.records import ALWAYS as ALWAYS  # re-exported: readers import the records from here
 from zhiku.observability.records import DETAIL as DETAIL
 from zhiku.observability.records import DETAILS as DETAILS
+from zhiku.observability.records import OPEN
 from zhiku.observability.records import RANKING_MAX as RANKING_MAX
 from zhiku.observability.records import STAGES as STAGES
 from zhiku.observability.records import TRACE_FILE as TRACE_FILE
@@ -71,17 +73,24 @@ class MemorySink:
 class JsonlSink:
     """Appends one JSON line per trace to ``path``; rotates to ``path.1`` … ``path.N`` past ``max_bytes``.
 
-    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``. ``write``
-    seals and encodes the trace in the caller's thread (a few tens of µs) and, with ``background=True`` (the
-    default), only queues the line: a writer thread wakes every ``interval_s`` (or once ``BATCH`` lines wait) and
-    appends what is queued under one ``flock``, so a query never waits for a file lock or the disk, and the writer
-    holds the GIL only between its system calls. Encoding in the writer was measured and lost: queued traces
-    keep their rankings and hits alive, and the garbage collector's extra passes over them cost more than the
-    encoding (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %). Readers in this process (``read_traces``),
-    ``KnowledgeBase.close`` and interpreter exit flush the queue first.
+    Writers in several processes (CLI, MCP server, dashboard) share the file through an ``flock``; with
+    ``background=True`` (the default) a writer thread appends what is queued under one ``flock``, so a query never
+    waits for a file lock or the disk. Where a trace is sealed and encoded (bench/RESULTS.md, Issue 13 — tracing
+    off the query thread):
+
+    - a trace nobody reads (most queries) is handed to the writer unsealed: ``write`` only decides its sample
+      (``Trace.decide``: a trace sampled out drops its rankings at once) and queues it; the writer seals and
+      encodes it as soon as no trace is open in the process (``OPEN``: between queries, while the caller reads
+      its answer), or every ``interval_s``;
+    - while ``hand_off`` traces already wait (queries back to back: no pause to hide the work in, and work done
+      in another thread costs a Python process more CPU than the same work done inline) the caller seals and
+      encodes it, as it does a trace already sealed (its caller read it: ``--verbose``, the dashboard, an error).
+
+    Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue.
     """
 
     BATCH = 256
+    POLL_S = 0.01  # while traces wait for a pause between queries, the writer looks this often
 
     def __init__(
         self,
@@ -91,24 +100,30 @@ class JsonlSink:
         backups: int = 3,
         background: bool = True,
         interval_s: float = 0.2,
+        hand_off: int = 32,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups
         self.background = background
         self.interval_s = interval_s
-        self._pending: deque[bytes] = deque()  # append and popleft are atomic: no lock on a query's path
+        self.hand_off = hand_off
+        # append and popleft are atomic: no lock on a query's path
+        self._traces: deque[Trace] = deque()  # handed off unsealed
+        self._lines: deque[tuple[float, bytes]] = deque()  # (started_at, line) encoded by their caller
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._busy = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closing = False
+        self._hurry = 0  # flushes waiting: the writer writes at once
 
     def write(self, trace: Trace) -> None:
-        line = encode_line(trace)
+        """Queue ``trace``: unsealed for the writer thread, or (sealed already, or ``hand_off`` traces waiting) as
+        its JSON line, encoded here."""
         if not self.background:
-            self._append([line])
+            self._append([encode_line(trace)])
             return
         if self._thread is None:
             with self._start_lock:
@@ -116,9 +131,11 @@ class JsonlSink:
                     _PENDING.add(self)
                     self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
                     self._thread.start()
-        self._pending.append(line)
-        if len(self._pending) >= self.BATCH:
-            self._wake.set()
+        if trace._sealed or len(self._traces) >= self.hand_off:
+            self._lines.append((trace.started_at, encode_line(trace)))
+            return
+        trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
+        self._traces.append(trace)  # no wake-up: the writer comes every interval_s (one per trace costs more)
 
     def close(self) -> None:
         """Write every queued trace and end the writer thread (a later ``write`` starts a new one): each
@@ -132,42 +149,60 @@ class JsonlSink:
             thread.join()
             self._thread, self._closing = None, False
             _PENDING.discard(self)
-            if self._pending:  # queued while the writer was ending
-                lines = [self._pending.popleft() for _ in range(len(self._pending))]
-                try:
-                    self._append(lines)
-                except Exception as e:  # as in the writer: logged, never raised
-                    log.warning("could not write %d trace(s) to %s: %s", len(lines), self.path, e)
+            if self._traces or self._lines:  # queued while the writer was ending
+                self._write_batch(len(self._traces), len(self._lines))
 
     def flush(self) -> None:
         """Wait until every queued trace is in the file."""
         if self._thread is None:
             return
         with self._idle:
-            while self._pending or self._busy:
-                self._wake.set()
-                self._idle.wait(1.0)
+            self._hurry += 1
+            try:
+                while self._traces or self._lines or self._busy:
+                    self._wake.set()
+                    self._idle.wait(1.0)
+            finally:
+                self._hurry -= 1
 
     def _run(self) -> None:
+        written = time.monotonic()
         while True:
-            self._wake.wait(self.interval_s)
+            self._wake.wait(self.POLL_S if self._traces else self.interval_s)
             self._wake.clear()
+            now = time.monotonic()
+            if OPEN and not (self._closing or self._hurry or now - written >= self.interval_s):
+                continue  # a query is running: seal and write in its pause
+            written = now
             with self._idle:
-                batch = [self._pending.popleft() for _ in range(min(len(self._pending), self.BATCH))]
-                self._busy = bool(batch)
-                if len(self._pending) >= self.BATCH:
-                    self._wake.set()
+                self._busy = bool(self._traces or self._lines)
             try:
-                if batch:
-                    self._append(batch)
-            except Exception as e:  # a full disk must never stop the writer (or fail a query)
-                log.warning("could not write %d trace(s) to %s: %s", len(batch), self.path, e)
+                if self._busy:
+                    self._write_batch(min(len(self._traces), self.BATCH), min(len(self._lines), self.BATCH))
             finally:
                 with self._idle:
                     self._busy = False
                     self._idle.notify_all()
-            if self._closing and not self._pending:
+            if self._traces or self._lines:
+                self._wake.set()  # more than a batch waited
+            elif self._closing:
                 return
+
+    def _write_batch(self, traces: int, lines: int) -> None:
+        """Seal and encode the first ``traces`` queued traces, append them and the first ``lines`` queued lines in
+        the order the traces started (a trace that cannot be encoded is logged and left out; a failed write is
+        logged, never raised)."""
+        batch = [self._lines.popleft() for _ in range(lines)]
+        for trace in [self._traces.popleft() for _ in range(traces)]:
+            try:
+                batch.append((trace.started_at, encode_line(trace)))
+            except Exception as e:  # a trace that cannot be encoded never stops the writer
+                log.warning("could not encode trace %s: %s", trace.trace_id, e)
+        batch.sort(key=_started_at)
+        try:
+            self._append([line for _, line in batch])
+        except Exception as e:  # a full disk must never stop the writer (or fail a query)
+            log.warning("could not write %d trace(s) to %s: %s", len(batch), self.path, e)
 
     def _append(self, lines: list[bytes]) -> None:
         while lines:
@@ -203,6 +238,10 @@ class JsonlSink:
                 newer.replace(older)
 
 
+def _started_at(item: tuple[float, bytes]) -> float:
+    return item[0]
+
+
 _PENDING: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
 
 
@@ -216,9 +255,11 @@ def _after_fork_in_child() -> None:
     """A forked child has none of its parent's writer threads (its flush would wait for one forever) and a copy
     of their queues (the parent writes those): each sink starts afresh, and its next write starts a writer."""
     for sink in list(_PENDING):
-        sink._pending.clear()
+        sink._traces.clear()
+        sink._lines.clear()
         sink._thread, sink._busy, sink._closing = None, False, False
         sink._wake, sink._idle, sink._start_lock = threading.Event(), threading.Condition(), threading.Lock()
+        sink._hurry = 0
     _PENDING.clear()
 
 

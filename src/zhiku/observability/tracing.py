@@ -38,7 +38,7 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     rank_changes,
     summarize_changes,
 )
-from zhiku.observability.records import Sets
+from zhiku.observability.records import OPEN, Sets
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     DETAIL,
@@ -99,19 +99,42 @@ class _Span:
         """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
         trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
         self.set(counts={"candidates": len(items)}, **data)
-        self.later(lambda: ({}, {"ranking": ranking_columns(items, self._trace.ranking_limit())}))
+        self._trace.defer(_Ranking(self._name, items), DETAIL)
 
     def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
         keeps its candidate detail (``sampling``): for what only a written trace needs (rank changes). ``record``
-        must only read values that do not change."""
-        self._trace.defer(lambda: self._set_later(record), DETAIL)
+        must only read values that do not change (the trace may be sealed by the trace writer's thread)."""
+        self._trace.defer(_Later(self._name, record), DETAIL)
 
-    def _set_later(self, record: Later) -> None:
-        counts, data = record()
-        stage = self._trace.stage(self._name)
+
+class _Later:
+    """A span's deferred ``set``: what ``record()`` returns, added to stage ``name`` when the trace is sealed."""
+
+    __slots__ = ("name", "record")
+
+    def __init__(self, name: str, record: Later) -> None:
+        self.name, self.record = name, record
+
+    def __call__(self, trace: Trace) -> None:
+        counts, data = self.record()
+        stage = trace.stage(self.name)
         if stage is not None:
             stage.record(counts, None, data)
+
+
+class _Ranking:
+    """A channel's candidates (``_Span.ranking``), listed in stage ``name`` when the trace is sealed."""
+
+    __slots__ = ("name", "items")
+
+    def __init__(self, name: str, items: Sequence[ScoredId]) -> None:
+        self.name, self.items = name, items
+
+    def __call__(self, trace: Trace) -> None:
+        stage = trace.stage(self.name)
+        if stage is not None:
+            stage.record({}, None, {"ranking": ranking_columns(self.items, trace.ranking_limit())})
 
 
 class _NoSpan:
@@ -193,6 +216,7 @@ class _Root:
             self._trace.kept = "forced"
 
     def __enter__(self) -> Trace:
+        OPEN.add(id(self._trace))
         self._trace._t0 = time.perf_counter()
         self._token = _current.set(self._trace)
         return self._trace
@@ -200,9 +224,11 @@ class _Root:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
         _current.reset(self._token)
+        OPEN.discard(id(t))
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
-        if exc is not None:
+        if exc is not None:  # the caller sees the error: its trace is sealed here, with its detail
             t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
+            t.seal()
         if self._capture:  # the caller reads it (``--verbose``, the dashboard): complete it now, as rows
             t.readable()
         self._tracer.emit(t)
@@ -279,6 +305,10 @@ class Tracer:
                 log.warning("could not close trace sink %s: %s", type(sink).__name__, e)
 
     def emit(self, trace: Trace) -> None:
+        """Hand ``trace`` to the sinks. A trace nobody reads is not sealed here: ``JsonlSink``'s writer thread seals
+        it (off the query's thread); with several sinks it is sealed first (each sink reads the same sealed trace)."""
+        if len(self.sinks) > 1:
+            trace.seal()
         for sink in self.sinks:
             try:
                 sink.write(trace)
