@@ -133,7 +133,10 @@ class Trace:
     _events: list[Event] = field(default_factory=list, repr=False, compare=False)  # spans and marks, until sealed
     _later: list[tuple[Callable[[Trace], None], int]] = field(default_factory=list, repr=False, compare=False)
     _sealed: bool = field(default=False, repr=False, compare=False)
-    _decided: bool | None = field(default=None, repr=False, compare=False)  # keeps its detail (``decide``)
+    _decided: bool | None = field(default=None, repr=False, compare=False)
+    stage_failed: bool = field(
+        default=False, repr=False, compare=False
+    )  # a span raised or set status "error"  # keeps its detail (``decide``)
     _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
 
     def defer(self, fn: Callable[[Trace], None], when: int = ALWAYS) -> None:
@@ -215,10 +218,8 @@ class Trace:
         return self.kept is not None
 
     def _failed(self) -> bool:
-        """The query failed, or one of its stages did (a span that raised, a stage set to ``error``)."""
-        if self.status == "error" or "error" in [s.status for s in self.stages]:
-            return True
-        return any(status == "error" for *_, sets in self._events if sets for _, status, _ in sets)
+        """The query failed, or one of its stages did (a span that raised, a stage set to ``error``: ``failed``)."""
+        return self.status == "error" or self.stage_failed or "error" in [s.status for s in self.stages]
 
     def _run(self, fn: Callable[[Trace], None]) -> None:
         try:

@@ -86,10 +86,13 @@ class _Span:
         sets = self._sets
         if exc is not None:
             sets = [*(sets or ()), (None, "error", {"error": f"{type(exc).__name__}: {exc}"})]
+            self._trace.stage_failed = True
         self._trace._events.append((self._name, self._t0, elapsed, sets))  # list.append: safe across threads
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
         """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
+        if status == "error":
+            self._trace.stage_failed = True
         if self._sets is None:
             self._sets = [(counts, status, data)]
         else:
@@ -173,6 +176,8 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
     t = _current.get()
     if t is not None:
         t._events.append((name, time.perf_counter(), 0.0, [(None, status, data)]))
+        if status == "error":
+            t.stage_failed = True
 
 
 def current() -> Trace | None:
