@@ -120,3 +120,21 @@ def test_join_pieces_takes_overlaps_once() -> None:
     assert join_pieces([a, b]) == text
     c = Chunk("c", "d", "c", "s", "text", "", None, 10, 13, 2, text[10:13])
     assert join_pieces([replace(a, end=5, text=text[:5]), c]) == "甲乙丙丁。\n\n壬癸。"
+
+
+def test_whole_articles_stops_reading_the_hits_at_its_limit() -> None:
+    cs = chunks()  # 第四十条 is cut in two (0, 1); 第四十一条 (2) and 第四十七条 (3) are whole
+    read: list[str] = []
+
+    def hits():
+        for c, score in ((cs[1], 4.0), (cs[0], 3.0), (cs[2], 2.0), (cs[3], 1.0)):
+            read.append(c.chunk_id)
+            yield Hit(chunk=c, score=score)
+
+    out = whole_articles(hits(), lambda doc_id: cs, limit=2)
+    # the piece 0 is inside the first hit's whole article: the second hit is 第四十一条, and 第四十七条 is never made
+    assert [(h.chunk.chunk_id, h.score) for h in out] == [(cs[1].chunk_id, 4.0), (cs[2].chunk_id, 2.0)]
+    assert read == [cs[1].chunk_id, cs[0].chunk_id, cs[2].chunk_id]
+    assert whole_articles(hits(), lambda doc_id: cs, limit=0) == []
+    one = Hit(chunk=cs[3], score=1.0)
+    assert whole_articles([one], lambda doc_id: cs)[0] is one  # a whole article's hit is returned as it is

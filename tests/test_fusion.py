@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from zhiku.retrieval.fusion import ranked, rrf
-from zhiku.types import ScoredId
+from zhiku.types import Ranking, ScoredId
 
 
 def test_rrf_matches_hand_computed_scores():
@@ -252,8 +252,9 @@ def _zscore_reference(rankings, weights, fill):
     return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+@pytest.mark.parametrize("columns", [False, True], ids=["ScoredId lists", "Rankings"])
 @pytest.mark.parametrize("seed", range(20))
-def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int) -> None:
+def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int, columns: bool) -> None:
     import random
 
     from zhiku.retrieval.fusion import zscore_fusion
@@ -263,6 +264,8 @@ def test_zscore_fusion_equals_its_formula_on_random_rankings_with_ties(seed: int
     # coarse BM25 scores: many exact ties, broken by id
     bm25 = ranked(sorted(((i, rng.randint(0, 12) / 4) for i in rng.sample(pool, 100)), key=lambda x: -x[1]))
     dense = ranked(sorted(((i, rng.random()) for i in rng.sample(pool, 100)), key=lambda x: -x[1]))
+    if columns:  # what the SQLite store returns: the same candidates as columns
+        bm25, dense = (Ranking([x.chunk_id for x in r], [x.score for x in r]) for r in (bm25, dense))
     seen = {x.chunk_id for x in dense}
     fill = {x.chunk_id: rng.random() for x in bm25 if x.chunk_id not in seen and rng.random() < 0.7}
     weights = [rng.choice([1.0, 0.7, 2.5]), rng.choice([1.0, 0.3])]
@@ -352,3 +355,20 @@ def test_a_questions_clauses_are_embedded_in_one_call(tmp_path, embed_cache_dir)
     assert embedder.batches == [["天气晴朗", "心情不错"]]
     assert [h.chunk.chunk_id for h in r.hits] == [h.chunk.chunk_id for h in expected.hits]
     assert [h.chunk.chunk_id for h in again.hits] == [h.chunk.chunk_id for h in expected.hits]
+
+
+def test_a_ranking_is_an_immutable_sequence_of_scored_ids() -> None:
+    r = Ranking(["a", "b", "c"], [3.0, 2.0, 2.0], [7, 9, 4])
+    listed = [ScoredId("a", 3.0, 1), ScoredId("b", 2.0, 2), ScoredId("c", 2.0, 3)]
+    assert list(r) == listed and r == listed and r == tuple(listed) and len(r) == 3
+    assert r[1] == ScoredId("b", 2.0, 2) and r[-1] == ScoredId("c", 2.0, 3)
+    assert r[:2] == listed[:2] and isinstance(r[:2], Ranking) and r[:2].rows == (7, 9)  # a prefix keeps its ranks
+    assert r[1:] == listed[1:]  # any other slice: items with their ranks in the whole ranking
+    assert r != listed[:2] and r != Ranking(["a", "b", "c"], [3.0, 2.0, 1.0]) and Ranking([], []) == ()
+    assert r == Ranking(("a", "b", "c"), (3.0, 2.0, 2.0)) and hash(r) == hash(Ranking(["a", "b", "c"], [3.0, 2.0, 2.0]))
+    with pytest.raises(IndexError):
+        r[3]
+    with pytest.raises(AttributeError, match="immutable"):
+        r.ids = ("x",)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="as many scores"):
+        Ranking(["a"], [1.0, 2.0])

@@ -264,3 +264,22 @@ def test_the_scores_a_snapshot_keeps_for_a_term_are_read_only(index_dir: Path) -
         rows, each = term.scored(snap.n_live, snap.norm, None if snap.n_live == snap.top else snap.live)
         assert rows.tolist() == [1, 2] and each.size == 2  # shared by every later query of the snapshot
         assert not rows.flags.writeable and not each.flags.writeable
+
+
+def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path) -> None:
+    """``dense_scores`` right after an exact ``dense_search`` of the same question takes the cosines that search
+    computed: the same floats as a store that never searched, for that question only, filtered rows included."""
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+    every = [*LABOR.ids, *WAGE.ids, *NOTE.ids]
+    y = np.array([0.0, 0.6, 0.8], np.float32)
+    with SQLiteStore(index_dir, read_only=True) as fresh:
+        want_x, want_y = fresh.dense_scores(X, every), fresh.dense_scores(y, every)
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert ids(store.dense_search(X, 1)) == [LABOR.ids[0]]
+        assert store.dense_scores(X, every) == want_x  # from the search's product
+        assert store.dense_scores(y, every) == want_y  # another question: computed
+        assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids  # the others scored −inf
+        assert store.dense_scores(X, every) == want_x
+    assert want_x[LABOR.ids[1]] == pytest.approx(0.6) and want_y[NOTE.ids[0]] == pytest.approx(1.0)

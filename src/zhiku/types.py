@@ -5,10 +5,10 @@ Every stage takes and returns these; no stage passes ``dict[str, Any]`` around.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, overload
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
 
@@ -156,6 +156,64 @@ class ScoredId:
     chunk_id: str
     score: float
     rank: int
+
+
+class Ranking(Sequence[ScoredId]):
+    """A channel's candidates, best first, held as columns: ``ids``, ``scores`` and (from the SQLite store) the
+    candidates' ``rows`` (rowids, a hint for later lookups). Items are ``ScoredId`` made on access: a search ranks
+    hundreds of candidates and looks at few of them one by one (fusion reads the columns). Equal to any sequence
+    of the same ``ScoredId``; immutable."""
+
+    __slots__ = ("ids", "scores", "rows")
+    ids: tuple[str, ...]
+    scores: tuple[float, ...]
+    rows: tuple[int, ...] | None
+
+    def __init__(self, ids: Sequence[str], scores: Sequence[float], rows: Sequence[int] | None = None) -> None:
+        if len(ids) != len(scores) or (rows is not None and len(rows) != len(ids)):
+            raise ValueError(f"a ranking needs as many scores and rows as ids: {len(ids)}, {len(scores)}")
+        set_ = object.__setattr__
+        set_(self, "ids", tuple(ids))
+        set_(self, "scores", tuple(scores))
+        set_(self, "rows", None if rows is None else tuple(rows))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Ranking is immutable (tried to set {name})")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> ScoredId: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[ScoredId]: ...
+
+    def __getitem__(self, i: int | slice) -> ScoredId | Sequence[ScoredId]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self.ids))
+            if start == 0 and step == 1:  # a prefix keeps its ranks
+                rows = None if self.rows is None else self.rows[:stop]
+                return Ranking(self.ids[:stop], self.scores[:stop], rows)
+            return [self[n] for n in range(start, stop, step)]
+        n = range(len(self.ids))[i]  # IndexError past the end; negative from the end
+        return ScoredId(self.ids[n], self.scores[n], n + 1)
+
+    def __iter__(self) -> Iterator[ScoredId]:
+        return map(ScoredId, self.ids, self.scores, range(1, len(self.ids) + 1))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Ranking):
+            return self.ids == other.ids and self.scores == other.scores
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self.ids) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.ids, self.scores))
+
+    def __repr__(self) -> str:
+        return f"Ranking({len(self.ids)} candidates: {list(self.ids[:3])}{'…' if len(self.ids) > 3 else ''})"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ the stored chunks of the document, within a character budget, while the citation
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -125,25 +125,30 @@ def join_pieces(pieces: Sequence[Chunk]) -> str:
     return "".join(out)
 
 
-def whole_articles(hits: Sequence[Hit], doc_chunks: Callable[[str], Sequence[Chunk]]) -> list[Hit]:
+def whole_articles(
+    hits: Iterable[Hit], doc_chunks: Callable[[str], Sequence[Chunk]], *, limit: int | None = None
+) -> list[Hit]:
     """Small-to-big for articles cut for length: a hit on any piece returns the whole article (its pieces joined,
     ``start``/``end`` spanning them) at the best piece's rank, keeping the matched piece's id and page; the other
-    pieces of that article are dropped from the ranking."""
+    pieces of that article are dropped from the ranking. ``limit``: stop at that many hits (``hits`` is read no
+    further)."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article
     loaded: dict[str, Sequence[Chunk]] = {}
+    if limit is not None and limit < 1:
+        return out
     for h in hits:
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        if len(split_label(c.section)[1]) != 1:  # no article, or several whole ones
-            out.append(h)
-            continue
-        if c.doc_id not in loaded:
-            loaded[c.doc_id] = doc_chunks(c.doc_id)
-        run = _article_run(c, loaded[c.doc_id])
-        if len(run) > 1:
-            shown.update(x.chunk_id for x in run)
-            c = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
-        out.append(replace(h, chunk=c))
+        if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
+            if c.doc_id not in loaded:
+                loaded[c.doc_id] = doc_chunks(c.doc_id)
+            run = _article_run(c, loaded[c.doc_id])
+            if len(run) > 1:
+                shown.update(x.chunk_id for x in run)
+                h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))
+        out.append(h)
+        if len(out) == limit:
+            break
     return out

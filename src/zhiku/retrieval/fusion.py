@@ -7,7 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
-from zhiku.types import ScoredId
+import numpy as np
+
+from zhiku.types import Ranking, ScoredId
 
 
 def rrf(
@@ -65,29 +67,54 @@ def zscore_fusion(
         raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
     if fill is not None and len(fill) != len(rankings):
         raise ValueError(f"{len(fill)} fill mappings for {len(rankings)} rankings")
-    normalised: list[dict[str, float]] = []
-    floor: list[float] = []  # the lowest standardised score of each ranking's own candidates
-    for n, ranking in enumerate(rankings):
-        if not ranking:
-            normalised.append({})
-            floor.append(0.0)
-            continue
-        scores = [x.score for x in ranking]
-        mean = sum(scores) / len(scores)
-        std = (sum([(s - mean) ** 2 for s in scores]) / len(scores)) ** 0.5 or 1.0
-        z = {x.chunk_id: (x.score - mean) / std for x in ranking}
-        floor.append(min(z.values()))
-        extra = fill[n] if fill is not None else None
-        for i, s in (extra or {}).items():
-            if i not in z:
-                z[i] = (s - mean) / std
-        normalised.append(z)
-    # Σ_i w_i · z_i(d), summed in ranking order from 0.0 (as ``sum`` would: the same floats), one pass per ranking
-    fused = dict.fromkeys([x.chunk_id for ranking in rankings for x in ranking], 0.0)
-    for z, w, lo in zip(normalised, weights, floor, strict=False):
-        get = z.get
-        fused = {i: t + w * get(i, lo) for i, t in fused.items()}
-    return by_score_then_id(fused, limit)
+    columns = [columns_of(r) for r in rankings]
+    keys = list(dict.fromkeys([i for ids, _ in columns for i in ids]))  # every candidate, in ranking order
+    at = positions(keys)
+    fused = np.zeros(len(keys))
+    for n, ((ids, scores), w) in enumerate(zip(columns, weights, strict=False)):
+        # Σ_i w_i · z_i(d), summed in ranking order from 0.0, each step the float operation ``t + w * z`` of
+        # ``sum`` over Python floats (element-wise numpy float64 arithmetic gives the same floats)
+        z = np.zeros(len(keys))
+        if scores:
+            mean = sum(scores) / len(scores)
+            std = (sum([(s - mean) ** 2 for s in scores]) / len(scores)) ** 0.5 or 1.0
+            own = (np.array(scores, np.float64) - mean) / std
+            z[:] = own.min()  # a candidate the channel did not find: its lowest standardised score
+            extra = fill[n] if fill is not None else None
+            if extra:  # exact raw scores of candidates outside the ranking
+                found = [i for i in extra if i in at]
+                z[[at[i] for i in found]] = (np.array([extra[i] for i in found], np.float64) - mean) / std
+            z[[at[i] for i in ids]] = own
+        fused = fused + w * z
+    return _best_first(keys, fused, limit)
+
+
+def columns_of(ranking: Sequence[ScoredId]) -> tuple[Sequence[str], Sequence[float]]:
+    """A ranking's ids and scores (a ``Ranking`` holds them as columns)."""
+    if isinstance(ranking, Ranking):
+        return ranking.ids, ranking.scores
+    return [x.chunk_id for x in ranking], [x.score for x in ranking]
+
+
+def positions(ids: Sequence[str]) -> dict[str, int]:
+    """Each id's 0-based position in ``ids``."""
+    return dict(zip(ids, range(len(ids)), strict=True))
+
+
+def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
+    """``by_score_then_id`` over ``keys`` and their ``scores`` (an array): only the candidates scoring at least the
+    ``limit``-th best score are sorted."""
+    if limit is not None and limit <= 0:
+        return []
+    if np.isnan(scores).any():
+        return by_score_then_id(dict(zip(keys, scores.tolist(), strict=True)), limit)
+    if limit is not None and limit < scores.size:
+        cut = scores.size - limit
+        keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut]).tolist()
+        keys, scores = [keys[i] for i in keep], scores[keep]
+    out = sorted(zip(keys, scores.tolist(), strict=True))
+    out.sort(key=itemgetter(1), reverse=True)
+    return out if limit is None else out[:limit]
 
 
 def by_score_then_id(scores: Mapping[str, float], limit: int | None = None) -> list[tuple[str, float]]:

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -21,13 +21,13 @@ from zhiku.observability.rank_changes import changes_data, fusion_record, rank_c
 from zhiku.observability.tracing import mark, ranking_columns, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import whole_articles
-from zhiku.retrieval.fusion import rrf, zscore_fusion
+from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, Retriever
 from zhiku.text import TextProcessor
-from zhiku.types import Filters, Hit, ScoredId, SearchMode
+from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
@@ -78,13 +78,18 @@ class Retrieval:
 
     query: ParsedQuery
     mode: SearchMode
-    bm25: tuple[ScoredId, ...]
-    dense: tuple[ScoredId, ...]
+    bm25: Sequence[ScoredId]  # a tuple or a ``Ranking`` (immutable either way)
+    dense: Sequence[ScoredId]
     hits: tuple[Hit, ...]
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
-    clauses: tuple[ScoredId, ...] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
+    clauses: Sequence[ScoredId] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
+
+
+def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
+    """``ranking`` as an immutable sequence (a ``Ranking`` already is one)."""
+    return ranking if isinstance(ranking, Ranking) else tuple(ranking)
 
 
 class QueryVectors:
@@ -202,7 +207,7 @@ class Searcher:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
-        return Retrieval(parsed, mode_, tuple(bm25), tuple(dense), tuple(hits), status, clauses=tuple(by_clause))
+        return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
         """The clauses' vectors, kept with the question vectors (``clauses.embed_clauses``)."""
@@ -210,7 +215,7 @@ class Searcher:
 
     def _dense_and_clauses(
         self, query: str, depth: int, filters: Filters, clauses: list[str]
-    ) -> tuple[np.ndarray, list[ScoredId], tuple[np.ndarray, ...]]:
+    ) -> tuple[np.ndarray, Sequence[ScoredId], tuple[np.ndarray, ...]]:
         """The dense worker: the question's channel, then its clauses' vectors."""
         return (*self._dense(query, depth, filters), self._embed_clauses(clauses))
 
@@ -255,8 +260,8 @@ class Searcher:
     def _hits(
         self,
         mode_: SearchMode,
-        bm25: list[ScoredId],
-        dense: list[ScoredId],
+        bm25: Sequence[ScoredId],
+        dense: Sequence[ScoredId],
         vector: np.ndarray | None,
         top_k: int,
         by_clause: Sequence[ScoredId] = (),
@@ -265,41 +270,21 @@ class Searcher:
         s = self.settings
         keep = 2 * top_k if s.whole_articles else top_k  # pieces of one article become one hit: keep spares
         filled: dict[str, float] = {}
-        if mode_ == "bm25":
-            order = [(x.chunk_id, x.score) for x in bm25][:keep]
-        elif mode_ == "dense":
-            order = [(x.chunk_id, x.score) for x in dense][:keep]
-        else:
+        if mode_ == "hybrid":
             order, filled = self._fuse(bm25, dense, vector, top_k, keep, by_clause)
-        if mode_ != "hybrid":
+        else:
+            ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
+            order = list(zip(ids[:keep], scores[:keep], strict=True))
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
-
-        by_bm25 = {x.chunk_id: x for x in bm25}
-        by_dense = {x.chunk_id: x for x in dense}
         chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
-        hits = []
-        for fused_rank, (cid, score) in enumerate(order, 1):
-            if cid not in chunks:  # deleted between retrieval and fetch
-                continue
-            b, d = by_bm25.get(cid), by_dense.get(cid)
-            hits.append(
-                Hit(
-                    chunk=chunks[cid],
-                    score=float(score),
-                    bm25_rank=b.rank if b else None,
-                    bm25_score=b.score if b else None,
-                    dense_rank=d.rank if d else None,
-                    dense_score=d.score if d else filled.get(cid),
-                    fused_rank=fused_rank,
-                )
-            )
+        hits = _hits_of(order, chunks, bm25, dense, filled)
         if s.whole_articles and self._catalogue is not None:  # small-to-big: a piece brings its article
-            hits = whole_articles(hits, self._catalogue.document_chunks)[:top_k]
-        return hits
+            return whole_articles(hits, self._catalogue.document_chunks, limit=top_k)
+        return list(hits)
 
     def _bm25(
         self, mode_: SearchMode, parsed: ParsedQuery, depth: int, filters: Filters, *, inside_gate: bool
-    ) -> list[ScoredId]:
+    ) -> Sequence[ScoredId]:
         if mode_ not in ("bm25", "hybrid"):
             mark("bm25", reason=f"mode {mode_}")
             return []
@@ -311,7 +296,7 @@ class Searcher:
 
     def _dense_here(
         self, mode_: SearchMode, query: str, depth: int, filters: Filters, known: np.ndarray | None
-    ) -> tuple[np.ndarray | None, list[ScoredId]]:
+    ) -> tuple[np.ndarray | None, Sequence[ScoredId]]:
         """The dense channel on this thread, inside the gate (``known``: the question's vector, if it is)."""
         if mode_ == "bm25":
             mark("dense", reason=f"mode {mode_}")
@@ -320,7 +305,7 @@ class Searcher:
 
     def _dense(
         self, query: str, depth: int, filters: Filters, *, known: np.ndarray | None = None, inside_gate: bool = False
-    ) -> tuple[np.ndarray, list[ScoredId]]:
+    ) -> tuple[np.ndarray, Sequence[ScoredId]]:
         """Embed ``query`` (unless its vector is ``known``), then search (taking a place in the gate for it)."""
         with span("dense") as sp:
             vector = known if known is not None else self._embed(query)
@@ -344,8 +329,8 @@ class Searcher:
 
     def _fuse(
         self,
-        bm25: list[ScoredId],
-        dense: list[ScoredId],
+        bm25: Sequence[ScoredId],
+        dense: Sequence[ScoredId],
         vector: np.ndarray | None,
         top_k: int,
         keep: int,
@@ -361,8 +346,8 @@ class Searcher:
                 order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
             else:
                 if s.fill_dense and dense and vector is not None:
-                    seen = {x.chunk_id for x in dense}
-                    missing = [x.chunk_id for x in bm25 if x.chunk_id not in seen]
+                    seen = set(columns_of(dense)[0])
+                    missing = [c for c in columns_of(bm25)[0] if c not in seen]
                     filled = self.store.dense_scores(vector, missing) if missing else {}
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
                 fill: list[dict[str, float] | None] = [None, filled]
@@ -382,3 +367,30 @@ class Searcher:
                 if by_clause:
                     sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
         return order, filled
+
+
+def _hits_of(
+    order: Sequence[tuple[str, float]],
+    chunks: dict[str, Chunk],
+    bm25: Sequence[ScoredId],
+    dense: Sequence[ScoredId],
+    filled: dict[str, float],
+) -> Iterator[Hit]:
+    """The hits of the fused ``order``, each with its rank and score in every channel (made as they are read: the
+    small-to-big step stops at ``top_k``); chunks deleted between retrieval and fetch are left out."""
+    (b_ids, b_scores), (d_ids, d_scores) = columns_of(bm25), columns_of(dense)
+    b_at, d_at = positions(b_ids), positions(d_ids)
+    for fused_rank, (cid, score) in enumerate(order, 1):
+        chunk = chunks.get(cid)
+        if chunk is None:
+            continue
+        b, d = b_at.get(cid), d_at.get(cid)
+        yield Hit(
+            chunk=chunk,
+            score=float(score),
+            bm25_rank=None if b is None else b + 1,
+            bm25_score=None if b is None else b_scores[b],
+            dense_rank=None if d is None else d + 1,
+            dense_score=filled.get(cid) if d is None else d_scores[d],
+            fused_rank=fused_rank,
+        )

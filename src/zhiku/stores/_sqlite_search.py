@@ -9,6 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
 from zhiku.stores._vectors import FileMoved, VectorSnapshot
-from zhiku.types import Filters, ScoredId
+from zhiku.types import Filters, Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,9 @@ class SQLiteSearch(SQLiteReads):
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
+    _last_scores: threading.local
 
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         unique = query_terms(terms)
         if not unique or top_k < 1:
             return []
@@ -82,7 +84,7 @@ class SQLiteSearch(SQLiteReads):
             self._bm25 = snap
         return snap
 
-    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         query = self._query_vector(vector)
         with self._read() as conn:
             snap = self._snapshot(conn)
@@ -91,7 +93,10 @@ class SQLiteSearch(SQLiteReads):
             allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
             ann = self._ann.get(snap.layout, snap.matrix, snap.rows) if self._uses_ann(snap) else None
             # no lock held: searches run side by side
-            rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann)
+            every: list[np.ndarray] = []
+            rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann, every=every)
+            # a fill for this question (``dense_scores``, next on this thread) reads its cosines from here
+            self._last_scores.product = (snap, query, every[0]) if every else None
             if rowids.size == 0:
                 return []
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
@@ -107,9 +112,20 @@ class SQLiteSearch(SQLiteReads):
             at, kept = self._live_rows(conn, snap, ids)
         if not kept:
             return {}
-        unit = l2_normalise(query.reshape(1, -1))[0]
-        scores = np.einsum("ij,j->i", snap.gather(at), unit)
+        scores = self._scored_before(snap, query, at)
+        if scores is None:
+            unit = l2_normalise(query.reshape(1, -1))[0]
+            scores = np.einsum("ij,j->i", snap.gather(at), unit)  # row by row the same floats as the whole product
         return dict(zip(kept, scores.tolist(), strict=True))
+
+    def _scored_before(self, snap: VectorSnapshot, query: np.ndarray, at: np.ndarray) -> np.ndarray | None:
+        """The cosines of file rows ``at`` from this thread's last exact dense search, when it scored this question
+        in this snapshot (a hybrid search's fill: no second product)."""
+        last = getattr(self._last_scores, "product", None)
+        if last is None or last[0] is not snap or not np.array_equal(last[1], query):
+            return None
+        scores: np.ndarray = last[2][at]
+        return scores if bool(np.isfinite(scores).all()) else None
 
     def _live_rows(
         self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str]
@@ -223,16 +239,21 @@ class SQLiteSearch(SQLiteReads):
 
 def _ranked(
     rowids: np.ndarray, scores: np.ndarray, ids: ChunkIds, conn: sqlite3.Connection, top: int, top_k: int
-) -> list[ScoredId]:
+) -> Ranking:
     """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are no
     chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
     order = np.argsort(-scores, kind="stable")
     ranked = scores[order]
     rows = rowids[order].tolist()
     names = ids.names(conn, rows, top)
-    hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
-    if ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any()):  # ties: by chunk id
-        hits.sort()
-    hits = hits[:top_k]
-    ids.seen([c for _, c, _ in hits], [r for _, _, r in hits])
-    return list(map(ScoredId, [c for _, c, _ in hits], [-s for s, _, _ in hits], range(1, len(hits) + 1)))
+    tied = ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any())
+    if not tied and None not in names:  # (the common case: no ties to order by id, every row a chunk)
+        names_, rows_, scores_ = cast(list[str], names[:top_k]), rows[:top_k], ranked[:top_k].tolist()
+    else:
+        hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
+        if tied:  # ties: by chunk id
+            hits.sort()
+        hits = hits[:top_k]
+        names_, rows_, scores_ = [c for _, c, _ in hits], [r for _, _, r in hits], [-s for s, _, _ in hits]
+    ids.seen(names_, rows_)
+    return Ranking(names_, scores_, rows_)

@@ -201,12 +201,20 @@ class VectorSnapshot:
                     mapped.madvise(mmap.MADV_WILLNEED)
 
     def search(
-        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False, ann: Ann | None = None
+        self,
+        query: np.ndarray,
+        top_k: int,
+        mask: np.ndarray | None,
+        *,
+        screen: bool = False,
+        ann: Ann | None = None,
+        every: list[np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
         ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
         float32 (needs ``codes`` and numkong; else exact). ``ann``: an HNSW index of this file's first rows
-        proposes the candidates (``_ann``; unless the filters pass too few rows)."""
+        proposes the candidates (``_ann``; unless the filters pass too few rows). ``every``: when the search scored
+        every row exactly, that score array by file row is appended to it (−inf: rows not allowed)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
@@ -226,6 +234,8 @@ class VectorSnapshot:
             rows, scores = None, np.einsum("ij,j->i", self.matrix[: self.rows], unit)
             if n < self.rows:
                 scores[~allowed] = -np.inf
+            if every is not None:
+                every.append(scores)
         best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         best = best[np.isfinite(scores[best])]
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]

@@ -59,11 +59,11 @@ class Writer(Protocol):
 
 @runtime_checkable
 class Retriever(Protocol):
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         """Chunks matching any of ``terms`` (OR), best BM25 first; scores are positive, higher is better."""
         ...
 
-    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
         ...
 
