@@ -139,6 +139,10 @@ def main() -> None:
             row.update(mode=args.mode, dense_search=args.dense_search or "default", max_concurrent=args.max_concurrent)
             row.update(tracing=args.tracing, sample=args.sample)
             print(json.dumps({**row, **load(search, queries, clients, args.seconds, args.mode)}), flush=True)
+        if args.tracing:  # the trace writer seals what it holds (labels read from the store) before the store closes
+            from zhiku.observability import trace as trace_module
+
+            getattr(trace_module, "flush_traces", lambda: None)()
         searcher.close()
 
 

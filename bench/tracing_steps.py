@@ -6,7 +6,9 @@ into it).
     PYTHONPATH=src nice -n 10 .venv/bin/python bench/tracing_steps.py --index /tmp/ts-stard \\
         --queries ../shared/eval/stard_dev/queries.jsonl --mode bm25 --reps 30
 
-Arms: ``off``; ``open`` (the trace and its spans, then dropped unsealed); ``seal`` (+ stages and hit tuples);
+With ``--pause-ms`` every query is followed by a pause and the arms alternate query by query: the wall time and
+the query thread's CPU a caller waits for when the process is idle between queries (the trace writer's CPU is
+then not told apart per arm). Arms: ``off``; ``open`` (the trace and its spans, then dropped unsealed); ``seal`` (+ stages and hit tuples);
 ``encode`` (+ the JSON line, thrown away); ``jsonl`` (+ the background writer: what a query pays), all with
 ``tracing.sample`` 0 (every trace sampled out); ``jsonl 0.1`` and ``jsonl 1`` (the default sample, every trace
 with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py).
@@ -86,6 +88,9 @@ def main() -> None:
         wall: dict[str, list[float]] = {k: [] for k in arms}  # what a caller waits for
         rng = random.Random(0)
         for _ in range(args.reps):
+            if args.pause_ms:
+                paced(kb, fn, arms, queries, args, rng, (wall, mine))
+                continue
             order = list(arms)
             rng.shuffle(order)
             for arm in order:
@@ -95,18 +100,39 @@ def main() -> None:
                     w = time.perf_counter()
                     fn(q, mode=args.mode, top_k=10, per_source_k=100)
                     waited += time.perf_counter() - w
-                    if args.pause_ms:
-                        time.sleep(args.pause_ms / 1000)
                 wall[arm].append(waited / len(queries) * 1e6)
                 mine[arm].append((time.thread_time() - th) / len(queries) * 1e6)
                 jsonl.flush()
                 got[arm].append((time.process_time() - t) / len(queries) * 1e6)
+        jsonl.flush()
     for what, by_arm in (("process CPU", got), ("query-thread CPU", mine), ("wall", wall)):
+        if not by_arm["off"]:  # paced: the writer's CPU cannot be told apart per arm
+            continue
         base = statistics.median(by_arm["off"])
         cells = [f"{k} {statistics.median(v):.0f} µs ({statistics.median(v) - base:+.0f})" for k, v in by_arm.items()]
         load = open("/proc/loadavg").read().split()[0]
         pause = f", pause {args.pause_ms:g} ms" if args.pause_ms else ""
         print(f"{args.call} {args.mode}{pause}, {what}: " + " · ".join(cells) + f" · load {load}")
+
+
+def paced(kb: Any, fn: Any, arms: dict[str, Tracer], queries: list[str], args: Any, rng: Any, out: Any) -> None:
+    """One rep with a pause after every query, the arms alternating query by query (in a shuffled order each
+    time), so that every arm meets the same machine: the wall time and query-thread CPU a caller waits for."""
+    wall, mine = out
+    sums = {arm: [0.0, 0.0] for arm in arms}
+    for q in queries:
+        order = list(arms)
+        rng.shuffle(order)
+        for arm in order:
+            kb.tracer = arms[arm]
+            w, th = time.perf_counter(), time.thread_time()
+            fn(q, mode=args.mode, top_k=10, per_source_k=100)
+            sums[arm][0] += time.perf_counter() - w
+            sums[arm][1] += time.thread_time() - th
+            time.sleep(args.pause_ms / 1000)
+    for arm, (waited, cpu) in sums.items():
+        wall[arm].append(waited / len(queries) * 1e6)
+        mine[arm].append(cpu / len(queries) * 1e6)
 
 
 if __name__ == "__main__":

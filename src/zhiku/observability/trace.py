@@ -82,9 +82,10 @@ class JsonlSink:
       (``Trace.decide``: a trace sampled out drops its rankings at once) and queues it; the writer seals and
       encodes it as soon as no trace is open in the process (``OPEN``: between queries, while the caller reads
       its answer), or every ``interval_s``;
-    - while ``hand_off`` traces already wait (queries back to back: no pause to hide the work in, and work done
-      in another thread costs a Python process more CPU than the same work done inline) the caller seals and
-      encodes it, as it does a trace already sealed (its caller read it: ``--verbose``, the dashboard, an error).
+    - while another query runs in the process (concurrent clients) or ``hand_off`` traces already wait (queries
+      back to back) there is no pause to hide the work in, and work done in another thread costs a Python
+      process more CPU than the same work done inline: the caller seals and encodes the trace, as it does a trace
+      already sealed (its caller read it: ``--verbose``, the dashboard, an error).
 
     Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue.
     """
@@ -131,7 +132,7 @@ class JsonlSink:
                     _PENDING.add(self)
                     self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
                     self._thread.start()
-        if trace._sealed or len(self._traces) >= self.hand_off:
+        if trace._sealed or OPEN or len(self._traces) >= self.hand_off:  # no pause coming: encode it here
             self._lines.append((trace.started_at, encode_line(trace)))
             return
         trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
