@@ -17,7 +17,9 @@ from zhiku.observability.tracing import TRACE_FILE, JsonlSink, Tracer, read_trac
 SAMPLED_IN, SAMPLED_OUT = "0000000000000001", "ffffffffffffff00"  # read as a fraction of 2**64: ~0 and ~1
 
 
-@pytest.mark.parametrize(("trace_id", "kept", "detail"), [(SAMPLED_IN, "sampled", "lean"), (SAMPLED_OUT, None, "sampled-out")])
+@pytest.mark.parametrize(
+    ("trace_id", "kept", "detail"), [(SAMPLED_IN, "sampled", "lean"), (SAMPLED_OUT, None, "sampled-out")]
+)
 def test_a_handed_off_trace_is_written_as_the_same_line_as_one_sealed_inline(
     kb_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_id: str, kept: str | None, detail: str
 ) -> None:
@@ -110,3 +112,15 @@ def test_a_trace_that_ends_while_another_query_runs_is_encoded_by_its_caller(tmp
     assert (len(sink._traces), len(sink._lines)) == (1, 1)  # the last one open: handed to the writer
     tracer.close()
     assert [t.attrs["query"] for t in read_traces(path)] == ["inner", "outer"]  # newest start first
+
+
+def test_ranking_columns_of_a_ranking_equal_those_of_its_items() -> None:
+    from zhiku.observability.tracing import ranking_columns
+    from zhiku.types import Ranking
+
+    ranking = Ranking([f"c{n}" for n in range(30)], [1.0 / (n + 3) for n in range(30)], list(range(30)))
+    for limit in (0, 10, 50):
+        columns = ranking_columns(ranking, limit)
+        assert columns == ranking_columns(list(ranking), limit)
+        assert columns.cols["rank"] == list(range(1, min(limit, 30) + 1))
+    assert ranking_columns(ranking, 2).cols == {"chunk_id": ["c0", "c1"], "rank": [1, 2], "score": [0.333333, 0.25]}

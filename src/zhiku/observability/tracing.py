@@ -56,7 +56,7 @@ from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     trace_files,
 )
 from zhiku.settings import TracingSettings
-from zhiku.types import IngestReport, ScoredId
+from zhiku.types import IngestReport, Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,10 @@ def keep_detail(reason: Reason) -> None:
 
 def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Columns:
     """A channel's first ``limit`` candidates as columns: ``chunk_id``, ``rank``, ``score``."""
+    if type(items) is Ranking:  # columns already: no ScoredId per candidate
+        n = min(limit, len(items))
+        scores = [round(float(x), 6) for x in items.scores[:n]]
+        return Columns({"chunk_id": list(items.ids[:n]), "rank": list(range(1, n + 1)), "score": scores})
     first = items[:limit]
     return Columns(
         {
