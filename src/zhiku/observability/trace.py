@@ -91,7 +91,7 @@ class JsonlSink:
     """
 
     BATCH = 256
-    POLL_S = 0.01  # while traces wait for a pause between queries, the writer looks this often
+    POLL_S = 0.01  # while traces wait for a pause between queries (or came lately), the writer looks this often
 
     def __init__(
         self,
@@ -101,7 +101,7 @@ class JsonlSink:
         backups: int = 3,
         background: bool = True,
         interval_s: float = 0.2,
-        hand_off: int = 32,
+        hand_off: int = 8,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
@@ -169,14 +169,17 @@ class JsonlSink:
     def _run(self) -> None:
         written = time.monotonic()
         while True:
-            self._wake.wait(self.POLL_S if self._traces else self.interval_s)
+            # while traces wait or came lately, look every POLL_S for a pause to write them in; idle, every interval_s
+            active = self._traces or time.monotonic() - written < self.interval_s
+            self._wake.wait(self.POLL_S if active else self.interval_s)
             self._wake.clear()
             now = time.monotonic()
             if OPEN and not (self._closing or self._hurry or now - written >= self.interval_s):
                 continue  # a query is running: seal and write in its pause
-            written = now
             with self._idle:
                 self._busy = bool(self._traces or self._lines)
+            if self._busy:
+                written = now
             try:
                 if self._busy:
                     self._write_batch(min(len(self._traces), self.BATCH), min(len(self._lines), self.BATCH))
