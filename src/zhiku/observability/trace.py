@@ -167,10 +167,10 @@ class JsonlSink:
                 self._hurry -= 1
 
     def _run(self) -> None:
-        written = time.monotonic()
+        written = handed = time.monotonic()  # the last write; the last write with traces handed off
         while True:
-            # while traces wait or came lately, look every POLL_S for a pause to write them in; idle, every interval_s
-            active = self._traces or time.monotonic() - written < self.interval_s
+            # while traces wait or came lately, look every POLL_S for a pause to write them in; else every interval_s
+            active = self._traces or time.monotonic() - handed < self.interval_s
             self._wake.wait(self.POLL_S if active else self.interval_s)
             self._wake.clear()
             now = time.monotonic()
@@ -180,6 +180,7 @@ class JsonlSink:
                 self._busy = bool(self._traces or self._lines)
             if self._busy:
                 written = now
+                handed = now if self._traces else handed
             try:
                 if self._busy:
                     self._write_batch(min(len(self._traces), self.BATCH), min(len(self._lines), self.BATCH))
