@@ -149,14 +149,18 @@ def test_capture_records_without_sinks() -> None:
     assert isinstance(t, Trace) and [s.name for s in t.stages] == ["parse"]
 
 
+def trace_queries(tracer: Tracer, texts: list[str]) -> None:
+    """One query trace per text, its parse stage counting the text's position as ``terms``."""
+    for n, text in enumerate(texts):
+        with tracer.trace("query", query=text):
+            with span("parse") as sp:
+                sp.set(counts={"terms": n})
+
+
 def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
     path = tmp_path / TRACE_FILE
     sink = JsonlSink(path, max_bytes=600, backups=2)
-    tracer = Tracer([sink])
-    for n in range(12):
-        with tracer.trace("query", query=f"问题{n}"):
-            with span("parse") as sp:
-                sp.set(counts={"terms": n})
+    trace_queries(Tracer([sink]), [f"问题{n}" for n in range(12)])
     sink.flush()  # written by the sink's thread
     assert (
         path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()

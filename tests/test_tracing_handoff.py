@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from test_tracing import HITS_ZETA, designed_kb, hit_ranks
+from test_tracing import HITS_ZETA, designed_kb, hit_ranks, trace_queries
 from zhiku.observability import tracing
 from zhiku.observability.tracing import TRACE_FILE, JsonlSink, Tracer, read_traces, span
 
@@ -80,10 +80,7 @@ def test_close_writes_handed_off_traces_and_back_to_back_queries_encode_their_ow
     path = tmp_path / TRACE_FILE
     sink = JsonlSink(path, interval_s=60, hand_off=2)
     tracer = Tracer([sink])
-    for n in range(5):
-        with tracer.trace("query", query=f"q{n}"):
-            with span("parse") as sp:
-                sp.set(counts={"terms": n})
+    trace_queries(tracer, [f"q{n}" for n in range(5)])
     assert (len(sink._traces), len(sink._lines)) == (2, 3)  # two wait unsealed; the next three encoded here
     assert not path.exists() or path.stat().st_size == 0
     tracer.close()
