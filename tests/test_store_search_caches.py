@@ -283,3 +283,30 @@ def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path)
         assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids  # the others scored −inf
         assert store.dense_scores(X, every) == want_x
     assert want_x[LABOR.ids[1]] == pytest.approx(0.6) and want_y[NOTE.ids[0]] == pytest.approx(1.0)
+
+
+def test_best_cosines_over_several_vectors_are_the_highest_of_each_ones(index_dir: Path) -> None:
+    from zhiku.errors import InvalidInput
+    from zhiku.retrieval.clauses import clause_ranking
+
+    class OneAtATime:  # a store without ``best_dense_scores`` (a plugin's): asked once per vector
+        def __init__(self, store: SQLiteStore) -> None:
+            self.dense_scores = store.dense_scores
+
+    vectors = [X, np.array([0.0, 0.6, 0.8], np.float32), np.array([0.0, 2.0, 0.0], np.float32)]
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+        every = [*LABOR.ids, *WAGE.ids, *NOTE.ids]
+        want = {c: max(store.dense_scores(v, every)[c] for v in vectors) for c in every}
+        assert store.best_dense_scores(vectors, every) == want  # the same floats
+        assert scores(want) == {LABOR.ids[0]: 1.0, LABOR.ids[1]: 0.8, WAGE.ids[0]: 1.0, NOTE.ids[0]: 1.0}
+        assert store.best_dense_scores(vectors, ["no-such-chunk", WAGE.ids[0]]) == {WAGE.ids[0]: want[WAGE.ids[0]]}
+        assert store.best_dense_scores([], every) == {} and store.best_dense_scores(vectors, []) == {}
+        with pytest.raises(InvalidInput, match="NaN"):
+            store.best_dense_scores([X, np.array([np.nan, 0.0, 0.0], np.float32)], every)
+        rankings = [store.bm25_search(["劳动者"], 5), store.dense_search(X, 2)]
+        ranked = clause_ranking(store, rankings, vectors)
+        assert ranked == clause_ranking(OneAtATime(store), rankings, vectors)  # type: ignore[arg-type]
+        # every candidate once, by its best cosine, ties by id
+        assert ids(ranked) == sorted([LABOR.ids[0], WAGE.ids[0]]) + [LABOR.ids[1]]
