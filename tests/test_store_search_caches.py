@@ -282,6 +282,10 @@ def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path)
         assert store.dense_scores(y, every) == want_y  # another question: computed
         assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids  # the others scored −inf
         assert store.dense_scores(X, every) == want_x
+        buffer = X.copy()  # a caller that reuses its vector's buffer for the next question
+        store.dense_search(buffer, 1)
+        buffer[:] = y
+        assert store.dense_scores(buffer, every) == want_y
     assert want_x[LABOR.ids[1]] == pytest.approx(0.6) and want_y[NOTE.ids[0]] == pytest.approx(1.0)
 
 

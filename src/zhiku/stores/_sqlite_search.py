@@ -96,7 +96,7 @@ class SQLiteSearch(SQLiteReads):
             every: list[np.ndarray] = []
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann, every=every)
             # a fill for this question (``dense_scores``, next on this thread) reads its cosines from here
-            self._last_scores.product = (snap, query, every[0]) if every else None
+            self._last_scores.product = (snap, query.copy(), every[0]) if every else None  # (query may be a view)
             if rowids.size == 0:
                 return []
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
