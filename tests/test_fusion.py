@@ -372,3 +372,8 @@ def test_a_ranking_is_an_immutable_sequence_of_scored_ids() -> None:
         r.ids = ("x",)  # type: ignore[misc]
     with pytest.raises(ValueError, match="as many scores"):
         Ranking(["a"], [1.0, 2.0])
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r), copy.copy(r)):
+        assert again == r and again.rows == (7, 9, 4)

@@ -212,6 +212,9 @@ class Ranking(Sequence[ScoredId]):
     def __hash__(self) -> int:
         return hash((self.ids, self.scores))
 
+    def __reduce__(self) -> tuple[type[Ranking], tuple[object, ...]]:  # pickle and copy (no attribute setting)
+        return Ranking, (self.ids, self.scores, self.rows)
+
     def __repr__(self) -> str:
         return f"Ranking({len(self.ids)} candidates: {list(self.ids[:3])}{'…' if len(self.ids) > 3 else ''})"
 
