@@ -314,3 +314,26 @@ def test_best_cosines_over_several_vectors_are_the_highest_of_each_ones(index_di
         assert ranked == clause_ranking(OneAtATime(store), rankings, vectors)  # type: ignore[arg-type]
         # every candidate once, by its best cosine, ties by id
         assert ids(ranked) == sorted([LABOR.ids[0], WAGE.ids[0]]) + [LABOR.ids[1]]
+
+
+def test_the_kept_product_keeps_no_snapshot_alive_once_the_store_moved_on(index_dir: Path) -> None:
+    """A thread's kept dense product (the fill's cosines) refers to its snapshot weakly: a pool thread that
+    searches no more does not hold an old snapshot (its in-memory matrix, or the mapping of a compacted file)."""
+    import gc
+    import weakref
+    from concurrent.futures import ThreadPoolExecutor
+
+    with SQLiteStore(index_dir) as store, ThreadPoolExecutor(1) as worker:  # the worker thread stays alive
+        LABOR.write(store)
+        assert ids(worker.submit(store.dense_search, X, 1).result()) == [LABOR.ids[0]]
+        snap = store._snap
+        assert snap is not None
+        at = snap.rows_of(np.array([1, 2]))
+        assert worker.submit(store._scored_before, snap, X, at).result() is not None  # kept for its fill
+        old = weakref.ref(snap)
+        del snap
+        WAGE.write(store)
+        assert scores(store.dense_scores(X, WAGE.ids)) == {WAGE.ids[0]: 0.0}  # the store moves to the new version
+        gc.collect()
+        assert old() is None
+        assert worker.submit(store._scored_before, store._snap, X, at).result() is None  # another snapshot
