@@ -366,6 +366,9 @@ def test_a_ranking_is_an_immutable_sequence_of_scored_ids() -> None:
     assert r[1:] == listed[1:]  # any other slice: items with their ranks in the whole ranking
     assert r != listed[:2] and r != Ranking(["a", "b", "c"], [3.0, 2.0, 1.0]) and Ranking([], []) == ()
     assert r == Ranking(("a", "b", "c"), (3.0, 2.0, 2.0)) and hash(r) == hash(Ranking(["a", "b", "c"], [3.0, 2.0, 2.0]))
+    # equal to the tuple a search returned before: the same hash (a dict or set keyed by one finds the other)
+    assert hash(r) == hash(tuple(listed)) and {tuple(listed): "found"}[r] == "found" and r in {tuple(listed)}
+    assert hash(Ranking([], [])) == hash(())
     with pytest.raises(IndexError):
         r[3]
     with pytest.raises(AttributeError, match="immutable"):
