@@ -36,9 +36,13 @@ from zhiku.types import Filters  # noqa: E402
 DEPTH = 100
 
 
-def open_kb(index: Path, queries: list[str], tracer: Tracer | None = None) -> KnowledgeBase:
-    """``index`` with random unit query vectors for ``queries``; tracing off, unless into ``tracer``."""
-    settings = merge(load_settings(index=index), tracing={"enabled": tracer is not None})
+def open_kb(
+    index: Path, queries: list[str], tracer: Tracer | None = None, clause_weight: float | None = None
+) -> KnowledgeBase:
+    """``index`` with random unit query vectors for ``queries`` (a clause: one fixed by its text); tracing off,
+    unless into ``tracer``; ``clause_weight``: ``retrieval.clause_weight`` (None: the default)."""
+    retrieval = {} if clause_weight is None else {"clause_weight": clause_weight}
+    settings = merge(load_settings(index=index), tracing={"enabled": tracer is not None}, retrieval=retrieval)
     with KnowledgeBase(settings) as probe:  # not read-only: an older schema is upgraded in place
         meta = probe.store.get_meta()
     rng = np.random.default_rng(0)
@@ -111,14 +115,16 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over the queries (after one warm pass)")
     ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--clause-weight", type=float, help="retrieval.clause_weight (default: the setting's; 0: off)")
     args = ap.parse_args()
     import zhiku
 
     for name in args.sets.split(","):
         queries = [q.text for q in load_dataset(args.queries / name, max_queries=args.max_queries).queries]
-        with open_kb(args.index / name, queries) as kb:
+        with open_kb(args.index / name, queries, clause_weight=args.clause_weight) as kb:
             retrieve(kb, queries, "hybrid")  # warm
             row: dict[str, Any] = {"set": name, "zhiku": str(Path(zhiku.__file__).parents[2])}
+            row["clause_weight"] = kb.settings.retrieval.clause_weight
             row["load_avg_1m"] = round(os.getloadavg()[0], 2)
             row["retrieve_hybrid"] = retrieve(kb, queries * args.rounds, "hybrid")
             row["retrieve_dense"] = retrieve(kb, queries * args.rounds, "dense")

@@ -366,9 +366,17 @@ def test_a_ranking_is_an_immutable_sequence_of_scored_ids() -> None:
     assert r[1:] == listed[1:]  # any other slice: items with their ranks in the whole ranking
     assert r != listed[:2] and r != Ranking(["a", "b", "c"], [3.0, 2.0, 1.0]) and Ranking([], []) == ()
     assert r == Ranking(("a", "b", "c"), (3.0, 2.0, 2.0)) and hash(r) == hash(Ranking(["a", "b", "c"], [3.0, 2.0, 2.0]))
+    # equal to the tuple a search returned before: the same hash (a dict or set keyed by one finds the other)
+    assert hash(r) == hash(tuple(listed)) and {tuple(listed): "found"}[r] == "found" and r in {tuple(listed)}
+    assert hash(Ranking([], [])) == hash(())
     with pytest.raises(IndexError):
         r[3]
     with pytest.raises(AttributeError, match="immutable"):
         r.ids = ("x",)  # type: ignore[misc]
     with pytest.raises(ValueError, match="as many scores"):
         Ranking(["a"], [1.0, 2.0])
+    import copy
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r), copy.copy(r)):
+        assert again == r and again.rows == (7, 9, 4)

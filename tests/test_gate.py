@@ -80,3 +80,33 @@ def test_a_gate_needs_a_place_and_searchers_size_theirs_from_the_settings(tmp_pa
     assert (searcher._gate.places, default._gate.places) == (3, 2 * (os.cpu_count() or 1))
     searcher.close()
     default.close()
+
+
+def test_a_search_that_waited_for_a_place_has_a_queue_stage_in_its_trace() -> None:
+    from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages, span
+
+    gate = FairGate(1)
+    sink = MemorySink()
+    tracer = Tracer([sink])
+    gate.__enter__()  # the one place, taken
+
+    def search() -> None:
+        with tracer.trace("query", query="waits"):
+            with span("parse"):
+                pass
+            with gate, span("bm25"):
+                pass
+
+    waiting = threading.Thread(target=search)
+    waiting.start()
+    _wait_until(lambda: len(gate._waiters) == 1)
+    gate.__exit__()  # hands the place over
+    waiting.join()
+    with tracer.trace("query", query="free"), gate:
+        pass
+    waited, free = sink.traces
+    queue = waited.stage("queue")
+    assert queue is not None and (queue.status, queue.data) == ("ok", {"places": 1, "queued": 1})
+    assert [s.name for s in ordered_stages(waited)] == ["parse", "queue", "bm25"]
+    assert waited.stage("bm25").start_ms >= queue.start_ms + queue.elapsed_ms - 0.001
+    assert free.stage("queue") is None  # a search that found a free place: no stage

@@ -127,3 +127,27 @@ def test_query_vectors_keep_only_finite_vectors() -> None:
     kept.put("好", np.array([0.6, 0.8], np.float32))
     assert kept.get("坏") is None and kept.get("无穷") is None
     assert np.array_equal(kept.get("好"), np.array([0.6, 0.8], np.float32))  # type: ignore[arg-type]
+
+
+def test_a_store_without_document_lookups_returns_top_k_hits(tmp_path: Path, embed_cache_dir: Path) -> None:
+    """Small-to-big needs a ``Catalogue``; over a store that is only a ``Retriever`` (a plugin's) the search returns
+    ``top_k`` hits, not the spares it keeps for merging pieces."""
+    from zhiku.retrieval.search import Searcher
+
+    class OnlyRetriever:  # the Retriever methods of the SQLite store, nothing else
+        def __init__(self, store: object) -> None:
+            for name in ("bm25_search", "dense_search", "dense_scores", "get_chunks", "index_version"):
+                setattr(self, name, getattr(store, name))
+
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with KnowledgeBase(settings, embedder=Recording()) as kb:
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        full = kb.retrieve("劳动者 工资 试用期", mode="bm25", top_k=5)
+        plain = Searcher(OnlyRetriever(kb.store), Recording(), kb.searcher.text, settings.retrieval)  # type: ignore[arg-type]
+        try:
+            for top_k in (1, 2):
+                got = plain.search("劳动者 工资 试用期", mode="bm25", top_k=top_k)
+                assert [h.chunk.chunk_id for h in got.hits] == [h.chunk.chunk_id for h in full.hits][:top_k]
+        finally:
+            plain.close()
+    assert len(full.hits) >= 3

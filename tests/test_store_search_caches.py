@@ -282,4 +282,58 @@ def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path)
         assert store.dense_scores(y, every) == want_y  # another question: computed
         assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids  # the others scored −inf
         assert store.dense_scores(X, every) == want_x
+        buffer = X.copy()  # a caller that reuses its vector's buffer for the next question
+        store.dense_search(buffer, 1)
+        buffer[:] = y
+        assert store.dense_scores(buffer, every) == want_y
     assert want_x[LABOR.ids[1]] == pytest.approx(0.6) and want_y[NOTE.ids[0]] == pytest.approx(1.0)
+
+
+def test_best_cosines_over_several_vectors_are_the_highest_of_each_ones(index_dir: Path) -> None:
+    from zhiku.errors import InvalidInput
+    from zhiku.retrieval.clauses import clause_ranking
+
+    class OneAtATime:  # a store without ``best_dense_scores`` (a plugin's): asked once per vector
+        def __init__(self, store: SQLiteStore) -> None:
+            self.dense_scores = store.dense_scores
+
+    vectors = [X, np.array([0.0, 0.6, 0.8], np.float32), np.array([0.0, 2.0, 0.0], np.float32)]
+    with SQLiteStore(index_dir) as store:
+        for doc in (LABOR, WAGE, NOTE):
+            doc.write(store)
+        every = [*LABOR.ids, *WAGE.ids, *NOTE.ids]
+        want = {c: max(store.dense_scores(v, every)[c] for v in vectors) for c in every}
+        assert store.best_dense_scores(vectors, every) == want  # the same floats
+        assert scores(want) == {LABOR.ids[0]: 1.0, LABOR.ids[1]: 0.8, WAGE.ids[0]: 1.0, NOTE.ids[0]: 1.0}
+        assert store.best_dense_scores(vectors, ["no-such-chunk", WAGE.ids[0]]) == {WAGE.ids[0]: want[WAGE.ids[0]]}
+        assert store.best_dense_scores([], every) == {} and store.best_dense_scores(vectors, []) == {}
+        with pytest.raises(InvalidInput, match="NaN"):
+            store.best_dense_scores([X, np.array([np.nan, 0.0, 0.0], np.float32)], every)
+        rankings = [store.bm25_search(["劳动者"], 5), store.dense_search(X, 2)]
+        ranked = clause_ranking(store, rankings, vectors)
+        assert ranked == clause_ranking(OneAtATime(store), rankings, vectors)  # type: ignore[arg-type]
+        # every candidate once, by its best cosine, ties by id
+        assert ids(ranked) == sorted([LABOR.ids[0], WAGE.ids[0]]) + [LABOR.ids[1]]
+
+
+def test_the_kept_product_keeps_no_snapshot_alive_once_the_store_moved_on(index_dir: Path) -> None:
+    """A thread's kept dense product (the fill's cosines) refers to its snapshot weakly: a pool thread that
+    searches no more does not hold an old snapshot (its in-memory matrix, or the mapping of a compacted file)."""
+    import gc
+    import weakref
+    from concurrent.futures import ThreadPoolExecutor
+
+    with SQLiteStore(index_dir) as store, ThreadPoolExecutor(1) as worker:  # the worker thread stays alive
+        LABOR.write(store)
+        assert ids(worker.submit(store.dense_search, X, 1).result()) == [LABOR.ids[0]]
+        snap = store._snap
+        assert snap is not None
+        at = snap.rows_of(np.array([1, 2]))
+        assert worker.submit(store._scored_before, snap, X, at).result() is not None  # kept for its fill
+        old = weakref.ref(snap)
+        del snap
+        WAGE.write(store)
+        assert scores(store.dense_scores(X, WAGE.ids)) == {WAGE.ids[0]: 0.0}  # the store moves to the new version
+        gc.collect()
+        assert old() is None
+        assert worker.submit(store._scored_before, store._snap, X, at).result() is None  # another snapshot

@@ -209,8 +209,11 @@ class Ranking(Sequence[ScoredId]):
             return len(other) == len(self.ids) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
-    def __hash__(self) -> int:
-        return hash((self.ids, self.scores))
+    def __hash__(self) -> int:  # a tuple's (equal to the tuple of its items: equal values hash alike)
+        return hash(tuple(self))
+
+    def __reduce__(self) -> tuple[type[Ranking], tuple[object, ...]]:  # pickle and copy (no attribute setting)
+        return Ranking, (self.ids, self.scores, self.rows)
 
     def __repr__(self) -> str:
         return f"Ranking({len(self.ids)} candidates: {list(self.ids[:3])}{'…' if len(self.ids) > 3 else ''})"

@@ -45,6 +45,7 @@ DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (
 ALWAYS, DETAIL = 0, 1  # when deferred work runs (``Trace.defer``): always, or with the candidate detail
 STAGES = (
     "parse",
+    "queue",
     "bm25",
     "dense",
     "clauses",

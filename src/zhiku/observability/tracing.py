@@ -180,6 +180,14 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
             t.stage_failed = True
 
 
+def waited(name: str, start: float, **data: Any) -> None:
+    """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
+    waiting for a place in the search gate (``retrieval.max_concurrent``)."""
+    t = _current.get()
+    if t is not None:
+        t._events.append((name, start, time.perf_counter() - start, [(None, None, data)]))
+
+
 def current() -> Trace | None:
     return _current.get()
 

@@ -11,11 +11,11 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.observability.tracing import span
-from zhiku.retrieval.fusion import ranked
+from zhiku.retrieval.fusion import by_score_then_id, columns_of
 from zhiku.settings import RetrievalSettings
-from zhiku.stores.base import Retriever
+from zhiku.stores.base import BestCosines, Retriever
 from zhiku.text import query_clauses
-from zhiku.types import ScoredId
+from zhiku.types import Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +38,21 @@ def clauses_to_embed(query: str, settings: RetrievalSettings) -> list[str]:
 
 def clause_ranking(
     store: Retriever, rankings: Sequence[Sequence[ScoredId]], vectors: Sequence[np.ndarray]
-) -> list[ScoredId]:
+) -> Sequence[ScoredId]:
     """Every candidate of ``rankings`` scored by its best cosine over the clause ``vectors``, best first (ties by
     id): no search of its own, so it re-orders the candidates and never adds one. ``[]`` without vectors."""
     if not vectors:
         return []
-    candidates = list(dict.fromkeys(x.chunk_id for ranking in rankings for x in ranking))
-    best: dict[str, float] = {}
-    for vector in vectors:
-        for chunk_id, score in store.dense_scores(vector, candidates).items():
-            best[chunk_id] = max(score, best.get(chunk_id, score))
-    return ranked(sorted(best.items(), key=lambda kv: (-kv[1], kv[0])))
+    candidates = list(dict.fromkeys([i for ranking in rankings for i in columns_of(ranking)[0]]))
+    if isinstance(store, BestCosines):  # one lookup of the candidates' rows for every clause
+        best = store.best_dense_scores(vectors, candidates)
+    else:
+        best = {}
+        for vector in vectors:
+            for chunk_id, score in store.dense_scores(vector, candidates).items():
+                best[chunk_id] = max(score, best.get(chunk_id, score))
+    order = by_score_then_id(best)
+    return Ranking([i for i, _ in order], [s for _, s in order])
 
 
 def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:

@@ -10,7 +10,10 @@ rest starve. Here a releasing thread hands its place to the longest waiter inste
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+
+from zhiku.observability.tracing import waited
 
 
 class FairGate:
@@ -31,7 +34,10 @@ class FairGate:
                 return self
             turn = threading.Event()
             self._waiters.append(turn)
+            queued = len(self._waiters)
+        start = time.perf_counter()
         turn.wait()  # the releasing thread hands its place over: nothing to take here
+        waited("queue", start, places=self.places, queued=queued)  # only a search that waited has the stage
         return self
 
     def __exit__(self, *exc: object) -> None:

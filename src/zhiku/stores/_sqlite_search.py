@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -95,8 +96,11 @@ class SQLiteSearch(SQLiteReads):
             # no lock held: searches run side by side
             every: list[np.ndarray] = []
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann, every=every)
-            # a fill for this question (``dense_scores``, next on this thread) reads its cosines from here
-            self._last_scores.product = (snap, query, every[0]) if every else None
+            # a fill for this question (``dense_scores``, next on this thread) reads its cosines from here; the
+            # snapshot by weak reference: a thread that searches no more must not keep an old one alive (its whole
+            # in-memory matrix, or the mapping of a file a compaction replaced) once the store has moved on
+            # (the question copied: the caller's array may be a buffer it reuses)
+            self._last_scores.product = (weakref.ref(snap), query.copy(), every[0]) if every else None
             if rowids.size == 0:
                 return []
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
@@ -118,11 +122,29 @@ class SQLiteSearch(SQLiteReads):
             scores = np.einsum("ij,j->i", snap.gather(at), unit)  # row by row the same floats as the whole product
         return dict(zip(kept, scores.tolist(), strict=True))
 
+    def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
+        """``BestCosines``: the chunks' rows looked up and read once for every vector."""
+        ids = list(dict.fromkeys(chunk_ids))
+        queries = [self._query_vector(v) for v in vectors]
+        if not ids or not queries:
+            return {}
+        with self._read() as conn:
+            snap = self._snapshot(conn)
+            for query in queries:
+                self._check_dim(snap, query)
+            at, kept = self._live_rows(conn, snap, ids)
+        if not kept:
+            return {}
+        rows = snap.gather(at)
+        units = [l2_normalise(query.reshape(1, -1))[0] for query in queries]
+        best = np.maximum.reduce([np.einsum("ij,j->i", rows, unit) for unit in units])  # each as dense_scores'
+        return dict(zip(kept, best.tolist(), strict=True))
+
     def _scored_before(self, snap: VectorSnapshot, query: np.ndarray, at: np.ndarray) -> np.ndarray | None:
         """The cosines of file rows ``at`` from this thread's last exact dense search, when it scored this question
         in this snapshot (a hybrid search's fill: no second product)."""
         last = getattr(self._last_scores, "product", None)
-        if last is None or last[0] is not snap or not np.array_equal(last[1], query):
+        if last is None or last[0]() is not snap or not np.array_equal(last[1], query):
             return None
         scores: np.ndarray = last[2][at]
         return scores if bool(np.isfinite(scores).all()) else None

@@ -86,6 +86,16 @@ class Retriever(Protocol):
 
 
 @runtime_checkable
+class BestCosines(Protocol):
+    """Optional for a ``Retriever``: each chunk's best cosine over several query vectors in one call (the clause
+    channel's; without it, ``dense_scores`` is called once per vector)."""
+
+    def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
+        """The highest of ``dense_scores(v, chunk_ids)`` over ``vectors``, per chunk (the same floats)."""
+        ...
+
+
+@runtime_checkable
 class Catalogue(Protocol):
     def get_document(self, doc_id: str) -> DocRecord | None: ...
 
