@@ -121,3 +121,28 @@ def test_ranking_columns_of_a_ranking_equal_those_of_its_items() -> None:
         assert columns == ranking_columns(list(ranking), limit)
         assert columns.cols["rank"] == list(range(1, min(limit, 30) + 1))
     assert ranking_columns(ranking, 2).cols == {"chunk_id": ["c0", "c1"], "rank": [1, 2], "score": [0.333333, 0.25]}
+
+
+def test_a_batch_of_lines_is_written_while_queries_keep_running_without_a_pause(tmp_path: Path) -> None:
+    """Under concurrent clients some query is always open: the writer must not wait for a pause (or for
+    ``interval_s``) while a batch of encoded lines piles up."""
+    path = tmp_path / TRACE_FILE
+    appended = threading.Event()
+
+    class Sink(JsonlSink):
+        BATCH = 4
+
+        def _append(self, lines: list[bytes]) -> None:
+            super()._append(lines)
+            appended.set()
+
+    sink = Sink(path, interval_s=3600)  # no write for the time that passed
+    tracer = Tracer([sink])
+    with tracer.trace("query", query="outer"):  # another client's query, running all along
+        clients = threading.Thread(target=trace_queries, args=(tracer, [f"q{n}" for n in range(Sink.BATCH)]))
+        clients.start()
+        clients.join()
+        assert appended.wait(10)  # a bound for a failing run only: the batch is written at once
+        assert [json.loads(x)["attrs"]["query"] for x in path.read_bytes().splitlines()] == ["q0", "q1", "q2", "q3"]
+    tracer.close()
+    assert [t.attrs["query"] for t in read_traces(path)] == ["q3", "q2", "q1", "q0", "outer"]

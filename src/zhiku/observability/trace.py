@@ -134,6 +134,8 @@ class JsonlSink:
                     self._thread.start()
         if trace._sealed or OPEN or len(self._traces) >= self.hand_off:  # no pause coming: encode it here
             self._lines.append((trace.started_at, encode_line(trace)))
+            if len(self._lines) >= self.BATCH:
+                self._wake.set()  # a batch waits: the writer appends it now, pause or not
             return
         trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
         self._traces.append(trace)  # no wake-up: the writer comes every interval_s (one per trace costs more)
@@ -174,7 +176,8 @@ class JsonlSink:
             self._wake.wait(self.POLL_S if active else self.interval_s)
             self._wake.clear()
             now = time.monotonic()
-            if OPEN and not (self._closing or self._hurry or now - written >= self.interval_s):
+            full = len(self._lines) >= self.BATCH  # lines encoded already: waiting for a pause only piles them up
+            if OPEN and not (full or self._closing or self._hurry or now - written >= self.interval_s):
                 continue  # a query is running: seal and write in its pause
             with self._idle:
                 self._busy = bool(self._traces or self._lines)
