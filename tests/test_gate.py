@@ -110,3 +110,45 @@ def test_a_search_that_waited_for_a_place_has_a_queue_stage_in_its_trace() -> No
     assert [s.name for s in ordered_stages(waited)] == ["parse", "queue", "bm25"]
     assert waited.stage("bm25").start_ms >= queue.start_ms + queue.elapsed_ms - 0.001
     assert free.stage("queue") is None  # a search that found a free place: no stage
+
+
+def test_a_waiter_that_is_interrupted_leaves_the_line_and_the_gate_keeps_its_places() -> None:
+    """A search interrupted while it waits (Ctrl-C in a notebook or the CLI) must not take a place with it."""
+    import signal
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    gate = FairGate(1)
+    gate.__enter__()  # the one place, taken by another search
+    main = threading.main_thread().ident
+    assert threading.get_ident() == main  # a signal interrupts the main thread's wait
+
+    def send() -> None:
+        _wait_until(lambda: len(gate._waiters) == 1)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        sender = threading.Thread(target=send)
+        sender.start()
+        with pytest.raises(Interrupted), gate:
+            pass
+        sender.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert (gate._free, len(gate._waiters)) == (0, 0)  # out of the line
+    gate.__exit__()  # the other search ends
+    assert (gate._free, len(gate._waiters)) == (1, 0)  # its place is free again, not handed to the gone waiter
+    with gate:
+        assert gate._free == 0
+    gate.__enter__()
+    turn = threading.Event()  # interrupted just as the releasing search handed it the place
+    gate._waiters.append(turn)
+    gate.__exit__()
+    assert (turn.is_set(), gate._free) == (True, 0)
+    gate._leave(turn)
+    assert (gate._free, len(gate._waiters)) == (1, 0)  # passed on: free again

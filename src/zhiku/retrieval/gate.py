@@ -36,9 +36,21 @@ class FairGate:
             self._waiters.append(turn)
             queued = len(self._waiters)
         start = time.perf_counter()
-        turn.wait()  # the releasing thread hands its place over: nothing to take here
+        try:
+            turn.wait()  # the releasing thread hands its place over: nothing to take here
+        except BaseException:  # interrupted (KeyboardInterrupt): a place handed to it would be lost for good
+            self._leave(turn)
+            raise
         waited("queue", start, places=self.places, queued=queued)  # only a search that waited has the stage
         return self
+
+    def _leave(self, turn: threading.Event) -> None:
+        """A waiter gives up: it leaves the line, or passes on the place handed to it meanwhile."""
+        with self._lock:
+            if turn in self._waiters:
+                self._waiters.remove(turn)
+                return
+        self.__exit__()
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
