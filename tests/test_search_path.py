@@ -151,3 +151,47 @@ def test_a_store_without_document_lookups_returns_top_k_hits(tmp_path: Path, emb
         finally:
             plain.close()
     assert len(full.hits) >= 3
+
+
+def test_a_bm25_search_that_waited_for_the_gate_beside_the_dense_worker_has_the_wait_as_its_queue_stage(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    """The search path with a slow embedder (BM25 here, the question embedded in the dense worker): BM25's wait
+    for a place is the ``queue`` stage, not part of the ``bm25`` stage (as on the inline path)."""
+    from zhiku.retrieval.gate import FairGate
+
+    embedding = threading.Event()
+
+    class Held(Recording):
+        def embed_query(self, text: str) -> np.ndarray:
+            embedding.wait()  # the dense worker waits here until BM25 has had its place
+            return super().embed_query(text)
+
+    embedder, sink = Held(), MemorySink()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, tracing={"enabled": True})
+    with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+        embedding.set()
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        embedding.clear()
+        kb.searcher.inline_embed_s = 0.0  # the question goes to the dense worker
+        gate = kb.searcher._gate = FairGate(1)
+        gate.__enter__()  # another search holds the one place
+        found = []
+        search = threading.Thread(target=lambda: found.append(kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)))
+        search.start()
+        ready = threading.Event()
+        while len(gate._waiters) != 1:  # BM25 waits for the place
+            ready.wait(0.001)
+        gate.__exit__()
+        while gate._free != 1:  # BM25 has searched and left the gate
+            ready.wait(0.001)
+        embedding.set()  # the dense worker goes on: the gate is free for it and for fusion
+        search.join()
+    t = sink.traces[-1]
+    assert t.kind == "query"
+    queue, bm25 = t.stage("queue"), t.stage("bm25")
+    assert queue is not None and bm25 is not None
+    assert (queue.calls, queue.data) == (1, {"places": 1, "queued": 1})
+    assert [s.name for s in ordered_stages(t)] == ["parse", "queue", "bm25", "dense", "fusion", "rerank"]
+    assert bm25.start_ms >= queue.start_ms + queue.elapsed_ms - 0.001  # BM25's stage starts when its wait ended
+    assert [h.chunk.section for h in found[0].hits][0].endswith("第十九条")

@@ -289,9 +289,8 @@ class Searcher:
         if mode_ not in ("bm25", "hybrid"):
             mark("bm25", reason=f"mode {mode_}")
             return []
-        with span("bm25") as sp:
-            with NO_GATE if inside_gate else self._gate:
-                found = self.store.bm25_search(parsed.terms, depth, filters)
+        with NO_GATE if inside_gate else self._gate, span("bm25") as sp:  # a wait for the gate is its own stage
+            found = self.store.bm25_search(parsed.terms, depth, filters)
             sp.ranking(found, depth=depth)
         return found
 
