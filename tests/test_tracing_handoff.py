@@ -146,3 +146,20 @@ def test_a_batch_of_lines_is_written_while_queries_keep_running_without_a_pause(
         assert [json.loads(x)["attrs"]["query"] for x in path.read_bytes().splitlines()] == ["q0", "q1", "q2", "q3"]
     tracer.close()
     assert [t.attrs["query"] for t in read_traces(path)] == ["q3", "q2", "q1", "q0", "outer"]
+
+
+def test_a_trace_ended_in_another_context_is_not_left_open(tmp_path: Path) -> None:
+    """``OPEN`` lists the traces open in the process: one left there for good would make every later trace wait
+    for a pause that never comes (and be encoded by its caller)."""
+    from zhiku.observability.records import OPEN
+
+    tracer = Tracer([JsonlSink(tmp_path / TRACE_FILE, interval_s=60)])
+    root = tracer.trace("query", query="elsewhere")
+    entered = threading.Event()
+    threading.Thread(target=lambda: (root.__enter__(), entered.set())).start()
+    assert entered.wait(10)
+    assert len(OPEN) == 1
+    with pytest.raises(ValueError, match="different Context"):  # its context variable was set in the other thread
+        root.__exit__(None, None, None)
+    assert not OPEN
+    tracer.close()

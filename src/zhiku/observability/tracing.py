@@ -240,8 +240,8 @@ class _Root:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
+        OPEN.discard(id(t))  # first: a reset that fails (ended in another context) must not leave it open for good
         _current.reset(self._token)
-        OPEN.discard(id(t))
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
         if exc is not None:  # the caller sees the error: its trace is sealed here, with its detail
             t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
