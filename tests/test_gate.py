@@ -115,6 +115,7 @@ def test_a_search_that_waited_for_a_place_has_a_queue_stage_in_its_trace() -> No
 def test_a_waiter_that_is_interrupted_leaves_the_line_and_the_gate_keeps_its_places() -> None:
     """A search interrupted while it waits (Ctrl-C in a notebook or the CLI) must not take a place with it."""
     import signal
+    import sys
 
     class Interrupted(Exception):
         pass
@@ -127,8 +128,8 @@ def test_a_waiter_that_is_interrupted_leaves_the_line_and_the_gate_keeps_its_pla
     main = threading.main_thread().ident
     assert threading.get_ident() == main  # a signal interrupts the main thread's wait
 
-    def send() -> None:
-        _wait_until(lambda: len(gate._waiters) == 1)
+    def send() -> None:  # once the main thread is in the line and inside ``Event.wait`` (not on its way there)
+        _wait_until(lambda: len(gate._waiters) == 1 and sys._current_frames()[main].f_code.co_name == "wait")
         signal.pthread_kill(main, signal.SIGUSR1)
 
     previous = signal.signal(signal.SIGUSR1, interrupt)
