@@ -106,39 +106,41 @@ class SQLiteSearch(SQLiteReads):
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
-        ids = list(dict.fromkeys(chunk_ids))
         query = self._query_vector(vector)
-        if not ids:
+        found = self._rows_to_score([query], chunk_ids)
+        if found is None:
             return {}
-        with self._read() as conn:
-            snap = self._snapshot(conn)
-            self._check_dim(snap, query)
-            at, kept = self._live_rows(conn, snap, ids)
-        if not kept:
-            return {}
+        snap, at, kept = found
         scores = self._scored_before(snap, query, at)
         if scores is None:
-            unit = l2_normalise(query.reshape(1, -1))[0]
-            scores = np.einsum("ij,j->i", snap.gather(at), unit)  # row by row the same floats as the whole product
+            scores = _cosines(snap.gather(at), query)
         return dict(zip(kept, scores.tolist(), strict=True))
 
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
         """``BestCosines``: the chunks' rows looked up and read once for every vector."""
-        ids = list(dict.fromkeys(chunk_ids))
         queries = [self._query_vector(v) for v in vectors]
-        if not ids or not queries:
+        found = self._rows_to_score(queries, chunk_ids)
+        if found is None:
             return {}
+        snap, at, kept = found
+        rows = snap.gather(at)
+        best = np.maximum.reduce([_cosines(rows, query) for query in queries])  # each as dense_scores computes it
+        return dict(zip(kept, best.tolist(), strict=True))
+
+    def _rows_to_score(
+        self, queries: list[np.ndarray], chunk_ids: Sequence[str]
+    ) -> tuple[VectorSnapshot, np.ndarray, list[str]] | None:
+        """The snapshot, the file rows of the live chunks among ``chunk_ids`` and their ids, after checking every
+        query's dimension against the index; None when there is nothing to score."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids or not queries:
+            return None
         with self._read() as conn:
             snap = self._snapshot(conn)
             for query in queries:
                 self._check_dim(snap, query)
             at, kept = self._live_rows(conn, snap, ids)
-        if not kept:
-            return {}
-        rows = snap.gather(at)
-        units = [l2_normalise(query.reshape(1, -1))[0] for query in queries]
-        best = np.maximum.reduce([np.einsum("ij,j->i", rows, unit) for unit in units])  # each as dense_scores'
-        return dict(zip(kept, best.tolist(), strict=True))
+        return (snap, at, kept) if kept else None
 
     def _scored_before(self, snap: VectorSnapshot, query: np.ndarray, at: np.ndarray) -> np.ndarray | None:
         """The cosines of file rows ``at`` from this thread's last exact dense search, when it scored this question
@@ -279,3 +281,11 @@ def _ranked(
         names_, rows_, scores_ = [c for _, c, _ in hits], [r for _, _, r in hits], [-s for s, _, _ in hits]
     ids.seen(names_, rows_)
     return Ranking(names_, scores_, rows_)
+
+
+def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's cosine with ``query`` (the rows are unit vectors): row by row the same floats as the whole product
+    of an exact dense search."""
+    unit = l2_normalise(query.reshape(1, -1))[0]
+    scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
+    return scores
