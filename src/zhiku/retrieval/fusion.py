@@ -102,19 +102,15 @@ def positions(ids: Sequence[str]) -> dict[str, int]:
 
 
 def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
-    """``by_score_then_id`` over ``keys`` and their ``scores`` (an array): only the candidates scoring at least the
-    ``limit``-th best score are sorted."""
+    """``by_score_then_id`` over ``keys`` and their ``scores`` (an array), given only the candidates scoring at least
+    the ``limit``-th best score (picked with numpy)."""
     if limit is not None and limit <= 0:
         return []
-    if np.isnan(scores).any():
-        return by_score_then_id(dict(zip(keys, scores.tolist(), strict=True)), limit)
-    if limit is not None and limit < scores.size:
+    if limit is not None and limit < scores.size and not np.isnan(scores).any():
         cut = scores.size - limit
         keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut]).tolist()
         keys, scores = [keys[i] for i in keep], scores[keep]
-    out = sorted(zip(keys, scores.tolist(), strict=True))
-    out.sort(key=itemgetter(1), reverse=True)
-    return out if limit is None else out[:limit]
+    return by_score_then_id(dict(zip(keys, scores.tolist(), strict=True)), limit)
 
 
 def by_score_then_id(scores: Mapping[str, float], limit: int | None = None) -> list[tuple[str, float]]:
