@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -206,7 +207,7 @@ class JsonlSink:
                 batch.append((trace.started_at, encode_line(trace)))
             except Exception as e:  # a trace that cannot be encoded never stops the writer
                 log.warning("could not encode trace %s: %s", trace.trace_id, e)
-        batch.sort(key=_started_at)
+        batch.sort(key=itemgetter(0))  # in the order the traces started
         try:
             self._append([line for _, line in batch])
         except Exception as e:  # a full disk must never stop the writer (or fail a query)
@@ -244,10 +245,6 @@ class JsonlSink:
             newer = self.path if n == 1 else self.path.with_name(f"{self.path.name}.{n - 1}")
             if newer.exists():
                 newer.replace(older)
-
-
-def _started_at(item: tuple[float, bytes]) -> float:
-    return item[0]
 
 
 _PENDING: weakref.WeakSet[JsonlSink] = weakref.WeakSet()

@@ -268,8 +268,8 @@ class Searcher:
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         s = self.settings
-        small_to_big = s.whole_articles and self._catalogue is not None  # a piece brings its article
-        keep = 2 * top_k if small_to_big else top_k  # pieces of one article become one hit: keep spares
+        catalogue = self._catalogue if s.whole_articles else None  # small-to-big: a piece brings its article
+        keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
         filled: dict[str, float] = {}
         if mode_ == "hybrid":
             order, filled = self._fuse(bm25, dense, vector, top_k, keep, by_clause)
@@ -279,8 +279,8 @@ class Searcher:
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
         chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
         hits = _hits_of(order, chunks, bm25, dense, filled)
-        if small_to_big and self._catalogue is not None:
-            return whole_articles(hits, self._catalogue.document_chunks, limit=top_k)
+        if catalogue is not None:
+            return whole_articles(hits, catalogue.document_chunks, limit=top_k)
         return list(hits)
 
     def _bm25(
