@@ -61,11 +61,12 @@ class Writer(Protocol):
 @runtime_checkable
 class Retriever(Protocol):
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
-        """Chunks matching any of ``terms`` (OR), best BM25 first; scores are positive, higher is better."""
+        """Chunks matching any of ``terms`` (OR), best BM25 first (each ``rank`` its 1-based position: hits report
+        the position); scores are positive, higher is better."""
         ...
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
-        """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
+        """Nearest chunks by cosine similarity (vectors are L2-normalised), best first (``rank``: the position)."""
         ...
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
