@@ -195,3 +195,37 @@ def test_a_bm25_search_that_waited_for_the_gate_beside_the_dense_worker_has_the_
     assert [s.name for s in ordered_stages(t)] == ["parse", "queue", "bm25", "dense", "fusion", "rerank"]
     assert bm25.start_ms >= queue.start_ms + queue.elapsed_ms - 0.001  # BM25's stage starts when its wait ended
     assert [h.chunk.section for h in found[0].hits][0].endswith("第十九条")
+
+
+def test_a_question_in_traditional_characters_is_searched_in_both_scripts_and_the_better_form_kept(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    embedder, sink = Recording(), MemorySink()  # (its vectors see 试用期 in Simplified characters only)
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, tracing={"enabled": True})
+    with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        simplified = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)
+        embedder.queries.clear()
+        traditional = kb.retrieve("試用期最長多久", mode="hybrid", top_k=3)
+        dense = next(s for s in ordered_stages(sink.traces[-1]) if s.name == "dense")
+        as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
+        kb.retrieve("試用期最長多久", mode="hybrid", top_k=3)  # both vectors known now: nothing embedded
+        kb.retrieve("年休假幾天", mode="dense", top_k=3)  # neither known: both embedded
+    # the Simplified form of the first was known (asked before)
+    assert [q for q, _ in embedder.queries] == ["試用期最長多久", "年休假幾天", "年休假几天"]
+    assert as_written[0].score < simplified.dense[0].score  # the Simplified form's best cosine is the higher
+    assert traditional.dense == simplified.dense and traditional.hits == simplified.hits
+    assert traditional.bm25 == simplified.bm25  # (BM25 normalises the question anyway)
+    assert dense.data["question"] == "simplified"
+    assert traditional.hits[0].chunk.section.endswith("第十九条")
+
+
+def test_without_t2s_a_question_is_searched_only_as_written(tmp_path: Path, embed_cache_dir: Path) -> None:
+    embedder = Recording()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, text={"t2s": False})
+    with KnowledgeBase(settings, embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
+        again = kb.retrieve("试用期最长多久", mode="dense", top_k=3)  # a Simplified question: one form either way
+    assert [q for q, _ in embedder.queries] == ["試用期最長多久", "试用期最长多久"]
+    assert found.dense[0].score < again.dense[0].score

@@ -91,7 +91,9 @@ class StoreSettings(_Section):
 
 class TextSettings(_Section):
     t2s: bool = Field(
-        True, description="Normalise Traditional to Simplified Chinese (OpenCC t2s) for indexing and queries."
+        True,
+        description="Normalise Traditional to Simplified Chinese (OpenCC t2s) for indexing and queries; a question "
+        "in Traditional characters is also embedded in Simplified ones (the dense channel keeps the better form).",
     )
     user_dict: Path | None = Field(None, description="jieba-format user dictionary (`word [freq] [tag]` per line).")
     stopwords: Path | None = Field(None, description="Stopword file (one per line); default: zhiku's built-in list.")

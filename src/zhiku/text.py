@@ -105,6 +105,11 @@ class TextProcessor:
             text = self._opencc.convert(text)
         return text.lower()
 
+    def simplified(self, text: str) -> str:
+        """``text`` in Simplified characters (``text.t2s``; unchanged when off): the form of a question written in
+        Traditional characters that the dense channel also searches with (``retrieval/search.py``)."""
+        return self._opencc.convert(text) if self.t2s else text
+
     def normalize(self, text: str) -> str:
         """NFKC, Traditional → Simplified (when enabled) and lower case."""
         return self._normalize_chars(text)

@@ -183,22 +183,23 @@ class Searcher:
             sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
         depth = max(per_source_k or s.per_source_k, top_k)
 
-        vector = self._vectors.get(parsed.text) if mode_ != "bm25" else None
+        forms = self._forms(parsed.text) if mode_ != "bm25" else ()
+        known = tuple(self._vectors.get(form) for form in forms)
         # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
-        # vector is known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
+        # vectors are known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
         # search takes one place in the gate
-        inline = mode_ == "bm25" or vector is not None or self._embeds_fast()
+        inline = mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast()
         clauses = clauses_to_embed(parsed.text, s) if mode_ == "hybrid" else []  # the clause channel's
         if inline:
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
             with self._gate, self._one_version():
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
-                vector, dense = self._dense_here(mode_, parsed.text, depth, filters, vector)
+                vector, dense = self._dense_here(mode_, forms, depth, filters, known)
                 by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                 hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
             run = contextvars.copy_context().run
-            future = self._pool.submit(run, self._dense_and_clauses, parsed.text, depth, filters, clauses)
+            future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses)
             with self._one_version():  # (the dense worker reads the version on its own)
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
                 vector, dense, clause_vectors = future.result()
@@ -217,10 +218,17 @@ class Searcher:
         return embed_clauses(self.embedder, self._vectors, clauses)
 
     def _dense_and_clauses(
-        self, query: str, depth: int, filters: Filters, clauses: list[str]
+        self, forms: tuple[str, ...], depth: int, filters: Filters, clauses: list[str]
     ) -> tuple[np.ndarray, Sequence[ScoredId], tuple[np.ndarray, ...]]:
         """The dense worker: the question's channel, then its clauses' vectors."""
-        return (*self._dense(query, depth, filters), self._embed_clauses(clauses))
+        return (*self._dense(forms, depth, filters), self._embed_clauses(clauses))
+
+    def _forms(self, question: str) -> tuple[str, ...]:
+        """The question as written and, when it holds Traditional characters (``text.t2s``), in Simplified ones: the
+        dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
+        and the index's are normalised alike; a passage's vector is of its text as written."""
+        simplified = self.text.simplified(question)
+        return (question,) if simplified == question else (question, simplified)
 
     def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
         r = self.rerank_settings
@@ -298,24 +306,47 @@ class Searcher:
         return found
 
     def _dense_here(
-        self, mode_: SearchMode, query: str, depth: int, filters: Filters, known: np.ndarray | None
+        self,
+        mode_: SearchMode,
+        forms: tuple[str, ...],
+        depth: int,
+        filters: Filters,
+        known: tuple[np.ndarray | None, ...],
     ) -> tuple[np.ndarray | None, Sequence[ScoredId]]:
-        """The dense channel on this thread, inside the gate (``known``: the question's vector, if it is)."""
+        """The dense channel on this thread, inside the gate (``known``: the forms' vectors, those known)."""
         if mode_ == "bm25":
             mark("dense", reason=f"mode {mode_}")
             return None, []
-        return self._dense(query, depth, filters, known=known, inside_gate=True)
+        return self._dense(forms, depth, filters, known=known, inside_gate=True)
 
     def _dense(
-        self, query: str, depth: int, filters: Filters, *, known: np.ndarray | None = None, inside_gate: bool = False
+        self,
+        forms: tuple[str, ...],
+        depth: int,
+        filters: Filters,
+        *,
+        known: tuple[np.ndarray | None, ...] = (),
+        inside_gate: bool = False,
     ) -> tuple[np.ndarray, Sequence[ScoredId]]:
-        """Embed ``query`` (unless its vector is ``known``), then search (taking a place in the gate for it)."""
+        """Embed each form of the question (``_forms``; unless its vector is ``known``) and search with it (taking a
+        place in the gate for it); the ranking whose best cosine is higher is the channel's (the first on a tie):
+        a question in Traditional characters meets Simplified passages in its Simplified form, Traditional ones
+        as written."""
         with span("dense") as sp:
-            vector = known if known is not None else self._embed(query)
-            with NO_GATE if inside_gate else self._gate:
-                found = self.store.dense_search(vector, depth, filters)
-            sp.ranking(found, depth=depth)
-        return vector, found
+            best: tuple[np.ndarray, Sequence[ScoredId]] | None = None
+            chosen = 0
+            for n, form in enumerate(forms):
+                given = known[n] if n < len(known) else None
+                vector = given if given is not None else self._embed(form)
+                with NO_GATE if inside_gate else self._gate:
+                    found = self.store.dense_search(vector, depth, filters)
+                if best is None or (found and (not best[1] or found[0].score > best[1][0].score)):
+                    best, chosen = (vector, found), n
+            assert best is not None  # (forms is never empty)
+            sp.ranking(best[1], depth=depth)
+            if len(forms) > 1:
+                sp.set(question="simplified" if chosen else "as written")
+        return best
 
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
