@@ -309,7 +309,7 @@ class Searcher:
         """Embed ``query`` (unless its vector is ``known``), then search (taking a place in the gate for it)."""
         with span("dense") as sp:
             vector = known if known is not None else self._embed(query)
-            with NO_GATE if inside_gate else self._gate:
+            with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
                 found = self.store.dense_search(vector, depth, filters)
             sp.ranking(found, depth=depth)
         return vector, found
