@@ -25,6 +25,7 @@ from zhiku.observability.tracing import (
     read_traces,
     span,
 )
+from zhiku.retrieval.search import QueryVectors
 from zhiku.types import Hit
 
 QUERY_STAGES = ["parse", "bm25", "dense", "fusion", "rerank"]
@@ -246,3 +247,6 @@ def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_
     assert worker_wait[1] + worker_wait[2] <= search[1]  # the search began after it ended
     assert dense.start_ms == (embedding[1] - t._t0) * 1000
     assert dense.elapsed_ms == (embedding[2] * 1000) + (search[2] * 1000)  # the embedding and the search only
+    kb.tracer, kb.searcher._vectors = Tracer(), QueryVectors()  # tracing off, the question not known: no span to stop
+    off = kb.retrieve("zeta", mode="hybrid", top_k=3)
+    assert off.hits == found[0].hits and len(sink.events) == 1

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 # what a span or a mark leaves in an open trace: stage name, start (perf_counter), seconds, [(counts, status, data)]
 Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]
 Event = tuple[str, float, float, Sets | None]
-PIECE: Sets = []  # an event's sets when it is the first part of a span whose clock stopped (``_Span.outside``): not a call
+# the sets of an event that is the first part of a span whose clock stopped (``_Span.outside``): not a call of its own
+PIECE: Sets = []
 
 
 OPEN: set[int] = set()  # ids of the traces open in this process (``JsonlSink``'s writer waits while there are any)

@@ -88,7 +88,9 @@ class JsonlSink:
       process more CPU than the same work done inline: the caller seals and encodes the trace, as it does a trace
       already sealed (its caller read it: ``--verbose``, the dashboard, an error).
 
-    Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue.
+    Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue; with
+    nothing queued the writer sleeps until a write wakes it. After ``close`` a write seals and appends on its
+    caller's thread (a query that was still finishing on another thread).
     """
 
     BATCH = 256
