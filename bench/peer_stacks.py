@@ -1,12 +1,16 @@
 """One small adapter per retrieval stack for bench/peers.py: ``build(corpus)`` then ``search(query, k)``.
 
 Every stack gets the same chunks, the same unit passage vectors, the same index tokens (zhiku's segmentation,
-stored in the source index) and, per query, the same vector and query tokens. ``search`` returns chunk ids,
-best first. Peers are imported lazily: only ``make bench-peers`` installs them (into .venv-peers).
+stored in the source index) and, per query, the same vector and query tokens: a peer's ``search`` segments the
+question with zhiku's ``TextProcessor.query_tokens`` (jieba, 繁→简, stopwords: the tokens ``Query.tokens`` holds),
+inside the timed call as zhiku's own search does; only the query's embedding is left out of every timing.
+``search`` returns chunk ids, best first. Peers are imported lazily: only ``make bench-peers`` installs them
+(into .venv-peers).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pickle
 import shutil
@@ -55,6 +59,20 @@ def rrf(*rankings: list[str], k: int = RRF_K) -> list[str]:
         for rank, cid in enumerate(ranking, 1):
             score[cid] += 1.0 / (k + rank)
     return sorted(score, key=lambda c: -score[c])
+
+
+@functools.cache
+def _text_processor() -> Any:
+    from zhiku.settings import load_settings
+    from zhiku.text import TextProcessor
+
+    return TextProcessor(**load_settings().text.model_dump())
+
+
+def query_tokens(q: Query) -> list[str]:
+    """The question segmented as zhiku segments it (what ``q.tokens`` holds), timed with the peer's search."""
+    tokens: list[str] = _text_processor().query_tokens(q.text)
+    return tokens
 
 
 def top(scores: np.ndarray, ids: list[str], k: int) -> list[str]:
@@ -141,7 +159,7 @@ class ChromaRankBM25:
 
     def search(self, q: Query, k: int) -> list[str]:
         dense = self.col.query(query_embeddings=[q.vector], n_results=DEPTH, include=[])["ids"][0]
-        sparse = top(self.bm25.get_scores(q.tokens), self.ids, DEPTH)
+        sparse = top(self.bm25.get_scores(query_tokens(q)), self.ids, DEPTH)
         return rrf(sparse, dense)[:k]
 
 
@@ -182,7 +200,7 @@ class LanceHybrid:
         r = (
             self.table.search(query_type="hybrid", fts_columns="tokens")
             .vector(q.vector)
-            .text(" ".join(q.tokens))
+            .text(" ".join(query_tokens(q)))
             .distance_type("cosine")
             .rerank(RRFReranker(K=RRF_K))
             .select(["id"])
@@ -232,7 +250,7 @@ class MilvusLite:
         from pymilvus import AnnSearchRequest, RRFRanker
 
         requests = [
-            AnnSearchRequest(data=[" ".join(q.tokens)], anns_field="sparse", param={}, limit=DEPTH),
+            AnnSearchRequest(data=[" ".join(query_tokens(q))], anns_field="sparse", param={}, limit=DEPTH),
             AnnSearchRequest(data=[q.vector.tolist()], anns_field="dense", param={}, limit=DEPTH),
         ]
         r = self.client.hybrid_search("chunks", requests, ranker=RRFRanker(RRF_K), limit=max(k, DEPTH))
@@ -258,7 +276,8 @@ class Bm25sNumpy:
         np.save(where / "vectors.npy", self.vectors)
 
     def search(self, q: Query, k: int) -> list[str]:
-        terms = [t for t in q.tokens if t in self.vocab]  # bm25s has no entry for unseen terms
+        terms = [t for t in query_tokens(q) if t in self.vocab] if self.mode != "dense" else []  # (bm25s has no
+        # entry for unseen terms)
         sparse = top(self.bm25.get_scores(terms), self.ids, DEPTH) if terms and self.mode != "dense" else []
         dense = top(self.vectors @ q.vector, self.ids, DEPTH) if self.mode != "bm25" else []
         return rrf(sparse, dense)[:k]

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_stacks import STACKS, Corpus, Query, disk_bytes, fresh, make_stack  # noqa: E402
+from peer_stacks import STACKS, Corpus, Query, disk_bytes, fresh, make_stack, query_tokens  # noqa: E402
 from zhiku.evaluation.datasets import EvalSet, from_beir, load_dataset  # noqa: E402
 from zhiku.evaluation.metrics import score  # noqa: E402
 from zhiku.numeric import l2_normalise, percentile  # noqa: E402
@@ -165,6 +165,8 @@ def child(stack_key: str, work: Path, latency_queries: int) -> None:
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     corpus, queries = pickle.loads((work / "inputs.pkl").read_bytes())
     base_rss = peak_rss_mb()
+    if any(query_tokens(q) != q.tokens for q in queries):  # what every search segments is what zhiku indexed
+        raise SystemExit("the query tokens differ from the source index's segmentation: rebuild the inputs")
     stack = make_stack(stack_key, queries)
     where = fresh(work / "stacks" / stack_key)
     t = time.perf_counter()

@@ -91,6 +91,23 @@ def test_focused_snippet_shows_the_matching_sentence():
     assert focused_snippet("短文本，试用期。", 40, ["试用期"]) == "短文本，试用期。"
 
 
+def test_one_character_terms_do_not_move_the_snippet_off_an_articles_opening():
+    from zhiku.retrieval.answer import focused_snippet
+
+    text = (
+        "第十三条 用人单位安排劳动者在法定标准工作时间以外工作的，应按以下标准支付工资。"
+        "（一）延长工作时间的，按照不低于本人小时工资标准的百分之一百五十支付。"
+        * 2
+        + "实行综合计算工时工作制的，其综合计算工作时间超过法定标准工作时间的部分，应视为延长工作时间。"
+    )
+    # 加班费怎么算: jieba's terms; only 算 (in 计算) is in the text, and it alone must not choose the window
+    assert focused_snippet(text, 60, ["加班", "班费", "加班费", "算"]) == snippet(text, 60)
+    assert focused_snippet(text, 60, ["加班", "班费", "加班费", "算"]).startswith("第十三条")
+    # a longer term still moves it; a query of one-character terms only still uses them
+    assert focused_snippet(text, 60, ["综合计算", "算"]).startswith("…实行综合计算工时工作制")
+    assert focused_snippet(text, 60, ["算"]).startswith("…实行综合计算工时工作制")
+
+
 def test_answer_uses_query_terms_for_snippets():
     long_text = "无关的开头内容。" * 60 + "试用期不得超过六个月。"
     a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(snippet_chars=60), terms=["试用期"])

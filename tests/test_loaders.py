@@ -117,6 +117,23 @@ def test_latin1_is_not_guessed(tmp_path: Path) -> None:
         TextLoader().load(path, "menu.txt")
 
 
+def test_markdown_html_comments_are_neither_indexed_nor_quoted(tmp_path: Path) -> None:
+    text = (
+        "# 职工带薪年休假条例\n\n2008年1月1日 施行\n\n<!-- INFO END -->\n\n"
+        "第一条 为了维护职工休息休假权利<!-- 旧稿：\n待核对 -->，制定本条例。\n\n"
+        "```html\n<!-- 代码里的注释原样保留 -->\n```\n\n未闭合的 <!-- 不是注释，保留\n"
+    )
+    doc = MarkdownLoader().load(write(tmp_path, "年休假.md", text.encode("utf-8")), "年休假.md")
+    assert doc.text == (
+        "# 职工带薪年休假条例\n\n2008年1月1日 施行\n\n\n\n"
+        "第一条 为了维护职工休息休假权利，制定本条例。\n\n"
+        "```html\n<!-- 代码里的注释原样保留 -->\n```\n\n未闭合的 <!-- 不是注释，保留\n"
+    )
+    only = write(tmp_path, "注释.md", "<!-- 草稿 -->\n\n<!-- 待写 -->\n".encode())
+    with pytest.raises(LoaderError, match="only HTML comments"):
+        MarkdownLoader().load(only, "注释.md")
+
+
 def test_gb18030_that_decodes_to_noise_is_refused(tmp_path: Path) -> None:
     # Valid GB18030 byte sequences, but they decode to private-use / C1 control characters.
     for data in (b"\xaa\xa1" * 50, b"\x81\x30\x81\x30" * 10):
@@ -234,7 +251,7 @@ def test_real_law_file() -> None:
     assert doc.doc_type == "markdown"
     assert doc.encoding == "utf-8"
     assert doc.source == "laws/劳动法(2018-12-29).md"
-    assert doc.text == path.read_text(encoding="utf-8")
+    assert doc.text == path.read_text(encoding="utf-8").replace("<!-- INFO END -->", "")  # its one comment
     assert doc.text.startswith("# 中华人民共和国劳动法\n\n1994年7月5日")
 
 

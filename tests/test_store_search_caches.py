@@ -337,3 +337,38 @@ def test_the_kept_product_keeps_no_snapshot_alive_once_the_store_moved_on(index_
         gc.collect()
         assert old() is None
         assert worker.submit(store._scored_before, store._snap, X, at).result() is None  # another snapshot
+
+
+def test_a_pinned_search_reads_one_index_version_however_many_commits_land_meanwhile(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        assert set(ids(reader.bm25_search(["劳动者", "工资"], 5))) == set(LABOR.ids)  # both snapshots at this version
+        before = reader.index_version()
+        with reader.pinned():
+            assert ids(reader.dense_search(X, 3)) == LABOR.ids  # the version is read here, once
+            WAGE.write(writer)  # another connection's commit, between two reads of the same search
+            with reader.pinned():  # nested: the outer one's version
+                assert ids(reader.dense_search(X, 3)) == LABOR.ids
+            assert set(ids(reader.bm25_search(["劳动者", "工资"], 5))) == set(LABOR.ids)  # BM25 at that version too
+            writer.delete_document("doc-labor")
+        assert reader.index_version() == before + 2
+        assert ids(reader.dense_search(X, 3)) == WAGE.ids  # out of it: the current version again
+        assert ids(reader.bm25_search(["劳动者", "工资"], 5)) == WAGE.ids
+        assert reader.get_chunks(LABOR.ids) == []
+        assert reader._pins.on is False
+
+
+def test_a_pin_follows_a_snapshot_that_moved_so_both_channels_read_one_version(index_dir: Path) -> None:
+    with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
+        LABOR.write(writer)
+        assert set(ids(reader.bm25_search(["劳动者", "工资"], 5))) == set(
+            LABOR.ids
+        )  # BM25's snapshot: the first version
+        with reader.pinned():
+            WAGE.write(writer)
+            assert ids(reader.dense_search(X, 3)) == [*LABOR.ids, WAGE.ids[0]]  # the pin's first read: the newest
+            LABOR_SWAPPED.write(writer)
+            # BM25's snapshot is behind the pin: it moves, to the newest version (older ones are gone), and the
+            # pin follows it, so the dense channel moves there too instead of mixing two versions in one search
+            assert set(ids(reader.bm25_search(["劳动者", "工资"], 5))) == {*LABOR.ids, *WAGE.ids}
+            assert ids(reader.dense_search(X, 3)) == [LABOR.ids[1], LABOR.ids[0], WAGE.ids[0]]

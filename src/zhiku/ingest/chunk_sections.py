@@ -82,6 +82,19 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
         pos = nl + 1
 
 
+def outside_fences(text: str) -> list[tuple[int, int]]:
+    """The spans of Markdown ``text`` outside code fences (whole lines, newlines included), in order."""
+    spans: list[tuple[int, int]] = []
+    for start, end, _, in_fence in _scan(text, markdown=True):
+        if in_fence:
+            continue
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], min(end + 1, len(text)))
+        else:
+            spans.append((start, min(end + 1, len(text))))
+    return spans
+
+
 def iter_headings(text: str) -> Iterator[Heading]:
     """The ATX headings of Markdown ``text`` in order, skipping ``#`` lines inside code fences."""
     for _, _, heading, _ in _scan(text, markdown=True):

@@ -59,8 +59,12 @@ def _sentence_starts(text: str) -> list[int]:
 
 def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
     """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
-    distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms."""
+    distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms.
+    Terms of one character (不, 能, 算: in nearly every sentence) do not choose the window when the query has
+    longer ones: a window holding only those would hide an article's opening, its rule, for a later sentence that
+    happens to hold 算."""
     text = flatten(text)
+    terms = [t for t in terms if len(t) > 1] or list(terms)
     if len(text) <= limit or not terms:
         return snippet(text, limit)
     best_key, best_start = (-1, -1, 0), 0

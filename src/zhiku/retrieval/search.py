@@ -25,7 +25,7 @@ from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Catalogue, Retriever
+from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
 
@@ -146,6 +146,8 @@ class Searcher:
         self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
+        # one index version for the reads of a search (read once), where the store can pin it
+        self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per question (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
 
@@ -189,7 +191,7 @@ class Searcher:
         clauses = clauses_to_embed(parsed.text, s) if mode_ == "hybrid" else []  # the clause channel's
         if inline:
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
-            with self._gate:
+            with self._gate, self._one_version():
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
                 vector, dense = self._dense_here(mode_, parsed.text, depth, filters, vector)
                 by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
@@ -197,11 +199,12 @@ class Searcher:
         else:
             run = contextvars.copy_context().run
             future = self._pool.submit(run, self._dense_and_clauses, parsed.text, depth, filters, clauses)
-            bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
-            vector, dense, clause_vectors = future.result()
-            with self._gate:
-                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+            with self._one_version():  # (the dense worker reads the version on its own)
+                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
+                vector, dense, clause_vectors = future.result()
+                with self._gate:
+                    by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                    hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")

@@ -79,12 +79,34 @@ def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, li
 
 
 class SQLiteReads:
-    """Catalogue reads; the store provides ``_read`` (a pooled read connection) and ``_chunk_cache``."""
+    """Catalogue reads; the store provides ``_read`` (a pooled read connection), ``_chunk_cache`` and ``_pins``."""
 
     _chunk_cache: ChunkCache
+    _pins: threading.local  # this thread's pinned index version (``pinned``)
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """``OneVersion``: the reads on this thread inside it (a search's channels, fill and chunks) see the index
+        at one version, read once: the first read's, or the one a snapshot moved to. Nested: the outer one's."""
+        return _Pin(self._pins)
+
+    def _version(self, conn: sqlite3.Connection) -> int:
+        """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
+        pins = self._pins
+        if not getattr(pins, "on", False):
+            return version_of(conn)
+        version: int | None = pins.version
+        if version is None:
+            version = pins.version = version_of(conn)
+        return version
+
+    def _moved_to(self, version: int) -> None:
+        """A snapshot was moved to ``version`` (read in its own transaction): the pin follows it."""
+        pins = self._pins
+        if getattr(pins, "on", False):
+            pins.version = version
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks of ``chunk_ids`` that exist, in that order: those of the current version from memory, the
@@ -98,7 +120,7 @@ class SQLiteReads:
             version, found = cache.chunks(ids)
             missing = [i for i in ids if i not in found]
             at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
-            if found and (at if at is not None else version_of(conn)) != version:  # kept ones of another version
+            if found and (at if at is not None else self._version(conn)) != version:  # kept ones of another version
                 found = {}
                 at, fetched = _fetch(conn, in_ids, json.dumps(ids))
         if at is not None:
@@ -130,7 +152,7 @@ class SQLiteReads:
         cache = self._chunk_cache
         with self._read() as conn:
             version, kept = cache.document(doc_id)
-            if kept is not None and version_of(conn) == version:
+            if kept is not None and self._version(conn) == version:
                 return list(kept)
             at, chunks = _fetch(conn, " WHERE doc_id = ? ORDER BY ordinal", doc_id)
         if at is not None:
@@ -158,6 +180,26 @@ class SQLiteReads:
     def index_version(self) -> int:
         with self._read() as conn:
             return version_of(conn)
+
+
+class _Pin:
+    """``SQLiteReads.pinned``: a class, not a generator (it is entered by every search)."""
+
+    __slots__ = ("_pins", "_outer")
+
+    def __init__(self, pins: threading.local) -> None:
+        self._pins = pins
+        self._outer = False
+
+    def __enter__(self) -> None:
+        pins = self._pins
+        self._outer = not getattr(pins, "on", False)
+        if self._outer:
+            pins.on, pins.version = True, None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer:
+            self._pins.on, self._pins.version = False, None
 
 
 def version_of(conn: sqlite3.Connection) -> int:

@@ -71,7 +71,7 @@ class SQLiteSearch(SQLiteReads):
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
         """The BM25 index at the current version: loaded once, then moved forward incrementally."""
         snap = self._bm25
-        if snap is not None and snap.version == version_of(conn):
+        if snap is not None and snap.version == self._version(conn):
             return snap
         with self._vec_lock:
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
@@ -83,6 +83,7 @@ class SQLiteSearch(SQLiteReads):
                 snap = snap.refreshed(conn, version)
             conn.execute("COMMIT")
             self._bm25 = snap
+        self._moved_to(snap.version)
         return snap
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
@@ -217,7 +218,7 @@ class SQLiteSearch(SQLiteReads):
     def _snapshot(self, conn: sqlite3.Connection) -> VectorSnapshot:
         """The vectors at the index's current version: loaded once, then moved forward incrementally."""
         snap = self._snap
-        if snap is not None and snap.version == version_of(conn):
+        if snap is not None and snap.version == self._version(conn):
             return snap
         with self._vec_lock:
             try:
@@ -225,6 +226,7 @@ class SQLiteSearch(SQLiteReads):
             except FileMoved:  # a compaction replaced the file as this transaction began: the next one sees it
                 snap = self._snapshot_in(conn, retried=True)
             self._snap = snap
+        self._moved_to(snap.version)
         return snap
 
     def _snapshot_in(self, conn: sqlite3.Connection, *, retried: bool) -> VectorSnapshot:

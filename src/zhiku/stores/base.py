@@ -20,6 +20,7 @@ they live in ``<index>/images`` (``zhiku.ingest.images.ImageStore``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -60,11 +61,12 @@ class Writer(Protocol):
 @runtime_checkable
 class Retriever(Protocol):
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
-        """Chunks matching any of ``terms`` (OR), best BM25 first; scores are positive, higher is better."""
+        """Chunks matching any of ``terms`` (OR), best BM25 first (each ``rank`` its 1-based position: hits report
+        the position); scores are positive, higher is better."""
         ...
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
-        """Nearest chunks by cosine similarity (vectors are L2-normalised), best first."""
+        """Nearest chunks by cosine similarity (vectors are L2-normalised), best first (``rank``: the position)."""
         ...
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
@@ -92,6 +94,16 @@ class BestCosines(Protocol):
 
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
         """The highest of ``dense_scores(v, chunk_ids)`` over ``vectors``, per chunk (the same floats)."""
+        ...
+
+
+@runtime_checkable
+class OneVersion(Protocol):
+    """Optional for a ``Retriever``: the reads of one search (its channels, the fill, the chunks and articles of
+    its hits) see the index at one version, read once; a store without it reads the version at each call."""
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """Inside it, this thread's reads see one index version (nested: the outer one's)."""
         ...
 
 

@@ -97,6 +97,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._chunk_cache = ChunkCache()
         self._last_scores = threading.local()  # each thread's last exact dense product (``_sqlite_search``)
+        self._pins = threading.local()  # each thread's pinned index version (``pinned``)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
         )

@@ -1,9 +1,13 @@
-"""Markdown files (``.md``, ``.markdown``): the text as written, titled by its first ``# `` heading."""
+"""Markdown files (``.md``, ``.markdown``): the text as written less its HTML comments, titled by its first ``# ``
+heading."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from zhiku.errors import LoaderError
+from zhiku.ingest.chunk_sections import outside_fences
 from zhiku.ingest.chunking import iter_headings
 from zhiku.ingest.loaders.encoding import read_text_file
 from zhiku.settings import LoaderSettings
@@ -18,8 +22,26 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+
+
+def strip_comments(text: str) -> str:
+    """``text`` without its HTML comments outside code fences: a rendered page hides them (notes to the author,
+    markers such as ``<!-- INFO END -->``), so they are neither indexed nor quoted. Only closed ones: CommonMark
+    would hide everything after a ``<!--`` never closed, and a stray one must not cost the rest of the file."""
+    if "<!--" not in text:
+        return text
+    out, pos = [], 0
+    for start, end in outside_fences(text):
+        out += [text[pos:start], _COMMENT.sub("", text[start:end])]
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
 class MarkdownLoader:
-    """Loads Markdown. Decoding as in :func:`~zhiku.ingest.loaders.encoding.read_text_file`; nothing else changes."""
+    """Loads Markdown. Decoding as in :func:`~zhiku.ingest.loaders.encoding.read_text_file`; HTML comments outside
+    code fences removed (``strip_comments``); nothing else changes."""
 
     doc_type: str = "markdown"
     suffixes: tuple[str, ...] = (".md", ".markdown")
@@ -29,5 +51,8 @@ class MarkdownLoader:
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)
+        text = strip_comments(text)
+        if not text.strip():
+            raise LoaderError(f"no text in file (only HTML comments and whitespace): {path}")
         title = markdown_title(text) or Path(path).stem
         return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding=encoding)
