@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 # what a span or a mark leaves in an open trace: stage name, start (perf_counter), seconds, [(counts, status, data)]
 Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]
 Event = tuple[str, float, float, Sets | None]
+# the sets of an event that is the first part of a span whose clock stopped (``_Span.outside``): not a call of its own
+PIECE: Sets = []
 
 
 OPEN: set[int] = set()  # ids of the traces open in this process (``JsonlSink``'s writer waits while there are any)
@@ -134,6 +136,9 @@ class Trace:
     _events: list[Event] = field(default_factory=list, repr=False, compare=False)  # spans and marks, until sealed
     _later: list[tuple[Callable[[Trace], None], int]] = field(default_factory=list, repr=False, compare=False)
     _sealed: bool = field(default=False, repr=False, compare=False)
+    # ended (``_Root``) or sealed: spans, marks and deferred work that come later (a thread that outlived the query,
+    # e.g. a reranker past rerank.timeout) are dropped, so the trace's replay never races them
+    _closed: bool = field(default=False, repr=False, compare=False)
     _decided: bool | None = field(default=None, repr=False, compare=False)
     stage_failed: bool = field(
         default=False, repr=False, compare=False
@@ -146,15 +151,14 @@ class Trace:
         no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
         ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``). ``fn`` gets the
         trace as its argument, so it need not hold it (a trace without reference cycles is freed as soon as it is
-        written, not by the garbage collector)."""
-        if not self._sealed:
+        written, not by the garbage collector). Once the trace has ended or is sealed, ``fn`` is dropped."""
+        if not self._closed:
             self._later.append((fn, when))
-        elif when == ALWAYS or self.detail != SAMPLED_OUT:
-            self._run(fn)
 
     def keep(self, reason: Reason) -> None:
-        """Keep this trace's candidate detail (a low-confidence answer, a caller that reads it): first reason wins."""
-        if self.kept is None:
+        """Keep this trace's candidate detail (a low-confidence answer, a caller that reads it): first reason wins
+        (not once the trace has ended: its sample may be decided already)."""
+        if self.kept is None and not self._closed:
             self.kept = reason
 
     def seal(self) -> Trace:
@@ -163,12 +167,13 @@ class Trace:
         if not self._sealed:
             with _SEALING:
                 if not self._sealed:
+                    self._closed = True  # what a straggling thread records from now on is dropped
                     detail = self.decide()
                     self._replay()
-                    for fn, when in self._later:
+                    later, self._later = tuple(self._later), []  # a copy: a late append cannot change it
+                    for fn, when in later:
                         if when == ALWAYS or detail:
                             self._run(fn)
-                    self._later.clear()
                     self._sealed = True
         return self
 
@@ -184,9 +189,9 @@ class Trace:
 
     def _replay(self) -> None:
         """Turn the spans and marks recorded while the trace was open into stages, in the order they started (a
-        span only appends one tuple to ``_events`` when it ends: a query pays for stage objects only if sealed)."""
-        events, self._events = self._events, []
-        events.sort(key=_started)
+        span only appends one tuple to ``_events`` when it ends: a query pays for stage objects only if sealed). The
+        events are copied first (``sorted``): a thread that appended after the trace closed changes nothing here."""
+        events, self._events = sorted(self._events, key=_started), []
         by_name, t_start = self._by_name, self._t0
         for name, t0, elapsed_s, sets in events:
             if name not in by_name and sets is not None and len(sets) == 1:  # most stages: one span, one set()
@@ -197,6 +202,8 @@ class Trace:
                 continue
             s = self._open(name, t0)
             s.elapsed_ms += elapsed_s * 1000
+            if sets is PIECE:  # the span goes on in a later event: one call
+                s.calls -= 1
             for counts, status, data in sets or ():
                 s.record(counts, status, data)
 

@@ -88,7 +88,9 @@ class JsonlSink:
       process more CPU than the same work done inline: the caller seals and encodes the trace, as it does a trace
       already sealed (its caller read it: ``--verbose``, the dashboard, an error).
 
-    Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue.
+    Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue; with
+    nothing queued the writer sleeps until a write wakes it. After ``close`` a write seals and appends on its
+    caller's thread (a query that was still finishing on another thread).
     """
 
     BATCH = 256
@@ -113,48 +115,59 @@ class JsonlSink:
         # append and popleft are atomic: no lock on a query's path
         self._traces: deque[Trace] = deque()  # handed off unsealed
         self._lines: deque[tuple[float, bytes]] = deque()  # (started_at, line) encoded by their caller
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set by a write to a sleeping writer, a full batch, flush and close
         self._idle = threading.Condition()
         self._busy = False
+        self._sleeping = False  # the writer waits for work with nothing queued: a write wakes it
+        self.loops = 0  # the writer's wake-ups (tests count them: an idle writer sleeps until there is work)
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._lock = threading.Lock()  # the writer's state and the queues: a write never lands after close's drain
+        self._close_lock = threading.Lock()  # one close at a time
         self._closing = False
+        self._closed = False  # closed: a later write seals, encodes and appends on its caller's thread
         self._hurry = 0  # flushes waiting: the writer writes at once
 
     def write(self, trace: Trace) -> None:
         """Queue ``trace``: unsealed for the writer thread, or (sealed already, or ``hand_off`` traces waiting) as
-        its JSON line, encoded here."""
+        its JSON line, encoded here. After ``close`` the trace is written here."""
         if not self.background:
             self._append([encode_line(trace)])
             return
-        if self._thread is None:
-            with self._start_lock:
+        line: tuple[float, bytes] | None = None
+        if trace._sealed or OPEN or len(self._traces) >= self.hand_off:  # no pause coming: encode it here
+            line = (trace.started_at, encode_line(trace))
+        else:
+            trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
+        with self._lock:  # ~0.1 µs: an uncontended lock
+            if not self._closed:
                 if self._thread is None:
                     _PENDING.add(self)
                     self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
                     self._thread.start()
-        if trace._sealed or OPEN or len(self._traces) >= self.hand_off:  # no pause coming: encode it here
-            self._lines.append((trace.started_at, encode_line(trace)))
-            if len(self._lines) >= self.BATCH:
-                self._wake.set()  # a batch waits: the writer appends it now, pause or not
-            return
-        trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
-        self._traces.append(trace)  # no wake-up: the writer comes every interval_s (one per trace costs more)
+                if line is None:
+                    self._traces.append(trace)  # a writer polling for a pause sees it; one asleep is woken
+                else:
+                    self._lines.append(line)
+                if self._sleeping or len(self._lines) >= self.BATCH:  # a full batch is appended now, pause or not
+                    self._wake.set()
+                return
+        self._append([line[1] if line is not None else encode_line(trace)])  # closed: no writer to hand it to
 
     def close(self) -> None:
-        """Write every queued trace and end the writer thread (a later ``write`` starts a new one): each
-        ``KnowledgeBase`` has its own sink, and the dashboard opens one per page action."""
-        with self._start_lock:
-            thread = self._thread
-            if thread is None:
-                return
-            self._closing = True
-            self._wake.set()
-            thread.join()
-            self._thread, self._closing = None, False
-            _PENDING.discard(self)
-            if self._traces or self._lines:  # queued while the writer was ending
-                self._write_batch(len(self._traces), len(self._lines))
+        """Write every queued trace and end the writer thread; a later ``write`` writes its trace itself (each
+        ``KnowledgeBase`` has its own sink, and the dashboard opens one per page action). Every trace whose
+        ``write`` returned before ``close`` did is in the file when it returns."""
+        with self._close_lock:
+            with self._lock:
+                thread, self._closing = self._thread, self._thread is not None
+            if thread is not None:
+                self._wake.set()
+                thread.join()
+            with self._lock:  # a write that raced the writer's last batch waits here, then finds the sink closed
+                self._thread, self._closing, self._closed = None, False, True
+                _PENDING.discard(self)
+                if self._traces or self._lines:  # queued while the writer was ending
+                    self._write_batch(len(self._traces), len(self._lines))
 
     def flush(self) -> None:
         """Wait until every queued trace is in the file."""
@@ -172,9 +185,16 @@ class JsonlSink:
     def _run(self) -> None:
         written = handed = time.monotonic()  # the last write; the last write with traces handed off
         while True:
-            # while traces wait or came lately, look every POLL_S for a pause to write them in; else every interval_s
-            active = self._traces or time.monotonic() - handed < self.interval_s
-            self._wake.wait(self.POLL_S if active else self.interval_s)
+            self.loops += 1
+            # while traces wait or came lately, look every POLL_S for a pause to write them in; lines encoded by
+            # their callers wait up to interval_s; with nothing queued, sleep until a write (or close) wakes it
+            if self._traces or time.monotonic() - handed < self.interval_s:
+                self._wake.wait(self.POLL_S)
+            elif self._lines:
+                self._wake.wait(self.interval_s)
+            elif not self._closing:
+                self._sleep()
+                continue
             self._wake.clear()
             now = time.monotonic()
             full = len(self._lines) >= self.BATCH  # lines encoded already: waiting for a pause only piles them up
@@ -196,6 +216,15 @@ class JsonlSink:
                 self._wake.set()  # more than a batch waited
             elif self._closing:
                 return
+
+    def _sleep(self) -> None:
+        """Wait for work: ``write`` sets ``_wake`` when it sees ``_sleeping`` (set before the queues are looked at
+        again, so a trace queued meanwhile is seen here or wakes it)."""
+        self._sleeping = True
+        if not (self._traces or self._lines or self._closing):
+            self._wake.wait()
+        self._sleeping = False
+        self._wake.clear()
 
     def _write_batch(self, traces: int, lines: int) -> None:
         """Seal and encode the first ``traces`` queued traces, append them and the first ``lines`` queued lines in
@@ -262,8 +291,9 @@ def _after_fork_in_child() -> None:
     for sink in list(_PENDING):
         sink._traces.clear()
         sink._lines.clear()
-        sink._thread, sink._busy, sink._closing = None, False, False
-        sink._wake, sink._idle, sink._start_lock = threading.Event(), threading.Condition(), threading.Lock()
+        sink._thread, sink._busy, sink._closing, sink._sleeping = None, False, False, False
+        sink._wake, sink._idle = threading.Event(), threading.Condition()
+        sink._lock, sink._close_lock = threading.Lock(), threading.Lock()
         sink._hurry = 0
     _PENDING.clear()
 

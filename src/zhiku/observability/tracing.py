@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     rank_changes,
     summarize_changes,
 )
-from zhiku.observability.records import OPEN, Sets
+from zhiku.observability.records import OPEN, PIECE, Sets
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     DETAIL,
@@ -83,14 +84,30 @@ class _Span:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         elapsed = time.perf_counter() - self._t0
-        sets = self._sets
+        t, sets = self._trace, self._sets
+        if t._closed:  # the trace ended meanwhile (a thread that outlived its query): dropped
+            return
         if exc is not None:
             sets = [*(sets or ()), (None, "error", {"error": f"{type(exc).__name__}: {exc}"})]
-            self._trace.stage_failed = True
-        self._trace._events.append((self._name, self._t0, elapsed, sets))  # list.append: safe across threads
+            t.stage_failed = True
+        t._events.append((self._name, self._t0, elapsed, sets))  # list.append: safe across threads
+
+    @contextmanager
+    def outside(self, cm: AbstractContextManager[Any]) -> Iterator[None]:
+        """Enter ``cm`` with this span's clock stopped (waiting for the search gate is the ``queue`` stage's time,
+        not this one's): the part so far is recorded now, as part of the same call."""
+        now = time.perf_counter()
+        if not self._trace._closed:
+            self._trace._events.append((self._name, self._t0, now - self._t0, PIECE))
+        self._t0 = now
+        with cm:
+            self._t0 = time.perf_counter()
+            yield
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
         """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
+        if self._trace._closed:
+            return
         if status == "error":
             self._trace.stage_failed = True
         if self._sets is None:
@@ -161,6 +178,9 @@ class _NoSpan:
     def later(self, record: Later) -> None:
         return None
 
+    def outside(self, cm: AbstractContextManager[Any]) -> AbstractContextManager[Any]:
+        return cm
+
 
 NOOP = _NoSpan()
 
@@ -174,7 +194,7 @@ def span(name: str) -> _Span | _NoSpan:
 def mark(name: str, status: str = "off", **data: Any) -> None:
     """Record a stage that did not run (``{"status": "off"}``), e.g. rerank while no reranker exists."""
     t = _current.get()
-    if t is not None:
+    if t is not None and not t._closed:
         t._events.append((name, time.perf_counter(), 0.0, [(None, status, data)]))
         if status == "error":
             t.stage_failed = True
@@ -184,7 +204,7 @@ def waited(name: str, start: float, **data: Any) -> None:
     """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
     waiting for a place in the search gate (``retrieval.max_concurrent``)."""
     t = _current.get()
-    if t is not None:
+    if t is not None and not t._closed:
         t._events.append((name, start, time.perf_counter() - start, [(None, None, data)]))
 
 
@@ -240,6 +260,7 @@ class _Root:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
+        t._closed = True  # from now on nothing is added: a thread still running for it records into nothing
         OPEN.discard(id(t))  # first: a reset that fails (ended in another context) must not leave it open for good
         _current.reset(self._token)
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
@@ -311,8 +332,8 @@ class Tracer:
         return _Root(self, kind, attrs, capture)
 
     def close(self) -> None:
-        """Write what the sinks hold and end their writer threads (the tracer still works: a later trace starts
-        them again)."""
+        """Write what the sinks hold and end their writer threads (the tracer still works: a later trace is written
+        by the thread that ends it)."""
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             try:

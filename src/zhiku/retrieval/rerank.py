@@ -16,6 +16,7 @@ says ``fallback: <reason>``. A hung model therefore never holds an answer longer
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import math
@@ -91,7 +92,9 @@ class RerankOutcome:
 
 
 def _run_bounded(fn: Any, timeout: float) -> Any:
-    """``fn()`` in a daemon thread; ``TimeoutError`` when it takes longer than ``timeout`` (it goes on alone)."""
+    """``fn()`` in a daemon thread, in a copy of the caller's context (a reranker's spans go to the query's trace,
+    as the dense worker's do); ``TimeoutError`` when it takes longer than ``timeout`` (it goes on alone, and what
+    it records after its query's trace ended is dropped)."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -103,7 +106,7 @@ def _run_bounded(fn: Any, timeout: float) -> Any:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="zhiku-rerank", daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="zhiku-rerank", daemon=True).start()
     if not done.wait(timeout):
         raise TimeoutError(f"timeout after {timeout:g}s")
     if "error" in box:

@@ -338,7 +338,7 @@ class Searcher:
             for n, form in enumerate(forms):
                 given = known[n] if n < len(known) else None
                 vector = given if given is not None else self._embed(form)
-                with NO_GATE if inside_gate else self._gate:
+                with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
                     found = self.store.dense_search(vector, depth, filters)
                 if best is None or (found and (not best[1] or found[0].score > best[1][0].score)):
                     best, chosen = (vector, found), n
