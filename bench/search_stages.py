@@ -29,7 +29,7 @@ from zhiku.evaluation.datasets import load_dataset  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
 from zhiku.observability.tracing import Tracer  # noqa: E402
 from zhiku.retrieval.fusion import zscore_fusion  # noqa: E402
-from zhiku.retrieval.search import parse_query  # noqa: E402
+from zhiku.retrieval.query import parse_query  # noqa: E402
 from zhiku.settings import load_settings, merge  # noqa: E402
 from zhiku.types import Filters  # noqa: E402
 

@@ -14,7 +14,7 @@ from helpers_kb import make_settings, write_corpus
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
-from zhiku.retrieval.search import QueryVectors
+from zhiku.retrieval.query import QueryVectors
 
 
 class Recording:

@@ -25,7 +25,7 @@ from zhiku.observability.tracing import (
     read_traces,
     span,
 )
-from zhiku.retrieval.search import QueryVectors
+from zhiku.retrieval.query import QueryVectors
 from zhiku.types import Hit
 
 QUERY_STAGES = ["parse", "bm25", "dense", "fusion", "rerank"]

@@ -23,8 +23,9 @@ from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked, rrf
+from zhiku.retrieval.query import MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
-from zhiku.retrieval.search import MAX_TOP_K, Retrieval, Searcher
+from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.types import Filters, Hit
 

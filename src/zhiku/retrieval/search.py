@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -23,16 +21,14 @@ from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clau
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
+from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
 
-MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
-MAX_TOP_K = 100
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
-QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 # (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
@@ -41,35 +37,6 @@ EMBED_TIMES = 9
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
-
-
-@dataclass(frozen=True)
-class ParsedQuery:
-    text: str  # as the user wrote it (stripped)
-    terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
-
-
-def parse_query(query: str, text: TextProcessor, *, max_chars: int) -> ParsedQuery:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidInput("the query is empty: ask a question, e.g. 试用期最长多久")
-    query = query.strip()
-    if len(query) > max_chars:
-        raise InvalidInput(
-            f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
-        )
-    return ParsedQuery(text=query, terms=tuple(text.query_tokens(query)))
-
-
-def check_top_k(top_k: int) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
-        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
-    return top_k
-
-
-def check_mode(mode: str) -> SearchMode:
-    if mode not in MODES:
-        raise InvalidInput(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
-    return mode
 
 
 @dataclass(frozen=True)
@@ -90,35 +57,6 @@ class Retrieval:
 def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
     """``ranking`` as an immutable sequence (a ``Ranking`` already is one)."""
     return ranking if isinstance(ranking, Ranking) else tuple(ranking)
-
-
-class QueryVectors:
-    """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
-    with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
-    model's one bad reply would otherwise fail that question until it left the cache)."""
-
-    def __init__(self, size: int = QUERY_VECTORS) -> None:
-        self.size = size
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, text: str) -> np.ndarray | None:
-        with self._lock:
-            vector = self._vectors.get(text)
-            if vector is not None:
-                self._vectors.move_to_end(text)
-            return vector
-
-    def put(self, text: str, vector: np.ndarray) -> None:
-        kept = np.array(vector, copy=True)
-        if not np.isfinite(kept).all():
-            return
-        kept.setflags(write=False)  # shared by every later search of this question
-        with self._lock:
-            self._vectors[text] = kept
-            self._vectors.move_to_end(text)
-            while len(self._vectors) > self.size:
-                self._vectors.popitem(last=False)
 
 
 class Searcher:

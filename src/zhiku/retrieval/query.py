@@ -1,0 +1,75 @@
+"""What a search starts from: the question parsed and checked, and the vectors of questions asked before."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from zhiku.errors import InvalidInput
+from zhiku.text import TextProcessor
+from zhiku.types import SearchMode
+
+MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
+MAX_TOP_K = 100
+QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    text: str  # as the user wrote it (stripped)
+    terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
+
+
+def parse_query(query: str, text: TextProcessor, *, max_chars: int) -> ParsedQuery:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInput("the query is empty: ask a question, e.g. 试用期最长多久")
+    query = query.strip()
+    if len(query) > max_chars:
+        raise InvalidInput(
+            f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
+        )
+    return ParsedQuery(text=query, terms=tuple(text.query_tokens(query)))
+
+
+def check_top_k(top_k: int) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise InvalidInput(f"top_k must be an integer from 1 to {MAX_TOP_K}, got {top_k!r}")
+    return top_k
+
+
+def check_mode(mode: str) -> SearchMode:
+    if mode not in MODES:
+        raise InvalidInput(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+    return mode
+
+
+class QueryVectors:
+    """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
+    with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
+    model's one bad reply would otherwise fail that question until it left the cache)."""
+
+    def __init__(self, size: int = QUERY_VECTORS) -> None:
+        self.size = size
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._vectors.get(text)
+            if vector is not None:
+                self._vectors.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        kept = np.array(vector, copy=True)
+        if not np.isfinite(kept).all():
+            return
+        kept.setflags(write=False)  # shared by every later search of this question
+        with self._lock:
+            self._vectors[text] = kept
+            self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
