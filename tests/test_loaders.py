@@ -24,7 +24,7 @@ from zhiku.ingest.loaders import (
     supported_suffixes,
 )
 from zhiku.ingest.loaders.encoding import looks_like_text, normalize_newlines, sniff_bytes
-from zhiku.ingest.loaders.markdown import markdown_title
+from zhiku.ingest.loaders.markdown import markdown_title, strip_comments
 from zhiku.types import SourceDoc
 
 LAWS = Path(__file__).parent / "fixtures" / "laws"
@@ -132,6 +132,22 @@ def test_markdown_html_comments_are_neither_indexed_nor_quoted(tmp_path: Path) -
     only = write(tmp_path, "注释.md", "<!-- 草稿 -->\n\n<!-- 待写 -->\n".encode())
     with pytest.raises(LoaderError, match="only HTML comments"):
         MarkdownLoader().load(only, "注释.md")
+
+
+def test_a_comment_inside_inline_code_is_code_and_shown_as_written() -> None:
+    # CommonMark: a code span that opens first wins; a comment that opens first hides its backticks
+    text = "用 `<!-- more -->` 切出摘要。<!-- 注 -->\n``a ` <!-- b --> `` 与 <!-- `c` -->d\n"
+    assert strip_comments(text) == "用 `<!-- more -->` 切出摘要。\n``a ` <!-- b --> `` 与 d\n"
+    # a backtick never closed in its paragraph is a literal one: it shields nothing in the next paragraph
+    assert strip_comments("单个 ` 反引号\n\n<!-- 注 -->\n正文\r\n\r\n`x` <!-- y -->z") == (
+        "单个 ` 反引号\n\n\n正文\r\n\r\n`x` z"
+    )
+
+
+def test_many_comments_never_closed_are_kept_in_one_pass() -> None:
+    # each stray <!-- used to rescan the rest of the text for a -->: 200,000 of them (1.8 MB) took ~14 minutes (40,000: 34 s)
+    text = "<!-- 未闭合\n" * 200_000 + "`<!--` <!-- 也未闭合"
+    assert strip_comments(text) == text
 
 
 def test_gb18030_that_decodes_to_noise_is_refused(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ heading."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from pathlib import Path
 
 from zhiku.errors import LoaderError
@@ -22,21 +23,62 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
-_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_OPENS = re.compile(r"`+|<!--")  # an inline code span's backticks or a comment's start, whichever comes first
+_TICKS = re.compile(r"`+")
+_BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")  # a code span never runs past its paragraph
 
 
 def strip_comments(text: str) -> str:
     """``text`` without its HTML comments outside code fences: a rendered page hides them (notes to the author,
     markers such as ``<!-- INFO END -->``), so they are neither indexed nor quoted. Only closed ones: CommonMark
-    would hide everything after a ``<!--`` never closed, and a stray one must not cost the rest of the file."""
+    would hide everything after a ``<!--`` never closed, and a stray one must not cost the rest of the file. A
+    ``<!--`` inside inline code (`` `<!-- more -->` ``) is code, shown as written."""
     if "<!--" not in text:
         return text
     out, pos = [], 0
     for start, end in outside_fences(text):
-        out += [text[pos:start], _COMMENT.sub("", text[start:end])]
+        out += [text[pos:start], _uncommented(text[start:end])]
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _uncommented(text: str) -> str:
+    """``text`` (no code fence in it) less its closed comments, in one pass: the first ``<!--`` never closed ends
+    it (no later one can be closed either), so a file of stray ``<!--`` costs linear time, not quadratic."""
+    if "<!--" not in text:
+        return text
+    spans = _CodeSpans(text)
+    out, pos, i = [], 0, 0
+    while (m := _OPENS.search(text, i)) is not None:
+        if m.group()[0] == "`":
+            i = spans.end(m.start(), m.end())
+            continue
+        close = text.find("-->", m.end())
+        if close == -1:
+            break
+        out.append(text[pos : m.start()])
+        pos = i = close + 3
+    out.append(text[pos:])
+    return "".join(out)
+
+
+class _CodeSpans:
+    """Where inline code spans end: a run of backticks closes at the next run of as many in its paragraph."""
+
+    def __init__(self, text: str) -> None:
+        self.runs: dict[int, list[int]] = {}  # run length -> where the runs of that length start
+        for m in _TICKS.finditer(text):
+            self.runs.setdefault(m.end() - m.start(), []).append(m.start())
+        self.blank = [m.start() for m in _BLANK_LINE.finditer(text)]
+        self.size = len(text)
+
+    def end(self, start: int, end: int) -> int:
+        """After the code span that the run ``start:end`` opens; ``end`` when no run closes it (literal backticks)."""
+        runs, n = self.runs[end - start], bisect_right(self.blank, start)
+        after = bisect_right(runs, start)
+        limit = self.blank[n] if n < len(self.blank) else self.size
+        return runs[after] + end - start if after < len(runs) and runs[after] < limit else end
 
 
 class MarkdownLoader:
