@@ -12,7 +12,7 @@ import pytest
 
 from helpers_kb import make_settings, write_corpus
 from zhiku.api import KnowledgeBase
-from zhiku.errors import InvalidInput
+from zhiku.errors import EmbeddingError, InvalidInput
 from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
 from zhiku.retrieval.query import QueryVectors
 
@@ -229,3 +229,37 @@ def test_without_t2s_a_question_is_searched_only_as_written(tmp_path: Path, embe
         again = kb.retrieve("试用期最长多久", mode="dense", top_k=3)  # a Simplified question: one form either way
     assert [q for q, _ in embedder.queries] == ["試用期最長多久", "试用期最长多久"]
     assert found.dense[0].score < again.dense[0].score
+
+
+class FailsInSimplified(Recording):
+    """A remote embedder whose request for the Simplified form of a question fails (its first one answered)."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text == "试用期最长多久":
+            self.queries.append((text, "failed"))
+            raise EmbeddingError("embedding endpoint failed: 503 Service Unavailable")
+        return super().embed_query(text)
+
+
+@pytest.mark.parametrize("inline_embed_s", [1e9, 0.0])  # the caller's thread (after one timed question) / the worker
+def test_a_failing_simplified_form_leaves_the_question_searched_as_written(
+    tmp_path: Path, embed_cache_dir: Path, inline_embed_s: float
+) -> None:
+    embedder, sink = FailsInSimplified(), MemorySink()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir, tracing={"enabled": True})
+    with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        kb.retrieve("年休假几天", mode="dense", top_k=3)  # timed: the embedder counts as fast or slow from here
+        kb.searcher.inline_embed_s = inline_embed_s
+        found = kb.retrieve("試用期最長多久", mode="hybrid", top_k=3)
+        dense = next(s for s in ordered_stages(sink.traces[-1]) if s.name == "dense")
+        as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
+        with pytest.raises(EmbeddingError, match="503"):  # the question in Simplified characters itself still fails
+            kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)
+    assert [q for q, _ in embedder.queries] == ["年休假几天", "試用期最長多久", "试用期最长多久", "试用期最长多久"]
+    assert found.dense == as_written
+    assert (dense.status, dense.data["question"]) == ("ok", "as written")
+    assert (
+        dense.data["reason"]
+        == "the Simplified form failed: EmbeddingError: embedding endpoint failed: 503 Service Unavailable"
+    )

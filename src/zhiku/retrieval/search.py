@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -37,6 +38,7 @@ EMBED_TIMES = 9
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -269,21 +271,30 @@ class Searcher:
         """Embed each form of the question (``_forms``; unless its vector is ``known``) and search with it (taking a
         place in the gate for it); the ranking whose best cosine is higher is the channel's (the first on a tie):
         a question in Traditional characters meets Simplified passages in its Simplified form, Traditional ones
-        as written."""
+        as written. The Simplified form is extra: if embedding or searching with it fails (a remote embedder's
+        second request), the ranking as written stands (logged; the stage's ``reason`` says why)."""
         with span("dense") as sp:
             best: tuple[np.ndarray, Sequence[ScoredId]] | None = None
             chosen = 0
+            failed: dict[str, Any] = {}  # the Simplified form's error, for the trace
             for n, form in enumerate(forms):
                 given = known[n] if n < len(known) else None
-                vector = given if given is not None else self._embed(form)
-                with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
-                    found = self.store.dense_search(vector, depth, filters)
+                try:
+                    vector = given if given is not None else self._embed(form)
+                    with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
+                        found = self.store.dense_search(vector, depth, filters)
+                except Exception as exc:  # noqa: BLE001 - the Simplified form is extra: the one as written stands
+                    if best is None:
+                        raise
+                    log.warning("the Simplified form of the question failed (%s: %s)", type(exc).__name__, exc)
+                    failed = {"reason": f"the Simplified form failed: {type(exc).__name__}: {exc}"}
+                    continue
                 if best is None or (found and (not best[1] or found[0].score > best[1][0].score)):
                     best, chosen = (vector, found), n
             assert best is not None  # (forms is never empty)
             sp.ranking(best[1], depth=depth)
             if len(forms) > 1:
-                sp.set(question="simplified" if chosen else "as written")
+                sp.set(question="simplified" if chosen else "as written", **failed)
         return best
 
     def _embed(self, query: str) -> np.ndarray:
