@@ -263,3 +263,16 @@ def test_a_failing_simplified_form_leaves_the_question_searched_as_written(
         dense.data["reason"]
         == "the Simplified form failed: EmbeddingError: embedding endpoint failed: 503 Service Unavailable"
     )
+
+
+def test_the_dense_worker_embeds_only_the_form_of_a_question_not_known(tmp_path: Path, embed_cache_dir: Path) -> None:
+    embedder = Recording()
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with KnowledgeBase(settings, embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        kb.searcher.inline_embed_s = 0.0  # never fast enough: a question with a form not known goes to the worker
+        simplified = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)
+        traditional = kb.retrieve("試用期最長多久", mode="hybrid", top_k=3)  # its Simplified form is known
+    assert [q for q, _ in embedder.queries] == ["试用期最长多久", "試用期最長多久"]
+    assert all(thread.startswith("zhiku-dense") for _, thread in embedder.queries)
+    assert traditional.dense == simplified.dense and traditional.hits == simplified.hits

@@ -139,7 +139,7 @@ class Searcher:
                 hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
             run = contextvars.copy_context().run
-            future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses)
+            future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses, known)
             with self._one_version():  # (the dense worker reads the version on its own)
                 bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
                 vector, dense, clause_vectors = future.result()
@@ -158,10 +158,16 @@ class Searcher:
         return embed_clauses(self.embedder, self._vectors, clauses)
 
     def _dense_and_clauses(
-        self, forms: tuple[str, ...], depth: int, filters: Filters, clauses: list[str]
+        self,
+        forms: tuple[str, ...],
+        depth: int,
+        filters: Filters,
+        clauses: list[str],
+        known: tuple[np.ndarray | None, ...],
     ) -> tuple[np.ndarray, Sequence[ScoredId], tuple[np.ndarray, ...]]:
-        """The dense worker: the question's channel, then its clauses' vectors."""
-        return (*self._dense(forms, depth, filters), self._embed_clauses(clauses))
+        """The dense worker: the question's channel (``known``: the forms' vectors, those known), then its clauses'
+        vectors."""
+        return (*self._dense(forms, depth, filters, known=known), self._embed_clauses(clauses))
 
     def _forms(self, question: str) -> tuple[str, ...]:
         """The question as written and, when it holds Traditional characters (``text.t2s``), in Simplified ones: the
