@@ -56,7 +56,7 @@ class SerialEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """One question at a time with the model (between an ingest's slices). Question vectors are kept by the
-        ``Searcher`` (``zhiku.retrieval.search.QueryVectors``), which every surface shares."""
+        ``Searcher`` (``zhiku.retrieval.query.QueryVectors``), which every surface shares."""
         with self._lock:
             return self.inner.embed_query(text)
 
