@@ -7,7 +7,8 @@
 and BM25 files). Query vectors are random unit vectors looked up by text (query embedding excluded); tracing off;
 hybrid top 10 from 100 candidates per channel (as bench/peers.py). ``cpu_p50``: the process's CPU time per query
 (every thread's), which preemption on a loaded machine does not inflate. ``--stages`` also times each stage alone
-(parse, the three store calls, fusion, ``Searcher._hits``) on the same queries.
+(parse, the three store calls, fusion, ``Searcher._hits``) on the same queries; ``--in-place`` times the same
+calls where a hybrid ``retrieve`` makes them (mean µs per query).
 """
 
 from __future__ import annotations
@@ -95,6 +96,45 @@ def stages(kb: KnowledgeBase, queries: list[str]) -> dict[str, dict[str, float]]
     return {n: summary(t) for n, t in laps.times.items()}
 
 
+STORE_CALLS = ("bm25_search", "dense_search", "dense_scores", "get_chunks", "document_chunks")
+SEARCH_CALLS = ("zscore_fusion", "parse_query", "whole_articles")  # as retrieval/search.py imported them
+
+
+def in_place(kb: KnowledgeBase, queries: list[str]) -> dict[str, float]:
+    """Mean µs per hybrid ``retrieve`` spent in each store call, fusion, small-to-big and parsing, timed where the
+    search makes them (each wrapped; a wrapper adds ~0.3 µs a call), and in the whole ``retrieve``."""
+    import zhiku.retrieval.search as search
+
+    spent: dict[str, float] = {}
+    originals = {name: getattr(search, name) for name in SEARCH_CALLS}
+
+    def timed(inner: Any, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+        return call
+
+    for name in STORE_CALLS:
+        setattr(kb.store, name, timed(getattr(kb.store, name), name))
+    for name, function in originals.items():
+        setattr(search, name, timed(function, name))
+    try:
+        t = time.perf_counter()
+        for q in queries:
+            kb.retrieve(q, top_k=10, mode="hybrid", per_source_k=DEPTH)
+        spent["retrieve (all)"] = time.perf_counter() - t
+    finally:
+        for name in STORE_CALLS:
+            delattr(kb.store, name)  # the class's methods again
+        for name, function in originals.items():
+            setattr(search, name, function)
+    return {n: round(v / len(queries) * 1e6, 1) for n, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+
+
 def retrieve(kb: KnowledgeBase, queries: list[str], mode: str) -> dict[str, float]:
     """Wall p50/p95 and the process's CPU time per query (all threads: robust to a loaded machine's preemption)."""
     wall, cpu = Laps(), []
@@ -115,6 +155,7 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over the queries (after one warm pass)")
     ap.add_argument("--stages", action="store_true")
+    ap.add_argument("--in-place", action="store_true", help="also µs per hybrid query in each call, timed in place")
     ap.add_argument("--clause-weight", type=float, help="retrieval.clause_weight (default: the setting's; 0: off)")
     args = ap.parse_args()
     import zhiku
@@ -131,6 +172,8 @@ def main() -> None:
             row["retrieve_bm25"] = retrieve(kb, queries * args.rounds, "bm25")
             if args.stages:
                 row["stages"] = stages(kb, queries * args.rounds)
+            if args.in_place:
+                row["in_place_us"] = in_place(kb, queries * args.rounds)
             print(json.dumps(row, ensure_ascii=False), flush=True)
 
 
