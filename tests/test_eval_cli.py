@@ -197,3 +197,19 @@ def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
     assert _error(cli("eval", "--dataset", bad_score)) == (
         f"error: {bad_score / 'qrels.tsv'}:1: score 'high' is not a number"
     )
+
+
+def test_eval_and_experiment_default_to_the_projects_eval_yaml(cli, tmp_path: Path, monkeypatch) -> None:
+    assert _error(cli("eval", "--json")) == (
+        "error: no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, "
+        "or a folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
+    )
+    assert cli("init", "项目").exit_code == 0
+    monkeypatch.chdir(tmp_path / "项目")
+    assert cli("ingest", "docs").exit_code == 0
+    implied = one_json(cli("eval", "--mode", "bm25", "--json"))
+    named = one_json(cli("eval", "--dataset", "eval.yaml", "--mode", "bm25", "--json"))
+    assert (implied["dataset"], implied["queries"]) == (named["dataset"], named["queries"]) == ("eval", 8)
+    assert {k: implied[k] for k in BM25_METRICS} == {k: named[k] for k in BM25_METRICS}
+    experiment = one_json(cli("experiment", "--variants", "bm25", "--json"))
+    assert (experiment["dataset"], experiment["queries"]) == ("eval", 8)

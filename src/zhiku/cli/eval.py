@@ -17,13 +17,29 @@ from zhiku.llm.settings import JudgeSettings
 from zhiku.settings import Settings, load_settings, merge
 
 DatasetOpt = Annotated[
-    Path,
+    Optional[Path],
     typer.Option(
         "--dataset",
         help="BEIR folder (corpus.jsonl, queries.jsonl, qrels.tsv), a YAML set (.yaml), or a folder with docs/ and "
-        "eval.yaml (long documents: docs/ is ingested first, like a BEIR corpus).",
+        "eval.yaml (long documents: docs/ is ingested first, like a BEIR corpus). Default: ./eval.yaml (what "
+        "`zhiku init` writes).",
     ),
 ]
+DEFAULT_DATASET = Path("eval.yaml")
+
+
+def dataset_path(dataset: Path | None) -> Path:
+    """``--dataset``, or ./eval.yaml when it is not given (a project made by `zhiku init` has one)."""
+    if dataset is not None:
+        return dataset
+    if DEFAULT_DATASET.is_file():
+        return DEFAULT_DATASET
+    raise InvalidInput(
+        "no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, or a "
+        "folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
+    )
+
+
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, report.md and per_query.json here.")]
 CollectionOpt = Annotated[
     Optional[str], typer.Option("--collection", "-c", help="YAML sets: search only this collection.")
@@ -97,7 +113,7 @@ def build_judge(settings: Settings, env: dict[str, str]) -> Any:
 
 
 def eval_(
-    dataset: DatasetOpt,
+    dataset: DatasetOpt = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
     k: CutoffOpt = 10,
     budget: BudgetOpt = None,
@@ -143,7 +159,7 @@ def eval_(
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
-        data = load_dataset(dataset, max_queries=max_queries)
+        data = load_dataset(dataset_path(dataset), max_queries=max_queries)
         yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
         settings = with_models(merge(settings, tracing={"enabled": trace}), embedder, reranker)

@@ -17,6 +17,7 @@ from zhiku.cli.eval import (
     DatasetOpt,
     EmbedderOpt,
     RerankerOpt,
+    dataset_path,
     warm_reranker,
     with_models,
 )
@@ -29,7 +30,7 @@ VARIANTS_HELP = (
 
 
 def experiment(
-    dataset: DatasetOpt,
+    dataset: DatasetOpt = None,
     variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
     k: CutoffOpt = 10,
     budget: BudgetOpt = None,
@@ -58,7 +59,7 @@ def experiment(
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)
-        data = load_dataset(dataset, max_queries=max_queries)
+        data = load_dataset(dataset_path(dataset), max_queries=max_queries)
         yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = merge(
             load_settings(config, index=index if (index or yaml_set) else Path(tmp)), tracing={"enabled": False}
