@@ -276,3 +276,46 @@ def test_the_dense_worker_embeds_only_the_form_of_a_question_not_known(tmp_path:
     assert [q for q, _ in embedder.queries] == ["试用期最长多久", "試用期最長多久"]
     assert all(thread.startswith("zhiku-dense") for _, thread in embedder.queries)
     assert traditional.dense == simplified.dense and traditional.hits == simplified.hits
+
+
+class Batching(Recording):
+    """An embedder that embeds several questions in one call, as the built-in ones do (one request to a remote
+    model); ``fail`` makes a call holding it fail whole, as a remote batch does."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+        self.fail = fail
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        if self.fail in texts:
+            raise EmbeddingError("embedding endpoint failed: 503 Service Unavailable")
+        return np.array([self._vector(t) for t in texts], np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.calls.append([text])
+        if text == self.fail:
+            raise EmbeddingError("embedding endpoint failed: 503 Service Unavailable")
+        return super().embed_query(text)
+
+
+def test_a_traditional_questions_two_forms_are_embedded_in_one_call(tmp_path: Path, embed_cache_dir: Path) -> None:
+    embedder = Batching()
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
+        again = kb.retrieve("試用期最長多久", mode="dense", top_k=3)  # both known: no call
+        simplified = kb.retrieve("试用期最长多久", mode="dense", top_k=3)  # known too
+    assert embedder.calls == [["試用期最長多久", "试用期最长多久"]]
+    assert found.dense == again.dense == simplified.dense
+
+
+def test_when_the_one_call_fails_each_form_is_embedded_on_its_own(tmp_path: Path, embed_cache_dir: Path) -> None:
+    embedder = Batching(fail="试用期最长多久")
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
+        as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
+    assert embedder.calls == [["試用期最長多久", "试用期最长多久"], ["試用期最長多久"], ["试用期最长多久"]]
+    assert found.dense == as_written  # the Simplified form failed: the question as written stands

@@ -32,6 +32,8 @@ from typing import Any, Protocol, runtime_checkable
 from zhiku.errors import InvalidInput, RerankError
 from zhiku.modelhub.loaded import HubModel
 from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
+from zhiku.observability.rank_changes import changes_data, rank_changes
+from zhiku.observability.tracing import span
 from zhiku.settings import RerankSettings
 from zhiku.types import Hit
 
@@ -342,3 +344,44 @@ def parse_reranker_spec(spec: str) -> dict[str, Any]:
         f"--reranker {spec!r}: use none, cross-encoder:MODEL_OR_FOLDER, llm or llm:MODEL (with rerank.base_url set), "
         "or plugin:NAME"
     )
+
+
+def rerank_traced(
+    reranker: Reranker, query: str, hits: list[Hit], r: RerankSettings, top_k: int
+) -> tuple[list[Hit], str]:
+    """``rerank_with_fallback`` as stage ``rerank``: its candidates, scores and rank changes (or why it fell back)."""
+    with span("rerank") as sp:
+        outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
+        if sp.active:
+            candidates = min(r.top_m, len(hits))
+            data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
+            if outcome.ok:
+                changes = rank_changes(
+                    {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},
+                    [h.chunk.chunk_id for h in outcome.hits if h.rerank_rank is not None],
+                )
+                scores = [
+                    {
+                        "chunk_id": h.chunk.chunk_id,
+                        "rerank_rank": h.rerank_rank,
+                        "fused_rank": h.fused_rank,
+                        "raw": round(h.rerank_score, 6),
+                        "sigmoid": round(h.rerank_sigmoid or 0.0, 6),
+                    }
+                    for h in outcome.hits
+                    if h.rerank_score is not None
+                ]
+                sp.set(
+                    counts={"candidates": candidates, "returned": len(outcome.hits)},
+                    scores=scores,
+                    **data,
+                    **changes_data(changes, keep_dropped_within=top_k),
+                )
+            else:
+                sp.set(
+                    counts={"candidates": candidates, "returned": len(outcome.hits)},
+                    status="fallback",
+                    reason=outcome.status.removeprefix("fallback: "),
+                    **data,
+                )
+    return list(outcome.hits), outcome.status

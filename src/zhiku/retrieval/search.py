@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder
+from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import changes_data, fusion_record, rank_changes
+from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import mark, ranking_columns, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
-from zhiku.retrieval.rerank import Reranker, rerank_with_fallback, reranker_name
+from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor
@@ -177,42 +177,7 @@ class Searcher:
         return (question,) if simplified == question else (question, simplified)
 
     def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
-        r = self.rerank_settings
-        with span("rerank") as sp:
-            outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
-            if sp.active:
-                candidates = min(r.top_m, len(hits))
-                data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
-                if outcome.ok:
-                    changes = rank_changes(
-                        {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},
-                        [h.chunk.chunk_id for h in outcome.hits if h.rerank_rank is not None],
-                    )
-                    scores = [
-                        {
-                            "chunk_id": h.chunk.chunk_id,
-                            "rerank_rank": h.rerank_rank,
-                            "fused_rank": h.fused_rank,
-                            "raw": round(h.rerank_score, 6),
-                            "sigmoid": round(h.rerank_sigmoid or 0.0, 6),
-                        }
-                        for h in outcome.hits
-                        if h.rerank_score is not None
-                    ]
-                    sp.set(
-                        counts={"candidates": candidates, "returned": len(outcome.hits)},
-                        scores=scores,
-                        **data,
-                        **changes_data(changes, keep_dropped_within=top_k),
-                    )
-                else:
-                    sp.set(
-                        counts={"candidates": candidates, "returned": len(outcome.hits)},
-                        status="fallback",
-                        reason=outcome.status.removeprefix("fallback: "),
-                        **data,
-                    )
-        return list(outcome.hits), outcome.status
+        return rerank_traced(reranker, query, hits, self.rerank_settings, top_k)
 
     def _hits(
         self,
@@ -283,8 +248,9 @@ class Searcher:
             best: tuple[np.ndarray, Sequence[ScoredId]] | None = None
             chosen = 0
             failed: dict[str, Any] = {}  # the Simplified form's error, for the trace
+            known = self._embed_forms(forms, known)
             for n, form in enumerate(forms):
-                given = known[n] if n < len(known) else None
+                given = known[n]
                 try:
                     vector = given if given is not None else self._embed(form)
                     with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
@@ -302,6 +268,29 @@ class Searcher:
             if len(forms) > 1:
                 sp.set(question="simplified" if chosen else "as written", **failed)
         return best
+
+    def _embed_forms(
+        self, forms: tuple[str, ...], known: tuple[np.ndarray | None, ...]
+    ) -> tuple[np.ndarray | None, ...]:
+        """``known`` for every form, with the forms not known embedded in one call when there are several and the
+        embedder embeds several questions at once (``embed_queries``: the built-in ones, one request to a remote
+        model); if that call fails they stay unknown (``_dense`` embeds each on its own: the question as written
+        must answer, its Simplified form may fail)."""
+        vectors = list(known) + [None] * (len(forms) - len(known))
+        todo = [n for n, vector in enumerate(vectors) if vector is None]
+        if len(todo) < 2 or getattr(self.embedder, "embed_queries", None) is None:
+            return tuple(vectors)
+        t = time.perf_counter()
+        try:
+            new = embed_queries(self.embedder, [forms[n] for n in todo])
+        except Exception as exc:  # noqa: BLE001 - each form is embedded on its own next
+            log.warning("embedding the question's forms in one call failed (%s: %s)", type(exc).__name__, exc)
+            return tuple(vectors)
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], (time.perf_counter() - t) / len(todo))
+        for n, vector in zip(todo, new, strict=True):
+            self._vectors.put(forms[n], vector)
+            vectors[n] = vector
+        return tuple(vectors)
 
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
