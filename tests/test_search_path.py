@@ -319,3 +319,20 @@ def test_when_the_one_call_fails_each_form_is_embedded_on_its_own(tmp_path: Path
         as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
     assert embedder.calls == [["試用期最長多久", "试用期最长多久"], ["試用期最長多久"], ["试用期最长多久"]]
     assert found.dense == as_written  # the Simplified form failed: the question as written stands
+
+
+def test_a_wrapped_embedder_without_embed_queries_embeds_each_form_once(tmp_path: Path, embed_cache_dir: Path) -> None:
+    """A plugin's embedder has no ``embed_queries``; ``build_embedder`` wraps it in the embedding cache (and the
+    server in ``SerialEmbedder``), whose ``embed_queries`` is one ``embed_query`` per text: no one call to try, so a
+    failing Simplified form must not send the question as written (and the failing form) a second time."""
+    from zhiku.embedding.cache import CachedEmbedder, EmbeddingCache
+    from zhiku.mcp.concurrency import SerialEmbedder
+
+    inner = FailsInSimplified()
+    embedder = SerialEmbedder(CachedEmbedder(inner, EmbeddingCache(tmp_path / "embeddings.sqlite")))  # type: ignore[arg-type]
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
+        as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
+    assert [q for q, _ in inner.queries] == ["試用期最長多久", "试用期最长多久"]
+    assert found.dense == as_written

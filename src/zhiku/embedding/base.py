@@ -35,3 +35,15 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     if batched is not None:
         return np.asarray(batched(texts), dtype=np.float32).reshape(len(texts), -1)
     return np.vstack([embedder.embed_query(t) for t in texts]) if texts else np.zeros((0, 0), np.float32)
+
+
+def takes_several_queries(embedder: object) -> bool:
+    """Whether ``embed_queries(embedder, texts)`` is one call of the model: the embedder, and each one it wraps
+    (``inner``: the embedding cache, the server's ``SerialEmbedder``), has its own ``embed_queries``. A wrapper
+    always has one, which for a plugin's embedder without it is one ``embed_query`` per text."""
+    while getattr(embedder, "embed_queries", None) is not None:
+        inner = getattr(embedder, "inner", None)
+        if inner is None:
+            return True
+        embedder = inner
+    return False

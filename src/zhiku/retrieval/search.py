@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder, embed_queries
+from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import mark, ranking_columns, span
@@ -278,7 +278,7 @@ class Searcher:
         must answer, its Simplified form may fail)."""
         vectors = list(known) + [None] * (len(forms) - len(known))
         todo = [n for n, vector in enumerate(vectors) if vector is None]
-        if len(todo) < 2 or getattr(self.embedder, "embed_queries", None) is None:
+        if len(todo) < 2 or not takes_several_queries(self.embedder):
             return tuple(vectors)
         t = time.perf_counter()
         try:
