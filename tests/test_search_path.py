@@ -12,6 +12,7 @@ import pytest
 
 from helpers_kb import make_settings, write_corpus
 from zhiku.api import KnowledgeBase
+from zhiku.embedding.base import embed_queries
 from zhiku.errors import EmbeddingError, InvalidInput
 from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
 from zhiku.retrieval.query import QueryVectors
@@ -336,3 +337,30 @@ def test_a_wrapped_embedder_without_embed_queries_embeds_each_form_once(tmp_path
         as_written = kb.store.dense_search(Recording._vector("試用期最長多久"), 100)
     assert [q for q, _ in inner.queries] == ["試用期最長多久", "试用期最长多久"]
     assert found.dense == as_written
+
+
+class OneVectorPerBatch(Batching):
+    """A plugin's embedder (4-d) whose ``embed_queries`` answers one vector however many questions it is given."""
+
+    name = "test/one-per-batch-4"
+    dim = 4
+
+    @staticmethod
+    def _vector(text: str) -> np.ndarray:
+        return np.append(Recording._vector(text), np.float32(0.0)).astype(np.float32)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return self._vector(texts[0])[None, :]
+
+
+def test_a_batch_answering_the_wrong_number_of_vectors_is_a_failed_batch(tmp_path: Path, embed_cache_dir: Path) -> None:
+    embedder = OneVectorPerBatch()
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
+        simplified = kb.retrieve("试用期最长多久", mode="dense", top_k=3)  # its vector kept from the one call
+    assert embedder.calls == [["試用期最長多久", "试用期最长多久"], ["試用期最長多久"], ["试用期最长多久"]]
+    assert found.dense == simplified.dense
+    with pytest.raises(EmbeddingError, match=r"^embedder answered 1 vectors for 2 questions"):
+        embed_queries(embedder, ["試用期最長多久", "试用期最长多久"])  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from zhiku.errors import EmbeddingError
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -33,7 +35,16 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     else one ``embed_query`` each (a plugin's embedder needs only the protocol above)."""
     batched = getattr(embedder, "embed_queries", None)
     if batched is not None:
-        return np.asarray(batched(texts), dtype=np.float32).reshape(len(texts), -1)
+        out = np.asarray(batched(texts), dtype=np.float32)
+        if out.ndim == 1 and len(texts) == 1:
+            out = out.reshape(1, -1)
+        if out.ndim != 2 or out.shape[0] != len(texts):  # a reshape would cut a short answer into wrong vectors
+            got = out.shape[0] if out.ndim == 2 else f"an array of shape {out.shape} as"
+            raise EmbeddingError(
+                f"embedder answered {got} vectors for {len(texts)} questions ({embedder.name}): "
+                "its embed_queries must return one row per text"
+            )
+        return out
     return np.vstack([embedder.embed_query(t) for t in texts]) if texts else np.zeros((0, 0), np.float32)
 
 
