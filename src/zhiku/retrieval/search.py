@@ -88,7 +88,7 @@ class Searcher:
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         # one index version for the reads of a search (read once), where the store can pin it
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
-        self._embed_times: tuple[float, ...] = ()  # the embedder's last times per question (replaced, not mutated)
+        self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
 
     def close(self) -> None:
@@ -286,7 +286,8 @@ class Searcher:
         except Exception as exc:  # noqa: BLE001 - each form is embedded on its own next
             log.warning("embedding the question's forms in one call failed (%s: %s)", type(exc).__name__, exc)
             return tuple(vectors)
-        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], (time.perf_counter() - t) / len(todo))
+        # the caller's wait for the one call (a remote model answers two questions as fast as one)
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
         for n, vector in zip(todo, new, strict=True):
             self._vectors.put(forms[n], vector)
             vectors[n] = vector
