@@ -213,3 +213,13 @@ def test_eval_and_experiment_default_to_the_projects_eval_yaml(cli, tmp_path: Pa
     assert {k: implied[k] for k in BM25_METRICS} == {k: named[k] for k in BM25_METRICS}
     experiment = one_json(cli("experiment", "--variants", "bm25", "--json"))
     assert (experiment["dataset"], experiment["queries"]) == ("eval", 8)
+
+
+def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> None:
+    (tmp_path / "eval.yaml").mkdir()
+    expected = (
+        "error: ./eval.yaml is a folder, not a YAML set: pass --dataset PATH (a BEIR folder, a YAML set, or a folder "
+        "with docs/ and eval.yaml)"
+    )
+    assert _error(cli("eval", "--json")) == expected
+    assert _error(cli("experiment", "--variants", "bm25", "--json")) == expected

@@ -34,6 +34,11 @@ def dataset_path(dataset: Path | None) -> Path:
         return dataset
     if DEFAULT_DATASET.is_file():
         return DEFAULT_DATASET
+    if DEFAULT_DATASET.exists():
+        raise InvalidInput(
+            "./eval.yaml is a folder, not a YAML set: pass --dataset PATH (a BEIR folder, a YAML set, or a folder "
+            "with docs/ and eval.yaml)"
+        )
     raise InvalidInput(
         "no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, or a "
         "folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
