@@ -22,16 +22,17 @@ import opencc
 
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.beir import load_beir
+from zhiku.evaluation.metrics import ndcg_at_k
 from zhiku.settings import load_settings, merge
 from zhiku.types import SourceDoc
 
 OTHERS = 400  # articles besides the questions' in the Traditional corpus
 
 
-def ndcg10(relevant: set[str], ranked: list[str]) -> float:
-    dcg = sum(1 / np.log2(i + 2) for i, doc in enumerate(ranked[:10]) if doc in relevant)
-    ideal = sum(1 / np.log2(i + 2) for i in range(min(len(relevant), 10)))
-    return float(dcg / ideal) if ideal else 0.0
+def ndcg10(relevant: set[str], sources: list[str]) -> float:
+    """nDCG@10 of the hits' articles, each counted once where it first appears (as ``zhiku eval`` ranks them: two
+    pieces of one relevant article must not both gain, which took nDCG over 1)."""
+    return ndcg_at_k(list(dict.fromkeys(sources)), dict.fromkeys(relevant, 1), 10)
 
 
 def build(index: Path, docs: list[SourceDoc]) -> None:
