@@ -48,7 +48,13 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     report = json.loads(r.stdout)
     root = (tmp_path / "proj").resolve()
     assert report["root"] == str(root) and report["kept"] == []
-    assert report["next"] == [f"cd {root}", "zhiku ingest docs", 'zhiku query "女职工产假有多少天？"', "zhiku serve"]
+    assert report["next"] == [
+        f"cd {root}",
+        "zhiku ingest docs",
+        'zhiku query "女职工产假有多少天？"',
+        "zhiku eval",  # eval.yaml: hit@k, MRR, nDCG of the sample questions
+        "zhiku serve",
+    ]
     assert sorted(p.name for p in (root / "docs").iterdir()) == sorted(SAMPLES)  # only documents to ingest
     for name in SAMPLES:  # the sample documents ship inside the package, byte-for-byte the repository's examples
         assert (root / "docs" / name).read_bytes() == (ROOT / "examples" / "laws" / name).read_bytes()

@@ -27,7 +27,7 @@ class InitReport:
     serve: tuple[str, ...]  # the command the client configs start
 
     def next_steps(self) -> list[str]:
-        return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{SAMPLE_QUERY}"', "zhiku serve"]
+        return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{SAMPLE_QUERY}"', "zhiku eval", "zhiku serve"]
 
 
 def sample_files() -> dict[str, bytes]:
