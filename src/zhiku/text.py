@@ -100,10 +100,7 @@ class TextProcessor:
         return ident
 
     def _normalize_chars(self, text: str) -> str:
-        text = unicodedata.normalize("NFKC", text)
-        if self.t2s:
-            text = self._opencc.convert(text)
-        return text.lower()
+        return self.simplified(unicodedata.normalize("NFKC", text)).lower()
 
     def simplified(self, text: str) -> str:
         """``text`` in Simplified characters (``text.t2s``; unchanged when off): the form of a question written in
