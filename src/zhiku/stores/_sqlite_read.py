@@ -82,7 +82,7 @@ class SQLiteReads:
     """Catalogue reads; the store provides ``_read`` (a pooled read connection), ``_chunk_cache`` and ``_pins``."""
 
     _chunk_cache: ChunkCache
-    _pins: threading.local  # this thread's pinned index version (``pinned``)
+    _pins: Pins  # this thread's pinned index version (``pinned``)
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError
@@ -95,9 +95,9 @@ class SQLiteReads:
     def _version(self, conn: sqlite3.Connection) -> int:
         """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
         pins = self._pins
-        if not getattr(pins, "on", False):
+        if not pins.on:
             return version_of(conn)
-        version: int | None = pins.version
+        version = pins.version
         if version is None:
             version = pins.version = version_of(conn)
         return version
@@ -105,7 +105,7 @@ class SQLiteReads:
     def _moved_to(self, version: int) -> None:
         """A snapshot was moved to ``version`` (read in its own transaction): the pin follows it."""
         pins = self._pins
-        if getattr(pins, "on", False):
+        if pins.on:
             pins.version = version
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
@@ -182,18 +182,25 @@ class SQLiteReads:
             return version_of(conn)
 
 
+class Pins(threading.local):
+    """Each thread's pin: ``on`` inside ``pinned``, ``version`` once a read inside it has read one."""
+
+    on: bool = False
+    version: int | None = None
+
+
 class _Pin:
     """``SQLiteReads.pinned``: a class, not a generator (it is entered by every search)."""
 
     __slots__ = ("_pins", "_outer")
 
-    def __init__(self, pins: threading.local) -> None:
+    def __init__(self, pins: Pins) -> None:
         self._pins = pins
         self._outer = False
 
     def __enter__(self) -> None:
         pins = self._pins
-        self._outer = not getattr(pins, "on", False)
+        self._outer = not pins.on
         if self._outer:
             pins.on, pins.version = True, None
 

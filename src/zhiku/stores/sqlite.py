@@ -31,7 +31,7 @@ from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
-from zhiku.stores._sqlite_read import ChunkCache, stored_dim, version_of
+from zhiku.stores._sqlite_read import ChunkCache, Pins, stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
     CHUNK_COLS,
     DB_NAME,
@@ -97,7 +97,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._chunk_cache = ChunkCache()
         self._last_scores = threading.local()  # each thread's last exact dense product (``_sqlite_search``)
-        self._pins = threading.local()  # each thread's pinned index version (``pinned``)
+        self._pins = Pins()  # each thread's pinned index version (``pinned``)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
         )
