@@ -150,7 +150,7 @@ class Searcher:
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
-            hits, status = self._rerank(reranker, parsed.text, hits, final_k)
+            hits, status = rerank_traced(reranker, parsed.text, hits, self.rerank_settings, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
@@ -175,9 +175,6 @@ class Searcher:
         and the index's are normalised alike; a passage's vector is of its text as written."""
         simplified = self.text.simplified(question)
         return (question,) if simplified == question else (question, simplified)
-
-    def _rerank(self, reranker: Reranker, query: str, hits: list[Hit], top_k: int) -> tuple[list[Hit], str]:
-        return rerank_traced(reranker, query, hits, self.rerank_settings, top_k)
 
     def _hits(
         self,
@@ -287,18 +284,22 @@ class Searcher:
             log.warning("embedding the question's forms in one call failed (%s: %s)", type(exc).__name__, exc)
             return tuple(vectors)
         # the caller's wait for the one call (a remote model answers two questions as fast as one)
-        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
+        self._embedded(time.perf_counter() - t, [forms[n] for n in todo], new)
         for n, vector in zip(todo, new, strict=True):
-            self._vectors.put(forms[n], vector)
             vectors[n] = vector
         return tuple(vectors)
 
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
         vector = self.embedder.embed_query(query)
-        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], time.perf_counter() - t)
-        self._vectors.put(query, vector)
+        self._embedded(time.perf_counter() - t, [query], [vector])
         return vector
+
+    def _embedded(self, seconds: float, texts: Sequence[str], vectors: Sequence[np.ndarray] | np.ndarray) -> None:
+        """One call of the embedder: its time (``_embeds_fast``) and the vectors kept by text."""
+        self._embed_times = (*self._embed_times[1 - EMBED_TIMES :], seconds)
+        for text, vector in zip(texts, vectors, strict=True):
+            self._vectors.put(text, vector)
 
     def _embeds_fast(self) -> bool:
         """Whether the embedder's median time over its last questions is under ``inline_embed_s`` (a median: a
