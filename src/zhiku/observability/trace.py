@@ -112,6 +112,12 @@ class JsonlSink:
         self.background = background
         self.interval_s = interval_s
         self.hand_off = hand_off
+        self.loops = 0  # the writer's wake-ups (tests count them: an idle writer sleeps until there is work)
+        self._closed = False  # closed: a later write seals, encodes and appends on its caller's thread
+        self._no_writer()
+
+    def _no_writer(self) -> None:
+        """Empty queues, no writer thread, fresh locks and events: a new sink, or one in a forked child."""
         # append and popleft are atomic: no lock on a query's path
         self._traces: deque[Trace] = deque()  # handed off unsealed
         self._lines: deque[tuple[float, bytes]] = deque()  # (started_at, line) encoded by their caller
@@ -119,12 +125,10 @@ class JsonlSink:
         self._idle = threading.Condition()
         self._busy = False
         self._sleeping = False  # the writer waits for work with nothing queued: a write wakes it
-        self.loops = 0  # the writer's wake-ups (tests count them: an idle writer sleeps until there is work)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # the writer's state and the queues: a write never lands after close's drain
         self._close_lock = threading.Lock()  # one close at a time
         self._closing = False
-        self._closed = False  # closed: a later write seals, encodes and appends on its caller's thread
         self._hurry = 0  # flushes waiting: the writer writes at once
 
     def write(self, trace: Trace) -> None:
@@ -289,12 +293,7 @@ def _after_fork_in_child() -> None:
     """A forked child has none of its parent's writer threads (its flush would wait for one forever) and a copy
     of their queues (the parent writes those): each sink starts afresh, and its next write starts a writer."""
     for sink in list(_PENDING):
-        sink._traces.clear()
-        sink._lines.clear()
-        sink._thread, sink._busy, sink._closing, sink._sleeping = None, False, False, False
-        sink._wake, sink._idle = threading.Event(), threading.Condition()
-        sink._lock, sink._close_lock = threading.Lock(), threading.Lock()
-        sink._hurry = 0
+        sink._no_writer()
     _PENDING.clear()
 
 
