@@ -33,7 +33,7 @@ from zhiku.observability.tracing import (
     summarize_changes,
 )
 from zhiku.retrieval.fusion import rrf
-from zhiku.types import ScoredId
+from zhiku.types import Ranking, ScoredId
 
 
 def ids(*names: str) -> list[ScoredId]:
@@ -514,10 +514,12 @@ def test_fusion_record_equals_the_rank_change_rows_it_replaces() -> None:
         rng.shuffle(union)
         fused, top_k = union[: rng.randint(0, len(union))] + (["new"] if rng.random() < 0.2 else []), rng.randint(1, 12)
         rows = fusion_rank_changes(bm25, dense, fused)
-        assert fusion_record(bm25, dense, fused, top_k) == (
-            {"candidates": len(rows)},
-            changes_data(rows, keep_dropped_within=top_k),
-        )
+        want = ({"candidates": len(rows)}, changes_data(rows, keep_dropped_within=top_k))
+        assert fusion_record(bm25, dense, fused, top_k) == want
+        # the channels as the stores return them (columns, read without a ScoredId per candidate): the same record
+        columns = [Ranking([x.chunk_id for x in c], [x.score for x in c]) for c in (bm25, dense)]
+        assert fusion_record(columns[0], columns[1], fused, top_k) == want
+        assert fusion_record(columns[0], dense, fused, top_k) == want
 
 
 def test_traces_queued_at_exit_are_written(tmp_path: Path) -> None:

@@ -6,11 +6,12 @@ delta); one it leaves out is ``dropped``. Tested against hand-computed values in
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from zhiku.types import ScoredId
+from zhiku.types import Ranking, ScoredId
 
 Status = Literal["up", "down", "same", "new", "dropped"]
 
@@ -90,8 +91,7 @@ def fusion_record(
     """The fusion stage's ``counts`` (``candidates``: the chunks either channel found) and its data, equal to
     ``changes_data(fusion_rank_changes(bm25, dense, fused), keep_dropped_within=top_k)`` but without a row object
     per candidate: only the rows it shows are built (the channels are best first, as every channel returns them)."""
-    b = {x.chunk_id: x.rank for x in bm25}
-    d = {x.chunk_id: x.rank for x in dense}
+    b, d = _ranks(bm25), _ranks(dense)
     kept = set(fused)
     rows: list[dict[str, Any]] = []
     up = down = same = new = gain = drop = 0
@@ -112,11 +112,9 @@ def fusion_record(
         rows.append(_fused_row(cid, was, pos, delta, "up" if delta > 0 else "down" if delta < 0 else "same", rb, rd))
     left: dict[str, int] = {}  # dropped chunks that stood within top_k in either channel: their best rank
     for channel in (bm25, dense):
-        for x in channel:
-            if x.rank > top_k:
-                break
-            if x.chunk_id not in kept and x.rank < left.get(x.chunk_id, top_k + 1):
-                left[x.chunk_id] = x.rank
+        for cid, rank in _within(channel, top_k):
+            if cid not in kept and rank < left.get(cid, top_k + 1):
+                left[cid] = rank
     rows.extend(
         _fused_row(cid, was, None, None, "dropped", b.get(cid), d.get(cid))
         for cid, was in sorted(left.items(), key=lambda kv: (kv[1], kv[0]))
@@ -125,6 +123,21 @@ def fusion_record(
     dropped = candidates - (len(fused) - new)
     summary = dict(zip(_SUMMARY, (up, down, same, new, gain, drop, dropped), strict=True))  # asdict: ~10× slower
     return {"candidates": len(fused) + dropped}, {"changes": rows, "summary": summary}
+
+
+def _ranks(channel: Sequence[ScoredId]) -> dict[str, int]:
+    """Each candidate's rank; a ``Ranking``'s from its columns (its ranks are its positions), without a ``ScoredId``
+    per candidate (~10× faster over a channel of 100)."""
+    if type(channel) is Ranking:
+        return dict(zip(channel.ids, range(1, len(channel.ids) + 1), strict=True))
+    return {x.chunk_id: x.rank for x in channel}
+
+
+def _within(channel: Sequence[ScoredId], top_k: int) -> Iterable[tuple[str, int]]:
+    """The candidates ranked within ``top_k`` (a channel is best first), with their rank."""
+    if type(channel) is Ranking:
+        return zip(channel.ids[:top_k], range(1, top_k + 1), strict=False)  # fewer than top_k: all
+    return ((x.chunk_id, x.rank) for x in itertools.takewhile(lambda x: x.rank <= top_k, channel))
 
 
 def _fused_row(

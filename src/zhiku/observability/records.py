@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from zhiku.observability.columns import Columns, as_rows
@@ -37,8 +38,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _started(event: Event) -> float:
-    return event[1]
+_started = itemgetter(1)  # an event's start (a C key: ``sorted`` calls no Python function per event)
 
 
 TRACE_FILE = "traces.jsonl"

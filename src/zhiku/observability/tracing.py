@@ -244,19 +244,28 @@ def _trace_id() -> str:
 class _Root:
     """Opens a new trace, makes it current, and hands it to the sinks when the block ends."""
 
+    __slots__ = ("_tracer", "_capture", "_trace", "_token")
+
     def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
         self._capture = capture
-        self._trace = Trace(kind, _trace_id(), time.time(), attrs, detail=tracer.detail)
-        self._trace.sample, self._trace.slow_ms = tracer.sample, tracer.slow_ms
-        if capture:  # the caller reads the trace: it keeps its candidate detail
-            self._trace.kept = "forced"
+        self._trace = Trace(
+            kind,
+            _trace_id(),
+            time.time(),
+            attrs,
+            detail=tracer.detail,
+            kept="forced" if capture else None,  # the caller reads the trace: it keeps its candidate detail
+            sample=tracer.sample,
+            slow_ms=tracer.slow_ms,
+        )
 
     def __enter__(self) -> Trace:
-        OPEN.add(id(self._trace))
-        self._trace._t0 = time.perf_counter()
-        self._token = _current.set(self._trace)
-        return self._trace
+        t = self._trace
+        OPEN.add(id(t))
+        t._t0 = time.perf_counter()
+        self._token = _current.set(t)
+        return t
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
