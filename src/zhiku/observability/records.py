@@ -13,6 +13,7 @@ from operator import itemgetter
 from typing import Any
 
 from zhiku.observability.columns import Columns, as_rows
+from zhiku.observability.rounding import rounded
 from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ class Trace:
             "trace_id": self.trace_id,
             "kind": self.kind,
             "started_at": round(self.started_at, 6),
-            "elapsed_ms": round(self.elapsed_ms, 3),
+            "elapsed_ms": rounded((self.elapsed_ms,), 3)[0],
             "status": self.status,
             "error": self.error,
             "detail": self.detail,

@@ -40,6 +40,7 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     summarize_changes,
 )
 from zhiku.observability.records import OPEN, PIECE, Sets
+from zhiku.observability.rounding import rounded
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     DETAIL,
@@ -223,14 +224,14 @@ def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Colu
     """A channel's first ``limit`` candidates as columns: ``chunk_id``, ``rank``, ``score``."""
     if type(items) is Ranking:  # columns already: no ScoredId per candidate
         n = min(limit, len(items))
-        scores = [round(float(x), 6) for x in items.scores[:n]]
+        scores = rounded(items.scores[:n], 6)
         return Columns({"chunk_id": list(items.ids[:n]), "rank": list(range(1, n + 1)), "score": scores})
     first = items[:limit]
     return Columns(
         {
             "chunk_id": [x.chunk_id for x in first],
             "rank": [x.rank for x in first],
-            "score": [round(float(x.score), 6) for x in first],
+            "score": rounded([x.score for x in first], 6),
         }
     )
 
