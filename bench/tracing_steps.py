@@ -11,7 +11,8 @@ the query thread's CPU a caller waits for when the process is idle between queri
 then not told apart per arm). Arms: ``off``; ``open`` (the trace and its spans, then dropped unsealed); ``seal`` (+ stages and hit tuples);
 ``encode`` (+ the JSON line, thrown away); ``jsonl`` (+ the background writer: what a query pays), all with
 ``tracing.sample`` 0 (every trace sampled out); ``jsonl 0.1`` and ``jsonl 1`` (the default sample, every trace
-with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py).
+with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py). Each
+figure is printed as the median over reps and as the minimum (the quietest rep: steadier on a shared machine).
 """
 
 from __future__ import annotations
@@ -108,11 +109,12 @@ def main() -> None:
     for what, by_arm in (("process CPU", got), ("query-thread CPU", mine), ("wall", wall)):
         if not by_arm["off"]:  # paced: the writer's CPU cannot be told apart per arm
             continue
-        base = statistics.median(by_arm["off"])
-        cells = [f"{k} {statistics.median(v):.0f} µs ({statistics.median(v) - base:+.0f})" for k, v in by_arm.items()]
         load = open("/proc/loadavg").read().split()[0]
         pause = f", pause {args.pause_ms:g} ms" if args.pause_ms else ""
-        print(f"{args.call} {args.mode}{pause}, {what}: " + " · ".join(cells) + f" · load {load}")
+        for stat, pick in (("", statistics.median), (" (min over reps)", min)):  # min: the quietest rep of each arm
+            base = pick(by_arm["off"])
+            cells = [f"{k} {pick(v):.0f} µs ({pick(v) - base:+.0f})" for k, v in by_arm.items()]
+            print(f"{args.call} {args.mode}{pause}, {what}{stat}: " + " · ".join(cells) + f" · load {load}")
 
 
 def paced(kb: Any, fn: Any, arms: dict[str, Tracer], queries: list[str], args: Any, rng: Any, out: Any) -> None:

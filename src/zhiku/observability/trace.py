@@ -15,7 +15,6 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,14 +83,10 @@ class JsonlSink:
       (``Trace.decide``: a trace sampled out drops its rankings at once) and queues it; the writer seals and
       encodes it as soon as no trace is open in the process (``OPEN``: between queries, while the caller reads
       its answer), or every ``interval_s``;
-    - while another query runs in the process (concurrent clients) there is no pause to hide the work in, and work
-      done in another thread costs a Python process more CPU than the same work done inline: the caller seals and
-      encodes the trace, as it does a trace already sealed (its caller read it: ``--verbose``, the dashboard, an
-      error);
-    - when ``hand_off`` traces already wait (queries back to back, no pause came) the caller seals and encodes
-      them and its own in one go: one encoder pass over several traces keeps its code and data in the CPU's
-      caches, where a trace encoded at the end of its query finds them evicted by the search (bench/RESULTS.md,
-      Issue 13 — a cheaper trace).
+    - while another query runs in the process (concurrent clients) or ``hand_off`` traces already wait (queries
+      back to back) there is no pause to hide the work in, and work done in another thread costs a Python
+      process more CPU than the same work done inline: the caller seals and encodes the trace, as it does a trace
+      already sealed (its caller read it: ``--verbose``, the dashboard, an error).
 
     Readers in this process (``read_traces``), ``KnowledgeBase.close`` and interpreter exit flush the queue; with
     nothing queued the writer sleeps until a write wakes it. After ``close`` a write seals and appends on its
@@ -131,22 +126,19 @@ class JsonlSink:
         self._busy = False
         self._sleeping = False  # the writer waits for work with nothing queued: a write wakes it
         self._thread: threading.Thread | None = None
-        # the writer's state and the queues: a write never lands after close's drain (reentrant: close holds it
-        # while it writes what is left)
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # the writer's state and the queues: a write never lands after close's drain
         self._close_lock = threading.Lock()  # one close at a time
         self._closing = False
         self._hurry = 0  # flushes waiting: the writer writes at once
 
     def write(self, trace: Trace) -> None:
-        """Queue ``trace``: unsealed for the writer thread, or (sealed already, or another query open) as its JSON
-        line, encoded here; with ``hand_off`` traces waiting, those and this one are encoded here. After ``close``
-        the trace is written here."""
+        """Queue ``trace``: unsealed for the writer thread, or (sealed already, or ``hand_off`` traces waiting) as
+        its JSON line, encoded here. After ``close`` the trace is written here."""
         if not self.background:
             self._append([encode_line(trace)])
             return
         line: tuple[float, bytes] | None = None
-        if trace._sealed or OPEN:  # no pause coming: encode it here
+        if trace._sealed or OPEN or len(self._traces) >= self.hand_off:  # no pause coming: encode it here
             line = (trace.started_at, encode_line(trace))
         else:
             trace.decide()  # a trace sampled out lets go of its rankings now, not when the writer gets to it
@@ -156,13 +148,10 @@ class JsonlSink:
                     _PENDING.add(self)
                     self._thread = threading.Thread(target=self._run, name="zhiku-traces", daemon=True)
                     self._thread.start()
-                if line is not None:
-                    self._lines.append(line)
-                else:
+                if line is None:
                     self._traces.append(trace)  # a writer polling for a pause sees it; one asleep is woken
-                    if len(self._traces) > self.hand_off:  # back to back: encode the waiting ones here, in one go
-                        self._lines.extend(self._encoded(self._traces))  # in the queue until their lines are
-                        self._traces.clear()
+                else:
+                    self._lines.append(line)
                 if self._sleeping or len(self._lines) >= self.BATCH:  # a full batch is appended now, pause or not
                     self._wake.set()
                 return
@@ -243,28 +232,19 @@ class JsonlSink:
 
     def _write_batch(self, traces: int, lines: int) -> None:
         """Seal and encode the first ``traces`` queued traces, append them and the first ``lines`` queued lines in
-        the order the traces started (a failed write is logged, never raised). The queues are taken under the
-        sink's lock (a writing caller may take the traces too: ``write``), or by ``close``, which holds it."""
-        with self._lock:
-            batch = [self._lines.popleft() for _ in range(min(lines, len(self._lines)))]
-            taken = [self._traces.popleft() for _ in range(min(traces, len(self._traces)))]
-        batch += self._encoded(taken)
+        the order the traces started (a trace that cannot be encoded is logged and left out; a failed write is
+        logged, never raised)."""
+        batch = [self._lines.popleft() for _ in range(lines)]
+        for trace in [self._traces.popleft() for _ in range(traces)]:
+            try:
+                batch.append((trace.started_at, encode_line(trace)))
+            except Exception as e:  # a trace that cannot be encoded never stops the writer
+                log.warning("could not encode trace %s: %s", trace.trace_id, e)
         batch.sort(key=itemgetter(0))  # in the order the traces started
         try:
             self._append([line for _, line in batch])
         except Exception as e:  # a full disk must never stop the writer (or fail a query)
             log.warning("could not write %d trace(s) to %s: %s", len(batch), self.path, e)
-
-    @staticmethod
-    def _encoded(traces: Iterable[Trace]) -> list[tuple[float, bytes]]:
-        """Each trace sealed and encoded, with its start (a trace that cannot be encoded is logged and left out)."""
-        out: list[tuple[float, bytes]] = []
-        for trace in traces:
-            try:
-                out.append((trace.started_at, encode_line(trace)))
-            except Exception as e:  # a trace that cannot be encoded never stops the writer or fails a query
-                log.warning("could not encode trace %s: %s", trace.trace_id, e)
-        return out
 
     def _append(self, lines: list[bytes]) -> None:
         while lines:
