@@ -23,11 +23,12 @@ def test_rounded_gives_the_floats_round_gives() -> None:
     values = [rng.uniform(-1.0, 1.0) * 10.0 ** rng.randint(-12, 14) for _ in range(20_000)]
     values += [struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(5_000)]  # any bits
     for digits in (3, 6):  # exactly on a half (in binary, where one exists), and the floats either side
-        for _ in range(3_000):
-            half = float(Fraction(2 * rng.randint(0, 2**31) + 1, 2 * 10**digits))
-            values += [half, math.nextafter(half, 0.0), math.nextafter(half, math.inf), -half]
+        for top in (2**31, 2**51, 2**53):  # up to where a product's unit is 2 (the fast path ends at 2**52)
+            for _ in range(1_000):
+                half = float(Fraction(2 * rng.randint(0, top) + 1, 2 * 10**digits))
+                values += [half, math.nextafter(half, 0.0), math.nextafter(half, math.inf), -half]
     values += [0.0, -0.0, 4e-7, 5e-7, 6e-7, -5e-7, -1e-9, 0.0005, 0.0015, 2.675, 1_795_988_105.123456789]
-    values += [2.0**30 / 1e6, 2.0**52, math.inf, -math.inf, math.nan]
+    values += [2.0**52 / 1e6, 2.0**52 / 1e3, 2.0**52, 0.5, 1.5, 2.5, -0.5, math.inf, -math.inf, math.nan]
     for digits in (3, 6):
         got = rounded(values, digits)
         wrong = [(v, g) for v, g in zip(values, got, strict=True) if not same(g, round(v, digits))]

@@ -273,7 +273,7 @@ class Trace:
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": round(self.started_at, 6),
+            "started_at": rounded((self.started_at,), 6)[0],
             "elapsed_ms": rounded((self.elapsed_ms,), 3)[0],
             "status": self.status,
             "error": self.error,
