@@ -16,44 +16,85 @@ from zhiku.types import Answer, Citation, Hit, SearchMode
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
 
-def flatten(text: str) -> str:
-    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line, set off by blank
-    lines (a table flattened into one line, ``| | (1) | (2) | | --- |…``, is unreadable)."""
-    if "\n" not in text:
-        return text
-    blocks: list[list[str]] = []
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """``text``'s lines grouped into runs of one kind: ``code`` (one fenced block, its fences included, lines as
+    written), ``table`` (Markdown table rows) or ``prose``; blank lines outside code dropped."""
+    blocks: list[tuple[str, list[str]]] = []
+    fenced = False
     for line in text.splitlines():
         s = line.strip()
-        kind = "table" if s.startswith("|") else "prose"
-        if not s:
+        opens = not fenced and s.startswith("```")
+        if fenced or opens:
+            kind, keep = "code", line.rstrip()
+            fenced = opens or not s.startswith("```")
+        elif not s:
             continue
-        if not blocks or blocks[-1][0] != kind:
-            blocks.append([kind])
-        blocks[-1].append(s)
-    return "\n\n".join("\n".join(b[1:]) if b[0] == "table" else " ".join(" ".join(b[1:]).split()) for b in blocks)
+        else:
+            kind, keep = ("table" if s.startswith("|") else "prose"), s
+        if opens or not blocks or blocks[-1][0] != kind:
+            blocks.append((kind, []))
+        blocks[-1][1].append(keep)
+    return blocks
+
+
+def flatten(text: str) -> str:
+    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line and fenced code blocks
+    kept line by line, each set off by blank lines (a table or a code block flattened into one line,
+    ``| | (1) | (2) | | --- |…`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is unreadable)."""
+    if "\n" not in text:
+        return text
+    return "\n\n".join(
+        "\n".join(lines) if kind != "prose" else " ".join(" ".join(lines).split()) for kind, lines in _blocks(text)
+    )
+
+
+_FENCE = re.compile(r"(?m)^[ \t]*```")
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """Where the fenced code blocks of flattened ``text`` lie: from an opening fence to the end of its closing
+    fence (or of the text, for one left open)."""
+    marks = [m.start() for m in _FENCE.finditer(text)]
+    spans = []
+    for a, b in zip(marks[::2], [*marks[1::2], len(text)], strict=False):
+        end = text.find("\n", b)
+        spans.append((a, len(text) if end < 0 or b == len(text) else end))
+    return spans
 
 
 def snippet(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 % (inside a
-    table: after its last whole row)."""
+    table: after its last whole row; inside a code block: after its last whole line, the block closed)."""
     text = flatten(text)
     if len(text) <= limit:
         return text
     head = text[: max(limit - 1, 1)]
     row_end = head.rfind("\n")
+    spans = _code_spans(text)
+    code = [a for a, b in spans if a < len(head) < b]
+    if code:  # cut inside a code block: whole lines, and the block closed, or the rest of the answer turns to code
+        first_line_end = text.find("\n", code[0])
+        if row_end > first_line_end:
+            return head[:row_end].rstrip() + "\n```\n\n…"
+        if code[0] > 0:  # not one whole line of it fits: end before the block
+            return head[: code[0]].rstrip() + "\n\n…"
+        return head.rstrip() + "…\n```"
     if row_end > 0 and head[row_end + 1 :].startswith("|"):  # cut inside a table row: keep whole rows only
         return head[:row_end].rstrip() + "\n\n…"
-    ends = [m.end() for m in _SENTENCE_END.finditer(head)]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if not any(a < m.end() < b for a, b in spans)]
     cut = ends[-1] if ends and ends[-1] >= 0.6 * len(head) else len(head)
-    return head[:cut].rstrip() + "…"
+    kept = head[:cut].rstrip()
+    return kept + ("\n\n…" if kept.rsplit("\n", 1)[-1].startswith("```") else "…")  # "```…" would not close it
 
 
 def _sentence_starts(text: str) -> list[int]:
-    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header."""
+    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header, never
+    inside a code block but at its opening fence."""
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
     rows = [(m.start(), m.end()) for m in re.finditer(r"(?m)^\|.*$", text)]
     headers = {a for a, _ in rows if a < 2 or text[a - 2 : a] == "\n\n"}  # a table's first row follows a blank line
     inside = [(a, b) for a, b in rows if a not in headers] + [(a + 1, b) for a, b in rows if a in headers]
+    inside += [(a + 1, b - 1) for a, b in _code_spans(text)]
     return sorted({s for s in starts if s < len(text) and not any(a <= s <= b for a, b in inside)})
 
 
@@ -79,7 +120,7 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     if best_start == 0:
         return snippet(text, limit)
     body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
-    return "…\n\n" + body if body.startswith("|") else "…" + body
+    return "…\n\n" + body if body.startswith(("|", "```")) else "…" + body
 
 
 def cite(hit: Hit) -> str:
@@ -114,9 +155,10 @@ def _render(
     for n, hit in enumerate(hits, 1):
         text = focused_snippet(hit.chunk.text, limit, terms, normalize)
         where = f"({hit.chunk.section})" if hit.chunk.section else ""
-        # a table must start and end its own block, or Markdown renders its rows as one paragraph
-        head = f"[{n}]\n\n" if text.startswith("|") else f"[{n}] "
-        tail = f"\n\n{where}" if where and text.rsplit("\n", 1)[-1].startswith("|") else f" {where}" if where else ""
+        # a table or code block must start and end its own block, or Markdown renders its rows as one paragraph
+        head = f"[{n}]\n\n" if text.startswith(("|", "```")) else f"[{n}] "
+        last = text.rsplit("\n", 1)[-1]
+        tail = f"\n\n{where}" if where and last.startswith(("|", "```")) else f" {where}" if where else ""
         lines.append(head + text + tail)
         lines.append("")
     lines.append("**来源 / Sources**")
