@@ -56,6 +56,28 @@ def test_low_confidence_is_flagged():
     assert "低置信度 / Low confidence" in a.markdown
 
 
+def test_a_low_confidence_answer_says_so_first_and_shows_the_nearest_passages_short():
+    # 如何做红烧肉 over labour law: five full 400-character articles under a one-line warning read as an answer
+    long = "第十六条 本规定自公布之日起施行。" + "女职工禁忌从事的劳动范围包括矿山井下作业。" * 20
+    hits = [_hit(1, long), _hit(2, TEXT)]
+    a = build_answer("如何做红烧肉", "hybrid", hits, AnswerSettings(), low_confidence=True)
+    assert a.markdown == (
+        "**检索问题 / Query:** 如何做红烧肉\n\n"
+        "> ⚠️ 低置信度 / Low confidence: 知识库中没有找到与问题足够相关的内容，以下段落可能答非所问。"
+        "No passage in the knowledge base matches this question closely: the nearest ones follow, shortened; "
+        "they may not answer it, so check them before relying on them.\n\n"
+        "**最接近的段落 / Closest passages**\n\n"
+        f"[1] {long[: 17 + 21 * 4]}… (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
+        f"[2] {TEXT} (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
+        "**来源 / Sources**\n\n"
+        "[1] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条\n"
+        "[2] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    )
+    assert [c.text for c in a.citations] == [long, TEXT]  # the structured citations keep the whole passages
+    sure = build_answer("q", "hybrid", hits, AnswerSettings(), low_confidence=False).markdown
+    assert "最接近的段落" not in sure and long[:390] in sure  # a confident answer shows 400-character snippets
+
+
 def test_snippet_cuts_at_sentence_end():
     assert snippet(TEXT, 45) == "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。…"
     assert snippet("甲乙丙丁戊己庚辛", 5) == "甲乙丙丁…"

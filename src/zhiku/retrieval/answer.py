@@ -13,6 +13,12 @@ from collections.abc import Callable, Sequence
 from zhiku.settings import AnswerSettings
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
+LOW_CONFIDENCE_NOTE = (
+    "> ⚠️ 低置信度 / Low confidence: 知识库中没有找到与问题足够相关的内容，以下段落可能答非所问。"
+    "No passage in the knowledge base matches this question closely: the nearest ones follow, shortened; "
+    "they may not answer it, so check them before relying on them."
+)
+LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
 
@@ -146,12 +152,9 @@ def _render(
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
         return "\n".join(lines)
-    if low_confidence:
-        lines += [
-            "> ⚠️ 低置信度 / Low confidence: the best match scores below the threshold; "
-            "these passages may not answer the question.",
-            "",
-        ]
+    if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
+        lines += [LOW_CONFIDENCE_NOTE, "", "**最接近的段落 / Closest passages**", ""]
+        limit = min(limit, LOW_CONFIDENCE_SNIPPET)
     for n, hit in enumerate(hits, 1):
         text = focused_snippet(hit.chunk.text, limit, terms, normalize)
         where = f"({hit.chunk.section})" if hit.chunk.section else ""
