@@ -169,11 +169,14 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
         "pages": None,
         "chunk_count": 2,
         "section_count": 2,
-        "summary": "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月；劳动合同期限一年以上不满三年的，"
-        "试用期不得超过二个月；不满六个月的，向劳动者支付半个月工资的经济补偿。",  # extractive: top clauses, no LLM
+        # extractive (no LLM): top whole sentences, never a clause of 第十九条 joined to one of 第四十七条
+        "summary": "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资或者劳动合同约定工资的百分之八十，"
+        "并不得低于用人单位所在地的最低工资标准。第四十七条 经济补偿按劳动者在本单位工作的年限，"
+        "每满一年支付一个月工资的标准向劳动者支付。六个月以上不满一年的，按一年计算；不满六个月的，"
+        "向劳动者支付半个月工资的经济补偿。",
         "uri": f"zhiku://doc/{DOC_ID_LABOR}",
     }
-    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "劳动者", "试用期"]
+    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "试用期", "劳动者"]
     assert s["sections"] == [SECTION_19_20, "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"]
     assert s["size_bytes"] == len(DOCS["劳动合同法.md"].encode()) and s["ingested_at"].endswith("Z")
     assert labor.content[0].text.startswith("# 劳动合同法\n")
