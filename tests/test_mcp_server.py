@@ -90,7 +90,11 @@ def test_query_cites_the_right_article_then_hits_the_cache(mcp_index: Fixture) -
     assert 0.85 < s["confidence"] <= 1.0
     md = first.content[0].text
     assert md.startswith("**检索问题 / Query:** 试用期最长不得超过几个月？\n\n[1] 第十九条 劳动合同期限三个月以上")
-    assert f"[1] 劳动合同法.md, {SECTION_19_20}" in md and "**来源 / Sources**" in md
+    # the passage holds 第十九条 and 第二十条; the answer quotes and cites the one that answers (试用期 ≤ 六个月),
+    # not 第二十条 on probation pay; the structured citation keeps the whole passage and its section
+    sec_19 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    assert f"[1] {TEXT_19_20.split(chr(10))[0]} ({sec_19})\n\n[2] " in md
+    assert f"**来源 / Sources**\n\n[1] 劳动合同法.md, {sec_19}\n" in md
     assert second.structured_content["cache"] == "hit"
     assert {**second.structured_content, "cache": "miss"} == s
 

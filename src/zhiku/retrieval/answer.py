@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from zhiku.ingest.chunk_units import ARTICLE_RE
+from zhiku.retrieval.context import split_label
+from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import AnswerSettings
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
@@ -129,14 +132,36 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     return "…\n\n" + body if body.startswith(("|", "```")) else "…" + body
 
 
-def cite(hit: Hit) -> str:
-    """``source, p. N, section`` for the sources list."""
+def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> tuple[str, str]:
+    """The text and section to show for ``hit``. A chunk holding several whole articles (short ones are chunked
+    together: ``… > 第三十一条、第三十二条``) shows only the articles that hold the most distinct query terms, and
+    its section names just those, so a citation points at the article that answers (加班费怎么算: 第三十一条, not
+    also 第三十二条 on refusing unsafe orders). Unchanged when no article, or every one, holds the most terms."""
+    c = hit.chunk
+    path, labels = split_label(c.section)
+    terms = [t for t in terms if len(t) > 1] or list(terms)
+    found = list(ARTICLE_RE.finditer(c.text)) if len(labels) > 1 and terms else []
+    if not found or tuple(m.group(1) for m in found) != labels:
+        return c.text, c.section
+    cuts = [0, *(m.start() for m in found[1:]), len(c.text)]
+    parts = [c.text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False)]
+    scores = [sum(1 for t in terms if t in normalize(p)) for p in parts]
+    if max(scores) == 0 or min(scores) == max(scores):
+        return c.text, c.section
+    keep = [i for i, score in enumerate(scores) if score == max(scores)]
+    label = "、".join(labels[i] for i in keep)
+    return "\n\n".join(parts[i] for i in keep), f"{path}{SECTION_SEPARATOR}{label}" if path else label
+
+
+def cite(hit: Hit, section: str | None = None) -> str:
+    """``source, p. N, section`` for the sources list (``section``: the hit's, or the one shown for it)."""
     c = hit.chunk
     parts = [c.source]
     if c.page is not None:
         parts.append(f"p. {c.page}")
-    if c.section:
-        parts.append(c.section)
+    section = c.section if section is None else section
+    if section:
+        parts.append(section)
     return ", ".join(parts)
 
 
@@ -155,9 +180,10 @@ def _render(
     if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
         lines += [LOW_CONFIDENCE_NOTE, "", "**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
-    for n, hit in enumerate(hits, 1):
-        text = focused_snippet(hit.chunk.text, limit, terms, normalize)
-        where = f"({hit.chunk.section})" if hit.chunk.section else ""
+    shown = [exact_articles(hit, terms, normalize) for hit in hits]
+    for n, (whole, section) in enumerate(shown, 1):
+        text = focused_snippet(whole, limit, terms, normalize)
+        where = f"({section})" if section else ""
         # a table or code block must start and end its own block, or Markdown renders its rows as one paragraph
         head = f"[{n}]\n\n" if text.startswith(("|", "```")) else f"[{n}] "
         last = text.rsplit("\n", 1)[-1]
@@ -166,8 +192,8 @@ def _render(
         lines.append("")
     lines.append("**来源 / Sources**")
     lines.append("")
-    for n, hit in enumerate(hits, 1):
-        lines.append(f"[{n}] {cite(hit)}")
+    for n, (hit, (_, section)) in enumerate(zip(hits, shown, strict=True), 1):
+        lines.append(f"[{n}] {cite(hit, section)}")
     return "\n".join(lines)
 
 
