@@ -63,7 +63,20 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert "Search only this collection (default: all of them)." in help_text
     r = cli("query", "试用期", "--index", index, "--source", "nothing*", "--type", "pdf")
     assert r.exit_code == 0
-    assert "no passage matched the filters (--source 'nothing*' --type 'pdf'): loosen or drop them" in r.stderr
+    assert r.stderr == (
+        "no passage matched the filters (--source 'nothing*' --type 'pdf'): source 'nothing*' matches no document; "
+        "sources here: '劳动合同法.md', '年休假条例.md', '规章/工资支付规定.txt'\n"
+    )
+    # the plain word people type first: the hint names the file it meant and the pattern that finds it
+    word = cli("query", "试用期", "--index", index, "--source", "劳动合同法")
+    assert word.stderr == (
+        "no passage matched the filters (--source '劳动合同法'): source '劳动合同法' matches no document: it is a "
+        "pattern over the names as ingested, e.g. '劳动合同法.md'; use '*劳动合同法*' or a whole name\n"
+    )
+    kind = cli("query", "试用期", "--index", index, "--source", "*法.md", "--type", "pdf")
+    assert kind.stderr.endswith("type 'pdf' matches no document; types here: markdown, text\n"), kind.stderr
+    both = cli("query", "试用期", "--index", index, "--source", "*.txt", "--type", "markdown")  # each alone matches
+    assert both.stderr.endswith("loosen or drop them; `zhiku documents` lists the sources and types as ingested\n")
     assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
 
 

@@ -104,13 +104,24 @@ def test_filters_and_budget(mcp_index: Fixture) -> None:
         return [
             await c.call_tool("query_knowledge_hub", {"query": "产假", "filters": {"source": "职工带薪*"}}),
             await c.call_tool("query_knowledge_hub", {"query": "产假", "filters": {"doc_type": "text"}}),
+            await c.call_tool(
+                "query_knowledge_hub", {"query": "产假", "filters": {"source": "女职工劳动保护特别规定"}}
+            ),
             await c.call_tool("query_knowledge_hub", {"query": "女职工产假有多少天", "top_k": 3, "max_chars": 1000}),
         ]
 
-    only, none, small = with_client(build_server(mcp_index.settings), body)
+    only, none, word, small = with_client(build_server(mcp_index.settings), body)
+    assert word.structured_content["note"] == (
+        "没有符合过滤条件的段落 / No passage matches the filters: source '女职工劳动保护特别规定' matches no document: "
+        "it is a pattern over the names as ingested, e.g. '女职工劳动保护特别规定.md'; "
+        "use '*女职工劳动保护特别规定*' or a whole name."
+    )
     assert [c["source"] for c in only.structured_content["citations"]] == ["职工带薪年休假条例.md"]
     assert none.structured_content["citations"] == [] and none.structured_content["low_confidence"] is True
-    assert none.structured_content["note"].startswith("没有符合过滤条件的段落")
+    assert none.structured_content["note"] == (
+        "没有符合过滤条件的段落 / No passage matches the filters: type 'text' matches no document; "
+        "types here: markdown."
+    )
     s = small.structured_content
     assert len(s["answer"]) + sum(len(c["text"]) for c in s["citations"]) <= 1000
     assert s["citations"][0]["truncated"] is True and s["citations"][0]["text"].endswith("…")

@@ -40,6 +40,7 @@ from zhiku.cli.common import (
 )
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.retrieval.confidence import check_collection, judge
+from zhiku.retrieval.filters import filter_hint
 
 app = typer.Typer(
     name="zhiku",
@@ -199,6 +200,7 @@ def query(
                 )
                 if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
                     check_collection(collection, [c.name for c in kb.collections()])
+                hint = filter_hint(kb.documents(collection), source, doc_type) if not r.hits else None
                 judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
                 answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
@@ -221,8 +223,8 @@ def query(
     if not r.hits and (source or doc_type):
         given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
         err.print(
-            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
-            "and types as ingested",
+            f"no passage matched the filters ({given}): "
+            + (hint or "loosen or drop them; `zhiku documents` lists the sources and types as ingested"),
             markup=False,
         )
     if r.rerank.startswith("fallback"):
