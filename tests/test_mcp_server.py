@@ -270,6 +270,7 @@ def test_prompt(mcp_index: Fixture) -> None:
 BAD_CALLS = [
     ("query_knowledge_hub", {"query": ""}, "INVALID_INPUT", "query: String should have at least 1 character"),
     ("query_knowledge_hub", {"query": "   "}, "INVALID_INPUT", "the query is empty"),
+    ("query_knowledge_hub", {"query": "?!"}, "INVALID_INPUT", "the query '?!' has no words"),
     (
         "query_knowledge_hub",
         {"query": "问" * 2001},
