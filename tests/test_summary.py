@@ -56,3 +56,10 @@ def test_code_headings_captions_and_list_items_are_not_summary_sentences() -> No
         "第一章 总则的标题行很长",
         "第二章 附则的标题行也很长",
     ]
+
+
+def test_pronouns_are_not_keywords() -> None:
+    # elegantbook-cn.pdf's keywords were 函数、环境、积分、我们、…: "we" says nothing about a document
+    text = "我们定义可测函数的积分。我们证明积分的性质。我们讨论函数的积分与测度。我们给出积分的例子。"
+    s = extractive_summary(chunks(text, []), TextProcessor().index_tokens, n_keywords=3)
+    assert s.keywords == ("函数", "积分", "可测")

@@ -28,7 +28,8 @@ _EN_STOP = frozenset(
     "what when where how all any can may will shall per via our their they them these those been being of in to on at "
     "by is be or as an it no"
     # Chinese function words that segmentation keeps but a keyword list should not
-    " 或者 应当 可以 以上 以下 不得 没有 进行 有关 其他 按照 依照 根据 以及 对于 由于 其中 并且 但是 如果".split()
+    " 或者 应当 可以 以上 以下 不得 没有 进行 有关 其他 按照 依照 根据 以及 对于 由于 其中 并且 但是 如果"
+    " 我们 你们 他们 它们 这个 那个 这些 那些 一个 什么 自己 这样 那样 因此 所以 因为 然后".split()
 )
 
 
