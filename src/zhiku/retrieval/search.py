@@ -26,7 +26,7 @@ from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_t
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
-from zhiku.text import TextProcessor
+from zhiku.text import TextProcessor, article_numbers
 from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
@@ -170,11 +170,13 @@ class Searcher:
         return (*self._dense(forms, depth, filters, known=known), self._embed_clauses(clauses))
 
     def _forms(self, question: str) -> tuple[str, ...]:
-        """The question as written and, when it holds Traditional characters (``text.t2s``), in Simplified ones: the
+        """The question as written and, when it holds Traditional characters (``text.t2s``) or names an article in
+        digits (第47条), in Simplified characters with the article spelled as statutes write it (第四十七条): the
         dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
-        and the index's are normalised alike; a passage's vector is of its text as written."""
-        simplified = self.text.simplified(question)
-        return (question,) if simplified == question else (question, simplified)
+        and the index's are normalised alike (and ``query_tokens`` adds the spelled article's); a passage's vector
+        is of its text as written."""
+        second = self.text.simplified(article_numbers(question))
+        return (question,) if second == question else (question, second)
 
     def _hits(
         self,
