@@ -22,6 +22,7 @@ from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clau
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
+from zhiku.retrieval.named import named_articles_first
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -146,6 +147,7 @@ class Searcher:
                 with self._gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+        hits = named_articles_first(hits, self.text.simplified(article_numbers(parsed.text)), self.text.normalize)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
