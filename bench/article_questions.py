@@ -1,18 +1,21 @@
-"""Questions naming a statute article in digits (劳动合同法第47条) against the sample laws, with and without the
-spelled second form (第四十七条), plus how many dev-set questions the change touches at all.
+"""Questions naming a statute article (劳动合同法第47条, 劳动合同法第八十二条) against the sample laws, with and
+without the article lookups (a number in digits spelled 第四十七条; the named law's article first), plus how many
+dev-set questions they touch at all.
 
     PYTHONPATH=src .venv/bin/python bench/article_questions.py --index demo-index [--data ../shared/eval]
 
 The index is one built from examples/laws (`make demo` builds demo-index). For each question: the rank of the
-named article among the top 10 hybrid hits (a passage holding it counts), with the question's digits left as
-typed (``article_numbers`` switched off) and as zhiku searches it now. With --data, every dev question is checked
-for an article in digits: one without is searched exactly as before (same terms, one form).
+named article of the named law among the top 10 hybrid hits (a passage holding it counts), with the lookups
+switched off (``article_numbers`` and ``named_articles_first`` as no-ops) and as zhiku searches now. With --data,
+every dev question is checked for a named article (第…条, in digits or spelled): one without is searched exactly
+as before (same terms, one form, the fused order).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from unittest import mock
 
@@ -23,6 +26,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.retrieval import search as search_mod
 from zhiku.settings import load_settings
 
+ARTICLE = re.compile(r"第[零一二三四五六七八九十百千两〇]+条")
 QUESTIONS = [  # (question, source of the named article, the article)
     ("劳动合同法第47条", "劳动合同法(2012-12-28).md", "第四十七条"),
     ("劳动法第44条规定了什么", "劳动法(2018-12-29).md", "第四十四条"),
@@ -32,6 +36,8 @@ QUESTIONS = [  # (question, source of the named article, the article)
     ("职工带薪年休假条例第5条", "职工带薪年休假条例(2007-12-14).md", "第五条"),
     ("工资支付暂行规定第18条", "工资支付暂行规定(1994-12-06).md", "第十八条"),
     ("劳动法第100条", "劳动法(2018-12-29).md", "第一百条"),
+    ("劳动合同法第八十二条", "劳动合同法(2012-12-28).md", "第八十二条"),
+    ("劳动法第四十四条", "劳动法(2018-12-29).md", "第四十四条"),
 ]
 
 
@@ -56,11 +62,12 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="the dev sets' folder, to count the questions touched")
     args = ap.parse_args()
     with KnowledgeBase(load_settings(None, index=args.index, tracing={"enabled": False})) as kb:
-        print("| question | rank before (digits as typed) | rank now |\n| --- | --- | --- |")
+        print("| question | rank without the lookups | rank now |\n| --- | --- | --- |")
         for question, source, article in QUESTIONS:
             with (
                 mock.patch.object(text_mod, "article_numbers", str),
                 mock.patch.object(search_mod, "article_numbers", str),
+                mock.patch.object(search_mod, "named_articles_first", lambda hits, *_: list(hits)),
             ):
                 kb.searcher._vectors = type(kb.searcher._vectors)()  # (no vector of the other run kept)
                 before = rank(kb, question, source, article)
@@ -69,8 +76,9 @@ def main() -> None:
         if args.data is None:
             return
         questions = dev_questions(args.data)
-        touched = [q for q in questions if text_mod.article_numbers(kb.text.normalize(q)) != kb.text.normalize(q)]
-        print(f"\ndev questions naming an article in digits: {len(touched)} of {len(questions)}")
+        norm = [kb.text.normalize(q) for q in questions]
+        touched = [q for q in norm if text_mod.article_numbers(q) != q or ARTICLE.search(q)]
+        print(f"\ndev questions naming an article (第…条, in digits or spelled): {len(touched)} of {len(questions)}")
 
 
 if __name__ == "__main__":
