@@ -205,8 +205,10 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
         "low_confidence",
         "confidence",
         "hits",
+        "note",
     }
     assert (out["query"], out["mode"], out["rerank"], out["rewrite"]) == ("试用期最长多久", "hybrid", "off", "off")
+    assert out["note"] is None
     assert out["low_confidence"] is False
     assert 0.88 < out["confidence"] <= 1.0  # the best cosine, above the default server.min_score
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
@@ -263,6 +265,10 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     none = one_json(cli("query", "试用期", "--index", index, "--source", "无此文件*", "--json"))
     assert (none["hits"], none["low_confidence"], none["confidence"]) == ([], True, None)
     assert "未找到相关内容" in none["answer"]
+    assert none["note"] == (  # --json says why as well (the hint went to stderr only, and not with --json)
+        "no passage matched the filters (--source '无此文件*'): source '无此文件*' matches no document; "
+        "sources here: '劳动合同法.md', '年休假条例.md', '规章/工资支付规定.txt'"
+    )
     typo = cli("query", "试用期", "--index", index, "-c", "无此集合", "--json")
     message = "no collection '无此集合' in this knowledge base; available: hr"
     assert (typo.exit_code, json.loads(typo.stdout)) == (

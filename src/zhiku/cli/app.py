@@ -204,6 +204,12 @@ def query(
                 judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
                 answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
+    note = None
+    if not r.hits and (source or doc_type):
+        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+        note = f"no passage matched the filters ({given}): " + (
+            hint or "loosen or drop them; `zhiku documents` lists the sources and types as ingested"
+        )
     if as_json:
         _print_json(
             {
@@ -216,17 +222,13 @@ def query(
                 "low_confidence": judged.low,
                 "confidence": None if judged.score is None else round(judged.score, 6),
                 "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
+                "note": note,
             }
         )
         return
     out.print(answer.markdown, markup=False)
-    if not r.hits and (source or doc_type):
-        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
-        err.print(
-            f"no passage matched the filters ({given}): "
-            + (hint or "loosen or drop them; `zhiku documents` lists the sources and types as ingested"),
-            markup=False,
-        )
+    if note:
+        err.print(note, markup=False)
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
     if r.rewrite.startswith("fallback"):
