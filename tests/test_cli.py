@@ -389,7 +389,7 @@ def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cach
 
     assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "0"})) == (
         "error: invalid settings: retrieval.rrf_k: Input should be greater than or equal to 1 "
-        "(got '0'; set it in zhiku.yaml or ZHIKU_RETRIEVAL__RRF_K)"
+        "(got '0' from ZHIKU_RETRIEVAL__RRF_K)"
     )
 
 

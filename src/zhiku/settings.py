@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from zhiku.errors import ConfigError
 from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
 from zhiku.llm.settings import LLMSettings, TransformSettings
+from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain
 from zhiku.settings_rerank import RerankSettings
 from zhiku.settings_sections import (
     DEFAULT_CONFIG_FILE,
@@ -88,9 +89,6 @@ class Settings(BaseSettings):
     transforms: TransformSettings = TransformSettings()
 
 
-_SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
-
-
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
@@ -124,21 +122,23 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     path = config if config is not None else Path(DEFAULT_CONFIG_FILE)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config} (create it or drop --config)")
-    data = _read_yaml(path) if path.is_file() else {}
+    file = _read_yaml(path) if path.is_file() else {}
+    environ = {k: v for k, v in os.environ.items() if k.startswith("ZHIKU_")}
+    check_env_names(Settings, environ)
     try:
         env = EnvSettingsSource(Settings)()
     except Exception as e:  # a malformed ZHIKU_* value, e.g. JSON for a nested section
         raise ConfigError(f"invalid ZHIKU_* environment variable: {e}") from None
-    data = _deep_merge(data, env)
-    aliases = {k: os.environ[f"ZHIKU_{k.upper()}"] for k in _SERVER_ALIASES if f"ZHIKU_{k.upper()}" in os.environ}
+    data = _deep_merge(file, env)
+    aliases = {k: environ[f"ZHIKU_{k.upper()}"] for k in SERVER_ALIASES if f"ZHIKU_{k.upper()}" in environ}
     if aliases:
         data = _deep_merge(data, {"server": aliases})
-    data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
-    data = _with_api_keys(data, os.environ)
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    data = _with_api_keys(_deep_merge(data, flags), os.environ)
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_validation(e, path)) from None
+        raise ConfigError(explain(e, Settings, Origins(path, file, environ, flags))) from None
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
@@ -156,23 +156,13 @@ def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
     return data
 
 
-def _format_validation(e: ValidationError, path: Path) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        env = "ZHIKU_" + "__".join(str(x).upper() for x in err["loc"])
-        given = err.get("input")
-        parts.append(f"{loc}: {err['msg']} (got {given!r}; set it in {path} or {env})")
-    return "invalid settings: " + "; ".join(parts)
-
-
 def merge(settings: Settings, **changes: Any) -> Settings:
     """A copy of ``settings`` with nested ``changes`` applied and validated (e.g. ``retrieval={"mode": "bm25"}``)."""
     data = _deep_merge(settings.model_dump(), changes)
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_validation(e, Path(DEFAULT_CONFIG_FILE))) from None
+        raise ConfigError(explain(e, Settings, None)) from None
 
 
 def settings_reference() -> str:
