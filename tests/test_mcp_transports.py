@@ -120,6 +120,7 @@ def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
         "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"
     )
     assert "zhiku.mcp.server" in stderr  # logs went to stderr
+    assert "WARNING" not in stderr
 
 
 def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path) -> None:
@@ -153,6 +154,30 @@ def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path
         )
         assert proc.returncode == 1 and proc.stdout == "", (args, proc)
         assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+def test_serving_an_index_without_documents_warns(mcp_index: Fixture, tmp_path: Path) -> None:
+    """A typo in a client configuration's --index used to start an empty index without a word: the agent then
+    found nothing, every time. The server still starts (ingest_documents can fill it), with a warning in the log
+    the client keeps."""
+    typo = tmp_path / "typo-index"
+    warning = (
+        f"WARNING zhiku.mcp.server: the index at {typo} holds no documents: every query will find nothing. If the "
+        "path is a typo, fix --index in the client's configuration; else add documents with "
+        f"`zhiku ingest PATH --index {typo}` or the ingest_documents tool"
+    )
+    for _ in range(2):  # created by the first start, still empty at the second
+        proc = subprocess.run(
+            [PYTHON, *serve_args(mcp_index, "--index", str(typo))],
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server_env(),
+            cwd=ROOT,
+        )
+        assert (proc.returncode, proc.stdout) == (0, "")
+        assert [line[9:] for line in proc.stderr.splitlines() if "WARNING" in line] == [warning]
 
 
 # -- HTTP -----------------------------------------------------------------------------------------

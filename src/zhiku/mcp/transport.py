@@ -31,13 +31,28 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
 
 
 def preflight(settings: Settings) -> None:
-    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened."""
+    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened. An index
+    without documents (read-write: created now when missing) is served with a warning: a typo in a client's
+    ``--index`` must not pass unnoticed."""
     from zhiku.mcp.http_security import check_bind
     from zhiku.stores import open_store
 
     if settings.server.transport == "http":
         check_bind(settings.server)
-    open_store(settings, read_only=settings.server.read_only).close()
+    store = open_store(settings, read_only=settings.server.read_only)  # read-only: IndexNotFound when missing
+    try:
+        empty = not any(c.documents for c in store.collections())
+    finally:
+        store.close()
+    if empty:
+        where = settings.index.resolve()
+        log.warning(
+            "the index at %s holds no documents: every query will find nothing. If the path is a typo, fix "
+            "--index in the client's configuration; else add documents with `zhiku ingest PATH --index %s` or "
+            "the ingest_documents tool",
+            where,
+            where,
+        )
 
 
 def serve_built(server: MCPServer, settings: Settings) -> None:
