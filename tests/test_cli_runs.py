@@ -77,3 +77,26 @@ def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Pat
         "ingesting: 3/3 documents · 4/4 chunks embedded",
     ]
     assert lines[0].startswith("ingesting: 0/3 documents · ") and lines[-1].startswith("ingesting: 3/3 documents · ")
+
+
+def test_ids_and_paths_survive_an_80_column_table(cli, index: Path, corpus: Path) -> None:  # noqa: F811
+    """Piped output (and many terminals) is 80 columns wide: ids used to be cut to `5a85caaaf87869…`, which
+    `zhiku traces --id` then refused, and paths to `/tmp/…`. Ids stay whole, paths fold, nothing is cut."""
+    narrow = {"COLUMNS": "80"}
+    cli("query", "试用期最长多久", "--index", index)
+    docs = json.loads(cli("documents", "--index", index, "--json").stdout)["documents"]
+    traces = json.loads(cli("traces", "--index", index, "--json").stdout)["traces"]
+    assert len(docs) == 3 and len(traces) >= 2
+    for command in (["documents"], ["traces"], ["history"], ["query", "试用期最长多久", "--verbose"]):
+        text = cli(*command, "--index", index, env=narrow).stdout
+        assert "…" not in text, command
+    listed = cli("documents", "--index", index, env=narrow).stdout
+    assert all(d["doc_id"] in listed for d in docs)
+    listed = cli("traces", "--index", index, env=narrow).stdout
+    assert all(t["trace_id"] in listed for t in traces)
+    newest = traces[0]["trace_id"]
+    shown = cli("traces", "--index", index, "--id", newest[:8], env=narrow)  # a prefix names one trace
+    assert shown.exit_code == 0 and shown.stdout.startswith(f"query {newest}: ")
+    missing = cli("traces", "--index", index, "--id", "zz")
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"error: no trace 'zz' in {index / 'traces.jsonl'} (list them with `zhiku traces`)"

@@ -22,6 +22,7 @@ from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import tables
 from zhiku.cli import traces as traces_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
@@ -269,9 +270,9 @@ def documents(
     from zhiku.ingest.loaders.ocr import page_list
     from zhiku.types import DocStatus
 
-    table = Table()
-    for col in ("doc_id", "collection", "source", "type", "chunks", "status"):
-        table.add_column(col)
+    table = tables.table(
+        ("doc_id", "collection", "source", "type", "chunks", "status"), whole=["doc_id"], texts=["source"]
+    )
     for d in docs:
         status = DocStatus(d.status).value + (f" (pages {page_list(d.needs_ocr_pages)})" if d.needs_ocr_pages else "")
         table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)
