@@ -100,6 +100,7 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
         "dry_run",
         "failures",
         "needs_ocr",
+        "gone",
     }
     assert {k: first[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
     assert (first["chunks_written"], first["dry_run"], first["failures"], first["needs_ocr"]) == (
@@ -128,6 +129,13 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
     assert r.stdout.endswith(f"s · index {idx}\n")
 
     (corpus / "年休假条例.md").unlink()
+    kept = cli("ingest", corpus, "-c", "hr", "--index", idx)  # without --sync a deleted file's document stays: say so
+    assert kept.stdout.startswith("0 added, 0 updated, 2 skipped, 0 removed, 0 failed · 0 chunks written · ")
+    assert kept.stderr.splitlines()[-1] == (
+        "  1 indexed document(s) whose files are gone from these folders stay searchable (年休假条例.md): "
+        "add --sync to drop them"
+    )
+    assert one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json"))["gone"] == ["年休假条例.md"]
     dry = cli("ingest", corpus, "-c", "hr", "--index", idx, "--sync", "--dry-run")
     assert dry.stdout.startswith(
         "0 would be added, 0 would be updated, 2 would be skipped, 1 would be removed, "
@@ -142,6 +150,17 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
     assert [d["source"] for d in docs] == ["劳动合同法.md", "规章/工资支付规定.txt"]
     hits = one_json(cli("query", "年休假有几天", "--index", idx, "--json", "-k", "10"))["hits"]
     assert "年休假条例.md" not in {h["source"] for h in hits}
+
+
+def test_ingest_of_only_missing_paths_is_an_error_that_writes_nothing(cli, tmp_path: Path) -> None:
+    """A typo in the only path used to create an empty index in the current folder and report "1 failed"."""
+    r = cli("ingest", "doc", "--index", tmp_path / "idx")  # the folder is docs
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == (
+        f"error: no such file or folder: doc (nothing was ingested; check the path, relative ones start at "
+        f"{Path.cwd()})\n"
+    )
+    assert not (tmp_path / "idx").exists()
 
 
 def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path: Path) -> None:

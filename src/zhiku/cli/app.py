@@ -38,6 +38,7 @@ from zhiku.cli.common import (
     _settings,
     err,
     out,
+    some_path_exists,
 )
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.retrieval.confidence import check_collection, judge
@@ -86,6 +87,7 @@ def ingest(
     with _errors(as_json):
         names = parse_transform_names(transform)
         settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
+        some_path_exists(paths)
         bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
         with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
@@ -112,6 +114,7 @@ def ingest(
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+                "gone": list(report.gone),
                 **tx.report_json(report),
             }
         )
@@ -135,6 +138,13 @@ def ingest(
             )
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        if report.gone:
+            shown = ", ".join(report.gone[:3]) + (f" and {len(report.gone) - 3} more" if len(report.gone) > 3 else "")
+            err.print(
+                f"  {len(report.gone)} indexed document(s) whose files are gone from these folders stay searchable "
+                f"({shown}): add --sync to drop them",
+                markup=False,
+            )
         tx.print_report(report)
     if report.failed:
         raise typer.Exit(1)

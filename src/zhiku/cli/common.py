@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from zhiku.errors import ZhikuError
+from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -119,3 +119,13 @@ def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable
 
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+def some_path_exists(paths: list[Path]) -> None:
+    """A typo in the only path used to make an empty index in the current folder and report 1 failure."""
+    if paths and not any(p.expanduser().exists() for p in paths):
+        names = ", ".join(str(p) for p in paths)
+        raise InvalidInput(
+            f"no such file or folder: {names} (nothing was ingested; check the path, relative ones start at "
+            f"{Path.cwd()})"
+        )

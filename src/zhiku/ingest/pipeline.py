@@ -139,8 +139,9 @@ class Ingestor:
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
-        removed = self._sync(paths, tasks, collection, dry_run) if sync else []
-        return self._report(tally, started, computed_before, removed=removed, dry_run=dry_run)
+        gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
+        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
+        return report if sync else replace(report, gone=tuple(gone))
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
         """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
