@@ -163,6 +163,26 @@ def test_ingest_of_only_missing_paths_is_an_error_that_writes_nothing(cli, tmp_p
     assert not (tmp_path / "idx").exists()
 
 
+def test_missing_index_errors_say_where_it_was_looked_for(cli, index: Path, tmp_path: Path) -> None:
+    """`--index` given the database file, and `zhiku query` run outside the project folder."""
+    db = index / "zhiku.db"
+    for command in (["query", "试用期"], ["ingest", tmp_path], ["documents"]):
+        r = cli(*command, "--index", db)
+        assert (r.exit_code, r.stdout) == (1, ""), command
+        assert (
+            r.stderr
+            == f"error: --index names the folder that holds the index, not a file: {db} (use --index {index})\n"
+        )
+    r = cli("query", "试用期")  # tmp_path holds no zhiku.yaml and no .zhiku
+    assert r.stderr == (
+        "error: no index at .zhiku: run `zhiku ingest PATH --index .zhiku` first (.zhiku is looked for in "
+        f"{tmp_path}, which has no zhiku.yaml: run zhiku in your project's folder, or give --index the index's "
+        "full path)\n"
+    )
+    (tmp_path / "zhiku.yaml").write_text("collection: hr\n", encoding="utf-8")  # in a project: the plain message
+    assert cli("query", "试用期").stderr == "error: no index at .zhiku: run `zhiku ingest PATH --index .zhiku` first\n"
+
+
 def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path: Path) -> None:
     (corpus / "坏文件.md").write_bytes(b"\x00\x01\x02")
     bad = str((corpus / "坏文件.md").resolve())

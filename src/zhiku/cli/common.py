@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from zhiku.errors import InvalidInput, ZhikuError
-from zhiku.settings import Settings, load_settings
+from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
 
 if TYPE_CHECKING:
     from zhiku.api import KnowledgeBase
@@ -60,9 +60,25 @@ def _errors(as_json: bool = False) -> Iterator[None]:
 
 
 def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
+    """The knowledge base; the two ways a newcomer misses an index get a hint: ``--index`` naming the database
+    file instead of its folder, and a relative index looked for outside the project's folder."""
     from zhiku.api import KnowledgeBase
+    from zhiku.errors import ConfigError, IndexNotFound
 
-    return KnowledgeBase(settings, read_only=read_only)
+    where = settings.index
+    if where.is_file():
+        raise ConfigError(
+            f"--index names the folder that holds the index, not a file: {where} (use --index {where.parent})"
+        )
+    try:
+        return KnowledgeBase(settings, read_only=read_only)
+    except IndexNotFound as e:
+        if where.is_absolute() or Path(DEFAULT_CONFIG_FILE).is_file():
+            raise
+        raise IndexNotFound(
+            f"{e} ({where} is looked for in {Path.cwd()}, which has no {DEFAULT_CONFIG_FILE}: run zhiku in your "
+            "project's folder, or give --index the index's full path)"
+        ) from None
 
 
 @contextmanager
