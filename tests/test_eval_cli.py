@@ -213,6 +213,13 @@ def test_eval_and_experiment_default_to_the_projects_eval_yaml(cli, tmp_path: Pa
     assert {k: implied[k] for k in BM25_METRICS} == {k: named[k] for k in BM25_METRICS}
     experiment = one_json(cli("experiment", "--variants", "bm25", "--json"))
     assert (experiment["dataset"], experiment["queries"]) == ("eval", 8)
+    # the per-category table at 80 columns (piped): one column per category, no value cut to `1.00…`
+    text = cli("eval", "--mode", "bm25").stdout  # CliRunner: not a terminal, 80 columns
+    assert "…" not in text
+    per_category = text[text.index("per category") :].splitlines()
+    assert per_category[2].split() == ["┃", "metric", "┃", "女职工", "┃", "工资", "┃", "年休假", "┃"]
+    assert per_category[4].split() == ["│", "queries", "│", "2", "│", "3", "│", "3", "│"]
+    assert [row.split()[1] for row in per_category[5:13]] == list(BM25_METRICS)[:8]
 
 
 def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> None:
