@@ -39,6 +39,7 @@ from zhiku.cli.common import (
     err,
     out,
     some_path_exists,
+    unsupported_note,
 )
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.retrieval.confidence import check_collection, judge
@@ -115,6 +116,7 @@ def ingest(
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
                 "gone": list(report.gone),
+                "unsupported": dict(report.unsupported),
                 **tx.report_json(report),
             }
         )
@@ -138,6 +140,8 @@ def ingest(
             )
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        if report.unsupported:
+            err.print(f"  {unsupported_note(report.unsupported)}", markup=False)
         if report.gone:
             shown = ", ".join(report.gone[:3]) + (f" and {len(report.gone) - 3} more" if len(report.gone) > 3 else "")
             err.print(

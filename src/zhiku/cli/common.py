@@ -145,3 +145,16 @@ def some_path_exists(paths: list[Path]) -> None:
             f"no such file or folder: {names} (nothing was ingested; check the path, relative ones start at "
             f"{Path.cwd()})"
         )
+
+
+def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
+    """One line for the files a folder held that no loader reads: they used to be skipped without a word."""
+    from zhiku.ingest.loaders import supported_suffixes
+
+    files = sum(n for _, n in counts)
+    kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
+    hint = "; save .doc files as .docx" if any(suffix == ".doc" for suffix, _ in counts) else ""
+    return (
+        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
+        f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
+    )

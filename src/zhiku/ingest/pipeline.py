@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -141,12 +142,13 @@ class Ingestor:
             on_progress(len(tasks), len(tasks), "")
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
         report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
-        return report if sync else replace(report, gone=tuple(gone))
+        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(self._unsupported.items())))
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
         """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
         suffixes = supported_suffixes(self.loaders)
-        tasks, failures = discover(paths, suffixes)
+        self._unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, self._unsupported)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
