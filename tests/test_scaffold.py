@@ -42,6 +42,42 @@ def uncomment(text: str) -> str:
     return "\n".join(re.sub(r"^(\s*)# (?!#)", r"\1", line) for line in text.splitlines())
 
 
+def test_init_in_a_folder_with_documents_adds_no_samples(cli, tmp_path: Path) -> None:
+    """`zhiku init .` in a team's folder used to put three labour-law samples (and an eval.yaml about them) into
+    its docs/, to be ingested and served with the team's documents."""
+    team = tmp_path / "team"
+    (team / "docs" / "制度").mkdir(parents=True)
+    (team / "docs" / "制度" / "考勤.md").write_text("# 考勤\n\n九点上班。\n", encoding="utf-8")
+    report = json.loads(cli("init", team, "--json").stdout)
+    assert (report["samples"], report["kept"]) == (False, [])
+    assert report["written"] == [
+        "zhiku.yaml",
+        "mcp-clients/claude_desktop_config.json",
+        ".cursor/mcp.json",
+        ".vscode/mcp.json",
+        "mcp-clients/cline_mcp_settings.json",
+        "mcp-clients/cherry-studio.json",
+        "mcp-clients/README.md",
+    ]
+    assert report["next"] == [
+        f"cd {team}",
+        "zhiku ingest docs",
+        'zhiku query "一个你的文档能回答的问题"',
+        "zhiku serve",
+    ]
+    assert [p.relative_to(team).as_posix() for p in sorted(team.rglob("*.md"))] == [
+        "docs/制度/考勤.md",
+        "mcp-clients/README.md",
+    ]
+    assert not (team / "eval.yaml").exists()
+    text = cli("init", tmp_path / "empty", "--no-samples").stdout  # asked for: none, an empty docs/ to fill
+    assert "  (no sample documents: docs/ is yours; put the files to serve there)\n" in text
+    assert list((tmp_path / "empty" / "docs").iterdir()) == []
+    forced = json.loads(cli("init", team, "--samples", "--json").stdout)  # asked for: beside the team's files
+    assert forced["samples"] is True
+    assert forced["written"] == ["SOURCES.md", *(f"docs/{name}" for name in SAMPLES), "eval.yaml"]
+
+
 def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     r = cli("init", "proj", "--json")
     assert r.exit_code == 0, r.output
