@@ -158,3 +158,36 @@ def test_settings_reference_is_up_to_date():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
     assert doc.read_text(encoding="utf-8") == settings_reference(), "run `python -m zhiku.settings > docs/settings.md`"
+
+
+def test_relative_paths_in_a_settings_file_are_taken_from_its_folder(tmp_path, monkeypatch):
+    """A desktop client runs `zhiku serve --config /abs/project/zhiku.yaml` from a folder of its own: the file's
+    relative paths used to be looked up there (the server then failed on `text.user_dict: terms.dict`)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "zhiku.yaml").write_text(
+        "index: .zhiku\ntext: {user_dict: terms.dict, synonyms: /etc/syn.txt}\n"
+        "server: {ingest_roots: [docs, /srv/shared]}\nembedding: {cache_dir: ~/cache}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path / "project")  # the file in the current folder: exactly as written
+    here = load_settings()
+    assert (here.index, here.text.user_dict, here.server.ingest_roots) == (
+        Path(".zhiku"),
+        Path("terms.dict"),
+        (Path("docs"), Path("/srv/shared")),
+    )
+    monkeypatch.chdir(tmp_path)
+    for config in (project / "zhiku.yaml", Path("project/zhiku.yaml")):
+        s = load_settings(config)
+        base = config.parent
+        assert (s.index, s.text.user_dict, s.text.synonyms) == (
+            base / ".zhiku",
+            base / "terms.dict",
+            Path("/etc/syn.txt"),
+        )
+        assert s.server.ingest_roots == (base / "docs", Path("/srv/shared"))
+        assert s.embedding.cache_dir == Path("~/cache")  # ~ is the home folder (expanded where used), not the file's
+    monkeypatch.setenv("ZHIKU_INDEX", "elsewhere")  # the environment and flags stay relative to the current folder
+    assert load_settings(project / "zhiku.yaml").index == Path("elsewhere")
+    assert load_settings(project / "zhiku.yaml", index=Path("flag")).index == Path("flag")
