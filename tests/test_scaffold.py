@@ -100,7 +100,7 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
 
     text = (root / "zhiku.yaml").read_text(encoding="utf-8")
     settings = load_settings(root / "zhiku.yaml")
-    assert (settings.index, settings.collection) == (Path(".zhiku"), "docs")
+    assert (settings.index, settings.collection) == (root / ".zhiku", "docs")  # from the file's folder
     assert settings.server.ingest_roots == (root / "docs",)
     assert (
         settings.model_copy(update={"index": Path(".zhiku"), "collection": "default", "server": Settings().server})
