@@ -173,6 +173,7 @@ def _error(r: Result) -> str:
 def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
     missing = tmp_path / "没有"
     assert _error(cli("eval", "--dataset", missing, "--json")) == f"error: dataset folder not found: {missing}"
+    assert _error(cli("eval", "--dataset", "evl.yaml")) == "error: YAML set not found: evl.yaml"  # not a "folder"
 
     partial = write_beir(tmp_path / "缺语料")
     (partial / "corpus.jsonl").unlink()
