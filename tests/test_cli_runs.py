@@ -65,6 +65,14 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert r.exit_code == 0
     assert "no passage matched the filters (--source 'nothing*' --type 'pdf'): loosen or drop them" in r.stderr
     assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
+    guessed = cli("query", "试用期", "--index", index, "--source", "劳动合同法", "--type", "md")  # the usual two misses
+    assert guessed.stderr.strip() == (
+        "no passage matched the filters (--source '劳动合同法' --type 'md'): loosen or drop them; --type is one of "
+        "docx, html, markdown, pdf, text; --source matches the whole source path: '*劳动合同法*' matches it "
+        "anywhere; `zhiku documents` lists the sources and types as ingested"
+    )
+    found = cli("query", "试用期", "--index", index, "--source", "*劳动合同法*", "--type", "markdown", "--json")
+    assert {h["source"] for h in json.loads(found.stdout)["hits"]} == {"劳动合同法.md"}
 
 
 def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path) -> None:  # noqa: F811

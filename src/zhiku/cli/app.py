@@ -36,6 +36,7 @@ from zhiku.cli.common import (
     _print_json,
     _progress,
     _settings,
+    empty_filter_hint,
     err,
     out,
     some_path_exists,
@@ -171,7 +172,10 @@ def query(
         Optional[str], typer.Option("--source", help="Only sources matching this glob, e.g. '劳动合同法*'.")
     ] = None,
     doc_type: Annotated[
-        Optional[str], typer.Option("--type", help="Only documents of this type (markdown, text, …).")
+        Optional[str],
+        typer.Option(
+            "--type", help="Only documents of this type (markdown, text, pdf, docx, html; plugins add theirs)."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     verbose: Annotated[
@@ -234,12 +238,7 @@ def query(
         return
     out.print(answer.markdown, markup=False)
     if not r.hits and (source or doc_type):
-        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
-        err.print(
-            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
-            "and types as ingested",
-            markup=False,
-        )
+        err.print(empty_filter_hint(source, doc_type), markup=False)
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
     if r.rewrite.startswith("fallback"):

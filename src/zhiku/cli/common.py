@@ -158,3 +158,18 @@ def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
         f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
         f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
     )
+
+
+def empty_filter_hint(source: str | None, doc_type: str | None) -> str:
+    """What to change when ``--source``/``--type`` left nothing: a type that no loader has (``md`` for
+    ``markdown``), and a source without ``*`` (it must match the whole path) are the usual misses."""
+    from zhiku.ingest.loaders import default_loaders
+
+    given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+    hint = f"no passage matched the filters ({given}): loosen or drop them"
+    types = sorted({loader.doc_type for loader in default_loaders()})
+    if doc_type and doc_type not in types:
+        hint += f"; --type is one of {', '.join(types)}"
+    if source and not any(c in source for c in "*?["):
+        hint += f"; --source matches the whole source path: '*{source}*' matches it anywhere"
+    return hint + "; `zhiku documents` lists the sources and types as ingested"
