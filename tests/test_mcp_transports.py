@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,6 +155,27 @@ def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path
         )
         assert proc.returncode == 1 and proc.stdout == "", (args, proc)
         assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+def test_a_taken_http_port_fails_fast_with_the_fix(mcp_index: Fixture) -> None:
+    """uvicorn used to print `ERROR: [Errno 98] …` and exit 3, after the models had loaded."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [PYTHON, *serve_args(mcp_index, "--transport", "http", "--port", str(port))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server_env(),
+            cwd=ROOT,
+        )
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f"error: cannot serve HTTP on 127.0.0.1:{port}: Address already in use (another `zhiku serve`?): pass "
+        "--port N (or set server.port), or stop what holds it\n"
+    )
 
 
 def test_serving_an_index_without_documents_warns(mcp_index: Fixture, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ def preflight(settings: Settings) -> None:
 
     if settings.server.transport == "http":
         check_bind(settings.server)
+        check_port_free(settings.server.host, settings.server.port)
     store = open_store(settings, read_only=settings.server.read_only)  # read-only: IndexNotFound when missing
     try:
         empty = not any(c.documents for c in store.collections())
@@ -53,6 +54,25 @@ def preflight(settings: Settings) -> None:
             where,
             where,
         )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail before loading anything when the HTTP port is taken (uvicorn would print `[Errno 98]` and exit 3
+    after the models loaded)."""
+    import socket
+
+    from zhiku.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closing socket is no clash
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            raise ConfigError(
+                f"cannot serve HTTP on {host}:{port}: {e.strerror or e} (another `zhiku serve`?): pass --port N "
+                "(or set server.port), or stop what holds it"
+            ) from None
 
 
 def serve_built(server: MCPServer, settings: Settings) -> None:
