@@ -124,6 +124,19 @@ def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
     assert "WARNING" not in stderr
 
 
+def run_serve(fx: Fixture, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`zhiku serve ARGS` to its end (stdin closed at once), with only the given ZHIKU_* variables."""
+    return subprocess.run(
+        [PYTHON, *serve_args(fx, *args)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(**env),
+        cwd=ROOT,
+    )
+
+
 def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path) -> None:
     cases = [
         (
@@ -145,14 +158,7 @@ def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path
         (["--read-only", "--index", str(tmp_path / "none")], {}, "error: no index at"),
     ]
     for args, env, expected in cases:
-        proc = subprocess.run(
-            [PYTHON, *serve_args(mcp_index, *args)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=server_env(**env),
-            cwd=ROOT,
-        )
+        proc = run_serve(mcp_index, *args, **env)
         assert proc.returncode == 1 and proc.stdout == "", (args, proc)
         assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
 
@@ -163,14 +169,7 @@ def test_a_taken_http_port_fails_fast_with_the_fix(mcp_index: Fixture) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run(
-            [PYTHON, *serve_args(mcp_index, "--transport", "http", "--port", str(port))],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=server_env(),
-            cwd=ROOT,
-        )
+        proc = run_serve(mcp_index, "--transport", "http", "--port", str(port))
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == (
         f"error: cannot serve HTTP on 127.0.0.1:{port}: Address already in use (another `zhiku serve`?): pass "
@@ -189,15 +188,7 @@ def test_serving_an_index_without_documents_warns(mcp_index: Fixture, tmp_path: 
         f"`zhiku ingest PATH --index {typo}` or the ingest_documents tool"
     )
     for _ in range(2):  # created by the first start, still empty at the second
-        proc = subprocess.run(
-            [PYTHON, *serve_args(mcp_index, "--index", str(typo))],
-            input="",
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=server_env(),
-            cwd=ROOT,
-        )
+        proc = run_serve(mcp_index, "--index", str(typo))
         assert (proc.returncode, proc.stdout) == (0, "")
         assert [line[9:] for line in proc.stderr.splitlines() if "WARNING" in line] == [warning]
 
