@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -191,6 +192,40 @@ def test_serving_an_index_without_documents_warns(mcp_index: Fixture, tmp_path: 
         proc = run_serve(mcp_index, "--index", str(typo))
         assert (proc.returncode, proc.stdout) == (0, "")
         assert [line[9:] for line in proc.stderr.splitlines() if "WARNING" in line] == [warning]
+
+
+def test_serve_run_by_a_person_in_a_terminal_says_what_it_waits_for(mcp_index: Fixture) -> None:
+    """`zhiku init` lists `zhiku serve` among the next steps; run in a terminal it used to sit silent, waiting for
+    JSON-RPC on stdin. A client (a pipe, as in every other test here) never sees the line."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [PYTHON, *serve_args(mcp_index)],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=server_env(),
+        cwd=ROOT,
+    )
+    os.close(terminal)
+    try:
+        assert proc.stderr is not None
+        first, second = proc.stderr.readline(), proc.stderr.readline()
+        os.write(controller, b"\x04")  # Ctrl-D: end of input, the server stops
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+    assert first.endswith(f" INFO zhiku.mcp.server: zhiku: serving {mcp_index.index} over stdio\n")
+    assert second[9:] == (
+        "WARNING zhiku.mcp.server: waiting for an MCP client on stdin: MCP clients start this command themselves "
+        "(see mcp-clients/README.md of a `zhiku init` project); to try it by hand, `zhiku serve --transport http` "
+        "and the MCP Inspector. Ctrl-C stops it\n"
+    )
+    assert proc.returncode == 0 and "WARNING" not in rest
 
 
 # -- HTTP -----------------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
     s = settings.server
     if s.transport == "stdio":
         log.info("zhiku: serving %s over stdio", settings.index)
+        if sys.stdin.isatty():  # a person ran it, as `zhiku init` lists it: it seems to hang otherwise
+            log.warning(
+                "waiting for an MCP client on stdin: MCP clients start this command themselves (see "
+                "mcp-clients/README.md of a `zhiku init` project); to try it by hand, `zhiku serve --transport http` "
+                "and the MCP Inspector. Ctrl-C stops it"
+            )
         anyio.run(serve_stdio, server)  # every input line checked first (zhiku.mcp.jsonrpc)
         return
     import uvicorn
