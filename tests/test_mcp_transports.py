@@ -171,10 +171,23 @@ def test_a_taken_http_port_fails_fast_with_the_fix(mcp_index: Fixture) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         proc = run_serve(mcp_index, "--transport", "http", "--port", str(port))
+        dashboard = subprocess.run(  # the same check before Streamlit takes the process over
+            [PYTHON, "-m", "zhiku.cli", "dashboard", "--port", str(port), "--config", str(mcp_index.config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=server_env(),
+            cwd=ROOT,
+        )
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == (
-        f"error: cannot serve HTTP on 127.0.0.1:{port}: Address already in use (another `zhiku serve`?): pass "
+        f"error: cannot serve HTTP on 127.0.0.1:{port}: Address already in use: another `zhiku serve`? pass "
         "--port N (or set server.port), or stop what holds it\n"
+    )
+    assert (dashboard.returncode, dashboard.stdout) == (1, "")
+    assert dashboard.stderr == (
+        f"error: cannot serve the dashboard on 127.0.0.1:{port}: Address already in use: pass --port N, or stop "
+        "what holds it\n"
     )
 
 

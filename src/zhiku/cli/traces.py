@@ -178,6 +178,9 @@ def dashboard(
         settings = load_settings(config, index=index)
         if importlib.util.find_spec("streamlit") is None:
             raise MissingDependency("the dashboard needs Streamlit: pip install 'zhiku[dashboard]'")
+        from zhiku.mcp.http_security import check_port_free
+
+        check_port_free("127.0.0.1", port, what="the dashboard", fix="pass --port N, or stop what holds it")
     from zhiku.dashboard import APP
 
     env = {**os.environ, "ZHIKU_INDEX": str(Path(settings.index).resolve())}

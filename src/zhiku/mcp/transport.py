@@ -34,12 +34,17 @@ def preflight(settings: Settings) -> None:
     """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened. An index
     without documents (read-write: created now when missing) is served with a warning: a typo in a client's
     ``--index`` must not pass unnoticed."""
-    from zhiku.mcp.http_security import check_bind
+    from zhiku.mcp.http_security import check_bind, check_port_free
     from zhiku.stores import open_store
 
     if settings.server.transport == "http":
         check_bind(settings.server)
-        check_port_free(settings.server.host, settings.server.port)
+        check_port_free(
+            settings.server.host,
+            settings.server.port,
+            what="HTTP",
+            fix="another `zhiku serve`? pass --port N (or set server.port), or stop what holds it",
+        )
     store = open_store(settings, read_only=settings.server.read_only)  # read-only: IndexNotFound when missing
     try:
         empty = not any(c.documents for c in store.collections())
@@ -54,25 +59,6 @@ def preflight(settings: Settings) -> None:
             where,
             where,
         )
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Fail before loading anything when the HTTP port is taken (uvicorn would print `[Errno 98]` and exit 3
-    after the models loaded)."""
-    import socket
-
-    from zhiku.errors import ConfigError
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a closing socket is no clash
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            raise ConfigError(
-                f"cannot serve HTTP on {host}:{port}: {e.strerror or e} (another `zhiku serve`?): pass --port N "
-                "(or set server.port), or stop what holds it"
-            ) from None
 
 
 def serve_built(server: MCPServer, settings: Settings) -> None:
