@@ -293,6 +293,8 @@ class Ingestor:
     def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
         """Remove documents of ``collection`` that lived under a given directory and are gone now."""
         roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+        if not roots:  # files named one by one: nothing can be gone (and no listing of the collection)
+            return []
         present = {str(t.path) for t in tasks}
         removed = []
         for doc in self.store.list_documents(collection):
