@@ -173,6 +173,7 @@ def _error(r: Result) -> str:
 def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
     missing = tmp_path / "没有"
     assert _error(cli("eval", "--dataset", missing, "--json")) == f"error: dataset folder not found: {missing}"
+    assert _error(cli("eval", "--dataset", "evl.yaml")) == "error: YAML set not found: evl.yaml"  # not a "folder"
 
     partial = write_beir(tmp_path / "缺语料")
     (partial / "corpus.jsonl").unlink()
@@ -213,6 +214,13 @@ def test_eval_and_experiment_default_to_the_projects_eval_yaml(cli, tmp_path: Pa
     assert {k: implied[k] for k in BM25_METRICS} == {k: named[k] for k in BM25_METRICS}
     experiment = one_json(cli("experiment", "--variants", "bm25", "--json"))
     assert (experiment["dataset"], experiment["queries"]) == ("eval", 8)
+    # the per-category table at 80 columns (piped): one column per category, no value cut to `1.00…`
+    text = cli("eval", "--mode", "bm25").stdout  # CliRunner: not a terminal, 80 columns
+    assert "…" not in text
+    per_category = text[text.index("per category") :].splitlines()
+    assert per_category[2].split() == ["┃", "metric", "┃", "女职工", "┃", "工资", "┃", "年休假", "┃"]
+    assert per_category[4].split() == ["│", "queries", "│", "2", "│", "3", "│", "3", "│"]
+    assert [row.split()[1] for row in per_category[5:13]] == list(BM25_METRICS)[:8]
 
 
 def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput
 from zhiku.llm.settings import JudgeSettings
@@ -240,13 +241,7 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         table.add_row("rerank (queries)", ", ".join(f"{k} {v}" for k, v in sorted(result.rerank.items())))
     out.print(table)
     if len(result.categories) > 1:
-        cats = Table(title="per category")
-        names = list(result.metrics)
-        for col in ("category", "queries", *names):
-            cats.add_column(col)
-        for c, m in result.categories.items():
-            cats.add_row(c, str(int(m["queries"])), *(f"{m[n]:.4f}" for n in names))
-        out.print(cats)
+        out.print(_category_table(result.categories, list(result.metrics)))
     if generation.status == "skipped":
         out.print(f"generation metrics skipped: {generation.reason}", markup=False)
     else:
@@ -256,6 +251,24 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
+
+
+CATEGORY_COLUMNS = 5  # up to this many categories are columns (a metric per row): 80 columns hold them
+
+
+def _category_table(categories: dict[str, dict[str, float]], names: list[str]) -> Table:
+    """Per-category metrics that fit a terminal: with a few categories, one column each and a metric per row (a
+    row per category needs 2 + one column per metric, which 80 columns cut to `1.00…`); numbers never cut."""
+    if len(categories) <= CATEGORY_COLUMNS:
+        table = tables.table(("metric", *categories), whole=("metric", *categories), title="per category")
+        table.add_row("queries", *(str(int(m["queries"])) for m in categories.values()))
+        for n in names:
+            table.add_row(n, *(f"{m[n]:.4f}" for m in categories.values()))
+        return table
+    table = tables.table(("category", "queries", *names), whole=("queries", *names), texts=["category"])
+    for c, m in categories.items():
+        table.add_row(c, str(int(m["queries"])), *(f"{m[n]:.4f}" for n in names))
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -139,13 +140,15 @@ class Ingestor:
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
-        removed = self._sync(paths, tasks, collection, dry_run) if sync else []
-        return self._report(tally, started, computed_before, removed=removed, dry_run=dry_run)
+        gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
+        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
+        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(self._unsupported.items())))
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
         """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
         suffixes = supported_suffixes(self.loaders)
-        tasks, failures = discover(paths, suffixes)
+        self._unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, self._unsupported)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
@@ -290,6 +293,8 @@ class Ingestor:
     def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
         """Remove documents of ``collection`` that lived under a given directory and are gone now."""
         roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+        if not roots:  # files named one by one: nothing can be gone (and no listing of the collection)
+            return []
         present = {str(t.path) for t in tasks}
         removed = []
         for doc in self.store.list_documents(collection):

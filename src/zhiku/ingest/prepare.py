@@ -13,6 +13,7 @@ import logging
 import threading
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from zhiku.embedding.base import Embedder
@@ -119,6 +120,12 @@ class Preparer:
         sha = read[0] = sha256_bytes(data)
         read[1] = len(data)
         existing = self.store.find_document(collection, task.source)
+        if existing is not None and _another_file(existing.path, task.shown):
+            raise IngestError(
+                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
+                "would replace it: ingest the two folders into different collections (-c NAME), or ingest their "
+                "common parent folder so that their names differ"
+            )
         if (
             existing is not None
             and existing.sha256 == sha
@@ -194,3 +201,9 @@ class Preparer:
                 longest_tokens=longest,
             )
         return tokens, len(window.over)
+
+
+def _another_file(stored: str, path: str) -> bool:
+    """The document of this source name came from another file that still exists: two folders ingested into one
+    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
+    return stored != path and Path(stored).is_file()

@@ -94,6 +94,20 @@ def check_bind(server: ServerSettings) -> None:
             )
 
 
+def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
+    """Fail before anything loads when ``host:port`` is taken (uvicorn printed `[Errno 98]` and exited 3 after the
+    models had loaded; Streamlit says "Port N is not available")."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closing socket is no clash
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as e:
+            raise ConfigError(f"cannot serve {what} on {host}:{port}: {e.strerror or e}: {fix}") from None
+
+
 def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
     """``origin`` equals a pattern, or a ``scheme://*`` pattern names its scheme."""
     for p in patterns:

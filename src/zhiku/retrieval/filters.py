@@ -22,17 +22,26 @@ def _names(values: Sequence[str]) -> str:
 
 
 def filter_hint(docs: Sequence[DocRecord], source: str | None, doc_type: str | None) -> str | None:
-    """The filter that matches no document among ``docs`` (those of the searched collections) and what would
+    """Each filter that matches no document among ``docs`` (those of the searched collections) and what would
     match, or None when each filter matches some document (then only their combination, or tags, found nothing)."""
+    problems = []
     if source and not any(fnmatch.fnmatchcase(d.source, source) for d in docs):
         near = sorted({d.source for d in docs if source.strip("*?").lower() in d.source.lower()})
         if near:
-            pattern = f"*{source.strip('*?')}*"
-            return (
+            problems.append(
                 f"source {source!r} matches no document: it is a pattern over the names as ingested, "
-                f"e.g. {_names(near)}; use {pattern!r} or a whole name"
+                f"e.g. {_names(near)}; use '*{source.strip('*?')}*' or a whole name"
             )
-        return f"source {source!r} matches no document; sources here: {_names(sorted({d.source for d in docs}))}"
+        else:
+            problems.append(
+                f"source {source!r} matches no document; sources here: {_names(sorted({d.source for d in docs}))}"
+            )
     if doc_type and doc_type not in {d.doc_type for d in docs}:
-        return f"type {doc_type!r} matches no document; types here: {', '.join(sorted({d.doc_type for d in docs}))}"
-    return None
+        from zhiku.ingest.loaders import default_loaders
+
+        known = sorted({loader.doc_type for loader in default_loaders()})
+        problems.append(
+            f"type {doc_type!r} matches no document; types here: {', '.join(sorted({d.doc_type for d in docs}))}"
+            + ("" if doc_type in known else f" (a type is one of {', '.join(known)})")
+        )
+    return "; ".join(problems) or None
