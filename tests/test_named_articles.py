@@ -35,6 +35,26 @@ def test_the_named_laws_article_comes_first() -> None:
     assert order(named_articles_first(FUSED, "勞動合同法第八十二條", normalize))[0] == "c2"
 
 
+def test_two_laws_and_two_articles_pair_each_article_with_the_law_named_before_it() -> None:
+    hits = [
+        hit(LABOUR, "中华人民共和国劳动法 > 第十二章 法律责任 > 第八十二条、第八十三条", 0),
+        hit(CONTRACT, "中华人民共和国劳动合同法 > 第四章 > 第四十四条", 1),
+        hit(CONTRACT, "中华人民共和国劳动合同法 > 第七章 法律责任 > 第八十二条", 2),
+        hit(LABOUR, "中华人民共和国劳动法 > 第四章 > 第四十四条", 3),
+    ]
+    normalize = TextProcessor().normalize
+    # was: 劳动法's 第八十二条 and 劳动合同法's 第四十四条 counted as asked, 劳动法 第四十四条 left fourth
+    assert order(named_articles_first(hits, "劳动法第四十四条和劳动合同法第八十二条", normalize)) == [
+        "c2",
+        "c3",
+        "c0",
+        "c1",
+    ]
+    # a law named after the article (or once for several) is the law of each of them
+    assert order(named_articles_first(hits, "第八十二条，劳动合同法", normalize)) == ["c2", "c0", "c1", "c3"]
+    assert order(named_articles_first(hits, "劳动合同法第四十四条、第八十二条", normalize)) == ["c1", "c2", "c0", "c3"]
+
+
 def test_without_a_named_law_every_hit_holding_the_article_comes_first() -> None:
     assert order(named_articles_first(FUSED, "第八十三条")) == ["c0", "c1", "c2", "c3"]
     assert order(named_articles_first(FUSED[::-1], "第八十二条")) == ["c2", "c0", "c3", "c1"]

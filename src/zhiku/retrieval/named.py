@@ -4,9 +4,9 @@ named law come first.
 Laws number their articles alike, so fusion may rank another law's 第八十二条 (or the neighbour of the named
 article) above the one asked for. When the question names articles (第…条, spelled: ``article_numbers`` turns
 第82条 into 第八十二条) and one or more documents (by the source file's name without extension or date, or by
-the title heading of its sections, 中华人民共和国 left off), the hits of a named document whose section holds a
-named article move to the front, in their fused order; without a named document, the hits holding a named
-article do. Nothing else changes, and a question naming no article is left as it is.
+the title heading of its sections, 中华人民共和国 left off), the hits holding a named article of the document named
+for it (the name just before the article, else any named) move to the front, in their fused order; without a
+named document, the hits holding a named article do. Nothing else changes, and a question naming no article is left as it is.
 """
 
 from __future__ import annotations
@@ -31,14 +31,31 @@ def names_of(hit: Hit) -> set[str]:
     return {n.removeprefix(_PREFIX) for n in names if len(n.removeprefix(_PREFIX)) >= 2}
 
 
+def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
+    """Each article the question names, with the documents it is asked of: the name just before it (劳动法第四十四条和
+    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none."""
+    anywhere = {n for n in names if n in text}
+    out, start = [], 0
+    for m in _ARTICLE.finditer(text):
+        before = [(text.rfind(n, start, m.start()), len(n), n) for n in anywhere]
+        nearest = max((b for b in before if b[0] >= 0), default=None)
+        out.append((m.group(0), {nearest[2]} if nearest else anywhere))
+        start = m.end()
+    return out
+
+
 def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[Hit]:
-    """``hits`` with those holding an article the question names (of a document it names, if it names any) first;
-    ``question`` with its article numbers spelled (第八十二条)."""
+    """``hits`` with those holding an article the question names (of the document it names for that article, if
+    any) first; ``question`` with its article numbers spelled (第八十二条)."""
     text = normalize(question)
-    asked = set(_ARTICLE.findall(text))
-    if not asked:
+    if not _ARTICLE.search(text):
         return list(hits)
-    named = [any(normalize(n) in text for n in names_of(h)) for h in hits]
-    holds = [bool(asked & set(split_label(h.chunk.section)[1])) for h in hits]
-    first = [n for n, h in enumerate(hits) if holds[n] and (named[n] or not any(named))]
+    names = [{normalize(n) for n in names_of(h)} for h in hits]
+    asked = _owners(text, set().union(*names))
+    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    first = [
+        n
+        for n in range(len(hits))
+        if any(article in labels[n] and (not owners or owners & names[n]) for article, owners in asked)
+    ]
     return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
