@@ -127,6 +127,29 @@ def test_filters_and_budget(mcp_index: Fixture) -> None:
     assert s["citations"][0]["truncated"] is True and s["citations"][0]["text"].endswith("…")
 
 
+def test_a_filter_that_leaves_nothing_is_answered_in_the_compact_form_too(mcp_index: Fixture) -> None:
+    # the compact structuredContent (the default) dropped the required `confidence` when it was None: the SDK's
+    # output validation then failed the call with INTERNAL_ERROR instead of the note saying which filter missed
+    compact = merge(mcp_index.settings, server={"structured_passages": False})
+
+    async def body(c: Client) -> Any:
+        return await c.call_tool(
+            "query_knowledge_hub", {"query": "产假", "filters": {"source": "女职工*", "doc_type": "pdf"}}
+        )
+
+    r = with_client(build_server(compact), body)
+    assert not r.is_error, r.content[0].text
+    assert r.structured_content == {
+        "mode": "hybrid",
+        "citations": [],
+        "low_confidence": True,
+        "confidence": None,
+        "cache": "miss",
+        "note": "没有符合过滤条件的段落 / No passage matches the filters: type 'pdf' matches no document; "
+        "types here: markdown.",
+    }
+
+
 def test_low_confidence_is_flagged_and_never_cached(mcp_index: Fixture) -> None:
     strict = merge(mcp_index.settings, server={"min_score": 0.88})
 

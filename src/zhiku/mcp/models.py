@@ -151,12 +151,14 @@ class QueryResult(_Out):
         rerank off). A client forwarding both blocks pays for each passage once, and ~45 characters a citation."""
         if self._passages:
             return self.model_dump(mode=mode)
-        return self.model_dump(
+        compact = self.model_dump(
             mode=mode,
             exclude_none=True,
             exclude_defaults=True,
             exclude={"query": True, "answer": True, "citations": {"__all__": FULL_ONLY}},
         )
+        compact.setdefault("confidence", None)  # required, and None when nothing matched (a filter left nothing)
+        return compact
 
 
 FULL_ONLY = {
