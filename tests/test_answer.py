@@ -175,3 +175,24 @@ def test_articles_are_kept_whole_when_none_or_all_hold_the_most_terms():
     assert exact_articles(three, ["加班", "违章"])[0] == f"{ART_31}\n\n{ART_32}"
     odd = _hit(1, f"{ART_31}\n\n{ART_32}", section="劳动合同法 > 第三十一条、第三十三条")
     assert exact_articles(odd, ["加班"]) == (odd.chunk.text, "劳动合同法 > 第三十一条、第三十三条")
+
+
+def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_suggests_asking_in_chinese():
+    # "maternity leave days" over the laws: right articles, cosine 0.80 < 0.88 (产假多少天: 0.92, right, confident)
+    tip = (
+        "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually "
+    )
+    tip += "matches them better.\n\n**最接近的段落 / Closest passages**"
+    low = build_answer("maternity leave days", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True)
+    assert tip in low.markdown
+    assert (
+        tip
+        not in build_answer("如何做红烧肉", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown
+    )
+    assert (
+        tip
+        not in build_answer(
+            "leave", "hybrid", [_hit(1, "Annual leave is 5 days.")], AnswerSettings(), low_confidence=True
+        ).markdown
+    )
+    assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)], AnswerSettings()).markdown

@@ -21,6 +21,11 @@ LOW_CONFIDENCE_NOTE = (
     "No passage in the knowledge base matches this question closely: the nearest ones follow, shortened; "
     "they may not answer it, so check them before relying on them."
 )
+FOREIGN_QUESTION_TIP = (
+    "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually matches "
+    "them better."
+)
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
@@ -178,7 +183,10 @@ def _render(
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
         return "\n".join(lines)
     if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
-        lines += [LOW_CONFIDENCE_NOTE, "", "**最接近的段落 / Closest passages**", ""]
+        lines += [LOW_CONFIDENCE_NOTE, ""]
+        if not _HAN.search(query) and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits):
+            lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
+        lines += ["**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     for n, (whole, section) in enumerate(shown, 1):
