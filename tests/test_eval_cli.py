@@ -231,3 +231,21 @@ def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> 
     )
     assert _error(cli("eval", "--json")) == expected
     assert _error(cli("experiment", "--variants", "bm25", "--json")) == expected
+
+
+def test_per_category_numbers_stay_whole_under_long_category_names() -> None:
+    """Category names are the headers of the per-category table: with names as long as the documents' titles,
+    headers that could not fold squeezed the numbers back to `0.8…` at 80 columns."""
+    from rich.console import Console
+
+    from zhiku.cli.eval import _category_table
+
+    names = ["hit@5", "mrr@10", "ndcg@10", "recall@10"]
+    titles = ["女职工劳动保护特别规定", "工资支付暂行规定", "职工带薪年休假条例", "劳动合同解除", "经济补偿"]
+    console = Console(width=80, record=True)
+    console.print(_category_table({t: {"queries": 3.0, **dict.fromkeys(names, 0.8765)} for t in titles}, names))
+    text = console.export_text()
+    assert "…" not in text
+    rows = [line.split() for line in text.splitlines() if line.startswith("│")]
+    assert [row[1] for row in rows] == ["queries", *names]
+    assert [row[3::2] for row in rows] == [["3"] * 5] + [["0.8765"] * 5] * 4

@@ -260,7 +260,8 @@ def _category_table(categories: dict[str, dict[str, float]], names: list[str]) -
     """Per-category metrics that fit a terminal: with a few categories, one column each and a metric per row (a
     row per category needs 2 + one column per metric, which 80 columns cut to `1.00…`); numbers never cut."""
     if len(categories) <= CATEGORY_COLUMNS:
-        table = tables.table(("metric", *categories), whole=("metric", *categories), title="per category")
+        # a long category name folds in its header; a number on one line is narrower than any header
+        table = tables.table(("metric", *categories), whole=("metric",), texts=tuple(categories), title="per category")
         table.add_row("queries", *(str(int(m["queries"])) for m in categories.values()))
         for n in names:
             table.add_row(n, *(f"{m[n]:.4f}" for m in categories.values()))
