@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+
 from test_cli import cli, index  # noqa: F401  (fixtures)
-from zhiku.cli.traces_view import RUN_GAP_S, group_runs
+from zhiku.cli.traces_view import RUN_GAP_S, Run, group_runs, print_history
 from zhiku.observability.trace import Trace
 from zhiku.types import IngestionRecord
 
@@ -124,3 +126,17 @@ def test_ids_and_paths_survive_an_80_column_table(cli, index: Path, corpus: Path
     missing = cli("traces", "--index", index, "--id", "zz")
     assert missing.exit_code == 1
     assert missing.stderr.strip() == f"error: no trace 'zz' in {index / 'traces.jsonl'} (list them with `zhiku traces`)"
+
+
+def test_history_without_errors_has_no_error_column(tmp_path: Path) -> None:
+    """The error column is left out when no record has one; the rows still passed six cells, and Rich added a
+    sixth column without a header for them, blank all the way down."""
+    runs = [Run(0.0, None, (record(str(tmp_path / "a.md"), 0.0),))]
+    console = Console(width=80, record=True)
+    print_history(console, runs)
+    header = console.export_text().splitlines()[1]
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["time", "status", "collection", "path", "chunks"]
+    failed = IngestionRecord(str(tmp_path / "b.md"), "default", None, None, "failed", "bad", 0, 0.0)
+    print_history(console := Console(width=80, record=True), [Run(0.0, None, (failed,))])
+    header = console.export_text().splitlines()[1]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["time", "status", "collection", "path", "chunks", "error"]

@@ -76,6 +76,11 @@ def test_init_in_a_folder_with_documents_adds_no_samples(cli, tmp_path: Path) ->
     forced = json.loads(cli("init", team, "--samples", "--json").stdout)  # asked for: beside the team's files
     assert forced["samples"] is True
     assert forced["written"] == ["SOURCES.md", *(f"docs/{name}" for name in SAMPLES), "eval.yaml"]
+    fresh = tmp_path / "fresh"  # a new repository's placeholder and a Finder file are no documents: samples
+    (fresh / "docs" / ".git").mkdir(parents=True)
+    for hidden in (".gitkeep", ".DS_Store", ".git/HEAD"):
+        (fresh / "docs" / hidden).write_text("x", encoding="utf-8")
+    assert json.loads(cli("init", fresh, "--json").stdout)["samples"] is True
 
 
 def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:

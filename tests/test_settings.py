@@ -191,3 +191,28 @@ def test_relative_paths_in_a_settings_file_are_taken_from_its_folder(tmp_path, m
     monkeypatch.setenv("ZHIKU_INDEX", "elsewhere")  # the environment and flags stay relative to the current folder
     assert load_settings(project / "zhiku.yaml").index == Path("elsewhere")
     assert load_settings(project / "zhiku.yaml", index=Path("flag")).index == Path("flag")
+
+
+def test_a_model_folder_in_a_settings_file_is_taken_from_its_folder(tmp_path, monkeypatch):
+    """`embedding.model` / `rerank.model` name a Hugging Face id or a local folder: a folder written relative to the
+    settings file was looked up in the client's own folder (index and user_dict were anchored, the model not), so
+    `zhiku serve --config /abs/zhiku.yaml` could not find it. Ids and served names stay as written."""
+    project = tmp_path / "project"
+    (project / "models" / "bge").mkdir(parents=True)
+    (project / "zhiku.yaml").write_text(
+        "embedding: {provider: sentence-transformers, model: models/bge}\n"
+        "rerank: {provider: cross-encoder, model: ./models/reranker}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(project / "zhiku.yaml")
+    assert (s.embedding.model, s.rerank.model) == (str(project / "models/bge"), str(project / "models/reranker"))
+    (project / "zhiku.yaml").write_text(
+        "embedding: {provider: sentence-transformers, model: BAAI/bge-large-zh-v1.5}\n"
+        "rerank: {provider: llm, model: qwen-plus, base_url: 'http://127.0.0.1:9/v1'}\n",
+        encoding="utf-8",
+    )
+    s = load_settings(project / "zhiku.yaml")
+    assert (s.embedding.model, s.rerank.model) == ("BAAI/bge-large-zh-v1.5", "qwen-plus")
+    monkeypatch.chdir(project)  # the file in the current folder: exactly as written
+    assert load_settings().embedding.model == "BAAI/bge-large-zh-v1.5"

@@ -118,6 +118,15 @@ def _is_path(annotation: Any) -> bool:
     return annotation is Path or any(_is_path(a) for a in typing.get_args(annotation))
 
 
+# Settings that name a Hugging Face id, a served model's name, or a local folder (`embedding.model: ./models/bge`)
+_MODEL_OR_FOLDER = ((EmbeddingSettings, "model"), (RerankSettings, "model"))
+
+
+def _names_folder(value: str, base: Path) -> bool:
+    """A model setting that names a folder: ``./x`` or ``../x`` (never a hub id), or one beside the file."""
+    return not Path(value).expanduser().is_absolute() and (value.startswith(".") or (base / value).is_dir())
+
+
 def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[str, Any]:
     """``data`` (a settings file's) with its relative paths taken from the file's folder ``base``, not from
     wherever the command runs: a desktop client starts `zhiku serve --config /abs/zhiku.yaml` in a folder of its
@@ -131,6 +140,8 @@ def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[
         if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
             out[key] = _anchored(value, ann, base)
         elif _is_path(ann) and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            out[key] = str(base / value)
+        elif (model, key) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
             out[key] = str(base / value)
         elif _is_path(ann) and isinstance(value, list):
             out[key] = [
@@ -200,7 +211,8 @@ def settings_reference() -> str:
         "",
         "Set each key in `zhiku.yaml` (nested as shown), as an environment variable `ZHIKU_SECTION__KEY`, or with",
         "the matching CLI flag. Precedence: flags > environment > `zhiku.yaml` > defaults. A relative path in a",
-        "settings file is taken from the file's folder (`zhiku serve --config /abs/zhiku.yaml` works from anywhere);",
+        "settings file (a model's local folder too: `./models/bge`) is taken from the file's folder",
+        "(`zhiku serve --config /abs/zhiku.yaml` works from anywhere);",
         "in a variable or a flag, from the current folder. Typos are errors: an unknown key or section, and a",
         "variable with one underscore where two belong (`ZHIKU_RETRIEVAL_TOP_K`).",
         "",

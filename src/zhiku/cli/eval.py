@@ -241,7 +241,8 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         table.add_row("rerank (queries)", ", ".join(f"{k} {v}" for k, v in sorted(result.rerank.items())))
     out.print(table)
     if len(result.categories) > 1:
-        out.print(_category_table(result.categories, list(result.metrics)))
+        for cats in _category_tables(result.categories, list(result.metrics)):
+            out.print(cats)
     if generation.status == "skipped":
         out.print(f"generation metrics skipped: {generation.reason}", markup=False)
     else:
@@ -253,22 +254,27 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         )
 
 
-CATEGORY_COLUMNS = 5  # up to this many categories are columns (a metric per row): 80 columns hold them
+CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a metric per row): 80 columns hold them
 
 
-def _category_table(categories: dict[str, dict[str, float]], names: list[str]) -> Table:
-    """Per-category metrics that fit a terminal: with a few categories, one column each and a metric per row (a
-    row per category needs 2 + one column per metric, which 80 columns cut to `1.00…`); numbers never cut."""
-    if len(categories) <= CATEGORY_COLUMNS:
-        table = tables.table(("metric", *categories), whole=("metric", *categories), title="per category")
-        table.add_row("queries", *(str(int(m["queries"])) for m in categories.values()))
+def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
+    """Per-category metrics that fit a terminal: one column per category and a metric per row, in tables of
+    ``CATEGORY_COLUMNS`` categories (a row per category needs 2 + one column per metric: 80 columns cut the
+    numbers to `0.87…` and blanked the category names); numbers never cut."""
+    items = list(categories.items())
+    out = []
+    for start in range(0, len(items), CATEGORY_COLUMNS):
+        part = dict(items[start : start + CATEGORY_COLUMNS])
+        title = "per category"
+        if len(items) > CATEGORY_COLUMNS:
+            title += f" ({start + 1}–{start + len(part)} of {len(items)})"
+        # a long category name folds in its header; a number on one line is narrower than any header
+        table = tables.table(("metric", *part), whole=("metric",), texts=tuple(part), title=title)
+        table.add_row("queries", *(str(int(m["queries"])) for m in part.values()))
         for n in names:
-            table.add_row(n, *(f"{m[n]:.4f}" for m in categories.values()))
-        return table
-    table = tables.table(("category", "queries", *names), whole=("queries", *names), texts=["category"])
-    for c, m in categories.items():
-        table.add_row(c, str(int(m["queries"])), *(f"{m[n]:.4f}" for n in names))
-    return table
+            table.add_row(n, *(f"{m[n]:.4f}" for m in part.values()))
+        out.append(table)
+    return out
 
 
 def register(app: typer.Typer) -> None:

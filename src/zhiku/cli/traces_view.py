@@ -99,12 +99,12 @@ def print_history(console: Console, runs: Sequence[Run]) -> None:
             counts[r.status] = counts.get(r.status, 0) + 1
         label = f"── run (trace {run.trace_id})" if run.trace_id else "── run"
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-        table.add_row(when(run.started_at), summary, "", label, "", "", style="bold")
+        table.add_row(*(when(run.started_at), summary, "", label, "", "")[: len(names)], style="bold")
         for r in run.records:
             path = Path(r.path)
             shown = str(path.relative_to(here)) if path.is_absolute() and path.is_relative_to(here) else r.path
             cells = [time.strftime("  %H:%M:%S", time.localtime(r.at)), r.status, r.collection, shown]
-            table.add_row(*cells, str(r.chunk_count), r.error or "")
+            table.add_row(*[*cells, str(r.chunk_count), r.error or ""][: len(names)])  # a 6th cell: a column
         if i < len(runs) - 1:
             table.add_section()
     console.print(table)

@@ -32,7 +32,15 @@ from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
 from zhiku.ingest.prefetch import Gate, prefetch
-from zhiku.ingest.prepare import STOP_CODES, Loaded, Prepared, Preparer, doc_id_for, sha256_bytes
+from zhiku.ingest.prepare import (
+    STOP_CODES,
+    Loaded,
+    Prepared,
+    Preparer,
+    doc_id_for,
+    one_file_per_source,
+    sha256_bytes,
+)
 from zhiku.ingest.progress import chunk_note
 from zhiku.ingest.transforms.stage import TransformStage
 from zhiku.observability.tracing import span
@@ -129,6 +137,8 @@ class Ingestor:
         started = time.perf_counter()
         self._needs_ocr = []
         tasks, failures = self._tasks(paths)
+        tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
+        failures.extend(clashes)
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
             for f in failures:
                 self.store.record_ingestion(
@@ -143,6 +153,10 @@ class Ingestor:
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
         report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
         return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(self._unsupported.items())))
+
+    def _stored_path(self, collection: str, source: str) -> str | None:
+        doc = self.store.find_document(collection, source)
+        return None if doc is None else doc.path
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
         """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""

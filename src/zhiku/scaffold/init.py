@@ -54,10 +54,14 @@ def project_yaml(root: Path) -> str:
 
 
 def own_documents(root: Path) -> bool:
-    """``root/docs`` already holds files that are not the samples: a team's folder, not a new project."""
+    """``root/docs`` already holds files that are not the samples: a team's folder, not a new project. Hidden
+    files (``.gitkeep``, ``.DS_Store``) are no documents: ``zhiku ingest`` skips them."""
     docs = root / DOCS
     samples = {Path(rel).name for rel in sample_files() if rel.startswith(f"{DOCS}/")}
-    return docs.is_dir() and any(p.is_file() and p.name not in samples for p in docs.rglob("*"))
+    return docs.is_dir() and any(
+        p.is_file() and p.name not in samples and not any(part.startswith(".") for part in p.relative_to(docs).parts)
+        for p in docs.rglob("*")
+    )
 
 
 def create_project(root: Path, *, force: bool = False, samples: bool | None = None) -> InitReport:
