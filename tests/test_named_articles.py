@@ -87,3 +87,29 @@ def test_a_search_naming_a_law_and_article_ranks_that_article_first(tmp_path, em
     for question, hits in found.items():
         assert [h.chunk.source for h in hits] == ["劳动合同法.md", "劳动法.md"], question
     assert [h.chunk.source for h in fused] == ["劳动法.md", "劳动合同法.md"]
+
+
+def test_articles_named_but_held_by_no_passage_are_listed() -> None:
+    from zhiku.retrieval.named import articles_not_found
+
+    normalize = TextProcessor().normalize
+    # 劳动合同法 has no 第二百条: five unrelated passages came back and nothing said so
+    assert articles_not_found(FUSED, "劳动合同法第二百条", normalize) == ["劳动合同法 第二百条"]
+    assert articles_not_found(FUSED, "劳动合同法第八十二条", normalize) == []
+    assert articles_not_found(FUSED, "劳动合同法第八十一条和第八十三条", normalize) == ["劳动合同法 第八十一条"]
+    assert articles_not_found(FUSED, "第九十条", normalize) == ["第九十条"]  # no document named
+    assert articles_not_found(FUSED, "劳动合同法规定的经济补偿", normalize) == []
+
+
+def test_the_answer_says_which_named_article_no_passage_holds() -> None:
+    from zhiku.retrieval.answer import build_answer
+    from zhiku.settings import AnswerSettings
+
+    normalize = TextProcessor().normalize
+    md = build_answer("劳动合同法第200条", "hybrid", FUSED[:3], AnswerSettings(), normalize=normalize).markdown
+    assert md.startswith(
+        "**检索问题 / Query:** 劳动合同法第200条\n\n"
+        "> 注意 / Note: 劳动合同法 第二百条 不在找到的段落中 / not among the passages found.\n\n[1] "
+    )
+    found = build_answer("劳动合同法第82条", "hybrid", FUSED[:3], AnswerSettings(), normalize=normalize).markdown
+    assert "注意 / Note" not in found

@@ -12,8 +12,10 @@ from collections.abc import Callable, Sequence
 
 from zhiku.ingest.chunk_units import ARTICLE_RE
 from zhiku.retrieval.context import split_label
+from zhiku.retrieval.named import articles_not_found
 from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import AnswerSettings
+from zhiku.text import article_numbers
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
 LOW_CONFIDENCE_NOTE = (
@@ -182,6 +184,9 @@ def _render(
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
         return "\n".join(lines)
+    missing = articles_not_found(hits, article_numbers(normalize(query)), normalize)
+    if missing:  # a question naming an article that none of the passages holds (劳动合同法第200条)
+        lines += [f"> 注意 / Note: {'，'.join(missing)} 不在找到的段落中 / not among the passages found.", ""]
     if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
         lines += [LOW_CONFIDENCE_NOTE, ""]
         if not _HAN.search(query) and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits):

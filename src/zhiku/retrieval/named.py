@@ -59,3 +59,18 @@ def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable
         if any(article in labels[n] and (not owners or owners & names[n]) for article, owners in asked)
     ]
     return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
+
+
+def articles_not_found(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[str]:
+    """The articles the question names (``名称 第…条`` when it names their document) that no hit holds: 劳动合同法
+    has no 第二百条, and five unrelated passages said nothing of it. ``question`` with its article numbers spelled."""
+    text = normalize(question)
+    if not _ARTICLE.search(text):
+        return []
+    names = [{normalize(n) for n in names_of(h)} for h in hits]
+    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    missing = []
+    for article, owners in _owners(text, set().union(*names)):
+        if not any(article in labels[n] and (not owners or owners & names[n]) for n in range(len(hits))):
+            missing.append(f"{'、'.join(sorted(owners))} {article}" if owners else article)
+    return list(dict.fromkeys(missing))
