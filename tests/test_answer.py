@@ -56,6 +56,28 @@ def test_low_confidence_is_flagged():
     assert "低置信度 / Low confidence" in a.markdown
 
 
+def test_a_low_confidence_answer_says_so_first_and_shows_the_nearest_passages_short():
+    # 如何做红烧肉 over labour law: five full 400-character articles under a one-line warning read as an answer
+    long = "第十六条 本规定自公布之日起施行。" + "女职工禁忌从事的劳动范围包括矿山井下作业。" * 20
+    hits = [_hit(1, long), _hit(2, TEXT)]
+    a = build_answer("如何做红烧肉", "hybrid", hits, AnswerSettings(), low_confidence=True)
+    assert a.markdown == (
+        "**检索问题 / Query:** 如何做红烧肉\n\n"
+        "> ⚠️ 低置信度 / Low confidence: 知识库中没有找到与问题足够相关的内容，以下段落可能答非所问。"
+        "No passage in the knowledge base matches this question closely: the nearest ones follow, shortened; "
+        "they may not answer it, so check them before relying on them.\n\n"
+        "**最接近的段落 / Closest passages**\n\n"
+        f"[1] {long[: 17 + 21 * 4]}… (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
+        f"[2] {TEXT} (劳动合同法 > 第二章 劳动合同的订立 > 第十九条)\n\n"
+        "**来源 / Sources**\n\n"
+        "[1] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条\n"
+        "[2] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    )
+    assert [c.text for c in a.citations] == [long, TEXT]  # the structured citations keep the whole passages
+    sure = build_answer("q", "hybrid", hits, AnswerSettings(), low_confidence=False).markdown
+    assert "最接近的段落" not in sure and long[:390] in sure  # a confident answer shows 400-character snippets
+
+
 def test_snippet_cuts_at_sentence_end():
     assert snippet(TEXT, 45) == "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。…"
     assert snippet("甲乙丙丁戊己庚辛", 5) == "甲乙丙丁…"
@@ -112,3 +134,65 @@ def test_answer_uses_query_terms_for_snippets():
     long_text = "无关的开头内容。" * 60 + "试用期不得超过六个月。"
     a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(snippet_chars=60), terms=["试用期"])
     assert "[1] …" in a.markdown and "试用期不得超过六个月。" in a.markdown
+
+
+ART_31 = "第三十一条 用人单位应当严格执行劳动定额标准，不得强迫或者变相强迫劳动者加班。用人单位安排加班的，应当按照国家有关规定向劳动者支付加班费。"
+ART_32 = "第三十二条 劳动者拒绝用人单位管理人员违章指挥、强令冒险作业的，不视为违反劳动合同。"
+SEC_31_32 = "劳动合同法 > 第三章 劳动合同的履行和变更 > 第三十一条、第三十二条"
+
+
+def test_a_passage_of_several_articles_quotes_and_cites_the_one_that_answers():
+    hit = _hit(1, f"{ART_31}\n\n{ART_32}", section=SEC_31_32)
+    a = build_answer("加班费怎么算", "hybrid", [hit], AnswerSettings(), terms=["加班", "班费", "加班费", "算"])
+    sec_31 = "劳动合同法 > 第三章 劳动合同的履行和变更 > 第三十一条"
+    assert a.markdown == (
+        "**检索问题 / Query:** 加班费怎么算\n\n"
+        f"[1] {ART_31} ({sec_31})\n\n"
+        "**来源 / Sources**\n\n"
+        f"[1] 劳动合同法(2012-12-28).md, {sec_31}"
+    )
+    assert (a.citations[0].section, a.citations[0].text) == (SEC_31_32, f"{ART_31}\n\n{ART_32}")  # all of it
+
+
+def test_articles_are_kept_whole_when_none_or_all_hold_the_most_terms():
+    from zhiku.retrieval.answer import exact_articles
+
+    hit = _hit(1, f"{ART_31}\n\n{ART_32}", section=SEC_31_32)
+    assert exact_articles(hit, ["劳动者"]) == (hit.chunk.text, SEC_31_32)  # both hold it
+    assert exact_articles(hit, ["红烧肉"]) == (hit.chunk.text, SEC_31_32)  # neither does
+    assert exact_articles(hit, []) == (hit.chunk.text, SEC_31_32)
+    assert exact_articles(hit, ["违章", "加班", "指挥"]) == (
+        ART_32,
+        "劳动合同法 > 第三章 劳动合同的履行和变更 > 第三十二条",
+    )
+    # ties keep each article with the most terms; a label the text does not match leaves the passage as it is
+    three = _hit(
+        1,
+        f"{ART_31}\n\n{ART_32}\n\n第三十三条 用人单位变更名称的，不影响劳动合同的履行。",
+        section=SEC_31_32 + "、第三十三条",
+    )
+    assert exact_articles(three, ["加班", "违章"])[1].endswith(" > 第三十一条、第三十二条")
+    assert exact_articles(three, ["加班", "违章"])[0] == f"{ART_31}\n\n{ART_32}"
+    odd = _hit(1, f"{ART_31}\n\n{ART_32}", section="劳动合同法 > 第三十一条、第三十三条")
+    assert exact_articles(odd, ["加班"]) == (odd.chunk.text, "劳动合同法 > 第三十一条、第三十三条")
+
+
+def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_suggests_asking_in_chinese():
+    # "maternity leave days" over the laws: right articles, cosine 0.80 < 0.88 (产假多少天: 0.92, right, confident)
+    tip = (
+        "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually "
+    )
+    tip += "matches them better.\n\n**最接近的段落 / Closest passages**"
+    low = build_answer("maternity leave days", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True)
+    assert tip in low.markdown
+    assert (
+        tip
+        not in build_answer("如何做红烧肉", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown
+    )
+    assert (
+        tip
+        not in build_answer(
+            "leave", "hybrid", [_hit(1, "Annual leave is 5 days.")], AnswerSettings(), low_confidence=True
+        ).markdown
+    )
+    assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)], AnswerSettings()).markdown

@@ -33,3 +33,35 @@ def test_the_answer_sets_a_table_off_as_its_own_block() -> None:
     assert f"[1]\n\n{TABLE}\n\n(第三章 > 表 1)\n\n**来源 / Sources**" in md
     prose = build_answer("q", "bm25", [hit("第一段\n第二段")], AnswerSettings()).markdown
     assert "[1] 第一段 第二段 (第三章 > 表 1)\n" in prose
+
+
+CODE = "```\n\\documentclass[green]{elegantbook} %or\n\\documentclass[color=green]{elegantbook}\n```"
+WITH_CODE = f"调用颜色主题 green 的方法为\n\n{CODE}\n\n另外还有\n一个选项。"
+
+
+def test_code_blocks_keep_their_lines_and_cuts_close_them() -> None:
+    # a code block flattened onto one line (``` \documentclass… %or \documentclass… ```) was unreadable
+    assert flatten(WITH_CODE) == f"调用颜色主题 green 的方法为\n\n{CODE}\n\n另外还有 一个选项。"
+    assert snippet(WITH_CODE, 200) == flatten(WITH_CODE)
+    # a cut inside the block keeps whole lines and closes it: an open fence would turn the rest of the answer to code
+    assert (
+        snippet(WITH_CODE, 70)
+        == "调用颜色主题 green 的方法为\n\n```\n\\documentclass[green]{elegantbook} %or\n```\n\n…"
+    )
+    assert snippet(WITH_CODE, 25) == "调用颜色主题 green 的方法为\n\n…"  # no whole line fits: end before the block
+    assert (
+        snippet(f"{CODE}\n\n下文。" * 2, len(CODE) + 3) == f"{CODE}\n\n…"
+    )  # a cut just after a block: "```…" stays open
+    # a sentence end inside code (%or, ;) is no place to cut prose
+    code = "```\na; b; c; d; e; f; g;\n```"
+    assert snippet(f"前文。\n{code}\n后面的文字很长很长很长。", 40) == f"前文。\n\n{code}\n\n后面的文…"
+
+
+def test_a_focused_snippet_starts_at_the_opening_fence_not_inside_the_block() -> None:
+    text = "很长的开头。" * 20 + WITH_CODE
+    assert focused_snippet(text, 100, ["color"]) == f"…\n\n{CODE}\n\n另外还有 一个选项。"
+
+
+def test_the_answer_sets_a_code_block_off_as_its_own_block() -> None:
+    md = build_answer("颜色主题", "bm25", [hit(CODE, "2.3 颜色主题")], AnswerSettings()).markdown
+    assert f"[1]\n\n{CODE}\n\n(2.3 颜色主题)\n\n**来源 / Sources**" in md

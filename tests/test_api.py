@@ -265,6 +265,14 @@ EMPTY = "the query is empty: ask a question, e.g. 试用期最长多久"
     [
         ({"query": ""}, EMPTY),
         ({"query": "   \n\t "}, EMPTY),
+        (  # nothing to search for: it used to return five passages flagged low-confidence
+            {"query": "？？？"},
+            "the query '？？？' has no words, only punctuation or symbols: ask a question, e.g. 试用期最长多久",
+        ),
+        (
+            {"query": "…" * 30},
+            f"the query '{'…' * 20}…' has no words, only punctuation or symbols: ask a question, e.g. 试用期最长多久",
+        ),
         ({"query": "试用期", "top_k": 0}, "top_k must be an integer from 1 to 100, got 0"),
         ({"query": "试用期", "top_k": 101}, "top_k must be an integer from 1 to 100, got 101"),
         ({"query": "试用期", "top_k": True}, "top_k must be an integer from 1 to 100, got True"),

@@ -66,3 +66,21 @@ def test_images_are_linked_to_the_chunk_that_holds_them() -> None:
     again = image(1, TEXT.index(INTRO) + 5)  # the same picture twice in one chunk: listed once
     chunks = chunk_document(doc(images=(at_end, at_intro, in_gap, again)), collection="c", doc_id="d", settings=SMALL)
     assert [[im.caption for im in c.images] for c in chunks] == [["图 2", "图 1"], [], [], ["图 3"]]
+
+
+def test_a_hit_on_a_piece_of_a_split_table_returns_the_whole_table_with_its_caption(monkeypatch) -> None:
+    # 表 2.1 of elegantbook-cn.pdf came back as two hits: [1] the caption and one row, [3] the rest without a caption
+    from zhiku.retrieval import context
+    from zhiku.types import Hit
+
+    chunks = chunk_document(doc(), collection="c", doc_id="d", settings=SMALL)
+    hits = [Hit(chunk=chunks[3], score=3.0), Hit(chunk=chunks[0], score=2.0), Hit(chunk=chunks[1], score=1.0)]
+    out = context.whole_articles(hits, lambda doc_id: chunks)
+    assert [(h.chunk.chunk_id, h.score) for h in out] == [(chunks[3].chunk_id, 3.0), (chunks[0].chunk_id, 2.0)]
+    assert out[0].chunk.text == "表 1-1 统计表\n\n" + TABLE + "\n\n表后的说明。"  # one header, every row, in order
+    assert (out[0].chunk.start, out[0].chunk.end) == (chunks[1].start, chunks[3].end)
+    assert out[1].chunk == chunks[0]  # prose is returned as it is
+    middle = context.whole_articles([Hit(chunk=chunks[2], score=1.0)], lambda doc_id: chunks)
+    assert middle[0].chunk.text == out[0].chunk.text
+    monkeypatch.setattr(context, "TABLE_MAX_CHARS", 200)  # a table too long for an answer stays in pieces
+    assert context.whole_articles([Hit(chunk=chunks[2], score=1.0)], lambda doc_id: chunks)[0].chunk == chunks[2]

@@ -100,6 +100,8 @@ def test_ingest_json_reports_counts_and_then_skips(cli, corpus: Path, tmp_path: 
         "dry_run",
         "failures",
         "needs_ocr",
+        "gone",
+        "unsupported",
     }
     assert {k: first[k] for k in COUNT_KEYS} == {"added": 3, "updated": 0, "skipped": 0, "removed": 0, "failed": 0}
     assert (first["chunks_written"], first["dry_run"], first["failures"], first["needs_ocr"]) == (
@@ -128,6 +130,13 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
     assert r.stdout.endswith(f"s · index {idx}\n")
 
     (corpus / "年休假条例.md").unlink()
+    kept = cli("ingest", corpus, "-c", "hr", "--index", idx)  # without --sync a deleted file's document stays: say so
+    assert kept.stdout.startswith("0 added, 0 updated, 2 skipped, 0 removed, 0 failed · 0 chunks written · ")
+    assert kept.stderr.splitlines()[-1] == (
+        "  1 indexed document(s) whose files are gone from these folders stay searchable (年休假条例.md): "
+        "add --sync to drop them"
+    )
+    assert one_json(cli("ingest", corpus, "-c", "hr", "--index", idx, "--json"))["gone"] == ["年休假条例.md"]
     dry = cli("ingest", corpus, "-c", "hr", "--index", idx, "--sync", "--dry-run")
     assert dry.stdout.startswith(
         "0 would be added, 0 would be updated, 2 would be skipped, 1 would be removed, "
@@ -142,6 +151,52 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
     assert [d["source"] for d in docs] == ["劳动合同法.md", "规章/工资支付规定.txt"]
     hits = one_json(cli("query", "年休假有几天", "--index", idx, "--json", "-k", "10"))["hits"]
     assert "年休假条例.md" not in {h["source"] for h in hits}
+
+
+def test_ingest_names_the_files_of_a_folder_it_cannot_read(cli, corpus: Path, tmp_path: Path) -> None:
+    """A team folder's .xlsx and .doc files used to be skipped without a word ("3 added")."""
+    for name in ("预算.xlsx", "汇总.xlsx", "旧制度.doc", "规章/说明", ".DS_Store"):
+        (corpus / name).write_bytes(b"\xd0\xcf\x11\xe0 not read")
+    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "idx")
+    assert r.exit_code == 0 and r.stdout.startswith("3 added, 0 updated, 0 skipped, 0 removed, 0 failed")
+    assert r.stderr.splitlines()[-1] == (
+        "  4 file(s) in these folders were not read, their type is not supported (2 .xlsx, 1 without suffix, "
+        "1 .doc); save .doc files as .docx; zhiku reads .md .markdown .txt .text .pdf .docx .html .htm .xhtml "
+        "(plugins add more: `zhiku plugins`)"
+    )
+    again = one_json(cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "idx", "--json"))
+    assert again["unsupported"] == {"": 1, ".doc": 1, ".xlsx": 2}
+
+
+def test_ingest_of_only_missing_paths_is_an_error_that_writes_nothing(cli, tmp_path: Path) -> None:
+    """A typo in the only path used to create an empty index in the current folder and report "1 failed"."""
+    r = cli("ingest", "doc", "--index", tmp_path / "idx")  # the folder is docs
+    assert r.exit_code == 1 and r.stdout == ""
+    assert r.stderr == (
+        f"error: no such file or folder: doc (nothing was ingested; check the path, relative ones start at "
+        f"{Path.cwd()})\n"
+    )
+    assert not (tmp_path / "idx").exists()
+
+
+def test_missing_index_errors_say_where_it_was_looked_for(cli, index: Path, tmp_path: Path) -> None:
+    """`--index` given the database file, and `zhiku query` run outside the project folder."""
+    db = index / "zhiku.db"
+    for command in (["query", "试用期"], ["ingest", tmp_path], ["documents"]):
+        r = cli(*command, "--index", db)
+        assert (r.exit_code, r.stdout) == (1, ""), command
+        assert (
+            r.stderr
+            == f"error: --index names the folder that holds the index, not a file: {db} (use --index {index})\n"
+        )
+    r = cli("query", "试用期")  # tmp_path holds no zhiku.yaml and no .zhiku
+    assert r.stderr == (
+        "error: no index at .zhiku: run `zhiku ingest PATH --index .zhiku` first (.zhiku is looked for in "
+        f"{tmp_path}, which has no zhiku.yaml: run zhiku in your project's folder, or give --index the index's "
+        "full path)\n"
+    )
+    (tmp_path / "zhiku.yaml").write_text("collection: hr\n", encoding="utf-8")  # in a project: the plain message
+    assert cli("query", "试用期").stderr == "error: no index at .zhiku: run `zhiku ingest PATH --index .zhiku` first\n"
 
 
 def test_ingest_failures_exit_1_but_ingest_the_rest(cli, corpus: Path, tmp_path: Path) -> None:
@@ -205,8 +260,10 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
         "low_confidence",
         "confidence",
         "hits",
+        "note",
     }
     assert (out["query"], out["mode"], out["rerank"], out["rewrite"]) == ("试用期最长多久", "hybrid", "off", "off")
+    assert out["note"] is None
     assert out["low_confidence"] is False
     assert 0.88 < out["confidence"] <= 1.0  # the best cosine, above the default server.min_score
     assert [set(h) for h in out["hits"]] == [HIT_KEYS] * 3
@@ -263,6 +320,11 @@ def test_query_markdown_filters_and_verbose(cli, index: Path) -> None:
     none = one_json(cli("query", "试用期", "--index", index, "--source", "无此文件*", "--json"))
     assert (none["hits"], none["low_confidence"], none["confidence"]) == ([], True, None)
     assert "未找到相关内容" in none["answer"]
+    assert none["note"] == (  # --json says why as well (the hint went to stderr only, and not with --json)
+        "no passage matched the filters (--source '无此文件*'): source '无此文件*' matches no document; "
+        "sources here: '劳动合同法.md', '年休假条例.md', '规章/工资支付规定.txt'; `zhiku documents` lists the sources and "
+        "types as ingested"
+    )
     typo = cli("query", "试用期", "--index", index, "-c", "无此集合", "--json")
     message = "no collection '无此集合' in this knowledge base; available: hr"
     assert (typo.exit_code, json.loads(typo.stdout)) == (
@@ -389,7 +451,7 @@ def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cach
 
     assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "0"})) == (
         "error: invalid settings: retrieval.rrf_k: Input should be greater than or equal to 1 "
-        "(got '0'; set it in zhiku.yaml or ZHIKU_RETRIEVAL__RRF_K)"
+        "(got '0' from ZHIKU_RETRIEVAL__RRF_K)"
     )
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+
 from test_cli import cli, index  # noqa: F401  (fixtures)
-from zhiku.cli.traces_view import RUN_GAP_S, group_runs
+from zhiku.cli.traces_view import RUN_GAP_S, Run, group_runs, print_history
 from zhiku.observability.trace import Trace
 from zhiku.types import IngestionRecord
 
@@ -63,8 +65,32 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert "Search only this collection (default: all of them)." in help_text
     r = cli("query", "试用期", "--index", index, "--source", "nothing*", "--type", "pdf")
     assert r.exit_code == 0
-    assert "no passage matched the filters (--source 'nothing*' --type 'pdf'): loosen or drop them" in r.stderr
+    docs = "; `zhiku documents` lists the sources and types as ingested\n"
+    assert r.stderr == (  # each filter that matches no document, and what is there
+        "no passage matched the filters (--source 'nothing*' --type 'pdf'): source 'nothing*' matches no document; "
+        "sources here: '劳动合同法.md', '年休假条例.md', '规章/工资支付规定.txt'; type 'pdf' matches no document; "
+        "types here: markdown, text" + docs
+    )
+    # the plain word people type first: the hint names the file it meant and the pattern that finds it
+    word = cli("query", "试用期", "--index", index, "--source", "劳动合同法")
+    assert word.stderr == (
+        "no passage matched the filters (--source '劳动合同法'): source '劳动合同法' matches no document: it is a "
+        "pattern over the names as ingested, e.g. '劳动合同法.md'; use '*劳动合同法*' or a whole name" + docs
+    )
+    both = cli("query", "试用期", "--index", index, "--source", "*.txt", "--type", "markdown")  # each alone matches
+    assert (
+        both.stderr == "no passage matched the filters (--source '*.txt' --type 'markdown'): loosen or drop them" + docs
+    )
     assert "no passage matched" not in cli("query", "试用期", "--index", index).stderr
+    guessed = cli("query", "试用期", "--index", index, "--source", "劳动合同法", "--type", "md")  # the usual two misses
+    assert guessed.stderr == (
+        "no passage matched the filters (--source '劳动合同法' --type 'md'): source '劳动合同法' matches no document: "
+        "it is a pattern over the names as ingested, e.g. '劳动合同法.md'; use '*劳动合同法*' or a whole name; "
+        "type 'md' matches no document; types here: markdown, text (a type is one of docx, html, markdown, pdf, text)"
+        + docs
+    )
+    found = cli("query", "试用期", "--index", index, "--source", "*劳动合同法*", "--type", "markdown", "--json")
+    assert {h["source"] for h in json.loads(found.stdout)["hits"]} == {"劳动合同法.md"}
 
 
 def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -77,3 +103,40 @@ def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Pat
         "ingesting: 3/3 documents · 4/4 chunks embedded",
     ]
     assert lines[0].startswith("ingesting: 0/3 documents · ") and lines[-1].startswith("ingesting: 3/3 documents · ")
+
+
+def test_ids_and_paths_survive_an_80_column_table(cli, index: Path, corpus: Path) -> None:  # noqa: F811
+    """Piped output (and many terminals) is 80 columns wide: ids used to be cut to `5a85caaaf87869…`, which
+    `zhiku traces --id` then refused, and paths to `/tmp/…`. Ids stay whole, paths fold, nothing is cut."""
+    narrow = {"COLUMNS": "80"}
+    cli("query", "试用期最长多久", "--index", index)
+    docs = json.loads(cli("documents", "--index", index, "--json").stdout)["documents"]
+    traces = json.loads(cli("traces", "--index", index, "--json").stdout)["traces"]
+    assert len(docs) == 3 and len(traces) >= 2
+    for command in (["documents"], ["traces"], ["history"], ["query", "试用期最长多久", "--verbose"]):
+        text = cli(*command, "--index", index, env=narrow).stdout
+        assert "…" not in text, command
+    listed = cli("documents", "--index", index, env=narrow).stdout
+    assert all(d["doc_id"] in listed for d in docs)
+    listed = cli("traces", "--index", index, env=narrow).stdout
+    assert all(t["trace_id"] in listed for t in traces)
+    newest = traces[0]["trace_id"]
+    shown = cli("traces", "--index", index, "--id", newest[:8], env=narrow)  # a prefix names one trace
+    assert shown.exit_code == 0 and shown.stdout.startswith(f"query {newest}: ")
+    missing = cli("traces", "--index", index, "--id", "zz")
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == f"error: no trace 'zz' in {index / 'traces.jsonl'} (list them with `zhiku traces`)"
+
+
+def test_history_without_errors_has_no_error_column(tmp_path: Path) -> None:
+    """The error column is left out when no record has one; the rows still passed six cells, and Rich added a
+    sixth column without a header for them, blank all the way down."""
+    runs = [Run(0.0, None, (record(str(tmp_path / "a.md"), 0.0),))]
+    console = Console(width=80, record=True)
+    print_history(console, runs)
+    header = console.export_text().splitlines()[1]
+    assert [cell.strip() for cell in header.split("┃")[1:-1]] == ["time", "status", "collection", "path", "chunks"]
+    failed = IngestionRecord(str(tmp_path / "b.md"), "default", None, None, "failed", "bad", 0, 0.0)
+    print_history(console := Console(width=80, record=True), [Run(0.0, None, (failed,))])
+    header = console.export_text().splitlines()[1]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["time", "status", "collection", "path", "chunks", "error"]

@@ -4,15 +4,18 @@ it embeds the sample documents of `zhiku init`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 from pathlib import Path
 
+import anyio
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from mcp_fixtures import PYTHON, Fixture, server_env
 from zhiku.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,3 +109,64 @@ def test_marked_blocks_run_as_written_from_a_fresh_folder(
                 assert r.exit_code == 0, (path.name, args, r.stdout[-2000:], r.stderr[-2000:])
                 ran.append(" ".join(args))
     assert len(ran) >= 15 and ran[0] == "zhiku init myproject", ran
+
+
+# --- the MCP client snippets ---------------------------------------------------------------------------------
+def json_blocks(path: Path) -> list[tuple[str, dict[str, object]]]:
+    """Every ```json block of a Markdown file, parsed, with the `##` heading it sits under ("" before any)."""
+    out, heading = [], ""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            heading = line[3:].strip()
+        if line.strip() == "```json":
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            out.append((heading, json.loads("\n".join(lines[i + 1 : end]))))
+    return out
+
+
+def test_client_snippets_are_valid_json_in_each_clients_shape() -> None:
+    """VS Code reads `servers` (with a `type`), Claude Desktop and Cursor `mcpServers`: README once said all three
+    "take the same shape" above an `mcpServers` block, which VS Code ignores."""
+    shapes = {"Claude Desktop": "mcpServers", "Cursor": "mcpServers", "VS Code": "servers"}
+    seen = []
+    for heading, block in json_blocks(ROOT / "docs" / "mcp.md"):
+        if heading in shapes:
+            assert list(block)[-1] == shapes[heading], (heading, block)
+            seen.append(heading)
+    assert seen == ["Claude Desktop", "Claude Desktop", "Cursor", "Cursor", "VS Code", "VS Code"]
+    readme = ROOT / "README.md"
+    (_, snippet), *_ = [b for b in json_blocks(readme) if "mcpServers" in b[1]]
+    assert snippet == {
+        "mcpServers": {
+            "zhiku": {
+                "command": "/abs/path/zhiku/.venv/bin/zhiku",
+                "args": ["serve", "--index", "/abs/path/demo-index", "--read-only"],
+            }
+        }
+    }
+    said = " ".join(readme.read_text(encoding="utf-8").split())
+    assert 'VS Code\'s `.vscode/mcp.json` calls the map `servers` and adds `"type": "stdio"`' in said
+
+
+def test_the_readme_client_command_starts_the_server(mcp_index: Fixture, tmp_path: Path) -> None:
+    """README's snippet, its placeholders filled in, run the way a desktop client runs it (from a folder of its
+    own, no zhiku.yaml there): a server that answers with the read-only tools over stdio."""
+    from mcp import Client, StdioServerParameters
+
+    (_, snippet), *_ = [b for b in json_blocks(ROOT / "README.md") if "mcpServers" in b[1]]
+    entry = snippet["mcpServers"]["zhiku"]  # type: ignore[index]
+    args = [a.replace("/abs/path/demo-index", str(mcp_index.index)) for a in entry["args"]]
+    assert entry["command"].endswith("/.venv/bin/zhiku")  # the script `make demo` installs; here: this interpreter
+    env = {**server_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    params = StdioServerParameters(command=PYTHON, args=["-m", "zhiku.cli", *args], env=env, cwd=str(tmp_path))
+
+    async def main() -> tuple[list[str], object]:
+        async with Client(params) as c:
+            tools = [t.name for t in (await c.list_tools()).tools]
+            stats = await c.call_tool("list_collections", {})
+            return tools, stats.structured_content["collections"]  # type: ignore[index]
+
+    tools, collections = anyio.run(main)
+    assert tools == ["query_knowledge_hub", "list_collections", "get_document_summary"]
+    assert collections == [{"name": "laws", "documents": 3, "chunks": 5, "chars": 648}]

@@ -173,6 +173,7 @@ def _error(r: Result) -> str:
 def test_bad_dataset_folders_are_clear_errors(cli, tmp_path: Path) -> None:
     missing = tmp_path / "没有"
     assert _error(cli("eval", "--dataset", missing, "--json")) == f"error: dataset folder not found: {missing}"
+    assert _error(cli("eval", "--dataset", "evl.yaml")) == "error: YAML set not found: evl.yaml"  # not a "folder"
 
     partial = write_beir(tmp_path / "缺语料")
     (partial / "corpus.jsonl").unlink()
@@ -213,6 +214,13 @@ def test_eval_and_experiment_default_to_the_projects_eval_yaml(cli, tmp_path: Pa
     assert {k: implied[k] for k in BM25_METRICS} == {k: named[k] for k in BM25_METRICS}
     experiment = one_json(cli("experiment", "--variants", "bm25", "--json"))
     assert (experiment["dataset"], experiment["queries"]) == ("eval", 8)
+    # the per-category table at 80 columns (piped): one column per category, no value cut to `1.00…`
+    text = cli("eval", "--mode", "bm25").stdout  # CliRunner: not a terminal, 80 columns
+    assert "…" not in text
+    per_category = text[text.index("per category") :].splitlines()
+    assert per_category[2].split() == ["┃", "metric", "┃", "女职工", "┃", "工资", "┃", "年休假", "┃"]
+    assert per_category[4].split() == ["│", "queries", "│", "2", "│", "3", "│", "3", "│"]
+    assert [row.split()[1] for row in per_category[5:13]] == list(BM25_METRICS)[:8]
 
 
 def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> None:
@@ -223,3 +231,27 @@ def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> 
     )
     assert _error(cli("eval", "--json")) == expected
     assert _error(cli("experiment", "--variants", "bm25", "--json")) == expected
+
+
+def test_per_category_numbers_stay_whole_under_long_or_many_category_names() -> None:
+    """Category names are the headers of the per-category table: with names as long as the documents' titles,
+    headers that could not fold squeezed the numbers back to `0.8…` at 80 columns; with more than 5 categories
+    (a row each, a column per metric) the numbers were cut and the names blanked. Tables of 5 categories now."""
+    from rich.console import Console
+
+    from zhiku.cli.eval import _category_tables
+
+    names = ["hit@1", "hit@3", "hit@5", "hit@10", "mrr@10", "ndcg@10", "recall@10", "recall@100"]
+    titles = ["女职工劳动保护特别规定", "工资支付暂行规定", "职工带薪年休假条例", "劳动合同解除", "经济补偿", "工时"]
+    for count, parts in ((5, [5]), (6, [5, 1])):
+        console = Console(width=80, record=True)
+        cats = {t: {"queries": 3.0, **dict.fromkeys(names, 0.8765)} for t in titles[:count]}
+        for table in _category_tables(cats, names):
+            console.print(table)
+        text = console.export_text()
+        assert "…" not in text
+        rows = [line.split() for line in text.splitlines() if line.startswith("│")]
+        assert [row[1] for row in rows] == ["queries", *names] * len(parts)
+        expected = [[["3"] * n] + [["0.8765"] * n] * len(names) for n in parts]
+        assert [row[3::2] for row in rows] == [row for table in expected for row in table]
+    assert "per category (6–6 of 6)" in text and "工时" in text

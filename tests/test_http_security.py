@@ -3,7 +3,10 @@ and the two facts about the SDK's own Host/Origin check that keep ours in place.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import socket
 from typing import Any
 
 import anyio
@@ -14,6 +17,7 @@ from zhiku.errors import ConfigError
 from zhiku.mcp.http_security import (
     build_http_app,
     check_bind,
+    check_port_free,
     host_allowed,
     host_names,
     is_loopback,
@@ -203,3 +207,23 @@ def test_check_bind() -> None:
         with pytest.raises(ConfigError) as e:
             check_bind(ServerSettings(token=bad))
         assert str(e.value).startswith("server.token (ZHIKU_TOKEN) must be at least 16 characters without spaces")
+
+
+def test_port_check_names_the_port_or_the_host_that_fails() -> None:
+    """A taken port gets the caller's fix; a host that is not this machine's (a typo, a copied address) used to get
+    the same "another `zhiku serve`? pass --port N" advice, which changes nothing."""
+    fix = "pass --port N, or stop what holds it"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as e:
+            check_port_free("127.0.0.1", port, what="HTTP", fix=fix)
+    assert str(e.value) == f"cannot serve HTTP on 127.0.0.1:{port}: {os.strerror(errno.EADDRINUSE)}: {fix}"
+    with pytest.raises(ConfigError) as e:  # TEST-NET-1: never an address of this machine
+        check_port_free("192.0.2.1", 8765, what="HTTP", fix=fix)
+    assert str(e.value) == (
+        f"cannot serve HTTP on 192.0.2.1:8765: {os.strerror(errno.EADDRNOTAVAIL)}: 192.0.2.1 is not an address of "
+        "this machine: set --host (server.host, ZHIKU_HOST) to 127.0.0.1, 0.0.0.0 (every interface) or one of this "
+        "machine's addresses"
+    )

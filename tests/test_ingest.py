@@ -287,6 +287,63 @@ def test_a_file_that_turns_bad_keeps_its_stored_version(kb_factory, corpus: Path
     assert kb.collections() == [CollectionStats("hr", 3, CORPUS_CHUNKS, _chars(CORPUS))]
 
 
+def test_a_same_named_file_of_another_folder_does_not_replace_a_document(
+    kb_factory, corpus: Path, tmp_path: Path
+) -> None:
+    """Two folders ingested into one collection both hold `劳动合同法.md`: the second used to replace the first
+    ("1 updated"), whose text then vanished from the answers. It fails with the fix instead; a folder that moved
+    (its old file gone) still replaces its documents."""
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    before = kb.store.find_document("hr", "劳动合同法.md")
+    other = tmp_path / "分公司"
+    other.mkdir()
+    (other / "劳动合同法.md").write_text("# 分公司劳动合同补充规定\n\n第一条 分公司员工的试用期为两个月。\n", "utf-8")
+    (other / "附件.md").write_text("# 附件\n\n分公司的考勤以企业微信打卡为准。\n", encoding="utf-8")
+    report = kb.ingest([other])
+    first = str((corpus / "劳动合同法.md").resolve())
+    assert report.counts() == {"added": 1, "updated": 0, "skipped": 0, "removed": 0, "failed": 1}
+    assert [(f.path, f.reason) for f in report.failed] == [
+        (
+            str((other / "劳动合同法.md").resolve()),
+            f"{first} is already indexed as '劳动合同法.md' in collection 'hr'; this file would replace it: ingest "
+            "the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+            "their names differ",
+        )
+    ]
+    assert kb.store.find_document("hr", "劳动合同法.md") == before
+    assert kb.ingest([other], collection="分公司").counts()["added"] == 2  # another collection: both kept
+
+    moved = tmp_path / "moved"
+    corpus.rename(moved)
+    again = kb.ingest([moved])
+    assert again.counts() == {"added": 0, "updated": 0, "skipped": 3, "removed": 0, "failed": 0}
+
+
+def test_two_same_named_files_of_one_run_do_not_replace_each_other(kb_factory, tmp_path: Path) -> None:
+    """`zhiku ingest A B`, both holding `说明.md`: both were prepared before either was stored, so the check
+    against stored documents saw neither and B's silently replaced A's ("2 added", one document). The second
+    fails before it is read; when one of them is already stored, that one is kept."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    for folder, text in ((a, "甲公司的年假为十天。"), (b, "乙公司的年假为十五天。")):
+        folder.mkdir()
+        (folder / "说明.md").write_text(f"# 说明\n\n{text}\n", encoding="utf-8")
+    first, second = str((a / "说明.md").resolve()), str((b / "说明.md").resolve())
+    fix = "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+    fix += "their names differ"
+    kb = kb_factory(tmp_path / "idx")
+    report = kb.ingest([a, b])
+    assert report.counts() == {"added": 1, "updated": 0, "skipped": 0, "removed": 0, "failed": 1}
+    assert [(f.path, f.reason) for f in report.failed] == [
+        (second, f"{first} is also named '说明.md' in this run; this file would replace it in collection 'hr': {fix}")
+    ]
+    assert [(d.source, d.path) for d in kb.store.list_documents("hr")] == [("说明.md", first)]
+    named = kb.ingest([b / "说明.md", a / "说明.md"], sync=True)  # files named one by one; the stored one is kept
+    assert named.counts() == {"added": 0, "updated": 0, "skipped": 1, "removed": 0, "failed": 1}
+    assert [f.path for f in named.failed] == [second]
+    assert [(d.source, d.path) for d in kb.store.list_documents("hr")] == [("说明.md", first)]
+
+
 def test_invalid_collection_name_is_refused(kb_factory, corpus: Path, tmp_path: Path) -> None:
     kb = kb_factory(tmp_path / "idx")
     with pytest.raises(InvalidInput) as e:

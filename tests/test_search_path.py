@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_kb import make_settings, write_corpus
+from helpers_kb import SEC_SEVERANCE, make_settings, write_corpus
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import embed_queries
 from zhiku.errors import EmbeddingError, InvalidInput
@@ -392,3 +392,21 @@ def test_the_one_calls_time_is_what_decides_whether_the_embedder_is_fast(
         assert embedder.calls == [["試用期最長多久", "试用期最长多久"]]
         assert kb.searcher._embed_times == (0.0015,)
         assert not kb.searcher._embeds_fast()
+
+
+def test_an_article_named_in_digits_is_searched_as_statutes_write_it(tmp_path: Path, embed_cache_dir: Path) -> None:
+    # 劳动合同法第47条 found 第四十八条、第十七条… and never 第四十七条: the statute spells its numbers
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir)) as kb:
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        found = {mode: kb.retrieve("劳动合同法第47条", mode=mode, top_k=2) for mode in ("bm25", "hybrid")}
+        plain = kb.retrieve("劳动合同法第四十七条", mode="hybrid", top_k=2)
+    for mode, r in found.items():
+        assert r.hits[0].chunk.section == SEC_SEVERANCE, mode
+    assert "第四十七条" in found["bm25"].query.terms and "47" in found["bm25"].query.terms
+    assert found["hybrid"].dense[0] == plain.dense[0]  # the dense channel kept the spelled form's ranking
+    embedder = Recording()
+    with KnowledgeBase(make_settings(tmp_path / "idx2", embed_cache_dir), embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        kb.retrieve("第 19 条", mode="dense", top_k=1)
+        kb.retrieve("试用期", mode="dense", top_k=1)  # no article in digits: one form
+    assert [q for q, _ in embedder.queries] == ["第 19 条", "第十九条", "试用期"]

@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,17 +47,84 @@ def test_explicit_config_file(tmp_path):
         load_settings(tmp_path / "missing.yaml")
 
 
-def test_invalid_values_name_key_value_and_env(monkeypatch):
+def _message(**kwargs: Any) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(**kwargs)
+    return str(caught.value)
+
+
+def test_invalid_values_name_key_value_and_where_it_came_from(tmp_path, monkeypatch):
+    """The message names the layer that holds the bad value, not "zhiku.yaml or the env" for every one."""
     monkeypatch.setenv("ZHIKU_RETRIEVAL__TOP_K", "0")
-    with pytest.raises(
-        ConfigError, match=r"retrieval.top_k: .*greater than or equal to 1 \(got '0'; .*ZHIKU_RETRIEVAL__TOP_K"
-    ):
-        load_settings()
+    assert _message() == (
+        "invalid settings: retrieval.top_k: Input should be greater than or equal to 1 (got '0' from ZHIKU_RETRIEVAL__TOP_K)"
+    )
+    monkeypatch.delenv("ZHIKU_RETRIEVAL__TOP_K")
+    (tmp_path / "zhiku.yaml").write_text("retrieval: {top_k: 0}\n", encoding="utf-8")
+    assert _message() == (
+        "invalid settings: retrieval.top_k: Input should be greater than or equal to 1 (got 0 in zhiku.yaml)"
+    )
+    assert _message(server={"port": "abc"}) == (
+        "invalid settings: retrieval.top_k: Input should be greater than or equal to 1 (got 0 in zhiku.yaml); "
+        "server.port: Input should be a valid integer, unable to parse string as an integer (got 'abc' from the "
+        "command line)"
+    )
+    (tmp_path / "zhiku.yaml").unlink()
+    monkeypatch.setenv("ZHIKU_PORT", "http")
+    assert _message() == (
+        "invalid settings: server.port: Input should be a valid integer, unable to parse string as an integer "
+        "(got 'http' from ZHIKU_PORT)"
+    )
+
+
+def test_unknown_keys_say_what_was_meant(tmp_path, monkeypatch):
+    (tmp_path / "zhiku.yaml").write_text("retrieval:\n  topk: 10\n", encoding="utf-8")
+    assert _message() == (
+        "invalid settings: unknown setting retrieval.topk in zhiku.yaml "
+        "(did you mean retrieval.top_k? every key: docs/settings.md)"
+    )
+    (tmp_path / "zhiku.yaml").write_text("retreival:\n  top_k: 2\n", encoding="utf-8")
+    assert _message() == (
+        "invalid settings: unknown setting retreival in zhiku.yaml (did you mean retrieval? every key: docs/settings.md)"
+    )
+    (tmp_path / "zhiku.yaml").write_text("retrieval:\n  xyzzy: 1\n", encoding="utf-8")
+    assert _message() == "invalid settings: unknown setting retrieval.xyzzy in zhiku.yaml (every key: docs/settings.md)"
+    (tmp_path / "zhiku.yaml").unlink()
+    monkeypatch.setenv("ZHIKU_RETRIEVAL__TOPK", "1")
+    assert _message() == (
+        "invalid settings: unknown setting retrieval.topk from ZHIKU_RETRIEVAL__TOPK "
+        "(did you mean ZHIKU_RETRIEVAL__TOP_K? every key: docs/settings.md)"
+    )
+
+
+def test_env_variables_that_would_be_ignored_are_refused(monkeypatch):
+    """pydantic-settings skips an unknown section and a single underscore without a word: the setting silently
+    stays at its default."""
+    monkeypatch.setenv("ZHIKU_RETRIVAL__TOP_K", "1")
+    assert _message() == (
+        "invalid settings: unknown setting section 'retrival' in ZHIKU_RETRIVAL__TOP_K (did you mean "
+        "ZHIKU_RETRIEVAL__TOP_K? sections: store, text, chunking, loaders, ingest, embedding, retrieval, rerank, "
+        "answer, server, tracing, judge, llm, transforms; every key: docs/settings.md)"
+    )
+    monkeypatch.delenv("ZHIKU_RETRIVAL__TOP_K")
+    monkeypatch.setenv("ZHIKU_RETRIEVAL_TOP_K", "3")
+    assert _message() == (
+        "invalid settings: ZHIKU_RETRIEVAL_TOP_K is not read: a key inside a section takes two underscores, "
+        "ZHIKU_RETRIEVAL__TOP_K (every key: docs/settings.md)"
+    )
+    monkeypatch.delenv("ZHIKU_RETRIEVAL_TOP_K")
+    # secrets' default variables, the server's short forms and other tools' ZHIKU_* variables are not settings typos
+    for name in ("ZHIKU_EMBEDDING_API_KEY", "ZHIKU_LLM_API_KEY", "ZHIKU_RERANK_API_KEY", "ZHIKU_INSPECTOR"):
+        monkeypatch.setenv(name, "x")
+    monkeypatch.setenv("ZHIKU_PORT", "9000")
+    s = load_settings()
+    assert (s.server.port, s.retrieval.top_k) == (9000, 5)
+    assert s.embedding.api_key is not None and s.embedding.api_key.get_secret_value() == "x"
 
 
 def test_unknown_key_and_bad_choice(tmp_path):
     (tmp_path / "zhiku.yaml").write_text("retrieval:\n  rrf: 10\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="retrieval.rrf: Extra inputs are not permitted"):
+    with pytest.raises(ConfigError, match=r"unknown setting retrieval.rrf in zhiku.yaml"):
         load_settings()
     (tmp_path / "zhiku.yaml").write_text("store:\n  kind: postgres\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="store.kind: Input should be 'sqlite'"):
@@ -90,3 +158,61 @@ def test_settings_reference_is_up_to_date():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
     assert doc.read_text(encoding="utf-8") == settings_reference(), "run `python -m zhiku.settings > docs/settings.md`"
+
+
+def test_relative_paths_in_a_settings_file_are_taken_from_its_folder(tmp_path, monkeypatch):
+    """A desktop client runs `zhiku serve --config /abs/project/zhiku.yaml` from a folder of its own: the file's
+    relative paths used to be looked up there (the server then failed on `text.user_dict: terms.dict`)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "zhiku.yaml").write_text(
+        "index: .zhiku\ntext: {user_dict: terms.dict, synonyms: /etc/syn.txt}\n"
+        "server: {ingest_roots: [docs, /srv/shared]}\nembedding: {cache_dir: ~/cache}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path / "project")  # the file in the current folder: exactly as written
+    here = load_settings()
+    assert (here.index, here.text.user_dict, here.server.ingest_roots) == (
+        Path(".zhiku"),
+        Path("terms.dict"),
+        (Path("docs"), Path("/srv/shared")),
+    )
+    monkeypatch.chdir(tmp_path)
+    for config in (project / "zhiku.yaml", Path("project/zhiku.yaml")):
+        s = load_settings(config)
+        base = config.parent
+        assert (s.index, s.text.user_dict, s.text.synonyms) == (
+            base / ".zhiku",
+            base / "terms.dict",
+            Path("/etc/syn.txt"),
+        )
+        assert s.server.ingest_roots == (base / "docs", Path("/srv/shared"))
+        assert s.embedding.cache_dir == Path("~/cache")  # ~ is the home folder (expanded where used), not the file's
+    monkeypatch.setenv("ZHIKU_INDEX", "elsewhere")  # the environment and flags stay relative to the current folder
+    assert load_settings(project / "zhiku.yaml").index == Path("elsewhere")
+    assert load_settings(project / "zhiku.yaml", index=Path("flag")).index == Path("flag")
+
+
+def test_a_model_folder_in_a_settings_file_is_taken_from_its_folder(tmp_path, monkeypatch):
+    """`embedding.model` / `rerank.model` name a Hugging Face id or a local folder: a folder written relative to the
+    settings file was looked up in the client's own folder (index and user_dict were anchored, the model not), so
+    `zhiku serve --config /abs/zhiku.yaml` could not find it. Ids and served names stay as written."""
+    project = tmp_path / "project"
+    (project / "models" / "bge").mkdir(parents=True)
+    (project / "zhiku.yaml").write_text(
+        "embedding: {provider: sentence-transformers, model: models/bge}\n"
+        "rerank: {provider: cross-encoder, model: ./models/reranker}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(project / "zhiku.yaml")
+    assert (s.embedding.model, s.rerank.model) == (str(project / "models/bge"), str(project / "models/reranker"))
+    (project / "zhiku.yaml").write_text(
+        "embedding: {provider: sentence-transformers, model: BAAI/bge-large-zh-v1.5}\n"
+        "rerank: {provider: llm, model: qwen-plus, base_url: 'http://127.0.0.1:9/v1'}\n",
+        encoding="utf-8",
+    )
+    s = load_settings(project / "zhiku.yaml")
+    assert (s.embedding.model, s.rerank.model) == ("BAAI/bge-large-zh-v1.5", "qwen-plus")
+    monkeypatch.chdir(project)  # the file in the current folder: exactly as written
+    assert load_settings().embedding.model == "BAAI/bge-large-zh-v1.5"

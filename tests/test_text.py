@@ -149,3 +149,19 @@ def test_query_clauses_keep_english_words_and_numbers_together() -> None:
     ]
     assert query_clauses("头疼得厉害 一直发烧 怎么办") == ["头疼得厉害", "一直发烧，怎么办"]
     assert query_clauses("劳动法 第 39 条 规定了什么情况") == ["劳动法，第 39 条", "规定了什么情况"]
+
+
+def test_article_numbers_in_digits_are_spelled_as_statutes_write_them() -> None:
+    from zhiku.text import article_numbers, chinese_number
+
+    assert [chinese_number(n) for n in (1, 10, 12, 20, 47, 100, 101, 110, 119, 200, 1001, 1010, 2345)] == [
+        "一", "十", "十二", "二十", "四十七", "一百", "一百零一", "一百一十", "一百一十九", "二百", "一千零一",
+        "一千零一十", "二千三百四十五",
+    ]  # fmt: skip
+    assert article_numbers("劳动合同法第47条和第 100 条") == "劳动合同法第四十七条和第一百条"
+    assert article_numbers("第0条、第2项、第12345条、47条") == "第0条、第2项、第12345条、47条"  # left as they are
+    terms = TextProcessor().query_tokens("劳动合同法第４７条")  # (full-width digits: NFKC first)
+    assert "47" in terms and "第四十七条" in terms
+    assert set(TextProcessor().query_tokens("第四十七条")) <= set(terms)  # every term of the spelled article
+    # the typed form's 第 and 条, in every article, do not dilute them (劳动法第100条 ranked 第一百零六条 first)
+    assert TextProcessor().query_tokens("劳动法第100条") == ["劳动", "劳动法", "第一", "百条", "100"]

@@ -7,6 +7,7 @@ Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIK
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from zhiku.errors import ConfigError
 from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
 from zhiku.llm.settings import LLMSettings, TransformSettings
+from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain
 from zhiku.settings_rerank import RerankSettings
 from zhiku.settings_sections import (
     DEFAULT_CONFIG_FILE,
@@ -88,9 +90,6 @@ class Settings(BaseSettings):
     transforms: TransformSettings = TransformSettings()
 
 
-_SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
-
-
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
@@ -115,6 +114,42 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _is_path(annotation: Any) -> bool:
+    return annotation is Path or any(_is_path(a) for a in typing.get_args(annotation))
+
+
+# Settings that name a Hugging Face id, a served model's name, or a local folder (`embedding.model: ./models/bge`)
+_MODEL_OR_FOLDER = ((EmbeddingSettings, "model"), (RerankSettings, "model"))
+
+
+def _names_folder(value: str, base: Path) -> bool:
+    """A model setting that names a folder: ``./x`` or ``../x`` (never a hub id), or one beside the file."""
+    return not Path(value).expanduser().is_absolute() and (value.startswith(".") or (base / value).is_dir())
+
+
+def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[str, Any]:
+    """``data`` (a settings file's) with its relative paths taken from the file's folder ``base``, not from
+    wherever the command runs: a desktop client starts `zhiku serve --config /abs/zhiku.yaml` in a folder of its
+    own, where `text.user_dict: terms.dict` or `index: .zhiku` name nothing. ``./zhiku.yaml`` changes nothing."""
+    if base == Path("."):
+        return data
+    out = dict(data)
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        ann = field.annotation if field is not None else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
+            out[key] = _anchored(value, ann, base)
+        elif _is_path(ann) and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            out[key] = str(base / value)
+        elif (model, key) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
+            out[key] = str(base / value)
+        elif _is_path(ann) and isinstance(value, list):
+            out[key] = [
+                str(base / v) if isinstance(v, str) and not Path(v).expanduser().is_absolute() else v for v in value
+            ]
+    return out
+
+
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings once, at the edge.
 
@@ -124,21 +159,23 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     path = config if config is not None else Path(DEFAULT_CONFIG_FILE)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config} (create it or drop --config)")
-    data = _read_yaml(path) if path.is_file() else {}
+    file = _anchored(_read_yaml(path), Settings, path.parent) if path.is_file() else {}
+    environ = {k: v for k, v in os.environ.items() if k.startswith("ZHIKU_")}
+    check_env_names(Settings, environ)
     try:
         env = EnvSettingsSource(Settings)()
     except Exception as e:  # a malformed ZHIKU_* value, e.g. JSON for a nested section
         raise ConfigError(f"invalid ZHIKU_* environment variable: {e}") from None
-    data = _deep_merge(data, env)
-    aliases = {k: os.environ[f"ZHIKU_{k.upper()}"] for k in _SERVER_ALIASES if f"ZHIKU_{k.upper()}" in os.environ}
+    data = _deep_merge(file, env)
+    aliases = {k: environ[f"ZHIKU_{k.upper()}"] for k in SERVER_ALIASES if f"ZHIKU_{k.upper()}" in environ}
     if aliases:
         data = _deep_merge(data, {"server": aliases})
-    data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
-    data = _with_api_keys(data, os.environ)
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    data = _with_api_keys(_deep_merge(data, flags), os.environ)
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_validation(e, path)) from None
+        raise ConfigError(explain(e, Settings, Origins(path, file, environ, flags))) from None
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
@@ -156,23 +193,13 @@ def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
     return data
 
 
-def _format_validation(e: ValidationError, path: Path) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        env = "ZHIKU_" + "__".join(str(x).upper() for x in err["loc"])
-        given = err.get("input")
-        parts.append(f"{loc}: {err['msg']} (got {given!r}; set it in {path} or {env})")
-    return "invalid settings: " + "; ".join(parts)
-
-
 def merge(settings: Settings, **changes: Any) -> Settings:
     """A copy of ``settings`` with nested ``changes`` applied and validated (e.g. ``retrieval={"mode": "bm25"}``)."""
     data = _deep_merge(settings.model_dump(), changes)
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_format_validation(e, Path(DEFAULT_CONFIG_FILE))) from None
+        raise ConfigError(explain(e, Settings, None)) from None
 
 
 def settings_reference() -> str:
@@ -183,7 +210,11 @@ def settings_reference() -> str:
         "<!-- generated by `python -m zhiku.settings > docs/settings.md`; do not edit by hand -->",
         "",
         "Set each key in `zhiku.yaml` (nested as shown), as an environment variable `ZHIKU_SECTION__KEY`, or with",
-        "the matching CLI flag. Precedence: flags > environment > `zhiku.yaml` > defaults.",
+        "the matching CLI flag. Precedence: flags > environment > `zhiku.yaml` > defaults. A relative path in a",
+        "settings file (a model's local folder too: `./models/bge`) is taken from the file's folder",
+        "(`zhiku serve --config /abs/zhiku.yaml` works from anywhere);",
+        "in a variable or a flag, from the current folder. Typos are errors: an unknown key or section, and a",
+        "variable with one underscore where two belong (`ZHIKU_RETRIEVAL_TOP_K`).",
         "",
         "| key | env | default | description |",
         "| --- | --- | --- | --- |",

@@ -281,7 +281,7 @@ class RetrievalSettings(_Section):
     max_query_chars: int = Field(2000, ge=1, le=100000, description="Longer queries are rejected.")
     whole_articles: bool = Field(
         True,
-        description="Small-to-big: a hit on a piece of an article that was cut for length returns the whole article (pieces joined; the citation keeps the matched piece's id and page).",
+        description="Small-to-big: a hit on a piece of an article that was cut for length, or of a table split between rows (up to 3,000 characters), returns the whole article or table (pieces joined, the table with its caption and one header; the citation keeps the matched piece's id and page).",
     )
     rewrite: RewriteMode = Field(
         "none",

@@ -40,6 +40,36 @@ def load_stopwords(path: Path | None = None) -> frozenset[str]:
     return frozenset(line.strip().lower() for line in raw.splitlines() if line.strip() and not line.startswith("#"))
 
 
+_DIGITS = "零一二三四五六七八九"
+_ARTICLE_NUMBER = re.compile(r"第\s*(\d{1,4})\s*条")
+
+
+def chinese_number(n: int) -> str:
+    """``n`` (1–9999) in Chinese numerals as statutes number their articles: 47 → 四十七, 101 → 一百零一,
+    110 → 一百一十, 1002 → 一千零二."""
+    if n < 10:
+        return _DIGITS[n]
+    if n < 20:
+        return "十" + (_DIGITS[n % 10] if n % 10 else "")
+    out, zero = "", False
+    for value, unit in ((1000, "千"), (100, "百"), (10, "十"), (1, "")):
+        digit = n // value % 10
+        if digit:
+            out += ("零" if zero and out else "") + _DIGITS[digit] + unit
+            zero = False
+        else:
+            zero = bool(out)
+    return out
+
+
+def article_numbers(text: str) -> str:
+    """``text`` with article numbers in Arabic digits spelled as statutes write them: 第47条 → 第四十七条 (what a
+    person types; a question naming an article in digits found nothing of it)."""
+    return _ARTICLE_NUMBER.sub(
+        lambda m: f"第{chinese_number(int(m.group(1)))}条" if int(m.group(1)) else m.group(0), text
+    )
+
+
 class TextProcessor:
     """Normaliser + tokenizer. Build one per index (it holds the jieba dictionary and OpenCC tables)."""
 
@@ -133,6 +163,9 @@ class TextProcessor:
         """
         norm = self.normalize(text)
         words = self._cut(norm)
+        spelled = article_numbers(norm)
+        if spelled != norm:  # 第47条: the terms of 第四十七条, as statutes write it, and the number (47), not 第 or 条
+            words = self._cut(spelled) + [w for w in words if len(w) > 1]
         kept = [w for w in words if w not in self.stopwords] or words
         if self.synonyms.groups and self.synonyms_at == "query":
             kept = self.synonyms.expand_tokens(

@@ -335,6 +335,8 @@ class IngestReport:
     needs_ocr: tuple[OcrNeeded, ...] = ()  # added/updated documents with pages that need OCR
     chunks_over_window: int = 0  # chunks whose index text is longer than the embedder's window (embedded diluted)
     transforms: TransformReport | None = None  # None: no transform enabled
+    gone: tuple[str, ...] = ()  # without sync: indexed documents whose files are gone from the given folders (kept)
+    unsupported: tuple[tuple[str, int], ...] = ()  # (suffix, files) a folder held but no loader reads: not read
 
     def counts(self) -> dict[str, int]:
         return {

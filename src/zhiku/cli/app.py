@@ -22,6 +22,7 @@ from zhiku.cli import models as models_cmds
 from zhiku.cli import plugins as plugins_cmds
 from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import tables
 from zhiku.cli import traces as traces_cmds
 from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
@@ -36,7 +37,10 @@ from zhiku.cli.common import (
     _progress,
     _settings,
     err,
+    filter_note,
     out,
+    some_path_exists,
+    unsupported_note,
 )
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.retrieval.confidence import check_collection, judge
@@ -85,6 +89,7 @@ def ingest(
     with _errors(as_json):
         names = parse_transform_names(transform)
         settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
+        some_path_exists(paths)
         bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
         with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
             if dry_run and settings.transforms.enabled:
@@ -111,6 +116,8 @@ def ingest(
                 "dry_run": report.dry_run,
                 "failures": [{"path": f.path, "reason": f.reason} for f in report.failed],
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
+                "gone": list(report.gone),
+                "unsupported": dict(report.unsupported),
                 **tx.report_json(report),
             }
         )
@@ -134,6 +141,15 @@ def ingest(
             )
         for n in report.needs_ocr:
             err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        if report.unsupported:
+            err.print(f"  {unsupported_note(report.unsupported)}", markup=False)
+        if report.gone:
+            shown = ", ".join(report.gone[:3]) + (f" and {len(report.gone) - 3} more" if len(report.gone) > 3 else "")
+            err.print(
+                f"  {len(report.gone)} indexed document(s) whose files are gone from these folders stay searchable "
+                f"({shown}): add --sync to drop them",
+                markup=False,
+            )
         tx.print_report(report)
     if report.failed:
         raise typer.Exit(1)
@@ -156,7 +172,10 @@ def query(
         Optional[str], typer.Option("--source", help="Only sources matching this glob, e.g. '劳动合同法*'.")
     ] = None,
     doc_type: Annotated[
-        Optional[str], typer.Option("--type", help="Only documents of this type (markdown, text, …).")
+        Optional[str],
+        typer.Option(
+            "--type", help="Only documents of this type (markdown, text, pdf, docx, html; plugins add theirs)."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     verbose: Annotated[
@@ -199,6 +218,7 @@ def query(
                 )
                 if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
                     check_collection(collection, [c.name for c in kb.collections()])
+                note = None if r.hits else filter_note(kb.documents(collection), source, doc_type)
                 judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
                 answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
@@ -214,17 +234,13 @@ def query(
                 "low_confidence": judged.low,
                 "confidence": None if judged.score is None else round(judged.score, 6),
                 "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
+                "note": note,
             }
         )
         return
     out.print(answer.markdown, markup=False)
-    if not r.hits and (source or doc_type):
-        given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
-        err.print(
-            f"no passage matched the filters ({given}): loosen or drop them; `zhiku documents` lists the sources "
-            "and types as ingested",
-            markup=False,
-        )
+    if note:
+        err.print(note, markup=False)
     if r.rerank.startswith("fallback"):
         err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
     if r.rewrite.startswith("fallback"):
@@ -269,9 +285,9 @@ def documents(
     from zhiku.ingest.loaders.ocr import page_list
     from zhiku.types import DocStatus
 
-    table = Table()
-    for col in ("doc_id", "collection", "source", "type", "chunks", "status"):
-        table.add_column(col)
+    table = tables.table(
+        ("doc_id", "collection", "source", "type", "chunks", "status"), whole=["doc_id"], texts=["source"]
+    )
     for d in docs:
         status = DocStatus(d.status).value + (f" (pages {page_list(d.needs_ocr_pages)})" if d.needs_ocr_pages else "")
         table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -18,11 +18,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from zhiku.errors import ZhikuError
-from zhiku.settings import Settings, load_settings
+from zhiku.errors import InvalidInput, ZhikuError
+from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
 
 if TYPE_CHECKING:
     from zhiku.api import KnowledgeBase
+    from zhiku.types import DocRecord
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
@@ -60,9 +61,25 @@ def _errors(as_json: bool = False) -> Iterator[None]:
 
 
 def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
+    """The knowledge base; the two ways a newcomer misses an index get a hint: ``--index`` naming the database
+    file instead of its folder, and a relative index looked for outside the project's folder."""
     from zhiku.api import KnowledgeBase
+    from zhiku.errors import ConfigError, IndexNotFound
 
-    return KnowledgeBase(settings, read_only=read_only)
+    where = settings.index
+    if where.is_file():
+        raise ConfigError(
+            f"--index names the folder that holds the index, not a file: {where} (use --index {where.parent})"
+        )
+    try:
+        return KnowledgeBase(settings, read_only=read_only)
+    except IndexNotFound as e:
+        if where.is_absolute() or Path(DEFAULT_CONFIG_FILE).is_file():
+            raise
+        raise IndexNotFound(
+            f"{e} ({where} is looked for in {Path.cwd()}, which has no {DEFAULT_CONFIG_FILE}: run zhiku in your "
+            "project's folder, or give --index the index's full path)"
+        ) from None
 
 
 @contextmanager
@@ -119,3 +136,39 @@ def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable
 
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+
+def some_path_exists(paths: list[Path]) -> None:
+    """A typo in the only path used to make an empty index in the current folder and report 1 failure."""
+    if paths and not any(p.expanduser().exists() for p in paths):
+        names = ", ".join(str(p) for p in paths)
+        raise InvalidInput(
+            f"no such file or folder: {names} (nothing was ingested; check the path, relative ones start at "
+            f"{Path.cwd()})"
+        )
+
+
+def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
+    """One line for the files a folder held that no loader reads: they used to be skipped without a word."""
+    from zhiku.ingest.loaders import supported_suffixes
+
+    files = sum(n for _, n in counts)
+    kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
+    hint = "; save .doc files as .docx" if any(suffix == ".doc" for suffix, _ in counts) else ""
+    return (
+        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
+        f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
+    )
+
+
+def filter_note(docs: Sequence[DocRecord], source: str | None, doc_type: str | None) -> str | None:
+    """Why ``--source``/``--type`` left nothing (``retrieval.filters.filter_hint``), for stderr and ``--json``."""
+    if not (source or doc_type):
+        return None
+    from zhiku.retrieval.filters import filter_hint
+
+    given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+    hint = filter_hint(docs, source, doc_type) or "loosen or drop them"
+    return (
+        f"no passage matched the filters ({given}): {hint}; `zhiku documents` lists the sources and types as ingested"
+    )

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
+from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput
 from zhiku.llm.settings import JudgeSettings
@@ -240,13 +241,8 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         table.add_row("rerank (queries)", ", ".join(f"{k} {v}" for k, v in sorted(result.rerank.items())))
     out.print(table)
     if len(result.categories) > 1:
-        cats = Table(title="per category")
-        names = list(result.metrics)
-        for col in ("category", "queries", *names):
-            cats.add_column(col)
-        for c, m in result.categories.items():
-            cats.add_row(c, str(int(m["queries"])), *(f"{m[n]:.4f}" for n in names))
-        out.print(cats)
+        for cats in _category_tables(result.categories, list(result.metrics)):
+            out.print(cats)
     if generation.status == "skipped":
         out.print(f"generation metrics skipped: {generation.reason}", markup=False)
     else:
@@ -256,6 +252,29 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
+
+
+CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a metric per row): 80 columns hold them
+
+
+def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
+    """Per-category metrics that fit a terminal: one column per category and a metric per row, in tables of
+    ``CATEGORY_COLUMNS`` categories (a row per category needs 2 + one column per metric: 80 columns cut the
+    numbers to `0.87…` and blanked the category names); numbers never cut."""
+    items = list(categories.items())
+    out = []
+    for start in range(0, len(items), CATEGORY_COLUMNS):
+        part = dict(items[start : start + CATEGORY_COLUMNS])
+        title = "per category"
+        if len(items) > CATEGORY_COLUMNS:
+            title += f" ({start + 1}–{start + len(part)} of {len(items)})"
+        # a long category name folds in its header; a number on one line is narrower than any header
+        table = tables.table(("metric", *part), whole=("metric",), texts=tuple(part), title=title)
+        table.add_row("queries", *(str(int(m["queries"])) for m in part.values()))
+        for n in names:
+            table.add_row(n, *(f"{m[n]:.4f}" for m in part.values()))
+        out.append(table)
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
-from rich.table import Table
 
+from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, out
 from zhiku.settings import load_settings
 
@@ -50,9 +50,9 @@ def list_(as_json: JsonOpt = False, manifest: ManifestOpt = None, config: Config
     if as_json:
         _print_json({"models": [e.to_json() for e in m.entries]})
         return
-    table = Table()
-    for col in ("id", "kind", "provider", "pinned", "files", "source / note"):
-        table.add_column(col)
+    table = tables.table(
+        ("id", "kind", "provider", "pinned", "files", "source / note"), texts=["id", "provider", "source / note"]
+    )
     for e in m.entries:
         table.add_row(e.id, e.kind, e.provider, "yes" if e.pinned else "no", str(len(e.files)), e.note or e.source)
     out.print(table)
@@ -122,9 +122,7 @@ def verify(
             }
         )
     else:
-        table = Table()
-        for col in ("status", "model", "folder", "detail"):
-            table.add_column(col)
+        table = tables.table(("status", "model", "folder", "detail"), texts=["model", "folder", "detail"])
         for r in results:
             table.add_row(r.status, r.model_id or "?", r.folder, r.detail)
         out.print(table if results else "no model folders found")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,23 +18,33 @@ def init(
         Path, typer.Argument(help="Project folder (created if missing; default: the current folder).")
     ] = Path("."),
     force: Annotated[bool, typer.Option("--force", help="Overwrite files zhiku init wrote before.")] = False,
+    samples: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--samples/--no-samples",
+            help="Write the sample documents and eval.yaml (default: unless docs/ already holds documents).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a ready project: settings, sample documents, an eval set and MCP client configs.
 
-    Writes zhiku.yaml (every setting, commented), docs/ with sample documents (their licence in SOURCES.md),
-    eval.yaml over them, and MCP client configs for Claude Desktop, Cursor, VS Code, Cline and Cherry Studio
+    Writes zhiku.yaml (every setting, commented), docs/ with sample documents (their licence in SOURCES.md) and
+    eval.yaml over them (not when docs/ already holds documents, or with --no-samples), and MCP client configs for Claude Desktop, Cursor, VS Code, Cline and Cherry Studio
     with absolute paths; then prints the commands to ingest, ask and serve."""
     from zhiku.scaffold.init import create_project
 
     with _errors():
-        report = create_project(directory, force=force)
+        report = create_project(directory, force=force, samples=samples)
     if as_json:
         _print_json({**asdict(report), "next": report.next_steps()})
         return
     out.print(f"zhiku project in {report.root}: {len(report.written)} files written", markup=False)
     for rel in report.written:
         out.print(f"  + {rel}", markup=False)
+    if not report.samples:
+        out.print("  (no sample documents: docs/ is yours; put the files to serve there)", markup=False)
     if report.kept:
         err.print(f"  kept {len(report.kept)} existing files (--force overwrites them): {', '.join(report.kept)}")
     out.print("\nNext:", markup=False)

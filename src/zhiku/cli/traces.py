@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, err, out
 from zhiku.cli.traces_view import print_ingest_trace, stage_table
 from zhiku.errors import MissingDependency
@@ -30,9 +31,12 @@ def print_trace(console: Console, trace: Trace) -> None:
     hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}
     fusion = trace.stage("fusion")
     fused = fusion is not None and fusion.status == "ok" and trace.detail != SAMPLED_OUT
-    table = Table(title="ranks: before = best channel rank; Δ = before − after (+ moved up)" if fused else "hits")
-    for col in ("n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score", "source", "section"):
-        table.add_column(col)
+    table = tables.table(
+        ("n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score", "source", "section"),
+        whole=["n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score"],
+        texts=["source", "section"],
+        title="ranks: before = best channel rank; Δ = before − after (+ moved up)" if fused else "hits",
+    )
     rows = (
         fusion.data.get("changes", [])
         if fused and fusion is not None
@@ -120,17 +124,11 @@ def traces(
     config: ConfigOpt = None,
 ) -> None:
     """List recent traces (queries and ingestion runs) from <index>/traces.jsonl, or show one."""
-    from zhiku.errors import NotFound
-
     with _errors():
         settings = load_settings(config, index=index)
         found = read_traces(settings.index / TRACE_FILE, kind=kind, limit=10_000 if trace_id else limit)
         if trace_id:
-            found = [t for t in found if t.trace_id == trace_id]
-            if not found:
-                raise NotFound(
-                    f"no trace {trace_id!r} in {settings.index / TRACE_FILE} (list them with `zhiku traces`)"
-                )
+            found = _by_id(found, trace_id, settings.index / TRACE_FILE)
     if as_json:
         _print_json({"traces": [t.to_json() for t in found]})
         return
@@ -141,9 +139,7 @@ def traces(
         )
         (print_ingest_trace if t.kind == "ingest" else print_trace)(out, t)
         return
-    table = Table()
-    for col in ("trace", "kind", "status", "ms", "what", "stages"):
-        table.add_column(col)
+    table = tables.table(("trace", "kind", "status", "ms", "what", "stages"), whole=["trace", "ms"], texts=["what"])
     for t in found:
         what = t.attrs.get("query") or ", ".join(t.attrs.get("paths") or []) or str(t.attrs.get("documents", ""))
         stages = " ".join(
@@ -151,6 +147,23 @@ def traces(
         )
         table.add_row(t.trace_id, t.kind, t.status, f"{t.elapsed_ms:.1f}", str(what)[:60], stages)
     out.print(table if found else f"no traces in {settings.index} yet (tracing.enabled: {settings.tracing.enabled})")
+
+
+def _by_id(found: list[Trace], trace_id: str, path: Path) -> list[Trace]:
+    """The trace whose id is ``trace_id`` or starts with it (an id cut short in a narrow table still works)."""
+    from zhiku.errors import InvalidInput, NotFound
+
+    exact = [t for t in found if t.trace_id == trace_id]
+    if exact:
+        return exact[:1]
+    ids = sorted({t.trace_id for t in found if t.trace_id.startswith(trace_id.rstrip("…"))})
+    if len(ids) == 1 and trace_id.rstrip("…"):
+        return [t for t in found if t.trace_id == ids[0]][:1]
+    if len(ids) > 1:
+        raise InvalidInput(
+            f"trace id {trace_id!r} is the start of {len(ids)} traces ({', '.join(ids[:5])}): give more of it"
+        )
+    raise NotFound(f"no trace {trace_id!r} in {path} (list them with `zhiku traces`)")
 
 
 def dashboard(
@@ -165,6 +178,9 @@ def dashboard(
         settings = load_settings(config, index=index)
         if importlib.util.find_spec("streamlit") is None:
             raise MissingDependency("the dashboard needs Streamlit: pip install 'zhiku[dashboard]'")
+        from zhiku.mcp.http_security import check_port_free
+
+        check_port_free("127.0.0.1", port, what="the dashboard", fix="pass --port N, or stop what holds it")
     from zhiku.dashboard import APP
 
     env = {**os.environ, "ZHIKU_INDEX": str(Path(settings.index).resolve())}

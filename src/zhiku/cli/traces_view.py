@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from zhiku.cli import tables
 from zhiku.observability.trace import Trace, ordered_stages
 from zhiku.types import IngestionRecord
 
@@ -87,25 +89,22 @@ def print_history(console: Console, runs: Sequence[Run]) -> None:
     if not runs:
         console.print("no ingestion history yet: run `zhiku ingest PATH`", markup=False)
         return
-    table = Table()
-    for col in ("time", "status", "collection", "path", "chunks", "error"):
-        table.add_column(col)
+    errors = any(r.error for run in runs for r in run.records)  # no column of blanks squeezing the paths
+    names = ("time", "status", "collection", "path", "chunks", "error")[: 6 if errors else 5]
+    table = tables.table(names, texts=["path", "error"])
+    here = Path.cwd()
     for i, run in enumerate(runs):
         counts: dict[str, int] = {}
         for r in run.records:
             counts[r.status] = counts.get(r.status, 0) + 1
         label = f"── run (trace {run.trace_id})" if run.trace_id else "── run"
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())
-        table.add_row(when(run.started_at), summary, "", label, "", "", style="bold")
+        table.add_row(*(when(run.started_at), summary, "", label, "", "")[: len(names)], style="bold")
         for r in run.records:
-            table.add_row(
-                time.strftime("  %H:%M:%S", time.localtime(r.at)),
-                r.status,
-                r.collection,
-                r.path,
-                str(r.chunk_count),
-                r.error or "",
-            )
+            path = Path(r.path)
+            shown = str(path.relative_to(here)) if path.is_absolute() and path.is_relative_to(here) else r.path
+            cells = [time.strftime("  %H:%M:%S", time.localtime(r.at)), r.status, r.collection, shown]
+            table.add_row(*[*cells, str(r.chunk_count), r.error or ""][: len(names)])  # a 6th cell: a column
         if i < len(runs) - 1:
             table.add_section()
     console.print(table)

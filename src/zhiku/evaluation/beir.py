@@ -44,7 +44,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
     folder = Path(folder)
     if not folder.is_dir():
-        raise InvalidInput(f"dataset folder not found: {folder}")
+        what = "YAML set" if folder.suffix.lower() in (".yaml", ".yml") else "dataset folder"
+        raise InvalidInput(f"{what} not found: {folder}")
     qrels_path = folder / "qrels.tsv"
     if not qrels_path.is_file():
         qrels_path = folder / "qrels" / "test.tsv"

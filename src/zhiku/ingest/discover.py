@@ -4,6 +4,7 @@ files and unknown suffixes skipped), each with the source name it is stored unde
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +25,13 @@ class FileTask:
         return printable(str(self.path))
 
 
-def discover(paths: Sequence[Path], suffixes: Sequence[str]) -> tuple[list[FileTask], list[FileFailure]]:
+def discover(
+    paths: Sequence[Path], suffixes: Sequence[str], unsupported: Counter[str] | None = None
+) -> tuple[list[FileTask], list[FileFailure]]:
     """Files to ingest under ``paths`` (directories are walked, symlinked directories not followed; hidden files
     and unknown suffixes skipped). A path that is not a regular file or a directory is a failure with the reason;
-    sources are :func:`~zhiku.ingest.guard.printable`."""
+    sources are :func:`~zhiku.ingest.guard.printable`. ``unsupported`` counts the skipped files of a walked
+    directory per suffix (``.xlsx``; ``""`` for none), so a report can say they were not read."""
     tasks: list[FileTask] = []
     failures: list[FileFailure] = []
     seen: set[Path] = set()
@@ -59,7 +63,11 @@ def discover(paths: Sequence[Path], suffixes: Sequence[str]) -> tuple[list[FileT
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in sorted(filenames):
                 f = Path(dirpath) / name
-                if name.startswith(".") or f.suffix.lower() not in suffixes or f in seen:
+                if name.startswith(".") or f in seen:
+                    continue
+                if f.suffix.lower() not in suffixes:
+                    if unsupported is not None:
+                        unsupported[f.suffix.lower()] += 1
                     continue
                 seen.add(f)
                 tasks.append(FileTask(f, printable(f.relative_to(p).as_posix()), p))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -31,7 +32,15 @@ from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
 from zhiku.ingest.prefetch import Gate, prefetch
-from zhiku.ingest.prepare import STOP_CODES, Loaded, Prepared, Preparer, doc_id_for, sha256_bytes
+from zhiku.ingest.prepare import (
+    STOP_CODES,
+    Loaded,
+    Prepared,
+    Preparer,
+    doc_id_for,
+    one_file_per_source,
+    sha256_bytes,
+)
 from zhiku.ingest.progress import chunk_note
 from zhiku.ingest.transforms.stage import TransformStage
 from zhiku.observability.tracing import span
@@ -128,6 +137,8 @@ class Ingestor:
         started = time.perf_counter()
         self._needs_ocr = []
         tasks, failures = self._tasks(paths)
+        tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
+        failures.extend(clashes)
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
             for f in failures:
                 self.store.record_ingestion(
@@ -139,13 +150,19 @@ class Ingestor:
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
-        removed = self._sync(paths, tasks, collection, dry_run) if sync else []
-        return self._report(tally, started, computed_before, removed=removed, dry_run=dry_run)
+        gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
+        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
+        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(self._unsupported.items())))
+
+    def _stored_path(self, collection: str, source: str) -> str | None:
+        doc = self.store.find_document(collection, source)
+        return None if doc is None else doc.path
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
         """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
         suffixes = supported_suffixes(self.loaders)
-        tasks, failures = discover(paths, suffixes)
+        self._unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, self._unsupported)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
@@ -290,6 +307,8 @@ class Ingestor:
     def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
         """Remove documents of ``collection`` that lived under a given directory and are gone now."""
         roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
+        if not roots:  # files named one by one: nothing can be gone (and no listing of the collection)
+            return []
         present = {str(t.path) for t in tasks}
         removed = []
         for doc in self.store.list_documents(collection):

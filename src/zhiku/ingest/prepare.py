@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from zhiku.embedding.base import Embedder
@@ -27,7 +29,7 @@ from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
-from zhiku.types import Chunk, DocRecord, DocStatus, SourceDoc, SourceImage
+from zhiku.types import Chunk, DocRecord, DocStatus, FileFailure, SourceDoc, SourceImage
 
 log = logging.getLogger("zhiku.ingest")
 STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
@@ -119,6 +121,11 @@ class Preparer:
         sha = read[0] = sha256_bytes(data)
         read[1] = len(data)
         existing = self.store.find_document(collection, task.source)
+        if existing is not None and _another_file(existing.path, task.shown):
+            raise IngestError(
+                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
+                f"would replace it: {CLASH_FIX}"
+            )
         if (
             existing is not None
             and existing.sha256 == sha
@@ -194,3 +201,41 @@ class Preparer:
                 longest_tokens=longest,
             )
         return tokens, len(window.over)
+
+
+CLASH_FIX = (
+    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+    "their names differ"
+)
+
+
+def one_file_per_source(
+    tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
+) -> tuple[list[FileTask], list[FileFailure]]:
+    """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
+    fix before anything is read. Their documents were prepared side by side, so neither saw the other stored; the
+    second silently replaced the first ("2 added", one document). The file already stored under the name is kept,
+    else the first given."""
+    by_source: dict[str, list[FileTask]] = {}
+    for t in tasks:
+        by_source.setdefault(t.source, []).append(t)
+    refused: dict[Path, FileFailure] = {}
+    for source, same in by_source.items():
+        if len(same) == 1:
+            continue
+        stored = stored_path(source)
+        kept = next((t for t in same if t.shown == stored), same[0])
+        for t in same:
+            if t is not kept:
+                refused[t.path] = FileFailure(
+                    t.shown,
+                    f"{kept.shown} is also named {source!r} in this run; this file would replace it in collection "
+                    f"{collection!r}: {CLASH_FIX}",
+                )
+    return [t for t in tasks if t.path not in refused], list(refused.values())
+
+
+def _another_file(stored: str, path: str) -> bool:
+    """The document of this source name came from another file that still exists: two folders ingested into one
+    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
+    return stored != path and Path(stored).is_file()

@@ -94,6 +94,26 @@ def check_bind(server: ServerSettings) -> None:
             )
 
 
+def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
+    """Fail before anything loads when ``host:port`` is taken (uvicorn printed `[Errno 98]` and exited 3 after the
+    models had loaded; Streamlit says "Port N is not available")."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: a closing socket is no clash
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as e:
+            if e.errno not in (errno.EADDRINUSE, errno.EACCES):  # the host, not the port: no name, not this machine's
+                fix = (
+                    f"{host} is not an address of this machine: set --host (server.host, ZHIKU_HOST) to 127.0.0.1, "
+                    "0.0.0.0 (every interface) or one of this machine's addresses"
+                )
+            raise ConfigError(f"cannot serve {what} on {host}:{port}: {e.strerror or e}: {fix}") from None
+
+
 def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
     """``origin`` equals a pattern, or a ``scheme://*`` pattern names its scheme."""
     for p in patterns:

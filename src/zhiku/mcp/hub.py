@@ -46,6 +46,7 @@ from zhiku.observability.tracing import keep_detail, span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import chunk_context
+from zhiku.retrieval.filters import filter_hint
 from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
@@ -263,7 +264,10 @@ class Hub:
         if not self.kb.collections():
             return "知识库为空 / The knowledge base is empty: ingest documents first."
         if args.source or args.doc_type or args.tags:
-            return "没有符合过滤条件的段落 / No passage matches the filters; loosen or drop them."
+            hint = filter_hint(self.kb.documents(args.collection), args.source, args.doc_type)
+            return "没有符合过滤条件的段落 / No passage matches the filters" + (
+                f": {hint}." if hint else "; loosen or drop them."
+            )
         return "没有匹配的段落 / No passage matches the query; try other words."
 
     # -- catalogue ---------------------------------------------------------------------------------

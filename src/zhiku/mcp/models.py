@@ -61,14 +61,18 @@ class QueryFilters(BaseModel):
 class CitationOut(_Out):
     n: int = Field(description="The [n] marker used in the answer.")
     chunk_id: str
-    doc_id: str
+    doc_id: str = Field(
+        "", description="The document's id, for `get_document_summary` and zhiku://doc/{doc_id} (full form only)."
+    )
     source: str = Field("", description="Source path as ingested (full form only).")
     page: int | None = Field(None, description="Page number when the format has pages.")
     section: str = Field(
         "", description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条' (full form only)."
     )
     score: float = Field(
-        description="Fused ranking score (RRF or z-score in hybrid mode) before any reranking; only its order is meaningful."
+        0.0,
+        description="Fused ranking score (RRF or z-score in hybrid mode) before any reranking; only its order is "
+        "meaningful (full form only).",
     )
     text: str = Field("", description="The passage, cut to fit the answer budget when `truncated` (full form only).")
     truncated: bool = Field(False, description="True when `text` is a snippet; read the full chunk at `uri`.")
@@ -100,7 +104,7 @@ class ImageRef(_Out):
 
 
 class QueryResult(_Out):
-    query: str
+    query: str = Field("", description="The question as sent (full form only: the text block begins with it).")
     mode: Literal["bm25", "dense", "hybrid"]
     answer: str = Field(
         "",
@@ -141,16 +145,25 @@ class QueryResult(_Out):
 
     def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
         """The ``structuredContent``: everything when built ``with_passages(True)``; else the compact form, which
-        leaves the passages to the text block: per citation its ``n``, ids, score (and page, rerank scores when
-        set), and no ``answer``. A client forwarding both blocks pays for each passage once."""
+        carries only what a program needs beside the text block: per citation its ``n`` and ``chunk_id`` (and
+        page, rerank scores, transform fields when set), the confidence and cache flags, and no field the text
+        already says (question, answer, sources, fused scores) or that is at its default (no images, rewrite and
+        rerank off). A client forwarding both blocks pays for each passage once, and ~45 characters a citation."""
         if self._passages:
             return self.model_dump(mode=mode)
-        return self.model_dump(
-            mode=mode, exclude_none=True, exclude={"answer": True, "citations": {"__all__": FULL_ONLY}}
+        compact = self.model_dump(
+            mode=mode,
+            exclude_none=True,
+            exclude_defaults=True,
+            exclude={"query": True, "answer": True, "citations": {"__all__": FULL_ONLY}},
         )
+        compact.setdefault("confidence", None)  # required, and None when nothing matched (a filter left nothing)
+        return compact
 
 
 FULL_ONLY = {
+    "doc_id",
+    "score",
     "source",
     "section",
     "text",

@@ -31,13 +31,34 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
 
 
 def preflight(settings: Settings) -> None:
-    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened."""
-    from zhiku.mcp.http_security import check_bind
+    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened. An index
+    without documents (read-write: created now when missing) is served with a warning: a typo in a client's
+    ``--index`` must not pass unnoticed."""
+    from zhiku.mcp.http_security import check_bind, check_port_free
     from zhiku.stores import open_store
 
     if settings.server.transport == "http":
         check_bind(settings.server)
-    open_store(settings, read_only=settings.server.read_only).close()
+        check_port_free(
+            settings.server.host,
+            settings.server.port,
+            what="HTTP",
+            fix="another `zhiku serve`? pass --port N (or set server.port), or stop what holds it",
+        )
+    store = open_store(settings, read_only=settings.server.read_only)  # read-only: IndexNotFound when missing
+    try:
+        empty = not any(c.documents for c in store.collections())
+    finally:
+        store.close()
+    if empty:
+        where = settings.index.resolve()
+        log.warning(
+            "the index at %s holds no documents: every query will find nothing. If the path is a typo, fix "
+            "--index in the client's configuration; else add documents with `zhiku ingest PATH --index %s` or "
+            "the ingest_documents tool",
+            where,
+            where,
+        )
 
 
 def serve_built(server: MCPServer, settings: Settings) -> None:
@@ -45,6 +66,12 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
     s = settings.server
     if s.transport == "stdio":
         log.info("zhiku: serving %s over stdio", settings.index)
+        if sys.stdin.isatty():  # a person ran it, as `zhiku init` lists it: it seems to hang otherwise
+            log.warning(
+                "waiting for an MCP client on stdin: MCP clients start this command themselves (see "
+                "mcp-clients/README.md of a `zhiku init` project); to try it by hand, `zhiku serve --transport http` "
+                "and the MCP Inspector. Ctrl-C stops it"
+            )
         anyio.run(serve_stdio, server)  # every input line checked first (zhiku.mcp.jsonrpc)
         return
     import uvicorn

@@ -10,50 +10,107 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from zhiku.ingest.chunk_units import ARTICLE_RE
+from zhiku.retrieval.context import split_label
+from zhiku.retrieval.named import articles_not_found
+from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import AnswerSettings
+from zhiku.text import article_numbers
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
+LOW_CONFIDENCE_NOTE = (
+    "> ⚠️ 低置信度 / Low confidence: 知识库中没有找到与问题足够相关的内容，以下段落可能答非所问。"
+    "No passage in the knowledge base matches this question closely: the nearest ones follow, shortened; "
+    "they may not answer it, so check them before relying on them."
+)
+FOREIGN_QUESTION_TIP = (
+    "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually matches "
+    "them better."
+)
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
 
-def flatten(text: str) -> str:
-    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line, set off by blank
-    lines (a table flattened into one line, ``| | (1) | (2) | | --- |…``, is unreadable)."""
-    if "\n" not in text:
-        return text
-    blocks: list[list[str]] = []
+def _blocks(text: str) -> list[tuple[str, list[str]]]:
+    """``text``'s lines grouped into runs of one kind: ``code`` (one fenced block, its fences included, lines as
+    written), ``table`` (Markdown table rows) or ``prose``; blank lines outside code dropped."""
+    blocks: list[tuple[str, list[str]]] = []
+    fenced = False
     for line in text.splitlines():
         s = line.strip()
-        kind = "table" if s.startswith("|") else "prose"
-        if not s:
+        opens = not fenced and s.startswith("```")
+        if fenced or opens:
+            kind, keep = "code", line.rstrip()
+            fenced = opens or not s.startswith("```")
+        elif not s:
             continue
-        if not blocks or blocks[-1][0] != kind:
-            blocks.append([kind])
-        blocks[-1].append(s)
-    return "\n\n".join("\n".join(b[1:]) if b[0] == "table" else " ".join(" ".join(b[1:]).split()) for b in blocks)
+        else:
+            kind, keep = ("table" if s.startswith("|") else "prose"), s
+        if opens or not blocks or blocks[-1][0] != kind:
+            blocks.append((kind, []))
+        blocks[-1][1].append(keep)
+    return blocks
+
+
+def flatten(text: str) -> str:
+    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line and fenced code blocks
+    kept line by line, each set off by blank lines (a table or a code block flattened into one line,
+    ``| | (1) | (2) | | --- |…`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is unreadable)."""
+    if "\n" not in text:
+        return text
+    return "\n\n".join(
+        "\n".join(lines) if kind != "prose" else " ".join(" ".join(lines).split()) for kind, lines in _blocks(text)
+    )
+
+
+_FENCE = re.compile(r"(?m)^[ \t]*```")
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """Where the fenced code blocks of flattened ``text`` lie: from an opening fence to the end of its closing
+    fence (or of the text, for one left open)."""
+    marks = [m.start() for m in _FENCE.finditer(text)]
+    spans = []
+    for a, b in zip(marks[::2], [*marks[1::2], len(text)], strict=False):
+        end = text.find("\n", b)
+        spans.append((a, len(text) if end < 0 or b == len(text) else end))
+    return spans
 
 
 def snippet(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 % (inside a
-    table: after its last whole row)."""
+    table: after its last whole row; inside a code block: after its last whole line, the block closed)."""
     text = flatten(text)
     if len(text) <= limit:
         return text
     head = text[: max(limit - 1, 1)]
     row_end = head.rfind("\n")
+    spans = _code_spans(text)
+    code = [a for a, b in spans if a < len(head) < b]
+    if code:  # cut inside a code block: whole lines, and the block closed, or the rest of the answer turns to code
+        first_line_end = text.find("\n", code[0])
+        if row_end > first_line_end:
+            return head[:row_end].rstrip() + "\n```\n\n…"
+        if code[0] > 0:  # not one whole line of it fits: end before the block
+            return head[: code[0]].rstrip() + "\n\n…"
+        return head.rstrip() + "…\n```"
     if row_end > 0 and head[row_end + 1 :].startswith("|"):  # cut inside a table row: keep whole rows only
         return head[:row_end].rstrip() + "\n\n…"
-    ends = [m.end() for m in _SENTENCE_END.finditer(head)]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if not any(a < m.end() < b for a, b in spans)]
     cut = ends[-1] if ends and ends[-1] >= 0.6 * len(head) else len(head)
-    return head[:cut].rstrip() + "…"
+    kept = head[:cut].rstrip()
+    return kept + ("\n\n…" if kept.rsplit("\n", 1)[-1].startswith("```") else "…")  # "```…" would not close it
 
 
 def _sentence_starts(text: str) -> list[int]:
-    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header."""
+    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header, never
+    inside a code block but at its opening fence."""
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
     rows = [(m.start(), m.end()) for m in re.finditer(r"(?m)^\|.*$", text)]
     headers = {a for a, _ in rows if a < 2 or text[a - 2 : a] == "\n\n"}  # a table's first row follows a blank line
     inside = [(a, b) for a, b in rows if a not in headers] + [(a + 1, b) for a, b in rows if a in headers]
+    inside += [(a + 1, b - 1) for a, b in _code_spans(text)]
     return sorted({s for s in starts if s < len(text) and not any(a <= s <= b for a, b in inside)})
 
 
@@ -79,17 +136,39 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     if best_start == 0:
         return snippet(text, limit)
     body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
-    return "…\n\n" + body if body.startswith("|") else "…" + body
+    return "…\n\n" + body if body.startswith(("|", "```")) else "…" + body
 
 
-def cite(hit: Hit) -> str:
-    """``source, p. N, section`` for the sources list."""
+def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> tuple[str, str]:
+    """The text and section to show for ``hit``. A chunk holding several whole articles (short ones are chunked
+    together: ``… > 第三十一条、第三十二条``) shows only the articles that hold the most distinct query terms, and
+    its section names just those, so a citation points at the article that answers (加班费怎么算: 第三十一条, not
+    also 第三十二条 on refusing unsafe orders). Unchanged when no article, or every one, holds the most terms."""
+    c = hit.chunk
+    path, labels = split_label(c.section)
+    terms = [t for t in terms if len(t) > 1] or list(terms)
+    found = list(ARTICLE_RE.finditer(c.text)) if len(labels) > 1 and terms else []
+    if not found or tuple(m.group(1) for m in found) != labels:
+        return c.text, c.section
+    cuts = [0, *(m.start() for m in found[1:]), len(c.text)]
+    parts = [c.text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False)]
+    scores = [sum(1 for t in terms if t in normalize(p)) for p in parts]
+    if max(scores) == 0 or min(scores) == max(scores):
+        return c.text, c.section
+    keep = [i for i, score in enumerate(scores) if score == max(scores)]
+    label = "、".join(labels[i] for i in keep)
+    return "\n\n".join(parts[i] for i in keep), f"{path}{SECTION_SEPARATOR}{label}" if path else label
+
+
+def cite(hit: Hit, section: str | None = None) -> str:
+    """``source, p. N, section`` for the sources list (``section``: the hit's, or the one shown for it)."""
     c = hit.chunk
     parts = [c.source]
     if c.page is not None:
         parts.append(f"p. {c.page}")
-    if c.section:
-        parts.append(c.section)
+    section = c.section if section is None else section
+    if section:
+        parts.append(section)
     return ", ".join(parts)
 
 
@@ -105,24 +184,29 @@ def _render(
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
         return "\n".join(lines)
-    if low_confidence:
-        lines += [
-            "> ⚠️ 低置信度 / Low confidence: the best match scores below the threshold; "
-            "these passages may not answer the question.",
-            "",
-        ]
-    for n, hit in enumerate(hits, 1):
-        text = focused_snippet(hit.chunk.text, limit, terms, normalize)
-        where = f"({hit.chunk.section})" if hit.chunk.section else ""
-        # a table must start and end its own block, or Markdown renders its rows as one paragraph
-        head = f"[{n}]\n\n" if text.startswith("|") else f"[{n}] "
-        tail = f"\n\n{where}" if where and text.rsplit("\n", 1)[-1].startswith("|") else f" {where}" if where else ""
+    missing = articles_not_found(hits, article_numbers(normalize(query)), normalize)
+    if missing:  # a question naming an article that none of the passages holds (劳动合同法第200条)
+        lines += [f"> 注意 / Note: {'，'.join(missing)} 不在找到的段落中 / not among the passages found.", ""]
+    if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
+        lines += [LOW_CONFIDENCE_NOTE, ""]
+        if not _HAN.search(query) and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits):
+            lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
+        lines += ["**最接近的段落 / Closest passages**", ""]
+        limit = min(limit, LOW_CONFIDENCE_SNIPPET)
+    shown = [exact_articles(hit, terms, normalize) for hit in hits]
+    for n, (whole, section) in enumerate(shown, 1):
+        text = focused_snippet(whole, limit, terms, normalize)
+        where = f"({section})" if section else ""
+        # a table or code block must start and end its own block, or Markdown renders its rows as one paragraph
+        head = f"[{n}]\n\n" if text.startswith(("|", "```")) else f"[{n}] "
+        last = text.rsplit("\n", 1)[-1]
+        tail = f"\n\n{where}" if where and last.startswith(("|", "```")) else f" {where}" if where else ""
         lines.append(head + text + tail)
         lines.append("")
     lines.append("**来源 / Sources**")
     lines.append("")
-    for n, hit in enumerate(hits, 1):
-        lines.append(f"[{n}] {cite(hit)}")
+    for n, (hit, (_, section)) in enumerate(zip(hits, shown, strict=True), 1):
+        lines.append(f"[{n}] {cite(hit, section)}")
     return "\n".join(lines)
 
 

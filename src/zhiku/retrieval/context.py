@@ -12,6 +12,7 @@ the stored chunks of the document, within a character budget, while the citation
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -118,36 +119,81 @@ def join_pieces(pieces: Sequence[Chunk]) -> str:
         body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
         if end is not None and c.start < end:
             body = body[end - c.start :]
-        elif end is not None:
-            out.append("\n\n")
+        elif end is not None:  # rows of one table follow each other on the next line, or it breaks in two
+            out.append("\n" if body.startswith("|") and out[-1].rsplit("\n", 1)[-1].startswith("|") else "\n\n")
         out.append(body)
         end = c.end if end is None else max(end, c.end)
     return "".join(out)
 
 
+TABLE_MAX_CHARS = 3000  # a split table longer than this stays in pieces: the whole of it would crowd the answer
+
+
+def _table_header(c: Chunk) -> str:
+    """The header rows a continued piece of a split table repeats (``""`` for any other chunk)."""
+    extra = len(c.text) - (c.end - c.start)
+    return c.text[:extra].strip() if extra > 0 and c.text.startswith("|") else ""
+
+
+def _table_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+    """The consecutive chunks holding pieces of the table split across ``chunk`` (its first piece, with the
+    caption and header, then each piece repeating that header), or just ``chunk``."""
+    by_ordinal = {c.ordinal: c for c in doc_chunks}
+    after = by_ordinal.get(chunk.ordinal + 1)
+    header = _table_header(chunk) or (_table_header(after) if after is not None else "")
+    if not header or header not in chunk.text or (after is not None and after.section != chunk.section):
+        return [chunk]
+    run, n = [chunk], chunk.ordinal - 1
+    while _table_header(run[0]) == header and n in by_ordinal and by_ordinal[n].section == chunk.section:
+        if _table_header(by_ordinal[n]) != header and header not in by_ordinal[n].text:
+            break
+        run.insert(0, by_ordinal[n])
+        n -= 1
+    n = chunk.ordinal + 1
+    while n in by_ordinal and by_ordinal[n].section == chunk.section and _table_header(by_ordinal[n]) == header:
+        run.append(by_ordinal[n])
+        n += 1
+    return run
+
+
+def _whole(c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]]) -> list[Chunk]:
+    """The pieces ``c`` is one of: of its one article cut for length, or of a table split between rows (the
+    whole of it up to ``TABLE_MAX_CHARS``); just ``c`` otherwise. ``doc_chunks`` is called only when needed."""
+    if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
+        return _article_run(c, doc_chunks())
+    if c.text.startswith("|") or "\n|" in c.text:  # a table (piece)
+        run = _table_run(c, doc_chunks())
+        if sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
+            return run
+    return [c]
+
+
 def whole_articles(
     hits: Iterable[Hit], doc_chunks: Callable[[str], Sequence[Chunk]], *, limit: int | None = None
 ) -> list[Hit]:
-    """Small-to-big for articles cut for length: a hit on any piece returns the whole article (its pieces joined,
-    ``start``/``end`` spanning them) at the best piece's rank, keeping the matched piece's id and page; the other
-    pieces of that article are dropped from the ranking. ``limit``: stop at that many hits (``hits`` is read no
-    further)."""
+    """Small-to-big for articles cut for length and tables split between rows: a hit on any piece returns the
+    whole article or table (its pieces joined, ``start``/``end`` spanning them) at the best piece's rank, keeping
+    the matched piece's id and page; the other pieces are dropped from the ranking. ``limit``: stop at that many
+    hits (``hits`` is read no further)."""
     out: list[Hit] = []
-    shown: set[str] = set()  # chunk ids already returned inside a whole article
+    shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     loaded: dict[str, Sequence[Chunk]] = {}
+
+    def chunks_of(doc_id: str) -> Sequence[Chunk]:
+        if doc_id not in loaded:
+            loaded[doc_id] = doc_chunks(doc_id)
+        return loaded[doc_id]
+
     if limit is not None and limit < 1:
         return out
     for h in hits:
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
-            if c.doc_id not in loaded:
-                loaded[c.doc_id] = doc_chunks(c.doc_id)
-            run = _article_run(c, loaded[c.doc_id])
-            if len(run) > 1:
-                shown.update(x.chunk_id for x in run)
-                h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))
+        run = _whole(c, functools.partial(chunks_of, c.doc_id))
+        if len(run) > 1:
+            shown.update(x.chunk_id for x in run)
+            h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))
         out.append(h)
         if len(out) == limit:
             break

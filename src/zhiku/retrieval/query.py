@@ -31,6 +31,11 @@ def parse_query(query: str, text: TextProcessor, *, max_chars: int) -> ParsedQue
         raise InvalidInput(
             f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
         )
+    if not any(ch.isalnum() for ch in query):  # "？？？", "……": nothing to search for, every passage as near as any
+        shown = query if len(query) <= 20 else query[:20] + "…"
+        raise InvalidInput(
+            f"the query {shown!r} has no words, only punctuation or symbols: ask a question, e.g. 试用期最长多久"
+        )
     return ParsedQuery(text=query, terms=tuple(text.query_tokens(query)))
 
 

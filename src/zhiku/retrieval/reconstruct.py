@@ -18,6 +18,7 @@ SECTION_SEPARATOR = " > "
 # An article label that the chunker appends to a section path ("第十九条", "第三条、第四条"; "第三条至第七条" from
 # indexes built before chunker 3), not a heading.
 _ARTICLE = r"第[零一二三四五六七八九十百千〇两\d]+条"
+_ONE_ARTICLE = re.compile(_ARTICLE)
 _ARTICLE_LABEL = re.compile(rf"^({_ARTICLE})(?:(?:至|、){_ARTICLE})*$")
 
 
@@ -62,5 +63,20 @@ def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
 
 
 def outline(chunks: Sequence[Chunk]) -> list[str]:
-    """The distinct section paths of the chunks, in document order."""
-    return list(dict.fromkeys(c.section for c in sorted(chunks, key=lambda c: c.ordinal) if c.section))
+    """The distinct section paths of the chunks, in document order. Pieces of one article labelled apart (a long
+    article's first piece ``… > 第六十六条``, its last piece packed with the next ``… > 第六十六条、第六十七条``) make
+    one entry, ``… > 第六十六条、第六十七条``, not the same article listed twice."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for c in sorted(chunks, key=lambda c: c.ordinal):
+        if not c.section or c.section in seen:
+            continue
+        seen.add(c.section)
+        head, sep, labels = c.section.rpartition(SECTION_SEPARATOR)
+        last_head, _, last_labels = out[-1].rpartition(SECTION_SEPARATOR) if out else ("", "", "")
+        mine, theirs = labels.split("、"), last_labels.split("、")
+        if out and head == last_head and set(mine) & set(theirs) and all(_ONE_ARTICLE.fullmatch(x) for x in mine):
+            out[-1] = f"{head}{sep}{'、'.join(dict.fromkeys(theirs + mine))}"
+        else:
+            out.append(c.section)
+    return out

@@ -22,11 +22,12 @@ from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clau
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
+from zhiku.retrieval.named import named_articles_first
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
-from zhiku.text import TextProcessor
+from zhiku.text import TextProcessor, article_numbers
 from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
@@ -146,6 +147,7 @@ class Searcher:
                 with self._gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+        hits = named_articles_first(hits, self.text.simplified(article_numbers(parsed.text)), self.text.normalize)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -170,11 +172,13 @@ class Searcher:
         return (*self._dense(forms, depth, filters, known=known), self._embed_clauses(clauses))
 
     def _forms(self, question: str) -> tuple[str, ...]:
-        """The question as written and, when it holds Traditional characters (``text.t2s``), in Simplified ones: the
+        """The question as written and, when it holds Traditional characters (``text.t2s``) or names an article in
+        digits (第47条), in Simplified characters with the article spelled as statutes write it (第四十七条): the
         dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
-        and the index's are normalised alike; a passage's vector is of its text as written."""
-        simplified = self.text.simplified(question)
-        return (question,) if simplified == question else (question, simplified)
+        and the index's are normalised alike (and ``query_tokens`` adds the spelled article's); a passage's vector
+        is of its text as written."""
+        second = self.text.simplified(article_numbers(question))
+        return (question,) if second == question else (question, second)
 
     def _hits(
         self,

@@ -26,6 +26,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
     "milvus": (("pymilvus",), "use the Milvus store"),
     "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
+    "scale": (("numkong", "usearch"), "search 100,000+ chunks faster: int8 screening, and store.dense_search hnsw"),
 }
 
 
@@ -167,6 +168,8 @@ def needed_extras(settings: Settings) -> set[str]:
     need = {"milvus"} if settings.store.kind == "milvus" else set()
     if settings.tracing.otel:
         need.add("otel")
+    if settings.store.kind == "sqlite" and settings.store.dense_search == "hnsw":
+        need.add("scale")
     if settings.rerank.provider == "cross-encoder":
         need.add("models")
     if settings.rerank.provider == "llm":

@@ -17,6 +17,7 @@ INDEX = ".zhiku"
 EVAL = "eval.yaml"
 COLLECTION = "docs"
 SAMPLE_QUERY = "女职工产假有多少天？"
+OWN_QUERY = "一个你的文档能回答的问题"
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,11 @@ class InitReport:
     written: tuple[str, ...]  # paths relative to root
     kept: tuple[str, ...]  # existing files left alone
     serve: tuple[str, ...]  # the command the client configs start
+    samples: bool = True  # the sample documents and their eval.yaml were part of the project
 
     def next_steps(self) -> list[str]:
+        if not self.samples:
+            return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{OWN_QUERY}"', "zhiku serve"]
         return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{SAMPLE_QUERY}"', "zhiku eval", "zhiku serve"]
 
 
@@ -49,15 +53,32 @@ def project_yaml(root: Path) -> str:
     return settings_yaml(values, header)
 
 
-def create_project(root: Path, *, force: bool = False) -> InitReport:
-    """Write the project into ``root`` (created if missing). Existing files are kept unless ``force``."""
+def own_documents(root: Path) -> bool:
+    """``root/docs`` already holds files that are not the samples: a team's folder, not a new project. Hidden
+    files (``.gitkeep``, ``.DS_Store``) are no documents: ``zhiku ingest`` skips them."""
+    docs = root / DOCS
+    samples = {Path(rel).name for rel in sample_files() if rel.startswith(f"{DOCS}/")}
+    return docs.is_dir() and any(
+        p.is_file() and p.name not in samples and not any(part.startswith(".") for part in p.relative_to(docs).parts)
+        for p in docs.rglob("*")
+    )
+
+
+def create_project(root: Path, *, force: bool = False, samples: bool | None = None) -> InitReport:
+    """Write the project into ``root`` (created if missing). Existing files are kept unless ``force``.
+    ``samples``: write the sample documents and eval.yaml; ``None``: unless ``docs/`` holds documents already (the
+    samples would be ingested and served with them)."""
     root = root.expanduser()
     if root.exists() and not root.is_dir():
         raise InvalidInput(f"{root} exists and is not a folder: choose another DIR")
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
+    if samples is None:
+        samples = not own_documents(root)
     command = serve_command(root / CONFIG, root / INDEX)
-    files: dict[str, bytes] = {CONFIG: project_yaml(root).encode(), **sample_files()}
+    files: dict[str, bytes] = {CONFIG: project_yaml(root).encode(), **(sample_files() if samples else {})}
+    if not samples:
+        (root / DOCS).mkdir(exist_ok=True)
     for c in CLIENTS:
         files[c.path] = c.render(command).encode()
     files["mcp-clients/README.md"] = readme(command).encode()
@@ -70,4 +91,4 @@ def create_project(root: Path, *, force: bool = False) -> InitReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         written.append(rel)
-    return InitReport(str(root), tuple(written), tuple(kept), tuple(command))
+    return InitReport(str(root), tuple(written), tuple(kept), tuple(command), samples)

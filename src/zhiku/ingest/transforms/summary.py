@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from zhiku.ingest.transforms.base import DocMeta
+from zhiku.retrieval.reconstruct import reconstruct_markdown
 from zhiku.types import Chunk
 
 WINDOW = 5  # co-occurrence window of TextRank (Mihalcea & Tarau 2004)
 DAMPING = 0.85
 ITERATIONS = 30
-_SENTENCE = re.compile(r"[^。！？!?；;\n]+[。！？!?；;]?")
+_SENTENCE = re.compile(r"[^。！？!?\n]+[。！？!?]?")  # whole sentences: a clause cut at ；joined to another misleads
+_ENDED = re.compile(r"[。！？!?.]$")  # a sentence, not a heading, caption, contents line or list item (…；)
 _MARKUP = re.compile(r"^[#>*\-+\s|]+|[*_`|]+")
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
@@ -26,7 +28,8 @@ _EN_STOP = frozenset(
     "what when where how all any can may will shall per via our their they them these those been being of in to on at "
     "by is be or as an it no"
     # Chinese function words that segmentation keeps but a keyword list should not
-    " 或者 应当 可以 以上 以下 不得 没有 进行 有关 其他 按照 依照 根据 以及 对于 由于 其中 并且 但是 如果".split()
+    " 或者 应当 可以 以上 以下 不得 没有 进行 有关 其他 按照 依照 根据 以及 对于 由于 其中 并且 但是 如果"
+    " 我们 你们 他们 它们 这个 那个 这些 那些 一个 什么 自己 这样 那样 因此 所以 因为 然后".split()
 )
 
 
@@ -37,13 +40,22 @@ class Summary:
     kind: str  # "extractive" | "llm"
 
 
+def _prose_lines(text: str) -> str:
+    """``text`` without its fenced code blocks (fences and the code between them)."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _paragraphs(text: str) -> list[str]:
-    """Paragraphs with wrapped lines joined; headings, table rows and fences left out."""
+    """Paragraphs with wrapped lines joined; headings, table rows and code blocks left out."""
     out = []
-    for block in re.split(r"\n\s*\n", text):
-        lines = [
-            ln.strip() for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|", "```"))
-        ]
+    for block in re.split(r"\n\s*\n", _prose_lines(text)):
+        lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|"))]
         para = ""
         for ln in lines:
             ln = _MARKUP.sub("", ln)
@@ -54,17 +66,19 @@ def _paragraphs(text: str) -> list[str]:
 
 
 def sentences_of(chunks: Sequence[Chunk]) -> list[str]:
-    """The document's sentences in order, each once (chunks overlap), without Markdown markup or table rows;
-    list headers (ending in a colon) and fragments under 12 characters are left out."""
+    """The document's sentences in order, each once, from its text rebuilt from the chunks, without Markdown markup, table rows or code;
+    list headers (ending in a colon) and fragments under 12 characters are left out, and so are lines that end
+    without a full stop (headings, captions, contents lines, list items ending in ；) unless nothing else is left."""
     seen: dict[str, None] = {}
-    for c in chunks:
-        for para in _paragraphs(c.text):
+    for para in _paragraphs(reconstruct_markdown(chunks)):  # the text once: a piece cut mid-sentence is no sentence
+        if para:
             for part in _LATIN_STOP.split(para):
                 for m in _SENTENCE.finditer(part):
                     s = m.group(0).strip()
                     if len(s) >= 12 and not s.endswith(("：", ":")):
                         seen.setdefault(s, None)
-    return list(seen)
+    ended = [s for s in seen if _ENDED.search(s)]
+    return ended or list(seen)
 
 
 def _keep(token: str) -> bool:

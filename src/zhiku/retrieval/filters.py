@@ -1,0 +1,47 @@
+"""Why a filtered search found nothing, and the fix: the words the CLI and MCP show with an empty answer.
+
+A source filter is an fnmatch-style glob over the source names as ingested (``劳动法(2018-12-29).md``), so the
+plain word a person types first (``--source 劳动法``) matches nothing; a type is one of the types ingested
+(``markdown``, ``pdf``). Saying which filter matched no document, with the names that would, is the fix a generic
+"loosen the filters" does not give.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+from zhiku.types import DocRecord
+
+_SHOWN = 3  # example names in a hint
+
+
+def _names(values: Sequence[str]) -> str:
+    shown = ", ".join(repr(v) for v in values[:_SHOWN])
+    return shown + (f" and {len(values) - _SHOWN} more" if len(values) > _SHOWN else "")
+
+
+def filter_hint(docs: Sequence[DocRecord], source: str | None, doc_type: str | None) -> str | None:
+    """Each filter that matches no document among ``docs`` (those of the searched collections) and what would
+    match, or None when each filter matches some document (then only their combination, or tags, found nothing)."""
+    problems = []
+    if source and not any(fnmatch.fnmatchcase(d.source, source) for d in docs):
+        near = sorted({d.source for d in docs if source.strip("*?").lower() in d.source.lower()})
+        if near:
+            problems.append(
+                f"source {source!r} matches no document: it is a pattern over the names as ingested, "
+                f"e.g. {_names(near)}; use '*{source.strip('*?')}*' or a whole name"
+            )
+        else:
+            problems.append(
+                f"source {source!r} matches no document; sources here: {_names(sorted({d.source for d in docs}))}"
+            )
+    if doc_type and doc_type not in {d.doc_type for d in docs}:
+        from zhiku.ingest.loaders import default_loaders
+
+        known = sorted({loader.doc_type for loader in default_loaders()})
+        problems.append(
+            f"type {doc_type!r} matches no document; types here: {', '.join(sorted({d.doc_type for d in docs}))}"
+            + ("" if doc_type in known else f" (a type is one of {', '.join(known)})")
+        )
+    return "; ".join(problems) or None

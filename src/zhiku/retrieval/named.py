@@ -1,0 +1,76 @@
+"""A question that names an article (劳动合同法第八十二条) is a lookup: the passages holding that article of the
+named law come first.
+
+Laws number their articles alike, so fusion may rank another law's 第八十二条 (or the neighbour of the named
+article) above the one asked for. When the question names articles (第…条, spelled: ``article_numbers`` turns
+第82条 into 第八十二条) and one or more documents (by the source file's name without extension or date, or by
+the title heading of its sections, 中华人民共和国 left off), the hits holding a named article of the document named
+for it (the name just before the article, else any named) move to the front, in their fused order; without a
+named document, the hits holding a named article do. Nothing else changes, and a question naming no article is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from zhiku.retrieval.context import split_label
+from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
+from zhiku.types import Hit
+
+_ARTICLE = re.compile(r"第[零一二三四五六七八九十百千两〇]+条")
+_STEM = re.compile(r"[(（][^()（）]*[)）]$")  # 劳动法(2018-12-29): the date the file name carries
+_PREFIX = "中华人民共和国"
+
+
+def names_of(hit: Hit) -> set[str]:
+    """The names a question may call ``hit``'s document by: its file name's stem, its title heading, each without
+    the 中华人民共和国 of a national law."""
+    stem = re.split(r"[/\\]", hit.chunk.source)[-1].rsplit(".", 1)[0]
+    names = {_STEM.sub("", stem).strip(), hit.chunk.section.split(SECTION_SEPARATOR)[0].strip()}
+    return {n.removeprefix(_PREFIX) for n in names if len(n.removeprefix(_PREFIX)) >= 2}
+
+
+def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
+    """Each article the question names, with the documents it is asked of: the name just before it (劳动法第四十四条和
+    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none."""
+    anywhere = {n for n in names if n in text}
+    out, start = [], 0
+    for m in _ARTICLE.finditer(text):
+        before = [(text.rfind(n, start, m.start()), len(n), n) for n in anywhere]
+        nearest = max((b for b in before if b[0] >= 0), default=None)
+        out.append((m.group(0), {nearest[2]} if nearest else anywhere))
+        start = m.end()
+    return out
+
+
+def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[Hit]:
+    """``hits`` with those holding an article the question names (of the document it names for that article, if
+    any) first; ``question`` with its article numbers spelled (第八十二条)."""
+    text = normalize(question)
+    if not _ARTICLE.search(text):
+        return list(hits)
+    names = [{normalize(n) for n in names_of(h)} for h in hits]
+    asked = _owners(text, set().union(*names))
+    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    first = [
+        n
+        for n in range(len(hits))
+        if any(article in labels[n] and (not owners or owners & names[n]) for article, owners in asked)
+    ]
+    return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
+
+
+def articles_not_found(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[str]:
+    """The articles the question names (``名称 第…条`` when it names their document) that no hit holds: 劳动合同法
+    has no 第二百条, and five unrelated passages said nothing of it. ``question`` with its article numbers spelled."""
+    text = normalize(question)
+    if not _ARTICLE.search(text):
+        return []
+    names = [{normalize(n) for n in names_of(h)} for h in hits]
+    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    missing = []
+    for article, owners in _owners(text, set().union(*names)):
+        if not any(article in labels[n] and (not owners or owners & names[n]) for n in range(len(hits))):
+            missing.append(f"{'、'.join(sorted(owners))} {article}" if owners else article)
+    return list(dict.fromkeys(missing))

@@ -1,0 +1,65 @@
+"""Extractive document summaries (get_document_summary without an LLM): whole sentences of the document's text."""
+
+from __future__ import annotations
+
+from zhiku.ingest.transforms.summary import extractive_summary, sentences_of
+from zhiku.text import TextProcessor
+from zhiku.types import Chunk
+
+LEAVE = (
+    "# 职工带薪年休假条例\n\n"
+    "第三条 职工累计工作已满1年不满10年的，年休假5天；已满10年不满20年的，年休假10天；已满20年的，年休假15天。\n\n"
+    "第五条 单位确因工作需要不能安排职工休年休假的，经职工本人同意，可以不安排职工休年休假。"
+)
+
+
+def chunks(text: str, cuts: list[int]) -> list[Chunk]:
+    """``text`` in pieces ending at ``cuts`` (each piece overlapping the previous one by 10 characters)."""
+    out, start = [], 0
+    for n, end in enumerate([*cuts, len(text)]):
+        s = max(0, start - 10) if n else 0
+        out.append(Chunk(f"c{n}", "d1", "laws", "条例.md", "markdown", "条例", None, s, end, n, text[s:end]))
+        start = end
+    return out
+
+
+def test_sentences_are_whole_not_clauses_cut_at_semicolons_nor_chunk_pieces() -> None:
+    # cut in the middle of 第三条: the second piece starts mid-sentence, and its clauses once made "sentences"
+    got = sentences_of(chunks(LEAVE, [LEAVE.index("已满10年")]))
+    assert got == [
+        "第三条 职工累计工作已满1年不满10年的，年休假5天；已满10年不满20年的，年休假10天；已满20年的，年休假15天。",
+        "第五条 单位确因工作需要不能安排职工休年休假的，经职工本人同意，可以不安排职工休年休假。",
+    ]
+
+
+def test_a_summary_never_joins_a_clause_of_one_article_to_another() -> None:
+    # was: "第三条 职工累计工作已满1年不满10年的，年休假5天；单位因…可以跨1个年度安排。" (as if one rule)
+    s = extractive_summary(chunks(LEAVE, [60]), TextProcessor().index_tokens, n_sentences=2)
+    assert s.summary == (
+        "第三条 职工累计工作已满1年不满10年的，年休假5天；已满10年不满20年的，年休假10天；已满20年的，年休假15天。"
+        "第五条 单位确因工作需要不能安排职工休年休假的，经职工本人同意，可以不安排职工休年休假。"
+    )
+
+
+def test_code_headings_captions_and_list_items_are_not_summary_sentences() -> None:
+    text = (
+        "# 模板说明\n\n目录 2.5.1 定理类环境的使用 … 4\n\n本模板内置 5 组颜色主题，默认为蓝色主题。\n\n"
+        "```\n\\documentclass [ lang = en ]{ elegantnote } % the English mode sentence.\n```\n\n"
+        "表 2.2: 定理类环境的名称与标签\n\n（一）第一项不完整的列举内容；\n\n切换语言请使用 lang 选项，中文为 cn。"
+    )
+    assert sentences_of(chunks(text, [])) == [
+        "本模板内置 5 组颜色主题，默认为蓝色主题。",
+        "切换语言请使用 lang 选项，中文为 cn。",
+    ]
+    # a text of headings only still gets a summary from what there is
+    assert sentences_of(chunks("# 标题\n\n第一章 总则的标题行很长\n\n第二章 附则的标题行也很长", [])) == [
+        "第一章 总则的标题行很长",
+        "第二章 附则的标题行也很长",
+    ]
+
+
+def test_pronouns_are_not_keywords() -> None:
+    # elegantbook-cn.pdf's keywords were 函数、环境、积分、我们、…: "we" says nothing about a document
+    text = "我们定义可测函数的积分。我们证明积分的性质。我们讨论函数的积分与测度。我们给出积分的例子。"
+    s = extractive_summary(chunks(text, []), TextProcessor().index_tokens, n_keywords=3)
+    assert s.keywords == ("函数", "积分", "可测")
