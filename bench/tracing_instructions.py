@@ -88,11 +88,10 @@ def measure(src: str, arm: str, args: argparse.Namespace, lib: Path, out: Path) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--index", type=Path, required=True)
-    ap.add_argument("--queries", type=Path, required=True)
-    ap.add_argument("--mode", default="bm25", choices=["bm25", "dense", "hybrid"])
-    ap.add_argument("--call", default="retrieve", choices=["retrieve", "query"])
+    sys.path.insert(0, str(HERE))
+    from tracing_steps import query_args
+
+    ap = query_args()
     ap.add_argument("--src", action="append", help="a checkout's src folder (repeat to compare; default: src)")
     ap.add_argument("--arms", nargs="+", default=["off", "0", "0.1", "1"])
     ap.add_argument("--child", help=argparse.SUPPRESS)

@@ -55,12 +55,18 @@ class Encode:
         encode_line(trace)
 
 
-def main() -> None:
+def query_args() -> argparse.ArgumentParser:
+    """The options every tracing bench takes: the index, its questions, the mode and the call."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--mode", default="bm25", choices=["bm25", "dense", "hybrid"])
     ap.add_argument("--call", default="retrieve", choices=["retrieve", "query"])
+    return ap
+
+
+def main() -> None:
+    ap = query_args()
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--arms", nargs="+", help="the arms to run (default: all)")
     ap.add_argument("--pause-ms", type=float, default=0.0, help="idle time after each query (0: back to back)")
