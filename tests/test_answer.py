@@ -196,3 +196,5 @@ def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_su
         ).markdown
     )
     assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)], AnswerSettings()).markdown
+    # a question of digits only (996) is no question in another language: no tip that it is not in Chinese
+    assert "提示" not in build_answer("996", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown

@@ -147,12 +147,13 @@ class Searcher:
                 with self._gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
-        hits = named_articles_first(hits, self.text.simplified(article_numbers(parsed.text)), self.text.normalize)
+        hits = named_articles_first(hits, parsed.text, self.text.normalize)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
-        else:
+        else:  # the named article stays first: a reranker scores passages alike, not which law's 第八十二条 was asked
             hits, status = rerank_traced(reranker, parsed.text, hits, self.rerank_settings, final_k)
+            hits = named_articles_first(hits, parsed.text, self.text.normalize)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
@@ -177,7 +178,7 @@ class Searcher:
         dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
         and the index's are normalised alike (and ``query_tokens`` adds the spelled article's); a passage's vector
         is of its text as written."""
-        second = self.text.simplified(article_numbers(question))
+        second = article_numbers(self.text.simplified(question))  # (第47條: 条 once Simplified)
         return (question,) if second == question else (question, second)
 
     def _hits(
