@@ -107,6 +107,9 @@ def test_running_headers_naming_the_section_and_page_of_pages_are_dropped() -> N
             for n, group in enumerate("甲乙丙")
         ]
         assert running_lines(text) == [set(), set(), set()], end
+    # nor are three such lines at the foot of one page (a table's rows), nor N/M pages on fewer than 3 pages
+    rows = [line(f"{group}组 {n}/4", 760 + 20 * n) for n, group in enumerate("甲乙丙")]
+    assert running_lines([(rows, 842.0), ([line("正文。", 300)], 842.0), ([line("正文。", 300)], 842.0)]) == [set()] * 3
 
 
 def test_lines_join_without_spaces_between_chinese_characters(thesis: SourceDoc, paper: SourceDoc) -> None:

@@ -122,33 +122,23 @@ def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
 
 
 def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int]]:
-    """Per page, the indexes of header/footer lines to drop (see the module docstring).
-
-    ``pages`` holds each page's lines and height.
-    """
+    """Per page, the indexes of header/footer lines to drop (see the module docstring); ``pages``: lines, height."""
     keys = [[edge_key(line, h) for line in lines] for lines, h in pages]
     counts = Counter(k for page in keys for k in set(page) if k is not None)
     need = max(3, (len(pages) + 1) // 2)
-    # a running line ending in "page N of M" (–3/11–) changes its words with the section: keyed on its zone and M,
-    # counted by its distinct Ns (a page number changes; a date 2023/12 or a fraction 3/4 ending body lines repeats)
-    page_of = [
-        [_page_of(line, key) for line, key in zip(lines, page, strict=True)]
-        for (lines, _), page in zip(pages, keys, strict=True)
-    ]
-    numbers: dict[tuple[str, str], set[str]] = {}
-    for found in (f for page in page_of for f in page if f is not None):
-        numbers.setdefault(found[0], set()).add(found[1])
+    # "page N of M" lines (–3/11–) change words with the section: counted by (zone, M), kept if their Ns repeat (3/4)
+    page_of = [[_page_of(ln, k) for ln, k in zip(p[0], ks, strict=True)] for p, ks in zip(pages, keys, strict=True)]
+    seen: dict[tuple[str, str], set[tuple[int, str]]] = {}  # (page, N) of each (zone, M)
+    for at, (zone_m, n) in ((at, f) for at, page in enumerate(page_of) for f in page if f is not None):
+        seen.setdefault(zone_m, set()).add((at, n))
+    running = {k for k, s in seen.items() if min(len({at for at, _ in s}), len({n for _, n in s})) >= 3}
     out: list[set[int]] = []
     for (lines, _), page_keys, page_ofs in zip(pages, keys, page_of, strict=True):
         drop = set()
         for i, (line, key, found) in enumerate(zip(lines, page_keys, page_ofs, strict=True)):
-            if key is None:
-                continue
-            if (
-                counts[key] >= need
-                or _PAGE_NUMBER_RE.fullmatch(line.text.strip())
-                or (found is not None and len(numbers[found[0]]) >= 3)
-            ):
+            if key is not None and (counts[key] >= need or _PAGE_NUMBER_RE.fullmatch(line.text.strip())):
+                drop.add(i)
+            elif found is not None and found[0] in running:
                 drop.add(i)
         out.append(drop)
     return out
