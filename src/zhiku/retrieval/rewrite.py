@@ -23,6 +23,7 @@ from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked, rrf
+from zhiku.retrieval.named import named_articles_first
 from zhiku.retrieval.query import MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
@@ -139,6 +140,7 @@ def _rewritten(
         with span("rerank"):
             outcome = rerank_with_fallback(reranker, query, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
         hits, rerank_status = list(outcome.hits), outcome.status
+    hits = named_articles_first(hits, query, searcher.text.normalize)  # variants naming no article do not undo it
     return replace(results[0], hits=tuple(hits[:final_k]), rerank=rerank_status, rewrite=status, queries=tuple(extra))
 
 
