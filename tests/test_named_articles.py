@@ -127,8 +127,10 @@ def test_a_search_naming_a_law_and_article_ranks_that_article_first(tmp_path, em
         fused = kb.retrieve("劳动合同法 第八十二", mode="hybrid", top_k=2).hits  # names no article: as fused
         kb.searcher.reranker = FusedOrder()  # a reranker keeping 劳动法 first does not undo the lookup
         reranked = kb.retrieve("劳动合同法第八十二条", mode="hybrid", top_k=2)
+        one = kb.retrieve("劳动合同法第八十二条", mode="hybrid", top_k=1)  # nor does it cut the article asked for
     assert reranked.rerank == "ok" and [h.chunk.source for h in reranked.hits] == ["劳动合同法.md", "劳动法.md"]
     assert [h.rerank_rank for h in reranked.hits] == [2, 1]
+    assert (one.rerank, [h.chunk.source for h in one.hits]) == ("ok", ["劳动合同法.md"])
     for question, hits in found.items():
         assert [h.chunk.source for h in hits] == ["劳动合同法.md", "劳动法.md"], question
     assert [h.chunk.source for h in fused] == ["劳动法.md", "劳动合同法.md"]

@@ -78,6 +78,17 @@ def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable
     return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
 
 
+def named_articles_kept(
+    shown: Sequence[Hit], candidates: Sequence[Hit], question: str, normalize: Callable[[str], str] = str
+) -> list[Hit]:
+    """``shown`` (what a reranker or a fusion of rewritten queries kept of ``candidates``) with the named articles
+    first (``named_articles_first``), those it cut back in: the reranker scores both laws' 第八十二条 alike, not which
+    one the question asked for. As many hits as ``shown``."""
+    kept = {h.chunk.chunk_id for h in shown}
+    cut = [h for h in candidates if h.chunk.chunk_id not in kept]  # (after the named ones: only those come back)
+    return named_articles_first([*shown, *cut], question, normalize)[: len(shown)]
+
+
 def articles_not_found(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[str]:
     """The articles the question names (``名称 第…条`` when it names their document) that no hit holds: 劳动合同法
     has no 第二百条, and five unrelated passages said nothing of it. ``question`` as asked (``named_articles_first``)."""
