@@ -15,6 +15,7 @@ from zhiku.retrieval.context import split_label
 from zhiku.retrieval.named import articles_not_found
 from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import AnswerSettings
+from zhiku.text import article_numbers
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
 LOW_CONFIDENCE_NOTE = (
@@ -152,7 +153,7 @@ def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], st
         return c.text, c.section
     cuts = [0, *(m.start() for m in found[1:]), len(c.text)]
     parts = [c.text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False)]
-    scores = [sum(1 for t in terms if t in normalize(p)) for p in parts]
+    scores = [sum(1 for t in terms if t in article_numbers(normalize(p))) for p in parts]  # (第7条: 第七条 asked)
     if max(scores) == 0 or min(scores) == max(scores):
         return c.text, c.section
     keep = [i for i, score in enumerate(scores) if score == max(scores)]
