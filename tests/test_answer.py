@@ -196,3 +196,19 @@ def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_su
         ).markdown
     )
     assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)], AnswerSettings()).markdown
+    # a question of digits only (996) is no question in another language: no tip that it is not in Chinese
+    assert "提示" not in build_answer("996", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown
+
+
+def test_a_document_numbering_its_articles_in_digits_is_quoted_by_the_article_asked_for():
+    from zhiku.retrieval.answer import exact_articles
+    from zhiku.text import TextProcessor
+
+    text = TextProcessor()
+    six, seven = "第6条 员工应当按时考勤。", "第7条 员工每年享有带薪年假五天。"
+    hit = _hit(1, f"{six}\n{seven}", section="员工手册 > 第6条、第7条")
+    for question in ("员工手册第7条", "第七条"):  # the question's terms are the spelled article's (第七条)
+        terms = text.query_tokens(question)
+        assert exact_articles(hit, terms, text.normalize) == (seven, "员工手册 > 第7条"), question
+        md = build_answer(question, "hybrid", [hit], AnswerSettings(), terms=terms, normalize=text.normalize).markdown
+        assert md.startswith(f"**检索问题 / Query:** {question}\n\n[1] {seven} (员工手册 > 第7条)\n\n"), question

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from zhiku.retrieval.named import named_articles_first, names_of
+from collections.abc import Sequence
+
+from zhiku.retrieval.named import articles_not_found, named_articles_first, names_of
+from zhiku.retrieval.rerank import apply_scores
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Hit
 
@@ -61,14 +64,51 @@ def test_without_a_named_law_every_hit_holding_the_article_comes_first() -> None
 
 
 def test_a_question_naming_no_article_or_an_absent_one_is_left_as_it_is() -> None:
-    for question in ("劳动合同法规定的经济补偿", "劳动合同法第二百条", "第82条"):  # (digits: spelled by the caller)
+    for question in ("劳动合同法规定的经济补偿", "劳动合同法第二百条", "第0条", "第3章"):
         assert order(named_articles_first(FUSED, question)) == ["c0", "c1", "c2", "c3"]
+
+
+def test_an_article_in_digits_is_the_spelled_one_in_the_question_and_in_the_labels() -> None:
+    normalize = TextProcessor().normalize
+    assert order(named_articles_first(FUSED, "劳动合同法第82条", normalize)) == ["c2", "c0", "c1", "c3"]
+    assert order(named_articles_first(FUSED, "勞動合同法第82條", normalize)) == ["c2", "c0", "c1", "c3"]
+    # a document numbering its articles in digits (第7条) holds the 第七条 a question names, in digits or not
+    handbook = [hit("员工手册.md", "员工手册 > 第二章 > 第6条", 0), hit("员工手册.md", "员工手册 > 第二章 > 第7条", 1)]
+    for question in ("员工手册第7条", "员工手册第七条"):
+        assert order(named_articles_first(handbook, question, normalize)) == ["c1", "c0"], question
+        assert articles_not_found(handbook, question, normalize) == [], question
+    assert articles_not_found(handbook, "员工手册第8条", normalize) == ["员工手册 第八条"]
+
+
+def test_a_law_named_inside_another_ones_name_is_not_named_there() -> None:
+    normalize = TextProcessor().normalize
+    hits = [  # 保险法 is in 社会保险法's name: 社会保险法第十条 named 保险法 (its occurrence ends nearest the article)
+        hit("保险法(2015-04-24).md", "中华人民共和国保险法 > 第一章 总则 > 第十条", 0),
+        hit("社会保险法(2018-12-29).md", "中华人民共和国社会保险法 > 第二章 > 第九条", 1),
+        hit("社会保险法(2018-12-29).md", "中华人民共和国社会保险法 > 第二章 > 第十条", 2),
+    ]
+    for question in ("社会保险法第十条", "第十条，社会保险法"):
+        assert order(named_articles_first(hits, question, normalize)) == ["c2", "c0", "c1"], question
+    assert order(named_articles_first(hits, "保险法第十条", normalize)) == ["c0", "c1", "c2"]
+    assert articles_not_found(hits[:2], "社会保险法第十条", normalize) == ["社会保险法 第十条"]
 
 
 def test_a_documents_names_are_its_file_stem_and_title_without_the_national_prefix() -> None:
     assert names_of(FUSED[2]) == {"劳动合同法"}
     assert names_of(FUSED[3]) == {"员工手册"}
     assert names_of(hit("法规/中华人民共和国民法典.md", "民法典 > 第一编 总则", 5)) == {"民法典"}
+
+
+class FusedOrder:
+    """A reranker preferring the fused order (劳动法's 第八十二条 first), as a model reading both laws' alike might."""
+
+    name = "test:fused-order"
+
+    def load(self) -> None:
+        return None
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
+        return apply_scores(hits, [-float(h.fused_rank or 0) for h in hits], top_k)
 
 
 def test_a_search_naming_a_law_and_article_ranks_that_article_first(tmp_path, embed_cache_dir) -> None:
@@ -82,16 +122,21 @@ def test_a_search_naming_a_law_and_article_ranks_that_article_first(tmp_path, em
     }
     with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir)) as kb:
         kb.ingest([write_corpus(tmp_path / "docs", files)])
-        found = {q: kb.retrieve(q, mode="hybrid", top_k=2).hits for q in ("劳动合同法第八十二条", "劳动合同法第82条")}
+        questions = ("劳动合同法第八十二条", "劳动合同法第82条", "勞動合同法第82條")
+        found = {q: kb.retrieve(q, mode="hybrid", top_k=2).hits for q in questions}
         fused = kb.retrieve("劳动合同法 第八十二", mode="hybrid", top_k=2).hits  # names no article: as fused
+        kb.searcher.reranker = FusedOrder()  # a reranker keeping 劳动法 first does not undo the lookup
+        reranked = kb.retrieve("劳动合同法第八十二条", mode="hybrid", top_k=2)
+        one = kb.retrieve("劳动合同法第八十二条", mode="hybrid", top_k=1)  # nor does it cut the article asked for
+    assert reranked.rerank == "ok" and [h.chunk.source for h in reranked.hits] == ["劳动合同法.md", "劳动法.md"]
+    assert [h.rerank_rank for h in reranked.hits] == [2, 1]
+    assert (one.rerank, [h.chunk.source for h in one.hits]) == ("ok", ["劳动合同法.md"])
     for question, hits in found.items():
         assert [h.chunk.source for h in hits] == ["劳动合同法.md", "劳动法.md"], question
     assert [h.chunk.source for h in fused] == ["劳动法.md", "劳动合同法.md"]
 
 
 def test_articles_named_but_held_by_no_passage_are_listed() -> None:
-    from zhiku.retrieval.named import articles_not_found
-
     normalize = TextProcessor().normalize
     # 劳动合同法 has no 第二百条: five unrelated passages came back and nothing said so
     assert articles_not_found(FUSED, "劳动合同法第二百条", normalize) == ["劳动合同法 第二百条"]

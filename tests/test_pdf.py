@@ -100,6 +100,16 @@ def test_running_headers_naming_the_section_and_page_of_pages_are_dropped() -> N
     pages = [([line(f"{n}.1 第{n}节 –{n}/9–", 30), line(f"正文第{n}页。", 300)], 842.0) for n in range(1, 4)]
     assert running_lines(pages) == [{0}, {0}, {0}]
     assert running_lines(pages[:2]) == [set(), set()]  # on fewer than 3 pages it may be text
+    # body lines at the foot of pages ending in a fraction or a date (N/M with the same N) are text
+    for end in ("占比 3/4", "截至 2023/12"):
+        text = [
+            ([line(f"正文第{n}页。", 300), line(f"{group}组的结果：{end}", 790)], 842.0)
+            for n, group in enumerate("甲乙丙")
+        ]
+        assert running_lines(text) == [set(), set(), set()], end
+    # nor are three such lines at the foot of one page (a table's rows), nor N/M pages on fewer than 3 pages
+    rows = [line(f"{group}组 {n}/4", 760 + 20 * n) for n, group in enumerate("甲乙丙")]
+    assert running_lines([(rows, 842.0), ([line("正文。", 300)], 842.0), ([line("正文。", 300)], 842.0)]) == [set()] * 3
 
 
 def test_lines_join_without_spaces_between_chinese_characters(thesis: SourceDoc, paper: SourceDoc) -> None:

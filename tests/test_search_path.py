@@ -409,4 +409,5 @@ def test_an_article_named_in_digits_is_searched_as_statutes_write_it(tmp_path: P
         kb.ingest([write_corpus(tmp_path / "docs")])
         kb.retrieve("第 19 条", mode="dense", top_k=1)
         kb.retrieve("试用期", mode="dense", top_k=1)  # no article in digits: one form
-    assert [q for q, _ in embedder.queries] == ["第 19 条", "第十九条", "试用期"]
+        kb.retrieve("第 20 條", mode="dense", top_k=1)  # Traditional: 條 is 条 once Simplified, then spelled
+    assert [q for q, _ in embedder.queries] == ["第 19 条", "第十九条", "试用期", "第 20 條", "第二十条"]

@@ -165,3 +165,5 @@ def test_article_numbers_in_digits_are_spelled_as_statutes_write_them() -> None:
     assert set(TextProcessor().query_tokens("第四十七条")) <= set(terms)  # every term of the spelled article
     # the typed form's 第 and 条, in every article, do not dilute them (劳动法第100条 ranked 第一百零六条 first)
     assert TextProcessor().query_tokens("劳动法第100条") == ["劳动", "劳动法", "第一", "百条", "100"]
+    # a number of one digit is kept as well (a document numbering its articles 第7条 indexes 7, not 第七条)
+    assert TextProcessor().query_tokens("第7条") == ["第七", "七条", "第七条", "7"]

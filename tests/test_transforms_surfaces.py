@@ -117,6 +117,30 @@ def test_mcp_citations_carry_context_and_tags_and_the_llm_summary(tmp_path: Path
     assert (s["summary"], s["summary_kind"], s["keywords"]) == ("摘要：# 劳动合同法", "llm", TAGS)
 
 
+def test_a_named_article_stays_first_when_the_rewrites_rank_another_laws_first(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    from helpers_kb import write_corpus
+
+    write_corpus(
+        tmp_path / "docs",
+        {
+            "劳动法.md": "# 劳动法\n\n第八十二条 用人单位违反本法规定的，由劳动行政部门责令改正。\n",
+            "劳动合同法.md": "# 劳动合同法\n\n第八十二条 用人单位自用工之日起超过一个月不满一年未与劳动者订立书面合同的，"
+            "应当向劳动者每月支付二倍的工资。\n",
+        },
+    )
+    settings = fake_settings(tmp_path, fake_openai, "m-named", [], retrieval={"rewrite": "multi_query", "mode": "bm25"})
+    fake_openai.chat_reply = lambda prompt, n: json.dumps(
+        {"queries": ["第八十二条 责令改正", "劳动行政部门 第八十二条"]}
+    )
+    with KnowledgeBase(settings) as kb:
+        kb.ingest([tmp_path / "docs"])
+        r = kb.retrieve("劳动合同法第八十二条", top_k=2)
+    # the variants rank 劳动法's 第八十二条 first, and the fused ranking did too: the lookup was undone
+    assert (r.rewrite, [h.chunk.source for h in r.hits]) == ("ok", ["劳动合同法.md", "劳动法.md"])
+
+
 def test_query_rewriting_fuses_variants_and_falls_back_on_timeout(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     from helpers_kb import write_corpus
 

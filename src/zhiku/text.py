@@ -165,7 +165,7 @@ class TextProcessor:
         words = self._cut(norm)
         spelled = article_numbers(norm)
         if spelled != norm:  # 第47条: the terms of 第四十七条, as statutes write it, and the number (47), not 第 or 条
-            words = self._cut(spelled) + [w for w in words if len(w) > 1]
+            words = self._cut(spelled) + [w for w in words if w not in ("第", "条")]  # 7 as well as 47
         kept = [w for w in words if w not in self.stopwords] or words
         if self.synonyms.groups and self.synonyms_at == "query":
             kept = self.synonyms.expand_tokens(

@@ -28,6 +28,7 @@ FOREIGN_QUESTION_TIP = (
     "them better."
 )
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+_LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 
@@ -152,7 +153,7 @@ def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], st
         return c.text, c.section
     cuts = [0, *(m.start() for m in found[1:]), len(c.text)]
     parts = [c.text[a:b].strip() for a, b in zip(cuts, cuts[1:], strict=False)]
-    scores = [sum(1 for t in terms if t in normalize(p)) for p in parts]
+    scores = [sum(1 for t in terms if t in article_numbers(normalize(p))) for p in parts]  # (第7条: 第七条 asked)
     if max(scores) == 0 or min(scores) == max(scores):
         return c.text, c.section
     keep = [i for i, score in enumerate(scores) if score == max(scores)]
@@ -179,17 +180,21 @@ def _render(
     low_confidence: bool,
     terms: Sequence[str],
     normalize: Callable[[str], str],
+    missing: Sequence[str] = (),
 ) -> str:
     lines = [f"**检索问题 / Query:** {query}", ""]
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
         return "\n".join(lines)
-    missing = articles_not_found(hits, article_numbers(normalize(query)), normalize)
     if missing:  # a question naming an article that none of the passages holds (劳动合同法第200条)
         lines += [f"> 注意 / Note: {'，'.join(missing)} 不在找到的段落中 / not among the passages found.", ""]
     if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
         lines += [LOW_CONFIDENCE_NOTE, ""]
-        if not _HAN.search(query) and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits):
+        if (
+            _LATIN.search(query)
+            and not _HAN.search(query)
+            and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits)
+        ):
             lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
         lines += ["**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
@@ -226,10 +231,11 @@ def build_answer(
     the chunk that matches the query, not just its beginning.
     """
     limit = settings.snippet_chars
-    markdown = _render(query, hits, limit, low_confidence, terms, normalize)
+    missing = articles_not_found(hits, query, normalize)  # (once: the Markdown may be rendered several times)
+    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing)
     while len(markdown) > settings.max_chars and limit > 40:
         limit = max(40, int(limit * 0.8))
-        markdown = _render(query, hits, limit, low_confidence, terms, normalize)
+        markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing)
     if len(markdown) > settings.max_chars:
         markdown = markdown[: settings.max_chars - 1] + "…"
     citations = tuple(

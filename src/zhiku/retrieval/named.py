@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from zhiku.retrieval.context import split_label
 from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
+from zhiku.text import article_numbers
 from zhiku.types import Hit
 
 _ARTICLE = re.compile(r"第[零一二三四五六七八九十百千两〇]+条")
@@ -33,26 +34,42 @@ def names_of(hit: Hit) -> set[str]:
 
 def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
     """Each article the question names, with the documents it is asked of: the name just before it (劳动法第四十四条和
-    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none."""
-    anywhere = {n for n in names if n in text}
+    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none. A name
+    inside a longer one the question names (保险法 in 社会保险法, 合同法 in 劳动合同法) is not named there."""
+    spans = [(m.start(), m.end(), n) for n in names for m in re.finditer(re.escape(n), text)]
+    named = [(a, b, n) for a, b, n in spans if not any(x <= a and b <= y and y - x > b - a for x, y, _ in spans)]
+    anywhere = {n for _, _, n in named}
     out, start = [], 0
     for m in _ARTICLE.finditer(text):
-        before = [(text.rfind(n, start, m.start()), len(n), n) for n in anywhere]
-        nearest = max((b for b in before if b[0] >= 0), default=None)
+        nearest = max(((b, a, n) for a, b, n in named if start <= a and b <= m.start()), default=None)
         out.append((m.group(0), {nearest[2]} if nearest else anywhere))
         start = m.end()
     return out
 
 
+def _asked(question: str, normalize: Callable[[str], str]) -> str | None:
+    """The question normalised with its article numbers spelled (第82条 → 第八十二条), or None when it names no
+    article (a question without 第, the hot path, is not even normalised)."""
+    if "第" not in question:
+        return None
+    text = article_numbers(normalize(question))
+    return text if _ARTICLE.search(text) else None
+
+
+def _labels(hit: Hit) -> set[str]:
+    """The articles ``hit``'s section names, spelled (a document numbering them 第7条 holds 第七条)."""
+    return {article_numbers(label) for label in split_label(hit.chunk.section)[1]}
+
+
 def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[Hit]:
     """``hits`` with those holding an article the question names (of the document it names for that article, if
-    any) first; ``question`` with its article numbers spelled (第八十二条)."""
-    text = normalize(question)
-    if not _ARTICLE.search(text):
+    any) first; ``question`` as asked (normalised here, its article numbers spelled: 第82条 is 第八十二条)."""
+    text = _asked(question, normalize)
+    if text is None:
         return list(hits)
     names = [{normalize(n) for n in names_of(h)} for h in hits]
     asked = _owners(text, set().union(*names))
-    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    labels = [_labels(h) for h in hits]
     first = [
         n
         for n in range(len(hits))
@@ -61,14 +78,25 @@ def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable
     return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
 
 
+def named_articles_kept(
+    shown: Sequence[Hit], candidates: Sequence[Hit], question: str, normalize: Callable[[str], str] = str
+) -> list[Hit]:
+    """``shown`` (what a reranker or a fusion of rewritten queries kept of ``candidates``) with the named articles
+    first (``named_articles_first``), those it cut back in: the reranker scores both laws' 第八十二条 alike, not which
+    one the question asked for. As many hits as ``shown``."""
+    kept = {h.chunk.chunk_id for h in shown}
+    cut = [h for h in candidates if h.chunk.chunk_id not in kept]  # (after the named ones: only those come back)
+    return named_articles_first([*shown, *cut], question, normalize)[: len(shown)]
+
+
 def articles_not_found(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[str]:
     """The articles the question names (``名称 第…条`` when it names their document) that no hit holds: 劳动合同法
-    has no 第二百条, and five unrelated passages said nothing of it. ``question`` with its article numbers spelled."""
-    text = normalize(question)
-    if not _ARTICLE.search(text):
+    has no 第二百条, and five unrelated passages said nothing of it. ``question`` as asked (``named_articles_first``)."""
+    text = _asked(question, normalize)
+    if text is None:
         return []
     names = [{normalize(n) for n in names_of(h)} for h in hits]
-    labels = [set(split_label(h.chunk.section)[1]) for h in hits]
+    labels = [_labels(h) for h in hits]
     missing = []
     for article, owners in _owners(text, set().union(*names)):
         if not any(article in labels[n] and (not owners or owners & names[n]) for n in range(len(hits))):

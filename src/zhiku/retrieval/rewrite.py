@@ -23,6 +23,7 @@ from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked, rrf
+from zhiku.retrieval.named import named_articles_kept
 from zhiku.retrieval.query import MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
@@ -132,14 +133,15 @@ def _rewritten(
             hits_by.setdefault(h.chunk.chunk_id, h)
     hits = [replace(hits_by[cid], score=s, fused_rank=n) for n, (cid, s) in enumerate(fused, 1)]
     final_k = depth or searcher.settings.top_k
-    rerank_status = "off"
+    rerank_status, shown = "off", hits[:final_k]
     reranker = searcher.reranker if rerank is not False else None
     if reranker is not None:
         rs = searcher.rerank_settings
         with span("rerank"):
             outcome = rerank_with_fallback(reranker, query, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
-        hits, rerank_status = list(outcome.hits), outcome.status
-    return replace(results[0], hits=tuple(hits[:final_k]), rerank=rerank_status, rewrite=status, queries=tuple(extra))
+        shown, rerank_status = list(outcome.hits), outcome.status
+    hits = named_articles_kept(shown, hits, query, searcher.text.normalize)  # variants naming no article: kept
+    return replace(results[0], hits=tuple(hits), rerank=rerank_status, rewrite=status, queries=tuple(extra))
 
 
 def build_rewriter(settings: Settings) -> QueryRewriter | None:

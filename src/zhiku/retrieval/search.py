@@ -22,7 +22,7 @@ from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clau
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
-from zhiku.retrieval.named import named_articles_first
+from zhiku.retrieval.named import named_articles_first, named_articles_kept
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -147,13 +147,18 @@ class Searcher:
                 with self._gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
-        hits = named_articles_first(hits, self.text.simplified(article_numbers(parsed.text)), self.text.normalize)
+        hits = named_articles_first(hits, parsed.text, self.text.normalize)
         status = "off"
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
-            hits, status = rerank_traced(reranker, parsed.text, hits, self.rerank_settings, final_k)
+            hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
+
+    def _rerank(self, reranker: Reranker, question: str, hits: list[Hit], final_k: int) -> tuple[list[Hit], str]:
+        """``rerank_traced`` with the named articles kept first (``named_articles_kept``)."""
+        reranked, status = rerank_traced(reranker, question, hits, self.rerank_settings, final_k)
+        return named_articles_kept(reranked, hits, question, self.text.normalize), status
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
         """The clauses' vectors, kept with the question vectors (``clauses.embed_clauses``)."""
@@ -177,7 +182,7 @@ class Searcher:
         dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
         and the index's are normalised alike (and ``query_tokens`` adds the spelled article's); a passage's vector
         is of its text as written."""
-        second = self.text.simplified(article_numbers(question))
+        second = article_numbers(self.text.simplified(question))  # (第47條: 条 once Simplified)
         return (question,) if second == question else (question, second)
 
     def _hits(

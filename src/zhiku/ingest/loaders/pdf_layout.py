@@ -7,7 +7,7 @@ Markdown. The rules:
 - **Headers and footers**: a line in the top or bottom 12 % of a page whose text, with digits masked, repeats
   on at least half of the pages (and on 3 or more) is dropped, as is a lone page number there ("3", "- 3 -",
   "第 3 页", "iv"), and a line there ending in "page N of M" (``2.4 章标题显示风格 –3/11–``: a running header
-  naming the current section) when 3 or more pages have one with the same M.
+  naming the current section) when 3 or more pages have one with the same M and their Ns differ.
 - **Headings**: lines set at least 8 % larger than the body text (the most common size), short and not ending
   in a comma or full stop, unless three or more such lines of one size follow each other (a cover page's
   form fields); levels follow the sizes, largest first.
@@ -36,7 +36,7 @@ _PAGE_NUMBER_RE = re.compile(
     r"(?:[-–—]\s*)?(?:第\s*)?(?:\d{1,4}|[ivxlcdm]{1,6}|[IVXLCDM]{1,6})(?:\s*页)?"
     r"(?:\s*[/／]\s*(?:共\s*)?\d{1,4}\s*页?)?(?:\s*[-–—])?|(?:page|Page|PAGE)\s*\d{1,4}(?:\s*of\s*\d+)?"
 )
-_PAGE_OF_RE = re.compile(r"(?:^|\s)[-–—]?\s*\d{1,4}\s*[/／]\s*(\d{1,4})\s*[-–—]?$")  # "2.4 章标题 –3/11–"
+_PAGE_OF_RE = re.compile(r"(?:^|\s)[-–—]?\s*(\d{1,4})\s*[/／]\s*(\d{1,4})\s*[-–—]?$")  # "2.4 章标题 –3/11–"
 _LIST_RE = re.compile(
     r"\s*(?:[•●○▪■◆◇►✓·\-–*]\s|\[\d{1,3}\]|\(?\d{1,3}[.)）、](?!\d)|[（(][一二三四五六七八九十\d]{1,3}[)）]|"
     r"[a-zA-Z][.)]\s|[①-⑳]|[一二三四五六七八九十]{1,3}、)"
@@ -122,29 +122,32 @@ def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
 
 
 def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int]]:
-    """Per page, the indexes of header/footer lines to drop (see the module docstring).
-
-    ``pages`` holds each page's lines and height.
-    """
+    """Per page, the indexes of header/footer lines to drop (see the module docstring); ``pages``: lines, height."""
     keys = [[edge_key(line, h) for line in lines] for lines, h in pages]
-    for page, (lines, _) in zip(keys, pages, strict=True):  # a running line ending in "page N of M" (–3/11–)
-        for i, (key, line) in enumerate(zip(page, lines, strict=True)):  # changes words with the section: key on M
-            m = _PAGE_OF_RE.search(line.text) if key is not None else None
-            page[i] = (key[0], f"page of {m.group(1)}") if key is not None and m else key
     counts = Counter(k for page in keys for k in set(page) if k is not None)
     need = max(3, (len(pages) + 1) // 2)
+    # "page N of M" lines (–3/11–) change words with the section: counted by (zone, M), kept if their Ns repeat (3/4)
+    page_of = [[_page_of(ln, k) for ln, k in zip(p[0], ks, strict=True)] for p, ks in zip(pages, keys, strict=True)]
+    seen: dict[tuple[str, str], set[tuple[int, str]]] = {}  # (page, N) of each (zone, M)
+    for at, (zone_m, n) in ((at, f) for at, page in enumerate(page_of) for f in page if f is not None):
+        seen.setdefault(zone_m, set()).add((at, n))
+    running = {k for k, s in seen.items() if min(len({at for at, _ in s}), len({n for _, n in s})) >= 3}
     out: list[set[int]] = []
-    for (lines, _), page_keys in zip(pages, keys, strict=False):
+    for (lines, _), page_keys, page_ofs in zip(pages, keys, page_of, strict=True):
         drop = set()
-        for i, (line, key) in enumerate(zip(lines, page_keys, strict=False)):
-            if key is None:
-                continue
-            if counts[key] >= (3 if key[1].startswith("page of ") else need) or _PAGE_NUMBER_RE.fullmatch(
-                line.text.strip()
-            ):
+        for i, (line, key, found) in enumerate(zip(lines, page_keys, page_ofs, strict=True)):
+            if key is not None and (counts[key] >= need or _PAGE_NUMBER_RE.fullmatch(line.text.strip())):
+                drop.add(i)
+            elif found is not None and found[0] in running:
                 drop.add(i)
         out.append(drop)
     return out
+
+
+def _page_of(line: Line, key: tuple[str, str] | None) -> tuple[tuple[str, str], str] | None:
+    """``((zone, M), N)`` for an edge-zone line ending in "N/M" (``2.4 章标题显示风格 –3/11–``), else None."""
+    m = _PAGE_OF_RE.search(line.text) if key is not None else None
+    return ((key[0], m.group(2)), m.group(1)) if key is not None and m else None
 
 
 def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset[int] = frozenset()) -> Layout:
