@@ -65,3 +65,29 @@ def test_a_focused_snippet_starts_at_the_opening_fence_not_inside_the_block() ->
 def test_the_answer_sets_a_code_block_off_as_its_own_block() -> None:
     md = build_answer("颜色主题", "bm25", [hit(CODE, "2.3 颜色主题")], AnswerSettings()).markdown
     assert f"[1]\n\n{CODE}\n\n(2.3 颜色主题)\n\n**来源 / Sources**" in md
+
+
+STEPS = (
+    "费用报销按以下流程办理：\n\n1. 员工在费控系统提交报销单；\n2. 部门负责人审核；\n"
+    "3. 财务部复核票据，金额超过5000元的须财务总监审批；\n4. 款项每月15日打入工资卡。\n\n发票须在90天内提交。"
+)
+
+
+def test_list_items_keep_their_numbers_one_per_line() -> None:
+    # 报销流程是什么 showed "费用报销按以下流程办理： 1. 员工… 2. 部门… 3. …" on one line, the steps run together
+    items = "1. 员工在费控系统提交报销单；\n2. 部门负责人审核；\n3. 财务部复核票据，金额超过5000元的须财务总监审批；\n4. 款项每月15日打入工资卡。"
+    assert flatten(STEPS) == f"费用报销按以下流程办理：\n\n{items}\n\n发票须在90天内提交。"
+    assert flatten("- 甲\n  - 乙\n- 丙\n说明") == "- 甲\n  - 乙\n- 丙\n\n说明"  # nesting kept
+    md = build_answer("报销流程", "hybrid", [hit(STEPS, "员工手册 > 2.1 报销流程")], AnswerSettings()).markdown
+    assert f"[1] 费用报销按以下流程办理：\n\n{items}\n\n发票须在90天内提交。 (员工手册 > 2.1 报销流程)" in md
+
+
+def test_a_snippet_starting_at_a_list_item_keeps_its_number_and_renders_as_a_list() -> None:
+    text = "前言很长的一段话。" * 8 + "\n\n" + STEPS
+    got = focused_snippet(text, 60, ["财务总监"])
+    assert (
+        got
+        == "…\n\n3. 财务部复核票据，金额超过5000元的须财务总监审批；\n4. 款项每月15日打入工资卡。\n\n发票须在90天内提交。"
+    )
+    md = build_answer("x", "hybrid", [hit(STEPS[14:], "s")], AnswerSettings()).markdown
+    assert md.split("\n\n")[1] == "[1]"  # an item first: off the marker's line, or Markdown would not list it

@@ -84,3 +84,31 @@ def test_a_hit_on_a_piece_of_a_split_table_returns_the_whole_table_with_its_capt
     assert middle[0].chunk.text == out[0].chunk.text
     monkeypatch.setattr(context, "TABLE_MAX_CHARS", 200)  # a table too long for an answer stays in pieces
     assert context.whole_articles([Hit(chunk=chunks[2], score=1.0)], lambda doc_id: chunks)[0].chunk == chunks[2]
+
+
+CODE = "```python\n" + "\n".join(f"step_{i} = call_api('/orders', n={i})" for i in range(8)) + "\n```"
+
+
+def test_a_hit_on_a_piece_of_a_split_code_block_returns_the_whole_block() -> None:
+    # 创建订单接口怎么调用: [1] the block's first lines, fence left open; [3] the rest flattened, its closing fence
+    # read as an opening one (every later passage of the answer turned to code)
+    from zhiku.retrieval import context
+    from zhiku.types import Hit
+
+    text = f"# 接口\n\n## 创建订单\n\n调用方法如下：\n\n{CODE}\n\n成功时返回 201。\n\n## 错误码\n\n失败时返回错误码。"
+    chunks = chunk_document(doc(text), collection="c", doc_id="d", settings=SMALL)
+    pieces = [c for c in chunks if "call_api" in c.text]
+    assert len(pieces) >= 2 and [c.text.count("```") % 2 for c in (pieces[0], pieces[-1])] == [1, 1]
+    whole = f"调用方法如下：\n\n{CODE}"  # the pieces joined, the overlap (n=3) taken once
+    for piece in pieces:
+        out = context.whole_articles(
+            [Hit(chunk=piece, score=1.0), *(Hit(chunk=c, score=0.5) for c in chunks)], lambda d: chunks
+        )
+        assert out[0].chunk.text == whole
+        assert out[0].chunk.chunk_id == piece.chunk_id
+        assert [h.chunk.chunk_id for h in out[1:]] == [c.chunk_id for c in chunks if c not in pieces]
+    last = chunks[-1]
+    assert (
+        last.section.endswith("错误码")
+        and context.whole_articles([Hit(chunk=last, score=1.0)], lambda d: chunks)[0].chunk == last
+    )

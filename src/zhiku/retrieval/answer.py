@@ -31,11 +31,14 @@ _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
+_LIST_MARKER = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s*")
+_LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,3}[.)])\s")  # a Markdown list item: - x, * x, 1. x, 2) x
 
 
 def _blocks(text: str) -> list[tuple[str, list[str]]]:
     """``text``'s lines grouped into runs of one kind: ``code`` (one fenced block, its fences included, lines as
-    written), ``table`` (Markdown table rows) or ``prose``; blank lines outside code dropped."""
+    written), ``table`` (Markdown table rows), ``list`` (list items, as written) or ``prose``; blank lines outside
+    code dropped."""
     blocks: list[tuple[str, list[str]]] = []
     fenced = False
     for line in text.splitlines():
@@ -46,6 +49,8 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
             fenced = opens or not s.startswith("```")
         elif not s:
             continue
+        elif _LIST_ITEM.match(s):
+            kind, keep = "list", line.rstrip()
         else:
             kind, keep = ("table" if s.startswith("|") else "prose"), s
         if opens or not blocks or blocks[-1][0] != kind:
@@ -55,9 +60,10 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
 
 
 def flatten(text: str) -> str:
-    """Prose joined onto one line per paragraph run; Markdown table rows kept one per line and fenced code blocks
-    kept line by line, each set off by blank lines (a table or a code block flattened into one line,
-    ``| | (1) | (2) | | --- |…`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is unreadable)."""
+    """Prose joined onto one line per paragraph run; Markdown table rows, list items and fenced code blocks kept
+    one line each, each run set off by blank lines (a table, a list or a code block flattened into one line,
+    ``| | (1) | (2) | | --- |…``, ``步骤： 1. 提交 2. 审批`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is
+    unreadable)."""
     if "\n" not in text:
         return text
     return "\n\n".join(
@@ -79,6 +85,12 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _after_marker(text: str, at: int) -> bool:
+    """Whether ``at`` falls just after a list item's marker (``2.`` of ``2. 审批``: no sentence ends there)."""
+    line = text[text.rfind("\n", 0, at) + 1 : at]
+    return _LIST_MARKER.fullmatch(line) is not None
+
+
 def snippet(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 % (inside a
     table: after its last whole row; inside a code block: after its last whole line, the block closed)."""
@@ -98,7 +110,11 @@ def snippet(text: str, limit: int) -> str:
         return head.rstrip() + "…\n```"
     if row_end > 0 and head[row_end + 1 :].startswith("|"):  # cut inside a table row: keep whole rows only
         return head[:row_end].rstrip() + "\n\n…"
-    ends = [m.end() for m in _SENTENCE_END.finditer(head) if not any(a < m.end() < b for a, b in spans)]
+    ends = [
+        m.end()
+        for m in _SENTENCE_END.finditer(head)
+        if not any(a < m.end() < b for a, b in spans) and not _after_marker(head, m.end())
+    ]
     cut = ends[-1] if ends and ends[-1] >= 0.6 * len(head) else len(head)
     kept = head[:cut].rstrip()
     return kept + ("\n\n…" if kept.rsplit("\n", 1)[-1].startswith("```") else "…")  # "```…" would not close it
@@ -106,12 +122,13 @@ def snippet(text: str, limit: int) -> str:
 
 def _sentence_starts(text: str) -> list[int]:
     """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header, never
-    inside a code block but at its opening fence."""
+    inside a code block but at its opening fence, never between a list item's number and its text."""
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
     rows = [(m.start(), m.end()) for m in re.finditer(r"(?m)^\|.*$", text)]
     headers = {a for a, _ in rows if a < 2 or text[a - 2 : a] == "\n\n"}  # a table's first row follows a blank line
     inside = [(a, b) for a, b in rows if a not in headers] + [(a + 1, b) for a, b in rows if a in headers]
     inside += [(a + 1, b - 1) for a, b in _code_spans(text)]
+    starts = [s for s in starts if not _after_marker(text, s)]  # an item starts at its number, not after it
     return sorted({s for s in starts if s < len(text) and not any(a <= s <= b for a, b in inside)})
 
 
@@ -137,7 +154,7 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
     if best_start == 0:
         return snippet(text, limit)
     body = snippet(text[best_start:].lstrip(), max(limit - 1, 1))
-    return "…\n\n" + body if body.startswith(("|", "```")) else "…" + body
+    return "…\n\n" + body if body.startswith(("|", "```")) or _LIST_ITEM.match(body) else "…" + body
 
 
 def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> tuple[str, str]:
@@ -203,7 +220,7 @@ def _render(
         text = focused_snippet(whole, limit, terms, normalize)
         where = f"({section})" if section else ""
         # a table or code block must start and end its own block, or Markdown renders its rows as one paragraph
-        head = f"[{n}]\n\n" if text.startswith(("|", "```")) else f"[{n}] "
+        head = f"[{n}]\n\n" if text.startswith(("|", "```")) or _LIST_ITEM.match(text) else f"[{n}] "
         last = text.rsplit("\n", 1)[-1]
         tail = f"\n\n{where}" if where and last.startswith(("|", "```")) else f" {where}" if where else ""
         lines.append(head + text + tail)

@@ -156,11 +156,45 @@ def _table_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
     return run
 
 
+def _fences(text: str) -> int:
+    """How many lines of ``text`` are code fences (an odd count: a block opened or closed in another chunk)."""
+    return sum(1 for line in text.splitlines() if line.lstrip().startswith("```"))
+
+
+def _code_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+    """The consecutive chunks of ``chunk``'s section holding pieces of a fenced code block split across ``chunk``
+    (from the piece that opens it to the one that closes it), or just ``chunk``. Whether a chunk starts inside a
+    block is read from the fences of the document's text before it, overlaps counted once."""
+    ordered = sorted(doc_chunks, key=lambda x: x.ordinal)
+    inside: dict[int, tuple[bool, bool]] = {}  # ordinal -> (starts inside a block, ends inside one)
+    state, end = False, None
+    for c in ordered:
+        body = c.text[len(c.text) - (c.end - c.start) :]
+        if end is not None and c.start < end:
+            body = body[end - c.start :]
+        before = state
+        state ^= _fences(body) % 2 == 1
+        inside[c.ordinal] = (before, state)
+        end = c.end if end is None else max(end, c.end)
+    by_ordinal = {c.ordinal: c for c in ordered}
+    run = [chunk]
+    while inside[run[0].ordinal][0] and (prev := by_ordinal.get(run[0].ordinal - 1)) and prev.section == chunk.section:
+        run.insert(0, prev)
+    while inside[run[-1].ordinal][1] and (nxt := by_ordinal.get(run[-1].ordinal + 1)) and nxt.section == chunk.section:
+        run.append(nxt)
+    return run
+
+
 def _whole(c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]]) -> list[Chunk]:
-    """The pieces ``c`` is one of: of its one article cut for length, or of a table split between rows (the
-    whole of it up to ``TABLE_MAX_CHARS``); just ``c`` otherwise. ``doc_chunks`` is called only when needed."""
+    """The pieces ``c`` is one of: of its one article cut for length, of a table split between rows or of a
+    fenced code block split between lines (the whole of either up to ``TABLE_MAX_CHARS``); just ``c`` otherwise.
+    ``doc_chunks`` is called only when needed."""
     if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
         return _article_run(c, doc_chunks())
+    if _fences(c.text) % 2 == 1:  # a piece of a code block split between chunks
+        run = _code_run(c, doc_chunks())
+        if sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
+            return run
     if c.text.startswith("|") or "\n|" in c.text:  # a table (piece)
         run = _table_run(c, doc_chunks())
         if sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
@@ -171,8 +205,8 @@ def _whole(c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]]) -> list[Chunk]:
 def whole_articles(
     hits: Iterable[Hit], doc_chunks: Callable[[str], Sequence[Chunk]], *, limit: int | None = None
 ) -> list[Hit]:
-    """Small-to-big for articles cut for length and tables split between rows: a hit on any piece returns the
-    whole article or table (its pieces joined, ``start``/``end`` spanning them) at the best piece's rank, keeping
+    """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines: a
+    hit on any piece returns the whole article, table or block (its pieces joined, ``start``/``end`` spanning them) at the best piece's rank, keeping
     the matched piece's id and page; the other pieces are dropped from the ranking. ``limit``: stop at that many
     hits (``hits`` is read no further)."""
     out: list[Hit] = []
