@@ -63,3 +63,23 @@ def test_pronouns_are_not_keywords() -> None:
     text = "我们定义可测函数的积分。我们证明积分的性质。我们讨论函数的积分与测度。我们给出积分的例子。"
     s = extractive_summary(chunks(text, []), TextProcessor().index_tokens, n_keywords=3)
     assert s.keywords == ("函数", "积分", "可测")
+
+
+def test_list_markers_html_tags_and_links_stay_out_of_sentences_and_code_characters_stay_in() -> None:
+    # 员工手册.docx: "员工在费控系统提交报销单并上传发票照片；6."; deploy-guide.md: "详见 [平台组 Wiki](https://…)。
+    # <div class="warning"> <strong>注意：</strong>…" (keyword: strong); a log: "SELECT  FROM orders WHERE userid=?"
+    text = (
+        "# 手册\n\n报销按以下流程办理：\n\n1. 员工在费控系统提交报销单并上传发票照片；\n2. 部门负责人审核业务真实性；\n"
+        "3. 审核通过后，款项统一打入员工工资卡。\n\n详见 [平台组 Wiki](https://wiki.example/platform) 的部署页面。\n\n"
+        '![架构图](images/arch.png)\n\n<div class="warning">\n<strong>注意：</strong>生产环境必须设置不少于 3 个副本。\n</div>\n\n'
+        "慢查询日志：SELECT * FROM orders WHERE user_id=1 用时很长。\n\n这是**加粗**与*强调*的说明文字。"
+    )
+    assert sentences_of(chunks(text, [])) == [
+        "审核通过后，款项统一打入员工工资卡。",
+        "详见 平台组 Wiki 的部署页面。",
+        "注意：生产环境必须设置不少于 3 个副本。",
+        "慢查询日志：SELECT * FROM orders WHERE user_id=1 用时很长。",
+        "这是加粗与强调的说明文字。",
+    ]
+    keywords = extractive_summary(chunks(text, []), TextProcessor().index_tokens).keywords
+    assert not {"strong", "div", "warning", "https", "png"} & set(keywords)

@@ -19,7 +19,12 @@ DAMPING = 0.85
 ITERATIONS = 30
 _SENTENCE = re.compile(r"[^。！？!?\n]+[。！？!?]?")  # whole sentences: a clause cut at ；joined to another misleads
 _ENDED = re.compile(r"[。！？!?.]$")  # a sentence, not a heading, caption, contents line or list item (…；)
-_MARKUP = re.compile(r"^[#>*\-+\s|]+|[*_`|]+")
+# Markdown markup: line-start marks, bold/code marks, and a lone * or _ only at a word's edge (SELECT * FROM, user_id
+# and 2*3 are text); HTML tags and links (their text kept, images dropped) are no sentence either
+_MARKUP = re.compile(r"^[#>*\-+\s|]+|\*\*|__|[`|]+|(?<![A-Za-z0-9*_])[*_](?=[^\s*_])|(?<=[^\s*_])[*_](?![A-Za-z0-9*_])")
+_HTML_OR_LINK = re.compile(r"!\[[^\]]*\]\([^)]*\)|<[A-Za-z/!][^>]*>")
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+")  # a list item's marker: each item is a paragraph of its own
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
 _LIST_ITEM = re.compile(r"^[（(][一二三四五六七八九十\d]+[)）]|^[一二三四五六七八九十]+、")
@@ -52,14 +57,21 @@ def _prose_lines(text: str) -> str:
 
 
 def _paragraphs(text: str) -> list[str]:
-    """Paragraphs with wrapped lines joined; headings, table rows and code blocks left out."""
+    """Paragraphs with wrapped lines joined, each list item one of its own, its marker dropped; headings, table
+    rows, code blocks, HTML tags and link targets left out."""
     out = []
     for block in re.split(r"\n\s*\n", _prose_lines(text)):
-        lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|"))]
+        lines = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|"))]
         para = ""
-        for ln in lines:
-            ln = _MARKUP.sub("", ln)
-            para += (" " if para and para[-1].isascii() and ln[:1].isascii() else "") + ln
+        for line in lines:
+            item = _ITEM.match(line)
+            if item and para:  # 步骤：1. 提交；2. 审批 read as "提交；2." once
+                out.append(para)
+                para = ""
+            ln = _LINK.sub(r"\1", _HTML_OR_LINK.sub("", line[item.end() if item else 0 :])).strip()
+            ln = _MARKUP.sub("", ln).strip()
+            if ln:
+                para += (" " if para and para[-1].isascii() and ln[:1].isascii() else "") + ln
         if para:
             out.append(para)
     return out
