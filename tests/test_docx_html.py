@@ -225,6 +225,23 @@ def test_html_without_main_drops_page_chrome(tmp_path: Path) -> None:
     assert (doc.title, doc.text) == ("放假通知", "## 放假通知\n\n国庆节放假 7 天。")
 
 
+def test_html_inline_code_keeps_its_backticks_and_a_code_block_its_language(tmp_path: Path) -> None:
+    # an API page: "携带 Authorization: Bearer <token>" came back bare (Markdown then hides <token> as a tag) and
+    # <pre><code class="language-python"> as a block without its language
+    path = tmp_path / "api.html"
+    path.write_text(
+        "<html><body><main><h2>认证</h2><p>请求头携带 <code>Authorization: Bearer &lt;token&gt;</code>，调用 "
+        "<code>POST /auth/token</code> 获取。</p><table><tr><th>参数</th></tr><tr><td><code>sku_id</code></td></tr>"
+        "</table><pre><code class='hljs language-python'>resp = post(url)\nprint(resp)</code></pre>"
+        "<pre>plain text</pre></main></body></html>",
+        encoding="utf-8",
+    )
+    assert HtmlLoader().load(path, "api.html").text == (
+        "## 认证\n\n请求头携带 `Authorization: Bearer <token>`，调用 `POST /auth/token` 获取。\n\n"
+        "| 参数 |\n| --- |\n| `sku_id` |\n\n```python\nresp = post(url)\nprint(resp)\n```\n\n```\nplain text\n```"
+    )
+
+
 def test_bad_html_files(tmp_path: Path) -> None:
     (tmp_path / "空.html").write_bytes(b"")
     (tmp_path / "只有导航.html").write_text(

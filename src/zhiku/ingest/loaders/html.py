@@ -66,6 +66,8 @@ _BLOCK_TAGS = frozenset(
     }
 )
 _SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"})
+_LANGUAGE_RE = re.compile(r"\b(?:language|lang)-([A-Za-z0-9_+#.-]+)")  # <code class="language-python">
+
 _BOILERPLATE_RE = re.compile(
     r"(?:^|[\s_-])(?:nav|navbar|navigation|menu|breadcrumbs?|sidebar|footer|comments?|advert\w*|"
     r"ads|share|social|cookie\w*|related|pagination|skip-link)(?:$|[\s_-])",
@@ -119,6 +121,7 @@ class _Extractor(HTMLParser):
         self.buf: list[str] = []
         self.heading: int | None = None
         self.pre = 0
+        self.pre_language = ""
         self.lists: list[list[int | None]] = []  # per open list: [counter or None for bullets]
         self.list_start = 0  # where the blocks of the outermost open list begin
         self.tables: list[list[list[str]]] = []
@@ -186,7 +189,17 @@ class _Extractor(HTMLParser):
             self.depth_in_content += 1
         if not self.depth_in_content:
             return
+        if tag == "code":
+            self._code(a)
         self._open(tag)
+
+    def _code(self, attrs: dict[str, str | None]) -> None:
+        """Inline code keeps its backticks (``Bearer <token>`` would read as an HTML tag); ``pre > code`` gives the
+        block its language (``class="language-python"``)."""
+        if not self.pre:
+            self.buf.append("`")
+        elif m := _LANGUAGE_RE.search(attrs.get("class") or ""):
+            self.pre_language = m.group(1)
 
     def _open(self, tag: str) -> None:
         if re.fullmatch(r"h[1-6]", tag):
@@ -238,7 +251,10 @@ class _Extractor(HTMLParser):
             self.buf = []
             self.pre -= 1
             if code.strip():
-                self.blocks.append("```\n" + code.replace("```", "ˋˋˋ") + "\n```")
+                self.blocks.append(f"```{self.pre_language}\n" + code.replace("```", "ˋˋˋ") + "\n```")
+            self.pre_language = ""
+        elif tag == "code" and not self.pre:
+            self.buf.append("`")
         elif tag in ("ul", "ol") and self.lists:
             self._flush()
             self.lists.pop()
