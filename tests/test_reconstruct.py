@@ -89,3 +89,21 @@ def test_outline_lists_an_article_cut_in_pieces_once() -> None:
         chunk(9, "丙。", "手册 > 附录", 2),
     ]
     assert outline(plain) == ["手册 > 第一章", "手册 > 附录"]
+
+
+def test_a_code_block_in_a_list_item_starting_a_chunk_keeps_its_indent() -> None:
+    # deploy-guide.md, step 2: "```bash" came back at the margin under "2. 安装 Helm chart：" (list ended there)
+    from zhiku.ingest.chunking import chunk_document
+    from zhiku.settings import ChunkingSettings
+    from zhiku.types import SourceDoc
+
+    step2 = "2. 安装：\n\n   ```bash\n   helm install rec \\\n     --version 1.4.0 \\\n     -f values-prod.yaml\n   ```"
+    text = f"# 部署\n\n1. 登录仓库，使用公司统一账号登录镜像仓库后再继续，账号由平台组在入职时统一分配，首次登录须修改初始密码并绑定手机。\n\n{step2}\n\n3. 检查状态。"
+    chunks = chunk_document(
+        SourceDoc("d.md", "markdown", "部署", text),
+        collection="c",
+        doc_id="d",
+        settings=ChunkingSettings(size=100, overlap=0, min_chars=5),
+    )
+    assert any(c.text.startswith("```bash") for c in chunks)  # the chunk starting at the fence, its indent outside
+    assert reconstruct_markdown(chunks).endswith(f"。\n\n{step2}\n\n3. 检查状态。")

@@ -38,6 +38,20 @@ def heading_path(chunk: Chunk, gap: int, current: tuple[str, ...] = ()) -> tuple
     return parts
 
 
+def _indented(text: str) -> str:
+    """``text`` with its first line indented like the code block it opens. A chunk has no surrounding whitespace,
+    so a fenced block indented inside a list item that starts a chunk lost its opening fence's indent (its closing
+    fence and lines kept theirs): the block then ends the list, and the next item starts a new one."""
+    lines = text.split("\n")
+    if not lines[0].startswith(("```", "~~~")):
+        return text
+    close = next((i for i, ln in enumerate(lines[1:], 1) if ln.lstrip().startswith(lines[0][:3])), None)
+    indent = len(lines[close]) - len(lines[close].lstrip(" ")) if close else 0
+    if not indent or any(ln.strip() and not ln.startswith(" " * indent) for ln in lines[1:close]):
+        return text
+    return " " * indent + text
+
+
 def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
     """The document as Markdown from its chunks (any order; they are sorted by offset)."""
     out: list[str] = []
@@ -57,7 +71,7 @@ def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
             path = new_path
         elif end is not None and gap > 0:
             out.append("\n" if gap == 1 else "\n\n")
-        out.append(text)
+        out.append(_indented(text) if gap > 1 or end is None else text)
         end = c.end if end is None else max(end, c.end)
     return "".join(out)
 
