@@ -91,3 +91,23 @@ def test_a_snippet_starting_at_a_list_item_keeps_its_number_and_renders_as_a_lis
     )
     md = build_answer("x", "hybrid", [hit(STEPS[14:], "s")], AnswerSettings()).markdown
     assert md.split("\n\n")[1] == "[1]"  # an item first: off the marker's line, or Markdown would not list it
+
+
+CODES = (
+    "| 错误码 | 含义 | 处理建议 |\n| --- | --- | --- |\n| ORD-4001 | 库存不足 | 减少购买数量或稍后重试 |\n"
+    "| ORD-4002 | SKU 不存在 | 检查 sku_id 是否正确 |\n| ORD-4290 | 请求过于频繁（限流） | 每个应用每秒最多 50 次请求 |\n"
+    "| ORD-5000 | 服务内部错误 | 联系订单服务值班 |"
+)
+
+
+def test_a_table_too_long_for_the_snippet_shows_its_header_and_the_row_asked_for() -> None:
+    # ORD-4290 (a low-confidence answer, 120 characters): the header and the first two rows, never ORD-4290's row
+    header = "| 错误码 | 含义 | 处理建议 |\n| --- | --- | --- |\n"
+    got = focused_snippet(CODES, 120, ["ord", "ord-4290"])
+    assert got == header + "| ORD-4290 | 请求过于频繁（限流） | 每个应用每秒最多 50 次请求 |\n\n…"
+    assert focused_snippet(CODES, 400, ["ord", "ord-4290"]) == CODES  # it fits: whole
+    assert focused_snippet(CODES, 120, ["ord"]) == snippet(CODES, 120)  # every row holds as many terms: as before
+    md = build_answer(
+        "ORD-4290", "hybrid", [hit(CODES, "API > 错误码")], AnswerSettings(snippet_chars=120), terms=["ord", "ord-4290"]
+    ).markdown
+    assert "| ORD-4290 | 请求过于频繁（限流） | 每个应用每秒最多 50 次请求 |\n\n… (API > 错误码)" in md

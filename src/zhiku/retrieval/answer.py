@@ -132,14 +132,32 @@ def _sentence_starts(text: str) -> list[int]:
     return sorted({s for s in starts if s < len(text) and not any(a <= s <= b for a, b in inside)})
 
 
+_TABLE = re.compile(r"(?m)^\|.*\n\|[ :|-]*-[ :|-]*$(?:\n\|.*$)+")  # header, delimiter, rows
+
+
+def _answering_rows(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str]) -> str:
+    """``text`` with each table that does not fit in ``limit`` cut to its header and the rows holding the most
+    distinct query terms (ORD-4290 in an error-code table: its row, not the first rows up to the limit), a ``…``
+    line after it saying rows were left out. A table whose rows all hold as many terms is left whole."""
+
+    def rows_kept(m: re.Match[str]) -> str:
+        lines = m.group(0).split("\n")
+        scores = [sum(1 for t in terms if t in normalize(row)) for row in lines[2:]]
+        if len(m.group(0)) <= limit or max(scores) == min(scores):
+            return m.group(0)
+        return "\n".join(lines[:2] + [r for r, n in zip(lines[2:], scores, strict=True) if n == max(scores)]) + "\n\n…"
+
+    return _TABLE.sub(rows_kept, text) if len(text) > limit else text
+
+
 def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
     """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
     distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms.
     Terms of one character (不, 能, 算: in nearly every sentence) do not choose the window when the query has
     longer ones: a window holding only those would hide an article's opening, its rule, for a later sentence that
     happens to hold 算."""
-    text = flatten(text)
     terms = [t for t in terms if len(t) > 1] or list(terms)
+    text = _answering_rows(flatten(text), limit, terms, normalize)
     if len(text) <= limit or not terms:
         return snippet(text, limit)
     best_key, best_start = (-1, -1, 0), 0
