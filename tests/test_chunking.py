@@ -512,3 +512,22 @@ def test_invariants_on_random_documents() -> None:
                 assert len(re.sub(r"\n\s*\n", "", c.text)) <= settings.size + settings.min_chars
             for a, b in zip(chunks, chunks[1:], strict=False):
                 assert a.end - b.start <= settings.overlap
+
+
+def test_an_overlap_never_starts_inside_a_latin_word() -> None:
+    # order-service.log: a piece opened on "riPool.createTimeoutException(HikariPool.java:696)"
+    line = "at com.zaxxer.hikari.pool.HikariPool.createTimeoutException(HikariPool.java:696)"
+    text = (
+        "2024-05-20 10:07:02 ERROR [order-service] ORD-5000 Internal error: java.sql.SQLTransientConnectionException: "
+        "HikariPool-1 - Connection is not available, request timed out after 30000ms.\n"
+        f"2024-05-20 10:07:02 ERROR [order-service]   {line}\n2024-05-20 10:09:30 INFO  [order-service] Connection pool"
+    )
+    pieces = split_long(text, 0, len(text), size=200, overlap=50, min_chars=50)
+    assert [text[a:b][:20] for a, b in pieces] == [
+        "2024-05-20 10:07:02 ",
+        "request timed out af",
+        "2024-05-20 10:09:30 ",
+    ]
+    assert pieces[2][0] == pieces[1][1] + 1  # no overlap rather than a broken word (was: from "riPool.create…")
+    chinese = "甲" * 90 + "乙" * 60  # no boundary in the window either: the overlap is kept, as before
+    assert split_long(chinese, 0, 150, size=100, overlap=20, min_chars=0) == [(0, 100), (80, 150)]

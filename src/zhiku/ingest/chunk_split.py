@@ -42,6 +42,12 @@ def _lstrip_from(text: str, start: int, end: int) -> int:
     return start
 
 
+def _mid_word(text: str, at: int) -> bool:
+    """Whether ``at`` falls inside a Latin word or identifier (``Hika|riPool.createTimeoutException``): a piece
+    starting there would open on a broken word, so it starts at the cut instead, without overlap."""
+    return at > 0 and all(c.isascii() and (c.isalnum() or c in "._") for c in text[at - 1 : at + 1])
+
+
 def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_chars: int) -> list[tuple[int, int]]:
     """Split ``text[start:end]`` (stripped) into overlapping pieces of at most ``size`` characters.
 
@@ -92,7 +98,7 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
                 b = _first_in(clauses, window, cut)
             if b is None:
                 found = _SPACE_RE.search(text, window, cut)
-                b = found.start() if found is not None else window
+                b = found.start() if found is not None else cut if _mid_word(text, window) else window
             if b > pos:
                 nxt = b
         pos = _lstrip_from(text, nxt, end)
