@@ -288,6 +288,7 @@ def test_prompt(mcp_index: Fixture) -> None:
     text = got.messages[0].content.text
     assert got.messages[0].role == "user" and "query_knowledge_hub" in text
     assert text.endswith("问题 / Question: 产假多少天？")
+    assert "文件、页码（PDF）与章节" in text and "file, page (PDFs) and section" in text  # a PDF answer cites its page
 
 
 BAD_CALLS = [

@@ -101,9 +101,10 @@ PROMPT = """\
 请使用 query_knowledge_hub 工具在知识库中检索下面的问题，然后只依据检索到的段落用中文作答：
 - 每个论断后用 [n] 标注所依据的段落编号，与工具返回的编号一致；
 - 若 low_confidence 为 true 或没有相关段落，请明确说明资料中没有找到答案，不要编造；
-- 最后列出引用的来源（文件、章节）。
+- 最后列出引用的来源：文件、页码（PDF）与章节，与工具返回的来源列表一致。
 
 Use the query_knowledge_hub tool to search the knowledge base for the question below, then answer only
 from the passages it returns, citing each claim with its [n] marker; if nothing relevant is found, say so.
+End with the sources cited: file, page (PDFs) and section, as the tool lists them.
 
 问题 / Question: {question}"""
