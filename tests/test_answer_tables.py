@@ -111,3 +111,13 @@ def test_a_table_too_long_for_the_snippet_shows_its_header_and_the_row_asked_for
         "ORD-4290", "hybrid", [hit(CODES, "API > 错误码")], AnswerSettings(snippet_chars=120), terms=["ord", "ord-4290"]
     ).markdown
     assert "| ORD-4290 | 请求过于频繁（限流） | 每个应用每秒最多 50 次请求 |\n\n… (API > 错误码)" in md
+
+
+def test_log_records_stay_one_per_line() -> None:
+    # order-service.log: "…user_id=? 2024-05-20 10:07:02 ERROR [order-service] ORD-5000 …" (records run together)
+    log = (
+        "2024-05-20 10:05:44 WARN  [order-service] Slow SQL detected: 2310ms\n"
+        "2024-05-20 10:07:02 ERROR [order-service] ORD-5000 Internal error\n2024-05-20T10:09:30 INFO recovered"
+    )
+    assert flatten(log) == log
+    assert flatten("日志如下：\n" + log + "\n以上。") == "日志如下：\n\n" + log + "\n\n以上。"

@@ -32,13 +32,14 @@ _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of d
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _LIST_MARKER = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s*")
+_LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")  # a log line: one record, never joined to the next
 _LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,3}[.)])\s")  # a Markdown list item: - x, * x, 1. x, 2) x
 
 
 def _blocks(text: str) -> list[tuple[str, list[str]]]:
     """``text``'s lines grouped into runs of one kind: ``code`` (one fenced block, its fences included, lines as
-    written), ``table`` (Markdown table rows), ``list`` (list items, as written) or ``prose``; blank lines outside
-    code dropped."""
+    written), ``table`` (Markdown table rows), ``list`` (list items or timestamped log records, as written) or
+    ``prose``; blank lines outside code dropped."""
     blocks: list[tuple[str, list[str]]] = []
     fenced = False
     for line in text.splitlines():
@@ -49,7 +50,7 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
             fenced = opens or not s.startswith("```")
         elif not s:
             continue
-        elif _LIST_ITEM.match(s):
+        elif _LIST_ITEM.match(s) or _LOG_RECORD.match(s):
             kind, keep = "list", line.rstrip()
         else:
             kind, keep = ("table" if s.startswith("|") else "prose"), s
