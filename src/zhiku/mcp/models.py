@@ -116,7 +116,12 @@ class QueryResult(_Out):
         default_factory=list,
         description=("Images of the cited passages, in citation order; the first few are also sent as image content."),
     )
-    low_confidence: bool = Field(description="True when `confidence` is below server.min_score, or nothing matched.")
+    low_confidence: bool = Field(
+        description=(
+            "True when `confidence` is below server.min_score (unless the first passage holds every code the query "
+            "names, e.g. ORD-4290), or nothing matched."
+        )
+    )
     confidence: float | None = Field(
         description="Best cosine similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold)."
     )
