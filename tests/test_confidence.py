@@ -69,3 +69,20 @@ def test_a_code_the_first_passage_holds_verbatim_is_not_low_confidence() -> None
     assert judged(("ord", "ord-4290", "ord-4002"), (row,)) is True  # every code named must be there
     assert judged(("限流", "请求"), (row,)) is True  # no code in the question: the cosine decides, as before
     assert codes_in_first([hit("model.version 为 v2.3")], ["v2.3"]) and not codes_in_first([row], ["16g", "32g"])
+
+
+def test_a_code_counts_only_whole_and_distinct() -> None:
+    # ORD-429 (no such code) was answered with confidence over ORD-4290's row, v2.3 over v2.3.0; an off-topic
+    # win10怎么激活 lost its flag over any passage mentioning win10
+    from zhiku.retrieval.confidence import codes_in_first
+
+    row = hit("| ORD-4290 | 请求过于频繁（限流） | 见 v2.3.0 说明 |")
+    assert codes_in_first([row], ["ord", "ord-4290"]) and codes_in_first([row], ["v2.3.0"])
+    assert not codes_in_first([row], ["ord", "ord-429"])
+    assert not codes_in_first([row], ["v2.3"])  # another version
+    assert not codes_in_first([row], ["rd-4290"])
+    assert codes_in_first([hit("当前版本为 v2.3。")], ["v2.3"])  # a full stop after it: still whole
+    assert codes_in_first([hit("文件须为 GB18030 编码")], ["gb18030"])
+    common = hit("本机 win10，播放 mp4，x86 架构，k8s 集群，ipv6 地址，python3 环境")
+    for term in ("win10", "mp4", "x86", "k8s", "ipv6", "python3"):
+        assert not codes_in_first([common], [term, "激活"]), term

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 SIGNALS = ("top_cosine", "margin", "coverage")
 _CODE = re.compile(r"(?=[^\s]*[a-z])(?=[^\s]*\d)[a-z0-9][a-z0-9._/-]{2,}")  # ord-4290, v2.3.0, gb18030 (normalised)
+# the code whole, not a piece of a longer one (ord-429 in ord-4290, v2.3 in v2.3.0); a sentence's full stop may follow
+_WHOLE = r"(?<![a-z0-9])(?<![a-z0-9][._/-]){}(?![a-z0-9])(?![._/-][a-z0-9])"
+# a code names one thing when it has a separator or 3+ digits: win10, mp4, x86, k8s, ipv6, python3 are common words
+_DISTINCT = re.compile(r"[._/-]|\d{3}")
 MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with server.min_score (bench/confidence.py)
 
 
@@ -85,10 +89,14 @@ def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Con
 
 
 def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> bool:
-    """Whether the query names codes (terms of letters and digits: ORD-4290, v2.3.0, GB18030) and the first passage
-    holds every one of them verbatim: a lookup answered, however low the cosine of a bare code to prose."""
-    codes = [t for t in terms if _CODE.fullmatch(t)]
-    return bool(codes and hits) and all(t in normalize(hits[0].chunk.text) for t in codes)
+    """Whether the query names codes (terms of letters and digits with a separator or 3+ digits: ORD-4290, v2.3.0,
+    GB18030; not win10, mp4) and the first passage holds every one of them verbatim and whole (not ORD-429 in
+    ORD-4290): a lookup answered, however low the cosine of a bare code to prose."""
+    codes = [t for t in terms if _CODE.fullmatch(t) and _DISTINCT.search(t)]
+    if not (codes and hits):
+        return False
+    text = normalize(hits[0].chunk.text)
+    return all(re.search(_WHOLE.format(re.escape(t)), text) for t in codes)
 
 
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
