@@ -121,3 +121,19 @@ def test_log_records_stay_one_per_line() -> None:
     )
     assert flatten(log) == log
     assert flatten("日志如下：\n" + log + "\n以上。") == "日志如下：\n\n" + log + "\n\n以上。"
+
+
+def test_chinese_numbered_clauses_and_indented_continuations_stay_one_per_line() -> None:
+    # 1、 （一） ① are how Chinese documents number clauses: they ran together as "…如下： 1、员工…； 2、部门…；"
+    assert flatten("请假规定如下：\n1、提前三天申请；\n2、部门审批；\n3、人事备案。\n以上。") == (
+        "请假规定如下：\n\n1、提前三天申请；\n2、部门审批；\n3、人事备案。\n\n以上。"
+    )
+    assert flatten("办法：\n（一）提交申请；\n（二）审批。") == "办法：\n\n（一）提交申请；\n（二）审批。"
+    assert flatten("要求：\n①提交；\n②审批。") == "要求：\n\n①提交；\n②审批。"
+    assert flatten("增长了\n3.5 倍，版本\n2.1 发布") == "增长了 3.5 倍，版本 2.1 发布"  # a number is no item
+    # an item's indented wrapped line and a log record's stack frames stay with it (were split off or joined)
+    assert flatten("- 大 Key 指 value 超过\n  10KB 的 key\n- 删除用 UNLINK") == (
+        "- 大 Key 指 value 超过\n  10KB 的 key\n- 删除用 UNLINK"
+    )
+    log = "2024-05-20 10:07:02 ERROR x\n\tat com.a(A.java:1)\n\tat com.b(B.java:2)\n2024-05-20 10:08:00 INFO y"
+    assert flatten(log) == log

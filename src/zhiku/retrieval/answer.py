@@ -34,14 +34,18 @@ _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _LIST_MARKER = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s*")
 _LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")  # a log line: one record, never joined to the next
 _LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,3}[.)])\s")  # a Markdown list item: - x, * x, 1. x, 2) x
+_CN_ITEM = re.compile(
+    r"\d{1,3}、|[（(][一二三四五六七八九十\d]{1,3}[)）]|[①-⑳]|[一二三四五六七八九十]{1,3}、"
+)  # 1、（一）①
 
 
 def _blocks(text: str) -> list[tuple[str, list[str]]]:
     """``text``'s lines grouped into runs of one kind: ``code`` (one fenced block, its fences included, lines as
-    written), ``table`` (Markdown table rows), ``list`` (list items or timestamped log records, as written) or
-    ``prose``; blank lines outside code dropped."""
+    written), ``table`` (Markdown table rows), ``list`` (list items, ``1.``/``-`` or Chinese ``1、``/``（一）``/``①``, or
+    timestamped log records, as written, with their indented continuation lines) or ``prose``; blank lines outside code
+    dropped."""
     blocks: list[tuple[str, list[str]]] = []
-    fenced = False
+    fenced = blank = False
     for line in text.splitlines():
         s = line.strip()
         opens = not fenced and s.startswith("```")
@@ -49,11 +53,15 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
             kind, keep = "code", line.rstrip()
             fenced = opens or not s.startswith("```")
         elif not s:
+            blank = True
             continue
-        elif _LIST_ITEM.match(s) or _LOG_RECORD.match(s):
+        elif _LIST_ITEM.match(s) or _CN_ITEM.match(s) or _LOG_RECORD.match(s):
             kind, keep = "list", line.rstrip()
+        elif line[:1] in " \t" and not s.startswith("|") and not blank and blocks and blocks[-1][0] == "list":
+            kind, keep = "list", line.rstrip()  # an item's indented wrapped line, a record's stack frame: kept with it
         else:
             kind, keep = ("table" if s.startswith("|") else "prose"), s
+        blank = False
         if opens or not blocks or blocks[-1][0] != kind:
             blocks.append((kind, []))
         blocks[-1][1].append(keep)
