@@ -242,6 +242,16 @@ def test_html_inline_code_keeps_its_backticks_and_a_code_block_its_language(tmp_
     )
 
 
+def test_html_inline_code_holding_backticks_stays_one_code_span(tmp_path: Path) -> None:
+    # <code>echo `date`</code> came back as `echo `date`` (two spans and a stray backtick); an empty <code> as ``
+    path = tmp_path / "shell.html"
+    path.write_text(
+        "<main><p>运行 <code>echo `date`</code> 或 <code>a``b</code>，<code></code>再看 <code>ls</code>。</p></main>",
+        encoding="utf-8",
+    )
+    assert HtmlLoader().load(path, "shell.html").text == "运行 `` echo `date` `` 或 ```a``b```，再看 `ls`。"
+
+
 def test_bad_html_files(tmp_path: Path) -> None:
     (tmp_path / "空.html").write_bytes(b"")
     (tmp_path / "只有导航.html").write_text(

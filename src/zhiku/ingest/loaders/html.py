@@ -122,6 +122,7 @@ class _Extractor(HTMLParser):
         self.heading: int | None = None
         self.pre = 0
         self.pre_language = ""
+        self.code_at: list[int] = []  # where each open inline <code>'s text begins in buf
         self.lists: list[list[int | None]] = []  # per open list: [counter or None for bullets]
         self.list_start = 0  # where the blocks of the outermost open list begin
         self.tables: list[list[list[str]]] = []
@@ -133,6 +134,7 @@ class _Extractor(HTMLParser):
     def _flush(self) -> None:
         raw = "".join(self.buf)
         self.buf = []
+        self.code_at = [0] * len(self.code_at)
         if self.pre:
             return
         text = drop_cjk_spaces(" ".join(raw.split()))
@@ -197,7 +199,7 @@ class _Extractor(HTMLParser):
         """Inline code keeps its backticks (``Bearer <token>`` would read as an HTML tag); ``pre > code`` gives the
         block its language (``class="language-python"``)."""
         if not self.pre:
-            self.buf.append("`")
+            self.code_at.append(len(self.buf))
         elif m := _LANGUAGE_RE.search(attrs.get("class") or ""):
             self.pre_language = m.group(1)
 
@@ -254,7 +256,9 @@ class _Extractor(HTMLParser):
                 self.blocks.append(f"```{self.pre_language}\n" + code.replace("```", "ˋˋˋ") + "\n```")
             self.pre_language = ""
         elif tag == "code" and not self.pre:
-            self.buf.append("`")
+            at = self.code_at.pop() if self.code_at else len(self.buf)
+            if body := "".join(self.buf[at:]).strip():
+                self.buf[at:] = [_code_span(body)]
         elif tag in ("ul", "ol") and self.lists:
             self._flush()
             self.lists.pop()
@@ -286,6 +290,14 @@ class _Extractor(HTMLParser):
     def close(self) -> None:
         super().close()
         self._flush()
+
+
+def _code_span(code: str) -> str:
+    """``code`` as a Markdown code span: fenced by one backtick more than its longest run (``a`b`` → ``` ``a`b`` ```),
+    padded with spaces when it starts or ends with one (``echo `date` ``)."""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", code)), default=0) + 1)
+    pad = " " if code.startswith("`") or code.endswith("`") else ""
+    return f"{fence}{pad}{code}{pad}{fence}"
 
 
 def html_markdown(html: str) -> tuple[str, str]:
