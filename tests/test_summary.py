@@ -83,3 +83,9 @@ def test_list_markers_html_tags_and_links_stay_out_of_sentences_and_code_charact
     ]
     keywords = extractive_summary(chunks(text, []), TextProcessor().index_tokens).keywords
     assert not {"strong", "div", "warning", "https", "png"} & set(keywords)
+
+
+def test_a_less_than_sign_is_no_tag_and_a_link_target_may_hold_parentheses() -> None:
+    # "若 x<y 则 <b>粗</b>…" lost "y 则" (read as one tag "<y 则 <b>"); a wiki target A_(b) left "_(b))" behind
+    text = "若 x<y 则 <b>该值</b>加倍。\n\n详见 [维基](https://en.wikipedia.org/wiki/A_(b)) 的说明页面。"
+    assert sentences_of(chunks(text, [])) == ["若 x<y 则 该值加倍。", "详见 维基 的说明页面。"]

@@ -22,8 +22,11 @@ _ENDED = re.compile(r"[。！？!?.]$")  # a sentence, not a heading, caption, c
 # Markdown markup: line-start marks, bold/code marks, and a lone * or _ only at a word's edge (SELECT * FROM, user_id
 # and 2*3 are text); HTML tags and links (their text kept, images dropped) are no sentence either
 _MARKUP = re.compile(r"^[#>*\-+\s|]+|\*\*|__|[`|]+|(?<![A-Za-z0-9*_])[*_](?=[^\s*_])|(?<=[^\s*_])[*_](?![A-Za-z0-9*_])")
-_HTML_OR_LINK = re.compile(r"!\[[^\]]*\]\([^)]*\)|<[A-Za-z/!][^>]*>")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+# a tag ends before the next <, link text before the next [ and a target at its parenthesis (one nested pair kept:
+# wiki/A_(b)): x<y is no tag opening (x<y 则 <b>粗</b> lost "y 则"), and a line of < or [ is read once, not per one
+_TARGET = r"\((?:[^()]|\([^()]*\))*\)"
+_HTML_OR_LINK = re.compile(r"!\[[^\[\]]*\]" + _TARGET + r"|<[A-Za-z/!][^<>]*>")
+_LINK = re.compile(r"\[([^\[\]]+)\]" + _TARGET)
 _ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+")  # a list item's marker: each item is a paragraph of its own
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
