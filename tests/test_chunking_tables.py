@@ -112,3 +112,23 @@ def test_a_hit_on_a_piece_of_a_split_code_block_returns_the_whole_block() -> Non
         last.section.endswith("错误码")
         and context.whole_articles([Hit(chunk=last, score=1.0)], lambda d: chunks)[0].chunk == last
     )
+
+
+def test_a_piece_holding_one_blocks_end_and_the_next_blocks_start_returns_both_whole() -> None:
+    # two code blocks in a section: the piece holding "a11 …```" and "```bash curl /b0…" has two fences (even), so it
+    # came back alone; its closing fence then read as an opening one (然后： shown as code, the code as prose)
+    from zhiku.retrieval import context
+    from zhiku.types import Hit
+
+    first = "```python\n" + "\n".join(f"a{i} = f({i})" for i in range(12)) + "\n```"
+    second = "```bash\n" + "\n".join(f"curl /b{i}" for i in range(12)) + "\n```"
+    text = f"# 接口\n\n## 创建订单\n\n调用：\n\n{first}\n然后：\n{second}\n\n## 错误码\n\n失败时返回错误码。"
+    settings = ChunkingSettings(size=100, overlap=20, min_chars=10)
+    chunks = chunk_document(doc(text), collection="c", doc_id="d", settings=settings)
+    middle = [c for c in chunks if "a11 = f(11)\n```\n然后：\n```bash" in c.text]
+    assert len(middle) == 1 and middle[0].text.count("```") == 2
+    out = context.whole_articles([Hit(chunk=middle[0], score=1.0)], lambda d: chunks)
+    assert out[0].chunk.text == f"调用：\n\n{first}\n然后：\n{second}"
+    assert out[0].chunk.chunk_id == middle[0].chunk_id
+    whole = [c for c in chunks if c.text.count("```") == 0]  # no fence: untouched, no document read
+    assert context.whole_articles([Hit(chunk=whole[-1], score=1.0)], lambda d: []) == [Hit(chunk=whole[-1], score=1.0)]

@@ -191,9 +191,9 @@ def _whole(c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]]) -> list[Chunk]:
     ``doc_chunks`` is called only when needed."""
     if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
         return _article_run(c, doc_chunks())
-    if _fences(c.text) % 2 == 1:  # a piece of a code block split between chunks
+    if _fences(c.text):  # a piece of a code block split between chunks (or the end of one and the start of another)
         run = _code_run(c, doc_chunks())
-        if sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
+        if len(run) > 1 and sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
             return run
     if c.text.startswith("|") or "\n|" in c.text:  # a table (piece)
         run = _table_run(c, doc_chunks())
