@@ -531,3 +531,16 @@ def test_an_overlap_never_starts_inside_a_latin_word() -> None:
     assert pieces[2][0] == pieces[1][1] + 1  # no overlap rather than a broken word (was: from "riPool.create…")
     chinese = "甲" * 90 + "乙" * 60  # no boundary in the window either: the overlap is kept, as before
     assert split_long(chinese, 0, 150, size=100, overlap=20, min_chars=0) == [(0, 100), (80, 150)]
+
+
+def test_a_hard_cut_inside_a_run_of_latin_text_keeps_its_overlap() -> None:
+    # a run with no space (base64, a long URL): every cut falls inside it, so the next piece starts mid-word either
+    # way; it lost its overlap too ((0, 100), (100, 200), …: a term across the cut was in no piece whole)
+    run = "".join(chr(ord("a") + i % 26) for i in range(400))
+    assert split_long(run, 0, 400, size=100, overlap=20, min_chars=10) == [
+        (0, 100),
+        (80, 180),
+        (160, 260),
+        (240, 340),
+        (320, 400),
+    ]

@@ -44,7 +44,8 @@ def _lstrip_from(text: str, start: int, end: int) -> int:
 
 def _mid_word(text: str, at: int) -> bool:
     """Whether ``at`` falls inside a Latin word or identifier (``Hika|riPool.createTimeoutException``): a piece
-    starting there would open on a broken word, so it starts at the cut instead, without overlap."""
+    starting there would open on a broken word, so it starts at the cut instead, without overlap (unless the cut itself
+    falls inside a word: a hard cut in a run of Latin text with no space keeps its overlap)."""
     return at > 0 and all(c.isascii() and (c.isalnum() or c in "._") for c in text[at - 1 : at + 1])
 
 
@@ -98,7 +99,9 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
                 b = _first_in(clauses, window, cut)
             if b is None:
                 found = _SPACE_RE.search(text, window, cut)
-                b = found.start() if found is not None else cut if _mid_word(text, window) else window
+                # a cut inside a word (no boundary in the piece) starts the next piece mid-word anyway: keep the overlap
+                clean = _mid_word(text, window) and not _mid_word(text, cut)
+                b = found.start() if found is not None else cut if clean else window
             if b > pos:
                 nxt = b
         pos = _lstrip_from(text, nxt, end)
