@@ -89,3 +89,13 @@ def test_a_less_than_sign_is_no_tag_and_a_link_target_may_hold_parentheses() -> 
     # "若 x<y 则 <b>粗</b>…" lost "y 则" (read as one tag "<y 则 <b>"); a wiki target A_(b) left "_(b))" behind
     text = "若 x<y 则 <b>该值</b>加倍。\n\n详见 [维基](https://en.wikipedia.org/wiki/A_(b)) 的说明页面。"
     assert sentences_of(chunks(text, [])) == ["若 x<y 则 该值加倍。", "详见 维基 的说明页面。"]
+
+
+def test_chinese_numbered_items_are_sentences_of_their_own() -> None:
+    # "报销流程如下：1、员工…照片；2、部门…；3、审核…。" was one sentence, its numbers glued in (as 1. 2. were)
+    steps = "1、员工在费控系统提交报销单并上传发票照片；\n2、部门负责人审核业务真实性；\n3、审核通过后款项统一打入员工工资卡。"
+    assert sentences_of(chunks("报销流程如下：\n" + steps, [])) == ["审核通过后款项统一打入员工工资卡。"]
+    circled = "要求：\n①员工提交报销单并上传发票照片；\n②审核通过后款项统一打入员工工资卡。"
+    assert sentences_of(chunks(circled, [])) == ["审核通过后款项统一打入员工工资卡。"]
+    spelled = "办法：\n（一）员工提交报销单并上传发票照片；\n（二）审核通过后款项统一打入员工工资卡。"
+    assert sentences_of(chunks(spelled, [])) == ["（二）审核通过后款项统一打入员工工资卡。"]  # its marker kept

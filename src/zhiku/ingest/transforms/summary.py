@@ -27,7 +27,8 @@ _MARKUP = re.compile(r"^[#>*\-+\s|]+|\*\*|__|[`|]+|(?<![A-Za-z0-9*_])[*_](?=[^\s
 _TARGET = r"\((?:[^()]|\([^()]*\))*\)"
 _HTML_OR_LINK = re.compile(r"!\[[^\[\]]*\]" + _TARGET + r"|<[A-Za-z/!][^<>]*>")
 _LINK = re.compile(r"\[([^\[\]]+)\]" + _TARGET)
-_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+")  # a list item's marker: each item is a paragraph of its own
+# a list item's marker (1. - 1、 ①): each item is a paragraph of its own, the marker dropped
+_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+|\s*(?:\d{1,3}、|[①-⑳])\s*")
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
 _LIST_ITEM = re.compile(r"^[（(][一二三四五六七八九十\d]+[)）]|^[一二三四五六七八九十]+、")
@@ -60,15 +61,15 @@ def _prose_lines(text: str) -> str:
 
 
 def _paragraphs(text: str) -> list[str]:
-    """Paragraphs with wrapped lines joined, each list item one of its own, its marker dropped; headings, table
-    rows, code blocks, HTML tags and link targets left out."""
+    """Paragraphs with wrapped lines joined, each list item one of its own, its marker dropped (（一） and 一、 kept:
+    the lead weight reads them); headings, table rows, code blocks, HTML tags and link targets left out."""
     out = []
     for block in re.split(r"\n\s*\n", _prose_lines(text)):
         lines = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|"))]
         para = ""
         for line in lines:
             item = _ITEM.match(line)
-            if item and para:  # 步骤：1. 提交；2. 审批 read as "提交；2." once
+            if (item or _LIST_ITEM.match(line.lstrip())) and para:  # 步骤：1. 提交；2. 审批 read as "提交；2." once
                 out.append(para)
                 para = ""
             ln = _LINK.sub(r"\1", _HTML_OR_LINK.sub("", line[item.end() if item else 0 :])).strip()
