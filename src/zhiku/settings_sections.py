@@ -334,7 +334,7 @@ class ServerSettings(_Section):
     min_score: float = Field(
         0.88,
         ge=0,
-        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Not low when the first passage holds every code the question names (letters with digits: ORD-4290, v2.3.0). Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
+        description="Answers whose confidence (best cosine similarity of a passage to the query) is below this are marked low_confidence (MCP, `zhiku query`) and not cached; bm25 mode checks the share of query terms the passages hold instead. Not low when the first passage holds every code the question names, whole (letters with digits and a separator or 3+ digits: ORD-4290, v2.3.0; not win10). Calibrated for the bundled embedder on the dev sets and off-topic questions (bench/confidence.py); another embedder needs its own value. 0 turns the flag off.",
     )
 
 
