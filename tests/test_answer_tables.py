@@ -137,3 +137,12 @@ def test_chinese_numbered_clauses_and_indented_continuations_stay_one_per_line()
     )
     log = "2024-05-20 10:07:02 ERROR x\n\tat com.a(A.java:1)\n\tat com.b(B.java:2)\n2024-05-20 10:08:00 INFO y"
     assert flatten(log) == log
+
+
+def test_bracketed_and_nginx_log_records_stay_one_per_line() -> None:
+    # "[2024-05-20 10:07:02] ERROR …" and nginx's "2024/05/20 10:07:02 [error] …" ran together in one paragraph
+    app = "[2024-05-20 10:07:02] ERROR order failed\n[2024-05-20 10:07:03] INFO retried"
+    nginx = "2024/05/20 10:07:02 [error] 12#12: upstream timed out\n2024/05/20 10:07:05 [warn] 12#12: retrying"
+    assert flatten("日志：\n" + app) == "日志：\n\n" + app
+    assert flatten(nginx) == nginx
+    assert flatten("日期\n2024-05/20 10:07 不是记录") == "日期 2024-05/20 10:07 不是记录"  # mixed separators: prose

@@ -32,7 +32,8 @@ _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of d
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _LIST_MARKER = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s*")
-_LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")  # a log line: one record, never joined to the next
+# a log line (2024-05-20 10:07, [2024-05-20T10:07, nginx's 2024/05/20 10:07): one record, never joined to the next
+_LOG_RECORD = re.compile(r"\[?\d{4}([-/])\d{2}\1\d{2}[ T]\d{2}:\d{2}")
 _LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,3}[.)])\s")  # a Markdown list item: - x, * x, 1. x, 2) x
 _CN_ITEM = re.compile(
     r"\d{1,3}、|[（(][一二三四五六七八九十\d]{1,3}[)）]|[①-⑳]|[一二三四五六七八九十]{1,3}、"
