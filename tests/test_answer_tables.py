@@ -146,3 +146,12 @@ def test_bracketed_and_nginx_log_records_stay_one_per_line() -> None:
     assert flatten("日志：\n" + app) == "日志：\n\n" + app
     assert flatten(nginx) == nginx
     assert flatten("日期\n2024-05/20 10:07 不是记录") == "日期 2024-05/20 10:07 不是记录"  # mixed separators: prose
+
+
+def test_an_indented_list_loses_its_common_indent_not_its_nesting() -> None:
+    # a TXT notice indents its clauses four spaces: set off by a blank line, Markdown showed them as a code block
+    assert (
+        flatten("通知如下：\n    1、放假七天；\n    2、十月八日上班。")
+        == "通知如下：\n\n1、放假七天；\n2、十月八日上班。"
+    )
+    assert flatten("说明：\n    - 甲\n      - 乙\n    - 丙") == "说明：\n\n- 甲\n  - 乙\n- 丙"

@@ -8,6 +8,7 @@ Markdown stays within a character budget so results never flood the client's con
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Callable, Sequence
 
 from zhiku.ingest.chunk_units import ARTICLE_RE
@@ -76,9 +77,15 @@ def flatten(text: str) -> str:
     unreadable)."""
     if "\n" not in text:
         return text
-    return "\n\n".join(
-        "\n".join(lines) if kind != "prose" else " ".join(" ".join(lines).split()) for kind, lines in _blocks(text)
-    )
+    return "\n\n".join(_joined(kind, lines) for kind, lines in _blocks(text))
+
+
+def _joined(kind: str, lines: list[str]) -> str:
+    """One run of ``flatten``: prose on one line; a list without its common indent (four spaces before 1、 after a
+    blank line would make Markdown show the list as code); table rows and code as written."""
+    if kind == "prose":
+        return " ".join(" ".join(lines).split())
+    return textwrap.dedent("\n".join(lines)) if kind == "list" else "\n".join(lines)
 
 
 _FENCE = re.compile(r"(?m)^[ \t]*```")
