@@ -134,6 +134,35 @@ def test_markdown_html_comments_are_neither_indexed_nor_quoted(tmp_path: Path) -
         MarkdownLoader().load(only, "注释.md")
 
 
+def test_markdown_front_matter_titles_the_document_and_is_neither_indexed_nor_quoted(tmp_path: Path) -> None:
+    text = "---\ntitle: 部署指南\ndate: 2024-05-20\ntags: [运维, 部署]\n---\n\n## 准备\n\n安装 Docker 24。\n"
+    doc = MarkdownLoader().load(write(tmp_path, "deploy.md", text.encode("utf-8")), "deploy.md")
+    assert (doc.title, doc.text) == ("部署指南", "\n## 准备\n\n安装 Docker 24。\n")
+    # a UTF-8 BOM, "..." closing it, and no title: the first # heading titles it
+    bom = "\ufeff---\nauthor: 张三\n...\n# 值班表\n\n周一 李四\n"
+    doc = MarkdownLoader().load(write(tmp_path, "duty.md", bom.encode("utf-8")), "duty.md")
+    assert (doc.title, doc.text) == ("值班表", "# 值班表\n\n周一 李四\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "---\n\n正文从一条分隔线开始。\n\n---\n\n第二段。\n",  # a thematic break, not YAML: kept
+        "---\n第一行: 冒号: 不是 YAML\n---\n正文\n",  # not a YAML mapping: kept
+        "---\ntitle: 没有结尾\n\n正文\n",  # never closed: kept
+    ],
+)
+def test_a_file_opening_with_a_rule_keeps_its_text(tmp_path: Path, text: str) -> None:
+    doc = MarkdownLoader().load(write(tmp_path, "rule.md", text.encode("utf-8")), "rule.md")
+    assert (doc.title, doc.text) == ("rule", text)
+
+
+def test_a_markdown_file_of_front_matter_only_has_no_text(tmp_path: Path) -> None:
+    only = write(tmp_path, "空.md", "---\ntitle: 空\n---\n\n".encode())
+    with pytest.raises(LoaderError, match="only HTML comments, front matter and whitespace"):
+        MarkdownLoader().load(only, "空.md")
+
+
 def test_a_comment_inside_inline_code_is_code_and_shown_as_written() -> None:
     # CommonMark: a code span that opens first wins; a comment that opens first hides its backticks
     text = "用 `<!-- more -->` 切出摘要。<!-- 注 -->\n``a ` <!-- b --> `` 与 <!-- `c` -->d\n"

@@ -1,11 +1,13 @@
-"""Markdown files (``.md``, ``.markdown``): the text as written less its HTML comments, titled by its first ``# ``
-heading."""
+"""Markdown files (``.md``, ``.markdown``): the text as written less its HTML comments and its YAML front matter,
+titled by the front matter's ``title`` or its first ``# `` heading."""
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
 from pathlib import Path
+
+import yaml
 
 from zhiku.errors import LoaderError
 from zhiku.ingest.chunk_sections import outside_fences
@@ -21,6 +23,27 @@ def markdown_title(text: str) -> str | None:
         if heading.level == 1 and heading.title:
             return heading.title
     return None
+
+
+# YAML front matter (Jekyll, Hugo, Docusaurus, Obsidian): a first line ``---``, then YAML up to a line ``---`` or
+# ``...``; looked for in the first FRONT_MAX characters only
+_FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
+FRONT_MAX = 10_000
+
+
+def front_matter(text: str) -> tuple[dict[str, object], str]:
+    """``(fields, text without them)``: the YAML front matter a Markdown file opens with, when it is a mapping
+    (``title: 部署指南``); otherwise ``({}, text)`` unchanged (a file that opens with a ``---`` rule keeps it)."""
+    found = _FRONT.match(text[:FRONT_MAX])
+    if found is None:
+        return {}, text
+    try:
+        fields = yaml.safe_load(found.group(1))
+    except yaml.YAMLError:
+        return {}, text
+    if not isinstance(fields, dict) or not fields:
+        return {}, text
+    return {str(k): v for k, v in fields.items()}, text[found.end() :]
 
 
 _OPENS = re.compile(r"`+|<!--")  # an inline code span's backticks or a comment's start, whichever comes first
@@ -82,8 +105,9 @@ class _CodeSpans:
 
 
 class MarkdownLoader:
-    """Loads Markdown. Decoding as in :func:`~zhiku.ingest.loaders.encoding.read_text_file`; HTML comments outside
-    code fences removed (``strip_comments``); nothing else changes."""
+    """Loads Markdown. Decoding as in :func:`~zhiku.ingest.loaders.encoding.read_text_file`; YAML front matter
+    removed (``front_matter``: its ``title`` titles the document; the block is neither indexed nor quoted); HTML
+    comments outside code fences removed (``strip_comments``); nothing else changes."""
 
     doc_type: str = "markdown"
     suffixes: tuple[str, ...] = (".md", ".markdown")
@@ -93,8 +117,11 @@ class MarkdownLoader:
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)
+        fields, text = front_matter(text)
         text = strip_comments(text)
         if not text.strip():
-            raise LoaderError(f"no text in file (only HTML comments and whitespace): {path}")
-        title = markdown_title(text) or Path(path).stem
+            raise LoaderError(f"no text in file (only HTML comments, front matter and whitespace): {path}")
+        named = fields.get("title")
+        title = (str(named).strip() if isinstance(named, (str, int, float)) else "") or markdown_title(text)
+        title = title or Path(path).stem
         return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding=encoding)
