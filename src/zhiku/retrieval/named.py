@@ -61,21 +61,25 @@ def _labels(hit: Hit) -> set[str]:
     return {article_numbers(label) for label in split_label(hit.chunk.section)[1]}
 
 
+def _held(hits: Sequence[Hit], text: str, normalize: Callable[[str], str]) -> list[tuple[str, set[str], set[int]]]:
+    """Each article the question ``text`` (``_asked``) names, the documents it is asked of (``_owners``) and the
+    indexes of the ``hits`` holding it (of one of those documents, when it names any)."""
+    names = [{normalize(n) for n in names_of(h)} for h in hits]
+    labels = [_labels(h) for h in hits]
+    return [
+        (article, owners, {n for n in range(len(hits)) if article in labels[n] and (not owners or owners & names[n])})
+        for article, owners in _owners(text, set().union(*names))
+    ]
+
+
 def named_articles_first(hits: Sequence[Hit], question: str, normalize: Callable[[str], str] = str) -> list[Hit]:
     """``hits`` with those holding an article the question names (of the document it names for that article, if
     any) first; ``question`` as asked (normalised here, its article numbers spelled: 第82条 is 第八十二条)."""
     text = _asked(question, normalize)
     if text is None:
         return list(hits)
-    names = [{normalize(n) for n in names_of(h)} for h in hits]
-    asked = _owners(text, set().union(*names))
-    labels = [_labels(h) for h in hits]
-    first = [
-        n
-        for n in range(len(hits))
-        if any(article in labels[n] and (not owners or owners & names[n]) for article, owners in asked)
-    ]
-    return [hits[n] for n in first] + [h for n, h in enumerate(hits) if n not in first]
+    held = set().union(*(holders for _, _, holders in _held(hits, text, normalize)))
+    return [h for n, h in enumerate(hits) if n in held] + [h for n, h in enumerate(hits) if n not in held]
 
 
 def named_articles_kept(
@@ -95,10 +99,9 @@ def articles_not_found(hits: Sequence[Hit], question: str, normalize: Callable[[
     text = _asked(question, normalize)
     if text is None:
         return []
-    names = [{normalize(n) for n in names_of(h)} for h in hits]
-    labels = [_labels(h) for h in hits]
-    missing = []
-    for article, owners in _owners(text, set().union(*names)):
-        if not any(article in labels[n] and (not owners or owners & names[n]) for n in range(len(hits))):
-            missing.append(f"{'、'.join(sorted(owners))} {article}" if owners else article)
+    missing = [
+        f"{'、'.join(sorted(owners))} {article}" if owners else article
+        for article, owners, holders in _held(hits, text, normalize)
+        if not holders
+    ]
     return list(dict.fromkeys(missing))
