@@ -13,7 +13,7 @@ the stored chunks of the document, within a character budget, while the citation
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -111,18 +111,27 @@ def _article_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
     return run
 
 
-def join_pieces(pieces: Sequence[Chunk]) -> str:
-    """The text of consecutive chunks of one document, overlapping characters taken once."""
-    out: list[str] = []
+def _added(pieces: Sequence[Chunk]) -> Iterator[tuple[Chunk, str, bool]]:
+    """Each of consecutive chunks of one document with the document text it adds (a continued table's repeated
+    header and the characters an earlier piece held left out), and whether a gap comes before it (it does not
+    overlap the pieces before it)."""
     end: int | None = None
     for c in pieces:
         body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
+        gap = end is not None
         if end is not None and c.start < end:
-            body = body[end - c.start :]
-        elif end is not None:  # rows of one table follow each other on the next line, or it breaks in two
+            body, gap = body[end - c.start :], False
+        yield c, body, gap
+        end = c.end if end is None else max(end, c.end)
+
+
+def join_pieces(pieces: Sequence[Chunk]) -> str:
+    """The text of consecutive chunks of one document, overlapping characters taken once."""
+    out: list[str] = []
+    for _, body, gap in _added(pieces):
+        if gap:  # rows of one table follow each other on the next line, or it breaks in two
             out.append("\n" if body.startswith("|") and out[-1].rsplit("\n", 1)[-1].startswith("|") else "\n\n")
         out.append(body)
-        end = c.end if end is None else max(end, c.end)
     return "".join(out)
 
 
@@ -167,15 +176,11 @@ def _code_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
     block is read from the fences of the document's text before it, overlaps counted once."""
     ordered = sorted(doc_chunks, key=lambda x: x.ordinal)
     inside: dict[int, tuple[bool, bool]] = {}  # ordinal -> (starts inside a block, ends inside one)
-    state, end = False, None
-    for c in ordered:
-        body = c.text[len(c.text) - (c.end - c.start) :]
-        if end is not None and c.start < end:
-            body = body[end - c.start :]
+    state = False
+    for c, body, _ in _added(ordered):
         before = state
         state ^= _fences(body) % 2 == 1
         inside[c.ordinal] = (before, state)
-        end = c.end if end is None else max(end, c.end)
     by_ordinal = {c.ordinal: c for c in ordered}
     run = [chunk]
     while inside[run[0].ordinal][0] and (prev := by_ordinal.get(run[0].ordinal - 1)) and prev.section == chunk.section:
