@@ -32,10 +32,11 @@ _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
-_LIST_MARKER = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s*")
+_MARKER = r"(?:[-*+]|\d{1,3}[.)])"  # a Markdown list item's marker: -, *, +, 1., 2)
+_LIST_MARKER = re.compile(rf"\s*{_MARKER}\s*")
 # a log line (2024-05-20 10:07, [2024-05-20T10:07, nginx's 2024/05/20 10:07): one record, never joined to the next
 _LOG_RECORD = re.compile(r"\[?\d{4}([-/])\d{2}\1\d{2}[ T]\d{2}:\d{2}")
-_LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,3}[.)])\s")  # a Markdown list item: - x, * x, 1. x, 2) x
+_LIST_ITEM = re.compile(rf"{_MARKER}\s")  # a Markdown list item: - x, * x, 1. x, 2) x
 _CN_ITEM = re.compile(
     r"\d{1,3}、|[（(][一二三四五六七八九十\d]{1,3}[)）]|[①-⑳]|[一二三四五六七八九十]{1,3}、"
 )  # 1、（一）①
@@ -232,8 +233,11 @@ def _render(
     low_confidence: bool,
     terms: Sequence[str],
     normalize: Callable[[str], str],
-    missing: Sequence[str] = (),
+    missing: Sequence[str],
+    shown: Sequence[tuple[str, str]],
 ) -> str:
+    """The Markdown with snippets of at most ``limit`` characters; ``missing``: the named articles no hit holds;
+    ``shown``: each hit's text and section as shown (``exact_articles``)."""
     lines = [f"**检索问题 / Query:** {query}", ""]
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")
@@ -250,7 +254,6 @@ def _render(
             lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
         lines += ["**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
-    shown = [exact_articles(hit, terms, normalize) for hit in hits]
     for n, (whole, section) in enumerate(shown, 1):
         text = focused_snippet(whole, limit, terms, normalize)
         where = f"({section})" if section else ""
@@ -283,11 +286,13 @@ def build_answer(
     the chunk that matches the query, not just its beginning.
     """
     limit = settings.snippet_chars
-    missing = articles_not_found(hits, query, normalize)  # (once: the Markdown may be rendered several times)
-    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing)
+    # once: the Markdown may be rendered several times, shorter each time
+    missing = articles_not_found(hits, query, normalize)
+    shown = [exact_articles(hit, terms, normalize) for hit in hits]
+    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
     while len(markdown) > settings.max_chars and limit > 40:
         limit = max(40, int(limit * 0.8))
-        markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing)
+        markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
     if len(markdown) > settings.max_chars:
         markdown = markdown[: settings.max_chars - 1] + "…"
     citations = tuple(
