@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from zhiku.ingest.chunk_sections import outside_fences
 from zhiku.ingest.transforms.base import DocMeta
 from zhiku.retrieval.reconstruct import reconstruct_markdown
 from zhiku.types import Chunk
@@ -50,14 +51,8 @@ class Summary:
 
 
 def _prose_lines(text: str) -> str:
-    """``text`` without its fenced code blocks (fences and the code between them)."""
-    out, fenced = [], False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-        elif not fenced:
-            out.append(line)
-    return "\n".join(out)
+    """``text`` without its fenced code blocks (fences and the code between them), as the chunker reads fences."""
+    return "".join(text[a:b] for a, b in outside_fences(text))
 
 
 def _paragraphs(text: str) -> list[str]:
