@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from zhiku.errors import ConfigError
 from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
 from zhiku.llm.settings import LLMSettings, TransformSettings
-from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain
+from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain, section_model
 from zhiku.settings_rerank import RerankSettings
 from zhiku.settings_sections import (
     DEFAULT_CONFIG_FILE,
@@ -137,8 +137,8 @@ def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[
     for key, value in data.items():
         field = model.model_fields.get(key)
         ann = field.annotation if field is not None else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
-            out[key] = _anchored(value, ann, base)
+        if (section := section_model(ann)) is not None and isinstance(value, dict):
+            out[key] = _anchored(value, section, base)
         elif _is_path(ann) and isinstance(value, str) and not Path(value).expanduser().is_absolute():
             out[key] = str(base / value)
         elif (model, key) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
@@ -227,9 +227,9 @@ def settings_reference() -> str:
         return f"`{value}`" if not isinstance(value, BaseModel) else ""
 
     for name, field in Settings.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            for sub, f in ann.model_fields.items():
+        section = section_model(field.annotation)
+        if section is not None:
+            for sub, f in section.model_fields.items():
                 desc = (f.description or "").replace("|", "\\|")
                 if f.default_factory is _default_cache_dir:
                     desc += " Default: `$XDG_CACHE_HOME/zhiku` or `~/.cache/zhiku`."

@@ -23,6 +23,11 @@ REFERENCE = "every key: docs/settings.md"
 SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
 
 
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field's ``annotation`` is (a section such as ``retrieval``), or None for a value."""
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
 def env_name(loc: tuple[str, ...]) -> str:
     return "ZHIKU_" + "__".join(loc).upper()
 
@@ -62,10 +67,10 @@ class Origins:
 def _fields_at(model: type[BaseModel], parent: tuple[str, ...]) -> list[str]:
     for key in parent:
         field = model.model_fields.get(key)
-        ann = field.annotation if field is not None else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        section = section_model(field.annotation if field is not None else None)
+        if section is None:
             return []
-        model = ann
+        model = section
     return list(model.model_fields)
 
 
@@ -99,11 +104,7 @@ def check_env_names(model: type[BaseModel], environ: Mapping[str, str]) -> None:
     underscore) ones that name a real key: pydantic-settings ignores both, so the setting silently stays as it was.
     ``ZHIKU_<SECTION>_API_KEY`` is the default home of a section's secret (its ``api_key_env``), not a typo.
     """
-    sections = [
-        name
-        for name, f in model.model_fields.items()
-        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
-    ]
+    sections = [name for name, f in model.model_fields.items() if section_model(f.annotation) is not None]
     for name in sorted(environ):
         if not name.startswith("ZHIKU_"):
             continue

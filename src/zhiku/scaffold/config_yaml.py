@@ -17,6 +17,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from zhiku.settings import Settings
+from zhiku.settings_errors import section_model
 
 WIDTH = 116
 
@@ -56,10 +57,10 @@ def settings_yaml(values: dict[str, Any], header: str = "") -> str:
     defaults = Settings.model_validate({})
     lines = [f"## {h}" if h else "##" for h in header.splitlines()]
     for name, field in Settings.model_fields.items():
-        ann = field.annotation
+        section = section_model(field.annotation)
         lines.append("")
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            lines += _section(name, ann, getattr(defaults, name), values.get(name, {}))
+        if section is not None:
+            lines += _section(name, section, getattr(defaults, name), values.get(name, {}))
         else:
             lines += _describe(field, "")
             value = values[name] if name in values else getattr(defaults, name)
