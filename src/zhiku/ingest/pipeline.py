@@ -136,7 +136,7 @@ class Ingestor:
     ) -> IngestReport:
         started = time.perf_counter()
         self._needs_ocr = []
-        tasks, failures = self._tasks(paths)
+        tasks, failures, unsupported = self._tasks(paths)
         tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
         failures.extend(clashes)
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
@@ -152,17 +152,18 @@ class Ingestor:
             on_progress(len(tasks), len(tasks), "")
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
         report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
-        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(self._unsupported.items())))
+        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
 
     def _stored_path(self, collection: str, source: str) -> str | None:
         doc = self.store.find_document(collection, source)
         return None if doc is None else doc.path
 
-    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure]]:
-        """The files to ingest, and the paths that fail before any is read (missing, unsupported)."""
+    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
+        """The files to ingest, the paths that fail before any is read (missing, unsupported), and the files of a
+        walked folder skipped for their type, per suffix (``discover``)."""
         suffixes = supported_suffixes(self.loaders)
-        self._unsupported: Counter[str] = Counter()
-        tasks, failures = discover(paths, suffixes, self._unsupported)
+        unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, unsupported)
         for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
@@ -173,7 +174,7 @@ class Ingestor:
                         printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
                     )
                 )
-        return tasks, failures
+        return tasks, failures, unsupported
 
     # -- in-memory documents (evaluation corpora) ------------------------------------------------
     def ingest_docs(
