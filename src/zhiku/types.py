@@ -290,12 +290,14 @@ class OcrNeeded:
 @dataclass(frozen=True)
 class TransformIssue:
     """An ingest transform that did not apply: to a chunk (``chunk_id``) or a whole document (``chunk_id`` None).
-    The chunk is kept without it."""
+    The chunk is kept without it. ``unreached``: the endpoint gave no answer (retries spent, or not sent after it
+    failed too often), so the next ingest of the unchanged document tries again."""
 
     transform: str
     reason: str
     source: str = ""
     chunk_id: str | None = None
+    unreached: bool = False
 
 
 @dataclass(frozen=True)
