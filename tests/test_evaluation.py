@@ -385,7 +385,10 @@ def test_experiment_table_on_one_index(cli, tmp_path: Path) -> None:
 
 def test_variants_registry() -> None:
     assert [v.name for v in parse_variants("hybrid, bm25,hybrid")] == ["hybrid", "bm25"]
-    with pytest.raises(InvalidInput, match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_rerank"):
+    with pytest.raises(
+        InvalidInput,
+        match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_zscore, hybrid_rrf, hybrid_rerank",
+    ):
         parse_variants("bm25,colbert")
     assert VARIANTS["hybrid_rerank"].mode == "hybrid"
 
@@ -427,3 +430,18 @@ def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
     per_query = json.loads((tmp_path / "out" / "per_query.json").read_text(encoding="utf-8"))
     assert [q["first_relevant"] for q in per_query] == [1, 1, None]
     assert per_query[1]["relevant"] == ["source=*, contains=年休假5天"]
+
+
+def test_experiment_compares_the_two_fusions_on_one_index(cli, tmp_path: Path, monkeypatch) -> None:
+    dataset = write_beir(tmp_path / "劳动小集")
+    r = cli("experiment", "--dataset", dataset, "--variants", "hybrid,hybrid_zscore,hybrid_rrf", "--json")
+    assert r.exit_code == 0, r.output
+    rows = {v["variant"]: v for v in json.loads(r.stdout)["variants"]}
+    assert rows["hybrid"]["description"] == "BM25 + dense fused by retrieval.fusion (the settings line)"
+    assert (rows["hybrid"]["settings"], rows["hybrid_rrf"]["settings"]) == ({}, {"retrieval": {"fusion": "rrf"}})
+    assert rows["hybrid_zscore"]["metrics"] == rows["hybrid"]["metrics"]  # z-score is the default fusion
+    monkeypatch.setenv("ZHIKU_RETRIEVAL__FUSION", "rrf")
+    rrf = json.loads(cli("eval", "--dataset", dataset, "--mode", "hybrid", "--json").stdout)
+    assert {n: rows["hybrid_rrf"]["metrics"][n] for n in BM25_METRICS} == {n: rrf[n] for n in BM25_METRICS}
+    table = cli("experiment", "--dataset", dataset, "--variants", "hybrid_rrf").stdout
+    assert "- `hybrid_rrf` ran with retrieval.fusion=rrf\n" in table

@@ -24,8 +24,8 @@ from zhiku.cli.eval import (
 from zhiku.settings import load_settings, merge
 
 VARIANTS_HELP = (
-    "Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual, hybrid+multi_query, hybrid+hyde "
-    "(docs/transforms.md)."
+    "Comma-separated: bm25, dense, hybrid, hybrid_zscore, hybrid_rrf (the two fusions), hybrid_rerank, "
+    "hybrid+contextual, hybrid+multi_query, hybrid+hyde (docs/transforms.md)."
 )
 
 
