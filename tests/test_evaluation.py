@@ -445,3 +445,55 @@ def test_experiment_compares_the_two_fusions_on_one_index(cli, tmp_path: Path, m
     assert {n: rows["hybrid_rrf"]["metrics"][n] for n in BM25_METRICS} == {n: rrf[n] for n in BM25_METRICS}
     table = cli("experiment", "--dataset", dataset, "--variants", "hybrid_rrf").stdout
     assert "- `hybrid_rrf` ran with retrieval.fusion=rrf\n" in table
+
+
+TYPO_YAML = """\
+version: 1
+queries:
+  - id: found
+    query: 试用期最长多久
+    expected: [{source: 劳动合同法.md, contains: 试用期不得超过一个月}]
+  - id: typo
+    query: 经济补偿怎么算
+    expected: [{source: 劳动合同法.md, contains: 每满一年支付六个月}]
+  - id: no-file
+    query: 年休假有几天
+    expected: [{source: 年假条例*.md}, {source: 年休假条例.md, section: 第九章}]
+  - id: traditional
+    query: 經濟補償怎麼算
+    expected: [{contains: 每滿一年支付一個月工資}]
+"""
+
+
+def test_eval_names_the_expected_entries_that_match_nothing(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "错字集"
+    (folder / "docs").mkdir(parents=True)
+    write(
+        folder / "docs" / "劳动合同法.md",
+        "# 劳动合同法\n\n第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
+        "第四十七条 经济补偿按劳动者在本单位工作的年限，每满一年支付一个月工资的标准向劳动者支付。\n",
+    )
+    write(folder / "docs" / "年休假条例.md", "# 职工带薪年休假条例\n\n第三条 职工累计工作已满1年的，年休假5天。\n")
+    write(folder / "eval.yaml", TYPO_YAML)
+    r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    of = "of the {} document(s) whose source matches {!r}"
+    expected = [
+        "typo expected[0] (source=劳动合同法.md, contains=每满一年支付六个月) can never be found: no chunk "
+        + of.format(1, "劳动合同法.md")
+        + " holds '每满一年支付六个月' (whitespace ignored; check the text against the document)",
+        "no-file expected[0] (source=年假条例*.md) can never be found: no indexed document's source matches "
+        "'年假条例*.md' (`zhiku documents` lists them)",
+        "no-file expected[1] (source=年休假条例.md, section=第九章) can never be found: no chunk "
+        + of.format(1, "年休假条例.md")
+        + " has a section path with '第九章' at the start of a level",
+        "traditional expected[0] (source=*, contains=每滿一年支付一個月工資) can never be found: no chunk "
+        + of.format(2, "*")
+        + " holds '每滿一年支付一個月工資' (whitespace ignored; check the text against the document)",
+    ]
+    assert json.loads(r.stdout)["unmatched"] == expected
+    assert r.stderr.splitlines()[: len(expected)] == [f"warning: {line}" for line in expected]
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "## Expected entries that match nothing in the index (4)\n\n- typo expected[0] " in report
+    clean = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--max-queries", "1")
+    assert "unmatched" not in json.loads(clean.stdout) and "warning" not in clean.stderr

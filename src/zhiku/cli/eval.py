@@ -214,6 +214,12 @@ def eval_(
         _print_json(result.to_json())
     else:
         _print_eval_table(result, stats, generation)
+    for line in result.unmatched[:UNMATCHED_SHOWN]:
+        err.print(f"warning: {line}", markup=False)
+    if len(result.unmatched) > UNMATCHED_SHOWN:
+        err.print(
+            f"warning: … and {len(result.unmatched) - UNMATCHED_SHOWN} more (all in --out's report.md)", markup=False
+        )
     for b in checked:
         err.print(f"gate: {b}", markup=False)
     if checked and not all(b.passed for b in checked):
@@ -224,6 +230,9 @@ def eval_(
             markup=False,
         )
         raise typer.Exit(1)
+
+
+UNMATCHED_SHOWN = 10  # warnings printed for expected entries that match nothing
 
 
 def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:

@@ -106,6 +106,9 @@ def markdown_report(
             f"\n{generation.queries} queries judged, {generation.judge_calls} judge calls, "
             f"{generation.errors} unscored (judge errors)."
         )
+    if r.unmatched:
+        lines += ["", f"## Expected entries that match nothing in the index ({len(r.unmatched)})", ""]
+        lines += [f"- {u}" for u in r.unmatched]
     missed = [q for q in r.records if q.first_relevant is None or q.first_relevant > 5]
     lines += ["", f"## Missed at 5 ({len(missed)} of {r.queries})", ""]
     for q in missed[:WORST_SHOWN]:

@@ -14,6 +14,7 @@ from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
+from zhiku.evaluation.targets import unmatched_targets
 from zhiku.numeric import percentile
 from zhiku.types import Hit, SourceDoc
 
@@ -101,6 +102,7 @@ class EvalResult:
     variant: str = ""
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
     budget: int | None = None  # ranking metrics count only the text within the first `budget` characters
+    unmatched: tuple[str, ...] = ()  # expected entries no chunk of the index satisfies (they can never be found)
 
     def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
@@ -120,6 +122,8 @@ class EvalResult:
             }
         if self.rerank:
             out["rerank"] = dict(self.rerank)
+        if self.unmatched:
+            out["unmatched"] = list(self.unmatched)
         return out
 
     def summary_json(self) -> dict[str, Any]:
@@ -256,6 +260,8 @@ def evaluate(
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
+    missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None and q.expected]
+    unmatched = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
     categories = {
         c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
         for c, m in sorted(by_category.items())
@@ -273,6 +279,7 @@ def evaluate(
         variant=variant,
         rerank=rerank,
         budget=budget,
+        unmatched=tuple(map(str, unmatched)),
     )
 
 
