@@ -175,7 +175,9 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
         ("zhiku.embedders", "chars", "zhiku_testkit:chars", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.rerankers", "shortest", "zhiku_testkit:shortest", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.transforms", "tagger", "zhiku_testkit:Tagger", "zhiku-testkit", "0.2.0", kit, None),
-        ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit,
+         "tool 'badTool' (plugin zhiku-testkit): the name must be snake_case ([a-z0-9_], starting with a letter, at "
+         "most 64 characters), e.g. 'bad_tool'"),  # refused by the server: listed as broken, not ok
         ("zhiku.tools", "list_books", "zhiku_epub:list_books", "zhiku-epub", "0.1.0", epub, None),
     ]  # fmt: skip
     table = zhiku(["plugins"], sites, tmp_path)
@@ -185,6 +187,82 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
     )
     assert table.stdout.splitlines()[0].endswith(
         "BROKEN (skipped): ModuleNotFoundError: No module named 'zhiku_no_such_module'"
+    )
+
+
+TEAMKIT = '''\
+"""A second package: a reranker and a tool with names the test kit and zhiku-epub already use, a transform with a
+built-in's name."""
+
+
+def shortest(settings):
+    raise RuntimeError("never built: the name is ambiguous")
+
+
+def list_books() -> list[str]:
+    """List the team's books.
+
+    When to use: never (a name clash).
+
+    Example: {}
+    """
+    return ["团队"]
+
+
+class Refine:
+    name = "refine"
+    needs_llm = False
+
+    def apply(self, batch, ctx):
+        return batch
+'''
+TEAMKIT_ENTRY_POINTS = """\
+[zhiku.rerankers]
+shortest = zhiku_teamkit:shortest
+
+[zhiku.tools]
+list_books = zhiku_teamkit:list_books
+
+[zhiku.transforms]
+refine = zhiku_teamkit:Refine
+"""
+
+
+def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    team = tmp_path / "teamkit-site"
+    dist = team / "zhiku_teamkit-1.0.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zhiku-teamkit\nVersion: 1.0.0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(TEAMKIT_ENTRY_POINTS, encoding="utf-8")
+    (team / "zhiku_teamkit.py").write_text(TEAMKIT, encoding="utf-8")
+    env = server_env(PYTHONPATH=":".join([str(sites[0]), str(sites[1]), str(team), str(ROOT / "src")]))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [PYTHON, "-m", "zhiku.cli", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+
+    proc = run("plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    errors = {(p["distribution"], p["group"], p["name"]): p["error"] for p in json.loads(proc.stdout)["plugins"]}
+    clash = "the name {!r} is also declared by {}: uninstall one of the packages or rename an entry point"
+    assert errors[("zhiku-testkit", "zhiku.rerankers", "shortest")] == clash.format(
+        "shortest", "zhiku-teamkit 1.0.0 (zhiku_teamkit:shortest)"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "shortest")] == clash.format(
+        "shortest", "zhiku-testkit 0.2.0 (zhiku_testkit:shortest)"
+    )
+    assert errors[("zhiku-epub", "zhiku.tools", "list_books")] == clash.format(
+        "list_books", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books)"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.transforms", "refine")] == (
+        "the name 'refine' is a built-in transform's; rename the entry point"
+    )
+    assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
+    choose = "from zhiku.plugins import provider; provider('zhiku.rerankers', 'plugin:shortest')"
+    chosen = subprocess.run([PYTHON, "-c", choose], capture_output=True, text=True, timeout=60, env=env)
+    assert chosen.stderr.strip().splitlines()[-1] == (
+        "zhiku.errors.ConfigError: zhiku.rerankers plugin 'shortest' from zhiku-teamkit is broken: "
+        + clash.format("shortest", "zhiku-testkit 0.2.0 (zhiku_testkit:shortest)")
     )
 
 
