@@ -304,6 +304,10 @@ def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tm
     missed = cli("eval", "--dataset", dataset, "--index", law_index, "--mode", "bm25", "--gate", "hit@1>=0.9", "--json")
     assert missed.exit_code == 1
     assert json.loads(missed.stdout)["hit@1"] == 0.75
+    assert json.loads(missed.stdout)["gate"] == {  # a CI step reading --json sees the verdict too
+        "passed": False,
+        "bars": [{"bar": "hit@1>=0.9", "value": 0.75, "passed": False}],
+    }
     assert missed.stderr.splitlines()[-1] == "gate FAILED: hit@1 = 0.7500, needs >= 0.9"
     assert [e.gate_passed for e in read_history(law_index)] == [True, False]
 

@@ -160,7 +160,7 @@ def eval_(
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.gate import check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
-    from zhiku.evaluation.reports import append_history, history_entry, write_outputs
+    from zhiku.evaluation.reports import append_history, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate, index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
@@ -211,7 +211,7 @@ def eval_(
         if index or yaml_set:
             append_history(settings.index, history_entry(result, gate=checked, generation=generation, out=out_dir))
     if as_json:
-        _print_json(result.to_json())
+        _print_json({**result.to_json(), **({"gate": gate_json(checked)} if checked else {})})
     else:
         _print_eval_table(result, stats, generation)
     for line in result.unmatched[:UNMATCHED_SHOWN]:

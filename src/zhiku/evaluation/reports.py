@@ -27,16 +27,19 @@ def summary(
 ) -> dict[str, Any]:
     out = result.summary_json()
     out["index"] = index
-    out["gate"] = (
-        None
-        if not gate
-        else {
-            "passed": all(b.passed for b in gate),
-            "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
-        }
-    )
+    out["gate"] = gate_json(gate)
     out["generation"] = None if generation is None else generation.to_json()
     return out
+
+
+def gate_json(gate: Sequence[BarResult]) -> dict[str, Any] | None:
+    """The verdict and every bar (``summary.json``, and `zhiku eval --json` when ``--gate`` is given)."""
+    if not gate:
+        return None
+    return {
+        "passed": all(b.passed for b in gate),
+        "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
+    }
 
 
 def write_outputs(
