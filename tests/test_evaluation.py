@@ -501,3 +501,33 @@ def test_eval_names_the_expected_entries_that_match_nothing(cli, tmp_path: Path)
     assert "## Expected entries that match nothing in the index (4)\n\n- typo expected[0] " in report
     clean = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--max-queries", "1")
     assert "unmatched" not in json.loads(clean.stdout) and "warning" not in clean.stderr
+
+
+def test_eval_gates_against_a_saved_baseline(cli, law_index: Path, tmp_path: Path) -> None:
+    dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
+    run = ("eval", "--dataset", dataset, "--index", law_index, "--mode", "bm25")
+    assert cli(*run, "--out", tmp_path / "base").exit_code == 0
+    saved = tmp_path / "base" / "summary.json"
+    same = cli(*run, "--baseline", saved, "--json")
+    assert same.exit_code == 0, same.output
+    bars = json.loads(same.stdout)["gate"]["bars"]
+    names = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "hit@1", "hit@5", "hit_chars@2000", "hit_chars@4000"]
+    assert [b["bar"].split(">=")[0] for b in bars] == names and all(b["passed"] for b in bars)
+    base = json.loads(saved.read_text(encoding="utf-8"))
+    assert bars[4] == {"bar": f"hit@1>={base['hit@1'] - 0.01:g}", "value": base["hit@1"], "passed": True}
+
+    base["metrics"]["hit@1"] = 0.99  # a better past: this run is a regression
+    better = write(tmp_path / "better.json", json.dumps(base))
+    regressed = cli(*run, "--baseline", better, "--max-drop", "0.02")
+    assert regressed.exit_code == 1
+    assert f"gate: hit@1 = {base['hit@1']:.4f} (bar >= 0.97): MISSED" in regressed.stderr
+    assert regressed.stderr.splitlines()[-1] == f"gate FAILED: hit@1 = {base['hit@1']:.4f}, needs >= 0.97"
+
+    other = cli(*run[:-1], "hybrid", "--baseline", saved)
+    assert other.exit_code == 1
+    assert other.stderr == (
+        f"error: the baseline {saved} has mode 'bm25', this run 'hybrid': compare runs of the same set, mode, budget "
+        "and queries (or save a new baseline)\n"
+    )
+    garbage = cli(*run, "--baseline", write(tmp_path / "x.json", "[1, 2]"))
+    assert garbage.stderr.startswith("error: the baseline ") and garbage.exit_code == 1

@@ -141,6 +141,17 @@ def eval_(
         Optional[str],
         typer.Option("--gate", help='Bars that must hold, e.g. "hit@5>=0.9,mrr@10>=0.8"; exit 1 when one is missed.'),
     ] = None,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--baseline",
+            help="summary.json (or --json output) of an earlier run of this set: each of its metrics is a bar at its "
+            "value minus --max-drop, with --gate's output and exit 1.",
+        ),
+    ] = None,
+    max_drop: Annotated[
+        float, typer.Option("--max-drop", help="How far a metric may fall below --baseline's value.", min=0)
+    ] = 0.01,
     trace: Annotated[
         bool, typer.Option("--trace/--no-trace", help="Write a trace per query (off by default: faster).")
     ] = False,
@@ -158,7 +169,7 @@ def eval_(
     category), latency; optional LLM-judged generation metrics; writes reports with --out and enforces bars with
     --gate."""
     from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.gate import check_gate, parse_gate
+    from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
     from zhiku.evaluation.reports import append_history, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate, index_dataset
@@ -170,6 +181,10 @@ def eval_(
         settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
         settings = with_models(merge(settings, tracing={"enabled": trace}), embedder, reranker)
         mode_ = mode or settings.retrieval.mode
+        if baseline is not None:
+            bars += baseline_bars(
+                baseline, max_drop=max_drop, dataset=data.name, mode=mode_, budget=budget, queries=len(data.queries)
+            )
         client = build_judge(settings, dict(os.environ)) if judge is not False else None
         if judge and client is None:
             raise InvalidInput(
