@@ -12,7 +12,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
-from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
+from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
 from zhiku.evaluation.targets import unmatched_targets
 from zhiku.numeric import percentile
@@ -213,7 +213,7 @@ def evaluate(
     ``budget``: the ranking metrics see only the text within the first ``budget`` characters (chunks compared at
     equal context cost); ``hit_chars@N`` metrics always cut at their own N.
     """
-    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else dataset
+    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
     names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
