@@ -6,10 +6,13 @@ replies are not asked again (the model would answer the same)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from fake_openai import FakeOpenAI
+import pytest
+
+from fake_openai import DIM, FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS
 from test_transforms import open_kb
 
@@ -63,3 +66,42 @@ def test_refused_replies_are_not_asked_again_by_a_plain_ingest(
     sent = len(fake_openai.chats())
     again = kb.ingest([corpus])
     assert (len(again.skipped), len(fake_openai.chats())) == (DOCS, sent)
+
+
+def test_log_progress_shows_the_transforms_of_a_long_document(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal (CI logs), progress lines came once per document: an LLM ingest of one long file printed
+    nothing for its whole duration, and its first line said ``0/0 documents``."""
+    from typer.testing import CliRunner
+
+    import zhiku.cli.common
+    from helpers_kb import write_corpus
+    from test_transforms import llm_reply
+    from zhiku.cli.app import app
+
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setattr(zhiku.cli.common, "PROGRESS_SECONDS", 0.0)  # every changed note, not one per 15 s
+    write_corpus(tmp_path / "docs")
+    fake_openai.chat_reply = llm_reply
+    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake_openai.url, "dimensions": DIM}
+    config = tmp_path / "zhiku.yaml"
+    settings = {
+        "index": str(tmp_path / "idx"),
+        "embedding": {**embedding, "cache_dir": str(tmp_path / "cache")},
+        "llm": {"base_url": fake_openai.url, "model": "m-progress", "concurrency": 1},
+    }
+    config.write_text(json.dumps(settings), encoding="utf-8")
+    r = CliRunner().invoke(
+        app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", "contextual"]
+    )
+    assert r.exit_code == 0, r.output
+    lines = [ln.split(" · ") for ln in r.stderr.splitlines() if ln.startswith("ingesting: ")]
+    assert " · ".join(lines[0][:1] + lines[0][2:]) == "ingesting: 0/3 documents"
+    assert [" · ".join(ln[:1] + ln[2:]) for ln in lines if "contextual" in ln[-2]] == [
+        "ingesting: 0/3 documents · contextual 1/2 chunks · 劳动合同法.md",
+        "ingesting: 0/3 documents · contextual 2/2 chunks · 劳动合同法.md",
+        "ingesting: 0/3 documents · contextual 1/1 chunks · 年休假条例.md",
+        "ingesting: 1/3 documents · contextual 1/1 chunks · 规章/工资支付规定.txt",
+    ]
