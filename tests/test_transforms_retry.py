@@ -68,34 +68,41 @@ def test_refused_replies_are_not_asked_again_by_a_plain_ingest(
     assert (len(again.skipped), len(fake_openai.chats())) == (DOCS, sent)
 
 
-def test_log_progress_shows_the_transforms_of_a_long_document(
-    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without a terminal (CI logs), progress lines came once per document: an LLM ingest of one long file printed
-    nothing for its whole duration, and its first line said ``0/0 documents``."""
+def cli_ingest(tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, **llm: Any) -> Any:
+    """``zhiku ingest docs --transform X`` through the CLI (no terminal: log lines), embedder and LLM the fake."""
     from typer.testing import CliRunner
 
-    import zhiku.cli.common
     from helpers_kb import write_corpus
     from test_transforms import llm_reply
     from zhiku.cli.app import app
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setattr(zhiku.cli.common, "PROGRESS_SECONDS", 0.0)  # every changed note, not one per 15 s
+    transform = llm.pop("transform", "contextual")
     write_corpus(tmp_path / "docs")
-    fake_openai.chat_reply = llm_reply
-    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake_openai.url, "dimensions": DIM}
+    fake.chat_reply = llm_reply
+    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url, "dimensions": DIM}
     config = tmp_path / "zhiku.yaml"
     settings = {
         "index": str(tmp_path / "idx"),
         "embedding": {**embedding, "cache_dir": str(tmp_path / "cache")},
-        "llm": {"base_url": fake_openai.url, "model": "m-progress", "concurrency": 1},
+        "llm": {"base_url": fake.url, "concurrency": 1, **llm},
     }
     config.write_text(json.dumps(settings), encoding="utf-8")
-    r = CliRunner().invoke(
-        app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", "contextual"]
+    return CliRunner().invoke(
+        app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", transform]
     )
+
+
+def test_log_progress_shows_the_transforms_of_a_long_document(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal (CI logs), progress lines came once per document: an LLM ingest of one long file printed
+    nothing for its whole duration, and its first line said ``0/0 documents``."""
+    import zhiku.cli.common
+
+    monkeypatch.setattr(zhiku.cli.common, "PROGRESS_SECONDS", 0.0)  # every changed note, not one per 15 s
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-progress")
     assert r.exit_code == 0, r.output
     lines = [ln.split(" · ") for ln in r.stderr.splitlines() if ln.startswith("ingesting: ")]
     assert " · ".join(lines[0][:1] + lines[0][2:]) == "ingesting: 0/3 documents"
@@ -104,4 +111,20 @@ def test_log_progress_shows_the_transforms_of_a_long_document(
         "ingesting: 0/3 documents · contextual 2/2 chunks · 劳动合同法.md",
         "ingesting: 0/3 documents · contextual 1/1 chunks · 年休假条例.md",
         "ingesting: 1/3 documents · contextual 1/1 chunks · 规章/工资支付规定.txt",
+    ]
+
+
+def test_one_line_per_shared_reason_and_what_the_next_ingest_does(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-lines", max_retries=0, transform="metadata")
+    assert r.exit_code == 0, r.output
+    why = f"{fake_openai.url}/chat/completions failed after 1 attempt(s): HTTP 500: GPU fell over"
+    docs = "劳动合同法.md, 年休假条例.md, 规章/工资支付规定.txt"
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("  ")] == [
+        f"  metadata skipped for 3 documents ({docs}): document metadata: {why} (kept without it)",
+        f"  metadata skipped for 4 chunks of {docs}: {why} (kept without it)",
+        "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
+        "(replies already received come from the cache)",
     ]
