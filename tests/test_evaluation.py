@@ -529,5 +529,10 @@ def test_eval_gates_against_a_saved_baseline(cli, law_index: Path, tmp_path: Pat
         f"error: the baseline {saved} has mode 'bm25', this run 'hybrid': compare runs of the same set, mode, budget "
         "and queries (or save a new baseline)\n"
     )
+    typo = cli(*run, "-c", "hrr")  # a collection that does not exist: an error, not 0 everywhere
+    assert (typo.exit_code, typo.stderr) == (
+        1,
+        "error: no collection 'hrr' in this knowledge base; available: hr\n",
+    )
     garbage = cli(*run, "--baseline", write(tmp_path / "x.json", "[1, 2]"))
     assert garbage.stderr.startswith("error: the baseline ") and garbage.exit_code == 1

@@ -16,6 +16,7 @@ from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
 from zhiku.evaluation.targets import unmatched_targets
 from zhiku.numeric import percentile
+from zhiku.retrieval.confidence import check_collection
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
@@ -216,6 +217,7 @@ def evaluate(
     evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
+    check_collection(collection, [c.name for c in kb.collections()])  # a typo'd -c scored every query 0
     names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
     cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
     depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
