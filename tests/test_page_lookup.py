@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,10 @@ def test_no_paged_hit_no_lookup() -> None:
     md = Chunk("m0", "law", "docs", "law.md", "markdown", "law", None, 0, 10, 0, "第三页")
     hits = [Hit(chunk=md, score=1.0)]
     found = pages_first(hits, "第3页", NORMALIZE, lambda d: [md], lambda d: None)
+    assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
+    # a question naming a document without pages: no page of another (paged) document is looked up
+    hits = [*fused("report-5"), Hit(chunk=replace(md, source="员工手册.docx", section="员工手册"), score=0.5)]
+    found = pages_first(hits, "员工手册第3页", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
     assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
 
 

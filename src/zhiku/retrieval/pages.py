@@ -71,10 +71,11 @@ class PageLookup:
 
 
 def _documents(hits: Sequence[Hit], question: str, normalize: Callable[[str], str]) -> list[str]:
-    """The paged documents asked of: those among ``hits`` the question names, else the best-ranked paged hit's."""
-    paged = [h for h in hits if h.chunk.page is not None]
-    named = [h.chunk.doc_id for h in paged if any(normalize(n) in question for n in names_of(h))]
-    return list(dict.fromkeys(named)) if named else [paged[0].chunk.doc_id] if paged else []
+    """The paged documents asked of: those among ``hits`` the question names (none when it names only documents
+    without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the best-ranked paged hit's."""
+    named = [h for h in hits if any(normalize(n) in question for n in names_of(h))]
+    paged = [h for h in (named or hits) if h.chunk.page is not None]
+    return list(dict.fromkeys(h.chunk.doc_id for h in paged[: None if named else 1]))
 
 
 def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
