@@ -14,7 +14,7 @@ from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
-from zhiku.evaluation.targets import unmatched_targets
+from zhiku.evaluation.targets import missing_documents, unmatched_targets
 from zhiku.numeric import percentile
 from zhiku.retrieval.confidence import check_collection
 from zhiku.types import Hit, SourceDoc
@@ -217,7 +217,7 @@ def evaluate(
     evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
-    check_collection(collection, [c.name for c in kb.collections()])  # a typo'd -c scored every query 0
+    check_collection(collection or None, [c.name for c in kb.collections()])  # a typo'd -c scored every query 0
     names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
     cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
     depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
@@ -262,8 +262,13 @@ def evaluate(
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
-    missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None and q.expected]
-    unmatched = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
+    missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None]
+    if evalset.kind == "beir":
+        unmatched = missing_documents(missed, {d.doc_id for d in evalset.corpus})
+    elif missed:
+        unmatched = tuple(map(str, unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks)))
+    else:
+        unmatched = ()
     categories = {
         c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
         for c, m in sorted(by_category.items())
@@ -281,7 +286,7 @@ def evaluate(
         variant=variant,
         rerank=rerank,
         budget=budget,
-        unmatched=tuple(map(str, unmatched)),
+        unmatched=unmatched,
     )
 
 

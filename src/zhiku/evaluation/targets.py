@@ -61,3 +61,15 @@ def unmatched_targets(
             if why_not is not None:
                 found.append(Unmatched(q.qid, i, e, why_not))
     return tuple(found)
+
+
+def missing_documents(queries: Iterable[EvalQuery], corpus_ids: set[str]) -> tuple[str, ...]:
+    """BEIR: the judged documents of ``queries`` that are not in the corpus (a qrels id typo'd or of another
+    corpus version): they can never be retrieved, so the query scores 0 whatever retrieval does."""
+    return tuple(
+        f"{q.qid} judges {doc!r} relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can "
+        "never be found"
+        for q in queries
+        for doc in q.relevant
+        if doc not in corpus_ids
+    )
