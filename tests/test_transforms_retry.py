@@ -29,6 +29,9 @@ def test_chunks_the_endpoint_never_answered_are_enriched_by_the_next_ingest(
     assert len(down.transforms.issues) == CORPUS_CHUNKS + DOCS
     assert all(i.unreached for i in down.transforms.issues)
 
+    plan = kb.plan_transforms([corpus])  # the dry run decides as the ingest does
+    assert (plan.documents, plan.requests, plan.cached) == (DOCS, CORPUS_CHUNKS + DOCS, 0)
+
     fake_openai.always = None  # the endpoint is back: the same command, no --force
     back = kb.ingest([corpus])
     assert (len(back.updated), len(back.skipped)) == (DOCS, 0)
@@ -38,6 +41,7 @@ def test_chunks_the_endpoint_never_answered_are_enriched_by_the_next_ingest(
 
     settled = kb.ingest([corpus])  # nothing owed any more: skipped, nothing sent
     assert (len(settled.skipped), settled.transforms.usage.calls) == (DOCS, 0)
+    assert kb.plan_transforms([corpus]).documents == 0
 
 
 def test_a_transform_switched_on_later_enriches_unchanged_documents(

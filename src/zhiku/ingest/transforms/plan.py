@@ -71,7 +71,8 @@ def plan_transforms(
     for task in tasks:
         try:
             old = existing(task.source)
-            if old is not None and not force and old.sha256 == sha256_bytes(task.path.read_bytes()):
+            unchanged = old is not None and old.sha256 == sha256_bytes(task.path.read_bytes())
+            if unchanged and not force and not stage.owes(collection, task.source):  # as the ingest decides
                 continue
             doc = load_document(task.path, task.source, loaders)
             pieces = chunk_document(
