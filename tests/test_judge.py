@@ -173,11 +173,16 @@ def test_eval_cli_with_and_without_a_judge(
     judged = runner.invoke(app, [*args, "--out", str(tmp_path / "o2")], env=env, catch_exceptions=False)
     assert judged.exit_code == 0, judged.output
     assert "generation (LLM judge): faithfulness 0.6667" in judged.stdout and "2 queries, 1 unscored" in judged.stdout
+    assert [ln for ln in judged.stderr.splitlines() if ln.startswith("judge error")] == [
+        "judge error ×1: the judge did not reply with JSON (Expecting value at char 40): "
+        '\'{"claims": [{"claim": "x", "supported": tru\''
+    ]  # why it is unscored, not only how many
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text(encoding="utf-8"))
     assert summary["generation"]["status"] == "ok" and math.isclose(
         summary["generation"]["metrics"]["faithfulness"], 0.6667
     )
-    assert "## Generation (LLM judge)" in (tmp_path / "o2" / "report.md").read_text(encoding="utf-8")
+    report = (tmp_path / "o2" / "report.md").read_text(encoding="utf-8")
+    assert "## Generation (LLM judge)" in report and "\n- judge error ×1: the judge did not reply with JSON" in report
     assert fake_judge.auth[-1] == "Bearer sk-cli"
     assert (embed_cache_dir / "judge.sqlite").is_file()
 

@@ -276,6 +276,8 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
+        for reason, n in generation.error_reasons():  # a dead judge said only "12 unscored"
+            err.print(f"judge error ×{n}: {reason}", markup=False)
 
 
 CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a metric per row): 80 columns hold them

@@ -109,6 +109,7 @@ def markdown_report(
             f"\n{generation.queries} queries judged, {generation.judge_calls} judge calls, "
             f"{generation.errors} unscored (judge errors)."
         )
+        lines += [f"- judge error ×{n}: {reason}" for reason, n in generation.error_reasons()]
     if r.unmatched:
         lines += ["", f"## Expected entries that match nothing in the index ({len(r.unmatched)})", ""]
         lines += [f"- {u}" for u in r.unmatched]
