@@ -132,3 +132,36 @@ def test_one_line_per_shared_reason_and_what_the_next_ingest_does(
         "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
         "(replies already received come from the cache)",
     ]
+
+
+def test_mcp_ingest_says_what_the_transforms_did_and_what_failed(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """ingest_documents over MCP reported the documents and chunks only: an agent could not tell that every chunk
+    was indexed without its enrichment because the LLM endpoint was down."""
+    from helpers_kb import write_corpus
+    from test_transforms_surfaces import call_tools, fake_settings
+
+    write_corpus(tmp_path / "docs")
+    settings = fake_settings(tmp_path, fake_openai, "m-mcp-ingest", ["contextual"])
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    [down] = call_tools(settings, [("ingest_documents", {"paths": [str(tmp_path / "docs")]})])
+    why = f"contextual: {fake_openai.url}/chat/completions failed after 1 attempt(s): HTTP 500: GPU fell over"
+    assert down.structured_content["transforms"] == {
+        "applied": {"contextual": 0},
+        "kept_without": CORPUS_CHUNKS,
+        "reasons": [f"{why} (×{CORPUS_CHUNKS})"],
+        "retried": True,
+    }
+    assert down.content[0].text.splitlines()[1:] == [
+        "LLM transforms: contextual 0",
+        f"- kept without a transform: {why} (×{CORPUS_CHUNKS})",
+        "- the endpoint gave no answer for some: ingesting these files again retries them",
+    ]
+    fake_openai.always = None
+    [back] = call_tools(settings, [("ingest_documents", {"paths": [str(tmp_path / "docs")]})])
+    assert back.structured_content["transforms"] == {
+        "applied": {"contextual": CORPUS_CHUNKS},
+        "kept_without": 0,
+        "reasons": [],
+        "retried": False,
+    }
+    assert len(back.structured_content["updated"]) == DOCS

@@ -322,6 +322,14 @@ class TransformReport:
     usage: LLMUsage = LLMUsage()
     issues: tuple[TransformIssue, ...] = ()
 
+    def reasons(self, n: int = 3) -> list[tuple[str, int]]:
+        """The ``n`` most frequent ``transform: reason`` of the issues, with how many chunks or documents had it."""
+        counts: dict[str, int] = {}
+        for i in self.issues:
+            key = f"{i.transform}: {i.reason}"
+            counts[key] = counts.get(key, 0) + 1
+        return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+
 
 @dataclass(frozen=True)
 class IngestReport:
