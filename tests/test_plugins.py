@@ -218,6 +218,7 @@ class Refine:
 '''
 TEAMKIT_ENTRY_POINTS = """\
 [zhiku.rerankers]
+fragile = zhiku_teamkit:shortest
 shortest = zhiku_teamkit:shortest
 
 [zhiku.tools]
@@ -258,6 +259,12 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
         "the name 'refine' is a built-in transform's; rename the entry point"
     )
     assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
+    build = "from zhiku.plugins import build_provider; build_provider('zhiku.rerankers', 'plugin:fragile', None)"
+    built = subprocess.run([PYTHON, "-c", build], capture_output=True, text=True, timeout=60, env=env)
+    assert built.stderr.strip().splitlines()[-1] == (  # `zhiku query` printed a traceback ending in RuntimeError
+        "zhiku.errors.ConfigError: zhiku.rerankers plugin 'fragile' from zhiku-teamkit could not be built: "
+        "RuntimeError: never built: the name is ambiguous"
+    )
     choose = "from zhiku.plugins import provider; provider('zhiku.rerankers', 'plugin:shortest')"
     chosen = subprocess.run([PYTHON, "-c", choose], capture_output=True, text=True, timeout=60, env=env)
     assert chosen.stderr.strip().splitlines()[-1] == (

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from zhiku.errors import ConfigError
+from zhiku.errors import ConfigError, ZhikuError
 
 log = logging.getLogger("zhiku.plugins")
 GROUPS = ("zhiku.loaders", "zhiku.embedders", "zhiku.rerankers", "zhiku.transforms", "zhiku.tools")
@@ -144,6 +144,22 @@ def installed() -> list[PluginInfo]:
         for group in GROUPS
         for info, _ in _load_all(group)
     ]
+
+
+def build_provider(group: str, provider_name: str, settings: Any) -> Any:
+    """The object a ``plugin:NAME`` provider's factory builds from ``settings``; a factory that raises is one
+    ``ConfigError`` line naming the plugin and its package (the command cannot run without what it chose)."""
+    factory = provider(group, provider_name)
+    try:
+        return factory(settings)
+    except ZhikuError:
+        raise
+    except Exception as e:
+        name = provider_name.removeprefix(PREFIX)
+        info = next(i for i, obj in _load_all(group) if i.name == name and obj is factory)
+        raise ConfigError(
+            f"{group} plugin {name!r} from {info.distribution} could not be built: {type(e).__name__}: {e}"
+        ) from None
 
 
 def provider(group: str, provider_name: str) -> Any:
