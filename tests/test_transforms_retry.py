@@ -165,3 +165,23 @@ def test_mcp_ingest_says_what_the_transforms_did_and_what_failed(tmp_path: Path,
         "retried": False,
     }
     assert len(back.structured_content["updated"]) == DOCS
+
+
+def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are_back(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Enriched, then edited and ingested without transforms (its contexts are cleared), then ingested with them
+    again: its last usage record still listed contextual, so it was skipped without contexts."""
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
+    assert kb.ingest([corpus]).transforms.applied == (("contextual", CORPUS_CHUNKS),)
+    kb.close()
+    leave = corpus / "年休假条例.md"
+    leave.write_text(leave.read_text(encoding="utf-8") + "\n第四条 年休假在1个年度内可以集中安排。\n", encoding="utf-8")
+    plain = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", [])
+    assert plain.ingest([corpus]).updated == ("年休假条例.md",)
+    plain.close()
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
+    again = kb.ingest([corpus])
+    assert (again.updated, len(again.skipped)) == (("年休假条例.md",), DOCS - 1)
+    hits = kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits  # every chunk has its context again
+    assert sorted({h.chunk.source for h in hits}) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]

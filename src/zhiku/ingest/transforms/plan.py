@@ -72,8 +72,8 @@ def plan_transforms(
         try:
             old = existing(task.source)
             unchanged = old is not None and old.sha256 == sha256_bytes(task.path.read_bytes())
-            if unchanged and not force and not stage.owes(collection, task.source):  # as the ingest decides
-                continue
+            if old is not None and unchanged and not force and not stage.owes(collection, task.source, old.ingested_at):
+                continue  # as the ingest decides
             doc = load_document(task.path, task.source, loaders)
             pieces = chunk_document(
                 doc, collection=collection, doc_id=doc_id_for(collection, doc.source), settings=settings.chunking

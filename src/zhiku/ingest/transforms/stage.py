@@ -107,14 +107,15 @@ class TransformStage:
     def names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.transforms)
 
-    def owes(self, collection: str, source: str) -> bool:
+    def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
         """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
-        of them (switched on since) or got no answer from the endpoint for some chunk (down, rate-limited, timed
-        out). Replies already received come from the cache; refused or malformed replies are not asked again."""
+        of them (switched on since, or written later without transforms: ``written_at`` is when it was stored) or
+        got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
+        come from the cache; refused or malformed replies are not asked again."""
         if not self.transforms or self.store is None:
             return False
         last = self.store.last_usage(collection, source)
-        if last is None or not set(self.names) <= set(last.transforms):
+        if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
             return True
         return any(i.unreached for i in last.issues)
 
