@@ -413,8 +413,8 @@ queries:
 """
 
 
-def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
-    folder = tmp_path / "长文档"
+def longdoc_folder(folder: Path, questions: str) -> Path:
+    """A long-document set: two laws in ``docs/`` and ``questions`` as its eval.yaml."""
     (folder / "docs").mkdir(parents=True)
     write(
         folder / "docs" / "劳动合同法.md",
@@ -424,7 +424,12 @@ def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
     write(
         folder / "docs" / "年休假条例.md", "# 职工带薪年休假条例\n\n第三条 职工累计工作已满1年不满10年的，年休假5天。\n"
     )
-    write(folder / "eval.yaml", LONGDOC_YAML)
+    write(folder / "eval.yaml", questions)
+    return folder
+
+
+def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
+    folder = longdoc_folder(tmp_path / "长文档", LONGDOC_YAML)
     r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -470,15 +475,7 @@ queries:
 
 
 def test_eval_names_the_expected_entries_that_match_nothing(cli, tmp_path: Path) -> None:
-    folder = tmp_path / "错字集"
-    (folder / "docs").mkdir(parents=True)
-    write(
-        folder / "docs" / "劳动合同法.md",
-        "# 劳动合同法\n\n第十九条 劳动合同期限三个月以上不满一年的，试用期不得超过一个月。\n\n"
-        "第四十七条 经济补偿按劳动者在本单位工作的年限，每满一年支付一个月工资的标准向劳动者支付。\n",
-    )
-    write(folder / "docs" / "年休假条例.md", "# 职工带薪年休假条例\n\n第三条 职工累计工作已满1年的，年休假5天。\n")
-    write(folder / "eval.yaml", TYPO_YAML)
+    folder = longdoc_folder(tmp_path / "错字集", TYPO_YAML)
     r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
     assert r.exit_code == 0, r.output
     of = "of the {} document(s) whose source matches {!r}"

@@ -144,13 +144,19 @@ def sites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     epub_site = root / "epub-site"
     pip = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
     subprocess.run([*pip, "--target", str(epub_site), str(src)], check=True, timeout=300, capture_output=True)
-    kit = root / "testkit-site"
-    dist = kit / "zhiku_testkit-0.2.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zhiku-testkit\nVersion: 0.2.0\n", encoding="utf-8")
-    (dist / "entry_points.txt").write_text(TESTKIT_ENTRY_POINTS, encoding="utf-8")
-    (kit / "zhiku_testkit.py").write_text(TESTKIT, encoding="utf-8")
+    kit = distribution(root / "testkit-site", "zhiku-testkit", "0.2.0", TESTKIT_ENTRY_POINTS, TESTKIT)
     return epub_site, kit
+
+
+def distribution(site: Path, name: str, version: str, entry_points: str, module: str) -> Path:
+    """A hand-written installed distribution in ``site``: its metadata, entry points and one module."""
+    snake = name.replace("-", "_")
+    dist = site / f"{snake}-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    (site / f"{snake}.py").write_text(module, encoding="utf-8")
+    return site
 
 
 def zhiku(args: list[str], sites: tuple[Path, Path], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -230,12 +236,7 @@ refine = zhiku_teamkit:Refine
 
 
 def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[Path, Path], tmp_path: Path) -> None:
-    team = tmp_path / "teamkit-site"
-    dist = team / "zhiku_teamkit-1.0.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zhiku-teamkit\nVersion: 1.0.0\n", encoding="utf-8")
-    (dist / "entry_points.txt").write_text(TEAMKIT_ENTRY_POINTS, encoding="utf-8")
-    (team / "zhiku_teamkit.py").write_text(TEAMKIT, encoding="utf-8")
+    team = distribution(tmp_path / "teamkit-site", "zhiku-teamkit", "1.0.0", TEAMKIT_ENTRY_POINTS, TEAMKIT)
     env = server_env(PYTHONPATH=":".join([str(sites[0]), str(sites[1]), str(team), str(ROOT / "src")]))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
