@@ -237,7 +237,8 @@ refine = zhiku_teamkit:Refine
 
 def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[Path, Path], tmp_path: Path) -> None:
     team = distribution(tmp_path / "teamkit-site", "zhiku-teamkit", "1.0.0", TEAMKIT_ENTRY_POINTS, TEAMKIT)
-    env = server_env(PYTHONPATH=":".join([str(sites[0]), str(sites[1]), str(team), str(ROOT / "src")]))
+    paths = ":".join([str(sites[0]), str(sites[1]), str(team), str(ROOT / "src")])
+    env = server_env(PYTHONPATH=paths, ZHIKU_SERVER__CACHE_SIZE="abc")  # `zhiku plugins` reads no settings
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [PYTHON, "-m", "zhiku.cli", *args]

@@ -18,5 +18,5 @@ def checked_plugins() -> list[PluginInfo]:
         from zhiku.mcp.server import build_server
         from zhiku.settings import Settings
 
-        build_server(Settings(), plugins=True)
+        build_server(Settings.model_construct(), plugins=True)  # defaults only: a bad ZHIKU_* is not our concern here
     return installed()
