@@ -496,6 +496,10 @@ def test_eval_names_the_expected_entries_that_match_nothing(cli, tmp_path: Path)
     per_query = json.loads((tmp_path / "out" / "per_query.json").read_text(encoding="utf-8"))
     # Traditional characters in the set are compared as the index sees them (text.t2s): found first
     assert [q["first_relevant"] for q in per_query] == [1, None, None, 1]
+    table = cli("experiment", "--dataset", folder, "--variants", "bm25,hybrid").stdout
+    assert (
+        table.count("- warning: ") == len(expected) and f"- warning: {expected[0]}\n" in table
+    )  # once, not per variant
     clean = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--max-queries", "1")
     assert "unmatched" not in json.loads(clean.stdout) and "warning" not in clean.stderr
 

@@ -162,6 +162,7 @@ class ExperimentResult:
     rows: tuple[VariantRow, ...]
     retrieval: dict[str, Any] = field(default_factory=dict)  # the retrieval settings every variant ran with
     budget: int | None = None  # the ranking metrics counted only the first `budget` returned characters
+    unmatched: tuple[str, ...] = ()  # expected entries no chunk satisfies (the same for every variant)
 
     def metric_names(self) -> list[str]:
         return standard_metrics(self.k, self.budget)
@@ -173,6 +174,7 @@ class ExperimentResult:
             "k": self.k,
             "budget": self.budget,
             "retrieval": self.retrieval,
+            **({"unmatched": list(self.unmatched)} if self.unmatched else {}),
             "variants": [
                 {
                     **asdict(r),
@@ -202,6 +204,7 @@ class ExperimentResult:
         notes += [f"- `{r.variant}` ran with {_flat(r.settings)}" for r in self.rows if r.status == "ok" and r.settings]
         if self.retrieval:
             notes.append("- retrieval settings: " + ", ".join(f"{k}={v}" for k, v in self.retrieval.items()))
+        notes += [f"- warning: {u}" for u in self.unmatched]
         return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
     def save(self, out_dir: Path) -> dict[str, Path]:
@@ -226,6 +229,7 @@ def run_experiment(
 ) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
+    unmatched: tuple[str, ...] = ()
     for v in variants:
         reason = v.unavailable(kb)
         own = bool(v.transforms or v.settings)
@@ -248,6 +252,7 @@ def run_experiment(
             on_progress=progress,
             budget=budget,
         )
+        unmatched = unmatched or r.unmatched
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
         rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms, dict(v.settings)))
@@ -258,4 +263,5 @@ def run_experiment(
         tuple(rows),
         retrieval=kb.settings.retrieval.model_dump(mode="json"),
         budget=budget,
+        unmatched=unmatched,
     )
