@@ -535,5 +535,12 @@ def test_eval_gates_against_a_saved_baseline(cli, law_index: Path, tmp_path: Pat
         1,
         "error: no collection 'hrr' in this knowledge base; available: hr\n",
     )
+    taken = write(tmp_path / "taken", "")
+    for command in (run, ("experiment", "--dataset", dataset, "--index", law_index, "--variants", "bm25")):
+        on_a_file = cli(*command, "--out", taken / "sub")  # refused before the run, not a traceback after it
+        assert (on_a_file.exit_code, on_a_file.stderr) == (
+            1,
+            f"error: --out {taken / 'sub'}: {taken} is a file, not a folder (name a folder; it is created)\n",
+        )
     garbage = cli(*run, "--baseline", write(tmp_path / "x.json", "[1, 2]"))
     assert garbage.stderr.startswith("error: the baseline ") and garbage.exit_code == 1

@@ -171,11 +171,12 @@ def eval_(
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
-    from zhiku.evaluation.reports import append_history, gate_json, history_entry, write_outputs
+    from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate, index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
+        check_out_dir(out_dir)
         data = load_dataset(dataset_path(dataset), max_queries=max_queries)
         yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zhiku.errors import InvalidInput
 from zhiku.evaluation.gate import BarResult
 from zhiku.evaluation.generation import GenerationResult
 from zhiku.evaluation.runner import EvalResult, records_json
@@ -40,6 +41,15 @@ def gate_json(gate: Sequence[BarResult]) -> dict[str, Any] | None:
         "passed": all(b.passed for b in gate),
         "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
     }
+
+
+def check_out_dir(out_dir: Path | None) -> None:
+    """Refuse an ``--out`` that cannot become a folder before the run, not with a traceback after it."""
+    if out_dir is None:
+        return
+    taken = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists()), None)
+    if taken is not None and not taken.is_dir():
+        raise InvalidInput(f"--out {out_dir}: {taken} is a file, not a folder (name a folder; it is created)")
 
 
 def write_outputs(
