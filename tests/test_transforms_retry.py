@@ -185,3 +185,18 @@ def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are
     assert (again.updated, len(again.skipped)) == (("年休假条例.md",), DOCS - 1)
     hits = kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits  # every chunk has its context again
     assert sorted({h.chunk.source for h in hits}) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
+
+
+def test_a_damaged_reply_cache_is_one_clear_error(tmp_path: Path) -> None:
+    from zhiku.errors import ConfigError
+    from zhiku.llm.cache import ReplyCache
+
+    damaged = tmp_path / "llm.sqlite"
+    damaged.write_bytes(b"not a database " * 100)
+    for read_only in (False, True):  # an ingest, a dry run
+        with pytest.raises(ConfigError) as e:
+            ReplyCache(damaged, read_only=read_only)
+        assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
+            f"the LLM reply cache {damaged} cannot be opened (file is not a database): it is only a cache, delete "
+            "the file (or set llm.cache: false / judge.cache: false)"
+        )
