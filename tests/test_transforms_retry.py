@@ -200,3 +200,23 @@ def test_a_damaged_reply_cache_is_one_clear_error(tmp_path: Path) -> None:
             f"the LLM reply cache {damaged} cannot be opened (file is not a database): it is only a cache, delete "
             "the file (or set llm.cache: false / judge.cache: false)"
         )
+
+
+def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> None:
+    """Every unchanged document of every ingest with transforms looks up its last usage record: without an index
+    that is a scan of the whole (growing) llm_usage table per document."""
+    import sqlite3
+
+    from zhiku.ingest.transforms.store import ENRICH_FILE, EnrichmentStore
+
+    store = EnrichmentStore(tmp_path)
+    assert store.last_usage("hr", "a.md") is None  # no file yet: nothing read, nothing created
+    store.usage_history()
+    store._conn(write=True)
+    store.close()
+    db = sqlite3.connect(tmp_path / ENRICH_FILE)
+    plan = db.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT 1",
+        ("hr", "a.md"),
+    ).fetchall()
+    assert len(plan) == 1 and "USING INDEX llm_usage_by_source (collection=? AND source=?)" in plan[0][3]

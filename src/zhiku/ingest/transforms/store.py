@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS llm_usage (id INTEGER PRIMARY KEY, at REAL NOT NULL, 
     source TEXT NOT NULL, transforms TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL,
     prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost REAL NOT NULL, currency TEXT NOT NULL,
     issues TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS llm_usage_by_source ON llm_usage (collection, source, id);
 """
 
 
