@@ -215,6 +215,17 @@ def list_books() -> list[str]:
     return ["团队"]
 
 
+class Notes:
+    doc_type = "note"
+    suffixes = (".note", "note2")
+
+    def __init__(self, settings):
+        pass
+
+    def load(self, path, source):
+        raise NotImplementedError
+
+
 class Refine:
     name = "refine"
     needs_llm = False
@@ -223,6 +234,9 @@ class Refine:
         return batch
 '''
 TEAMKIT_ENTRY_POINTS = """\
+[zhiku.loaders]
+notes = zhiku_teamkit:Notes
+
 [zhiku.rerankers]
 fragile = zhiku_teamkit:shortest
 shortest = zhiku_teamkit:shortest
@@ -261,6 +275,9 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
         "the name 'refine' is a built-in transform's; rename the entry point"
     )
     assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
+        "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
+    )
     build = "from zhiku.plugins import build_provider; build_provider('zhiku.rerankers', 'plugin:fragile', None)"
     built = subprocess.run([PYTHON, "-c", build], capture_output=True, text=True, timeout=60, env=env)
     assert built.stderr.strip().splitlines()[-1] == (  # `zhiku query` printed a traceback ending in RuntimeError
