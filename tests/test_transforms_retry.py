@@ -220,3 +220,24 @@ def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> No
         ("hr", "a.md"),
     ).fetchall()
     assert len(plan) == 1 and "USING INDEX llm_usage_by_source (collection=? AND source=?)" in plan[0][3]
+
+
+def test_without_the_reply_cache_a_plain_ingest_neither_asks_again_nor_loses_what_is_stored(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """llm.cache off: the retry of a document with one unanswered chunk asked every chunk again (nothing comes from a
+    cache) and, the endpoint still failing, rewrote it without the contexts stored by the first ingest."""
+    down = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(
+        kb_factory, tmp_path / "idx", fake_openai, "m-retry-nocache", ["contextual"], cache=False, concurrency=1
+    )
+    fake_openai.then(*down).then(*down)  # the first chunk's two attempts (llm.max_retries 1)
+    first = kb.ingest([corpus])
+    assert [(i.source, i.unreached) for i in first.transforms.issues] == [("劳动合同法.md", True)]
+    assert not first.transforms.retried  # so the summary does not promise a retry
+    assert len(kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS - 1
+    sent = len(fake_openai.chats())
+    fake_openai.always = down
+    again = kb.ingest([corpus])
+    assert (len(again.skipped), len(fake_openai.chats())) == (DOCS, sent)
+    assert len(kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS - 1  # nothing lost

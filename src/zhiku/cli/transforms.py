@@ -67,10 +67,16 @@ def print_report(report: Any) -> None:
             shown = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
             where = f"{len(sources)} documents ({shown})" if whole else f"{len(issues)} chunks of {shown}"
         err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
-    if any(i.unreached for i in t.issues):
+    if t.retried:
         err.print(
             "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
             "(replies already received come from the cache)",
+            markup=False,
+        )
+    elif any(i.unreached for i in t.issues):  # llm.cache off: a retry would ask (and pay for) every chunk again
+        err.print(
+            "  the endpoint gave no answer for some chunks: with llm.cache off a plain `zhiku ingest` does not ask "
+            "again; run it with --force once the endpoint is back",
             markup=False,
         )
 

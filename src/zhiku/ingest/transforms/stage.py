@@ -111,13 +111,15 @@ class TransformStage:
         """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
         of them (switched on since, or written later without transforms: ``written_at`` is when it was stored) or
         got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
-        come from the cache; refused or malformed replies are not asked again."""
+        come from the cache; refused or malformed replies are not asked again. Without the reply cache
+        (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
+        the enrichments stored would be lost if the endpoint failed again."""
         if not self.transforms or self.store is None:
             return False
         last = self.store.last_usage(collection, source)
         if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
             return True
-        return any(i.unreached for i in last.issues)
+        return self.llm.cache and any(i.unreached for i in last.issues)
 
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
         lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
@@ -206,6 +208,7 @@ class TransformStage:
             applied=tuple((n, self._tally.applied.get(n, 0)) for n in self.names),
             usage=self.service.usage() if self.service is not None else LLMUsage(),
             issues=tuple(self._tally.issues),
+            retried=self.llm.cache and any(i.unreached for i in self._tally.issues),
         )
 
 
