@@ -226,6 +226,17 @@ class Notes:
         raise NotImplementedError
 
 
+class Archives:
+    doc_type = "archive"
+    suffixes = (".tar.gz",)
+
+    def __init__(self, settings):
+        pass
+
+    def load(self, path, source):
+        raise NotImplementedError
+
+
 class Refine:
     name = "refine"
     needs_llm = False
@@ -235,6 +246,7 @@ class Refine:
 '''
 TEAMKIT_ENTRY_POINTS = """\
 [zhiku.loaders]
+archives = zhiku_teamkit:Archives
 notes = zhiku_teamkit:Notes
 
 [zhiku.rerankers]
@@ -277,6 +289,10 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
     assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
         "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "archives")] == (  # listed as readable, matched no file either
+        "suffixes ['.tar.gz'] match no file name: a file's suffix is its last dot and what follows (declare '.gz' "
+        "and check the rest of the name in load())"
     )
     build = "from zhiku.plugins import build_provider; build_provider('zhiku.rerankers', 'plugin:fragile', None)"
     built = subprocess.run([PYTHON, "-c", build], capture_output=True, text=True, timeout=60, env=env)

@@ -69,6 +69,13 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
         elif undotted := [s for s in loader.suffixes if not (isinstance(s, str) and s.startswith(".") and len(s) > 1)]:
             fix = ", ".join(repr("." + str(s).lstrip(".")) for s in undotted)
             report_problem(plugin.info, f"suffixes {undotted!r} match no file name: write them with the dot ({fix})")
+        elif compound := [s for s in loader.suffixes if Path("x" + s).suffix != s]:  # ".tar.gz": files end in ".gz"
+            fix = ", ".join(repr(Path("x" + s).suffix) for s in compound)
+            report_problem(
+                plugin.info,
+                f"suffixes {compound!r} match no file name: a file's suffix is its last dot and what follows "
+                f"(declare {fix} and check the rest of the name in load())",
+            )
         else:
             out.append(loader)
     return tuple(out)
