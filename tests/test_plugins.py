@@ -251,7 +251,10 @@ notes = zhiku_teamkit:Notes
 
 [zhiku.rerankers]
 fragile = zhiku_teamkit:shortest
+fragile = zhiku_teamkit:shortest
 shortest = zhiku_teamkit:shortest
+twice = zhiku_teamkit:shortest
+twice = zhiku_teamkit:list_books
 
 [zhiku.tools]
 list_books = zhiku_teamkit:list_books
@@ -283,6 +286,11 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-epub", "zhiku.tools", "list_books")] == clash.format(
         "list_books", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books)"
     )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "twice")] == (  # one package, two values: not "uninstall"
+        "the name 'twice' is also declared by zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books): rename one of its entry "
+        "points"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "fragile")] is None  # declared twice word for word: one
     assert errors[("zhiku-teamkit", "zhiku.transforms", "refine")] == (
         "the name 'refine' is a built-in transform's; rename the entry point"
     )
