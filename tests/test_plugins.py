@@ -226,15 +226,9 @@ class Notes:
         raise NotImplementedError
 
 
-class Archives:
+class Archives(Notes):
     doc_type = "archive"
     suffixes = (".tar.gz",)
-
-    def __init__(self, settings):
-        pass
-
-    def load(self, path, source):
-        raise NotImplementedError
 
 
 class Refine:
