@@ -231,6 +231,11 @@ class Archives(Notes):
     suffixes = (".tar.gz",)
 
 
+class Books(Notes):
+    doc_type = "book"
+    suffixes = (".EPUB",)
+
+
 class Refine:
     name = "refine"
     needs_llm = False
@@ -241,6 +246,7 @@ class Refine:
 TEAMKIT_ENTRY_POINTS = """\
 [zhiku.loaders]
 archives = zhiku_teamkit:Archives
+books = zhiku_teamkit:Books
 notes = zhiku_teamkit:Notes
 
 [zhiku.rerankers]
@@ -291,6 +297,12 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
     assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
         "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "books")] == (  # zhiku-epub's loader silently won by name
+        "the loader 'epub' of zhiku-epub (.epub) reads the same files: uninstall one of the packages"
+    )
+    assert errors[("zhiku-epub", "zhiku.loaders", "epub")] == (
+        "the loader 'books' of zhiku-teamkit (.epub) reads the same files: uninstall one of the packages"
     )
     assert errors[("zhiku-teamkit", "zhiku.loaders", "archives")] == (  # listed as readable, matched no file either
         "suffixes ['.tar.gz'] match no file name: a file's suffix is its last dot and what follows (declare '.gz' "
