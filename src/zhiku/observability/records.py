@@ -13,7 +13,7 @@ from operator import itemgetter
 from typing import Any
 
 from zhiku.observability.columns import Columns, as_rows
-from zhiku.observability.rounding import rounded
+from zhiku.observability.rounding import rounded_one
 from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,9 @@ _started = itemgetter(1)  # an event's start (a C key: ``sorted`` calls no Pytho
 TRACE_FILE = "traces.jsonl"
 RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
 DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
-ALWAYS, DETAIL = 0, 1  # when deferred work runs (``Trace.defer``): always, or with the candidate detail
+# when deferred work runs (``Trace.defer``): always; with the candidate detail; always, reading no stage of a trace
+# that keeps no detail (such a trace is encoded straight from its events: ``Trace.lean_record``)
+ALWAYS, DETAIL, DATA = 0, 1, 2
 STAGES = (
     "parse",
     "queue",
@@ -150,7 +152,8 @@ class Trace:
         """Run ``fn(trace)`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
         work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
         no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
-        ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``). ``fn`` gets the
+        ``ALWAYS``; ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``); ``DATA``: always, and
+        in a trace without the detail it reads and writes the trace's own fields (``data``), never a stage. ``fn`` gets the
         trace as its argument, so it need not hold it (a trace without reference cycles is freed as soon as it is
         written, not by the garbage collector). Once the trace has ended or is sealed, ``fn`` is dropped."""
         if not self._closed:
@@ -173,7 +176,7 @@ class Trace:
                     self._replay()
                     later, self._later = tuple(self._later), []  # a copy: a late append cannot change it
                     for fn, when in later:
-                        if when == ALWAYS or detail:
+                        if when != DETAIL or detail:
                             self._run(fn)
                     self._sealed = True
         return self
@@ -185,7 +188,7 @@ class Trace:
         if self._decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
             self._decided = keeps = self._keeps_detail()
             if not keeps:
-                self._later = [(fn, when) for fn, when in self._later if when == ALWAYS]
+                self._later = [(fn, when) for fn, when in self._later if when != DETAIL]
         return self._decided
 
     def _replay(self) -> None:
@@ -270,11 +273,36 @@ class Trace:
     def _record(self) -> dict[str, Any]:
         """The sealed trace without its stages (``encode_line`` hands orjson the ``Stage`` objects themselves)."""
         self.seal()
+        return self._head()
+
+    def lean_record(self) -> dict[str, Any] | None:
+        """What ``encode_line`` writes, for a trace that keeps no candidate detail (``decide``), whose stages are
+        each one span, mark or wait with at most one ``set``, and whose deferred work is all ``DATA``: its stages
+        as dicts built straight from the events (the fields a ``Stage`` holds, in its order), not ``Stage``
+        objects sorted twice; None for any other trace (``seal`` it). The deferred work is run, the stages are not
+        replayed: the trace is not sealed, and a later ``seal`` gives it its stages as usual."""
+        self._closed = True
+        if self._sealed or self.decide():
+            return None
+        with _SEALING:
+            if self._sealed or any(when != DATA for _, when in self._later):
+                return None
+            stages = _lean_stages(self._events, self._t0)
+            if stages is None:
+                return None
+            later, self._later = tuple(self._later), []
+            for fn, _ in later:
+                self._run(fn)
+        head = self._head()
+        head["stages"] = stages
+        return head
+
+    def _head(self) -> dict[str, Any]:
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": rounded((self.started_at,), 6)[0],
-            "elapsed_ms": rounded((self.elapsed_ms,), 3)[0],
+            "started_at": rounded_one(self.started_at, 6),
+            "elapsed_ms": rounded_one(self.elapsed_ms, 3),
             "status": self.status,
             "error": self.error,
             "detail": self.detail,
@@ -309,3 +337,41 @@ def ordered_stages(trace: Trace) -> list[Stage]:
 
 
 _ORDER = {name: i for i, name in enumerate(STAGES)}
+
+
+def _lean_stages(events: list[Event], t_start: float) -> list[dict[str, Any]] | None:
+    """The stages ``_replay`` and ``ordered_stages`` would give, as the dicts orjson writes for a ``Stage`` (its
+    fields in its order), when each event is a stage of its own with at most one ``set`` of plain dicts; None
+    otherwise."""
+    keyed: list[tuple[int, float, int, dict[str, Any]]] = []
+    by_name: dict[str, dict[str, Any]] = {}
+    counts: Mapping[str, int] | None
+    status: str | None
+    data: Mapping[str, Any]
+    for name, t0, elapsed_s, sets in events:
+        if sets is None:
+            counts, status, data, elapsed_ms = None, None, {}, 0.0 + elapsed_s * 1000  # as ``_open`` adds it
+        elif len(sets) == 1:
+            counts, status, data = sets[0]
+            elapsed_ms = elapsed_s * 1000
+            if type(data) is not dict or (counts is not None and type(counts) is not dict):
+                return None  # (``Stage`` holds copies as dicts)
+        else:  # set more than once, or the first piece of a span (``PIECE``): ``_replay`` merges them
+            return None
+        by_name[name] = stage = {
+            "name": name,
+            "start_ms": (t0 - t_start) * 1000,
+            "elapsed_ms": elapsed_ms,
+            "status": status or "ok",
+            "counts": counts or {},
+            "data": data,
+            "calls": 1,
+        }
+        keyed.append((_ORDER.get(name, _LAST), t0, len(keyed), stage))
+    if len(by_name) < len(keyed):  # a name met twice: one stage of several calls
+        return None
+    keyed.sort()  # pipeline order, then by start (as ``ordered_stages`` after ``_replay``)
+    return [k[3] for k in keyed]
+
+
+_LAST = len(_ORDER)

@@ -30,3 +30,15 @@ def rounded(values: Iterable[float], digits: int) -> list[float]:
                 continue
         out.append(round(x, digits))
     return out
+
+
+def rounded_one(x: float, digits: int) -> float:
+    """``round(x, digits)`` for one float (a trace's start time and duration), by ``rounded``'s rule without its
+    list."""
+    scale = 10.0**digits
+    y = x * scale
+    if -_LIMIT < y < _LIMIT:
+        r = round(y)
+        if r and -0.5 < y - r < 0.5:
+            return r / scale
+    return round(x, digits)

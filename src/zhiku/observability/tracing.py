@@ -73,11 +73,10 @@ class _Span:
 
     __slots__ = ("_trace", "_name", "_t0", "_sets")
     active = True
-
-    def __init__(self, trace: Trace, name: str) -> None:
-        self._trace = trace
-        self._name = name
-        self._sets: Sets | None = None
+    _trace: Trace
+    _name: str
+    _t0: float
+    _sets: Sets | None  # made by ``span`` (no ``__init__``)
 
     def __enter__(self) -> _Span:
         self._t0 = time.perf_counter()
@@ -119,8 +118,9 @@ class _Span:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
         trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
-        self.set(counts={"candidates": len(items)}, **data)
-        self._trace.defer(_Ranking(self._name, items), DETAIL)
+        self.set({"candidates": len(items)}, None, **data)
+        if not self._trace._closed:
+            self._trace._later.append((_Ranking(self._name, items), DETAIL))  # (``defer``, one call less)
 
     def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
@@ -189,7 +189,14 @@ NOOP = _NoSpan()
 def span(name: str) -> _Span | _NoSpan:
     """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
     t = _current.get()
-    return NOOP if t is None else _Span(t, name)
+    if t is None:
+        return NOOP
+    sp = _new(_Span)  # (no ``__init__`` frame: a span is opened several times per query)
+    sp._trace, sp._name, sp._sets = t, name, None
+    return sp
+
+
+_new = object.__new__
 
 
 def mark(name: str, status: str = "off", **data: Any) -> None:
@@ -239,7 +246,7 @@ def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Colu
 def _trace_id() -> str:
     """16 hex digits from ``random`` (seeded from ``os.urandom``, reseeded in a forked child): an id, not a
     secret; ``uuid4`` reads ``os.urandom`` on every call (~7× slower)."""
-    return f"{random.getrandbits(64):016x}"
+    return random.getrandbits(64).to_bytes(8, "big").hex()  # (3× faster than formatting it with "016x")
 
 
 class _Root:
@@ -250,16 +257,13 @@ class _Root:
     def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
         self._capture = capture
+        forced: Reason | None = "forced" if capture else None  # the caller reads the trace: it keeps its detail
+        # the fields up to slow_ms by position (a call by keywords costs more): kind, trace_id, started_at, attrs,
+        # stages, data, elapsed_ms, status, error, detail, labels, kept, sample, slow_ms
         self._trace = Trace(
-            kind,
-            _trace_id(),
-            time.time(),
-            attrs,
-            detail=tracer.detail,
-            kept="forced" if capture else None,  # the caller reads the trace: it keeps its candidate detail
-            sample=tracer.sample,
-            slow_ms=tracer.slow_ms,
-        )
+            kind, _trace_id(), time.time(), attrs, [], {}, 0.0, "ok", None, tracer.detail, {}, forced, tracer.sample,
+            tracer.slow_ms,
+        )  # fmt: skip
 
     def __enter__(self) -> Trace:
         t = self._trace
