@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+from zhiku.observability.columns import RANKING_MAX as RANKING_MAX  # re-exported
 from zhiku.observability.columns import Columns, as_rows
 from zhiku.observability.rounding import rounded_one
 from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
@@ -43,7 +44,6 @@ _started = itemgetter(1)  # an event's start (a C key: ``sorted`` calls no Pytho
 
 
 TRACE_FILE = "traces.jsonl"
-RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
 DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
 # when deferred work runs (``Trace.defer``): always; with the candidate detail; always, reading no stage of a trace
 # that keeps no detail (such a trace is encoded straight from its events: ``Trace.lean_record``)
@@ -188,7 +188,7 @@ class Trace:
         if self._decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
             self._decided = keeps = self._keeps_detail()
             if not keeps:
-                self._later = [(fn, when) for fn, when in self._later if when != DETAIL]
+                self._later = [later for later in self._later if later[1] != DETAIL]
         return self._decided
 
     def _replay(self) -> None:
@@ -231,7 +231,9 @@ class Trace:
 
     def _failed(self) -> bool:
         """The query failed, or one of its stages did (a span that raised, a stage set to ``error``: ``failed``)."""
-        return self.status == "error" or self.stage_failed or "error" in [s.status for s in self.stages]
+        if self.status == "error" or self.stage_failed:
+            return True
+        return bool(self.stages) and "error" in [s.status for s in self.stages]  # (none yet: ``decide`` comes first)
 
     def _run(self, fn: Callable[[Trace], None]) -> None:
         try:
@@ -284,13 +286,15 @@ class Trace:
         self._closed = True
         if self._sealed or self.decide():
             return None
-        with _SEALING:
-            if self._sealed or any(when != DATA for _, when in self._later):
+        later = self._later  # (closed: nothing is added any more)
+        for _, when in later:
+            if when != DATA:
                 return None
-            stages = _lean_stages(self._events, self._t0)
+        with _SEALING:
+            stages = None if self._sealed else _lean_stages(self._events, self._t0)
             if stages is None:
                 return None
-            later, self._later = tuple(self._later), []
+            self._later = []
             for fn, _ in later:
                 self._run(fn)
         head = self._head()

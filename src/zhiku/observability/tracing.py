@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from zhiku.observability.columns import Columns
+from zhiku.observability.columns import ranking_columns as ranking_columns  # re-exported
 from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
 from zhiku.observability.labels import hit_rows as hit_rows
 from zhiku.observability.labels import label_chunks as label_chunks
@@ -40,7 +40,6 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     summarize_changes,
 )
 from zhiku.observability.records import OPEN, PIECE, Sets
-from zhiku.observability.rounding import rounded
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     DETAIL,
@@ -58,7 +57,7 @@ from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     trace_files,
 )
 from zhiku.settings import TracingSettings
-from zhiku.types import IngestReport, Ranking, ScoredId
+from zhiku.types import IngestReport, ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -120,42 +119,40 @@ class _Span:
         trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
         self.set({"candidates": len(items)}, None, **data)
         if not self._trace._closed:
-            self._trace._later.append((_Ranking(self._name, items), DETAIL))  # (``defer``, one call less)
+            self._trace._later.append((_Ranking((self._name, items)), DETAIL))  # type: ignore[arg-type]  # (a tuple's __call__)
 
     def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
         keeps its candidate detail (``sampling``): for what only a written trace needs (rank changes). ``record``
         must only read values that do not change (the trace may be sealed by the trace writer's thread)."""
-        self._trace.defer(_Later(self._name, record), DETAIL)
+        self._trace.defer(_Later((self._name, record)), DETAIL)  # type: ignore[arg-type]
 
 
-class _Later:
-    """A span's deferred ``set``: what ``record()`` returns, added to stage ``name`` when the trace is sealed."""
+class _Later(tuple[str, Later]):
+    """A span's deferred ``set``, ``(name, record)``: what ``record()`` returns, added to stage ``name`` when the
+    trace is sealed. A tuple: made without a Python ``__init__`` (most are dropped unread: sampled out)."""
 
-    __slots__ = ("name", "record")
-
-    def __init__(self, name: str, record: Later) -> None:
-        self.name, self.record = name, record
+    __slots__ = ()
 
     def __call__(self, trace: Trace) -> None:
-        counts, data = self.record()
-        stage = trace.stage(self.name)
+        name, record = self
+        counts, data = record()
+        stage = trace.stage(name)
         if stage is not None:
             stage.record(counts, None, data)
 
 
-class _Ranking:
-    """A channel's candidates (``_Span.ranking``), listed in stage ``name`` when the trace is sealed."""
+class _Ranking(tuple[str, Sequence[ScoredId]]):
+    """A channel's candidates (``_Span.ranking``), ``(name, items)``, listed in stage ``name`` when the trace is
+    sealed (a tuple, as ``_Later``)."""
 
-    __slots__ = ("name", "items")
-
-    def __init__(self, name: str, items: Sequence[ScoredId]) -> None:
-        self.name, self.items = name, items
+    __slots__ = ()
 
     def __call__(self, trace: Trace) -> None:
-        stage = trace.stage(self.name)
+        name, items = self
+        stage = trace.stage(name)
         if stage is not None:
-            stage.record({}, None, {"ranking": ranking_columns(self.items, trace.ranking_limit())})
+            stage.record({}, None, {"ranking": ranking_columns(items, trace.ranking_limit())})
 
 
 class _NoSpan:
@@ -227,22 +224,6 @@ def keep_detail(reason: Reason) -> None:
         t.keep(reason)
 
 
-def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Columns:
-    """A channel's first ``limit`` candidates as columns: ``chunk_id``, ``rank``, ``score``."""
-    if type(items) is Ranking:  # columns already: no ScoredId per candidate
-        n = min(limit, len(items))
-        scores = rounded(items.scores[:n], 6)
-        return Columns({"chunk_id": list(items.ids[:n]), "rank": list(range(1, n + 1)), "score": scores})
-    first = items[:limit]
-    return Columns(
-        {
-            "chunk_id": [x.chunk_id for x in first],
-            "rank": [x.rank for x in first],
-            "score": rounded([x.score for x in first], 6),
-        }
-    )
-
-
 def _trace_id() -> str:
     """16 hex digits from ``random`` (seeded from ``os.urandom``, reseeded in a forked child): an id, not a
     secret; ``uuid4`` reads ``os.urandom`` on every call (~7× slower)."""
@@ -257,13 +238,16 @@ class _Root:
     def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
         self._capture = capture
-        forced: Reason | None = "forced" if capture else None  # the caller reads the trace: it keeps its detail
-        # the fields up to slow_ms by position (a call by keywords costs more): kind, trace_id, started_at, attrs,
-        # stages, data, elapsed_ms, status, error, detail, labels, kept, sample, slow_ms
         self._trace = Trace(
-            kind, _trace_id(), time.time(), attrs, [], {}, 0.0, "ok", None, tracer.detail, {}, forced, tracer.sample,
-            tracer.slow_ms,
-        )  # fmt: skip
+            kind,
+            _trace_id(),
+            time.time(),
+            attrs,
+            detail=tracer.detail,
+            kept="forced" if capture else None,  # the caller reads the trace: it keeps its candidate detail
+            sample=tracer.sample,
+            slow_ms=tracer.slow_ms,
+        )
 
     def __enter__(self) -> Trace:
         t = self._trace
