@@ -273,13 +273,19 @@ class _Root:
 class _Join:
     """A trace opened inside another one adds its attributes to the outer trace and records into it."""
 
+    __slots__ = ("_trace", "_attrs")
+
     def __init__(self, trace: Trace, attrs: dict[str, Any]) -> None:
         self._trace = trace
         self._attrs = attrs
 
     def __enter__(self) -> Trace:
+        attrs = self._trace.attrs
+        if not attrs:  # (``KnowledgeBase.query``'s trace has none: one C call)
+            attrs.update(self._attrs)
+            return self._trace
         for k, v in self._attrs.items():
-            self._trace.attrs.setdefault(k, v)
+            attrs.setdefault(k, v)
         return self._trace
 
     def __exit__(self, *exc: object) -> None:
