@@ -259,3 +259,33 @@ def test_rounded_one_gives_the_float_round_gives() -> None:
     values += [0.0, -0.0, -1e-9, 5e-7, 2.675, 2.0**52, 2.0**52 / 1e6, math.inf, -math.inf, math.nan]
     for digits in (3, 6):
         assert [v for v in values if not same(rounded_one(v, digits), round(v, digits))] == []
+
+
+def test_a_joined_trace_keeps_the_outer_attributes_first() -> None:
+    got: list[Trace] = []
+
+    class Keep:
+        def write(self, trace: Trace) -> None:
+            got.append(trace)
+
+    tracer = Tracer([Keep()])
+    with tracer.trace("query"), tracer.trace("query", query="q", top_k=3):  # the outer one has none
+        pass
+    with tracer.trace("query", surface="mcp", top_k=9), tracer.trace("query", query="q", top_k=3):
+        pass
+    assert [list(t.attrs.items()) for t in got] == [
+        [("query", "q"), ("top_k", 3)],
+        [("surface", "mcp"), ("top_k", 9), ("query", "q")],
+    ]
+
+
+def test_trace_ids_are_the_16_hex_digits_of_the_same_random_draw() -> None:
+    from zhiku.observability.tracing import _trace_id
+
+    for seed in range(2000):
+        random.seed(seed)
+        got = _trace_id()
+        random.seed(seed)
+        assert got == f"{random.getrandbits(64):016x}"  # zero-padded: ids below 16**15 too
+    random.seed(1)
+    assert min(len(_trace_id()) for _ in range(5000)) == 16
