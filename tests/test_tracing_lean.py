@@ -5,6 +5,7 @@ records, and through the real query and ingestion paths."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import struct
@@ -20,6 +21,7 @@ from test_tracing import designed_kb
 from zhiku.observability.columns import Columns, Rows
 from zhiku.observability.records import ALWAYS, DATA, DETAIL, PIECE, STAGES, Trace
 from zhiku.observability.rounding import rounded_one
+from zhiku.observability.sampling import sampled_in
 from zhiku.observability.trace import JsonlSink, encode_line, read_traces
 from zhiku.observability.tracing import Tracer, mark, span, waited
 
@@ -46,7 +48,7 @@ def random_data(rng: random.Random) -> dict[str, Any]:
         [rng.random() for _ in range(rng.randint(0, 4))],
         {"nested": [1, 2.5, "x"]},
         Columns({"chunk_id": ["a", "b"], "rank": [1, 2], "score": [0.5, 0.25]}),
-        Rows(("rank", "chunk_id"), [(1, "a"), (2, "b")]),
+        Rows(fields=("rank", "chunk_id"), rows=[(1, "a"), (2, "b")]),
         np.float32(rng.random()),
         np.int64(rng.randint(0, 99)),
     ]
@@ -83,7 +85,7 @@ def random_events(rng: random.Random, t0: float) -> list[tuple[str, float, float
 
 
 def hits_later(trace: Trace) -> None:  # what ``label_later`` does to a sampled-out trace
-    trace.data["hits"] = Rows(("rank", "chunk_id", "score"), [(1, "c1", 0.75), (2, "c2", 1 / 3)])
+    trace.data["hits"] = Rows(fields=("rank", "chunk_id", "score"), rows=[(1, "c1", 0.75), (2, "c2", 1 / 3)])
 
 
 def stages_later(trace: Trace) -> None:  # deferred work that reads the stages: no lean path
@@ -279,6 +281,17 @@ def test_a_joined_trace_keeps_the_outer_attributes_first() -> None:
     ]
 
 
+def test_an_opened_trace_equals_one_made_by_init_field_by_field() -> None:
+    for kept in (None, "forced"):
+        t = Trace.opened("query", "00f0000000000001", 17.5, {"q": 1}, "lean", kept, 0.1, 250.0)
+        made = Trace("query", "00f0000000000001", 17.5, {"q": 1}, detail="lean", kept=kept, sample=0.1, slow_ms=250.0)
+        assert [getattr(t, f.name) for f in dataclasses.fields(Trace)] == [
+            getattr(made, f.name) for f in dataclasses.fields(Trace)
+        ]
+    other = Trace.opened("query", "1", 1.0, {}, "lean", None, 1.0, 1.0)
+    assert all(getattr(t, f) is not getattr(other, f) for f in ("stages", "data", "labels", "_events", "_later"))
+
+
 def test_trace_ids_are_the_16_hex_digits_of_the_same_random_draw() -> None:
     from zhiku.observability.tracing import _trace_id
 
@@ -287,5 +300,14 @@ def test_trace_ids_are_the_16_hex_digits_of_the_same_random_draw() -> None:
         got = _trace_id()
         random.seed(seed)
         assert got == f"{random.getrandbits(64):016x}"  # zero-padded: ids below 16**15 too
-    random.seed(1)
-    assert min(len(_trace_id()) for _ in range(5000)) == 16
+
+
+def test_an_id_is_sampled_as_the_fraction_of_2_to_the_64_it_reads_as() -> None:
+    rng = random.Random(23)
+    draws = [rng.getrandbits(64) for _ in range(20_000)] + [0, 1, 2**64 - 1, 2**53 + 1, 2**63 + 2**10 + 1]
+    draws += [(rng.getrandbits(53) << 11) | 0x400 for _ in range(2_000)]  # halfway between two floats: rounded
+    for draw in draws:
+        exact = draw / 2**64  # the division the sample was read with before
+        for fraction in (0.1, 0.5, exact, math.nextafter(exact, 0), math.nextafter(exact, 1), rng.random()):
+            expected = fraction >= 1.0 or (fraction > 0.0 and exact < fraction)
+            assert sampled_in(f"{draw:016x}", fraction) == expected, (draw, fraction)

@@ -100,8 +100,8 @@ def hit_rows(hits: Sequence[Hit]) -> Rows:
     one pass (every query's trace has them; readers get dicts back, ``as_rows``). Attribute reads: a hit's
     ``__dict__`` would be built for the occasion (3.11 keeps an instance's attributes without one)."""
     return Rows(
-        HIT_FIELDS,
-        [
+        fields=HIT_FIELDS,
+        rows=[
             (
                 n,
                 (c := h.chunk).chunk_id,

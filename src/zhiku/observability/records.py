@@ -26,7 +26,9 @@ Event = tuple[str, float, float, Sets | None]
 PIECE: Sets = []
 
 
-OPEN: set[int] = set()  # ids of the traces open in this process (``JsonlSink``'s writer waits while there are any)
+# one entry per trace open in this process (``JsonlSink``'s writer waits while there are any): appended and popped
+# (atomic, no id() or hashing: a set of ids cost each query ~3 k instructions)
+OPEN: list[None] = []
 _SEALING = threading.RLock()  # one for every trace (a lock per trace costs each query its allocation)
 
 
@@ -40,7 +42,8 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-_started = itemgetter(1)  # an event's start (a C key: ``sorted`` calls no Python function per event)
+_started = itemgetter(1)
+_new = object.__new__  # an event's start (a C key: ``sorted`` calls no Python function per event)
 
 
 TRACE_FILE = "traces.jsonl"
@@ -148,6 +151,18 @@ class Trace:
     )  # a span raised or set status "error"  # keeps its detail (``decide``)
     _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
 
+    @classmethod
+    def opened(cls, kind: str, trace_id: str, started_at: float, attrs: dict[str, Any], *settings: Any) -> Trace:
+        """``Trace(kind, trace_id, started_at, attrs, detail=…, kept=…, sample=…, slow_ms=…)`` (``settings``, in
+        that order), each other field its default, without the dataclass's ``__init__`` (20 fields by keyword: ~10 k
+        instructions, 2–3× this; every query opens one). tests/test_tracing_lean.py checks it field by field."""
+        t = _new(cls)
+        t.kind, t.trace_id, t.started_at, t.attrs = kind, trace_id, started_at, attrs
+        t.stages, t.data, t.elapsed_ms, t.status, t.error, t.labels = [], {}, 0.0, "ok", None, {}
+        (t.detail, t.kept, t.sample, t.slow_ms), t._t0, t._events, t._later = settings, 0.0, [], []
+        t._sealed, t._closed, t._decided, t.stage_failed, t._by_name = False, False, None, False, {}
+        return t
+
     def defer(self, fn: Callable[[Trace], None], when: int = ALWAYS) -> None:
         """Run ``fn(trace)`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
         work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
@@ -185,11 +200,15 @@ class Trace:
         """Whether the trace keeps its candidate detail (``sampling``), decided once, when it has ended: a trace
         sampled out drops the deferred detail work at once (and the rankings it holds). ``JsonlSink`` asks on the
         query's thread before it queues the trace, ``seal`` otherwise."""
-        if self._decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
-            self._decided = keeps = self._keeps_detail()
-            if not keeps:
-                self._later = [later for later in self._later if later[1] != DETAIL]
-        return self._decided
+        decided = self._decided
+        if decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
+            decided = True  # nothing to sample (an ingestion run)
+            for entry in self._later:
+                if entry[1] == DETAIL:
+                    decided = self._keeps_detail()
+                    break
+            self._decided = decided
+        return decided
 
     def _replay(self) -> None:
         """Turn the spans and marks recorded while the trace was open into stages, in the order they started (a
@@ -212,28 +231,20 @@ class Trace:
                 s.record(counts, status, data)
 
     def _keeps_detail(self) -> bool:
-        for _, when in self._later:
-            if when == DETAIL:
-                break
-        else:
-            return True  # nothing to sample (an ingestion run)
+        failed = self.status == "error" or self.stage_failed or "error" in [s.status for s in self.stages]
         self.kept = keep_reason(
             self.trace_id,
             kept=self.kept,
-            failed=self._failed(),
+            failed=failed,  # the query failed, or one of its stages did (a span that raised, set to ``error``)
             elapsed_ms=self.elapsed_ms,
             slow_ms=self.slow_ms,
             fraction=self.sample,
         )
-        if self.kept is None:
-            self.detail = SAMPLED_OUT
-        return self.kept is not None
-
-    def _failed(self) -> bool:
-        """The query failed, or one of its stages did (a span that raised, a stage set to ``error``: ``failed``)."""
-        if self.status == "error" or self.stage_failed:
+        if self.kept is not None:
             return True
-        return bool(self.stages) and "error" in [s.status for s in self.stages]  # (none yet: ``decide`` comes first)
+        self.detail = SAMPLED_OUT
+        self._later = [entry for entry in self._later if entry[1] != DETAIL]
+        return False
 
     def _run(self, fn: Callable[[Trace], None]) -> None:
         try:

@@ -238,20 +238,13 @@ class _Root:
     def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
         self._capture = capture
-        self._trace = Trace(
-            kind,
-            _trace_id(),
-            time.time(),
-            attrs,
-            detail=tracer.detail,
-            kept="forced" if capture else None,  # the caller reads the trace: it keeps its candidate detail
-            sample=tracer.sample,
-            slow_ms=tracer.slow_ms,
-        )
+        kept: Reason | None = "forced" if capture else None  # the caller reads the trace: it keeps its detail
+        settings = (tracer.detail, kept, tracer.sample, tracer.slow_ms)
+        self._trace = Trace.opened(kind, _trace_id(), time.time(), attrs, *settings)
 
     def __enter__(self) -> Trace:
         t = self._trace
-        OPEN.add(id(t))
+        OPEN.append(None)
         t._t0 = time.perf_counter()
         self._token = _current.set(t)
         return t
@@ -259,7 +252,10 @@ class _Root:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
         t._closed = True  # from now on nothing is added: a thread still running for it records into nothing
-        OPEN.discard(id(t))  # first: a reset that fails (ended in another context) must not leave it open for good
+        try:  # first: a reset that fails (ended in another context) must not leave it open for good
+            OPEN.pop()
+        except IndexError:  # a child forked while it was open starts with none
+            pass
         _current.reset(self._token)
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
         if exc is not None:  # the caller sees the error: its trace is sealed here, with its detail
