@@ -231,7 +231,8 @@ class Trace:
                 s.record(counts, status, data)
 
     def _keeps_detail(self) -> bool:
-        failed = self.status == "error" or self.stage_failed or "error" in [s.status for s in self.stages]
+        failed = self.status == "error" or self.stage_failed  # or a stage set to "error" (none yet when it ended)
+        failed = failed or (bool(self.stages) and "error" in [s.status for s in self.stages])
         self.kept = keep_reason(
             self.trace_id,
             kept=self.kept,
@@ -243,7 +244,11 @@ class Trace:
         if self.kept is not None:
             return True
         self.detail = SAMPLED_OUT
-        self._later = [entry for entry in self._later if entry[1] != DETAIL]
+        kept: list[tuple[Callable[[Trace], None], int]] = []
+        for entry in self._later:  # (a loop: a comprehension makes a function and a frame each time)
+            if entry[1] != DETAIL:
+                kept.append(entry)
+        self._later = kept
         return False
 
     def _run(self, fn: Callable[[Trace], None]) -> None:
@@ -386,7 +391,8 @@ def _lean_stages(events: list[Event], t_start: float) -> list[dict[str, Any]] | 
     if len(by_name) < len(keyed):  # a name met twice: one stage of several calls
         return None
     keyed.sort()  # pipeline order, then by start (as ``ordered_stages`` after ``_replay``)
-    return [k[3] for k in keyed]
+    return list(map(_stage_of, keyed))
 
 
 _LAST = len(_ORDER)
+_stage_of = itemgetter(3)
