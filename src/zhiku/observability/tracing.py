@@ -117,9 +117,15 @@ class _Span:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
         trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
-        self.set({"candidates": len(items)}, None, **data)
-        if not self._trace._closed:
-            self._trace._later.append((_Ranking((self._name, items)), DETAIL))  # type: ignore[arg-type]  # (a tuple's __call__)
+        t = self._trace
+        if t._closed:
+            return
+        counted = ({"candidates": len(items)}, None, data)  # ``set`` inline (every channel's span records one)
+        if self._sets is None:
+            self._sets = [counted]
+        else:
+            self._sets.append(counted)
+        t._later.append((_Ranking((self._name, items)), DETAIL))  # type: ignore[arg-type]  # (a tuple's __call__)
 
     def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
