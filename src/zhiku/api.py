@@ -330,6 +330,7 @@ class KnowledgeBase:
                 low_confidence=low_confidence,
                 terms=r.query.terms,
                 normalize=self.text.normalize,
+                missing=r.missing,
             )
             sp.set(
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},

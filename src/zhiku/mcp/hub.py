@@ -192,7 +192,14 @@ class Hub:
         while True:
             answer_settings = self.settings.answer.model_copy(update={"snippet_chars": limit, "max_chars": budget})
             answer = build_answer(
-                r.query.text, r.mode, r.hits, answer_settings, low_confidence=low, terms=terms, normalize=normalize
+                r.query.text,
+                r.mode,
+                r.hits,
+                answer_settings,
+                low_confidence=low,
+                terms=terms,
+                normalize=normalize,
+                missing=r.missing,
             )
             texts = [
                 c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)

@@ -279,15 +279,18 @@ def build_answer(
     low_confidence: bool = False,
     terms: Sequence[str] = (),
     normalize: Callable[[str], str] = str.lower,
+    missing: Sequence[str] = (),
 ) -> Answer:
     """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``.
+    ``missing``: what the question asked for that the search found no document to have (``Retrieval.missing``:
+    a page past a document's last), noted with the named articles no hit holds.
 
     With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
     the chunk that matches the query, not just its beginning.
     """
     limit = settings.snippet_chars
     # once: the Markdown may be rendered several times, shorter each time
-    missing = articles_not_found(hits, query, normalize)
+    missing = [*articles_not_found(hits, query, normalize), *missing]
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
     while len(markdown) > settings.max_chars and limit > 40:

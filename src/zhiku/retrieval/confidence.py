@@ -102,10 +102,11 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
     """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
     ``min_score`` is ``server.min_score``, ``normalize`` the text processor's). Not low when the first passage holds
-    every code the query names (``codes_in_first``: ORD-4290 scored 0.87 while [1] was its row)."""
+    every code the query names (``codes_in_first``: ORD-4290 scored 0.87 while [1] was its row), nor when the
+    passages lead with the page the question asked for (``Retrieval.pages``: 第3页讲了什么 names no content)."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
     verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
-    if verdict.low and codes_in_first(r.hits, r.query.terms, normalize):
+    if verdict.low and (r.pages or codes_in_first(r.hits, r.query.terms, normalize)):
         return replace(verdict, low=False)
     return verdict
 

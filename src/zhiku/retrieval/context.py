@@ -13,7 +13,7 @@ the stored chunks of the document, within a character budget, while the citation
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -53,6 +53,7 @@ def chunk_context(store: Catalogue, chunk_id: str, context: str, max_chars: int)
     return enclosing(found[0], store.document_chunks(found[0].doc_id) if kind != "chunk" else found, kind, max_chars)
 
 
+@functools.lru_cache(maxsize=8192)  # a pure function of the label, read for every hit and its neighbours
 def split_label(section: str) -> tuple[str, tuple[str, ...]]:
     """``("劳动合同法 > 第五章", ("第四十七条", "第四十八条"))`` for ``"劳动合同法 > 第五章 > 第四十七条、第四十八条"``."""
     head, sep, last = section.rpartition(SECTION_SEPARATOR)
@@ -92,11 +93,11 @@ def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_
     return ChunkContext(chunk, kind, tuple(kept), text, len(kept) == len(members))
 
 
-def _article_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
-    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole). A
-    neighbour that also holds other whole articles (a short last piece merged with the next article) ends the run."""
+def _article_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
+    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole), from its
+    document's chunks by ordinal. A neighbour that also holds other whole articles (a short last piece merged with
+    the next article) ends the run."""
     path, (label,) = split_label(chunk.section)
-    by_ordinal = {c.ordinal: c for c in doc_chunks}
     run = [chunk]
     for step, side in ((-1, -1), (1, 0)):
         n = chunk.ordinal + step
@@ -167,6 +168,8 @@ def _table_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
 
 def _fences(text: str) -> int:
     """How many lines of ``text`` are code fences (an odd count: a block opened or closed in another chunk)."""
+    if "```" not in text:  # (no line can be one: most chunks)
+        return 0
     return sum(1 for line in text.splitlines() if line.lstrip().startswith("```"))
 
 
@@ -190,12 +193,14 @@ def _code_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
     return run
 
 
-def _whole(c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]]) -> list[Chunk]:
+def _whole(
+    c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]], by_ordinal: Callable[[], Mapping[int, Chunk]]
+) -> list[Chunk]:
     """The pieces ``c`` is one of: of its one article cut for length, of a table split between rows or of a
     fenced code block split between lines (the whole of either up to ``TABLE_MAX_CHARS``); just ``c`` otherwise.
-    ``doc_chunks`` is called only when needed."""
+    ``doc_chunks`` (its document's chunks) and ``by_ordinal`` (the same by ordinal) are called only when needed."""
     if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
-        return _article_run(c, doc_chunks())
+        return _article_run(c, by_ordinal())
     if _fences(c.text):  # a piece of a code block split between chunks (or the end of one and the start of another)
         run = _code_run(c, doc_chunks())
         if len(run) > 1 and sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
@@ -218,10 +223,17 @@ def whole_articles(
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     loaded: dict[str, Sequence[Chunk]] = {}
 
+    ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, made once per document
+
     def chunks_of(doc_id: str) -> Sequence[Chunk]:
         if doc_id not in loaded:
             loaded[doc_id] = doc_chunks(doc_id)
         return loaded[doc_id]
+
+    def by_ordinal(doc_id: str) -> dict[int, Chunk]:
+        if doc_id not in ordinals:
+            ordinals[doc_id] = {c.ordinal: c for c in chunks_of(doc_id)}
+        return ordinals[doc_id]
 
     if limit is not None and limit < 1:
         return out
@@ -229,7 +241,7 @@ def whole_articles(
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        run = _whole(c, functools.partial(chunks_of, c.doc_id))
+        run = _whole(c, functools.partial(chunks_of, c.doc_id), functools.partial(by_ordinal, c.doc_id))
         if len(run) > 1:
             shown.update(x.chunk_id for x in run)
             h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))

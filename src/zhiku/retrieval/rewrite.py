@@ -87,7 +87,8 @@ def search(
     per_source_k: int | None,
     rerank: bool | None,
 ) -> Retrieval:
-    """``searcher.search`` with query rewriting and tag filtering when asked; otherwise exactly that call."""
+    """``searcher.search`` with query rewriting and tag filtering when asked, and the pages a question asks for first
+    (``Searcher.asked_pages_first``)."""
     want = top_k or searcher.settings.top_k
     depth = MAX_TOP_K if tagged is not None else top_k
 
@@ -98,6 +99,7 @@ def search(
         r = run(query, depth, rerank)
     else:
         r = _rewritten(searcher, rewriter, query, run, depth, rerank)
+    r = searcher.asked_pages_first(r, query)  # after the reranker and the variants: a page asked is a lookup
     if tagged is None:
         return r
     chunks, docs = tagged

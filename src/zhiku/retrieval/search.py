@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
+from zhiku.retrieval.pages import pages_first
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -55,6 +56,8 @@ class Retrieval:
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
     clauses: Sequence[ScoredId] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
+    missing: tuple[str, ...] = ()  # what the question asked for that no document has (a page past its last)
+    pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``pages_first``)
 
 
 def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
@@ -154,6 +157,17 @@ class Searcher:
         else:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
+
+    def asked_pages_first(self, r: Retrieval, question: str) -> Retrieval:
+        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; a store without
+        a catalogue: ``r`` as it is)."""
+        if self._catalogue is None:
+            return r
+        c = self._catalogue
+        found = pages_first(r.hits, question, self.text.normalize, c.document_chunks, c.get_document)
+        if found.hits == r.hits and not found.missing:
+            return r
+        return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
 
     def _rerank(self, reranker: Reranker, question: str, hits: list[Hit], final_k: int) -> tuple[list[Hit], str]:
         """``rerank_traced`` with the named articles kept first (``named_articles_kept``)."""

@@ -1,0 +1,133 @@
+"""A question that asks for a page (ElegantBook 第 3 页讲了什么, what is on page 12 of the report) is a lookup: the
+passages on that page come first.
+
+Search ranks passages by what they say, and "第 3 页" says where, not what: the passages of page 3 rarely rank
+first. When the question asks for pages (第3页, 第三页, 第 3 页, 第3-5页, page 3, p. 3) and the hits hold paged
+documents (PDF), the passages on an asked page come first, in document order: of the documents the question names
+(``named.names_of``: the file name or the title heading), else of the best-ranked paged hit's document. Those not
+among the hits are read from the document (``Catalogue.document_chunks``; they carry no search score: score 0, no
+ranks). As many hits as before. A chunk's page is the page holding most of its characters (ingest/chunking.py): a
+page all of whose text lies in chunks of its neighbours is found in the chunk that runs into it. A page the
+document does not have is said so (``PageLookup.missing``). A question asking for no page is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from zhiku.retrieval.named import names_of
+from zhiku.text import chinese_number
+from zhiku.types import Chunk, DocRecord, Hit
+
+_NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
+# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页 (one range), 第三页; page 3, pages 3-5, p. 3, pp. 3–5 (normalised:
+# lower case, half-width); a bare "p3" is not a page (P0–P3 name incident levels)
+_PAGE = re.compile(
+    rf"第\s*{_NUMBER}\s*(?:页\s*)?(?:(?:-|–|~|至|到)\s*第?\s*{_NUMBER}\s*)?页"
+    rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|to)\s*{_NUMBER})?(?![\d.])"
+)
+MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
+
+
+@cache
+def _spelled() -> dict[str, int]:
+    """Chinese numerals to numbers (1–9999 as ``chinese_number`` spells them; 两百, 两千 and 〇 for 零 too)."""
+    out = {chinese_number(n): n for n in range(1, 10_000)}
+    out.update({"两" + k[1:]: n for k, n in list(out.items()) if k.startswith(("二百", "二千"))})
+    out.update({k.replace("零", "〇"): n for k, n in list(out.items()) if "零" in k})
+    return out
+
+
+def _number(text: str | None) -> int | None:
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else _spelled().get(text)
+
+
+def asked_pages(question: str) -> tuple[int, ...]:
+    """The pages ``question`` (normalised: lower case, half-width, Simplified) asks for, in order, each once."""
+    pages: list[int] = []
+    for m in _PAGE.finditer(question):
+        numbers = [_number(g) for g in m.groups() if g is not None]
+        if not numbers or any(n is None or n < 1 for n in numbers):
+            continue
+        first, last = numbers[0], numbers[-1]
+        assert first is not None and last is not None
+        pages += range(first, max(first, last) + 1)[:MAX_PAGES] if last >= first else [first]
+    return tuple(dict.fromkeys(pages))[:MAX_PAGES]
+
+
+@dataclass(frozen=True)
+class PageLookup:
+    """The hits with the asked pages' passages first, and each asked page no chosen document has
+    (``《name》 第 N 页（共 M 页）``)."""
+
+    hits: tuple[Hit, ...]
+    missing: tuple[str, ...] = ()
+    pages: tuple[int, ...] = ()  # the asked pages whose passages lead ``hits`` (none: nothing was looked up)
+
+
+def _documents(hits: Sequence[Hit], question: str, normalize: Callable[[str], str]) -> list[str]:
+    """The paged documents asked of: those among ``hits`` the question names (none when it names only documents
+    without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the best-ranked paged hit's."""
+    named = [h for h in hits if any(normalize(n) in question for n in names_of(h))]
+    paged = [h for h in (named or hits) if h.chunk.page is not None]
+    return list(dict.fromkeys(h.chunk.doc_id for h in paged[: None if named else 1]))
+
+
+def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
+    """At most ``limit`` chunks on ``pages``, in document order, the pages taking turns (第3-4页 with room for four
+    passages: two of each, not four of page 3); for a page no chunk is on (its text lies in its neighbours'
+    chunks), the last chunk starting before it, when a later chunk is past it (the page lies inside the document).
+    And the pages served."""
+    per_page: list[list[Chunk]] = []
+    for page in pages:
+        on = [c for c in chunks if c.page == page]
+        if not on and any(c.page is not None and c.page > page for c in chunks):
+            on = [c for c in chunks if c.page is not None and c.page < page][-1:]
+        per_page.append(on)
+    taken: dict[str, Chunk] = {}
+    for turn in range(max(map(len, per_page), default=0)):
+        for on in per_page:
+            if turn < len(on) and len(taken) < limit:
+                taken.setdefault(on[turn].chunk_id, on[turn])
+    served = [page for page, on in zip(pages, per_page, strict=True) if any(c.chunk_id in taken for c in on)]
+    return sorted(taken.values(), key=lambda c: c.ordinal), served
+
+
+def pages_first(
+    hits: Sequence[Hit],
+    question: str,
+    normalize: Callable[[str], str],
+    document_chunks: Callable[[str], list[Chunk]],
+    document: Callable[[str], DocRecord | None],
+) -> PageLookup:
+    """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text)."""
+    if "页" not in question and "頁" not in question and "p" not in question.lower():  # (the hot path)
+        return PageLookup(tuple(hits))
+    text = normalize(question)
+    pages = asked_pages(text)
+    docs = _documents(hits, text, normalize) if pages and hits else []
+    if not docs:
+        return PageLookup(tuple(hits))
+    by_id = {h.chunk.chunk_id: h for h in hits}
+    first: list[Hit] = []
+    missing: list[str] = []
+    found: list[int] = []
+    for doc_id in docs:
+        chunks = document_chunks(doc_id)
+        record = document(doc_id)
+        count = record.pages if record is not None and record.pages else max((c.page or 0 for c in chunks), default=0)
+        title = record.title if record is not None and record.title else chunks[0].source if chunks else doc_id
+        missing += [f"《{title}》第 {p} 页（共 {count} 页）" for p in pages if p > count]
+        on, served = _on_pages(chunks, pages, len(hits) - len(first))
+        first += [by_id.get(c.chunk_id) or Hit(chunk=c, score=0.0) for c in on]
+        found += served
+    if not first:
+        return PageLookup(tuple(hits), tuple(missing))
+    taken = {h.chunk.chunk_id for h in first}
+    ordered = [*first, *(h for h in hits if h.chunk.chunk_id not in taken)]
+    return PageLookup(tuple(ordered[: len(hits)]), tuple(missing), tuple(dict.fromkeys(found)))

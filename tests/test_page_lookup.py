@@ -1,0 +1,159 @@
+"""A question asking for a page (论文第8页讲了什么) gets that page's passages first, whatever they rank by content."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pdf_fixtures import THESIS
+from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.retrieval.pages import MAX_PAGES, asked_pages, pages_first
+from zhiku.text import TextProcessor
+from zhiku.types import Chunk, DocRecord, DocStatus, Hit
+
+NORMALIZE = TextProcessor().normalize
+
+
+@pytest.mark.parametrize(
+    ("question", "pages"),
+    [
+        ("论文第8页讲了什么", (8,)),
+        ("第 8 页", (8,)),
+        ("第八页写了什么", (8,)),
+        ("第十二页和第3页", (12, 3)),
+        ("第3-5页", (3, 4, 5)),
+        ("第3至5页的内容", (3, 4, 5)),
+        ("第3页到第5页讲了什么", (3, 4, 5)),
+        ("第二十页", (20,)),
+        ("第两页", ()),  # (not how a page is said: 第二页)
+        ("第0页", ()),
+        ("what is on page 12 of the report", (12,)),
+        ("see p. 7", (7,)),
+        ("pp. 3-4", (3, 4)),
+        ("pages 2 to 3", (2, 3)),
+        ("P3 级故障怎么处理", ()),  # P0–P3 name incident levels
+        ("mp3 格式第几页", ()),
+        ("homepage 3", ()),
+        ("劳动合同法第十条", ()),
+    ],
+)
+def test_the_pages_a_question_asks_for(question: str, pages: tuple[int, ...]) -> None:
+    assert asked_pages(NORMALIZE(question)) == pages
+
+
+def test_a_wide_range_is_read_as_its_first_pages() -> None:
+    assert asked_pages("第1-500页") == tuple(range(1, MAX_PAGES + 1))
+
+
+def chunk(doc: str, ordinal: int, page: int | None, section: str = "") -> Chunk:
+    cid = f"{doc}-{ordinal}"
+    return Chunk(cid, doc, "docs", f"{doc}.pdf", "pdf", section or doc, page, 0, 10, ordinal, f"text {cid}")
+
+
+# two PDFs: "report" (pages 1-5; page 3 in two chunks, page 4 none of its own: its text runs on from chunk 4) and
+# "manual" (pages 1-2)
+DOCS = {
+    "report": [chunk("report", 0, 1), chunk("report", 1, 2), chunk("report", 2, 3), chunk("report", 3, 3)]
+    + [chunk("report", 4, 3), chunk("report", 5, 5)],
+    "manual": [chunk("manual", 0, 1), chunk("manual", 1, 2)],
+}
+RECORDS = {
+    d: DocRecord(
+        d, "docs", f"{d}.pdf", f"/x/{d}.pdf", "pdf", f"{d} title", "0", 1, len(c), 5 if d == "report" else 2, 0.0
+    )
+    for d, c in DOCS.items()
+}
+
+
+def lookup(hits: list[Hit], question: str) -> tuple[list[str], list[float], tuple[str, ...], tuple[int, ...]]:
+    found = pages_first(hits, question, NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    return [h.chunk.chunk_id for h in found.hits], [h.score for h in found.hits], found.missing, found.pages
+
+
+def fused(*ids: str) -> list[Hit]:
+    by_id = {c.chunk_id: c for chunks in DOCS.values() for c in chunks}
+    return [Hit(chunk=by_id[cid], score=10.0 - n, fused_rank=n + 1) for n, cid in enumerate(ids)]
+
+
+def test_the_asked_pages_passages_come_first_in_document_order() -> None:
+    hits = fused("report-5", "report-3", "manual-1", "report-0")
+    # report-2 and report-4 are not among the hits: read from the document, with no search score
+    assert lookup(hits, "第3页讲了什么") == (
+        ["report-2", "report-3", "report-4", "report-5"],
+        [0.0, 9.0, 0.0, 10.0],
+        (),
+        (3,),
+    )
+    # a question asking for no page: the hits as they are
+    assert lookup(hits, "第三条讲了什么")[0] == ["report-5", "report-3", "manual-1", "report-0"]
+
+
+def test_the_document_the_question_names_is_the_one_looked_up() -> None:
+    hits = fused("report-5", "manual-0", "report-3")
+    assert lookup(hits, "manual 第2页")[0] == ["manual-1", "report-5", "manual-0"]
+    # without a name: the best-ranked paged hit's document
+    assert lookup(hits, "第2页")[0] == ["report-1", "report-5", "manual-0"]
+
+
+def test_a_page_inside_a_neighbours_chunk_and_a_range_sharing_the_room() -> None:
+    hits = fused("manual-0", "report-0", "report-1", "report-5")
+    # page 4 has no chunk of its own: the chunk running into it (report-4, page 3)
+    assert lookup(hits, "report 第4页")[0][0] == "report-4"
+    # pages 3-5 take turns for the four places: 3, 4 (report-4 is also page 3's first turn), 5, then 3 again
+    assert lookup(hits, "report 第3-5页") == (
+        ["report-2", "report-3", "report-4", "report-5"],
+        [0.0, 0.0, 0.0, 7.0],
+        (),
+        (3, 4, 5),
+    )
+
+
+def test_a_page_the_document_does_not_have_is_said() -> None:
+    hits = fused("report-5", "manual-0")
+    ids, _, missing, pages = lookup(hits, "report 第 9 页")
+    assert (ids, missing, pages) == (["report-5", "manual-0"], ("《report title》第 9 页（共 5 页）",), ())
+
+
+def test_no_paged_hit_no_lookup() -> None:
+    md = Chunk("m0", "law", "docs", "law.md", "markdown", "law", None, 0, 10, 0, "第三页")
+    hits = [Hit(chunk=md, score=1.0)]
+    found = pages_first(hits, "第3页", NORMALIZE, lambda d: [md], lambda d: None)
+    assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
+    # a question naming a document without pages: no page of another (paged) document is looked up
+    hits = [*fused("report-5"), Hit(chunk=replace(md, source="员工手册.docx", section="员工手册"), score=0.5)]
+    found = pages_first(hits, "员工手册第3页", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
+
+
+def test_a_page_question_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
+    folder = tmp_path / "资料"
+    folder.mkdir()
+    shutil.copy(THESIS, folder / "论文.pdf")
+    kb = kb_factory(tmp_path / "idx", loaders={"ocr": "off"})
+    kb.ingest([folder])
+    doc = kb.documents()[0]
+    assert (doc.pages, doc.status) == (11, DocStatus.READY)
+    page8 = [c.chunk_id for c in kb.store.document_chunks(doc.doc_id) if c.page == 8]
+
+    assert 1 <= len(page8) <= 3
+    answer = kb.query("论文第8页讲了什么", top_k=3)
+    assert [c.chunk_id for c in answer.citations[: len(page8)]] == page8
+    assert not answer.low_confidence  # the page asked for was found: a lookup, not a weak match
+    assert "p. 8" in answer.markdown
+
+    answer = kb.query("论文第 30 页", top_k=3)
+    assert "> 注意 / Note: 《" in answer.markdown and "》第 30 页（共 11 页） 不在找到的段落中" in answer.markdown
+    settings = kb.settings
+    kb.close()
+
+    hub = Hub.open(settings, warm=False)  # over MCP: the same passages, the note in the text
+    try:
+        result = hub.query(QueryArgs("第8页讲了什么", top_k=3))
+        assert [c.chunk_id for c in result.citations[: len(page8)]] == page8
+        assert result.low_confidence is False
+        assert "第 30 页（共 11 页）" in hub.query(QueryArgs("第30页", top_k=3)).answer
+    finally:
+        hub.close()
