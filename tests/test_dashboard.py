@@ -167,3 +167,21 @@ def test_evaluation_page(dash_env: Path, tmp_path: Path) -> None:
     assert not at.exception
     assert "劳动: 2 queries" in texts(at)
     assert len(DashboardData(make_settings(dash_env, tmp_path)).eval_history()) == 2
+
+
+def test_evaluation_page_names_expected_entries_that_match_nothing(dash_env: Path, tmp_path: Path) -> None:
+    (tmp_path / "错字.yaml").write_text(
+        "version: 1\nqueries:\n  - id: typo\n    query: 试用期最长多久\n"
+        "    expected: [{source: 劳动合同法.md, contains: 试用期最长九个月}]\n",
+        encoding="utf-8",
+    )
+    at = page("evaluation.py")
+    at.text_input[0].input(str(tmp_path / "错字.yaml"))
+    at.selectbox[0].select("bm25")
+    at.button[0].click().run()
+    assert not at.exception
+    assert [str(w.value) for w in at.warning] == [
+        "typo expected[0] (source=劳动合同法.md, contains=试用期最长九个月) can never be found: no chunk of the 1 "
+        "document(s) whose source matches '劳动合同法.md' holds '试用期最长九个月' (whitespace ignored; check the "
+        "text against the document)"
+    ]

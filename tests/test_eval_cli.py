@@ -255,3 +255,18 @@ def test_per_category_numbers_stay_whole_under_long_or_many_category_names() -> 
         expected = [[["3"] * n] + [["0.8765"] * n] * len(names) for n in parts]
         assert [row[3::2] for row in rows] == [row for table in expected for row in table]
     assert "per category (6–6 of 6)" in text and "工时" in text
+
+
+def test_a_beir_folder_given_as_dot_and_judged_ids_missing_from_the_corpus(cli, tmp_path: Path, monkeypatch) -> None:
+    """`--dataset .` named the set "" and indexed it into collection "": 6 documents, 0 chunks, every metric 0. A
+    qrels id that is not in the corpus (D6 for d6) scored its query 0 without a word."""
+    folder = write_beir(tmp_path / "劳动小集", qrels=QRELS.replace("q4\td6", "q4\tD6"))
+    monkeypatch.chdir(folder)
+    r = cli("eval", "--dataset", ".", "--mode", "bm25", "--json")
+    out = json.loads(r.stdout)
+    assert (out["dataset"], out["indexing"]["chunks"]) == ("劳动小集", 6)
+    assert {k: out[k] for k in BM25_METRICS} == BM25_METRICS  # q4 was never found: the same numbers
+    message = (
+        "q4 judges 'D6' relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can never be found"
+    )
+    assert out["unmatched"] == [message] and r.stderr.splitlines() == [f"warning: {message}"]

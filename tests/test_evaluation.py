@@ -304,6 +304,10 @@ def test_eval_cli_yaml_writes_reports_history_and_gates(cli, law_index: Path, tm
     missed = cli("eval", "--dataset", dataset, "--index", law_index, "--mode", "bm25", "--gate", "hit@1>=0.9", "--json")
     assert missed.exit_code == 1
     assert json.loads(missed.stdout)["hit@1"] == 0.75
+    assert json.loads(missed.stdout)["gate"] == {  # a CI step reading --json sees the verdict too
+        "passed": False,
+        "bars": [{"bar": "hit@1>=0.9", "value": 0.75, "passed": False}],
+    }
     assert missed.stderr.splitlines()[-1] == "gate FAILED: hit@1 = 0.7500, needs >= 0.9"
     assert [e.gate_passed for e in read_history(law_index)] == [True, False]
 
@@ -385,7 +389,10 @@ def test_experiment_table_on_one_index(cli, tmp_path: Path) -> None:
 
 def test_variants_registry() -> None:
     assert [v.name for v in parse_variants("hybrid, bm25,hybrid")] == ["hybrid", "bm25"]
-    with pytest.raises(InvalidInput, match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_rerank"):
+    with pytest.raises(
+        InvalidInput,
+        match="unknown variant 'colbert': use bm25, dense, hybrid, hybrid_zscore, hybrid_rrf, hybrid_rerank",
+    ):
         parse_variants("bm25,colbert")
     assert VARIANTS["hybrid_rerank"].mode == "hybrid"
 
@@ -406,8 +413,8 @@ queries:
 """
 
 
-def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
-    folder = tmp_path / "长文档"
+def longdoc_folder(folder: Path, questions: str) -> Path:
+    """A long-document set: two laws in ``docs/`` and ``questions`` as its eval.yaml."""
     (folder / "docs").mkdir(parents=True)
     write(
         folder / "docs" / "劳动合同法.md",
@@ -417,7 +424,12 @@ def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
     write(
         folder / "docs" / "年休假条例.md", "# 职工带薪年休假条例\n\n第三条 职工累计工作已满1年不满10年的，年休假5天。\n"
     )
-    write(folder / "eval.yaml", LONGDOC_YAML)
+    write(folder / "eval.yaml", questions)
+    return folder
+
+
+def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
+    folder = longdoc_folder(tmp_path / "长文档", LONGDOC_YAML)
     r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -427,3 +439,108 @@ def test_eval_runs_a_long_document_folder(cli, tmp_path: Path) -> None:
     per_query = json.loads((tmp_path / "out" / "per_query.json").read_text(encoding="utf-8"))
     assert [q["first_relevant"] for q in per_query] == [1, 1, None]
     assert per_query[1]["relevant"] == ["source=*, contains=年休假5天"]
+
+
+def test_experiment_compares_the_two_fusions_on_one_index(cli, tmp_path: Path, monkeypatch) -> None:
+    dataset = write_beir(tmp_path / "劳动小集")
+    r = cli("experiment", "--dataset", dataset, "--variants", "hybrid,hybrid_zscore,hybrid_rrf", "--json")
+    assert r.exit_code == 0, r.output
+    rows = {v["variant"]: v for v in json.loads(r.stdout)["variants"]}
+    assert rows["hybrid"]["description"] == "BM25 + dense fused by retrieval.fusion (the settings line)"
+    assert (rows["hybrid"]["settings"], rows["hybrid_rrf"]["settings"]) == ({}, {"retrieval": {"fusion": "rrf"}})
+    assert rows["hybrid_zscore"]["metrics"] == rows["hybrid"]["metrics"]  # z-score is the default fusion
+    monkeypatch.setenv("ZHIKU_RETRIEVAL__FUSION", "rrf")
+    rrf = json.loads(cli("eval", "--dataset", dataset, "--mode", "hybrid", "--json").stdout)
+    assert {n: rows["hybrid_rrf"]["metrics"][n] for n in BM25_METRICS} == {n: rrf[n] for n in BM25_METRICS}
+    table = cli("experiment", "--dataset", dataset, "--variants", "hybrid_rrf").stdout
+    assert "- `hybrid_rrf` ran with retrieval.fusion=rrf\n" in table
+
+
+TYPO_YAML = """\
+version: 1
+queries:
+  - id: found
+    query: 试用期最长多久
+    expected: [{source: 劳动合同法.md, contains: 试用期不得超过一个月}]
+  - id: typo
+    query: 经济补偿怎么算
+    expected: [{source: 劳动合同法.md, contains: 每满一年支付六个月}]
+  - id: no-file
+    query: 年休假有几天
+    expected: [{source: 年假条例*.md}, {source: 年休假条例.md, section: 第九章}]
+  - id: traditional
+    query: 經濟補償怎麼算
+    expected: [{contains: 每滿一年支付一個月工資}]
+"""
+
+
+def test_eval_names_the_expected_entries_that_match_nothing(cli, tmp_path: Path) -> None:
+    folder = longdoc_folder(tmp_path / "错字集", TYPO_YAML)
+    r = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--out", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    of = "of the {} document(s) whose source matches {!r}"
+    expected = [
+        "typo expected[0] (source=劳动合同法.md, contains=每满一年支付六个月) can never be found: no chunk "
+        + of.format(1, "劳动合同法.md")
+        + " holds '每满一年支付六个月' (whitespace ignored; check the text against the document)",
+        "no-file expected[0] (source=年假条例*.md) can never be found: no indexed document's source matches "
+        "'年假条例*.md' (`zhiku documents` lists them)",
+        "no-file expected[1] (source=年休假条例.md, section=第九章) can never be found: no chunk "
+        + of.format(1, "年休假条例.md")
+        + " has a section path with '第九章' at the start of a level",
+    ]
+    assert json.loads(r.stdout)["unmatched"] == expected
+    assert r.stderr.splitlines()[: len(expected)] == [f"warning: {line}" for line in expected]
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "## Expected entries that match nothing in the index (3)\n\n- typo expected[0] " in report
+    per_query = json.loads((tmp_path / "out" / "per_query.json").read_text(encoding="utf-8"))
+    # Traditional characters in the set are compared as the index sees them (text.t2s): found first
+    assert [q["first_relevant"] for q in per_query] == [1, None, None, 1]
+    table = cli("experiment", "--dataset", folder, "--variants", "bm25,hybrid").stdout
+    assert (
+        table.count("- warning: ") == len(expected) and f"- warning: {expected[0]}\n" in table
+    )  # once, not per variant
+    clean = cli("eval", "--dataset", folder, "--mode", "bm25", "--json", "--max-queries", "1")
+    assert "unmatched" not in json.loads(clean.stdout) and "warning" not in clean.stderr
+
+
+def test_eval_gates_against_a_saved_baseline(cli, law_index: Path, tmp_path: Path) -> None:
+    dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
+    run = ("eval", "--dataset", dataset, "--index", law_index, "--mode", "bm25")
+    assert cli(*run, "--out", tmp_path / "base").exit_code == 0
+    saved = tmp_path / "base" / "summary.json"
+    same = cli(*run, "--baseline", saved, "--json")
+    assert same.exit_code == 0, same.output
+    bars = json.loads(same.stdout)["gate"]["bars"]
+    names = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "hit@1", "hit@5", "hit_chars@2000", "hit_chars@4000"]
+    assert [b["bar"].split(">=")[0] for b in bars] == names and all(b["passed"] for b in bars)
+    base = json.loads(saved.read_text(encoding="utf-8"))
+    assert bars[4] == {"bar": f"hit@1>={base['hit@1'] - 0.01:g}", "value": base["hit@1"], "passed": True}
+
+    base["metrics"]["hit@1"] = 0.99  # a better past: this run is a regression
+    better = write(tmp_path / "better.json", json.dumps(base))
+    regressed = cli(*run, "--baseline", better, "--max-drop", "0.02")
+    assert regressed.exit_code == 1
+    assert f"gate: hit@1 = {base['hit@1']:.4f} (bar >= 0.97): MISSED" in regressed.stderr
+    assert regressed.stderr.splitlines()[-1] == f"gate FAILED: hit@1 = {base['hit@1']:.4f}, needs >= 0.97"
+
+    other = cli(*run[:-1], "hybrid", "--baseline", saved)
+    assert other.exit_code == 1
+    assert other.stderr == (
+        f"error: the baseline {saved} has mode 'bm25', this run 'hybrid': compare runs of the same set, mode, budget "
+        "and queries (or save a new baseline)\n"
+    )
+    typo = cli(*run, "-c", "hrr")  # a collection that does not exist: an error, not 0 everywhere
+    assert (typo.exit_code, typo.stderr) == (
+        1,
+        "error: no collection 'hrr' in this knowledge base; available: hr\n",
+    )
+    taken = write(tmp_path / "taken", "")
+    for command in (run, ("experiment", "--dataset", dataset, "--index", law_index, "--variants", "bm25")):
+        on_a_file = cli(*command, "--out", taken / "sub")  # refused before the run, not a traceback after it
+        assert (on_a_file.exit_code, on_a_file.stderr) == (
+            1,
+            f"error: --out {taken / 'sub'}: {taken} is a file, not a folder (name a folder; it is created)\n",
+        )
+    garbage = cli(*run, "--baseline", write(tmp_path / "x.json", "[1, 2]"))
+    assert garbage.stderr.startswith("error: the baseline ") and garbage.exit_code == 1

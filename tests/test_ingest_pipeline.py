@@ -91,6 +91,7 @@ def test_chunks_are_embedded_in_counted_batches_with_progress_per_call(
     assert report.added == SOURCES and report.chunks_written == CORPUS_CHUNKS == 4
     assert counting.calls == [3, 1]  # 2 + 1 chunks in one call, the last chunk at the end
     assert events == [
+        (0, 3, ""),  # the count first, before a document is prepared
         (0, 3, "劳动合同法.md"),
         (1, 3, "年休假条例.md"),
         (2, 3, "3/3 chunks embedded"),

@@ -139,6 +139,22 @@ def test_unreachable_judge_and_http_errors(fake_judge: FakeJudge) -> None:
         JudgeClient(f"http://127.0.0.1:{port}", "m", timeout=2).ask("s", "u")
 
 
+def test_a_judge_that_never_answers_is_not_asked_for_every_metric() -> None:
+    from zhiku.evaluation.judge import BREAKER
+
+    judge = JudgeClient("http://127.0.0.1:9", "m", timeout=0.5)  # nothing listens there
+    reasons = []
+    for i in range(BREAKER + 4):
+        with pytest.raises(JudgeError) as e:
+            judge.ask("s", f"问题{i}")
+        reasons.append(str(e.value))
+    assert (judge.calls, judge._client.requests) == (BREAKER, BREAKER * 3)  # each call: 1 try + 2 retries
+    assert all(r.startswith("cannot reach the judge at http://127.0.0.1:9/v1/chat/completions") for r in reasons[:3])
+    assert reasons[-1].startswith(
+        f"not sent: the judge failed {BREAKER} calls in a row (last: cannot reach the judge at http://127.0.0.1:9/v1"
+    )
+
+
 def test_eval_cli_with_and_without_a_judge(
     fake_judge: FakeJudge,
     monkeypatch: pytest.MonkeyPatch,
@@ -173,11 +189,16 @@ def test_eval_cli_with_and_without_a_judge(
     judged = runner.invoke(app, [*args, "--out", str(tmp_path / "o2")], env=env, catch_exceptions=False)
     assert judged.exit_code == 0, judged.output
     assert "generation (LLM judge): faithfulness 0.6667" in judged.stdout and "2 queries, 1 unscored" in judged.stdout
+    assert [ln for ln in judged.stderr.splitlines() if ln.startswith("judge error")] == [
+        "judge error ×1: the judge did not reply with JSON (Expecting value at char 40): "
+        '\'{"claims": [{"claim": "x", "supported": tru\''
+    ]  # why it is unscored, not only how many
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text(encoding="utf-8"))
     assert summary["generation"]["status"] == "ok" and math.isclose(
         summary["generation"]["metrics"]["faithfulness"], 0.6667
     )
-    assert "## Generation (LLM judge)" in (tmp_path / "o2" / "report.md").read_text(encoding="utf-8")
+    report = (tmp_path / "o2" / "report.md").read_text(encoding="utf-8")
+    assert "## Generation (LLM judge)" in report and "\n- judge error ×1: the judge did not reply with JSON" in report
     assert fake_judge.auth[-1] == "Bearer sk-cli"
     assert (embed_cache_dir / "judge.sqlite").is_file()
 

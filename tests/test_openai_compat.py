@@ -5,6 +5,7 @@ malformed answers, prefixes, the API key read from the variable the settings nam
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,22 @@ def test_a_hanging_server_times_out_and_retries(fake_openai: FakeOpenAI) -> None
     fake_openai.then("hang", 1.5).then("hang", 1.5)
     with pytest.raises(EmbeddingError, match=r"timed out after 0.3s"):
         OpenAIEmbedder(c, "m").embed_query("年假")
+
+
+def test_a_deadline_bounds_the_attempt_not_only_the_retries(fake_openai: FakeOpenAI) -> None:
+    """Query rewriting passes a deadline (llm.rewrite_timeout): a hung endpoint used to hold the request for the
+    full llm.timeout (60 s) after the rewrite had given up, and `zhiku query --rewrite` waited for it to exit."""
+    import time
+
+    fake_openai.then("hang", 2.0)
+    c = client(fake_openai, timeout=30.0, max_retries=2)
+    with pytest.raises(HttpApiError) as e:
+        c.post("chat/completions", {"model": "m"}, deadline=time.monotonic() + 0.3)
+    message = str(e.value)
+    assert re.fullmatch(
+        r".*/chat/completions failed after 1 attempt\(s\): timed out after 0\.\d+s \(ReadTimeout\)", message
+    )
+    assert c.requests == 1  # no retry past the deadline
 
 
 def test_malformed_answers_are_clear_errors(fake_openai: FakeOpenAI) -> None:

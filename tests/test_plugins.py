@@ -144,13 +144,19 @@ def sites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     epub_site = root / "epub-site"
     pip = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
     subprocess.run([*pip, "--target", str(epub_site), str(src)], check=True, timeout=300, capture_output=True)
-    kit = root / "testkit-site"
-    dist = kit / "zhiku_testkit-0.2.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zhiku-testkit\nVersion: 0.2.0\n", encoding="utf-8")
-    (dist / "entry_points.txt").write_text(TESTKIT_ENTRY_POINTS, encoding="utf-8")
-    (kit / "zhiku_testkit.py").write_text(TESTKIT, encoding="utf-8")
+    kit = distribution(root / "testkit-site", "zhiku-testkit", "0.2.0", TESTKIT_ENTRY_POINTS, TESTKIT)
     return epub_site, kit
+
+
+def distribution(site: Path, name: str, version: str, entry_points: str, module: str) -> Path:
+    """A hand-written installed distribution in ``site``: its metadata, entry points and one module."""
+    snake = name.replace("-", "_")
+    dist = site / f"{snake}-{version}.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    (site / f"{snake}.py").write_text(module, encoding="utf-8")
+    return site
 
 
 def zhiku(args: list[str], sites: tuple[Path, Path], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -175,7 +181,9 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
         ("zhiku.embedders", "chars", "zhiku_testkit:chars", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.rerankers", "shortest", "zhiku_testkit:shortest", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.transforms", "tagger", "zhiku_testkit:Tagger", "zhiku-testkit", "0.2.0", kit, None),
-        ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit, None),
+        ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit,
+         "tool 'badTool' (plugin zhiku-testkit): the name must be snake_case ([a-z0-9_], starting with a letter, at "
+         "most 64 characters), e.g. 'bad_tool'"),  # refused by the server: listed as broken, not ok
         ("zhiku.tools", "list_books", "zhiku_epub:list_books", "zhiku-epub", "0.1.0", epub, None),
     ]  # fmt: skip
     table = zhiku(["plugins"], sites, tmp_path)
@@ -185,6 +193,102 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
     )
     assert table.stdout.splitlines()[0].endswith(
         "BROKEN (skipped): ModuleNotFoundError: No module named 'zhiku_no_such_module'"
+    )
+
+
+TEAMKIT = '''\
+"""A second package: a reranker and a tool with names the test kit and zhiku-epub already use, a transform with a
+built-in's name."""
+
+
+def shortest(settings):
+    raise RuntimeError("never built: the name is ambiguous")
+
+
+def list_books() -> list[str]:
+    """List the team's books.
+
+    When to use: never (a name clash).
+
+    Example: {}
+    """
+    return ["团队"]
+
+
+class Notes:
+    doc_type = "note"
+    suffixes = (".note", "note2")
+
+    def __init__(self, settings):
+        pass
+
+    def load(self, path, source):
+        raise NotImplementedError
+
+
+class Refine:
+    name = "refine"
+    needs_llm = False
+
+    def apply(self, batch, ctx):
+        return batch
+'''
+TEAMKIT_ENTRY_POINTS = """\
+[zhiku.loaders]
+notes = zhiku_teamkit:Notes
+
+[zhiku.rerankers]
+fragile = zhiku_teamkit:shortest
+shortest = zhiku_teamkit:shortest
+
+[zhiku.tools]
+list_books = zhiku_teamkit:list_books
+
+[zhiku.transforms]
+refine = zhiku_teamkit:Refine
+"""
+
+
+def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    team = distribution(tmp_path / "teamkit-site", "zhiku-teamkit", "1.0.0", TEAMKIT_ENTRY_POINTS, TEAMKIT)
+    paths = ":".join([str(sites[0]), str(sites[1]), str(team), str(ROOT / "src")])
+    env = server_env(PYTHONPATH=paths, ZHIKU_SERVER__CACHE_SIZE="abc")  # `zhiku plugins` reads no settings
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [PYTHON, "-m", "zhiku.cli", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+
+    proc = run("plugins", "--json")
+    assert proc.returncode == 0, proc.stderr
+    errors = {(p["distribution"], p["group"], p["name"]): p["error"] for p in json.loads(proc.stdout)["plugins"]}
+    clash = "the name {!r} is also declared by {}: uninstall one of the packages or rename an entry point"
+    assert errors[("zhiku-testkit", "zhiku.rerankers", "shortest")] == clash.format(
+        "shortest", "zhiku-teamkit 1.0.0 (zhiku_teamkit:shortest)"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "shortest")] == clash.format(
+        "shortest", "zhiku-testkit 0.2.0 (zhiku_testkit:shortest)"
+    )
+    assert errors[("zhiku-epub", "zhiku.tools", "list_books")] == clash.format(
+        "list_books", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books)"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.transforms", "refine")] == (
+        "the name 'refine' is a built-in transform's; rename the entry point"
+    )
+    assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
+        "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
+    )
+    build = "from zhiku.plugins import build_provider; build_provider('zhiku.rerankers', 'plugin:fragile', None)"
+    built = subprocess.run([PYTHON, "-c", build], capture_output=True, text=True, timeout=60, env=env)
+    assert built.stderr.strip().splitlines()[-1] == (  # `zhiku query` printed a traceback ending in RuntimeError
+        "zhiku.errors.ConfigError: zhiku.rerankers plugin 'fragile' from zhiku-teamkit could not be built: "
+        "RuntimeError: never built: the name is ambiguous"
+    )
+    choose = "from zhiku.plugins import provider; provider('zhiku.rerankers', 'plugin:shortest')"
+    chosen = subprocess.run([PYTHON, "-c", choose], capture_output=True, text=True, timeout=60, env=env)
+    assert chosen.stderr.strip().splitlines()[-1] == (
+        "zhiku.errors.ConfigError: zhiku.rerankers plugin 'shortest' from zhiku-teamkit is broken: "
+        + clash.format("shortest", "zhiku-testkit 0.2.0 (zhiku_testkit:shortest)")
     )
 
 

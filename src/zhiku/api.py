@@ -235,7 +235,7 @@ class KnowledgeBase:
         self, paths: Sequence[Path], *, collection: str | None = None, force: bool = False
     ) -> TransformPlan:
         """A dry run of the enabled transforms: the requests an ingest would send, with estimated tokens and cost."""
-        stage = build_stage(self.settings, None, planning=True)
+        stage = build_stage(self.settings, self.enrichments, planning=True)  # read: which documents owe a transform
         if stage is None or not stage.names:
             raise InvalidInput("no transform enabled: set transforms.enabled or pass --transform contextual,…")
         name = self._collection(collection)

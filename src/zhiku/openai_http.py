@@ -123,7 +123,8 @@ class OpenAICompatibleClient:
         self._client.close()
 
     def post(self, path: str, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        """The JSON object the endpoint answered. ``deadline`` (a ``time.monotonic()`` value) stops retrying."""
+        """The JSON object the endpoint answered. ``deadline`` (a ``time.monotonic()`` value) stops retrying and
+        bounds each attempt: a hung endpoint is abandoned at the deadline, not after the full ``timeout``."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         t = self._tenacity
@@ -144,20 +145,21 @@ class OpenAICompatibleClient:
             retry=t.retry_if_exception_type(_Retryable), wait=wait, stop=stop, reraise=True, sleep=time.sleep
         )
         try:
-            data: dict[str, Any] = retrying(self._attempt, url, body)
+            data: dict[str, Any] = retrying(self._attempt, url, body, deadline)
             return data
         except _Retryable as e:
             attempts = retrying.statistics.get("attempt_number", 1)
             raise HttpApiError(f"{url} failed after {attempts} attempt(s): {e.reason}") from None
 
-    def _attempt(self, url: str, body: bytes) -> dict[str, Any]:
+    def _attempt(self, url: str, body: bytes, deadline: float | None = None) -> dict[str, Any]:
         httpx = self._httpx
         with self._count:
             self.requests += 1
+        limit = self.timeout if deadline is None else max(0.05, min(self.timeout, deadline - time.monotonic()))
         try:
-            resp = self._client.post(url, content=body)
+            resp = self._client.post(url, content=body, timeout=httpx.Timeout(limit, pool=None))
         except httpx.TimeoutException as e:
-            raise _Retryable(f"timed out after {self.timeout:g}s ({type(e).__name__})") from None
+            raise _Retryable(f"timed out after {limit:.3g}s ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise _Retryable(f"connection failed ({type(e).__name__}: {e})") from None
         if resp.status_code >= 300:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from zhiku.errors import ConfigError
+from zhiku.errors import ConfigError, ZhikuError
 
 log = logging.getLogger("zhiku.plugins")
 GROUPS = ("zhiku.loaders", "zhiku.embedders", "zhiku.rerankers", "zhiku.transforms", "zhiku.tools")
@@ -95,15 +96,40 @@ def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
                 "plugin %s (%s, from %s) is broken and skipped: %s", ep.name, group, info.distribution, info.error
             )
             found.append((info, None))
-    return tuple(found)
+    return tuple(_clashes(group, found))
+
+
+def _clashes(group: str, found: list[tuple[PluginInfo, Any]]) -> list[tuple[PluginInfo, Any]]:
+    """Entry points of one group that share a name are all refused: which one a ``plugin:NAME`` setting, a
+    transform name or a tool name meant cannot be told, and picking one by sort order would be a silent guess."""
+    by_name: defaultdict[str, list[PluginInfo]] = defaultdict(list)
+    for info, _ in found:
+        if info.ok:
+            by_name[info.name].append(info)
+    out = []
+    for info, obj in found:
+        others = [o for o in by_name.get(info.name, ()) if o is not info] if info.ok else []
+        if others:
+            names = ", ".join(f"{o.distribution} {o.version} ({o.value})" for o in others)
+            info = replace(
+                info,
+                error=f"the name {info.name!r} is also declared by {names}: uninstall one of the "
+                "packages or rename an entry point",
+            )
+            log.warning("plugin %s (%s, from %s) is skipped: %s", info.name, group, info.distribution, info.error)
+            obj = None
+        out.append((info, obj))
+    return out
 
 
 _REPORTED: set[tuple[str, str, str]] = set()
+_REFUSED: dict[tuple[str, str, str], str] = {}  # (group, name, value) -> the first reason it was refused when used
 
 
 def report_problem(plugin: PluginInfo, why: str) -> None:
     """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes);
     logged once per process."""
+    _REFUSED.setdefault((plugin.group, plugin.name, plugin.value), why)
     if (plugin.group, plugin.name, why) in _REPORTED:
         return
     _REPORTED.add((plugin.group, plugin.name, why))
@@ -111,8 +137,29 @@ def report_problem(plugin: PluginInfo, why: str) -> None:
 
 
 def installed() -> list[PluginInfo]:
-    """Every plugin in every group, with its load error if any (``zhiku plugins``)."""
-    return [info for group in GROUPS for info, _ in _load_all(group)]
+    """Every plugin in every group, with its load error if any, or the reason it was refused when this process used
+    it (``zhiku plugins`` uses every group first: ``zhiku.plugin_check``)."""
+    return [
+        replace(info, error=_REFUSED.get((info.group, info.name, info.value), info.error))
+        for group in GROUPS
+        for info, _ in _load_all(group)
+    ]
+
+
+def build_provider(group: str, provider_name: str, settings: Any) -> Any:
+    """The object a ``plugin:NAME`` provider's factory builds from ``settings``; a factory that raises is one
+    ``ConfigError`` line naming the plugin and its package (the command cannot run without what it chose)."""
+    factory = provider(group, provider_name)
+    try:
+        return factory(settings)
+    except ZhikuError:
+        raise
+    except Exception as e:
+        name = provider_name.removeprefix(PREFIX)
+        info = next(i for i, obj in _load_all(group) if i.name == name and obj is factory)
+        raise ConfigError(
+            f"{group} plugin {name!r} from {info.distribution} could not be built: {type(e).__name__}: {e}"
+        ) from None
 
 
 def provider(group: str, provider_name: str) -> Any:

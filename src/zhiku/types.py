@@ -290,12 +290,14 @@ class OcrNeeded:
 @dataclass(frozen=True)
 class TransformIssue:
     """An ingest transform that did not apply: to a chunk (``chunk_id``) or a whole document (``chunk_id`` None).
-    The chunk is kept without it."""
+    The chunk is kept without it. ``unreached``: the endpoint gave no answer (retries spent, or not sent after it
+    failed too often), so the next ingest of the unchanged document tries again."""
 
     transform: str
     reason: str
     source: str = ""
     chunk_id: str | None = None
+    unreached: bool = False
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,14 @@ class TransformReport:
     applied: tuple[tuple[str, int], ...] = ()
     usage: LLMUsage = LLMUsage()
     issues: tuple[TransformIssue, ...] = ()
+
+    def reasons(self, n: int = 3) -> list[tuple[str, int]]:
+        """The ``n`` most frequent ``transform: reason`` of the issues, with how many chunks or documents had it."""
+        counts: dict[str, int] = {}
+        for i in self.issues:
+            key = f"{i.transform}: {i.reason}"
+            counts[key] = counts.get(key, 0) + 1
+        return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
 
 @dataclass(frozen=True)

@@ -112,22 +112,25 @@ PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
 def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
     """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
     document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
-    ``ingest.batch_chunks`` embedded), then the end."""
+    ``ingest.batch_chunks`` embedded), a changed note (LLM transforms: ``contextual 40/900 chunks · a.pdf``) at
+    most every ``PROGRESS_SECONDS`` while one document takes long, then the end."""
     import time
 
     from zhiku.ingest.progress import is_chunk_note
 
     started = last = time.monotonic()
-    shown = -1
+    shown, noted = -1, ""
 
     def update(done: int, total: int, name: str) -> None:
-        nonlocal last, shown
+        nonlocal last, shown, noted
         now = time.monotonic()
         chunks = is_chunk_note(name)
-        if chunks or (
-            done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS)
+        if (
+            chunks
+            or (done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS))
+            or (name != noted and now - last >= PROGRESS_SECONDS)
         ):
-            shown, last = done, now
+            shown, last, noted = done, now, name
             current = f" · {name}" if name else ""
             err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
 

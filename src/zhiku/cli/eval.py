@@ -141,6 +141,17 @@ def eval_(
         Optional[str],
         typer.Option("--gate", help='Bars that must hold, e.g. "hit@5>=0.9,mrr@10>=0.8"; exit 1 when one is missed.'),
     ] = None,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--baseline",
+            help="summary.json (or --json output) of an earlier run of this set: each of its metrics is a bar at its "
+            "value minus --max-drop, with --gate's output and exit 1.",
+        ),
+    ] = None,
+    max_drop: Annotated[
+        float, typer.Option("--max-drop", help="How far a metric may fall below --baseline's value.", min=0)
+    ] = 0.01,
     trace: Annotated[
         bool, typer.Option("--trace/--no-trace", help="Write a trace per query (off by default: faster).")
     ] = False,
@@ -158,18 +169,23 @@ def eval_(
     category), latency; optional LLM-judged generation metrics; writes reports with --out and enforces bars with
     --gate."""
     from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.gate import check_gate, parse_gate
+    from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
-    from zhiku.evaluation.reports import append_history, history_entry, write_outputs
+    from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate, index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
+        check_out_dir(out_dir)
         data = load_dataset(dataset_path(dataset), max_queries=max_queries)
         yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
         settings = with_models(merge(settings, tracing={"enabled": trace}), embedder, reranker)
         mode_ = mode or settings.retrieval.mode
+        if baseline is not None:
+            bars += baseline_bars(
+                baseline, max_drop=max_drop, dataset=data.name, mode=mode_, budget=budget, queries=len(data.queries)
+            )
         client = build_judge(settings, dict(os.environ)) if judge is not False else None
         if judge and client is None:
             raise InvalidInput(
@@ -211,9 +227,15 @@ def eval_(
         if index or yaml_set:
             append_history(settings.index, history_entry(result, gate=checked, generation=generation, out=out_dir))
     if as_json:
-        _print_json(result.to_json())
+        _print_json({**result.to_json(), **({"gate": gate_json(checked)} if checked else {})})
     else:
         _print_eval_table(result, stats, generation)
+    for line in result.unmatched[:UNMATCHED_SHOWN]:
+        err.print(f"warning: {line}", markup=False)
+    if len(result.unmatched) > UNMATCHED_SHOWN:
+        err.print(
+            f"warning: … and {len(result.unmatched) - UNMATCHED_SHOWN} more (all in --out's report.md)", markup=False
+        )
     for b in checked:
         err.print(f"gate: {b}", markup=False)
     if checked and not all(b.passed for b in checked):
@@ -224,6 +246,9 @@ def eval_(
             markup=False,
         )
         raise typer.Exit(1)
+
+
+UNMATCHED_SHOWN = 10  # warnings printed for expected entries that match nothing
 
 
 def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
@@ -252,6 +277,8 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
+        for reason, n in generation.error_reasons():  # a dead judge said only "12 unscored"
+            err.print(f"judge error ×{n}: {reason}", markup=False)
 
 
 CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a metric per row): 80 columns hold them

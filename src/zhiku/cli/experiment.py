@@ -24,8 +24,8 @@ from zhiku.cli.eval import (
 from zhiku.settings import load_settings, merge
 
 VARIANTS_HELP = (
-    "Comma-separated: bm25, dense, hybrid, hybrid_rerank, hybrid+contextual, hybrid+multi_query, hybrid+hyde "
-    "(docs/transforms.md)."
+    "Comma-separated: bm25, dense, hybrid, hybrid_zscore, hybrid_rrf (the two fusions), hybrid_rerank, "
+    "hybrid+contextual, hybrid+multi_query, hybrid+hyde (docs/transforms.md)."
 )
 
 
@@ -55,10 +55,12 @@ def experiment(
     """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
+    from zhiku.evaluation.reports import check_out_dir
     from zhiku.evaluation.runner import index_dataset
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)
+        check_out_dir(out_dir)
         data = load_dataset(dataset_path(dataset), max_queries=max_queries)
         yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
         settings = merge(

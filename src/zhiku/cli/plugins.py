@@ -17,9 +17,10 @@ def plugins(
 ) -> None:
     """List installed plugins (loaders, embedders, rerankers, transforms, tools) and where they come from."""
     from zhiku.cli.common import _print_json, out
-    from zhiku.plugins import GROUPS, installed
+    from zhiku.plugin_check import checked_plugins
+    from zhiku.plugins import GROUPS
 
-    found = installed()
+    found = checked_plugins()
     if as_json:
         _print_json({"groups": list(GROUPS), "plugins": [asdict(p) for p in found]})
         return

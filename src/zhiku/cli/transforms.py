@@ -47,15 +47,32 @@ def report_json(report: Any) -> dict[str, Any]:
 
 
 def print_report(report: Any) -> None:
-    """The transform lines under the ingest summary: applied counts, usage, then every issue with its reason."""
+    """The transform lines under the ingest summary: applied counts, usage, then the issues: one line per chunk
+    when a reason is its own, one line per reason shared by several chunks (a dead endpoint fails every chunk the
+    same way: a line each buried the summary), and what the next ingest does about them (``--json`` lists each)."""
     t = report.transforms
     if t is None:
         return
     applied = ", ".join(f"{name} {n}" for name, n in t.applied)
     out.print(f"transforms: {applied} · {usage_text(t.usage)}", markup=False)
+    groups: dict[tuple[str, str, bool], list[Any]] = {}
     for i in t.issues:
-        where = f"{i.source}#{i.chunk_id}" if i.chunk_id else i.source
-        err.print(f"  {i.transform} skipped for {where}: {i.reason} (chunk kept without it)", markup=False)
+        groups.setdefault((i.transform, i.reason, i.chunk_id is None), []).append(i)
+    for (transform, reason, whole), issues in groups.items():
+        if len(issues) == 1:
+            i = issues[0]
+            where = f"{i.source}#{i.chunk_id}" if i.chunk_id else i.source
+        else:
+            sources = list(dict.fromkeys(i.source for i in issues))
+            shown = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
+            where = f"{len(sources)} documents ({shown})" if whole else f"{len(issues)} chunks of {shown}"
+        err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
+    if any(i.unreached for i in t.issues):
+        err.print(
+            "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
+            "(replies already received come from the cache)",
+            markup=False,
+        )
 
 
 def print_plan(plan: Any, as_json: bool) -> None:

@@ -64,9 +64,9 @@ def build_embedder(settings: EmbeddingSettings) -> Embedder:
                 passage_prefix=settings.passage_prefix,
             )
         case str(name):  # "plugin:NAME", a `zhiku.embedders` entry point: a factory f(EmbeddingSettings)
-            from zhiku.plugins import provider
+            from zhiku.plugins import build_provider
 
-            inner = provider("zhiku.embedders", name)(settings)
+            inner = build_provider("zhiku.embedders", name, settings)
     if not settings.cache:
         return inner
     return CachedEmbedder(inner, EmbeddingCache(settings.cache_dir / "embeddings.sqlite"))

@@ -80,4 +80,5 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
         ids = ids[:max_queries]
     if not ids:
         raise InvalidInput(f"{folder}: no query in queries.jsonl has a judgement in {qrels_path.name}")
-    return BeirDataset(folder.name, corpus, {q: queries_all[q] for q in ids}, {q: qrels[q] for q in ids})
+    name = folder.resolve().name  # `--dataset .` names the set after the folder, not ""
+    return BeirDataset(name, corpus, {q: queries_all[q] for q in ids}, {q: qrels[q] for q in ids})

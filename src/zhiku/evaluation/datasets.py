@@ -25,7 +25,9 @@ retrieved chunk to a target id, so the same metric functions score both.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, replace
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -58,21 +60,39 @@ class Expected:
     page: int | None = None
     section: str | None = None
     contains: str | None = None
+    fold: Callable[[str], str] | None = field(default=None, compare=False, repr=False)  # see ``folded``
 
     def matches(self, chunk: Chunk, text: str | None = None) -> bool:
         """Whether ``chunk`` satisfies every field; ``text`` (default: the chunk's text) is what ``contains`` searches
-        (the part of the chunk that fits a context budget)."""
+        (the part of the chunk that fits a context budget). ``section`` and ``contains`` are compared after
+        ``fold`` (the index's character normalisation) when it is set."""
         if not fnmatch.fnmatchcase(chunk.source, self.source):
             return False
         if self.page is not None and chunk.page != self.page:
             return False
-        if self.section is not None and not section_matches(chunk.section, self.section):
+        fold = self.fold or _same
+        if self.section is not None and not section_matches(fold(chunk.section), fold(self.section)):
             return False
-        return self.contains is None or squash(self.contains) in squash(chunk.text if text is None else text)
+        if self.contains is None:
+            return True
+        return squash(fold(self.contains)) in squash(fold(chunk.text if text is None else text))
 
     def to_json(self) -> dict[str, Any]:
         fields = (("source", self.source), ("page", self.page), ("section", self.section), ("contains", self.contains))
         return {k: v for k, v in fields if v is not None}
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def folded(evalset: EvalSet, fold: Callable[[str], str]) -> EvalSet:
+    """``evalset`` whose expected entries compare ``section`` and ``contains`` after ``fold``: the index's own
+    normalisation (NFKC, Traditional → Simplified with ``text.t2s``, lower case), so a set written in Traditional
+    characters scores the Simplified passages retrieval found for it, and full-width digits match half-width."""
+    cached = functools.lru_cache(maxsize=8192)(fold)
+    queries = tuple(replace(q, expected=tuple(replace(e, fold=cached) for e in q.expected)) for q in evalset.queries)
+    return replace(evalset, queries=queries)
 
 
 def section_matches(section: str, prefix: str) -> bool:
@@ -130,7 +150,7 @@ def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
     path = Path(path)
     if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
         s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)
-        return replace(s, name=path.name, docs=str(path / LONGDOC_DOCS))
+        return replace(s, name=path.resolve().name, docs=str(path / LONGDOC_DOCS))
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
         s = load_yaml_set(path)
         return s if max_queries is None else replace(s, queries=s.queries[:max_queries])

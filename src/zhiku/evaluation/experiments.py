@@ -56,7 +56,17 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)", {"rerank": False}),
         Variant("dense", "dense", "dense vectors only (cosine)", {"rerank": False}),
-        Variant("hybrid", "hybrid", "BM25 + dense fused with RRF", {"rerank": False}),
+        Variant("hybrid", "hybrid", "BM25 + dense fused by retrieval.fusion (the settings line)", {"rerank": False}),
+        *(
+            Variant(
+                f"hybrid_{fusion}",
+                "hybrid",
+                f"hybrid with {label} fusion whatever retrieval.fusion says",
+                {"rerank": False},
+                settings={"retrieval": {"fusion": fusion}},
+            )
+            for fusion, label in (("zscore", "z-score"), ("rrf", "RRF (k = retrieval.rrf_k)"))
+        ),
         Variant(
             "hybrid_rerank",
             "hybrid",
@@ -116,6 +126,13 @@ def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
             kb.close()
 
 
+def _flat(changes: Mapping[str, Any], prefix: str = "") -> str:
+    """``{"retrieval": {"fusion": "rrf"}}`` as ``retrieval.fusion=rrf``."""
+    return ", ".join(
+        _flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else f"{prefix}{k}={v}" for k, v in changes.items()
+    )
+
+
 def parse_variants(spec: str) -> list[Variant]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not names:
@@ -134,6 +151,7 @@ class VariantRow:
     reason: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # the settings this variant changed (its own run)
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,7 @@ class ExperimentResult:
     rows: tuple[VariantRow, ...]
     retrieval: dict[str, Any] = field(default_factory=dict)  # the retrieval settings every variant ran with
     budget: int | None = None  # the ranking metrics counted only the first `budget` returned characters
+    unmatched: tuple[str, ...] = ()  # expected entries no chunk satisfies (the same for every variant)
 
     def metric_names(self) -> list[str]:
         return standard_metrics(self.k, self.budget)
@@ -155,6 +174,7 @@ class ExperimentResult:
             "k": self.k,
             "budget": self.budget,
             "retrieval": self.retrieval,
+            **({"unmatched": list(self.unmatched)} if self.unmatched else {}),
             "variants": [
                 {
                     **asdict(r),
@@ -181,8 +201,10 @@ class ExperimentResult:
                 cells = ["n/a"] * (len(names) + 2)
             lines.append(f"| {r.variant} | " + " | ".join(cells) + " |")
         notes = [f"- `{r.variant}` unavailable: {r.reason}" for r in self.rows if r.status != "ok"]
+        notes += [f"- `{r.variant}` ran with {_flat(r.settings)}" for r in self.rows if r.status == "ok" and r.settings]
         if self.retrieval:
             notes.append("- retrieval settings: " + ", ".join(f"{k}={v}" for k, v in self.retrieval.items()))
+        notes += [f"- warning: {u}" for u in self.unmatched]
         return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
     def save(self, out_dir: Path) -> dict[str, Path]:
@@ -207,6 +229,7 @@ def run_experiment(
 ) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
+    unmatched: tuple[str, ...] = ()
     for v in variants:
         reason = v.unavailable(kb)
         own = bool(v.transforms or v.settings)
@@ -214,7 +237,7 @@ def run_experiment(
         if reason is None and own and (target is None or target is kb):
             reason = "needs a BEIR or long-document set: the experiment builds a second index with the transform"
         if reason is not None or target is None:
-            rows.append(VariantRow(v.name, v.description, "unavailable", reason))
+            rows.append(VariantRow(v.name, v.description, "unavailable", reason, settings=dict(v.settings)))
             continue
         progress = on_variant(v) if on_variant is not None else None
         r = evaluate(
@@ -229,9 +252,10 @@ def run_experiment(
             on_progress=progress,
             budget=budget,
         )
+        unmatched = unmatched or r.unmatched
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
-        rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms))
+        rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms, dict(v.settings)))
     return ExperimentResult(
         evalset.name,
         len(evalset.queries),
@@ -239,4 +263,5 @@ def run_experiment(
         tuple(rows),
         retrieval=kb.settings.retrieval.model_dump(mode="json"),
         budget=budget,
+        unmatched=unmatched,
     )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.metrics import parse_metric
@@ -63,3 +65,37 @@ def parse_gate(spec: str) -> tuple[Bar, ...]:
 
 def check_gate(bars: Sequence[Bar], metrics: Mapping[str, float]) -> list[BarResult]:
     return [BarResult(b, metrics[b.metric], OPS[b.op](metrics[b.metric], b.threshold)) for b in bars]
+
+
+def baseline_bars(
+    path: Path, *, max_drop: float, dataset: str, mode: str, budget: int | None, queries: int
+) -> tuple[Bar, ...]:
+    """Bars from an earlier run's ``summary.json`` (or ``--json`` output): every metric it holds must reach its value
+    there minus ``max_drop``. A baseline of another dataset, mode or context budget is refused: its numbers do not
+    compare."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InvalidInput(f"cannot read the baseline {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"the baseline {path} is not an eval result: save one with `zhiku eval --out DIR`")
+    if not 0 <= max_drop < 1:
+        raise InvalidInput(f"--max-drop must lie in [0, 1), got {max_drop}")
+    for key, now in (("dataset", dataset), ("mode", mode), ("budget", budget), ("queries", queries)):
+        if data.get(key) != now:
+            raise InvalidInput(
+                f"the baseline {path} has {key} {data.get(key)!r}, this run {now!r}: compare runs of the same set, "
+                "mode, budget and queries (or save a new baseline)"
+            )
+    metrics = data.get("metrics", data)
+    bars = []
+    for name, value in metrics.items():
+        try:
+            parse_metric(name)
+        except ValueError:
+            continue  # dataset, queries, latency_ms, ...
+        if isinstance(value, int | float):
+            bars.append(Bar(name, ">=", round(max(0.0, float(value) - max_drop), 4)))
+    if not bars:
+        raise InvalidInput(f"the baseline {path} holds no metrics: save one with `zhiku eval --out DIR` (summary.json)")
+    return tuple(bars)

@@ -14,6 +14,7 @@ error) is ``None`` for that query, counted in ``errors``; means are over the sco
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -61,6 +62,10 @@ class GenerationResult:
     errors: int = 0
     judge_calls: int = 0
     per_query: tuple[GenerationScores, ...] = ()
+
+    def error_reasons(self, n: int = 3) -> list[tuple[str, int]]:
+        """The most frequent reasons the judge left a metric unscored (without the metric's name), with counts."""
+        return Counter(e.split(": ", 1)[-1] for s in self.per_query for e in s.errors).most_common(n)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -16,6 +16,7 @@ from zhiku.llm.cache import ReplyCache, json_object_in
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 CACHE_FILE = "judge.sqlite"
+BREAKER = 3  # calls in a row the judge did not answer (after retries): the rest of the run sends none
 
 
 class JudgeError(ZhikuError):
@@ -59,6 +60,7 @@ class JudgeClient:
         self.timeout = timeout
         self.cache = cache
         self.calls = 0
+        self._failing, self._last = 0, ""  # calls in a row without an answer, and the last reason
         self._client = OpenAICompatibleClient(
             self.url.removesuffix("/chat/completions"), api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25
         )
@@ -77,13 +79,21 @@ class JudgeClient:
         return value
 
     def _post(self, messages: list[dict[str, str]]) -> str:
+        """One judge call. After ``BREAKER`` calls in a row got no answer (down, hung, rate-limited past the
+        retries), the others are not sent: a hung judge would otherwise cost timeout × attempts per metric and
+        query (hours for 20 queries at the default 60 s)."""
+        if self._failing >= BREAKER:
+            raise JudgeError(f"not sent: the judge failed {self._failing} calls in a row (last: {self._last})")
         payload = {"model": self.model, "messages": messages, "temperature": 0}
         self.calls += 1
         try:
-            return self._client.chat(payload).content
+            content = self._client.chat(payload).content
         except HttpApiError as e:
             if e.status is not None and e.status < 300:
                 raise JudgeError(f"the judge at {self.url} did not return an OpenAI-style JSON response") from None
             if e.status is not None:
                 raise JudgeError(f"the judge at {self.url} answered HTTP {e.status}: {e}") from None
-            raise JudgeError(f"cannot reach the judge at {self.url}: {e} (check judge.base_url)") from None
+            self._failing, self._last = self._failing + 1, f"cannot reach the judge at {self.url}: {e}"
+            raise JudgeError(f"{self._last} (check judge.base_url)") from None
+        self._failing = 0
+        return content

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zhiku.errors import InvalidInput
 from zhiku.evaluation.gate import BarResult
 from zhiku.evaluation.generation import GenerationResult
 from zhiku.evaluation.runner import EvalResult, records_json
@@ -27,16 +28,28 @@ def summary(
 ) -> dict[str, Any]:
     out = result.summary_json()
     out["index"] = index
-    out["gate"] = (
-        None
-        if not gate
-        else {
-            "passed": all(b.passed for b in gate),
-            "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
-        }
-    )
+    out["gate"] = gate_json(gate)
     out["generation"] = None if generation is None else generation.to_json()
     return out
+
+
+def gate_json(gate: Sequence[BarResult]) -> dict[str, Any] | None:
+    """The verdict and every bar (``summary.json``, and `zhiku eval --json` when ``--gate`` is given)."""
+    if not gate:
+        return None
+    return {
+        "passed": all(b.passed for b in gate),
+        "bars": [{"bar": str(b.bar), "value": round(b.value, 4), "passed": b.passed} for b in gate],
+    }
+
+
+def check_out_dir(out_dir: Path | None) -> None:
+    """Refuse an ``--out`` that cannot become a folder before the run, not with a traceback after it."""
+    if out_dir is None:
+        return
+    taken = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists()), None)
+    if taken is not None and not taken.is_dir():
+        raise InvalidInput(f"--out {out_dir}: {taken} is a file, not a folder (name a folder; it is created)")
 
 
 def write_outputs(
@@ -106,6 +119,10 @@ def markdown_report(
             f"\n{generation.queries} queries judged, {generation.judge_calls} judge calls, "
             f"{generation.errors} unscored (judge errors)."
         )
+        lines += [f"- judge error ×{n}: {reason}" for reason, n in generation.error_reasons()]
+    if r.unmatched:
+        lines += ["", f"## Expected entries that match nothing in the index ({len(r.unmatched)})", ""]
+        lines += [f"- {u}" for u in r.unmatched]
     missed = [q for q in r.records if q.first_relevant is None or q.first_relevant > 5]
     lines += ["", f"## Missed at 5 ({len(missed)} of {r.queries})", ""]
     for q in missed[:WORST_SHOWN]:

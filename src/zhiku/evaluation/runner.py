@@ -12,9 +12,11 @@ from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
-from zhiku.evaluation.datasets import EvalQuery, EvalSet, from_beir
+from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
+from zhiku.evaluation.targets import missing_documents, unmatched_targets
 from zhiku.numeric import percentile
+from zhiku.retrieval.confidence import check_collection
 from zhiku.types import Hit, SourceDoc
 
 RECALL_DEPTH = 100
@@ -101,6 +103,7 @@ class EvalResult:
     variant: str = ""
     rerank: dict[str, int] = field(default_factory=dict)  # queries per rerank outcome ("ok", "fallback"); empty: off
     budget: int | None = None  # ranking metrics count only the text within the first `budget` characters
+    unmatched: tuple[str, ...] = ()  # expected entries no chunk of the index satisfies (they can never be found)
 
     def to_json(self) -> dict[str, Any]:
         """The one-object `zhiku eval --json` output (its keys are a public contract)."""
@@ -120,6 +123,8 @@ class EvalResult:
             }
         if self.rerank:
             out["rerank"] = dict(self.rerank)
+        if self.unmatched:
+            out["unmatched"] = list(self.unmatched)
         return out
 
     def summary_json(self) -> dict[str, Any]:
@@ -209,9 +214,10 @@ def evaluate(
     ``budget``: the ranking metrics see only the text within the first ``budget`` characters (chunks compared at
     equal context cost); ``hit_chars@N`` metrics always cut at their own N.
     """
-    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else dataset
+    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
+    check_collection(collection or None, [c.name for c in kb.collections()])  # a typo'd -c scored every query 0
     names = list(dict.fromkeys(standard_metrics(k, budget) + list(extra_metrics)))
     cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
     depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
@@ -256,6 +262,13 @@ def evaluate(
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
+    missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None]
+    if evalset.kind == "beir":
+        unmatched = missing_documents(missed, {d.doc_id for d in evalset.corpus})
+    elif missed:
+        unmatched = tuple(map(str, unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks)))
+    else:
+        unmatched = ()
     categories = {
         c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
         for c, m in sorted(by_category.items())
@@ -273,6 +286,7 @@ def evaluate(
         variant=variant,
         rerank=rerank,
         budget=budget,
+        unmatched=unmatched,
     )
 
 

@@ -214,6 +214,8 @@ class Ingestor:
             on_batch=note,
             gate=(gate := Gate()),
         )
+        if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
+            on_progress(0, total, "")
         for out in prefetch(items, prepare, workers=self.workers, gate=gate):
             item = out.item
             shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)

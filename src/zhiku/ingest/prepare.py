@@ -131,6 +131,9 @@ class Preparer:
             and existing.sha256 == sha
             and not force
             and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+            and not (
+                self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
+            )
         ):
             return "skipped", None
         status = "updated" if existing is not None else "added"
@@ -146,7 +149,9 @@ class Preparer:
         """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
         sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
         existing = self.store.find_document(collection, doc.source)
-        if existing is not None and existing.sha256 == sha:
+        written = existing.ingested_at if existing is not None else 0.0
+        owed = self.transforms is not None and self.transforms.owes(collection, doc.source, written)
+        if existing is not None and existing.sha256 == sha and not owed:
             return Loaded("skipped")
         status = "updated" if existing else "added"
         try:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from zhiku.errors import ConfigError
+
 LLM_CACHE_FILE = "llm.sqlite"
 
 
@@ -28,12 +30,19 @@ class ReplyCache:
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self._lock = threading.Lock()
-        if read_only:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("create table if not exists responses(key text primary key, content text not null)")
+        try:
+            if read_only:
+                self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+                self._db.execute("select 1 from sqlite_master limit 1")
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("create table if not exists responses(key text primary key, content text not null)")
+        except sqlite3.DatabaseError as e:  # a damaged or foreign file: say which, and that it is only a cache
+            raise ConfigError(
+                f"the LLM reply cache {path} cannot be opened ({e}): it is only a cache, delete the file (or set "
+                "llm.cache: false / judge.cache: false)"
+            ) from None
 
     def get(self, key: str) -> str | None:
         with self._lock:

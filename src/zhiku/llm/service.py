@@ -108,7 +108,8 @@ class LLMService:
             with self._lock:
                 if self._n.failing >= BREAKER:  # a dead endpoint: fail fast instead of retrying every chunk
                     raise TransformError(
-                        f"not sent: the endpoint failed {self._n.failing} requests in a row (last: {self._n.last_error})"
+                        f"not sent: the endpoint failed {self._n.failing} requests in a row (last: {self._n.last_error})",
+                        unreached=True,
                     )
                 self._n.calls += 1
             try:
@@ -119,7 +120,7 @@ class LLMService:
                         e.status is None
                     ):  # retries exhausted (429, 5xx, timeouts, connection): count towards the breaker
                         self._n.failing, self._n.last_error = self._n.failing + 1, str(e)[:200]
-                raise TransformError(str(e)) from None
+                raise TransformError(str(e), unreached=e.status is None) from None
             with self._lock:
                 self._n.failing = 0
         self._count(messages, reply.content, reply.prompt_tokens, reply.completion_tokens)

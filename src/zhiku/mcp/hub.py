@@ -40,6 +40,7 @@ from zhiku.mcp.models import (
     doc_uri,
     image_uri,
     iso_time,
+    transforms_out,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.tracing import keep_detail, span
@@ -370,6 +371,7 @@ class Hub:
             chunks_written=report.chunks_written,
             seconds=round(report.elapsed_s, 3),
             index_version=self.index_version(),
+            transforms=transforms_out(report.transforms),
         )
 
     def delete(self, doc_id: str) -> DeleteResult:

@@ -7,9 +7,12 @@ block sent next to it. No MCP SDK import here: the models are plain data, tested
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
+
+if TYPE_CHECKING:
+    from zhiku.types import TransformReport
 
 DOC_URI = "zhiku://doc/{doc_id}"
 CHUNK_URI = "zhiku://chunk/{chunk_id}"
@@ -293,6 +296,26 @@ def _pages(pages: list[int]) -> str:
     return page_list(pages)
 
 
+class TransformsOut(_Out):
+    applied: dict[str, int] = Field(description="Chunks (and documents) each LLM transform enriched in this run.")
+    kept_without: int = Field(description="Chunks or documents kept without a transform (indexed as usual).")
+    reasons: list[str] = Field(description="The most frequent reasons they were kept without it, with counts.")
+    retried: bool = Field(
+        description="The endpoint gave no answer for some: the next ingest of these files asks again."
+    )
+
+
+def transforms_out(t: TransformReport | None) -> TransformsOut | None:
+    if t is None:
+        return None
+    return TransformsOut(
+        applied=dict(t.applied),
+        kept_without=len(t.issues),
+        reasons=[f"{reason} (×{n})" for reason, n in t.reasons()],
+        retried=any(i.unreached for i in t.issues),
+    )
+
+
 class IngestResult(_Out):
     collection: str
     added: list[str]
@@ -308,8 +331,23 @@ class IngestResult(_Out):
     chunks_written: int
     seconds: float
     index_version: int
+    transforms: TransformsOut | None = Field(None, description="What the LLM transforms did (None: none ran).")
 
     def to_markdown(self) -> str:
+        t = self.transforms
+        enriched = (
+            []
+            if t is None
+            else [
+                "LLM transforms: " + (", ".join(f"{k} {v}" for k, v in t.applied.items()) or "none"),
+                *(f"- kept without a transform: {r}" for r in t.reasons),
+                *(
+                    ["- the endpoint gave no answer for some: ingesting these files again retries them"]
+                    if t.retried
+                    else []
+                ),
+            ]
+        )
         line = (
             f"已入库 / Ingested into `{self.collection}`: {len(self.added)} added, {len(self.updated)} updated, "
             f"{len(self.skipped)} unchanged, {len(self.failed)} failed · {self.chunks_written} chunks · "
@@ -323,6 +361,7 @@ class IngestResult(_Out):
                     f"- needs OCR: {n.source}: pages {_pages(n.pages)} have no usable text layer"
                     for n in self.needs_ocr
                 ),
+                *enriched,
             ]
         )
 

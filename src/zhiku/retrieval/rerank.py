@@ -322,9 +322,9 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | N
             client = client_from(settings, max_retries=1)
             return LLMReranker(client, settings.model, max_chars=settings.max_chars, timeout=settings.timeout)
         case str(name):  # "plugin:NAME", a `zhiku.rerankers` entry point: a factory f(RerankSettings)
-            from zhiku.plugins import provider
+            from zhiku.plugins import build_provider
 
-            return provider("zhiku.rerankers", name)(settings)  # type: ignore[no-any-return]
+            return build_provider("zhiku.rerankers", name, settings)  # type: ignore[no-any-return]
 
 
 def parse_reranker_spec(spec: str) -> dict[str, Any]:

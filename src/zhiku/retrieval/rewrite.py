@@ -146,13 +146,18 @@ def _rewritten(
     return replace(results[0], hits=tuple(hits), rerank=rerank_status, rewrite=status, queries=tuple(extra))
 
 
+REQUEST_SLACK_S = 1.0  # how long a rewrite's request may outlive llm.rewrite_timeout
+
+
 def build_rewriter(settings: Settings) -> QueryRewriter | None:
     """The rewriter of ``retrieval.rewrite`` through ``llm.*`` (None when it is ``none``)."""
     mode = settings.retrieval.rewrite
     if mode == "none":
         return None
     llm = settings.llm
-    service = build_service(llm, settings.embedding.cache_dir, deadline_s=llm.rewrite_timeout)
+    # the request is abandoned shortly after the rewrite gave up (its own timeout says why), not after llm.timeout
+    deadline = llm.rewrite_timeout + REQUEST_SLACK_S
+    service = build_service(llm, settings.embedding.cache_dir, deadline_s=deadline)
     if service is None:
         raise ConfigError(
             f"retrieval.rewrite {mode!r} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"

@@ -25,6 +25,8 @@ if run and dataset.strip():
         show_error(e)
     else:
         st.success(f"{result.dataset}: {result.queries} queries · p50 {result.latency_ms['p50']:.1f} ms")
+        for line in result.unmatched:  # expected entries no chunk satisfies: the set is wrong, not the ranking
+            st.warning(line)
         st.dataframe([{"metric": n, "value": round(v, 4)} for n, v in result.metrics.items()], hide_index=True)
         if len(result.categories) > 1:
             st.dataframe(

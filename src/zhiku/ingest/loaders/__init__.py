@@ -64,10 +64,13 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
         except Exception as e:
             report_problem(plugin.info, f"its loader could not be built: {type(e).__name__}: {e}")
             continue
-        if isinstance(loader, Loader) and loader.suffixes:
-            out.append(loader)
-        else:
+        if not (isinstance(loader, Loader) and loader.suffixes):
             report_problem(plugin.info, "not a Loader (needs doc_type, suffixes and load(path, source))")
+        elif undotted := [s for s in loader.suffixes if not (isinstance(s, str) and s.startswith(".") and len(s) > 1)]:
+            fix = ", ".join(repr("." + str(s).lstrip(".")) for s in undotted)
+            report_problem(plugin.info, f"suffixes {undotted!r} match no file name: write them with the dot ({fix})")
+        else:
+            out.append(loader)
     return tuple(out)
 
 

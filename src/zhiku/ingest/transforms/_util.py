@@ -18,11 +18,11 @@ def each_chunk(batch: DocumentBatch, ctx: TransformContext, name: str, step: Ste
     """``step(i)`` for every chunk, ``ctx.options['concurrency']`` at a time; a ``TransformError`` leaves chunk
     ``i`` as it was and records the reason. Results are applied in chunk order."""
 
-    def run(i: int) -> tuple[int, Mapping[str, Any] | None, str | None]:
+    def run(i: int) -> tuple[int, Mapping[str, Any] | None, TransformError | None]:
         try:
             return i, step(i), None
         except TransformError as e:
-            return i, None, str(e)
+            return i, None, e
         finally:
             ctx.on_chunk(name)
 
@@ -34,7 +34,7 @@ def each_chunk(batch: DocumentBatch, ctx: TransformContext, name: str, step: Ste
             results = list(pool.map(run, range(len(batch.chunks))))
     for i, changes, error in results:
         if error is not None:
-            batch = batch.with_issue(name, error, batch.chunks[i].chunk_id)
+            batch = batch.with_issue(name, str(error), batch.chunks[i].chunk_id, unreached=error.unreached)
         elif changes:
             batch = batch.enrich(i, **changes)
     return batch

@@ -43,6 +43,10 @@ class TransformError(ZhikuError):
     code = "TRANSFORM_FAILED"
     retryable = True
 
+    def __init__(self, message: str, *, unreached: bool = False) -> None:
+        super().__init__(message)
+        self.unreached = unreached  # the endpoint gave no answer (not a refused or malformed one)
+
 
 @dataclass(frozen=True)
 class Enrichment:
@@ -98,8 +102,10 @@ class DocumentBatch:
         items[i] = chunk
         return replace(self, chunks=tuple(items))
 
-    def with_issue(self, transform: str, reason: str, chunk_id: str | None = None) -> DocumentBatch:
-        issue = TransformIssue(transform, reason, self.doc.source, chunk_id)
+    def with_issue(
+        self, transform: str, reason: str, chunk_id: str | None = None, *, unreached: bool = False
+    ) -> DocumentBatch:
+        issue = TransformIssue(transform, reason, self.doc.source, chunk_id, unreached)
         return replace(self, issues=(*self.issues, issue))
 
 

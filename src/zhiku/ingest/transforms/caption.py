@@ -54,7 +54,9 @@ class Caption:
                         done[ref.image_id] = describe(llm, ctx, ref, data.get(ref.image_id, b""), chunk)
                     except TransformError as e:
                         done[ref.image_id] = ""
-                        batch = batch.with_issue(self.name, f"image {ref.image_id}: {e}", chunk.chunk_id)
+                        batch = batch.with_issue(
+                            self.name, f"image {ref.image_id}: {e}", chunk.chunk_id, unreached=e.unreached
+                        )
                 generated = done.get(ref.image_id, "")
                 caption = f"{ref.caption} — {generated}" if ref.caption and generated else (generated or ref.caption)
                 refs.append(replace(ref, caption=caption))

@@ -71,8 +71,9 @@ def plan_transforms(
     for task in tasks:
         try:
             old = existing(task.source)
-            if old is not None and not force and old.sha256 == sha256_bytes(task.path.read_bytes()):
-                continue
+            unchanged = old is not None and old.sha256 == sha256_bytes(task.path.read_bytes())
+            if old is not None and unchanged and not force and not stage.owes(collection, task.source, old.ingested_at):
+                continue  # as the ingest decides
             doc = load_document(task.path, task.source, loaders)
             pieces = chunk_document(
                 doc, collection=collection, doc_id=doc_id_for(collection, doc.source), settings=settings.chunking

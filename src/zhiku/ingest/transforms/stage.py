@@ -107,6 +107,18 @@ class TransformStage:
     def names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.transforms)
 
+    def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
+        """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
+        of them (switched on since, or written later without transforms: ``written_at`` is when it was stored) or
+        got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
+        come from the cache; refused or malformed replies are not asked again."""
+        if not self.transforms or self.store is None:
+            return False
+        last = self.store.last_usage(collection, source)
+        if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
+            return True
+        return any(i.unreached for i in last.issues)
+
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
         lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
         done: dict[str, int] = {}
@@ -152,7 +164,7 @@ class TransformStage:
         try:
             out = t.apply(batch, ctx)
         except TransformError as e:
-            return batch.with_issue(t.name, str(e))
+            return batch.with_issue(t.name, str(e), unreached=e.unreached)
         except Exception as e:  # a plugin's bug must not stop the batch
             return batch.with_issue(t.name, f"unexpected error: {type(e).__name__}: {e}")
         if [c.chunk_id for c in out.chunks] != [c.chunk_id for c in batch.chunks] or len(out.enrichments) != len(

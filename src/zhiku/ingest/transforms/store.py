@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS llm_usage (id INTEGER PRIMARY KEY, at REAL NOT NULL, 
     source TEXT NOT NULL, transforms TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL,
     prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost REAL NOT NULL, currency TEXT NOT NULL,
     issues TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS llm_usage_by_source ON llm_usage (collection, source, id);
 """
 
 
@@ -203,17 +204,32 @@ class EnrichmentStore:
                 if db
                 else []
             )
-        return [
-            UsageRecord(
-                r[1],
-                r[2],
-                r[3],
-                tuple(t for t in r[4].split(",") if t),
-                LLMUsage(r[5], r[6], r[7], r[8], r[9], r[10]),
-                tuple(TransformIssue(**d) for d in json.loads(r[11])),
+        return [_usage_record(r) for r in rows]
+
+    def last_usage(self, collection: str, source: str) -> UsageRecord | None:
+        """The usage record of the last ingest of ``source`` in ``collection`` that ran transforms (None: never)."""
+        with self._lock:
+            db = self._conn()
+            row = (
+                db.execute(
+                    "SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT 1",
+                    (collection, source),
+                ).fetchone()
+                if db
+                else None
             )
-            for r in rows
-        ]
+        return None if row is None else _usage_record(row)
+
+
+def _usage_record(r: Sequence[Any]) -> UsageRecord:
+    return UsageRecord(
+        r[1],
+        r[2],
+        r[3],
+        tuple(t for t in r[4].split(",") if t),
+        LLMUsage(r[5], r[6], r[7], r[8], r[9], r[10]),
+        tuple(TransformIssue(**d) for d in json.loads(r[11])),
+    )
 
 
 def enrichment_row(e: Enrichment | None) -> dict[str, object]:

@@ -1,0 +1,222 @@
+"""An unchanged document is ingested again when its enrichment is owed: the endpoint gave no answer for some of
+its chunks last time (down, rate-limited, timed out), or a transform was switched on since. Without that, the
+next ``zhiku ingest`` skipped it and its chunks stayed without the transform for good. Refused or malformed
+replies are not asked again (the model would answer the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fake_openai import DIM, FakeOpenAI
+from helpers_kb import CORPUS_CHUNKS
+from test_transforms import open_kb
+
+DOCS = 3  # helpers_kb.CORPUS: three files
+
+
+def test_chunks_the_endpoint_never_answered_are_enriched_by_the_next_ingest(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-down", ["metadata"])
+    down = kb.ingest([corpus])
+    assert len(down.added) == DOCS and down.chunks_written == CORPUS_CHUNKS
+    assert len(down.transforms.issues) == CORPUS_CHUNKS + DOCS
+    assert all(i.unreached for i in down.transforms.issues)
+
+    plan = kb.plan_transforms([corpus])  # the dry run decides as the ingest does
+    assert (plan.documents, plan.requests, plan.cached) == (DOCS, CORPUS_CHUNKS + DOCS, 0)
+
+    fake_openai.always = None  # the endpoint is back: the same command, no --force
+    back = kb.ingest([corpus])
+    assert (len(back.updated), len(back.skipped)) == (DOCS, 0)
+    assert (back.transforms.usage.calls, back.transforms.issues) == (CORPUS_CHUNKS + DOCS, ())
+    assert dict(back.transforms.applied) == {"metadata": CORPUS_CHUNKS + DOCS}
+    assert len(kb.retrieve("劳动法规", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # a tag only the LLM wrote
+
+    settled = kb.ingest([corpus])  # nothing owed any more: skipped, nothing sent
+    assert (len(settled.skipped), settled.transforms.usage.calls) == (DOCS, 0)
+    assert kb.plan_transforms([corpus]).documents == 0
+
+
+def test_a_transform_switched_on_later_enriches_unchanged_documents(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    plain = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-later", [])
+    assert len(plain.ingest([corpus]).added) == DOCS
+    plain.close()
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-later", ["contextual"])
+    on = kb.ingest([corpus])
+    assert (len(on.updated), on.transforms.usage.calls, on.transforms.issues) == (DOCS, CORPUS_CHUNKS, ())
+    assert len(kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # only the contexts hold it
+    more = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-later", ["contextual", "metadata"])
+    added = more.ingest([corpus])  # one more transform: ingested again, the contexts come from the cache
+    assert (len(added.updated), added.transforms.usage.cached) == (DOCS, CORPUS_CHUNKS)
+
+
+def test_refused_replies_are_not_asked_again_by_a_plain_ingest(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.always = ("refuse",)
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-refused", ["contextual"])
+    first = kb.ingest([corpus])
+    assert len(first.transforms.issues) == CORPUS_CHUNKS
+    assert not any(i.unreached for i in first.transforms.issues)
+    sent = len(fake_openai.chats())
+    again = kb.ingest([corpus])
+    assert (len(again.skipped), len(fake_openai.chats())) == (DOCS, sent)
+
+
+def cli_ingest(tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, **llm: Any) -> Any:
+    """``zhiku ingest docs --transform X`` through the CLI (no terminal: log lines), embedder and LLM the fake."""
+    from typer.testing import CliRunner
+
+    from helpers_kb import write_corpus
+    from test_transforms import llm_reply
+    from zhiku.cli.app import app
+
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    transform = llm.pop("transform", "contextual")
+    write_corpus(tmp_path / "docs")
+    fake.chat_reply = llm_reply
+    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url, "dimensions": DIM}
+    config = tmp_path / "zhiku.yaml"
+    settings = {
+        "index": str(tmp_path / "idx"),
+        "embedding": {**embedding, "cache_dir": str(tmp_path / "cache")},
+        "llm": {"base_url": fake.url, "concurrency": 1, **llm},
+    }
+    config.write_text(json.dumps(settings), encoding="utf-8")
+    return CliRunner().invoke(
+        app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", transform]
+    )
+
+
+def test_log_progress_shows_the_transforms_of_a_long_document(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal (CI logs), progress lines came once per document: an LLM ingest of one long file printed
+    nothing for its whole duration, and its first line said ``0/0 documents``."""
+    import zhiku.cli.common
+
+    monkeypatch.setattr(zhiku.cli.common, "PROGRESS_SECONDS", 0.0)  # every changed note, not one per 15 s
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-progress")
+    assert r.exit_code == 0, r.output
+    lines = [ln.split(" · ") for ln in r.stderr.splitlines() if ln.startswith("ingesting: ")]
+    assert " · ".join(lines[0][:1] + lines[0][2:]) == "ingesting: 0/3 documents"
+    assert [" · ".join(ln[:1] + ln[2:]) for ln in lines if "contextual" in ln[-2]] == [
+        "ingesting: 0/3 documents · contextual 1/2 chunks · 劳动合同法.md",
+        "ingesting: 0/3 documents · contextual 2/2 chunks · 劳动合同法.md",
+        "ingesting: 0/3 documents · contextual 1/1 chunks · 年休假条例.md",
+        "ingesting: 1/3 documents · contextual 1/1 chunks · 规章/工资支付规定.txt",
+    ]
+
+
+def test_one_line_per_shared_reason_and_what_the_next_ingest_does(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-lines", max_retries=0, transform="metadata")
+    assert r.exit_code == 0, r.output
+    why = f"{fake_openai.url}/chat/completions failed after 1 attempt(s): HTTP 500: GPU fell over"
+    docs = "劳动合同法.md, 年休假条例.md, 规章/工资支付规定.txt"
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("  ")] == [
+        f"  metadata skipped for 3 documents ({docs}): document metadata: {why} (kept without it)",
+        f"  metadata skipped for 4 chunks of {docs}: {why} (kept without it)",
+        "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
+        "(replies already received come from the cache)",
+    ]
+
+
+def test_mcp_ingest_says_what_the_transforms_did_and_what_failed(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """ingest_documents over MCP reported the documents and chunks only: an agent could not tell that every chunk
+    was indexed without its enrichment because the LLM endpoint was down."""
+    from helpers_kb import write_corpus
+    from test_transforms_surfaces import call_tools, fake_settings
+
+    write_corpus(tmp_path / "docs")
+    settings = fake_settings(tmp_path, fake_openai, "m-mcp-ingest", ["contextual"])
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    [down] = call_tools(settings, [("ingest_documents", {"paths": [str(tmp_path / "docs")]})])
+    why = f"contextual: {fake_openai.url}/chat/completions failed after 1 attempt(s): HTTP 500: GPU fell over"
+    assert down.structured_content["transforms"] == {
+        "applied": {"contextual": 0},
+        "kept_without": CORPUS_CHUNKS,
+        "reasons": [f"{why} (×{CORPUS_CHUNKS})"],
+        "retried": True,
+    }
+    assert down.content[0].text.splitlines()[1:] == [
+        "LLM transforms: contextual 0",
+        f"- kept without a transform: {why} (×{CORPUS_CHUNKS})",
+        "- the endpoint gave no answer for some: ingesting these files again retries them",
+    ]
+    fake_openai.always = None
+    [back] = call_tools(settings, [("ingest_documents", {"paths": [str(tmp_path / "docs")]})])
+    assert back.structured_content["transforms"] == {
+        "applied": {"contextual": CORPUS_CHUNKS},
+        "kept_without": 0,
+        "reasons": [],
+        "retried": False,
+    }
+    assert len(back.structured_content["updated"]) == DOCS
+
+
+def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are_back(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Enriched, then edited and ingested without transforms (its contexts are cleared), then ingested with them
+    again: its last usage record still listed contextual, so it was skipped without contexts."""
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
+    assert kb.ingest([corpus]).transforms.applied == (("contextual", CORPUS_CHUNKS),)
+    kb.close()
+    leave = corpus / "年休假条例.md"
+    leave.write_text(leave.read_text(encoding="utf-8") + "\n第四条 年休假在1个年度内可以集中安排。\n", encoding="utf-8")
+    plain = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", [])
+    assert plain.ingest([corpus]).updated == ("年休假条例.md",)
+    plain.close()
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
+    again = kb.ingest([corpus])
+    assert (again.updated, len(again.skipped)) == (("年休假条例.md",), DOCS - 1)
+    hits = kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits  # every chunk has its context again
+    assert sorted({h.chunk.source for h in hits}) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
+
+
+def test_a_damaged_reply_cache_is_one_clear_error(tmp_path: Path) -> None:
+    from zhiku.errors import ConfigError
+    from zhiku.llm.cache import ReplyCache
+
+    damaged = tmp_path / "llm.sqlite"
+    damaged.write_bytes(b"not a database " * 100)
+    for read_only in (False, True):  # an ingest, a dry run
+        with pytest.raises(ConfigError) as e:
+            ReplyCache(damaged, read_only=read_only)
+        assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
+            f"the LLM reply cache {damaged} cannot be opened (file is not a database): it is only a cache, delete "
+            "the file (or set llm.cache: false / judge.cache: false)"
+        )
+
+
+def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> None:
+    """Every unchanged document of every ingest with transforms looks up its last usage record: without an index
+    that is a scan of the whole (growing) llm_usage table per document."""
+    import sqlite3
+
+    from zhiku.ingest.transforms.store import ENRICH_FILE, EnrichmentStore
+
+    store = EnrichmentStore(tmp_path)
+    assert store.last_usage("hr", "a.md") is None  # no file yet: nothing read, nothing created
+    store.usage_history()
+    store._conn(write=True)
+    store.close()
+    db = sqlite3.connect(tmp_path / ENRICH_FILE)
+    plan = db.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT 1",
+        ("hr", "a.md"),
+    ).fetchall()
+    assert len(plan) == 1 and "USING INDEX llm_usage_by_source (collection=? AND source=?)" in plan[0][3]
