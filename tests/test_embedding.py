@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test_cli import cli  # noqa: F401  (the fixture)
 from zhiku.embedding import BundledE5Embedder, CachedEmbedder, Embedder, EmbeddingCache, build_embedder
 from zhiku.embedding.cache import caching_queries, query_key, text_key
 from zhiku.settings import EmbeddingSettings
@@ -152,3 +153,29 @@ def test_questions_embedded_together_equal_each_embedded_alone(e5: BundledE5Embe
         np.testing.assert_allclose(embed_queries(cached, texts), together, atol=1e-6)
     stored = EmbeddingCache(path).get_many(e5.name, [query_key(t) for t in texts], 384)
     assert sorted(stored) == sorted(query_key(t) for t in texts)
+
+
+def test_a_damaged_embedding_cache_is_one_clear_error(tmp_path: Path, cli) -> None:  # noqa: F811
+    from zhiku.errors import ConfigError
+
+    damaged = tmp_path / "cache" / "embeddings.sqlite"
+    damaged.parent.mkdir()
+    damaged.write_bytes(b"not a database " * 100)
+    with pytest.raises(ConfigError) as e:
+        EmbeddingCache(damaged)
+    assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
+        f"the embedding cache {damaged} cannot be opened (file is not a database): it is only a cache — delete the "
+        "file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
+    )
+    # through the CLI: the same line on stderr, exit 1, no traceback
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# 标题\n\n试用期最长六个月。\n", encoding="utf-8")
+    r = cli(
+        "ingest",
+        tmp_path / "docs",
+        "--index",
+        tmp_path / "idx",
+        env={"ZHIKU_EMBEDDING__CACHE_DIR": str(damaged.parent)},
+    )
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"the embedding cache {damaged} cannot be opened (file is not a database)" in r.stderr

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries
+from zhiku.errors import ConfigError
 
 
 def text_key(text: str) -> str:
@@ -33,16 +34,22 @@ class EmbeddingCache:
     """SQLite table ``vectors(model, key, vector)``; safe to share between processes (WAL)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=normal")
-        self._db.execute(
-            "create table if not exists vectors(model text not null, key text not null, vector blob not null,"
-            " primary key (model, key)) without rowid"
-        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("pragma journal_mode=wal")
+            self._db.execute("pragma synchronous=normal")
+            self._db.execute(
+                "create table if not exists vectors(model text not null, key text not null, vector blob not null,"
+                " primary key (model, key)) without rowid"
+            )
+        except (sqlite3.DatabaseError, OSError) as e:  # a damaged or foreign file, a folder we cannot write
+            raise ConfigError(
+                f"the embedding cache {path} cannot be opened ({e}): it is only a cache — delete the file, or set "
+                "embedding.cache_dir to a writable folder (or embedding.cache: false)"
+            ) from None
 
     def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zhiku.observability.columns import Columns, Rows
-from zhiku.observability.records import Trace
+from zhiku.observability.records import DATA, Trace
 from zhiku.observability.sampling import SAMPLED_OUT
 from zhiku.types import Hit
 
@@ -78,7 +78,7 @@ def label_later(
         if sealed.detail != SAMPLED_OUT:
             label_chunks(sealed, lookup)
 
-    trace.defer(label)
+    trace.defer(label, DATA)  # sampled out, it reads no stage
 
 
 HIT_FIELDS: tuple[str, ...] = (
@@ -97,13 +97,26 @@ HIT_FIELDS += ("dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
 
 def hit_rows(hits: Sequence[Hit]) -> Rows:
     """The final hits of a query as trace rows (rank, ids, every channel's evidence): one tuple per hit, built in
-    one pass (every query's trace has them; readers get dicts back, ``as_rows``)."""
+    one pass (every query's trace has them; readers get dicts back, ``as_rows``). Attribute reads: a hit's
+    ``__dict__`` would be built for the occasion (3.11 keeps an instance's attributes without one)."""
     return Rows(
-        HIT_FIELDS,
-        [
-            (n, c.chunk_id, c.source, c.section, c.page, h.score, h.bm25_rank, h.bm25_score, h.dense_rank)
-            + (h.dense_score, h.fused_rank, h.rerank_score, h.rerank_sigmoid)
+        fields=HIT_FIELDS,
+        rows=[
+            (
+                n,
+                (c := h.chunk).chunk_id,
+                c.source,
+                c.section,
+                c.page,
+                h.score,
+                h.bm25_rank,
+                h.bm25_score,
+                h.dense_rank,
+                h.dense_score,
+                h.fused_rank,
+                h.rerank_score,
+                h.rerank_sigmoid,
+            )
             for n, h in enumerate(hits, 1)
-            for c in (h.chunk,)
         ],
     )

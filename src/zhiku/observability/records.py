@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+from zhiku.observability.columns import RANKING_MAX as RANKING_MAX  # re-exported
 from zhiku.observability.columns import Columns, as_rows
-from zhiku.observability.rounding import rounded
+from zhiku.observability.rounding import rounded_one
 from zhiku.observability.sampling import SAMPLED_OUT, Reason, keep_reason
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,9 @@ Event = tuple[str, float, float, Sets | None]
 PIECE: Sets = []
 
 
-OPEN: set[int] = set()  # ids of the traces open in this process (``JsonlSink``'s writer waits while there are any)
+# one entry per trace open in this process (``JsonlSink``'s writer waits while there are any): appended and popped
+# (atomic, no id() or hashing: a set of ids cost each query ~3 k instructions)
+OPEN: list[None] = []
 _SEALING = threading.RLock()  # one for every trace (a lock per trace costs each query its allocation)
 
 
@@ -39,13 +42,15 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-_started = itemgetter(1)  # an event's start (a C key: ``sorted`` calls no Python function per event)
+_started = itemgetter(1)
+_new = object.__new__  # an event's start (a C key: ``sorted`` calls no Python function per event)
 
 
 TRACE_FILE = "traces.jsonl"
-RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
 DETAILS = ("lean", "full")  # lean: a channel lists its first top_k candidates (the query's top_k; 10 if unknown)
-ALWAYS, DETAIL = 0, 1  # when deferred work runs (``Trace.defer``): always, or with the candidate detail
+# when deferred work runs (``Trace.defer``): always; with the candidate detail; always, reading no stage of a trace
+# that keeps no detail (such a trace is encoded straight from its events: ``Trace.lean_record``)
+ALWAYS, DETAIL, DATA = 0, 1, 2
 STAGES = (
     "parse",
     "queue",
@@ -146,11 +151,24 @@ class Trace:
     )  # a span raised or set status "error"  # keeps its detail (``decide``)
     _by_name: dict[str, Stage] = field(default_factory=dict, repr=False, compare=False)
 
+    @classmethod
+    def opened(cls, kind: str, trace_id: str, started_at: float, attrs: dict[str, Any], *settings: Any) -> Trace:
+        """``Trace(kind, trace_id, started_at, attrs, detail=…, kept=…, sample=…, slow_ms=…)`` (``settings``, in
+        that order), each other field its default, without the dataclass's ``__init__`` (20 fields by keyword: ~10 k
+        instructions, 2–3× this; every query opens one). tests/test_tracing_lean.py checks it field by field."""
+        t = _new(cls)
+        t.kind, t.trace_id, t.started_at, t.attrs = kind, trace_id, started_at, attrs
+        t.stages, t.data, t.elapsed_ms, t.status, t.error, t.labels = [], {}, 0.0, "ok", None, {}
+        (t.detail, t.kept, t.sample, t.slow_ms), t._t0, t._events, t._later = settings, 0.0, [], []
+        t._sealed, t._closed, t._decided, t.stage_failed, t._by_name = False, False, None, False, {}
+        return t
+
     def defer(self, fn: Callable[[Trace], None], when: int = ALWAYS) -> None:
         """Run ``fn(trace)`` when the trace is sealed (by the first sink that writes it, or a reader of the live trace):
         work that only a written or read trace needs, such as ranked rows, rank changes and chunk labels; a query
         no sink takes (tracing off) never runs it. Deferred work runs in the order it was added. ``when``:
-        ``ALWAYS``, or ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``). ``fn`` gets the
+        ``ALWAYS``; ``DETAIL`` (candidate detail): only if the trace keeps it (``sampling``); ``DATA``: always, and
+        in a trace without the detail it reads and writes the trace's own fields (``data``), never a stage. ``fn`` gets the
         trace as its argument, so it need not hold it (a trace without reference cycles is freed as soon as it is
         written, not by the garbage collector). Once the trace has ended or is sealed, ``fn`` is dropped."""
         if not self._closed:
@@ -173,7 +191,7 @@ class Trace:
                     self._replay()
                     later, self._later = tuple(self._later), []  # a copy: a late append cannot change it
                     for fn, when in later:
-                        if when == ALWAYS or detail:
+                        if when != DETAIL or detail:
                             self._run(fn)
                     self._sealed = True
         return self
@@ -182,11 +200,15 @@ class Trace:
         """Whether the trace keeps its candidate detail (``sampling``), decided once, when it has ended: a trace
         sampled out drops the deferred detail work at once (and the rankings it holds). ``JsonlSink`` asks on the
         query's thread before it queues the trace, ``seal`` otherwise."""
-        if self._decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
-            self._decided = keeps = self._keeps_detail()
-            if not keeps:
-                self._later = [(fn, when) for fn, when in self._later if when == ALWAYS]
-        return self._decided
+        decided = self._decided
+        if decided is None:  # no lock: the thread that ends the trace asks first, then hands it on
+            decided = True  # nothing to sample (an ingestion run)
+            for entry in self._later:
+                if entry[1] == DETAIL:
+                    decided = self._keeps_detail()
+                    break
+            self._decided = decided
+        return decided
 
     def _replay(self) -> None:
         """Turn the spans and marks recorded while the trace was open into stages, in the order they started (a
@@ -209,26 +231,25 @@ class Trace:
                 s.record(counts, status, data)
 
     def _keeps_detail(self) -> bool:
-        for _, when in self._later:
-            if when == DETAIL:
-                break
-        else:
-            return True  # nothing to sample (an ingestion run)
+        failed = self.status == "error" or self.stage_failed  # or a stage set to "error" (none yet when it ended)
+        failed = failed or (bool(self.stages) and "error" in [s.status for s in self.stages])
         self.kept = keep_reason(
             self.trace_id,
             kept=self.kept,
-            failed=self._failed(),
+            failed=failed,  # the query failed, or one of its stages did (a span that raised, set to ``error``)
             elapsed_ms=self.elapsed_ms,
             slow_ms=self.slow_ms,
             fraction=self.sample,
         )
-        if self.kept is None:
-            self.detail = SAMPLED_OUT
-        return self.kept is not None
-
-    def _failed(self) -> bool:
-        """The query failed, or one of its stages did (a span that raised, a stage set to ``error``: ``failed``)."""
-        return self.status == "error" or self.stage_failed or "error" in [s.status for s in self.stages]
+        if self.kept is not None:
+            return True
+        self.detail = SAMPLED_OUT
+        kept: list[tuple[Callable[[Trace], None], int]] = []
+        for entry in self._later:  # (a loop: a comprehension makes a function and a frame each time)
+            if entry[1] != DETAIL:
+                kept.append(entry)
+        self._later = kept
+        return False
 
     def _run(self, fn: Callable[[Trace], None]) -> None:
         try:
@@ -270,11 +291,38 @@ class Trace:
     def _record(self) -> dict[str, Any]:
         """The sealed trace without its stages (``encode_line`` hands orjson the ``Stage`` objects themselves)."""
         self.seal()
+        return self._head()
+
+    def lean_record(self) -> dict[str, Any] | None:
+        """What ``encode_line`` writes, for a trace that keeps no candidate detail (``decide``), whose stages are
+        each one span, mark or wait with at most one ``set``, and whose deferred work is all ``DATA``: its stages
+        as dicts built straight from the events (the fields a ``Stage`` holds, in its order), not ``Stage``
+        objects sorted twice; None for any other trace (``seal`` it). The deferred work is run, the stages are not
+        replayed: the trace is not sealed, and a later ``seal`` gives it its stages as usual."""
+        self._closed = True
+        if self._sealed or self.decide():
+            return None
+        later = self._later  # (closed: nothing is added any more)
+        for _, when in later:
+            if when != DATA:
+                return None
+        with _SEALING:
+            stages = None if self._sealed else _lean_stages(self._events, self._t0)
+            if stages is None:
+                return None
+            self._later = []
+            for fn, _ in later:
+                self._run(fn)
+        head = self._head()
+        head["stages"] = stages
+        return head
+
+    def _head(self) -> dict[str, Any]:
         return {
             "trace_id": self.trace_id,
             "kind": self.kind,
-            "started_at": rounded((self.started_at,), 6)[0],
-            "elapsed_ms": rounded((self.elapsed_ms,), 3)[0],
+            "started_at": rounded_one(self.started_at, 6),
+            "elapsed_ms": rounded_one(self.elapsed_ms, 3),
             "status": self.status,
             "error": self.error,
             "detail": self.detail,
@@ -309,3 +357,42 @@ def ordered_stages(trace: Trace) -> list[Stage]:
 
 
 _ORDER = {name: i for i, name in enumerate(STAGES)}
+
+
+def _lean_stages(events: list[Event], t_start: float) -> list[dict[str, Any]] | None:
+    """The stages ``_replay`` and ``ordered_stages`` would give, as the dicts orjson writes for a ``Stage`` (its
+    fields in its order), when each event is a stage of its own with at most one ``set`` of plain dicts; None
+    otherwise."""
+    keyed: list[tuple[int, float, int, dict[str, Any]]] = []
+    by_name: dict[str, dict[str, Any]] = {}
+    counts: Mapping[str, int] | None
+    status: str | None
+    data: Mapping[str, Any]
+    for name, t0, elapsed_s, sets in events:
+        if sets is None:
+            counts, status, data, elapsed_ms = None, None, {}, 0.0 + elapsed_s * 1000  # as ``_open`` adds it
+        elif len(sets) == 1:
+            counts, status, data = sets[0]
+            elapsed_ms = elapsed_s * 1000
+            if type(data) is not dict or (counts is not None and type(counts) is not dict):
+                return None  # (``Stage`` holds copies as dicts)
+        else:  # set more than once, or the first piece of a span (``PIECE``): ``_replay`` merges them
+            return None
+        by_name[name] = stage = {
+            "name": name,
+            "start_ms": (t0 - t_start) * 1000,
+            "elapsed_ms": elapsed_ms,
+            "status": status or "ok",
+            "counts": counts or {},
+            "data": data,
+            "calls": 1,
+        }
+        keyed.append((_ORDER.get(name, _LAST), t0, len(keyed), stage))
+    if len(by_name) < len(keyed):  # a name met twice: one stage of several calls
+        return None
+    keyed.sort()  # pipeline order, then by start (as ``ordered_stages`` after ``_replay``)
+    return list(map(_stage_of, keyed))
+
+
+_LAST = len(_ORDER)
+_stage_of = itemgetter(3)

@@ -30,3 +30,18 @@ def rounded(values: Iterable[float], digits: int) -> list[float]:
                 continue
         out.append(round(x, digits))
     return out
+
+
+def rounded_one(x: float, digits: int) -> float:
+    """``round(x, digits)`` for one float (a trace's start time and duration), by ``rounded``'s rule without its
+    list."""
+    scale = _SCALES[digits]
+    y = x * scale
+    if -_LIMIT < y < _LIMIT:
+        r = round(y)
+        if r and -0.5 < y - r < 0.5:
+            return r / scale
+    return round(x, digits)
+
+
+_SCALES = tuple(10.0**n for n in range(23))  # exact: 10ⁿ up to 10²²

@@ -30,8 +30,8 @@ def sampled_in(trace_id: str, fraction: float) -> bool:
     if fraction <= 0.0:
         return False
     if len(trace_id) == 16:
-        try:
-            return int(trace_id, 16) / 2**64 < fraction
+        try:  # × 2⁻⁶⁴: the float of n / 2**64 (n rounded to 53 bits, scaled exactly), without a division of ints
+            return int(trace_id, 16) * _TO_UNIT < fraction
         except ValueError:
             pass
     return zlib.crc32(trace_id.encode()) / 2**32 < fraction
@@ -54,3 +54,6 @@ def keep_reason(
     if elapsed_ms >= slow_ms:
         return "slow"
     return "sampled" if sampled_in(trace_id, fraction) else None
+
+
+_TO_UNIT = 2.0**-64

@@ -38,7 +38,15 @@ log = logging.getLogger(__name__)
 def encode_line(trace: Trace) -> bytes:
     """One trace as a compact UTF-8 JSON line: what ``JsonlSink`` appends. ``orjson`` (a dependency) encodes a
     query trace several times faster than ``json`` (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %); ``json``
-    takes what it refuses (an int past 64 bits)."""
+    takes what it refuses (an int past 64 bits). A trace without its candidate detail (most) is written straight
+    from its events (``Trace.lean_record``): the same bytes, about half the work (bench/RESULTS.md, Issue 13 — a
+    sampled-out trace, cheaper)."""
+    lean = trace.lean_record()
+    if lean is not None:
+        try:
+            return orjson.dumps(lean, default=_encodable, option=orjson.OPT_APPEND_NEWLINE)
+        except TypeError:  # sealed and written as below (the json fallback writes a Stage rounded: ``to_json``)
+            pass
     record = trace._record()
     record["stages"] = ordered_stages(trace)  # dataclasses: orjson writes their fields without a dict each
     try:

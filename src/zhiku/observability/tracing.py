@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from zhiku.observability.columns import Columns
+from zhiku.observability.columns import ranking_columns as ranking_columns  # re-exported
 from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
 from zhiku.observability.labels import hit_rows as hit_rows
 from zhiku.observability.labels import label_chunks as label_chunks
@@ -40,7 +40,6 @@ from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: traci
     summarize_changes,
 )
 from zhiku.observability.records import OPEN, PIECE, Sets
-from zhiku.observability.rounding import rounded
 from zhiku.observability.sampling import Reason
 from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     DETAIL,
@@ -58,7 +57,7 @@ from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     trace_files,
 )
 from zhiku.settings import TracingSettings
-from zhiku.types import IngestReport, Ranking, ScoredId
+from zhiku.types import IngestReport, ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +72,10 @@ class _Span:
 
     __slots__ = ("_trace", "_name", "_t0", "_sets")
     active = True
-
-    def __init__(self, trace: Trace, name: str) -> None:
-        self._trace = trace
-        self._name = name
-        self._sets: Sets | None = None
+    _trace: Trace
+    _name: str
+    _t0: float
+    _sets: Sets | None  # made by ``span`` (no ``__init__``)
 
     def __enter__(self) -> _Span:
         self._t0 = time.perf_counter()
@@ -119,43 +117,48 @@ class _Span:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
         trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
-        self.set(counts={"candidates": len(items)}, **data)
-        self._trace.defer(_Ranking(self._name, items), DETAIL)
+        t = self._trace
+        if t._closed:
+            return
+        counted = ({"candidates": len(items)}, None, data)  # ``set`` inline (every channel's span records one)
+        if self._sets is None:
+            self._sets = [counted]
+        else:
+            self._sets.append(counted)
+        t._later.append((_Ranking((self._name, items)), DETAIL))  # type: ignore[arg-type]  # (a tuple's __call__)
 
     def later(self, record: Later) -> None:
         """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
         keeps its candidate detail (``sampling``): for what only a written trace needs (rank changes). ``record``
         must only read values that do not change (the trace may be sealed by the trace writer's thread)."""
-        self._trace.defer(_Later(self._name, record), DETAIL)
+        self._trace.defer(_Later((self._name, record)), DETAIL)  # type: ignore[arg-type]
 
 
-class _Later:
-    """A span's deferred ``set``: what ``record()`` returns, added to stage ``name`` when the trace is sealed."""
+class _Later(tuple[str, Later]):
+    """A span's deferred ``set``, ``(name, record)``: what ``record()`` returns, added to stage ``name`` when the
+    trace is sealed. A tuple: made without a Python ``__init__`` (most are dropped unread: sampled out)."""
 
-    __slots__ = ("name", "record")
-
-    def __init__(self, name: str, record: Later) -> None:
-        self.name, self.record = name, record
+    __slots__ = ()
 
     def __call__(self, trace: Trace) -> None:
-        counts, data = self.record()
-        stage = trace.stage(self.name)
+        name, record = self
+        counts, data = record()
+        stage = trace.stage(name)
         if stage is not None:
             stage.record(counts, None, data)
 
 
-class _Ranking:
-    """A channel's candidates (``_Span.ranking``), listed in stage ``name`` when the trace is sealed."""
+class _Ranking(tuple[str, Sequence[ScoredId]]):
+    """A channel's candidates (``_Span.ranking``), ``(name, items)``, listed in stage ``name`` when the trace is
+    sealed (a tuple, as ``_Later``)."""
 
-    __slots__ = ("name", "items")
-
-    def __init__(self, name: str, items: Sequence[ScoredId]) -> None:
-        self.name, self.items = name, items
+    __slots__ = ()
 
     def __call__(self, trace: Trace) -> None:
-        stage = trace.stage(self.name)
+        name, items = self
+        stage = trace.stage(name)
         if stage is not None:
-            stage.record({}, None, {"ranking": ranking_columns(self.items, trace.ranking_limit())})
+            stage.record({}, None, {"ranking": ranking_columns(items, trace.ranking_limit())})
 
 
 class _NoSpan:
@@ -189,7 +192,14 @@ NOOP = _NoSpan()
 def span(name: str) -> _Span | _NoSpan:
     """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
     t = _current.get()
-    return NOOP if t is None else _Span(t, name)
+    if t is None:
+        return NOOP
+    sp = _new(_Span)  # (no ``__init__`` frame: a span is opened several times per query)
+    sp._trace, sp._name, sp._sets = t, name, None
+    return sp
+
+
+_new = object.__new__
 
 
 def mark(name: str, status: str = "off", **data: Any) -> None:
@@ -220,26 +230,10 @@ def keep_detail(reason: Reason) -> None:
         t.keep(reason)
 
 
-def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Columns:
-    """A channel's first ``limit`` candidates as columns: ``chunk_id``, ``rank``, ``score``."""
-    if type(items) is Ranking:  # columns already: no ScoredId per candidate
-        n = min(limit, len(items))
-        scores = rounded(items.scores[:n], 6)
-        return Columns({"chunk_id": list(items.ids[:n]), "rank": list(range(1, n + 1)), "score": scores})
-    first = items[:limit]
-    return Columns(
-        {
-            "chunk_id": [x.chunk_id for x in first],
-            "rank": [x.rank for x in first],
-            "score": rounded([x.score for x in first], 6),
-        }
-    )
-
-
 def _trace_id() -> str:
     """16 hex digits from ``random`` (seeded from ``os.urandom``, reseeded in a forked child): an id, not a
     secret; ``uuid4`` reads ``os.urandom`` on every call (~7× slower)."""
-    return f"{random.getrandbits(64):016x}"
+    return random.getrandbits(64).to_bytes(8, "big").hex()  # (3× faster than formatting it with "016x")
 
 
 class _Root:
@@ -250,20 +244,13 @@ class _Root:
     def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
         self._tracer = tracer
         self._capture = capture
-        self._trace = Trace(
-            kind,
-            _trace_id(),
-            time.time(),
-            attrs,
-            detail=tracer.detail,
-            kept="forced" if capture else None,  # the caller reads the trace: it keeps its candidate detail
-            sample=tracer.sample,
-            slow_ms=tracer.slow_ms,
-        )
+        kept: Reason | None = "forced" if capture else None  # the caller reads the trace: it keeps its detail
+        settings = (tracer.detail, kept, tracer.sample, tracer.slow_ms)
+        self._trace = Trace.opened(kind, _trace_id(), time.time(), attrs, *settings)
 
     def __enter__(self) -> Trace:
         t = self._trace
-        OPEN.add(id(t))
+        OPEN.append(None)
         t._t0 = time.perf_counter()
         self._token = _current.set(t)
         return t
@@ -271,7 +258,10 @@ class _Root:
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         t = self._trace
         t._closed = True  # from now on nothing is added: a thread still running for it records into nothing
-        OPEN.discard(id(t))  # first: a reset that fails (ended in another context) must not leave it open for good
+        try:  # first: a reset that fails (ended in another context) must not leave it open for good
+            OPEN.pop()
+        except IndexError:  # a child forked while it was open starts with none
+            pass
         _current.reset(self._token)
         t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
         if exc is not None:  # the caller sees the error: its trace is sealed here, with its detail
@@ -285,13 +275,19 @@ class _Root:
 class _Join:
     """A trace opened inside another one adds its attributes to the outer trace and records into it."""
 
+    __slots__ = ("_trace", "_attrs")
+
     def __init__(self, trace: Trace, attrs: dict[str, Any]) -> None:
         self._trace = trace
         self._attrs = attrs
 
     def __enter__(self) -> Trace:
+        attrs = self._trace.attrs
+        if not attrs:  # (``KnowledgeBase.query``'s trace has none: one C call)
+            attrs.update(self._attrs)
+            return self._trace
         for k, v in self._attrs.items():
-            self._trace.attrs.setdefault(k, v)
+            attrs.setdefault(k, v)
         return self._trace
 
     def __exit__(self, *exc: object) -> None:
