@@ -272,3 +272,15 @@ def test_a_chunk_never_answered_is_asked_again_a_bounded_number_of_times(
     missed = kb.ingest([corpus])
     assert (missed.updated, missed.transforms.retried) == (("年休假条例.md",), True)
     assert kb.ingest([corpus]).updated == ("年休假条例.md",)
+
+
+def test_the_summary_does_not_promise_a_retry_a_plain_ingest_will_not_make(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-no-promise", max_retries=0, cache=False)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines()[-1] == (
+        "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is off, "
+        "or 3 ingests in a row got none); run it with --force once the endpoint is back"
+    )
