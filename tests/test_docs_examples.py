@@ -170,3 +170,19 @@ def test_the_readme_client_command_starts_the_server(mcp_index: Fixture, tmp_pat
     tools, collections = anyio.run(main)
     assert tools == ["query_knowledge_hub", "list_collections", "get_document_summary"]
     assert collections == [{"name": "laws", "documents": 3, "chunks": 5, "chars": 648}]
+
+
+def test_every_code_block_ends_with_a_bare_fence() -> None:
+    """A closing fence with text after it (docs/evaluation.md: "``` A variant that cannot run …") does not close
+    the block on GitHub: the rest of the page rendered as code."""
+    wrong = []
+    for path in DOC_FILES:
+        inside = False
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                if inside and line.strip() != "```":
+                    wrong.append(f"{path.name}:{n}")
+                inside = not inside
+        if inside:
+            wrong.append(f"{path.name}: a block is never closed")
+    assert wrong == []

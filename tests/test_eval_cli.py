@@ -270,3 +270,26 @@ def test_a_beir_folder_given_as_dot_and_judged_ids_missing_from_the_corpus(cli, 
         "q4 judges 'D6' relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can never be found"
     )
     assert out["unmatched"] == [message] and r.stderr.splitlines() == [f"warning: {message}"]
+
+
+def test_a_beir_folder_reached_through_a_link_keeps_the_links_name(tmp_path: Path, monkeypatch) -> None:
+    """The set's name is its collection and what a --baseline compares: `--dataset .` must not make it "", and a
+    link (eval/current -> eval/劳动小集_v2) must not rename it to its target (the same set indexed again under
+    another collection, its baselines refused)."""
+    from zhiku.evaluation.beir import load_beir
+
+    folder = write_beir(tmp_path / "劳动小集_v2")
+    (tmp_path / "current").symlink_to(folder, target_is_directory=True)
+    assert load_beir(tmp_path / "current").name == "current"
+    monkeypatch.chdir(tmp_path)
+    assert load_beir(Path("current")).name == "current"
+
+
+def test_a_judged_id_missing_from_the_corpus_is_named_when_its_query_found_the_others(cli, tmp_path: Path) -> None:
+    """Only the queries that found nothing were checked: q2 finds d3 first, so its typo'd D4 (never retrievable,
+    recall@10 capped at 0.5) went unnamed."""
+    folder = write_beir(tmp_path / "劳动小集", qrels=QRELS.replace("q2\td4", "q2\tD4"))
+    out = json.loads(cli("eval", "--dataset", folder, "--mode", "bm25", "--json").stdout)
+    assert out["unmatched"] == [
+        "q2 judges 'D4' relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can never be found"
+    ]

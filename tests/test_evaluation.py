@@ -345,6 +345,28 @@ def test_gate_functions() -> None:
     assert [b.passed for b in got] == [True, False, True, False]
 
 
+def test_a_baseline_is_passed_by_the_run_that_wrote_it(tmp_path: Path) -> None:
+    """summary.json holds metrics to 4 decimals: with --max-drop 0 the very run that wrote it (mrr@10 0.123456,
+    saved 0.1235) missed its own bar; a NaN in a baseline made a bar at 0 that every run passed."""
+    from zhiku.evaluation.gate import baseline_bars
+
+    metrics = {"mrr@10": 0.123456, "hit@5": 0.899996}
+    summary = {"dataset": "s", "mode": "bm25", "queries": 7, "metrics": {n: round(v, 4) for n, v in metrics.items()}}
+    saved = write(tmp_path / "summary.json", json.dumps(summary))
+    bars = baseline_bars(saved, max_drop=0.0, dataset="s", mode="bm25", budget=None, queries=7)
+    assert bars == (Bar("mrr@10", ">=", 0.1235), Bar("hit@5", ">=", 0.9))
+    assert [(str(b), b.passed) for b in check_gate(bars, metrics)] == [
+        ("mrr@10 = 0.1235 (bar >= 0.1235): ok", True),
+        ("hit@5 = 0.9000 (bar >= 0.9): ok", True),
+    ]
+    assert [b.passed for b in check_gate(bars, {"mrr@10": 0.12344, "hit@5": 0.89994})] == [False, False]
+    summary["metrics"]["hit@5"] = math.nan
+    broken = write(tmp_path / "nan.json", json.dumps(summary))
+    with pytest.raises(InvalidInput) as e:
+        baseline_bars(broken, max_drop=0.01, dataset="s", mode="bm25", budget=None, queries=7)
+    assert str(e.value) == f"the baseline {broken} has hit@5 = nan: save a new baseline"
+
+
 def test_yaml_set_needs_an_existing_index(cli, tmp_path: Path) -> None:
     dataset = write(tmp_path / "劳动.yaml", GOOD_YAML)
     r = cli("eval", "--dataset", dataset, "--index", tmp_path / "无索引")

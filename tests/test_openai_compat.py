@@ -118,6 +118,50 @@ def test_a_deadline_bounds_the_attempt_not_only_the_retries(fake_openai: FakeOpe
     assert c.requests == 1  # no retry past the deadline
 
 
+def test_a_deadline_bounds_a_reply_that_trickles_in() -> None:
+    """httpx's timeouts bound each read: a reply arriving a byte at a time (a stalled proxy) held a request with a
+    deadline (query rewriting) until its last byte, long past the deadline."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = b'{"choices": []}' + b" " * 15
+
+    class Trickle(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up at its deadline
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c = OpenAICompatibleClient(f"http://127.0.0.1:{server.server_port}/v1", timeout=30.0, max_retries=2)
+        with pytest.raises(HttpApiError) as e:
+            c.post("chat/completions", {"model": "m"}, deadline=time.monotonic() + 0.4)
+        assert re.fullmatch(
+            r".*/chat/completions failed after 1 attempt\(s\): timed out after 0\.\d+s \(the reply was still arriving\)",
+            str(e.value),
+        )
+        assert c.requests == 1
+        assert c.post("chat/completions", {"model": "m"}) == {"choices": []}  # no deadline: the whole reply
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_malformed_answers_are_clear_errors(fake_openai: FakeOpenAI) -> None:
     emb = OpenAIEmbedder(client(fake_openai), "m", dimensions=DIM)
     for body, message in (

@@ -226,6 +226,16 @@ class Notes:
         raise NotImplementedError
 
 
+class Archives(Notes):
+    doc_type = "archive"
+    suffixes = (".tar.gz",)
+
+
+class Books(Notes):
+    doc_type = "book"
+    suffixes = (".EPUB",)
+
+
 class Refine:
     name = "refine"
     needs_llm = False
@@ -235,11 +245,16 @@ class Refine:
 '''
 TEAMKIT_ENTRY_POINTS = """\
 [zhiku.loaders]
+archives = zhiku_teamkit:Archives
+books = zhiku_teamkit:Books
 notes = zhiku_teamkit:Notes
 
 [zhiku.rerankers]
 fragile = zhiku_teamkit:shortest
+fragile = zhiku_teamkit:shortest
 shortest = zhiku_teamkit:shortest
+twice = zhiku_teamkit:shortest
+twice = zhiku_teamkit:list_books
 
 [zhiku.tools]
 list_books = zhiku_teamkit:list_books
@@ -271,12 +286,27 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-epub", "zhiku.tools", "list_books")] == clash.format(
         "list_books", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books)"
     )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "twice")] == (  # one package, two values: not "uninstall"
+        "the name 'twice' is also declared by zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books): rename one of its entry "
+        "points"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.rerankers", "fragile")] is None  # declared twice word for word: one
     assert errors[("zhiku-teamkit", "zhiku.transforms", "refine")] == (
         "the name 'refine' is a built-in transform's; rename the entry point"
     )
     assert errors[("zhiku-testkit", "zhiku.transforms", "tagger")] is None
     assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
         "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "books")] == (  # zhiku-epub's loader silently won by name
+        "the loader 'epub' of zhiku-epub (.epub) reads the same files: uninstall one of the packages"
+    )
+    assert errors[("zhiku-epub", "zhiku.loaders", "epub")] == (
+        "the loader 'books' of zhiku-teamkit (.epub) reads the same files: uninstall one of the packages"
+    )
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "archives")] == (  # listed as readable, matched no file either
+        "suffixes ['.tar.gz'] match no file name: a file's suffix is its last dot and what follows (declare '.gz' "
+        "and check the rest of the name in load())"
     )
     build = "from zhiku.plugins import build_provider; build_provider('zhiku.rerankers', 'plugin:fragile', None)"
     built = subprocess.run([PYTHON, "-c", build], capture_output=True, text=True, timeout=60, env=env)

@@ -220,3 +220,67 @@ def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> No
         ("hr", "a.md"),
     ).fetchall()
     assert len(plan) == 1 and "USING INDEX llm_usage_by_source (collection=? AND source=?)" in plan[0][3]
+
+
+def test_without_the_reply_cache_a_plain_ingest_neither_asks_again_nor_loses_what_is_stored(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """llm.cache off: the retry of a document with one unanswered chunk asked every chunk again (nothing comes from a
+    cache) and, the endpoint still failing, rewrote it without the contexts stored by the first ingest."""
+    down = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(
+        kb_factory, tmp_path / "idx", fake_openai, "m-retry-nocache", ["contextual"], cache=False, concurrency=1
+    )
+    fake_openai.then(*down).then(*down)  # the first chunk's two attempts (llm.max_retries 1)
+    first = kb.ingest([corpus])
+    assert [(i.source, i.unreached) for i in first.transforms.issues] == [("劳动合同法.md", True)]
+    assert not first.transforms.retried  # so the summary does not promise a retry
+    assert len(kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS - 1
+    sent = len(fake_openai.chats())
+    fake_openai.always = down
+    again = kb.ingest([corpus])
+    assert (len(again.skipped), len(fake_openai.chats())) == (DOCS, sent)
+    assert len(kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS - 1  # nothing lost
+
+
+def test_a_chunk_never_answered_is_asked_again_a_bounded_number_of_times(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """An endpoint that never answers for a document (a chunk it always times out on): every plain ingest
+    re-ingested it and waited out llm.timeout x the retries again, for good. After RETRY_LIMIT ingests in a row
+    without an answer, only --force asks again."""
+    from zhiku.ingest.transforms.stage import RETRY_LIMIT
+
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-bounded", ["contextual"], max_retries=0)
+    runs = [kb.ingest([corpus]) for _ in range(RETRY_LIMIT + 1)]
+    assert [(len(r.added), len(r.updated), len(r.skipped)) for r in runs] == [
+        (DOCS, 0, 0),
+        *[(0, DOCS, 0)] * (RETRY_LIMIT - 1),
+        (0, 0, DOCS),
+    ]
+    assert [r.transforms.retried for r in runs[:RETRY_LIMIT]] == [True] * (RETRY_LIMIT - 1) + [False]
+    assert len(fake_openai.chats()) == RETRY_LIMIT * CORPUS_CHUNKS  # the last run sent nothing
+    assert kb.plan_transforms([corpus]).documents == 0  # the dry run agrees
+
+    fake_openai.always = None
+    forced = kb.ingest([corpus], force=True)
+    assert (len(forced.updated), forced.transforms.issues) == (DOCS, ())
+    leave = corpus / "年休假条例.md"  # edited: its one chunk is asked (the others' contexts come from the cache)
+    leave.write_text(leave.read_text(encoding="utf-8") + "\n第四条 年休假在1个年度内可以集中安排。\n", encoding="utf-8")
+    fake_openai.then("status", 500, {}, "{}")  # a new miss after an answer: the count starts again
+    missed = kb.ingest([corpus])
+    assert (missed.updated, missed.transforms.retried) == (("年休假条例.md",), True)
+    assert kb.ingest([corpus]).updated == ("年休假条例.md",)
+
+
+def test_the_summary_does_not_promise_a_retry_a_plain_ingest_will_not_make(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-no-promise", max_retries=0, cache=False)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines()[-1] == (
+        "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is off, "
+        "or 3 ingests in a row got none); run it with --force once the endpoint is back"
+    )

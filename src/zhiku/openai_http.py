@@ -157,7 +157,10 @@ class OpenAICompatibleClient:
             self.requests += 1
         limit = self.timeout if deadline is None else max(0.05, min(self.timeout, deadline - time.monotonic()))
         try:
-            resp = self._client.post(url, content=body, timeout=httpx.Timeout(limit, pool=None))
+            if deadline is None:
+                resp = self._client.post(url, content=body, timeout=httpx.Timeout(limit, pool=None))
+            else:
+                resp = self._post_by(url, body, limit, deadline)
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out after {limit:.3g}s ({type(e).__name__})") from None
         except httpx.TransportError as e:
@@ -177,6 +180,22 @@ class OpenAICompatibleClient:
         if not isinstance(data, dict):
             raise HttpApiError(f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code)
         return data
+
+    def _post_by(self, url: str, body: bytes, limit: float, deadline: float) -> Any:
+        """A POST whose whole reply must have arrived by ``deadline``: httpx's timeouts bound each read, so a reply
+        trickling in (a few bytes now and then) held the request long past it."""
+        httpx = self._httpx
+        request = self._client.build_request("POST", url, content=body, timeout=httpx.Timeout(limit, pool=None))
+        resp = self._client.send(request, stream=True)
+        try:
+            raw = bytearray()
+            for part in resp.iter_raw():
+                raw += part
+                if time.monotonic() >= deadline:
+                    raise _Retryable(f"timed out after {limit:.3g}s (the reply was still arriving)")
+        finally:
+            resp.close()
+        return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(raw), request=request)
 
     def chat(self, payload: dict[str, Any], *, deadline: float | None = None) -> ChatReply:
         """POST ``chat/completions``; the first choice's text with the reported token usage."""

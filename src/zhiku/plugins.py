@@ -87,7 +87,12 @@ def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
     if group not in GROUPS:
         raise ValueError(f"unknown plugin group {group!r}; the groups are {', '.join(GROUPS)}")
     found: list[tuple[PluginInfo, Any]] = []
+    seen: set[tuple[str, str, str]] = set()
     for ep in sorted(entry_points(group=group), key=lambda e: (e.name, e.value)):
+        same = (ep.name, ep.value, ep.dist.metadata["Name"] if ep.dist is not None else "?")
+        if same in seen:  # one package declaring one entry point twice, word for word: not a clash
+            continue
+        seen.add(same)
         try:
             found.append((_info(group, ep), ep.load()))
         except Exception as e:  # a broken plugin: report, skip, carry on
@@ -111,11 +116,12 @@ def _clashes(group: str, found: list[tuple[PluginInfo, Any]]) -> list[tuple[Plug
         others = [o for o in by_name.get(info.name, ()) if o is not info] if info.ok else []
         if others:
             names = ", ".join(f"{o.distribution} {o.version} ({o.value})" for o in others)
-            info = replace(
-                info,
-                error=f"the name {info.name!r} is also declared by {names}: uninstall one of the "
-                "packages or rename an entry point",
+            fix = (
+                "rename one of its entry points"  # one package declaring the name twice
+                if all(o.distribution == info.distribution for o in others)
+                else "uninstall one of the packages or rename an entry point"
             )
+            info = replace(info, error=f"the name {info.name!r} is also declared by {names}: {fix}")
             log.warning("plugin %s (%s, from %s) is skipped: %s", info.name, group, info.distribution, info.error)
             obj = None
         out.append((info, obj))

@@ -321,6 +321,7 @@ class TransformReport:
     applied: tuple[tuple[str, int], ...] = ()
     usage: LLMUsage = LLMUsage()
     issues: tuple[TransformIssue, ...] = ()
+    retried: bool = False  # the next plain ingest asks again for the chunks the endpoint never answered
 
     def reasons(self, n: int = 3) -> list[tuple[str, int]]:
         """The ``n`` most frequent ``transform: reason`` of the issues, with how many chunks or documents had it."""

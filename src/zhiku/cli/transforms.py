@@ -67,10 +67,16 @@ def print_report(report: Any) -> None:
             shown = ", ".join(sources[:3]) + (f" and {len(sources) - 3} more" if len(sources) > 3 else "")
             where = f"{len(sources)} documents ({shown})" if whole else f"{len(issues)} chunks of {shown}"
         err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
-    if any(i.unreached for i in t.issues):
+    if t.retried:
         err.print(
             "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
             "(replies already received come from the cache)",
+            markup=False,
+        )
+    elif any(i.unreached for i in t.issues):  # llm.cache off, or RETRY_LIMIT ingests in a row without an answer
+        err.print(
+            "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is "
+            "off, or 3 ingests in a row got none); run it with --force once the endpoint is back",
             markup=False,
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,5 +81,5 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
         ids = ids[:max_queries]
     if not ids:
         raise InvalidInput(f"{folder}: no query in queries.jsonl has a judgement in {qrels_path.name}")
-    name = folder.resolve().name  # `--dataset .` names the set after the folder, not ""
+    name = Path(os.path.abspath(folder)).name  # `--dataset .`: the folder's name, not ""; a link keeps its own
     return BeirDataset(name, corpus, {q: queries_all[q] for q in ids}, {q: qrels[q] for q in ids})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -150,7 +151,7 @@ def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
     path = Path(path)
     if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
         s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)
-        return replace(s, name=path.resolve().name, docs=str(path / LONGDOC_DOCS))
+        return replace(s, name=Path(os.path.abspath(path)).name, docs=str(path / LONGDOC_DOCS))
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
         s = load_yaml_set(path)
         return s if max_queries is None else replace(s, queries=s.queries[:max_queries])

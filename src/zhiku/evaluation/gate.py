@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -63,8 +64,15 @@ def parse_gate(spec: str) -> tuple[Bar, ...]:
     return tuple(bars)
 
 
+REPORTED_DIGITS = 4  # metrics are reported (--json, summary.json) and printed to 4 decimals
+
+
 def check_gate(bars: Sequence[Bar], metrics: Mapping[str, float]) -> list[BarResult]:
-    return [BarResult(b, metrics[b.metric], OPS[b.op](metrics[b.metric], b.threshold)) for b in bars]
+    """Each bar compared with its metric as reported (4 decimals): a ``--baseline`` bar is a reported value, so an
+    identical run (mrr@10 0.123456 against its own 0.1235) must pass it, and ``0.9000`` never misses ``>= 0.9``."""
+    return [
+        BarResult(b, metrics[b.metric], OPS[b.op](round(metrics[b.metric], REPORTED_DIGITS), b.threshold)) for b in bars
+    ]
 
 
 def baseline_bars(
@@ -94,8 +102,10 @@ def baseline_bars(
             parse_metric(name)
         except ValueError:
             continue  # dataset, queries, latency_ms, ...
-        if isinstance(value, int | float):
-            bars.append(Bar(name, ">=", round(max(0.0, float(value) - max_drop), 4)))
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN would make a bar at 0 that every run passes
+                raise InvalidInput(f"the baseline {path} has {name} = {value}: save a new baseline")
+            bars.append(Bar(name, ">=", round(max(0.0, float(value) - max_drop), REPORTED_DIGITS)))
     if not bars:
         raise InvalidInput(f"the baseline {path} holds no metrics: save one with `zhiku eval --out DIR` (summary.json)")
     return tuple(bars)

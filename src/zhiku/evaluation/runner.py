@@ -263,8 +263,8 @@ def evaluate(
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
     missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None]
-    if evalset.kind == "beir":
-        unmatched = missing_documents(missed, {d.doc_id for d in evalset.corpus})
+    if evalset.kind == "beir":  # every query: a missing id caps the recall of one that found the others too
+        unmatched = missing_documents(evalset.queries, {d.doc_id for d in evalset.corpus})
     elif missed:
         unmatched = tuple(map(str, unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks)))
     else:

@@ -312,7 +312,7 @@ def transforms_out(t: TransformReport | None) -> TransformsOut | None:
         applied=dict(t.applied),
         kept_without=len(t.issues),
         reasons=[f"{reason} (×{n})" for reason, n in t.reasons()],
-        retried=any(i.unreached for i in t.issues),
+        retried=t.retried,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.base import Loader
@@ -24,6 +25,9 @@ from zhiku.ingest.loaders.pdf import PdfLoader
 from zhiku.ingest.loaders.text import TextLoader
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
+
+if TYPE_CHECKING:
+    from zhiku.plugins import PluginInfo
 
 __all__ = [
     "LOADER_CLASSES",
@@ -57,7 +61,7 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
     """The ``zhiku.loaders`` plugins' loaders; one that cannot be built or lacks ``suffixes`` is reported and skipped."""
     from zhiku.plugins import load, report_problem
 
-    out: list[Loader] = []
+    out: list[tuple[PluginInfo, Loader]] = []
     for plugin in load("zhiku.loaders"):
         try:
             loader = plugin.obj(settings)
@@ -69,6 +73,33 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
         elif undotted := [s for s in loader.suffixes if not (isinstance(s, str) and s.startswith(".") and len(s) > 1)]:
             fix = ", ".join(repr("." + str(s).lstrip(".")) for s in undotted)
             report_problem(plugin.info, f"suffixes {undotted!r} match no file name: write them with the dot ({fix})")
+        elif compound := [s for s in loader.suffixes if Path("x" + s).suffix != s]:  # ".tar.gz": files end in ".gz"
+            fix = ", ".join(repr(Path("x" + s).suffix) for s in compound)
+            report_problem(
+                plugin.info,
+                f"suffixes {compound!r} match no file name: a file's suffix is its last dot and what follows "
+                f"(declare {fix} and check the rest of the name in load())",
+            )
+        else:
+            out.append((plugin.info, loader))
+    return _one_plugin_per_suffix(out)
+
+
+def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Loader, ...]:
+    """Two plugins claiming one suffix are both refused, each naming the other: which one reads those files cannot
+    be told (the first by name silently won)."""
+    from zhiku.plugins import report_problem
+
+    claims: dict[str, list[PluginInfo]] = {}
+    for info, loader in built:
+        for suffix in {s.lower() for s in loader.suffixes}:
+            claims.setdefault(suffix, []).append(info)
+    out: list[Loader] = []
+    for info, loader in built:
+        clash = {s.lower(): [o for o in claims[s.lower()] if o is not info] for s in loader.suffixes}
+        others = {f"the loader {o.name!r} of {o.distribution} ({s})" for s, rivals in clash.items() for o in rivals}
+        if others:
+            report_problem(info, f"{', '.join(sorted(others))} reads the same files: uninstall one of the packages")
         else:
             out.append(loader)
     return tuple(out)

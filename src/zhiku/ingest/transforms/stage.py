@@ -25,6 +25,7 @@ from zhiku.types import Chunk, LLMUsage, SourceDoc, TransformIssue, TransformRep
 IndexText = Callable[[str, str, str, Sequence[str]], str]  # (title, section, text, captions) → index text
 TransformProgress = Callable[[str, str, int, int], None]  # (transform, source, chunks done, chunks in document)
 TRACE_CHUNKS = 200  # chunk rows kept in one ingest trace
+RETRY_LIMIT = 3  # ingests in a row without an answer for some chunk of a document; then only --force asks again
 __all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transforms"]
 
 
@@ -71,6 +72,7 @@ def enriched_text(base: str, e: Enrichment) -> str:
 class _Tally:
     applied: dict[str, int] = field(default_factory=dict)
     issues: list[TransformIssue] = field(default_factory=list)
+    retried: bool = False  # some document's unanswered chunks are asked again by the next plain ingest
 
 
 class TransformStage:
@@ -111,13 +113,19 @@ class TransformStage:
         """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
         of them (switched on since, or written later without transforms: ``written_at`` is when it was stored) or
         got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
-        come from the cache; refused or malformed replies are not asked again."""
+        come from the cache; refused or malformed replies are not asked again. Without the reply cache
+        (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
+        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row
+        without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
+        plain ingest re-ingested it and waited out the retries again, for good."""
         if not self.transforms or self.store is None:
             return False
-        last = self.store.last_usage(collection, source)
+        recent = self.store.recent_usage(collection, source, RETRY_LIMIT)
+        last = recent[0] if recent else None
         if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
             return True
-        return any(i.unreached for i in last.issues)
+        unanswered = [any(i.unreached for i in r.issues) for r in recent]
+        return self.llm.cache and unanswered[0] and not (len(recent) == RETRY_LIMIT and all(unanswered))
 
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
         lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
@@ -197,6 +205,8 @@ class TransformStage:
         usage = self._doc_usage.pop(batch.doc_id, LLMUsage())
         record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues)
         self.store.record_usage(record)
+        if any(i.unreached for i in batch.issues) and self.owes(collection, batch.doc.source, record.at):
+            self._tally.retried = True
 
     def report(self) -> TransformReport | None:
         if not self.transforms:
@@ -206,6 +216,7 @@ class TransformStage:
             applied=tuple((n, self._tally.applied.get(n, 0)) for n in self.names),
             usage=self.service.usage() if self.service is not None else LLMUsage(),
             issues=tuple(self._tally.issues),
+            retried=self._tally.retried,
         )
 
 

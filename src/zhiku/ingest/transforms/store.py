@@ -208,17 +208,23 @@ class EnrichmentStore:
 
     def last_usage(self, collection: str, source: str) -> UsageRecord | None:
         """The usage record of the last ingest of ``source`` in ``collection`` that ran transforms (None: never)."""
+        last = self.recent_usage(collection, source, 1)
+        return last[0] if last else None
+
+    def recent_usage(self, collection: str, source: str, n: int) -> list[UsageRecord]:
+        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms, newest
+        first."""
         with self._lock:
             db = self._conn()
-            row = (
+            rows = (
                 db.execute(
-                    "SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT 1",
-                    (collection, source),
-                ).fetchone()
+                    "SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT ?",
+                    (collection, source, n),
+                ).fetchall()
                 if db
-                else None
+                else []
             )
-        return None if row is None else _usage_record(row)
+        return [_usage_record(r) for r in rows]
 
 
 def _usage_record(r: Sequence[Any]) -> UsageRecord:
