@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pdf_fixtures import THESIS
+from pdf_fixtures import PAPER, THESIS
 from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.retrieval import rewrite
+from zhiku.retrieval.confidence import judge
 from zhiku.retrieval.pages import MAX_PAGES, asked_pages, pages_first
 from zhiku.text import TextProcessor
-from zhiku.types import Chunk, DocRecord, DocStatus, Hit
+from zhiku.types import Chunk, DocRecord, DocStatus, Filters, Hit
 
 NORMALIZE = TextProcessor().normalize
 
@@ -157,3 +159,49 @@ def test_a_page_question_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
         assert "第 30 页（共 11 页）" in hub.query(QueryArgs("第30页", top_k=3)).answer
     finally:
         hub.close()
+
+
+def two_pdfs(kb_factory, tmp_path: Path):  # type: ignore[no-untyped-def]
+    folder = tmp_path / "资料"
+    folder.mkdir()
+    shutil.copy(THESIS, folder / "论文.pdf")
+    shutil.copy(PAPER, folder / "模板.pdf")
+    kb = kb_factory(tmp_path / "idx", loaders={"ocr": "off"})
+    kb.ingest([folder])
+    return kb, {d.source.rsplit("/", 1)[-1]: d for d in kb.documents()}
+
+
+def test_a_page_lookup_stays_inside_the_tag_filter(kb_factory, tmp_path: Path) -> None:
+    kb, docs = two_pdfs(kb_factory, tmp_path)
+    # the document the unfiltered search ranks first is the one the tags filter out
+    top = kb.searcher.search("第2页讲了什么", top_k=5).hits[0].chunk.doc_id
+    [kept] = [d for d in docs.values() if d.doc_id != top]
+    [dropped] = [d for d in docs.values() if d.doc_id == top]
+    page2 = [c.chunk_id for c in kb.store.document_chunks(kept.doc_id) if c.page == 2]
+    assert page2
+    args = dict(rewriter=None, top_k=5, mode=None, filters=Filters(), per_source_k=None, rerank=None)
+    r = rewrite.search(kb.searcher, "第2页讲了什么", tagged=(set(), {kept.doc_id}), **args)
+    assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
+    # the kept document's page 2 is looked up, not the filtered-out document's
+    assert [h.chunk.chunk_id for h in r.hits[: len(page2)]] == page2[:5]
+    assert r.pages == (2,)
+    # a page past the kept document's last is said of it (the filtered-out document has that page)
+    far = kept.pages + 1
+    assert dropped.pages >= far
+    r = rewrite.search(kb.searcher, f"第{far}页", tagged=(set(), {kept.doc_id}), **args)
+    assert (r.missing, r.pages) == ((f"《{kept.title or kept.source}》第 {far} 页（共 {kept.pages} 页）",), ())
+    assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
+    # a tag on chunks, not on their document: only the tagged chunks of the page are looked up
+    tagged_ids = {page2[-1]} | {h.chunk.chunk_id for h in r.hits}
+    r = rewrite.search(kb.searcher, "第2页讲了什么", tagged=(tagged_ids, set()), **args)
+    assert {h.chunk.chunk_id for h in r.hits} <= tagged_ids and r.hits[0].chunk.chunk_id == page2[-1]
+
+
+def test_a_page_the_search_itself_put_first_is_still_a_page_found(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.retrieve("模板第2页讲了什么", top_k=3)
+    assert r.pages == (2,) and r.hits[0].chunk.page == 2
+    # the same hits, already leading with page 2: the lookup reorders nothing, and the page is still found
+    again = kb.searcher.asked_pages_first(replace(r, pages=()), "模板第2页讲了什么")
+    assert again.hits == r.hits and again.pages == (2,)
+    assert not judge(again, min_score=1.0, normalize=kb.text.normalize).low
