@@ -104,8 +104,10 @@ def pages_first(
     normalize: Callable[[str], str],
     document_chunks: Callable[[str], list[Chunk]],
     document: Callable[[str], DocRecord | None],
+    allowed: Callable[[Chunk], bool] | None = None,
 ) -> PageLookup:
-    """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text)."""
+    """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text);
+    ``allowed``: the chunks a filter keeps (a tags filter), the only ones looked up."""
     if "页" not in question and "頁" not in question and "p" not in question.lower():  # (the hot path)
         return PageLookup(tuple(hits))
     text = normalize(question)
@@ -118,7 +120,7 @@ def pages_first(
     missing: list[str] = []
     found: list[int] = []
     for doc_id in docs:
-        chunks = document_chunks(doc_id)
+        chunks = [c for c in document_chunks(doc_id) if allowed is None or allowed(c)]
         record = document(doc_id)
         count = record.pages if record is not None and record.pages else max((c.page or 0 for c in chunks), default=0)
         title = record.title if record is not None and record.title else chunks[0].source if chunks else doc_id

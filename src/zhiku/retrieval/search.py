@@ -158,22 +158,12 @@ class Searcher:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
-    def asked_pages_first(
-        self, r: Retrieval, question: str, allowed: Callable[[Chunk], bool] | None = None
-    ) -> Retrieval:
-        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; a store without
-        a catalogue: ``r`` as it is); ``allowed``: the chunks a filter keeps (a tags filter), the only ones read."""
-        if self._catalogue is None:
+    def asked_pages_first(self, r: Retrieval, question: str, keep: Callable[[Chunk], bool] | None = None) -> Retrieval:
+        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; ``keep``: the
+        chunks a tags filter keeps, the only ones looked up; a store without a catalogue: ``r`` as it is)."""
+        if (c := self._catalogue) is None:
             return r
-        c = self._catalogue
-        read = c.document_chunks
-        if allowed is not None:
-            keep = allowed
-
-            def read(doc_id: str) -> list[Chunk]:
-                return [chunk for chunk in c.document_chunks(doc_id) if keep(chunk)]
-
-        found = pages_first(r.hits, question, self.text.normalize, read, c.get_document)
+        found = pages_first(r.hits, question, self.text.normalize, c.document_chunks, c.get_document, keep)
         if found.hits == r.hits and not found.missing and found.pages == r.pages:
             return r
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
