@@ -36,6 +36,9 @@ NORMALIZE = TextProcessor().normalize
         ("see p. 7", (7,)),
         ("pp. 3-4", (3, 4)),
         ("pages 2 to 3", (2, 3)),
+        ("summarise page 12.", (12,)),  # a full stop ends the sentence, not the number
+        ("what is on pp. 3-5.", (3, 4, 5)),
+        ("page 3.5", ()),
         ("P3 级故障怎么处理", ()),  # P0–P3 name incident levels
         ("mp3 格式第几页", ()),
         ("homepage 3", ()),
