@@ -122,6 +122,22 @@ def test_a_page_the_document_does_not_have_is_said() -> None:
     assert (ids, missing, pages) == (["report-5", "manual-0"], ("《report title》第 9 页（共 5 页）",), ())
 
 
+def test_a_page_one_named_document_has_is_not_missing() -> None:
+    hits = fused("report-5", "manual-0", "report-3")
+    # manual has no page 4, report has: the question asks page 4 of report, not of manual
+    assert lookup(hits, "report 第4页和 manual 第1页") == (
+        ["report-0", "report-4", "manual-0"],
+        [0.0, 0.0, 9.0],
+        (),
+        (4, 1),
+    )
+    # a page neither has: said of each
+    assert lookup(hits, "report 和 manual 的第9页")[2] == (
+        "《report title》第 9 页（共 5 页）",
+        "《manual title》第 9 页（共 2 页）",
+    )
+
+
 def test_no_paged_hit_no_lookup() -> None:
     md = Chunk("m0", "law", "docs", "law.md", "markdown", "law", None, 0, 10, 0, "第三页")
     hits = [Hit(chunk=md, score=1.0)]

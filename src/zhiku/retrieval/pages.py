@@ -118,17 +118,21 @@ def pages_first(
         return PageLookup(tuple(hits))
     by_id = {h.chunk.chunk_id: h for h in hits}
     first: list[Hit] = []
-    missing: list[str] = []
+    notes: list[tuple[int, str]] = []  # (page, note) for each page past a document's last
+    most = 0  # the most pages of a chosen document
     found: list[int] = []
     for doc_id in docs:
         chunks = [c for c in document_chunks(doc_id) if allowed is None or allowed(c)]
         record = document(doc_id)
         count = record.pages if record is not None and record.pages else max((c.page or 0 for c in chunks), default=0)
         title = record.title if record is not None and record.title else chunks[0].source if chunks else doc_id
-        missing += [f"《{title}》第 {p} 页（共 {count} 页）" for p in pages if p > count]
+        most = max(most, count)
+        notes += [(p, f"《{title}》第 {p} 页（共 {count} 页）") for p in pages if p > count]
         on, served = _on_pages(chunks, pages, len(hits) - len(first))
         first += [by_id.get(c.chunk_id) or Hit(chunk=c, score=0.0) for c in on]
         found += served
+    # a page one chosen document has is not missing (report 第4页 and manual 第1页: manual has no page 4)
+    missing = [note for p, note in notes if p > most]
     if not first:
         return PageLookup(tuple(hits), tuple(missing))
     taken = {h.chunk.chunk_id for h in first}
