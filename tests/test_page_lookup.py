@@ -224,3 +224,13 @@ def test_a_page_the_search_itself_put_first_is_still_a_page_found(kb_factory, tm
     again = kb.searcher.asked_pages_first(replace(r, pages=()), "模板第2页讲了什么")
     assert again.hits == r.hits and again.pages == (2,)
     assert not judge(again, min_score=1.0, normalize=kb.text.normalize).low
+
+
+def test_a_document_gone_since_the_search_is_not_looked_up(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.searcher.search("第2页讲了什么", top_k=3)
+    assert kb.searcher.asked_pages_first(r, "第2页讲了什么").pages == (2,)
+    kb.store.delete_document(r.hits[0].chunk.doc_id)  # (another process, between the search and the lookup)
+    again = kb.searcher.asked_pages_first(r, "第2页讲了什么")
+    # no note that a document id "has 0 pages", no passage of another version
+    assert (again.hits, again.missing, again.pages) == (r.hits, (), ())

@@ -124,8 +124,10 @@ def pages_first(
     for doc_id in docs:
         chunks = [c for c in document_chunks(doc_id) if allowed is None or allowed(c)]
         record = document(doc_id)
-        count = record.pages if record is not None and record.pages else max((c.page or 0 for c in chunks), default=0)
-        title = record.title if record is not None and record.title else chunks[0].source if chunks else doc_id
+        if record is None or not any(c.chunk_id in by_id for c in chunks):  # deleted or replaced since the search
+            continue
+        count = record.pages or max((c.page or 0 for c in chunks), default=0)
+        title = record.title or chunks[0].source
         most = max(most, count)
         notes += [(p, f"《{title}》第 {p} 页（共 {count} 页）") for p in pages if p > count]
         on, served = _on_pages(chunks, pages, len(hits) - len(first))
