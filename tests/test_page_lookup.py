@@ -60,7 +60,8 @@ def test_a_wide_range_is_read_as_its_first_pages() -> None:
 
 def chunk(doc: str, ordinal: int, page: int | None, section: str = "") -> Chunk:
     cid = f"{doc}-{ordinal}"
-    return Chunk(cid, doc, "docs", f"{doc}.pdf", "pdf", section or doc, page, 0, 10, ordinal, f"text {cid}")
+    start = 10 * ordinal  # (each chunk its own span of the document)
+    return Chunk(cid, doc, "docs", f"{doc}.pdf", "pdf", section or doc, page, start, start + 10, ordinal, f"text {cid}")
 
 
 # two PDFs: "report" (pages 1-5; page 3 in two chunks, page 4 none of its own: its text runs on from chunk 4) and
@@ -141,6 +142,22 @@ def test_a_page_one_named_document_has_is_not_missing() -> None:
         "《report title》第 9 页（共 5 页）",
         "《manual title》第 9 页（共 2 页）",
     )
+
+
+def test_a_piece_inside_a_hit_made_whole_is_not_shown_again() -> None:
+    pieces = [
+        Chunk(f"law-{n}", "law", "docs", "law.pdf", "pdf", "law > 第十条", 1, 10 * n, 10 * n + 10, n, f"piece {n}")
+        for n in range(3)
+    ]
+    # law-0 and law-1 are the two pieces of one article, made one passage by small-to-big
+    whole = Hit(chunk=replace(pieces[0], text="piece 0piece 1", end=20), score=3.0, fused_rank=1)
+    hits = [whole, *fused("report-5", "manual-0")]
+    found = pages_first(hits, "第1页", NORMALIZE, lambda d: list(pieces), lambda d: RECORDS["manual"])
+    assert [(h.chunk.chunk_id, h.chunk.text) for h in found.hits] == [
+        ("law-0", "piece 0piece 1"),
+        ("law-2", "piece 2"),
+        ("report-5", "text report-5"),
+    ]
 
 
 def test_no_paged_hit_no_lookup() -> None:
@@ -239,3 +256,13 @@ def test_a_document_gone_since_the_search_is_not_looked_up(kb_factory, tmp_path:
     again = kb.searcher.asked_pages_first(r, "第2页讲了什么")
     # no note that a document id "has 0 pages", no passage of another version
     assert (again.hits, again.missing, again.pages) == (r.hits, (), ())
+
+
+def test_no_passage_twice_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.retrieve("模板第3页的表格", top_k=8)
+    assert r.pages == (3,)
+    spans = [(h.chunk.doc_id, h.chunk.start, h.chunk.end) for h in r.hits]
+    # (the table on page 3 is one passage made whole from its pieces: none of them shown again on its own)
+    inside = [(a, b) for a in spans for b in spans if a != b and a[0] == b[0] and a[1] <= b[1] <= b[2] <= a[2]]
+    assert inside == []

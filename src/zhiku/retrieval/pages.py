@@ -99,6 +99,14 @@ def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tupl
     return sorted(taken.values(), key=lambda c: c.ordinal), served
 
 
+def _holding(hits: Sequence[Hit], c: Chunk) -> Hit | None:
+    """The hit whose passage holds ``c``: an article or table the small-to-big step made whole from its pieces
+    (``context.whole_articles``), so that a piece on the asked page is not shown a second time on its own."""
+    return next(
+        (h for h in hits if h.chunk.doc_id == c.doc_id and h.chunk.start <= c.start <= c.end <= h.chunk.end), None
+    )
+
+
 def pages_first(
     hits: Sequence[Hit],
     question: str,
@@ -131,10 +139,11 @@ def pages_first(
         most = max(most, count)
         notes += [(p, f"《{title}》第 {p} 页（共 {count} 页）") for p in pages if p > count]
         on, served = _on_pages(chunks, pages, len(hits) - len(first))
-        first += [by_id.get(c.chunk_id) or Hit(chunk=c, score=0.0) for c in on]
+        first += [by_id.get(c.chunk_id) or _holding(hits, c) or Hit(chunk=c, score=0.0) for c in on]
         found += served
     # a page one chosen document has is not missing (report 第4页 and manual 第1页: manual has no page 4)
     missing = [note for p, note in notes if p > most]
+    first = list({h.chunk.chunk_id: h for h in first}.values())  # (a hit holding several pieces: once)
     if not first:
         return PageLookup(tuple(hits), tuple(missing))
     taken = {h.chunk.chunk_id for h in first}
