@@ -29,6 +29,9 @@ NORMALIZE = TextProcessor().normalize
         ("第3-5页", (3, 4, 5)),
         ("第3至5页的内容", (3, 4, 5)),
         ("第3页到第5页讲了什么", (3, 4, 5)),
+        ("第3—5页", (3, 4, 5)),  # the dash Chinese writes a range with (GB/T 15834), and the wave dash
+        ("第3〜5页", (3, 4, 5)),
+        ("pages 3—5", (3, 4, 5)),
         ("第二十页", (20,)),
         ("第两页", ()),  # (not how a page is said: 第二页)
         ("第0页", ()),

@@ -23,12 +23,12 @@ from zhiku.text import chinese_number
 from zhiku.types import Chunk, DocRecord, Hit
 
 _NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
-# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页 (one range), 第三页 (頁 too: text.t2s off leaves it); page 3, pages 3-5,
-# p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name incident levels), nor "page 3.5" (a sentence's
-# full stop after the number is no decimal point: "summarise page 12.")
+# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
+# page 3, pages 3-5, p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name
+# incident levels), nor "page 3.5" (a full stop after the number ends a sentence: "summarise page 12.")
 _PAGE = re.compile(
-    rf"第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|~|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
-    rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|to)\s*{_NUMBER})?(?!\d|\.\d)"
+    rf"第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|—|~|〜|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
+    rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|—|to)\s*{_NUMBER})?(?!\d|\.\d)"
 )
 MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
 
