@@ -105,6 +105,11 @@ def test_the_asked_pages_passages_come_first_in_document_order() -> None:
     assert lookup(hits, "第三条讲了什么")[0] == ["report-5", "report-3", "manual-1", "report-0"]
 
 
+def test_a_page_asked_in_full_width_letters() -> None:
+    hits = fused("report-5", "report-3", "manual-1", "report-0")
+    assert lookup(hits, "ｒｅｐｏｒｔ ＰＡＧＥ ３")[0] == ["report-2", "report-3", "report-4", "report-5"]
+
+
 def test_the_document_the_question_names_is_the_one_looked_up() -> None:
     hits = fused("report-5", "manual-0", "report-3")
     assert lookup(hits, "manual 第2页")[0] == ["manual-1", "report-5", "manual-0"]

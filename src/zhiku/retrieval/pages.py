@@ -117,7 +117,8 @@ def pages_first(
 ) -> PageLookup:
     """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text);
     ``allowed``: the chunks a filter keeps (a tags filter), the only ones looked up."""
-    if "页" not in question and "頁" not in question and "p" not in question.lower():  # (the hot path)
+    lower = question.lower()
+    if "页" not in question and "頁" not in question and "p" not in lower and "ｐ" not in lower:  # (the hot path)
         return PageLookup(tuple(hits))
     text = normalize(question)
     pages = asked_pages(text)
