@@ -29,6 +29,11 @@ NORMALIZE = TextProcessor().normalize
         ("第3-5页", (3, 4, 5)),
         ("第3至5页的内容", (3, 4, 5)),
         ("第3页到第5页讲了什么", (3, 4, 5)),
+        ("第3和第5页讲了什么", (3, 5)),  # a list: each page (was page 5 alone)
+        ("第3、5页", (3, 5)),
+        ("第十二、第三页", (12, 3)),
+        ("第3和第5条", ()),
+        ("第3,000页", ()),  # (a thousands separator, no list; past 9999 anyway)
         ("第3—5页", (3, 4, 5)),  # the dash Chinese writes a range with (GB/T 15834), and the wave dash
         ("第3〜5页", (3, 4, 5)),
         ("pages 3—5", (3, 4, 5)),

@@ -26,8 +26,10 @@ _NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
 # 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
 # page 3, pages 3-5, p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name
 # incident levels), nor "page 3.5" (a full stop after the number ends a sentence: "summarise page 12.")
+_ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # (_NUMBER, not captured)
 _PAGE = re.compile(
-    rf"第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|—|~|〜|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
+    rf"(?P<list>第\s*{_ONE}(?:\s*(?:[、和及与]|以及)\s*第?\s*{_ONE})+\s*[页頁])"  # 第3和第4页, 第3、4页: each
+    rf"|第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|—|~|〜|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
     rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|—|to)\s*{_NUMBER})?(?!\d|\.\d)"
 )
 MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
@@ -52,7 +54,10 @@ def asked_pages(question: str) -> tuple[int, ...]:
     """The pages ``question`` (normalised: lower case, half-width, Simplified) asks for, in order, each once."""
     pages: list[int] = []
     for m in _PAGE.finditer(question):
-        numbers = [_number(g) for g in m.groups() if g is not None]
+        if m["list"] is not None:
+            pages += [n for n in map(_number, re.findall(_ONE, m["list"])) if n is not None and n >= 1]
+            continue
+        numbers = [_number(g) for g in m.groups()[1:] if g is not None]
         if not numbers or any(n is None or n < 1 for n in numbers):
             continue
         first, last = numbers[0], numbers[-1]
