@@ -168,14 +168,47 @@ def test_a_damaged_embedding_cache_is_one_clear_error(tmp_path: Path, cli) -> No
         "file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
     )
     # through the CLI: the same line on stderr, exit 1, no traceback
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "a.md").write_text("# 标题\n\n试用期最长六个月。\n", encoding="utf-8")
-    r = cli(
-        "ingest",
-        tmp_path / "docs",
-        "--index",
-        tmp_path / "idx",
-        env={"ZHIKU_EMBEDDING__CACHE_DIR": str(damaged.parent)},
-    )
+    r = ingest_with_cache(cli, tmp_path, damaged.parent, "a")
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert f"the embedding cache {damaged} cannot be opened (file is not a database)" in r.stderr
+
+
+def ingest_with_cache(run, tmp_path: Path, cache_dir: Path, *names: str):  # type: ignore[no-untyped-def]
+    """``zhiku ingest`` (``run``: the ``cli`` fixture) of a Markdown file per name with ``cache_dir`` as the cache."""
+    (tmp_path / "docs").mkdir()
+    for name in names:
+        (tmp_path / "docs" / f"{name}.md").write_text(f"# 标题{name}\n\n试用期最长六个月{name}。\n", encoding="utf-8")
+    env = {"ZHIKU_EMBEDDING__CACHE_DIR": str(cache_dir)}
+    return run("ingest", tmp_path / "docs", "--index", tmp_path / "idx", env=env)
+
+
+def damaged_past_its_first_page(path: Path) -> Path:
+    """A cache file whose first page (the header and the schema) is sound and whose other pages are overwritten: it
+    opens, then every lookup reads as malformed."""
+    cache = EmbeddingCache(path)
+    cache.put_many("m", [(str(i), np.full(384, i, dtype=np.float32)) for i in range(300)])
+    cache._db.execute("pragma wal_checkpoint(truncate)")
+    cache.close()
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    path.write_bytes(bytes(data[:page]) + b"\xff" * (len(data) - page))
+    return path
+
+
+def test_a_cache_damaged_past_its_first_page_is_the_same_clear_error(tmp_path: Path, cli) -> None:  # noqa: F811
+    from zhiku.errors import ConfigError
+
+    damaged = damaged_past_its_first_page(tmp_path / "cache" / "embeddings.sqlite")
+    cache = EmbeddingCache(damaged)  # (it opens)
+    with pytest.raises(ConfigError) as e:
+        cache.get_many("m", [str(i) for i in range(300)], 384)
+    assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
+        f"the embedding cache {damaged} cannot be read or written (database disk image is malformed): it is only a "
+        "cache — delete the file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
+    )
+    cache.close()
+    # an ingest stops at the first batch with that line (not each document failed with a sqlite3 error)
+    r = ingest_with_cache(cli, tmp_path, damaged.parent, "a", "b")
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    line = f"the embedding cache {damaged} cannot be read or written (database disk image is malformed)"
+    assert r.stderr.count(line) == 1 and "failed:" not in r.stderr

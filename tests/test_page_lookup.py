@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pdf_fixtures import THESIS
+from pdf_fixtures import PAPER, THESIS
 from zhiku.mcp.hub import Hub, QueryArgs
+from zhiku.retrieval import rewrite
+from zhiku.retrieval.confidence import judge
 from zhiku.retrieval.pages import MAX_PAGES, asked_pages, pages_first
 from zhiku.text import TextProcessor
-from zhiku.types import Chunk, DocRecord, DocStatus, Hit
+from zhiku.types import Chunk, DocRecord, DocStatus, Filters, Hit
 
 NORMALIZE = TextProcessor().normalize
 
@@ -27,6 +29,14 @@ NORMALIZE = TextProcessor().normalize
         ("第3-5页", (3, 4, 5)),
         ("第3至5页的内容", (3, 4, 5)),
         ("第3页到第5页讲了什么", (3, 4, 5)),
+        ("第3和第5页讲了什么", (3, 5)),  # a list: each page (was page 5 alone)
+        ("第3、5页", (3, 5)),
+        ("第十二、第三页", (12, 3)),
+        ("第3和第5条", ()),
+        ("第3,000页", ()),  # (a thousands separator, no list; past 9999 anyway)
+        ("第3—5页", (3, 4, 5)),  # the dash Chinese writes a range with (GB/T 15834), and the wave dash
+        ("第3〜5页", (3, 4, 5)),
+        ("pages 3—5", (3, 4, 5)),
         ("第二十页", (20,)),
         ("第两页", ()),  # (not how a page is said: 第二页)
         ("第0页", ()),
@@ -34,6 +44,9 @@ NORMALIZE = TextProcessor().normalize
         ("see p. 7", (7,)),
         ("pp. 3-4", (3, 4)),
         ("pages 2 to 3", (2, 3)),
+        ("summarise page 12.", (12,)),  # a full stop ends the sentence, not the number
+        ("what is on pp. 3-5.", (3, 4, 5)),
+        ("page 3.5", ()),
         ("P3 级故障怎么处理", ()),  # P0–P3 name incident levels
         ("mp3 格式第几页", ()),
         ("homepage 3", ()),
@@ -44,13 +57,19 @@ def test_the_pages_a_question_asks_for(question: str, pages: tuple[int, ...]) ->
     assert asked_pages(NORMALIZE(question)) == pages
 
 
+def test_a_traditional_page_with_t2s_off() -> None:
+    as_written = TextProcessor(t2s=False).normalize
+    assert [asked_pages(as_written(q)) for q in ("第 3 頁", "第三頁講了什麼", "第3-4頁")] == [(3,), (3,), (3, 4)]
+
+
 def test_a_wide_range_is_read_as_its_first_pages() -> None:
     assert asked_pages("第1-500页") == tuple(range(1, MAX_PAGES + 1))
 
 
 def chunk(doc: str, ordinal: int, page: int | None, section: str = "") -> Chunk:
     cid = f"{doc}-{ordinal}"
-    return Chunk(cid, doc, "docs", f"{doc}.pdf", "pdf", section or doc, page, 0, 10, ordinal, f"text {cid}")
+    start = 10 * ordinal  # (each chunk its own span of the document)
+    return Chunk(cid, doc, "docs", f"{doc}.pdf", "pdf", section or doc, page, start, start + 10, ordinal, f"text {cid}")
 
 
 # two PDFs: "report" (pages 1-5; page 3 in two chunks, page 4 none of its own: its text runs on from chunk 4) and
@@ -91,6 +110,11 @@ def test_the_asked_pages_passages_come_first_in_document_order() -> None:
     assert lookup(hits, "第三条讲了什么")[0] == ["report-5", "report-3", "manual-1", "report-0"]
 
 
+def test_a_page_asked_in_full_width_letters() -> None:
+    hits = fused("report-5", "report-3", "manual-1", "report-0")
+    assert lookup(hits, "ｒｅｐｏｒｔ ＰＡＧＥ ３")[0] == ["report-2", "report-3", "report-4", "report-5"]
+
+
 def test_the_document_the_question_names_is_the_one_looked_up() -> None:
     hits = fused("report-5", "manual-0", "report-3")
     assert lookup(hits, "manual 第2页")[0] == ["manual-1", "report-5", "manual-0"]
@@ -115,6 +139,38 @@ def test_a_page_the_document_does_not_have_is_said() -> None:
     hits = fused("report-5", "manual-0")
     ids, _, missing, pages = lookup(hits, "report 第 9 页")
     assert (ids, missing, pages) == (["report-5", "manual-0"], ("《report title》第 9 页（共 5 页）",), ())
+
+
+def test_a_page_one_named_document_has_is_not_missing() -> None:
+    hits = fused("report-5", "manual-0", "report-3")
+    # manual has no page 4, report has: the question asks page 4 of report, not of manual
+    assert lookup(hits, "report 第4页和 manual 第1页") == (
+        ["report-0", "report-4", "manual-0"],
+        [0.0, 0.0, 9.0],
+        (),
+        (4, 1),
+    )
+    # a page neither has: said of each
+    assert lookup(hits, "report 和 manual 的第9页")[2] == (
+        "《report title》第 9 页（共 5 页）",
+        "《manual title》第 9 页（共 2 页）",
+    )
+
+
+def test_a_piece_inside_a_hit_made_whole_is_not_shown_again() -> None:
+    pieces = [
+        Chunk(f"law-{n}", "law", "docs", "law.pdf", "pdf", "law > 第十条", 1, 10 * n, 10 * n + 10, n, f"piece {n}")
+        for n in range(3)
+    ]
+    # law-0 and law-1 are the two pieces of one article, made one passage by small-to-big
+    whole = Hit(chunk=replace(pieces[0], text="piece 0piece 1", end=20), score=3.0, fused_rank=1)
+    hits = [whole, *fused("report-5", "manual-0")]
+    found = pages_first(hits, "第1页", NORMALIZE, lambda d: list(pieces), lambda d: RECORDS["manual"])
+    assert [(h.chunk.chunk_id, h.chunk.text) for h in found.hits] == [
+        ("law-0", "piece 0piece 1"),
+        ("law-2", "piece 2"),
+        ("report-5", "text report-5"),
+    ]
 
 
 def test_no_paged_hit_no_lookup() -> None:
@@ -157,3 +213,69 @@ def test_a_page_question_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
         assert "第 30 页（共 11 页）" in hub.query(QueryArgs("第30页", top_k=3)).answer
     finally:
         hub.close()
+
+
+def two_pdfs(kb_factory, tmp_path: Path):  # type: ignore[no-untyped-def]
+    folder = tmp_path / "资料"
+    folder.mkdir()
+    shutil.copy(THESIS, folder / "论文.pdf")
+    shutil.copy(PAPER, folder / "模板.pdf")
+    kb = kb_factory(tmp_path / "idx", loaders={"ocr": "off"})
+    kb.ingest([folder])
+    return kb, {d.source.rsplit("/", 1)[-1]: d for d in kb.documents()}
+
+
+def test_a_page_lookup_stays_inside_the_tag_filter(kb_factory, tmp_path: Path) -> None:
+    kb, docs = two_pdfs(kb_factory, tmp_path)
+    # the document the unfiltered search ranks first (the thesis: its table) is the one the tags filter out
+    question = "统计表里手机的产量 第2页"
+    kept, dropped = docs["模板.pdf"], docs["论文.pdf"]
+    assert kb.searcher.search(question, top_k=5).hits[0].chunk.doc_id == dropped.doc_id
+    page2 = [c.chunk_id for c in kb.store.document_chunks(kept.doc_id) if c.page == 2]
+    assert page2
+    args = dict(rewriter=None, top_k=5, mode=None, filters=Filters(), per_source_k=None, rerank=None)
+    r = rewrite.search(kb.searcher, question, tagged=(set(), {kept.doc_id}), **args)
+    assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
+    # the kept document's page 2 is looked up, not the filtered-out document's
+    assert [h.chunk.chunk_id for h in r.hits[: len(page2)]] == page2[:5]
+    assert r.pages == (2,)
+    # a page past the kept document's last is said of it (the filtered-out document has that page)
+    far = kept.pages + 1
+    assert dropped.pages >= far
+    r = rewrite.search(kb.searcher, f"第{far}页", tagged=(set(), {kept.doc_id}), **args)
+    assert (r.missing, r.pages) == ((f"《{kept.title or kept.source}》第 {far} 页（共 {kept.pages} 页）",), ())
+    assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
+    # a tag on chunks, not on their document: only the tagged chunks of the page are looked up
+    tagged_ids = {page2[-1]} | {h.chunk.chunk_id for h in r.hits}
+    r = rewrite.search(kb.searcher, question, tagged=(tagged_ids, set()), **args)
+    assert {h.chunk.chunk_id for h in r.hits} <= tagged_ids and r.hits[0].chunk.chunk_id == page2[-1]
+
+
+def test_a_page_the_search_itself_put_first_is_still_a_page_found(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.retrieve("模板第2页讲了什么", top_k=3)
+    assert r.pages == (2,) and r.hits[0].chunk.page == 2
+    # the same hits, already leading with page 2: the lookup reorders nothing, and the page is still found
+    again = kb.searcher.asked_pages_first(replace(r, pages=()), "模板第2页讲了什么")
+    assert again.hits == r.hits and again.pages == (2,)
+    assert not judge(again, min_score=1.0, normalize=kb.text.normalize).low
+
+
+def test_a_document_gone_since_the_search_is_not_looked_up(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.searcher.search("第2页讲了什么", top_k=3)
+    assert kb.searcher.asked_pages_first(r, "第2页讲了什么").pages == (2,)
+    kb.store.delete_document(r.hits[0].chunk.doc_id)  # (another process, between the search and the lookup)
+    again = kb.searcher.asked_pages_first(r, "第2页讲了什么")
+    # no note that a document id "has 0 pages", no passage of another version
+    assert (again.hits, again.missing, again.pages) == (r.hits, (), ())
+
+
+def test_no_passage_twice_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
+    kb, _ = two_pdfs(kb_factory, tmp_path)
+    r = kb.retrieve("模板第3页的表格", top_k=8)
+    assert r.pages == (3,)
+    spans = [(h.chunk.doc_id, h.chunk.start, h.chunk.end) for h in r.hits]
+    # (the table on page 3 is one passage made whole from its pieces: none of them shown again on its own)
+    inside = [(a, b) for a in spans for b in spans if a != b and a[0] == b[0] and a[1] <= b[1] <= b[2] <= a[2]]
+    assert inside == []

@@ -12,7 +12,7 @@ import hashlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,7 @@ class EmbeddingCache:
 
     def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        with self._lock:
+        with self._lock, self._usable():
             for i in range(0, len(keys), 500):
                 part = list(keys[i : i + 500])
                 marks = ",".join("?" * len(part))
@@ -67,7 +67,7 @@ class EmbeddingCache:
         return found
 
     def put_many(self, model: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
-        with self._lock:
+        with self._lock, self._usable():
             self._db.execute("begin")
             self._db.executemany(
                 "insert or replace into vectors(model, key, vector) values (?, ?, ?)",
@@ -78,6 +78,21 @@ class EmbeddingCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    @contextmanager
+    def _usable(self) -> Iterator[None]:
+        """A read or write that fails (a file damaged past its first page opens, then reads as malformed; a full
+        disk; a file made read-only) is one error naming the cache, as at opening; a write is rolled back."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if self._db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self._db.execute("rollback")
+            raise ConfigError(
+                f"the embedding cache {self.path} cannot be read or written ({e}): it is only a cache — delete the "
+                "file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
+            ) from None
 
 
 class CachedEmbedder:

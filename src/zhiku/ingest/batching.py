@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from zhiku.embedding.base import Embedder
-from zhiku.errors import EmbeddingError
+from zhiku.errors import ConfigError, EmbeddingError
 from zhiku.ingest.prefetch import Gate
 from zhiku.observability.tracing import span
 
@@ -100,8 +100,8 @@ class EmbedBatcher(Generic[T]):
         texts = [t for q, k in slices for t in q.texts[q.done : q.done + k]]
         try:
             vectors = self._call(texts)
-        except EmbeddingError:
-            raise  # the service (or the model) is down: every document would fail the same way
+        except (EmbeddingError, ConfigError):
+            raise  # the service (or the model) is down, the embedding cache damaged: every document would fail alike
         except Exception as e:
             if len(slices) == 1:
                 self._drop(slices[0][0], e)
@@ -122,7 +122,7 @@ class EmbedBatcher(Generic[T]):
             k = min(q.left, self.batch_chunks)
             try:
                 vectors = self._call(q.texts[q.done : q.done + k])
-            except EmbeddingError:
+            except (EmbeddingError, ConfigError):  # (a damaged embedding cache: every document alike)
                 raise
             except Exception as e:
                 self._drop(q, e)

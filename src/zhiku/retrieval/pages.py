@@ -23,11 +23,14 @@ from zhiku.text import chinese_number
 from zhiku.types import Chunk, DocRecord, Hit
 
 _NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
-# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页 (one range), 第三页; page 3, pages 3-5, p. 3, pp. 3–5 (normalised:
-# lower case, half-width); a bare "p3" is not a page (P0–P3 name incident levels)
+# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
+# page 3, pages 3-5, p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name
+# incident levels), nor "page 3.5" (a full stop after the number ends a sentence: "summarise page 12.")
+_ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # (_NUMBER, not captured)
 _PAGE = re.compile(
-    rf"第\s*{_NUMBER}\s*(?:页\s*)?(?:(?:-|–|~|至|到)\s*第?\s*{_NUMBER}\s*)?页"
-    rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|to)\s*{_NUMBER})?(?![\d.])"
+    rf"(?P<list>第\s*{_ONE}(?:\s*(?:[、和及与]|以及)\s*第?\s*{_ONE})+\s*[页頁])"  # 第3和第4页, 第3、4页: each
+    rf"|第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|—|~|〜|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
+    rf"|(?<![a-z])(?:pages?\s*|pp?\.\s*){_NUMBER}(?:\s*(?:-|–|—|to)\s*{_NUMBER})?(?!\d|\.\d)"
 )
 MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
 
@@ -51,7 +54,10 @@ def asked_pages(question: str) -> tuple[int, ...]:
     """The pages ``question`` (normalised: lower case, half-width, Simplified) asks for, in order, each once."""
     pages: list[int] = []
     for m in _PAGE.finditer(question):
-        numbers = [_number(g) for g in m.groups() if g is not None]
+        if m["list"] is not None:
+            pages += [n for n in map(_number, re.findall(_ONE, m["list"])) if n is not None and n >= 1]
+            continue
+        numbers = [_number(g) for g in m.groups()[1:] if g is not None]
         if not numbers or any(n is None or n < 1 for n in numbers):
             continue
         first, last = numbers[0], numbers[-1]
@@ -98,15 +104,26 @@ def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tupl
     return sorted(taken.values(), key=lambda c: c.ordinal), served
 
 
+def _holding(hits: Sequence[Hit], c: Chunk) -> Hit | None:
+    """The hit whose passage holds ``c``: an article or table the small-to-big step made whole from its pieces
+    (``context.whole_articles``), so that a piece on the asked page is not shown a second time on its own."""
+    return next(
+        (h for h in hits if h.chunk.doc_id == c.doc_id and h.chunk.start <= c.start <= c.end <= h.chunk.end), None
+    )
+
+
 def pages_first(
     hits: Sequence[Hit],
     question: str,
     normalize: Callable[[str], str],
     document_chunks: Callable[[str], list[Chunk]],
     document: Callable[[str], DocRecord | None],
+    allowed: Callable[[Chunk], bool] | None = None,
 ) -> PageLookup:
-    """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text)."""
-    if "页" not in question and "頁" not in question and "p" not in question.lower():  # (the hot path)
+    """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text);
+    ``allowed``: the chunks a filter keeps (a tags filter), the only ones looked up."""
+    lower = question.lower()
+    if "页" not in question and "頁" not in question and "p" not in lower and "ｐ" not in lower:  # (the hot path)
         return PageLookup(tuple(hits))
     text = normalize(question)
     pages = asked_pages(text)
@@ -115,17 +132,24 @@ def pages_first(
         return PageLookup(tuple(hits))
     by_id = {h.chunk.chunk_id: h for h in hits}
     first: list[Hit] = []
-    missing: list[str] = []
+    notes: list[tuple[int, str]] = []  # (page, note) for each page past a document's last
+    most = 0  # the most pages of a chosen document
     found: list[int] = []
     for doc_id in docs:
-        chunks = document_chunks(doc_id)
+        chunks = [c for c in document_chunks(doc_id) if allowed is None or allowed(c)]
         record = document(doc_id)
-        count = record.pages if record is not None and record.pages else max((c.page or 0 for c in chunks), default=0)
-        title = record.title if record is not None and record.title else chunks[0].source if chunks else doc_id
-        missing += [f"《{title}》第 {p} 页（共 {count} 页）" for p in pages if p > count]
+        if record is None or not any(c.chunk_id in by_id for c in chunks):  # deleted or replaced since the search
+            continue
+        count = record.pages or max((c.page or 0 for c in chunks), default=0)
+        title = record.title or chunks[0].source
+        most = max(most, count)
+        notes += [(p, f"《{title}》第 {p} 页（共 {count} 页）") for p in pages if p > count]
         on, served = _on_pages(chunks, pages, len(hits) - len(first))
-        first += [by_id.get(c.chunk_id) or Hit(chunk=c, score=0.0) for c in on]
+        first += [by_id.get(c.chunk_id) or _holding(hits, c) or Hit(chunk=c, score=0.0) for c in on]
         found += served
+    # a page one chosen document has is not missing (report 第4页 and manual 第1页: manual has no page 4)
+    missing = [note for p, note in notes if p > most]
+    first = list({h.chunk.chunk_id: h for h in first}.values())  # (a hit holding several pieces: once)
     if not first:
         return PageLookup(tuple(hits), tuple(missing))
     taken = {h.chunk.chunk_id for h in first}

@@ -28,7 +28,7 @@ from zhiku.retrieval.query import MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.types import Filters, Hit
+from zhiku.types import Chunk, Filters, Hit
 
 Tagged = tuple[set[str], set[str]]  # chunk ids, doc ids that carry the wanted tags
 
@@ -99,12 +99,16 @@ def search(
         r = run(query, depth, rerank)
     else:
         r = _rewritten(searcher, rewriter, query, run, depth, rerank)
-    r = searcher.asked_pages_first(r, query)  # after the reranker and the variants: a page asked is a lookup
-    if tagged is None:
-        return r
+    if tagged is None:  # after the reranker and the variants: a page asked is a lookup
+        return searcher.asked_pages_first(r, query)
     chunks, docs = tagged
-    kept = [h for h in r.hits if h.chunk.chunk_id in chunks or h.chunk.doc_id in docs]
-    return replace(r, hits=tuple(kept[:want]))
+
+    def carries(c: Chunk) -> bool:
+        return c.chunk_id in chunks or c.doc_id in docs
+
+    # the tags first: a page is looked up in a document the filter keeps, and of its chunks only those it keeps
+    r = replace(r, hits=tuple([h for h in r.hits if carries(h.chunk)][:want]))
+    return searcher.asked_pages_first(r, query, carries)
 
 
 def _rewritten(

@@ -6,7 +6,7 @@ import contextvars
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -158,14 +158,13 @@ class Searcher:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
-    def asked_pages_first(self, r: Retrieval, question: str) -> Retrieval:
-        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; a store without
-        a catalogue: ``r`` as it is)."""
-        if self._catalogue is None:
+    def asked_pages_first(self, r: Retrieval, question: str, keep: Callable[[Chunk], bool] | None = None) -> Retrieval:
+        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; ``keep``: the
+        chunks a tags filter keeps, the only ones looked up; a store without a catalogue: ``r`` as it is)."""
+        if (c := self._catalogue) is None:
             return r
-        c = self._catalogue
-        found = pages_first(r.hits, question, self.text.normalize, c.document_chunks, c.get_document)
-        if found.hits == r.hits and not found.missing:
+        found = pages_first(r.hits, question, self.text.normalize, c.document_chunks, c.get_document, keep)
+        if found.hits == r.hits and not found.missing and found.pages == r.pages:
             return r
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
 
