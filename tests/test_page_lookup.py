@@ -279,3 +279,21 @@ def test_no_passage_twice_over_a_real_pdf(kb_factory, tmp_path: Path) -> None:
     # (the table on page 3 is one passage made whole from its pieces: none of them shown again on its own)
     inside = [(a, b) for a in spans for b in spans if a != b and a[0] == b[0] and a[1] <= b[1] <= b[2] <= a[2]]
     assert inside == []
+
+
+def test_a_named_document_the_search_did_not_find_is_looked_up_within_the_filters(kb_factory, tmp_path: Path) -> None:
+    kb, docs = two_pdfs(kb_factory, tmp_path)
+    thesis, paper = docs["论文.pdf"], docs["模板.pdf"]
+    page8 = [c.chunk_id for c in kb.store.document_chunks(thesis.doc_id) if c.page == 8]
+    assert page8 and thesis.pages == 11 and paper.pages == 5
+    # every hit of the paper: the thesis the question names is looked up all the same (was: the paper's page 8,
+    # noted as "《…》第 8 页（共 5 页）", a document the question did not ask about)
+    only_paper = Filters(source_glob="*模板*")
+    r = kb.searcher.search("论文第8页讲了什么", top_k=3, filters=only_paper)
+    assert {h.chunk.doc_id for h in r.hits} == {paper.doc_id}
+    found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么")
+    assert ([h.chunk.chunk_id for h in found.hits[: len(page8)]], found.missing, found.pages) == (page8, (), (8,))
+    # a document the search's filters leave out is not looked up: the best-ranked paged hit's document is
+    found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么", filters=only_paper)
+    assert {h.chunk.doc_id for h in found.hits} == {paper.doc_id} and found.pages == ()
+    assert found.missing == (f"《{paper.title or paper.source}》第 8 页（共 5 页）",)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
-from zhiku.types import DocRecord
+from zhiku.types import DocRecord, Filters
 
 _SHOWN = 3  # example names in a hint
 
@@ -45,3 +45,13 @@ def filter_hint(docs: Sequence[DocRecord], source: str | None, doc_type: str | N
             + ("" if doc_type in known else f" (a type is one of {', '.join(known)})")
         )
     return "; ".join(problems) or None
+
+
+def passes(doc: DocRecord, filters: Filters) -> bool:
+    """Whether ``doc`` passes the document-level ``filters`` (collection, source glob, type) as a search applies
+    them (the source glob case-sensitive, over the name as ingested)."""
+    return (
+        (filters.collection is None or doc.collection == filters.collection)
+        and (filters.doc_type is None or doc.doc_type == filters.doc_type)
+        and (filters.source_glob is None or fnmatch.fnmatchcase(doc.source, filters.source_glob))
+    )

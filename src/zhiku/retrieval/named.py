@@ -27,8 +27,13 @@ _PREFIX = "中华人民共和国"
 def names_of(hit: Hit) -> set[str]:
     """The names a question may call ``hit``'s document by: its file name's stem, its title heading, each without
     the 中华人民共和国 of a national law."""
-    stem = re.split(r"[/\\]", hit.chunk.source)[-1].rsplit(".", 1)[0]
-    names = {_STEM.sub("", stem).strip(), hit.chunk.section.split(SECTION_SEPARATOR)[0].strip()}
+    return document_names(hit.chunk.source, hit.chunk.section.split(SECTION_SEPARATOR)[0])
+
+
+def document_names(source: str, title: str) -> set[str]:
+    """The names a question may call a document by, from its source path and its title (``names_of``)."""
+    stem = re.split(r"[/\\]", source)[-1].rsplit(".", 1)[0]
+    names = {_STEM.sub("", stem).strip(), title.strip()}
     return {n.removeprefix(_PREFIX) for n in names if len(n.removeprefix(_PREFIX)) >= 2}
 
 

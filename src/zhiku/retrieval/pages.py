@@ -4,7 +4,8 @@ passages on that page come first.
 Search ranks passages by what they say, and "第 3 页" says where, not what: the passages of page 3 rarely rank
 first. When the question asks for pages (第3页, 第三页, 第 3 页, 第3-5页, page 3, p. 3) and the hits hold paged
 documents (PDF), the passages on an asked page come first, in document order: of the documents the question names
-(``named.names_of``: the file name or the title heading), else of the best-ranked paged hit's document. Those not
+(``named.names_of``: the file name or the title heading; among the hits, else among the documents the search's
+filters keep), else of the best-ranked paged hit's document. Those not
 among the hits are read from the document (``Catalogue.document_chunks``; they carry no search score: score 0, no
 ranks). As many hits as before. A chunk's page is the page holding most of its characters (ingest/chunking.py): a
 page all of whose text lies in chunks of its neighbours is found in the chunk that runs into it. A page the
@@ -18,9 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from zhiku.retrieval.named import names_of
+from zhiku.retrieval.filters import passes
+from zhiku.retrieval.named import document_names, names_of
+from zhiku.stores.base import Catalogue
 from zhiku.text import chinese_number
-from zhiku.types import Chunk, DocRecord, Hit
+from zhiku.types import Chunk, DocRecord, Filters, Hit
 
 _NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
 # 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
@@ -76,12 +79,18 @@ class PageLookup:
     pages: tuple[int, ...] = ()  # the asked pages whose passages lead ``hits`` (none: nothing was looked up)
 
 
-def _documents(hits: Sequence[Hit], question: str, normalize: Callable[[str], str]) -> list[str]:
-    """The paged documents asked of: those among ``hits`` the question names (none when it names only documents
-    without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the best-ranked paged hit's."""
+def _documents(
+    hits: Sequence[Hit], question: str, normalize: Callable[[str], str], elsewhere: Callable[[str], list[str]]
+) -> tuple[list[str], bool]:
+    """The paged documents asked of, and whether they are among ``hits``: those among ``hits`` the question names
+    (none when it names only documents without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the
+    paged documents it names that the search did not find (``elsewhere``: 论文第8页 when every hit is of 模板.pdf),
+    else the best-ranked paged hit's."""
     named = [h for h in hits if any(normalize(n) in question for n in names_of(h))]
+    if not named and (others := elsewhere(question)):
+        return others, False
     paged = [h for h in (named or hits) if h.chunk.page is not None]
-    return list(dict.fromkeys(h.chunk.doc_id for h in paged[: None if named else 1]))
+    return list(dict.fromkeys(h.chunk.doc_id for h in paged[: None if named else 1])), True
 
 
 def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
@@ -119,15 +128,17 @@ def pages_first(
     document_chunks: Callable[[str], list[Chunk]],
     document: Callable[[str], DocRecord | None],
     allowed: Callable[[Chunk], bool] | None = None,
+    elsewhere: Callable[[str], list[str]] = lambda question: [],
 ) -> PageLookup:
     """``hits`` with the passages on the pages ``question`` (as asked) asks for first (see the module's text);
-    ``allowed``: the chunks a filter keeps (a tags filter), the only ones looked up."""
+    ``allowed``: the chunks a filter keeps (a tags filter), the only ones looked up; ``elsewhere(question)``
+    (normalised): the paged documents the search's filters keep whose names the question holds."""
     lower = question.lower()
     if "页" not in question and "頁" not in question and "p" not in lower and "ｐ" not in lower:  # (the hot path)
         return PageLookup(tuple(hits))
     text = normalize(question)
     pages = asked_pages(text)
-    docs = _documents(hits, text, normalize) if pages and hits else []
+    docs, searched = _documents(hits, text, normalize, elsewhere) if pages and hits else ([], True)
     if not docs:
         return PageLookup(tuple(hits))
     by_id = {h.chunk.chunk_id: h for h in hits}
@@ -138,7 +149,7 @@ def pages_first(
     for doc_id in docs:
         chunks = [c for c in document_chunks(doc_id) if allowed is None or allowed(c)]
         record = document(doc_id)
-        if record is None or not any(c.chunk_id in by_id for c in chunks):  # deleted or replaced since the search
+        if record is None or not chunks or searched and not any(c.chunk_id in by_id for c in chunks):  # (gone)
             continue
         count = record.pages or max((c.page or 0 for c in chunks), default=0)
         title = record.title or chunks[0].source
@@ -155,3 +166,21 @@ def pages_first(
     taken = {h.chunk.chunk_id for h in first}
     ordered = [*first, *(h for h in hits if h.chunk.chunk_id not in taken)]
     return PageLookup(tuple(ordered[: len(hits)]), tuple(missing), tuple(dict.fromkeys(found)))
+
+
+def lookup_pages(
+    catalogue: Catalogue,
+    hits: Sequence[Hit],
+    question: str,
+    normalize: Callable[[str], str],
+    allowed: Callable[[Chunk], bool] | None = None,
+    filters: Filters = Filters(),
+) -> PageLookup:
+    """``pages_first`` over ``catalogue``'s documents; a document the question names that the search did not find
+    is looked up when it passes the search's ``filters`` (``filters.passes``)."""
+
+    def elsewhere(text: str) -> list[str]:
+        docs = [d for d in catalogue.list_documents(filters.collection) if d.pages and passes(d, filters)]
+        return [d.doc_id for d in docs if any(normalize(n) in text for n in document_names(d.source, d.title))]
+
+    return pages_first(hits, question, normalize, catalogue.document_chunks, catalogue.get_document, allowed, elsewhere)

@@ -100,7 +100,7 @@ def search(
     else:
         r = _rewritten(searcher, rewriter, query, run, depth, rerank)
     if tagged is None:  # after the reranker and the variants: a page asked is a lookup
-        return searcher.asked_pages_first(r, query)
+        return searcher.asked_pages_first(r, query, filters=filters)
     chunks, docs = tagged
 
     def carries(c: Chunk) -> bool:
@@ -108,7 +108,7 @@ def search(
 
     # the tags first: a page is looked up in a document the filter keeps, and of its chunks only those it keeps
     r = replace(r, hits=tuple([h for h in r.hits if carries(h.chunk)][:want]))
-    return searcher.asked_pages_first(r, query, carries)
+    return searcher.asked_pages_first(r, query, carries, filters)
 
 
 def _rewritten(

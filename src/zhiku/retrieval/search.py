@@ -23,7 +23,7 @@ from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
-from zhiku.retrieval.pages import pages_first
+from zhiku.retrieval.pages import lookup_pages
 from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
@@ -40,6 +40,8 @@ EMBED_TIMES = 9
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
+NONE = Filters()
+Keep = Callable[[Chunk], bool] | None  # the chunks a tags filter keeps (None: every chunk)
 log = logging.getLogger(__name__)
 
 
@@ -158,12 +160,12 @@ class Searcher:
             hits, status = self._rerank(reranker, parsed.text, hits, final_k)
         return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
 
-    def asked_pages_first(self, r: Retrieval, question: str, keep: Callable[[Chunk], bool] | None = None) -> Retrieval:
-        """``r`` with the passages on the pages the question asks for first (``pages.pages_first``; ``keep``: the
-        chunks a tags filter keeps, the only ones looked up; a store without a catalogue: ``r`` as it is)."""
+    def asked_pages_first(self, r: Retrieval, question: str, keep: Keep = None, filters: Filters = NONE) -> Retrieval:
+        """``r`` with the passages on the pages the question asks for first (``pages.lookup_pages``: ``keep``, the
+        chunks a tags filter keeps; ``filters``, the search's); a store without a catalogue: ``r`` as it is."""
         if (c := self._catalogue) is None:
             return r
-        found = pages_first(r.hits, question, self.text.normalize, c.document_chunks, c.get_document, keep)
+        found = lookup_pages(c, r.hits, question, self.text.normalize, keep, filters)
         if found.hits == r.hits and not found.missing and found.pages == r.pages:
             return r
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
