@@ -118,7 +118,7 @@ def test_a_page_asked_in_full_width_letters() -> None:
 def test_the_document_the_question_names_is_the_one_looked_up() -> None:
     hits = fused("report-5", "manual-0", "report-3")
     assert lookup(hits, "manual 第2页")[0] == ["manual-1", "report-5", "manual-0"]
-    # without a name: the best-ranked paged hit's document
+    # without a name: the first hit's document
     assert lookup(hits, "第2页")[0] == ["report-1", "report-5", "manual-0"]
 
 
@@ -181,6 +181,11 @@ def test_no_paged_hit_no_lookup() -> None:
     # a question naming a document without pages: no page of another (paged) document is looked up
     hits = [*fused("report-5"), Hit(chunk=replace(md, source="员工手册.docx", section="员工手册"), score=0.5)]
     found = pages_first(hits, "员工手册第3页", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
+    # naming no document, answered first by a passage without pages: no page of a PDF ranked lower is looked up
+    # (劳动合同第一页要写什么 over statutes and a few PDFs; was: that PDF's page 1 first)
+    hits = [Hit(chunk=md, score=2.0), *fused("report-5")]
+    found = pages_first(hits, "劳动合同第一页要写什么", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
     assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
 
 
@@ -293,7 +298,7 @@ def test_a_named_document_the_search_did_not_find_is_looked_up_within_the_filter
     assert {h.chunk.doc_id for h in r.hits} == {paper.doc_id}
     found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么")
     assert ([h.chunk.chunk_id for h in found.hits[: len(page8)]], found.missing, found.pages) == (page8, (), (8,))
-    # a document the search's filters leave out is not looked up: the best-ranked paged hit's document is
+    # a document the search's filters leave out is not looked up: the first hit's document is
     found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么", filters=only_paper)
     assert {h.chunk.doc_id for h in found.hits} == {paper.doc_id} and found.pages == ()
     assert found.missing == (f"《{paper.title or paper.source}》第 8 页（共 5 页）",)

@@ -5,7 +5,7 @@ Search ranks passages by what they say, and "第 3 页" says where, not what: th
 first. When the question asks for pages (第3页, 第三页, 第 3 页, 第3-5页, page 3, p. 3) and the hits hold paged
 documents (PDF), the passages on an asked page come first, in document order: of the documents the question names
 (``named.names_of``: the file name or the title heading; among the hits, else among the documents the search's
-filters keep), else of the best-ranked paged hit's document. Those not
+filters keep), else of the first hit's document when it is paged. Those not
 among the hits are read from the document (``Catalogue.document_chunks``; they carry no search score: score 0, no
 ranks). As many hits as before. A chunk's page is the page holding most of its characters (ingest/chunking.py): a
 page all of whose text lies in chunks of its neighbours is found in the chunk that runs into it. A page the
@@ -85,12 +85,13 @@ def _documents(
     """The paged documents asked of, and whether they are among ``hits``: those among ``hits`` the question names
     (none when it names only documents without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the
     paged documents it names that the search did not find (``elsewhere``: 论文第8页 when every hit is of 模板.pdf),
-    else the best-ranked paged hit's."""
+    else the first hit's when it is paged: a question naming no document asks of the one the search found first
+    (劳动合同第一页要写什么 answered by a statute in Markdown is no question about page 1 of a PDF ranked lower)."""
     named = [h for h in hits if any(normalize(n) in question for n in names_of(h))]
     if not named and (others := elsewhere(question)):
         return others, False
-    paged = [h for h in (named or hits) if h.chunk.page is not None]
-    return list(dict.fromkeys(h.chunk.doc_id for h in paged[: None if named else 1])), True
+    paged = [h for h in (named or hits[:1]) if h.chunk.page is not None]
+    return list(dict.fromkeys(h.chunk.doc_id for h in paged)), True
 
 
 def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
