@@ -145,10 +145,10 @@ def _table_header(c: Chunk) -> str:
     return c.text[:extra].strip() if extra > 0 and c.text.startswith("|") else ""
 
 
-def _table_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+def _table_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
     """The consecutive chunks holding pieces of the table split across ``chunk`` (its first piece, with the
-    caption and header, then each piece repeating that header), or just ``chunk``."""
-    by_ordinal = {c.ordinal: c for c in doc_chunks}
+    caption and header, then each piece repeating that header), or just ``chunk``; ``by_ordinal``: its document's
+    chunks by ordinal."""
     after = by_ordinal.get(chunk.ordinal + 1)
     header = _table_header(chunk) or (_table_header(after) if after is not None else "")
     if not header or header not in chunk.text or (after is not None and after.section != chunk.section):
@@ -173,18 +173,18 @@ def _fences(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.lstrip().startswith("```"))
 
 
-def _code_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
+def _code_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
     """The consecutive chunks of ``chunk``'s section holding pieces of a fenced code block split across ``chunk``
-    (from the piece that opens it to the one that closes it), or just ``chunk``. Whether a chunk starts inside a
-    block is read from the fences of the document's text before it, overlaps counted once."""
-    ordered = sorted(doc_chunks, key=lambda x: x.ordinal)
+    (from the piece that opens it to the one that closes it), or just ``chunk``; ``by_ordinal``: its document's
+    chunks by ordinal. Whether a chunk starts inside a block is read from the fences of the document's text before
+    it, overlaps counted once."""
+    ordered = [by_ordinal[n] for n in sorted(by_ordinal)]
     inside: dict[int, tuple[bool, bool]] = {}  # ordinal -> (starts inside a block, ends inside one)
     state = False
     for c, body, _ in _added(ordered):
         before = state
         state ^= _fences(body) % 2 == 1
         inside[c.ordinal] = (before, state)
-    by_ordinal = {c.ordinal: c for c in ordered}
     run = [chunk]
     while inside[run[0].ordinal][0] and (prev := by_ordinal.get(run[0].ordinal - 1)) and prev.section == chunk.section:
         run.insert(0, prev)
@@ -193,20 +193,18 @@ def _code_run(chunk: Chunk, doc_chunks: Sequence[Chunk]) -> list[Chunk]:
     return run
 
 
-def _whole(
-    c: Chunk, doc_chunks: Callable[[], Sequence[Chunk]], by_ordinal: Callable[[], Mapping[int, Chunk]]
-) -> list[Chunk]:
+def _whole(c: Chunk, by_ordinal: Callable[[], Mapping[int, Chunk]]) -> list[Chunk]:
     """The pieces ``c`` is one of: of its one article cut for length, of a table split between rows or of a
     fenced code block split between lines (the whole of either up to ``TABLE_MAX_CHARS``); just ``c`` otherwise.
-    ``doc_chunks`` (its document's chunks) and ``by_ordinal`` (the same by ordinal) are called only when needed."""
+    ``by_ordinal`` (its document's chunks by ordinal) is called only when needed."""
     if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
         return _article_run(c, by_ordinal())
     if _fences(c.text):  # a piece of a code block split between chunks (or the end of one and the start of another)
-        run = _code_run(c, doc_chunks())
+        run = _code_run(c, by_ordinal())
         if len(run) > 1 and sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
             return run
     if c.text.startswith("|") or "\n|" in c.text:  # a table (piece)
-        run = _table_run(c, doc_chunks())
+        run = _table_run(c, by_ordinal())
         if sum(len(x.text) for x in run) <= TABLE_MAX_CHARS:
             return run
     return [c]
@@ -221,18 +219,11 @@ def whole_articles(
     hits (``hits`` is read no further)."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
-    loaded: dict[str, Sequence[Chunk]] = {}
-
-    ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, made once per document
-
-    def chunks_of(doc_id: str) -> Sequence[Chunk]:
-        if doc_id not in loaded:
-            loaded[doc_id] = doc_chunks(doc_id)
-        return loaded[doc_id]
+    ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document
 
     def by_ordinal(doc_id: str) -> dict[int, Chunk]:
         if doc_id not in ordinals:
-            ordinals[doc_id] = {c.ordinal: c for c in chunks_of(doc_id)}
+            ordinals[doc_id] = {c.ordinal: c for c in doc_chunks(doc_id)}
         return ordinals[doc_id]
 
     if limit is not None and limit < 1:
@@ -241,7 +232,7 @@ def whole_articles(
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        run = _whole(c, functools.partial(chunks_of, c.doc_id), functools.partial(by_ordinal, c.doc_id))
+        run = _whole(c, functools.partial(by_ordinal, c.doc_id))
         if len(run) > 1:
             shown.update(x.chunk_id for x in run)
             h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))
