@@ -210,7 +210,7 @@ def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> No
     from zhiku.ingest.transforms.store import ENRICH_FILE, EnrichmentStore
 
     store = EnrichmentStore(tmp_path)
-    assert store.last_usage("hr", "a.md") is None  # no file yet: nothing read, nothing created
+    assert store.recent_usage("hr", "a.md", 1) == []  # no file yet: nothing read, nothing created
     store.usage_history()
     store._conn(write=True)
     store.close()

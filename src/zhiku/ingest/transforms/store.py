@@ -206,11 +206,6 @@ class EnrichmentStore:
             )
         return [_usage_record(r) for r in rows]
 
-    def last_usage(self, collection: str, source: str) -> UsageRecord | None:
-        """The usage record of the last ingest of ``source`` in ``collection`` that ran transforms (None: never)."""
-        last = self.recent_usage(collection, source, 1)
-        return last[0] if last else None
-
     def recent_usage(self, collection: str, source: str, n: int) -> list[UsageRecord]:
         """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms, newest
         first."""
