@@ -46,10 +46,7 @@ class EmbeddingCache:
                 " primary key (model, key)) without rowid"
             )
         except (sqlite3.DatabaseError, OSError) as e:  # a damaged or foreign file, a folder we cannot write
-            raise ConfigError(
-                f"the embedding cache {path} cannot be opened ({e}): it is only a cache — delete the file, or set "
-                "embedding.cache_dir to a writable folder (or embedding.cache: false)"
-            ) from None
+            raise _unusable(path, "opened", e) from None
 
     def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
@@ -89,10 +86,15 @@ class EmbeddingCache:
             if self._db.in_transaction:
                 with suppress(sqlite3.Error):
                     self._db.execute("rollback")
-            raise ConfigError(
-                f"the embedding cache {self.path} cannot be read or written ({e}): it is only a cache — delete the "
-                "file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
-            ) from None
+            raise _unusable(self.path, "read or written", e) from None
+
+
+def _unusable(path: Path, failed: str, e: Exception) -> ConfigError:
+    """The one error for a cache file that cannot be ``failed`` (opened; read or written), and the fix."""
+    return ConfigError(
+        f"the embedding cache {path} cannot be {failed} ({e}): it is only a cache — delete the file, or set "
+        "embedding.cache_dir to a writable folder (or embedding.cache: false)"
+    )
 
 
 class CachedEmbedder:
