@@ -25,11 +25,11 @@ from zhiku.stores.base import Catalogue
 from zhiku.text import chinese_number
 from zhiku.types import Chunk, DocRecord, Filters, Hit
 
-_NUMBER = r"(\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"
+_ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # a page number, digits or spelled
+_NUMBER = f"({_ONE})"  # (captured)
 # 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
 # page 3, pages 3-5, p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name
 # incident levels), nor "page 3.5" (a full stop after the number ends a sentence: "summarise page 12.")
-_ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # (_NUMBER, not captured)
 _PAGE = re.compile(
     rf"(?P<list>第\s*{_ONE}(?:\s*(?:[、和及与]|以及)\s*第?\s*{_ONE})+\s*[页頁])"  # 第3和第4页, 第3、4页: each
     rf"|第\s*{_NUMBER}\s*(?:[页頁]\s*)?(?:(?:-|–|—|~|〜|至|到)\s*第?\s*{_NUMBER}\s*)?[页頁]"
