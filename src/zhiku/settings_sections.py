@@ -283,6 +283,10 @@ class RetrievalSettings(_Section):
         True,
         description="Small-to-big: a hit on a piece of an article that was cut for length, or of a table split between rows (up to 3,000 characters), returns the whole article or table (pieces joined, the table with its caption and one header; the citation keeps the matched piece's id and page).",
     )
+    compiled_core: bool = Field(
+        True,
+        description="Serve hybrid z-score searches without filters through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path.",
+    )
     rewrite: RewriteMode = Field(
         "none",
         description="Query rewriting by `llm.model` (docs/transforms.md): `multi_query` (fuse alternative phrasings) or `hyde` (fuse a hypothetical answer's hits); on a timeout or error the plain query's hits (`fallback`).",

@@ -369,3 +369,8 @@ class IndexInfo:
     chunking: str
     schema_version: int = 1
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
+    """``ranking`` as an immutable sequence (a ``Ranking`` already is one)."""
+    return ranking if isinstance(ranking, Ranking) else tuple(ranking)

@@ -1,5 +1,5 @@
 """Ranked candidates in a trace, column by column (``Columns``) or as tuples (``Rows``), and how a reader gets
-rows back (``as_rows``)."""
+rows back (``as_rows``); an ingestion report as trace rows (``report_rows``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zhiku.observability.rounding import rounded
-from zhiku.types import Ranking, ScoredId
+from zhiku.types import IngestReport, Ranking, ScoredId
 
 RANKING_MAX = 50  # candidates listed per channel stage with tracing.detail "full" (the rest are counted)
 
@@ -74,3 +74,26 @@ def ranking_columns(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> Colu
             "score": rounded([x.score for x in first], 6),
         }
     )
+
+
+def report_rows(report: IngestReport) -> dict[str, Any]:
+    """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
+    docs: list[dict[str, Any]] = []
+    for status, names in (
+        ("added", report.added),
+        ("updated", report.updated),
+        ("skipped", report.skipped),
+        ("removed", report.removed),
+    ):
+        docs.extend(
+            {"source": n, "status": status, "reason": "unchanged (same SHA-256)" if status == "skipped" else None}
+            for n in names
+        )
+    docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)
+    return {
+        "documents": docs,
+        "counts": report.counts(),
+        "chunks_written": report.chunks_written,
+        "chunks_embedded": report.chunks_embedded,
+        "dry_run": report.dry_run,
+    }

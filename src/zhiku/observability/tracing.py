@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.observability.columns import ranking_columns as ranking_columns  # re-exported
+from zhiku.observability.columns import report_rows as report_rows  # re-exported
 from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
 from zhiku.observability.labels import hit_rows as hit_rows
 from zhiku.observability.labels import label_chunks as label_chunks
@@ -57,7 +58,7 @@ from zhiku.observability.trace import (  # noqa: F401 (re-exported)
     trace_files,
 )
 from zhiku.settings import TracingSettings
-from zhiku.types import IngestReport, ScoredId
+from zhiku.types import ScoredId
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,32 @@ def waited(name: str, start: float, **data: Any) -> None:
         t._events.append((name, start, time.perf_counter() - start, [(None, None, data)]))
 
 
+class _TimedSpan(_Span):
+    """A span for a stage timed elsewhere (``timed_span``): its start and elapsed time are given, not measured."""
+
+    __slots__ = ("_elapsed",)
+    _elapsed: float
+
+    def __enter__(self) -> _TimedSpan:
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if not self._trace._closed:
+            self._trace._events.append((self._name, self._t0, self._elapsed, self._sets))
+
+
+def timed_span(name: str, start: float, seconds: float) -> _Span | _NoSpan:
+    """``span(name)`` for a stage that ran elsewhere and was timed there (the compiled search core's phases, timed
+    inside one call): it records what is set in it, as stage ``name`` from ``start`` (``time.perf_counter()``)
+    lasting ``seconds``."""
+    t = _current.get()
+    if t is None:
+        return NOOP
+    sp = _new(_TimedSpan)
+    sp._trace, sp._name, sp._sets, sp._t0, sp._elapsed = t, name, None, start, seconds
+    return sp
+
+
 def current() -> Trace | None:
     return _current.get()
 
@@ -370,26 +397,3 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
 
         sinks.append(OtelSink())
     return Tracer(sinks, detail=settings.detail, sample=settings.sample, slow_ms=settings.slow_ms)
-
-
-def report_rows(report: IngestReport) -> dict[str, Any]:
-    """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
-    docs: list[dict[str, Any]] = []
-    for status, names in (
-        ("added", report.added),
-        ("updated", report.updated),
-        ("skipped", report.skipped),
-        ("removed", report.removed),
-    ):
-        docs.extend(
-            {"source": n, "status": status, "reason": "unchanged (same SHA-256)" if status == "skipped" else None}
-            for n in names
-        )
-    docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)
-    return {
-        "documents": docs,
-        "counts": report.counts(),
-        "chunks_written": report.chunks_written,
-        "chunks_embedded": report.chunks_embedded,
-        "dry_run": report.dry_run,
-    }

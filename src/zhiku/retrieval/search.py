@@ -20,6 +20,7 @@ from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import mark, ranking_columns, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import whole_articles
+from zhiku.retrieval.core_path import CorePath
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
@@ -29,7 +30,7 @@ from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor, article_numbers
-from zhiku.types import Chunk, Filters, Hit, Ranking, ScoredId, SearchMode
+from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
@@ -62,11 +63,6 @@ class Retrieval:
     pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``pages_first``)
 
 
-def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
-    """``ranking`` as an immutable sequence (a ``Ranking`` already is one)."""
-    return ranking if isinstance(ranking, Ranking) else tuple(ranking)
-
-
 class Searcher:
     """Runs searches over a ``Store`` with an ``Embedder``; safe to call from several threads."""
 
@@ -96,6 +92,7 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
+        self.core = CorePath(store, settings, self._embed, self._hits, self._catalogue)  # the compiled search core
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -139,10 +136,13 @@ class Searcher:
         if inline:
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
             with self._gate, self._one_version():
-                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
-                vector, dense = self._dense_here(mode_, forms, depth, filters, known)
-                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+                if served := self.core.search(mode_, forms, known, filters, parsed, depth, top_k, clause_vectors):
+                    bm25, dense, by_clause, hits = served
+                else:
+                    bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
+                    vector, dense = self._dense_here(mode_, forms, depth, filters, known)
+                    by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                    hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
             run = contextvars.copy_context().run
             future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses, known)

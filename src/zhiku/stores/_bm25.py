@@ -238,15 +238,25 @@ class BM25Snapshot:
         tied with the ``top_k``-th are all returned. ``mask`` (by rowid − 1): rows allowed by filters.
         ``prune = (max_df, min_df)``: terms in more than ``max_df`` of the rows and in more than ``min_df``
         rows are left out, except the two rarest."""
+        found = self._pruned(terms, prune)
+        if not found or top_k < 1:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        allowed = None if mask is None else np.concatenate([[False], mask[: self.top]])
+        live = None if self.n_live == self.top else self.live
+        return score(found, self.n_live, self.avgdl, self.norm, live, allowed, top_k)
+
+    def scored_terms(self, terms: Sequence[str], prune: tuple[float, int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The live rows and scores of each query term ``search`` scores (the same pruning), in query order: what
+        the compiled core sums (``_core``), kept per term for the next queries (``QueryTerm.scored``)."""
+        live = None if self.n_live == self.top else self.live
+        return [t.scored(self.n_live, self.norm, live) for t in self._pruned(terms, prune)]
+
+    def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
+        """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""
         found = [self.term(t) for t in terms]
         max_df, min_df = prune
         if len(found) > 2 and max_df < 1:
             limit = max(max_df * self.n_live, min_df)
             rarest = {t.term for t in sorted(found, key=lambda t: (t.df, t.term))[:2]}
             found = [t for t in found if t.term in rarest or t.df <= limit]
-        found = [t for t in found if t.df > 0]
-        if not found or top_k < 1:
-            return np.empty(0, np.int64), np.empty(0, np.float64)
-        allowed = None if mask is None else np.concatenate([[False], mask[: self.top]])
-        live = None if self.n_live == self.top else self.live
-        return score(found, self.n_live, self.avgdl, self.norm, live, allowed, top_k)
+        return [t for t in found if t.df > 0]

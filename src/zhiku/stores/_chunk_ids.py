@@ -55,7 +55,7 @@ class ChunkIds:
     ) -> list[str | None]:
         """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read); ``whole``:
         read every id into the array now (``warm()``)."""
-        table = self._table_upto(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
+        table = self.table(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
         if table is not None:
             return [b.decode() if b else None for b in table[rowids].tolist()]
         by_row = self.of_rows(conn, rowids)
@@ -65,7 +65,7 @@ class ChunkIds:
         """Remember where these chunk ids are (a hint for ``rows_hint``)."""
         self._current()[1].update(zip(chunk_ids, rowids, strict=True))
 
-    def _table_upto(self, conn: sqlite3.Connection, top: int) -> np.ndarray | None:
+    def table(self, conn: sqlite3.Connection, top: int) -> np.ndarray | None:
         """Every chunk id of rowids ``1…top`` by rowid, read once then extended (None past ``table_max``)."""
         table = self._table
         if table is not None and table[0] >= top:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores import _core
 from zhiku.stores._ann import AnnCache
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
@@ -105,6 +108,40 @@ class SQLiteSearch(SQLiteReads):
             if rowids.size == 0:
                 return []
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
+
+    def hybrid_core(
+        self, terms: Sequence[str], vector: np.ndarray, depth: int, keep: int, fusion: _core.Fusion | None
+    ) -> _core.CoreResult | None:
+        """BM25 and the exact dense search, no filters, through the compiled core (``_core``): the channels, and with
+        ``fusion`` (the weights, and whether to fill) the z-score fusion of their ``keep`` best. The same rankings and floats as
+        ``bm25_search``, ``dense_search`` and ``zscore_fusion``; the phase times are BM25 (with its terms' lookup),
+        dense (with the product) and fusion. None where the core does not serve (not built, no candidates to
+        rank, a screened or HNSW search, no id table): the caller then takes the numpy path."""
+        if not _core.available() or depth < 1 or keep < 1:
+            return None
+        unique, query = query_terms(terms), self._query_vector(vector)
+        with self._read() as conn:
+            vec = self._snapshot(conn)
+            self._check_dim(vec, query)
+            if vec.live_count == 0 or self._screens(vec) or self._uses_ann(vec):
+                return None
+            bm25 = self._bm25_snapshot(conn)
+            table = self._ids.table(conn, max(bm25.top, vec.top))
+        ix = None if table is None else _core.core_index(bm25, vec, table)
+        if ix is None:
+            return None
+        t0 = time.perf_counter()
+        scored = bm25.scored_terms(unique, (self.bm25_max_df, BM25_MIN_DF))
+        t1 = time.perf_counter()
+        scores = vec.product(l2_normalise(query.reshape(1, -1))[0], vec.live, vec.live_count)
+        self._last_scores.product = (weakref.ref(vec), query.copy(), scores)  # a fill made later reads it
+        t2 = time.perf_counter()
+        got = _core.hybrid(ix, scores, scored, depth, keep, fusion)
+        if fusion is None:  # the chunk ids' rows, for the lookups the fusion made in Python does
+            for ranking in (got.bm25, got.dense):
+                self._ids.seen(ranking.ids, ranking.rows or ())
+        bm25_s, dense_s, fusion_s = got.seconds
+        return replace(got, seconds=(t1 - t0 + bm25_s, t2 - t1 + dense_s, fusion_s))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         query = self._query_vector(vector)

@@ -229,16 +229,22 @@ class VectorSnapshot:
             rows = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
             scores = np.einsum("ij,j->i", self.gather(rows), unit)
         else:
-            # einsum, not BLAS: as fast on one core (the product is memory-bound), and it never starts BLAS
-            # threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py)
-            rows, scores = None, np.einsum("ij,j->i", self.matrix[: self.rows], unit)
-            if n < self.rows:
-                scores[~allowed] = -np.inf
+            rows, scores = None, self.product(unit, allowed, n)
             if every is not None:
                 every.append(scores)
-        best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
+        best = _best(scores, k)
         best = best[np.isfinite(scores[best])]
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
+
+    def product(self, unit: np.ndarray, allowed: np.ndarray, n: int) -> np.ndarray:
+        """Every row's cosine with the unit vector ``unit`` (float32 by file row), −inf at the rows not ``allowed``
+        (``n``: how many are). einsum, not BLAS: as fast on one core (the product is memory-bound), and it never
+        starts BLAS threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py).
+        The compiled search core (``_core``) ranks this same array."""
+        scores: np.ndarray = np.einsum("ij,j->i", self.matrix[: self.rows], unit)
+        if n < self.rows:
+            scores[~allowed] = -np.inf
+        return scores
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The float32 ``rows`` (ascending), read with ``pread`` rather than through the mapping: the scattered
@@ -270,6 +276,16 @@ class VectorSnapshot:
             coarse[~allowed] = -np.inf
         rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
         return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+
+
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` best ``scores`` and of every score tied with the ``k``-th: the ranking then orders
+    ties by chunk id (``_sqlite_search._ranked``), so which tied rows it keeps never depends on where they lie
+    (what the compiled core keeps)."""
+    if k >= scores.size:
+        return np.arange(scores.size)
+    cut = scores.size - k
+    return np.flatnonzero(scores >= np.partition(scores, cut)[cut])
 
 
 def _read_rows(fd: int, rows: np.ndarray, size: int) -> tuple[np.ndarray, int]:

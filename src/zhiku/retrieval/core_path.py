@@ -1,0 +1,137 @@
+"""Hybrid searches served by the store's compiled search core (``SQLiteStore.hybrid_core``, ``stores/_core``): BM25,
+both channels' tops, the fill and z-score fusion in one call after numpy's dense product; then the chunks, the hits
+and small-to-big as the numpy path makes them. The same hits, rankings and trace (bm25, dense and fusion stages
+timed inside the call) as the numpy path (``Searcher``'s), which serves every other search:
+
+- a question with a second form (Traditional characters, an article number in digits: two dense searches);
+- filters (collection, source glob, doc_type; tags are a filter too);
+- RRF fusion, a single channel, a store without the core (Milvus), the core not built or switched off
+  (``retrieval.compiled_core``), a screened (int8) or HNSW dense search (large indexes);
+- a slow embedder with the question not yet embedded: the numpy path embeds it in the dense worker while BM25 runs.
+
+With the clause channel (a question of several clauses) the core gives the two channels and the clause ranking and
+three-channel fusion are the numpy path's own (``Searcher._hits``, passed in)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from zhiku.errors import ZhikuError
+from zhiku.observability.rank_changes import fusion_record
+from zhiku.observability.tracing import timed_span
+from zhiku.retrieval.clauses import clause_ranking
+from zhiku.retrieval.context import whole_articles
+from zhiku.retrieval.query import ParsedQuery
+from zhiku.settings import RetrievalSettings
+from zhiku.stores._core import CoreResult, Fusion
+from zhiku.stores.base import Catalogue, Retriever
+from zhiku.types import Filters, Hit, ScoredId
+
+NO_FILTERS = Filters()
+# ``Searcher._hits``: fuse (with the clause ranking), fetch the chunks, small-to-big
+MakeHits = Callable[[Any, Sequence[ScoredId], Sequence[ScoredId], np.ndarray, int, Sequence[ScoredId]], list[Hit]]
+Served = tuple[Sequence[ScoredId], Sequence[ScoredId], Sequence[ScoredId], list[Hit]]  # bm25, dense, clauses, hits
+
+
+class CorePath:
+    """A ``Searcher``'s way to the compiled core (``served``: how many searches it served, for tests and benches)."""
+
+    def __init__(
+        self,
+        store: Retriever,
+        settings: RetrievalSettings,
+        embed: Callable[[str], np.ndarray],
+        make_hits: MakeHits,
+        catalogue: Catalogue | None,
+    ) -> None:
+        self.store, self.settings, self.catalogue = store, settings, catalogue
+        self._core = getattr(store, "hybrid_core", None)
+        self._embed, self._make_hits = embed, make_hits
+        self.served = 0
+
+    def applies(self, mode: str, forms: tuple[str, ...], filters: Filters) -> bool:
+        """Whether the core may serve this search (the store may still decline: ``search`` then returns None)."""
+        s = self.settings
+        return (
+            self._core is not None
+            and s.compiled_core
+            and mode == "hybrid"
+            and s.fusion == "zscore"
+            and len(forms) == 1
+            and filters == NO_FILTERS
+        )
+
+    def search(
+        self,
+        mode: str,
+        forms: tuple[str, ...],
+        known: tuple[np.ndarray | None, ...],
+        filters: Filters,
+        parsed: ParsedQuery,
+        depth: int,
+        top_k: int,
+        clause_vectors: tuple[np.ndarray, ...],
+    ) -> Served | None:
+        """``(bm25, dense, clause ranking, hits)`` as the numpy path gives them (``forms``: the question's, ``known``:
+        their vectors, those known), or None where the core does not serve (``applies``, or the store declines:
+        nothing recorded; the numpy path then runs, and raises any error again with its trace)."""
+        if not self.applies(mode, forms, filters):
+            return None
+        s = self.settings
+        start = time.perf_counter()
+        try:
+            vector = known[0] if known and known[0] is not None else self._embed(forms[0])
+        except Exception:  # noqa: BLE001 - the numpy path embeds it again and fails with its trace
+            return None
+        embedded = time.perf_counter() - start
+        catalogue = self.catalogue if s.whole_articles else None
+        keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
+        fusion = None if clause_vectors else Fusion(s.bm25_weight, s.dense_weight, s.fill_dense)
+        assert self._core is not None
+        try:
+            got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion)
+        except ZhikuError:  # (a dimension mismatch, ...): raised again by the numpy path, with its trace
+            return None
+        if got is None:
+            return None
+        self.served += 1
+        bm25_s, dense_s, fusion_s = got.seconds
+        with timed_span("bm25", start + embedded, bm25_s) as sp:
+            sp.ranking(got.bm25, depth=depth)
+        with timed_span("dense", start, embedded + dense_s) as sp:  # (the numpy path's span embeds, as here)
+            sp.ranking(got.dense, depth=depth)
+        if got.fused is None:  # the clause channel: its ranking and the fusion of three, as the numpy path does
+            by_clause = clause_ranking(self.store, [got.bm25, got.dense], clause_vectors)
+            return (
+                got.bm25,
+                got.dense,
+                by_clause,
+                self._make_hits("hybrid", got.bm25, got.dense, vector, top_k, by_clause),
+            )
+        self._traced_fusion(got, start + embedded + bm25_s + dense_s, fusion_s, top_k)
+        fused = got.fused
+        chunks = {c.chunk_id: c for c in self.store.get_chunks([f[0] for f in fused])}
+        hits = (Hit(c, *f[1:], fused_rank=n) for n, f in enumerate(fused, 1) if (c := chunks.get(f[0])) is not None)
+        if catalogue is not None:
+            return got.bm25, got.dense, (), whole_articles(hits, catalogue.document_chunks, limit=top_k)
+        return got.bm25, got.dense, (), list(hits)
+
+    def _traced_fusion(self, got: CoreResult, start: float, seconds: float, top_k: int) -> None:
+        """The fusion stage as ``Searcher._fuse`` records it (two channels)."""
+        s = self.settings
+        with timed_span("fusion", start, seconds) as sp:
+            if sp.active:
+                bm25, dense = got.bm25, got.dense
+                fused = [f[0] for f in (got.fused or ())[:top_k]]
+                sp.set(
+                    counts={"returned": len(fused)},
+                    method=s.fusion,
+                    dense_filled=got.filled,
+                    rrf_k=s.rrf_k,
+                    weights=[s.bm25_weight, s.dense_weight],
+                )
+                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))

@@ -1,0 +1,114 @@
+"""The compiled search core (``_zcore.c``, an optional extension built by ``pip install`` where a C compiler is
+present) fed from ``SQLiteStore``'s snapshots: BM25's sums, both channels' tops, the fill and z-score fusion of a
+hybrid search in one call, after the dense product numpy computes as the numpy path does. Same results as the
+numpy path, float for float (tests/test_zcore.py, bench/search_parity.py). ``available()`` is False when the
+extension is not built: the numpy path then serves every search."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from zhiku.stores._bm25 import BM25Snapshot
+from zhiku.stores._vector_files import rowids_of
+from zhiku.stores._vectors import VectorSnapshot
+from zhiku.types import Ranking
+
+try:
+    from zhiku.stores import _zcore  # type: ignore[attr-defined]
+except ImportError:  # not built (no C compiler at install): the numpy path
+    _zcore = None
+
+Fused = tuple[str, float, int | None, float | None, int | None, float | None]  # id, score, bm25/dense rank, score
+
+
+def available() -> bool:
+    """Whether the extension is built and importable."""
+    return _zcore is not None
+
+
+@dataclass(frozen=True)
+class CoreIndex:
+    """What the core reads besides the snapshots' own arrays, made once per pair of snapshots."""
+
+    bm25: BM25Snapshot
+    vectors: VectorSnapshot
+    row_rowid: np.ndarray  # int64 by file row
+    rowid_row: np.ndarray  # int64 by rowid (-1: none)
+    idrank: np.ndarray  # int32 by rowid: the rank of its chunk id (ties by chunk id)
+    names: list[Any]  # chunk id (str) by rowid, None where none
+    live: np.ndarray  # uint8 by file row
+
+
+@dataclass(frozen=True)
+class CoreResult:
+    """One call's channels (rankings with rowids), the fused items (None when not fused here) with how many BM25
+    candidates got their exact cosine, and the call's phase times (seconds: BM25, the dense top, fusion)."""
+
+    bm25: Ranking
+    dense: Ranking
+    fused: list[Fused] | None
+    filled: int
+    seconds: tuple[float, float, float]
+
+
+_lock = threading.Lock()
+_kept: list[CoreIndex] = []
+
+
+def core_index(bm25: BM25Snapshot, vectors: VectorSnapshot, table: np.ndarray) -> CoreIndex | None:
+    """The ``CoreIndex`` of these snapshots (``table``: chunk ids as bytes by rowid, ``ChunkIds.table``), or None
+    when a live row has no chunk id in it (the numpy path then leaves such a row out; the core cannot)."""
+    kept = _kept[0] if _kept else None
+    if kept is not None and kept.bm25 is bm25 and kept.vectors is vectors:
+        return kept
+    with _lock:
+        top = max(bm25.top, vectors.top)
+        if table.size < top + 1:
+            return None
+        rows = vectors.rows
+        row_rowid = rowids_of(vectors.layout, vectors.ids, np.arange(rows, dtype=np.int64))
+        live = np.ascontiguousarray(vectors.live[:rows])
+        ids = table[: top + 1]
+        if (ids[row_rowid[live]] == b"").any() or (ids[: bm25.live.size][bm25.live] == b"").any():
+            return None
+        rowid_row = np.full(top + 1, -1, np.int64)
+        ok = (row_rowid >= 1) & (row_rowid <= top)
+        rowid_row[row_rowid[ok]] = np.flatnonzero(ok)
+        idrank = np.empty(ids.size, np.int32)
+        idrank[np.argsort(ids, kind="stable")] = np.arange(ids.size, dtype=np.int32)  # bytes order = str order
+        names = [b.decode() if b else None for b in ids.tolist()]
+        out = CoreIndex(bm25, vectors, row_rowid, rowid_row, idrank, names, live.view(np.uint8))
+        _kept[:] = [out]
+        return out
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How the core fuses (``RetrievalSettings``'s): the channels' weights and ``fill_dense``."""
+
+    bm25_weight: float
+    dense_weight: float
+    fill: bool
+
+
+def hybrid(
+    ix: CoreIndex,
+    scores: np.ndarray,
+    terms: Sequence[tuple[np.ndarray, np.ndarray]],
+    depth: int,
+    keep: int,
+    fusion: Fusion | None,
+) -> CoreResult:
+    """One compiled call (``_zcore.c``) over the dense product ``scores`` (by file row) and the query terms' scored
+    postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused."""
+    assert _zcore is not None
+    f = fusion or Fusion(0.0, 0.0, False)
+    args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, list(terms))
+    got = _zcore.hybrid(scores, *args, depth, depth, keep, f.bm25_weight, f.dense_weight, f.fill, fusion is not None)
+    bi, bs, br, di, ds, dr, fused, filled, *seconds = got
+    return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, tuple(seconds))  # type: ignore[arg-type]

@@ -1,0 +1,556 @@
+/* zhiku's compiled search core: the CPU part of a hybrid z-score search after the dense product, in one call.
+ *
+ * Inputs, in rowid space: the BM25 snapshot's scored postings of the query terms (rows, float64 scores, in query
+ * order), the exact dense product (float32 by file row: numpy's einsum, computed by the caller exactly as the numpy
+ * path computes it), which rows are live, and each rowid's chunk id and the rank of that id (ties).
+ *
+ * One call gives what the numpy path gives, float for float:
+ *   - BM25: each row's score summed term by term in query order from 0.0 (what np.bincount does);
+ *   - the top `kb` BM25 rows and the top `kd` dense rows, by score then chunk id (stores/_sqlite_search._ranked);
+ *   - with `fuse`: the exact cosines of BM25 candidates outside the dense top (retrieval.fill_dense), z-score
+ *     fusion as retrieval/fusion.py's zscore_fusion (means and variances summed in ranking order as Python's sum()
+ *     does, `** 2` and `** 0.5` through libm's pow, `0.0 + wb * zb + wd * zd`) and the best `keep` fused by score
+ *     then chunk id.
+ * Plain C99 (no intrinsics), built with -ffp-contract=off (MSVC /fp:precise): every float operation is the one
+ * Python or numpy does, in the same order. The GIL is released while it computes. Each call returns its own
+ * phase times (seconds), for the trace's stages.
+ *
+ * hybrid(scores, live, row_rowid, rowid_row, idrank, names, terms, kb, kd, keep, wb, wd, fill, fuse) ->
+ *   (bm25_ids, bm25_scores, bm25_rowids, dense_ids, dense_scores, dense_rowids, fused | None, filled,
+ *    bm25_s, dense_s, fusion_s)
+ * fused: a list of (chunk_id, score, bm25_rank | None, bm25_score | None, dense_rank | None, dense_score | None).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#include <windows.h>
+static double now(void) {
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart / (double)f.QuadPart;
+}
+#else
+#include <time.h>
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#endif
+
+/* scratch kept per thread (always all zeros / all -1 between calls), grown as needed */
+#if defined(_MSC_VER)
+#define ZTLS __declspec(thread)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define ZTLS _Thread_local
+#else
+#define ZTLS __thread
+#endif
+static ZTLS double *t_sum = NULL; /* BM25 score by rowid */
+static ZTLS size_t t_sum_n = 0;
+static ZTLS int32_t *t_slot = NULL; /* fusion key by rowid, -1 none */
+static ZTLS size_t t_slot_n = 0;
+
+static int grow(void **p, size_t *have, size_t want, size_t each, int byte) {
+    if (*have >= want) return 0;
+    void *q = realloc(*p, want * each);
+    if (!q) return -1;
+    memset((char *)q + *have * each, byte, (want - *have) * each);
+    *p = q;
+    *have = want;
+    return 0;
+}
+
+typedef struct {
+    double s;
+    int32_t id;    /* the rank of its chunk id: ties */
+    int64_t rowid; /* (the fused heap: the key's index) */
+} Cand;
+
+static int better(const Cand *a, const Cand *b) {
+    if (a->s != b->s) return a->s > b->s;
+    return a->id < b->id;
+}
+
+/* at most k candidates, the worst at the root */
+typedef struct {
+    Cand *h;
+    int n, k;
+} Heap;
+
+static void sift_down(Heap *hp, int i) {
+    Cand *h = hp->h;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < hp->n && better(&h[w], &h[l])) w = l;
+        if (r < hp->n && better(&h[w], &h[r])) w = r;
+        if (w == i) return;
+        Cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static void offer(Heap *hp, Cand c) {
+    if (hp->n < hp->k) {
+        int i = hp->n++;
+        hp->h[i] = c;
+        while (i > 0) {
+            int p = (i - 1) / 2;
+            if (!better(&hp->h[p], &hp->h[i])) return;
+            Cand t = hp->h[i];
+            hp->h[i] = hp->h[p];
+            hp->h[p] = t;
+            i = p;
+        }
+    } else if (hp->k > 0 && better(&c, &hp->h[0])) {
+        hp->h[0] = c;
+        sift_down(hp, 0);
+    }
+}
+
+/* best first, in place (heapsort: the root, the worst, goes to the end) */
+static void sort_heap(Heap *hp) {
+    int n = hp->n;
+    while (hp->n > 1) {
+        Cand t = hp->h[0];
+        hp->h[0] = hp->h[hp->n - 1];
+        hp->h[hp->n - 1] = t;
+        hp->n--;
+        sift_down(hp, 0);
+    }
+    hp->n = n;
+}
+
+/* Python's ``x ** y`` for floats is libm's pow (not x * x for y = 2: 0.08 % of floats differ in the last bit);
+ * called through a pointer so that the compiler does not rewrite pow(x, 2.0) */
+static double (*volatile py_pow)(double, double) = pow;
+
+/* Python's sum() over floats from the int 0: plain adds before 3.12, Neumaier's compensated sum since */
+typedef struct {
+    double s, c;
+    int n;
+} PySum;
+
+static void sum_add(PySum *a, double x) {
+    if (a->n++ == 0) {
+        a->s = 0.0 + x; /* (0 + x: the int start) */
+        a->c = 0.0;
+        return;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    double t = a->s + x;
+    if (fabs(a->s) >= fabs(x))
+        a->c += (a->s - t) + x;
+    else
+        a->c += (x - t) + a->s;
+    a->s = t;
+#else
+    a->s = a->s + x;
+#endif
+}
+
+static double sum_of(const PySum *a) {
+#if PY_VERSION_HEX >= 0x030C0000
+    if (a->c != 0.0 && isfinite(a->c)) return a->s + a->c;
+#endif
+    return a->n ? a->s : 0.0;
+}
+
+typedef struct {
+    /* in */
+    const float *scores;       /* the dense product by file row */
+    const uint8_t *live;       /* by file row */
+    const int64_t *row_rowid;  /* by file row */
+    const int64_t *rowid_row;  /* by rowid (-1: none) */
+    const int32_t *idrank;     /* by rowid */
+    Py_ssize_t nrows, top;
+    int nterms;
+    const int64_t **t_rows;
+    const double **t_w;
+    Py_ssize_t *t_n;
+    int kb, kd, keep, fill, fuse;
+    double wb, wd;
+    /* out */
+    Cand *bm25, *dense, *fused;
+    int nb, nd, nf, filled;
+    int64_t *keys;      /* fusion keys: BM25's candidates, then the dense ones BM25 did not find */
+    double *zb, *zd;    /* by key */
+    int32_t *dpos;      /* by key: its dense position, -1 none */
+    int8_t *has_fill;   /* by BM25 position */
+    double *fill_score; /* by BM25 position */
+    double secs[3];
+    int bad; /* a row or rowid out of range */
+} Job;
+
+static int bm25_top(Job *j) {
+    if (grow((void **)&t_sum, &t_sum_n, (size_t)j->top + 1, sizeof(double), 0)) return -1;
+    double *sc = t_sum;
+    Py_ssize_t total = 0;
+    for (int t = 0; t < j->nterms; t++) total += j->t_n[t];
+    int64_t *touched = malloc(sizeof(int64_t) * (size_t)(total + 1));
+    if (!touched) return -1;
+    Py_ssize_t nt = 0;
+    for (int t = 0; t < j->nterms && !j->bad; t++) {
+        const int64_t *rows = j->t_rows[t];
+        const double *w = j->t_w[t];
+        for (Py_ssize_t i = 0; i < j->t_n[t]; i++) {
+            int64_t r = rows[i];
+            if (r < 0 || r > j->top) {
+                j->bad = 1;
+                break;
+            }
+            double before = sc[r];
+            touched[nt] = r; /* kept when new (no branch: which rows are new is unpredictable) */
+            nt += before == 0.0;
+            sc[r] = before + w[i];
+        }
+    }
+    Heap h = {j->bm25, 0, j->kb};
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        int64_t r = touched[i];
+        double s = sc[r];
+        if (s > 0.0 && (h.n < h.k || s >= h.h[0].s)) offer(&h, (Cand){s, j->idrank[r], r});
+        sc[r] = 0.0;
+    }
+    free(touched);
+    sort_heap(&h);
+    j->nb = h.n;
+    return 0;
+}
+
+static void dense_top(Job *j) {
+    Heap h = {j->dense, 0, j->kd};
+    for (Py_ssize_t i = 0; i < j->nrows; i++) {
+        if (!j->live[i]) continue;
+        double s = (double)j->scores[i];
+        if (h.n < h.k || s >= h.h[0].s) {
+            int64_t r = j->row_rowid[i];
+            if (r < 0 || r > j->top) {
+                j->bad = 1;
+                return;
+            }
+            offer(&h, (Cand){s, j->idrank[r], r});
+        }
+    }
+    sort_heap(&h);
+    j->nd = h.n;
+}
+
+/* one channel's z-scores by key, as zscore_fusion: the candidates' own, the others its lowest (or their filled
+ * exact score, standardised alike) */
+static void zscores(Job *j, const Cand *c, int n, double *z, int nk, int filling) {
+    if (n == 0) {
+        for (int k = 0; k < nk; k++) z[k] = 0.0;
+        return;
+    }
+    PySum a = {0.0, 0.0, 0};
+    for (int i = 0; i < n; i++) sum_add(&a, c[i].s);
+    double mean = sum_of(&a) / (double)n;
+    PySum q = {0.0, 0.0, 0};
+    for (int i = 0; i < n; i++) sum_add(&q, py_pow(c[i].s - mean, 2.0));
+    double std = py_pow(sum_of(&q) / (double)n, 0.5);
+    if (std == 0.0) std = 1.0;
+    double lo = INFINITY;
+    for (int i = 0; i < n; i++) {
+        double o = (c[i].s - mean) / std;
+        if (o < lo) lo = o;
+    }
+    for (int k = 0; k < nk; k++) z[k] = lo;
+    if (filling) /* BM25 candidates outside the dense top (keys 0 … nb - 1) */
+        for (int i = 0; i < j->nb; i++)
+            if (j->has_fill[i]) z[i] = (j->fill_score[i] - mean) / std;
+    for (int i = 0; i < n; i++) z[t_slot[c[i].rowid]] = (c[i].s - mean) / std;
+}
+
+static int fusion(Job *j) {
+    if (grow((void **)&t_slot, &t_slot_n, (size_t)j->top + 1, sizeof(int32_t), 0xff)) return -1;
+    int32_t *slot = t_slot;
+    int nk = 0;
+    for (int i = 0; i < j->nb; i++) {
+        j->keys[nk] = j->bm25[i].rowid;
+        j->dpos[nk] = -1;
+        slot[j->bm25[i].rowid] = nk++;
+    }
+    for (int i = 0; i < j->nd; i++) {
+        int64_t r = j->dense[i].rowid;
+        if (slot[r] < 0) {
+            j->keys[nk] = r;
+            slot[r] = nk++;
+        }
+        j->dpos[slot[r]] = i;
+    }
+    int filling = j->fill && j->nd > 0;
+    for (int i = 0; i < j->nb; i++) {
+        j->has_fill[i] = 0;
+        if (!filling || j->dpos[i] >= 0) continue;
+        int64_t row = j->rowid_row[j->bm25[i].rowid];
+        if (row < 0 || row >= j->nrows || !j->live[row]) continue;
+        j->has_fill[i] = 1;
+        j->fill_score[i] = (double)j->scores[row];
+        j->filled++;
+    }
+    zscores(j, j->bm25, j->nb, j->zb, nk, 0);
+    zscores(j, j->dense, j->nd, j->zd, nk, filling);
+    Heap h = {j->fused, 0, j->keep};
+    for (int k = 0; k < nk; k++) {
+        double f = 0.0 + j->wb * j->zb[k];
+        f = f + j->wd * j->zd[k];
+        offer(&h, (Cand){f, j->idrank[j->keys[k]], k});
+    }
+    sort_heap(&h);
+    j->nf = h.n;
+    for (int k = 0; k < nk; k++) slot[j->keys[k]] = -1;
+    return 0;
+}
+
+static int run(Job *j) {
+    double t0 = now();
+    if (bm25_top(j)) return -1;
+    double t1 = now();
+    if (!j->bad) dense_top(j);
+    double t2 = now();
+    if (j->fuse && !j->bad && fusion(j)) return -1;
+    double t3 = now();
+    j->secs[0] = t1 - t0;
+    j->secs[1] = t2 - t1;
+    j->secs[2] = t3 - t2;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- Python side */
+
+typedef struct {
+    Py_buffer b[5 + 2 * 64];
+    int got;
+} Buffers;
+
+static const void *take(Buffers *bs, PyObject *o, Py_ssize_t itemsize, Py_ssize_t *count) {
+    Py_buffer *b = &bs->b[bs->got];
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    bs->got++;
+    if (b->len % itemsize) {
+        PyErr_SetString(PyExc_ValueError, "zcore: a buffer of the wrong item size");
+        return NULL;
+    }
+    *count = b->len / itemsize;
+    return b->buf;
+}
+
+static void release(Buffers *bs) {
+    for (int i = 0; i < bs->got; i++) PyBuffer_Release(&bs->b[i]);
+}
+
+static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **scores, PyObject **rows) {
+    PyObject *ids = PyTuple_New(n);
+    *scores = PyTuple_New(n);
+    *rows = PyTuple_New(n);
+    if (!ids || !*scores || !*rows) {
+        Py_XDECREF(ids);
+        Py_XDECREF(*scores);
+        Py_XDECREF(*rows);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, c[i].rowid);
+        Py_INCREF(name);
+        PyTuple_SET_ITEM(ids, i, name);
+        PyTuple_SET_ITEM(*scores, i, PyFloat_FromDouble(c[i].s));
+        PyTuple_SET_ITEM(*rows, i, PyLong_FromLongLong(c[i].rowid));
+    }
+    return ids;
+}
+
+static PyObject *fused_items(const Job *j, PyObject *names) {
+    PyObject *fused = PyList_New(j->nf);
+    if (!fused) return NULL;
+    for (int i = 0; i < j->nf; i++) {
+        int k = (int)j->fused[i].rowid;
+        PyObject *item = PyTuple_New(6); /* (not Py_BuildValue: it parses its format at every call) */
+        if (!item) {
+            Py_DECREF(fused);
+            return NULL;
+        }
+        PyObject *name = PyList_GET_ITEM(names, j->keys[k]);
+        Py_INCREF(name);
+        PyTuple_SET_ITEM(item, 0, name);
+        PyTuple_SET_ITEM(item, 1, PyFloat_FromDouble(j->fused[i].s));
+        int d = j->dpos[k];
+        if (k < j->nb) {
+            PyTuple_SET_ITEM(item, 2, PyLong_FromLong(k + 1));
+            PyTuple_SET_ITEM(item, 3, PyFloat_FromDouble(j->bm25[k].s));
+        } else {
+            Py_INCREF(Py_None);
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(item, 2, Py_None);
+            PyTuple_SET_ITEM(item, 3, Py_None);
+        }
+        if (d >= 0) {
+            PyTuple_SET_ITEM(item, 4, PyLong_FromLong(d + 1));
+            PyTuple_SET_ITEM(item, 5, PyFloat_FromDouble(j->dense[d].s));
+        } else {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(item, 4, Py_None);
+            if (k < j->nb && j->has_fill[k]) {
+                PyTuple_SET_ITEM(item, 5, PyFloat_FromDouble(j->fill_score[k]));
+            } else {
+                Py_INCREF(Py_None);
+                PyTuple_SET_ITEM(item, 5, Py_None);
+            }
+        }
+        PyList_SET_ITEM(fused, i, item);
+    }
+    return fused;
+}
+
+static PyObject *result_of(Job *j, PyObject *names) {
+    PyObject *bs, *br, *ds, *dr, *fused = Py_None;
+    PyObject *bi = column_ids(j->bm25, j->nb, names, &bs, &br);
+    if (!bi) return NULL;
+    PyObject *di = column_ids(j->dense, j->nd, names, &ds, &dr);
+    if (!di) {
+        Py_DECREF(bi);
+        Py_DECREF(bs);
+        Py_DECREF(br);
+        return NULL;
+    }
+    if (j->fuse) {
+        fused = fused_items(j, names);
+    } else {
+        Py_INCREF(Py_None);
+    }
+    if (!fused) {
+        Py_DECREF(bi);
+        Py_DECREF(bs);
+        Py_DECREF(br);
+        Py_DECREF(di);
+        Py_DECREF(ds);
+        Py_DECREF(dr);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNNNNNiddd)", bi, bs, br, di, ds, dr, fused, j->filled, j->secs[0], j->secs[1],
+                         j->secs[2]);
+}
+
+static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyObject *terms) {
+    Py_ssize_t nrows, n2, n3, ntop, n5;
+    j->scores = take(bs, o[0], 4, &nrows);
+    if (!j->scores) return -1;
+    j->live = take(bs, o[1], 1, &n2);
+    if (!j->live) return -1;
+    j->row_rowid = take(bs, o[2], 8, &n3);
+    if (!j->row_rowid) return -1;
+    j->rowid_row = take(bs, o[3], 8, &ntop);
+    if (!j->rowid_row) return -1;
+    j->idrank = take(bs, o[4], 4, &n5);
+    if (!j->idrank) return -1;
+    if (n2 != nrows || n3 != nrows || n5 != ntop || PyList_GET_SIZE(names) != ntop || ntop < 1) {
+        PyErr_SetString(PyExc_ValueError, "zcore: arrays of different lengths");
+        return -1;
+    }
+    j->nrows = nrows;
+    j->top = ntop - 1;
+    j->nterms = (int)PyList_GET_SIZE(terms);
+    if (j->nterms > 64) {
+        PyErr_SetString(PyExc_ValueError, "zcore: more than 64 query terms");
+        return -1;
+    }
+    for (int t = 0; t < j->nterms; t++) {
+        PyObject *pair = PyList_GET_ITEM(terms, t);
+        Py_ssize_t nr, nw;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "zcore: a term is a (rows, scores) tuple");
+            return -1;
+        }
+        if (!(j->t_rows[t] = take(bs, PyTuple_GET_ITEM(pair, 0), 8, &nr))) return -1;
+        if (!(j->t_w[t] = take(bs, PyTuple_GET_ITEM(pair, 1), 8, &nw))) return -1;
+        if (nr != nw) {
+            PyErr_SetString(PyExc_ValueError, "zcore: a term's rows and scores differ in length");
+            return -1;
+        }
+        j->t_n[t] = nr;
+    }
+    return 0;
+}
+
+static PyObject *hybrid(PyObject *self, PyObject *args) {
+    PyObject *o[5], *names, *terms;
+    int kb, kd, keep, fill, fuse;
+    double wb, wd;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOO!O!iiiddpp", &o[0], &o[1], &o[2], &o[3], &o[4], &PyList_Type, &names,
+                          &PyList_Type, &terms, &kb, &kd, &keep, &wb, &wd, &fill, &fuse))
+        return NULL;
+    if (kb < 0 || kd < 0 || keep < 0) {
+        PyErr_SetString(PyExc_ValueError, "zcore: negative k");
+        return NULL;
+    }
+    static Buffers empty;
+    Buffers *bs = PyMem_Malloc(sizeof(Buffers));
+    const int64_t *t_rows[64];
+    const double *t_w[64];
+    Py_ssize_t t_n[64];
+    int nk = kb + kd + 1;
+    Job j;
+    memset(&j, 0, sizeof j);
+    j.t_rows = t_rows;
+    j.t_w = t_w;
+    j.t_n = t_n;
+    j.kb = kb, j.kd = kd, j.keep = keep, j.fill = fill, j.fuse = fuse, j.wb = wb, j.wd = wd;
+    j.bm25 = PyMem_Malloc(sizeof(Cand) * (size_t)(kb + 1));
+    j.dense = PyMem_Malloc(sizeof(Cand) * (size_t)(kd + 1));
+    j.fused = PyMem_Malloc(sizeof(Cand) * (size_t)(keep + 1));
+    j.keys = PyMem_Malloc(sizeof(int64_t) * (size_t)nk);
+    j.zb = PyMem_Malloc(sizeof(double) * (size_t)nk);
+    j.zd = PyMem_Malloc(sizeof(double) * (size_t)nk);
+    j.dpos = PyMem_Malloc(sizeof(int32_t) * (size_t)nk);
+    j.has_fill = PyMem_Malloc((size_t)(kb + 1));
+    j.fill_score = PyMem_Malloc(sizeof(double) * (size_t)(kb + 1));
+    PyObject *result = NULL;
+    if (!bs || !j.bm25 || !j.dense || !j.fused || !j.keys || !j.zb || !j.zd || !j.dpos || !j.has_fill ||
+        !j.fill_score) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    *bs = empty;
+    if (prepare(&j, bs, o, names, terms) == 0) {
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = run(&j);
+        Py_END_ALLOW_THREADS
+        if (rc)
+            PyErr_NoMemory();
+        else if (j.bad)
+            PyErr_SetString(PyExc_ValueError, "zcore: a row or rowid out of range");
+        else
+            result = result_of(&j, names);
+    }
+    release(bs);
+done:
+    PyMem_Free(bs);
+    PyMem_Free(j.bm25);
+    PyMem_Free(j.dense);
+    PyMem_Free(j.fused);
+    PyMem_Free(j.keys);
+    PyMem_Free(j.zb);
+    PyMem_Free(j.zd);
+    PyMem_Free(j.dpos);
+    PyMem_Free(j.has_fill);
+    PyMem_Free(j.fill_score);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"hybrid", hybrid, METH_VARARGS, "BM25, the channels' tops, the fill and z-score fusion (see the source)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zcore", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__zcore(void) { return PyModule_Create(&module); }
