@@ -241,6 +241,18 @@ def check_clients(root: Path) -> list[Check]:
     return out
 
 
+def check_core(settings: Settings | None) -> list[Check]:
+    """Whether hybrid searches go through the compiled search core (``stores/_core``) or the numpy path."""
+    from zhiku.stores import _core
+
+    if settings is not None and not settings.retrieval.compiled_core:
+        return [Check("search", "off", "compiled search core: off (retrieval.compiled_core)", "set it to true")]
+    if not _core.available():
+        fix = "install a C compiler and the Python headers (e.g. gcc, python3-dev), then reinstall zhiku from source"
+        return [Check("search", "off", "compiled search core: not built (numpy path: the same results, slower)", fix)]
+    return [Check("search", "ok", "compiled search core: on")]
+
+
 def run_doctor(config: Path | None = None, index: Path | None = None, root: Path | None = None) -> list[Check]:
     """Every check, in order. The project root (for client configs) is the config file's folder, else ``root``/cwd."""
     checks = check_install()
@@ -248,6 +260,6 @@ def run_doctor(config: Path | None = None, index: Path | None = None, root: Path
     checks += found
     if settings is not None:
         checks += check_index(settings) + check_models(settings)
-    checks += check_extras(settings)
+    checks += check_core(settings) + check_extras(settings)
     base = root or (config.resolve().parent if config is not None else Path.cwd())
     return checks + check_clients(base)
