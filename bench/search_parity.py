@@ -8,7 +8,9 @@ question, dumped by one checkout and compared with another's.
 
 Each question runs in hybrid, dense and BM25 mode, twice (a second pass finds what the first left in memory),
 with tracing on (stage names, statuses, counts and data, not times) and random unit query vectors looked up by
-text (bench/search_stages.py's). ``compare`` wants equal ids, ranks and strings and floats within 1e-12.
+text (bench/search_stages.py's). ``--untraced``: hybrid only, tracing and the clause channel off (the searches
+bench/peers.py times). ``dump`` says on stderr how many searches the compiled search core served per set.
+``compare`` wants equal ids, ranks and strings and floats within 1e-12.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ SETS = "cmrc2018_dev,meddialog_im_dev,stard_dev,stard_longdoc"
 
 
 def dump(args: argparse.Namespace) -> None:
+    if args.untraced:
+        return dump_untraced(args)
     with open(args.out, "w", encoding="utf-8") as out:
         for name in args.sets.split(","):
             queries = [q.text for q in load_dataset(args.queries / name, max_queries=args.max_queries).queries]
@@ -42,6 +46,27 @@ def dump(args: argparse.Namespace) -> None:
                             ]
                             row = [name, mode, n, q, _hits(r), sink.traces[-1].data, stages]
                             out.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+                _served(name, kb)
+
+
+def dump_untraced(args: argparse.Namespace) -> None:
+    """``--untraced``: hybrid only, tracing and the clause channel off, top 10 from 100 per channel (as
+    bench/peers.py runs zhiku), twice; no trace columns."""
+    with open(args.out, "w", encoding="utf-8") as out:
+        for name in args.sets.split(","):
+            queries = [q.text for q in load_dataset(args.queries / name, max_queries=args.max_queries).queries]
+            with open_kb(args.index / name, queries, clause_weight=0) as kb:
+                for n in range(2):
+                    for q in queries:
+                        r = kb.retrieve(q, top_k=10, mode="hybrid", per_source_k=100)
+                        out.write(json.dumps([name, "hybrid", n, q, _hits(r), {}, []], ensure_ascii=False) + "\n")
+                _served(name, kb)
+
+
+def _served(name: str, kb: Any) -> None:
+    """How many searches the compiled search core served (a checkout without it: none)."""
+    core = getattr(kb.searcher, "core", None)
+    print(json.dumps({"set": name, "core_served": getattr(core, "served", 0)}), file=sys.stderr)
 
 
 def _hits(r: Any) -> list[Any]:
@@ -80,6 +105,7 @@ def main() -> None:
     d.add_argument("--sets", default=SETS)
     d.add_argument("--max-queries", type=int, default=300)
     d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--untraced", action="store_true", help="hybrid only, tracing and the clause channel off (as peers)")
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")

@@ -31,7 +31,7 @@ DIM = 48
 TWICE = 3  # articles written twice (ties)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _direction(ch: str) -> np.ndarray:
     return np.random.default_rng(ord(ch)).standard_normal(DIM)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from zhiku.errors import ZhikuError
 from zhiku.observability.rank_changes import fusion_record
-from zhiku.observability.tracing import timed_span
+from zhiku.observability.tracing import span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.query import ParsedQuery
@@ -45,12 +45,14 @@ class CorePath:
         store: Retriever,
         settings: RetrievalSettings,
         embed: Callable[[str], np.ndarray],
+        bm25: Callable[..., Sequence[ScoredId]],
         make_hits: MakeHits,
         catalogue: Catalogue | None,
     ) -> None:
+        """``embed``, ``bm25``, ``make_hits``: the ``Searcher``'s own steps (``_embed``, ``_bm25``, ``_hits``)."""
         self.store, self.settings, self.catalogue = store, settings, catalogue
         self._core = getattr(store, "hybrid_core", None)
-        self._embed, self._make_hits = embed, make_hits
+        self._embed, self._bm25, self._make_hits = embed, bm25, make_hits
         self.served = 0
 
     def applies(self, mode: str, forms: tuple[str, ...], filters: Filters) -> bool:
@@ -85,8 +87,10 @@ class CorePath:
         start = time.perf_counter()
         try:
             vector = known[0] if known and known[0] is not None else self._embed(forms[0])
-        except Exception:  # noqa: BLE001 - the numpy path embeds it again and fails with its trace
-            return None
+        except Exception:  # the numpy path's error and trace: BM25 searched, then the dense stage failed
+            self._bm25(mode, parsed, depth, filters, inside_gate=True)
+            with span("dense"):
+                raise
         embedded = time.perf_counter() - start
         catalogue = self.catalogue if s.whole_articles else None
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares

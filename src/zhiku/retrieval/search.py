@@ -92,7 +92,7 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
-        self.core = CorePath(store, settings, self._embed, self._hits, self._catalogue)  # the compiled search core
+        self.core = CorePath(store, settings, self._embed, self._bm25, self._hits, self._catalogue)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -245,6 +245,8 @@ def check_core(settings: Settings | None) -> list[Check]:
     """Whether hybrid searches go through the compiled search core (``stores/_core``) or the numpy path."""
     from zhiku.stores import _core
 
+    if settings is not None and settings.store.kind != "sqlite":
+        return [Check("search", "off", f"compiled search core: not used by the {settings.store.kind} store")]
     if settings is not None and not settings.retrieval.compiled_core:
         return [Check("search", "off", "compiled search core: off (retrieval.compiled_core)", "set it to true")]
     if not _core.available():

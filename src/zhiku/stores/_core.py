@@ -110,5 +110,5 @@ def hybrid(
     f = fusion or Fusion(0.0, 0.0, False)
     args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, list(terms))
     got = _zcore.hybrid(scores, *args, depth, depth, keep, f.bm25_weight, f.dense_weight, f.fill, fusion is not None)
-    bi, bs, br, di, ds, dr, fused, filled, *seconds = got
-    return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, tuple(seconds))  # type: ignore[arg-type]
+    bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
+    return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, (t_bm25, t_dense, t_fusion))
