@@ -29,7 +29,7 @@ from zhiku.retrieval.query import ParsedQuery
 from zhiku.settings import RetrievalSettings
 from zhiku.stores._core import CoreResult, Fusion
 from zhiku.stores.base import Catalogue, Retriever
-from zhiku.types import Filters, Hit, ScoredId
+from zhiku.types import Filters, Hit, ScoredId, fused_hit
 
 NO_FILTERS = Filters()
 # ``Searcher._hits``: fuse (with the clause ranking), fetch the chunks, small-to-big
@@ -119,7 +119,7 @@ class CorePath:
         self._traced_fusion(got, start + embedded + bm25_s + dense_s, fusion_s, top_k)
         fused = got.fused
         chunks = {c.chunk_id: c for c in self.store.get_chunks([f[0] for f in fused])}
-        hits = (Hit(c, *f[1:], fused_rank=n) for n, f in enumerate(fused, 1) if (c := chunks.get(f[0])) is not None)
+        hits = (fused_hit(c, f, n) for n, f in enumerate(fused, 1) if (c := chunks.get(f[0])) is not None)
         if catalogue is not None:
             return got.bm25, got.dense, (), whole_articles(hits, catalogue.document_chunks, limit=top_k)
         return got.bm25, got.dense, (), list(hits)

@@ -103,12 +103,15 @@ def hybrid(
     depth: int,
     keep: int,
     fusion: Fusion | None,
+    before: tuple[float, float] = (0.0, 0.0),
 ) -> CoreResult:
     """One compiled call (``_zcore.c``) over the dense product ``scores`` (by file row) and the query terms' scored
-    postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused."""
+    postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused.
+    ``before``: seconds spent on BM25 and dense before the call (added to its phases)."""
     assert _zcore is not None
     f = fusion or Fusion(0.0, 0.0, False)
     args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, list(terms))
     got = _zcore.hybrid(scores, *args, depth, depth, keep, f.bm25_weight, f.dense_weight, f.fill, fusion is not None)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
-    return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, (t_bm25, t_dense, t_fusion))
+    seconds = (before[0] + t_bm25, before[1] + t_dense, t_fusion)
+    return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, seconds)

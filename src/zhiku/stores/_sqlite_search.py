@@ -10,7 +10,6 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -113,10 +112,10 @@ class SQLiteSearch(SQLiteReads):
         self, terms: Sequence[str], vector: np.ndarray, depth: int, keep: int, fusion: _core.Fusion | None
     ) -> _core.CoreResult | None:
         """BM25 and the exact dense search, no filters, through the compiled core (``_core``): the channels, and with
-        ``fusion`` (the weights, and whether to fill) the z-score fusion of their ``keep`` best. The same rankings and floats as
-        ``bm25_search``, ``dense_search`` and ``zscore_fusion``; the phase times are BM25 (with its terms' lookup),
-        dense (with the product) and fusion. None where the core does not serve (not built, no candidates to
-        rank, a screened or HNSW search, no id table): the caller then takes the numpy path."""
+        ``fusion`` (the weights, and whether to fill) the z-score fusion of their ``keep`` best. The same rankings
+        and floats as ``bm25_search``, ``dense_search`` and ``zscore_fusion``; the phase times are BM25 (with its
+        terms' lookup), dense (with the product) and fusion. None where the core does not serve (not built, no
+        candidates to rank, a screened or HNSW search, no id table): the caller then takes the numpy path."""
         if not _core.available() or depth < 1 or keep < 1:
             return None
         unique, query = query_terms(terms), self._query_vector(vector)
@@ -134,14 +133,13 @@ class SQLiteSearch(SQLiteReads):
         scored = bm25.scored_terms(unique, (self.bm25_max_df, BM25_MIN_DF))
         t1 = time.perf_counter()
         scores = vec.product(l2_normalise(query.reshape(1, -1))[0], vec.live, vec.live_count)
-        self._last_scores.product = (weakref.ref(vec), query.copy(), scores)  # a fill made later reads it
         t2 = time.perf_counter()
-        got = _core.hybrid(ix, scores, scored, depth, keep, fusion)
-        if fusion is None:  # the chunk ids' rows, for the lookups the fusion made in Python does
+        got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1))
+        if fusion is None:  # fused in Python (``dense_search``'s way): its fill reads these cosines, and the rows
+            self._last_scores.product = (weakref.ref(vec), query.copy(), scores)
             for ranking in (got.bm25, got.dense):
                 self._ids.seen(ranking.ids, ranking.rows or ())
-        bm25_s, dense_s, fusion_s = got.seconds
-        return replace(got, seconds=(t1 - t0 + bm25_s, t2 - t1 + dense_s, fusion_s))
+        return got
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         query = self._query_vector(vector)

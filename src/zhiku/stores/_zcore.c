@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static double now(void) {
 }
 #endif
 
-/* scratch kept per thread (always all zeros / all -1 between calls), grown as needed */
+/* scratch kept per thread, grown as needed (the sums all zeros and the slots all -1 between calls) */
 #if defined(_MSC_VER)
 #define ZTLS __declspec(thread)
 #elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
@@ -56,6 +57,10 @@ static ZTLS double *t_sum = NULL; /* BM25 score by rowid */
 static ZTLS size_t t_sum_n = 0;
 static ZTLS int32_t *t_slot = NULL; /* fusion key by rowid, -1 none */
 static ZTLS size_t t_slot_n = 0;
+static ZTLS int64_t *t_touched = NULL; /* (no invariant: written before read) */
+static ZTLS size_t t_touched_n = 0;
+static ZTLS double *t_all = NULL;
+static ZTLS size_t t_all_n = 0;
 
 static int grow(void **p, size_t *have, size_t want, size_t each, int byte) {
     if (*have >= want) return 0;
@@ -129,6 +134,33 @@ static void sort_heap(Heap *hp) {
     hp->n = n;
 }
 
+/* the k-th largest of a[0 … n - 1] (1 <= k <= n; a is reordered): quickselect. A top-k heap offered only the
+ * candidates at or above it takes k insertions instead of k + k ln(n / k) replacements. */
+static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        double x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi]; /* the median of three as the pivot */
+        double pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                double t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
+    }
+    return a[want];
+}
+
 /* Python's ``x ** y`` for floats is libm's pow (not x * x for y = 2: 0.08 % of floats differ in the last bit);
  * called through a pointer so that the compiler does not rewrite pow(x, 2.0) */
 static double (*volatile py_pow)(double, double) = pow;
@@ -195,8 +227,8 @@ static int bm25_top(Job *j) {
     double *sc = t_sum;
     Py_ssize_t total = 0;
     for (int t = 0; t < j->nterms; t++) total += j->t_n[t];
-    int64_t *touched = malloc(sizeof(int64_t) * (size_t)(total + 1));
-    if (!touched) return -1;
+    if (grow((void **)&t_touched, &t_touched_n, (size_t)total + 1, sizeof(int64_t), 0)) return -1;
+    int64_t *touched = t_touched;
     Py_ssize_t nt = 0;
     for (int t = 0; t < j->nterms && !j->bad; t++) {
         const int64_t *rows = j->t_rows[t];
@@ -213,35 +245,49 @@ static int bm25_top(Job *j) {
             sc[r] = before + w[i];
         }
     }
+    double floor = 0.0; /* the kb-th best score when more rows than kb scored (rows below it are left out) */
+    if (nt > j->kb && j->kb > 0) {
+        if (grow((void **)&t_all, &t_all_n, (size_t)nt, sizeof(double), 0)) return -1;
+        for (Py_ssize_t i = 0; i < nt; i++) t_all[i] = sc[touched[i]];
+        floor = kth_largest(t_all, nt, j->kb);
+    }
     Heap h = {j->bm25, 0, j->kb};
     for (Py_ssize_t i = 0; i < nt; i++) {
         int64_t r = touched[i];
         double s = sc[r];
-        if (s > 0.0 && (h.n < h.k || s >= h.h[0].s)) offer(&h, (Cand){s, j->idrank[r], r});
+        if (s > 0.0 && s >= floor && (h.n < h.k || s >= h.h[0].s)) offer(&h, (Cand){s, j->idrank[r], r});
         sc[r] = 0.0;
     }
-    free(touched);
     sort_heap(&h);
     j->nb = h.n;
     return 0;
 }
 
-static void dense_top(Job *j) {
+static int dense_top(Job *j) {
+    double floor = -INFINITY; /* the kd-th best live score (rows below it are left out) */
+    if (j->kd > 0 && j->nrows > j->kd) {
+        if (grow((void **)&t_all, &t_all_n, (size_t)j->nrows, sizeof(double), 0)) return -1;
+        Py_ssize_t n = 0;
+        for (Py_ssize_t i = 0; i < j->nrows; i++)
+            if (j->live[i]) t_all[n++] = (double)j->scores[i];
+        if (n > j->kd) floor = kth_largest(t_all, n, j->kd);
+    }
     Heap h = {j->dense, 0, j->kd};
     for (Py_ssize_t i = 0; i < j->nrows; i++) {
         if (!j->live[i]) continue;
         double s = (double)j->scores[i];
-        if (h.n < h.k || s >= h.h[0].s) {
+        if (s >= floor && (h.n < h.k || s >= h.h[0].s)) {
             int64_t r = j->row_rowid[i];
             if (r < 0 || r > j->top) {
                 j->bad = 1;
-                return;
+                return 0;
             }
             offer(&h, (Cand){s, j->idrank[r], r});
         }
     }
     sort_heap(&h);
     j->nd = h.n;
+    return 0;
 }
 
 /* one channel's z-scores by key, as zscore_fusion: the candidates' own, the others its lowest (or their filled
@@ -315,7 +361,7 @@ static int run(Job *j) {
     double t0 = now();
     if (bm25_top(j)) return -1;
     double t1 = now();
-    if (!j->bad) dense_top(j);
+    if (!j->bad && dense_top(j)) return -1;
     double t2 = now();
     if (j->fuse && !j->bad && fusion(j)) return -1;
     double t3 = now();
@@ -328,7 +374,7 @@ static int run(Job *j) {
 /* ------------------------------------------------------------------------------------------- Python side */
 
 typedef struct {
-    Py_buffer b[5 + 2 * 64];
+    Py_buffer *b; /* 5 + 2 per term */
     int got;
 } Buffers;
 
@@ -457,11 +503,6 @@ static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyO
     }
     j->nrows = nrows;
     j->top = ntop - 1;
-    j->nterms = (int)PyList_GET_SIZE(terms);
-    if (j->nterms > 64) {
-        PyErr_SetString(PyExc_ValueError, "zcore: more than 64 query terms");
-        return -1;
-    }
     for (int t = 0; t < j->nterms; t++) {
         PyObject *pair = PyList_GET_ITEM(terms, t);
         Py_ssize_t nr, nw;
@@ -492,17 +533,19 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "zcore: negative k");
         return NULL;
     }
-    static Buffers empty;
-    Buffers *bs = PyMem_Malloc(sizeof(Buffers));
-    const int64_t *t_rows[64];
-    const double *t_w[64];
-    Py_ssize_t t_n[64];
+    Py_ssize_t nterms = PyList_GET_SIZE(terms);
+    if (nterms > INT_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "zcore: too many query terms");
+        return NULL;
+    }
     int nk = kb + kd + 1;
     Job j;
     memset(&j, 0, sizeof j);
-    j.t_rows = t_rows;
-    j.t_w = t_w;
-    j.t_n = t_n;
+    j.nterms = (int)nterms;
+    Buffers bs = {PyMem_Calloc((size_t)(5 + 2 * nterms), sizeof(Py_buffer)), 0};
+    j.t_rows = PyMem_Malloc(sizeof(int64_t *) * (size_t)(nterms + 1));
+    j.t_w = PyMem_Malloc(sizeof(double *) * (size_t)(nterms + 1));
+    j.t_n = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nterms + 1));
     j.kb = kb, j.kd = kd, j.keep = keep, j.fill = fill, j.fuse = fuse, j.wb = wb, j.wd = wd;
     j.bm25 = PyMem_Malloc(sizeof(Cand) * (size_t)(kb + 1));
     j.dense = PyMem_Malloc(sizeof(Cand) * (size_t)(kd + 1));
@@ -514,13 +557,12 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
     j.has_fill = PyMem_Malloc((size_t)(kb + 1));
     j.fill_score = PyMem_Malloc(sizeof(double) * (size_t)(kb + 1));
     PyObject *result = NULL;
-    if (!bs || !j.bm25 || !j.dense || !j.fused || !j.keys || !j.zb || !j.zd || !j.dpos || !j.has_fill ||
+    if (!bs.b || !j.t_rows || !j.t_w || !j.t_n || !j.bm25 || !j.dense || !j.fused || !j.keys || !j.zb || !j.zd || !j.dpos || !j.has_fill ||
         !j.fill_score) {
         PyErr_NoMemory();
         goto done;
     }
-    *bs = empty;
-    if (prepare(&j, bs, o, names, terms) == 0) {
+    if (prepare(&j, &bs, o, names, terms) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = run(&j);
@@ -532,9 +574,12 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
         else
             result = result_of(&j, names);
     }
-    release(bs);
+    release(&bs);
 done:
-    PyMem_Free(bs);
+    PyMem_Free(bs.b);
+    PyMem_Free((void *)j.t_rows);
+    PyMem_Free((void *)j.t_w);
+    PyMem_Free(j.t_n);
     PyMem_Free(j.bm25);
     PyMem_Free(j.dense);
     PyMem_Free(j.fused);
