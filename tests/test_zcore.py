@@ -55,11 +55,16 @@ class CharVectors:
 
 def _questions() -> list[str]:
     rows = [json.loads(line) for line in (STARD / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
-    return [r["text"] for r in rows[:40]] + [
-        "第四十七条",  # one form: the article as statutes write it
-        "保险诈骗 数额较大",  # two clauses
-        "盗窃罪",
-    ]
+    corpus = [json.loads(line) for line in (STARD / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    return (
+        [r["text"] for r in rows[:40]]
+        + [
+            "第四十七条",  # one form: the article as statutes write it
+            "保险诈骗 数额较大",  # two clauses
+            "盗窃罪",
+            "".join(r["text"] for r in corpus[200:203])[:1500],  # a long one: over a hundred distinct terms
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +172,41 @@ def test_screened_dense_search_and_the_switch_take_the_numpy_path(index: Setting
     _, off = _run(_off(index), question)
     _, on = _run(index, question)
     assert (served, off, on) == (0, 0, 1)
+
+
+def test_the_cores_fusion_is_zscore_fusions_float_for_float() -> None:
+    """Random channels (scores over six orders of magnitude, ties, a fill): the fused scores and order are
+    ``zscore_fusion``'s exactly (Python's ``sum`` is a compensated sum from 3.12 on: the core sums alike)."""
+    if not _core.available():
+        pytest.skip("the compiled search core is not built (pip install -e . with a C compiler and Python headers)")
+    from zhiku.retrieval.fusion import zscore_fusion
+    from zhiku.stores import _zcore  # type: ignore[attr-defined]
+    from zhiku.types import Ranking
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(3, 300))
+        dense = rng.uniform(-0.2, 0.9, n).astype(np.float32)
+        dense[rng.integers(0, n, 3)] = dense[0]  # ties
+        names = [None] + [f"c{i:05d}" for i in range(1, n + 1)]
+        rows = np.sort(rng.choice(np.arange(1, n + 1), int(rng.integers(1, n + 1)), replace=False)).astype(np.int64)
+        weights = rng.uniform(0.01, 30, rows.size) * 10.0 ** rng.integers(-3, 4, rows.size)
+        k = int(rng.integers(1, n + 1))
+        args = (np.ones(n, np.uint8), np.arange(1, n + 1), np.arange(-1, n), np.arange(n + 1, dtype=np.int32), names)
+        got = _zcore.hybrid(dense, *args, [(rows, weights)], k, k, 2 * n, 1.0, 0.7, True, True)
+        bm25, dense_top = Ranking(got[0], got[1]), Ranking(got[3], got[4])
+        filled = {c: float(dense[int(c[1:]) - 1]) for c in bm25.ids if c not in dense_top.ids}
+        want = zscore_fusion([bm25, dense_top], weights=[1.0, 0.7], fill=[None, filled])
+        assert [(f[0], f[1]) for f in got[6]] == want
+        assert got[7] == len(filled)
+
+
+def test_a_fused_hit_is_the_hit_the_dataclass_makes() -> None:
+    from dataclasses import fields
+
+    from zhiku.types import Chunk, Hit, fused_hit
+
+    chunk = Chunk("c1", "d1", "hr", "a.md", "md", "第一条", None, 0, 3, 0, "第一条")
+    made = fused_hit(chunk, ("c1", 1.5, 2, 3.25, None, 0.5), 4)
+    assert made == Hit(chunk, 1.5, 2, 3.25, None, 0.5, fused_rank=4)
+    assert list(vars(made)) == [f.name for f in fields(Hit)]  # every field (a new one would be missed here)
