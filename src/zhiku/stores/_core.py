@@ -7,7 +7,6 @@ extension is not built: the numpy path then serves every search."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,10 +95,13 @@ class Fusion:
     fill: bool
 
 
+NO_FUSION = Fusion(0.0, 0.0, False)
+
+
 def hybrid(
     ix: CoreIndex,
     scores: np.ndarray,
-    terms: Sequence[tuple[np.ndarray, np.ndarray]],
+    terms: list[tuple[np.ndarray, np.ndarray]],
     depth: int,
     keep: int,
     fusion: Fusion | None,
@@ -109,8 +111,8 @@ def hybrid(
     postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused.
     ``before``: seconds spent on BM25 and dense before the call (added to its phases)."""
     assert _zcore is not None
-    f = fusion or Fusion(0.0, 0.0, False)
-    args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, list(terms))
+    f = fusion or NO_FUSION
+    args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms)
     got = _zcore.hybrid(scores, *args, depth, depth, keep, f.bm25_weight, f.dense_weight, f.fill, fusion is not None)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
     seconds = (before[0] + t_bm25, before[1] + t_dense, t_fusion)

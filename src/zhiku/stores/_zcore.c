@@ -17,7 +17,7 @@
  *
  * hybrid(scores, live, row_rowid, rowid_row, idrank, names, terms, kb, kd, keep, wb, wd, fill, fuse) ->
  *   (bm25_ids, bm25_scores, bm25_rowids, dense_ids, dense_scores, dense_rowids, fused | None, filled,
- *    bm25_s, dense_s, fusion_s)
+ *    bm25_s, dense_s, fusion_s); the rowids None when fused here (only a fusion made in Python looks them up)
  * fused: a list of (chunk_id, score, bm25_rank | None, bm25_score | None, dense_rank | None, dense_score | None).
  */
 #define PY_SSIZE_T_CLEAN
@@ -394,10 +394,11 @@ static void release(Buffers *bs) {
     for (int i = 0; i < bs->got; i++) PyBuffer_Release(&bs->b[i]);
 }
 
-static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **scores, PyObject **rows) {
+/* a channel's columns: its chunk ids, scores and (with_rows, else None) rowids */
+static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **scores, PyObject **rows, int with_rows) {
     PyObject *ids = PyTuple_New(n);
     *scores = PyTuple_New(n);
-    *rows = PyTuple_New(n);
+    *rows = with_rows ? PyTuple_New(n) : Py_NewRef(Py_None);
     if (!ids || !*scores || !*rows) {
         Py_XDECREF(ids);
         Py_XDECREF(*scores);
@@ -409,7 +410,7 @@ static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **sc
         Py_INCREF(name);
         PyTuple_SET_ITEM(ids, i, name);
         PyTuple_SET_ITEM(*scores, i, PyFloat_FromDouble(c[i].s));
-        PyTuple_SET_ITEM(*rows, i, PyLong_FromLongLong(c[i].rowid));
+        if (with_rows) PyTuple_SET_ITEM(*rows, i, PyLong_FromLongLong(c[i].rowid));
     }
     return ids;
 }
@@ -458,9 +459,9 @@ static PyObject *fused_items(const Job *j, PyObject *names) {
 
 static PyObject *result_of(Job *j, PyObject *names) {
     PyObject *bs, *br, *ds, *dr, *fused = Py_None;
-    PyObject *bi = column_ids(j->bm25, j->nb, names, &bs, &br);
+    PyObject *bi = column_ids(j->bm25, j->nb, names, &bs, &br, !j->fuse);
     if (!bi) return NULL;
-    PyObject *di = column_ids(j->dense, j->nd, names, &ds, &dr);
+    PyObject *di = column_ids(j->dense, j->nd, names, &ds, &dr, !j->fuse);
     if (!di) {
         Py_DECREF(bi);
         Py_DECREF(bs);
