@@ -62,6 +62,13 @@ static ZTLS size_t t_touched_n = 0;
 static ZTLS double *t_all = NULL;
 static ZTLS size_t t_all_n = 0;
 
+/* a hint to read ahead (the sums by rowid are out of the cache after numpy's product streamed the matrix) */
+#if defined(__GNUC__) || defined(__clang__)
+#define ZPREFETCH(p) __builtin_prefetch((p), 1, 3)
+#else
+#define ZPREFETCH(p) ((void)0)
+#endif
+
 static int grow(void **p, size_t *have, size_t want, size_t each, int byte) {
     if (*have >= want) return 0;
     void *q = realloc(*p, want * each);
@@ -235,6 +242,7 @@ static int bm25_top(Job *j) {
         const double *w = j->t_w[t];
         for (Py_ssize_t i = 0; i < j->t_n[t]; i++) {
             int64_t r = rows[i];
+            if (i + 16 < j->t_n[t] && (uint64_t)rows[i + 16] <= (uint64_t)j->top) ZPREFETCH(&sc[rows[i + 16]]);
             if (r < 0 || r > j->top) {
                 j->bad = 1;
                 break;
@@ -248,7 +256,10 @@ static int bm25_top(Job *j) {
     double floor = 0.0; /* the kb-th best score when more rows than kb scored (rows below it are left out) */
     if (nt > j->kb && j->kb > 0) {
         if (grow((void **)&t_all, &t_all_n, (size_t)nt, sizeof(double), 0)) return -1;
-        for (Py_ssize_t i = 0; i < nt; i++) t_all[i] = sc[touched[i]];
+        for (Py_ssize_t i = 0; i < nt; i++) {
+            if (i + 16 < nt) ZPREFETCH(&sc[touched[i + 16]]);
+            t_all[i] = sc[touched[i]];
+        }
         floor = kth_largest(t_all, nt, j->kb);
     }
     Heap h = {j->bm25, 0, j->kb};
@@ -268,8 +279,10 @@ static int dense_top(Job *j) {
     if (j->kd > 0 && j->nrows > j->kd) {
         if (grow((void **)&t_all, &t_all_n, (size_t)j->nrows, sizeof(double), 0)) return -1;
         Py_ssize_t n = 0;
-        for (Py_ssize_t i = 0; i < j->nrows; i++)
-            if (j->live[i]) t_all[n++] = (double)j->scores[i];
+        for (Py_ssize_t i = 0; i < j->nrows; i++) { /* (no branch: a dead row is written over) */
+            t_all[n] = (double)j->scores[i];
+            n += j->live[i] != 0;
+        }
         if (n > j->kd) floor = kth_largest(t_all, n, j->kd);
     }
     Heap h = {j->dense, 0, j->kd};
