@@ -175,8 +175,9 @@ def test_screened_dense_search_and_the_switch_take_the_numpy_path(index: Setting
 
 
 def test_the_cores_fusion_is_zscore_fusions_float_for_float() -> None:
-    """Random channels (scores over six orders of magnitude, ties, a fill): the fused scores and order are
-    ``zscore_fusion``'s exactly (Python's ``sum`` is a compensated sum from 3.12 on: the core sums alike)."""
+    """Random channels (scores over six orders of magnitude, ties, a fill): each channel's top k is the best k by
+    score then id, and the fused scores and order are ``zscore_fusion``'s exactly (Python's ``sum`` is a
+    compensated sum from 3.12 on: the core sums alike)."""
     if not _core.available():
         pytest.skip("the compiled search core is not built (pip install -e . with a C compiler and Python headers)")
     from zhiku.retrieval.fusion import zscore_fusion
@@ -195,6 +196,12 @@ def test_the_cores_fusion_is_zscore_fusions_float_for_float() -> None:
         args = (np.ones(n, np.uint8), np.arange(1, n + 1), np.arange(-1, n), np.arange(n + 1, dtype=np.int32), names)
         got = _zcore.hybrid(dense, *args, [(rows, weights)], k, k, 2 * n, 1.0, 0.7, True, True)
         bm25, dense_top = Ranking(got[0], got[1]), Ranking(got[3], got[4])
+        best = sorted(range(n), key=lambda i: (-float(dense[i]), names[i + 1]))[:k]  # by score, ties by id
+        assert list(dense_top.ids) == [names[i + 1] for i in best]
+        sums: dict[int, float] = {}
+        for r, w in zip(rows.tolist(), weights.tolist(), strict=True):
+            sums[r] = sums.get(r, 0.0) + w
+        assert list(bm25.ids) == [names[r] for r in sorted(sums, key=lambda r: (-sums[r], names[r]))[:k]]
         filled = {c: float(dense[int(c[1:]) - 1]) for c in bm25.ids if c not in dense_top.ids}
         want = zscore_fusion([bm25, dense_top], weights=[1.0, 0.7], fill=[None, filled])
         assert [(f[0], f[1]) for f in got[6]] == want
@@ -210,3 +217,19 @@ def test_a_fused_hit_is_the_hit_the_dataclass_makes() -> None:
     made = fused_hit(chunk, ("c1", 1.5, 2, 3.25, None, 0.5), 4)
     assert made == Hit(chunk, 1.5, 2, 3.25, None, 0.5, fused_rank=4)
     assert list(vars(made)) == [f.name for f in fields(Hit)]  # every field (a new one would be missed here)
+
+
+def test_the_dense_top_is_exact_when_the_sampled_floor_is_too_high() -> None:
+    """The core floors the dense pass by a sample of every step-th row; here the sampled rows hold the best
+    scores, so too few rows reach the floor and the pass is made again without it: the top 10 stay exact."""
+    if not _core.available():
+        pytest.skip("the compiled search core is not built (pip install -e . with a C compiler and Python headers)")
+    from zhiku.stores import _zcore  # type: ignore[attr-defined]
+
+    n, k = 1000, 10
+    dense = np.random.default_rng(3).uniform(0.0, 0.5, n).astype(np.float32)
+    dense[::25] = np.linspace(0.9, 0.6, dense[::25].size, dtype=np.float32)  # the sampled rows (step n / 4k)
+    names = [None] + [f"c{i:05d}" for i in range(1, n + 1)]
+    args = (np.ones(n, np.uint8), np.arange(1, n + 1), np.arange(-1, n), np.arange(n + 1, dtype=np.int32), names)
+    got = _zcore.hybrid(dense, *args, [], k, k, k, 1.0, 1.0, True, True)
+    assert list(got[3]) == [names[i + 1] for i in np.argsort(-dense, kind="stable")[:k]]
