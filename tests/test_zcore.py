@@ -219,8 +219,8 @@ def test_a_fused_hit_is_the_hit_the_dataclass_makes() -> None:
     assert list(vars(made)) == [f.name for f in fields(Hit)]  # every field (a new one would be missed here)
 
 
-def test_the_dense_top_is_exact_when_the_sampled_floor_is_too_high() -> None:
-    """The core floors the dense pass by a sample of every step-th row; here the sampled rows hold the best
+def test_the_tops_are_exact_when_the_sampled_floor_is_too_high() -> None:
+    """The core floors each channel's pass by a sample of every step-th row; here the sampled rows hold the best
     scores, so too few rows reach the floor and the pass is made again without it: the top 10 stay exact."""
     if not _core.available():
         pytest.skip("the compiled search core is not built (pip install -e . with a C compiler and Python headers)")
@@ -231,5 +231,7 @@ def test_the_dense_top_is_exact_when_the_sampled_floor_is_too_high() -> None:
     dense[::25] = np.linspace(0.9, 0.6, dense[::25].size, dtype=np.float32)  # the sampled rows (step n / 4k)
     names = [None] + [f"c{i:05d}" for i in range(1, n + 1)]
     args = (np.ones(n, np.uint8), np.arange(1, n + 1), np.arange(-1, n), np.arange(n + 1, dtype=np.int32), names)
-    got = _zcore.hybrid(dense, *args, [], k, k, k, 1.0, 1.0, True, True)
-    assert list(got[3]) == [names[i + 1] for i in np.argsort(-dense, kind="stable")[:k]]
+    weights = dense.astype(np.float64) + 1.0  # BM25 alike: the sampled rows (every 25th touched) sum highest
+    got = _zcore.hybrid(dense, *args, [(np.arange(1, n + 1), weights)], k, k, k, 1.0, 1.0, True, True)
+    best = [names[i + 1] for i in np.argsort(-dense, kind="stable")[:k]]
+    assert list(got[3]) == best and list(got[0]) == best

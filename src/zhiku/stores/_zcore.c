@@ -229,6 +229,24 @@ typedef struct {
     int bad; /* a row or rowid out of range */
 } Job;
 
+/* the top kb of the touched rows' sums, offered only those at or above `floor` (all are positive); how many
+ * reached it */
+static Py_ssize_t bm25_pass(Job *j, const double *sc, const int64_t *touched, Py_ssize_t nt, double floor) {
+    Heap h = {j->bm25, 0, j->kb};
+    Py_ssize_t above = 0;
+    for (Py_ssize_t i = 0; i < nt; i++) {
+        if (i + 16 < nt) ZPREFETCH(&sc[touched[i + 16]]);
+        int64_t r = touched[i];
+        double s = sc[r];
+        if (s <= 0.0 || s < floor) continue;
+        above++;
+        if (h.n < h.k || s >= h.h[0].s) offer(&h, (Cand){s, j->idrank[r], r});
+    }
+    sort_heap(&h);
+    j->nb = h.n;
+    return above;
+}
+
 static int bm25_top(Job *j) {
     if (grow((void **)&t_sum, &t_sum_n, (size_t)j->top + 1, sizeof(double), 0)) return -1;
     double *sc = t_sum;
@@ -253,24 +271,17 @@ static int bm25_top(Job *j) {
             sc[r] = before + w[i];
         }
     }
-    double floor = 0.0; /* the kb-th best score when more rows than kb scored (rows below it are left out) */
-    if (nt > j->kb && j->kb > 0) {
-        if (grow((void **)&t_all, &t_all_n, (size_t)nt, sizeof(double), 0)) return -1;
-        for (Py_ssize_t i = 0; i < nt; i++) {
-            if (i + 16 < nt) ZPREFETCH(&sc[touched[i + 16]]);
-            t_all[i] = sc[touched[i]];
-        }
-        floor = kth_largest(t_all, nt, j->kb);
+    /* a floor below the kb-th best sum from a sample of the rows (as dense_top), then every sum back to 0 */
+    double floor = 0.0;
+    Py_ssize_t step = j->kb > 0 ? nt / (4 * (Py_ssize_t)j->kb) : 0;
+    if (step >= 2 && !grow((void **)&t_all, &t_all_n, (size_t)(nt / step + 1), sizeof(double), 0)) {
+        Py_ssize_t m = 0;
+        for (Py_ssize_t i = 0; i < nt; i += step) t_all[m++] = sc[touched[i]];
+        Py_ssize_t rank = 2 * (Py_ssize_t)j->kb * m / nt + 1;
+        if (m > rank) floor = kth_largest(t_all, m, rank);
     }
-    Heap h = {j->bm25, 0, j->kb};
-    for (Py_ssize_t i = 0; i < nt; i++) {
-        int64_t r = touched[i];
-        double s = sc[r];
-        if (s > 0.0 && s >= floor && (h.n < h.k || s >= h.h[0].s)) offer(&h, (Cand){s, j->idrank[r], r});
-        sc[r] = 0.0;
-    }
-    sort_heap(&h);
-    j->nb = h.n;
+    if (bm25_pass(j, sc, touched, nt, floor) < j->kb && floor > 0.0) bm25_pass(j, sc, touched, nt, 0.0);
+    for (Py_ssize_t i = 0; i < nt; i++) sc[touched[i]] = 0.0;
     return 0;
 }
 
