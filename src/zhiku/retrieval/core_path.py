@@ -4,7 +4,8 @@ and small-to-big as the numpy path makes them. The same hits, rankings and trace
 timed inside the call) as the numpy path (``Searcher``'s), which serves every other search:
 
 - a question with a second form (Traditional characters, an article number in digits: two dense searches);
-- filters (collection, source glob, doc_type; tags are a filter too);
+- filters that allow no row (the core serves the others: collection, source glob, doc_type; tags filter the hits
+  of an unfiltered search);
 - RRF fusion, a single channel, a store without the core (Milvus), the core not built or switched off
   (``retrieval.compiled_core``), a screened (int8) or HNSW dense search (large indexes);
 - a slow embedder with the question not yet embedded: the numpy path embeds it in the dense worker while BM25 runs.
@@ -31,7 +32,6 @@ from zhiku.stores._core import CoreResult, Fusion
 from zhiku.stores.base import Catalogue, Retriever
 from zhiku.types import Filters, Hit, ScoredId, fused_hit
 
-NO_FILTERS = Filters()
 # ``Searcher._hits``: fuse (with the clause ranking), fetch the chunks, small-to-big
 MakeHits = Callable[[Any, Sequence[ScoredId], Sequence[ScoredId], np.ndarray, int, Sequence[ScoredId]], list[Hit]]
 Served = tuple[Sequence[ScoredId], Sequence[ScoredId], Sequence[ScoredId], list[Hit]]  # bm25, dense, clauses, hits
@@ -59,12 +59,7 @@ class CorePath:
         """Whether the core may serve this search (the store may still decline: ``search`` then returns None)."""
         s = self.settings
         return (
-            self._core is not None
-            and s.compiled_core
-            and mode == "hybrid"
-            and s.fusion == "zscore"
-            and len(forms) == 1
-            and filters == NO_FILTERS
+            self._core is not None and s.compiled_core and mode == "hybrid" and s.fusion == "zscore" and len(forms) == 1
         )
 
     def search(
@@ -97,7 +92,7 @@ class CorePath:
         fusion = None if clause_vectors else Fusion(s.bm25_weight, s.dense_weight, s.fill_dense)
         assert self._core is not None
         try:
-            got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion)
+            got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion, filters)
         except ZhikuError:  # (a dimension mismatch, ...): raised again by the numpy path, with its trace
             return None
         if got is None:

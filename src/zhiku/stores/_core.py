@@ -7,7 +7,7 @@ extension is not built: the numpy path then serves every search."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._vector_files import rowids_of
 from zhiku.stores._vectors import VectorSnapshot
-from zhiku.types import Ranking
+from zhiku.types import Filters, Ranking
 
 try:
     from zhiku.stores import _zcore  # type: ignore[attr-defined]
@@ -23,6 +23,8 @@ except ImportError:  # not built (no C compiler at install): the numpy path
     _zcore = None
 
 Fused = tuple[str, float, int | None, float | None, int | None, float | None]  # id, score, bm25/dense rank, score
+Allowed = tuple[np.ndarray, np.ndarray]  # uint8: the live file rows filters allow, the rowids they allow
+FILTERS_KEPT = 16  # filters whose allowed rows a CoreIndex keeps
 
 
 def available() -> bool:
@@ -41,6 +43,22 @@ class CoreIndex:
     idrank: np.ndarray  # int32 by rowid: the rank of its chunk id (ties by chunk id)
     names: list[Any]  # chunk id (str) by rowid, None where none
     live: np.ndarray  # uint8 by file row
+    by_filter: dict[Filters, Allowed | None] = field(default_factory=dict, compare=False, repr=False)  # ``allowed``
+
+    def allowed(self, filters: Filters, bm25_mask: np.ndarray, rows_mask: np.ndarray) -> Allowed | None:
+        """The live file rows and the rowids ``filters`` allow (``bm25_mask``: BM25's filter mask by rowid − 1,
+        ``rows_mask``: the dense channel's by file row), kept per filter for this pair of snapshots (a rowid's
+        collection, source and type never change); None when they allow no row (the numpy path answers)."""
+        if filters in self.by_filter:
+            return self.by_filter[filters]
+        rows = (self.vectors.live[: self.vectors.rows] & rows_mask).view(np.uint8)
+        rowids = np.zeros(self.idrank.size, np.uint8)
+        rowids[1 : bm25_mask.size + 1] = bm25_mask[: self.idrank.size - 1]
+        out = (rows, rowids) if rows.any() and rowids.any() else None
+        if len(self.by_filter) >= FILTERS_KEPT:
+            self.by_filter.clear()
+        self.by_filter[filters] = out
+        return out
 
 
 @dataclass(frozen=True)
@@ -106,14 +124,17 @@ def hybrid(
     keep: int,
     fusion: Fusion | None,
     before: tuple[float, float] = (0.0, 0.0),
+    allowed: Allowed | None = None,
 ) -> CoreResult:
     """One compiled call (``_zcore.c``) over the dense product ``scores`` (by file row) and the query terms' scored
     postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused.
-    ``before``: seconds spent on BM25 and dense before the call (added to its phases)."""
+    ``before``: seconds spent on BM25 and dense before the call (added to its phases); ``allowed``: what filters
+    allow (``CoreIndex.allowed``)."""
     assert _zcore is not None
     f = fusion or NO_FUSION
-    args = (ix.live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms)
-    got = _zcore.hybrid(scores, *args, depth, depth, keep, f.bm25_weight, f.dense_weight, f.fill, fusion is not None)
+    live, rowids = allowed if allowed is not None else (ix.live, None)
+    args = (live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms, depth, depth, keep)
+    got = _zcore.hybrid(scores, *args, f.bm25_weight, f.dense_weight, f.fill, fusion is not None, rowids)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
     seconds = (before[0] + t_bm25, before[1] + t_dense, t_fusion)
     return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, seconds)

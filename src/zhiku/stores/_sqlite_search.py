@@ -109,13 +109,20 @@ class SQLiteSearch(SQLiteReads):
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def hybrid_core(
-        self, terms: Sequence[str], vector: np.ndarray, depth: int, keep: int, fusion: _core.Fusion | None
+        self,
+        terms: Sequence[str],
+        vector: np.ndarray,
+        depth: int,
+        keep: int,
+        fusion: _core.Fusion | None,
+        filters: Filters = Filters(),
     ) -> _core.CoreResult | None:
-        """BM25 and the exact dense search, no filters, through the compiled core (``_core``): the channels, and with
-        ``fusion`` (the weights, and whether to fill) the z-score fusion of their ``keep`` best. The same rankings
-        and floats as ``bm25_search``, ``dense_search`` and ``zscore_fusion``; the phase times are BM25 (with its
-        terms' lookup), dense (with the product) and fusion. None where the core does not serve (not built, no
-        candidates to rank, a screened or HNSW search, no id table): the caller then takes the numpy path."""
+        """BM25 and the exact dense search through the compiled core (``_core``): the channels, and with ``fusion``
+        (the weights, and whether to fill) the z-score fusion of their ``keep`` best. The same rankings and floats
+        as ``bm25_search``, ``dense_search`` and ``zscore_fusion``; the phase times are BM25 (with its terms'
+        lookup), dense (with the product) and fusion. None where the core does not serve (not built, no candidates
+        to rank, filters that allow no row, a screened or HNSW search, no id table): the caller then takes the
+        numpy path."""
         if not _core.available() or depth < 1 or keep < 1:
             return None
         unique, query = query_terms(terms), self._query_vector(vector)
@@ -126,20 +133,32 @@ class SQLiteSearch(SQLiteReads):
                 return None
             bm25 = self._bm25_snapshot(conn)
             table = self._ids.table(conn, max(bm25.top, vec.top))
-        ix = None if table is None else _core.core_index(bm25, vec, table)
-        if ix is None:
-            return None
+            ix = None if table is None else _core.core_index(bm25, vec, table)
+            if ix is None:
+                return None
+            allowed = None if filters.is_empty() else self._allowed(conn, ix, filters)
+            if not filters.is_empty() and allowed is None:
+                return None
         t0 = time.perf_counter()
         scored = bm25.scored_terms(unique, (self.bm25_max_df, BM25_MIN_DF))
         t1 = time.perf_counter()
         scores = vec.product(l2_normalise(query.reshape(1, -1))[0], vec.live, vec.live_count)
         t2 = time.perf_counter()
-        got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1))
+        got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1), allowed)
         if fusion is None:  # fused in Python (``dense_search``'s way): its fill reads these cosines, and the rows
             self._last_scores.product = (weakref.ref(vec), query.copy(), scores)
             for ranking in (got.bm25, got.dense):
                 self._ids.seen(ranking.ids, ranking.rows or ())
         return got
+
+    def _allowed(self, conn: sqlite3.Connection, ix: _core.CoreIndex, filters: Filters) -> _core.Allowed | None:
+        """What ``filters`` allow in the core's snapshots, with the masks ``bm25_search`` and ``dense_search`` use."""
+        if filters in ix.by_filter:
+            return ix.by_filter[filters]
+        bm25_mask = self._filter_mask(conn, ix.bm25.top, filters)
+        dense_mask = self._filter_mask(conn, ix.vectors.top, filters)
+        assert bm25_mask is not None and dense_mask is not None  # (filters is not empty)
+        return ix.allowed(filters, bm25_mask, ix.vectors.mask_of(np.flatnonzero(dense_mask) + 1))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         query = self._query_vector(vector)

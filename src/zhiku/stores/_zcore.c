@@ -15,10 +15,11 @@
  * Python or numpy does, in the same order. The GIL is released while it computes. Each call returns its own
  * phase times (seconds), for the trace's stages.
  *
- * hybrid(scores, live, row_rowid, rowid_row, idrank, names, terms, kb, kd, keep, wb, wd, fill, fuse) ->
+ * hybrid(scores, live, row_rowid, rowid_row, idrank, names, terms, kb, kd, keep, wb, wd, fill, fuse[, allowed]) ->
  *   (bm25_ids, bm25_scores, bm25_rowids, dense_ids, dense_scores, dense_rowids, fused | None, filled,
  *    bm25_s, dense_s, fusion_s); the rowids None when fused here (only a fusion made in Python looks them up)
  * fused: a list of (chunk_id, score, bm25_rank | None, bm25_score | None, dense_rank | None, dense_score | None).
+ * Filters: `live` holds only the rows they allow, `allowed` (by rowid) the rows BM25 may rank.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -210,6 +211,7 @@ typedef struct {
     const int64_t *row_rowid;  /* by file row */
     const int64_t *rowid_row;  /* by rowid (-1: none) */
     const int32_t *idrank;     /* by rowid */
+    const uint8_t *allowed;    /* by rowid: the rows BM25 may rank (filters), NULL: every row */
     Py_ssize_t nrows, top;
     int nterms;
     const int64_t **t_rows;
@@ -238,7 +240,7 @@ static Py_ssize_t bm25_pass(Job *j, const double *sc, const int64_t *touched, Py
         if (i + 16 < nt) ZPREFETCH(&sc[touched[i + 16]]);
         int64_t r = touched[i];
         double s = sc[r];
-        if (s <= 0.0 || s < floor) continue;
+        if (s <= 0.0 || s < floor || (j->allowed && !j->allowed[r])) continue;
         above++;
         if (h.n < h.k || s >= h.h[0].s) offer(&h, (Cand){s, j->idrank[r], r});
     }
@@ -409,7 +411,7 @@ static int run(Job *j) {
 /* ------------------------------------------------------------------------------------------- Python side */
 
 typedef struct {
-    Py_buffer *b; /* 5 + 2 per term */
+    Py_buffer *b; /* 6 + 2 per term */
     int got;
 } Buffers;
 
@@ -521,7 +523,7 @@ static PyObject *result_of(Job *j, PyObject *names) {
                          j->secs[2]);
 }
 
-static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyObject *terms) {
+static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyObject *terms, PyObject *allowed) {
     Py_ssize_t nrows, n2, n3, ntop, n5;
     j->scores = take(bs, o[0], 4, &nrows);
     if (!j->scores) return -1;
@@ -539,6 +541,14 @@ static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyO
     }
     j->nrows = nrows;
     j->top = ntop - 1;
+    if (allowed != Py_None) {
+        Py_ssize_t na;
+        if (!(j->allowed = take(bs, allowed, 1, &na))) return -1;
+        if (na != ntop) {
+            PyErr_SetString(PyExc_ValueError, "zcore: the allowed rows are not one per rowid");
+            return -1;
+        }
+    }
     for (int t = 0; t < j->nterms; t++) {
         PyObject *pair = PyList_GET_ITEM(terms, t);
         Py_ssize_t nr, nw;
@@ -562,8 +572,9 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
     int kb, kd, keep, fill, fuse;
     double wb, wd;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOOOOO!O!iiiddpp", &o[0], &o[1], &o[2], &o[3], &o[4], &PyList_Type, &names,
-                          &PyList_Type, &terms, &kb, &kd, &keep, &wb, &wd, &fill, &fuse))
+    PyObject *o_allowed = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO!O!iiiddpp|O", &o[0], &o[1], &o[2], &o[3], &o[4], &PyList_Type, &names,
+                          &PyList_Type, &terms, &kb, &kd, &keep, &wb, &wd, &fill, &fuse, &o_allowed))
         return NULL;
     if (kb < 0 || kd < 0 || keep < 0) {
         PyErr_SetString(PyExc_ValueError, "zcore: negative k");
@@ -578,7 +589,7 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
     Job j;
     memset(&j, 0, sizeof j);
     j.nterms = (int)nterms;
-    Buffers bs = {PyMem_Calloc((size_t)(5 + 2 * nterms), sizeof(Py_buffer)), 0};
+    Buffers bs = {PyMem_Calloc((size_t)(6 + 2 * nterms), sizeof(Py_buffer)), 0};
     j.t_rows = PyMem_Malloc(sizeof(int64_t *) * (size_t)(nterms + 1));
     j.t_w = PyMem_Malloc(sizeof(double *) * (size_t)(nterms + 1));
     j.t_n = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nterms + 1));
@@ -598,7 +609,7 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (prepare(&j, &bs, o, names, terms) == 0) {
+    if (prepare(&j, &bs, o, names, terms, o_allowed) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = run(&j);
