@@ -251,3 +251,23 @@ def test_the_tops_are_exact_when_the_sampled_floor_is_too_high() -> None:
     got = _zcore.hybrid(dense, *args, [(np.arange(1, n + 1), weights)], k, k, k, 1.0, 1.0, True, True)
     best = [names[i + 1] for i in np.argsort(-dense, kind="stable")[:k]]
     assert list(got[3]) == best and list(got[0]) == best
+
+
+def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zhiku.scaffold.doctor import Check, check_core
+
+    settings = Settings()
+    monkeypatch.setattr(_core, "available", lambda: True)
+    assert check_core(settings) == [Check("search", "ok", "compiled search core: on")]
+    off = merge(settings, retrieval={"compiled_core": False})
+    assert check_core(off)[0].detail == "compiled search core: off (retrieval.compiled_core)"
+    assert check_core(merge(settings, store={"kind": "milvus"}))[0].detail == (
+        "compiled search core: not used by the milvus store"
+    )
+    monkeypatch.setattr(_core, "available", lambda: False)
+    (missing,) = check_core(settings)
+    assert (missing.status, missing.detail) == (
+        "off",
+        "compiled search core: not built (numpy path: the same results, slower)",
+    )
+    assert "C compiler" in (missing.fix or "")
