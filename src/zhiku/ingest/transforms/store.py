@@ -11,13 +11,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
-from zhiku.types import Chunk, LLMUsage, TransformIssue
+from zhiku.types import LLMUsage, TransformIssue
 
 ENRICH_FILE = "enrichments.sqlite"
 SCHEMA = """
@@ -169,9 +169,10 @@ class EnrichmentStore:
         found = self.chunk_enrichments([r["chunk_id"] for r in rows])
         return [r | enrichment_row(found.get(r["chunk_id"])) for r in rows]
 
-    def chunk_labels(self, chunks: Sequence[Chunk]) -> dict[str, dict[str, Any]]:
-        """Each chunk's source, section and page with its enrichment (what a trace labels ranked chunks with)."""
-        rows = [{"chunk_id": c.chunk_id, "source": c.source, "section": c.section, "page": c.page} for c in chunks]
+    def chunk_labels(self, places: Mapping[str, tuple[str, str, int | None]]) -> dict[str, dict[str, Any]]:
+        """Each chunk's source, section and page (``places``, by chunk id) with its enrichment (what a trace labels
+        ranked chunks with)."""
+        rows = [{"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} for i, p in places.items()]
         return {r["chunk_id"]: r for r in self.label(rows)}
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
