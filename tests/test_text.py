@@ -167,3 +167,26 @@ def test_article_numbers_in_digits_are_spelled_as_statutes_write_them() -> None:
     assert TextProcessor().query_tokens("劳动法第100条") == ["劳动", "劳动法", "第一", "百条", "100"]
     # a number of one digit is kept as well (a document numbering its articles 第7条 indexes 7, not 第七条)
     assert TextProcessor().query_tokens("第7条") == ["第七", "七条", "第七条", "7"]
+
+
+def test_passages_normalised_one_by_one_equal_them_normalised_joined() -> None:
+    """The confidence check normalises each passage on its own (kept for the next query that returns it) and joins
+    them: the same text as normalising the joined passages, also where a passage's edge could combine or change
+    case with its neighbour's (a combining mark, a final sigma, ligatures, full-width letters, Traditional phrases)."""
+    tp = TextProcessor()
+    pieces = ["ΑΣ", "Σ", "aΣ", "e\u0301", "\u0301x", "ﬁ", "Ⅻ", "㍿", "①②", "ＡＢＣ", "乾隆年間", "著名", "後來發現", "\u1100\u1161"]
+    for a in pieces:
+        for b in pieces:
+            assert tp.normalize(f"{a}\n{b}") == f"{tp.normalize(a)}\n{tp.normalize(b)}", (a, b)
+    assert tp.normalize("後來發現ΑΣ") == "后来发现ας"
+
+
+def test_normalised_texts_are_kept_up_to_a_bound() -> None:
+    from zhiku.text import NORMALIZED_TEXTS
+
+    tp = TextProcessor()
+    for n in range(NORMALIZED_TEXTS + 10):
+        tp.normalize(f"第{n}條")
+    info = tp._normalized.cache_info()
+    assert (info.currsize, info.misses) == (NORMALIZED_TEXTS, NORMALIZED_TEXTS + 10)
+    assert tp.normalize("第1條") == "第1条"

@@ -9,6 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -388,6 +389,26 @@ def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
     labels(["b", "c", "d"])  # 4 known > max_items 3: the next call starts afresh
     labels(["a"])
     assert calls[-2:] == [["b", "c", "d"], ["a"]]
+
+
+def test_trace_labels_read_where_chunks_are_without_decoding_them(
+    kb_factory: Any, corpus: Path, tmp_path: Path
+) -> None:
+    """A traced query labels its ~200 ranked candidates: read with ``get_chunks`` they were decoded (~3× the work)
+    and pushed the hits out of the chunk cache. ``chunk_places`` gives what the chunks say, for the ids that
+    exist, and keeps nothing."""
+    from zhiku.stores.base import places_reader
+
+    kb_factory(tmp_path / "idx").ingest([corpus])
+    kb = kb_factory(tmp_path / "idx")  # (its chunk cache empty)
+    with kb.store._read() as conn:
+        ids = [r[0] for r in conn.execute("SELECT chunk_id FROM chunks ORDER BY rowid DESC")]
+    places = kb.store.chunk_places([*ids, "no-such-chunk"])
+    assert len(kb.store._chunk_cache._chunks) == 0
+    chunks = kb.store.get_chunks(ids)
+    assert places == {c.chunk_id: (c.source, c.section, c.page) for c in chunks} and len(places) == len(ids) > 1
+    assert places_reader(kb.store) == kb.store.chunk_places
+    assert kb.store.chunk_places([]) == {}
 
 
 # ------------------------------------------------------------------- a designed index, exact traces

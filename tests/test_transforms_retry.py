@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fake_openai import DIM, FakeOpenAI
+from fake_openai import DIM, FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
 from test_transforms import open_kb
 
@@ -171,18 +171,20 @@ def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are
     kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     """Enriched, then edited and ingested without transforms (its contexts are cleared), then ingested with them
-    again: its last usage record still listed contextual, so it was skipped without contexts."""
+    again: its last usage record still listed contextual, so it was skipped without contexts. (Ingested without
+    transforms, the unchanged documents lose their contexts too: ``test_a_transform_switched_off_…``.)"""
     kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
     assert kb.ingest([corpus]).transforms.applied == (("contextual", CORPUS_CHUNKS),)
     kb.close()
     leave = corpus / "年休假条例.md"
     leave.write_text(leave.read_text(encoding="utf-8") + "\n第四条 年休假在1个年度内可以集中安排。\n", encoding="utf-8")
     plain = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", [])
-    assert plain.ingest([corpus]).updated == ("年休假条例.md",)
+    assert len(plain.ingest([corpus]).updated) == DOCS
+    assert plain.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits == ()
     plain.close()
     kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
     again = kb.ingest([corpus])
-    assert (again.updated, len(again.skipped)) == (("年休假条例.md",), DOCS - 1)
+    assert (len(again.updated), len(again.skipped)) == (DOCS, 0)
     hits = kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits  # every chunk has its context again
     assert sorted({h.chunk.source for h in hits}) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
 
@@ -284,3 +286,87 @@ def test_the_summary_does_not_promise_a_retry_a_plain_ingest_will_not_make(
         "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is off, "
         "or 3 ingests in a row got none); run it with --force once the endpoint is back"
     )
+
+
+def test_a_changed_model_or_prompt_enriches_unchanged_documents_again(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Changing ``llm.model`` or a transform's prompt needed ``zhiku ingest --force``: a plain ingest skipped the
+    unchanged files and their chunks kept the old model's contexts for good."""
+    first = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-a", ["contextual"])
+    assert len(first.ingest([corpus]).added) == DOCS
+    first.close()
+    other = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-b", ["contextual"])
+    assert other.plan_transforms([corpus]).documents == DOCS  # the dry run decides as the ingest does
+    moved = other.ingest([corpus])
+    assert (len(moved.updated), moved.transforms.usage.calls, moved.transforms.usage.cached) == (DOCS, CORPUS_CHUNKS, 0)
+    settled = other.ingest([corpus])
+    assert (len(settled.skipped), settled.transforms.usage.calls) == (DOCS, 0)
+    other.close()
+
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    from zhiku.llm.prompts import Prompts
+
+    builtin = Prompts().text("contextual", "zh")
+    (prompts / "contextual.zh.txt").write_text(builtin.replace("<chunk>", "请简洁。\n<chunk>", 1), encoding="utf-8")
+    edited = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-b", ["contextual"], prompts_dir=str(prompts))
+    again = edited.ingest([corpus])
+    assert (len(again.updated), again.transforms.usage.calls) == (DOCS, CORPUS_CHUNKS)
+    assert all("请简洁" in prompt_of(c.body)[0] for c in fake_openai.chats()[-CORPUS_CHUNKS:])
+    assert len(edited.ingest([corpus]).skipped) == DOCS
+
+
+def test_a_transform_switched_off_drops_its_enrichments_on_the_next_ingest(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """Switching a transform off needed ``--force``: the contexts (or tags) of unchanged files stayed indexed."""
+    both = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", ["contextual", "metadata"])
+    assert len(both.ingest([corpus]).added) == DOCS
+    assert len(both.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # only the contexts hold it
+    assert len(both.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
+    both.close()
+
+    tags = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", ["metadata"])
+    off = tags.ingest([corpus])
+    assert (len(off.updated), off.transforms.usage.calls, off.transforms.usage.cached) == (
+        DOCS,
+        0,
+        CORPUS_CHUNKS + DOCS,
+    )
+    assert tags.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits == ()
+    assert len(tags.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
+    assert len(tags.ingest([corpus]).skipped) == DOCS
+    tags.close()
+
+    none = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", [])
+    cleared = none.ingest([corpus])
+    assert (len(cleared.updated), len(fake_openai.chats())) == (DOCS, 2 * CORPUS_CHUNKS + DOCS)
+    assert none.enrichments.tagged(["劳动法规"]) == (set(), set())
+    assert len(none.ingest([corpus]).skipped) == DOCS  # nothing left to drop: skipped again
+
+
+def test_usage_recorded_before_the_setup_was_kept_is_read_and_owes_nothing(tmp_path: Path) -> None:
+    """An ``enrichments.sqlite`` written by an older zhiku (no ``setup`` column) opens read-only and for writing; its
+    records say ``setup ""``, which a stage does not take for a change (its documents are not all re-enriched)."""
+    import sqlite3
+
+    from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
+    from zhiku.types import LLMUsage
+
+    path = tmp_path / "enrichments.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE llm_usage (id INTEGER PRIMARY KEY, at REAL NOT NULL, collection TEXT NOT NULL, source TEXT "
+            "NOT NULL, transforms TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL, prompt_tokens "
+            "INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost REAL NOT NULL, currency TEXT NOT NULL, "
+            "issues TEXT NOT NULL)"
+        )
+        db.execute("INSERT INTO llm_usage VALUES (NULL, 5.0, 'c', 'a.md', 'contextual', 1, 0, 9, 3, 0.0, 'USD', '[]')")
+    db.close()
+    old = EnrichmentStore(tmp_path, read_only=True).recent_usage("c", "a.md", 3)
+    assert [(r.source, r.transforms, r.setup) for r in old] == [("a.md", ("contextual",), "")]
+    store = EnrichmentStore(tmp_path)
+    store.record_usage(UsageRecord(6.0, "c", "a.md", ("contextual",), LLMUsage(), (), "abc"))
+    assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
+    store.close()

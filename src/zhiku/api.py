@@ -37,6 +37,7 @@ from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.stores import Store, open_store
+from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
 from zhiku.types import (
@@ -308,9 +309,8 @@ class KnowledgeBase:
 
     @cached_property
     def _labels(self) -> VersionedLabels:  # trace labels, looked up once per chunk and index version
-        return VersionedLabels(
-            lambda ids: self.enrichments.chunk_labels(self.store.get_chunks(ids)), self.store.index_version
-        )
+        places = places_reader(self.store)
+        return VersionedLabels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
         """``retrieve`` + ``answer``; ``low_confidence`` below ``server.min_score``, as over MCP and in the CLI."""

@@ -14,7 +14,7 @@ import importlib.metadata
 import re
 import unicodedata
 from collections.abc import Iterable
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,9 @@ def article_numbers(text: str) -> str:
     )
 
 
+NORMALIZED_TEXTS = 2048  # texts kept normalised (passages ~0.5–3k characters: a few MB)
+
+
 class TextProcessor:
     """Normaliser + tokenizer. Build one per index (it holds the jieba dictionary and OpenCC tables)."""
 
@@ -93,6 +96,9 @@ class TextProcessor:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
         self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms.empty()
         self.synonyms_at = synonyms_at
+        # the same passages are normalised by every query that returns them (the confidence check's term coverage,
+        # the snippets): ~0.1 µs a character, mostly OpenCC (bench/RESULTS.md, Issue 13 — passages normalised once)
+        self._normalized = lru_cache(maxsize=NORMALIZED_TEXTS)(self._normalize_chars)
 
     @cached_property
     def _jieba(self) -> Any:  # rjieba.Jieba has no public type
@@ -138,8 +144,8 @@ class TextProcessor:
         return self._opencc.convert(text) if self.t2s else text
 
     def normalize(self, text: str) -> str:
-        """NFKC, Traditional → Simplified (when enabled) and lower case."""
-        return self._normalize_chars(text)
+        """NFKC, Traditional → Simplified (when enabled) and lower case (the last ``NORMALIZED_TEXTS`` texts kept)."""
+        return self._normalized(text)
 
     def index_tokens(self, text: str) -> list[str]:
         """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""

@@ -72,7 +72,9 @@ def signals_of(
     margin = None if top is None else top - sum(x.score for x in dense) / len(dense)
     coverage = None
     if terms:
-        text = normalize("\n".join(h.chunk.text for h in hits))
+        # each passage on its own (the same as the joined text: no normalisation crosses a line break), so a
+        # passage that came back before is not normalised again (``TextProcessor.normalize`` keeps them)
+        text = "\n".join([normalize(h.chunk.text) for h in hits])
         coverage = sum(1 for t in terms if t in text) / len(terms)
     return Signals(top, margin, coverage, bm25[0].score if bm25 else None)
 

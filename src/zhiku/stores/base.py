@@ -19,7 +19,7 @@ they live in ``<index>/images`` (``zhiku.ingest.images.ImageStore``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -95,6 +95,23 @@ class BestCosines(Protocol):
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
         """The highest of ``dense_scores(v, chunk_ids)`` over ``vectors``, per chunk (the same floats)."""
         ...
+
+
+@runtime_checkable
+class ChunkPlaces(Protocol):
+    """Optional for a ``Retriever``: where chunks are without decoding them (trace labels of ranked candidates;
+    without it, ``get_chunks``)."""
+
+    def chunk_places(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
+        """``(source, section, page)`` of each of ``chunk_ids`` that exists, by chunk id."""
+        ...
+
+
+def places_reader(store: Retriever) -> Callable[[Sequence[str]], dict[str, tuple[str, str, int | None]]]:
+    """``store.chunk_places`` (``ChunkPlaces``), or the same read from its chunks for a store without it."""
+    if isinstance(store, ChunkPlaces):
+        return store.chunk_places
+    return lambda chunk_ids: {c.chunk_id: (c.source, c.section, c.page) for c in store.get_chunks(chunk_ids)}
 
 
 @runtime_checkable

@@ -4,6 +4,9 @@ issues for the ingest summary. A transform that fails keeps the chunk without it
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -109,20 +112,52 @@ class TransformStage:
     def names(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.transforms)
 
+    @functools.cached_property
+    def setup(self) -> str:
+        """What the enrichments depend on besides the chunks, as a digest: the transforms, the model (and the vision
+        model for ``caption``), ``llm.language``, the ``transforms.*`` settings and each transform's prompt texts (its own name's, in
+        every language there is one). Kept with each document's usage record: a document last enriched with
+        another setup is owed (``owes``). ``""`` without transforms."""
+        if not self.transforms:
+            return ""
+        prompts: dict[str, str] = {}
+        for name in self.names:
+            for lang in ("zh", "en"):
+                try:
+                    text = self.prompts.text(name, lang)
+                except ConfigError:  # a plugin's transform without a prompt of its name
+                    continue
+                prompts[f"{name}.{lang}"] = hashlib.sha256(text.encode()).hexdigest()
+        parts = {
+            "transforms": list(self.names),
+            "model": self.llm.model,
+            "language": self.llm.language,
+            "vision_model": self.llm.vision_model if "caption" in self.names else None,
+            "settings": self.settings.model_dump(mode="json", exclude={"enabled"}),
+            "prompts": prompts,
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
     def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
         """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
-        of them (switched on since, or written later without transforms: ``written_at`` is when it was stored) or
-        got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
+        of them (switched on since, or written later without transforms: ``written_at`` is when it was stored), ran
+        them with another setup (``setup``: a transform switched off, another model or prompt: the enrichments are
+        made again, replies to unchanged requests come from the cache; with no transform left, the enrichments it
+        has are dropped), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
         come from the cache; refused or malformed replies are not asked again. Without the reply cache
         (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
         the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row
         without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
         plain ingest re-ingested it and waited out the retries again, for good."""
-        if not self.transforms or self.store is None:
+        if self.store is None:
             return False
         recent = self.store.recent_usage(collection, source, RETRY_LIMIT)
         last = recent[0] if recent else None
+        if not self.transforms:  # enrichments of an earlier ingest with transforms: dropped once
+            return last is not None and bool(last.transforms) and last.at >= written_at
         if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
+            return True
+        if last.setup and last.setup != self.setup:  # ("": recorded by an older zhiku: not known, not owed)
             return True
         unanswered = [any(i.unreached for i in r.issues) for r in recent]
         return self.llm.cache and unanswered[0] and not (len(recent) == RETRY_LIMIT and all(unanswered))
@@ -201,9 +236,12 @@ class TransformStage:
             return
         self.store.put(batch)
         if not self.transforms:
+            recent = self.store.recent_usage(collection, batch.doc.source, 1)
+            if recent and recent[0].transforms:  # its enrichments are gone: no longer owed (``owes``)
+                self.store.record_usage(UsageRecord(time.time(), collection, batch.doc.source, (), LLMUsage(), ()))
             return
         usage = self._doc_usage.pop(batch.doc_id, LLMUsage())
-        record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues)
+        record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues, self.setup)
         self.store.record_usage(record)
         if any(i.unreached for i in batch.issues) and self.owes(collection, batch.doc.source, record.at):
             self._tally.retried = True

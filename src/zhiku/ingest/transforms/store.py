@@ -11,13 +11,13 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from zhiku.ingest.transforms.base import DocMeta, DocumentBatch, Enrichment
-from zhiku.types import Chunk, LLMUsage, TransformIssue
+from zhiku.types import LLMUsage, TransformIssue
 
 ENRICH_FILE = "enrichments.sqlite"
 SCHEMA = """
@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS doc_meta (doc_id TEXT PRIMARY KEY, title TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS llm_usage (id INTEGER PRIMARY KEY, at REAL NOT NULL, collection TEXT NOT NULL,
     source TEXT NOT NULL, transforms TEXT NOT NULL, calls INTEGER NOT NULL, cached INTEGER NOT NULL,
     prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, cost REAL NOT NULL, currency TEXT NOT NULL,
-    issues TEXT NOT NULL);
+    issues TEXT NOT NULL, setup TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS llm_usage_by_source ON llm_usage (collection, source, id);
 """
 
@@ -44,6 +44,7 @@ class UsageRecord:
     transforms: tuple[str, ...]
     usage: LLMUsage
     issues: tuple[TransformIssue, ...]
+    setup: str = ""  # ``TransformStage.setup`` of that ingest ("": recorded before it was kept, or no transforms)
 
 
 class EnrichmentStore:
@@ -65,6 +66,7 @@ class EnrichmentStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
                 self._db.executescript(SCHEMA)
+                _add_setup_column(self._db)
         return self._db
 
     def close(self) -> None:
@@ -137,12 +139,15 @@ class EnrichmentStore:
             u.cost,
             u.currency,
             issues,
+            record.setup,
         )
         with self._lock:
             db = self._conn(write=True)
             if db is not None:
                 with db:
-                    db.execute("INSERT INTO llm_usage VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row)
+                    db.execute(
+                        f"INSERT INTO llm_usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row
+                    )
 
     # -- reading -----------------------------------------------------------------------------------
     def chunk_enrichments(self, chunk_ids: Sequence[str]) -> dict[str, Enrichment]:
@@ -164,9 +169,10 @@ class EnrichmentStore:
         found = self.chunk_enrichments([r["chunk_id"] for r in rows])
         return [r | enrichment_row(found.get(r["chunk_id"])) for r in rows]
 
-    def chunk_labels(self, chunks: Sequence[Chunk]) -> dict[str, dict[str, Any]]:
-        """Each chunk's source, section and page with its enrichment (what a trace labels ranked chunks with)."""
-        rows = [{"chunk_id": c.chunk_id, "source": c.source, "section": c.section, "page": c.page} for c in chunks]
+    def chunk_labels(self, places: Mapping[str, tuple[str, str, int | None]]) -> dict[str, dict[str, Any]]:
+        """Each chunk's source, section and page (``places``, by chunk id) with its enrichment (what a trace labels
+        ranked chunks with)."""
+        rows = [{"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} for i, p in places.items()]
         return {r["chunk_id"]: r for r in self.label(rows)}
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
@@ -230,7 +236,20 @@ def _usage_record(r: Sequence[Any]) -> UsageRecord:
         tuple(t for t in r[4].split(",") if t),
         LLMUsage(r[5], r[6], r[7], r[8], r[9], r[10]),
         tuple(TransformIssue(**d) for d in json.loads(r[11])),
+        r[12] if len(r) > 12 else "",  # (a file written before the column, opened read-only)
     )
+
+
+USAGE_COLUMNS = (
+    "at, collection, source, transforms, calls, cached, prompt_tokens, completion_tokens, cost, currency, issues, setup"
+)
+
+
+def _add_setup_column(db: sqlite3.Connection) -> None:
+    """``llm_usage.setup`` in a file written before it existed (its rows get ``""``: not known)."""
+    if "setup" not in [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]:
+        with db:
+            db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
 
 
 def enrichment_row(e: Enrichment | None) -> dict[str, object]:
