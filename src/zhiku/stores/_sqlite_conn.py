@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
@@ -116,9 +115,11 @@ class ReadPool:
         self._max_idle = max_idle
         self._closed = False
 
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> _Borrowed:
         """A read connection (``PRAGMA query_only``), errors translated; returned to the pool afterwards."""
+        return _Borrowed(self)
+
+    def _borrow(self) -> sqlite3.Connection:
         with self._lock:
             if self._closed:
                 raise StoreError(f"index {self.index_dir} is closed")
@@ -130,20 +131,18 @@ class ReadPool:
             except sqlite3.Error as e:
                 conn.close()
                 raise translate(e, self.index_dir) from e
-        try:
-            yield conn
-        except sqlite3.Error as e:
-            raise translate(e, self.index_dir) from e
-        finally:
-            if conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            with self._lock:
-                keep = not self._closed and len(self._idle) < self._max_idle
-                if keep:
-                    self._idle.append(conn)
-            if not keep:
-                conn.close()
+        return conn
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        with self._lock:
+            keep = not self._closed and len(self._idle) < self._max_idle
+            if keep:
+                self._idle.append(conn)
+        if not keep:
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
@@ -152,3 +151,21 @@ class ReadPool:
         for conn in idle:
             with suppress(sqlite3.Error):
                 conn.close()
+
+
+class _Borrowed:
+    """``ReadPool.connection``: a class, not a generator (every read enters one, a search several)."""
+
+    __slots__ = ("_pool", "_conn")
+
+    def __init__(self, pool: ReadPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn = self._pool._borrow()
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self._pool._give_back(self._conn)
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, self._pool.index_dir) from exc

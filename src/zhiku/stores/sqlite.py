@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import astuple
 from pathlib import Path
 
@@ -124,13 +124,11 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self.close()
 
     # --- connections and transactions ----------------------------------------------------------------
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         """A pooled read connection (no lock shared with other readers)."""
         if self._conn is None:
             raise StoreError(f"index {self.index_dir} is closed")
-        with self._pool.connection() as conn:
-            yield conn
+        return self._pool.connection()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
