@@ -7,6 +7,7 @@ extension is not built: the numpy path then serves every search."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +46,14 @@ class CoreIndex:
     live: np.ndarray  # uint8 by file row
     by_filter: dict[Filters, Allowed | None] = field(default_factory=dict, compare=False, repr=False)  # ``allowed``
 
-    def allowed(self, filters: Filters, bm25_mask: np.ndarray, rows_mask: np.ndarray) -> Allowed | None:
-        """The live file rows and the rowids ``filters`` allow (``bm25_mask``: BM25's filter mask by rowid − 1,
-        ``rows_mask``: the dense channel's by file row), kept per filter for this pair of snapshots (a rowid's
-        collection, source and type never change); None when they allow no row (the numpy path answers)."""
-        if filters in self.by_filter:
-            return self.by_filter[filters]
+    def allowed(self, filters: Filters, masks: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Allowed | None:
+        """The live file rows and the rowids ``filters`` allow, from ``masks()`` (BM25's filter mask by rowid − 1,
+        the dense channel's by file row) the first time, then kept per filter for this pair of snapshots (a
+        rowid's collection, source and type never change); None when they allow no row (the numpy path answers)."""
+        kept = self.by_filter.get(filters, _NOT_KEPT)  # (no lock: a filter computed twice is the same)
+        if kept is not _NOT_KEPT:
+            return kept  # type: ignore[return-value]
+        bm25_mask, rows_mask = masks()
         rows = (self.vectors.live[: self.vectors.rows] & rows_mask).view(np.uint8)
         rowids = np.zeros(self.idrank.size, np.uint8)
         rowids[1 : bm25_mask.size + 1] = bm25_mask[: self.idrank.size - 1]
@@ -59,6 +62,9 @@ class CoreIndex:
             self.by_filter.clear()
         self.by_filter[filters] = out
         return out
+
+
+_NOT_KEPT = object()
 
 
 @dataclass(frozen=True)

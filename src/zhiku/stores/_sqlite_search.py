@@ -153,12 +153,14 @@ class SQLiteSearch(SQLiteReads):
 
     def _allowed(self, conn: sqlite3.Connection, ix: _core.CoreIndex, filters: Filters) -> _core.Allowed | None:
         """What ``filters`` allow in the core's snapshots, with the masks ``bm25_search`` and ``dense_search`` use."""
-        if filters in ix.by_filter:
-            return ix.by_filter[filters]
-        bm25_mask = self._filter_mask(conn, ix.bm25.top, filters)
-        dense_mask = self._filter_mask(conn, ix.vectors.top, filters)
-        assert bm25_mask is not None and dense_mask is not None  # (filters is not empty)
-        return ix.allowed(filters, bm25_mask, ix.vectors.mask_of(np.flatnonzero(dense_mask) + 1))
+
+        def masks() -> tuple[np.ndarray, np.ndarray]:
+            bm25_mask = self._filter_mask(conn, ix.bm25.top, filters)
+            dense_mask = self._filter_mask(conn, ix.vectors.top, filters)
+            assert bm25_mask is not None and dense_mask is not None  # (filters is not empty)
+            return bm25_mask, ix.vectors.mask_of(np.flatnonzero(dense_mask) + 1)
+
+        return ix.allowed(filters, masks)
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         query = self._query_vector(vector)
