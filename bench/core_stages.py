@@ -15,7 +15,6 @@ clock gives the parts inside it.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -24,23 +23,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zhiku.retrieval.core_path as core_path  # noqa: E402
 import zhiku.retrieval.search as search  # noqa: E402
-from search_stages import open_kb  # noqa: E402
+from search_stages import index_arguments, open_kb, timed_call  # noqa: E402
 from zhiku.evaluation.datasets import load_dataset  # noqa: E402
 from zhiku.stores import _core  # noqa: E402
 
 
 def timed(acc: dict[str, float], owner: Any, attr: str, label: str) -> None:
     """``owner.attr`` replaced by a wrapper adding its time to ``acc[label]`` (~0.3 µs a call)."""
-    inner = getattr(owner, attr)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            acc[label] = acc.get(label, 0.0) + time.perf_counter() - t
-
-    setattr(owner, attr, call)
+    setattr(owner, attr, timed_call(getattr(owner, attr), label, acc))
 
 
 def phased(inner: Any, into: list[float]) -> Any:
@@ -124,10 +114,7 @@ def timed_set(index: Path, queries_root: Path, name: str, passes: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--index", type=Path, required=True, help="ROOT holding ROOT/<set>/zhiku.db (a copy)")
-    ap.add_argument("--queries", type=Path, required=True, help="ROOT holding the dev sets (ROOT/<set>)")
-    ap.add_argument("--sets", default="stard_dev,cmrc2018_dev,meddialog_im_dev,stard_longdoc")
+    ap = index_arguments("stard_dev,cmrc2018_dev,meddialog_im_dev,stard_longdoc")
     ap.add_argument("--passes", type=int, default=3)
     args = ap.parse_args()
     if not _core.available():

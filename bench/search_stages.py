@@ -53,6 +53,19 @@ def open_kb(
     return KnowledgeBase(settings, embedder=embedder, tracer=tracer)  # type: ignore[arg-type]
 
 
+def timed_call(inner: Any, name: str, spent: dict[str, float]) -> Any:
+    """``inner`` with its time added to ``spent[name]`` at each call (~0.3 µs a call)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+
+    return call
+
+
 def summary(times: list[float]) -> dict[str, float]:
     ms = [t * 1000 for t in times]
     return {"p50": round(percentile(ms, 50), 3), "p95": round(percentile(ms, 95), 3)}
@@ -109,14 +122,7 @@ def in_place(kb: KnowledgeBase, queries: list[str]) -> dict[str, float]:
     originals = {name: getattr(search, name) for name in SEARCH_CALLS}
 
     def timed(inner: Any, name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
-
-        return call
+        return timed_call(inner, name, spent)
 
     for name in STORE_CALLS:
         setattr(kb.store, name, timed(getattr(kb.store, name), name))
@@ -147,11 +153,17 @@ def retrieve(kb: KnowledgeBase, queries: list[str], mode: str) -> dict[str, floa
     return {**summary(wall.times[mode]), "cpu_p50": summary(cpu)["p50"]}
 
 
-def main() -> None:
+def index_arguments(sets: str) -> argparse.ArgumentParser:
+    """A parser with ``--index``, ``--queries`` and ``--sets`` (default ``sets``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", type=Path, required=True, help="ROOT holding ROOT/<set>/zhiku.db (a copy)")
     ap.add_argument("--queries", type=Path, required=True, help="ROOT holding the dev sets (ROOT/<set>)")
-    ap.add_argument("--sets", default="cmrc2018_dev,meddialog_im_dev,stard_dev,stard_longdoc")
+    ap.add_argument("--sets", default=sets)
+    return ap
+
+
+def main() -> None:
+    ap = index_arguments("cmrc2018_dev,meddialog_im_dev,stard_dev,stard_longdoc")
     ap.add_argument("--max-queries", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3, help="timed passes over the queries (after one warm pass)")
     ap.add_argument("--stages", action="store_true")
