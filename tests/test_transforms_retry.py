@@ -370,3 +370,24 @@ def test_usage_recorded_before_the_setup_was_kept_is_read_and_owes_nothing(tmp_p
     store.record_usage(UsageRecord(6.0, "c", "a.md", ("contextual",), LLMUsage(), (), "abc"))
     assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
     store.close()
+
+
+def test_a_prompt_file_that_cannot_be_read_does_not_stop_the_ingest(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A prompt file in ``llm.prompts_dir`` saved as GBK, not UTF-8, for a language none of the documents is in:
+    the ingest stopped with a UnicodeDecodeError after writing its first document (the setup digest read every
+    language's prompt). It is enriched as before, and not owed by the next ingest until the file changes."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "contextual.en.txt").write_bytes("Answer in Chinese: 请用中文回答。\n<chunk>".encode("gbk"))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-gbk", ["contextual"], prompts_dir=str(prompts))
+    first = kb.ingest([corpus])
+    assert (len(first.added), first.failed) == (DOCS, ())
+    assert (first.transforms.applied, first.transforms.issues) == ((("contextual", CORPUS_CHUNKS),), ())
+    assert len(kb.ingest([corpus]).skipped) == DOCS
+    kb.close()
+    (prompts / "contextual.en.txt").write_text("Answer in Chinese: 请用中文回答。\n<chunk>", encoding="utf-8")
+    fixed = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-gbk", ["contextual"], prompts_dir=str(prompts))
+    again = fixed.ingest([corpus])  # a changed prompt text: enriched again, the Chinese replies from the cache
+    assert (len(again.updated), again.transforms.usage.calls, again.transforms.usage.cached) == (DOCS, 0, CORPUS_CHUNKS)

@@ -127,6 +127,8 @@ class TransformStage:
                     text = self.prompts.text(name, lang)
                 except ConfigError:  # a plugin's transform without a prompt of its name
                     continue
+                except (OSError, UnicodeError) as e:  # (not UTF-8, say): the transform reports it for a document
+                    text = f"unreadable: {type(e).__name__}"  # in that language; this ingest goes on
                 prompts[f"{name}.{lang}"] = hashlib.sha256(text.encode()).hexdigest()
         parts = {
             "transforms": list(self.names),
