@@ -391,3 +391,37 @@ def test_a_prompt_file_that_cannot_be_read_does_not_stop_the_ingest(
     fixed = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-gbk", ["contextual"], prompts_dir=str(prompts))
     again = fixed.ingest([corpus])  # a changed prompt text: enriched again, the Chinese replies from the cache
     assert (len(again.updated), again.transforms.usage.calls, again.transforms.usage.cached) == (DOCS, 0, CORPUS_CHUNKS)
+
+
+def test_reading_an_enrichment_file_from_before_the_setup_column_does_not_write_it(tmp_path: Path) -> None:
+    """A server (not opened read-only) reading an older zhiku's ``enrichments.sqlite`` added the ``setup`` column on
+    its first read: on a read-only mount every search that labels its hits failed ("attempt to write a readonly
+    database"). A read leaves the file as it is; the first write adds the column."""
+    import sqlite3
+
+    from zhiku.ingest.transforms.store import SCHEMA, EnrichmentStore, UsageRecord
+    from zhiku.types import LLMUsage
+
+    path = tmp_path / "enrichments.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.replace(", setup TEXT NOT NULL DEFAULT ''", ""))
+        db.execute("INSERT INTO chunk_enrichment VALUES ('c1', 'd1', '紫罗兰', '', '', '', '[]')")
+        db.execute("INSERT INTO llm_usage VALUES (NULL, 5.0, 'c', 'a.md', 'contextual', 1, 0, 9, 3, 0.0, 'USD', '[]')")
+    db.close()
+    before = path.read_bytes()
+
+    def columns() -> list[str]:
+        with sqlite3.connect(path) as db:
+            names = [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]
+        db.close()
+        return names
+
+    store = EnrichmentStore(tmp_path)
+    assert store.chunk_enrichments(["c1"])["c1"].context == "紫罗兰"
+    assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(5.0, "")]
+    assert [r.source for r in store.usage_history()] == ["a.md"]
+    assert (path.read_bytes() == before, "setup" in columns()) == (True, False)
+    store.record_usage(UsageRecord(6.0, "c", "a.md", ("contextual",), LLMUsage(), (), "abc"))
+    assert "setup" in columns()
+    assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
+    store.close()
