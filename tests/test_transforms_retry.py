@@ -425,3 +425,24 @@ def test_reading_an_enrichment_file_from_before_the_setup_column_does_not_write_
     assert "setup" in columns()
     assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
     store.close()
+
+
+def test_ingests_without_an_answer_count_towards_the_limit_only_with_the_same_setup(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """An endpoint down for RETRY_LIMIT ingests, then another ``llm.model`` while it is still down: the new model's
+    ingest counted as the limit's fourth without an answer, so no plain ingest asked the new model again (the
+    contexts stayed missing until ``--force``). The count starts again with the setup."""
+    from zhiku.ingest.transforms.stage import RETRY_LIMIT
+
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-limit-a", ["contextual"], max_retries=0)
+    assert [kb.ingest([corpus]).transforms.retried for _ in range(RETRY_LIMIT)] == [True] * (RETRY_LIMIT - 1) + [False]
+    kb.close()
+    other = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-limit-b", ["contextual"], max_retries=0)
+    moved = other.ingest([corpus])
+    assert (len(moved.updated), moved.transforms.retried) == (DOCS, True)
+    fake_openai.always = None
+    back = other.ingest([corpus])
+    assert (len(back.updated), back.transforms.usage.calls, back.transforms.issues) == (DOCS, CORPUS_CHUNKS, ())
+    assert len(other.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -148,7 +149,7 @@ class TransformStage:
         has are dropped), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
         come from the cache; refused or malformed replies are not asked again. Without the reply cache
         (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
-        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row
+        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row (of this setup)
         without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
         plain ingest re-ingested it and waited out the retries again, for good."""
         if self.store is None:
@@ -161,8 +162,10 @@ class TransformStage:
             return True
         if last.setup and last.setup != self.setup:  # ("": recorded by an older zhiku: not known, not owed)
             return True
-        unanswered = [any(i.unreached for i in r.issues) for r in recent]
-        return self.llm.cache and unanswered[0] and not (len(recent) == RETRY_LIMIT and all(unanswered))
+        # the ingests in a row with this setup: those of another (another model) asked other requests
+        same = list(itertools.takewhile(lambda r: r.setup == last.setup, recent))
+        unanswered = [any(i.unreached for i in r.issues) for r in same]
+        return self.llm.cache and unanswered[0] and not (len(same) == RETRY_LIMIT and all(unanswered))
 
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
         lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
