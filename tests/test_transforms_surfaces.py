@@ -238,10 +238,11 @@ def test_cli_transform_json_dry_run_and_history(
     assert sum(h["usage"]["calls"] for h in history) == CORPUS_CHUNKS
     text = run(app, ["history", "--config", str(config)]).stdout
     assert "LLM transforms" in text
-    # switched off: the contexts are dropped (one empty usage record a document, so it is not owed again), and
-    # the history still lists the LLM usage, not three rows of nothing in its place
-    off = run(app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", "none", "--json"])
-    assert json.loads(off.stdout)["updated"] == 3
+    # ingested without transforms: nothing is owed (what an earlier ingest bought stays), the history unchanged
+    off = json.loads(
+        run(app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", "none", "--json"]).stdout
+    )
+    assert (off["updated"], off["skipped"]) == (0, 3)
     shown = json.loads(run(app, ["history", "--config", str(config), "--json", "--limit", "3"]).stdout)["llm_usage"]
     assert [h["transforms"] for h in shown] == [["contextual"]] * 3
     assert sum(h["usage"]["calls"] for h in shown) == CORPUS_CHUNKS
