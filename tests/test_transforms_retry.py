@@ -14,7 +14,9 @@ import pytest
 
 from fake_openai import DIM, FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
-from test_transforms import open_kb
+from test_transforms import llm_settings, open_kb
+from zhiku.embedding.openai_compat import OpenAIEmbedder
+from zhiku.openai_http import OpenAICompatibleClient
 
 DOCS = 3  # helpers_kb.CORPUS: three files
 
@@ -171,20 +173,18 @@ def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are
     kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     """Enriched, then edited and ingested without transforms (its contexts are cleared), then ingested with them
-    again: its last usage record still listed contextual, so it was skipped without contexts. (Ingested without
-    transforms, the unchanged documents lose their contexts too: ``test_a_transform_switched_off_…``.)"""
+    again: its last usage record still listed contextual, so it was skipped without contexts."""
     kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
     assert kb.ingest([corpus]).transforms.applied == (("contextual", CORPUS_CHUNKS),)
     kb.close()
     leave = corpus / "年休假条例.md"
     leave.write_text(leave.read_text(encoding="utf-8") + "\n第四条 年休假在1个年度内可以集中安排。\n", encoding="utf-8")
     plain = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", [])
-    assert len(plain.ingest([corpus]).updated) == DOCS
-    assert plain.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits == ()
+    assert plain.ingest([corpus]).updated == ("年休假条例.md",)
     plain.close()
     kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-retry-off", ["contextual"])
     again = kb.ingest([corpus])
-    assert (len(again.updated), len(again.skipped)) == (DOCS, 0)
+    assert (again.updated, len(again.skipped)) == (("年休假条例.md",), DOCS - 1)
     hits = kb.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits  # every chunk has its context again
     assert sorted({h.chunk.source for h in hits}) == ["劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"]
 
@@ -317,33 +317,35 @@ def test_a_changed_model_or_prompt_enriches_unchanged_documents_again(
     assert len(edited.ingest([corpus]).skipped) == DOCS
 
 
-def test_a_transform_switched_off_drops_its_enrichments_on_the_next_ingest(
+def test_a_transform_switched_off_leaves_unchanged_documents_as_they_are(
     kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
-    """Switching a transform off needed ``--force``: the contexts (or tags) of unchanged files stayed indexed."""
+    """Switching a transform off (or ingesting without the ``--transform`` of an earlier ingest) re-ingests nothing:
+    a plain ``zhiku ingest`` must not strip what an earlier one bought; ``--force`` does. A setting of a transform
+    still on that changed does re-enrich (from the cache where the requests are the same)."""
     both = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", ["contextual", "metadata"])
     assert len(both.ingest([corpus]).added) == DOCS
-    assert len(both.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # only the contexts hold it
-    assert len(both.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
     both.close()
-
     tags = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", ["metadata"])
-    off = tags.ingest([corpus])
-    assert (len(off.updated), off.transforms.usage.calls, off.transforms.usage.cached) == (
-        DOCS,
-        0,
-        CORPUS_CHUNKS + DOCS,
-    )
-    assert tags.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits == ()
-    assert len(tags.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
-    assert len(tags.ingest([corpus]).skipped) == DOCS
+    kept = tags.ingest([corpus])
+    assert (len(kept.skipped), kept.transforms.usage.calls) == (DOCS, 0)
+    assert len(tags.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS  # the contexts stay
     tags.close()
-
     none = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", [])
-    cleared = none.ingest([corpus])
-    assert (len(cleared.updated), len(fake_openai.chats())) == (DOCS, 2 * CORPUS_CHUNKS + DOCS)
-    assert none.enrichments.tagged(["劳动法规"]) == (set(), set())
-    assert len(none.ingest([corpus]).skipped) == DOCS  # nothing left to drop: skipped again
+    assert len(none.ingest([corpus]).skipped) == DOCS
+    assert len(none.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
+    none.close()
+    embedder = OpenAIEmbedder(OpenAICompatibleClient(fake_openai.url, max_retries=0), "fake-embed", dimensions=DIM)
+    fewer = kb_factory(
+        tmp_path / "idx",
+        embedder=embedder,
+        llm=llm_settings(fake_openai, "m-setup-off"),
+        transforms={"enabled": ["metadata"], "max_tags": 1},
+    )
+    changed = fewer.ingest([corpus])
+    assert (len(changed.updated), changed.transforms.usage.calls) == (DOCS, CORPUS_CHUNKS + DOCS)
+    assert fewer.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits == ()  # re-ingested with what is on now
+    assert len(fewer.ingest([corpus]).skipped) == DOCS
 
 
 def test_usage_recorded_before_the_setup_was_kept_is_read_and_owes_nothing(tmp_path: Path) -> None:
@@ -370,3 +372,110 @@ def test_usage_recorded_before_the_setup_was_kept_is_read_and_owes_nothing(tmp_p
     store.record_usage(UsageRecord(6.0, "c", "a.md", ("contextual",), LLMUsage(), (), "abc"))
     assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
     store.close()
+
+
+def test_a_prompt_file_that_cannot_be_read_does_not_stop_the_ingest(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A prompt file in ``llm.prompts_dir`` saved as GBK, not UTF-8, for a language none of the documents is in:
+    the ingest stopped with a UnicodeDecodeError after writing its first document (the setup digest read every
+    language's prompt). It is enriched as before, and not owed by the next ingest until the file changes."""
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "contextual.en.txt").write_bytes("Answer in Chinese: 请用中文回答。\n<chunk>".encode("gbk"))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-gbk", ["contextual"], prompts_dir=str(prompts))
+    first = kb.ingest([corpus])
+    assert (len(first.added), first.failed) == (DOCS, ())
+    assert (first.transforms.applied, first.transforms.issues) == ((("contextual", CORPUS_CHUNKS),), ())
+    assert len(kb.ingest([corpus]).skipped) == DOCS
+    kb.close()
+    (prompts / "contextual.en.txt").write_text("Answer in Chinese: 请用中文回答。\n<chunk>", encoding="utf-8")
+    fixed = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-gbk", ["contextual"], prompts_dir=str(prompts))
+    again = fixed.ingest([corpus])  # a changed prompt text: enriched again, the Chinese replies from the cache
+    assert (len(again.updated), again.transforms.usage.calls, again.transforms.usage.cached) == (DOCS, 0, CORPUS_CHUNKS)
+
+
+def test_reading_an_enrichment_file_from_before_the_setup_column_does_not_write_it(tmp_path: Path) -> None:
+    """A server (not opened read-only) reading an older zhiku's ``enrichments.sqlite`` added the ``setup`` column on
+    its first read: on a read-only mount every search that labels its hits failed ("attempt to write a readonly
+    database"). A read leaves the file as it is; the first write adds the column."""
+    import sqlite3
+
+    from zhiku.ingest.transforms.store import SCHEMA, EnrichmentStore, UsageRecord
+    from zhiku.types import LLMUsage
+
+    path = tmp_path / "enrichments.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA.replace(", setup TEXT NOT NULL DEFAULT ''", ""))
+        db.execute("INSERT INTO chunk_enrichment VALUES ('c1', 'd1', '紫罗兰', '', '', '', '[]')")
+        db.execute("INSERT INTO llm_usage VALUES (NULL, 5.0, 'c', 'a.md', 'contextual', 1, 0, 9, 3, 0.0, 'USD', '[]')")
+    db.close()
+    before = path.read_bytes()
+
+    def columns() -> list[str]:
+        with sqlite3.connect(path) as db:
+            names = [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]
+        db.close()
+        return names
+
+    store = EnrichmentStore(tmp_path)
+    assert store.chunk_enrichments(["c1"])["c1"].context == "紫罗兰"
+    assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(5.0, "")]
+    assert [r.source for r in store.usage_history()] == ["a.md"]
+    assert (path.read_bytes() == before, "setup" in columns()) == (True, False)
+    store.record_usage(UsageRecord(6.0, "c", "a.md", ("contextual",), LLMUsage(), (), "abc"))
+    assert "setup" in columns()
+    assert [(r.at, r.setup) for r in store.recent_usage("c", "a.md", 3)] == [(6.0, "abc"), (5.0, "")]
+    store.close()
+
+
+def test_ingests_without_an_answer_count_towards_the_limit_only_with_the_same_setup(
+    kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """An endpoint down for RETRY_LIMIT ingests, then another ``llm.model`` while it is still down: the new model's
+    ingest counted as the limit's fourth without an answer, so no plain ingest asked the new model again (the
+    contexts stayed missing until ``--force``). The count starts again with the setup."""
+    from zhiku.ingest.transforms.stage import RETRY_LIMIT
+
+    fake_openai.always = ("status", 500, {}, json.dumps({"error": {"message": "GPU fell over"}}))
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-limit-a", ["contextual"], max_retries=0)
+    assert [kb.ingest([corpus]).transforms.retried for _ in range(RETRY_LIMIT)] == [True] * (RETRY_LIMIT - 1) + [False]
+    kb.close()
+    other = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-limit-b", ["contextual"], max_retries=0)
+    moved = other.ingest([corpus])
+    assert (len(moved.updated), moved.transforms.retried) == (DOCS, True)
+    fake_openai.always = None
+    back = other.ingest([corpus])
+    assert (len(back.updated), back.transforms.usage.calls, back.transforms.issues) == (DOCS, CORPUS_CHUNKS, ())
+    assert len(other.retrieve("紫罗兰卷宗", mode="bm25", top_k=10).hits) == CORPUS_CHUNKS
+
+
+def test_a_built_in_prompt_counts_by_name_a_prompt_file_by_its_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zhiku release that words a built-in prompt better must not re-buy every enrichment on the next plain
+    ingest; a user's prompt file that changes does re-enrich. Each transform's setup is its own: one whose file
+    changed is owed, the others are not."""
+    from zhiku.ingest.transforms.build import build_stage
+    from zhiku.llm.prompts import Prompts
+    from zhiku.settings import load_settings, merge
+
+    base = merge(
+        load_settings(index=tmp_path / "idx"), llm={"model": "m"}, transforms={"enabled": ["contextual", "refine"]}
+    )
+    builtin = json.loads(build_stage(base, None, planning=True).setup)  # type: ignore[union-attr]
+    assert sorted(builtin) == ["contextual", "refine"]
+    real = Prompts.text
+    monkeypatch.setattr(Prompts, "text", lambda self, name, lang: real(self, name, lang) + "（新版措辞）")
+    assert json.loads(build_stage(base, None, planning=True).setup) == builtin  # type: ignore[union-attr]
+    monkeypatch.setattr(Prompts, "text", real)
+
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    (folder / "refine.zh.txt").write_text("改写：${chunk}", encoding="utf-8")
+    mine = merge(base, llm={"prompts_dir": str(folder)})
+    first = json.loads(build_stage(mine, None, planning=True).setup)  # type: ignore[union-attr]
+    assert first["contextual"] == builtin["contextual"] and first["refine"] != builtin["refine"]
+    (folder / "refine.zh.txt").write_text("请改写：${chunk}", encoding="utf-8")
+    second = json.loads(build_stage(mine, None, planning=True).setup)  # type: ignore[union-attr]
+    assert second["contextual"] == first["contextual"] and second["refine"] != first["refine"]

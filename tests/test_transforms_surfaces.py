@@ -238,6 +238,14 @@ def test_cli_transform_json_dry_run_and_history(
     assert sum(h["usage"]["calls"] for h in history) == CORPUS_CHUNKS
     text = run(app, ["history", "--config", str(config)]).stdout
     assert "LLM transforms" in text
+    # ingested without transforms: nothing is owed (what an earlier ingest bought stays), the history unchanged
+    off = json.loads(
+        run(app, ["ingest", str(tmp_path / "docs"), "--config", str(config), "--transform", "none", "--json"]).stdout
+    )
+    assert (off["updated"], off["skipped"]) == (0, 3)
+    shown = json.loads(run(app, ["history", "--config", str(config), "--json", "--limit", "3"]).stdout)["llm_usage"]
+    assert [h["transforms"] for h in shown] == [["contextual"]] * 3
+    assert sum(h["usage"]["calls"] for h in shown) == CORPUS_CHUNKS
 
 
 def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, fake_openai: FakeOpenAI) -> None:

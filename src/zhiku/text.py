@@ -70,7 +70,7 @@ def article_numbers(text: str) -> str:
     )
 
 
-NORMALIZED_TEXTS = 2048  # texts kept normalised (passages ~0.5–3k characters: a few MB)
+NORMALIZED_TEXTS = 4096  # texts kept normalised (passages ~0.5–3k characters, snippet windows ~200: a few MB)
 
 
 class TextProcessor:

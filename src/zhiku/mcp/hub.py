@@ -91,9 +91,9 @@ class Hub:
         self.kb = kb
         self.settings = settings
         self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
-        # Snippet windows are normalised (NFKC, 繁→简) once each: the answer and the citations show the same
-        # windows, and popular passages come back across queries.
-        self._normalize = functools.lru_cache(maxsize=16384)(kb.text.normalize)
+        # (``TextProcessor.normalize`` keeps what it normalised: the answer and the citations show the same snippet
+        # windows, and popular passages come back across queries)
+        self._normalize = kb.text.normalize
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -114,53 +115,79 @@ class TransformStage:
 
     @functools.cached_property
     def setup(self) -> str:
-        """What the enrichments depend on besides the chunks, as a digest: the transforms, the model (and the vision
-        model for ``caption``), ``llm.language``, the ``transforms.*`` settings and each transform's prompt texts (its own name's, in
-        every language there is one). Kept with each document's usage record: a document last enriched with
-        another setup is owed (``owes``). ``""`` without transforms."""
+        """What each transform's enrichments depend on besides the chunks, as ``{transform: digest}`` JSON: the model
+        (the vision model for ``caption``), ``llm.language``, the ``transforms.*`` settings that differ from their
+        defaults and the text of the transform's prompt (its own name's, in each language) in ``llm.prompts_dir``
+        (a built-in prompt counts by name: a zhiku release that words one better does not re-buy every enrichment).
+        Kept with each document's usage record: a document one of these transforms last enriched with another
+        setup is owed (``owes``). ``""`` without transforms."""
         if not self.transforms:
             return ""
-        prompts: dict[str, str] = {}
-        for name in self.names:
-            for lang in ("zh", "en"):
-                try:
-                    text = self.prompts.text(name, lang)
-                except ConfigError:  # a plugin's transform without a prompt of its name
-                    continue
-                prompts[f"{name}.{lang}"] = hashlib.sha256(text.encode()).hexdigest()
-        parts = {
-            "transforms": list(self.names),
+        common = {
             "model": self.llm.model,
             "language": self.llm.language,
-            "vision_model": self.llm.vision_model if "caption" in self.names else None,
-            "settings": self.settings.model_dump(mode="json", exclude={"enabled"}),
-            "prompts": prompts,
+            "settings": self.settings.model_dump(mode="json", exclude={"enabled"}, exclude_defaults=True),
         }
-        return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+        marks = {}
+        for name in self.names:
+            parts = {
+                **common,
+                "vision_model": self.llm.vision_model if name == "caption" else None,
+                "prompts": [self._prompt_mark(name, lang) for lang in ("zh", "en")],
+            }
+            marks[name] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+        return json.dumps(marks, sort_keys=True, separators=(",", ":"))
+
+    def _changed(self, recorded: str) -> bool:
+        """Whether one of these transforms ran with another setup in the ingest that recorded ``recorded`` (``""``:
+        an older zhiku's record, not known: no). A transform it ran that is off now is no change: its enrichments
+        stay until the document changes or ``--force`` (a plain ``zhiku ingest`` without the ``--transform`` of an
+        earlier one must not strip them)."""
+        try:
+            old = json.loads(recorded) if recorded else {}
+        except ValueError:
+            return False
+        mine: dict[str, str] = json.loads(self.setup)
+        return isinstance(old, dict) and any(name in old and old[name] != mark for name, mark in mine.items())
+
+    def _prompt_mark(self, name: str, lang: str) -> str:
+        """The digest of a prompt file of ``llm.prompts_dir``, ``builtin`` for a built-in prompt, ``""`` for none
+        (a plugin's transform without a prompt of its name)."""
+        folder = self.prompts.override_dir
+        if folder is None or not (folder / f"{name}.{lang}.txt").is_file():
+            try:
+                self.prompts.text(name, lang)
+            except ConfigError:
+                return ""
+            return "builtin"
+        try:
+            text = self.prompts.text(name, lang)
+        except (OSError, UnicodeError) as e:  # (not UTF-8, say): the transform reports it for a document
+            text = f"unreadable: {type(e).__name__}"  # in that language; this ingest goes on
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
         """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
         of them (switched on since, or written later without transforms: ``written_at`` is when it was stored), ran
-        them with another setup (``setup``: a transform switched off, another model or prompt: the enrichments are
-        made again, replies to unchanged requests come from the cache; with no transform left, the enrichments it
-        has are dropped), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
+        them with another setup (``setup``: another model, prompt or setting: the enrichments are made again, replies
+        to unchanged requests come from the cache), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
         come from the cache; refused or malformed replies are not asked again. Without the reply cache
         (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
-        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row
+        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row (of this setup)
         without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
         plain ingest re-ingested it and waited out the retries again, for good."""
-        if self.store is None:
+        if not self.transforms or self.store is None:
             return False
         recent = self.store.recent_usage(collection, source, RETRY_LIMIT)
         last = recent[0] if recent else None
-        if not self.transforms:  # enrichments of an earlier ingest with transforms: dropped once
-            return last is not None and bool(last.transforms) and last.at >= written_at
         if last is None or not set(self.names) <= set(last.transforms) or last.at < written_at:
             return True
-        if last.setup and last.setup != self.setup:  # ("": recorded by an older zhiku: not known, not owed)
+        if self._changed(last.setup):
             return True
-        unanswered = [any(i.unreached for i in r.issues) for r in recent]
-        return self.llm.cache and unanswered[0] and not (len(recent) == RETRY_LIMIT and all(unanswered))
+        # the ingests in a row with this setup: those of another (another model) asked other requests
+        same = list(itertools.takewhile(lambda r: r.setup == last.setup, recent))
+        unanswered = [any(i.unreached for i in r.issues) for r in same]
+        return self.llm.cache and unanswered[0] and not (len(same) == RETRY_LIMIT and all(unanswered))
 
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
         lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
@@ -236,9 +263,6 @@ class TransformStage:
             return
         self.store.put(batch)
         if not self.transforms:
-            recent = self.store.recent_usage(collection, batch.doc.source, 1)
-            if recent and recent[0].transforms:  # its enrichments are gone: no longer owed (``owes``)
-                self.store.record_usage(UsageRecord(time.time(), collection, batch.doc.source, (), LLMUsage(), ()))
             return
         usage = self._doc_usage.pop(batch.doc_id, LLMUsage())
         record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues, self.setup)

@@ -55,6 +55,7 @@ class EnrichmentStore:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._migrated = False  # ``llm_usage.setup`` checked (by the first write: a read never writes the file)
 
     def _conn(self, write: bool = False) -> sqlite3.Connection | None:
         if self._db is None:
@@ -66,7 +67,9 @@ class EnrichmentStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
                 self._db.executescript(SCHEMA)
-                _add_setup_column(self._db)
+        if write and not self._migrated:
+            _add_setup_column(self._db)
+            self._migrated = True
         return self._db
 
     def close(self) -> None:
@@ -203,18 +206,22 @@ class EnrichmentStore:
         return chunks, docs
 
     def usage_history(self, limit: int = 100) -> list[UsageRecord]:
+        """The newest ``limit`` records of ingests that ran transforms (``zhiku history``), not the empty ones that
+        say a document's enrichments were dropped (``TransformStage.commit``)."""
         with self._lock:
             db = self._conn()
             rows = (
-                db.execute("SELECT * FROM llm_usage ORDER BY at DESC, id DESC LIMIT ?", (limit,)).fetchall()
+                db.execute(
+                    "SELECT * FROM llm_usage WHERE transforms != '' ORDER BY at DESC, id DESC LIMIT ?", (limit,)
+                ).fetchall()
                 if db
                 else []
             )
         return [_usage_record(r) for r in rows]
 
     def recent_usage(self, collection: str, source: str, n: int) -> list[UsageRecord]:
-        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms, newest
-        first."""
+        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms or dropped
+        the enrichments it had (an empty record), newest first."""
         with self._lock:
             db = self._conn()
             rows = (
@@ -246,7 +253,8 @@ USAGE_COLUMNS = (
 
 
 def _add_setup_column(db: sqlite3.Connection) -> None:
-    """``llm_usage.setup`` in a file written before it existed (its rows get ``""``: not known)."""
+    """``llm_usage.setup`` in a file written before it existed (its rows get ``""``: not known). Only by a write:
+    a reader (a server on a read-only mount, say) must not need to write the file."""
     if "setup" not in [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]:
         with db:
             db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
