@@ -11,7 +11,9 @@ the query thread's CPU a caller waits for when the process is idle between queri
 then not told apart per arm). Arms: ``off``; ``open`` (the trace and its spans, then dropped unsealed); ``seal`` (+ stages and hit tuples);
 ``encode`` (+ the JSON line, thrown away); ``jsonl`` (+ the background writer: what a query pays), all with
 ``tracing.sample`` 0 (every trace sampled out); ``jsonl 0.1`` and ``jsonl 1`` (the default sample, every trace
-with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py). Each
+with its candidate detail). Query embedding excluded (random unit query vectors, as in tracing_cost.py). ``--call``: ``retrieve``, ``query``
+(``KnowledgeBase.query``: retrieve + answer) or ``mcp`` (``Hub.query``: what ``query_knowledge_hub`` runs for a call, its
+result cache off, in the server's mode; the transport and the SDK's own work not included). Each
 figure is printed as the median over reps and as the minimum (the quietest rep: steadier on a shared machine).
 """
 
@@ -61,7 +63,7 @@ def query_args() -> argparse.ArgumentParser:
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--mode", default="bm25", choices=["bm25", "dense", "hybrid"])
-    ap.add_argument("--call", default="retrieve", choices=["retrieve", "query"])
+    ap.add_argument("--call", default="retrieve", choices=["retrieve", "query", "mcp"])
     return ap
 
 
@@ -88,6 +90,14 @@ def main() -> None:
         }
         arms = {k: v for k, v in arms.items() if k == "off" or not args.arms or k in args.arms}
         fn: Any = kb.retrieve if args.call == "retrieve" else kb.query
+        if args.call == "mcp":  # what query_knowledge_hub runs per call (its result cache off), in the server's mode
+            from zhiku.mcp.hub import Hub, QueryArgs
+
+            hub = Hub(kb, merge(kb.settings, server={"cache_size": 0}))
+
+            def fn(q: str, **_: Any) -> Any:
+                return hub.query(QueryArgs(q, top_k=10))
+
         for q in queries:
             fn(q, mode=args.mode, top_k=10, per_source_k=100)
         got: dict[str, list[float]] = {k: [] for k in arms}

@@ -369,6 +369,34 @@ def test_mcp_hub_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path
     assert t.stage("answer").counts["citations"] == len(result.citations) == 2
 
 
+def test_the_trace_writer_waits_while_the_hub_serves_a_query_before_its_trace_opens(
+    kb_factory: Any, corpus: Path, tmp_path: Path
+) -> None:
+    """The hub reads the index version (SQLite: the interpreter is released) before the query's trace opens; with no
+    trace open the writer took that for a pause between queries and sealed its batch there, and the query waited
+    for it. ``OPEN`` (what the writer waits on) now counts the hub's query from its first read, and is empty after."""
+    from zhiku.mcp.hub import Hub, QueryArgs
+    from zhiku.observability.records import OPEN
+    from zhiku.settings import merge
+
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    kb.tracer = Tracer([MemorySink()])
+    hub = Hub(kb, merge(kb.settings, server={"cache_size": 4}))
+    seen: list[int] = []
+    read = hub.index_version
+
+    def version() -> int:
+        seen.append(len(OPEN))
+        return read()
+
+    hub.index_version = version  # type: ignore[method-assign]
+    before = len(OPEN)
+    hub.query(QueryArgs("试用期最长多久", top_k=2))
+    assert hub.cached_query(QueryArgs("试用期最长多久", top_k=2)) is not None
+    assert seen == [before + 1, before + 1] and len(OPEN) == before
+
+
 def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
     from zhiku.observability.tracing import VersionedLabels
 

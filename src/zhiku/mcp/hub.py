@@ -43,6 +43,7 @@ from zhiku.mcp.models import (
     transforms_out,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
+from zhiku.observability.trace import busy
 from zhiku.observability.tracing import keep_detail, span
 from zhiku.retrieval.answer import build_answer, focused_snippet
 from zhiku.retrieval.confidence import check_collection, judge
@@ -142,13 +143,15 @@ class Hub:
         """The cached answer for these arguments at the current index version, marked ``cache="hit"``."""
         if not self.cache.enabled:
             return None
-        hit = self.cache.get(cache_key(QUERY_TOOL, self.index_version(), asdict(args)))
+        with busy:  # (the trace writer waits: ``Busy``)
+            hit = self.cache.get(cache_key(QUERY_TOOL, self.index_version(), asdict(args)))
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
         """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
-        version = self.index_version()
-        return self._flights.run((version, args), functools.partial(self._query, args, version))
+        with busy:  # a query from here on, though its trace opens later (the trace writer waits: ``Busy``)
+            version = self.index_version()
+            return self._flights.run((version, args), functools.partial(self._query, args, version))
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer

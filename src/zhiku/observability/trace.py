@@ -62,6 +62,27 @@ def _encodable(value: Any) -> Any:
     return item() if callable(item) else str(value)
 
 
+class Busy:
+    """``with busy:`` — a query is being served though no trace is open yet (the MCP hub reads the index version
+    before its trace opens): ``JsonlSink``'s writer seals and writes queued traces only between queries (``OPEN``
+    empty), so it does not take the interpreter from a query that released it for a read (measured: a hub call
+    waited ~60 µs a query for the writer's batch, back to back). Nests; costs a list append and pop."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        OPEN.append(None)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            OPEN.pop()
+        except IndexError:  # a child forked meanwhile starts with none
+            pass
+
+
+busy = Busy()
+
+
 # ---------------------------------------------------------------------------------------------- sinks
 class Sink(Protocol):
     def write(self, trace: Trace) -> None:
