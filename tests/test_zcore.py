@@ -271,3 +271,35 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
         "compiled search core: not built (numpy path: the same results, slower)",
     )
     assert "C compiler" in (missing.fix or "")
+
+
+def test_each_store_keeps_its_own_core_index_and_a_closed_store_holds_no_snapshot(
+    index: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stores searched in turn each build their ``CoreIndex`` once (one kept for the whole process made every
+    search rebuild it: an argsort and a decode of every chunk id), and a closed store's snapshots are freed."""
+    import gc
+    import weakref
+
+    from zhiku.stores.sqlite import SQLiteStore
+
+    built: list[int] = []
+
+    class Counted(_core.CoreIndex):
+        def __init__(self, *args: Any) -> None:
+            built.append(1)
+            super().__init__(*args)
+
+    monkeypatch.setattr(_core, "CoreIndex", Counted)
+    vector, fusion = CharVectors().embed_query("盗窃罪"), _core.Fusion(1.0, 1.0, True)
+    a, b = SQLiteStore(Path(index.index), read_only=True), SQLiteStore(Path(index.index), read_only=True)
+    with b:
+        for store in (a, b, a, b, a):
+            got = store.hybrid_core(["盗窃", "罪"], vector, 10, 10, fusion)
+            assert got is not None and got.fused is not None and len(got.fused) == 10
+        assert len(built) == 2
+        snap = weakref.ref(a._core_kept[0].vectors)
+        a.close()
+        del a, store
+        gc.collect()
+        assert snap() is None
