@@ -337,3 +337,38 @@ def test_a_threads_scratch_is_freed_when_the_thread_ends() -> None:
             break
         time.sleep(0.01)
     assert _zcore.scratches() == before
+
+
+class Refused(CharVectors):
+    """Its question vectors have another dimension, or NaNs: the store refuses them."""
+
+    def __init__(self) -> None:
+        self.how, self.calls = "", 0
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.calls += 1
+        if self.how == "dim":
+            return np.ones(DIM + 1, np.float32)
+        return np.full(DIM, np.nan, np.float32) if self.how == "nan" else self._vector(text)
+
+
+@pytest.mark.parametrize("how, error", [("dim", "IndexMismatch"), ("nan", "InvalidInput")])
+def test_a_vector_the_store_refuses_is_embedded_once_with_the_numpy_paths_error_and_trace(
+    index: Settings, how: str, error: str
+) -> None:
+    """The core path's embedding is the search's: a refused vector is not embedded again for the numpy path (a
+    second request to a remote embedder), and the error and trace are the numpy path's."""
+    out = []
+    for settings in (index, _off(index)):
+        sink, embedder = MemorySink(), Refused()
+        with KnowledgeBase(settings, embedder=embedder, tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+            kb.searcher.inline_embed_s = 1e9
+            kb.retrieve("热身", mode="dense")
+            embedder.how, before = how, embedder.calls
+            with pytest.raises(Exception) as raised:
+                kb.retrieve("盗窃罪", mode="hybrid")
+            stages = [(s.name, s.status, s.calls, s.counts, s.data) for s in ordered_stages(sink.traces[-1])]
+            out.append((type(raised.value).__name__, str(raised.value), embedder.calls - before, stages))
+    assert out[0] == out[1]
+    assert out[0][0] == error and out[0][2] == 1
+    assert [s[0] for s in out[0][3]][:3] == ["parse", "bm25", "dense"] and out[0][3][2][1] == "error"
