@@ -264,6 +264,14 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     assert check_core(merge(settings, store={"kind": "milvus"}))[0].detail == (
         "compiled search core: not used by the milvus store"
     )
+    assert check_core(merge(settings, retrieval={"fusion": "rrf"}))[0].detail == (
+        "compiled search core: not used with retrieval.fusion rrf"
+    )
+    for screened in ("int8", "hnsw"):  # never served with these (the numpy path's screened or HNSW search)
+        assert check_core(merge(settings, store={"dense_search": screened}))[0].detail == (
+            f"compiled search core: not used with store.dense_search {screened} (exact and auto use it)"
+        )
+    assert check_core(merge(settings, store={"dense_search": "exact"}))[0].status == "ok"
     monkeypatch.setattr(_core, "available", lambda: False)
     (missing,) = check_core(settings)
     assert (missing.status, missing.detail) == (
