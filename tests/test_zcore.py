@@ -380,3 +380,13 @@ def test_a_vector_the_store_refuses_is_embedded_once_with_the_numpy_paths_error_
     assert out[0] == out[1]
     assert out[0][0] == error and out[0][2] == 1
     assert [s[0] for s in out[0][3]][:3] == ["parse", "bm25", "dense"] and out[0][3][2][1] == "error"
+
+
+def test_a_depth_past_the_rows_is_served_like_the_numpy_path(index: Settings) -> None:
+    """``per_source_k`` larger than the index (a library caller's): the core ranks every row, as the numpy path does
+    (its buffers were sized by the depth: a MemoryError from 2^30, an OverflowError past 2^31)."""
+    questions = ["盗窃罪", "保险诈骗 数额较大"]
+    for depth in (2**30, 2**31 - 1, 2**40):
+        core, served = _run(index, questions, per_source_k=depth, mode="hybrid")
+        numpy_path, _ = _run(_off(index), questions, per_source_k=depth, mode="hybrid")
+        assert served == len(questions) and core == numpy_path

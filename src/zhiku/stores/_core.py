@@ -142,6 +142,8 @@ def hybrid(
     assert _zcore is not None
     f = fusion or NO_FUSION
     live, rowids = allowed if allowed is not None else (ix.live, None)
+    # no channel ranks more rows than there are rowids: the same results, and the C int sizes never overflow
+    depth, keep = min(depth, ix.idrank.size), min(keep, 2 * ix.idrank.size)
     args = (live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms, depth, depth, keep)
     got = _zcore.hybrid(scores, *args, f.bm25_weight, f.dense_weight, f.fill, fusion is not None, rowids)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
