@@ -501,8 +501,15 @@ static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **sc
         PyObject *name = PyList_GET_ITEM(names, c[i].rowid);
         Py_INCREF(name);
         PyTuple_SET_ITEM(ids, i, name);
-        PyTuple_SET_ITEM(*scores, i, PyFloat_FromDouble(c[i].s));
-        if (with_rows) PyTuple_SET_ITEM(*rows, i, PyLong_FromLongLong(c[i].rowid));
+        PyObject *score = PyFloat_FromDouble(c[i].s), *rowid = with_rows ? PyLong_FromLongLong(c[i].rowid) : NULL;
+        PyTuple_SET_ITEM(*scores, i, score); /* (a tuple's NULL items are skipped when it is freed) */
+        if (with_rows) PyTuple_SET_ITEM(*rows, i, rowid);
+        if (!score || (with_rows && !rowid)) { /* out of memory */
+            Py_DECREF(ids);
+            Py_CLEAR(*scores);
+            Py_CLEAR(*rows);
+            return NULL;
+        }
     }
     return ids;
 }
@@ -544,7 +551,12 @@ static PyObject *fused_items(const Job *j, PyObject *names) {
                 PyTuple_SET_ITEM(item, 5, Py_None);
             }
         }
-        PyList_SET_ITEM(fused, i, item);
+        PyList_SET_ITEM(fused, i, item); /* (freed with the list if an item is missing) */
+        for (int m = 1; m < 6; m++)
+            if (!PyTuple_GET_ITEM(item, m)) { /* out of memory */
+                Py_DECREF(fused);
+                return NULL;
+            }
     }
     return fused;
 }
