@@ -174,7 +174,22 @@ def test_passages_normalised_one_by_one_equal_them_normalised_joined() -> None:
     them: the same text as normalising the joined passages, also where a passage's edge could combine or change
     case with its neighbour's (a combining mark, a final sigma, ligatures, full-width letters, Traditional phrases)."""
     tp = TextProcessor()
-    pieces = ["ΑΣ", "Σ", "aΣ", "e\u0301", "\u0301x", "ﬁ", "Ⅻ", "㍿", "①②", "ＡＢＣ", "乾隆年間", "著名", "後來發現", "\u1100\u1161"]
+    pieces = [
+        "ΑΣ",
+        "Σ",
+        "aΣ",
+        "e\u0301",
+        "\u0301x",
+        "ﬁ",
+        "Ⅻ",
+        "㍿",
+        "①②",
+        "ＡＢＣ",
+        "乾隆年間",
+        "著名",
+        "後來發現",
+        "\u1100\u1161",
+    ]
     for a in pieces:
         for b in pieces:
             assert tp.normalize(f"{a}\n{b}") == f"{tp.normalize(a)}\n{tp.normalize(b)}", (a, b)
