@@ -285,7 +285,7 @@ class RetrievalSettings(_Section):
     )
     compiled_core: bool = Field(
         True,
-        description="Serve hybrid z-score searches without filters through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path.",
+        description="Serve hybrid z-score searches (filtered or not; exact dense scores, not int8 screening or HNSW) through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path.",
     )
     rewrite: RewriteMode = Field(
         "none",

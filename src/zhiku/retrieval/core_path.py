@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from zhiku.errors import ZhikuError
+from zhiku.errors import IndexMismatch, InvalidInput, ZhikuError
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
@@ -93,7 +93,11 @@ class CorePath:
         assert self._core is not None
         try:
             got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion, filters)
-        except ZhikuError:  # (a dimension mismatch, ...): raised again by the numpy path, with its trace
+        except (InvalidInput, IndexMismatch):  # the vector refused (NaN, another dimension): the numpy path's error
+            self._bm25(mode, parsed, depth, filters, inside_gate=True)  # and trace, without embedding it again
+            with span("dense"):
+                raise
+        except ZhikuError:  # (a store error): the numpy path tries again, and raises it with its trace
             return None
         if got is None:
             return None

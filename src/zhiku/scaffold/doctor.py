@@ -249,6 +249,13 @@ def check_core(settings: Settings | None) -> list[Check]:
         return [Check("search", "off", f"compiled search core: not used by the {settings.store.kind} store")]
     if settings is not None and not settings.retrieval.compiled_core:
         return [Check("search", "off", "compiled search core: off (retrieval.compiled_core)", "set it to true")]
+    if settings is not None and settings.retrieval.fusion != "zscore":  # (it fuses z-scores only)
+        return [
+            Check("search", "off", f"compiled search core: not used with retrieval.fusion {settings.retrieval.fusion}")
+        ]
+    if settings is not None and settings.store.dense_search in ("int8", "hnsw"):  # (it ranks exact products only)
+        what = f"store.dense_search {settings.store.dense_search}"
+        return [Check("search", "off", f"compiled search core: not used with {what} (exact and auto use it)")]
     if not _core.available():
         fix = "install a C compiler and the Python headers (e.g. gcc, python3-dev), then reinstall zhiku from source"
         return [Check("search", "off", "compiled search core: not built (numpy path: the same results, slower)", fix)]

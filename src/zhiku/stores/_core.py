@@ -80,15 +80,18 @@ class CoreResult:
 
 
 _lock = threading.Lock()
-_kept: list[CoreIndex] = []
 
 
-def core_index(bm25: BM25Snapshot, vectors: VectorSnapshot, table: np.ndarray) -> CoreIndex | None:
+def core_index(
+    bm25: BM25Snapshot, vectors: VectorSnapshot, table: np.ndarray, kept: list[CoreIndex]
+) -> CoreIndex | None:
     """The ``CoreIndex`` of these snapshots (``table``: chunk ids as bytes by rowid, ``ChunkIds.table``), or None
-    when a live row has no chunk id in it (the numpy path then leaves such a row out; the core cannot)."""
-    kept = _kept[0] if _kept else None
-    if kept is not None and kept.bm25 is bm25 and kept.vectors is vectors:
-        return kept
+    when a live row has no chunk id in it (the numpy path then leaves such a row out; the core cannot). ``kept``:
+    the store's own last one (replaced here), so that stores searched in turn do not rebuild each other's and a
+    closed store's snapshots are not held."""
+    last = kept[0] if kept else None
+    if last is not None and last.bm25 is bm25 and last.vectors is vectors:
+        return last
     with _lock:
         top = max(bm25.top, vectors.top)
         if table.size < top + 1:
@@ -106,7 +109,7 @@ def core_index(bm25: BM25Snapshot, vectors: VectorSnapshot, table: np.ndarray) -
         idrank[np.argsort(ids, kind="stable")] = np.arange(ids.size, dtype=np.int32)  # bytes order = str order
         names = [b.decode() if b else None for b in ids.tolist()]
         out = CoreIndex(bm25, vectors, row_rowid, rowid_row, idrank, names, live.view(np.uint8))
-        _kept[:] = [out]
+        kept[:] = [out]
         return out
 
 
@@ -139,6 +142,8 @@ def hybrid(
     assert _zcore is not None
     f = fusion or NO_FUSION
     live, rowids = allowed if allowed is not None else (ix.live, None)
+    # no channel ranks more rows than there are rowids: the same results, and the C int sizes never overflow
+    depth, keep = min(depth, ix.idrank.size), min(keep, 2 * ix.idrank.size)
     args = (live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms, depth, depth, keep)
     got = _zcore.hybrid(scores, *args, f.bm25_weight, f.dense_weight, f.fill, fusion is not None, rowids)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got

@@ -57,6 +57,7 @@ class SQLiteSearch(SQLiteReads):
     _snap: VectorSnapshot | None
     _bm25: BM25Snapshot | None
     _last_scores: threading.local
+    _core_kept: list[_core.CoreIndex]  # the last CoreIndex of this store's snapshots (``hybrid_core``)
 
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         unique = query_terms(terms)
@@ -133,7 +134,7 @@ class SQLiteSearch(SQLiteReads):
                 return None
             bm25 = self._bm25_snapshot(conn)
             table = self._ids.table(conn, max(bm25.top, vec.top))
-            ix = None if table is None else _core.core_index(bm25, vec, table)
+            ix = None if table is None else _core.core_index(bm25, vec, table, self._core_kept)
             if ix is None:
                 return None
             allowed = None if filters.is_empty() else self._allowed(conn, ix, filters)

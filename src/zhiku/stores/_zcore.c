@@ -46,22 +46,72 @@ static double now(void) {
 }
 #endif
 
-/* scratch kept per thread, grown as needed (the sums all zeros and the slots all -1 between calls) */
+/* scratch kept per thread, grown as needed (the sums all zeros and the slots all -1 between calls), freed when its
+ * thread ends (a pthread key's or a fiber-local slot's destructor: MCP tools run in worker threads that exit when
+ * idle, and each thread's scratch is ~12 bytes per rowid) */
+typedef struct {
+    double *sum; /* BM25 score by rowid */
+    size_t sum_n;
+    int32_t *slot; /* fusion key by rowid, -1 none */
+    size_t slot_n;
+    int64_t *touched; /* (no invariant: written before read) */
+    size_t touched_n;
+    double *all;
+    size_t all_n;
+} Scratch;
+
+static long scratches = 0; /* threads' scratch alive (``scratches()``, for tests) */
 #if defined(_MSC_VER)
-#define ZTLS __declspec(thread)
-#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
-#define ZTLS _Thread_local
+#define ZCOUNT(d) InterlockedExchangeAdd(&scratches, (d))
 #else
-#define ZTLS __thread
+#define ZCOUNT(d) __atomic_fetch_add(&scratches, (d), __ATOMIC_SEQ_CST)
 #endif
-static ZTLS double *t_sum = NULL; /* BM25 score by rowid */
-static ZTLS size_t t_sum_n = 0;
-static ZTLS int32_t *t_slot = NULL; /* fusion key by rowid, -1 none */
-static ZTLS size_t t_slot_n = 0;
-static ZTLS int64_t *t_touched = NULL; /* (no invariant: written before read) */
-static ZTLS size_t t_touched_n = 0;
-static ZTLS double *t_all = NULL;
-static ZTLS size_t t_all_n = 0;
+
+static void scratch_free(void *p) {
+    Scratch *s = p;
+    if (!s) return;
+    free(s->sum);
+    free(s->slot);
+    free(s->touched);
+    free(s->all);
+    free(s);
+    ZCOUNT(-1);
+}
+
+#if defined(_WIN32)
+static DWORD scratch_key = FLS_OUT_OF_INDEXES;
+static void WINAPI scratch_free_fls(void *p) { scratch_free(p); }
+static int scratch_key_make(void) {
+    if (scratch_key == FLS_OUT_OF_INDEXES) scratch_key = FlsAlloc(scratch_free_fls);
+    return scratch_key == FLS_OUT_OF_INDEXES ? -1 : 0;
+}
+#define SCRATCH_GET() ((Scratch *)FlsGetValue(scratch_key))
+#define SCRATCH_SET(s) (FlsSetValue(scratch_key, (s)) ? 0 : -1)
+#else
+#include <pthread.h>
+static pthread_key_t scratch_key;
+static int scratch_key_made = 0;
+static int scratch_key_make(void) {
+    if (!scratch_key_made && pthread_key_create(&scratch_key, scratch_free) == 0) scratch_key_made = 1;
+    return scratch_key_made ? 0 : -1;
+}
+#define SCRATCH_GET() ((Scratch *)pthread_getspecific(scratch_key))
+#define SCRATCH_SET(s) (pthread_setspecific(scratch_key, (s)) ? -1 : 0)
+#endif
+
+/* this thread's scratch (made on its first call), NULL when out of memory */
+static Scratch *scratch(void) {
+    Scratch *s = SCRATCH_GET();
+    if (s) return s;
+    s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (SCRATCH_SET(s)) {
+        free(s);
+        return NULL;
+    }
+    ZCOUNT(1);
+    return s;
+}
 
 /* a hint to read ahead (the sums by rowid are out of the cache after numpy's product streamed the matrix) */
 #if defined(__GNUC__) || defined(__clang__)
@@ -229,6 +279,7 @@ typedef struct {
     double *fill_score; /* by BM25 position */
     double secs[3];
     int bad; /* a row or rowid out of range */
+    Scratch *sc; /* this thread's */
 } Job;
 
 /* the top kb of the touched rows' sums, offered only those at or above `floor` (all are positive); how many
@@ -250,12 +301,13 @@ static Py_ssize_t bm25_pass(Job *j, const double *sc, const int64_t *touched, Py
 }
 
 static int bm25_top(Job *j) {
-    if (grow((void **)&t_sum, &t_sum_n, (size_t)j->top + 1, sizeof(double), 0)) return -1;
-    double *sc = t_sum;
+    Scratch *x = j->sc;
+    if (grow((void **)&x->sum, &x->sum_n, (size_t)j->top + 1, sizeof(double), 0)) return -1;
+    double *sc = x->sum;
     Py_ssize_t total = 0;
     for (int t = 0; t < j->nterms; t++) total += j->t_n[t];
-    if (grow((void **)&t_touched, &t_touched_n, (size_t)total + 1, sizeof(int64_t), 0)) return -1;
-    int64_t *touched = t_touched;
+    if (grow((void **)&x->touched, &x->touched_n, (size_t)total + 1, sizeof(int64_t), 0)) return -1;
+    int64_t *touched = x->touched;
     Py_ssize_t nt = 0;
     for (int t = 0; t < j->nterms && !j->bad; t++) {
         const int64_t *rows = j->t_rows[t];
@@ -276,11 +328,11 @@ static int bm25_top(Job *j) {
     /* a floor below the kb-th best sum from a sample of the rows (as dense_top), then every sum back to 0 */
     double floor = 0.0;
     Py_ssize_t step = j->kb > 0 ? nt / (4 * (Py_ssize_t)j->kb) : 0;
-    if (step >= 2 && !grow((void **)&t_all, &t_all_n, (size_t)(nt / step + 1), sizeof(double), 0)) {
+    if (step >= 2 && !grow((void **)&x->all, &x->all_n, (size_t)(nt / step + 1), sizeof(double), 0)) {
         Py_ssize_t m = 0;
-        for (Py_ssize_t i = 0; i < nt; i += step) t_all[m++] = sc[touched[i]];
+        for (Py_ssize_t i = 0; i < nt; i += step) x->all[m++] = sc[touched[i]];
         Py_ssize_t rank = 2 * (Py_ssize_t)j->kb * m / nt + 1;
-        if (m > rank) floor = kth_largest(t_all, m, rank);
+        if (m > rank) floor = kth_largest(x->all, m, rank);
     }
     if (bm25_pass(j, sc, touched, nt, floor) < j->kb && floor > 0.0) bm25_pass(j, sc, touched, nt, 0.0);
     for (Py_ssize_t i = 0; i < nt; i++) sc[touched[i]] = 0.0;
@@ -316,12 +368,13 @@ static int dense_top(Job *j) {
     double floor = -INFINITY;
     Py_ssize_t step = j->kd > 0 ? j->nrows / (4 * (Py_ssize_t)j->kd) : 0;
     if (step >= 2) {
-        if (grow((void **)&t_all, &t_all_n, (size_t)(j->nrows / step + 1), sizeof(double), 0)) return -1;
+        Scratch *x = j->sc;
+        if (grow((void **)&x->all, &x->all_n, (size_t)(j->nrows / step + 1), sizeof(double), 0)) return -1;
         Py_ssize_t m = 0;
         for (Py_ssize_t i = 0; i < j->nrows; i += step)
-            if (j->live[i]) t_all[m++] = (double)j->scores[i];
+            if (j->live[i]) x->all[m++] = (double)j->scores[i];
         Py_ssize_t rank = 2 * (Py_ssize_t)j->kd * m / j->nrows + 1;
-        if (m > rank) floor = kth_largest(t_all, m, rank);
+        if (m > rank) floor = kth_largest(x->all, m, rank);
     }
     if (dense_pass(j, floor) < j->kd && floor > -INFINITY && !j->bad) dense_pass(j, -INFINITY);
     return 0;
@@ -350,12 +403,13 @@ static void zscores(Job *j, const Cand *c, int n, double *z, int nk, int filling
     if (filling) /* BM25 candidates outside the dense top (keys 0 … nb - 1) */
         for (int i = 0; i < j->nb; i++)
             if (j->has_fill[i]) z[i] = (j->fill_score[i] - mean) / std;
-    for (int i = 0; i < n; i++) z[t_slot[c[i].rowid]] = (c[i].s - mean) / std;
+    for (int i = 0; i < n; i++) z[j->sc->slot[c[i].rowid]] = (c[i].s - mean) / std;
 }
 
 static int fusion(Job *j) {
-    if (grow((void **)&t_slot, &t_slot_n, (size_t)j->top + 1, sizeof(int32_t), 0xff)) return -1;
-    int32_t *slot = t_slot;
+    Scratch *x = j->sc;
+    if (grow((void **)&x->slot, &x->slot_n, (size_t)j->top + 1, sizeof(int32_t), 0xff)) return -1;
+    int32_t *slot = x->slot;
     int nk = 0;
     for (int i = 0; i < j->nb; i++) {
         j->keys[nk] = j->bm25[i].rowid;
@@ -396,6 +450,7 @@ static int fusion(Job *j) {
 
 static int run(Job *j) {
     double t0 = now();
+    if (!(j->sc = scratch())) return -1;
     if (bm25_top(j)) return -1;
     double t1 = now();
     if (!j->bad && dense_top(j)) return -1;
@@ -446,8 +501,15 @@ static PyObject *column_ids(const Cand *c, int n, PyObject *names, PyObject **sc
         PyObject *name = PyList_GET_ITEM(names, c[i].rowid);
         Py_INCREF(name);
         PyTuple_SET_ITEM(ids, i, name);
-        PyTuple_SET_ITEM(*scores, i, PyFloat_FromDouble(c[i].s));
-        if (with_rows) PyTuple_SET_ITEM(*rows, i, PyLong_FromLongLong(c[i].rowid));
+        PyObject *score = PyFloat_FromDouble(c[i].s), *rowid = with_rows ? PyLong_FromLongLong(c[i].rowid) : NULL;
+        PyTuple_SET_ITEM(*scores, i, score); /* (a tuple's NULL items are skipped when it is freed) */
+        if (with_rows) PyTuple_SET_ITEM(*rows, i, rowid);
+        if (!score || (with_rows && !rowid)) { /* out of memory */
+            Py_DECREF(ids);
+            Py_CLEAR(*scores);
+            Py_CLEAR(*rows);
+            return NULL;
+        }
     }
     return ids;
 }
@@ -489,7 +551,12 @@ static PyObject *fused_items(const Job *j, PyObject *names) {
                 PyTuple_SET_ITEM(item, 5, Py_None);
             }
         }
-        PyList_SET_ITEM(fused, i, item);
+        PyList_SET_ITEM(fused, i, item); /* (freed with the list if an item is missing) */
+        for (int m = 1; m < 6; m++)
+            if (!PyTuple_GET_ITEM(item, m)) { /* out of memory */
+                Py_DECREF(fused);
+                return NULL;
+            }
     }
     return fused;
 }
@@ -639,10 +706,22 @@ done:
     return result;
 }
 
+static PyObject *scratches_alive(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromLong(ZCOUNT(0));
+}
+
 static PyMethodDef methods[] = {
     {"hybrid", hybrid, METH_VARARGS, "BM25, the channels' tops, the fill and z-score fusion (see the source)"},
+    {"scratches", scratches_alive, METH_NOARGS, "How many threads' scratch is alive (freed when a thread ends)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zcore", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__zcore(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__zcore(void) {
+    if (scratch_key_make()) {
+        PyErr_SetString(PyExc_RuntimeError, "zcore: no thread-local key");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -97,6 +97,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._chunk_cache = ChunkCache()
         self._last_scores = threading.local()  # each thread's last exact dense product (``_sqlite_search``)
+        self._core_kept = []  # the compiled core's index of the last snapshots (``hybrid_core``)
         self._pins = Pins()  # each thread's pinned index version (``pinned``)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
@@ -303,6 +304,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 pool.close()
             self._snap = None
             self._bm25 = None
+            self._core_kept.clear()
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
