@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--arm", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.call == "mcp":
+        ap.error("--call mcp is tracing_steps.py's only: count retrieve or query here")
     if args.child:
         child(args)
         return
