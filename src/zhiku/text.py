@@ -148,8 +148,10 @@ class TextProcessor:
         return self._normalized(text)
 
     def index_tokens(self, text: str) -> list[str]:
-        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""
-        norm = self.normalize(text)
+        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped (normalised
+        without ``normalize``'s cache: an index text is normalised once, and would push out the passages queries
+        normalise again)."""
+        norm = self._normalize_chars(text)
         tokens = self._cut(norm)
         if self.synonyms.groups and self.synonyms_at == "index":
             tokens = self.synonyms.expand_tokens(norm, tokens, self._cut)
