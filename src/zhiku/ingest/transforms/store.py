@@ -44,7 +44,7 @@ class UsageRecord:
     transforms: tuple[str, ...]
     usage: LLMUsage
     issues: tuple[TransformIssue, ...]
-    setup: str = ""  # ``TransformStage.setup`` of that ingest ("": recorded before it was kept, or no transforms)
+    setup: str = ""  # ``TransformStage.setup`` of that ingest ("": recorded before it was kept)
 
 
 class EnrichmentStore:
@@ -206,22 +206,18 @@ class EnrichmentStore:
         return chunks, docs
 
     def usage_history(self, limit: int = 100) -> list[UsageRecord]:
-        """The newest ``limit`` records of ingests that ran transforms (``zhiku history``), not the empty ones that
-        say a document's enrichments were dropped (``TransformStage.commit``)."""
         with self._lock:
             db = self._conn()
             rows = (
-                db.execute(
-                    "SELECT * FROM llm_usage WHERE transforms != '' ORDER BY at DESC, id DESC LIMIT ?", (limit,)
-                ).fetchall()
+                db.execute("SELECT * FROM llm_usage ORDER BY at DESC, id DESC LIMIT ?", (limit,)).fetchall()
                 if db
                 else []
             )
         return [_usage_record(r) for r in rows]
 
     def recent_usage(self, collection: str, source: str, n: int) -> list[UsageRecord]:
-        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms or dropped
-        the enrichments it had (an empty record), newest first."""
+        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms, newest
+        first."""
         with self._lock:
             db = self._conn()
             rows = (
