@@ -114,15 +114,13 @@ class TransformStage:
         return tuple(t.name for t in self.transforms)
 
     @functools.cached_property
-    def setup(self) -> str:
-        """What each transform's enrichments depend on besides the chunks, as ``{transform: digest}`` JSON: the model
-        (the vision model for ``caption``), ``llm.language``, the ``transforms.*`` settings that differ from their
+    def marks(self) -> dict[str, str]:
+        """What each transform's enrichments depend on besides the chunks, as a digest by transform: the model (the
+        vision model for ``caption``), ``llm.language``, the ``transforms.*`` settings that differ from their
         defaults and the text of the transform's prompt (its own name's, in each language) in ``llm.prompts_dir``
         (a built-in prompt counts by name: a zhiku release that words one better does not re-buy every enrichment).
-        Kept with each document's usage record: a document one of these transforms last enriched with another
-        setup is owed (``owes``). ``""`` without transforms."""
-        if not self.transforms:
-            return ""
+        Kept with each document's usage record (``setup``): a document one of these transforms last enriched with
+        another setup is owed (``owes``)."""
         common = {
             "model": self.llm.model,
             "language": self.llm.language,
@@ -136,7 +134,12 @@ class TransformStage:
                 "prompts": [self._prompt_mark(name, lang) for lang in ("zh", "en")],
             }
             marks[name] = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
-        return json.dumps(marks, sort_keys=True, separators=(",", ":"))
+        return marks
+
+    @functools.cached_property
+    def setup(self) -> str:
+        """``marks`` as the JSON a usage record keeps; ``""`` without transforms."""
+        return json.dumps(self.marks, sort_keys=True, separators=(",", ":")) if self.transforms else ""
 
     def _changed(self, recorded: str) -> bool:
         """Whether one of these transforms ran with another setup in the ingest that recorded ``recorded`` (``""``:
@@ -147,8 +150,7 @@ class TransformStage:
             old = json.loads(recorded) if recorded else {}
         except ValueError:
             return False
-        mine: dict[str, str] = json.loads(self.setup)
-        return isinstance(old, dict) and any(name in old and old[name] != mark for name, mark in mine.items())
+        return isinstance(old, dict) and any(name in old and old[name] != mark for name, mark in self.marks.items())
 
     def _prompt_mark(self, name: str, lang: str) -> str:
         """The digest of a prompt file of ``llm.prompts_dir``, ``builtin`` for a built-in prompt, ``""`` for none
