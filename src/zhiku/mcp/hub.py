@@ -92,9 +92,6 @@ class Hub:
         self.kb = kb
         self.settings = settings
         self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
-        # (``TextProcessor.normalize`` keeps what it normalised: the answer and the citations show the same snippet
-        # windows, and popular passages come back across queries)
-        self._normalize = kb.text.normalize
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
@@ -163,7 +160,7 @@ class Hub:
                 doc_type=args.doc_type,
                 tags=args.tags,
             )
-            judged = judge(r, min_score=self.settings.server.min_score, normalize=self._normalize)
+            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.kb.text.normalize)
             confidence, low = judged.score, judged.low
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
@@ -191,7 +188,10 @@ class Hub:
         """Markdown plus citation snippets within ``budget`` characters together; snippets shrink to fit.
 
         Snippets are query-focused (the part of a long passage that holds the query's terms)."""
-        terms, normalize = r.query.terms, self._normalize
+        terms, normalize = (
+            r.query.terms,
+            self.kb.text.normalize,
+        )  # (it keeps the snippet windows it normalised: answer and citations show the same)
         limit = self.settings.answer.snippet_chars
         while True:
             answer_settings = self.settings.answer.model_copy(update={"snippet_chars": limit, "max_chars": budget})
