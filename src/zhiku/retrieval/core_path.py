@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class CorePath:
         self._embed, self._bm25, self._make_hits = embed, bm25, make_hits
         self.served = 0
 
-    def applies(self, mode: str, forms: tuple[str, ...], filters: Filters) -> bool:
+    def applies(self, mode: str, forms: tuple[str, ...]) -> bool:
         """Whether the core may serve this search (the store may still decline: ``search`` then returns None)."""
         s = self.settings
         return (
@@ -76,16 +76,14 @@ class CorePath:
         """``(bm25, dense, clause ranking, hits)`` as the numpy path gives them (``forms``: the question's, ``known``:
         their vectors, those known), or None where the core does not serve (``applies``, or the store declines:
         nothing recorded; the numpy path then runs, and raises any error again with its trace)."""
-        if not self.applies(mode, forms, filters):
+        if not self.applies(mode, forms):
             return None
         s = self.settings
         start = time.perf_counter()
         try:
             vector = known[0] if known and known[0] is not None else self._embed(forms[0])
-        except Exception:  # the numpy path's error and trace: BM25 searched, then the dense stage failed
-            self._bm25(mode, parsed, depth, filters, inside_gate=True)
-            with span("dense"):
-                raise
+        except Exception as e:
+            self._dense_failed(e, mode, parsed, depth, filters)
         embedded = time.perf_counter() - start
         catalogue = self.catalogue if s.whole_articles else None
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
@@ -93,10 +91,8 @@ class CorePath:
         assert self._core is not None
         try:
             got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion, filters)
-        except (InvalidInput, IndexMismatch):  # the vector refused (NaN, another dimension): the numpy path's error
-            self._bm25(mode, parsed, depth, filters, inside_gate=True)  # and trace, without embedding it again
-            with span("dense"):
-                raise
+        except (InvalidInput, IndexMismatch) as e:  # the vector refused (NaN, another dimension): not embedded again
+            self._dense_failed(e, mode, parsed, depth, filters)
         except ZhikuError:  # (a store error): the numpy path tries again, and raises it with its trace
             return None
         if got is None:
@@ -122,6 +118,12 @@ class CorePath:
         if catalogue is not None:
             return got.bm25, got.dense, (), whole_articles(hits, catalogue.document_chunks, limit=top_k)
         return got.bm25, got.dense, (), list(hits)
+
+    def _dense_failed(self, e: Exception, mode: str, parsed: ParsedQuery, depth: int, filters: Filters) -> NoReturn:
+        """Raise ``e`` with the numpy path's trace of it: BM25 searched, then the dense stage failed."""
+        self._bm25(mode, parsed, depth, filters, inside_gate=True)
+        with span("dense"):
+            raise e
 
     def _traced_fusion(self, got: CoreResult, start: float, seconds: float, top_k: int) -> None:
         """The fusion stage as ``Searcher._fuse`` records it (two channels)."""
