@@ -23,7 +23,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, ZhikuError
 from zhiku.observability.rank_changes import fusion_record
-from zhiku.observability.tracing import span, timed_span
+from zhiku.observability.tracing import ranking_columns, span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
 from zhiku.retrieval.context import whole_articles
 from zhiku.retrieval.query import ParsedQuery
@@ -130,13 +130,32 @@ class CorePath:
         s = self.settings
         with timed_span("fusion", start, seconds) as sp:
             if sp.active:
-                bm25, dense = got.bm25, got.dense
                 fused = [f[0] for f in (got.fused or ())[:top_k]]
-                sp.set(
-                    counts={"returned": len(fused)},
-                    method=s.fusion,
-                    dense_filled=got.filled,
-                    rrf_k=s.rrf_k,
-                    weights=[s.bm25_weight, s.dense_weight],
-                )
-                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+                weights = [s.bm25_weight, s.dense_weight]
+                fusion_recorded(sp, s, (got.bm25, got.dense, ()), fused, top_k, got.filled, weights)
+
+
+def fusion_recorded(
+    sp: Any,
+    s: RetrievalSettings,
+    channels: tuple[Sequence[ScoredId], Sequence[ScoredId], Sequence[ScoredId]],
+    fused: list[str],
+    top_k: int,
+    filled: int,
+    weights: list[float],
+) -> None:
+    """What the fusion stage ``sp`` (an active span) records on either path: the counts, the method and weights,
+    how many BM25 candidates got their exact cosine (``retrieval.fill_dense``), and when the trace is sealed (only
+    a written trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the
+    clause channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
+    bm25, dense, by_clause = channels
+    sp.set(
+        counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
+        method=s.fusion,
+        dense_filled=filled,
+        rrf_k=s.rrf_k,
+        weights=weights,
+    )
+    sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+    if by_clause:
+        sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))

@@ -16,11 +16,10 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import fusion_record
-from zhiku.observability.tracing import mark, ranking_columns, span
+from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import whole_articles
-from zhiku.retrieval.core_path import CorePath
+from zhiku.retrieval.core_path import CorePath, fusion_recorded
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
@@ -360,16 +359,7 @@ class Searcher:
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
                 fused = [c for c, _ in order[:top_k]]
-                sp.set(
-                    counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
-                    method=s.fusion,
-                    dense_filled=len(filled),  # BM25 candidates given their exact cosine (retrieval.fill_dense)
-                    rrf_k=s.rrf_k,
-                    weights=weights,
-                )
-                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
-                if by_clause:
-                    sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
+                fusion_recorded(sp, s, (bm25, dense, by_clause), fused, top_k, len(filled), weights)
         return order, filled
 
 
