@@ -10,7 +10,8 @@ Each question runs in hybrid, dense and BM25 mode, twice (a second pass finds wh
 with tracing on (stage names, statuses, counts and data, not times) and random unit query vectors looked up by
 text (bench/search_stages.py's). ``--untraced``: hybrid only, tracing and the clause channel off (the searches
 bench/peers.py times). ``dump`` says on stderr how many searches the compiled search core served per set.
-``compare`` wants equal ids, ranks and strings and floats within 1e-12.
+``compare`` wants equal ids, ranks and strings and floats within 1e-12 (``--tolerance``: e.g. 1e-6 across a change
+of the dense kernel, whose cosines differ from numpy's einsum in the last bits).
 """
 
 from __future__ import annotations
@@ -75,20 +76,21 @@ def _hits(r: Any) -> list[Any]:
     return [hits, [[x.chunk_id, x.score, x.rank] for x in r.bm25], [[x.chunk_id, x.score, x.rank] for x in r.dense]]
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any, tol: float = 1e-12) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) <= 1e-12
+        return abs(a - b) <= tol
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(same(x, y, tol) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(same(a[k], b[k], tol) for k in a)
     return bool(a == b)
 
 
 def compare(args: argparse.Namespace) -> None:
     a, b = (Path(p).read_text(encoding="utf-8").splitlines() for p in (args.a, args.b))
+    tol = args.tolerance
     differ = [
-        json.loads(x)[:4] for x, y in zip(a, b, strict=False) if x != y and not same(json.loads(x), json.loads(y))
+        json.loads(x)[:4] for x, y in zip(a, b, strict=False) if x != y and not same(json.loads(x), json.loads(y), tol)
     ]
     print(json.dumps({"rows": [len(a), len(b)], "identical": sum(x == y for x, y in zip(a, b, strict=False)),
                       "differ": len(differ), "first": differ[:3]}, ensure_ascii=False))  # fmt: skip
@@ -109,6 +111,7 @@ def main() -> None:
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")
+    c.add_argument("--tolerance", type=float, default=1e-12, help="floats equal within this (1e-6: other last bits)")
     args = ap.parse_args()
     dump(args) if args.command == "dump" else compare(args)
 

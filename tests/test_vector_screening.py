@@ -77,9 +77,11 @@ def test_screening_honours_filters_and_never_returns_a_deleted_chunk(index_dir: 
 
 def test_auto_screens_from_its_threshold_only(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _corrupt_code(index_dir, 5)
-    with SQLiteStore(index_dir) as auto:  # 300 rows: below SCREEN_FROM, exact
+    with SQLiteStore(index_dir) as auto:  # 300 rows: below SCREEN_KERNELS_FROM (and SCREEN_FROM), exact
         assert ids(auto.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
-        monkeypatch.setattr("zhiku.stores._sqlite_search.SCREEN_FROM", 300)
+        # from SCREEN_KERNELS_FROM rows where the compiled core's kernels run, else from SCREEN_FROM
+        name = "SCREEN_KERNELS_FROM" if auto._kernels is not None else "SCREEN_FROM"
+        monkeypatch.setattr(f"zhiku.stores._sqlite_search.{name}", 300)
         assert CHUNK[5] not in ids(auto.dense_search(VECTORS[5], 10))
 
 
@@ -95,8 +97,11 @@ def test_an_index_without_codes_is_searched_exactly_and_gets_them_when_opened_fo
         assert store._snap is not None and store._snap.codes is not None
 
 
-def test_int8_without_numkong_is_refused_with_the_fix(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int8_without_numkong_or_the_kernels_is_refused_with_the_fix(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("zhiku.stores.sqlite.numkong", lambda: None)
+    monkeypatch.setattr("zhiku.stores.sqlite.simd_kernels", lambda: None)  # (a CPU without AVX2 and FMA)
     with pytest.raises(ConfigError, match=r"pip install 'zhiku\[scale\]'"):
         SQLiteStore(index_dir, dense_search="int8")
 

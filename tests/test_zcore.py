@@ -1,7 +1,7 @@
 """The compiled search core (``stores/_zcore.c``) gives what the numpy path gives: for the same questions on the same
 index, every ``Hit`` field, both channel rankings, the clause ranking and the trace (apart from times) are equal
 with ``retrieval.compiled_core`` on and off; and the searches it does not serve (a second form of the question,
-filters that allow no row, RRF, one channel, int8 screening, switched off) take the numpy path.
+filters that allow no row, RRF, one channel, switched off) take the numpy path.
 
 The corpus is 160 real statute articles of tests/data/stard_subset (MIT, see its SOURCE.md), three of them twice
 under other names (equal BM25 scores and equal vectors: ties, ordered by chunk id on both paths), with a
@@ -25,6 +25,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
 from zhiku.settings import Settings, merge
 from zhiku.stores import _core
+from zhiku.stores._vectors import simd_kernels
 
 STARD = Path(__file__).resolve().parent / "data" / "stard_subset"
 DIM = 48
@@ -182,12 +183,30 @@ def test_a_tags_filter_is_served_by_the_core(index: Settings) -> None:
     assert served == 1 and core == numpy_path
 
 
-def test_screened_dense_search_and_the_switch_take_the_numpy_path(index: Settings) -> None:
+def test_the_switch_takes_the_numpy_path(index: Settings) -> None:
     question = ["保险诈骗 数额较大"]
-    _, served = _run(merge(index, store={"dense_search": "int8"}), question)
     _, off = _run(_off(index), question)
     _, on = _run(index, question)
-    assert (served, off, on) == (0, 0, 1)
+    assert (off, on) == (0, 1)
+
+
+def test_int8_screened_searches_are_served_by_the_core_as_the_numpy_path_screens(index: Settings) -> None:
+    """With the AVX2/FMA kernels, an int8-screened search (``store.dense_search`` int8 here; auto from 2,048 chunks)
+    is served by the core: the same hits, rankings and traces as the numpy path's screened search. At depth 4 the
+    screening keeps 100 of the 163 rows, so BM25 candidates outside them get their cosine from the core's fill
+    (computed then: the screened product holds only the kept rows)."""
+    if simd_kernels() is None:
+        pytest.skip("this CPU has no AVX2 and FMA: the core's dense kernels do not run")
+    int8 = merge(index, store={"dense_search": "int8"})
+    questions = _questions()
+    for depth in (100, 4):
+        core, served = _run(int8, questions, per_source_k=depth, top_k=5)
+        numpy_path, none = _run(_off(int8), questions, per_source_k=depth, top_k=5)
+        assert (served, none) == (len(questions), 0)
+        for q, a, b in zip(questions, core, numpy_path, strict=True):
+            assert a == b, q
+    filled = [h for a in core for h in a[0] if h.dense_rank is None and h.dense_score is not None]
+    assert filled  # (depth 4: candidates outside the dense top, their cosine filled)
 
 
 def test_the_cores_fusion_is_zscore_fusions_float_for_float() -> None:
@@ -258,7 +277,10 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
 
     settings = Settings()
     monkeypatch.setattr(_core, "available", lambda: True)
-    assert check_core(settings) == [Check("search", "ok", "compiled search core: on")]
+    monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: object())
+    on = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 2,048 chunks)"
+    assert check_core(settings) == [Check("search", "ok", on)]
+    assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", on)]
     off = merge(settings, retrieval={"compiled_core": False})
     assert check_core(off)[0].detail == "compiled search core: off (retrieval.compiled_core)"
     assert check_core(merge(settings, store={"kind": "milvus"}))[0].detail == (
@@ -267,11 +289,17 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     assert check_core(merge(settings, retrieval={"fusion": "rrf"}))[0].detail == (
         "compiled search core: not used with retrieval.fusion rrf"
     )
-    for screened in ("int8", "hnsw"):  # never served with these (the numpy path's screened or HNSW search)
-        assert check_core(merge(settings, store={"dense_search": screened}))[0].detail == (
-            f"compiled search core: not used with store.dense_search {screened} (exact and auto use it)"
-        )
+    assert check_core(merge(settings, store={"dense_search": "hnsw"}))[0].detail == (
+        "compiled search core: not used with store.dense_search hnsw (the others use it)"
+    )
     assert check_core(merge(settings, store={"dense_search": "exact"}))[0].status == "ok"
+    monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: None)  # a CPU without AVX2 or FMA
+    assert check_core(settings) == [
+        Check("search", "ok", "compiled search core: on (no AVX2/FMA: numpy's dense products)")
+    ]
+    assert check_core(merge(settings, store={"dense_search": "int8"})) == [
+        Check("search", "off", "compiled search core: not used with store.dense_search int8 (no AVX2/FMA)")
+    ]
     monkeypatch.setattr(_core, "available", lambda: False)
     (missing,) = check_core(settings)
     assert (missing.status, missing.detail) == (

@@ -244,6 +244,8 @@ def check_clients(root: Path) -> list[Check]:
 def check_core(settings: Settings | None) -> list[Check]:
     """Whether hybrid searches go through the compiled search core (``stores/_core``) or the numpy path."""
     from zhiku.stores import _core
+    from zhiku.stores._sqlite_search import SCREEN_KERNELS_FROM
+    from zhiku.stores._vectors import simd_kernels
 
     if settings is not None and settings.store.kind != "sqlite":
         return [Check("search", "off", f"compiled search core: not used by the {settings.store.kind} store")]
@@ -253,13 +255,19 @@ def check_core(settings: Settings | None) -> list[Check]:
         return [
             Check("search", "off", f"compiled search core: not used with retrieval.fusion {settings.retrieval.fusion}")
         ]
-    if settings is not None and settings.store.dense_search in ("int8", "hnsw"):  # (it ranks exact products only)
-        what = f"store.dense_search {settings.store.dense_search}"
-        return [Check("search", "off", f"compiled search core: not used with {what} (exact and auto use it)")]
+    if settings is not None and settings.store.dense_search == "hnsw":  # (HNSW candidates: the numpy path's)
+        return [
+            Check("search", "off", "compiled search core: not used with store.dense_search hnsw (the others use it)")
+        ]
     if not _core.available():
         fix = "install a C compiler and the Python headers (e.g. gcc, python3-dev), then reinstall zhiku from source"
         return [Check("search", "off", "compiled search core: not built (numpy path: the same results, slower)", fix)]
-    return [Check("search", "ok", "compiled search core: on")]
+    if simd_kernels() is None:  # (its screened searches need the int8 and float32 kernels)
+        if settings is not None and settings.store.dense_search == "int8":
+            return [Check("search", "off", "compiled search core: not used with store.dense_search int8 (no AVX2/FMA)")]
+        return [Check("search", "ok", "compiled search core: on (no AVX2/FMA: numpy's dense products)")]
+    kernels = f"AVX2/FMA dense kernels, int8 screening from {SCREEN_KERNELS_FROM:,} chunks"
+    return [Check("search", "ok", f"compiled search core: on ({kernels})")]
 
 
 def run_doctor(config: Path | None = None, index: Path | None = None, root: Path | None = None) -> list[Check]:

@@ -134,18 +134,21 @@ def hybrid(
     fusion: Fusion | None,
     before: tuple[float, float] = (0.0, 0.0),
     allowed: Allowed | None = None,
+    dots: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CoreResult:
     """One compiled call (``_zcore.c``) over the dense product ``scores`` (by file row) and the query terms' scored
     postings (in query order): ``depth`` candidates per channel, and with ``fusion`` the best ``keep`` fused.
     ``before``: seconds spent on BM25 and dense before the call (added to its phases); ``allowed``: what filters
-    allow (``CoreIndex.allowed``)."""
+    allow (``CoreIndex.allowed``); ``dots``: the float32 rows and the unit query of a screened search, whose
+    ``scores`` hold only the screened rows (−inf elsewhere): the fill computes any other cosine it needs."""
     assert _zcore is not None
     f = fusion or NO_FUSION
     live, rowids = allowed if allowed is not None else (ix.live, None)
     # no channel ranks more rows than there are rowids: the same results, and the C int sizes never overflow
     depth, keep = min(depth, ix.idrank.size), min(keep, 2 * ix.idrank.size)
     args = (live, ix.row_rowid, ix.rowid_row, ix.idrank, ix.names, terms, depth, depth, keep)
-    got = _zcore.hybrid(scores, *args, f.bm25_weight, f.dense_weight, f.fill, fusion is not None, rowids)
+    more = (rowids, *dots) if dots is not None else (rowids,)
+    got = _zcore.hybrid(scores, *args, f.bm25_weight, f.dense_weight, f.fill, fusion is not None, *more)
     bi, bs, br, di, ds, dr, fused, filled, t_bm25, t_dense, t_fusion = got
     seconds = (before[0] + t_bm25, before[1] + t_dense, t_fusion)
     return CoreResult(Ranking(bi, bs, br), Ranking(di, ds, dr), fused, filled, seconds)

@@ -11,7 +11,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import FileMoved, VectorSnapshot
+from zhiku.stores._vectors import PREAD_FROM_BYTES, FileMoved, VectorSnapshot, dot_rows, screen_width
 from zhiku.types import Filters, Ranking, ScoredId
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,9 @@ BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (floored at 1e-6): loss
 BM25_MIN_DF = 1000
 # store.dense_search "auto" screens by int8 codes from this many rows in the vector file (bench/RESULTS.md, Issue 13)
 SCREEN_FROM = 100_000
+# ... and from this many with the compiled core's kernels (``_vectors.simd_kernels``: AVX2 int8 products; bench/
+# RESULTS.md, Issue 13 — int8 screening from 2,048 rows)
+SCREEN_KERNELS_FROM = 2048
 
 
 def query_terms(terms: Sequence[str]) -> list[str]:
@@ -58,6 +61,7 @@ class SQLiteSearch(SQLiteReads):
     _bm25: BM25Snapshot | None
     _last_scores: threading.local
     _core_kept: list[_core.CoreIndex]  # the last CoreIndex of this store's snapshots (``hybrid_core``)
+    _kernels: Any  # ``simd_kernels()`` for every dense product, or None (numpy's einsum, numkong's screening)
 
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         unique = query_terms(terms)
@@ -99,7 +103,10 @@ class SQLiteSearch(SQLiteReads):
             ann = self._ann.get(snap.layout, snap.matrix, snap.rows) if self._uses_ann(snap) else None
             # no lock held: searches run side by side
             every: list[np.ndarray] = []
-            rowids, scores = snap.search(query, int(top_k), allowed, screen=self._screens(snap), ann=ann, every=every)
+            screen = self._screens(snap)
+            rowids, scores = snap.search(
+                query, int(top_k), allowed, screen=screen, ann=ann, every=every, kernels=self._kernels
+            )
             # a fill for this question (``dense_scores``, next on this thread) reads its cosines from here; the
             # snapshot by weak reference: a thread that searches no more must not keep an old one alive (its whole
             # in-memory matrix, or the mapping of a file a compaction replaced) once the store has moved on
@@ -130,7 +137,8 @@ class SQLiteSearch(SQLiteReads):
         with self._read() as conn:
             vec = self._snapshot(conn)
             self._check_dim(vec, query)
-            if vec.live_count == 0 or self._screens(vec) or self._uses_ann(vec):
+            screen = self._screens(vec)
+            if vec.live_count == 0 or self._uses_ann(vec) or screen and not self._core_screens(vec):
                 return None
             bm25 = self._bm25_snapshot(conn)
             table = self._ids.table(conn, max(bm25.top, vec.top))
@@ -143,9 +151,16 @@ class SQLiteSearch(SQLiteReads):
         t0 = time.perf_counter()
         scored = bm25.scored_terms(unique, (self.bm25_max_df, BM25_MIN_DF))
         t1 = time.perf_counter()
-        scores = vec.product(l2_normalise(query.reshape(1, -1))[0], vec.live, vec.live_count)
+        unit = l2_normalise(query.reshape(1, -1))[0]
+        if screen:  # the best rows by their int8 codes scored in float32 (the core's fill scores any other it needs)
+            rows = ix.live if allowed is None else allowed[0]
+            n = vec.live_count if allowed is None else int(np.count_nonzero(rows))
+            scores = vec.screened_product(unit, rows.view(bool), screen_width(depth, n), self._kernels)
+        else:
+            scores = vec.product(unit, vec.live, vec.live_count, self._kernels)
         t2 = time.perf_counter()
-        got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1), allowed)
+        dots = (vec.matrix[: vec.rows], unit) if screen else None
+        got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1), allowed, dots)
         if fusion is None:  # fused in Python (``dense_search``'s way): its fill reads these cosines, and the rows
             self._last_scores.product = (weakref.ref(vec), query.copy(), scores)
             for ranking in (got.bm25, got.dense):
@@ -171,7 +186,7 @@ class SQLiteSearch(SQLiteReads):
         snap, at, kept = found
         scores = self._scored_before(snap, query, at)
         if scores is None:
-            scores = _cosines(snap.gather(at), query)
+            scores = _cosines(snap.gather(at), query, self._kernels)
         return dict(zip(kept, scores.tolist(), strict=True))
 
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
@@ -182,7 +197,7 @@ class SQLiteSearch(SQLiteReads):
             return {}
         snap, at, kept = found
         rows = snap.gather(at)
-        best = np.maximum.reduce([_cosines(rows, query) for query in queries])  # each as dense_scores computes it
+        best = np.maximum.reduce([_cosines(rows, query, self._kernels) for query in queries])  # as dense_scores
         return dict(zip(kept, best.tolist(), strict=True))
 
     def _rows_to_score(
@@ -251,7 +266,14 @@ class SQLiteSearch(SQLiteReads):
     def _screens(self, snap: VectorSnapshot) -> bool:
         """Whether dense search ranks by the int8 codes first (``store.dense_search``; hnsw: when it cannot use
         the HNSW index)."""
-        return self.dense_mode in ("int8", "hnsw") or self.dense_mode == "auto" and snap.rows >= SCREEN_FROM
+        start = SCREEN_FROM if self._kernels is None else SCREEN_KERNELS_FROM
+        return self.dense_mode in ("int8", "hnsw") or self.dense_mode == "auto" and snap.rows >= start
+
+    def _core_screens(self, snap: VectorSnapshot) -> bool:
+        """Whether the compiled core serves this snapshot's screened searches: with the kernels, int8 codes and a
+        vector file read through its mapping (``PREAD_FROM_BYTES``: larger files are read row by row)."""
+        mapped = snap.path is not None and snap.rows * snap.dim * 4 < PREAD_FROM_BYTES
+        return self._kernels is not None and snap.codes is not None and mapped
 
     def _uses_ann(self, snap: VectorSnapshot) -> bool:
         return self.dense_mode == "hnsw" and snap.path is not None and snap.live_count > 0
@@ -342,9 +364,7 @@ def _ranked(
     return Ranking(names_, scores_, rows_)
 
 
-def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+def _cosines(rows: np.ndarray, query: np.ndarray, kernels: Any) -> np.ndarray:
     """Each row's cosine with ``query`` (the rows are unit vectors): row by row the same floats as the whole product
     of an exact dense search."""
-    unit = l2_normalise(query.reshape(1, -1))[0]
-    scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
-    return scores
+    return dot_rows(rows, l2_normalise(query.reshape(1, -1))[0], kernels)

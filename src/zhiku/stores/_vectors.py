@@ -209,10 +209,12 @@ class VectorSnapshot:
         screen: bool = False,
         ann: Ann | None = None,
         every: list[np.ndarray] | None = None,
+        kernels: Any = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
         ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
-        float32 (needs ``codes`` and numkong; else exact). ``ann``: an HNSW index of this file's first rows
+        float32 (needs ``codes``, and ``kernels`` or numkong; else exact). ``kernels``: ``simd_kernels()`` (or None:
+        numpy's einsum, numkong's int8 products) for every product. ``ann``: an HNSW index of this file's first rows
         proposes the candidates (``_ann``; unless the filters pass too few rows). ``every``: when the search scored
         every row exactly, that score array by file row is appended to it (−inf: rows not allowed)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
@@ -225,11 +227,11 @@ class VectorSnapshot:
         rows: np.ndarray | None
         if hit is not None:
             rows, scores = hit
-        elif screen and self.codes is not None and (kernels := numkong()) is not None:
-            rows = self._screened(kernels, unit, allowed, min(n, max(RESCORE * k, RESCORE_MIN)))
-            scores = np.einsum("ij,j->i", self.gather(rows), unit)
+        elif screen and self.codes is not None and (kernels is not None or numkong() is not None):
+            rows = self.screened(unit, allowed, screen_width(k, n), kernels)
+            scores = dot_rows(self.gather(rows), unit, kernels)
         else:
-            rows, scores = None, self.product(unit, allowed, n)
+            rows, scores = None, self.product(unit, allowed, n, kernels)
             if every is not None:
                 every.append(scores)
         best = _best(scores, k)
@@ -241,14 +243,24 @@ class VectorSnapshot:
         """The float32 rows as a plain array over the same memory (slicing the mapping costs a few µs a search)."""
         return np.asarray(self.matrix[: self.rows]).view(np.ndarray)
 
-    def product(self, unit: np.ndarray, allowed: np.ndarray, n: int) -> np.ndarray:
+    def product(self, unit: np.ndarray, allowed: np.ndarray, n: int, kernels: Any = None) -> np.ndarray:
         """Every row's cosine with the unit vector ``unit`` (float32 by file row), −inf at the rows not ``allowed``
-        (``n``: how many are). einsum, not BLAS: as fast on one core (the product is memory-bound), and it never
-        starts BLAS threads, which made concurrent searches slower than one at a time (bench/concurrent_search.py).
-        The compiled search core (``_core``) ranks this same array."""
-        scores: np.ndarray = np.einsum("ij,j->i", self._rows, unit)
+        (``n``: how many are), by ``dot_rows``. The compiled search core (``_core``) ranks this same array."""
+        scores = dot_rows(self._rows, unit, kernels)
         if n < self.rows:
             scores[~allowed] = -np.inf
+        return scores
+
+    def screened_product(self, unit: np.ndarray, allowed: np.ndarray, want: int, kernels: Any) -> np.ndarray:
+        """The cosines of the ``want`` allowed rows that ``screened`` keeps, −inf at every other row (float32 by
+        file row: what the compiled search core ranks for a screened search; its fill scores the rows it needs
+        that are not here)."""
+        rows = self.screened(unit, allowed, want, kernels)
+        scores = np.full(self.rows, -np.inf, np.float32)
+        if rows.size:
+            got = np.empty(rows.size, np.float32)
+            kernels.dots(self._rows, unit, got, rows)
+            scores[rows] = got
         return scores
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
@@ -272,15 +284,51 @@ class VectorSnapshot:
             return np.asarray(self.matrix[rows])
         return out.view("<f4").reshape(rows.size, self.dim)
 
-    def _screened(self, kernels: Any, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
-        """The ``want`` allowed rows whose int8 codes score best against the query's, in file order."""
+    def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int, kernels: Any) -> np.ndarray:
+        """The ``want`` allowed rows whose int8 codes score best against the query's, in file order (ties: the
+        lower rows, with ``kernels``; else numkong's products)."""
         assert self.codes is not None
-        coarse = kernels.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
+        if kernels is not None:
+            out = np.empty(want, np.int64)
+            got = kernels.screen(self.codes[: self.rows], quantise(unit), allowed.view(np.uint8), out)
+            return out[:got]
+        nk = numkong()
+        coarse = nk.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
         coarse = np.asarray(coarse)[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
         rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
         return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+
+
+def screen_width(k: int, n: int) -> int:
+    """How many rows an int8 screening keeps for the float32 re-scoring of a top ``k`` among ``n`` allowed rows."""
+    return min(n, max(RESCORE * k, RESCORE_MIN))
+
+
+@functools.cache
+def simd_kernels() -> Any:
+    """The compiled search core's dense kernels (``_zcore.dots``: float32 dot products with AVX2 and FMA in one
+    fixed order, the same floats on every such CPU; ``_zcore.screen``: exact int8 products and the best rows),
+    or None where the core is not built or the CPU lacks AVX2 or FMA (numpy's einsum then; numkong screens)."""
+    try:
+        from zhiku.stores import _zcore  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _zcore if _zcore.simd() else None
+
+
+def dot_rows(rows: np.ndarray, unit: np.ndarray, kernels: Any = None) -> np.ndarray:
+    """Each row's dot product with ``unit`` (float32 rows and vector; the rows are unit vectors: their cosines):
+    ``kernels.dots`` when given (a row's float does not depend on where it lies: the whole matrix, rows gathered
+    from it), else numpy's einsum (not BLAS: as fast on one core, the product is memory-bound, and it never starts
+    BLAS threads, which made concurrent searches slower than one at a time: bench/concurrent_search.py)."""
+    if kernels is None:
+        scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
+        return scores
+    out = np.empty(rows.shape[0], np.float32)
+    kernels.dots(np.ascontiguousarray(rows, np.float32), np.ascontiguousarray(unit, np.float32), out)
+    return out
 
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:

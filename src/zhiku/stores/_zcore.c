@@ -219,6 +219,32 @@ static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
     return a[want];
 }
 
+/* the k-th largest of a[0 … n - 1] (1 <= k <= n; a is reordered), as kth_largest */
+static int32_t kth_largest_i32(int32_t *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        int32_t x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        int32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                int32_t t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
+    }
+    return a[want];
+}
+
 /* Python's ``x ** y`` for floats is libm's pow (not x * x for y = 2: 0.08 % of floats differ in the last bit);
  * called through a pointer so that the compiler does not rewrite pow(x, 2.0) */
 static double (*volatile py_pow)(double, double) = pow;
@@ -254,6 +280,110 @@ static double sum_of(const PySum *a) {
     return a->n ? a->s : 0.0;
 }
 
+
+/* ------------------------------------------------------------------------ dense kernels (AVX2 + FMA, x86-64) */
+/* Used only where the CPU has AVX2 and FMA (``simd()``; the Python side uses numpy's einsum elsewhere), for every
+ * dense product of a search: one fixed order of operations, so a row's cosine is the same float on every such
+ * CPU (Intel or AMD), wherever the row lies (a whole matrix or rows gathered from it).
+ * A row's dot product: element e is fused-multiply-added into lane e mod 32 (four 8-lane accumulators, in
+ * increasing e; a last partial block of 8 reads zeros past the end), then acc0 + acc1, acc2 + acc3, their sum,
+ * and the 8 lanes halved three times (l + l + 4, then + 2, then + 1).
+ * int8 codes (``_vector_files.quantise``, in [-127, 127]): exact int32 dot products. */
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define ZSIMD 1
+#include <immintrin.h>
+
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 s) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* l + (l + 4) */
+    __m128 two = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));                             /* l + (l + 2) */
+    __m128 one = _mm_add_ss(two, _mm_shuffle_ps(two, two, 1));                      /* 0 + 1 */
+    return _mm_cvtss_f32(one);
+}
+
+/* out[i] = matrix row (rows ? rows[i] : i) . q, for i < n */
+__attribute__((target("avx2,fma"))) static void dots_avx2(const float *m, Py_ssize_t dim, const int64_t *rows,
+                                                          Py_ssize_t n, const float *q, float *out) {
+    Py_ssize_t full = dim / 32 * 32, blocks8 = (dim - full) / 8, rest = dim % 8;
+    int32_t lanes[8];
+    for (int l = 0; l < 8; l++) lanes[l] = l < rest ? -1 : 0;
+    __m256i mask = _mm256_loadu_si256((const __m256i *)lanes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float *r = m + (rows ? rows[i] : i) * dim;
+        if (rows && i + 1 < n) {
+            const char *next = (const char *)(m + rows[i + 1] * dim);
+            for (Py_ssize_t b = 0; b < dim * 4; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        }
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        Py_ssize_t e = 0;
+        for (; e < full; e += 32) {
+            a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(r + e), _mm256_loadu_ps(q + e), a[0]);
+            a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(r + e + 8), _mm256_loadu_ps(q + e + 8), a[1]);
+            a[2] = _mm256_fmadd_ps(_mm256_loadu_ps(r + e + 16), _mm256_loadu_ps(q + e + 16), a[2]);
+            a[3] = _mm256_fmadd_ps(_mm256_loadu_ps(r + e + 24), _mm256_loadu_ps(q + e + 24), a[3]);
+        }
+        for (Py_ssize_t b = 0; b < blocks8; b++, e += 8)
+            a[b] = _mm256_fmadd_ps(_mm256_loadu_ps(r + e), _mm256_loadu_ps(q + e), a[b]);
+        if (rest)
+            a[blocks8] = _mm256_fmadd_ps(_mm256_maskload_ps(r + e, mask), _mm256_maskload_ps(q + e, mask), a[blocks8]);
+        out[i] = hsum8(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+    }
+}
+
+/* one row's int8 dot product with the query code: |q| (unsigned) times c with q's sign (pairs of products, at most
+ * 2 x 127 x 127, fit an int16), summed in int32 */
+__attribute__((target("avx2"))) static inline int32_t i8dot_row(const int8_t *c, const int8_t *qc, const __m256i *qv,
+                                                               const __m256i *qa, Py_ssize_t blocks, Py_ssize_t dim) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc = _mm256_setzero_si256();
+    for (Py_ssize_t b = 0; b < blocks; b++) {
+        __m256i cv = _mm256_loadu_si256((const __m256i *)(c + 32 * b));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(qa[b], _mm256_sign_epi8(cv, qv[b])), ones));
+    }
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    int32_t sum = _mm_cvtsi128_si32(s);
+    for (Py_ssize_t e = 32 * blocks; e < dim; e++) sum += (int32_t)qc[e] * (int32_t)c[e];
+    return sum;
+}
+
+/* out[i] = codes row i . qc (int32, exact) for the rows with live[i], INT32_MIN for the others; qv, qa: scratch for
+ * the query's blocks and their absolute values (dim / 32 each) */
+__attribute__((target("avx2"))) static void i8dots_avx2(const int8_t *codes, Py_ssize_t dim, Py_ssize_t n,
+                                                       const int8_t *qc, const uint8_t *live, int32_t *out,
+                                                       __m256i *qv, __m256i *qa) {
+    Py_ssize_t blocks = dim / 32;
+    for (Py_ssize_t b = 0; b < blocks; b++) {
+        qv[b] = _mm256_loadu_si256((const __m256i *)(qc + 32 * b));
+        qa[b] = _mm256_sign_epi8(qv[b], qv[b]);
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = live[i] ? i8dot_row(codes + i * dim, qc, qv, qa, blocks, dim) : INT32_MIN;
+}
+
+static int simd_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return ok;
+}
+#else
+#define ZSIMD 0
+static int simd_ok(void) { return 0; }
+static void dots_avx2(const float *m, Py_ssize_t dim, const int64_t *rows, Py_ssize_t n, const float *q, float *out) {
+    (void)m, (void)dim, (void)rows, (void)n, (void)q, (void)out;
+}
+typedef struct {
+    char b[32];
+} __m256i; /* (never used here: the scratch's type) */
+static void i8dots_avx2(const int8_t *codes, Py_ssize_t dim, Py_ssize_t n, const int8_t *qc, const uint8_t *live,
+                        int32_t *out, __m256i *qv, __m256i *qa) {
+    (void)codes, (void)dim, (void)n, (void)qc, (void)live, (void)out, (void)qv, (void)qa;
+}
+#endif
+
 typedef struct {
     /* in */
     const float *scores;       /* the dense product by file row */
@@ -262,6 +392,9 @@ typedef struct {
     const int64_t *rowid_row;  /* by rowid (-1: none) */
     const int32_t *idrank;     /* by rowid */
     const uint8_t *allowed;    /* by rowid: the rows BM25 may rank (filters), NULL: every row */
+    const float *matrix, *unit; /* the rows and the query (dots_avx2), when `scores` holds only a screening's rows
+                                 * (-inf elsewhere): the fill computes the others it needs; NULL: never */
+    Py_ssize_t dim;
     Py_ssize_t nrows, top;
     int nterms;
     const int64_t **t_rows;
@@ -345,7 +478,7 @@ static Py_ssize_t dense_pass(Job *j, double floor) {
     Py_ssize_t above = 0;
     for (Py_ssize_t i = 0; i < j->nrows; i++) {
         double s = (double)j->scores[i];
-        if (!j->live[i] || s < floor) continue;
+        if (!j->live[i] || s < floor || s == -INFINITY) continue; /* (-inf: not screened) */
         above++;
         if (h.n < h.k || s >= h.h[0].s) {
             int64_t r = j->row_rowid[i];
@@ -366,7 +499,8 @@ static Py_ssize_t dense_pass(Job *j, double floor) {
  * sample: when fewer than kd live rows reach the floor, the pass is made again without one. */
 static int dense_top(Job *j) {
     double floor = -INFINITY;
-    Py_ssize_t step = j->kd > 0 ? j->nrows / (4 * (Py_ssize_t)j->kd) : 0;
+    /* (a screened search's scores are finite at its few screened rows only: one pass, no floor) */
+    Py_ssize_t step = j->kd > 0 && !j->matrix ? j->nrows / (4 * (Py_ssize_t)j->kd) : 0;
     if (step >= 2) {
         Scratch *x = j->sc;
         if (grow((void **)&x->all, &x->all_n, (size_t)(j->nrows / step + 1), sizeof(double), 0)) return -1;
@@ -430,8 +564,10 @@ static int fusion(Job *j) {
         if (!filling || j->dpos[i] >= 0) continue;
         int64_t row = j->rowid_row[j->bm25[i].rowid];
         if (row < 0 || row >= j->nrows || !j->live[row]) continue;
+        float v = j->scores[row];
+        if (v == -INFINITY && j->matrix) dots_avx2(j->matrix, j->dim, &row, 1, j->unit, &v); /* not screened */
         j->has_fill[i] = 1;
-        j->fill_score[i] = (double)j->scores[row];
+        j->fill_score[i] = (double)v;
         j->filled++;
     }
     zscores(j, j->bm25, j->nb, j->zb, nk, 0);
@@ -634,15 +770,37 @@ static int prepare(Job *j, Buffers *bs, PyObject *const *o, PyObject *names, PyO
     return 0;
 }
 
+/* the rows and the query of a screened search (both or neither): the fill's dot products */
+static int screened(Job *j, Buffers *bs, PyObject *matrix, PyObject *unit) {
+    if (matrix == Py_None && unit == Py_None) return 0;
+    Py_ssize_t nm, nu;
+    if (matrix == Py_None || unit == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "zcore: the matrix and the query vector go together");
+        return -1;
+    }
+    if (!(j->matrix = take(bs, matrix, 4, &nm)) || !(j->unit = take(bs, unit, 4, &nu))) return -1;
+    if (nu < 1 || nm < j->nrows * nu) {
+        PyErr_SetString(PyExc_ValueError, "zcore: the matrix holds fewer rows than the scores");
+        return -1;
+    }
+    j->dim = nu;
+    return 0;
+}
+
 static PyObject *hybrid(PyObject *self, PyObject *args) {
     PyObject *o[5], *names, *terms;
     int kb, kd, keep, fill, fuse;
     double wb, wd;
     (void)self;
-    PyObject *o_allowed = Py_None;
-    if (!PyArg_ParseTuple(args, "OOOOOO!O!iiiddpp|O", &o[0], &o[1], &o[2], &o[3], &o[4], &PyList_Type, &names,
-                          &PyList_Type, &terms, &kb, &kd, &keep, &wb, &wd, &fill, &fuse, &o_allowed))
+    PyObject *o_allowed = Py_None, *o_matrix = Py_None, *o_unit = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOO!O!iiiddpp|OOO", &o[0], &o[1], &o[2], &o[3], &o[4], &PyList_Type, &names,
+                          &PyList_Type, &terms, &kb, &kd, &keep, &wb, &wd, &fill, &fuse, &o_allowed, &o_matrix,
+                          &o_unit))
         return NULL;
+    if ((o_matrix != Py_None || o_unit != Py_None) && !simd_ok()) {
+        PyErr_SetString(PyExc_ValueError, "zcore: no AVX2 and FMA here: a screened search needs them");
+        return NULL;
+    }
     if (kb < 0 || kd < 0 || keep < 0) {
         PyErr_SetString(PyExc_ValueError, "zcore: negative k");
         return NULL;
@@ -656,7 +814,7 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
     Job j;
     memset(&j, 0, sizeof j);
     j.nterms = (int)nterms;
-    Buffers bs = {PyMem_Calloc((size_t)(6 + 2 * nterms), sizeof(Py_buffer)), 0};
+    Buffers bs = {PyMem_Calloc((size_t)(8 + 2 * nterms), sizeof(Py_buffer)), 0};
     j.t_rows = PyMem_Malloc(sizeof(int64_t *) * (size_t)(nterms + 1));
     j.t_w = PyMem_Malloc(sizeof(double *) * (size_t)(nterms + 1));
     j.t_n = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nterms + 1));
@@ -676,7 +834,7 @@ static PyObject *hybrid(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (prepare(&j, &bs, o, names, terms, o_allowed) == 0) {
+    if (prepare(&j, &bs, o, names, terms, o_allowed) == 0 && screened(&j, &bs, o_matrix, o_unit) == 0) {
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = run(&j);
@@ -706,6 +864,125 @@ done:
     return result;
 }
 
+static PyObject *simd(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBool_FromLong(simd_ok());
+}
+
+/* dots(matrix, unit, out[, rows]): out[i] = the row's (rows[i]'s, else i's) dot product with unit (dots_avx2) */
+static PyObject *dots(PyObject *self, PyObject *args) {
+    PyObject *o_m, *o_q, *o_out, *o_rows = Py_None;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOO|O", &o_m, &o_q, &o_out, &o_rows)) return NULL;
+    if (!simd_ok()) {
+        PyErr_SetString(PyExc_RuntimeError, "zcore: no AVX2 and FMA here (simd() is False)");
+        return NULL;
+    }
+    Py_buffer b[4];
+    int got = 0;
+    PyObject *result = NULL;
+    Py_ssize_t nm, nq, nout, nrows = 0;
+    if (PyObject_GetBuffer(o_m, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got++;
+    if (PyObject_GetBuffer(o_q, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got++;
+    if (PyObject_GetBuffer(o_out, &b[got], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    got++;
+    if (o_rows != Py_None) {
+        if (PyObject_GetBuffer(o_rows, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        got++;
+    }
+    if (b[0].len % 4 || b[1].len % 4 || b[2].len % 4 || (o_rows != Py_None && b[3].len % 8)) {
+        PyErr_SetString(PyExc_ValueError, "zcore: a buffer of the wrong item size");
+        goto done;
+    }
+    nq = b[1].len / 4, nm = nq ? b[0].len / 4 / nq : 0, nout = b[2].len / 4;
+    if (nq < 1 || b[0].len / 4 % nq) {
+        PyErr_SetString(PyExc_ValueError, "zcore: the matrix is not rows of the query's dimension");
+        goto done;
+    }
+    const int64_t *rows = o_rows != Py_None ? b[3].buf : NULL;
+    nrows = rows ? b[3].len / 8 : nm;
+    if (nout != nrows) {
+        PyErr_SetString(PyExc_ValueError, "zcore: out is not one float per row");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; rows && i < nrows; i++)
+        if (rows[i] < 0 || rows[i] >= nm) {
+            PyErr_SetString(PyExc_IndexError, "zcore: a row out of range");
+            goto done;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    dots_avx2(b[0].buf, nq, rows, nrows, b[1].buf, b[2].buf);
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
+/* screen(codes, qcode, live, out) -> n: the len(out) live rows whose int8 codes score best against qcode (ties:
+ * the lower rows), written into out (int64) in file order; n: how many (fewer when fewer rows are live) */
+static PyObject *screen(PyObject *self, PyObject *args) {
+    PyObject *o_c, *o_q, *o_live, *o_out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_c, &o_q, &o_live, &o_out)) return NULL;
+    if (!simd_ok()) {
+        PyErr_SetString(PyExc_RuntimeError, "zcore: no AVX2 and FMA here (simd() is False)");
+        return NULL;
+    }
+    Py_buffer b[4];
+    int got = 0;
+    PyObject *result = NULL;
+    int32_t *sc = NULL;
+    void *blocks = NULL;
+    if (PyObject_GetBuffer(o_c, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got++;
+    if (PyObject_GetBuffer(o_q, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got++;
+    if (PyObject_GetBuffer(o_live, &b[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    got++;
+    if (PyObject_GetBuffer(o_out, &b[got], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    got++;
+    Py_ssize_t dim = b[1].len, n = b[2].len, want = b[3].len / 8;
+    if (dim < 1 || b[0].len < n * dim || b[3].len % 8 || want > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "zcore: codes, query code, live rows or out of the wrong size");
+        goto done;
+    }
+    sc = PyMem_Malloc(sizeof(int32_t) * (size_t)(2 * n + 1));
+    blocks = PyMem_Malloc(sizeof(__m256i) * (size_t)(2 * (dim / 32) + 2) + 32);
+    if (!sc || !blocks) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *out = b[3].buf;
+    Py_ssize_t taken = 0;
+    Py_BEGIN_ALLOW_THREADS
+    __m256i *qv = (__m256i *)(((uintptr_t)blocks + 31) & ~(uintptr_t)31); /* (aligned for the vectors) */
+    i8dots_avx2(b[0].buf, dim, n, b[1].buf, b[2].buf, sc, qv, qv + dim / 32 + 1);
+    /* the want-th best score (quickselect on a copy of the live ones), then the rows above it and as many tied
+     * with it as fit, lowest first: in file order, without a heap */
+    int32_t *copy = sc + n;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (sc[i] != INT32_MIN) copy[m++] = sc[i];
+    if (want > 0 && m > 0) {
+        int32_t cut = m > want ? kth_largest_i32(copy, m, want) : INT32_MIN + 1;
+        Py_ssize_t above = 0;
+        for (Py_ssize_t i = 0; i < n; i++) above += sc[i] > cut;
+        Py_ssize_t ties = want - above;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (sc[i] > cut || (sc[i] == cut && ties-- > 0)) out[taken++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(taken);
+done:
+    PyMem_Free(sc);
+    PyMem_Free(blocks);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
 static PyObject *scratches_alive(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyLong_FromLong(ZCOUNT(0));
@@ -714,6 +991,9 @@ static PyObject *scratches_alive(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"hybrid", hybrid, METH_VARARGS, "BM25, the channels' tops, the fill and z-score fusion (see the source)"},
     {"scratches", scratches_alive, METH_NOARGS, "How many threads' scratch is alive (freed when a thread ends)"},
+    {"simd", simd, METH_NOARGS, "Whether this CPU has AVX2 and FMA: dots() and screen() work"},
+    {"dots", dots, METH_VARARGS, "dots(matrix, unit, out[, rows]): each row's dot product with unit, into out"},
+    {"screen", screen, METH_VARARGS, "screen(codes, qcode, live, out) -> n: the rows whose int8 codes score best"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_zcore", NULL, -1, methods, NULL, NULL, NULL, NULL};

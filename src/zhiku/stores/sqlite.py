@@ -43,7 +43,7 @@ from zhiku.stores._sqlite_schema import (
 )
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
-from zhiku.stores._vectors import VectorSnapshot, numkong
+from zhiku.stores._vectors import VectorSnapshot, numkong, simd_kernels
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
@@ -59,8 +59,9 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
     ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code and scores
-    the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
-    numkong is installed; ``hnsw`` takes the candidates from an HNSW index (``_ann``), ``int8`` until it is built. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 2,048 rows where the
+    compiled core's kernels run (AVX2 and FMA: ``_vectors.simd_kernels``), else from 100,000 rows when numkong is
+    installed; ``hnsw`` takes the candidates from an HNSW index (``_ann``), ``int8`` until it is built. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
     1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
@@ -76,9 +77,12 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     ) -> None:
         if dense_search not in ("auto", "exact", "int8", "hnsw"):
             raise InvalidInput(f"dense_search must be auto, exact, int8 or hnsw, got {dense_search!r}")
-        if dense_search in ("int8", "hnsw") and (numkong() is None or dense_search == "hnsw" and usearch() is None):
+        self._kernels = simd_kernels()  # the compiled core's dense kernels (AVX2 and FMA), for every dense product
+        int8 = numkong() is not None or self._kernels is not None
+        if dense_search in ("int8", "hnsw") and (not int8 or dense_search == "hnsw" and usearch() is None):
+            what = "usearch is not installed" if int8 else "numkong is not installed (no AVX2/FMA kernels here)"
             raise ConfigError(
-                f"store.dense_search is {dense_search} but numkong or usearch is not installed: "
+                f"store.dense_search is {dense_search} but {what}: "
                 "pip install 'zhiku[scale]', or set store.dense_search to auto"
             )
         self.dense_mode = dense_search
