@@ -89,3 +89,20 @@ def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path
         assert store.index_version() == version + 2
         assert store.get_chunks(NOTE.ids) == NOTE.chunks
         assert store.document_chunks("doc-note") == NOTE.chunks
+
+
+def test_a_stores_cache_is_bounded_by_the_texts_it_holds() -> None:
+    """The store weighs each kept chunk by its text (and ``CHUNK_WEIGHT``): many short chunks, or a few long ones."""
+    from zhiku.stores._sqlite_read import CHUNK_WEIGHT, text_weight
+
+    a, b = LABOR.chunks
+    cache = ChunkCache(size=2 * CHUNK_WEIGHT + len(a.text) + len(b.text), weight=text_weight)
+    cache.add(1, [a, b])
+    assert cache.chunks([a.chunk_id, b.chunk_id]) == (1, {a.chunk_id: a, b.chunk_id: b})
+    (w,) = WAGE.chunks
+    cache.add(1, [w])  # over by w's weight: the oldest (a), and b too when w is longer than a
+    kept = cache.chunks([a.chunk_id, b.chunk_id, w.chunk_id])[1]
+    assert a.chunk_id not in kept and w.chunk_id in kept
+    assert (b.chunk_id in kept) == (len(w.text) <= len(a.text))
+    cache.add(1, doc=("doc-labor", (a, b)))  # a list weighs its chunks: never kept beside anything here
+    assert cache.document("doc-labor") == (1, (a, b)) and cache.chunks([w.chunk_id, b.chunk_id]) == (1, {})

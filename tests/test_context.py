@@ -138,3 +138,31 @@ def test_whole_articles_stops_reading_the_hits_at_its_limit() -> None:
     assert whole_articles(hits(), lambda doc_id: cs, limit=0) == []
     one = Hit(chunk=cs[3], score=1.0)
     assert whole_articles([one], lambda doc_id: cs)[0] is one  # a whole article's hit is returned as it is
+
+
+def test_whole_articles_remembers_each_chunk_objects_article() -> None:
+    """With a memo (``runs``; the searcher keeps one per store) a chunk object's whole article is made once: the
+    same hits again read no document; another object of the same chunk (a store's read after a write) is made
+    anew; the memo is bounded."""
+    from zhiku.retrieval import context
+
+    cs = chunks()
+    calls: list[str] = []
+
+    def doc_chunks(doc_id: str) -> list[Chunk]:
+        calls.append(doc_id)
+        return cs
+
+    runs: context.Runs = {}
+    hits = [Hit(chunk=cs[1], score=3.0), Hit(chunk=cs[3], score=2.0), Hit(chunk=cs[0], score=1.0)]
+    first = whole_articles(hits, doc_chunks, runs=runs)
+    assert whole_articles(hits, doc_chunks, runs=runs) == first == whole_articles(hits, doc_chunks)
+    assert calls == ["d", "d"]  # the memo's call, then the call without it: none for the remembered hits
+    assert [h.chunk.chunk_id for h in first] == [cs[1].chunk_id, cs[3].chunk_id]  # (piece 0 inside the first)
+    changed = replace(cs[3], text="第四十七条 经济补偿按年限支付。")  # the same chunk id, another object
+    again = whole_articles([Hit(chunk=changed, score=1.0)], doc_chunks, runs=runs)
+    assert again[0].chunk is changed and len(runs) == 3
+    for n in range(context.RUNS_KEPT):
+        runs[-n - 1] = (cs[0], cs[0], ())
+    whole_articles([Hit(chunk=cs[2], score=1.0)], doc_chunks, runs=runs)
+    assert len(runs) == 1  # full: emptied, then the new entry

@@ -210,13 +210,23 @@ def _whole(c: Chunk, by_ordinal: Callable[[], Mapping[int, Chunk]]) -> list[Chun
     return [c]
 
 
+Runs = dict[int, tuple[Chunk, Chunk, tuple[str, ...]]]  # ``whole_articles``' memo: id(chunk) → chunk, whole, pieces
+RUNS_KEPT = 4096
+
+
 def whole_articles(
-    hits: Iterable[Hit], doc_chunks: Callable[[str], Sequence[Chunk]], *, limit: int | None = None
+    hits: Iterable[Hit],
+    doc_chunks: Callable[[str], Sequence[Chunk]],
+    *,
+    limit: int | None = None,
+    runs: Runs | None = None,
 ) -> list[Hit]:
     """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines: a
     hit on any piece returns the whole article, table or block (its pieces joined, ``start``/``end`` spanning them) at the best piece's rank, keeping
     the matched piece's id and page; the other pieces are dropped from the ranking. ``limit``: stop at that many
-    hits (``hits`` is read no further)."""
+    hits (``hits`` is read no further). ``runs``: what earlier calls found for the same chunk objects (a store
+    hands out one object per chunk and index version, and new ones after a write: ``SQLiteStore``'s chunk cache),
+    kept there (at most ``RUNS_KEPT``; each holds its chunk, so no other object takes its id)."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document
@@ -232,10 +242,22 @@ def whole_articles(
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        run = _whole(c, functools.partial(by_ordinal, c.doc_id))
-        if len(run) > 1:
-            shown.update(x.chunk_id for x in run)
-            h = replace(h, chunk=replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end))
+        kept = runs.get(id(c)) if runs is not None else None
+        if kept is not None and kept[0] is c:
+            whole, pieces = kept[1], kept[2]
+        else:
+            run = _whole(c, functools.partial(by_ordinal, c.doc_id))
+            whole, pieces = c, ()
+            if len(run) > 1:
+                whole = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
+                pieces = tuple(x.chunk_id for x in run)
+            if runs is not None:
+                if len(runs) >= RUNS_KEPT:
+                    runs.clear()
+                runs[id(c)] = (c, whole, pieces)
+        if pieces:
+            shown.update(pieces)
+            h = replace(h, chunk=whole)
         out.append(h)
         if len(out) == limit:
             break

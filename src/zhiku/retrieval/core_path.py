@@ -25,7 +25,7 @@ from zhiku.errors import IndexMismatch, InvalidInput, ZhikuError
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import ranking_columns, span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
-from zhiku.retrieval.context import whole_articles
+from zhiku.retrieval.context import Runs, whole_articles
 from zhiku.retrieval.query import ParsedQuery
 from zhiku.settings import RetrievalSettings
 from zhiku.stores._core import CoreResult, Fusion
@@ -48,9 +48,11 @@ class CorePath:
         bm25: Callable[..., Sequence[ScoredId]],
         make_hits: MakeHits,
         catalogue: Catalogue | None,
+        runs: Runs,
     ) -> None:
-        """``embed``, ``bm25``, ``make_hits``: the ``Searcher``'s own steps (``_embed``, ``_bm25``, ``_hits``)."""
-        self.store, self.settings, self.catalogue = store, settings, catalogue
+        """``embed``, ``bm25``, ``make_hits``: the ``Searcher``'s own steps (``_embed``, ``_bm25``, ``_hits``);
+        ``runs``: its small-to-big memo (``whole_articles``)."""
+        self.store, self.settings, self.catalogue, self.runs = store, settings, catalogue, runs
         self._core = getattr(store, "hybrid_core", None)
         self._embed, self._bm25, self._make_hits = embed, bm25, make_hits
         self.served = 0
@@ -116,7 +118,8 @@ class CorePath:
         chunks = {c.chunk_id: c for c in self.store.get_chunks([f[0] for f in fused])}
         hits = (fused_hit(c, f, n) for n, f in enumerate(fused, 1) if (c := chunks.get(f[0])) is not None)
         if catalogue is not None:
-            return got.bm25, got.dense, (), whole_articles(hits, catalogue.document_chunks, limit=top_k)
+            found = whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self.runs)
+            return got.bm25, got.dense, (), found
         return got.bm25, got.dense, (), list(hits)
 
     def _dense_failed(self, e: Exception, mode: str, parsed: ParsedQuery, depth: int, filters: Filters) -> NoReturn:

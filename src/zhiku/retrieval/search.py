@@ -18,7 +18,7 @@ from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import mark, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
-from zhiku.retrieval.context import whole_articles
+from zhiku.retrieval.context import Runs, whole_articles
 from zhiku.retrieval.core_path import CorePath, fusion_recorded
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
@@ -91,7 +91,8 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
-        self.core = CorePath(store, settings, self._embed, self._bm25, self._hits, self._catalogue)
+        self._runs: Runs = {}  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
+        self.core = CorePath(store, settings, self._embed, self._bm25, self._hits, self._catalogue, self._runs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -222,7 +223,7 @@ class Searcher:
         chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
         hits = _hits_of(order, chunks, bm25, dense, filled)
         if catalogue is not None:
-            return whole_articles(hits, catalogue.document_chunks, limit=top_k)
+            return whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs)
         return list(hits)
 
     def _bm25(

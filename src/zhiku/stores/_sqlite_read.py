@@ -8,23 +8,32 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
-CHUNK_CACHE = 4096  # decoded chunks a store keeps between reads (of one index version; the oldest out first)
+# what a store's decoded chunks kept between reads may weigh (of one index version; the oldest out first): their
+# texts' characters and CHUNK_WEIGHT more each (~20–50 MB of Python objects; a corpus of 10k ~500-character chunks
+# is held whole: a question's hits are then never decoded again, bench/RESULTS.md, Issue 13 — int8 screening)
+CHUNK_CACHE = 8_000_000
+CHUNK_WEIGHT = 256
+
+
+def text_weight(c: Chunk) -> int:
+    """A kept chunk's weight: its text's characters and ``CHUNK_WEIGHT`` (the object, its other strings)."""
+    return CHUNK_WEIGHT + len(c.text)
 
 
 class ChunkCache:
     """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id: what the last
     reads decoded, kept for the next. Adding entries of a newer version empties it first; entries of an older one
-    (a reader behind another's commit) are not added. At most ``size`` chunks (a document's list counts its
-    chunks; the oldest entries go first). Thread-safe."""
+    (a reader behind another's commit) are not added. At most ``size`` in weight (``weight`` of each chunk; one
+    each by default; a document's list weighs its chunks; the oldest entries go first). Thread-safe."""
 
-    def __init__(self, size: int = CHUNK_CACHE) -> None:
-        self.size = size
+    def __init__(self, size: int = CHUNK_CACHE, weight: Callable[[Chunk], int] = lambda c: 1) -> None:
+        self.size, self.weight = size, weight
         self.version = -1
         self._chunks: dict[str, Chunk] = {}
         self._docs: dict[str, tuple[Chunk, ...]] = {}
@@ -53,19 +62,19 @@ class ChunkCache:
                 self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
             if version != self.version or self.size < 1:
                 return
+            weight = self.weight
             for c in chunks:
                 if c.chunk_id not in self._chunks:
                     self._chunks[c.chunk_id] = c
-                    self._held += 1
-            if doc is not None and doc[0] not in self._docs and len(doc[1]) <= self.size:
+                    self._held += weight(c)
+            if doc is not None and doc[0] not in self._docs and (held := sum(map(weight, doc[1]))) <= self.size:
                 self._docs[doc[0]] = doc[1]
-                self._held += len(doc[1])
+                self._held += held
             while self._held > self.size:  # the oldest entries out (dicts keep insertion order)
                 if self._chunks:
-                    del self._chunks[next(iter(self._chunks))]
-                    self._held -= 1
+                    self._held -= weight(self._chunks.pop(next(iter(self._chunks))))
                 else:
-                    self._held -= len(self._docs.pop(next(iter(self._docs))))
+                    self._held -= sum(map(weight, self._docs.pop(next(iter(self._docs)))))
 
 
 # the chunk columns and, read in the same statement (one snapshot), the index version they are of
