@@ -159,6 +159,6 @@ def test_a_screened_searchs_fill_scores_the_rows_it_needs(k: Any) -> None:
         (True, SCREEN_FROM, "exact", False),
     ],
 )
-def test_auto_screens_from_2048_rows_with_the_kernels(kernels: bool, rows: int, mode: str, screens: bool) -> None:
+def test_auto_screens_from_1024_rows_with_the_kernels(kernels: bool, rows: int, mode: str, screens: bool) -> None:
     store = SimpleNamespace(_kernels=object() if kernels else None, dense_mode=mode)
     assert SQLiteSearch._screens(store, SimpleNamespace(rows=rows)) is screens  # type: ignore[arg-type]

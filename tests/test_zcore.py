@@ -191,7 +191,7 @@ def test_the_switch_takes_the_numpy_path(index: Settings) -> None:
 
 
 def test_int8_screened_searches_are_served_by_the_core_as_the_numpy_path_screens(index: Settings) -> None:
-    """With the AVX2/FMA kernels, an int8-screened search (``store.dense_search`` int8 here; auto from 2,048 chunks)
+    """With the AVX2/FMA kernels, an int8-screened search (``store.dense_search`` int8 here; auto from 1,024 chunks)
     is served by the core: the same hits, rankings and traces as the numpy path's screened search. At depth 4 the
     screening keeps 100 of the 163 rows, so BM25 candidates outside them get their cosine from the core's fill
     (computed then: the screened product holds only the kept rows)."""
@@ -278,7 +278,7 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     settings = Settings()
     monkeypatch.setattr(_core, "available", lambda: True)
     monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: object())
-    on = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 2,048 chunks)"
+    on = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 1,024 chunks)"
     assert check_core(settings) == [Check("search", "ok", on)]
     assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", on)]
     off = merge(settings, retrieval={"compiled_core": False})

@@ -35,8 +35,8 @@ BM25_MIN_DF = 1000
 # store.dense_search "auto" screens by int8 codes from this many rows in the vector file (bench/RESULTS.md, Issue 13)
 SCREEN_FROM = 100_000
 # ... and from this many with the compiled core's kernels (``_vectors.simd_kernels``: AVX2 int8 products; bench/
-# RESULTS.md, Issue 13 — int8 screening from 2,048 rows)
-SCREEN_KERNELS_FROM = 2048
+# RESULTS.md, Issue 13 — int8 screening from 1,024 rows)
+SCREEN_KERNELS_FROM = 1024
 
 
 def query_terms(terms: Sequence[str]) -> list[str]:
