@@ -162,3 +162,27 @@ def test_a_screened_searchs_fill_scores_the_rows_it_needs(k: Any) -> None:
 def test_auto_screens_from_1024_rows_with_the_kernels(kernels: bool, rows: int, mode: str, screens: bool) -> None:
     store = SimpleNamespace(_kernels=object() if kernels else None, dense_mode=mode)
     assert SQLiteSearch._screens(store, SimpleNamespace(rows=rows)) is screens  # type: ignore[arg-type]
+
+
+def test_hnsw_candidates_are_scored_by_the_kernels_as_every_other_dense_product(k: Any, tmp_path: Any) -> None:
+    """``store.dense_search: hnsw`` scores its candidates (and the rows written since its build) with the same
+    kernel as an exact search and a fill (``dense_scores``): a chunk's cosine is one float whichever way it is
+    found."""
+    from contracts.store_contract import make_doc
+    from zhiku.stores import SQLiteStore
+
+    rng = np.random.default_rng(3)
+    dim = 100
+    m = _unit_rows(rng, 300, dim)
+    items = [(f"第{i}段。", [f"段{i}"], m[i].tolist()) for i in range(300)]
+    doc = make_doc("d", "甲", "甲/d.md", "markdown", items)
+    with SQLiteStore(tmp_path / "idx") as writer:
+        doc.write(writer)
+    with SQLiteStore(tmp_path / "idx", dense_search="hnsw") as hnsw, SQLiteStore(tmp_path / "idx") as exact:
+        for q in _unit_rows(rng, 10, dim):
+            hits = hnsw.dense_search(q, 10)
+            assert len(hits) == 10
+            filled = hnsw.dense_scores(q, [h.chunk_id for h in hits])
+            by_exact = {h.chunk_id: h.score for h in exact.dense_search(q, 300)}
+            assert [h.score for h in hits] == [filled[h.chunk_id] for h in hits]
+            assert [h.score for h in hits] == [by_exact[h.chunk_id] for h in hits]

@@ -97,9 +97,11 @@ class Ann:
         unit: np.ndarray,
         k: int,
         allowed: np.ndarray,
+        dots: Callable[[np.ndarray, np.ndarray], np.ndarray] = lambda rows, unit: np.einsum("ij,j->i", rows, unit),
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """``(rows, float32 scores)`` of the best ``k`` allowed rows of ``matrix[:rows]`` (``gather`` reads given
-        rows), or None when the filters pass too few of the indexed rows (the caller then scores every row)."""
+        rows; ``dots(rows, unit)`` scores them, as every other dense product of the store: ``_vectors.dot_rows``),
+        or None when the filters pass too few of the indexed rows (the caller then scores every row)."""
         head = allowed[: self.rows]
         passing = int(head.sum())
         if passing < MIN_ALLOWED * self.rows:
@@ -114,12 +116,12 @@ class Ann:
             return None
         tail = np.empty(0, np.int64)
         if rows > self.rows:  # written since the build: scored exactly (a contiguous slice, no copy)
-            scores = np.einsum("ij,j->i", matrix[self.rows : rows], unit)
+            scores = dots(matrix[self.rows : rows], unit)
             scores[~allowed[self.rows : rows]] = -np.inf
             best = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
             tail = self.rows + best[np.isfinite(scores[best])]
         candidates = np.sort(np.concatenate([found, tail]))
-        return candidates, np.einsum("ij,j->i", gather(candidates), unit)
+        return candidates, dots(gather(candidates), unit)
 
 
 class AnnCache:

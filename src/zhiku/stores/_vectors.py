@@ -223,7 +223,8 @@ class VectorSnapshot:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
-        hit = ann.search(self.matrix, self.gather, self.rows, unit, k, allowed) if ann is not None else None
+        dots = functools.partial(dot_rows, kernels=kernels)
+        hit = ann.search(self.matrix, self.gather, self.rows, unit, k, allowed, dots) if ann is not None else None
         rows: np.ndarray | None
         if hit is not None:
             rows, scores = hit
