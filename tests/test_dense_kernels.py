@@ -186,3 +186,27 @@ def test_hnsw_candidates_are_scored_by_the_kernels_as_every_other_dense_product(
             by_exact = {h.chunk_id: h.score for h in exact.dense_search(q, 300)}
             assert [h.score for h in hits] == [filled[h.chunk_id] for h in hits]
             assert [h.score for h in hits] == [by_exact[h.chunk_id] for h in hits]
+
+
+def test_an_index_without_codes_is_served_by_the_core_past_the_screening_threshold(
+    k: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without int8 codes (an index from before them, opened read-only) nothing screens: the numpy path scores
+    every row exactly, and so does the core, which serves that search as it does below the threshold."""
+    from contracts.store_contract import make_doc
+    from zhiku.stores import SQLiteStore
+
+    rng = np.random.default_rng(4)
+    m = _unit_rows(rng, 300, 16)
+    items = [(f"第{i}段。", ["段", f"段{i}"], m[i].tolist()) for i in range(300)]
+    with SQLiteStore(tmp_path / "idx") as writer:
+        make_doc("d", "甲", "甲/d.md", "markdown", items).write(writer)
+    (tmp_path / "idx" / "vectors.16.i8").unlink()
+    monkeypatch.setattr("zhiku.stores._sqlite_search.SCREEN_KERNELS_FROM", 300)
+    with SQLiteStore(tmp_path / "idx", read_only=True) as store:
+        q = m[7] + 0.3 * m[8]
+        got = store.hybrid_core(["段"], q, 10, 20, None)
+        assert store._snap is not None and store._snap.codes is None and store._screens(store._snap)
+        assert got is not None
+        numpy_path = [(h.chunk_id, h.score) for h in store.dense_search(q, 10)]
+        assert list(zip(got.dense.ids, got.dense.scores, strict=True)) == numpy_path

@@ -23,7 +23,7 @@ from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
-from zhiku.stores._vectors import PREAD_FROM_BYTES, FileMoved, VectorSnapshot, dot_rows, screen_width
+from zhiku.stores._vectors import PREAD_FROM_BYTES, FileMoved, VectorSnapshot, dot_rows, numkong, screen_width
 from zhiku.types import Filters, Ranking, ScoredId
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,10 @@ class SQLiteSearch(SQLiteReads):
         with self._read() as conn:
             vec = self._snapshot(conn)
             self._check_dim(vec, query)
-            screen = self._screens(vec)
+            # (without codes, or without kernels and numkong, the numpy path scores every row: so does the core)
+            screen = (
+                self._screens(vec) and vec.codes is not None and (self._kernels is not None or numkong() is not None)
+            )
             if vec.live_count == 0 or self._uses_ann(vec) or screen and not self._core_screens(vec):
                 return None
             bm25 = self._bm25_snapshot(conn)
