@@ -280,7 +280,10 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: object())
     on = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 1,024 chunks)"
     assert check_core(settings) == [Check("search", "ok", on)]
-    assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", on)]
+    int8 = "compiled search core: on (AVX2/FMA dense kernels, int8 screening at every size)"
+    assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", int8)]
+    exact = "compiled search core: on (AVX2/FMA dense kernels, no int8 screening: store.dense_search exact)"
+    assert check_core(merge(settings, store={"dense_search": "exact"})) == [Check("search", "ok", exact)]
     off = merge(settings, retrieval={"compiled_core": False})
     assert check_core(off)[0].detail == "compiled search core: off (retrieval.compiled_core)"
     assert check_core(merge(settings, store={"kind": "milvus"}))[0].detail == (
@@ -292,7 +295,6 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     assert check_core(merge(settings, store={"dense_search": "hnsw"}))[0].detail == (
         "compiled search core: not used with store.dense_search hnsw (the others use it)"
     )
-    assert check_core(merge(settings, store={"dense_search": "exact"}))[0].status == "ok"
     monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: None)  # a CPU without AVX2 or FMA
     assert check_core(settings) == [
         Check("search", "ok", "compiled search core: on (no AVX2/FMA: numpy's dense products)")

@@ -266,7 +266,12 @@ def check_core(settings: Settings | None) -> list[Check]:
         if settings is not None and settings.store.dense_search == "int8":
             return [Check("search", "off", "compiled search core: not used with store.dense_search int8 (no AVX2/FMA)")]
         return [Check("search", "ok", "compiled search core: on (no AVX2/FMA: numpy's dense products)")]
-    kernels = f"AVX2/FMA dense kernels, int8 screening from {SCREEN_KERNELS_FROM:,} chunks"
+    mode = settings.store.dense_search if settings is not None else "auto"
+    screening = {
+        "exact": "no int8 screening: store.dense_search exact",
+        "int8": "int8 screening at every size",
+    }.get(mode, f"int8 screening from {SCREEN_KERNELS_FROM:,} chunks")
+    kernels = f"AVX2/FMA dense kernels, {screening}"
     return [Check("search", "ok", f"compiled search core: on ({kernels})")]
 
 
