@@ -50,7 +50,7 @@ def test_the_writer_sees_its_own_commits(tmp_path: Path) -> None:
 
 
 def test_the_cache_holds_one_version_and_at_most_its_size() -> None:
-    cache = ChunkCache(size=3)
+    cache = ChunkCache(size=3, weight=lambda c: 1)  # (counted: one each)
     a, b = LABOR.chunks
     (w,), (n,) = WAGE.chunks, NOTE.chunks
     assert cache.chunks([a.chunk_id]) == (-1, {})
@@ -93,10 +93,10 @@ def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path
 
 def test_a_stores_cache_is_bounded_by_the_texts_it_holds() -> None:
     """The store weighs each kept chunk by its text (and ``CHUNK_WEIGHT``): many short chunks, or a few long ones."""
-    from zhiku.stores._sqlite_read import CHUNK_WEIGHT, text_weight
+    from zhiku.stores._sqlite_read import CHUNK_WEIGHT
 
     a, b = LABOR.chunks
-    cache = ChunkCache(size=2 * CHUNK_WEIGHT + len(a.text) + len(b.text), weight=text_weight)
+    cache = ChunkCache(size=2 * CHUNK_WEIGHT + len(a.text) + len(b.text))  # (text_weight: the default)
     cache.add(1, [a, b])
     assert cache.chunks([a.chunk_id, b.chunk_id]) == (1, {a.chunk_id: a, b.chunk_id: b})
     (w,) = WAGE.chunks

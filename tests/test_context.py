@@ -143,7 +143,7 @@ def test_whole_articles_stops_reading_the_hits_at_its_limit() -> None:
 def test_whole_articles_remembers_each_chunk_objects_article() -> None:
     """With a memo (``runs``; the searcher keeps one per store) a chunk object's whole article is made once: the
     same hits again read no document; another object of the same chunk (a store's read after a write) is made
-    anew; the memo is bounded."""
+    anew; the memo is bounded by the characters it holds."""
     from zhiku.retrieval import context
 
     cs = chunks()
@@ -153,7 +153,7 @@ def test_whole_articles_remembers_each_chunk_objects_article() -> None:
         calls.append(doc_id)
         return cs
 
-    runs: context.Runs = {}
+    runs = context.Runs()
     hits = [Hit(chunk=cs[1], score=3.0), Hit(chunk=cs[3], score=2.0), Hit(chunk=cs[0], score=1.0)]
     first = whole_articles(hits, doc_chunks, runs=runs)
     assert whole_articles(hits, doc_chunks, runs=runs) == first == whole_articles(hits, doc_chunks)
@@ -162,7 +162,9 @@ def test_whole_articles_remembers_each_chunk_objects_article() -> None:
     changed = replace(cs[3], text="第四十七条 经济补偿按年限支付。")  # the same chunk id, another object
     again = whole_articles([Hit(chunk=changed, score=1.0)], doc_chunks, runs=runs)
     assert again[0].chunk is changed and len(runs) == 3
-    for n in range(context.RUNS_KEPT):
-        runs[-n - 1] = (cs[0], cs[0], ())
-    whole_articles([Hit(chunk=cs[2], score=1.0)], doc_chunks, runs=runs)
-    assert len(runs) == 1  # full: emptied, then the new entry
+    small = context.Runs(budget=2 * context.RUN_WEIGHT + len(first[0].chunk.text) + len(cs[3].text))
+    whole_articles(hits, doc_chunks, runs=small)
+    assert len(small) == 2  # the whole article (weighed by its joined text) and 第四十七条
+    whole_articles([Hit(chunk=cs[2], score=1.0)], doc_chunks, runs=small)
+    assert len(small) == 1  # full: emptied, then the new entry
+    assert small.get(cs[2]) == (cs[2], ()) and small.get(cs[3]) is None

@@ -285,7 +285,7 @@ class RetrievalSettings(_Section):
     )
     compiled_core: bool = Field(
         True,
-        description="Serve hybrid z-score searches (filtered or not; exact or int8-screened dense scores, not HNSW) through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path (whose dense products still use the core's AVX2/FMA kernels where they run: the same floats on both paths).",
+        description="Serve hybrid z-score searches (filtered or not; exact dense scores, or int8-screened ones on a CPU with AVX2 and FMA and a vector file under 256 MiB; not HNSW) through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path (whose dense products still use the core's AVX2/FMA kernels where they run: the same floats on both paths).",
     )
     rewrite: RewriteMode = Field(
         "none",

@@ -210,8 +210,35 @@ def _whole(c: Chunk, by_ordinal: Callable[[], Mapping[int, Chunk]]) -> list[Chun
     return [c]
 
 
-Runs = dict[int, tuple[Chunk, Chunk, tuple[str, ...]]]  # ``whole_articles``' memo: id(chunk) → chunk, whole, pieces
-RUNS_KEPT = 4096
+RUNS_CHARS = 2_000_000  # what small-to-big's memo may hold: its entries' texts, and RUN_WEIGHT more each
+RUN_WEIGHT = 256
+
+
+class Runs:
+    """``whole_articles``' memo: by chunk object, its whole article (the chunk itself when it is whole) and the ids
+    of the pieces inside it. Bounded by weight (each entry its text's characters and ``RUN_WEIGHT``; ``budget``):
+    full, it starts again empty. Each entry holds its chunk, so no other object takes its id while it is kept. No
+    lock: a dict's reads and writes are atomic, and an entry lost to a race is made again."""
+
+    def __init__(self, budget: int = RUNS_CHARS) -> None:
+        self.budget = budget
+        self._kept: dict[int, tuple[Chunk, Chunk, tuple[str, ...]]] = {}
+        self._held = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, c: Chunk) -> tuple[Chunk, tuple[str, ...]] | None:
+        kept = self._kept.get(id(c))
+        return (kept[1], kept[2]) if kept is not None and kept[0] is c else None
+
+    def put(self, c: Chunk, whole: Chunk, pieces: tuple[str, ...]) -> None:
+        weight = RUN_WEIGHT + len(whole.text)
+        if self._held + weight > self.budget:
+            self._kept, self._held = {}, 0
+        if weight <= self.budget:
+            self._kept[id(c)] = (c, whole, pieces)
+            self._held += weight
 
 
 def whole_articles(
@@ -226,7 +253,7 @@ def whole_articles(
     the matched piece's id and page; the other pieces are dropped from the ranking. ``limit``: stop at that many
     hits (``hits`` is read no further). ``runs``: what earlier calls found for the same chunk objects (a store
     hands out one object per chunk and index version, and new ones after a write: ``SQLiteStore``'s chunk cache),
-    kept there (at most ``RUNS_KEPT``; each holds its chunk, so no other object takes its id)."""
+    kept there."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document
@@ -242,9 +269,9 @@ def whole_articles(
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        kept = runs.get(id(c)) if runs is not None else None
-        if kept is not None and kept[0] is c:
-            whole, pieces = kept[1], kept[2]
+        kept = runs.get(c) if runs is not None else None
+        if kept is not None:
+            whole, pieces = kept
         else:
             run = _whole(c, functools.partial(by_ordinal, c.doc_id))
             whole, pieces = c, ()
@@ -252,9 +279,7 @@ def whole_articles(
                 whole = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
                 pieces = tuple(x.chunk_id for x in run)
             if runs is not None:
-                if len(runs) >= RUNS_KEPT:
-                    runs.clear()
-                runs[id(c)] = (c, whole, pieces)
+                runs.put(c, whole, pieces)
         if pieces:
             shown.update(pieces)
             h = replace(h, chunk=whole)

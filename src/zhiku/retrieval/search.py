@@ -91,7 +91,7 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
-        self._runs: Runs = {}  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
+        self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
         self.core = CorePath(store, settings, self._embed, self._bm25, self._hits, self._catalogue, self._runs)
 
     def close(self) -> None:

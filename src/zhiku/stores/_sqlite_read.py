@@ -29,10 +29,10 @@ def text_weight(c: Chunk) -> int:
 class ChunkCache:
     """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id: what the last
     reads decoded, kept for the next. Adding entries of a newer version empties it first; entries of an older one
-    (a reader behind another's commit) are not added. At most ``size`` in weight (``weight`` of each chunk; one
-    each by default; a document's list weighs its chunks; the oldest entries go first). Thread-safe."""
+    (a reader behind another's commit) are not added. At most ``size`` in weight (``weight`` of each chunk,
+    ``text_weight`` by default; a document's list weighs its chunks; the oldest entries go first). Thread-safe."""
 
-    def __init__(self, size: int = CHUNK_CACHE, weight: Callable[[Chunk], int] = lambda c: 1) -> None:
+    def __init__(self, size: int = CHUNK_CACHE, weight: Callable[[Chunk], int] = text_weight) -> None:
         self.size, self.weight = size, weight
         self.version = -1
         self._chunks: dict[str, Chunk] = {}
