@@ -193,57 +193,36 @@ static void sort_heap(Heap *hp) {
 }
 
 /* the k-th largest of a[0 … n - 1] (1 <= k <= n; a is reordered): quickselect. A top-k heap offered only the
- * candidates at or above it takes k insertions instead of k + k ln(n / k) replacements. */
-static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
-    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        double x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi]; /* the median of three as the pivot */
-        double pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        Py_ssize_t i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > pivot) i++;
-            while (a[j] < pivot) j--;
-            if (i <= j) {
-                double t = a[i];
-                a[i++] = a[j];
-                a[j--] = t;
-            }
-        }
-        if (want <= j)
-            hi = j;
-        else if (want >= i)
-            lo = i;
-        else
-            return a[want];
+ * candidates at or above it takes k insertions instead of k + k ln(n / k) replacements. One body for doubles
+ * (scores) and int32s (int8 screening's products). */
+#define DEFINE_KTH_LARGEST(NAME, T)                                                                               \
+    static T NAME(T *a, Py_ssize_t n, Py_ssize_t k) {                                                            \
+        Py_ssize_t lo = 0, hi = n - 1, want = k - 1;                                                             \
+        while (lo < hi) {                                                                                        \
+            T x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi]; /* the median of three as the pivot */            \
+            T pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));                     \
+            Py_ssize_t i = lo, j = hi;                                                                           \
+            while (i <= j) {                                                                                     \
+                while (a[i] > pivot) i++;                                                                        \
+                while (a[j] < pivot) j--;                                                                        \
+                if (i <= j) {                                                                                    \
+                    T t = a[i];                                                                                  \
+                    a[i++] = a[j];                                                                               \
+                    a[j--] = t;                                                                                  \
+                }                                                                                                \
+            }                                                                                                    \
+            if (want <= j)                                                                                       \
+                hi = j;                                                                                          \
+            else if (want >= i)                                                                                  \
+                lo = i;                                                                                          \
+            else                                                                                                 \
+                return a[want];                                                                                  \
+        }                                                                                                        \
+        return a[want];                                                                                          \
     }
-    return a[want];
-}
 
-/* the k-th largest of a[0 … n - 1] (1 <= k <= n; a is reordered), as kth_largest */
-static int32_t kth_largest_i32(int32_t *a, Py_ssize_t n, Py_ssize_t k) {
-    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        int32_t x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
-        int32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        Py_ssize_t i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > pivot) i++;
-            while (a[j] < pivot) j--;
-            if (i <= j) {
-                int32_t t = a[i];
-                a[i++] = a[j];
-                a[j--] = t;
-            }
-        }
-        if (want <= j)
-            hi = j;
-        else if (want >= i)
-            lo = i;
-        else
-            return a[want];
-    }
-    return a[want];
-}
+DEFINE_KTH_LARGEST(kth_largest, double)
+DEFINE_KTH_LARGEST(kth_largest_i32, int32_t)
 
 /* Python's ``x ** y`` for floats is libm's pow (not x * x for y = 2: 0.08 % of floats differ in the last bit);
  * called through a pointer so that the compiler does not rewrite pow(x, 2.0) */
