@@ -81,7 +81,13 @@ def timed_set(index: Path, queries_root: Path, name: str, passes: int) -> None:
     timed(acc, search, "named_articles_first", "named articles")
     searcher = kb.searcher  # its core path, over the wrapped store method
     searcher.core = core_path.CorePath(
-        kb.store, searcher.settings, searcher._embed, searcher._bm25, searcher._hits, searcher._catalogue
+        kb.store,
+        searcher.settings,
+        searcher._embed,
+        searcher._bm25,
+        searcher._hits,
+        searcher._catalogue,
+        searcher._runs,
     )
     for q in qs:
         kb.retrieve(q, top_k=10, mode="hybrid", per_source_k=100)

@@ -68,6 +68,7 @@ DEPTH = 100
 THREADS_1 = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")} | {
     "LANCE_CPU_THREADS": "1",
     "LANCE_LOG": "error",
+    "LANCEDB_LOG": "error",  # lancedb's own logger (its default, warn, printed a deprecation line per search)
     "RUST_LOG": "error",
 }  # LANCE_IO_THREADS=1 hangs lancedb
 
