@@ -85,6 +85,21 @@ def test_auto_screens_from_its_threshold_only(index_dir: Path, monkeypatch: pyte
         assert CHUNK[5] not in ids(auto.dense_search(VECTORS[5], 10))
 
 
+def test_a_snapshot_reads_its_rows_and_codes_through_plain_views_of_the_mappings(index_dir: Path) -> None:
+    with SQLiteStore(index_dir, dense_search="int8") as store:
+        store.dense_search(VECTORS[3], 10)
+        snap = store._snap
+        assert snap is not None and snap.codes is not None
+        for view, mapped in ((snap.float_rows, snap.matrix), (snap.code_rows, snap.codes)):
+            assert type(view) is np.ndarray and view.shape == (300, DIM)  # not a memmap: no slicing per search
+            assert np.shares_memory(view, mapped) and np.array_equal(view, mapped[:300])
+        assert np.allclose(snap.float_rows, VECTORS, atol=1e-6)  # (the store normalises what it is given)
+    (index_dir / f"vectors.{DIM}.i8").unlink()
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        reader.dense_search(VECTORS[3], 10)
+        assert reader._snap is not None and reader._snap.code_rows is None
+
+
 def test_an_index_without_codes_is_searched_exactly_and_gets_them_when_opened_for_writing(index_dir: Path) -> None:
     codes = index_dir / f"vectors.{DIM}.i8"
     codes.unlink()

@@ -162,7 +162,7 @@ class SQLiteSearch(SQLiteReads):
         else:
             scores = vec.product(unit, vec.live, vec.live_count, self._kernels)
         t2 = time.perf_counter()
-        dots = (vec.matrix[: vec.rows], unit) if screen else None
+        dots = (vec.float_rows, unit) if screen else None
         got = _core.hybrid(ix, scores, scored, depth, keep, fusion, (t1 - t0, t2 - t1), allowed, dots)
         if fusion is None:  # fused in Python (``dense_search``'s way): its fill reads these cosines, and the rows
             self._last_scores.product = (weakref.ref(vec), query.copy(), scores)

@@ -240,14 +240,19 @@ class VectorSnapshot:
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
 
     @functools.cached_property
-    def _rows(self) -> np.ndarray:
+    def float_rows(self) -> np.ndarray:
         """The float32 rows as a plain array over the same memory (slicing the mapping costs a few µs a search)."""
         return np.asarray(self.matrix[: self.rows]).view(np.ndarray)
+
+    @functools.cached_property
+    def code_rows(self) -> np.ndarray | None:
+        """The rows' int8 codes as a plain array over the same memory (as ``float_rows``), or None without codes."""
+        return None if self.codes is None else np.asarray(self.codes[: self.rows]).view(np.ndarray)
 
     def product(self, unit: np.ndarray, allowed: np.ndarray, n: int, kernels: Any = None) -> np.ndarray:
         """Every row's cosine with the unit vector ``unit`` (float32 by file row), −inf at the rows not ``allowed``
         (``n``: how many are), by ``dot_rows``. The compiled search core (``_core``) ranks this same array."""
-        scores = dot_rows(self._rows, unit, kernels)
+        scores = dot_rows(self.float_rows, unit, kernels)
         if n < self.rows:
             scores[~allowed] = -np.inf
         return scores
@@ -260,7 +265,7 @@ class VectorSnapshot:
         scores = np.full(self.rows, -np.inf, np.float32)
         if rows.size:
             got = np.empty(rows.size, np.float32)
-            kernels.dots(self._rows, unit, got, rows)
+            kernels.dots(self.float_rows, unit, got, rows)
             scores[rows] = got
         return scores
 
@@ -288,13 +293,14 @@ class VectorSnapshot:
     def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int, kernels: Any) -> np.ndarray:
         """The ``want`` allowed rows whose int8 codes score best against the query's, in file order (ties: the
         lower rows, with ``kernels``; else numkong's products)."""
-        assert self.codes is not None
+        codes = self.code_rows
+        assert codes is not None
         if kernels is not None:
             out = np.empty(want, np.int64)
-            got = kernels.screen(self.codes[: self.rows], quantise(unit), allowed.view(np.uint8), out)
+            got = kernels.screen(codes, quantise(unit), allowed.view(np.uint8), out)
             return out[:got]
         nk = numkong()
-        coarse = nk.cdist(quantise(unit)[None, :], self.codes[: self.rows], metric="dot", out_dtype="float32")
+        coarse = nk.cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32")
         coarse = np.asarray(coarse)[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
