@@ -8,6 +8,7 @@ numpy path serves and these tests skip (a failure in CI: strict skips)."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -149,19 +150,41 @@ def test_a_screened_searchs_fill_scores_the_rows_it_needs(k: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "kernels, rows, mode, screens",
+    "vendor, kernels, rows, dim, mode, screens",
     [
-        (True, SCREEN_KERNELS_FROM - 1, "auto", False),
-        (True, SCREEN_KERNELS_FROM, "auto", True),
-        (False, SCREEN_KERNELS_FROM, "auto", False),
-        (False, SCREEN_FROM, "auto", True),
-        (True, 10, "int8", True),
-        (True, SCREEN_FROM, "exact", False),
+        ("GenuineIntel", True, SCREEN_KERNELS_FROM - 1, 384, "auto", False),
+        ("GenuineIntel", True, SCREEN_KERNELS_FROM, 384, "auto", True),
+        ("", True, SCREEN_KERNELS_FROM, 1024, "auto", True),  # (a vendor not known: the Intel crossover)
+        ("AuthenticAMD", True, 8191, 384, "auto", False),  # (12 MB of float32 rows: 8,192 of 384 floats)
+        ("AuthenticAMD", True, 8192, 384, "auto", True),
+        ("AuthenticAMD", True, 3071, 1024, "auto", False),
+        ("AuthenticAMD", True, 3072, 1024, "auto", True),
+        ("AuthenticAMD", True, SCREEN_KERNELS_FROM - 1, 8192, "auto", False),  # (never below the Intel one)
+        ("GenuineIntel", False, SCREEN_KERNELS_FROM, 384, "auto", False),
+        ("AuthenticAMD", False, SCREEN_FROM, 384, "auto", True),
+        ("AuthenticAMD", True, 10, 384, "int8", True),
+        ("GenuineIntel", True, SCREEN_FROM, 384, "exact", False),
     ],
 )
-def test_auto_screens_from_1024_rows_with_the_kernels(kernels: bool, rows: int, mode: str, screens: bool) -> None:
+def test_auto_screens_from_the_cpus_crossover_with_the_kernels(
+    monkeypatch: pytest.MonkeyPatch, vendor: str, kernels: bool, rows: int, dim: int, mode: str, screens: bool
+) -> None:
+    """1,024 rows on Intel CPUs (and any other), 12 MB of float32 rows on AMD ones (bench/RESULTS.md)."""
+    monkeypatch.setattr("zhiku.stores._sqlite_search.cpu_vendor", lambda: vendor)
     store = SimpleNamespace(_kernels=object() if kernels else None, dense_mode=mode)
-    assert SQLiteSearch._screens(store, SimpleNamespace(rows=rows)) is screens  # type: ignore[arg-type]
+    assert SQLiteSearch._screens(store, SimpleNamespace(rows=rows, dim=dim)) is screens  # type: ignore[arg-type]
+
+
+def test_the_cpus_vendor_is_read_from_proc_cpuinfo() -> None:
+    from zhiku.stores._sqlite_search import cpu_vendor
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        assert cpu_vendor() == ""
+        return
+    ids = [line.partition(":")[2].strip() for line in text.splitlines() if line.startswith("vendor_id")]
+    assert cpu_vendor() == (ids[0] if ids else "")
 
 
 def test_hnsw_candidates_are_scored_by_the_kernels_as_every_other_dense_product(k: Any, tmp_path: Any) -> None:
@@ -202,7 +225,7 @@ def test_an_index_without_codes_is_served_by_the_core_past_the_screening_thresho
     with SQLiteStore(tmp_path / "idx") as writer:
         make_doc("d", "甲", "甲/d.md", "markdown", items).write(writer)
     (tmp_path / "idx" / "vectors.16.i8").unlink()
-    monkeypatch.setattr("zhiku.stores._sqlite_search.SCREEN_KERNELS_FROM", 300)
+    monkeypatch.setattr("zhiku.stores._sqlite_search.screen_kernels_from", lambda dim: 300)
     with SQLiteStore(tmp_path / "idx", read_only=True) as store:
         q = m[7] + 0.3 * m[8]
         got = store.hybrid_core(["段"], q, 10, 20, None)
@@ -214,8 +237,6 @@ def test_an_index_without_codes_is_served_by_the_core_past_the_screening_thresho
 
 def test_the_storage_doc_says_how_each_dense_search_mode_scores() -> None:
     """docs/storage.md's ``store.dense_search`` list names the kernels and both ``auto`` thresholds."""
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parents[1] / "docs" / "storage.md").read_text(encoding="utf-8")
     items = text.split("\n- `")[1:]  # each mode's item, with its continuation lines
     modes = {item.split("`")[0]: item.split("\n- ")[0].split("\n\n")[0] for item in items}

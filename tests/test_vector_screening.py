@@ -77,11 +77,13 @@ def test_screening_honours_filters_and_never_returns_a_deleted_chunk(index_dir: 
 
 def test_auto_screens_from_its_threshold_only(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _corrupt_code(index_dir, 5)
-    with SQLiteStore(index_dir) as auto:  # 300 rows: below SCREEN_KERNELS_FROM (and SCREEN_FROM), exact
+    with SQLiteStore(index_dir) as auto:  # 300 rows: below every crossover, exact
         assert ids(auto.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
-        # from SCREEN_KERNELS_FROM rows where the compiled core's kernels run, else from SCREEN_FROM
-        name = "SCREEN_KERNELS_FROM" if auto._kernels is not None else "SCREEN_FROM"
-        monkeypatch.setattr(f"zhiku.stores._sqlite_search.{name}", 300)
+        # from the CPU's crossover where the compiled core's kernels run (screen_kernels_from), else from SCREEN_FROM
+        if auto._kernels is not None:
+            monkeypatch.setattr("zhiku.stores._sqlite_search.screen_kernels_from", lambda dim: 300)
+        else:
+            monkeypatch.setattr("zhiku.stores._sqlite_search.SCREEN_FROM", 300)
         assert CHUNK[5] not in ids(auto.dense_search(VECTORS[5], 10))
 
 

@@ -278,8 +278,12 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     settings = Settings()
     monkeypatch.setattr(_core, "available", lambda: True)
     monkeypatch.setattr("zhiku.stores._vectors.simd_kernels", lambda: object())
+    monkeypatch.setattr("zhiku.stores._sqlite_search.cpu_vendor", lambda: "GenuineIntel")
     on = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 1,024 chunks)"
     assert check_core(settings) == [Check("search", "ok", on)]
+    monkeypatch.setattr("zhiku.stores._sqlite_search.cpu_vendor", lambda: "AuthenticAMD")  # (this CPU's crossover)
+    amd = "compiled search core: on (AVX2/FMA dense kernels, int8 screening from 8,192 chunks)"
+    assert check_core(settings) == [Check("search", "ok", amd)]
     int8 = "compiled search core: on (AVX2/FMA dense kernels, int8 screening at every size)"
     assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", int8)]
     exact = "compiled search core: on (AVX2/FMA dense kernels, no int8 screening: store.dense_search exact)"

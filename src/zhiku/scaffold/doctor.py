@@ -244,7 +244,7 @@ def check_clients(root: Path) -> list[Check]:
 def check_core(settings: Settings | None) -> list[Check]:
     """Whether hybrid searches go through the compiled search core (``stores/_core``) or the numpy path."""
     from zhiku.stores import _core
-    from zhiku.stores._sqlite_search import SCREEN_KERNELS_FROM
+    from zhiku.stores._sqlite_search import screen_kernels_from
     from zhiku.stores._vectors import simd_kernels
 
     if settings is not None and settings.store.kind != "sqlite":
@@ -270,7 +270,7 @@ def check_core(settings: Settings | None) -> list[Check]:
     screening = {
         "exact": "no int8 screening: store.dense_search exact",
         "int8": "int8 screening at every size",
-    }.get(mode, f"int8 screening from {SCREEN_KERNELS_FROM:,} chunks")
+    }.get(mode, f"int8 screening from {screen_kernels_from(384):,} chunks")  # (of 384 floats: the bundled model)
     kernels = f"AVX2/FMA dense kernels, {screening}"
     return [Check("search", "ok", f"compiled search core: on ({kernels})")]
 

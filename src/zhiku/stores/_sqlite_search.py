@@ -4,6 +4,7 @@ run side by side)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
@@ -35,8 +36,32 @@ BM25_MIN_DF = 1000
 # store.dense_search "auto" screens by int8 codes from this many rows in the vector file (bench/RESULTS.md, Issue 13)
 SCREEN_FROM = 100_000
 # ... and from this many with the compiled core's kernels (``_vectors.simd_kernels``: AVX2 int8 products; bench/
-# RESULTS.md, Issue 13 — int8 screening from 1,024 rows)
+# RESULTS.md, Issue 13 — int8 screening from 1,024 rows: measured on an Intel Xeon) ...
 SCREEN_KERNELS_FROM = 1024
+# ... except on AMD CPUs, whose large L3 feeds the exact kernel fast enough that screening pays only once the
+# float32 rows pass this many bytes (8,192 rows of 384 floats; bench/RESULTS.md, Issue 13 — every bar on an AMD
+# EPYC box: exact faster up to 8–16k rows there)
+SCREEN_KERNELS_FROM_BYTES_AMD = 12 << 20
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor (``/proc/cpuinfo``'s ``vendor_id``: ``GenuineIntel``, ``AuthenticAMD``…), '' where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def screen_kernels_from(dim: int) -> int:
+    """From how many rows of ``dim`` floats ``store.dense_search`` auto screens where the kernels run (this CPU's)."""
+    if cpu_vendor() == "AuthenticAMD":
+        return max(SCREEN_KERNELS_FROM, SCREEN_KERNELS_FROM_BYTES_AMD // (4 * max(dim, 1)))
+    return SCREEN_KERNELS_FROM
 
 
 def query_terms(terms: Sequence[str]) -> list[str]:
@@ -269,7 +294,7 @@ class SQLiteSearch(SQLiteReads):
     def _screens(self, snap: VectorSnapshot) -> bool:
         """Whether dense search ranks by the int8 codes first (``store.dense_search``; hnsw: when it cannot use
         the HNSW index)."""
-        start = SCREEN_FROM if self._kernels is None else SCREEN_KERNELS_FROM
+        start = SCREEN_FROM if self._kernels is None else screen_kernels_from(snap.dim)
         return self.dense_mode in ("int8", "hnsw") or self.dense_mode == "auto" and snap.rows >= start
 
     def _core_screens(self, snap: VectorSnapshot) -> bool:
