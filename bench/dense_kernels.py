@@ -7,8 +7,9 @@ changes a dense top k.
         [--peers /tmp/peers-sN]    # also: real vectors (bench/peers.py's inputs.pkl of each set in that workdir)
 
 Timings: random unit rows (latency does not depend on what the vectors mean), mapped from a file as the store
-maps them, one query after another (each a row of another random matrix), p50/p95 in µs. The crossover chosen
-from this (``_sqlite_search.SCREEN_KERNELS_FROM``) is where screening's p95 is clearly below the exact kernel's.
+maps them, one query after another (each a row of another random matrix), p50/p95 in µs. The crossovers chosen
+from this (``_sqlite_search.screen_kernels_from``: 1,024 rows on the Intel box, 12 MB of rows on the AMD one) are
+where screening's p95 is clearly below the exact kernel's.
 Real vectors: every question of each set, screened top k (k 100 and 10: a hybrid search's depth and a dense
 search's top_k) against the exact one: how many questions get another set of rows, and the time of each way.
 """
