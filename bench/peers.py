@@ -162,12 +162,28 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(stack_key: str, work: Path, latency_queries: int) -> None:
+def pinned_inputs(work: Path) -> tuple[Corpus, list[Query]]:
+    """This process pinned to one core, and the set's corpus and questions (``work/inputs.pkl``)."""
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     corpus, queries = pickle.loads((work / "inputs.pkl").read_bytes())
-    base_rss = peak_rss_mb()
-    if any(query_tokens(q) != q.tokens for q in queries):  # what every search segments is what zhiku indexed
+    return corpus, queries
+
+
+def check_tokens(queries: list[Query]) -> None:
+    """What every search segments is what zhiku indexed."""
+    if any(query_tokens(q) != q.tokens for q in queries):
         raise SystemExit("the query tokens differ from the source index's segmentation: rebuild the inputs")
+
+
+def timed_questions(queries: list[Query], latency_queries: int) -> list[Query]:
+    """The latency pass's questions: about ``latency_queries`` of them, evenly spread over the set."""
+    return queries[:: max(1, len(queries) // latency_queries)]
+
+
+def child(stack_key: str, work: Path, latency_queries: int) -> None:
+    corpus, queries = pinned_inputs(work)
+    base_rss = peak_rss_mb()
+    check_tokens(queries)
     stack = make_stack(stack_key, queries)
     where = fresh(work / "stacks" / stack_key)
     t = time.perf_counter()
@@ -175,7 +191,7 @@ def child(stack_key: str, work: Path, latency_queries: int) -> None:
     build_s = time.perf_counter() - t
     rankings = [stack.search(q, DEPTH) for q in queries]  # the scored pass; it also warms every stack
     latencies, cpu = [], []
-    for q in queries[:: max(1, len(queries) // latency_queries)]:  # evenly spread over the set
+    for q in timed_questions(queries, latency_queries):
         t, c = time.perf_counter(), time.process_time()
         stack.search(q, 10)
         latencies.append((time.perf_counter() - t) * 1000)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import random
 import sys
 import time
@@ -26,20 +25,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_stacks import fresh, make_stack  # noqa: E402
-from peers import DEPTH, THREADS_1  # noqa: E402
+from peers import DEPTH, THREADS_1, check_tokens, pinned_inputs, timed_questions  # noqa: E402
 from zhiku.numeric import percentile  # noqa: E402
 
 
 def paired(work: Path, keys: list[str], latency_queries: int, rounds: int) -> list[dict[str, list[float]]]:
     """Each round's latencies (ms) per stack, the stacks' searches of one question back to back."""
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    corpus, queries = pickle.loads((work / "inputs.pkl").read_bytes())
+    corpus, queries = pinned_inputs(work)
+    check_tokens(queries)
     stacks = {k: make_stack(k, queries) for k in keys}
     for k, stack in stacks.items():
         stack.build(corpus, fresh(work / "paired" / k))
         for q in queries:  # the scored pass of bench/peers.py: it warms every stack
             stack.search(q, DEPTH)
-    timed = queries[:: max(1, len(queries) // latency_queries)]
+    timed = timed_questions(queries, latency_queries)
     rng = random.Random(13)
     out = []
     for _ in range(rounds):
