@@ -21,8 +21,7 @@ EVAL_DATA ?= ../shared/eval
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
 
-# setup.py and the C source too: an edited compiled search core is built again (pip install -e builds it in place)
-$(STAMP): pyproject.toml setup.py src/zhiku/stores/_zcore.c
+$(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
@@ -30,7 +29,7 @@ $(STAMP): pyproject.toml setup.py src/zhiku/stores/_zcore.c
 	touch $@
 
 # The dev install includes the base one, so it leaves both stamps.
-$(DEV_STAMP): pyproject.toml setup.py src/zhiku/stores/_zcore.c
+$(DEV_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

@@ -48,8 +48,6 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "demo-index",
             ".cache",
             "tests",
-            "*.so",
-            "*.pyd",
         ),
     )
     run(
@@ -66,17 +64,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=tmp,
     )
     (wheel,) = (tmp / "dist").glob("zhiku-*.whl")
-    assert not wheel.name.endswith("-none-any.whl"), wheel.name  # a platform wheel: the compiled search core in it
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name  # pure Python: no compiler needed
     venv.create(tmp / "venv", with_pip=True)
     bin_dir = tmp / "venv" / "bin"
     run(bin_dir / "python", "-m", "pip", "install", "-q", wheel, cwd=tmp)
     return bin_dir
-
-
-def test_the_installed_wheel_imports_the_compiled_search_core(installed: Path, tmp_path: Path) -> None:
-    code = "from zhiku.stores import _core, _zcore; print(_core.available(), _zcore.__file__)"
-    out = run(installed / "python", "-c", code, cwd=tmp_path).stdout.split()
-    assert out[0] == "True" and "site-packages" in out[1], out
 
 
 def test_init_ingest_query_doctor_and_serve_from_the_wheel(installed: Path, tmp_path: Path) -> None:
@@ -95,8 +87,6 @@ def test_init_ingest_query_doctor_and_serve_from_the_wheel(installed: Path, tmp_
     checks = json.loads(doctor.stdout)["checks"]
     assert [c["status"] for c in checks if c["area"] in ("settings", "index", "models", "clients")] == ["ok"] * 8
     assert {c["detail"] for c in checks if c["status"] == "off"} >= {"pdf: not installed", "dashboard: not installed"}
-    (search,) = [c for c in checks if c["area"] == "search"]  # built from the wheel, with its AVX2/FMA kernels
-    assert (search["status"], search["detail"].split(" (")[0]) == ("ok", "compiled search core: on")
 
     config = json.loads((project / ".vscode" / "mcp.json").read_text(encoding="utf-8"))["servers"]["zhiku"]
     assert config["command"] == str(zhiku)

@@ -185,14 +185,13 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
         in checks
     )
     assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed, to read PDFs")
-    # the scale extra (numkong, usearch) is listed, and needed by the HNSW dense search
-    Path("zhiku.yaml").write_text("store:\n  dense_search: hnsw\n", encoding="utf-8")
-    monkeypatch.setattr(doctor_mod, "_installed", lambda m: m != "usearch")
+    # the scale extra (numkong) is listed, and needed by the int8 dense search
+    Path("zhiku.yaml").write_text("store:\n  dense_search: int8\n", encoding="utf-8")
+    monkeypatch.setattr(doctor_mod, "_installed", lambda m: m != "numkong")
     checks = doctor_mod.check_extras(load_settings(Path("zhiku.yaml")))
     assert checks[-1] == doctor_mod.Check(
         "extras",
         "fail",
-        "scale: missing, and the settings need it (to search 100,000+ chunks faster: int8 screening, and "
-        "store.dense_search hnsw)",
+        "scale: missing, and the settings need it (to search 100,000+ chunks faster by int8 screening)",
         "pip install 'zhiku[scale]'",
     )

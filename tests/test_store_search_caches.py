@@ -90,53 +90,6 @@ def test_bm25_scores_reused_from_earlier_queries_are_the_same_floats(index_dir: 
     assert ids(filtered) == NOTE.ids
 
 
-def reference_sum(terms: list[_bm25_query.QueryTerm], n: int, norm: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Term after term, as the index summed before one bincount did it."""
-    out = np.zeros(norm.size, np.float64)
-    for t in terms:
-        rows, tfs = t.gathered(live)
-        out[rows] += _bm25_query.weights(t.idf(n), tfs, norm[rows])
-    return out
-
-
-def test_one_bincount_adds_each_rows_term_scores_in_query_order() -> None:
-    rng = np.random.default_rng(7)
-    vocab = [f"词{i}" for i in range(40)]
-    rows = [" ".join(rng.choice(vocab, size=int(rng.integers(2, 60)))) for _ in range(300)]
-    seg = _bm25.build(1, 300, [(i + 1, t) for i, t in enumerate(rows)])
-    live = np.ones(301, bool)
-    live[[0, 3, 150]] = False
-    snap = _bm25.BM25Snapshot.of(1, 300, [seg], live, np.concatenate([[0.0], seg.doclen.astype(np.float64)]))
-    for size in (1, 2, 7, 25):
-        terms = [snap.term(t) for t in rng.choice(vocab, size=size, replace=False)]
-        expected = reference_sum(terms, snap.n_live, snap.norm, snap.live)
-        got = _bm25_query._summed(terms, snap.n_live, snap.norm, snap.live, None)
-        assert np.array_equal(got, expected)  # bit for bit: each row's sum in the same order
-        assert np.array_equal(_bm25_query._summed(terms, snap.n_live, snap.norm, snap.live, None), expected)
-
-
-def test_skipped_long_terms_read_from_their_postings_give_the_same_floats(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(21)
-    vocab = [f"词{i}" for i in range(50)]
-    p = 1 / np.arange(1, 51) ** 1.2
-    rows = [" ".join(rng.choice(vocab, size=int(rng.integers(3, 30)), p=p / p.sum())) for _ in range(500)]
-    segs = [_bm25.build(1, 250, [(i + 1, t) for i, t in enumerate(rows[:250])])]
-    segs.append(_bm25.build(251, 500, [(i + 251, t) for i, t in enumerate(rows[250:])]))
-    live = np.ones(501, bool)
-    live[[0, 10, 300]] = False
-    doclen = np.concatenate([[0.0], *(s.doclen.astype(np.float64) for s in segs)])
-    queries = [list(rng.permutation([*rng.choice(vocab[:6], 3, replace=False), vocab[20 + n % 20]])) for n in range(40)]
-    monkeypatch.setattr(_bm25_query, "LONG_MIN", 10**9)
-    every = _bm25.BM25Snapshot.of(1, 500, segs, live, doclen)
-    expected = [sorted(zip(*(a.tolist() for a in every.search(q, 10, None)), strict=True)) for q in queries]
-    monkeypatch.setattr(_bm25_query, "LONG_MIN", 0)
-    monkeypatch.setattr(_bm25_query, "LONG_FRACTION", 8)
-    skipping = _bm25.BM25Snapshot.of(1, 500, segs, live, doclen)  # nothing scored yet: skipped terms read postings
-    got = [sorted(zip(*(a.tolist() for a in skipping.search(q, 10, None)), strict=True)) for q in queries]
-    assert got == expected
-    assert any(t.memo == [] for t in skipping.terms._terms.values())  # some long term was never scored whole
-
-
 def test_the_term_cache_is_bounded_by_postings() -> None:
     seg = _bm25.build(1, 4, [(1, "甲 乙"), (2, "甲 丙"), (3, "甲"), (4, "丁")])
     snap = _bm25.BM25Snapshot.of(1, 4, [seg], np.array([False, True, True, True, True]), np.array([0, 2, 2, 1, 1.0]))
@@ -266,9 +219,9 @@ def test_the_scores_a_snapshot_keeps_for_a_term_are_read_only(index_dir: Path) -
         assert not rows.flags.writeable and not each.flags.writeable
 
 
-def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path) -> None:
-    """``dense_scores`` right after an exact ``dense_search`` of the same question takes the cosines that search
-    computed: the same floats as a store that never searched, for that question only, filtered rows included."""
+def test_a_fill_after_a_dense_search_gives_what_a_store_that_never_searched_gives(index_dir: Path) -> None:
+    """``dense_scores`` right after a ``dense_search`` (filtered or not, of the same question or another, in a buffer
+    the caller reuses) gives the cosines a fresh store gives."""
     with SQLiteStore(index_dir) as store:
         for doc in (LABOR, WAGE, NOTE):
             doc.write(store)
@@ -278,9 +231,9 @@ def test_a_fill_after_a_dense_search_reads_that_searchs_cosines(index_dir: Path)
         want_x, want_y = fresh.dense_scores(X, every), fresh.dense_scores(y, every)
     with SQLiteStore(index_dir, read_only=True) as store:
         assert ids(store.dense_search(X, 1)) == [LABOR.ids[0]]
-        assert store.dense_scores(X, every) == want_x  # from the search's product
-        assert store.dense_scores(y, every) == want_y  # another question: computed
-        assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids  # the others scored −inf
+        assert store.dense_scores(X, every) == want_x
+        assert store.dense_scores(y, every) == want_y
+        assert ids(store.dense_search(X, 4, Filters(collection="笔记"))) == NOTE.ids
         assert store.dense_scores(X, every) == want_x
         buffer = X.copy()  # a caller that reuses its vector's buffer for the next question
         store.dense_search(buffer, 1)
@@ -314,29 +267,6 @@ def test_best_cosines_over_several_vectors_are_the_highest_of_each_ones(index_di
         assert ranked == clause_ranking(OneAtATime(store), rankings, vectors)  # type: ignore[arg-type]
         # every candidate once, by its best cosine, ties by id
         assert ids(ranked) == sorted([LABOR.ids[0], WAGE.ids[0]]) + [LABOR.ids[1]]
-
-
-def test_the_kept_product_keeps_no_snapshot_alive_once_the_store_moved_on(index_dir: Path) -> None:
-    """A thread's kept dense product (the fill's cosines) refers to its snapshot weakly: a pool thread that
-    searches no more does not hold an old snapshot (its in-memory matrix, or the mapping of a compacted file)."""
-    import gc
-    import weakref
-    from concurrent.futures import ThreadPoolExecutor
-
-    with SQLiteStore(index_dir) as store, ThreadPoolExecutor(1) as worker:  # the worker thread stays alive
-        LABOR.write(store)
-        assert ids(worker.submit(store.dense_search, X, 1).result()) == [LABOR.ids[0]]
-        snap = store._snap
-        assert snap is not None
-        at = snap.rows_of(np.array([1, 2]))
-        assert worker.submit(store._scored_before, snap, X, at).result() is not None  # kept for its fill
-        old = weakref.ref(snap)
-        del snap
-        WAGE.write(store)
-        assert scores(store.dense_scores(X, WAGE.ids)) == {WAGE.ids[0]: 0.0}  # the store moves to the new version
-        gc.collect()
-        assert old() is None
-        assert worker.submit(store._scored_before, store._snap, X, at).result() is None  # another snapshot
 
 
 def test_a_pinned_search_reads_one_index_version_however_many_commits_land_meanwhile(index_dir: Path) -> None:

@@ -25,7 +25,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 1,024 chunks where the compiled search core's kernels run (a C compiler at install, a CPU with AVX2 and FMA; `zhiku doctor` says; on AMD CPUs from 12 MB of float32 vectors, 8,192 chunks of 384 dimensions, their large L3 keeping the exact product faster up to there), else from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
+_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32 (needs `pip install 'zhiku[scale]'`); `auto`: `int8` from 100,000 chunks when numkong is installed, else `exact`."
 _MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order (a trace's `queue` stage says how long). Reranking is not counted, nor embedding the question when the embedder is slow (the median of its last questions over 1 ms: it embeds in a worker meanwhile; a known question's vector is kept). 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
 _TRACING = "Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl` (appended by a background thread; docs/observability.md)."
 _TRACE_DETAIL = "Candidates a query trace lists per channel (BM25, dense) with their scores and labels: `lean` the first top_k, `full` the first 50; the rest are counted. Fusion rank changes (the returned top_k and what left it) and hits are the same in both (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %)."
@@ -43,7 +43,7 @@ class StoreSettings(_Section):
         description="Storage backend. `sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` (needs `pip install 'zhiku[milvus]'`; see docs/milvus.md).",
     )
     busy_timeout_s: float = Field(5.0, ge=0, le=600, description="How long a writer waits for a locked index.")
-    dense_search: Literal["auto", "exact", "int8", "hnsw"] = Field("auto", description=_DENSE_SEARCH)
+    dense_search: Literal["auto", "exact", "int8"] = Field("auto", description=_DENSE_SEARCH)
     compact_dead_fraction: float = Field(0.25, gt=0, le=1, description=_COMPACT_DEAD_FRACTION)
     uri: str = Field(
         "http://127.0.0.1:19530",
@@ -282,10 +282,6 @@ class RetrievalSettings(_Section):
     whole_articles: bool = Field(
         True,
         description="Small-to-big: a hit on a piece of an article that was cut for length, or of a table split between rows (up to 3,000 characters), returns the whole article or table (pieces joined, the table with its caption and one header; the citation keeps the matched piece's id and page).",
-    )
-    compiled_core: bool = Field(
-        True,
-        description="Serve hybrid z-score searches (filtered or not; exact dense scores, or int8-screened ones on a CPU with AVX2 and FMA and a vector file under 256 MiB; not HNSW) through the compiled search core (built by `pip install` where a C compiler is present; `zhiku doctor` says whether it is in use): the same results as the numpy path, in less time (bench/RESULTS.md, Issue 13 — the compiled search core, shipped). `false`: always the numpy path (whose dense products still use the core's AVX2/FMA kernels where they run: the same floats on both paths).",
     )
     rewrite: RewriteMode = Field(
         "none",

@@ -16,10 +16,10 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
-from zhiku.observability.tracing import mark, span
+from zhiku.observability.rank_changes import fusion_record
+from zhiku.observability.tracing import mark, ranking_columns, span
 from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
 from zhiku.retrieval.context import Runs, whole_articles
-from zhiku.retrieval.core_path import CorePath, fusion_recorded
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
@@ -92,7 +92,6 @@ class Searcher:
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
         self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
-        self.core = CorePath(store, settings, self._embed, self._bm25, self._hits, self._catalogue, self._runs)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -136,13 +135,10 @@ class Searcher:
         if inline:
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
             with self._gate, self._one_version():
-                if served := self.core.search(mode_, forms, known, filters, parsed, depth, top_k, clause_vectors):
-                    bm25, dense, by_clause, hits = served
-                else:
-                    bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
-                    vector, dense = self._dense_here(mode_, forms, depth, filters, known)
-                    by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-                    hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
+                vector, dense = self._dense_here(mode_, forms, depth, filters, known)
+                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
             run = contextvars.copy_context().run
             future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses, known)
@@ -362,6 +358,32 @@ class Searcher:
                 fused = [c for c, _ in order[:top_k]]
                 fusion_recorded(sp, s, (bm25, dense, by_clause), fused, top_k, len(filled), weights)
         return order, filled
+
+
+def fusion_recorded(
+    sp: Any,
+    s: RetrievalSettings,
+    channels: tuple[Sequence[ScoredId], Sequence[ScoredId], Sequence[ScoredId]],
+    fused: list[str],
+    top_k: int,
+    filled: int,
+    weights: list[float],
+) -> None:
+    """What the fusion stage ``sp`` (an active span) records: the counts, the method and weights, how many BM25
+    candidates got their exact cosine (``retrieval.fill_dense``), and when the trace is sealed (only a written
+    trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the clause
+    channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
+    bm25, dense, by_clause = channels
+    sp.set(
+        counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
+        method=s.fusion,
+        dense_filled=filled,
+        rrf_k=s.rrf_k,
+        weights=weights,
+    )
+    sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+    if by_clause:
+        sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
 
 
 def _hits_of(

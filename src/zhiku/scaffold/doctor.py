@@ -26,7 +26,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
     "milvus": (("pymilvus",), "use the Milvus store"),
     "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
-    "scale": (("numkong", "usearch"), "search 100,000+ chunks faster: int8 screening, and store.dense_search hnsw"),
+    "scale": (("numkong",), "search 100,000+ chunks faster by int8 screening"),
 }
 
 
@@ -168,7 +168,7 @@ def needed_extras(settings: Settings) -> set[str]:
     need = {"milvus"} if settings.store.kind == "milvus" else set()
     if settings.tracing.otel:
         need.add("otel")
-    if settings.store.kind == "sqlite" and settings.store.dense_search == "hnsw":
+    if settings.store.kind == "sqlite" and settings.store.dense_search == "int8":
         need.add("scale")
     if settings.rerank.provider == "cross-encoder":
         need.add("models")
@@ -241,40 +241,6 @@ def check_clients(root: Path) -> list[Check]:
     return out
 
 
-def check_core(settings: Settings | None) -> list[Check]:
-    """Whether hybrid searches go through the compiled search core (``stores/_core``) or the numpy path."""
-    from zhiku.stores import _core
-    from zhiku.stores._sqlite_search import screen_kernels_from
-    from zhiku.stores._vectors import simd_kernels
-
-    if settings is not None and settings.store.kind != "sqlite":
-        return [Check("search", "off", f"compiled search core: not used by the {settings.store.kind} store")]
-    if settings is not None and not settings.retrieval.compiled_core:
-        return [Check("search", "off", "compiled search core: off (retrieval.compiled_core)", "set it to true")]
-    if settings is not None and settings.retrieval.fusion != "zscore":  # (it fuses z-scores only)
-        return [
-            Check("search", "off", f"compiled search core: not used with retrieval.fusion {settings.retrieval.fusion}")
-        ]
-    if settings is not None and settings.store.dense_search == "hnsw":  # (HNSW candidates: the numpy path's)
-        return [
-            Check("search", "off", "compiled search core: not used with store.dense_search hnsw (the others use it)")
-        ]
-    if not _core.available():
-        fix = "install a C compiler and the Python headers (e.g. gcc, python3-dev), then reinstall zhiku from source"
-        return [Check("search", "off", "compiled search core: not built (numpy path: the same results, slower)", fix)]
-    if simd_kernels() is None:  # (its screened searches need the int8 and float32 kernels)
-        if settings is not None and settings.store.dense_search == "int8":
-            return [Check("search", "off", "compiled search core: not used with store.dense_search int8 (no AVX2/FMA)")]
-        return [Check("search", "ok", "compiled search core: on (no AVX2/FMA: numpy's dense products)")]
-    mode = settings.store.dense_search if settings is not None else "auto"
-    screening = {
-        "exact": "no int8 screening: store.dense_search exact",
-        "int8": "int8 screening at every size",
-    }.get(mode, f"int8 screening from {screen_kernels_from(384):,} chunks")  # (of 384 floats: the bundled model)
-    kernels = f"AVX2/FMA dense kernels, {screening}"
-    return [Check("search", "ok", f"compiled search core: on ({kernels})")]
-
-
 def run_doctor(config: Path | None = None, index: Path | None = None, root: Path | None = None) -> list[Check]:
     """Every check, in order. The project root (for client configs) is the config file's folder, else ``root``/cwd."""
     checks = check_install()
@@ -282,6 +248,6 @@ def run_doctor(config: Path | None = None, index: Path | None = None, root: Path
     checks += found
     if settings is not None:
         checks += check_index(settings) + check_models(settings)
-    checks += check_core(settings) + check_extras(settings)
+    checks += check_extras(settings)
     base = root or (config.resolve().parent if config is not None else Path.cwd())
     return checks + check_clients(base)

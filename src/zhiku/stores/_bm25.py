@@ -13,9 +13,7 @@ tiling ``1…hi`` and builds the rest (fewer than ``FLUSH_ROWS`` rows, or everyt
 opened since the upgrade) from ``chunk_tokens``; another process's commits are applied incrementally (new
 rowids' tokens, newer tombstones), the same way as the vector file.
 
-Scoring reproduces SQLite FTS5's ``bm25()`` (the ranking this replaced): ``k1 = 1.2``, ``b = 0.75``,
-``idf = log((N − n + 0.5) / (n + 0.5))`` floored at 10⁻⁶, summed over the query terms in order into one float64
-score per row. Only the rows in the query terms' postings are touched.
+Scoring (``_bm25_query``) touches only the rows in the query terms' postings.
 """
 
 from __future__ import annotations
@@ -177,7 +175,7 @@ class BM25Snapshot:
         n_live = int(live.sum())
         total = float(doclen[live].sum())
         avgdl = total / n_live if total > 0 else 1.0  # no live term at all: nothing matches, any value will do
-        norm = K1 * (1 - B + B * doclen / avgdl)  # the order of FTS5's operations, for identical floats
+        norm = K1 * (1 - B + B * doclen / avgdl)
         dead = np.flatnonzero(~live[1:]) + 1
         return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl, dead)
 
@@ -225,9 +223,8 @@ class BM25Snapshot:
             return cached
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-        df = sum(r.size - dead_in(r, self.dead, self.live) for r, *_ in found)
-        parts = tuple((r, t) for r, t, *_ in found)
-        out = QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
+        df = sum(r.size - dead_in(r, self.dead, self.live) for r, _ in found)
+        out = QueryTerm(term, tuple(found), df)
         self.terms.put(out)
         return out
 
@@ -243,13 +240,7 @@ class BM25Snapshot:
             return np.empty(0, np.int64), np.empty(0, np.float64)
         allowed = None if mask is None else np.concatenate([[False], mask[: self.top]])
         live = None if self.n_live == self.top else self.live
-        return score(found, self.n_live, self.avgdl, self.norm, live, allowed, top_k)
-
-    def scored_terms(self, terms: Sequence[str], prune: tuple[float, int]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The live rows and scores of each query term ``search`` scores (the same pruning), in query order: what
-        the compiled core sums (``_core``), kept per term for the next queries (``QueryTerm.scored``)."""
-        live = None if self.n_live == self.top else self.live
-        return [t.scored(self.n_live, self.norm, live) for t in self._pruned(terms, prune)]
+        return score(found, self.n_live, self.norm, live, allowed, top_k)
 
     def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
         """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""

@@ -11,7 +11,7 @@ reproduces): each space-separated token split into runs of letters and digits. A
 (``hbv-dna``, ``1.4.2``) also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``,
 ``1 4 2``: the runs joined by a space), which is what an FTS5 phrase query for such a term matched within the
 token; phrase keys do not count towards a row's length. (FTS5 also matched a phrase across two adjacent tokens:
-that case is not reproduced; bench/bm25_parity.py measures how rarely it changes a ranking.)
+that case is not reproduced.)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT = "zhiku-bm25-segment-2"
+FORMAT = "zhiku-bm25-segment-3"
 _RUN = re.compile(r"[^\W_]+")
 _ALIGN = 8
 
@@ -68,8 +68,6 @@ class Segment:
     rows: np.ndarray  # uint32 rowids, ascending within a term
     tfs: np.ndarray  # uint16 occurrences in the row
     doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
-    max_tf: np.ndarray  # uint16 per term: its highest tf here (with min_dl: a bound on its score)
-    min_dl: np.ndarray  # uint32 per term: the shortest row here that contains it
     path: Path | None = None
 
     @property
@@ -81,25 +79,13 @@ class Segment:
         """Term → position in ``terms`` (built on first use)."""
         return {t: i for i, t in enumerate(self.terms)}
 
-    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray, int, int] | None:
-        """The rows containing ``key``, their tfs, and the term's ``max_tf`` and ``min_dl`` here."""
+    def postings(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows containing ``key`` and their tfs."""
         i = self.lookup.get(key)
         if i is None:
             return None
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.rows[a:b], self.tfs[a:b], int(self.max_tf[i]), int(self.min_dl[i])
-
-
-def _segment(
-    lo: int, hi: int, vocab: Sequence[str], offsets: np.ndarray, rows: np.ndarray, tfs: np.ndarray, doclen: np.ndarray
-) -> Segment:
-    """A segment with its per-term bounds computed (every term has at least one posting)."""
-    starts = offsets[:-1]
-    if rows.size == 0:
-        return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, np.empty(0, np.uint16), np.empty(0, np.uint32))
-    max_tf = np.maximum.reduceat(tfs, starts).astype(np.uint16)
-    min_dl = np.minimum.reduceat(doclen[rows.astype(np.int64) - lo], starts).astype(np.uint32)
-    return Segment(lo, hi, vocab, offsets, rows, tfs, doclen, max_tf, min_dl)
+        return self.rows[a:b], self.tfs[a:b]
 
 
 def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
@@ -123,7 +109,7 @@ def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
     tids = uniq // span
     offsets = np.searchsorted(tids, np.arange(len(vocab) + 1)).astype(np.int64)
     rows_out = (uniq % span + lo).astype(np.uint32)
-    return _segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
+    return Segment(lo, hi, vocab, offsets, rows_out, np.minimum(tf, 65535).astype(np.uint16), doclen)
 
 
 def merge(segments: Sequence[Segment]) -> Segment:
@@ -141,7 +127,7 @@ def merge(segments: Sequence[Segment]) -> Segment:
     tfs = np.concatenate([s.tfs for s in segments])[order]
     offsets = np.searchsorted(tids[order], np.arange(len(vocab) + 1)).astype(np.int64)
     doclen = np.concatenate([s.doclen for s in segments])
-    return _segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
+    return Segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
 
 
 def _pad(n: int) -> int:
@@ -164,8 +150,7 @@ def write(seg: Segment, folder: Path, index_id: str) -> Path:
     head = json.dumps(header).encode() + b"\n"
     head += b" " * _pad(len(head))
     parts = [head, seg.offsets.astype("<i8").tobytes(), seg.rows.astype("<u4").tobytes()]
-    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes()]
-    parts += [seg.max_tf.astype("<u2").tobytes(), seg.min_dl.astype("<u4").tobytes(), vocab]
+    parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes(), vocab]
     path = folder / f"seg-{seg.lo}-{seg.hi}.bin"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
@@ -180,7 +165,7 @@ def write(seg: Segment, folder: Path, index_id: str) -> Path:
 
 def _layout(header: dict[str, int]) -> list[tuple[str, int]]:
     n_terms, n_post, rows = header["terms"], header["postings"], header["hi"] - header["lo"] + 1
-    return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows), ("<u2", n_terms), ("<u4", n_terms)]
+    return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows)]
 
 
 def _header(path: Path, index_id: str) -> tuple[dict[str, int], int] | None:
@@ -231,5 +216,5 @@ def read(path: Path, index_id: str) -> Segment | None:
         return None
     if len(terms) != header["terms"] or int(arrays[0][-1]) != header["postings"]:
         return None
-    offsets, rows, tfs, doclen, max_tf, min_dl = arrays
-    return Segment(header["lo"], header["hi"], terms, offsets, rows, tfs, doclen, max_tf, min_dl, path)
+    offsets, rows, tfs, doclen = arrays
+    return Segment(header["lo"], header["hi"], terms, offsets, rows, tfs, doclen, path)

@@ -7,8 +7,7 @@ and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<
 ``count + r - base - 1``. Generation 0 has ``base = count = 0``: row ``rowid - 1``, the layout of every index
 before compaction existed. Chunk rowids never change (the BM25 segments and every rowid-keyed structure stay as they are):
 compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
-Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows), and may have an HNSW
-index of them (``.hnsw``, ``_ann``).
+Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows).
 """
 
 from __future__ import annotations
@@ -52,9 +51,8 @@ class Layout:
         return self.path(index_dir).with_suffix(".i8")
 
     def files(self, index_dir: Path) -> tuple[Path, ...]:
-        """Every file of this generation: rows, rowids, int8 codes, and the HNSW index (``_ann``) if built."""
-        path = self.path(index_dir)
-        return path, self.ids_path(index_dir), self.codes_path(index_dir), path.with_suffix(".hnsw")
+        """Every file of this generation: rows, rowids, int8 codes."""
+        return self.path(index_dir), self.ids_path(index_dir), self.codes_path(index_dir)
 
     def rows(self, top: int) -> int:
         """Rows in the file when ``top`` is the highest rowid given."""
@@ -251,7 +249,8 @@ def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def vector_files(index_dir: Path) -> list[Path]:
-    """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers)."""
+    """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers, and the HNSW
+    indexes older versions of zhiku saved)."""
     patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.hnsw", "vectors.*.tmp")
     return [p for pattern in patterns for p in index_dir.glob(pattern)]
 

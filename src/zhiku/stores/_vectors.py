@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from zhiku.numeric import l2_normalise
-from zhiku.stores._ann import Ann
 from zhiku.stores._vector_files import (
     Layout,
     blob_rows,
@@ -201,73 +200,28 @@ class VectorSnapshot:
                     mapped.madvise(mmap.MADV_WILLNEED)
 
     def search(
-        self,
-        query: np.ndarray,
-        top_k: int,
-        mask: np.ndarray | None,
-        *,
-        screen: bool = False,
-        ann: Ann | None = None,
-        every: list[np.ndarray] | None = None,
-        kernels: Any = None,
+        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
-        ``screen``: rank every row by its int8 code first and score only the best ``RESCORE`` × ``top_k`` in
-        float32 (needs ``codes``, and ``kernels`` or numkong; else exact). ``kernels``: ``simd_kernels()`` (or None:
-        numpy's einsum, numkong's int8 products) for every product. ``ann``: an HNSW index of this file's first rows
-        proposes the candidates (``_ann``; unless the filters pass too few rows). ``every``: when the search scored
-        every row exactly, that score array by file row is appended to it (−inf: rows not allowed)."""
+        ``screen``: rank every row by its int8 code first (numkong) and score only the best ``RESCORE`` ×
+        ``top_k`` in float32 (without codes or numkong: every row in float32)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
-        dots = functools.partial(dot_rows, kernels=kernels)
-        hit = ann.search(self.matrix, self.gather, self.rows, unit, k, allowed, dots) if ann is not None else None
-        rows: np.ndarray | None
-        if hit is not None:
-            rows, scores = hit
-        elif screen and self.codes is not None and (kernels is not None or numkong() is not None):
-            rows = self.screened(unit, allowed, screen_width(k, n), kernels)
-            scores = dot_rows(self.gather(rows), unit, kernels)
+        rows: np.ndarray | None = None
+        if screen and self.codes is not None and numkong() is not None:
+            rows = self.screened(unit, allowed, screen_width(k, n))
+            scores = dot_rows(self.gather(rows), unit)
         else:
-            rows, scores = None, self.product(unit, allowed, n, kernels)
-            if every is not None:
-                every.append(scores)
+            scores = dot_rows(np.asarray(self.matrix[: self.rows]).view(np.ndarray), unit)
+            if n < self.rows:
+                scores[~allowed] = -np.inf
         best = _best(scores, k)
         best = best[np.isfinite(scores[best])]
         return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
-
-    @functools.cached_property
-    def float_rows(self) -> np.ndarray:
-        """The float32 rows as a plain array over the same memory (slicing the mapping costs a few µs a search)."""
-        return np.asarray(self.matrix[: self.rows]).view(np.ndarray)
-
-    @functools.cached_property
-    def code_rows(self) -> np.ndarray | None:
-        """The rows' int8 codes as a plain array over the same memory (as ``float_rows``), or None without codes."""
-        return None if self.codes is None else np.asarray(self.codes[: self.rows]).view(np.ndarray)
-
-    def product(self, unit: np.ndarray, allowed: np.ndarray, n: int, kernels: Any = None) -> np.ndarray:
-        """Every row's cosine with the unit vector ``unit`` (float32 by file row), −inf at the rows not ``allowed``
-        (``n``: how many are), by ``dot_rows``. The compiled search core (``_core``) ranks this same array."""
-        scores = dot_rows(self.float_rows, unit, kernels)
-        if n < self.rows:
-            scores[~allowed] = -np.inf
-        return scores
-
-    def screened_product(self, unit: np.ndarray, allowed: np.ndarray, want: int, kernels: Any) -> np.ndarray:
-        """The cosines of the ``want`` allowed rows that ``screened`` keeps, −inf at every other row (float32 by
-        file row: what the compiled search core ranks for a screened search; its fill scores the rows it needs
-        that are not here)."""
-        rows = self.screened(unit, allowed, want, kernels)
-        scores = np.full(self.rows, -np.inf, np.float32)
-        if rows.size:
-            got = np.empty(rows.size, np.float32)
-            kernels.dots(self.float_rows, unit, got, rows)
-            scores[rows] = got
-        return scores
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The float32 ``rows`` (ascending), read with ``pread`` rather than through the mapping: the scattered
@@ -290,18 +244,11 @@ class VectorSnapshot:
             return np.asarray(self.matrix[rows])
         return out.view("<f4").reshape(rows.size, self.dim)
 
-    def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int, kernels: Any) -> np.ndarray:
-        """The ``want`` allowed rows whose int8 codes score best against the query's, in file order (ties: the
-        lower rows, with ``kernels``; else numkong's products)."""
-        codes = self.code_rows
-        assert codes is not None
-        if kernels is not None:
-            out = np.empty(want, np.int64)
-            got = kernels.screen(codes, quantise(unit), allowed.view(np.uint8), out)
-            return out[:got]
-        nk = numkong()
-        coarse = nk.cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32")
-        coarse = np.asarray(coarse)[0]
+    def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
+        """The ``want`` allowed rows whose int8 codes score best against the query's (numkong), in file order."""
+        assert self.codes is not None
+        codes = np.asarray(self.codes[: self.rows]).view(np.ndarray)
+        coarse = np.asarray(numkong().cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32"))[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
         rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
@@ -313,35 +260,17 @@ def screen_width(k: int, n: int) -> int:
     return min(n, max(RESCORE * k, RESCORE_MIN))
 
 
-@functools.cache
-def simd_kernels() -> Any:
-    """The compiled search core's dense kernels (``_zcore.dots``: float32 dot products with AVX2 and FMA in one
-    fixed order, the same floats on every such CPU; ``_zcore.screen``: exact int8 products and the best rows),
-    or None where the core is not built or the CPU lacks AVX2 or FMA (numpy's einsum then; numkong screens)."""
-    try:
-        from zhiku.stores import _zcore  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _zcore if _zcore.simd() else None
-
-
-def dot_rows(rows: np.ndarray, unit: np.ndarray, kernels: Any = None) -> np.ndarray:
-    """Each row's dot product with ``unit`` (float32 rows and vector; the rows are unit vectors: their cosines):
-    ``kernels.dots`` when given (a row's float does not depend on where it lies: the whole matrix, rows gathered
-    from it), else numpy's einsum (not BLAS: as fast on one core, the product is memory-bound, and it never starts
-    BLAS threads, which made concurrent searches slower than one at a time: bench/concurrent_search.py)."""
-    if kernels is None:
-        scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
-        return scores
-    out = np.empty(rows.shape[0], np.float32)
-    kernels.dots(np.ascontiguousarray(rows, np.float32), np.ascontiguousarray(unit, np.float32), out)
-    return out
+def dot_rows(rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """Each row's dot product with ``unit`` (the rows are unit vectors: their cosines), by numpy's einsum (not BLAS:
+    as fast on one core, the product is memory-bound, and it starts no BLAS threads, which slow concurrent
+    searches down)."""
+    scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
+    return scores
 
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
     """The positions of the ``k`` best ``scores`` and of every score tied with the ``k``-th: the ranking then orders
-    ties by chunk id (``_sqlite_search._ranked``), so which tied rows it keeps never depends on where they lie
-    (what the compiled core keeps)."""
+    ties by chunk id (``_sqlite_search._ranked``), so which tied rows it keeps never depends on where they lie."""
     if k >= scores.size:
         return np.arange(scores.size)
     cut = scores.size - k

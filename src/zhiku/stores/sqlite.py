@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -25,7 +24,6 @@ import numpy as np
 from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores import _bm25
-from zhiku.stores._ann import AnnCache, usearch
 from zhiku.stores._bm25 import BM25Snapshot, save_segments
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
@@ -43,7 +41,7 @@ from zhiku.stores._sqlite_schema import (
 )
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
-from zhiku.stores._vectors import VectorSnapshot, numkong, simd_kernels
+from zhiku.stores._vectors import VectorSnapshot, numkong
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
@@ -58,10 +56,9 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
-    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code and scores
-    the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 1,024 rows where the
-    compiled core's kernels run (AVX2 and FMA: ``_vectors.simd_kernels``), else from 100,000 rows when numkong is
-    installed; ``hnsw`` takes the candidates from an HNSW index (``_ann``), ``int8`` until it is built. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
+    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code (numkong) and
+    scores the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
+    numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
     1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
@@ -75,19 +72,15 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
         dense_search: str = "auto",
     ) -> None:
-        if dense_search not in ("auto", "exact", "int8", "hnsw"):
-            raise InvalidInput(f"dense_search must be auto, exact, int8 or hnsw, got {dense_search!r}")
-        self._kernels = simd_kernels()  # the compiled core's dense kernels (AVX2 and FMA), for every dense product
-        int8 = numkong() is not None or self._kernels is not None
-        if dense_search in ("int8", "hnsw") and (not int8 or dense_search == "hnsw" and usearch() is None):
-            what = "usearch is not installed" if int8 else "numkong is not installed (no AVX2/FMA kernels here)"
+        if dense_search not in ("auto", "exact", "int8"):
+            raise InvalidInput(f"dense_search must be auto, exact or int8, got {dense_search!r}")
+        if dense_search == "int8" and numkong() is None:
             raise ConfigError(
-                f"store.dense_search is {dense_search} but {what}: "
+                "store.dense_search is int8 but numkong is not installed: "
                 "pip install 'zhiku[scale]', or set store.dense_search to auto"
             )
         self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
-        self._ann = AnnCache(self.index_dir, threads=max(1, (os.cpu_count() or 2) // 2))
         self.bm25_max_df = bm25_max_df
         self.compact_dead_fraction = compact_dead_fraction
         self.path = self.index_dir / DB_NAME
@@ -100,8 +93,6 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._masks = FilterMasks()  # rows passing each filter searched with
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self._chunk_cache = ChunkCache()
-        self._last_scores = threading.local()  # each thread's last exact dense product (``_sqlite_search``)
-        self._core_kept = []  # the compiled core's index of the last snapshots (``hybrid_core``)
         self._pins = Pins()  # each thread's pinned index version (``pinned``)
         self._conn: sqlite3.Connection | None = connect(
             self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
@@ -308,7 +299,6 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 pool.close()
             self._snap = None
             self._bm25 = None
-            self._core_kept.clear()
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
