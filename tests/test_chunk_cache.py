@@ -82,7 +82,7 @@ def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path
         # and that other index kept NOTE's chunk id under another heading
         other = _moved(NOTE).chunks
         store._bm25 = dataclasses.replace(store._bm25, version=version + 2)
-        store._chunk_cache.add(version + 2, other, doc=("doc-note", tuple(other)))
+        store.catalogue.cache.add(version + 2, other, doc=("doc-note", tuple(other)))
         assert store.bm25_search(["会议"], 5)  # the search sees the version go back
         WAGE.write(store)
         LABOR_V2.write(store)  # this index now reaches the version the other one's chunks were kept at

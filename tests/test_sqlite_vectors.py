@@ -102,7 +102,7 @@ def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> Non
         store.warm()  # what the MCP server does at start: the vectors are mapped before the first query
         assert store._snap is not None and store._snap.path == index_dir / "vectors.3.f32" and store._snap.top == 3
         results: list[list[str]] = []
-        with store._write():  # a write transaction in progress (holds the store's write lock)
+        with store.db.write():  # a write transaction in progress (holds the store's write lock)
             reader = threading.Thread(
                 target=lambda: results.extend(
                     [ids(store.bm25_search(["工资"], 5)), ids(store.dense_search(Y, 1)), [str(store.index_version())]]

@@ -121,7 +121,7 @@ def test_rows_read_with_preadv_equal_the_mapped_rows(index_dir: Path, monkeypatc
     with SQLiteStore(index_dir) as store:
         for doc in (LABOR, WAGE, NOTE):
             doc.write(store)
-        with store._read() as conn:
+        with store.db.read() as conn:
             snap = store._snapshot(conn)
         rows = np.array([0, 2, 3])
         monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 0)  # read with system calls, as past 256 MB
@@ -191,7 +191,7 @@ def test_the_chunk_id_array_is_read_once_then_extended_by_new_rows(index_dir: Pa
         assert ids(reader.dense_search(X, 3)) == sorted([WAGE.ids[0], NOTE.ids[0]])  # both score 0: by chunk id
         grown = reader._ids._table
         assert grown is not None and grown[0] == 4 and grown[1][:3].tolist() == table[1].tolist()
-        with reader._read() as conn:  # a deleted row's id stays known (rowids are never reused)
+        with reader.db.read() as conn:  # a deleted row's id stays known (rowids are never reused)
             assert reader._ids.names(conn, [4, 3, 1], 4) == [NOTE.ids[0], WAGE.ids[0], LABOR.ids[0]]
 
 
@@ -285,7 +285,6 @@ def test_a_pinned_search_reads_one_index_version_however_many_commits_land_meanw
         assert ids(reader.dense_search(X, 3)) == WAGE.ids  # out of it: the current version again
         assert ids(reader.bm25_search(["劳动者", "工资"], 5)) == WAGE.ids
         assert reader.get_chunks(LABOR.ids) == []
-        assert reader._pins.on is False
 
 
 def test_a_pin_follows_a_snapshot_that_moved_so_both_channels_read_one_version(index_dir: Path) -> None:

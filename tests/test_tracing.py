@@ -429,10 +429,10 @@ def test_trace_labels_read_where_chunks_are_without_decoding_them(
 
     kb_factory(tmp_path / "idx").ingest([corpus])
     kb = kb_factory(tmp_path / "idx")  # (its chunk cache empty)
-    with kb.store._read() as conn:
+    with kb.store.db.read() as conn:
         ids = [r[0] for r in conn.execute("SELECT chunk_id FROM chunks ORDER BY rowid DESC")]
     places = kb.store.chunk_places([*ids, "no-such-chunk"])
-    assert len(kb.store._chunk_cache._chunks) == 0
+    assert kb.store.catalogue.cache.chunks(ids)[1] == {}
     chunks = kb.store.get_chunks(ids)
     assert places == {c.chunk_id: (c.source, c.section, c.page) for c in chunks} and len(places) == len(ids) > 1
     assert places_reader(kb.store) == kb.store.chunk_places

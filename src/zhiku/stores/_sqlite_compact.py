@@ -16,14 +16,14 @@ import logging
 import sqlite3
 import threading
 import time
-from contextlib import AbstractContextManager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from zhiku.errors import IndexLocked, StoreError
-from zhiku.stores._sqlite_read import stored_dim, version_of
+from zhiku.stores._sqlite_conn import Database, stored_dim, version_of
 from zhiku.stores._vector_files import (
     Layout,
     NewGeneration,
@@ -69,13 +69,9 @@ class SQLiteCompaction:
 
     index_dir: Path
     compact_dead_fraction: float
-    _lock: threading.RLock
+    db: Database
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
-    _conn: sqlite3.Connection | None
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
 
     def compact(self, *, min_dead_fraction: float = 0.0) -> CompactionReport:
         """Reclaim the vector-file rows of deleted chunks when more than ``min_dead_fraction`` of the rows are
@@ -85,13 +81,13 @@ class SQLiteCompaction:
         The live rows are copied without holding the index's write lock (other processes keep writing); the
         lock is taken only to copy the rows written meanwhile and record the new generation."""
         t0 = time.perf_counter()
-        with self._lock:
+        with self.db.lock:
             plan = self._plan(min_dead_fraction)
             new = self._copy_live(plan) if plan is not None and plan.source is not None else None
             done = None
             locked = time.perf_counter()
             try:
-                with self._write() as conn:
+                with self.db.write() as conn:
                     done = self._finish(conn, plan, new) if plan is not None else None
                     keep = done[1] if done is not None else _layout(conn)
                     # under the write lock, so no other writer's uncommitted generation is among them
@@ -113,7 +109,7 @@ class SQLiteCompaction:
 
     def _plan(self, min_dead_fraction: float) -> _Plan | None:
         """What a compaction would copy (read in one transaction), or None when nothing needs it."""
-        conn = self._conn
+        conn = self.db.conn
         assert conn is not None
         conn.execute("BEGIN")
         try:
@@ -182,14 +178,14 @@ class SQLiteCompaction:
 
     def _maybe_compact(self) -> None:
         """After a write: compact when the file's dead rows passed ``compact_dead_fraction`` (and 1,000)."""
-        if self._conn is None or self.compact_dead_fraction >= 1:
+        if self.db.conn is None or self.compact_dead_fraction >= 1:
             return
-        dim = stored_dim(self._conn)
+        dim = stored_dim(self.db.conn)
         if not dim:
             return
-        layout = read_layout(self._conn, dim)
+        layout = read_layout(self.db.conn, dim)
         if layout.dead < COMPACT_MIN_DEAD or layout.dead <= self.compact_dead_fraction * layout.rows(
-            top_rowid(self._conn)
+            top_rowid(self.db.conn)
         ):
             return
         try:  # the write has committed: a failed compaction is only logged (the next write tries again)
@@ -202,14 +198,14 @@ class SQLiteCompaction:
     def _check_vector_file(self) -> None:
         """At a writable open: rewrite a missing or damaged vector file from the BLOBs (e.g. an index from an
         older zhiku), and delete files a forced rebuild or a killed compaction left behind."""
-        assert self._conn is not None
-        layout = _layout(self._conn)
-        if not self._file_intact(self._conn, layout):
+        assert self.db.conn is not None
+        layout = _layout(self.db.conn)
+        if not self._file_intact(self.db.conn, layout):
             with suppress(WrongDim):  # the first dense search reports it
                 self.compact(min_dead_fraction=1.0)
             return
-        if layout is not None and not self._codes_intact(self._conn, layout):
-            with self._lock, self._write() as conn:  # an index written before the int8 codes existed
+        if layout is not None and not self._codes_intact(self.db.conn, layout):
+            with self.db.lock, self.db.write() as conn:  # an index written before the int8 codes existed
                 layout = _layout(conn)
                 if layout is not None and not self._codes_intact(conn, layout):
                     rows = layout.rows(top_rowid(conn))

@@ -1,12 +1,13 @@
-"""Connections to an index's SQLite file: opening, schema creation and upgrades, error translation, and the
-pool of read connections that lets searches run side by side (WAL: readers never wait for each other or for
-the writer, and each sees only committed transactions)."""
+"""The SQLite file of an index (``Database``): opening, schema creation and upgrades, error translation, one
+write connection (one transaction at a time) and a pool of read connections that lets searches run side by side
+(WAL: readers never wait for each other or for the writer, and each sees only committed transactions)."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
@@ -169,3 +170,145 @@ class _Borrowed:
         self._pool._give_back(self._conn)
         if isinstance(exc, sqlite3.Error):
             raise translate(exc, self._pool.index_dir) from exc
+
+
+class Database:
+    """An index's SQLite file: ``write()`` transactions one at a time on one connection (``lock`` held), ``read()``
+    on pooled connections, and ``pinned()`` searches that read one index version."""
+
+    def __init__(self, index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> None:
+        self.index_dir, self.read_only = index_dir, read_only
+        self.lock = threading.RLock()  # the write connection
+        self._pins = Pins()
+        self.conn: sqlite3.Connection | None = connect(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        try:
+            init_schema(self.conn, index_dir, read_only=read_only)
+        except sqlite3.Error as e:
+            self.close()
+            raise translate(e, index_dir) from e
+        except BaseException:
+            self.close()
+            raise
+        self._pool = ReadPool(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
+
+    def read(self) -> _Borrowed:
+        """A pooled read connection (no lock shared with other readers)."""
+        if self.conn is None:
+            raise StoreError(f"index {self.index_dir} is closed")
+        return self._pool.connection()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
+        with self.lock:
+            conn = self.conn
+            if conn is None:
+                raise StoreError(f"index {self.index_dir} is closed")
+            if self.read_only:
+                raise ReadOnlyIndex(
+                    f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it"
+                )
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        with suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as e:
+                raise translate(e, self.index_dir) from e
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """The write connection inside one read transaction (``lock`` held): the writer's own consistent view."""
+        with self.lock:
+            conn = self.conn
+            if conn is None:
+                raise StoreError(f"index {self.index_dir} is closed")
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                with suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
+
+    def pinned(self) -> _Pin:
+        """``OneVersion``: the reads on this thread inside it (a search's channels, fill and chunks) see the index
+        at one version, read once: the first read's, or the one a snapshot moved to. Nested: the outer one's."""
+        return _Pin(self._pins)
+
+    def version(self, conn: sqlite3.Connection) -> int:
+        """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
+        pins = self._pins
+        if not pins.on:
+            return version_of(conn)
+        if pins.version is None:
+            pins.version = version_of(conn)
+        return pins.version
+
+    def moved_to(self, version: int) -> None:
+        """A snapshot was moved to ``version`` (read in its own transaction): the pin follows it."""
+        if self._pins.on:
+            self._pins.version = version
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None:
+                with suppress(sqlite3.Error):
+                    self.conn.close()
+            self.conn = None
+            pool = getattr(self, "_pool", None)
+            if pool is not None:
+                pool.close()
+
+
+class Pins(threading.local):
+    """Each thread's pin: ``on`` inside ``pinned``, ``version`` once a read inside it has read one."""
+
+    on: bool = False
+    version: int | None = None
+
+
+class _Pin:
+    """``Database.pinned``: a class, not a generator (it is entered by every search)."""
+
+    __slots__ = ("_pins", "_outer")
+
+    def __init__(self, pins: Pins) -> None:
+        self._pins = pins
+        self._outer = False
+
+    def __enter__(self) -> None:
+        pins = self._pins
+        self._outer = not pins.on
+        if self._outer:
+            pins.on, pins.version = True, None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._outer:
+            self._pins.on, self._pins.version = False, None
+
+
+def version_of(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'index_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def stored_dim(conn: sqlite3.Connection) -> int | None:
+    """The index's vector dimension: meta ``dim`` (blank counts as unset), else that of a stored vector."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+    if row and row[0].strip().isdigit() and int(row[0]) > 0:
+        return int(row[0])
+    row = conn.execute("SELECT length(vector) / 4 FROM chunks WHERE length(vector) > 0 LIMIT 1").fetchone()
+    return int(row[0]) if row else None
+
+
+def top_rowid(conn: sqlite3.Connection) -> int:
+    """The highest rowid ever given to a chunk (live or deleted)."""
+    row = conn.execute(
+        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
+    ).fetchone()
+    return int(row[0])

@@ -1,7 +1,7 @@
-"""The ``Catalogue`` role of ``SQLiteStore``: documents, chunks, collections and history, each read on a pooled
-read connection (readers run side by side and never wait for the writer). Chunks decoded for one search are kept
-for the next (``ChunkCache``) until the ``index_version`` moves: every commit that changes chunks moves it, in
-this process or another."""
+"""The catalogue part of ``SQLiteStore``: documents, chunks, collections and history, each read on a pooled read
+connection (readers run side by side and never wait for the writer). Chunks decoded for one search are kept for
+the next (``ChunkCache``) until the ``index_version`` moves: every commit that changes chunks moves it, in this
+process or another."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from typing import Any
 
-from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row
+import numpy as np
+
+from zhiku.stores._sqlite_conn import Database, version_of
+from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row, doc_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
 # what a store's decoded chunks kept between reads may weigh (of one index version; the oldest out first): their
@@ -88,35 +91,38 @@ def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, li
     return (int(rows[0][-1] or 0) if rows else None), [chunk_from_row(row) for row in rows]
 
 
-class SQLiteReads:
-    """Catalogue reads; the store provides ``_read`` (a pooled read connection), ``_chunk_cache`` and ``_pins``."""
+class Catalogue:
+    """The catalogue part of ``SQLiteStore``: documents, chunks, collections, history and metadata, read on pooled
+    connections (decoded chunks kept in a ``ChunkCache``), and the rows one document write inserts or deletes."""
 
-    _chunk_cache: ChunkCache
-    _pins: Pins  # this thread's pinned index version (``pinned``)
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.cache = ChunkCache()
 
-    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
+    @staticmethod
+    def insert(conn: sqlite3.Connection, doc: DocRecord, chars: int, rows: list[tuple[Any, ...]], base: int) -> None:
+        """Insert ``doc`` and its chunk rows (``prepare_rows``'s) at rowids ``base, base + 1, …``."""
+        conn.execute(
+            f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})", (*doc_row(doc), chars)
+        )
+        conn.executemany(
+            f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 14)})",
+            [(base + i, *r[:-1]) for i, r in enumerate(rows)],
+        )
+        conn.executemany(
+            "INSERT INTO chunk_tokens (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
+        )
 
-    def pinned(self) -> AbstractContextManager[None]:
-        """``OneVersion``: the reads on this thread inside it (a search's channels, fill and chunks) see the index
-        at one version, read once: the first read's, or the one a snapshot moved to. Nested: the outer one's."""
-        return _Pin(self._pins)
-
-    def _version(self, conn: sqlite3.Connection) -> int:
-        """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
-        pins = self._pins
-        if not pins.on:
-            return version_of(conn)
-        version = pins.version
-        if version is None:
-            version = pins.version = version_of(conn)
-        return version
-
-    def _moved_to(self, version: int) -> None:
-        """A snapshot was moved to ``version`` (read in its own transaction): the pin follows it."""
-        pins = self._pins
-        if pins.on:
-            pins.version = version
+    @staticmethod
+    def delete(conn: sqlite3.Connection, doc_id: str) -> np.ndarray:
+        """Delete a document's rows; returns its chunks' rowids."""
+        rowids = np.fromiter(
+            (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
+        )
+        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
+        conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+        conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        return rowids
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks of ``chunk_ids`` that exist, in that order: those of the current version from memory, the
@@ -124,13 +130,13 @@ class SQLiteReads:
         ids = list(chunk_ids)
         if not ids:
             return []
-        cache = self._chunk_cache
+        cache = self.cache
         in_ids = " WHERE chunk_id IN (SELECT value FROM json_each(?))"
-        with self._read() as conn:
+        with self.db.read() as conn:
             version, found = cache.chunks(ids)
             missing = [i for i in ids if i not in found]
             at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
-            if found and (at if at is not None else self._version(conn)) != version:  # kept ones of another version
+            if found and (at if at is not None else self.db.version(conn)) != version:  # kept ones of another version
                 found = {}
                 at, fetched = _fetch(conn, in_ids, json.dumps(ids))
         if at is not None:
@@ -144,17 +150,17 @@ class SQLiteReads:
         cache)."""
         if not chunk_ids:
             return {}
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(_PLACES, (json.dumps(list(chunk_ids)),)).fetchall()
         return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
     def get_document(self, doc_id: str) -> DocRecord | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(f"SELECT {DOC_COLS} FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
         return doc_from_row(row) if row else None
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
-        with self._read() as conn:
+        with self.db.read() as conn:
             row = conn.execute(
                 f"SELECT {DOC_COLS} FROM documents WHERE collection = ? AND source = ?", (collection, source)
             ).fetchone()
@@ -162,17 +168,17 @@ class SQLiteReads:
 
     def list_documents(self, collection: str | None = None) -> list[DocRecord]:
         where, args = ("WHERE collection = ?", (collection,)) if collection is not None else ("", ())
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 f"SELECT {DOC_COLS} FROM documents {where} ORDER BY collection, source", args
             ).fetchall()
         return [doc_from_row(row) for row in rows]
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
-        cache = self._chunk_cache
-        with self._read() as conn:
+        cache = self.cache
+        with self.db.read() as conn:
             version, kept = cache.document(doc_id)
-            if kept is not None and self._version(conn) == version:
+            if kept is not None and self.db.version(conn) == version:
                 return list(kept)
             at, chunks = _fetch(conn, " WHERE doc_id = ? ORDER BY ordinal", doc_id)
         if at is not None:
@@ -180,64 +186,23 @@ class SQLiteReads:
         return chunks
 
     def collections(self) -> list[CollectionStats]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 "SELECT collection, COUNT(*), SUM(chunk_count), SUM(chars) FROM documents GROUP BY collection ORDER BY collection"
             ).fetchall()
         return [CollectionStats(*row) for row in rows]
 
     def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             rows = conn.execute(
                 f"SELECT {HISTORY_COLS} FROM ingestion_history ORDER BY at DESC, id DESC LIMIT ?", (max(int(limit), 0),)
             ).fetchall()
         return [IngestionRecord(*row) for row in rows]
 
     def get_meta(self) -> dict[str, str]:
-        with self._read() as conn:
+        with self.db.read() as conn:
             return dict(conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall())
 
     def index_version(self) -> int:
-        with self._read() as conn:
+        with self.db.read() as conn:
             return version_of(conn)
-
-
-class Pins(threading.local):
-    """Each thread's pin: ``on`` inside ``pinned``, ``version`` once a read inside it has read one."""
-
-    on: bool = False
-    version: int | None = None
-
-
-class _Pin:
-    """``SQLiteReads.pinned``: a class, not a generator (it is entered by every search)."""
-
-    __slots__ = ("_pins", "_outer")
-
-    def __init__(self, pins: Pins) -> None:
-        self._pins = pins
-        self._outer = False
-
-    def __enter__(self) -> None:
-        pins = self._pins
-        self._outer = not pins.on
-        if self._outer:
-            pins.on, pins.version = True, None
-
-    def __exit__(self, *exc: object) -> None:
-        if self._outer:
-            self._pins.on, self._pins.version = False, None
-
-
-def version_of(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'index_version'").fetchone()
-    return int(row[0]) if row else 0
-
-
-def stored_dim(conn: sqlite3.Connection) -> int | None:
-    """The index's vector dimension: meta ``dim`` (blank counts as unset), else that of a stored vector."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-    if row and row[0].strip().isdigit() and int(row[0]) > 0:
-        return int(row[0])
-    row = conn.execute("SELECT length(vector) / 4 FROM chunks WHERE length(vector) > 0 LIMIT 1").fetchone()
-    return int(row[0]) if row else None

@@ -18,7 +18,8 @@ from zhiku.numeric import l2_normalise
 from zhiku.stores._bm25 import BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
-from zhiku.stores._sqlite_read import SQLiteReads, stored_dim, version_of
+from zhiku.stores._sqlite_conn import Database, stored_dim, version_of
+from zhiku.stores._sqlite_read import Catalogue
 from zhiku.stores._vectors import FileMoved, VectorSnapshot, dot_rows
 from zhiku.types import Filters, Ranking, ScoredId
 
@@ -39,8 +40,11 @@ def query_terms(terms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(t for t in terms if t.strip()))
 
 
-class SQLiteSearch(SQLiteReads):
+class SQLiteSearch:
     """BM25 and dense search; the store sets these attributes."""
+
+    db: Database
+    catalogue: Catalogue
 
     index_dir: Path
     path: Path
@@ -56,7 +60,7 @@ class SQLiteSearch(SQLiteReads):
         unique = query_terms(terms)
         if not unique or top_k < 1:
             return []
-        with self._read() as conn:
+        with self.db.read() as conn:
             snap = self._bm25_snapshot(conn)
             mask = self._filter_mask(conn, snap.top, filters)
             if mask is not None and not mask.any():
@@ -67,7 +71,7 @@ class SQLiteSearch(SQLiteReads):
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
         """The BM25 index at the current version: loaded once, then moved forward incrementally."""
         snap = self._bm25
-        if snap is not None and snap.version == self._version(conn):
+        if snap is not None and snap.version == self.db.version(conn):
             return snap
         with self._vec_lock:
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
@@ -79,12 +83,12 @@ class SQLiteSearch(SQLiteReads):
                 snap = snap.refreshed(conn, version)
             conn.execute("COMMIT")
             self._bm25 = snap
-        self._moved_to(snap.version)
+        self.db.moved_to(snap.version)
         return snap
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         query = self._query_vector(vector)
-        with self._read() as conn:
+        with self.db.read() as conn:
             snap = self._snapshot(conn)
             self._check_dim(snap, query)
             mask = self._filter_mask(conn, snap.top, filters)
@@ -123,7 +127,7 @@ class SQLiteSearch(SQLiteReads):
         ids = list(dict.fromkeys(chunk_ids))
         if not ids or not queries:
             return None
-        with self._read() as conn:
+        with self.db.read() as conn:
             snap = self._snapshot(conn)
             for query in queries:
                 self._check_dim(snap, query)
@@ -178,7 +182,7 @@ class SQLiteSearch(SQLiteReads):
         so the first search is not the slow one.
         A broken index is only logged: the first query reports it, with its error code."""
         try:
-            with self._read() as conn:
+            with self.db.read() as conn:
                 snap = self._snapshot(conn)
                 snap.prefetch(codes_only=self._screens(snap) and snap.codes is not None)
                 bm25 = self._bm25_snapshot(conn)
@@ -190,7 +194,7 @@ class SQLiteSearch(SQLiteReads):
     def _snapshot(self, conn: sqlite3.Connection) -> VectorSnapshot:
         """The vectors at the index's current version: loaded once, then moved forward incrementally."""
         snap = self._snap
-        if snap is not None and snap.version == self._version(conn):
+        if snap is not None and snap.version == self.db.version(conn):
             return snap
         with self._vec_lock:
             try:
@@ -198,7 +202,7 @@ class SQLiteSearch(SQLiteReads):
             except FileMoved:  # a compaction replaced the file as this transaction began: the next one sees it
                 snap = self._snapshot_in(conn, retried=True)
             self._snap = snap
-        self._moved_to(snap.version)
+        self.db.moved_to(snap.version)
         return snap
 
     def _snapshot_in(self, conn: sqlite3.Connection, *, retried: bool) -> VectorSnapshot:
@@ -228,7 +232,7 @@ class SQLiteSearch(SQLiteReads):
         if replaced:
             self._ids.clear()
             self._masks.clear()
-            self._chunk_cache.clear()
+            self.catalogue.cache.clear()
 
     def _filter_mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
         """Rows ``1…top`` passing ``filters`` (by rowid − 1; None: no filter), kept per filter (``_filter_masks``)."""

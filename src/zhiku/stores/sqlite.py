@@ -14,35 +14,27 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
 
-from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores import _bm25
 from zhiku.stores._bm25 import BM25Snapshot, save_segments
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
-from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
-from zhiku.stores._sqlite_read import ChunkCache, Pins, stored_dim, version_of
-from zhiku.stores._sqlite_schema import (
-    CHUNK_COLS,
-    DB_NAME,
-    DOC_COLS,
-    HISTORY_COLS,
-    SCHEMA_VERSION,
-    doc_row,
-    prepare_rows,
-)
+from zhiku.stores._sqlite_conn import Database, stored_dim, translate, version_of
+from zhiku.stores._sqlite_read import Catalogue
+from zhiku.stores._sqlite_schema import DB_NAME, HISTORY_COLS, SCHEMA_VERSION, prepare_rows
 from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
 from zhiku.stores._vectors import VectorSnapshot, numkong
-from zhiku.types import Chunk, DocRecord, IngestionRecord
+from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
 log = logging.getLogger(__name__)
@@ -85,20 +77,15 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self.compact_dead_fraction = compact_dead_fraction
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
-        self._lock = threading.RLock()  # the write connection
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
         self._bm25: BM25Snapshot | None = None
         self._ids = ChunkIds()  # chunk ids by rowid, for the searches
         self._masks = FilterMasks()  # rows passing each filter searched with
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
-        self._chunk_cache = ChunkCache()
-        self._pins = Pins()  # each thread's pinned index version (``pinned``)
-        self._conn: sqlite3.Connection | None = connect(
-            self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s
-        )
+        self.db = Database(self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        self.catalogue = Catalogue(self.db)
         try:
-            init_schema(self._conn, self.index_dir, read_only=read_only)
             if not read_only:
                 self._check_vector_file()
                 self._save_bm25(verify=True)
@@ -108,7 +95,6 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         except BaseException:
             self.close()
             raise
-        self._pool = ReadPool(self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.index_dir)!r}, read_only={self.read_only})"
@@ -119,49 +105,40 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- connections and transactions ----------------------------------------------------------------
-    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
-        """A pooled read connection (no lock shared with other readers)."""
-        if self._conn is None:
-            raise StoreError(f"index {self.index_dir} is closed")
-        return self._pool.connection()
+    # --- the catalogue ------------------------------------------------------------------------------
+    def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
+        return self.catalogue.get_chunks(chunk_ids)
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise StoreError(f"index {self.index_dir} is closed")
-            if self.read_only:
-                raise ReadOnlyIndex(
-                    f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it"
-                )
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        with suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as e:
-                raise translate(e, self.index_dir) from e
+    def chunk_places(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
+        return self.catalogue.chunk_places(chunk_ids)
 
-    @staticmethod
-    def _delete_rows(conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
-        """Delete a document's rows, recording its chunks' rowids as tombstones of ``version``; returns them."""
-        rowids = np.fromiter(
-            (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
-        )
-        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
-        conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
-        conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
-        note_dead(conn, stored_dim(conn), rowids.size)
-        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
-        return rowids
+    def get_document(self, doc_id: str) -> DocRecord | None:
+        return self.catalogue.get_document(doc_id)
+
+    def find_document(self, collection: str, source: str) -> DocRecord | None:
+        return self.catalogue.find_document(collection, source)
+
+    def list_documents(self, collection: str | None = None) -> list[DocRecord]:
+        return self.catalogue.list_documents(collection)
+
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        return self.catalogue.document_chunks(doc_id)
+
+    def collections(self) -> list[CollectionStats]:
+        return self.catalogue.collections()
+
+    def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
+        return self.catalogue.ingestion_history(limit)
+
+    def get_meta(self) -> dict[str, str]:
+        return self.catalogue.get_meta()
+
+    def index_version(self) -> int:
+        return self.catalogue.index_version()
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """``OneVersion``: this thread's reads inside it see one index version (``Database.pinned``)."""
+        return self.db.pinned()
 
     # --- writing -----------------------------------------------------------------------------------
     def write_document(
@@ -170,8 +147,8 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         rows, ids, matrix = prepare_rows(doc, chunks, tokens, vectors)
         dim = matrix.shape[1]
         unit = l2_normalise(matrix)
-        with self._lock:
-            with self._write() as conn:
+        with self.db.lock:
+            with self.db.write() as conn:
                 stored = stored_dim(conn)
                 if rows and stored is not None and stored != dim:
                     raise IndexMismatch(
@@ -196,19 +173,8 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                     )
                 old_version = version_of(conn)
                 removed = self._delete_rows(conn, doc.doc_id, old_version + 1)
-                conn.execute(
-                    f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})",
-                    (*doc_row(doc), sum(len(c.text) for c in chunks)),
-                )
                 base = top_rowid(conn) + 1  # rowids are never reused: see _vectors
-                conn.executemany(
-                    f"INSERT INTO chunks (rowid, {CHUNK_COLS}, vector) VALUES ({', '.join('?' * 14)})",
-                    [(base + i, *r[:-1]) for i, r in enumerate(rows)],
-                )
-                conn.executemany(
-                    "INSERT INTO chunk_tokens (rowid, tokens) VALUES (?, ?)",
-                    [(base + i, r[-1]) for i, r in enumerate(rows)],
-                )
+                self.catalogue.insert(conn, doc, sum(len(c.text) for c in chunks), rows, base)
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                     self._write_vectors(conn, dim, base, unit)  # before COMMIT, past every committed rowid
@@ -220,9 +186,16 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 self._save_bm25()
             self._maybe_compact()
 
+    def _delete_rows(self, conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
+        """Delete a document's rows, recording its chunks' rowids as tombstones of ``version``; returns them."""
+        rowids = self.catalogue.delete(conn, doc_id)
+        note_dead(conn, stored_dim(conn), rowids.size)
+        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
+        return rowids
+
     def delete_document(self, doc_id: str) -> bool:
-        with self._lock:
-            with self._write() as conn:
+        with self.db.lock:
+            with self.db.write() as conn:
                 if conn.execute("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)).fetchone() is None:
                     return False
                 old_version = version_of(conn)
@@ -233,7 +206,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         return True
 
     def record_ingestion(self, record: IngestionRecord) -> None:
-        with self._write() as conn:
+        with self.db.write() as conn:
             conn.execute(
                 f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record)
             )
@@ -250,17 +223,11 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     def _save_bm25(self, *, verify: bool = False) -> None:
         """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
         The files only speed up opening: a failure is logged, the committed write stands."""
-        conn = self._conn
-        assert conn is not None
-        with self._lock:
-            try:
-                conn.execute("BEGIN")
-                try:
-                    self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
-                finally:
-                    conn.execute("COMMIT")
-            except (OSError, sqlite3.Error) as e:
-                log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)
+        try:
+            with self.db.snapshot() as conn:
+                self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
+        except (OSError, sqlite3.Error) as e:
+            log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)
 
     def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
         """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
@@ -281,24 +248,19 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 raise InvalidInput(f"index metadata keys and values must be strings, got {key!r}: {value!r}")
             if key in _MANAGED_META:
                 raise InvalidInput(f"index metadata {key!r} is managed by the store and cannot be set")
-        with self._lock:
-            with self._write() as conn:
+        with self.db.lock:
+            with self.db.write() as conn:
                 conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
             with self._vec_lock:
                 if self._snap is not None and values.get("dim", str(self._snap.dim)) != str(self._snap.dim):
                     self._snap = None  # reloaded, with the new dim, on the next dense search
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                with suppress(sqlite3.Error):
-                    self._conn.close()
-            self._conn = None
-            pool = getattr(self, "_pool", None)
-            if pool is not None:
-                pool.close()
-            self._snap = None
-            self._bm25 = None
+        db = getattr(self, "db", None)
+        if db is not None:
+            db.close()
+        self._snap = None
+        self._bm25 = None
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
