@@ -76,12 +76,12 @@ def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path
         LABOR.write(store)
         NOTE.write(store)
         assert store.get_chunks(NOTE.ids) == NOTE.chunks  # kept at version 2
-        assert store.bm25_search(["会议"], 5) and store._bm25 is not None
+        assert store.bm25_search(["会议"], 5) and store.bm25.snap is not None
         version = store.index_version()
         # as if the file now held another index's past: its searches' snapshot and its kept chunks are 2 ahead,
         # and that other index kept NOTE's chunk id under another heading
         other = _moved(NOTE).chunks
-        store._bm25 = dataclasses.replace(store._bm25, version=version + 2)
+        store.bm25.snap = dataclasses.replace(store.bm25.snap, version=version + 2)
         store.catalogue.cache.add(version + 2, other, doc=("doc-note", tuple(other)))
         assert store.bm25_search(["会议"], 5)  # the search sees the version go back
         WAGE.write(store)

@@ -103,7 +103,7 @@ def test_segments_are_saved_merged_and_reused(index_dir: Path, monkeypatch: pyte
         expected = ids(store.bm25_search(["乙肝", "版本"], 20))
     with SQLiteStore(index_dir, read_only=True) as reader:
         assert ids(reader.bm25_search(["乙肝", "版本"], 20)) == expected
-        snap = reader._bm25
+        snap = reader.bm25.snap
         assert snap is not None and [s.path.name for s in snap.segments if s.path] == ["seg-1-8.bin", "seg-9-12.bin"]
     (folder / "seg-9-12.bin").write_bytes(b"not a segment")  # a damaged file: its rows come from the table
     (folder / "seg-13-99.bin").write_bytes(b"")  # past every rowid: ignored
@@ -134,12 +134,12 @@ def test_another_processes_commits_are_applied_incrementally(index_dir: Path) ->
         WAGE.write(writer)
         tied = [LABOR.ids[1], LABOR.ids[0], WAGE.ids[0]]  # in every chunk: equal scores, by chunk id
         assert ids(reader.bm25_search(["劳动者"], 5)) == tied
-        before = reader._bm25
+        before = reader.bm25.snap
         LABOR_V2.write(writer)
         writer.delete_document("doc-wage")
         assert ids(reader.bm25_search(["劳动者", "工资"], 5)) == []
         assert ids(reader.bm25_search(["劳动"], 5)) == LABOR_V2.ids
-        after = reader._bm25
+        after = reader.bm25.snap
         assert before is not None and after is not None
         assert after.version == before.version + 2 and after.top == 4 and after.n_live == 1
         assert after.segments[0] is before.segments[0]  # moved forward, not rebuilt
@@ -151,7 +151,7 @@ def test_a_commit_by_another_process_reaches_a_reader_without_reloading(index_di
         LABOR.write(writer)
     with SQLiteStore(index_dir, read_only=True) as reader:
         assert ids(reader.bm25_search(["工资", "解除"], 5)) == LABOR.ids[:1]
-        before = reader._bm25
+        before = reader.bm25.snap
         script = (
             f"import sys; sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]\n"
             "from zhiku.stores import SQLiteStore\nfrom contracts.store_contract import WAGE\n"
@@ -159,7 +159,7 @@ def test_a_commit_by_another_process_reaches_a_reader_without_reloading(index_di
         )
         subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
         assert ids(reader.bm25_search(["工资", "解除"], 5)) == [LABOR.ids[0], WAGE.ids[0]]  # tied: by chunk id
-        after = reader._bm25
+        after = reader.bm25.snap
         assert before is not None and after is not None and after.top == 3
         assert after.segments[0] is before.segments[0]
 
@@ -184,7 +184,7 @@ LABOR_V2.write(store)
     ("target", "before", "version", "left"),
     [
         ("sq.write_rows", "real(*args)", "old", "seg-1-2.bin"),  # killed before COMMIT
-        ("sq.save_segments", "pass", "new", "seg-1-2.bin"),  # after COMMIT, before the segment is saved
+        ("_bm25.save_segments", "pass", "new", "seg-1-2.bin"),  # after COMMIT, before the segment is saved
         ("_bm25_segment.os.replace", "pass", "new", ".tmp"),  # writing the segment: its temporary file is left
         ("_bm25_segment.os.replace", "open(args[1], 'wb').write(b'half')", "new", "seg-3-3.bin"),  # a torn file
     ],
@@ -260,13 +260,13 @@ def test_warm_loads_the_bm25_segments(index_dir: Path, monkeypatch: pytest.Monke
         LABOR.write(store)
         WAGE.write(store)
     with SQLiteStore(index_dir, read_only=True) as store:
-        assert store._bm25 is None
+        assert store.bm25.snap is None
         store.warm()  # what the MCP server does at start
-        snap = store._bm25
+        snap = store.bm25.snap
         assert snap is not None and snap.top == 3 and snap.n_live == 3
         assert [s.path.name if s.path else None for s in snap.segments] == ["seg-1-2.bin", None]  # row 3: table
         assert ids(store.bm25_search(["工资"], 5)) == WAGE.ids
-        assert store._bm25 is snap
+        assert store.bm25.snap is snap
 
 
 def test_an_index_without_any_term_saves_and_loads_empty_segments(
@@ -279,5 +279,5 @@ def test_an_index_without_any_term_saves_and_loads_empty_segments(
         assert sorted(p.name for p in (index_dir / "bm25").iterdir()) == ["seg-1-2.bin"]
     with SQLiteStore(index_dir, read_only=True) as store:
         assert store.bm25_search(["一"], 5) == []
-        snap = store._bm25
+        snap = store.bm25.snap
         assert snap is not None and snap.avgdl == 1.0 and [s.path is not None for s in snap.segments] == [True]

@@ -123,7 +123,7 @@ def test_bm25_max_df_leaves_out_frequent_terms_but_keeps_the_two_rarest(
     terms = ["劳动者", "工资", "会议"]  # in 3, 1 and 1 of the 4 chunks
     with SQLiteStore(index_dir, read_only=True) as default:  # terms in fewer than 1,000 chunks are always kept
         assert sorted(ids(default.bm25_search(terms, 10))) == sorted(LABOR.ids + WAGE.ids + NOTE.ids)
-    monkeypatch.setattr("zhiku.stores._sqlite_search.BM25_MIN_DF", 0)
+    monkeypatch.setattr("zhiku.stores._bm25.MIN_DF", 0)
     with SQLiteStore(index_dir, read_only=True, bm25_max_df=1.0) as every:
         assert sorted(ids(every.bm25_search(terms, 10))) == sorted(LABOR.ids + WAGE.ids + NOTE.ids)
     with SQLiteStore(index_dir, read_only=True, bm25_max_df=0.5) as pruned:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from contracts.store_contract import LABOR, NOTE, WAGE, ids, make_doc
-from zhiku.stores import SQLiteStore, _bm25, _bm25_query, _vectors
+from zhiku.stores import SQLiteStore, _bm25, _vectors
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.types import Filters
 
@@ -56,7 +56,7 @@ def test_searches_answer_as_a_fresh_store_after_another_processes_commit(index_d
         terms = ["劳动者", "会议", "解除"]
         assert ids(reader.bm25_search(terms, 5)) == [NOTE.ids[0], LABOR.ids[0], LABOR.ids[1]]
         assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 1.0, LABOR.ids[1]: 0.6}
-        cached = reader._bm25
+        cached = reader.bm25.snap
         old = cached.terms.get("劳动者") if cached is not None else None
         assert old is not None and old.df == 2  # kept for the next query
         script = (
@@ -68,7 +68,7 @@ def test_searches_answer_as_a_fresh_store_after_another_processes_commit(index_d
         subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
         got = [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 5)]
         assert scores(reader.dense_scores(X, LABOR.ids)) == {LABOR.ids[0]: 0.6, LABOR.ids[1]: 1.0}
-        moved = reader._bm25
+        moved = reader.bm25.snap
         new = moved.terms.get("劳动者") if moved is not None else None
         assert new is not None and new is not old and new.df == 3  # the new snapshot's own
     with SQLiteStore(index_dir, read_only=True) as fresh:
@@ -93,7 +93,7 @@ def test_bm25_scores_reused_from_earlier_queries_are_the_same_floats(index_dir: 
 def test_the_term_cache_is_bounded_by_postings() -> None:
     seg = _bm25.build(1, 4, [(1, "甲 乙"), (2, "甲 丙"), (3, "甲"), (4, "丁")])
     snap = _bm25.BM25Snapshot.of(1, 4, [seg], np.array([False, True, True, True, True]), np.array([0, 2, 2, 1, 1.0]))
-    cache = _bm25_query.TermCache(budget=48)  # terms of up to 3 postings kept, 48 in all
+    cache = _bm25.TermCache(budget=48)  # terms of up to 3 postings kept, 48 in all
     cache.put(snap.term("甲"))
     assert cache.get("甲") is not None
     cache.put(replace(snap.term("乙"), term="big", parts=((np.arange(4, dtype=np.uint32), np.ones(4, np.uint16)),)))
@@ -169,9 +169,9 @@ def test_an_index_gone_back_to_an_older_version_forgets_what_rowids_meant(index_
         assert ids(store.bm25_search(["会议"], 5, Filters(collection="笔记"))) == NOTE.ids
         table = store._ids._table
         assert table is not None and table[1][3] == NOTE.ids[0].encode() and store._masks._masks
-        snap = store._bm25
+        snap = store.bm25.snap
         assert snap is not None
-        store._bm25 = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
+        store.bm25.snap = replace(snap, version=snap.version + 5)  # as if the file now held another index's past
         assert ids(store.bm25_search(["劳动者"], 5)) == sorted(LABOR.ids)  # tied: by chunk id
         assert store._ids._table is not table and not store._masks._masks  # forgotten, then read again
         assert store._ids._maps[0][1] == LABOR.ids[0]  # read again, from this index
@@ -210,7 +210,7 @@ def test_the_scores_a_snapshot_keeps_for_a_term_are_read_only(index_dir: Path) -
         LABOR.write(store)
         NOTE.write(store)
         assert ids(store.bm25_search(["劳动者"], 5))
-        snap = store._bm25
+        snap = store.bm25.snap
         assert snap is not None
         term = snap.terms.get("劳动者")
         assert term is not None

@@ -13,26 +13,41 @@ tiling ``1…hi`` and builds the rest (fewer than ``FLUSH_ROWS`` rows, or everyt
 opened since the upgrade) from ``chunk_tokens``; another process's commits are applied incrementally (new
 rowids' tokens, newer tombstones), the same way as the vector file.
 
-Scoring (``_bm25_query``) touches only the rows in the query terms' postings.
+Scoring follows SQLite FTS5's ``bm25()`` (the ranking this index replaced): ``k1 = 1.2``, ``b = 0.75``,
+``idf = log((N − n + 0.5) / (n + 0.5))`` floored at 10⁻⁶. Each query term's postings are scored once per snapshot
+(then kept, ``TermCache``) and a query's terms are added into one float64 score per row by one ``bincount``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import re
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from zhiku.stores._bm25_query import K1, B, QueryTerm, TermCache, dead_in, score
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
-from zhiku.stores._vector_files import pid_alive, top_rowid
+from zhiku.stores._sqlite_conn import Database, top_rowid, version_of
+from zhiku.stores._vector_files import pid_alive
 
+log = logging.getLogger(__name__)
+
+K1 = 1.2  # FTS5's bm25() constants: changing them changes every ranking
+B = 0.75
+IDF_FLOOR = 1e-6
+# query-term pruning: a term found in more than MAX_DF of the chunks and in more than MIN_DF chunks is left out of
+# the query (the 2 rarest terms always stay)
+MAX_DF = 0.5  # above N/2 a term's IDF is <= 0 (floored at 1e-6): lossless on every dev set
+MIN_DF = 1000
+_SEARCH_COST = 24  # a binary search costs about this many steps of a scan
+CACHE_POSTINGS = 2_000_000  # postings of query terms a snapshot keeps (scored: 16 bytes each)
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)
 MERGE_FANIN = 4  # trailing segments of one size tier merged into one
@@ -154,6 +169,110 @@ def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class QueryTerm:
+    """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending, segments in rowid
+    order) and how many live rows contain it."""
+
+    term: str
+    parts: tuple[tuple[np.ndarray, np.ndarray], ...]
+    df: int
+    memo: list[tuple[object, ...]] = field(default_factory=list, compare=False, repr=False)  # see ``scored``
+
+    @property
+    def size(self) -> int:
+        """Postings over every segment (live or not)."""
+        return sum(r.size for r, _ in self.parts)
+
+    def idf(self, n: int) -> float:
+        idf = math.log((n - self.df + 0.5) / (self.df + 0.5))
+        return idf if idf > 0 else IDF_FLOOR
+
+    def scored(self, n: int, norm: np.ndarray, live: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """All live rows containing the term (int64) and its score in each, kept for the next query with the same
+        ``n``, ``norm`` and ``live`` (a snapshot's: ``BM25Snapshot`` keeps its terms); read-only, as concurrent
+        queries share them."""
+        memo = self.memo[0] if self.memo else None
+        if memo is not None and memo[0] is norm and memo[1] is live and memo[2] == n:
+            return memo[3], memo[4]  # type: ignore[return-value]
+        rows = np.concatenate([r for r, _ in self.parts]).astype(np.int64)
+        tfs = np.concatenate([t for _, t in self.parts]).astype(np.float64)
+        if live is not None:
+            keep = live[rows]
+            rows, tfs = rows[keep], tfs[keep]
+        each = self.idf(n) * (tfs * (K1 + 1.0)) / (tfs + norm[rows])
+        rows.setflags(write=False)
+        each.setflags(write=False)
+        self.memo[:] = [(norm, live, n, rows, each)]
+        return rows, each
+
+
+class TermCache:
+    """A snapshot's query terms (postings, df and their scores once computed), kept for the next queries: the
+    snapshot is immutable, so they stay right for its life (a new version is a new snapshot, with a new cache).
+    Bounded by postings held (``budget``; 16 bytes each once scored): past it, it starts again empty. A term
+    longer than 1/16 of the budget is not kept. No lock: a lost entry is recomputed."""
+
+    def __init__(self, budget: int = CACHE_POSTINGS) -> None:
+        self.budget = budget
+        self._terms: dict[str, QueryTerm] = {}
+        self._used = 0
+
+    def get(self, term: str) -> QueryTerm | None:
+        return self._terms.get(term)
+
+    def put(self, found: QueryTerm) -> None:
+        size = found.size
+        if size * 16 > self.budget:
+            return
+        if self._used + size > self.budget:
+            self._terms, self._used = {}, 0
+        self._terms[found.term] = found
+        self._used += size
+
+
+def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
+    """How many of ``rows`` (sorted) are not live (``dead``: the sorted rowids that are not; ``live`` by rowid):
+    by binary search when the dead rows in their range are few (reading a few pages of the postings), else by
+    scanning them."""
+    if rows.size == 0 or dead.size == 0:
+        return 0
+    a, b = np.searchsorted(dead, (int(rows[0]), int(rows[-1]) + 1))
+    if a == b:
+        return 0
+    if (b - a) * _SEARCH_COST < rows.size:
+        pos = np.searchsorted(rows, dead[a:b].astype(np.uint32))
+        return int(np.count_nonzero(rows[np.minimum(pos, rows.size - 1)] == dead[a:b]))
+    return int(rows.size - np.count_nonzero(live[rows]))
+
+
+def score(
+    terms: Sequence[QueryTerm],
+    n: int,
+    norm: np.ndarray,
+    live: np.ndarray | None,
+    mask: np.ndarray | None,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(rowids, scores)`` of the best ``top_k`` rows (every row tied with the k-th included), unordered.
+    ``terms``: each with ``df > 0``; ``norm`` by rowid; ``live``/``mask`` (by rowid, None: all) the rows allowed."""
+    parts = [t.scored(n, norm, live) for t in terms]
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.float64)
+    rows = np.concatenate([r for r, _ in parts])
+    each = np.concatenate([w for _, w in parts])
+    scores = np.bincount(rows, weights=each, minlength=norm.size)
+    if mask is not None:
+        scores[~mask] = 0.0
+    hits = np.flatnonzero(scores > 0)
+    found = scores[hits]
+    if hits.size > top_k:
+        cut = hits.size - top_k
+        best = found >= np.partition(found, cut)[cut]
+        hits, found = hits[best], found[best]
+    return hits, found
+
+
+@dataclass(frozen=True)
 class BM25Snapshot:
     """The BM25 index at one ``index_version``. Immutable: searches run on it without a lock."""
 
@@ -251,3 +370,54 @@ class BM25Snapshot:
             rarest = {t.term for t in sorted(found, key=lambda t: (t.df, t.term))[:2]}
             found = [t for t in found if t.term in rarest or t.df <= limit]
         return [t for t in found if t.df > 0]
+
+
+class BM25Index:
+    """The BM25 part of ``SQLiteStore``: the snapshot at the index's current version (loaded once, then moved
+    forward by the commits since) and the segment files a writer saves."""
+
+    def __init__(self, index_dir: Path, max_df: float = MAX_DF) -> None:
+        self.index_dir, self.max_df = index_dir, max_df
+        self.snap: BM25Snapshot | None = None
+        self._lock = threading.Lock()
+        self._unsaved = 0  # rows past the saved segments (as far as this process knows)
+
+    def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> BM25Snapshot:
+        """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
+        when the index went back to an older version (another index's past: what rowids meant is void)."""
+        snap = self.snap
+        if snap is not None and snap.version == version:
+            return snap
+        with self._lock:
+            conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
+            snap, now = self.snap, version_of(conn)
+            if snap is None or snap.version > now:
+                if snap is not None:
+                    forget()
+                snap = BM25Snapshot.load(conn, self.index_dir, now)
+            elif snap.version != now:
+                snap = snap.refreshed(conn, now)
+            conn.execute("COMMIT")
+            self.snap = snap
+        return snap
+
+    def search(
+        self, snap: BM25Snapshot, terms: Sequence[str], top_k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``snap.search`` with this index's query-term pruning."""
+        return snap.search(terms, top_k, mask, (self.max_df, MIN_DF))
+
+    def written(self, db: Database, rows: int) -> None:
+        """After a commit that added ``rows`` rows: save segments once ``FLUSH_ROWS`` lie past the saved ones."""
+        self._unsaved += rows
+        if self._unsaved >= FLUSH_ROWS:  # else no need to look at the files
+            self.save(db)
+
+    def save(self, db: Database, *, verify: bool = False) -> None:
+        """Save committed rows past the segment files as new segments (``save_segments``). The files only speed up
+        opening: a failure is logged, the committed write stands."""
+        try:
+            with db.snapshot() as conn:
+                self._unsaved = save_segments(conn, self.index_dir, verify=verify)
+        except (OSError, sqlite3.Error) as e:
+            log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)

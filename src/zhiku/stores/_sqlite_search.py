@@ -15,7 +15,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
-from zhiku.stores._bm25 import BM25Snapshot
+from zhiku.stores._bm25 import BM25Index, BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_conn import Database, stored_dim, version_of
@@ -25,10 +25,6 @@ from zhiku.types import Filters, Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
-# BM25 query-term pruning (measured in bench/RESULTS.md, Issue 13): a term found in more than BM25_MAX_DF of the
-# chunks and in more than BM25_MIN_DF chunks is left out of the query (the 2 rarest terms always stay).
-BM25_MAX_DF = 0.5  # above N/2 a term's BM25 IDF is <= 0 (floored at 1e-6): lossless on every dev set
-BM25_MIN_DF = 1000
 # store.dense_search "auto" screens by int8 codes from this many rows in the vector file (numpy + numkong's crossover)
 SCREEN_FROM = 100_000
 
@@ -48,13 +44,12 @@ class SQLiteSearch:
 
     index_dir: Path
     path: Path
-    bm25_max_df: float
+    bm25: BM25Index
     dense_mode: str  # "exact", "int8" or "auto" (int8 from SCREEN_FROM rows): store.dense_search
     _ids: ChunkIds
     _masks: FilterMasks
     _vec_lock: threading.Lock
     _snap: VectorSnapshot | None
-    _bm25: BM25Snapshot | None
 
     def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         unique = query_terms(terms)
@@ -65,24 +60,12 @@ class SQLiteSearch:
             mask = self._filter_mask(conn, snap.top, filters)
             if mask is not None and not mask.any():
                 return []
-            rowids, scores = snap.search(unique, int(top_k), mask, (self.bm25_max_df, BM25_MIN_DF))
+            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask)
             return _ranked(rowids, scores, self._ids, conn, snap.top, int(top_k))
 
     def _bm25_snapshot(self, conn: sqlite3.Connection) -> BM25Snapshot:
-        """The BM25 index at the current version: loaded once, then moved forward incrementally."""
-        snap = self._bm25
-        if snap is not None and snap.version == self.db.version(conn):
-            return snap
-        with self._vec_lock:
-            conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
-            snap, version = self._bm25, version_of(conn)
-            if snap is None or snap.version > version:
-                self._forget_rows(snap is not None)
-                snap = BM25Snapshot.load(conn, self.index_dir, version)
-            elif snap.version != version:
-                snap = snap.refreshed(conn, version)
-            conn.execute("COMMIT")
-            self._bm25 = snap
+        """The BM25 index at this read's version (``BM25Index.current``); a pin follows it."""
+        snap = self.bm25.current(conn, self.db.version(conn), lambda: self._forget_rows(True))
         self.db.moved_to(snap.version)
         return snap
 

@@ -23,15 +23,14 @@ import numpy as np
 
 from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
-from zhiku.stores import _bm25
-from zhiku.stores._bm25 import BM25Snapshot, save_segments
+from zhiku.stores._bm25 import MAX_DF, BM25Index
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import Database, stored_dim, translate, version_of
 from zhiku.stores._sqlite_read import Catalogue
 from zhiku.stores._sqlite_schema import DB_NAME, HISTORY_COLS, SCHEMA_VERSION, prepare_rows
-from zhiku.stores._sqlite_search import BM25_MAX_DF, SQLiteSearch, query_terms
+from zhiku.stores._sqlite_search import SQLiteSearch, query_terms
 from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
 from zhiku.stores._vectors import VectorSnapshot, numkong
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
@@ -60,7 +59,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         *,
         read_only: bool = False,
         busy_timeout_s: float = 5.0,
-        bm25_max_df: float = BM25_MAX_DF,
+        bm25_max_df: float = MAX_DF,
         compact_dead_fraction: float = COMPACT_DEAD_FRACTION,
         dense_search: str = "auto",
     ) -> None:
@@ -73,22 +72,20 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
             )
         self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
-        self.bm25_max_df = bm25_max_df
         self.compact_dead_fraction = compact_dead_fraction
         self.path = self.index_dir / DB_NAME
         self.read_only = read_only
         self._vec_lock = threading.Lock()  # replacing the vector snapshot
         self._snap: VectorSnapshot | None = None
-        self._bm25: BM25Snapshot | None = None
+        self.bm25 = BM25Index(self.index_dir, bm25_max_df)
         self._ids = ChunkIds()  # chunk ids by rowid, for the searches
         self._masks = FilterMasks()  # rows passing each filter searched with
-        self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
         self.db = Database(self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
         self.catalogue = Catalogue(self.db)
         try:
             if not read_only:
                 self._check_vector_file()
-                self._save_bm25(verify=True)
+                self.bm25.save(self.db, verify=True)
         except sqlite3.Error as e:
             self.close()
             raise translate(e, self.index_dir) from e
@@ -181,9 +178,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
             self._after_commit(old_version, dim if rows else None, added, removed)
-            self._bm25_unsaved += len(rows)
-            if self._bm25_unsaved >= _bm25.FLUSH_ROWS:  # else no need to look at the files
-                self._save_bm25()
+            self.bm25.written(self.db, len(rows))
             self._maybe_compact()
 
     def _delete_rows(self, conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
@@ -220,15 +215,6 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
             ) from e
 
-    def _save_bm25(self, *, verify: bool = False) -> None:
-        """Save committed rows past the BM25 segment files as new segments (``_bm25``), once there are enough.
-        The files only speed up opening: a failure is logged, the committed write stands."""
-        try:
-            with self.db.snapshot() as conn:
-                self._bm25_unsaved = save_segments(conn, self.index_dir, verify=verify)
-        except (OSError, sqlite3.Error) as e:
-            log.warning("could not save the BM25 segments of %s: %s", self.index_dir, e)
-
     def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
         """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
         with self._vec_lock:
@@ -260,7 +246,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         if db is not None:
             db.close()
         self._snap = None
-        self._bm25 = None
+        self.bm25.snap = None
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
