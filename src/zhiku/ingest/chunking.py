@@ -399,7 +399,7 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 
 def chunking_identity(settings: ChunkingSettings) -> str:
-    """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
+    """Identifies everything that changes chunk boundaries; stored in the index and checked on open."""
     return (
         f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={settings.overlap};"
         f"min_chars={settings.min_chars};context={int(settings.index_context)}"
