@@ -1,4 +1,4 @@
-"""The ingest pipeline: documents prepared ahead in threads (``ingest.workers``), chunks embedded in calls of
+"""The ingest pipeline: chunks embedded in calls of
 ``ingest.batch_chunks`` across documents, documents written in order, progress after every call, and a bad file
 or a failed embedding that costs only its own document. Embedding calls are counted by a wrapper around the real
 (cached) bundled embedder."""
@@ -6,18 +6,14 @@ or a failed embedding that costs only its own document. Embedding calls are coun
 from __future__ import annotations
 
 import sqlite3
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from helpers_kb import CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, write_corpus
 from zhiku.ingest.context import index_text
-from zhiku.ingest.prefetch import Gate, prefetch
 from zhiku.types import SourceDoc
 
 SOURCES = ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")
@@ -80,12 +76,11 @@ def _stored(index: Path) -> list[tuple[str, str, np.ndarray]]:
     return [(s, sec, np.frombuffer(v, dtype=np.float32)) for s, sec, v in rows]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
 def test_chunks_are_embedded_in_counted_batches_with_progress_per_call(
-    kb_factory, cached_embedder, corpus: Path, tmp_path: Path, workers: int
+    kb_factory, cached_embedder, corpus: Path, tmp_path: Path
 ) -> None:
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 3, "workers": workers})
+    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 3})
     events: list[tuple[int, int, str]] = []
     report = kb.ingest([corpus], on_progress=lambda d, t, name: events.append((d, t, name)))
     assert report.added == SOURCES and report.chunks_written == CORPUS_CHUNKS == 4
@@ -137,7 +132,7 @@ def test_a_bad_file_in_the_middle_of_a_batch_fails_alone(
     (corpus / "c_空.md").write_text("# 只有标题\n", encoding="utf-8")
     (corpus / "年休假条例.md").rename(corpus / "d_年休假条例.md")
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 100, "workers": 2})
+    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 100})
     report = kb.ingest([corpus])
     bad, empty = str((corpus / "b_坏.md").resolve()), str((corpus / "c_空.md").resolve())
     assert report.added == ("a_劳动合同法.md", "d_年休假条例.md", "规章/工资支付规定.txt")
@@ -170,66 +165,12 @@ def test_a_document_whose_embedding_fails_is_lost_alone(
     assert [d.source for d in kb.documents()] == ["劳动合同法.md", "规章/工资支付规定.txt"]
 
 
-def test_prefetch_keeps_order_hands_back_errors_and_stays_bounded() -> None:
-    started: list[int] = []
-    lock = threading.Lock()
-
-    def square(n: int) -> int:
-        with lock:
-            started.append(n)
-        if n == 3:
-            raise KeyError(n)
-        return n * n
-
-    out = prefetch(range(8), square, workers=2, ahead=2)
-    first = next(out)
-    assert len(started) <= 2  # no more than `ahead` items were handed to the threads before the first came back
-    rest = list(out)
-    assert [(o.item, o.value) for o in [first, *rest]] == [(n, None if n == 3 else n * n) for n in range(8)]
-    assert [type(o.error).__name__ for o in rest if o.error is not None] == ["KeyError"]
-    inline = list(prefetch(range(4), square, workers=0))
-    assert [o.value for o in inline] == [0, 1, 4, None]
-
-
-def test_prefetch_helpers_start_items_only_while_the_gate_is_open() -> None:
-    where: list[tuple[int, str]] = []
-
-    def record(n: int) -> int:
-        where.append((n, threading.current_thread().name))
-        return n
-
-    assert [o.value for o in prefetch(range(5), record, workers=2, gate=Gate())] == [0, 1, 2, 3, 4]
-    assert where == [(n, threading.current_thread().name) for n in range(5)]  # the caller prepared every item
-
-    gate = Gate(grace_s=0.0)
-    where.clear()
-    items = prefetch(range(3), record, workers=1, ahead=3, gate=gate)
-    assert next(items).value == 0  # the gate is shut: the caller prepares it
-    with gate:  # the caller is in a long call: the helper prepares the rest
-        for _ in range(1000):  # wait (up to 10 s) for the helper
-            if len(where) == 3:
-                break
-            time.sleep(0.01)
-    assert [o.value for o in items] == [1, 2]
-    assert [name for _, name in where] == [threading.current_thread().name, "zhiku-prepare-0", "zhiku-prepare-0"]
-
-    def broken() -> Iterator[int]:
-        yield 1
-        raise OSError("the folder went away")
-
-    got: list[int | None] = []
-    with pytest.raises(OSError, match="the folder went away"):
-        for o in prefetch(broken(), record, workers=1):
-            got.append(o.value)
-    assert got == [1]
-
-
 def test_in_memory_documents_are_batched_by_chunks_too(kb_factory, cached_embedder, tmp_path: Path) -> None:
     from helpers_kb import CORPUS
 
     docs = [SourceDoc(source=s, doc_type="markdown", title=s, text=t) for s, t in CORPUS.items()]
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 2, "workers": 1})
+    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 2})
     events: list[tuple[int, int, str]] = []
     report = kb.ingest_documents(docs, on_progress=lambda d, t, name: events.append((d, t, name)))
     assert (report.added, report.chunks_written) == (tuple(CORPUS), 4)

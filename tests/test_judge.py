@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.generation import average_precision, judge_generation, skipped
-from zhiku.evaluation.judge import JudgeCache, JudgeClient, JudgeError, chat_url, parse_json_object
+from zhiku.evaluation.judge import JudgeClient, JudgeError, parse_json_object
+from zhiku.llm.cache import ReplyCache
 
 SET = """\
 version: 1
@@ -97,8 +98,8 @@ def test_parse_json_and_urls() -> None:
         parse_json_object('{"a": ')
     with pytest.raises(JudgeError, match="not an object"):
         parse_json_object("[1, 2]")
-    assert chat_url("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1/chat/completions"
-    assert chat_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/v1/chat/completions"
+    assert JudgeClient("http://127.0.0.1:8000", "m").url == "http://127.0.0.1:8000/v1/chat/completions"
+    assert JudgeClient("http://127.0.0.1:8000/v1/", "m").url == "http://127.0.0.1:8000/v1/chat/completions"
     assert average_precision([1, 0, 1]) == (1 + 2 / 3) / 2
     assert average_precision([0, 0]) == 0.0
 
@@ -110,7 +111,7 @@ def test_generation_metrics_cache_and_malformed_replies(
     kb.ingest([corpus])
     (tmp_path / "g.yaml").write_text(SET, encoding="utf-8")
     evalset = load_yaml_set(tmp_path / "g.yaml")
-    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=JudgeCache(tmp_path / "judge.sqlite"))
+    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=ReplyCache(tmp_path / "judge.sqlite"))
     result = judge_generation(kb, evalset, judge, mode="bm25", top_k=3)
     good, bad = result.per_query
     assert good.faithfulness == pytest.approx(2 / 3)

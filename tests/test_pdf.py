@@ -198,7 +198,7 @@ def test_the_fourth_pdf() -> None:
     assert [(im.ref.page, im.ref.mime_type) for im in book.images] == [(1, "image/jpeg"), (1, "image/png")]
     assert "| 环境名 | 标签名 | 前缀 | 交叉引用 |\n| --- | --- | --- | --- |\n| definition | label | def |" in book.text
     assert page_at(book, "| 环境名 | 标签名 |") == 6
-    assert page_at(book, "# 第 1 章 ElegantLATEX 系列模板介绍") == 3  # the cover's type is not a level (pdf_front)
+    assert page_at(book, "# 第 1 章 ElegantLATEX 系列模板介绍") == 3  # the cover's type is not a level (front_pages)
 
 
 # --- scans and garbled text ------------------------------------------------------------------------------

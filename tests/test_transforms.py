@@ -17,7 +17,7 @@ from fake_openai import DIM, FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION
 from zhiku.embedding.openai_compat import OpenAIEmbedder
 from zhiku.errors import ConfigError
-from zhiku.ingest.transforms.refine import guard
+from zhiku.ingest.transforms.builtin import guard
 from zhiku.observability.trace import TRACE_FILE, read_traces
 from zhiku.openai_http import OpenAICompatibleClient
 
@@ -234,7 +234,7 @@ def test_pdf_images_are_captioned_once_each(fake_openai: FakeOpenAI, tmp_path: P
     from zhiku.ingest.chunking import chunk_document
     from zhiku.ingest.loaders import default_loaders, load_document
     from zhiku.ingest.transforms.base import DocumentBatch, TransformContext
-    from zhiku.ingest.transforms.caption import Caption
+    from zhiku.ingest.transforms.builtin import Caption
     from zhiku.llm.prompts import Prompts
     from zhiku.llm.service import LLMService
     from zhiku.settings import ChunkingSettings

@@ -1,12 +1,12 @@
 """The one client for OpenAI-compatible HTTP APIs (``/v1/embeddings``, ``/v1/chat/completions``).
 
 Works with vLLM, Hugging Face TEI, Ollama, DashScope (compatible mode), SiliconFlow, DeepSeek and OpenAI itself.
-httpx sends the requests (one pooled client, at most ``max_connections`` in flight); tenacity retries a request
-that failed with 429, a 5xx status, a timeout or a lost connection, waiting ``Retry-After`` when the server sends
+httpx sends the requests (one pooled client, at most ``max_connections`` in flight); a request is retried when it
+failed with 429, a 5xx status, a timeout or a lost connection, waiting ``Retry-After`` when the server sends
 it (seconds or an HTTP date) and otherwise ``backoff_s * 2**attempt`` with jitter, capped at ``max_backoff_s``.
 Other 4xx statuses fail at once with the server's message. ``client_from`` builds the client from any settings
 section with an endpoint (embedding, rerank, llm, judge), so every user gets the same behaviour.
-httpx and tenacity are imported when a client is made (``pip install 'zhiku[remote]'``).
+httpx is imported when a client is made (``pip install 'zhiku[remote]'``).
 """
 
 from __future__ import annotations
@@ -96,13 +96,11 @@ class OpenAICompatibleClient:
     ) -> None:
         try:
             import httpx
-            import tenacity
         except ImportError as e:
             raise MissingDependency(
-                f"OpenAI-compatible endpoints need httpx and tenacity: pip install 'zhiku[remote]' ({e})"
+                f"OpenAI-compatible endpoints need httpx: pip install 'zhiku[remote]' ({e})"
             ) from None
         self._httpx = httpx
-        self._tenacity = tenacity
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
@@ -127,29 +125,20 @@ class OpenAICompatibleClient:
         bounds each attempt: a hung endpoint is abandoned at the deadline, not after the full ``timeout``."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        t = self._tenacity
-
-        def wait(state: Any) -> float:
-            err = state.outcome.exception() if state.outcome else None
-            server = err.wait if isinstance(err, _Retryable) else None
-            if server is not None:
-                return min(server, MAX_RETRY_AFTER_S)
-            return backoff_s(state.attempt_number - 1, self.backoff_s, self.max_backoff_s)
-
-        def stop(state: Any) -> bool:
-            if state.attempt_number > self.max_retries:
-                return True
-            return deadline is not None and time.monotonic() + (state.upcoming_sleep or 0.0) >= deadline
-
-        retrying = t.Retrying(
-            retry=t.retry_if_exception_type(_Retryable), wait=wait, stop=stop, reraise=True, sleep=time.sleep
-        )
-        try:
-            data: dict[str, Any] = retrying(self._attempt, url, body, deadline)
-            return data
-        except _Retryable as e:
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise HttpApiError(f"{url} failed after {attempts} attempt(s): {e.reason}") from None
+        attempts = 0
+        while True:
+            try:
+                return self._attempt(url, body, deadline)
+            except _Retryable as e:
+                attempts += 1
+                pause = (
+                    min(e.wait, MAX_RETRY_AFTER_S)
+                    if e.wait is not None
+                    else backoff_s(attempts - 1, self.backoff_s, self.max_backoff_s)
+                )
+                if attempts > self.max_retries or (deadline is not None and time.monotonic() + pause >= deadline):
+                    raise HttpApiError(f"{url} failed after {attempts} attempt(s): {e.reason}") from None
+                time.sleep(pause)
 
     def _attempt(self, url: str, body: bytes, deadline: float | None = None) -> dict[str, Any]:
         httpx = self._httpx

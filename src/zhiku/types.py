@@ -375,18 +375,6 @@ class IngestReport:
         }
 
 
-@dataclass(frozen=True)
-class IndexInfo:
-    """What an index was built with; stored in the index and checked on open."""
-
-    tokenizer: str
-    embedder: str
-    dim: int
-    chunking: str
-    schema_version: int = 1
-    extra: dict[str, str] = field(default_factory=dict)
-
-
 def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:
     """``ranking`` as an immutable sequence (a ``Ranking`` already is one)."""
     return ranking if isinstance(ranking, Ranking) else tuple(ranking)

@@ -1,25 +1,16 @@
-"""CLI commands about storage backends: `zhiku migrate --to milvus`, `zhiku compact`.
-
-Thin over ``zhiku.stores.migrate``: flags become store settings (validated by the settings tree), library errors
-become one line on stderr with exit code 1, ``--json`` prints exactly one JSON object.
-"""
+"""`zhiku migrate --to milvus` and `zhiku compact`: thin over ``zhiku.stores``; flags become store settings."""
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-IndexOpt = Annotated[
-    Optional[Path], typer.Option("--index", help="The SQLite index to copy (default: settings `index`, .zhiku).")
-]
-ConfigOpt = Annotated[
-    Optional[Path], typer.Option("--config", help="Settings file (default: ./zhiku.yaml if present).")
-]
+from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, _progress, err, out
+
+IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="The index (default: settings `index`, .zhiku).")]
 
 
 def migrate(
@@ -35,13 +26,12 @@ def migrate(
     db_name: Annotated[
         Optional[str], typer.Option("--db", help="Milvus database (default: settings `store.db_name`).")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
+    as_json: JsonOpt = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Copy an embedded index (documents, chunks, tokens, vectors, history, metadata) into Milvus without
     re-embedding; run it again to resume an interrupted copy."""
-    from zhiku.cli.common import _errors, _progress, err
     from zhiku.errors import InvalidInput
     from zhiku.settings import load_settings
     from zhiku.stores.migrate import migrate_sqlite
@@ -56,43 +46,23 @@ def migrate(
             report = migrate_sqlite(settings.index, target, on_progress=progress)
     s = settings.store
     if as_json:
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "documents": report.documents,
-                    "chunks": report.chunks,
-                    "skipped": report.skipped,
-                    "history": report.history,
-                    "seconds": round(report.seconds, 3),
-                    "uri": s.uri,
-                    "db_name": s.db_name,
-                    "collection_prefix": s.collection_prefix,
-                },
-                ensure_ascii=False,
-            )
-            + "\n"
-        )
+        counts = {k: getattr(report, k) for k in ("documents", "chunks", "skipped", "history")}
+        where = {"uri": s.uri, "db_name": s.db_name, "collection_prefix": s.collection_prefix}
+        _print_json({**counts, "seconds": round(report.seconds, 3), **where})
         return
-    sys.stdout.write(
+    out.print(
         f"copied {report.documents} documents ({report.chunks} chunks; {report.skipped} already there) and "
         f"{report.history} history rows from {settings.index} to Milvus at {s.uri} (prefix {s.collection_prefix}) "
         f"in {report.seconds:.1f}s\nuse it with: ZHIKU_STORE__KIND=milvus ZHIKU_STORE__URI={s.uri} "
         f"ZHIKU_STORE__COLLECTION_PREFIX={s.collection_prefix}"
-        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else "")
-        + "\n"
+        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else ""),
+        markup=False,
     )
 
 
-def compact(
-    as_json: Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")] = False,
-    index: Annotated[
-        Optional[Path], typer.Option("--index", help="The index to compact (default: settings `index`, .zhiku).")
-    ] = None,
-    config: ConfigOpt = None,
-) -> None:
+def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
     past `store.compact_dead_fraction`), and delete vector files of older generations or another embedder."""
-    from zhiku.cli.common import _errors
     from zhiku.settings import load_settings
     from zhiku.stores import compact_index
 
@@ -100,20 +70,19 @@ def compact(
         settings = load_settings(config, index=index)
         report = compact_index(settings)
     if as_json:
-        sys.stdout.write(json.dumps({"index": str(settings.index), **asdict(report)}) + "\n")
-        return
-    if not report.compacted:
-        sys.stdout.write(
-            f"nothing to compact in {settings.index} ({report.files_removed} stale vector files removed)\n"
+        _print_json({"index": str(settings.index), **asdict(report)})
+    elif not report.compacted:
+        out.print(
+            f"nothing to compact in {settings.index} ({report.files_removed} stale vector files removed)", markup=False
         )
-        return
-    sys.stdout.write(
-        f"compacted the vectors of {settings.index}: {report.rows_before} -> {report.rows_after} rows, "
-        f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s\n"
-    )
+    else:
+        out.print(
+            f"compacted the vectors of {settings.index}: {report.rows_before} -> {report.rows_after} rows, "
+            f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s",
+            markup=False,
+        )
 
 
 def register(app: typer.Typer) -> None:
-    """Add the storage commands to the `zhiku` app."""
     app.command("migrate")(migrate)
     app.command("compact")(compact)

@@ -2,8 +2,8 @@
 
 Weights and engine ship inside the package, so it works offline with no model hub. It uses e5's
 ``query:``/``passage:`` prefixes. Threads are set per calling thread through OpenMP (``omp_set_num_threads``
-acts on the caller's thread), so queries run on one thread while ingestion batches use ``threads``:
-two OpenMP threads per query on a busy 2-core machine made single queries 50× slower (shared/notes).
+acts on the caller's thread), so queries run on one thread while ingestion batches use ``threads``: two OpenMP
+threads per query on a busy 2-core machine make single queries many times slower.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 
 from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
-from zhiku.modelhub.loaded import HubModel
+from zhiku.modelhub.hf import HubModel
 from zhiku.numeric import l2_normalise
 
 

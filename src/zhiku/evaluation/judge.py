@@ -23,23 +23,12 @@ class JudgeError(ZhikuError):
     code = "JUDGE_FAILED"
 
 
-def chat_url(base_url: str) -> str:
-    """``http://host:8000`` or ``http://host:8000/v1`` → ``http://host:8000/v1/chat/completions``."""
-    base = base_url.rstrip("/")
-    if not base.endswith("/v1"):
-        base += "/v1"
-    return base + "/chat/completions"
-
-
 def parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a model's reply (a ```json fence or surrounding prose is tolerated)."""
     try:
         return json_object_in(text)
     except ValueError as e:
         raise JudgeError(f"the judge {e}") from None
-
-
-JudgeCache = ReplyCache  # the judge's responses: ``judge.sqlite`` in the cache folder
 
 
 class JudgeClient:
@@ -52,18 +41,16 @@ class JudgeClient:
         *,
         api_key: str | None = None,
         timeout: float = 60.0,
-        cache: JudgeCache | None = None,
+        cache: ReplyCache | None = None,
     ) -> None:
-        self.url = chat_url(base_url)
+        base = base_url.rstrip("/")  # ``http://host:8000`` or ``http://host:8000/v1``
+        base += "" if base.endswith("/v1") else "/v1"
+        self.url = base + "/chat/completions"
         self.model = model
-        self.api_key = api_key
-        self.timeout = timeout
         self.cache = cache
         self.calls = 0
         self._failing, self._last = 0, ""  # calls in a row without an answer, and the last reason
-        self._client = OpenAICompatibleClient(
-            self.url.removesuffix("/chat/completions"), api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25
-        )
+        self._client = OpenAICompatibleClient(base, api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25)
 
     def ask(self, system: str, user: str) -> dict[str, Any]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -58,10 +58,6 @@ def parse_metric(name: str) -> tuple[str, int]:
     return base, int(k)
 
 
-def is_budget_metric(name: str) -> bool:
-    return parse_metric(name)[0] == BUDGET_METRIC
-
-
 def score(
     names: Sequence[str],
     ranked: Sequence[str],

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,11 @@ from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset
-from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded, from_beir
+from zhiku.evaluation.datasets import EvalQuery, EvalSet, Expected, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
-from zhiku.evaluation.targets import missing_documents, unmatched_targets
 from zhiku.numeric import percentile
 from zhiku.retrieval.confidence import check_collection
-from zhiku.types import Hit, SourceDoc
+from zhiku.types import Chunk, DocRecord, Hit, SourceDoc
 
 RECALL_DEPTH = 100
 BUDGETS = (2000, 4000)  # context budgets (characters) every run reports: hit_chars@2000, hit_chars@4000
@@ -293,3 +293,71 @@ def evaluate(
 def records_json(result: EvalResult) -> list[dict[str, Any]]:
     """`per_query.json`: each query with its metrics, first relevant position and top hits."""
     return [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()}} for r in result.records]
+
+
+# Expected entries of a YAML set that no chunk of the index satisfies (a typo in ``contains``, a glob that names no
+# file) can never be found, so their query scores 0 whatever retrieval does: the run says so. Only the queries
+# that found nothing are checked, each over the chunks of the documents its ``source`` glob matches.
+MAX_DOCS = (
+    500  # an entry (unmatched_targets) whose glob matches more documents is not checked (its chunks would all be read)
+)
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    qid: str
+    entry: int  # index in the query's ``expected`` list
+    expected: Expected
+    reason: str
+
+    def __str__(self) -> str:
+        fields = ", ".join(f"{k}={v}" for k, v in self.expected.to_json().items())
+        return f"{self.qid} expected[{self.entry}] ({fields}) can never be found: {self.reason}"
+
+
+def _why(e: Expected, chunks: Sequence[Chunk], documents: int) -> str | None:
+    """None when some chunk satisfies ``e``; else the first field no chunk satisfies on its own."""
+    if any(e.matches(c) for c in chunks):
+        return None
+    of = f"of the {documents} document(s) whose source matches {e.source!r}"
+    if e.contains is not None and not any(replace(e, page=None, section=None).matches(c) for c in chunks):
+        return f"no chunk {of} holds {e.contains!r} (whitespace ignored; check the text against the document)"
+    if e.section is not None and not any(replace(e, page=None, contains=None).matches(c) for c in chunks):
+        return f"no chunk {of} has a section path with {e.section!r} at the start of a level"
+    if e.page is not None and not any(replace(e, section=None, contains=None).matches(c) for c in chunks):
+        return f"no chunk {of} is on page {e.page}"
+    return f"no single chunk {of} satisfies all its fields together"
+
+
+def unmatched_targets(
+    queries: Iterable[EvalQuery], documents: Sequence[DocRecord], chunks_of: Callable[[str], list[Chunk]]
+) -> tuple[Unmatched, ...]:
+    """The expected entries of ``queries`` that no chunk of ``documents`` (the searched ones) satisfies."""
+    cache: dict[str, list[Chunk]] = {}
+    found: list[Unmatched] = []
+    for q in queries:
+        for i, e in enumerate(q.expected):
+            docs = [d for d in documents if fnmatch.fnmatchcase(d.source, e.source)]
+            if not docs:
+                why = f"no indexed document's source matches {e.source!r} (`zhiku documents` lists them)"
+                found.append(Unmatched(q.qid, i, e, why))
+                continue
+            if len(docs) > MAX_DOCS:
+                continue
+            chunks = [c for d in docs for c in cache.setdefault(d.doc_id, chunks_of(d.doc_id))]
+            why_not = _why(e, chunks, len(docs))
+            if why_not is not None:
+                found.append(Unmatched(q.qid, i, e, why_not))
+    return tuple(found)
+
+
+def missing_documents(queries: Iterable[EvalQuery], corpus_ids: set[str]) -> tuple[str, ...]:
+    """BEIR: the judged documents of ``queries`` that are not in the corpus (a qrels id typo'd or of another
+    corpus version): they can never be retrieved, so the query scores 0 whatever retrieval does."""
+    return tuple(
+        f"{q.qid} judges {doc!r} relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can "
+        "never be found"
+        for q in queries
+        for doc in q.relevant
+        if doc not in corpus_ids
+    )

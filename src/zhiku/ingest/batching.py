@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -23,7 +22,6 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder
 from zhiku.errors import ConfigError, EmbeddingError
-from zhiku.ingest.prefetch import Gate
 from zhiku.observability.tracing import span
 
 T = TypeVar("T")
@@ -51,14 +49,11 @@ class EmbedBatcher(Generic[T]):
         *,
         on_error: Callable[[T, Exception], None],
         on_batch: Callable[[int, int], None] | None = None,
-        gate: Gate | None = None,
     ) -> None:
-        """``gate`` is open during each embedding call (``ingest.prefetch`` prepares the next documents then)."""
         self.embedder = embedder
         self.batch_chunks = max(1, batch_chunks)
         self.on_error = on_error
         self.on_batch = on_batch
-        self.gate = gate
         self._queue: deque[_Queued[T]] = deque()
         self._waiting = 0  # queued texts not embedded yet
         self._embedded = 0
@@ -134,8 +129,7 @@ class EmbedBatcher(Generic[T]):
     def _call(self, texts: Sequence[str]) -> np.ndarray:
         computed = getattr(self.embedder, "computed", 0)
         with span("embed") as sp:
-            with self.gate or nullcontext():
-                vectors = self.embedder.embed_documents(list(texts))
+            vectors = self.embedder.embed_documents(list(texts))
             sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
         if vectors.shape[0] != len(texts):
             raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")

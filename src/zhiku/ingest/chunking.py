@@ -2,7 +2,7 @@
 
 The rules, in order:
 
-1. **Sections** (:mod:`zhiku.ingest.chunk_sections`). ``SourceDoc.text`` is Markdown: ATX headings (``#`` ..
+1. **Sections.** ``SourceDoc.text`` is Markdown: ATX headings (``#`` ..
    ``######``, CommonMark rules, never inside ``````` or ``~~~`` fences) open a section whose path is the heading
    titles joined by ``" > "`` (an H2 replaces the previous H2 and drops deeper levels). Text before the first
    heading has section ``""``. Heading lines themselves are not chunk text; a heading without body text yields
@@ -16,7 +16,7 @@ The rules, in order:
    table, or a paragraph. Whole units are packed greedily into chunks of at most ``size`` characters; a chunk
    never holds part of a unit unless the unit alone is longer than ``size``.
 5. **Long units.** A unit longer than ``size`` is cut into chunks of its own: its paragraphs are packed whole;
-   a paragraph longer than ``size`` is split (:mod:`zhiku.ingest.chunk_split`) at sentence ends, else clause
+   a paragraph longer than ``size`` is split at sentence ends, else clause
    marks, else a space, else hard, consecutive pieces overlapping by at most ``overlap`` characters.
 6. **Tiny pieces.** A chunk shorter than ``min_chars`` is merged into the previous chunk of its section (a
    tiny first chunk into the next one); a chunk is at most ``size + min_chars`` characters, plus the blank
@@ -37,12 +37,11 @@ The work is linear in the size of the document.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_right
-from collections.abc import Sequence
-from dataclasses import replace
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
-from zhiku.ingest.chunk_sections import SECTION_SEPARATOR, Heading, Section, iter_headings, split_sections
-from zhiku.ingest.chunk_split import split_long
 from zhiku.ingest.chunk_tables import split_table
 from zhiku.ingest.chunk_units import ArticleIndex, Unit, article_label, group_units
 from zhiku.settings import ChunkingSettings
@@ -50,22 +49,248 @@ from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
 
 CHUNKER_VERSION = 3  # 3: whole structural units (articles, FAQ pairs, parts), exact article labels
 
-__all__ = [
-    "CHUNKER_VERSION",
-    "SECTION_SEPARATOR",
-    "Heading",
-    "Section",
-    "article_label",
-    "chunk_document",
-    "chunk_id_for",
-    "chunking_identity",
-    "iter_headings",
-    "page_of",
-    "split_long",
-    "split_sections",
-]
-
 Span = tuple[int, int]
+
+
+# ------------------------------------------------------------------- sections and paragraphs (rules 1, 2)
+SECTION_SEPARATOR = " > "
+
+_HEADING_RE = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
+_CLOSING_HASHES_RE = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
+_FENCE_OPEN_RE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_FENCE_CLOSE_RE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
+
+
+@dataclass(frozen=True)
+class Heading:
+    """An ATX heading line ``text[start:end]`` (without its newline)."""
+
+    level: int
+    title: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Section:
+    """The body of one section: ``paragraphs`` are ``(start, end)`` spans, stripped, in order."""
+
+    path: str
+    paragraphs: tuple[tuple[int, int], ...]
+
+    @property
+    def start(self) -> int:
+        return self.paragraphs[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.paragraphs[-1][1]
+
+
+# --------------------------------------------------------------------------------------------- sections
+
+
+def _parse_heading(line: str) -> tuple[int, str] | None:
+    m = _HEADING_RE.fullmatch(line)
+    if m is None:
+        return None
+    title = _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip()
+    return len(m.group(1)), title
+
+
+def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
+    """Yield ``(start, end, heading, in_fence)`` for every line of ``text`` (end excludes the newline)."""
+    fence: tuple[str, int] | None = None
+    pos = 0
+    n = len(text)
+    while pos <= n:
+        nl = text.find("\n", pos)
+        if nl == -1:
+            nl = n
+        line = text[pos:nl]
+        head = line.lstrip(" ")[:1]
+        if fence is not None:
+            m = _FENCE_CLOSE_RE.fullmatch(line) if head == fence[0] else None
+            if m is not None and len(m.group(1)) >= fence[1] and m.group(1)[0] == fence[0]:
+                fence = None
+            yield pos, nl, None, True
+        elif markdown and head == "#" and (parsed := _parse_heading(line)) is not None:
+            yield pos, nl, Heading(parsed[0], parsed[1], pos, nl), False
+        else:
+            if markdown and head in ("`", "~"):
+                m = _FENCE_OPEN_RE.fullmatch(line)
+                if m is not None and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                    fence = (m.group(1)[0], len(m.group(1)))
+                    yield pos, nl, None, True
+                    pos = nl + 1
+                    continue
+            yield pos, nl, None, False
+        pos = nl + 1
+
+
+def outside_fences(text: str) -> list[tuple[int, int]]:
+    """The spans of Markdown ``text`` outside code fences (whole lines, newlines included), in order."""
+    spans: list[tuple[int, int]] = []
+    for start, end, _, in_fence in _scan(text, markdown=True):
+        if in_fence:
+            continue
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], min(end + 1, len(text)))
+        else:
+            spans.append((start, min(end + 1, len(text))))
+    return spans
+
+
+def iter_headings(text: str) -> Iterator[Heading]:
+    """The ATX headings of Markdown ``text`` in order, skipping ``#`` lines inside code fences."""
+    for _, _, heading, _ in _scan(text, markdown=True):
+        if heading is not None:
+            yield heading
+
+
+def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
+    """Cut ``text`` into sections (by heading) and paragraphs (by blank line).
+
+    Sections without body text are left out. With ``markdown=False`` there are no headings or fences.
+    """
+    sections: list[Section] = []
+    stack: list[tuple[int, str]] = []
+    path = ""
+    paragraphs: list[tuple[int, int]] = []
+    p_start = -1
+    p_end = -1
+
+    def close_paragraph() -> None:
+        nonlocal p_start
+        if p_start >= 0:
+            paragraphs.append((p_start, p_end))
+            p_start = -1
+
+    for start, end, heading, in_fence in _scan(text, markdown):
+        if heading is not None:
+            close_paragraph()
+            if paragraphs:
+                sections.append(Section(path, tuple(paragraphs)))
+                paragraphs = []
+            while stack and stack[-1][0] >= heading.level:
+                stack.pop()
+            stack.append((heading.level, heading.title))
+            path = SECTION_SEPARATOR.join(title for _, title in stack if title)
+            continue
+        line = text[start:end]
+        stripped = line.strip()
+        if not stripped:
+            if not in_fence:
+                close_paragraph()
+            continue
+        if p_start < 0:
+            p_start = start + (len(line) - len(line.lstrip()))
+        p_end = start + len(line.rstrip())
+    close_paragraph()
+    if paragraphs:
+        sections.append(Section(path, tuple(paragraphs)))
+    return sections
+
+
+# ------------------------------------------------------------------------- long paragraphs (rule 5)
+_CLOSERS = "”’」』）)\\]》】〉\"'"
+_SENTENCE_END_RE = re.compile(rf"(?:[。！？；]+|…+|[.!?]+(?=[{_CLOSERS}]*(?:\s|\Z)))[{_CLOSERS}]*")
+_LINE_END_RE = re.compile(r"[^\S\n]*\n")
+_CLAUSE_END_RE = re.compile(r"[，、：]|[,;:](?=\s)")
+_SPACE_RE = re.compile(r"\s")
+
+
+def _last_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
+    """The largest position in ``[lo, hi]``, or None."""
+    i = bisect_right(positions, hi)
+    if i and positions[i - 1] >= lo:
+        return positions[i - 1]
+    return None
+
+
+def _first_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
+    """The smallest position in ``[lo, hi)``, or None."""
+    i = bisect_left(positions, lo)
+    if i < len(positions) and positions[i] < hi:
+        return positions[i]
+    return None
+
+
+def _rstrip_to(text: str, start: int, end: int) -> int:
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+def _lstrip_from(text: str, start: int, end: int) -> int:
+    while start < end and text[start].isspace():
+        start += 1
+    return start
+
+
+def _mid_word(text: str, at: int) -> bool:
+    """Whether ``at`` falls inside a Latin word or identifier (``Hika|riPool.createTimeoutException``): a piece
+    starting there would open on a broken word, so it starts at the cut instead, without overlap (unless the cut itself
+    falls inside a word: a hard cut in a run of Latin text with no space keeps its overlap)."""
+    return at > 0 and all(c.isascii() and (c.isalnum() or c in "._") for c in text[at - 1 : at + 1])
+
+
+def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_chars: int) -> list[tuple[int, int]]:
+    """Split ``text[start:end]`` (stripped) into overlapping pieces of at most ``size`` characters.
+
+    Cuts prefer sentence ends (and line ends), then clause marks, then a space, then ``size``. Each piece
+    after the first starts at most ``overlap`` characters before the end of the previous one, on the first
+    sentence (else clause, else word) boundary in that window; every piece reaches further than the
+    previous one.
+    A last piece adding fewer than ``min_chars`` characters is merged into the piece before it.
+    """
+    sentences = sorted(
+        {m.end() for m in _SENTENCE_END_RE.finditer(text, start, end)}
+        | {m.start() for m in _LINE_END_RE.finditer(text, start, end)}
+    )
+    clauses = [m.end() for m in _CLAUSE_END_RE.finditer(text, start, end)]
+    pieces: list[tuple[int, int]] = []
+    pos = start
+    prev_end = -1
+    while True:
+        if end - pos <= size:
+            if pieces and end - prev_end < min_chars:
+                pieces[-1] = (pieces[-1][0], end)
+            else:
+                pieces.append((pos, end))
+            return pieces
+        limit = pos + size
+        floor = max(prev_end, pos)
+        lo = max(pos + size // 4, floor + 1)
+        cut = _last_in(sentences, lo, limit)
+        if cut is None:
+            cut = _last_in(clauses, lo, limit)
+        if cut is None:
+            a, b = _last_in(sentences, floor + 1, limit), _last_in(clauses, floor + 1, limit)
+            cut = max(a, b) if a is not None and b is not None else (a if a is not None else b)
+        if cut is None:
+            space = max(text.rfind(" ", floor + 1, limit), text.rfind("\t", floor + 1, limit))
+            cut = space if space > floor else limit
+        cut_end = _rstrip_to(text, pos, cut)
+        if cut_end <= floor:  # only whitespace past the previous piece: take through the next character
+            cut = _lstrip_from(text, limit, end) + 1
+            cut_end = cut
+        pieces.append((pos, cut_end))
+        prev_end = cut_end
+        nxt = cut
+        if overlap > 0:
+            window = cut - overlap
+            b = _first_in(sentences, window, cut)
+            if b is None:
+                b = _first_in(clauses, window, cut)
+            if b is None:
+                found = _SPACE_RE.search(text, window, cut)
+                # a cut inside a word (no boundary in the piece) starts the next piece mid-word anyway: keep the overlap
+                clean = _mid_word(text, window) and not _mid_word(text, cut)
+                b = found.start() if found is not None else cut if clean else window
+            if b > pos:
+                nxt = b
+        pos = _lstrip_from(text, nxt, end)
 
 
 # ----------------------------------------------------------------------------------------- packing
@@ -174,7 +399,7 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 
 def chunking_identity(settings: ChunkingSettings) -> str:
-    """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
+    """Identifies everything that changes chunk boundaries; stored in the index and checked on open."""
     return (
         f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={settings.overlap};"
         f"min_chars={settings.min_chars};context={int(settings.index_context)}"

@@ -18,11 +18,6 @@ from zhiku.errors import InvalidInput, NotFound, StoreError
 
 IMAGES_DIR = "images"
 _ID_RE = re.compile(r"[0-9a-f]{64}\.(?:png|jpg)")
-MIME_TYPES = {"png": "image/png", "jpg": "image/jpeg"}
-
-
-def mime_type_of(image_id: str) -> str:
-    return MIME_TYPES[image_id.rsplit(".", 1)[-1]]
 
 
 class ImageStore:

@@ -4,14 +4,15 @@ Unchanged files are skipped without writing anything; changed files are replaced
 document; ``sync`` drops documents whose files are gone. One bad file never stops the batch and never
 touches what is stored.
 
-The calling thread embeds chunks in calls of ``ingest.batch_chunks`` across documents (``ingest.batching``) and
-writes each document, in order, as soon as all its chunks are embedded. While it is inside an embedding call,
-``ingest.workers`` threads prepare the next documents (``ingest.prepare``: read, parse, chunk, tokenise); a
-document none of them has started is prepared by the calling thread (``ingest.prefetch`` says why).
+Each document is prepared (read, parse, chunk, transform, tokenise) in turn; chunks are embedded in calls of
+``ingest.batch_chunks`` across documents (``ingest.batching``), and each document is written, in order, as soon
+as all its chunks are embedded. Preparing runs inline: with cached vectors or a remote embedder, helper threads
+saved at most a few percent, since preparing is Python that holds the GIL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -24,35 +25,248 @@ from typing import Any
 import numpy as np
 
 from zhiku.embedding.base import Embedder
-from zhiku.errors import ZhikuError
+from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.batching import EmbedBatcher
+from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.context import check_window, index_text
 from zhiku.ingest.discover import FileTask, discover
-from zhiku.ingest.guard import MIB, printable
+from zhiku.ingest.guard import MIB, printable, read_bounded
 from zhiku.ingest.images import ImageStore
-from zhiku.ingest.loaders import Loader, default_loaders, supported_suffixes
+from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.ingest.prefetch import Gate, prefetch
-from zhiku.ingest.prepare import (
-    STOP_CODES,
-    Loaded,
-    Prepared,
-    Preparer,
-    doc_id_for,
-    one_file_per_source,
-    sha256_bytes,
-)
 from zhiku.ingest.progress import chunk_note
-from zhiku.ingest.transforms.stage import TransformStage
+from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
 from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings, IngestSettings
 from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
-from zhiku.types import FileFailure, IngestionRecord, IngestReport, OcrNeeded, SourceDoc
+from zhiku.types import (
+    Chunk,
+    DocRecord,
+    DocStatus,
+    FileFailure,
+    IngestionRecord,
+    IngestReport,
+    OcrNeeded,
+    SourceDoc,
+    SourceImage,
+)
 
 __all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
+STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
+
+
+def doc_id_for(collection: str, source: str) -> str:
+    return hashlib.sha256(f"{collection}\x00{source}".encode()).hexdigest()[:16]
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Prepared:
+    """A document ready to embed and write."""
+
+    doc: DocRecord
+    chunks: list[Chunk]
+    texts: list[str]  # index texts: what is embedded
+    tokens: list[list[str]]  # BM25 tokens of each index text
+    status: str  # added | updated
+    path: str
+    images: tuple[SourceImage, ...] = ()
+    batch: DocumentBatch | None = None  # the chunks with what the transforms added
+    over_window: int = 0  # index texts longer than the embedder's window
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What preparing one file or document gave: ``status`` skipped | added | updated | failed; ``prepared``
+    (None when skipped, failed or in a dry run); for a failure its ``reason`` and what was read of the file."""
+
+    status: str
+    prepared: Prepared | None = None
+    sha: str | None = None
+    size: int | None = None
+    reason: str = ""
+
+
+class Preparer:
+    """Prepares one file or document: fingerprint, skip if unchanged, load, chunk, transform, index texts, BM25
+    tokens and the embedder's window check. It only reads the store (``find_document``); every failure of a file
+    comes back as a ``Loaded`` with the reason (``STOP_CODES`` are raised: the whole batch would fail alike)."""
+
+    def __init__(
+        self,
+        store: Writer,
+        embedder: Embedder,
+        text: TextProcessor,
+        chunking: ChunkingSettings,
+        loaders: tuple[Loader, ...],
+        *,
+        max_file_bytes: int,
+        retry_needs_ocr: bool,
+        transforms: TransformStage | None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.text = text
+        self.chunking = chunking
+        self.loaders = loaders
+        self.max_file_bytes = max_file_bytes
+        self.retry_needs_ocr = retry_needs_ocr
+        self.transforms = transforms
+        self._longest = 0  # the most tokens of one index text in this run (trace)
+
+    def file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
+        read: list[Any] = [None, None]  # sha256, size: known once the file is read
+        try:
+            status, prepared = self._file(task, collection, force, dry_run, read)
+        except ZhikuError as e:
+            if e.code in STOP_CODES:
+                raise
+            reason = str(e)
+        except Exception as e:  # whatever a loader or the chunker does, the batch goes on
+            log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
+            log.debug("the traceback", exc_info=True)
+            reason = f"unexpected error: {type(e).__name__}: {e}"
+        else:
+            return Loaded(status, prepared)
+        return Loaded("failed", None, read[0], read[1], reason)
+
+    def _file(
+        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
+    ) -> tuple[str, Prepared | None]:
+        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
+        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
+        data = read_bounded(task.path, self.max_file_bytes)
+        sha = read[0] = sha256_bytes(data)
+        read[1] = len(data)
+        existing = self.store.find_document(collection, task.source)
+        if existing is not None and _another_file(existing.path, task.shown):
+            raise IngestError(
+                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
+                f"would replace it: {CLASH_FIX}"
+            )
+        if (
+            existing is not None
+            and existing.sha256 == sha
+            and not force
+            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+            and not (
+                self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
+            )
+        ):
+            return "skipped", None
+        status = "updated" if existing is not None else "added"
+        if dry_run:
+            return status, None
+        with span("load") as sp:
+            doc = load_document(task.path, task.source, self.loaders)
+            sp.set(counts={"documents": 1, "bytes": len(data)})
+        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
+        return status, self.prepare(doc, collection, task.shown, sha, len(data), status)
+
+    def document(self, doc: SourceDoc, *, collection: str) -> Loaded:
+        """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
+        sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
+        existing = self.store.find_document(collection, doc.source)
+        written = existing.ingested_at if existing is not None else 0.0
+        owed = self.transforms is not None and self.transforms.owes(collection, doc.source, written)
+        if existing is not None and existing.sha256 == sha and not owed:
+            return Loaded("skipped")
+        status = "updated" if existing else "added"
+        try:
+            return Loaded(status, self.prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
+        except ZhikuError as e:
+            if e.code in STOP_CODES:
+                raise
+            return Loaded("failed", None, sha, None, str(e))
+
+    def prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
+        doc_id = doc_id_for(collection, doc.source)
+        with span("split") as sp:
+            chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
+            sp.set(counts={"documents": 1, "chunks": len(chunks)})
+        batch = run_transforms(self.transforms, doc, doc_id, chunks)
+        if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
+            raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
+        record = DocRecord(
+            doc_id=doc_id,
+            collection=collection,
+            source=doc.source,
+            path=path,
+            doc_type=doc.doc_type,
+            title=doc.title,
+            sha256=sha,
+            size=size,
+            chunk_count=len(chunks),
+            pages=max((p.number for p in doc.pages), default=None),
+            ingested_at=0.0,  # set when it is written
+            status=DocStatus.NEEDS_OCR if doc.needs_ocr_pages else DocStatus.READY,
+            needs_ocr_pages=tuple(doc.needs_ocr_pages),
+            ocr_pages=tuple(doc.ocr_pages),
+        )
+        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        chunks = list(batch.chunks)
+        linked = {im.image_id for c in chunks for im in c.images}
+        images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
+        tokens, over = self._tokenise(texts)
+        return Prepared(record, chunks, texts, tokens, status, path, images, batch, over)
+
+    def _tokenise(self, texts: list[str]) -> tuple[list[list[str]], int]:
+        """BM25 tokens of each index text, and how many are longer than the embedder's window."""
+        with span("tokenise") as sp:
+            tokens = [self.text.index_tokens(t) for t in texts]
+            window = check_window(self.embedder, texts)
+            self._longest = max(self._longest, window.longest)
+            sp.set(
+                counts={"chunks": len(texts), "over_window": len(window.over)},
+                max_tokens=window.max_tokens,
+                longest_tokens=self._longest,
+            )
+        return tokens, len(window.over)
+
+
+CLASH_FIX = (
+    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+    "their names differ"
+)
+
+
+def one_file_per_source(
+    tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
+) -> tuple[list[FileTask], list[FileFailure]]:
+    """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
+    fix before anything is read. Their documents were prepared side by side, so neither saw the other stored; the
+    second silently replaced the first ("2 added", one document). The file already stored under the name is kept,
+    else the first given."""
+    by_source: dict[str, list[FileTask]] = {}
+    for t in tasks:
+        by_source.setdefault(t.source, []).append(t)
+    refused: dict[Path, FileFailure] = {}
+    for source, same in by_source.items():
+        if len(same) == 1:
+            continue
+        stored = stored_path(source)
+        kept = next((t for t in same if t.shown == stored), same[0])
+        for t in same:
+            if t is not kept:
+                refused[t.path] = FileFailure(
+                    t.shown,
+                    f"{kept.shown} is also named {source!r} in this run; this file would replace it in collection "
+                    f"{collection!r}: {CLASH_FIX}",
+                )
+    return [t for t in tasks if t.path not in refused], list(refused.values())
+
+
+def _another_file(stored: str, path: str) -> bool:
+    """The document of this source name came from another file that still exists: two folders ingested into one
+    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
+    return stored != path and Path(stored).is_file()
 
 
 @dataclass
@@ -117,11 +331,6 @@ class Ingestor:
     @loaders.setter
     def loaders(self, value: Sequence[Loader]) -> None:
         self.prep.loaders = tuple(value)
-
-    @property
-    def workers(self) -> int:
-        """Prepare threads: none with LLM transforms (they call the service and count its use in order)."""
-        return 0 if self.transforms is not None else self.settings.workers
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -188,7 +397,7 @@ class Ingestor:
         self._run(docs, partial(self.prep.document, collection=collection), tally, collection, on_progress, total=total)
         return self._report(tally, started, computed_before)
 
-    # -- the loop: prepare ahead, embed in chunk batches, write in order ----------------------------
+    # -- the loop: prepare, embed in chunk batches, write in order --------------------------------
     def _run(
         self,
         items: Iterable[FileTask | SourceDoc],
@@ -199,7 +408,7 @@ class Ingestor:
         dry_run: bool = False,
         total: int | None = None,
     ) -> None:
-        """Prepare ``items`` in the prepare threads, in order; embed and write each prepared one here."""
+        """Prepare ``items`` in order; embed and write each prepared one."""
         if total is None:
             total = len(items) if isinstance(items, Sequence) else 0
         note = (
@@ -212,20 +421,15 @@ class Ingestor:
             self.settings.batch_chunks,
             on_error=partial(self._embed_failed, tally),
             on_batch=note,
-            gate=(gate := Gate()),
         )
         if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
             on_progress(0, total, "")
-        for out in prefetch(items, prepare, workers=self.workers, gate=gate):
-            item = out.item
+        for item in items:
             shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
             if on_progress:
                 on_progress(tally.handled, total, source)
+            loaded = prepare(item)
             tally.handled += 1
-            if out.error is not None:
-                raise out.error  # STOP_CODES, or a bug outside a file's own preparation
-            loaded = out.value
-            assert loaded is not None
             if loaded.status == "failed":
                 self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
             elif loaded.prepared is None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from zhiku.errors import InvalidInput, RerankError
-from zhiku.modelhub.loaded import HubModel
+from zhiku.modelhub.hf import HubModel
 from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
 from zhiku.observability.rank_changes import changes_data, rank_changes
 from zhiku.observability.tracing import span

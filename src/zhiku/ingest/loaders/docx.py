@@ -24,8 +24,7 @@ from zhiku.types import SourceDoc, SourceImage
 
 DOCX_INSTALL = "pip install 'zhiku[docx]'"
 MIB = 1024 * 1024
-# XML parts parse to ~15× their size in memory (python-docx/lxml: 32 MiB of paragraphs → 0.5 GB peak RSS, 8 MiB →
-# 0.16 GB; measured with /usr/bin/time on a generated document.xml, see bench/RESULTS.md "Issue 12").
+# XML parts parse to ~15× their size in memory (python-docx/lxml: 32 MiB of paragraphs → 0.5 GB peak RSS).
 MAX_XML_BYTES = 32 * MIB
 _HEADING_STYLE_RE = re.compile(r"(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 _NS = {

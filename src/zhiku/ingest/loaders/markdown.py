@@ -10,8 +10,7 @@ from pathlib import Path
 import yaml
 
 from zhiku.errors import LoaderError
-from zhiku.ingest.chunk_sections import outside_fences
-from zhiku.ingest.chunking import iter_headings
+from zhiku.ingest.chunking import iter_headings, outside_fences
 from zhiku.ingest.loaders.encoding import read_text_file
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc

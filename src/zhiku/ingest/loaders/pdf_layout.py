@@ -92,7 +92,7 @@ class Layout:
     left: float
     right: float
     page_body: tuple[float, ...] = ()  # per page: its own body size where it clearly has one, else body_size
-    front: frozenset[int] = frozenset()  # cover/declaration pages (pdf_front): headings at FRONT_LEVEL only
+    front: frozenset[int] = frozenset()  # cover/declaration pages (front_pages): headings at FRONT_LEVEL only
 
     def body_of(self, page: int) -> float:
         return self.page_body[page] if page < len(self.page_body) else self.body_size
@@ -396,3 +396,34 @@ def is_garbled(text: str) -> bool:
 
 def visible_chars(text: str) -> int:
     return sum(1 for ch in text if not ch.isspace())
+
+
+# Front matter (a cover, declaration pages) must not shape the heading tree: its big type would take the top
+# heading levels and every chapter would nest under it in every citation. Heading levels are measured on the
+# other pages; a front page's own headings come out at the deepest level (``heading_levels``).
+COVER_MAX_CHARS = 250  # a first page with less text than this, in type larger than the body's, is a cover
+DECLARATION_RE = re.compile(
+    r"原创性声明|独创性声明|版权声明|授权(?:使用)?(?:的)?声明|使用授权|学位论文.{0,12}声明|"
+    r"declaration of (?:originality|authorship)|statement of originality|copyright (?:statement|declaration)",
+    re.IGNORECASE,
+)
+MAX_FRONT_SHARE = 3  # front matter lies within the first third of the pages
+
+
+def front_pages(pages: Sequence[Sequence[Line]], body_size: float) -> frozenset[int]:
+    """The 0-based pages that open the document as front matter: a cover (first page only), then declaration
+    pages; the run stops at the first page that is neither."""
+    limit = max(1, len(pages) // MAX_FRONT_SHARE)
+    out: set[int] = set()
+    for i, lines in enumerate(pages[:limit]):
+        text = "".join(ln.text for ln in lines).replace(" ", "")
+        cover = i == 0 and _is_cover(lines, body_size)
+        if not (cover or DECLARATION_RE.search(text)):
+            break
+        out.add(i)
+    return frozenset(out)
+
+
+def _is_cover(lines: Sequence[Line], body_size: float) -> bool:
+    chars = sum(visible_chars(ln.text) for ln in lines)
+    return 0 < chars < COVER_MAX_CHARS and any(ln.size > body_size * 1.3 and not ln.mono for ln in lines)

@@ -15,10 +15,7 @@ from typing import Any
 
 from zhiku.errors import ConfigError
 from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
-from zhiku.ingest.transforms.caption import Caption
-from zhiku.ingest.transforms.contextual import Contextual
-from zhiku.ingest.transforms.metadata import Metadata
-from zhiku.ingest.transforms.refine import Refine
+from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
 from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
 from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import LLMService

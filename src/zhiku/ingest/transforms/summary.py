@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from zhiku.ingest.chunk_sections import outside_fences
+from zhiku.ingest.chunking import outside_fences
 from zhiku.ingest.transforms.base import DocMeta
 from zhiku.retrieval.reconstruct import reconstruct_markdown
 from zhiku.types import Chunk
