@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,9 +31,12 @@ from zhiku.observability.tracing import (
     report_rows,
     span,
 )
+from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
-from zhiku.retrieval.confidence import judge
+from zhiku.retrieval.confidence import check_collection, judge
+from zhiku.retrieval.context import ChunkContext, chunk_context
+from zhiku.retrieval.filters import filter_hint
 from zhiku.retrieval.rerank import Reranker, build_reranker
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
@@ -271,7 +275,7 @@ class KnowledgeBase:
         """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one; ``tags``: only
         chunks whose metadata (or their document's) carries every tag; the options are ``QueryOptions``'s."""
         o = options
-        mode, top_k, tags = o.get("mode"), o.get("top_k"), o.get("tags")
+        mode, top_k, tags = o.get("mode"), o.get("top_k"), tuple(o.get("tags") or ())
         collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
         with self.tracer.trace(
@@ -285,20 +289,18 @@ class KnowledgeBase:
             index=str(self.settings.index),
         ) as t:
             self._check_for_query(mode or self.settings.retrieval.mode)
-            tagged = self.enrichments.tagged(tags) if tags else None
+            plan = self.searcher.read(query, mode, filters, tags)  # the question, read once
             r = rewrite.search(
                 self.searcher,
-                query,
+                plan,
                 rewriter=self.rewriter,
-                tagged=tagged,
+                tagged=self.enrichments.tagged(tags) if tags else None,
                 top_k=top_k,
-                mode=mode,
-                filters=filters,
                 per_source_k=o.get("per_source_k"),
                 rerank=o.get("rerank"),
             )
             if t is not None:  # readable on its own: sources and sections of every ranked chunk (added at seal)
-                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
+                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags))
                 label_later(t, r.hits, self._labels)
         return r
 
@@ -312,15 +314,28 @@ class KnowledgeBase:
         places = places_reader(self.store)
         return VersionedLabels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
-    def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
-        """``retrieve`` + ``answer``; ``low_confidence`` below ``server.min_score``, as over MCP and in the CLI."""
+    def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
+        """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence`` (below
+        ``server.min_score``) and, when nothing was found, a ``note`` saying why; a collection that does not exist
+        is ``NotFound``. ``max_chars``: the budget of the Markdown and the citations' ``snippets`` together."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
+            note = None if r.hits else self._empty_note(options)
             judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)
-            return self.answer(r, low_confidence=judged.low)
+            answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars)
+        return replace(
+            answer,
+            confidence=judged.score,
+            note=note,
+            rerank=r.rerank,
+            rewrite=r.rewrite,
+            queries=r.queries,
+            terms=r.query.terms,
+            candidates=(len(r.bm25), len(r.dense)),
+        )
 
-    def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
-        """The cited Markdown answer for a retrieval, with query-focused snippets."""
+    def answer(self, r: Retrieval, *, low_confidence: bool = False, max_chars: int | None = None) -> Answer:
+        """The cited Markdown answer for a retrieval, with query-focused snippets (``max_chars``: as for ``query``)."""
         with span("answer") as sp:
             answer = build_answer(
                 r.query.text,
@@ -331,6 +346,7 @@ class KnowledgeBase:
                 terms=r.query.terms,
                 normalize=self.text.normalize,
                 missing=r.missing,
+                budget=max_chars,
             )
             sp.set(
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
@@ -339,6 +355,25 @@ class KnowledgeBase:
             if low_confidence:  # a trace worth reading: it keeps every channel's ranking (tracing.sample)
                 keep_detail("low-confidence")
         return answer
+
+    def _empty_note(self, o: QueryOptions) -> str:
+        """Why a search found nothing (``NotFound`` for a collection that does not exist)."""
+        collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
+        names = [c.name for c in self.collections()]
+        check_collection(collection, names)
+        if not names:
+            return "知识库为空 / The knowledge base is empty: ingest documents first."
+        if source or doc_type or o.get("tags"):
+            hint = self.filter_hint(collection, source, doc_type)
+            return "没有符合过滤条件的段落 / No passage matches the filters" + (
+                f": {hint}." if hint else "; loosen or drop them."
+            )
+        return "没有匹配的段落 / No passage matches the query; try other words."
+
+    def filter_hint(self, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
+        """Each filter that matches no document of ``collection`` and what would match (``filters.filter_hint``)."""
+        known = [loader.doc_type for loader in default_loaders()]
+        return filter_hint(self.documents(collection), source, doc_type, known)
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:
@@ -372,11 +407,25 @@ class KnowledgeBase:
         where = f" collection {collection!r}" if collection else ""
         raise NotFound(f"no document {ref!r} in {self.settings.index}{where}{hint} (list them with `zhiku documents`)")
 
+    def document(self, doc_id: str) -> DocRecord | None:
+        """A document by its id (None when there is none)."""
+        return self.store.get_document(doc_id)
+
+    def index_version(self) -> int:
+        """A number that changes with every write to the index."""
+        return self.store.index_version()
+
     def document_text(self, ref: str, collection: str | None = None) -> str:
         """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
-        from zhiku.retrieval.reconstruct import reconstruct_markdown
-
         return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
+
+    def outline(self, doc_id: str) -> list[str]:
+        """A document's section paths, in document order."""
+        return outline(self.store.document_chunks(doc_id))
+
+    def chunk_context(self, chunk_id: str, context: str = "chunk") -> ChunkContext:
+        """A stored chunk with its article (all its pieces) or section (``context``), within ``answer.max_chars``."""
+        return chunk_context(self.store, chunk_id, context, self.settings.answer.max_chars)
 
     def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""

@@ -8,8 +8,9 @@ import base64
 from dataclasses import replace
 from string import Template
 
-from zhiku.ingest.transforms._util import clean_reply, non_empty, require_llm
+from zhiku.ingest.transforms._util import non_empty, require_llm
 from zhiku.ingest.transforms.base import ChatService, DocumentBatch, TransformContext, TransformError
+from zhiku.llm.chat import clean_reply
 from zhiku.types import Chunk, ImageRef
 
 MAX_CAPTION = 300

@@ -4,8 +4,9 @@ chunk's text, prepended to it for embedding and BM25, shown in traces and result
 
 from __future__ import annotations
 
-from zhiku.ingest.transforms._util import clean_reply, each_chunk, non_empty, render, require_llm, window_around
+from zhiku.ingest.transforms._util import each_chunk, non_empty, render, require_llm, window_around
 from zhiku.ingest.transforms.base import DocumentBatch, TransformContext
+from zhiku.llm.chat import clean_reply
 
 MAX_CONTEXT_CHARS = 400
 

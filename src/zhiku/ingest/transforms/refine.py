@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from zhiku.ingest.transforms._util import clean_reply, each_chunk, non_empty, render, require_llm
+from zhiku.ingest.transforms._util import each_chunk, non_empty, render, require_llm
 from zhiku.ingest.transforms.base import DocumentBatch, TransformContext, TransformError
+from zhiku.llm.chat import clean_reply
 
 
 def guard(original: str, refined: str, *, min_ratio: float, max_ratio: float, min_overlap: float) -> str | None:
