@@ -105,6 +105,15 @@ def test_what_retrieval_and_ingest_share_lives_below_both() -> None:
     assert _reaching("zhiku.retrieval", ("zhiku.stores",), allowed=("zhiku.stores.base",)) == {}
 
 
+def test_surfaces_only_parse_call_the_library_and_format() -> None:
+    """The CLI, the MCP server and the dashboard reach the index through ``zhiku.api`` (and evaluation, errors,
+    types, settings): never retrieval, ingest or stores, and of tracing only the trace records they show."""
+    below = ("zhiku.retrieval", "zhiku.ingest", "zhiku.stores", "zhiku.observability")
+    records = ("zhiku.observability.trace", "zhiku.observability.sampling")
+    for surface in ("zhiku.cli", "zhiku.mcp", "zhiku.dashboard"):
+        assert _reaching(surface, below, allowed=records) == {}, surface
+
+
 def test_store_roles_stay_small_and_callers_use_them() -> None:
     from zhiku.stores.base import ROLES, Store
 

@@ -13,14 +13,16 @@ from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IndexMismatch, InvalidInput, NotFound
 from zhiku.ingest.chunking import chunking_identity
+from zhiku.ingest.discover import discover
 from zhiku.ingest.images import IMAGES_DIR, ImageStore
-from zhiku.ingest.loaders import default_loaders
-from zhiku.ingest.loaders.ocr import ocr_available
+from zhiku.ingest.loaders import default_loaders, supported_suffixes
+from zhiku.ingest.loaders.ocr import needs_ocr_note, ocr_available, page_list
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
-from zhiku.ingest.transforms.build import build_stage
+from zhiku.ingest.progress import is_chunk_note
+from zhiku.ingest.transforms.build import build_stage, parse_transform_names
 from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
-from zhiku.ingest.transforms.store import EnrichmentStore, transform_rows
+from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import (
     Tracer,
@@ -37,10 +39,10 @@ from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
 from zhiku.retrieval.filters import filter_hint
-from zhiku.retrieval.rerank import Reranker, build_reranker
+from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import Store, open_store
+from zhiku.stores import Store, compact_index, open_store
 from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
@@ -58,6 +60,8 @@ from zhiku.types import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # Python 3.10 has no typing.Unpack; annotations only
+
+    from zhiku.stores.migrate import MigrationReport
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -419,6 +423,23 @@ class KnowledgeBase:
         """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
         return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
 
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        """A document's chunks, in document order."""
+        return self.store.document_chunks(doc_id)
+
+    def meta(self) -> dict[str, str]:
+        """What the index records of how it was built (tokenizer, embedder, dim, chunking)."""
+        return self.store.get_meta()
+
+    def enrichment_rows(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+        """What the ingest transforms added to each chunk (context, refined text, title, tags, image captions)."""
+        found = self.enrichments.chunk_enrichments(list(chunk_ids))
+        captions = {c.chunk_id: [i.caption for i in c.images if i.caption] for c in self.store.get_chunks(chunk_ids)}
+        return {
+            cid: enrichment_row(found.get(cid)) | ({"captions": captions[cid]} if captions.get(cid) else {})
+            for cid in chunk_ids
+        }
+
     def outline(self, doc_id: str) -> list[str]:
         """A document's section paths, in document order."""
         return outline(self.store.document_chunks(doc_id))
@@ -446,4 +467,31 @@ class KnowledgeBase:
         return name
 
 
-__all__ = ["KnowledgeBase", "doc_id_for"]
+def files_to_ingest(paths: Sequence[Path]) -> list[Path]:
+    """The files ``ingest`` would read under ``paths`` (folders walked, only the types a loader reads)."""
+    return [task.path for task in discover(list(paths), supported_suffixes())[0]]
+
+
+def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None) -> MigrationReport:
+    """Copy the embedded index of ``settings.index`` into the Milvus store of ``settings.store``, without
+    re-embedding; run it again to resume an interrupted copy."""
+    from zhiku.stores.migrate import migrate_sqlite
+    from zhiku.stores.milvus import MilvusStore
+
+    with MilvusStore(settings.store) as target:
+        return migrate_sqlite(settings.index, target, on_progress=on_progress)
+
+
+__all__ = [
+    "KnowledgeBase",
+    "compact_index",
+    "doc_id_for",
+    "files_to_ingest",
+    "is_chunk_note",
+    "migrate_to_milvus",
+    "needs_ocr_note",
+    "page_list",
+    "parse_reranker_spec",
+    "parse_transform_names",
+    "supported_suffixes",
+]

@@ -83,7 +83,7 @@ def ingest(
 ) -> None:
     """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
-    from zhiku.ingest.transforms.build import parse_transform_names
+    from zhiku.api import parse_transform_names
 
     with _errors(as_json):
         names = parse_transform_names(transform)
@@ -121,7 +121,7 @@ def ingest(
             }
         )
     else:
-        from zhiku.ingest.loaders.ocr import needs_ocr_note
+        from zhiku.api import needs_ocr_note
 
         verb = "would be " if dry_run else ""
         ocr = f" ({len(report.needs_ocr)} need OCR)" if report.needs_ocr else ""
@@ -216,7 +216,7 @@ def query(
                     tags=tag,
                 )
                 note = None if answer.hits else filter_note(kb, collection, source, doc_type)
-                extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
+                extra = kb.enrichment_rows([c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
             {
@@ -276,7 +276,7 @@ def documents(
     if as_json:
         _print_json({"documents": [asdict(d) for d in docs]})
         return
-    from zhiku.ingest.loaders.ocr import page_list
+    from zhiku.api import page_list
     from zhiku.types import DocStatus
 
     table = tables.table(

@@ -115,7 +115,7 @@ def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable
     most every ``PROGRESS_SECONDS`` while one document takes long, then the end."""
     import time
 
-    from zhiku.ingest.progress import is_chunk_note
+    from zhiku.api import is_chunk_note
 
     started = last = time.monotonic()
     shown, noted = -1, ""
@@ -152,7 +152,7 @@ def some_path_exists(paths: list[Path]) -> None:
 
 def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
     """One line for the files a folder held that no loader reads: they used to be skipped without a word."""
-    from zhiku.ingest.loaders import supported_suffixes
+    from zhiku.api import supported_suffixes
 
     files = sum(n for _, n in counts)
     kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
