@@ -57,7 +57,7 @@ def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | N
 
     def search(q: str, *, top_k: int, mode: str) -> object:
         with tracer.trace("query", query=q, mode=mode, top_k=top_k) as t:
-            r = searcher.search(q, top_k=top_k, mode=mode)
+            r = searcher.search(searcher.read(q, mode), top_k=top_k)
             if t is not None and hasattr(tr, "label_later"):
                 tr.label_later(t, r.hits, labels)
             elif t is not None:  # a checkout from before label_later: rows and labels built here
@@ -77,7 +77,13 @@ def load(
 ) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
-    search = searcher.search if isinstance(searcher, Searcher) else searcher
+    if isinstance(searcher, Searcher):
+
+        def search(q: str, *, top_k: int, mode: str) -> object:
+            return searcher.search(searcher.read(q, mode), top_k=top_k)
+
+    else:
+        search = searcher
     stop = time.perf_counter() + seconds
 
     def client(n: int) -> None:
@@ -132,7 +138,7 @@ def main() -> None:
     kwargs = {} if args.dense_search is None else {"dense_search": args.dense_search}
     with SQLiteStore(index, read_only=True, **kwargs) as store:
         searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
-        searcher.search(queries[0], top_k=10, mode="hybrid")
+        searcher.search(searcher.read(queries[0], "hybrid"), top_k=10)
         search = traced(searcher, store, args.workdir / "traces.jsonl", args.sample) if args.tracing else searcher
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}

@@ -149,7 +149,7 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
     t = time.perf_counter()
     store = SQLiteStore(index, dense_search=dense_search)
     searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
-    searcher.search(queries[0], top_k=10, mode="hybrid")
+    searcher.search(searcher.read(queries[0], "hybrid"), top_k=10)
     row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
     if dense_search == "hnsw":  # wait for the background build: the latencies below are the HNSW index's
         row["hnsw_build_s"] = wait_for_hnsw(store)
@@ -157,7 +157,7 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
         lat, cpu = [], []
         for q in queries:
             t, c = time.perf_counter(), time.process_time()
-            searcher.search(q, top_k=10, mode=mode)
+            searcher.search(searcher.read(q, mode), top_k=10)
             lat.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)  # CPU time: what the query costs, whatever the load
         row[f"{mode}_p50_ms"] = round(percentile(lat, 50), 1)
@@ -177,7 +177,7 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
         store.write_document(doc, chunks, tokens, vectors)
         updates.append((time.perf_counter() - t) * 1000)
         update_cpu.append((time.process_time() - c) * 1000)
-        searcher.search(queries[n], top_k=10, mode="dense")  # the snapshot moves forward with the write
+        searcher.search(searcher.read(queries[n], "dense"), top_k=10)  # the snapshot moves forward with the write
     row["replace_100_chunk_doc_ms_median"] = round(float(np.median(updates)), 1)
     row["replace_cpu_ms_median"] = round(float(np.median(update_cpu)), 1)
     searcher.close()

@@ -204,11 +204,16 @@ def test_doc_type_filter(kb: KnowledgeBase, mode: str) -> None:
 )
 def test_a_filter_matching_nothing_gives_no_hits(kb: KnowledgeBase, mode: str, filters: dict) -> None:
     assert kb.retrieve("试用期最长多久", mode=mode, **filters).hits == ()
+    if "collection" in filters and filters["collection"] == "无此集合":  # a typo'd collection is an error
+        with pytest.raises(NotFound, match="no collection '无此集合' in this knowledge base; available: hr, notes"):
+            kb.query("试用期最长多久", mode=mode, **filters)
+        return
     answer = kb.query("试用期最长多久", mode=mode, **filters)
-    assert answer.citations == ()
+    assert (answer.citations, answer.low_confidence) == ((), True)
     assert answer.markdown == (
         "**检索问题 / Query:** 试用期最长多久\n\n未找到相关内容。No matching passages were found in the knowledge base."
     )
+    assert answer.note is not None and answer.note.startswith("没有符合过滤条件的段落 / No passage matches the filters")
 
 
 # --- answers -----------------------------------------------------------------------------------------

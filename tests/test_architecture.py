@@ -1,5 +1,5 @@
-"""The package layout holds: no import cycle between zhiku's modules (lazy imports inside functions count too), and
-the Store roles stay small."""
+"""The package layout holds: no import cycle between zhiku's modules (lazy imports inside functions count too), the
+layers import downwards only, and the Store roles stay small."""
 
 from __future__ import annotations
 
@@ -79,6 +79,39 @@ def test_no_import_cycles() -> None:
         for m, p in mods.items()
     }
     assert _cycles(graph) == []
+
+
+def _importers(prefix: str) -> dict[str, set[str]]:
+    """Each module under ``prefix`` with the zhiku modules it imports."""
+    mods = _modules()
+    return {m: _imports(p, mods) for m, p in mods.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def _reaching(prefix: str, below: tuple[str, ...], allowed: tuple[str, ...] = ()) -> dict[str, set[str]]:
+    """The modules under ``prefix`` that import a module under one of ``below`` (except those ``allowed``)."""
+    under = lambda m, ps: any(m == p or m.startswith(p + ".") for p in ps)  # noqa: E731
+    found = {
+        m: {d for d in deps if under(d, below) and not under(d, allowed)} for m, deps in _importers(prefix).items()
+    }
+    return {m: deps for m, deps in found.items() if deps}
+
+
+def test_what_retrieval_and_ingest_share_lives_below_both() -> None:
+    # article patterns (zhiku.text) and the chat service (zhiku.llm) are imported from below, not across
+    assert _reaching("zhiku.retrieval", ("zhiku.ingest",)) == {}
+    assert _reaching("zhiku.ingest", ("zhiku.retrieval",)) == {}
+    assert _reaching("zhiku.llm", ("zhiku.ingest", "zhiku.retrieval", "zhiku.api")) == {}
+    # retrieval reads a store through the Store protocols only: no concrete store, no private part of one
+    assert _reaching("zhiku.retrieval", ("zhiku.stores",), allowed=("zhiku.stores.base",)) == {}
+
+
+def test_surfaces_only_parse_call_the_library_and_format() -> None:
+    """The CLI, the MCP server and the dashboard reach the index through ``zhiku.api`` (and evaluation, errors,
+    types, settings): never retrieval, ingest or stores, and of tracing only the trace records they show."""
+    below = ("zhiku.retrieval", "zhiku.ingest", "zhiku.stores", "zhiku.observability")
+    records = ("zhiku.observability.trace", "zhiku.observability.sampling")
+    for surface in ("zhiku.cli", "zhiku.mcp", "zhiku.dashboard"):
+        assert _reaching(surface, below, allowed=records) == {}, surface
 
 
 def test_store_roles_stay_small_and_callers_use_them() -> None:

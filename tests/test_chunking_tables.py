@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zhiku.ingest.chunk_tables import split_table
 from zhiku.ingest.chunking import chunk_document
-from zhiku.retrieval.reconstruct import reconstruct_markdown
+from zhiku.reconstruct import reconstruct_markdown
 from zhiku.settings import ChunkingSettings
 from zhiku.types import ImageRef, SourceDoc, SourceImage
 

@@ -55,13 +55,13 @@ def test_check_collection_names_the_real_ones() -> None:
 def test_a_code_the_first_passage_holds_verbatim_is_not_low_confidence() -> None:
     # ORD-4290 (an error code alone) scored 0.870 < 0.88 with its table row at [1]: "知识库中没有找到…" was false
     from zhiku.retrieval.confidence import codes_in_first, judge
-    from zhiku.retrieval.query import ParsedQuery
+    from zhiku.retrieval.plan import QueryPlan
     from zhiku.retrieval.search import Retrieval
 
     row, log = hit("| ORD-4290 | 请求过于频繁（限流） | 每秒最多 50 次 |"), hit("ERROR ORD-5000 Internal error", "c2")
 
     def judged(terms: tuple[str, ...], hits: tuple[Hit, ...]) -> bool:
-        r = Retrieval(ParsedQuery("q", terms), "hybrid", [ScoredId("c1", 3.0, 1)], [ScoredId("c1", 0.870, 1)], hits)
+        r = Retrieval(QueryPlan("q", terms), "hybrid", [ScoredId("c1", 3.0, 1)], [ScoredId("c1", 0.870, 1)], hits)
         return judge(r, min_score=0.88).low
 
     assert judged(("ord", "ord-4290"), (row, log)) is False

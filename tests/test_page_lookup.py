@@ -12,11 +12,18 @@ from pdf_fixtures import PAPER, THESIS
 from zhiku.mcp.hub import Hub, QueryArgs
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.confidence import judge
-from zhiku.retrieval.pages import MAX_PAGES, asked_pages, pages_first
+from zhiku.retrieval.lookups import pages_first
+from zhiku.retrieval.plan import MAX_PAGES, QueryPlan, asked_pages, read_question
+from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, DocRecord, DocStatus, Filters, Hit
 
-NORMALIZE = TextProcessor().normalize
+TEXT = TextProcessor()
+NORMALIZE = TEXT.normalize
+
+
+def ask(question: str) -> QueryPlan:
+    return read_question(question, TEXT, RetrievalSettings())
 
 
 @pytest.mark.parametrize(
@@ -88,7 +95,7 @@ RECORDS = {
 
 
 def lookup(hits: list[Hit], question: str) -> tuple[list[str], list[float], tuple[str, ...], tuple[int, ...]]:
-    found = pages_first(hits, question, NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    found = pages_first(hits, ask(question), NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
     return [h.chunk.chunk_id for h in found.hits], [h.score for h in found.hits], found.missing, found.pages
 
 
@@ -165,7 +172,7 @@ def test_a_piece_inside_a_hit_made_whole_is_not_shown_again() -> None:
     # law-0 and law-1 are the two pieces of one article, made one passage by small-to-big
     whole = Hit(chunk=replace(pieces[0], text="piece 0piece 1", end=20), score=3.0, fused_rank=1)
     hits = [whole, *fused("report-5", "manual-0")]
-    found = pages_first(hits, "第1页", NORMALIZE, lambda d: list(pieces), lambda d: RECORDS["manual"])
+    found = pages_first(hits, ask("第1页"), NORMALIZE, lambda d: list(pieces), lambda d: RECORDS["manual"])
     assert [(h.chunk.chunk_id, h.chunk.text) for h in found.hits] == [
         ("law-0", "piece 0piece 1"),
         ("law-2", "piece 2"),
@@ -176,16 +183,16 @@ def test_a_piece_inside_a_hit_made_whole_is_not_shown_again() -> None:
 def test_no_paged_hit_no_lookup() -> None:
     md = Chunk("m0", "law", "docs", "law.md", "markdown", "law", None, 0, 10, 0, "第三页")
     hits = [Hit(chunk=md, score=1.0)]
-    found = pages_first(hits, "第3页", NORMALIZE, lambda d: [md], lambda d: None)
+    found = pages_first(hits, ask("第3页"), NORMALIZE, lambda d: [md], lambda d: None)
     assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
     # a question naming a document without pages: no page of another (paged) document is looked up
     hits = [*fused("report-5"), Hit(chunk=replace(md, source="员工手册.docx", section="员工手册"), score=0.5)]
-    found = pages_first(hits, "员工手册第3页", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    found = pages_first(hits, ask("员工手册第3页"), NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
     assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
     # naming no document, answered first by a passage without pages: no page of a PDF ranked lower is looked up
     # (劳动合同第一页要写什么 over statutes and a few PDFs; was: that PDF's page 1 first)
     hits = [Hit(chunk=md, score=2.0), *fused("report-5")]
-    found = pages_first(hits, "劳动合同第一页要写什么", NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
+    found = pages_first(hits, ask("劳动合同第一页要写什么"), NORMALIZE, lambda d: list(DOCS[d]), RECORDS.get)
     assert (found.hits, found.missing, found.pages) == (tuple(hits), (), ())
 
 
@@ -235,11 +242,12 @@ def test_a_page_lookup_stays_inside_the_tag_filter(kb_factory, tmp_path: Path) -
     # the document the unfiltered search ranks first (the thesis: its table) is the one the tags filter out
     question = "统计表里手机的产量 第2页"
     kept, dropped = docs["模板.pdf"], docs["论文.pdf"]
-    assert kb.searcher.search(question, top_k=5).hits[0].chunk.doc_id == dropped.doc_id
+    assert kb.searcher.search(kb.searcher.read(question), top_k=5).hits[0].chunk.doc_id == dropped.doc_id
     page2 = [c.chunk_id for c in kb.store.document_chunks(kept.doc_id) if c.page == 2]
     assert page2
-    args = dict(rewriter=None, top_k=5, mode=None, filters=Filters(), per_source_k=None, rerank=None)
-    r = rewrite.search(kb.searcher, question, tagged=(set(), {kept.doc_id}), **args)
+    args = dict(rewriter=None, top_k=5, per_source_k=None, rerank=None)
+    read = kb.searcher.read
+    r = rewrite.search(kb.searcher, read(question), tagged=(set(), {kept.doc_id}), **args)
     assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
     # the kept document's page 2 is looked up, not the filtered-out document's
     assert [h.chunk.chunk_id for h in r.hits[: len(page2)]] == page2[:5]
@@ -247,12 +255,12 @@ def test_a_page_lookup_stays_inside_the_tag_filter(kb_factory, tmp_path: Path) -
     # a page past the kept document's last is said of it (the filtered-out document has that page)
     far = kept.pages + 1
     assert dropped.pages >= far
-    r = rewrite.search(kb.searcher, f"第{far}页", tagged=(set(), {kept.doc_id}), **args)
+    r = rewrite.search(kb.searcher, read(f"第{far}页"), tagged=(set(), {kept.doc_id}), **args)
     assert (r.missing, r.pages) == ((f"《{kept.title or kept.source}》第 {far} 页（共 {kept.pages} 页）",), ())
     assert {h.chunk.doc_id for h in r.hits} == {kept.doc_id}
     # a tag on chunks, not on their document: only the tagged chunks of the page are looked up
     tagged_ids = {page2[-1]} | {h.chunk.chunk_id for h in r.hits}
-    r = rewrite.search(kb.searcher, question, tagged=(tagged_ids, set()), **args)
+    r = rewrite.search(kb.searcher, read(question), tagged=(tagged_ids, set()), **args)
     assert {h.chunk.chunk_id for h in r.hits} <= tagged_ids and r.hits[0].chunk.chunk_id == page2[-1]
 
 
@@ -261,17 +269,17 @@ def test_a_page_the_search_itself_put_first_is_still_a_page_found(kb_factory, tm
     r = kb.retrieve("模板第2页讲了什么", top_k=3)
     assert r.pages == (2,) and r.hits[0].chunk.page == 2
     # the same hits, already leading with page 2: the lookup reorders nothing, and the page is still found
-    again = kb.searcher.asked_pages_first(replace(r, pages=()), "模板第2页讲了什么")
+    again = kb.searcher.looked_up(replace(r, pages=()))
     assert again.hits == r.hits and again.pages == (2,)
     assert not judge(again, min_score=1.0, normalize=kb.text.normalize).low
 
 
 def test_a_document_gone_since_the_search_is_not_looked_up(kb_factory, tmp_path: Path) -> None:
     kb, _ = two_pdfs(kb_factory, tmp_path)
-    r = kb.searcher.search("第2页讲了什么", top_k=3)
-    assert kb.searcher.asked_pages_first(r, "第2页讲了什么").pages == (2,)
+    r = kb.searcher.search(kb.searcher.read("第2页讲了什么"), top_k=3)
+    assert kb.searcher.looked_up(r).pages == (2,)
     kb.store.delete_document(r.hits[0].chunk.doc_id)  # (another process, between the search and the lookup)
-    again = kb.searcher.asked_pages_first(r, "第2页讲了什么")
+    again = kb.searcher.looked_up(r)
     # no note that a document id "has 0 pages", no passage of another version
     assert (again.hits, again.missing, again.pages) == (r.hits, (), ())
 
@@ -294,11 +302,11 @@ def test_a_named_document_the_search_did_not_find_is_looked_up_within_the_filter
     # every hit of the paper: the thesis the question names is looked up all the same (was: the paper's page 8,
     # noted as "《…》第 8 页（共 5 页）", a document the question did not ask about)
     only_paper = Filters(source_glob="*模板*")
-    r = kb.searcher.search("论文第8页讲了什么", top_k=3, filters=only_paper)
+    r = kb.searcher.search(kb.searcher.read("论文第8页讲了什么", filters=only_paper), top_k=3)
     assert {h.chunk.doc_id for h in r.hits} == {paper.doc_id}
-    found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么")
+    found = kb.searcher.looked_up(replace(r, query=replace(r.query, filters=Filters())))
     assert ([h.chunk.chunk_id for h in found.hits[: len(page8)]], found.missing, found.pages) == (page8, (), (8,))
     # a document the search's filters leave out is not looked up: the first hit's document is
-    found = kb.searcher.asked_pages_first(r, "论文第8页讲了什么", filters=only_paper)
+    found = kb.searcher.looked_up(r)
     assert {h.chunk.doc_id for h in found.hits} == {paper.doc_id} and found.pages == ()
     assert found.missing == (f"《{paper.title or paper.source}》第 8 页（共 5 页）",)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zhiku.retrieval.reconstruct import heading_path, outline, reconstruct_markdown
+from zhiku.reconstruct import heading_path, outline, reconstruct_markdown
 from zhiku.types import Chunk
 
 

@@ -147,7 +147,7 @@ def test_a_store_without_document_lookups_returns_top_k_hits(tmp_path: Path, emb
         plain = Searcher(OnlyRetriever(kb.store), Recording(), kb.searcher.text, settings.retrieval)  # type: ignore[arg-type]
         try:
             for top_k in (1, 2):
-                got = plain.search("劳动者 工资 试用期", mode="bm25", top_k=top_k)
+                got = plain.search(plain.read("劳动者 工资 试用期", mode="bm25"), top_k=top_k)
                 assert [h.chunk.chunk_id for h in got.hits] == [h.chunk.chunk_id for h in full.hits][:top_k]
         finally:
             plain.close()

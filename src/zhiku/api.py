@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,14 +13,16 @@ from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IndexMismatch, InvalidInput, NotFound
 from zhiku.ingest.chunking import chunking_identity
+from zhiku.ingest.discover import discover
 from zhiku.ingest.images import IMAGES_DIR, ImageStore
-from zhiku.ingest.loaders import default_loaders
-from zhiku.ingest.loaders.ocr import ocr_available
+from zhiku.ingest.loaders import default_loaders, supported_suffixes
+from zhiku.ingest.loaders.ocr import needs_ocr_note, ocr_available, page_list
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for
-from zhiku.ingest.transforms.build import build_stage
+from zhiku.ingest.progress import is_chunk_note
+from zhiku.ingest.transforms.build import build_stage, parse_transform_names
 from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
-from zhiku.ingest.transforms.store import EnrichmentStore, transform_rows
+from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import (
     Tracer,
@@ -30,13 +33,16 @@ from zhiku.observability.tracing import (
     report_rows,
     span,
 )
+from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
-from zhiku.retrieval.confidence import judge
-from zhiku.retrieval.rerank import Reranker, build_reranker
+from zhiku.retrieval.confidence import check_collection, judge
+from zhiku.retrieval.context import ChunkContext, chunk_context
+from zhiku.retrieval.filters import filter_hint
+from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import Store, open_store
+from zhiku.stores import Store, compact_index, open_store
 from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
@@ -54,6 +60,8 @@ from zhiku.types import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # Python 3.10 has no typing.Unpack; annotations only
+
+    from zhiku.stores.migrate import MigrationReport
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
 
@@ -271,7 +279,7 @@ class KnowledgeBase:
         """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one; ``tags``: only
         chunks whose metadata (or their document's) carries every tag; the options are ``QueryOptions``'s."""
         o = options
-        mode, top_k, tags = o.get("mode"), o.get("top_k"), o.get("tags")
+        mode, top_k, tags = o.get("mode"), o.get("top_k"), tuple(o.get("tags") or ())
         collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
         filters = Filters(collection=collection, source_glob=source, doc_type=doc_type)
         with self.tracer.trace(
@@ -285,20 +293,18 @@ class KnowledgeBase:
             index=str(self.settings.index),
         ) as t:
             self._check_for_query(mode or self.settings.retrieval.mode)
-            tagged = self.enrichments.tagged(tags) if tags else None
+            plan = self.searcher.read(query, mode, filters, tags)  # the question, read once
             r = rewrite.search(
                 self.searcher,
-                query,
+                plan,
                 rewriter=self.rewriter,
-                tagged=tagged,
+                tagged=self.enrichments.tagged(tags) if tags else None,
                 top_k=top_k,
-                mode=mode,
-                filters=filters,
                 per_source_k=o.get("per_source_k"),
                 rerank=o.get("rerank"),
             )
             if t is not None:  # readable on its own: sources and sections of every ranked chunk (added at seal)
-                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
+                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags))
                 label_later(t, r.hits, self._labels)
         return r
 
@@ -312,15 +318,28 @@ class KnowledgeBase:
         places = places_reader(self.store)
         return VersionedLabels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
-    def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
-        """``retrieve`` + ``answer``; ``low_confidence`` below ``server.min_score``, as over MCP and in the CLI."""
+    def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
+        """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence`` (below
+        ``server.min_score``) and, when nothing was found, a ``note`` saying why; a collection that does not exist
+        is ``NotFound``. ``max_chars``: the budget of the Markdown and the citations' ``snippets`` together."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
+            note = None if r.hits else self._empty_note(options)
             judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)
-            return self.answer(r, low_confidence=judged.low)
+            answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars)
+        return replace(
+            answer,
+            confidence=judged.score,
+            note=note,
+            rerank=r.rerank,
+            rewrite=r.rewrite,
+            queries=r.queries,
+            terms=r.query.terms,
+            candidates=(len(r.bm25), len(r.dense)),
+        )
 
-    def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:
-        """The cited Markdown answer for a retrieval, with query-focused snippets."""
+    def answer(self, r: Retrieval, *, low_confidence: bool = False, max_chars: int | None = None) -> Answer:
+        """The cited Markdown answer for a retrieval, with query-focused snippets (``max_chars``: as for ``query``)."""
         with span("answer") as sp:
             answer = build_answer(
                 r.query.text,
@@ -331,6 +350,7 @@ class KnowledgeBase:
                 terms=r.query.terms,
                 normalize=self.text.normalize,
                 missing=r.missing,
+                budget=max_chars,
             )
             sp.set(
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
@@ -339,6 +359,25 @@ class KnowledgeBase:
             if low_confidence:  # a trace worth reading: it keeps every channel's ranking (tracing.sample)
                 keep_detail("low-confidence")
         return answer
+
+    def _empty_note(self, o: QueryOptions) -> str:
+        """Why a search found nothing (``NotFound`` for a collection that does not exist)."""
+        collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
+        names = [c.name for c in self.collections()]
+        check_collection(collection, names)
+        if not names:
+            return "知识库为空 / The knowledge base is empty: ingest documents first."
+        if source or doc_type or o.get("tags"):
+            hint = self.filter_hint(collection, source, doc_type)
+            return "没有符合过滤条件的段落 / No passage matches the filters" + (
+                f": {hint}." if hint else "; loosen or drop them."
+            )
+        return "没有匹配的段落 / No passage matches the query; try other words."
+
+    def filter_hint(self, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
+        """Each filter that matches no document of ``collection`` and what would match (``filters.filter_hint``)."""
+        known = [loader.doc_type for loader in default_loaders()]
+        return filter_hint(self.documents(collection), source, doc_type, known)
 
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:
@@ -372,11 +411,42 @@ class KnowledgeBase:
         where = f" collection {collection!r}" if collection else ""
         raise NotFound(f"no document {ref!r} in {self.settings.index}{where}{hint} (list them with `zhiku documents`)")
 
+    def document(self, doc_id: str) -> DocRecord | None:
+        """A document by its id (None when there is none)."""
+        return self.store.get_document(doc_id)
+
+    def index_version(self) -> int:
+        """A number that changes with every write to the index."""
+        return self.store.index_version()
+
     def document_text(self, ref: str, collection: str | None = None) -> str:
         """A document's text as Markdown, rebuilt from its stored chunks (``ref`` as for ``resolve_document``)."""
-        from zhiku.retrieval.reconstruct import reconstruct_markdown
-
         return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
+
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        """A document's chunks, in document order."""
+        return self.store.document_chunks(doc_id)
+
+    def meta(self) -> dict[str, str]:
+        """What the index records of how it was built (tokenizer, embedder, dim, chunking)."""
+        return self.store.get_meta()
+
+    def enrichment_rows(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+        """What the ingest transforms added to each chunk (context, refined text, title, tags, image captions)."""
+        found = self.enrichments.chunk_enrichments(list(chunk_ids))
+        captions = {c.chunk_id: [i.caption for i in c.images if i.caption] for c in self.store.get_chunks(chunk_ids)}
+        return {
+            cid: enrichment_row(found.get(cid)) | ({"captions": captions[cid]} if captions.get(cid) else {})
+            for cid in chunk_ids
+        }
+
+    def outline(self, doc_id: str) -> list[str]:
+        """A document's section paths, in document order."""
+        return outline(self.store.document_chunks(doc_id))
+
+    def chunk_context(self, chunk_id: str, context: str = "chunk") -> ChunkContext:
+        """A stored chunk with its article (all its pieces) or section (``context``), within ``answer.max_chars``."""
+        return chunk_context(self.store, chunk_id, context, self.settings.answer.max_chars)
 
     def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""
@@ -397,4 +467,31 @@ class KnowledgeBase:
         return name
 
 
-__all__ = ["KnowledgeBase", "doc_id_for"]
+def files_to_ingest(paths: Sequence[Path]) -> list[Path]:
+    """The files ``ingest`` would read under ``paths`` (folders walked, only the types a loader reads)."""
+    return [task.path for task in discover(list(paths), supported_suffixes())[0]]
+
+
+def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None) -> MigrationReport:
+    """Copy the embedded index of ``settings.index`` into the Milvus store of ``settings.store``, without
+    re-embedding; run it again to resume an interrupted copy."""
+    from zhiku.stores.migrate import migrate_sqlite
+    from zhiku.stores.milvus import MilvusStore
+
+    with MilvusStore(settings.store) as target:
+        return migrate_sqlite(settings.index, target, on_progress=on_progress)
+
+
+__all__ = [
+    "KnowledgeBase",
+    "compact_index",
+    "doc_id_for",
+    "files_to_ingest",
+    "is_chunk_note",
+    "migrate_to_milvus",
+    "needs_ocr_note",
+    "page_list",
+    "parse_reranker_spec",
+    "parse_transform_names",
+    "supported_suffixes",
+]

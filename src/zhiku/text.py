@@ -41,6 +41,9 @@ def load_stopwords(path: Path | None = None) -> frozenset[str]:
 
 _DIGITS = "零一二三四五六七八九"
 _ARTICLE_NUMBER = re.compile(r"第\s*(\d{1,4})\s*条")
+NUMERALS = "零一二三四五六七八九十百千〇两"
+# a statute article's marker opening a line (第四十七条, 第7条, then whitespace): where an article starts
+ARTICLE_RE = re.compile(rf"^[ \t\u3000]*(第[{NUMERALS}\d]+条)(?=\s|$)", re.MULTILINE)
 
 
 def chinese_number(n: int) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal, TypedDict, overload
+from typing import Literal, TypedDict, overload
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
 
@@ -235,22 +235,6 @@ class Hit:
     rerank_sigmoid: float | None = None  # the raw score squashed into (0, 1) (LLM grades: sigmoid(grade − 5))
 
 
-def fused_hit(chunk: Chunk, fused: Sequence[Any], fused_rank: int) -> Hit:
-    """``Hit(chunk, *fused[1:], fused_rank=fused_rank)`` for a fused item ``(chunk_id, score, bm25_rank, bm25_score,
-    dense_rank, dense_score)``, made without the frozen dataclass's ``__init__`` (which sets each field through
-    ``object.__setattr__``: 1.4 µs a hit, this 0.3; the compiled search core's path makes 20 a search): the same
-    fields, an equal object."""
-    hit: Hit = _new(Hit)
-    hit.__dict__.update(
-        chunk=chunk, score=fused[1], bm25_rank=fused[2], bm25_score=fused[3], dense_rank=fused[4],
-        dense_score=fused[5], fused_rank=fused_rank, rerank_rank=None, rerank_score=None, rerank_sigmoid=None,
-    )  # fmt: skip
-    return hit
-
-
-_new = object.__new__
-
-
 @dataclass(frozen=True)
 class Citation:
     n: int
@@ -287,6 +271,14 @@ class Answer:
     citations: tuple[Citation, ...]
     hits: tuple[Hit, ...]
     low_confidence: bool = False
+    confidence: float | None = None  # the score ``low_confidence`` was decided on (best cosine; bm25: term coverage)
+    note: str | None = None  # why nothing was found, and what to change
+    rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the passages then keep the fused order)
+    rewrite: str = "off"  # query rewriting: "off" | "ok" | "fallback: <reason>"
+    queries: tuple[str, ...] = ()  # the rewritten queries searched besides the question
+    terms: tuple[str, ...] = ()  # the question's BM25 terms
+    candidates: tuple[int, int] = (0, 0)  # how many passages BM25 and the dense channel found
+    snippets: tuple[str, ...] = ()  # within a budget (``KnowledgeBase.query(max_chars=…)``): each citation's text
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ from zhiku.cli.common import (
     unsupported_note,
 )
 from zhiku.errors import InvalidInput, NotFound
-from zhiku.retrieval.confidence import check_collection, judge
 
 app = typer.Typer(
     name="zhiku",
@@ -84,7 +83,7 @@ def ingest(
 ) -> None:
     """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
-    from zhiku.ingest.transforms.build import parse_transform_names
+    from zhiku.api import parse_transform_names
 
     with _errors(as_json):
         names = parse_transform_names(transform)
@@ -122,7 +121,7 @@ def ingest(
             }
         )
     else:
-        from zhiku.ingest.loaders.ocr import needs_ocr_note
+        from zhiku.api import needs_ocr_note
 
         verb = "would be " if dry_run else ""
         ocr = f" ({len(report.needs_ocr)} need OCR)" if report.needs_ocr else ""
@@ -206,7 +205,7 @@ def query(
             if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
-                r = kb.retrieve(
+                answer = kb.query(
                     text,
                     top_k=top_k,
                     mode=mode,
@@ -216,23 +215,19 @@ def query(
                     rerank=rerank,
                     tags=tag,
                 )
-                if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
-                    check_collection(collection, [c.name for c in kb.collections()])
-                note = None if r.hits else filter_note(kb.documents(collection), source, doc_type)
-                judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
-                answer = kb.answer(r, low_confidence=judged.low)
-                extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
+                note = None if answer.hits else filter_note(kb, collection, source, doc_type)
+                extra = kb.enrichment_rows([c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(
             {
                 "query": answer.query,
                 "mode": answer.mode,
                 "answer": answer.markdown,
-                "rerank": r.rerank,
-                "rewrite": r.rewrite,
-                "queries": list(r.queries),
-                "low_confidence": judged.low,
-                "confidence": None if judged.score is None else round(judged.score, 6),
+                "rerank": answer.rerank,
+                "rewrite": answer.rewrite,
+                "queries": list(answer.queries),
+                "low_confidence": answer.low_confidence,
+                "confidence": None if answer.confidence is None else round(answer.confidence, 6),
                 "hits": [asdict(c) | extra.get(c.chunk_id, {}) for c in answer.citations],
                 "note": note,
             }
@@ -241,14 +236,13 @@ def query(
     out.print(answer.markdown, markup=False)
     if note:
         err.print(note, markup=False)
-    if r.rerank.startswith("fallback"):
-        err.print(f"rerank {r.rerank} (answered in the fused order)", markup=False)
-    if r.rewrite.startswith("fallback"):
-        err.print(f"rewrite {r.rewrite} (searched the plain query)", markup=False)
+    if answer.rerank.startswith("fallback"):
+        err.print(f"rerank {answer.rerank} (answered in the fused order)", markup=False)
+    if answer.rewrite.startswith("fallback"):
+        err.print(f"rewrite {answer.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
-        out.print(
-            f"terms: {' '.join(r.query.terms)} · bm25 {len(r.bm25)} · dense {len(r.dense)} candidates", markup=False
-        )
+        bm25, dense = answer.candidates
+        out.print(f"terms: {' '.join(answer.terms)} · bm25 {bm25} · dense {dense} candidates", markup=False)
         traces_cmds.print_trace(out, trace)
 
 
@@ -282,7 +276,7 @@ def documents(
     if as_json:
         _print_json({"documents": [asdict(d) for d in docs]})
         return
-    from zhiku.ingest.loaders.ocr import page_list
+    from zhiku.api import page_list
     from zhiku.types import DocStatus
 
     table = tables.table(

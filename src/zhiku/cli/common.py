@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -23,7 +23,6 @@ from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
 
 if TYPE_CHECKING:
     from zhiku.api import KnowledgeBase
-    from zhiku.types import DocRecord
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
@@ -116,7 +115,7 @@ def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable
     most every ``PROGRESS_SECONDS`` while one document takes long, then the end."""
     import time
 
-    from zhiku.ingest.progress import is_chunk_note
+    from zhiku.api import is_chunk_note
 
     started = last = time.monotonic()
     shown, noted = -1, ""
@@ -153,7 +152,7 @@ def some_path_exists(paths: list[Path]) -> None:
 
 def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
     """One line for the files a folder held that no loader reads: they used to be skipped without a word."""
-    from zhiku.ingest.loaders import supported_suffixes
+    from zhiku.api import supported_suffixes
 
     files = sum(n for _, n in counts)
     kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
@@ -164,14 +163,12 @@ def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
     )
 
 
-def filter_note(docs: Sequence[DocRecord], source: str | None, doc_type: str | None) -> str | None:
-    """Why ``--source``/``--type`` left nothing (``retrieval.filters.filter_hint``), for stderr and ``--json``."""
+def filter_note(kb: KnowledgeBase, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
+    """Why ``--source``/``--type`` left nothing (``KnowledgeBase.filter_hint``), for stderr and ``--json``."""
     if not (source or doc_type):
         return None
-    from zhiku.retrieval.filters import filter_hint
-
     given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
-    hint = filter_hint(docs, source, doc_type) or "loosen or drop them"
+    hint = kb.filter_hint(collection, source, doc_type) or "loosen or drop them"
     return (
         f"no passage matched the filters ({given}): {hint}; `zhiku documents` lists the sources and types as ingested"
     )

@@ -90,8 +90,8 @@ def warm_reranker(kb: Any) -> None:
 
 def with_models(settings: Settings, embedder: str | None, reranker: str | None) -> Settings:
     """``settings`` with the ``--embedder`` / ``--reranker`` overrides applied."""
+    from zhiku.api import parse_reranker_spec
     from zhiku.embedding import parse_embedder_spec
-    from zhiku.retrieval.rerank import parse_reranker_spec
 
     changes: dict[str, Any] = {}
     if embedder is not None:

@@ -32,18 +32,21 @@ def migrate(
 ) -> None:
     """Copy an embedded index (documents, chunks, tokens, vectors, history, metadata) into Milvus without
     re-embedding; run it again to resume an interrupted copy."""
+<<<<<<< HEAD
+=======
+    from zhiku.api import migrate_to_milvus
+    from zhiku.cli.common import _errors, _progress, err
+>>>>>>> query
     from zhiku.errors import InvalidInput
     from zhiku.settings import load_settings
-    from zhiku.stores.migrate import migrate_sqlite
-    from zhiku.stores.milvus import MilvusStore
 
     with _errors():
         if to != "milvus":
             raise InvalidInput(f"--to must be milvus, got {to!r}")
         store = {"kind": "milvus", "uri": uri, "collection_prefix": prefix, "db_name": db_name}
         settings = load_settings(config, index=index, store={k: v for k, v in store.items() if v is not None})
-        with MilvusStore(settings.store) as target, _progress(not as_json and err.is_terminal, "migrating") as progress:
-            report = migrate_sqlite(settings.index, target, on_progress=progress)
+        with _progress(not as_json and err.is_terminal, "migrating") as progress:
+            report = migrate_to_milvus(settings, on_progress=progress)
     s = settings.store
     if as_json:
         counts = {k: getattr(report, k) for k in ("documents", "chunks", "skipped", "history")}
@@ -63,8 +66,12 @@ def migrate(
 def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
     past `store.compact_dead_fraction`), and delete vector files of older generations or another embedder."""
+<<<<<<< HEAD
+=======
+    from zhiku.api import compact_index
+    from zhiku.cli.common import _errors
+>>>>>>> query
     from zhiku.settings import load_settings
-    from zhiku.stores import compact_index
 
     with _errors():
         settings = load_settings(config, index=index)

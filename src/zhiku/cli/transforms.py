@@ -143,14 +143,3 @@ def print_usage_history(records: Sequence[Any]) -> None:
         row = (r.collection, r.source, ",".join(r.transforms), str(u.calls), str(u.cached), tokens, cost)
         table.add_row(*row, str(len(r.issues)))
     out.print(table)
-
-
-def hit_enrichment(kb: Any, chunk_ids: Sequence[str]) -> dict[str, dict[str, object]]:
-    from zhiku.ingest.transforms.store import enrichment_row
-
-    found = kb.enrichments.chunk_enrichments(list(chunk_ids))
-    captions = {c.chunk_id: [i.caption for i in c.images if i.caption] for c in kb.store.get_chunks(list(chunk_ids))}
-    return {
-        cid: enrichment_row(found.get(cid)) | ({"captions": captions[cid]} if captions.get(cid) else {})
-        for cid in chunk_ids
-    }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,6 @@ from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
-from zhiku.ingest.pipeline import ProgressFn
 from zhiku.numeric import percentile
 from zhiku.observability.sampling import NOT_SAMPLED, SAMPLED_OUT
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
@@ -118,7 +117,7 @@ class DashboardData:
             )
         problems: list[str] = []
         with self.kb() as kb:
-            meta = kb.store.get_meta()
+            meta = kb.meta()
             try:
                 stale = kb.stale()
             except ZhikuError as e:  # e.g. the configured embedder cannot be built here
@@ -158,7 +157,7 @@ class DashboardData:
 
     def chunks(self, doc_id: str) -> list[Chunk]:
         with self.kb() as kb:
-            return kb.store.document_chunks(doc_id)
+            return kb.document_chunks(doc_id)
 
     # -- ingestion ---------------------------------------------------------------------------------
     def save_uploads(self, files: Sequence[tuple[str, bytes]], collection: str) -> list[Path]:
@@ -174,7 +173,9 @@ class DashboardData:
             paths.append(folder / safe)
         return paths
 
-    def ingest(self, paths: Sequence[Path], collection: str, *, on_progress: ProgressFn | None = None) -> IngestReport:
+    def ingest(
+        self, paths: Sequence[Path], collection: str, *, on_progress: Callable[[int, int, str], None] | None = None
+    ) -> IngestReport:
         with self.kb(read_only=False) as kb:
             return kb.ingest(list(paths), collection=collection, on_progress=on_progress)
 

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zhiku.ingest.chunk_tables import table_units
+from zhiku.text import ARTICLE_RE
+from zhiku.text import NUMERALS as _NUM
 
-_NUM = "零一二三四五六七八九十百千〇两"
-ARTICLE_RE = re.compile(rf"^[ \t\u3000]*(第[{_NUM}\d]+条)(?=\s|$)", re.MULTILINE)
 _QUESTION_RE = re.compile(r"[ \t\u3000]*(?:\*\*)?(?:问题?\s*\d*\s*[:：]|[Qq]\s*\d*\s*[:：.．])")
 _PART_RE = re.compile(rf"[ \t\u3000]*[{_NUM}]+、")
 _OPENS_GROUP = ("article", "faq", "part")

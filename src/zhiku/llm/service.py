@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zhiku.ingest.transforms.base import TransformError
 from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache, reply_key
+from zhiku.llm.chat import TransformError
 from zhiku.llm.settings import LLMSettings
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, client_from
 from zhiku.types import LLMUsage

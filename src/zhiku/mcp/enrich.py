@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from zhiku.ingest.transforms.store import EnrichmentStore
+from zhiku.api import KnowledgeBase
 from zhiku.mcp.models import CitationOut
 
 
-def enrich_citations(store: EnrichmentStore, citations: Sequence[CitationOut]) -> list[CitationOut]:
-    found = store.chunk_enrichments([c.chunk_id for c in citations])
+def enrich_citations(kb: KnowledgeBase, citations: Sequence[CitationOut]) -> list[CitationOut]:
+    found = kb.enrichments.chunk_enrichments([c.chunk_id for c in citations])
     out = []
     for c in citations:
         e = found.get(c.chunk_id)

@@ -4,9 +4,9 @@
 server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
 flag, the answer budget, the result cache.
 
-Confidence comes from the library (``judge`` in zhiku/retrieval/confidence.py): the best cosine
-similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is
-``low_confidence`` below the calibrated threshold or when nothing matched.
+Answers and their confidence come from the library (``KnowledgeBase.query``): the best cosine similarity of a
+passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is ``low_confidence``
+below the calibrated threshold or when nothing matched.
 """
 
 from __future__ import annotations
@@ -44,20 +44,12 @@ from zhiku.mcp.models import (
 )
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.trace import busy
-from zhiku.observability.tracing import keep_detail, span
-from zhiku.retrieval.answer import build_answer, focused_snippet
-from zhiku.retrieval.confidence import check_collection, judge
-from zhiku.retrieval.context import chunk_context
-from zhiku.retrieval.filters import filter_hint
-from zhiku.retrieval.reconstruct import outline, reconstruct_markdown
-from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings
-from zhiku.types import DocRecord, DocStatus
+from zhiku.types import Answer, DocRecord, DocStatus
 
 log = logging.getLogger("zhiku.mcp.server")
 
 MAX_OUTLINE = 200
-MIN_SNIPPET = 40
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
@@ -133,7 +125,7 @@ class Hub:
         self.kb.close()
 
     def index_version(self) -> int:
-        return self.kb.store.index_version()
+        return self.kb.index_version()
 
     # -- query -------------------------------------------------------------------------------------
     def cached_query(self, args: QueryArgs) -> QueryResult | None:
@@ -152,66 +144,39 @@ class Hub:
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
-            r = self.kb.retrieve(
-                args.query,
-                top_k=args.top_k,
-                collection=args.collection,
-                source=args.source,
-                doc_type=args.doc_type,
-                tags=args.tags,
-            )
-            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.kb.text.normalize)
-            confidence, low = judged.score, judged.low
-            with span("answer") as sp:
-                answer, citations = self._fit(r, low, args.max_chars)
-                sp.set(counts={"citations": len(citations), "chars": len(answer)}, low_confidence=low)
-                if low:
-                    keep_detail("low-confidence")
+            try:
+                answer = self.kb.query(
+                    args.query,
+                    top_k=args.top_k,
+                    collection=args.collection,
+                    source=args.source,
+                    doc_type=args.doc_type,
+                    tags=args.tags,
+                    max_chars=args.max_chars,
+                )
+            except NotFound as e:  # a collection that does not exist
+                raise NotFound(f"{e} (see list_collections)") from None
+        citations = self._citations(answer)
+        low = answer.low_confidence
         result = QueryResult(
-            query=r.query.text,
-            mode=r.mode,
-            answer=answer,
+            query=answer.query,
+            mode=answer.mode,
+            answer=answer.markdown,
             citations=citations,
-            images=self._images(r, citations),
+            images=self._images(answer, citations),
             low_confidence=low,
-            confidence=None if confidence is None else round(confidence, 6),
+            confidence=None if answer.confidence is None else round(answer.confidence, 6),
             cache="miss",
-            note=None if r.hits else self._empty_note(args),
-            rerank=r.rerank,
-            rewrite=r.rewrite,
+            note=answer.note,
+            rerank=answer.rerank,
+            rewrite=answer.rewrite,
         ).with_passages(self.settings.server.structured_passages)
-        if not low and "fallback" not in (r.rerank[:8], r.rewrite[:8]):  # a degraded answer is not kept
+        if not low and "fallback" not in (answer.rerank[:8], answer.rewrite[:8]):  # a degraded answer is not kept
             self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
         return result
 
-    def _fit(self, r: Retrieval, low: bool, budget: int) -> tuple[str, list[CitationOut]]:
-        """Markdown plus citation snippets within ``budget`` characters together; snippets shrink to fit.
-
-        Snippets are query-focused (the part of a long passage that holds the query's terms)."""
-        terms, normalize = (
-            r.query.terms,
-            self.kb.text.normalize,
-        )  # (it keeps the snippet windows it normalised: answer and citations show the same)
-        limit = self.settings.answer.snippet_chars
-        while True:
-            answer_settings = self.settings.answer.model_copy(update={"snippet_chars": limit, "max_chars": budget})
-            answer = build_answer(
-                r.query.text,
-                r.mode,
-                r.hits,
-                answer_settings,
-                low_confidence=low,
-                terms=terms,
-                normalize=normalize,
-                missing=r.missing,
-            )
-            texts = [
-                c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
-                for c in answer.citations
-            ]
-            if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
-                break
-            limit = max(MIN_SNIPPET, int(limit * 0.8))
+    def _citations(self, answer: Answer) -> list[CitationOut]:
+        """The answer's citations, each with its snippet (query-focused, within the call's budget)."""
         citations = [
             CitationOut(
                 n=c.n,
@@ -228,14 +193,14 @@ class Hub:
                 rerank_score=c.rerank_score,
                 rerank_sigmoid=c.rerank_sigmoid,
             )
-            for c, t in zip(answer.citations, texts, strict=False)
+            for c, t in zip(answer.citations, answer.snippets, strict=False)
         ]
-        return answer.markdown, enrich_citations(self.kb.enrichments, citations)
+        return enrich_citations(self.kb, citations)
 
     @staticmethod
-    def _images(r: Retrieval, citations: Sequence[CitationOut]) -> list[ImageOut]:
+    def _images(answer: Answer, citations: Sequence[CitationOut]) -> list[ImageOut]:
         """The images of the cited passages, in citation order, each once."""
-        chunks = {h.chunk.chunk_id: h.chunk for h in r.hits}
+        chunks = {h.chunk.chunk_id: h.chunk for h in answer.hits}
         out: dict[str, ImageOut] = {}
         for c in citations:
             for im in chunks[c.chunk_id].images if c.chunk_id in chunks else ():
@@ -270,17 +235,6 @@ class Hub:
         """An image file of the index by its id (``<sha256>.png|jpg``)."""
         return self.kb.images.read(image_id)
 
-    def _empty_note(self, args: QueryArgs) -> str:
-        check_collection(args.collection, [c.name for c in self.kb.collections()], hint=" (see list_collections)")
-        if not self.kb.collections():
-            return "知识库为空 / The knowledge base is empty: ingest documents first."
-        if args.source or args.doc_type or args.tags:
-            hint = filter_hint(self.kb.documents(args.collection), args.source, args.doc_type)
-            return "没有符合过滤条件的段落 / No passage matches the filters" + (
-                f": {hint}." if hint else "; loosen or drop them."
-            )
-        return "没有匹配的段落 / No passage matches the query; try other words."
-
     # -- catalogue ---------------------------------------------------------------------------------
     def collections(self, include_stats: bool = True) -> CollectionsResult:
         stats = self.kb.collections()
@@ -302,8 +256,7 @@ class Hub:
             raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
         except InvalidInput:  # an empty reference, or a path several documents match
             raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
-        chunks = self.kb.store.document_chunks(doc.doc_id)
-        sections = outline(chunks)
+        sections = self.kb.outline(doc.doc_id)
         return DocumentSummary(
             doc_id=doc.doc_id,
             collection=doc.collection,
@@ -319,7 +272,7 @@ class Hub:
             chunk_count=doc.chunk_count,
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
-            **self.kb.summary_fields(doc.doc_id, chunks),
+            **self.kb.summary_fields(doc.doc_id),
             uri=doc_uri(doc.doc_id),
         )
 
@@ -327,14 +280,13 @@ class Hub:
         return self.kb.documents()
 
     def document_markdown(self, doc_id: str) -> str:
-        doc = self._document(doc_id)
-        return reconstruct_markdown(self.kb.store.document_chunks(doc.doc_id))
+        return self.kb.document_text(self._document(doc_id).doc_id)
 
     def chunk_markdown(self, chunk_id: str, context: str | None = None) -> str:
         """A chunk with its citation; ``context`` (``article`` | ``section``) adds the text around it."""
-        ctx = chunk_context(self.kb.store, chunk_id, context or "chunk", self.settings.answer.max_chars)
+        ctx = self.kb.chunk_context(chunk_id, context or "chunk")
         c = ctx.chunk
-        doc = self.kb.store.get_document(c.doc_id)
+        doc = self.kb.document(c.doc_id)
         where = ", ".join(
             [c.source, *([f"p. {c.page}"] if c.page is not None else []), *([c.section] if c.section else [])]
         )
@@ -350,7 +302,7 @@ class Hub:
         return "\n".join([*lines, "", ctx.text])
 
     def _document(self, doc_id: str) -> DocRecord:
-        doc = self.kb.store.get_document(doc_id) if doc_id else None
+        doc = self.kb.document(doc_id) if doc_id else None
         if doc is None:
             raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from zhiku.api import files_to_ingest
 from zhiku.errors import InvalidInput
-from zhiku.ingest.discover import discover
-from zhiku.ingest.loaders import supported_suffixes
 from zhiku.settings import Settings
 
 SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
@@ -50,11 +49,10 @@ def allowed_paths(settings: Settings, paths: Sequence[str]) -> list[Path]:
         if not any(p.is_relative_to(r) for r in roots):
             raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots; {SEE_ROOTS}")
         out.append(p)
-    tasks, _ = discover(out, supported_suffixes())
-    for t in tasks:  # a symlink inside a root may point outside it
-        if not any(t.path.resolve().is_relative_to(r) for r in roots):
+    for path in files_to_ingest(out):  # a symlink inside a root may point outside it
+        if not any(path.resolve().is_relative_to(r) for r in roots):
             raise PathNotAllowed(
-                f"{t.path.name!r} links outside the allowed ingest roots; leave it out (pass the other files one "
+                f"{path.name!r} links outside the allowed ingest roots; leave it out (pass the other files one "
                 f"by one); {SEE_ROOTS}"
             )
     return out

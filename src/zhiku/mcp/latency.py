@@ -225,13 +225,10 @@ def run_bench(
     settings: Settings, *, transport: str, calls: int = 100, warmup: int = 10, config: Path | None = None
 ) -> dict[str, Any]:
     """Run both phases; returns the result dict written to bench/latest.json."""
-    from zhiku.stores import open_store
+    from zhiku.api import KnowledgeBase
 
-    store = open_store(settings, read_only=True)
-    try:
-        stats = store.collections()
-    finally:
-        store.close()
+    with KnowledgeBase(settings, read_only=True) as kb:
+        stats = kb.collections()
     with tempfile.TemporaryFile("w+", encoding="utf-8") as errlog:
         try:
             series = anyio.run(_bench, settings, transport, calls, warmup, config, errlog)

@@ -291,7 +291,7 @@ class NeedsOcr(_Out):
 
 
 def _pages(pages: list[int]) -> str:
-    from zhiku.ingest.loaders.ocr import page_list
+    from zhiku.api import page_list
 
     return page_list(pages)
 

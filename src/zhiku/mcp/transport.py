@@ -34,8 +34,8 @@ def preflight(settings: Settings) -> None:
     """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened. An index
     without documents (read-write: created now when missing) is served with a warning: a typo in a client's
     ``--index`` must not pass unnoticed."""
+    from zhiku.api import KnowledgeBase
     from zhiku.mcp.http_security import check_bind, check_port_free
-    from zhiku.stores import open_store
 
     if settings.server.transport == "http":
         check_bind(settings.server)
@@ -45,11 +45,8 @@ def preflight(settings: Settings) -> None:
             what="HTTP",
             fix="another `zhiku serve`? pass --port N (or set server.port), or stop what holds it",
         )
-    store = open_store(settings, read_only=settings.server.read_only)  # read-only: IndexNotFound when missing
-    try:
-        empty = not any(c.documents for c in store.collections())
-    finally:
-        store.close()
+    with KnowledgeBase(settings, read_only=settings.server.read_only) as kb:  # read-only: IndexNotFound if missing
+        empty = not any(c.documents for c in kb.collections())
     if empty:
         where = settings.index.resolve()
         log.warning(

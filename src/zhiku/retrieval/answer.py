@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import lru_cache
 
-from zhiku.ingest.chunk_units import ARTICLE_RE
+from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.retrieval.context import split_label
-from zhiku.retrieval.named import articles_not_found
-from zhiku.retrieval.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import AnswerSettings
-from zhiku.text import article_numbers
+from zhiku.text import ARTICLE_RE, article_numbers
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
 LOW_CONFIDENCE_NOTE = (
@@ -31,6 +30,7 @@ FOREIGN_QUESTION_TIP = (
 )
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
+MIN_SNIPPET = 40  # the shortest snippet a budget shrinks a citation to
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _MARKER = r"(?:[-*+]|\d{1,3}[.)])"  # a Markdown list item's marker: -, *, +, 1., 2)
@@ -282,17 +282,19 @@ def build_answer(
     terms: Sequence[str] = (),
     normalize: Callable[[str], str] = str.lower,
     missing: Sequence[str] = (),
+    budget: int | None = None,
 ) -> Answer:
-    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``.
-    ``missing``: what the question asked for that the search found no document to have (``Retrieval.missing``:
-    a page past a document's last), noted with the named articles no hit holds.
+    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``, or with a
+    ``budget``, until the Markdown and the citations' ``snippets`` fit it together (``fitted_answer``).
+    ``missing``: what the question asked for that no passage holds (``Retrieval.missing``: a named article, a page
+    past a document's last).
 
     With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
     the chunk that matches the query, not just its beginning.
     """
+    if budget is not None:
+        return fitted_answer(query, mode, hits, settings, budget, low_confidence, terms, normalize, missing)
     limit = settings.snippet_chars
-    # once: the Markdown may be rendered several times, shorter each time
-    missing = [*articles_not_found(hits, query, normalize), *missing]
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
     while len(markdown) > settings.max_chars and limit > 40:
@@ -319,3 +321,31 @@ def build_answer(
     return Answer(
         query=query, mode=mode, markdown=markdown, citations=citations, hits=tuple(hits), low_confidence=low_confidence
     )
+
+
+def fitted_answer(
+    query: str,
+    mode: SearchMode,
+    hits: Sequence[Hit],
+    settings: AnswerSettings,
+    budget: int,
+    low_confidence: bool,
+    terms: Sequence[str],
+    normalize: Callable[[str], str],
+    missing: Sequence[str],
+) -> Answer:
+    """``build_answer`` whose Markdown and citation snippets (``Answer.snippets``: each citation's text, query-focused
+    when longer than the snippet length) fit ``budget`` characters together; the snippets shrink to fit."""
+    limit = settings.snippet_chars
+    while True:
+        fitted = settings.model_copy(update={"snippet_chars": limit, "max_chars": budget})
+        answer = build_answer(
+            query, mode, hits, fitted, low_confidence=low_confidence, terms=terms, normalize=normalize, missing=missing
+        )
+        texts = tuple(
+            c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
+            for c in answer.citations
+        )
+        if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
+            return replace(answer, snippets=texts)
+        limit = max(MIN_SNIPPET, int(limit * 0.8))

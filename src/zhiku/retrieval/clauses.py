@@ -1,5 +1,5 @@
 """The clause channel (``retrieval.clause_weight``): a long question's clauses, each embedded as a query, re-order
-the candidates BM25 and the dense channel found (bench/RESULTS.md, Issue 11 — held-out variants)."""
+the candidates BM25 and the dense channel found."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import numpy as np
 from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import by_score_then_id, columns_of
-from zhiku.settings import RetrievalSettings
 from zhiku.stores.base import BestCosines, Retriever
-from zhiku.text import query_clauses
 from zhiku.types import Ranking, ScoredId
 
 log = logging.getLogger(__name__)
@@ -26,14 +24,6 @@ class KnownVectors(Protocol):
     def get(self, text: str) -> np.ndarray | None: ...
 
     def put(self, text: str, vector: np.ndarray) -> None: ...
-
-
-def clauses_to_embed(query: str, settings: RetrievalSettings) -> list[str]:
-    """The clauses to embed beside the whole question: z-score fusion with a clause weight only (``[]`` for a
-    question of one clause)."""
-    if settings.fusion != "zscore" or settings.clause_weight <= 0:
-        return []
-    return query_clauses(query, max_clauses=settings.max_clauses)
 
 
 def clause_ranking(

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from zhiku.errors import InvalidInput, NotFound
-from zhiku.ingest.chunk_units import ARTICLE_RE
-from zhiku.retrieval.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
+from zhiku.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
 from zhiku.stores.base import Catalogue
+from zhiku.text import ARTICLE_RE
 from zhiku.types import Chunk, Hit
 
 ContextKind = Literal["chunk", "article", "section"]

@@ -21,9 +21,12 @@ def _names(values: Sequence[str]) -> str:
     return shown + (f" and {len(values) - _SHOWN} more" if len(values) > _SHOWN else "")
 
 
-def filter_hint(docs: Sequence[DocRecord], source: str | None, doc_type: str | None) -> str | None:
+def filter_hint(
+    docs: Sequence[DocRecord], source: str | None, doc_type: str | None, known: Sequence[str] = ()
+) -> str | None:
     """Each filter that matches no document among ``docs`` (those of the searched collections) and what would
-    match, or None when each filter matches some document (then only their combination, or tags, found nothing)."""
+    match, or None when each filter matches some document (then only their combination, or tags, found nothing);
+    ``known``: the types the loaders read."""
     problems = []
     if source and not any(fnmatch.fnmatchcase(d.source, source) for d in docs):
         near = sorted({d.source for d in docs if source.strip("*?").lower() in d.source.lower()})
@@ -37,12 +40,9 @@ def filter_hint(docs: Sequence[DocRecord], source: str | None, doc_type: str | N
                 f"source {source!r} matches no document; sources here: {_names(sorted({d.source for d in docs}))}"
             )
     if doc_type and doc_type not in {d.doc_type for d in docs}:
-        from zhiku.ingest.loaders import default_loaders
-
-        known = sorted({loader.doc_type for loader in default_loaders()})
         problems.append(
             f"type {doc_type!r} matches no document; types here: {', '.join(sorted({d.doc_type for d in docs}))}"
-            + ("" if doc_type in known else f" (a type is one of {', '.join(known)})")
+            + ("" if doc_type in known else f" (a type is one of {', '.join(sorted(known))})")
         )
     return "; ".join(problems) or None
 

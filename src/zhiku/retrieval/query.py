@@ -1,42 +1,18 @@
-"""What a search starts from: the question parsed and checked, and the vectors of questions asked before."""
+"""The checks of a search's options, and the vectors of questions asked before."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
 from zhiku.errors import InvalidInput
-from zhiku.text import TextProcessor
 from zhiku.types import SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
 QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
-
-
-@dataclass(frozen=True)
-class ParsedQuery:
-    text: str  # as the user wrote it (stripped)
-    terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
-
-
-def parse_query(query: str, text: TextProcessor, *, max_chars: int) -> ParsedQuery:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidInput("the query is empty: ask a question, e.g. 试用期最长多久")
-    query = query.strip()
-    if len(query) > max_chars:
-        raise InvalidInput(
-            f"the query has {len(query)} characters; the limit is {max_chars} (retrieval.max_query_chars)"
-        )
-    if not any(ch.isalnum() for ch in query):  # "？？？", "……": nothing to search for, every passage as near as any
-        shown = query if len(query) <= 20 else query[:20] + "…"
-        raise InvalidInput(
-            f"the query {shown!r} has no words, only punctuation or symbols: ask a question, e.g. 试用期最长多久"
-        )
-    return ParsedQuery(text=query, terms=tuple(text.query_tokens(query)))
 
 
 def check_top_k(top_k: int) -> int:

@@ -10,25 +10,23 @@ from a deeper candidate list.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
 from zhiku.errors import ConfigError
-from zhiku.ingest.transforms._util import clean_reply
-from zhiku.ingest.transforms.base import ChatService, TransformError
 from zhiku.llm.cache import json_object_in
+from zhiku.llm.chat import ChatService, TransformError, clean_reply
 from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import ranked, rrf
-from zhiku.retrieval.named import named_articles_kept
+from zhiku.retrieval.plan import QueryPlan
 from zhiku.retrieval.query import MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.types import Chunk, Filters, Hit
+from zhiku.types import Chunk, Hit
 
 Tagged = tuple[set[str], set[str]]  # chunk ids, doc ids that carry the wanted tags
 
@@ -77,61 +75,57 @@ def _queries(text: str) -> list[str]:
 
 def search(
     searcher: Searcher,
-    query: str,
+    plan: QueryPlan,
     *,
     rewriter: QueryRewriter | None,
     tagged: Tagged | None,
     top_k: int | None,
-    mode: str | None,
-    filters: Filters,
     per_source_k: int | None,
     rerank: bool | None,
 ) -> Retrieval:
-    """``searcher.search`` with query rewriting and tag filtering when asked, and the pages a question asks for first
-    (``Searcher.asked_pages_first``)."""
+    """``searcher.search`` with query rewriting and tag filtering when asked, then what the question looks up
+    (``Searcher.looked_up``: named articles, asked pages)."""
     want = top_k or searcher.settings.top_k
     depth = MAX_TOP_K if tagged is not None else top_k
-
-    def run(q: str, k: int | None, rr: bool | None) -> Retrieval:
-        return searcher.search(q, top_k=k, mode=mode, filters=filters, per_source_k=per_source_k, rerank=rr)
-
     if rewriter is None:  # no stage in the trace: the query trace's `rewrite` field says "off"
-        r = run(query, depth, rerank)
+        r = searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank)
     else:
-        r = _rewritten(searcher, rewriter, query, run, depth, rerank)
-    if tagged is None:  # after the reranker and the variants: a page asked is a lookup
-        return searcher.asked_pages_first(r, query, filters=filters)
+        r = _rewritten(searcher, rewriter, plan, depth, per_source_k, rerank)
+    if tagged is None:
+        return searcher.looked_up(r)
     chunks, docs = tagged
 
     def carries(c: Chunk) -> bool:
         return c.chunk_id in chunks or c.doc_id in docs
 
     # the tags first: a page is looked up in a document the filter keeps, and of its chunks only those it keeps
-    r = replace(r, hits=tuple([h for h in r.hits if carries(h.chunk)][:want]))
-    return searcher.asked_pages_first(r, query, carries, filters)
+    hits = tuple([h for h in r.hits if carries(h.chunk)][:want])
+    r = replace(r, hits=hits, candidates=tuple(h for h in r.candidates if carries(h.chunk)))
+    return searcher.looked_up(r, carries)
 
 
 def _rewritten(
     searcher: Searcher,
     rewriter: QueryRewriter,
-    query: str,
-    run: Callable[[str, int | None, bool | None], Retrieval],
+    plan: QueryPlan,
     depth: int | None,
+    per_source_k: int | None,
     rerank: bool | None,
 ) -> Retrieval:
     with span("rewrite") as sp:
         try:
-            extra = rewriter.variants(query.strip())
+            extra = rewriter.variants(plan.text)
             status = "ok"
         except (TransformError, TimeoutError) as e:
             extra, status = [], f"fallback: {' '.join(str(e).split())[:300]}"
         reason = {} if status == "ok" else {"reason": status.removeprefix("fallback: ")}
         sp.set(counts={"queries": len(extra)}, mode=rewriter.mode, queries=extra, **reason)
     if not extra:
-        return replace(run(query, depth, rerank), rewrite=status)
+        return replace(searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank), rewrite=status)
     limit = searcher.settings.max_query_chars
     k = max(depth or searcher.settings.top_k, searcher.rerank_settings.top_m)
-    results = [run(query, k, False)] + [run(q[:limit], k, False) for q in extra]
+    plans = [plan] + [searcher.read(q[:limit], plan.mode, plan.filters) for q in extra]
+    results = [searcher.search(p, top_k=k, per_source_k=per_source_k, rerank=False) for p in plans]
     fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=searcher.settings.rrf_k)
     hits_by: dict[str, Hit] = {}
     for r in results:
@@ -144,10 +138,16 @@ def _rewritten(
     if reranker is not None:
         rs = searcher.rerank_settings
         with span("rerank"):
-            outcome = rerank_with_fallback(reranker, query, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
+            outcome = rerank_with_fallback(reranker, plan.text, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
         shown, rerank_status = list(outcome.hits), outcome.status
-    hits = named_articles_kept(shown, hits, query, searcher.text.normalize)  # variants naming no article: kept
-    return replace(results[0], hits=tuple(hits), rerank=rerank_status, rewrite=status, queries=tuple(extra))
+    return replace(
+        results[0],
+        hits=tuple(shown),
+        candidates=tuple(hits),
+        rerank=rerank_status,
+        rewrite=status,
+        queries=tuple(extra),
+    )
 
 
 REQUEST_SLACK_S = 1.0  # how long a rewrite's request may outlive llm.rewrite_timeout

@@ -18,29 +18,27 @@ from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import mark, ranking_columns, span
-from zhiku.retrieval.clauses import clause_ranking, clauses_to_embed, embed_clauses
+from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import Runs, whole_articles
 from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
-from zhiku.retrieval.named import named_articles_first, named_articles_kept
-from zhiku.retrieval.pages import lookup_pages
-from zhiku.retrieval.query import ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
+from zhiku.retrieval.lookups import lookup
+from zhiku.retrieval.plan import QueryPlan, read_question
+from zhiku.retrieval.query import QueryVectors, check_top_k
 from zhiku.retrieval.rerank import Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
-from zhiku.text import TextProcessor, article_numbers
+from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
-# (bench/RESULTS.md, "Issue 13 — the search path's per-query cost")
 INLINE_EMBED_S = 0.001
 EMBED_TIMES = 9
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
-NONE = Filters()
 Keep = Callable[[Chunk], bool] | None  # the chunks a tags filter keeps (None: every chunk)
 log = logging.getLogger(__name__)
 
@@ -49,7 +47,7 @@ log = logging.getLogger(__name__)
 class Retrieval:
     """Everything one search produced, stage by stage (for answers, traces and evaluation)."""
 
-    query: ParsedQuery
+    query: QueryPlan
     mode: SearchMode
     bm25: Sequence[ScoredId]  # a tuple or a ``Ranking`` (immutable either way)
     dense: Sequence[ScoredId]
@@ -59,7 +57,8 @@ class Retrieval:
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
     clauses: Sequence[ScoredId] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
     missing: tuple[str, ...] = ()  # what the question asked for that no document has (a page past its last)
-    pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``pages_first``)
+    pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``lookups``)
+    candidates: tuple[Hit, ...] = ()  # what the reranker chose ``hits`` from (none: ``hits`` themselves)
 
 
 class Searcher:
@@ -96,20 +95,19 @@ class Searcher:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def read(
+        self, question: str, mode: str | None = None, filters: Filters = Filters(), tags: tuple[str, ...] = ()
+    ) -> QueryPlan:
+        """The plan of ``question`` (``plan.read_question``)."""
+        return read_question(question, self.text, self.settings, mode=mode, filters=filters, tags=tags)
+
     def search(
-        self,
-        query: str,
-        *,
-        top_k: int | None = None,
-        mode: str | None = None,
-        filters: Filters = Filters(),
-        per_source_k: int | None = None,
-        rerank: bool | None = None,
+        self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
     ) -> Retrieval:
         """``rerank``: None runs the configured reranker (if any), False skips it, True requires one."""
         s = self.settings
         top_k = check_top_k(s.top_k if top_k is None else top_k)
-        mode_ = check_mode(s.mode if mode is None else mode)
+        mode_, filters = plan.mode, plan.filters
         if rerank and self.reranker is None:
             raise InvalidInput(
                 "no reranker is configured: set rerank.provider (cross-encoder or llm) and rerank.model, "
@@ -120,22 +118,16 @@ class Searcher:
         if reranker is not None:  # the reranker sees top_m fused candidates; it keeps at most rerank.top_k
             final_k = min(top_k, self.rerank_settings.top_k or top_k)
             top_k = max(top_k, self.rerank_settings.top_m)
-        with span("parse") as sp:
-            parsed = parse_query(query, self.text, max_chars=s.max_query_chars)
-            sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
         depth = max(per_source_k or s.per_source_k, top_k)
-
-        forms = self._forms(parsed.text) if mode_ != "bm25" else ()
+        forms, clauses = plan.forms, list(plan.clauses)
         known = tuple(self._vectors.get(form) for form in forms)
         # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
         # vectors are known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
         # search takes one place in the gate
-        inline = mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast()
-        clauses = clauses_to_embed(parsed.text, s) if mode_ == "hybrid" else []  # the clause channel's
-        if inline:
+        if mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast():
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
             with self._gate, self._one_version():
-                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=True)
+                bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=True)
                 vector, dense = self._dense_here(mode_, forms, depth, filters, known)
                 by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                 hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
@@ -143,33 +135,26 @@ class Searcher:
             run = contextvars.copy_context().run
             future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses, known)
             with self._one_version():  # (the dense worker reads the version on its own)
-                bm25 = self._bm25(mode_, parsed, depth, filters, inside_gate=False)
+                bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=False)
                 vector, dense, clause_vectors = future.result()
                 with self._gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
-        hits = named_articles_first(hits, parsed.text, self.text.normalize)
-        status = "off"
+        status, shown = "off", hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
-            hits, status = self._rerank(reranker, parsed.text, hits, final_k)
-        return Retrieval(parsed, mode_, frozen(bm25), frozen(dense), tuple(hits), status, clauses=frozen(by_clause))
+            shown, status = rerank_traced(reranker, plan.text, hits, self.rerank_settings, final_k)
+        return Retrieval(
+            plan, mode_, frozen(bm25), frozen(dense), tuple(shown), status, clauses=frozen(by_clause),
+            candidates=() if shown is hits else tuple(hits),
+        )  # fmt: skip
 
-    def asked_pages_first(self, r: Retrieval, question: str, keep: Keep = None, filters: Filters = NONE) -> Retrieval:
-        """``r`` with the passages on the pages the question asks for first (``pages.lookup_pages``: ``keep``, the
-        chunks a tags filter keeps; ``filters``, the search's); a store without a catalogue: ``r`` as it is."""
-        if (c := self._catalogue) is None:
-            return r
-        found = lookup_pages(c, r.hits, question, self.text.normalize, keep, filters)
-        if found.hits == r.hits and not found.missing and found.pages == r.pages:
-            return r
+    def looked_up(self, r: Retrieval, allowed: Keep = None) -> Retrieval:
+        """``r`` with what its question looks up (named articles, asked pages: ``lookups.lookup``) first, and what
+        it asked for that no passage holds; ``allowed``: the chunks a tags filter keeps."""
+        found = lookup(r.query, r.hits, r.candidates or r.hits, self.text.normalize, self._catalogue, allowed)
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
-
-    def _rerank(self, reranker: Reranker, question: str, hits: list[Hit], final_k: int) -> tuple[list[Hit], str]:
-        """``rerank_traced`` with the named articles kept first (``named_articles_kept``)."""
-        reranked, status = rerank_traced(reranker, question, hits, self.rerank_settings, final_k)
-        return named_articles_kept(reranked, hits, question, self.text.normalize), status
 
     def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
         """The clauses' vectors, kept with the question vectors (``clauses.embed_clauses``)."""
@@ -186,15 +171,6 @@ class Searcher:
         """The dense worker: the question's channel (``known``: the forms' vectors, those known), then its clauses'
         vectors."""
         return (*self._dense(forms, depth, filters, known=known), self._embed_clauses(clauses))
-
-    def _forms(self, question: str) -> tuple[str, ...]:
-        """The question as written and, when it holds Traditional characters (``text.t2s``) or names an article in
-        digits (第47条), in Simplified characters with the article spelled as statutes write it (第四十七条): the
-        dense channel searches with each and keeps the better (``_dense``). BM25 needs no second form: its terms
-        and the index's are normalised alike (and ``query_tokens`` adds the spelled article's); a passage's vector
-        is of its text as written."""
-        second = article_numbers(self.text.simplified(question))  # (第47條: 条 once Simplified)
-        return (question,) if second == question else (question, second)
 
     def _hits(
         self,
@@ -223,13 +199,13 @@ class Searcher:
         return list(hits)
 
     def _bm25(
-        self, mode_: SearchMode, parsed: ParsedQuery, depth: int, filters: Filters, *, inside_gate: bool
+        self, mode_: SearchMode, terms: tuple[str, ...], depth: int, filters: Filters, *, inside_gate: bool
     ) -> Sequence[ScoredId]:
         if mode_ not in ("bm25", "hybrid"):
             mark("bm25", reason=f"mode {mode_}")
             return []
         with NO_GATE if inside_gate else self._gate, span("bm25") as sp:  # a wait for the gate is its own stage
-            found = self.store.bm25_search(parsed.terms, depth, filters)
+            found = self.store.bm25_search(terms, depth, filters)
             sp.ranking(found, depth=depth)
         return found
 
@@ -256,7 +232,7 @@ class Searcher:
         known: tuple[np.ndarray | None, ...] = (),
         inside_gate: bool = False,
     ) -> tuple[np.ndarray, Sequence[ScoredId]]:
-        """Embed each form of the question (``_forms``; unless its vector is ``known``) and search with it (taking a
+        """Embed each form of the question (``QueryPlan.forms``; unless its vector is ``known``) and search with it (taking a
         place in the gate for it); the ranking whose best cosine is higher is the channel's (the first on a tie):
         a question in Traditional characters meets Simplified passages in its Simplified form, Traditional ones
         as written. The Simplified form is extra: if embedding or searching with it fails (a remote embedder's
@@ -356,34 +332,14 @@ class Searcher:
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
                 fused = [c for c, _ in order[:top_k]]
-                fusion_recorded(sp, s, (bm25, dense, by_clause), fused, top_k, len(filled), weights)
+                sp.set(
+                    counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
+                    method=s.fusion, dense_filled=len(filled), rrf_k=s.rrf_k, weights=weights,
+                )  # fmt: skip
+                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+                if by_clause:
+                    sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
         return order, filled
-
-
-def fusion_recorded(
-    sp: Any,
-    s: RetrievalSettings,
-    channels: tuple[Sequence[ScoredId], Sequence[ScoredId], Sequence[ScoredId]],
-    fused: list[str],
-    top_k: int,
-    filled: int,
-    weights: list[float],
-) -> None:
-    """What the fusion stage ``sp`` (an active span) records: the counts, the method and weights, how many BM25
-    candidates got their exact cosine (``retrieval.fill_dense``), and when the trace is sealed (only a written
-    trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the clause
-    channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
-    bm25, dense, by_clause = channels
-    sp.set(
-        counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
-        method=s.fusion,
-        dense_filled=filled,
-        rrf_k=s.rrf_k,
-        weights=weights,
-    )
-    sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
-    if by_clause:
-        sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
 
 
 def _hits_of(

@@ -3,13 +3,13 @@ prompts, clean replies."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from string import Template
 from typing import Any
 
 from zhiku.ingest.transforms.base import DocumentBatch, TransformContext, TransformError
+from zhiku.llm.chat import clean_reply
 
 Step = Callable[[int], Mapping[str, Any] | None]  # chunk index → Enrichment changes (None: nothing to add)
 
@@ -50,17 +50,6 @@ def require_llm(ctx: TransformContext, name: str) -> Any:
     if ctx.llm is None:
         raise TransformError(f"{name} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)")
     return ctx.llm
-
-
-_WRAP = re.compile(r"^\s*(?:<(\w+)>)?\s*(.*?)\s*(?:</\1>)?\s*$", re.S)
-
-
-def clean_reply(text: str, limit: int = 0) -> str:
-    """A reply without wrapping tags, quotes or blank runs; cut to ``limit`` characters when given."""
-    m = _WRAP.match(text)
-    body = (m.group(2) if m else text).strip().strip("\"'“”「」").strip()
-    body = re.sub(r"\n\s*\n+", "\n", body)
-    return body[:limit].rstrip() if limit and len(body) > limit else body
 
 
 def non_empty(text: str) -> None:

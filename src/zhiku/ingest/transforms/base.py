@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from zhiku.errors import ZhikuError
+from zhiku.llm.chat import ChatService, TransformError
 from zhiku.types import Chunk, SourceDoc, TransformIssue
 
 Language = Literal["zh", "en"]
@@ -34,18 +34,6 @@ __all__ = [
     "TransformError",
     "TransformIssue",
 ]
-
-
-class TransformError(ZhikuError):
-    """One transform step failed for one chunk or document (timeout, 429 after retries, malformed or refused
-    output); the chunk is kept without that transform and the reason is reported."""
-
-    code = "TRANSFORM_FAILED"
-    retryable = True
-
-    def __init__(self, message: str, *, unreached: bool = False) -> None:
-        super().__init__(message)
-        self.unreached = unreached  # the endpoint gave no answer (not a refused or malformed one)
 
 
 @dataclass(frozen=True)
@@ -107,28 +95,6 @@ class DocumentBatch:
     ) -> DocumentBatch:
         issue = TransformIssue(transform, reason, self.doc.source, chunk_id, unreached)
         return replace(self, issues=(*self.issues, issue))
-
-
-@runtime_checkable
-class ChatService(Protocol):
-    """The shared OpenAI-compatible chat endpoint, cached and rate-limited."""
-
-    @property
-    def model(self) -> str: ...
-
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        prompt_id: str,
-        max_tokens: int = 256,
-        vision: bool = False,
-        validate: Callable[[str], object] | None = None,
-    ) -> str:
-        """The assistant's reply. ``prompt_id`` (``"contextual@builtin-1"``) is part of the cache key. ``vision``:
-        send to the vision model. ``validate`` raises ``ValueError`` on a reply the caller cannot use (it is then
-        neither returned nor cached). Raises ``TransformError``."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from zhiku.ingest.chunking import outside_fences
 from zhiku.ingest.transforms.base import DocMeta
-from zhiku.retrieval.reconstruct import reconstruct_markdown
+from zhiku.reconstruct import reconstruct_markdown
 from zhiku.types import Chunk
 
 WINDOW = 5  # co-occurrence window of TextRank (Mihalcea & Tarau 2004)
