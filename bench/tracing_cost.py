@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -28,15 +29,43 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_stacks import LookupEmbedder  # noqa: E402
-from tracing_overhead import QUERIES  # noqa: E402
-from zhiku.api import KnowledgeBase  # noqa: E402
-from zhiku.numeric import percentile  # noqa: E402
-from zhiku.observability.trace import flush_traces  # noqa: E402
-from zhiku.settings import Settings, load_settings, merge  # noqa: E402
+from zhiku.api import KnowledgeBase
+from zhiku.numeric import percentile
+from zhiku.observability.trace import flush_traces
+from zhiku.settings import Settings, load_settings, merge
 
 MODES = ("bm25", "dense", "hybrid")
+QUERIES = [
+    "试用期最长不得超过几个月",
+    "女职工产假有多少天",
+    "加班工资怎么计算",
+    "年休假天数",
+    "经济补偿金标准",
+    "劳动合同的解除条件",
+    "工伤认定",
+    "最低工资标准",
+    "劳务派遣",
+    "竞业限制期限",
+]
+
+
+class LookupEmbedder:
+    """Query vectors computed beforehand; any other text (a clause of a long question) a random unit vector fixed
+    by the text, so its cost is timed without a model."""
+
+    def __init__(self, name: str, vectors: dict[str, np.ndarray]) -> None:
+        self.name, self._vectors = name, vectors
+        self.dim = len(next(iter(vectors.values())))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text not in self._vectors:
+            seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(self.dim)
+            self._vectors[text] = (v / np.linalg.norm(v)).astype(np.float32)
+        return self._vectors[text]
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        raise RuntimeError("this benchmark never embeds passages")
 
 
 def laws_index(tmp: Path) -> tuple[Settings, LookupEmbedder, list[str]]:
@@ -141,7 +170,9 @@ def main() -> None:
         default=0.0,
         help="idle time after each query (a client reading its answer; 0: queries back to back, the CPU-bound case)",
     )
+    ap.add_argument("--json", action="store_true", help="also save the rows for the results page")
     args = ap.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         if args.index:
             settings, embedder, queries = copied_index(args.index, args.queries, args.n)
@@ -163,6 +194,14 @@ def main() -> None:
                 off = r.pop("off")
                 for arm, on in r.items():
                     print(f"{call:8} {mode:6} {arm:11} " + compare(off, on), flush=True)
+                    mean = [round(sum(x["walls"]) / len(x["walls"]), 3) for x in (off, on)]
+                    rows.append({"call": call, "mode": mode, "tracing": arm, "off_mean_ms": mean[0]})
+                    rows[-1].update(on_mean_ms=mean[1], change=f"{100 * (mean[1] / mean[0] - 1):+.1f}%")
+    if args.json:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import save
+
+        save("tracing", rows, "make bench-tracing")
 
 
 def compare(off: dict[str, Any], on: dict[str, Any]) -> str:

@@ -233,12 +233,3 @@ def test_an_index_without_codes_is_served_by_the_core_past_the_screening_thresho
         assert got is not None
         numpy_path = [(h.chunk_id, h.score) for h in store.dense_search(q, 10)]
         assert list(zip(got.dense.ids, got.dense.scores, strict=True)) == numpy_path
-
-
-def test_the_storage_doc_says_how_each_dense_search_mode_scores() -> None:
-    """docs/storage.md's ``store.dense_search`` list names the kernels and both ``auto`` thresholds."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "storage.md").read_text(encoding="utf-8")
-    items = text.split("\n- `")[1:]  # each mode's item, with its continuation lines
-    modes = {item.split("`")[0]: item.split("\n- ")[0].split("\n\n")[0] for item in items}
-    assert f"from {SCREEN_KERNELS_FROM:,} rows" in modes["auto"] and f"from {SCREEN_FROM:,} rows" in modes["auto"]
-    assert "AVX2" in modes["exact"] and "AVX2" in modes["int8"]
