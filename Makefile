@@ -84,14 +84,13 @@ bench-quality: $(STAMP)
 	$(BENCH) bench/quality.py --data $(EVAL_DATA) --json
 
 # One JSON line per size (SIZES=10000,100000,1000000): p95 per mode, open to first answer, peak RSS, replacing a
-# document; one core, query embedding excluded.
+# document; one core, query embedding excluded. COMPARE=OTHER/src measures another checkout in the same run.
 bench-scale: $(STAMP)
-	$(BENCH) bench/scale.py $(SCALE_DATA) --sizes $(SIZES) --json
+	$(BENCH) bench/scale.py $(SCALE_DATA) --sizes $(SIZES) --json $(if $(COMPARE),--compare $(COMPARE))
 
 # 1 and 50 clients on 10k chunks. COMPARE=OTHER/src measures another checkout in the same run.
 bench-concurrency: $(STAMP)
-	$(BENCH) bench/concurrent_search.py $(SCALE_DATA) --size 10000 --clients 1 50 --json \
-		$(if $(COMPARE),--compare $(COMPARE))
+	$(BENCH) bench/concurrent_search.py $(SCALE_DATA) --size 10000 --clients 1 50 --json $(if $(COMPARE),--compare $(COMPARE))
 
 # Chunks per second with cached vectors and with the bundled embedder, on copies of the sample laws.
 bench-ingest: $(STAMP)

@@ -4,7 +4,10 @@
 
 Every benchmark ends with ``save(name, figures)``: ``bench/results/<name>.json`` holds the figures with the
 machine, the commit, the date and the command that measured them. A benchmark without a file is shown as not
-measured; one measured at another commit than the page's says which. History lives in git.
+measured, one whose commit's src/ differs from this checkout's says so. ``bench/results/<name>.before.json``, when
+present, is shown beside it (figures of an earlier checkout, e.g. saved with ``--stamp``). History lives in git.
+
+    python bench/report.py --stamp FILE NAME COMMAND [COMMIT]   # save figures another tool wrote as NAME
 """
 
 from __future__ import annotations
@@ -48,14 +51,14 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()}, Python {platform.python_version()}"
 
 
-def save(name: str, figures: Any, command: str | None = None) -> Path:
-    """Write one benchmark's figures with where, when and how they were measured."""
+def save(name: str, figures: Any, command: str | None = None, measured_at: str | None = None) -> Path:
+    """Write one benchmark's figures with where, when and how (and at which commit, default this one) measured."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
     record = {
         "bench": name,
         "command": command or "python bench/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": commit(),
+        "commit": measured_at or commit(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(),
         "load_avg_1m": round(os.getloadavg()[0], 1),
@@ -67,6 +70,7 @@ def save(name: str, figures: Any, command: str | None = None) -> Path:
 
 # ------------------------------------------------------------------------------------------ the page
 def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    columns = [c for c in columns if any(c in r for r in rows)]  # e.g. no `checkout` without --compare
     out = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     return out + ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
 
@@ -78,7 +82,15 @@ def quality(f: Any) -> list[str]:
 
 
 def scale(f: Any) -> list[str]:
-    cols = ["chunks", "hybrid_p95_ms", "bm25_p95_ms", "dense_p95_ms", "open_to_first_answer_s", "peak_rss_mb"]
+    cols = [
+        "checkout",
+        "chunks",
+        "hybrid_p95_ms",
+        "bm25_p95_ms",
+        "dense_p95_ms",
+        "open_to_first_answer_s",
+        "peak_rss_mb",
+    ]
     return table(f, [*cols, "replace_doc_ms", "build_s", "index_mb"])
 
 
@@ -174,23 +186,21 @@ def render(results: Path = RESULTS) -> str:
         path = results / f"{name}.json"
         if not path.exists():
             out += ["Not measured at this commit.", ""]
-            continue
-        r = json.loads(path.read_text(encoding="utf-8"))
-        when = f"`{r['command']}` · {r['date']} · commit {r['commit']} · {r['machine']} · load {r['load_avg_1m']}"
-        if src_changed_since(r["commit"]):
-            when += " · **src/ has changed since: not measured at this commit**"
-        out += [when, "", *rows(r["figures"]), ""]
+        for which, p in (("", path), ("Before: ", results / f"{name}.before.json")):
+            if p.exists():
+                r = json.loads(p.read_text(encoding="utf-8"))
+                when = f"{which}`{r['command']}` · {r['date']} · commit {r['commit']} · {r['machine']}"
+                when += f" · load {r['load_avg_1m']}"
+                if not which and src_changed_since(r["commit"]):
+                    when += " · **src/ has changed since: not measured at this commit**"
+                out += [when, "", *rows(r["figures"]), ""]
     return "\n".join(out)
 
 
-def stamp(path: Path, name: str, command: str) -> None:
-    """Save figures written by another tool (``zhiku bench latency``) as this page's record."""
-    save(name, json.loads(path.read_text(encoding="utf-8")), command)
-
-
 def main() -> None:
-    if len(sys.argv) == 5 and sys.argv[1] == "--stamp":  # report.py --stamp FILE NAME COMMAND
-        stamp(Path(sys.argv[2]), sys.argv[3], sys.argv[4])
+    if sys.argv[1:2] == ["--stamp"] and len(sys.argv) in (5, 6):  # figures another tool wrote (zhiku bench latency)
+        path, name, command, *measured_at = sys.argv[2:]
+        save(name, json.loads(Path(path).read_text(encoding="utf-8")), command, *measured_at)
         return
     PAGE.write_text(render(), encoding="utf-8")
     print(f"wrote {PAGE.relative_to(Path.cwd()) if PAGE.is_relative_to(Path.cwd()) else PAGE}")

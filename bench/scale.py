@@ -1,14 +1,16 @@
 """Latency, memory and update time of the embedded store by index size: one JSON line per size.
 
     make bench-scale SIZES=10000,100000           # the corpus and questions come from EVAL_DATA and CORPUS
-    python bench/scale.py --corpus DIR [--corpus DIR] --queries queries.jsonl --sizes 10000 100000 [--json]
+    python bench/scale.py --corpus DIR [--corpus DIR] --queries queries.jsonl --sizes 10000,100000
+        [--compare OTHER_CHECKOUT/src] [--json]
 
 Chunks are real Chinese sentences (from Markdown folders and BEIR corpora) recombined into ~400-character chunks,
 100 per document; their vectors are random unit vectors (384-d), so the figures measure latency and size, never
-quality. Query vectors are random too: query embedding is excluded. Each size is built once into
-``--workdir/<size>`` (``--reuse`` measures an existing build again); the measurements run in a child process
-pinned to one core: open to the first hybrid answer, bm25/dense/hybrid p50/p95 through ``KnowledgeBase.retrieve``
-(top 10, tracing off), replacing one 100-chunk document (median of 5), and the child's peak RSS.
+quality. Query vectors are random too: query embedding is excluded. Each size is built into ``--workdir``
+(``--reuse`` measures an existing build again); the measurements run in a child process pinned to one core:
+open to the first hybrid answer, bm25/dense/hybrid p50/p95 through ``KnowledgeBase.retrieve`` (top 10, tracing
+off), replacing one 100-chunk document (median of 5), and the child's peak RSS.
+``--compare SRC`` builds and measures another checkout (its ``src`` folder) the same way in the same run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 SENT = re.compile(r"[^。！？\n]+[。！？]?")
 DIM = 384
 PER_DOC = 100
+SRC = Path(__file__).resolve().parent.parent / "src"
 
 
 class RandomQueryVectors:
@@ -185,11 +188,12 @@ def peak_rss_mb() -> float:
     return float("nan")
 
 
-def child_measure(args: argparse.Namespace, index: Path, built: int) -> dict[str, Any]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    child = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
-    child += ["--measure", str(index), "--n-docs", str(built // PER_DOC)]
-    out = subprocess.run(child, env=env, capture_output=True, text=True)
+def child(src: Path, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
+    """Run this script on the checkout whose source folder is ``src``; the last JSON line it prints."""
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    cmd = [sys.executable, __file__, "--queries", str(args.queries), "--n-queries", str(args.n_queries)]
+    cmd += [f"--corpus={c}" for c in args.corpus]
+    out = subprocess.run([*cmd, *extra], env=env, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -203,29 +207,33 @@ def main() -> None:
     ap.add_argument("--n-queries", type=int, default=200)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-scale"))
     ap.add_argument("--reuse", action="store_true", help="measure existing builds again")
+    ap.add_argument("--compare", type=Path, help="another checkout's src folder, measured in the same run")
     ap.add_argument("--json", action="store_true", help="also save the rows for the results page")
-    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the child process
-    ap.add_argument("--n-docs", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the child processes
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=PER_DOC, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    queries = questions(args.queries, args.n_queries)
+    if args.build is not None:
+        print(json.dumps({"built": build(args.build, sentences(args.corpus), args.size)}))
+        return
     if args.measure is not None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-        print(json.dumps(measure(args.measure, queries, args.n_docs)))
+        print(json.dumps(measure(args.measure, questions(args.queries, args.n_queries), args.size // PER_DOC)))
         return
-    sents = sentences(args.corpus)
+    checkouts = {"this": SRC, **({"compared": args.compare.resolve()} if args.compare else {})}
     rows = []
-    sizes = [int(x) for x in args.sizes.split(",")]
-    for size in sizes:
-        index = args.workdir / str(size)
-        row: dict[str, Any] = {"chunks": size}
-        if not (args.reuse and index.is_dir()):
-            t = time.perf_counter()
-            build(index, sents, size)
-            row["build_s"] = round(time.perf_counter() - t, 1)
-        row.update(child_measure(args, index, size))
-        row["index_mb"] = round(sum(p.stat().st_size for p in index.rglob("*") if p.is_file()) / 1e6, 1)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for size in [int(x) for x in args.sizes.split(",")]:
+        for label, src in checkouts.items():
+            index = args.workdir / label / str(size)
+            row: dict[str, Any] = {"checkout": label, "chunks": size}
+            if not (args.reuse and index.is_dir()):
+                t = time.perf_counter()
+                child(src, args, "--build", str(index), "--size", str(size))
+                row["build_s"] = round(time.perf_counter() - t, 1)
+            row.update(child(src, args, "--measure", str(index), "--size", str(size)))
+            row["index_mb"] = round(sum(p.stat().st_size for p in index.rglob("*") if p.is_file()) / 1e6, 1)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     if args.json:
         from report import save
 
