@@ -13,10 +13,8 @@ DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
-# The dev sets for `make bench-quality` (the product never reads them by itself).
-EVAL_DATA ?= ../shared/eval
-
-.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate bench-latency bench-quality bench-peers clean
+.PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
+	bench-quality bench-scale bench-concurrency bench-ingest bench-tracing bench-latency bench-report
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -69,35 +67,46 @@ reliability: $(DEV_STAMP)
 quality-gate: $(DEV_STAMP)
 	$(PY) -m pytest -m quality_gate
 
-bench-latency: $(DEV_STAMP)  # the MCP server (the mcp extra) and its client
+# --- Benchmarks. Each saves bench/results/<name>.json (figures, machine, commit, date, command);
+# `make bench-report` makes bench/RESULTS.md from them. The dev sets and a Chinese corpus come from outside the
+# repository (the product never reads them by itself).
+EVAL_DATA ?= ../shared/eval
+CORPUS    ?= ../shared/corpus/laws
+SIZES     ?= 10000,100000
+BENCH     := nice -n 10 $(PY)
+# The scale and concurrency indexes: real Chinese sentences recombined into chunks; the questions of cmrc2018_dev.
+SCALE_DATA := --corpus $(CORPUS) --corpus $(EVAL_DATA)/cmrc2018_dev --queries $(EVAL_DATA)/cmrc2018_dev/queries.jsonl
+
+# bm25/dense/hybrid on the four dev sets, every question. Vectors come from the persistent embedding cache: the
+# first run embeds ~11k passages (about an hour on 2 cores).
+bench-quality: $(STAMP)
+	$(BENCH) bench/quality.py --data $(EVAL_DATA) --json
+
+# One JSON line per size (SIZES=10000,100000,1000000): p95 per mode, open to first answer, peak RSS, replacing a
+# document; one core, query embedding excluded. COMPARE=OTHER/src measures another checkout in the same run.
+bench-scale: $(STAMP)
+	$(BENCH) bench/scale.py $(SCALE_DATA) --sizes $(SIZES) --json $(if $(COMPARE),--compare $(COMPARE))
+
+# 1 and 50 clients on 10k chunks. COMPARE=OTHER/src measures another checkout in the same run.
+bench-concurrency: $(STAMP)
+	$(BENCH) bench/concurrent_search.py $(SCALE_DATA) --size 10000 --clients 1 50 --json $(if $(COMPARE),--compare $(COMPARE))
+
+# Chunks per second with cached vectors and with the bundled embedder, on copies of the sample laws.
+bench-ingest: $(STAMP)
+	$(BENCH) bench/ingest.py --json
+
+bench-tracing: $(STAMP)
+	$(BENCH) bench/tracing_cost.py --json
+
+# MCP round trips through a real client, stdio and Streamable HTTP.
+bench-latency: $(DEV_STAMP)
 	test -d $(DEMO_INDEX) || $(MAKE) demo
 	$(ZHIKU) bench latency --transport stdio --calls 100 --index $(DEMO_INDEX)
 	$(ZHIKU) bench latency --transport http --calls 100 --index $(DEMO_INDEX)
+	$(PY) bench/report.py --stamp bench/latest.json latency "make bench-latency"
 
-# bm25/dense/hybrid on the four dev sets (all questions); rewrites the quality table in bench/RESULTS.md.
-# Vectors come from the persistent embedding cache: the first run embeds ~11k passages (about an hour on 2 cores).
-bench-quality: $(STAMP)
-	nice -n 10 $(PY) bench/quality.py --data $(EVAL_DATA)
-
-# zhiku beside Chroma + rank_bm25, LanceDB, Milvus Lite and bm25s on the same chunks, vectors and tokens (issue 13).
-# The peers go into their own venv (never into .venv or `make test`), with zhiku installed editable beside them.
-# PEERS_ARGS: e.g. --from-index DIR --cache DIR (reuse indexes and query vectors; see bench/peers.py).
-# zhiku is installed with its scale extra (numkong: store.dense_search auto screens by int8 codes from 100k chunks).
-PEERS_VENV := .venv-peers
-PEERS_PKGS := chromadb==1.5.9 rank_bm25==0.2.2 lancedb==0.40.0 pymilvus==3.0.2 milvus-lite==3.2.2 bm25s==0.3.16 \
-              jieba==0.42.1
-PEERS_STAMP := $(PEERS_VENV)/.installed-peers-$(SUM)
-PEERS_ARGS ?=
-
-$(PEERS_STAMP): pyproject.toml
-	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(PEERS_VENV)/bin/python -m pip install -q -e '.[scale]' $(PEERS_PKGS)
-	rm -f $(PEERS_VENV)/.installed-peers-*
-	touch $@
-
-bench-peers: $(PEERS_STAMP)
-	nice -n 10 $(PEERS_VENV)/bin/python bench/peers.py --data $(EVAL_DATA) $(PEERS_ARGS)
+bench-report:
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(DEMO_INDEX) .pytest_cache

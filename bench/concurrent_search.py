@@ -1,14 +1,13 @@
-"""Searches from many threads at once on one store: throughput and latency, 1 client vs N clients.
+"""Questions from many threads at once on one index: throughput and latency, 1 client against N clients.
 
-    nice -n 10 .venv/bin/python bench/concurrent_search.py --corpus ../shared/corpus/laws \
-        --corpus ../shared/eval/cmrc2018_dev --queries ../shared/eval/cmrc2018_dev/queries.jsonl \
-        --size 10000 --clients 1 50 --seconds 20 --workdir /tmp/zhiku-conc
+    make bench-concurrency                         # 10k chunks, 1 and 50 clients, 20 s each
+    python bench/concurrent_search.py --corpus DIR --queries queries.jsonl [--size 10000] [--clients 1 50]
+        [--seconds 20] [--compare OTHER_CHECKOUT/src] [--json]
 
-Uses only ``SQLiteStore`` and ``Searcher`` (hybrid, tracing off, no answer cache), so the same file measures any
-zhiku checkout (``PYTHONPATH=<checkout>/src``): the index is built by that checkout under ``--workdir``. Query
-vectors are random unit vectors (query embedding excluded); every query text is different (uncached).
-``--tracing`` wraps every search in a query trace as ``KnowledgeBase.retrieve`` does (stages, ranked candidates,
-rank changes, hits and chunk labels, ``tracing.detail`` lean), appended to ``<workdir>/traces.jsonl``.
+The index is bench/scale.py's (real Chinese sentences, random unit vectors), built by the checkout measured.
+Every client asks hybrid top-10 questions through ``KnowledgeBase.retrieve`` (tracing off) with random query
+vectors: query embedding is excluded. ``--compare SRC`` measures another checkout (its ``src`` folder) the same
+way in the same run, interleaved with this one, each in its own process.
 """
 
 from __future__ import annotations
@@ -17,26 +16,21 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_latency import DIM, build, sentences  # noqa: E402
-from zhiku.numeric import percentile  # noqa: E402
-from zhiku.retrieval.search import Searcher  # noqa: E402
-from zhiku.settings import RetrievalSettings  # noqa: E402
-from zhiku.stores.sqlite import SQLiteStore  # noqa: E402
-from zhiku.text import TextProcessor  # noqa: E402
+HERE = Path(__file__).resolve()
+SRC = HERE.parent.parent / "src"
 
 
-class RandomQueryVectors:
-    dim, name = DIM, "random"
+def load(kb: Any, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    import numpy as np
 
+<<<<<<< HEAD
     def embed_query(self, text: str) -> np.ndarray:
         v = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(DIM).astype(np.float32)
         return v / np.linalg.norm(v)
@@ -84,15 +78,18 @@ def load(
 
     else:
         search = searcher
+=======
+    latencies: list[float] = []
+    lock = threading.Lock()
+>>>>>>> words
     stop = time.perf_counter() + seconds
 
     def client(n: int) -> None:
-        rng = random.Random(n)
-        mine = []
+        rng, mine = random.Random(n), []
         while time.perf_counter() < stop:
             q = rng.choice(queries)
             t = time.perf_counter()
-            search(q, top_k=10, mode=mode)
+            kb.retrieve(q, top_k=10, mode="hybrid")
             mine.append((time.perf_counter() - t) * 1000)
         with lock:
             latencies.extend(mine)
@@ -107,28 +104,62 @@ def load(
     return {
         "clients": clients,
         "queries_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 1),
+        "p95_ms": round(float(np.percentile(latencies, 95)), 1),
         "cpu_ms_per_query": round(cpu * 1000 / max(len(latencies), 1), 2),  # this process, all threads
-        "p50_ms": round(percentile(latencies, 50), 1),
-        "p95_ms": round(percentile(latencies, 95), 1),
     }
 
 
+def child(args: argparse.Namespace) -> None:
+    """In a process that imports the checkout measured: build the index if needed, then one load per client count."""
+    sys.path.insert(0, str(HERE.parent))
+    from scale import build, open_kb, questions, sentences
+
+    index = args.workdir / str(args.size)
+    if not index.is_dir():
+        build(index, sentences(args.corpus), args.size)
+    queries = questions(args.queries, 10**9)
+    with open_kb(index, read_only=True) as kb:
+        kb.retrieve(queries[0], top_k=10, mode="hybrid")
+        print(json.dumps(load(kb, queries, args.child_clients, args.seconds)))
+
+
+def run(args: argparse.Namespace, src: Path, label: str, clients: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(HERE), "--queries", str(args.queries), "--size", str(args.size)]
+    cmd += [f"--corpus={c}" for c in args.corpus]
+    cmd += ["--seconds", str(args.seconds), "--workdir", str(args.workdir / label), "--child-clients", str(clients)]
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return {"checkout": label, "chunks": args.size, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", type=Path, action="append", default=[])
     ap.add_argument("--queries", type=Path, required=True)
     ap.add_argument("--size", type=int, default=10000)
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 50])
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-conc"))
-    ap.add_argument("--mode", default="hybrid", help="bm25, dense or hybrid")
-    ap.add_argument("--dense-search", default=None, help="store.dense_search (a checkout without it: leave it out)")
-    ap.add_argument("--max-concurrent", type=int, default=None, help="retrieval.max_concurrent (1024: ungated)")
-    ap.add_argument("--tracing", action="store_true", help="trace every search (a checkout with label_later)")
-    ap.add_argument("--sample", type=float, default=None, help="with --tracing: tracing.sample (default 1: all detail)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-concurrency"))
+    ap.add_argument("--compare", type=Path, help="another checkout's src folder, measured in the same run")
+    ap.add_argument("--json", action="store_true", help="also save the rows for the results page")
+    ap.add_argument("--child-clients", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    import zhiku
+    if args.child_clients:
+        child(args)
+        return
+    checkouts = {"this": SRC, **({"compared": args.compare.resolve()} if args.compare else {})}
+    rows = []
+    for clients in args.clients:
+        for label, src in checkouts.items():
+            rows.append(run(args, src, label, clients))
+            print(json.dumps(rows[-1]), flush=True)
+    if args.json:
+        from report import save
 
+<<<<<<< HEAD
     index = args.workdir / str(args.size)
     if not index.is_dir():
         build(index, sentences(args.corpus), args.size)
@@ -157,6 +188,9 @@ def retrieval_settings(args: argparse.Namespace) -> RetrievalSettings:
     if args.max_concurrent is None:
         return RetrievalSettings()
     return RetrievalSettings(max_concurrent=args.max_concurrent)  # type: ignore[call-arg]
+=======
+        save("concurrency", rows, "make bench-concurrency")
+>>>>>>> words
 
 
 if __name__ == "__main__":

@@ -1,0 +1,212 @@
+"""The results page: bench/RESULTS.md, generated from the JSON files the maintained benchmarks write.
+
+    make bench-report                      # python bench/report.py
+
+Every benchmark ends with ``save(name, figures)``: ``bench/results/<name>.json`` holds the figures with the
+machine, the commit, the date and the command that measured them. A benchmark without a file is shown as not
+measured, one whose commit's src/ differs from this checkout's says so. ``bench/results/<name>.before.json``, when
+present, is shown beside it (figures of an earlier checkout, e.g. saved with ``--stamp``). History lives in git.
+
+    python bench/report.py --stamp FILE NAME COMMAND [COMMIT]   # save figures another tool wrote as NAME
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+PAGE = HERE / "RESULTS.md"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def commit() -> str:
+    """The checkout's short commit, marked when its source differs from that commit."""
+    head = _git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + (" + uncommitted changes" if _git("status", "--porcelain", "--", "src") else "")
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB, {platform.system()}, Python {platform.python_version()}"
+
+
+def save(name: str, figures: Any, command: str | None = None, measured_at: str | None = None) -> Path:
+    """Write one benchmark's figures with where, when and how (and at which commit, default this one) measured."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    record = {
+        "bench": name,
+        "command": command or "python bench/" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "commit": measured_at or commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "load_avg_1m": round(os.getloadavg()[0], 1),
+        "figures": figures,
+    }
+    path.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ the page
+def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    columns = [c for c in columns if any(c in r for r in rows)]  # e.g. no `checkout` without --compare
+    out = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    return out + ["| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in rows]
+
+
+def quality(f: Any) -> list[str]:
+    cols = ["set", "queries", "chunks", "mode", "ndcg@10", "hit@1", "hit@5", "mrr@10", "recall@100", "p50_ms"]
+    rows = [{**r, "set": r["dataset"], **{k: f"{v:.4f}" for k, v in r["metrics"].items()}} for r in f]
+    return table(rows, cols)
+
+
+def scale(f: Any) -> list[str]:
+    cols = [
+        "checkout",
+        "chunks",
+        "hybrid_p95_ms",
+        "bm25_p95_ms",
+        "dense_p95_ms",
+        "open_to_first_answer_s",
+        "peak_rss_mb",
+    ]
+    return table(f, [*cols, "replace_doc_ms", "build_s", "index_mb"])
+
+
+def concurrency(f: Any) -> list[str]:
+    return table(f, ["checkout", "chunks", "clients", "queries_per_s", "p50_ms", "p95_ms", "cpu_ms_per_query"])
+
+
+def ingest(f: Any) -> list[str]:
+    return table(f, ["run", "files", "chunks", "seconds", "chunks_per_s", "chunks_per_cpu_s"])
+
+
+def tracing(f: Any) -> list[str]:
+    rows = f if isinstance(f, list) else [f]
+    return table(rows, list(rows[0])) if rows else []
+
+
+def latency(f: Any) -> list[str]:
+    rows = [
+        {"transport": t, "cold_start_ms": r["cold_start_ms"], **{f"{k}_p50_ms": r[k]["p50_ms"] for k in PHASES}}
+        | {f"{k}_p95_ms": r[k]["p95_ms"] for k in PHASES}
+        for t, r in f.items()
+    ]
+    return table(rows, list(rows[0])) if rows else []
+
+
+PHASES = ("query", "trivial", "cache_hit")
+
+SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
+    (
+        "quality",
+        "Retrieval quality: `make bench-quality`",
+        "bm25, dense and hybrid (the default) on the four dev sets, every question, the bundled embedder and "
+        "default settings. nDCG@10 counts a relevant passage or article once.",
+        quality,
+    ),
+    (
+        "scale",
+        "Latency and memory by index size: `make bench-scale SIZES=10000,100000,1000000`",
+        "Real Chinese sentences recombined into ~400-character chunks with random unit vectors (latency, not "
+        "quality); one core; query embedding excluded; 200 questions per mode, top 10, tracing off. "
+        "`replace_doc_ms`: replacing one 100-chunk document. Targets: 100k hybrid p95 ≤ 40 ms and BM25 ≤ 20 ms; "
+        "1M hybrid ≤ 150 ms, peak RSS ≤ 2.5 GB, open to first answer ≤ 3 s.",
+        scale,
+    ),
+    (
+        "concurrency",
+        "Concurrent questions: `make bench-concurrency`",
+        "Hybrid questions from many threads on one 10k-chunk index through `KnowledgeBase.retrieve` (query "
+        "embedding excluded, tracing off).",
+        concurrency,
+    ),
+    (
+        "ingest",
+        "Ingest throughput: `make bench-ingest`",
+        "`cached`: 50 copies of the sample laws into a fresh index, every vector from the embedding cache (what "
+        "ingesting costs besides embedding); `bundled`: one copy with an empty cache, every chunk embedded by the "
+        "bundled CPU model.",
+        ingest,
+    ),
+    (
+        "tracing",
+        "What tracing costs: `make bench-tracing`",
+        "`KnowledgeBase.query` end to end, embedding the question with the bundled model, on examples/laws: each "
+        "question asked once with tracing on (the default) and once off, alternating. Target: ≤ 10 % of a "
+        "question's time.",
+        tracing,
+    ),
+    (
+        "latency",
+        "MCP round trips: `make bench-latency`",
+        "Round trips through a real MCP client to a `zhiku serve` subprocess on the demo index: cold start (process "
+        "start to first answer), `query_knowledge_hub` (a handful of questions in turn, result cache off), "
+        "`list_collections` (`trivial`: the protocol's own share) and a result-cache hit.",
+        latency,
+    ),
+]
+
+HEAD = """# Results
+
+Generated by `make bench-report` from `bench/results/*.json`; each section names the command, commit, date and
+machine of its figures. Rerun a benchmark, then `make bench-report`. Earlier figures are in this file's git history.
+"""
+
+
+def src_changed_since(measured: str) -> bool:
+    """Whether src/ differs now from the commit a figure was measured at (or that commit is unknown here)."""
+    rev = measured.split()[0]
+    return " + " in measured or not _git("rev-parse", "--verify", "-q", rev) or bool(_git("diff", rev, "--", "src"))
+
+
+def render(results: Path = RESULTS) -> str:
+    out = [HEAD]
+    for name, title, what, rows in SECTIONS:
+        out += [f"## {title}", "", textwrap.fill(what, 116), ""]
+        path = results / f"{name}.json"
+        if not path.exists():
+            out += ["Not measured at this commit.", ""]
+        for which, p in (("", path), ("Before: ", results / f"{name}.before.json")):
+            if p.exists():
+                r = json.loads(p.read_text(encoding="utf-8"))
+                when = f"{which}`{r['command']}` · {r['date']} · commit {r['commit']} · {r['machine']}"
+                when += f" · load {r['load_avg_1m']}"
+                if not which and src_changed_since(r["commit"]):
+                    when += " · **src/ has changed since: not measured at this commit**"
+                out += [when, "", *rows(r["figures"]), ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--stamp"] and len(sys.argv) in (5, 6):  # figures another tool wrote (zhiku bench latency)
+        path, name, command, *measured_at = sys.argv[2:]
+        save(name, json.loads(Path(path).read_text(encoding="utf-8")), command, *measured_at)
+        return
+    PAGE.write_text(render(), encoding="utf-8")
+    print(f"wrote {PAGE.relative_to(Path.cwd()) if PAGE.is_relative_to(Path.cwd()) else PAGE}")
+
+
+if __name__ == "__main__":
+    main()
