@@ -111,7 +111,7 @@ def _preparer(cache_dir: Path | None) -> Any:
     store = SQLiteStore(s.index)
     return Preparer(
         store,
-        build_embedder(s.embedding),
+        build_embedder(s.embedding, s.cache_dir),
         TextProcessor(),
         s.chunking,
         default_loaders(s.loaders),

@@ -104,7 +104,7 @@ def source_index(name: str, folder: Path, args: argparse.Namespace, work: Path) 
         from zhiku.evaluation.runner import index_dataset
         from zhiku.settings import load_settings, merge
 
-        settings = merge(load_settings(index=target), embedding={"cache_dir": str(cache_dir(args, work.parent))})
+        settings = merge(load_settings(index=target), cache_dir=str(cache_dir(args, work.parent)))
         with KnowledgeBase(settings) as kb:
             index_dataset(kb, load_dataset(folder), collection=name)
     return target / "zhiku.db"
@@ -137,9 +137,8 @@ def make_queries(data: EvalSet, meta: dict[str, str], cache: Path) -> list[Query
     missing = [t for t in dict.fromkeys(texts) if query_key(t) not in found]
     if missing:
         from zhiku.embedding import build_embedder
-        from zhiku.settings import merge
 
-        embedder = build_embedder(merge(settings, embedding={"cache": False}).embedding)
+        embedder = build_embedder(settings.embedding, None)
         if embedder.name != meta["embedder"]:
             raise SystemExit(f"the index was embedded with {meta['embedder']}, the configured model is {embedder.name}")
         print(f"  embedding {len(missing)} queries", file=sys.stderr, flush=True)

@@ -5,7 +5,7 @@ question through ``KnowledgeBase.retrieve`` and scores it; query vectors are cac
 costs no embedding. It also saves each question's BM25 and dense rankings
 (``--save``) for offline fusion/feedback experiments (bench/retrieval_fusion.py).
 
-    ZHIKU_EMBEDDING__CACHE_DIR=/work/cache/embeddings PYTHONPATH=src nice -n 10 python bench/retrieval_units.py \
+    ZHIKU_CACHE_DIR=/work/cache/embeddings PYTHONPATH=src nice -n 10 python bench/retrieval_units.py \
         --set stard_longdoc --first 200 --size 400 --modes bm25,dense,hybrid
 
 BEIR sets score documents (nDCG@10, hit@1/5, recall@100); stard_longdoc scores expected places
@@ -125,7 +125,7 @@ def build(args: argparse.Namespace, index: Path) -> tuple[KnowledgeBase, list[tu
             "min_chars": args.min_chars,
             "index_context": not args.no_context,
         },
-        embedding={"cache_dir": args.cache_dir},
+        cache_dir=args.cache_dir,
         text={"synonyms": args.synonyms, "synonyms_at": args.synonyms_at} if args.synonyms else {},
         tracing={"enabled": False},
         retrieval={"whole_articles": not args.pieces},

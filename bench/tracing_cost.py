@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument(
         "--min-score",
         type=float,
-        help="server.min_score: 0 for --index, whose random query vectors make every answer low-confidence (a "
+        help="answer.min_score: 0 for --index, whose random query vectors make every answer low-confidence (a "
         "low-confidence answer keeps its trace's candidate detail whatever tracing.sample says)",
     )
     ap.add_argument(
@@ -146,7 +146,7 @@ def main() -> None:
         if args.index:
             settings, embedder, queries = copied_index(args.index, args.queries, args.n)
             if args.min_score is not None:
-                settings = merge(settings, server={"min_score": args.min_score})
+                settings = merge(settings, answer={"min_score": args.min_score})
             where = str(args.index)
         else:
             settings, embedder, queries = laws_index(Path(tmp))

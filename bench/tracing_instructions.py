@@ -45,7 +45,7 @@ def child(args: argparse.Namespace) -> None:
     toggle = ctypes.CDLL(args.child)
     random.seed(7)  # the same trace ids (and so the same sampled-in traces) in every arm and checkout
     settings, embedder, queries = copied_index(args.index, args.queries, 100)
-    settings = merge(settings, tracing={"enabled": False}, server={"min_score": 0.0})
+    settings = merge(settings, tracing={"enabled": False}, answer={"min_score": 0.0})
     kb = KnowledgeBase(settings, embedder=embedder, read_only=True)  # type: ignore[arg-type]
     JsonlSink.POLL_S = 0.5  # the writer's clocks scaled like the program's
     sink = JsonlSink(Path(tempfile.mkdtemp()) / "traces.jsonl", interval_s=10.0)

@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("--pause-ms", type=float, default=0.0, help="idle time after each query (0: back to back)")
     args = ap.parse_args()
     settings, embedder, queries = copied_index(args.index, args.queries, 100)
-    settings = merge(settings, tracing={"enabled": False}, server={"min_score": 0.0})
+    settings = merge(settings, tracing={"enabled": False}, answer={"min_score": 0.0})
     with tempfile.TemporaryDirectory() as tmp, KnowledgeBase(settings, embedder=embedder, read_only=True) as kb:  # type: ignore[arg-type]
         jsonl = JsonlSink(Path(tmp) / "traces.jsonl")
         never = {"sample": 0.0, "slow_ms": 1e9}

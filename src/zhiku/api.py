@@ -96,12 +96,12 @@ class KnowledgeBase:
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
-        return TextProcessor(**t.model_dump())  # t2s, user_dict, stopwords, synonyms, synonyms_at
+        return TextProcessor(user_dict=t.user_dict, synonyms=t.synonyms)
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = build_embedder(self.settings.embedding)
+            self._embedder = build_embedder(self.settings.embedding, self.settings.cache_dir)
         return self._embedder
 
     @cached_property
@@ -120,7 +120,7 @@ class KnowledgeBase:
         """The reranker given to the constructor, else the configured one (``None`` for ``rerank.provider: none``)."""
         if self._reranker is not None:
             return self._reranker
-        return build_reranker(self.settings.rerank, cache_dir=self.settings.embedding.cache_dir)
+        return build_reranker(self.settings.rerank, cache_dir=self.settings.cache_dir)
 
     # -- index identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, str]:
@@ -224,7 +224,6 @@ class KnowledgeBase:
             ocr_setting=loaders.ocr,
             max_file_mb=loaders.max_file_mb,
             transforms=build_stage(self.settings, self.enrichments, on_progress=on_transform),
-            settings=self.settings.ingest,
         )
 
     @cached_property
@@ -313,10 +312,10 @@ class KnowledgeBase:
         return VersionedLabels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, **options: Unpack[QueryOptions]) -> Answer:
-        """``retrieve`` + ``answer``; ``low_confidence`` below ``server.min_score``, as over MCP and in the CLI."""
+        """``retrieve`` + ``answer``; ``low_confidence`` below ``answer.min_score``, as over MCP and in the CLI."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
-            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)
+            judged = judge(r, min_score=self.settings.answer.min_score, normalize=self.text.normalize)
             return self.answer(r, low_confidence=judged.low)
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False) -> Answer:

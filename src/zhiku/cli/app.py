@@ -203,7 +203,7 @@ def query(
     with _errors(as_json):
         settings = _settings(config, index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
         with _kb(settings, read_only=True) as kb:
-            if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
+            if rerank is not False:  # load the model first: rerank.timeout_s then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
                 r = kb.retrieve(
@@ -219,7 +219,7 @@ def query(
                 if not r.hits:  # a typo'd collection is an error naming the real ones, as over MCP
                     check_collection(collection, [c.name for c in kb.collections()])
                 note = None if r.hits else filter_note(kb.documents(collection), source, doc_type)
-                judged = judge(r, min_score=settings.server.min_score, normalize=kb.text.normalize)
+                judged = judge(r, min_score=settings.answer.min_score, normalize=kb.text.normalize)
                 answer = kb.answer(r, low_confidence=judged.low)
                 extra = tx.hit_enrichment(kb, [c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:

@@ -44,7 +44,7 @@ from zhiku.ingest.prepare import (
 from zhiku.ingest.progress import chunk_note
 from zhiku.ingest.transforms.stage import TransformStage
 from zhiku.observability.tracing import span
-from zhiku.settings import ChunkingSettings, IngestSettings
+from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import FileFailure, IngestionRecord, IngestReport, OcrNeeded, SourceDoc
@@ -53,6 +53,10 @@ __all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
+# Chunks per embedding call, across documents: large enough to keep a model or endpoint busy, small enough that
+# progress shows every few seconds and a document is written soon after its last chunk is embedded
+BATCH_CHUNKS = 128
+WORKERS = 1  # threads that prepare the next documents while an embedding call runs (more pay only without the GIL)
 
 
 @dataclass
@@ -87,17 +91,18 @@ class Ingestor:
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
-        settings: IngestSettings | None = None,
+        batch_chunks: int = BATCH_CHUNKS,
+        workers: int = WORKERS,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read. ``settings``: chunks per embedding call and prepare threads."""
+        fail without being read. ``batch_chunks``: chunks per embedding call; ``workers``: prepare threads."""
         self.store = store
         self.embedder = embedder
         self.images = images
         self.ocr_setting = ocr_setting
         self.transforms = transforms
-        self.settings = settings or IngestSettings()
+        self.batch_chunks, self._workers = batch_chunks, workers
         self.prep = Preparer(
             store,
             embedder,
@@ -121,7 +126,7 @@ class Ingestor:
     @property
     def workers(self) -> int:
         """Prepare threads: none with LLM transforms (they call the service and count its use in order)."""
-        return 0 if self.transforms is not None else self.settings.workers
+        return 0 if self.transforms is not None else self._workers
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -209,7 +214,7 @@ class Ingestor:
         )
         batcher: EmbedBatcher[Prepared] = EmbedBatcher(
             self.embedder,
-            self.settings.batch_chunks,
+            self.batch_chunks,
             on_error=partial(self._embed_failed, tally),
             on_batch=note,
             gate=(gate := Gate()),

@@ -13,7 +13,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +184,7 @@ class Preparer:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        texts = TransformStage.index_texts(batch, index_text)
         chunks = list(batch.chunks)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.cache import CACHE_SIZE, CACHE_TTL_S, ResultCache, cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
@@ -45,7 +45,7 @@ from zhiku.mcp.models import (
 from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.observability.trace import busy
 from zhiku.observability.tracing import keep_detail, span
-from zhiku.retrieval.answer import build_answer, focused_snippet
+from zhiku.retrieval.answer import SNIPPET_CHARS, build_answer, focused_snippet
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import chunk_context
 from zhiku.retrieval.filters import filter_hint
@@ -58,6 +58,7 @@ log = logging.getLogger("zhiku.mcp.server")
 
 MAX_OUTLINE = 200
 MIN_SNIPPET = 40
+MAX_IMAGES = 3  # images of cited passages sent with an answer; more would crowd a client's context
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
@@ -91,14 +92,14 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
+        self.cache: ResultCache[QueryResult] = ResultCache(CACHE_SIZE, CACHE_TTL_S)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
         """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
         ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
-        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        embedder = SerialEmbedder(build_embedder(settings.embedding, settings.cache_dir))
         kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
@@ -160,7 +161,7 @@ class Hub:
                 doc_type=args.doc_type,
                 tags=args.tags,
             )
-            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.kb.text.normalize)
+            judged = judge(r, min_score=self.settings.answer.min_score, normalize=self.kb.text.normalize)
             confidence, low = judged.score, judged.low
             with span("answer") as sp:
                 answer, citations = self._fit(r, low, args.max_chars)
@@ -192,9 +193,9 @@ class Hub:
             r.query.terms,
             self.kb.text.normalize,
         )  # (it keeps the snippet windows it normalised: answer and citations show the same)
-        limit = self.settings.answer.snippet_chars
+        limit = SNIPPET_CHARS
         while True:
-            answer_settings = self.settings.answer.model_copy(update={"snippet_chars": limit, "max_chars": budget})
+            answer_settings = self.settings.answer.model_copy(update={"max_chars": budget})
             answer = build_answer(
                 r.query.text,
                 r.mode,
@@ -204,6 +205,7 @@ class Hub:
                 terms=terms,
                 normalize=normalize,
                 missing=r.missing,
+                snippet_chars=limit,
             )
             texts = [
                 c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
@@ -252,10 +254,10 @@ class Hub:
         return list(out.values())
 
     def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
-        """Base64 ``(mime_type, data)`` of the first ``server.max_images`` cited images on disk, if small enough."""
+        """Base64 ``(mime_type, data)`` of the first ``MAX_IMAGES`` cited images on disk, if small enough."""
         blocks: list[tuple[str, str]] = []
         for im in result.images:
-            if len(blocks) >= self.settings.server.max_images:
+            if len(blocks) >= MAX_IMAGES:
                 break
             try:
                 data = self.kb.images.read(im.uri.rsplit("/", 1)[-1])

@@ -31,6 +31,7 @@ FOREIGN_QUESTION_TIP = (
 )
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
+SNIPPET_CHARS = 400  # characters of each hit in the Markdown answer before the budget shrinks them
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _MARKER = r"(?:[-*+]|\d{1,3}[.)])"  # a Markdown list item's marker: -, *, +, 1., 2)
@@ -282,6 +283,7 @@ def build_answer(
     terms: Sequence[str] = (),
     normalize: Callable[[str], str] = str.lower,
     missing: Sequence[str] = (),
+    snippet_chars: int = SNIPPET_CHARS,
 ) -> Answer:
     """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``.
     ``missing``: what the question asked for that the search found no document to have (``Retrieval.missing``:
@@ -290,7 +292,7 @@ def build_answer(
     With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
     the chunk that matches the query, not just its beginning.
     """
-    limit = settings.snippet_chars
+    limit = snippet_chars
     # once: the Markdown may be rendered several times, shorter each time
     missing = [*articles_not_found(hits, query, normalize), *missing]
     shown = [exact_articles(hit, terms, normalize) for hit in hits]

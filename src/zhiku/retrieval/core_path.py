@@ -25,7 +25,8 @@ from zhiku.errors import IndexMismatch, InvalidInput, ZhikuError
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import ranking_columns, span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
-from zhiku.retrieval.context import Runs, whole_articles
+from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
+from zhiku.retrieval.fusion import RRF_K, WEIGHTS
 from zhiku.retrieval.query import ParsedQuery
 from zhiku.settings import RetrievalSettings
 from zhiku.stores._core import CoreResult, Fusion
@@ -60,9 +61,7 @@ class CorePath:
     def applies(self, mode: str, forms: tuple[str, ...]) -> bool:
         """Whether the core may serve this search (the store may still decline: ``search`` then returns None)."""
         s = self.settings
-        return (
-            self._core is not None and s.compiled_core and mode == "hybrid" and s.fusion == "zscore" and len(forms) == 1
-        )
+        return self._core is not None and mode == "hybrid" and s.fusion == "zscore" and len(forms) == 1
 
     def search(
         self,
@@ -80,16 +79,15 @@ class CorePath:
         nothing recorded; the numpy path then runs, and raises any error again with its trace)."""
         if not self.applies(mode, forms):
             return None
-        s = self.settings
         start = time.perf_counter()
         try:
             vector = known[0] if known and known[0] is not None else self._embed(forms[0])
         except Exception as e:
             self._dense_failed(e, mode, parsed, depth, filters)
         embedded = time.perf_counter() - start
-        catalogue = self.catalogue if s.whole_articles else None
+        catalogue = self.catalogue if WHOLE_ARTICLES else None
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
-        fusion = None if clause_vectors else Fusion(s.bm25_weight, s.dense_weight, s.fill_dense)
+        fusion = None if clause_vectors else Fusion(*WEIGHTS, True)
         assert self._core is not None
         try:
             got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion, filters)
@@ -134,7 +132,7 @@ class CorePath:
         with timed_span("fusion", start, seconds) as sp:
             if sp.active:
                 fused = [f[0] for f in (got.fused or ())[:top_k]]
-                weights = [s.bm25_weight, s.dense_weight]
+                weights = list(WEIGHTS)
                 fusion_recorded(sp, s, (got.bm25, got.dense, ()), fused, top_k, got.filled, weights)
 
 
@@ -148,7 +146,7 @@ def fusion_recorded(
     weights: list[float],
 ) -> None:
     """What the fusion stage ``sp`` (an active span) records on either path: the counts, the method and weights,
-    how many BM25 candidates got their exact cosine (``retrieval.fill_dense``), and when the trace is sealed (only
+    how many BM25 candidates got their exact cosine , and when the trace is sealed (only
     a written trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the
     clause channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
     bm25, dense, by_clause = channels
@@ -156,7 +154,7 @@ def fusion_recorded(
         counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
         method=s.fusion,
         dense_filled=filled,
-        rrf_k=s.rrf_k,
+        rrf_k=RRF_K,
         weights=weights,
     )
     sp.later(lambda: fusion_record(bm25, dense, fused, top_k))

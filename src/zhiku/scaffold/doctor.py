@@ -249,8 +249,6 @@ def check_core(settings: Settings | None) -> list[Check]:
 
     if settings is not None and settings.store.kind != "sqlite":
         return [Check("search", "off", f"compiled search core: not used by the {settings.store.kind} store")]
-    if settings is not None and not settings.retrieval.compiled_core:
-        return [Check("search", "off", "compiled search core: off (retrieval.compiled_core)", "set it to true")]
     if settings is not None and settings.retrieval.fusion != "zscore":  # (it fuses z-scores only)
         return [
             Check("search", "off", f"compiled search core: not used with retrieval.fusion {settings.retrieval.fusion}")
