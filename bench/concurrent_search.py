@@ -30,58 +30,8 @@ SRC = HERE.parent.parent / "src"
 def load(kb: Any, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
     import numpy as np
 
-<<<<<<< HEAD
-    def embed_query(self, text: str) -> np.ndarray:
-        v = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(DIM).astype(np.float32)
-        return v / np.linalg.norm(v)
-
-
-def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | None) -> Callable[..., object]:
-    """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds);
-    ``sample``: ``tracing.sample`` (a checkout that has it; None: every trace keeps its candidate detail)."""
-    from zhiku.observability import tracing as tr
-
-    path.unlink(missing_ok=True)
-    tracer = tr.Tracer([tr.JsonlSink(path)], **({} if sample is None else {"sample": sample}))
-
-    def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
-        return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page} for c in store.get_chunks(ids)}
-
-    labels = tr.VersionedLabels(fetch, store.index_version)
-
-    def search(q: str, *, top_k: int, mode: str) -> object:
-        with tracer.trace("query", query=q, mode=mode, top_k=top_k) as t:
-            r = searcher.search(searcher.read(q, mode), top_k=top_k)
-            if t is not None and hasattr(tr, "label_later"):
-                tr.label_later(t, r.hits, labels)
-            elif t is not None:  # a checkout from before label_later: rows and labels built here
-                t.data["hits"] = tr.hit_rows(r.hits)
-                tr.label_chunks(t, labels)
-        return r
-
-    return search
-
-
-def load(
-    searcher: Searcher | Callable[..., object],
-    queries: list[str],
-    clients: int,
-    seconds: float,
-    mode: str = "hybrid",
-) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
-    if isinstance(searcher, Searcher):
-
-        def search(q: str, *, top_k: int, mode: str) -> object:
-            return searcher.search(searcher.read(q, mode), top_k=top_k)
-
-    else:
-        search = searcher
-=======
-    latencies: list[float] = []
-    lock = threading.Lock()
->>>>>>> words
     stop = time.perf_counter() + seconds
 
     def client(n: int) -> None:
@@ -159,38 +109,7 @@ def main() -> None:
     if args.json:
         from report import save
 
-<<<<<<< HEAD
-    index = args.workdir / str(args.size)
-    if not index.is_dir():
-        build(index, sentences(args.corpus), args.size)
-    lines = args.queries.read_text(encoding="utf-8").splitlines()
-    queries = [json.loads(x)["text"] for x in lines if x.strip()]
-    tp = TextProcessor()
-    kwargs = {} if args.dense_search is None else {"dense_search": args.dense_search}
-    with SQLiteStore(index, read_only=True, **kwargs) as store:
-        searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
-        searcher.search(searcher.read(queries[0], "hybrid"), top_k=10)
-        search = traced(searcher, store, args.workdir / "traces.jsonl", args.sample) if args.tracing else searcher
-        for clients in args.clients:
-            row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
-            row.update(mode=args.mode, dense_search=args.dense_search or "default", max_concurrent=args.max_concurrent)
-            row.update(tracing=args.tracing, sample=args.sample)
-            print(json.dumps({**row, **load(search, queries, clients, args.seconds, args.mode)}), flush=True)
-        if args.tracing:  # the trace writer seals what it holds (labels read from the store) before the store closes
-            from zhiku.observability import trace as trace_module
-
-            getattr(trace_module, "flush_traces", lambda: None)()
-        searcher.close()
-
-
-def retrieval_settings(args: argparse.Namespace) -> RetrievalSettings:
-    """``retrieval.max_concurrent`` from ``--max-concurrent`` on checkouts that have it (0: the default)."""
-    if args.max_concurrent is None:
-        return RetrievalSettings()
-    return RetrievalSettings(max_concurrent=args.max_concurrent)  # type: ignore[call-arg]
-=======
         save("concurrency", rows, "make bench-concurrency")
->>>>>>> words
 
 
 if __name__ == "__main__":

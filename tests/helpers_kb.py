@@ -78,14 +78,14 @@ def write_corpus(root: Path, files: dict[str, str] | None = None) -> Path:
     return root
 
 
-def make_settings(index: Path, cache_dir: Path, **overrides: Any) -> Settings:
+def make_settings(index: Path, embed_cache: Path, **overrides: Any) -> Settings:
     """Settings for ``index`` with the shared embedding cache and every trace's candidate detail; ignores ``ZHIKU_*``
     env and ``zhiku.yaml``."""
     # tracing.sample 1: every query trace keeps its candidate detail (tests/test_tracing.py tests the sampling)
     data: dict[str, Any] = {
         "index": str(index),
         "collection": "hr",
-        "embedding": {"cache_dir": str(cache_dir)},
+        "cache_dir": str(embed_cache),
         "tracing": {"sample": 1.0},
     }
     for key, value in overrides.items():

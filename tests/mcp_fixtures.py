@@ -68,8 +68,8 @@ def _write_config(root: Path, index: Path, inbox: Path, cache: Path) -> Path:
     config = root / "zhiku.yaml"
     config.write_text(
         f"index: {index}\ncollection: {COLLECTION}\n"
-        f"embedding:\n  cache_dir: {cache}\n"
-        "chunking:\n  size: 200\n  overlap: 40\n  min_chars: 20\n"
+        f"cache_dir: {cache}\n"
+        "chunking:\n  size: 200\n"
         f"server:\n  ingest_roots: [{inbox}]\n"
         "  structured_passages: true\n",  # the tests read passages from structuredContent (default: compact)
         encoding="utf-8",
@@ -106,7 +106,7 @@ def copy_fixture(fx: Fixture, dest: Path) -> Fixture:
     index, inbox = dest / "index", dest / "inbox"
     shutil.copytree(fx.index, index)
     inbox.mkdir(parents=True)
-    config = _write_config(dest, index, inbox, fx.settings.embedding.cache_dir)
+    config = _write_config(dest, index, inbox, fx.settings.cache_dir)
     return Fixture(root=dest, docs=fx.docs, inbox=inbox, index=index, config=config, settings=load_settings(config))
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zhiku.ingest.chunking import (
+    ChunkShape,
     Heading,
     article_label,
     chunk_document,
@@ -26,7 +27,7 @@ from zhiku.types import Chunk, PageSpan, SourceDoc
 
 LAWS = Path(__file__).parent / "fixtures" / "laws"
 
-SMALL = ChunkingSettings(size=100, overlap=20, min_chars=10)
+SMALL = ChunkShape(size=100, overlap=20, min_chars=10)
 
 LAW_MD = """前言：本文件仅供测试。
 
@@ -56,7 +57,7 @@ def md(
     return SourceDoc(source=source, doc_type=doc_type, title="t", text=text, pages=pages)
 
 
-def chunks_of(doc: SourceDoc, settings: ChunkingSettings = SMALL, collection: str = "hr") -> list[Chunk]:
+def chunks_of(doc: SourceDoc, settings: ChunkShape = SMALL, collection: str = "hr") -> list[Chunk]:
     return chunk_document(doc, collection=collection, doc_id="doc-1", settings=settings)
 
 
@@ -105,7 +106,7 @@ def test_law_like_markdown() -> None:
 def test_no_chunk_crosses_a_heading() -> None:
     # Small paragraphs that would all fit in one chunk if headings did not cut.
     text = "# 甲\n\n一段。\n\n## 乙\n\n二段。\n\n## 丙\n\n三段。\n\n# 丁\n\n四段。\n"
-    chunks = chunks_of(md(text), ChunkingSettings(size=1000, overlap=0, min_chars=0))
+    chunks = chunks_of(md(text), ChunkShape(size=1000, overlap=0, min_chars=0))
     assert pairs(chunks) == [("甲", "一段。"), ("甲 > 乙", "二段。"), ("甲 > 丙", "三段。"), ("丁", "四段。")]
     for c in chunks:
         assert "#" not in c.text
@@ -118,7 +119,7 @@ def test_heading_levels_are_hierarchical() -> None:
 
 def test_headings_inside_code_fences_are_ignored() -> None:
     text = "# 指南\n\n```bash\n# 这不是标题\necho hi\n\n## 仍在代码块内\n```\n\n正文。\n\n~~~\n# 波浪线代码块\n~~~\n\n## 真标题\n\n内容。\n"
-    chunks = chunks_of(md(text), ChunkingSettings(size=1000, overlap=0, min_chars=0))
+    chunks = chunks_of(md(text), ChunkShape(size=1000, overlap=0, min_chars=0))
     assert pairs(chunks) == [
         ("指南", "```bash\n# 这不是标题\necho hi\n\n## 仍在代码块内\n```\n\n正文。\n\n~~~\n# 波浪线代码块\n~~~"),
         ("指南 > 真标题", "内容。"),
@@ -148,7 +149,7 @@ def test_iter_headings() -> None:
 
 def test_text_documents_have_no_headings() -> None:
     text = "# 不是标题\n\n第一条 劳动者享有休息的权利。"
-    chunks = chunks_of(md(text, source="a.txt", doc_type="text"), ChunkingSettings(size=1000, overlap=0, min_chars=0))
+    chunks = chunks_of(md(text, source="a.txt", doc_type="text"), ChunkShape(size=1000, overlap=0, min_chars=0))
     assert pairs(chunks) == [("第一条", "# 不是标题\n\n第一条 劳动者享有休息的权利。")]
 
 
@@ -186,26 +187,26 @@ def test_chunk_starting_inside_an_article_names_it() -> None:
 def test_whole_units_are_packed_and_labelled_exactly() -> None:
     arts = [f"第{n}条 " + "内容" * 12 + "。" for n in "一二三四五"]  # 29 characters each
     doc = md("# 法\n\n" + "\n\n".join(arts))
-    chunks = chunks_of(doc, ChunkingSettings.model_construct(size=70, overlap=0, min_chars=0))
+    chunks = chunks_of(doc, ChunkShape(size=70, overlap=0, min_chars=0))
     assert [c.section for c in chunks] == ["法 > 第一条、第二条", "法 > 第三条、第四条", "法 > 第五条"]
     assert [c.text.split("\n\n") for c in chunks] == [arts[0:2], arts[2:4], arts[4:5]]
 
 
 def test_faq_pairs_and_numbered_parts_are_units() -> None:
     faq = "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。\n\n问：病假工资怎么算？\n\n答：按病假工资规定。"
-    chunks = chunks_of(md(f"# 常见问题\n\n{faq}"), ChunkingSettings.model_construct(size=40, overlap=0, min_chars=0))
+    chunks = chunks_of(md(f"# 常见问题\n\n{faq}"), ChunkShape(size=40, overlap=0, min_chars=0))
     assert [c.text for c in chunks] == [
         "问：年假有几天？\n\n答：工作满一年不满十年的，年休假五天。",
         "问：病假工资怎么算？\n\n答：按病假工资规定。",
     ]
     parts = "一、总则说明文字。\n\n细则甲。\n\n二、附则说明文字。\n\n细则乙。"
-    chunks = chunks_of(md(parts), ChunkingSettings.model_construct(size=22, overlap=0, min_chars=0))
+    chunks = chunks_of(md(parts), ChunkShape(size=22, overlap=0, min_chars=0))
     assert [c.text for c in chunks] == ["一、总则说明文字。\n\n细则甲。", "二、附则说明文字。\n\n细则乙。"]
 
 
 def test_article_marker_needs_whitespace_and_line_start() -> None:
     text = "# 法\n\n依照本法第三十六条 规定执行。\n\n第三十六条规定的工时制度。\n\n第３７条　全角空格也算。"
-    chunks = chunks_of(md(text), ChunkingSettings(size=1000, overlap=0, min_chars=0))
+    chunks = chunks_of(md(text), ChunkShape(size=1000, overlap=0, min_chars=0))
     assert [c.section for c in chunks] == ["法 > 第３７条"]
 
 
@@ -218,7 +219,7 @@ def long_section_doc() -> SourceDoc:
 
 
 def test_long_section_is_split_at_sentence_ends_with_overlap() -> None:
-    settings = ChunkingSettings(size=500, overlap=100, min_chars=50)
+    settings = ChunkShape(size=500, overlap=100, min_chars=50)
     doc = long_section_doc()
     assert 3000 < len(doc.text) < 3200
     chunks = chunks_of(doc, settings)
@@ -262,18 +263,16 @@ def test_split_long_overlap_starts_on_a_sentence_and_tiny_tail_is_merged() -> No
 def test_tiny_trailing_paragraph_is_merged_into_the_previous_chunk() -> None:
     big = "甲" * 96 + "。"  # 97 + 2 + 3 > 100: the tail does not fit by packing
     doc = md(f"## 节\n\n{big}\n\n尾声。")
-    assert pairs(chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=20))) == [("节", f"{big}\n\n尾声。")]
-    assert pairs(chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=0))) == [("节", big), ("节", "尾声。")]
+    assert pairs(chunks_of(doc, ChunkShape(size=100, overlap=0, min_chars=20))) == [("节", f"{big}\n\n尾声。")]
+    assert pairs(chunks_of(doc, ChunkShape(size=100, overlap=0, min_chars=0))) == [("节", big), ("节", "尾声。")]
     # A section shorter than min_chars is still emitted.
-    assert pairs(chunks_of(md("## 节\n\n短。"), ChunkingSettings(size=100, overlap=0, min_chars=50))) == [
-        ("节", "短。")
-    ]
+    assert pairs(chunks_of(md("## 节\n\n短。"), ChunkShape(size=100, overlap=0, min_chars=50))) == [("节", "短。")]
 
 
 def test_tiny_tail_of_a_split_paragraph_is_merged() -> None:
     body = ("甲" * 19 + "。") * 10 + "尾巴很短。"  # 205 characters, one paragraph
     doc = md(f"## 节\n\n{body}")
-    chunks = chunks_of(doc, ChunkingSettings(size=100, overlap=30, min_chars=30))
+    chunks = chunks_of(doc, ChunkShape(size=100, overlap=30, min_chars=30))
     assert [(c.start - 6, c.end - 6) for c in chunks] == [(0, 100), (80, 205)]
     assert chunks[-1].text.endswith("。尾巴很短。")
 
@@ -281,7 +280,7 @@ def test_tiny_tail_of_a_split_paragraph_is_merged() -> None:
 def test_tiny_first_chunk_joins_the_next_one() -> None:
     long = ("乙" * 29 + "。") * 5  # 150 characters: split in two
     doc = md(f"## 节\n\n短。\n\n{long}")
-    chunks = chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=10))
+    chunks = chunks_of(doc, ChunkShape(size=100, overlap=0, min_chars=10))
     assert [c.text for c in chunks] == ["短。\n\n" + long[:90], long[90:]]
 
 
@@ -292,7 +291,7 @@ def test_paragraphs_are_packed_whole() -> None:
         "第三段有三十个字符的内容用于测试打包是否正确完成了呀。",
     ]
     doc = md("\n\n".join(p * 3))
-    chunks = chunks_of(doc, ChunkingSettings(size=100, overlap=20, min_chars=0))
+    chunks = chunks_of(doc, ChunkShape(size=100, overlap=20, min_chars=0))
     check_invariants(doc, chunks)
     for c in chunks:
         assert len(c.text) <= 100
@@ -306,13 +305,13 @@ def test_english_sentences_split_at_period_space() -> None:
         "Is annual leave paid? Yes, it is paid in full. Version 3.5 of the handbook applies to all staff "
         '(see "Leave.") Questions go to HR.'
     )
-    chunks = chunks_of(md(text), ChunkingSettings(size=100, overlap=0, min_chars=0))
+    chunks = chunks_of(md(text), ChunkShape(size=100, overlap=0, min_chars=0))
     assert [c.text for c in chunks] == [
         "The employer shall pay wages on time. Overtime is paid at 150 percent of the normal rate!",
         "Is annual leave paid? Yes, it is paid in full.",
         'Version 3.5 of the handbook applies to all staff (see "Leave.") Questions go to HR.',
     ]
-    overlapping = chunks_of(md(text), ChunkingSettings(size=100, overlap=40, min_chars=0))
+    overlapping = chunks_of(md(text), ChunkShape(size=100, overlap=40, min_chars=0))
     assert [c.text for c in overlapping] == [
         "The employer shall pay wages on time. Overtime is paid at 150 percent of the normal rate!",
         "paid at 150 percent of the normal rate! Is annual leave paid? Yes, it is paid in full.",
@@ -327,7 +326,7 @@ def test_english_sentences_split_at_period_space() -> None:
 def test_page_assignment() -> None:
     p1, p2, p3 = ("一" * 79 + "。", "二" * 79 + "。", "三" * 79 + "。")
     text = f"{p1}\n\n{p2}\n\n{p3}"
-    settings = ChunkingSettings(size=100, overlap=0, min_chars=0)
+    settings = ChunkShape(size=100, overlap=0, min_chars=0)
     pages = (PageSpan(1, 0, 82), PageSpan(2, 82, 164), PageSpan(3, 164, 244))
     assert [c.page for c in chunks_of(md(text, pages=pages), settings)] == [1, 2, 3]
     # Unsorted spans; an offset in a gap between pages belongs to the page before it.
@@ -345,7 +344,7 @@ def test_page_is_where_most_of_the_chunk_is() -> None:
     )
     text = f"{caption}\n\n{rows}"
     pages = (PageSpan(1, 0, len(caption) + 1), PageSpan(2, len(caption) + 1, len(text)))
-    (chunk,) = chunks_of(md(text, pages=pages), ChunkingSettings(size=200, overlap=0, min_chars=0))
+    (chunk,) = chunks_of(md(text, pages=pages), ChunkShape(size=200, overlap=0, min_chars=0))
     assert (chunk.start, chunk.page) == (0, 2)
     half = "甲" * 50
     tie = f"{half}{half}"
@@ -372,7 +371,7 @@ def test_chunk_ids_are_content_hashes() -> None:
 def test_repeated_text_gets_unique_ids() -> None:
     para = "同一段落重复出现" * 10 + "。"  # 81 characters: one chunk each
     doc = md(f"## 节\n\n{para}\n\n{para}\n\n{para}")
-    chunks = chunks_of(doc, ChunkingSettings(size=100, overlap=0, min_chars=0))
+    chunks = chunks_of(doc, ChunkShape(size=100, overlap=0, min_chars=0))
     assert [c.text for c in chunks] == [para] * 3
     assert [c.chunk_id for c in chunks] == [
         chunk_id_for("hr", "laws/劳动法.md", "节", para),
@@ -384,7 +383,6 @@ def test_repeated_text_gets_unique_ids() -> None:
 
 def test_chunking_identity() -> None:
     assert chunking_identity(ChunkingSettings()) == "zhiku-chunker-3;size=200;overlap=50;min_chars=50;context=1"
-    assert chunking_identity(ChunkingSettings(index_context=False)).endswith(";context=0")
 
 
 # ------------------------------------------------------------------------------------- real laws
@@ -420,14 +418,14 @@ def test_labor_law_default_settings() -> None:
 def test_annual_leave_regulation() -> None:
     doc = load_document(LAWS / "职工带薪年休假条例(2007-12-14).md", "laws/职工带薪年休假条例(2007-12-14).md")
     assert doc.title == "职工带薪年休假条例"
-    big = chunks_of(doc, ChunkingSettings(size=1000, overlap=200))
+    big = chunks_of(doc, ChunkShape(size=1000, overlap=200))
     assert [c.section for c in big] == [
         "职工带薪年休假条例 > 第一条、第二条、第三条、第四条、第五条、第六条、第七条",  # (its comment left out)
         "职工带薪年休假条例 > 第八条、第九条、第十条",
     ]
     assert big[0].text.startswith("2007年12月7日 国务院第198次常务会议通过")
     assert big[1].text.endswith("第十条 本条例自2008年1月1日起施行。")
-    small = chunks_of(doc, ChunkingSettings(size=200, overlap=40, min_chars=20))
+    small = chunks_of(doc, ChunkShape(size=200, overlap=40, min_chars=20))
     check_invariants(doc, small)
     assert [c.section.removeprefix("职工带薪年休假条例 > ") for c in small] == [
         "第一条",
@@ -450,7 +448,7 @@ def test_annual_leave_regulation() -> None:
 
 
 def test_law_corpus_invariants() -> None:
-    settings = ChunkingSettings(size=300, overlap=60, min_chars=30)
+    settings = ChunkShape(size=300, overlap=60, min_chars=30)
     laws = sorted(p for p in LAWS.glob("*.md") if p.name != "SOURCES.md")
     assert len(laws) == 5  # tests/fixtures/laws/SOURCES.md: five shapes of the shared corpus
     for path in laws:
@@ -483,7 +481,7 @@ def test_linear_on_400kb() -> None:
     law = (LAWS / "劳动法(2018-12-29).md").read_text(encoding="utf-8")
     text = "\n\n".join([law] * 16)
     assert len(text.encode("utf-8")) > 400_000
-    settings = ChunkingSettings(size=300, overlap=60, min_chars=30)
+    settings = ChunkShape(size=300, overlap=60, min_chars=30)
     doc, one_doc = md(text), md(law)
     chunks = chunks_of(doc, settings)
     one = chunks_of(one_doc, settings)
@@ -503,7 +501,7 @@ def test_invariants_on_random_documents() -> None:
     for _ in range(300):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 1200)))
         size = rng.randint(100, 400)
-        settings = ChunkingSettings(size=size, overlap=rng.randint(0, size // 2 - 1), min_chars=rng.randint(0, 80))
+        settings = ChunkShape(size=size, overlap=rng.randint(0, size // 2 - 1), min_chars=rng.randint(0, 80))
         for doc_type in ("markdown", "text"):
             doc = md(text, doc_type=doc_type)
             chunks = chunks_of(doc, settings)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from zhiku.ingest.chunk_tables import split_table
-from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.reconstruct import reconstruct_markdown
-from zhiku.settings import ChunkingSettings
 from zhiku.types import ImageRef, SourceDoc, SourceImage
 
 HEADER = "| 项目 | 产量 | 比重 |\n| --- | --- | --- |"
@@ -13,7 +12,7 @@ ROWS = [f"| 产品{i} | {i * 100} | {i * 7}% |" for i in range(1, 13)]
 TABLE = HEADER + "\n" + "\n".join(ROWS)
 INTRO = "这是一段说明文字，介绍下面的表格内容。"
 TEXT = f"# 报告\n\n## 销量\n\n{INTRO}\n\n表 1-1 统计表\n\n{TABLE}\n\n表后的说明。"
-SMALL = ChunkingSettings(size=150, overlap=20, min_chars=10)
+SMALL = ChunkShape(size=150, overlap=20, min_chars=10)
 
 
 def doc(text: str = TEXT, images: tuple[SourceImage, ...] = ()) -> SourceDoc:
@@ -123,7 +122,7 @@ def test_a_piece_holding_one_blocks_end_and_the_next_blocks_start_returns_both_w
     first = "```python\n" + "\n".join(f"a{i} = f({i})" for i in range(12)) + "\n```"
     second = "```bash\n" + "\n".join(f"curl /b{i}" for i in range(12)) + "\n```"
     text = f"# 接口\n\n## 创建订单\n\n调用：\n\n{first}\n然后：\n{second}\n\n## 错误码\n\n失败时返回错误码。"
-    settings = ChunkingSettings(size=100, overlap=20, min_chars=10)
+    settings = ChunkShape(size=100, overlap=20, min_chars=10)
     chunks = chunk_document(doc(text), collection="c", doc_id="d", settings=settings)
     middle = [c for c in chunks if "a11 = f(11)\n```\n然后：\n```bash" in c.text]
     assert len(middle) == 1 and middle[0].text.count("```") == 2

@@ -40,7 +40,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path):
     """``cli(*args, env=None) -> Result``: runs `zhiku` in ``tmp_path`` with the shared embedding cache."""
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
 
@@ -436,23 +436,34 @@ def test_collections_documents_delete_history(cli, index: Path, corpus: Path) ->
 
 
 def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cache_dir: Path) -> None:
-    shown = one_json(cli("config", "show", "--json", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}))
-    assert shown["retrieval"]["rrf_k"] == 42
+    shown = one_json(cli("config", "show", "--json", env={"ZHIKU_RETRIEVAL__MODE": "bm25"}))
+    assert shown["retrieval"]["mode"] == "bm25"
     assert (shown["index"], shown["collection"]) == (".zhiku", "default")
-    assert shown["embedding"]["cache_dir"] == str(embed_cache_dir)
-    assert "  rrf_k: 42\n" in cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "42"}).stdout
+    assert shown["cache_dir"] == str(embed_cache_dir)
+    assert sum(len(v) if isinstance(v, dict) else 1 for v in shown.values()) == 60  # keys, sections flattened
+    assert "  mode: bm25\n" in cli("config", "show", env={"ZHIKU_RETRIEVAL__MODE": "bm25"}).stdout
 
-    (tmp_path / "zhiku.yaml").write_text("collection: 人事\nretrieval: {top_k: 7, rrf_k: 10}\n", encoding="utf-8")
+    (tmp_path / "zhiku.yaml").write_text("collection: 人事\nretrieval: {top_k: 7, mode: dense}\n", encoding="utf-8")
     shown = one_json(
-        cli("config", "show", "--json", "--index", tmp_path / "别处", env={"ZHIKU_RETRIEVAL__RRF_K": "42"})
+        cli("config", "show", "--json", "--index", tmp_path / "别处", env={"ZHIKU_RETRIEVAL__MODE": "bm25"})
     )
-    assert (shown["collection"], shown["retrieval"]["top_k"], shown["retrieval"]["rrf_k"]) == ("人事", 7, 42)
+    assert (shown["collection"], shown["retrieval"]["top_k"], shown["retrieval"]["mode"]) == ("人事", 7, "bm25")
     assert shown["index"] == str(tmp_path / "别处")
 
-    assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__RRF_K": "0"})) == (
-        "error: invalid settings: retrieval.rrf_k: Input should be greater than or equal to 1 "
-        "(got '0' from ZHIKU_RETRIEVAL__RRF_K)"
+    assert error_line(cli("config", "show", env={"ZHIKU_RETRIEVAL__TOP_K": "0"})) == (
+        "error: invalid settings: retrieval.top_k: Input should be greater than or equal to 1 "
+        "(got '0' from ZHIKU_RETRIEVAL__TOP_K)"
     )
+
+
+def test_config_show_reads_a_moved_key_and_says_so_once(cli, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "zhiku.yaml").write_text("server: {min_score: 0.5}\nretrieval: {rrf_k: 10}\n", encoding="utf-8")
+    r = cli("config", "show", "--json")
+    assert r.exit_code == 0 and one_json(r)["answer"]["min_score"] == 0.5
+    assert [m.getMessage() for m in caplog.records if m.name == "zhiku.settings"] == [
+        "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)",
+        "zhiku.yaml: retrieval.rrf_k is no longer a setting (60); remove it",
+    ]
 
 
 # --- an index built with another embedder ------------------------------------------------------------------
@@ -489,7 +500,7 @@ def test_index_from_another_embedder_is_refused_until_rebuilt(
 # --- end to end: the installed script in a subprocess ---------------------------------------------------------
 def test_installed_script_end_to_end(corpus: Path, tmp_path: Path, embed_cache_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIKU_")}
-    env["ZHIKU_EMBEDDING__CACHE_DIR"] = str(embed_cache_dir)
+    env["ZHIKU_CACHE_DIR"] = str(embed_cache_dir)
     idx = tmp_path / "idx"
 
     def zhiku(*args: object) -> subprocess.CompletedProcess[str]:

@@ -7,10 +7,9 @@ from dataclasses import replace
 import pytest
 
 from zhiku.errors import InvalidInput
-from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.ingest.context import WindowCheck, check_window, index_text
 from zhiku.retrieval.context import check_context, enclosing, join_pieces, split_label, whole_articles
-from zhiku.settings import ChunkingSettings
 from zhiku.types import Chunk, Hit, SourceDoc
 
 ITEMS = "\n\n".join(f"（{n}）第{n}项情形的说明文字，足够长以便分块，再多写一些字。" for n in "一二三四五六")
@@ -32,7 +31,7 @@ LAW = f"""# 劳动合同法
 
 def chunks() -> list[Chunk]:
     doc = SourceDoc(source="劳动合同法.md", doc_type="markdown", title="劳动合同法", text=LAW)
-    return chunk_document(doc, collection="c", doc_id="d", settings=ChunkingSettings(size=120, overlap=0, min_chars=0))
+    return chunk_document(doc, collection="c", doc_id="d", settings=ChunkShape(size=120, overlap=0, min_chars=0))
 
 
 def test_long_article_is_cut_and_its_context_joins_the_pieces() -> None:

@@ -54,7 +54,7 @@ def dash_env(monkeypatch: pytest.MonkeyPatch, dash_index: Path, embed_cache_dir:
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("ZHIKU_INDEX", str(dash_index))
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     return dash_index
 

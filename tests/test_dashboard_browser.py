@@ -76,7 +76,7 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory, e5, embed_cache_dir: Pat
         append_history(root / "idx", history_entry(evaluate(kb, load_yaml_set(root / "劳动.yaml"), mode="bm25")))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIKU_")}
-    env["ZHIKU_EMBEDDING__CACHE_DIR"] = str(embed_cache_dir)
+    env["ZHIKU_CACHE_DIR"] = str(embed_cache_dir)
     log = (root / "dashboard.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "zhiku.cli", "dashboard", "--index", str(root / "idx"), "--port", str(port)],

@@ -94,7 +94,7 @@ def test_marked_blocks_run_as_written_from_a_fresh_folder(
 ) -> None:
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))  # where vectors are cached, nothing else
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))  # where vectors are cached, nothing else
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     ran = []

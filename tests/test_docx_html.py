@@ -11,9 +11,9 @@ from docx.oxml.ns import qn
 from PIL import Image, ImageDraw
 
 from zhiku.errors import LoaderError
-from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.ingest.loaders import DocxLoader, HtmlLoader, load_document
-from zhiku.settings import ChunkingSettings, LoaderSettings
+from zhiku.settings import LoaderSettings
 
 HANDBOOK = """# 员工手册
 
@@ -83,7 +83,7 @@ def test_docx_headings_lists_tables_as_markdown(tmp_path: Path) -> None:
     doc = load_document(handbook_docx(tmp_path / "员工手册.docx"), "员工手册.docx")
     assert (doc.doc_type, doc.title, doc.pages, doc.needs_ocr_pages) == ("docx", "员工手册", (), ())
     assert doc.text == HANDBOOK
-    chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkingSettings(size=200, overlap=40))
+    chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkShape(size=200, overlap=40))
     assert [c.section for c in chunks] == [
         "员工手册 > 第一章 总则",
         "员工手册 > 第一章 总则 > 第一节 考勤",
@@ -103,7 +103,7 @@ def test_docx_images_with_alt_text_or_caption(tmp_path: Path) -> None:
     )
     assert image.data == png()
     assert doc.text[image.offset :].startswith("图 1 公司组织结构图")
-    chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkingSettings(size=200, overlap=40))
+    chunks = chunk_document(doc, collection="hr", doc_id="d", settings=ChunkShape(size=200, overlap=40))
     assert [c.section for c in chunks if c.images] == ["员工手册 > 第一章 总则 > 第一节 考勤"]
     with_alt = DocxLoader().load(handbook_docx(tmp_path / "b.docx", alt="组织结构：总经理、人事部、财务部"), "b.docx")
     assert with_alt.images[0].ref.caption == "组织结构：总经理、人事部、财务部"

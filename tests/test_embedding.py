@@ -99,13 +99,12 @@ def test_query_vectors_are_cached_only_inside_caching_queries(e5: BundledE5Embed
 
 
 def test_build_embedder_honours_the_settings(tmp_path: Path) -> None:
-    cached = build_embedder(EmbeddingSettings(cache_dir=tmp_path / "cache", threads=1, batch_size=8))
+    cached = build_embedder(EmbeddingSettings(batch_size=8), tmp_path / "cache")
     assert isinstance(cached, CachedEmbedder) and isinstance(cached.inner, BundledE5Embedder)
     assert cached.cache.path == tmp_path / "cache" / "embeddings.sqlite"
-    assert (cached.inner.threads, cached.inner.batch_size) == (1, 8)
-    plain = build_embedder(EmbeddingSettings(cache=False, cache_dir=tmp_path / "unused"))
+    assert (cached.inner.threads, cached.inner.batch_size) == (2, 8)
+    plain = build_embedder(EmbeddingSettings(), None)
     assert isinstance(plain, BundledE5Embedder)
-    assert not (tmp_path / "unused").exists()
 
 
 def test_texts_that_normalisation_expands_embed_without_crashing_the_process() -> None:
@@ -165,7 +164,7 @@ def test_a_damaged_embedding_cache_is_one_clear_error(tmp_path: Path, cli) -> No
         EmbeddingCache(damaged)
     assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
         f"the embedding cache {damaged} cannot be opened (file is not a database): it is only a cache — delete the "
-        "file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
+        "file, or set cache_dir to a writable folder (or cache_dir: null)"
     )
     # through the CLI: the same line on stderr, exit 1, no traceback
     r = ingest_with_cache(cli, tmp_path, damaged.parent, "a")
@@ -178,7 +177,7 @@ def ingest_with_cache(run, tmp_path: Path, cache_dir: Path, *names: str):  # typ
     (tmp_path / "docs").mkdir()
     for name in names:
         (tmp_path / "docs" / f"{name}.md").write_text(f"# 标题{name}\n\n试用期最长六个月{name}。\n", encoding="utf-8")
-    env = {"ZHIKU_EMBEDDING__CACHE_DIR": str(cache_dir)}
+    env = {"ZHIKU_CACHE_DIR": str(cache_dir)}
     return run("ingest", tmp_path / "docs", "--index", tmp_path / "idx", env=env)
 
 
@@ -204,7 +203,7 @@ def test_a_cache_damaged_past_its_first_page_is_the_same_clear_error(tmp_path: P
         cache.get_many("m", [str(i) for i in range(300)], 384)
     assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
         f"the embedding cache {damaged} cannot be read or written (database disk image is malformed): it is only a "
-        "cache — delete the file, or set embedding.cache_dir to a writable folder (or embedding.cache: false)"
+        "cache — delete the file, or set cache_dir to a writable folder (or cache_dir: null)"
     )
     cache.close()
     # an ingest stops at the first batch with that line (not each document failed with a sqlite3 error)

@@ -14,13 +14,13 @@ import pytest
 
 from helpers_kb import CONTRACT_LAW, LEAVE_RULES
 from zhiku.errors import IndexLocked, LoaderError, NotFound
-from zhiku.ingest.chunking import chunk_document
+from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.ingest.discover import discover
 from zhiku.ingest.guard import collapse_whitespace, printable, read_bounded
 from zhiku.ingest.loaders import HtmlLoader, MarkdownLoader, TextLoader, supported_suffixes
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.encoding import decode_text
-from zhiku.settings import ChunkingSettings, LoaderSettings
+from zhiku.settings import LoaderSettings
 
 GBK_NAME = "劳动法.md".encode("gbk")
 
@@ -34,7 +34,7 @@ def cli_runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir:
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.setenv("ZHIKU_STORE__BUSY_TIMEOUT_S", "0.2")
     monkeypatch.chdir(tmp_path)
     return lambda *args: CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
@@ -158,7 +158,7 @@ def test_a_list_nested_1000_levels_is_chunked_as_its_words(tmp_path: Path) -> No
     assert path.stat().st_size > 1_000_000
     doc = MarkdownLoader().load(path, "nested.md")
     assert len(doc.text) < 20_000 and doc.text.count("项") == 1000
-    chunks = chunk_document(doc, collection="c", doc_id="d", settings=ChunkingSettings(size=1000, overlap=200))
+    chunks = chunk_document(doc, collection="c", doc_id="d", settings=ChunkShape(size=1000, overlap=200))
     assert 1 <= len(chunks) <= 20  # the words (< 20k characters) in 1,000-character chunks, not 570 chunks of spaces
     assert collapse_whitespace("a" + " " * 40 + "b\n" + " \n" * 50 + "c" + " " * 30) == "a b\n\n\nc"
     assert collapse_whitespace("  两个空格  \n\n\n末尾" * 3) == "  两个空格  \n\n\n末尾" * 3  # short runs stay

@@ -169,7 +169,7 @@ def test_eval_cli_with_and_without_a_judge(
     dataset.write_text(SET, encoding="utf-8")
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     args = ["eval", "--dataset", str(dataset), "--index", str(tmp_path / "idx"), "--mode", "bm25"]

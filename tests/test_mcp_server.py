@@ -151,7 +151,7 @@ def test_a_filter_that_leaves_nothing_is_answered_in_the_compact_form_too(mcp_in
 
 
 def test_low_confidence_is_flagged_and_never_cached(mcp_index: Fixture) -> None:
-    strict = merge(mcp_index.settings, server={"min_score": 0.88})
+    strict = merge(mcp_index.settings, answer={"min_score": 0.88})
 
     async def body(c: Client) -> list[Any]:
         return [await c.call_tool("query_knowledge_hub", {"query": "今天天气怎么样"}) for _ in range(2)] + [

@@ -78,9 +78,7 @@ def test_settings_build_a_cached_sentence_transformers_embedder(minilm_dir: Path
     assert parse_embedder_spec("bundled") == {"provider": "bundled"}
     with pytest.raises(InvalidInput, match="use bundled, sentence-transformers:MODEL_OR_FOLDER or openai:MODEL"):
         parse_embedder_spec("word2vec:x")
-    emb = build_embedder(
-        EmbeddingSettings(provider="sentence-transformers", model=str(minilm_dir), device="cpu", cache_dir=tmp_path)
-    )
+    emb = build_embedder(EmbeddingSettings(provider="sentence-transformers", model=str(minilm_dir)), tmp_path)
     assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, SentenceTransformerEmbedder)
     assert emb.name == minilm.name and emb.dim == 384
     first = emb.embed_documents(["leave", "wages"])
@@ -197,7 +195,7 @@ def test_cross_encoder_reranker_scores_raw_and_sigmoid(tiny_cross_encoder: Path)
 def test_cross_encoder_through_the_knowledge_base(
     kb_factory, corpus: Path, tmp_path: Path, tiny_cross_encoder: Path
 ) -> None:
-    settings = RerankSettings(provider="cross-encoder", model=str(tiny_cross_encoder), device="cpu", top_m=3)
+    settings = RerankSettings(provider="cross-encoder", model=str(tiny_cross_encoder), top_m=3)
     reranker = build_reranker(settings, cache_dir=tmp_path)
     assert isinstance(reranker, CrossEncoderReranker)
     kb = kb_factory(tmp_path / "idx", rerank=settings.model_dump())
@@ -248,7 +246,7 @@ def test_eval_takes_an_embedder_override(
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     data = beir_set(tmp_path / "beir")
     idx = tmp_path / "idx"

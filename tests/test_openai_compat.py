@@ -221,12 +221,12 @@ def test_settings_read_the_key_from_the_named_variable_and_cache_vectors(
             "model": "bge-m3",
             "base_url": fake_openai.url,
             "api_key_env": "MY_EMBED_KEY",
-            "cache_dir": str(tmp_path / "cache"),
             "batch_size": 10,
         },
+        cache_dir=str(tmp_path / "cache"),
     )
     assert settings.embedding.api_key is not None and "sk-test" not in settings.model_dump_json()
-    emb = build_embedder(settings.embedding)
+    emb = build_embedder(settings.embedding, settings.cache_dir)
     assert isinstance(emb, CachedEmbedder) and isinstance(emb.inner, OpenAIEmbedder)
     first = emb.embed_documents(["第一条", "第二条"])
     # one request tells the model's size (no embedding.dimensions), one embeds the batch

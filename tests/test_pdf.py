@@ -24,7 +24,7 @@ from pdf_fixtures import (
     truncated_pdf,
 )
 from zhiku.errors import LoaderError
-from zhiku.ingest.chunking import chunk_document, page_of
+from zhiku.ingest.chunking import ChunkShape, chunk_document, page_of
 from zhiku.ingest.loaders import load_document
 from zhiku.ingest.loaders import ocr as ocr_mod
 from zhiku.ingest.loaders.markup import join_lines
@@ -163,7 +163,7 @@ def test_tables_become_markdown_where_they_stand(thesis: SourceDoc, paper: Sourc
 
 
 def test_a_table_stays_in_one_chunk_with_its_caption(thesis: SourceDoc) -> None:
-    chunks = chunk_document(thesis, collection="c", doc_id="d", settings=ChunkingSettings(size=300, overlap=50))
+    chunks = chunk_document(thesis, collection="c", doc_id="d", settings=ChunkShape(size=300, overlap=50))
     [chunk] = [c for c in chunks if "| 项目 | 产量 |" in c.text]
     assert THESIS_TABLE in chunk.text
     assert chunk.page == 6

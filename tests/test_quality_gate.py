@@ -61,7 +61,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Path, 
     """The CLI over the session's embedding cache, with the cmrc passage vectors seeded into it."""
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     for subset in (CMRC, STARD):
         seed = np.load(subset / "embeddings.npz")

@@ -93,8 +93,7 @@ def test_outline_lists_an_article_cut_in_pieces_once() -> None:
 
 def test_a_code_block_in_a_list_item_starting_a_chunk_keeps_its_indent() -> None:
     # deploy-guide.md, step 2: "```bash" came back at the margin under "2. 安装 Helm chart：" (list ended there)
-    from zhiku.ingest.chunking import chunk_document
-    from zhiku.settings import ChunkingSettings
+    from zhiku.ingest.chunking import ChunkShape, chunk_document
     from zhiku.types import SourceDoc
 
     step2 = "2. 安装：\n\n   ```bash\n   helm install rec \\\n     --version 1.4.0 \\\n     -f values-prod.yaml\n   ```"
@@ -103,7 +102,7 @@ def test_a_code_block_in_a_list_item_starting_a_chunk_keeps_its_indent() -> None
         SourceDoc("d.md", "markdown", "部署", text),
         collection="c",
         doc_id="d",
-        settings=ChunkingSettings(size=100, overlap=0, min_chars=5),
+        settings=ChunkShape(size=100, overlap=0, min_chars=5),
     )
     assert any(c.text.startswith("```bash") for c in chunks)  # the chunk starting at the fence, its indent outside
     assert reconstruct_markdown(chunks).endswith(f"。\n\n{step2}\n\n3. 检查状态。")

@@ -367,7 +367,7 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, embed_cache_dir: Pa
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     return lambda *args: runner.invoke(app, [str(a) for a in args], catch_exceptions=False)

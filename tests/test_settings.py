@@ -1,10 +1,13 @@
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from zhiku.errors import ConfigError
 from zhiku.settings import Settings, load_settings, merge
+from zhiku.settings_errors import FIXED, MOVED
 
 
 @pytest.fixture(autouse=True)
@@ -15,28 +18,43 @@ def _clean_env(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
+def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
 def test_defaults():
     s = load_settings()
     assert s.index == Path(".zhiku")
-    assert (s.retrieval.fusion, s.retrieval.rrf_k, s.retrieval.per_source_k, s.retrieval.mode) == (
+    assert (s.retrieval.fusion, s.retrieval.mode, s.retrieval.top_k, s.answer.min_score) == (
         "zscore",
-        60,
-        100,
         "hybrid",
+        5,
+        0.88,
     )
-    assert (s.chunking.size, s.chunking.overlap) == (200, 50)
+    assert s.chunking.size == 200
     assert s.store.kind == "sqlite"
+    assert len(flat(s.model_dump(mode="json"))) == 60  # what `zhiku config show --json` prints
+
+
+def test_every_endpoint_section_has_the_same_four_keys():
+    s = Settings()
+    for section in (s.embedding, s.rerank, s.llm, s.judge):
+        assert {"base_url", "model", "api_key_env", "timeout_s"} <= set(section.model_dump())
+    assert (s.embedding.timeout_s, s.rerank.timeout_s, s.llm.timeout_s, s.judge.timeout_s) == (60.0, 10.0, 60.0, 60.0)
 
 
 def test_yaml_then_env_then_overrides(tmp_path, monkeypatch):
-    (tmp_path / "zhiku.yaml").write_text("retrieval:\n  rrf_k: 10\n  top_k: 7\nindex: from-yaml\n", encoding="utf-8")
-    assert load_settings().retrieval.rrf_k == 10
-    monkeypatch.setenv("ZHIKU_RETRIEVAL__RRF_K", "20")
+    (tmp_path / "zhiku.yaml").write_text("retrieval:\n  mode: bm25\n  top_k: 7\nindex: from-yaml\n", encoding="utf-8")
+    assert load_settings().retrieval.mode == "bm25"
+    monkeypatch.setenv("ZHIKU_RETRIEVAL__MODE", "dense")
     monkeypatch.setenv("ZHIKU_STORE__KIND", "sqlite")
     s = load_settings()
-    assert (s.retrieval.rrf_k, s.retrieval.top_k, s.index) == (20, 7, Path("from-yaml"))
-    s = load_settings(index=Path("flag"), retrieval={"rrf_k": 30})
-    assert (s.retrieval.rrf_k, s.retrieval.top_k, s.index) == (30, 7, Path("flag"))
+    assert (s.retrieval.mode, s.retrieval.top_k, s.index) == ("dense", 7, Path("from-yaml"))
+    s = load_settings(index=Path("flag"), retrieval={"mode": "hybrid"})
+    assert (s.retrieval.mode, s.retrieval.top_k, s.index) == ("hybrid", 7, Path("flag"))
 
 
 def test_explicit_config_file(tmp_path):
@@ -103,8 +121,8 @@ def test_env_variables_that_would_be_ignored_are_refused(monkeypatch):
     monkeypatch.setenv("ZHIKU_RETRIVAL__TOP_K", "1")
     assert _message() == (
         "invalid settings: unknown setting section 'retrival' in ZHIKU_RETRIVAL__TOP_K (did you mean "
-        "ZHIKU_RETRIEVAL__TOP_K? sections: store, text, chunking, loaders, ingest, embedding, retrieval, rerank, "
-        "answer, server, tracing, judge, llm, transforms; every key: docs/settings.md)"
+        "ZHIKU_RETRIEVAL__TOP_K? sections: store, text, chunking, loaders, embedding, retrieval, rerank, answer, "
+        "server, tracing, judge, llm, transforms; every key: docs/settings.md)"
     )
     monkeypatch.delenv("ZHIKU_RETRIVAL__TOP_K")
     monkeypatch.setenv("ZHIKU_RETRIEVAL_TOP_K", "3")
@@ -120,6 +138,17 @@ def test_env_variables_that_would_be_ignored_are_refused(monkeypatch):
     s = load_settings()
     assert (s.server.port, s.retrieval.top_k) == (9000, 5)
     assert s.embedding.api_key is not None and s.embedding.api_key.get_secret_value() == "x"
+
+
+def test_api_keys_come_from_the_variable_each_section_names_and_are_never_shown(monkeypatch):
+    monkeypatch.setenv("ZHIKU_JUDGE_API_KEY", "judge-key")
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "llm-key")
+    s = load_settings(llm={"api_key_env": "DASHSCOPE_API_KEY"})
+    assert (s.judge.api_key, s.llm.api_key) == (SecretStr("judge-key"), SecretStr("llm-key"))
+    assert s.embedding.api_key is None
+    shown = flat(s.model_dump(mode="json"))
+    assert "llm.api_key" not in shown and shown["llm.api_key_env"] == "DASHSCOPE_API_KEY"
+    assert merge(s, retrieval={"top_k": 3}).llm.api_key == SecretStr("llm-key")  # a copy keeps the keys
 
 
 def test_unknown_key_and_bad_choice(tmp_path):
@@ -140,15 +169,10 @@ def test_malformed_yaml(tmp_path):
         load_settings()
 
 
-def test_chunk_overlap_must_be_below_half_the_size():
-    with pytest.raises(ConfigError, match=r"chunking.overlap \(600\) must be less than half of chunking.size \(200\)"):
-        load_settings(chunking={"overlap": 600})
-
-
 def test_merge_validates():
     s = Settings()
     assert merge(s, retrieval={"mode": "bm25"}).retrieval.mode == "bm25"
-    assert merge(s, retrieval={"mode": "bm25"}).retrieval.rrf_k == 60
+    assert merge(s, retrieval={"mode": "bm25"}).retrieval.top_k == 5
     with pytest.raises(ConfigError, match="retrieval.mode"):
         merge(s, retrieval={"mode": "fuzzy"})
 
@@ -167,7 +191,7 @@ def test_relative_paths_in_a_settings_file_are_taken_from_its_folder(tmp_path, m
     project.mkdir()
     (project / "zhiku.yaml").write_text(
         "index: .zhiku\ntext: {user_dict: terms.dict, synonyms: /etc/syn.txt}\n"
-        "server: {ingest_roots: [docs, /srv/shared]}\nembedding: {cache_dir: ~/cache}\n",
+        "server: {ingest_roots: [docs, /srv/shared]}\ncache_dir: ~/cache\n",
         encoding="utf-8",
     )
     monkeypatch.chdir(tmp_path / "project")  # the file in the current folder: exactly as written
@@ -187,7 +211,7 @@ def test_relative_paths_in_a_settings_file_are_taken_from_its_folder(tmp_path, m
             Path("/etc/syn.txt"),
         )
         assert s.server.ingest_roots == (base / "docs", Path("/srv/shared"))
-        assert s.embedding.cache_dir == Path("~/cache")  # ~ is the home folder (expanded where used), not the file's
+        assert s.cache_dir == Path("~/cache")  # ~ is the home folder (expanded where used), not the file's
     monkeypatch.setenv("ZHIKU_INDEX", "elsewhere")  # the environment and flags stay relative to the current folder
     assert load_settings(project / "zhiku.yaml").index == Path("elsewhere")
     assert load_settings(project / "zhiku.yaml", index=Path("flag")).index == Path("flag")
@@ -216,3 +240,75 @@ def test_a_model_folder_in_a_settings_file_is_taken_from_its_folder(tmp_path, mo
     assert (s.embedding.model, s.rerank.model) == ("BAAI/bge-large-zh-v1.5", "qwen-plus")
     monkeypatch.chdir(project)  # the file in the current folder: exactly as written
     assert load_settings().embedding.model == "BAAI/bge-large-zh-v1.5"
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "zhiku_init_v0.yaml"  # by `zhiku init` before the tiers
+
+
+def uncommented(text: str) -> str:
+    """Every setting of a generated zhiku.yaml switched on: drop the '# ' in front of keys and section lines."""
+    return "\n".join(re.sub(r"^(\s*)# (?!#)", r"\1", line) for line in text.splitlines())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "zhiku.settings"]
+
+
+def test_a_zhiku_yaml_of_the_previous_init_loads_as_written(tmp_path, caplog):
+    (tmp_path / "zhiku.yaml").write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+    s = load_settings()
+    assert (s.index, s.collection, s.server.ingest_roots) == (Path(".zhiku"), "docs", (Path("/tmp/kb/docs"),))
+    assert _warnings(caplog) == []
+
+
+def test_every_key_of_the_previous_init_loads_with_one_warning_per_moved_or_removed_key(tmp_path, caplog):
+    (tmp_path / "zhiku.yaml").write_text(uncommented(FIXTURE.read_text(encoding="utf-8")), encoding="utf-8")
+    s = load_settings()
+    said = _warnings(caplog)
+    assert len(said) == len(set(said)) == len(MOVED) + len(FIXED) == 82
+    assert "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)" in said
+    assert "zhiku.yaml: embedding.timeout is now embedding.timeout_s (read as that; rename it)" in said
+    assert "zhiku.yaml: embedding.cache_dir is now cache_dir (read as that; rename it)" in said
+    assert (
+        "zhiku.yaml: retrieval.compiled_core is no longer a setting (removed with the compiled search core); remove it"
+        in said
+    )
+    assert "zhiku.yaml: retrieval.per_source_k is no longer a setting (100); remove it" in said
+    assert "zhiku.yaml: llm.rewrite_timeout is no longer a setting (8 s); remove it" in said
+    assert (s.answer.min_score, s.embedding.timeout_s, s.cache_dir) == (0.88, 60.0, Path("/root/.cache/zhiku"))
+    assert (s.embedding.api_key_env, s.judge.api_key_env) == ("ZHIKU_EMBEDDING_API_KEY", None)  # as it was
+    unset = {section: {"api_key_env": None} for section in ("embedding", "rerank", "llm")}
+    rest = merge(s, index=".zhiku", collection="default", server={"ingest_roots": []}, cache_dir=None, **unset)
+    assert rest == Settings(cache_dir=None)  # every other key at its default
+
+
+def test_a_moved_key_keeps_its_value_and_the_new_name_wins(tmp_path, caplog):
+    (tmp_path / "zhiku.yaml").write_text(
+        "server: {min_score: 0.5, port: 9000}\nllm: {timeout: 5}\nrerank: {timeout: 3, timeout_s: 4}\n",
+        encoding="utf-8",
+    )
+    s = load_settings()
+    assert (s.answer.min_score, s.server.port, s.llm.timeout_s, s.rerank.timeout_s) == (0.5, 9000, 5.0, 4.0)
+    assert _warnings(caplog) == [
+        "zhiku.yaml: rerank.timeout is now rerank.timeout_s (read as that; rename it)",
+        "zhiku.yaml: llm.timeout is now llm.timeout_s (read as that; rename it)",
+        "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)",
+    ]
+
+
+def test_environment_variables_of_older_keys_are_read_with_one_warning_each(monkeypatch, caplog):
+    monkeypatch.setenv("ZHIKU_EMBEDDING__TIMEOUT", "5")
+    monkeypatch.setenv("ZHIKU_SERVER__MIN_SCORE", "0.5")
+    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", "/srv/cache")
+    monkeypatch.setenv("ZHIKU_RETRIEVAL__COMPILED_CORE", "false")
+    monkeypatch.setenv("ZHIKU_INGEST__WORKERS", "2")
+    s = load_settings()
+    assert (s.embedding.timeout_s, s.answer.min_score, s.cache_dir) == (5.0, 0.5, Path("/srv/cache"))
+    assert _warnings(caplog) == [
+        "the environment: ZHIKU_INGEST__WORKERS is no longer a setting (one reader thread); remove it",
+        "the environment: ZHIKU_EMBEDDING__TIMEOUT is now ZHIKU_EMBEDDING__TIMEOUT_S (read as that; rename it)",
+        "the environment: ZHIKU_SERVER__MIN_SCORE is now ZHIKU_ANSWER__MIN_SCORE (read as that; rename it)",
+        "the environment: ZHIKU_EMBEDDING__CACHE_DIR is now ZHIKU_CACHE_DIR (read as that; rename it)",
+        "the environment: ZHIKU_RETRIEVAL__COMPILED_CORE is no longer a setting (removed with the compiled search "
+        "core); remove it",
+    ]

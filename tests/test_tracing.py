@@ -318,7 +318,7 @@ def test_cli_verbose_and_traces(
     kb_factory(idx).ingest([corpus])
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_EMBEDDING__CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
@@ -631,7 +631,7 @@ def test_a_sampled_out_trace_keeps_stages_counts_and_hit_ranks_but_no_candidate_
 
 
 def test_errors_low_confidence_slow_and_forced_traces_keep_their_detail(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0}, server={"min_score": 0.95})
+    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0}, answer={"min_score": 0.95})
     sink = MemorySink()
     kb.tracer = Tracer([sink], sample=0.0, slow_ms=10_000)
     kb.query("zeta", top_k=3)  # best cosine .7 < min_score .95: low confidence
@@ -640,7 +640,7 @@ def test_errors_low_confidence_slow_and_forced_traces_keep_their_detail(kb_facto
     with pytest.raises(RuntimeError), kb.tracer.trace("query"):
         kb.retrieve("zeta", top_k=3)
         raise RuntimeError("after the search")
-    kb.settings = kb.settings.model_copy(update={"server": kb.settings.server.model_copy(update={"min_score": 0.0})})
+    kb.settings = kb.settings.model_copy(update={"answer": kb.settings.answer.model_copy(update={"min_score": 0.0})})
     kb.query("zeta", top_k=3)  # confident: sampled out
     kb.tracer = Tracer([sink], sample=0.0, slow_ms=0.0)
     kb.retrieve("zeta", top_k=3)  # slower than 0 ms

@@ -23,7 +23,7 @@ SAMPLED_IN, SAMPLED_OUT = "0000000000000001", "ffffffffffffff00"  # read as a fr
 def test_a_handed_off_trace_is_written_as_the_same_line_as_one_sealed_inline(
     kb_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace_id: str, kept: str | None, detail: str
 ) -> None:
-    kb = designed_kb(kb_factory, tmp_path, server={"min_score": 0.0})  # confident: the trace id decides the sample
+    kb = designed_kb(kb_factory, tmp_path, answer={"min_score": 0.0})  # confident: the trace id decides the sample
     monkeypatch.setattr(tracing, "_trace_id", lambda: trace_id)
     clock = types.SimpleNamespace(perf_counter=lambda: 5.0, time=lambda: 1_700_000_000.0)  # every timing 0 ms
     monkeypatch.setattr(tracing, "time", clock)
@@ -52,7 +52,7 @@ def test_a_handed_off_trace_is_written_as_the_same_line_as_one_sealed_inline(
 
 
 def test_a_trace_its_caller_reads_or_that_failed_is_sealed_on_the_query_thread(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, server={"min_score": 0.0})
+    kb = designed_kb(kb_factory, tmp_path, answer={"min_score": 0.0})
     sink = JsonlSink(tmp_path / TRACE_FILE, interval_s=60)
     kb.tracer = Tracer([sink], sample=0.0, slow_ms=1e9)
     with kb.tracer.trace("query", capture=True) as read:  # `zhiku query --verbose`, the dashboard's query page

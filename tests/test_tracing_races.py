@@ -124,7 +124,7 @@ class LateReranker:
 
 
 def late_kb(kb_factory, tmp_path: Path, path: Path):  # noqa: ANN201
-    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout": 0.05}, server={"min_score": 0.0})
+    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout": 0.05}, answer={"min_score": 0.0})
     kb._reranker = reranker = LateReranker()
     kb.tracer = Tracer([JsonlSink(path, interval_s=60)], sample=1.0)
     return kb, reranker

@@ -18,6 +18,7 @@ from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION
 from zhiku.embedding.openai_compat import OpenAIEmbedder
 from zhiku.errors import ConfigError
 from zhiku.ingest.transforms.builtin import guard
+from zhiku.llm import service as llm_service
 from zhiku.observability.trace import TRACE_FILE, read_traces
 from zhiku.openai_http import OpenAICompatibleClient
 
@@ -43,16 +44,28 @@ def llm_reply(prompt: str, n: int) -> str:
     return "劳动合同期限一年以上不满三年的，试用期不得超过二个月。"
 
 
-def llm_settings(fake: FakeOpenAI, model: str, **extra: Any) -> dict[str, Any]:
-    return {"base_url": fake.url, "model": model, "max_retries": 1, "timeout": 2.0, **extra}
+@pytest.fixture(autouse=True)
+def _llm_client_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LLM client's fixed retries and concurrency, which ``llm_settings`` sets per test: restored after each."""
+    for name in ("MAX_RETRIES", "CONCURRENCY"):
+        monkeypatch.setattr(llm_service, name, getattr(llm_service, name))
+
+
+def llm_settings(
+    fake: FakeOpenAI, model: str, max_retries: int = 1, concurrency: int = 4, **extra: Any
+) -> dict[str, Any]:
+    llm_service.MAX_RETRIES, llm_service.CONCURRENCY = max_retries, concurrency  # (``_llm_client_constants``)
+    return {"base_url": fake.url, "model": model, "timeout_s": 2.0, **extra}
 
 
 def open_kb(kb_factory: Any, index: Path, fake: FakeOpenAI, model: str, transforms: list[str], **kw: Any) -> Any:
     """A KB whose LLM and embedder are the fake server (fast, deterministic vectors); ``model`` keeps this test's
-    reply-cache entries apart from other tests'."""
+    reply-cache entries apart from other tests'. ``cache=False``: no reply cache (no cache_dir)."""
     fake.chat_reply = llm_reply
     embedder = OpenAIEmbedder(OpenAICompatibleClient(fake.url, max_retries=0), "fake-embed", dimensions=DIM)
-    return kb_factory(index, embedder=embedder, llm=llm_settings(fake, model, **kw), transforms={"enabled": transforms})
+    nocache = {} if kw.pop("cache", True) else {"cache_dir": None}
+    llm = llm_settings(fake, model, **kw)
+    return kb_factory(index, embedder=embedder, llm=llm, transforms={"enabled": transforms}, **nocache)
 
 
 def test_every_transform_output_is_indexed_traced_and_returned(
@@ -148,7 +161,7 @@ def test_a_slow_endpoint_times_out_per_chunk(
     kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     fake_openai.chat_delay_s = 1.0
-    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-slow", ["contextual"], timeout=0.2, max_retries=0)
+    kb = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-slow", ["contextual"], timeout_s=0.2, max_retries=0)
     report = kb.ingest([corpus])
     assert report.chunks_written == CORPUS_CHUNKS
     assert [i.reason for i in report.transforms.issues] == [

@@ -14,8 +14,9 @@ import pytest
 
 from fake_openai import DIM, FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
-from test_transforms import llm_settings, open_kb
+from test_transforms import _llm_client_constants, llm_settings, open_kb  # noqa: F401 (an autouse fixture)
 from zhiku.embedding.openai_compat import OpenAIEmbedder
+from zhiku.llm import service as llm_service
 from zhiku.openai_http import OpenAICompatibleClient
 
 DOCS = 3  # helpers_kb.CORPUS: three files
@@ -87,12 +88,15 @@ def cli_ingest(tmp_path: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
     transform = llm.pop("transform", "contextual")
     write_corpus(tmp_path / "docs")
     fake.chat_reply = llm_reply
-    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url, "dimensions": DIM}
+    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url}
     config = tmp_path / "zhiku.yaml"
+    monkeypatch.setattr(llm_service, "CONCURRENCY", 1)
+    monkeypatch.setattr(llm_service, "MAX_RETRIES", llm.pop("max_retries", llm_service.MAX_RETRIES))
     settings = {
         "index": str(tmp_path / "idx"),
-        "embedding": {**embedding, "cache_dir": str(tmp_path / "cache")},
-        "llm": {"base_url": fake.url, "concurrency": 1, **llm},
+        "embedding": embedding,
+        "cache_dir": str(tmp_path / "cache") if llm.pop("cache", True) else None,
+        "llm": {"base_url": fake.url, **llm},
     }
     config.write_text(json.dumps(settings), encoding="utf-8")
     return CliRunner().invoke(
@@ -200,7 +204,7 @@ def test_a_damaged_reply_cache_is_one_clear_error(tmp_path: Path) -> None:
             ReplyCache(damaged, read_only=read_only)
         assert str(e.value) == (  # was a sqlite3.DatabaseError traceback
             f"the LLM reply cache {damaged} cannot be opened (file is not a database): it is only a cache, delete "
-            "the file (or set llm.cache: false / judge.cache: false)"
+            "the file (or set cache_dir: null)"
         )
 
 
@@ -283,7 +287,7 @@ def test_the_summary_does_not_promise_a_retry_a_plain_ingest_will_not_make(
     r = cli_ingest(tmp_path, fake_openai, monkeypatch, model="m-no-promise", max_retries=0, cache=False)
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines()[-1] == (
-        "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is off, "
+        "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (no cache_dir, "
         "or 3 ingests in a row got none); run it with --force once the endpoint is back"
     )
 
@@ -321,8 +325,8 @@ def test_a_transform_switched_off_leaves_unchanged_documents_as_they_are(
     kb_factory: Any, corpus: Path, tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
     """Switching a transform off (or ingesting without the ``--transform`` of an earlier ingest) re-ingests nothing:
-    a plain ``zhiku ingest`` must not strip what an earlier one bought; ``--force`` does. A setting of a transform
-    still on that changed does re-enrich (from the cache where the requests are the same)."""
+    a plain ``zhiku ingest`` must not strip what an earlier one bought; ``--force`` does. Another model for a
+    transform still on does re-enrich."""
     both = open_kb(kb_factory, tmp_path / "idx", fake_openai, "m-setup-off", ["contextual", "metadata"])
     assert len(both.ingest([corpus]).added) == DOCS
     both.close()
@@ -339,8 +343,8 @@ def test_a_transform_switched_off_leaves_unchanged_documents_as_they_are(
     fewer = kb_factory(
         tmp_path / "idx",
         embedder=embedder,
-        llm=llm_settings(fake_openai, "m-setup-off"),
-        transforms={"enabled": ["metadata"], "max_tags": 1},
+        llm=llm_settings(fake_openai, "m-setup-off-b"),
+        transforms={"enabled": ["metadata"]},
     )
     changed = fewer.ingest([corpus])
     assert (len(changed.updated), changed.transforms.usage.calls) == (DOCS, CORPUS_CHUNKS + DOCS)

@@ -15,14 +15,16 @@ import pytest
 from mcp import Client
 from typer.testing import CliRunner
 
-from fake_openai import DIM, FakeOpenAI
+from fake_openai import FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION, make_settings
 from test_docx_html import handbook_docx
-from test_transforms import TAGS, llm_reply
+from test_transforms import TAGS, _llm_client_constants, llm_reply  # noqa: F401 (an autouse fixture)
 from zhiku.api import KnowledgeBase
 from zhiku.cli.app import app
+from zhiku.llm import service as llm_service
 from zhiku.mcp.server import build_server
 from zhiku.observability.trace import TRACE_FILE, read_traces
+from zhiku.retrieval import rewrite
 from zhiku.settings import Settings, merge
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -32,8 +34,9 @@ def fake_settings(tmp_path: Path, fake: FakeOpenAI, model: str, transforms: list
     """Embeddings and chat both from the fake server (deterministic vectors, no model to load: ranking assertions
     use bm25 mode)."""
     fake.chat_reply = llm_reply
-    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url, "dimensions": DIM, "cache": False}
-    llm = {"base_url": fake.url, "model": model, "max_retries": 0, "timeout": 2.0, **extra.pop("llm", {})}
+    embedding = {"provider": "openai", "model": "fake-embed", "base_url": fake.url}
+    llm_service.MAX_RETRIES = 0  # (``_llm_client_constants`` restores it)
+    llm = {"base_url": fake.url, "model": model, "timeout_s": 2.0, **extra.pop("llm", {})}
     return make_settings(
         tmp_path / "idx",
         tmp_path / "cache",
@@ -141,7 +144,9 @@ def test_a_named_article_stays_first_when_the_rewrites_rank_another_laws_first(
     assert (r.rewrite, [h.chunk.source for h in r.hits]) == ("ok", ["劳动合同法.md", "劳动法.md"])
 
 
-def test_query_rewriting_fuses_variants_and_falls_back_on_timeout(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+def test_query_rewriting_fuses_variants_and_falls_back_on_timeout(
+    tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from helpers_kb import write_corpus
 
     write_corpus(tmp_path / "docs")
@@ -170,12 +175,12 @@ def test_query_rewriting_fuses_variants_and_falls_back_on_timeout(tmp_path: Path
         "m-rewrite-slow",
         [],
         retrieval={"rewrite": "hyde", "mode": "bm25"},
-        llm={"rewrite_timeout": 0.3},
     )
+    monkeypatch.setattr(rewrite, "REWRITE_TIMEOUT_S", 0.3)
     fake_openai.chat_delay_s = 1.5
     with KnowledgeBase(slow) as kb:
         r = kb.retrieve("年休假有几天", top_k=2)
-        assert r.rewrite == "fallback: timeout: no rewrite within 0.3s (llm.rewrite_timeout)" and r.queries == ()
+        assert r.rewrite == "fallback: timeout: no rewrite within 0.3s" and r.queries == ()
         assert r.hits[0].chunk.source == "年休假条例.md"  # the plain query's hits
     fake_openai.chat_delay_s = 0.0
     with KnowledgeBase(
@@ -203,9 +208,8 @@ def test_cli_transform_json_dry_run_and_history(
                     "provider": "openai",
                     "model": "fake-embed",
                     "base_url": fake_openai.url,
-                    "dimensions": DIM,
-                    "cache_dir": str(tmp_path / "cache"),
                 },
+                "cache_dir": str(tmp_path / "cache"),
                 "llm": {"base_url": fake_openai.url, "model": "m-cli", "price_input": 1.0, "price_output": 2.0},
             }
         ),

@@ -104,12 +104,12 @@ class KnowledgeBase:
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
-        return TextProcessor(**t.model_dump())  # t2s, user_dict, stopwords, synonyms, synonyms_at
+        return TextProcessor(user_dict=t.user_dict, synonyms=t.synonyms)
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = build_embedder(self.settings.embedding)
+            self._embedder = build_embedder(self.settings.embedding, self.settings.cache_dir)
         return self._embedder
 
     @cached_property
@@ -128,7 +128,7 @@ class KnowledgeBase:
         """The reranker given to the constructor, else the configured one (``None`` for ``rerank.provider: none``)."""
         if self._reranker is not None:
             return self._reranker
-        return build_reranker(self.settings.rerank, cache_dir=self.settings.embedding.cache_dir)
+        return build_reranker(self.settings.rerank, cache_dir=self.settings.cache_dir)
 
     # -- index identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, str]:
@@ -232,7 +232,6 @@ class KnowledgeBase:
             ocr_setting=loaders.ocr,
             max_file_mb=loaders.max_file_mb,
             transforms=build_stage(self.settings, self.enrichments, on_progress=on_transform),
-            settings=self.settings.ingest,
         )
 
     @cached_property
@@ -320,12 +319,12 @@ class KnowledgeBase:
 
     def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
         """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence`` (below
-        ``server.min_score``) and, when nothing was found, a ``note`` saying why; a collection that does not exist
+        ``answer.min_score``) and, when nothing was found, a ``note`` saying why; a collection that does not exist
         is ``NotFound``. ``max_chars``: the budget of the Markdown and the citations' ``snippets`` together."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             note = None if r.hits else self._empty_note(options)
-            judged = judge(r, min_score=self.settings.server.min_score, normalize=self.text.normalize)
+            judged = judge(r, min_score=self.settings.answer.min_score, normalize=self.text.normalize)
             answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars)
         return replace(
             answer,

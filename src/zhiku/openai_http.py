@@ -218,21 +218,22 @@ class EndpointSettings(Protocol):
     def api_key(self) -> SecretStr | None: ...
 
     @property
-    def timeout(self) -> float: ...
+    def timeout_s(self) -> float: ...
 
 
-def client_from(settings: EndpointSettings, *, max_retries: int | None = None) -> OpenAICompatibleClient:
+def client_from(
+    settings: EndpointSettings, *, max_retries: int = 5, max_connections: int = 8
+) -> OpenAICompatibleClient:
     """The client for a settings section's endpoint: its base URL, API key (read from its ``api_key_env`` when the
-    settings loaded), timeout, ``max_retries`` and ``concurrency`` (when the section has them)."""
+    settings loaded) and timeout."""
     if not settings.base_url:
         raise ZhikuError("no endpoint configured: set base_url (e.g. http://127.0.0.1:8000/v1)")
-    retries = max_retries if max_retries is not None else int(getattr(settings, "max_retries", 5))
     return OpenAICompatibleClient(
         settings.base_url,
         api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-        timeout=settings.timeout,
-        max_retries=retries,
-        max_connections=int(getattr(settings, "concurrency", 8)),
+        timeout=settings.timeout_s,
+        max_retries=max_retries,
+        max_connections=max_connections,
     )
 
 

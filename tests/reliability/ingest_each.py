@@ -65,7 +65,7 @@ def main(index: str, list_file: str) -> None:
     paths = [os.fsdecode(line) for line in Path(list_file).read_bytes().split(b"\0") if line]
     signal.signal(signal.SIGALRM, _alarm)
     settings = load_settings(None, index=Path(index))
-    embedder = TimedEmbedder(build_embedder(settings.embedding))
+    embedder = TimedEmbedder(build_embedder(settings.embedding, settings.cache_dir))
     with KnowledgeBase(settings, embedder=embedder) as kb:
         for path in paths:
             started = time.monotonic()

@@ -54,7 +54,7 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 def zhiku_env(cache: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZHIKU_")}
-    env.update({"ZHIKU_EMBEDDING__CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT / "src"), **extra})
+    env.update({"ZHIKU_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT / "src"), **extra})
     return env
 
 

@@ -202,7 +202,7 @@ def query(
     with _errors(as_json):
         settings = _settings(config, index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
         with _kb(settings, read_only=True) as kb:
-            if rerank is not False:  # load the model first: rerank.timeout then bounds the reranking itself
+            if rerank is not False:  # load the model first: rerank.timeout_s then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)
             with kb.tracer.trace("query", capture=verbose) as trace:
                 answer = kb.query(

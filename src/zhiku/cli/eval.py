@@ -3,7 +3,6 @@ queries are timed, and the --embedder/--reranker overrides. Heavy parts (evaluat
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -14,8 +13,7 @@ from rich.table import Table
 from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
 from zhiku.errors import InvalidInput
-from zhiku.llm.settings import JudgeSettings
-from zhiku.settings import Settings, load_settings, merge
+from zhiku.settings import JudgeSettings, Settings, load_settings, merge
 
 DatasetOpt = Annotated[
     Optional[Path],
@@ -102,7 +100,7 @@ def with_models(settings: Settings, embedder: str | None, reranker: str | None) 
 
 
 # ------------------------------------------------------------------------------------------- eval
-def build_judge(settings: Settings, env: dict[str, str]) -> Any:
+def build_judge(settings: Settings) -> Any:
     """The judge client from the settings, or None when no judge is configured (its API key read here, at the edge)."""
     from zhiku.evaluation.judge import CACHE_FILE, JudgeClient
     from zhiku.llm.cache import ReplyCache
@@ -110,13 +108,11 @@ def build_judge(settings: Settings, env: dict[str, str]) -> Any:
     j: JudgeSettings = settings.judge
     if not j.base_url or not j.model:
         return None
-    key = None
-    if j.api_key_env:
-        key = env.get(j.api_key_env)
-        if not key:
-            raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
-    cache = ReplyCache(settings.embedding.cache_dir / CACHE_FILE) if j.cache else None
-    return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout, cache=cache)
+    if j.api_key_env and j.api_key is None:
+        raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
+    key = j.api_key.get_secret_value() if j.api_key else None
+    cache = ReplyCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
+    return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout_s, cache=cache)
 
 
 def eval_(
@@ -187,7 +183,7 @@ def eval_(
             bars += baseline_bars(
                 baseline, max_drop=max_drop, dataset=data.name, mode=mode_, budget=budget, queries=len(data.queries)
             )
-        client = build_judge(settings, dict(os.environ)) if judge is not False else None
+        client = build_judge(settings) if judge is not False else None
         if judge and client is None:
             raise InvalidInput(
                 "--judge needs an LLM judge: set judge.base_url and judge.model (ZHIKU_JUDGE__BASE_URL, ZHIKU_JUDGE__MODEL)"

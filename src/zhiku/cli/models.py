@@ -10,7 +10,7 @@ import typer
 
 from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, out
-from zhiku.settings import load_settings
+from zhiku.settings import _default_cache_dir, load_settings
 
 models_app = typer.Typer(
     help="Model manifest: list known models, verify model files (SHA-256), pin a local model.", no_args_is_help=True
@@ -19,7 +19,7 @@ ManifestOpt = Annotated[
     Optional[Path],
     typer.Option(
         "--manifest",
-        help="Manifest file to read besides the shipped one, or to write (default: <embedding.cache_dir>/models.json).",
+        help="Manifest file to read besides the shipped one, or to write (default: <cache_dir>/models.json).",
     ),
 ]
 
@@ -27,7 +27,9 @@ ManifestOpt = Annotated[
 def _manifest_path(config: Path | None, manifest: Path | None) -> Path:
     from zhiku.modelhub.pinning import USER_MANIFEST
 
-    return manifest if manifest is not None else load_settings(config).embedding.cache_dir / USER_MANIFEST
+    return (
+        manifest if manifest is not None else (load_settings(config).cache_dir or _default_cache_dir()) / USER_MANIFEST
+    )
 
 
 def _hf_cache() -> Path:

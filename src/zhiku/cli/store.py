@@ -32,11 +32,7 @@ def migrate(
 ) -> None:
     """Copy an embedded index (documents, chunks, tokens, vectors, history, metadata) into Milvus without
     re-embedding; run it again to resume an interrupted copy."""
-<<<<<<< HEAD
-=======
     from zhiku.api import migrate_to_milvus
-    from zhiku.cli.common import _errors, _progress, err
->>>>>>> query
     from zhiku.errors import InvalidInput
     from zhiku.settings import load_settings
 
@@ -66,11 +62,7 @@ def migrate(
 def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
     past `store.compact_dead_fraction`), and delete vector files of older generations or another embedder."""
-<<<<<<< HEAD
-=======
     from zhiku.api import compact_index
-    from zhiku.cli.common import _errors
->>>>>>> query
     from zhiku.settings import load_settings
 
     with _errors():

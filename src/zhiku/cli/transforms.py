@@ -73,10 +73,10 @@ def print_report(report: Any) -> None:
             "(replies already received come from the cache)",
             markup=False,
         )
-    elif any(i.unreached for i in t.issues):  # llm.cache off, or RETRY_LIMIT ingests in a row without an answer
+    elif any(i.unreached for i in t.issues):  # no cache_dir, or RETRY_LIMIT ingests in a row without an answer
         err.print(
-            "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (llm.cache is "
-            "off, or 3 ingests in a row got none); run it with --force once the endpoint is back",
+            "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (no "
+            "cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back",
             markup=False,
         )
 

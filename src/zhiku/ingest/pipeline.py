@@ -5,7 +5,7 @@ document; ``sync`` drops documents whose files are gone. One bad file never stop
 touches what is stored.
 
 Each document is prepared (read, parse, chunk, transform, tokenise) in turn; chunks are embedded in calls of
-``ingest.batch_chunks`` across documents (``ingest.batching``), and each document is written, in order, as soon
+``BATCH_CHUNKS`` across documents (``ingest.batching``), and each document is written, in order, as soon
 as all its chunks are embedded. Preparing runs inline: with cached vectors or a remote embedder, helper threads
 saved at most a few percent, since preparing is Python that holds the GIL.
 """
@@ -37,7 +37,7 @@ from zhiku.ingest.loaders.ocr import needs_ocr_note
 from zhiku.ingest.progress import chunk_note
 from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
 from zhiku.observability.tracing import span
-from zhiku.settings import ChunkingSettings, IngestSettings
+from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Writer
 from zhiku.text import TextProcessor
 from zhiku.types import (
@@ -210,7 +210,7 @@ class Preparer:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        texts = TransformStage.index_texts(batch, index_text)
         chunks = list(batch.chunks)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
@@ -269,6 +269,11 @@ def _another_file(stored: str, path: str) -> bool:
     return stored != path and Path(stored).is_file()
 
 
+# Chunks per embedding call, across documents: large enough to keep a model or endpoint busy, small enough that
+# progress shows every few seconds and a document is written soon after its last chunk is embedded
+BATCH_CHUNKS = 128
+
+
 @dataclass
 class _Tally:
     """One ingest run's outcome so far."""
@@ -301,17 +306,17 @@ class Ingestor:
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
-        settings: IngestSettings | None = None,
+        batch_chunks: int = BATCH_CHUNKS,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read. ``settings``: chunks per embedding call and prepare threads."""
+        fail without being read. ``batch_chunks``: chunks per embedding call."""
         self.store = store
         self.embedder = embedder
         self.images = images
         self.ocr_setting = ocr_setting
         self.transforms = transforms
-        self.settings = settings or IngestSettings()
+        self.batch_chunks = batch_chunks
         self.prep = Preparer(
             store,
             embedder,
@@ -418,7 +423,7 @@ class Ingestor:
         )
         batcher: EmbedBatcher[Prepared] = EmbedBatcher(
             self.embedder,
-            self.settings.batch_chunks,
+            self.batch_chunks,
             on_error=partial(self._embed_failed, tally),
             on_batch=note,
         )

@@ -41,7 +41,7 @@ class ReplyCache:
         except sqlite3.DatabaseError as e:  # a damaged or foreign file: say which, and that it is only a cache
             raise ConfigError(
                 f"the LLM reply cache {path} cannot be opened ({e}): it is only a cache, delete the file (or set "
-                "llm.cache: false / judge.cache: false)"
+                "cache_dir: null)"
             ) from None
 
     def get(self, key: str) -> str | None:

@@ -1,7 +1,7 @@
 """The cached, rate-limited chat service every LLM feature uses (``ChatService`` of the transform protocol).
 
 One ``OpenAICompatibleClient`` (retries honouring ``Retry-After``, timeouts) behind a semaphore of
-``llm.concurrency``; replies cached by (model, prompt id, messages) in ``llm.sqlite``; token counts (reported by
+``CONCURRENCY``; replies cached by (model, prompt id, messages) in ``llm.sqlite``; token counts (reported by
 the endpoint, estimated otherwise) and a cost estimate from ``llm.price_input`` / ``price_output``.
 ``PlanningService`` stands in for it in a dry run: it records what would be sent and answers nothing.
 """
@@ -18,12 +18,14 @@ from typing import Any
 
 from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache, reply_key
 from zhiku.llm.chat import TransformError
-from zhiku.llm.settings import LLMSettings
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, client_from
+from zhiku.settings import LLMSettings
 from zhiku.types import LLMUsage
 
 _CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
 REFUSALS = ("content_filter", "content-filter", "safety")
+CONCURRENCY = 4  # requests in flight at once: faster runs without tripping a hosted API's rate limit
+MAX_RETRIES = 3  # on 429, 5xx, timeouts and lost connections (`Retry-After` honoured)
 BREAKER = 8  # consecutive requests that failed after their retries; then the endpoint is not called again this run
 
 
@@ -193,17 +195,19 @@ class PlanningService(LLMService):
         raise TransformError("dry run: nothing sent")
 
 
-def build_service(settings: LLMSettings, cache_dir: Path, *, deadline_s: float | None = None) -> LLMService | None:
+def build_service(
+    settings: LLMSettings, cache_dir: Path | None, *, deadline_s: float | None = None
+) -> LLMService | None:
     """The chat service of ``llm.*`` (None when no endpoint or model is set)."""
     if not settings.base_url or not settings.model:
         return None
-    cache = ReplyCache(cache_dir / LLM_CACHE_FILE) if settings.cache else None
+    cache = ReplyCache(cache_dir / LLM_CACHE_FILE) if cache_dir else None
     return LLMService(
-        client_from(settings),
+        client_from(settings, max_retries=MAX_RETRIES, max_connections=CONCURRENCY),
         settings.model,
         vision_model=settings.vision_model,
         cache=cache,
-        concurrency=settings.concurrency,
+        concurrency=CONCURRENCY,
         prices=(settings.price_input, settings.price_output),
         currency=settings.currency,
         deadline_s=deadline_s,

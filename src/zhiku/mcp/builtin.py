@@ -28,6 +28,7 @@ from zhiku.mcp.models import (
     QueryFilters,
     QueryResult,
 )
+from zhiku.retrieval.query import MAX_QUERY_CHARS
 from zhiku.settings import Settings
 
 ToolDecorator = Callable[..., Callable[[Any], Any]]  # tool(name, title, text, read_only=, destructive=)
@@ -55,10 +56,10 @@ DocId = Annotated[
 
 def register_builtins(server: MCPServer, tool: ToolDecorator, settings: Settings) -> None:
     """Add zhiku's knowledge tools (the registry leaves out the write tools when ``server.read_only``), resources and prompt."""
-    _read_tools(tool, settings.retrieval.max_query_chars)
+    _read_tools(tool, MAX_QUERY_CHARS)
     _write_tools(tool)  # skipped by the registry on a read-only server
     _resources(server)
-    _prompt(server, settings.retrieval.max_query_chars)
+    _prompt(server, MAX_QUERY_CHARS)
 
 
 def _read_tools(tool: ToolDecorator, max_query: int) -> None:

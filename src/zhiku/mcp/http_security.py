@@ -41,6 +41,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+PATH = "/mcp"  # the MCP endpoint's path, what clients expect
+MAX_REQUEST_BYTES = 1_048_576  # largest request body: a tool call is small; a bigger body is refused unread
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 HEALTH_PATH = "/healthz"
 MIN_TOKEN_CHARS = 16
@@ -292,8 +294,8 @@ def build_http_app(sdk_app: ASGIApp, server: ServerSettings) -> ASGIApp:
     from starlette.middleware.authentication import AuthenticationMiddleware
     from starlette.middleware.cors import CORSMiddleware
 
-    app: ASGIApp = JsonRpcGuard(sdk_app, server.path)
-    app = RequestBodyLimitMiddleware(app, server.max_request_bytes)
+    app: ASGIApp = JsonRpcGuard(sdk_app, PATH)
+    app = RequestBodyLimitMiddleware(app, MAX_REQUEST_BYTES)
     if server.token:
         app = AuthenticationMiddleware(RequireToken(app), BearerAuthBackend(StaticTokenVerifier(server.token)))
     exact = [o for o in server.allowed_origins if not o.endswith("://*")]

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.cache import CACHE_SIZE, CACHE_TTL_S, ResultCache, cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
@@ -50,6 +50,7 @@ from zhiku.types import Answer, DocRecord, DocStatus
 log = logging.getLogger("zhiku.mcp.server")
 
 MAX_OUTLINE = 200
+MAX_IMAGES = 3  # images of cited passages sent with an answer; more would crowd a client's context
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
@@ -83,14 +84,14 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, settings.server.cache_ttl_s)
+        self.cache: ResultCache[QueryResult] = ResultCache(CACHE_SIZE, CACHE_TTL_S)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
         """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
         ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
-        embedder = SerialEmbedder(build_embedder(settings.embedding))
+        embedder = SerialEmbedder(build_embedder(settings.embedding, settings.cache_dir))
         kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
@@ -217,10 +218,10 @@ class Hub:
         return list(out.values())
 
     def image_blocks(self, result: QueryResult) -> list[tuple[str, str]]:
-        """Base64 ``(mime_type, data)`` of the first ``server.max_images`` cited images on disk, if small enough."""
+        """Base64 ``(mime_type, data)`` of the first ``MAX_IMAGES`` cited images on disk, if small enough."""
         blocks: list[tuple[str, str]] = []
         for im in result.images:
-            if len(blocks) >= self.settings.server.max_images:
+            if len(blocks) >= MAX_IMAGES:
                 break
             try:
                 data = self.kb.images.read(im.uri.rsplit("/", 1)[-1])

@@ -214,7 +214,7 @@ async def _bench(
             ms, result = await _call(client, QUERY_TOOL, args)
             if result.structured_content.get("cache") != "hit":
                 raise BenchError(
-                    "expected result-cache hits in the cache series; is server.min_score above the answers' confidence?"
+                    "expected result-cache hits in the cache series; is answer.min_score above the answers' confidence?"
                 )
             samples.append(ms)
         out["cache_hit"] = summarize(samples)

@@ -121,7 +121,7 @@ class QueryResult(_Out):
     )
     low_confidence: bool = Field(
         description=(
-            "True when `confidence` is below server.min_score (unless the first passage holds every code the query "
+            "True when `confidence` is below answer.min_score (unless the first passage holds every code the query "
             "names, e.g. ORD-4290), or nothing matched."
         )
     )

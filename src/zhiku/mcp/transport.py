@@ -20,12 +20,12 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
     """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import build_http_app, sdk_host_patterns, sdk_origin_patterns
+    from zhiku.mcp.http_security import MAX_REQUEST_BYTES, PATH, build_http_app, sdk_host_patterns, sdk_origin_patterns
 
     s = settings.server
     security = TransportSecuritySettings(allowed_hosts=sdk_host_patterns(s), allowed_origins=sdk_origin_patterns(s))
     app = server.streamable_http_app(
-        streamable_http_path=s.path, max_request_body_size=s.max_request_bytes, transport_security=security, host=s.host
+        streamable_http_path=PATH, max_request_body_size=MAX_REQUEST_BYTES, transport_security=security, host=s.host
     )
     return build_http_app(app, s)
 
@@ -73,7 +73,9 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
         return
     import uvicorn
 
-    log.info("zhiku: serving %s on http://%s:%d%s", settings.index, s.host, s.port, s.path)
+    from zhiku.mcp.http_security import PATH
+
+    log.info("zhiku: serving %s on http://%s:%d%s", settings.index, s.host, s.port, PATH)
     config = uvicorn.Config(
         http_app(server, settings), host=s.host, port=s.port, log_level="warning", access_log=False, lifespan="on"
     )

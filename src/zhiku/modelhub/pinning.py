@@ -1,6 +1,6 @@
 """Model pinning: a manifest of known models (file names, byte sizes, SHA-256), checked before a model loads.
 
-The shipped manifest is ``zhiku/data/models.json``; a user manifest (default ``<embedding.cache_dir>/models.json``,
+The shipped manifest is ``zhiku/data/models.json``; a user manifest (default ``<cache_dir>/models.json``,
 written by ``zhiku models pin``) adds or replaces entries by id. An entry with ``pinned: false`` names a model
 that zhiku knows but whose files nobody has attested yet (its hashes are filled by ``zhiku models pin PATH``);
 it is never checked.

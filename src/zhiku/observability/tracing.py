@@ -188,6 +188,7 @@ class _NoSpan:
 
 
 NOOP = _NoSpan()
+SLOW_MS = 500.0  # a query slower than this keeps its candidate detail whatever `tracing.sample` says
 
 
 def span(name: str) -> _Span | _NoSpan:
@@ -391,9 +392,9 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
     """The tracer a ``KnowledgeBase`` uses: ``<index>/traces.jsonl`` (and OpenTelemetry when asked), or off."""
     if not settings.enabled:
         return Tracer()
-    sinks: list[Sink] = [JsonlSink(Path(index) / TRACE_FILE, max_bytes=settings.max_bytes, backups=settings.backups)]
+    sinks: list[Sink] = [JsonlSink(Path(index) / TRACE_FILE)]
     if settings.otel:
         from zhiku.observability.otel import OtelSink
 
         sinks.append(OtelSink())
-    return Tracer(sinks, detail=settings.detail, sample=settings.sample, slow_ms=settings.slow_ms)
+    return Tracer(sinks, sample=settings.sample, slow_ms=SLOW_MS)

@@ -31,6 +31,7 @@ FOREIGN_QUESTION_TIP = (
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
 MIN_SNIPPET = 40  # the shortest snippet a budget shrinks a citation to
+SNIPPET_CHARS = 400  # characters of each hit in the Markdown answer before the budget shrinks them
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
 _SENTENCE_END = re.compile(r"[。！？；!?;…]|\.(?=\s)")
 _MARKER = r"(?:[-*+]|\d{1,3}[.)])"  # a Markdown list item's marker: -, *, +, 1., 2)
@@ -283,6 +284,7 @@ def build_answer(
     normalize: Callable[[str], str] = str.lower,
     missing: Sequence[str] = (),
     budget: int | None = None,
+    snippet_chars: int = SNIPPET_CHARS,
 ) -> Answer:
     """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``, or with a
     ``budget``, until the Markdown and the citations' ``snippets`` fit it together (``fitted_answer``).
@@ -294,7 +296,7 @@ def build_answer(
     """
     if budget is not None:
         return fitted_answer(query, mode, hits, settings, budget, low_confidence, terms, normalize, missing)
-    limit = settings.snippet_chars
+    limit = snippet_chars
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
     while len(markdown) > settings.max_chars and limit > 40:
@@ -336,11 +338,19 @@ def fitted_answer(
 ) -> Answer:
     """``build_answer`` whose Markdown and citation snippets (``Answer.snippets``: each citation's text, query-focused
     when longer than the snippet length) fit ``budget`` characters together; the snippets shrink to fit."""
-    limit = settings.snippet_chars
+    limit = SNIPPET_CHARS
     while True:
-        fitted = settings.model_copy(update={"snippet_chars": limit, "max_chars": budget})
+        fitted = settings.model_copy(update={"max_chars": budget})
         answer = build_answer(
-            query, mode, hits, fitted, low_confidence=low_confidence, terms=terms, normalize=normalize, missing=missing
+            query,
+            mode,
+            hits,
+            fitted,
+            low_confidence=low_confidence,
+            terms=terms,
+            normalize=normalize,
+            missing=missing,
+            snippet_chars=limit,
         )
         texts = tuple(
             c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)

@@ -9,7 +9,7 @@ Signals (all from what the search already computed; no extra model call):
   corpus alike (a flat top), an answerable one has chunks that stand out.
 - ``coverage``: the share of the query's BM25 terms found in the returned chunks' text.
 
-``assess`` compares the best cosine with ``server.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
+``assess`` compares the best cosine with ``answer.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
 the default thresholds are calibrated by bench/confidence.py on the dev sets plus an off-topic set
 (tests/data/offtopic; bench/RESULTS.md, issue 11), where ``top_cosine`` separated them best.
 """
@@ -33,7 +33,7 @@ _CODE = re.compile(r"(?=[^\s]*[a-z])(?=[^\s]*\d)[a-z0-9][a-z0-9._/-]{2,}")  # or
 _WHOLE = r"(?<![a-z0-9])(?<![a-z0-9][._/-]){}(?![a-z0-9])(?![._/-][a-z0-9])"
 # a code names one thing when it has a separator or 3+ digits: win10, mp4, x86, k8s, ipv6, python3 are common words
 _DISTINCT = re.compile(r"[._/-]|\d{3}")
-MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with server.min_score (bench/confidence.py)
+MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with answer.min_score (bench/confidence.py)
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
     """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
-    ``min_score`` is ``server.min_score``, ``normalize`` the text processor's). Not low when the first passage holds
+    ``min_score`` is ``answer.min_score``, ``normalize`` the text processor's). Not low when the first passage holds
     every code the query names (``codes_in_first``: ORD-4290 scored 0.87 while [1] was its row), nor when the
     passages lead with the page the question asked for (``Retrieval.pages``: 第3页讲了什么 names no content)."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)

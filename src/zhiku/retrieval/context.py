@@ -136,6 +136,7 @@ def join_pieces(pieces: Sequence[Chunk]) -> str:
     return "".join(out)
 
 
+WHOLE_ARTICLES = True  # small-to-big: a hit on a piece of an article cut for length returns the whole article
 TABLE_MAX_CHARS = 3000  # a split table longer than this stays in pieces: the whole of it would crowd the answer
 
 

@@ -14,7 +14,8 @@ from functools import cache
 
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
-from zhiku.retrieval.query import check_mode
+from zhiku.retrieval.clauses import CLAUSE_WEIGHT, MAX_CLAUSES
+from zhiku.retrieval.query import MAX_QUERY_CHARS, check_mode
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor, article_numbers, chinese_number, query_clauses
 from zhiku.types import Filters, SearchMode
@@ -63,10 +64,8 @@ def read_question(
     if not isinstance(question, str) or not question.strip():
         raise InvalidInput("the query is empty: ask a question, e.g. 试用期最长多久")
     question = question.strip()
-    if len(question) > (limit := settings.max_query_chars):
-        raise InvalidInput(
-            f"the query has {len(question)} characters; the limit is {limit} (retrieval.max_query_chars)"
-        )
+    if len(question) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"the query has {len(question)} characters; the limit is {MAX_QUERY_CHARS}")
     if not any(ch.isalnum() for ch in question):  # "？？？", "……": nothing to search for, every passage as near
         shown = question if len(question) <= 20 else question[:20] + "…"
         raise InvalidInput(
@@ -81,8 +80,8 @@ def read_question(
         second = article_numbers(text.simplified(question))  # (第47條: 条 once Simplified)
         forms = (question,) if second == question else (question, second)
     clauses: tuple[str, ...] = ()
-    if mode_ == "hybrid" and settings.fusion == "zscore" and settings.clause_weight > 0:
-        clauses = tuple(query_clauses(question, max_clauses=settings.max_clauses))
+    if mode_ == "hybrid" and settings.fusion == "zscore" and CLAUSE_WEIGHT > 0:
+        clauses = tuple(query_clauses(question, max_clauses=MAX_CLAUSES))
     articles = article_numbers(normalized) if "第" in question else None
     lower = question.lower()
     paged = "页" in question or "頁" in question or "p" in lower or "ｐ" in lower

@@ -297,7 +297,7 @@ class LLMReranker:
 
 
 # ------------------------------------------------------------------------------------------ build
-def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | None:
+def build_reranker(settings: RerankSettings, *, cache_dir: Path | None) -> Reranker | None:
     """The configured reranker (``None`` for ``provider: none``); no model is loaded yet."""
     match settings.provider:
         case "none":
@@ -306,21 +306,15 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path) -> Reranker | N
             assert settings.model is not None  # the settings validator requires it
             return CrossEncoderReranker(
                 settings.model,
-                revision=settings.revision,
-                device=settings.device,
-                batch_size=settings.batch_size,
-                max_length=settings.max_length,
-                fp16=settings.fp16,
-                verify=settings.verify,
-                manifest=load_manifest(cache_dir / USER_MANIFEST),
-                memo=HashMemo(cache_dir / HASH_MEMO),
+                manifest=load_manifest(cache_dir / USER_MANIFEST if cache_dir else None),
+                memo=HashMemo(cache_dir / HASH_MEMO if cache_dir else None),
             )
         case "llm":
             from zhiku.openai_http import client_from
 
             assert settings.model is not None and settings.base_url is not None
             client = client_from(settings, max_retries=1)
-            return LLMReranker(client, settings.model, max_chars=settings.max_chars, timeout=settings.timeout)
+            return LLMReranker(client, settings.model, timeout=settings.timeout_s)
         case str(name):  # "plugin:NAME", a `zhiku.rerankers` entry point: a factory f(RerankSettings)
             from zhiku.plugins import build_provider
 
@@ -351,10 +345,10 @@ def rerank_traced(
 ) -> tuple[list[Hit], str]:
     """``rerank_with_fallback`` as stage ``rerank``: its candidates, scores and rank changes (or why it fell back)."""
     with span("rerank") as sp:
-        outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout)
+        outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout_s)
         if sp.active:
             candidates = min(r.top_m, len(hits))
-            data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout}
+            data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout_s}
             if outcome.ok:
                 changes = rank_changes(
                     {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},

@@ -20,9 +20,9 @@ from zhiku.llm.chat import ChatService, TransformError, clean_reply
 from zhiku.llm.prompts import Prompts, detect_language
 from zhiku.llm.service import build_service
 from zhiku.observability.tracing import span
-from zhiku.retrieval.fusion import ranked, rrf
+from zhiku.retrieval.fusion import RRF_K, ranked, rrf
 from zhiku.retrieval.plan import QueryPlan
-from zhiku.retrieval.query import MAX_TOP_K
+from zhiku.retrieval.query import MAX_QUERY_CHARS, MAX_TOP_K
 from zhiku.retrieval.rerank import rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
@@ -57,7 +57,7 @@ class QueryRewriter:
         try:
             found = future.result(timeout=self.timeout)
         except FutureTimeout:
-            raise TimeoutError(f"timeout: no rewrite within {self.timeout:g}s (llm.rewrite_timeout)") from None
+            raise TimeoutError(f"timeout: no rewrite within {self.timeout:g}s") from None
         return [q for q in dict.fromkeys(found) if q and q != query]
 
 
@@ -122,11 +122,11 @@ def _rewritten(
         sp.set(counts={"queries": len(extra)}, mode=rewriter.mode, queries=extra, **reason)
     if not extra:
         return replace(searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank), rewrite=status)
-    limit = searcher.settings.max_query_chars
+    limit = MAX_QUERY_CHARS
     k = max(depth or searcher.settings.top_k, searcher.rerank_settings.top_m)
     plans = [plan] + [searcher.read(q[:limit], plan.mode, plan.filters) for q in extra]
     results = [searcher.search(p, top_k=k, per_source_k=per_source_k, rerank=False) for p in plans]
-    fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=searcher.settings.rrf_k)
+    fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=RRF_K)
     hits_by: dict[str, Hit] = {}
     for r in results:
         for h in r.hits:
@@ -138,7 +138,9 @@ def _rewritten(
     if reranker is not None:
         rs = searcher.rerank_settings
         with span("rerank"):
-            outcome = rerank_with_fallback(reranker, plan.text, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout)
+            outcome = rerank_with_fallback(
+                reranker, plan.text, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout_s
+            )
         shown, rerank_status = list(outcome.hits), outcome.status
     return replace(
         results[0],
@@ -150,7 +152,9 @@ def _rewritten(
     )
 
 
-REQUEST_SLACK_S = 1.0  # how long a rewrite's request may outlive llm.rewrite_timeout
+REQUEST_SLACK_S = 1.0  # how long a rewrite's request may outlive REWRITE_TIMEOUT_S
+REWRITE_QUERIES = 3  # multi_query: alternative phrasings asked for, each one more search
+REWRITE_TIMEOUT_S = 8.0  # past it the plain question's hits are returned: a rewrite must not double the wait
 
 
 def build_rewriter(settings: Settings) -> QueryRewriter | None:
@@ -159,12 +163,12 @@ def build_rewriter(settings: Settings) -> QueryRewriter | None:
     if mode == "none":
         return None
     llm = settings.llm
-    # the request is abandoned shortly after the rewrite gave up (its own timeout says why), not after llm.timeout
-    deadline = llm.rewrite_timeout + REQUEST_SLACK_S
-    service = build_service(llm, settings.embedding.cache_dir, deadline_s=deadline)
+    # the request is abandoned shortly after the rewrite gave up (its own timeout says why), not after llm.timeout_s
+    deadline = REWRITE_TIMEOUT_S + REQUEST_SLACK_S
+    service = build_service(llm, settings.cache_dir, deadline_s=deadline)
     if service is None:
         raise ConfigError(
             f"retrieval.rewrite {mode!r} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
         )
-    prompts = Prompts(llm.prompts_dir, llm.prompt_version)
-    return QueryRewriter(service, mode, n=llm.rewrite_queries, timeout=llm.rewrite_timeout, prompts=prompts)
+    prompts = Prompts(llm.prompts_dir)
+    return QueryRewriter(service, mode, n=REWRITE_QUERIES, timeout=REWRITE_TIMEOUT_S, prompts=prompts)

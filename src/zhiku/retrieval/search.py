@@ -18,9 +18,9 @@ from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import mark, ranking_columns, span
-from zhiku.retrieval.clauses import clause_ranking, embed_clauses
-from zhiku.retrieval.context import Runs, whole_articles
-from zhiku.retrieval.fusion import columns_of, positions, rrf, zscore_fusion
+from zhiku.retrieval.clauses import CLAUSE_WEIGHT, clause_ranking, embed_clauses
+from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
+from zhiku.retrieval.fusion import RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.lookups import lookup
 from zhiku.retrieval.plan import QueryPlan, read_question
@@ -32,6 +32,7 @@ from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
+PER_SOURCE_K = 100  # candidates of each channel before fusion: z-score fusion measured best at 100 on the dev sets
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 INLINE_EMBED_S = 0.001
@@ -83,7 +84,7 @@ class Searcher:
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
         # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; reranking and
         # a slow embedder's embedding stay outside, so a remote model's latency never holds a place
-        self._gate = FairGate(settings.max_concurrent or 2 * (os.cpu_count() or 1))
+        self._gate = FairGate(2 * (os.cpu_count() or 1))
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         # one index version for the reads of a search (read once), where the store can pin it
@@ -116,9 +117,9 @@ class Searcher:
         reranker = self.reranker if rerank is not False else None
         final_k = top_k
         if reranker is not None:  # the reranker sees top_m fused candidates; it keeps at most rerank.top_k
-            final_k = min(top_k, self.rerank_settings.top_k or top_k)
+            final_k = top_k
             top_k = max(top_k, self.rerank_settings.top_m)
-        depth = max(per_source_k or s.per_source_k, top_k)
+        depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         known = tuple(self._vectors.get(form) for form in forms)
         # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
@@ -182,8 +183,7 @@ class Searcher:
         by_clause: Sequence[ScoredId] = (),
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
-        s = self.settings
-        catalogue = self._catalogue if s.whole_articles else None  # small-to-big: a piece brings its article
+        catalogue = self._catalogue if WHOLE_ARTICLES else None  # small-to-big: a piece brings its article
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
         filled: dict[str, float] = {}
         if mode_ == "hybrid":
@@ -316,25 +316,25 @@ class Searcher:
         ranking (``retrieval.fill_dense``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
         with span("fusion") as sp:
-            weights = [s.bm25_weight, s.dense_weight]
+            weights = list(WEIGHTS)
             filled: dict[str, float] = {}
             if s.fusion == "rrf":
-                order = rrf([bm25, dense], k=s.rrf_k, weights=weights)[:keep]
+                order = rrf([bm25, dense], k=RRF_K, weights=weights)[:keep]
             else:
-                if s.fill_dense and dense and vector is not None:
+                if dense and vector is not None:
                     seen = set(columns_of(dense)[0])
                     missing = [c for c in columns_of(bm25)[0] if c not in seen]
                     filled = self.store.dense_scores(vector, missing) if missing else {}
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
                 fill: list[dict[str, float] | None] = [None, filled]
                 if by_clause:  # the clause channel (retrieval.clause_weight)
-                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
+                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, CLAUSE_WEIGHT]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
                 fused = [c for c, _ in order[:top_k]]
                 sp.set(
                     counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
-                    method=s.fusion, dense_filled=len(filled), rrf_k=s.rrf_k, weights=weights,
+                    method=s.fusion, dense_filled=len(filled), rrf_k=RRF_K, weights=weights,
                 )  # fmt: skip
                 sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
                 if by_clause:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from zhiku.settings import Settings
+from zhiku.settings import Settings, shown_fields
 from zhiku.settings_errors import section_model
 
 WIDTH = 116
@@ -43,7 +43,7 @@ def _section(name: str, model: type[BaseModel], default: BaseModel, values: dict
     active = bool(values)
     head = "" if active else "# "
     lines = [f"{head}{name}:"]
-    for key, field in model.model_fields.items():
+    for key, field in shown_fields(model):
         lines += [head + line for line in _describe(field, "  ")]
         if key in values:
             lines.append(f"  {key}: {_value(values[key])}")

@@ -24,8 +24,6 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
         return SQLiteStore(
             settings.index,
             read_only=read_only,
-            busy_timeout_s=settings.store.busy_timeout_s,
-            compact_dead_fraction=settings.store.compact_dead_fraction,
             dense_search=settings.store.dense_search,
         )
     if kind == "milvus":
@@ -46,7 +44,7 @@ def compact_index(settings: Settings) -> CompactionReport:
         )
     if not (settings.index / DB_NAME).is_file():
         raise IndexNotFound(f"no index at {settings.index}: run `zhiku ingest PATH --index {settings.index}` first")
-    with SQLiteStore(settings.index, busy_timeout_s=settings.store.busy_timeout_s) as store:
+    with SQLiteStore(settings.index) as store:
         return store.compact()
 
 

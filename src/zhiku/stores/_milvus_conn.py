@@ -24,6 +24,8 @@ T = TypeVar("T")
 QUERY_LIMIT = 16384  # Milvus's limit on the rows of one query
 WRITE_BATCH = 256  # rows per upsert request
 LITE_FLUSH_ROWS = 512  # see Connection.flush_pending
+TIMEOUT_S = 30.0  # a request, retries of a lost connection included, before it fails with a StoreError
+CONSISTENCY = "Strong"  # every finished write is seen, across processes too
 _SERVER_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
 
 
@@ -54,7 +56,7 @@ class Connection:
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.uri = settings.uri
-        self.timeout = settings.timeout_s
+        self.timeout = TIMEOUT_S
         db = settings.db_name or "default"
         self.where = f"Milvus at {self.uri} (database {db}, collections {settings.collection_prefix}*)"
         self._lock = threading.RLock()
@@ -136,7 +138,7 @@ class Connection:
             return Unreachable(
                 f"cannot reach {self.where} during {what} ({message}): start Milvus (e.g. `milvus-lite server "
                 f"--data-dir DIR --port 19530`) or fix store.uri ({env}); requests give up after "
-                f"store.timeout_s={self.timeout:g}s"
+                f"{self.timeout:g}s"
             )
         if any(s in low for s in ("auth", "permission", "denied", "unauthenticated", "credential")):
             return StoreError(
@@ -157,7 +159,7 @@ class Connection:
         """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``store.consistency``, a collection that
         is not loaded (a restarted milvus-lite forgets loads) is loaded and the read repeated once."""
         if method in ("search", "query", "hybrid_search"):
-            kwargs.setdefault("consistency_level", self.settings.consistency)
+            kwargs.setdefault("consistency_level", CONSISTENCY)
             if method != "query" and self._unflushed:
                 self.flush_pending()
         try:
@@ -172,9 +174,7 @@ class Connection:
         ``sync=False``: pymilvus would otherwise poll each index every 0.5 s.
         """
         try:
-            self.invoke(
-                f"create {name}", "create_collection", name, schema=schema, consistency_level=self.settings.consistency
-            )
+            self.invoke(f"create {name}", "create_collection", name, schema=schema, consistency_level=CONSISTENCY)
         except StoreError:
             if not self.invoke(f"has_collection {name}", "has_collection", name):
                 raise
@@ -196,7 +196,7 @@ class Connection:
                 filter=expr,
                 output_fields=fields,
                 timeout=self.timeout,
-                consistency_level=self.settings.consistency,
+                consistency_level=CONSISTENCY,
             )
             out: list[dict[str, Any]] = []
             while batch := iterator.next():

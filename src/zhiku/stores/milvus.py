@@ -31,6 +31,7 @@ from zhiku.stores._milvus_read import MilvusReads
 from zhiku.stores._sqlite_schema import prepare_rows
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200  # Milvus's usual build parameters, fixed when the index is created
 _MANAGED_META = frozenset({"schema_version", "index_version"})
 
 
@@ -125,15 +126,13 @@ class MilvusStore(MilvusReads):
         if self._dim is not None:
             self._call("drop chunks", "drop_collection", self.chunks_name)
             self._dim = None
-        analyzer = self.settings.analyzer
-        if analyzer == "auto":
-            analyzer = "standard" if self.conn.is_lite else "whitespace"
+        # milvus-lite has no `whitespace`; a real Milvus's `standard` splits Chinese into single characters
+        analyzer = "standard" if self.conn.is_lite else "whitespace"
         client = self.conn.client
-        s = self.settings
         if self.conn.create(
             self.chunks_name,
             ms.chunks_schema(client, dim, analyzer),
-            ms.chunks_index(client, s.hnsw_m, s.hnsw_ef_construction),
+            ms.chunks_index(client, HNSW_M, HNSW_EF_CONSTRUCTION),
         ):
             self._upsert_catalog([ms.meta_row("milvus_analyzer", analyzer)])
         self._dim = self._chunks_dim()

@@ -17,7 +17,7 @@ from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
-from zhiku.ingest.loaders.markup import encode_image, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.markup import IMAGE_MIN_PX, encode_image, markdown_table, probe_image, source_image
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc, SourceImage
@@ -139,7 +139,7 @@ class DocxLoader:
         text = _run_text(p)
         if self.settings.images:
             for blip in p.iter("{%s}blip" % _NS["a"]):
-                picture = _picture(blip, document, self.settings.image_min_px)
+                picture = _picture(blip, document, IMAGE_MIN_PX)
                 if picture is not None:
                     images.append((len(blocks), *picture))
         text = (

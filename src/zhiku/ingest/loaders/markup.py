@@ -18,6 +18,7 @@ CJK_RE = re.compile(f"[{_CJK}]")
 _CJK_GAP_RE = re.compile(f"(?<=[{_CJK}])(?<![章节条款项编篇部卷]) (?=[{_CJK}])")
 
 MIME_EXT = {"image/png": "png", "image/jpeg": "jpg"}
+IMAGE_MIN_PX = 64  # a narrower or lower picture is decoration (an icon, a rule), not a figure worth keeping
 
 
 def drop_cjk_spaces(text: str) -> str:

@@ -27,7 +27,15 @@ from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
-from zhiku.ingest.loaders.markup import CJK_RE, encode_image, image_id, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.markup import (
+    CJK_RE,
+    IMAGE_MIN_PX,
+    encode_image,
+    image_id,
+    markdown_table,
+    probe_image,
+    source_image,
+)
 from zhiku.ingest.loaders.pdf_layout import (
     Block,
     Line,
@@ -57,6 +65,8 @@ from zhiku.types import PageSpan, SourceDoc, SourceImage
 PDF_INSTALL = "pip install 'zhiku[pdf]'"
 SCAN_MAX_CHARS = 20  # a page with fewer visible characters and a large image is a scan
 SCAN_MIN_COVER = 0.3  # ... where "large" covers this fraction of the page
+OCR_DPI = 150  # pages rendered for OCR: body text legible to RapidOCR at a quarter of 300 dpi's pixels
+IMAGE_MIN_AREA = 0.01  # a picture smaller than this fraction of its page is decoration (a logo, a bullet)
 _ERRORS = {
     3: "it is corrupt or truncated (not a readable PDF structure)",
     2: "the file cannot be read",
@@ -191,7 +201,7 @@ class PdfLoader:
             textpage = page.get_textpage()
             try:
                 out.lines, ranges, garbled, text = page_lines(raw, textpage, height)
-                areas = rule_groups(out.rules) if self.settings.pdf_tables else []
+                areas = rule_groups(out.rules)
                 for grid in tabular_areas(
                     areas, out.lines, lambda i: wide_gaps(textpage, ranges[i], out.lines[i].size)
                 ):
@@ -214,7 +224,7 @@ class PdfLoader:
             if garbled or (chars < SCAN_MAX_CHARS and cover >= SCAN_MIN_COVER):
                 engine = self._ocr_engine()
                 if engine is not None:
-                    scale = self.settings.ocr_dpi / 72
+                    scale = OCR_DPI / 72
                     bitmap = page.render(scale=scale)
                     out.lines, out.ocr, out.table_areas, out.tables = (
                         engine.page_lines(bitmap.to_pil(), scale),
@@ -234,11 +244,10 @@ class PdfLoader:
             page.close()
 
     def _images(self, pictures: list[tuple[Box, Any]], area: float) -> list[tuple[Box, bytes, str, int, int]]:
-        s = self.settings
         out = []
         for box, obj in pictures:
             w, h = obj.get_px_size()
-            if min(w, h) < s.image_min_px or (box[2] - box[0]) * (box[3] - box[1]) < s.image_min_area * area:
+            if min(w, h) < IMAGE_MIN_PX or (box[2] - box[0]) * (box[3] - box[1]) < IMAGE_MIN_AREA * area:
                 continue
             try:
                 if obj.get_filters() == ["DCTDecode"]:

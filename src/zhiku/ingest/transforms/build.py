@@ -36,9 +36,9 @@ def build_stage(
     service: LLMService | None
     if planning:
         llm = settings.llm
-        path = settings.embedding.cache_dir / LLM_CACHE_FILE  # read, never created, by a dry run
-        cache = ReplyCache(path, read_only=True) if llm.cache and path.exists() else None
+        path = settings.cache_dir / LLM_CACHE_FILE if settings.cache_dir else None  # read, never created, by a dry run
+        cache = ReplyCache(path, read_only=True) if path is not None and path.exists() else None
         service = PlanningService(llm.model or "(llm.model unset)", vision_model=llm.vision_model, cache=cache)
     else:
-        service = build_service(settings.llm, settings.embedding.cache_dir) if names else None
+        service = build_service(settings.llm, settings.cache_dir) if names else None
     return TransformStage(transforms, service, settings.transforms, settings.llm, store=store, on_progress=on_progress)

@@ -21,9 +21,10 @@ from dataclasses import replace
 from string import Template
 from typing import Any
 
-from zhiku.ingest.transforms._util import clean_reply, each_chunk, non_empty, render, require_llm, window_around
+from zhiku.ingest.transforms._util import each_chunk, non_empty, render, require_llm, window_around
 from zhiku.ingest.transforms.base import ChatService, DocMeta, DocumentBatch, TransformContext, TransformError
 from zhiku.llm.cache import json_object_in
+from zhiku.llm.chat import clean_reply
 from zhiku.types import Chunk, ImageRef
 
 MAX_CONTEXT_CHARS = 400

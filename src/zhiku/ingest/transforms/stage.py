@@ -18,14 +18,15 @@ from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, T
 from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
 from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
 from zhiku.llm.prompts import Prompts, detect_language
-from zhiku.llm.service import LLMService
-from zhiku.llm.settings import TRANSFORM_ORDER, LLMSettings, TransformSettings
+from zhiku.llm.service import CONCURRENCY, LLMService
 from zhiku.observability.tracing import mark, span
+from zhiku.settings import TRANSFORM_ORDER, LLMSettings, TransformSettings
 from zhiku.types import Chunk, LLMUsage, SourceDoc, TransformIssue, TransformReport
 
 IndexText = Callable[[str, str, str, Sequence[str]], str]  # (title, section, text, captions) → index text
 TransformProgress = Callable[[str, str, int, int], None]  # (transform, source, chunks done, chunks in document)
 TRACE_CHUNKS = 200  # chunk rows kept in one ingest trace
+LANGUAGE = "auto"  # prompts in the document's language: Chinese for a mostly-CJK one, else English
 RETRY_LIMIT = 3  # ingests in a row without an answer for some chunk of a document; then only --force asks again
 __all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transforms"]
 
@@ -101,7 +102,7 @@ class TransformStage:
         self.settings = settings
         self.llm = llm
         self.store = store
-        self.prompts = prompts or Prompts(llm.prompts_dir, llm.prompt_version)
+        self.prompts = prompts or Prompts(llm.prompts_dir)
         self.on_progress = on_progress
         self._tally = _Tally()
         self._doc_usage: dict[str, LLMUsage] = {}  # each document's share, kept until it is written
@@ -113,14 +114,14 @@ class TransformStage:
     @functools.cached_property
     def marks(self) -> dict[str, str]:
         """What each transform's enrichments depend on besides the chunks, as a digest by transform: the model (the
-        vision model for ``caption``), ``llm.language``, the ``transforms.*`` settings that differ from their
+        vision model for ``caption``), the prompts' language, the ``transforms.*`` settings that differ from their
         defaults and the text of the transform's prompt (its own name's, in each language) in ``llm.prompts_dir``
         (a built-in prompt counts by name: a zhiku release that words one better does not re-buy every enrichment).
         Kept with each document's usage record (``setup``): a document one of these transforms last enriched with
         another setup is owed (``owes``)."""
         common = {
             "model": self.llm.model,
-            "language": self.llm.language,
+            "language": LANGUAGE,
             "settings": self.settings.model_dump(mode="json", exclude={"enabled"}, exclude_defaults=True),
         }
         marks = {}
@@ -186,10 +187,11 @@ class TransformStage:
         # the ingests in a row with this setup: those of another (another model) asked other requests
         same = list(itertools.takewhile(lambda r: r.setup == last.setup, recent))
         unanswered = [any(i.unreached for i in r.issues) for r in same]
-        return self.llm.cache and unanswered[0] and not (len(same) == RETRY_LIMIT and all(unanswered))
+        cached = self.service is not None and self.service.cache is not None
+        return cached and unanswered[0] and not (len(same) == RETRY_LIMIT and all(unanswered))
 
     def _context(self, doc: SourceDoc, total: int) -> TransformContext:
-        lang = self.llm.language if self.llm.language != "auto" else detect_language(doc.text)
+        lang = detect_language(doc.text)
         done: dict[str, int] = {}
 
         def on_chunk(name: str) -> None:
@@ -197,7 +199,7 @@ class TransformStage:
             if self.on_progress is not None:
                 self.on_progress(name, doc.source, done[name], total)
 
-        options: dict[str, Any] = {**self.settings.model_dump(), "concurrency": self.llm.concurrency}
+        options: dict[str, Any] = {**self.settings.model_dump(), "concurrency": CONCURRENCY}
         return TransformContext(
             llm=self.service,
             language="zh" if lang == "zh" else "en",
