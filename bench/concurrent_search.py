@@ -46,19 +46,23 @@ def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | N
     """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds);
     ``sample``: ``tracing.sample`` (a checkout that has it; None: every trace keeps its candidate detail)."""
     from zhiku.observability import tracing as tr
+    from zhiku.observability.trace import JsonlSink
 
     path.unlink(missing_ok=True)
-    tracer = tr.Tracer([tr.JsonlSink(path)], **({} if sample is None else {"sample": sample}))
+    tracer = tr.Tracer([JsonlSink(path)], **({} if sample is None else {"sample": sample}))
 
     def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
         return {c.chunk_id: {"source": c.source, "section": c.section, "page": c.page} for c in store.get_chunks(ids)}
 
-    labels = tr.VersionedLabels(fetch, store.index_version)
+    make_labels = getattr(tr, "Labels", None) or tr.VersionedLabels  # (a checkout from before Labels)
+    labels = make_labels(fetch, store.index_version)
 
     def search(q: str, *, top_k: int, mode: str) -> object:
         with tracer.trace("query", query=q, mode=mode, top_k=top_k) as t:
             r = searcher.search(q, top_k=top_k, mode=mode)
-            if t is not None and hasattr(tr, "label_later"):
+            if t is not None and hasattr(tr, "record_hits"):  # rows labelled when the search ends
+                tr.record_hits(t, r.hits, labels)
+            elif t is not None and hasattr(tr, "label_later"):
                 tr.label_later(t, r.hits, labels)
             elif t is not None:  # a checkout from before label_later: rows and labels built here
                 t.data["hits"] = tr.hit_rows(r.hits)

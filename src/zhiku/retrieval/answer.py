@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 
+from zhiku.cache import memoized
 from zhiku.ingest.chunk_units import ARTICLE_RE
 from zhiku.retrieval.context import split_label
 from zhiku.retrieval.named import articles_not_found
@@ -72,7 +72,7 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-@lru_cache(maxsize=2048)  # every answer flattens each passage it cites twice; the same passages come back
+@memoized(2048)  # every answer flattens each passage it cites twice; the same passages come back
 def flatten(text: str) -> str:
     """Prose joined onto one line per paragraph run; Markdown table rows, list items and fenced code blocks kept
     one line each, each run set off by blank lines (a table, a list or a code block flattened into one line,

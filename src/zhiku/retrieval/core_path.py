@@ -22,8 +22,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, ZhikuError
-from zhiku.observability.rank_changes import fusion_record
-from zhiku.observability.tracing import ranking_columns, span, timed_span
+from zhiku.observability.rank_changes import fusion_changes
+from zhiku.observability.tracing import ranking_rows, span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
 from zhiku.retrieval.context import Runs, whole_articles
 from zhiku.retrieval.query import ParsedQuery
@@ -148,8 +148,8 @@ def fusion_recorded(
     weights: list[float],
 ) -> None:
     """What the fusion stage ``sp`` (an active span) records on either path: the counts, the method and weights,
-    how many BM25 candidates got their exact cosine (``retrieval.fill_dense``), and when the trace is sealed (only
-    a written trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the
+    how many BM25 candidates got their exact cosine (``retrieval.fill_dense``), the rank changes and the clause
+    ranking. ``channels``: BM25's, the dense and the
     clause channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
     bm25, dense, by_clause = channels
     sp.set(
@@ -159,6 +159,7 @@ def fusion_recorded(
         rrf_k=s.rrf_k,
         weights=weights,
     )
-    sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+    counts, changes = fusion_changes(bm25, dense, fused, top_k)
+    sp.set(counts, **changes)
     if by_clause:
-        sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
+        sp.set(clause_ranking=ranking_rows(by_clause))

@@ -358,7 +358,7 @@ class Searcher:
                 if by_clause:  # the clause channel (retrieval.clause_weight)
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, s.clause_weight]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
-            if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
+            if sp.active:  # (rank changes: only a trace needs them)
                 fused = [c for c, _ in order[:top_k]]
                 fusion_recorded(sp, s, (bm25, dense, by_clause), fused, top_k, len(filled), weights)
         return order, filled

@@ -228,7 +228,7 @@ class BM25Snapshot:
         df = sum(r.size - dead_in(r, self.dead, self.live) for r, *_ in found)
         parts = tuple((r, t) for r, t, *_ in found)
         out = QueryTerm(term, parts, df, max((p[2] for p in found), default=0), min((p[3] for p in found), default=0))
-        self.terms.put(out)
+        self.terms.put(term, out)
         return out
 
     def search(

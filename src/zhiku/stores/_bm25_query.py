@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zhiku.cache import Cache
+
 K1 = 1.2  # FTS5's bm25() constants: changing them changes every ranking
 B = 0.75
 IDF_FLOOR = 1e-6
@@ -120,28 +122,14 @@ def _lookup(
     return at[found], found
 
 
-class TermCache:
+class TermCache(Cache[QueryTerm]):
     """A snapshot's query terms (postings, df and their scores once computed), kept for the next queries: the
     snapshot is immutable, so they stay right for its life (a new version is a new snapshot, with a new cache).
-    Bounded by postings held (``budget``; 16 bytes each once scored): past it, it starts again empty. A term
-    longer than 1/16 of the budget is not kept. No lock: a lost entry is recomputed."""
+    Bounded by postings held (``budget``; 16 bytes each once scored); a term longer than 1/16 of the budget is not
+    kept."""
 
     def __init__(self, budget: int = CACHE_POSTINGS) -> None:
-        self.budget = budget
-        self._terms: dict[str, QueryTerm] = {}
-        self._used = 0
-
-    def get(self, term: str) -> QueryTerm | None:
-        return self._terms.get(term)
-
-    def put(self, found: QueryTerm) -> None:
-        size = found.size
-        if size * 16 > self.budget:
-            return
-        if self._used + size > self.budget:
-            self._terms, self._used = {}, 0
-        self._terms[found.term] = found
-        self._used += size
+        super().__init__(budget, lambda t: t.size if t.size * 16 <= budget else budget + 1)
 
 
 def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:

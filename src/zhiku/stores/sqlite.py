@@ -31,7 +31,7 @@ from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
 from zhiku.stores._sqlite_conn import ReadPool, connect, init_schema, translate
-from zhiku.stores._sqlite_read import ChunkCache, Pins, stored_dim, version_of
+from zhiku.stores._sqlite_read import Pins, chunk_cache, stored_dim, version_of
 from zhiku.stores._sqlite_schema import (
     CHUNK_COLS,
     DB_NAME,
@@ -99,7 +99,7 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         self._ids = ChunkIds()  # chunk ids by rowid, for the searches
         self._masks = FilterMasks()  # rows passing each filter searched with
         self._bm25_unsaved = 0  # rows past the saved BM25 segments (as far as this store knows)
-        self._chunk_cache = ChunkCache()
+        self._chunk_cache = chunk_cache()
         self._last_scores = threading.local()  # each thread's last exact dense product (``_sqlite_search``)
         self._core_kept = []  # the compiled core's index of the last snapshots (``hybrid_core``)
         self._pins = Pins()  # each thread's pinned index version (``pinned``)
