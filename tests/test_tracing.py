@@ -17,7 +17,7 @@ import pytest
 from helpers_kb import SEC_PROBATION
 from zhiku.observability.rank_changes import fusion_changes, rank_changes
 from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, read_traces
-from zhiku.observability.tracing import NOOP, Tracer, current, mark, span
+from zhiku.observability.tracing import NOOP, Tracer, mark, span
 from zhiku.retrieval.fusion import rrf
 from zhiku.types import Hit, ScoredId
 
@@ -84,7 +84,6 @@ def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
 
 # -------------------------------------------------------------------------------------- spans
 def test_a_span_outside_a_trace_does_nothing() -> None:
-    assert current() is None
     with span("bm25") as sp:
         sp.set(counts={"candidates": 3}, ranking=[1])
         sp.ranking(ids("a"))
@@ -98,13 +97,12 @@ def test_spans_merge_by_name_joins_add_attributes_and_worker_threads_record_into
     sink = MemorySink()
     tracer = Tracer([sink])
     with tracer.trace("ingest", collection="hr") as t:
-        assert current() is t
         for n in range(3):
             with span("load") as sp:
                 sp.set(counts={"documents": 1}, names=[f"d{n}"])
         mark("transform", reason="none")
-        with tracer.trace("query", collection="other", extra=1):  # joins the open trace: its attributes first
-            pass
+        with tracer.trace("query", collection="other", extra=1) as joined:  # joins the open trace: its attributes first
+            assert joined is t
 
         def embed() -> None:
             with span("embed"):
@@ -113,7 +111,7 @@ def test_spans_merge_by_name_joins_add_attributes_and_worker_threads_record_into
         worker = threading.Thread(target=contextvars.copy_context().run, args=(embed,))
         worker.start()
         worker.join()
-    assert current() is None
+    assert span("load") is NOOP  # ended
     [done] = sink.traces
     assert done.kind == "ingest" and done.attrs == {"collection": "hr", "extra": 1}
     load = done.stage("load")

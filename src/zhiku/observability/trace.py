@@ -145,10 +145,13 @@ def _rows(value: Any, labels: Mapping[str, Any]) -> Any:
     return value
 
 
+def stage_order(s: Stage) -> tuple[int, float]:
+    """Pipeline order (parse, bm25, dense, clauses, fusion, rerank, answer; load … upsert), others after by start."""
+    return _ORDER.get(s.name, len(_ORDER)), s.start_ms
+
+
 def ordered_stages(trace: Trace) -> list[Stage]:
-    """Stages in pipeline order (parse, bm25, dense, clauses, fusion, rerank, answer; load … upsert), others after by
-    start."""
-    return sorted(trace.stages, key=lambda s: (_ORDER.get(s.name, len(_ORDER)), s.start_ms))
+    return sorted(trace.stages, key=stage_order)
 
 
 def encode_line(trace: Trace) -> bytes:

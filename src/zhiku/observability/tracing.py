@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.cache import Cache
-from zhiku.observability.trace import TRACE_FILE, JsonlSink, Sink, Stage, Trace, ordered_stages
+from zhiku.observability.trace import TRACE_FILE, JsonlSink, Sink, Stage, Trace, stage_order
+from zhiku.observability.trace import MemorySink as MemorySink  # (library use: one import for the tracer and sinks)
+from zhiku.observability.trace import read_traces as read_traces
 from zhiku.settings import TracingSettings
 from zhiku.types import Hit, IngestReport, ScoredId
 
@@ -155,11 +157,6 @@ def waited(name: str, start: float, **data: Any) -> None:
         o.add(name, start, time.perf_counter() - start, [(None, None, data)])
 
 
-def current() -> Trace | None:
-    o = _current.get()
-    return None if o is None else o.trace
-
-
 class _Root:
     """Opens a new trace, makes it current; when the block ends, seals it and hands it to the tracer's sinks."""
 
@@ -179,7 +176,7 @@ class _Root:
             t.elapsed_ms = (time.perf_counter() - o.t0) * 1000
             if exc is not None:
                 t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
-            t.stages = ordered_stages(t)
+            t.stages.sort(key=stage_order)
         for sink in self._sinks:
             try:
                 sink.write(t)
