@@ -29,44 +29,53 @@ class Cache(Generic[V]):
 
     def __init__(self, max_weight: int, weigh: Callable[[V], int] = _one) -> None:
         self.max_weight, self.weigh = max_weight, weigh
-        self.version = -1  # the version the entries are of (-1: none yet)
-        self.hits = self.misses = 0
-        self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self.hits = self.misses = 0  # (counted without the lock: statistics)
+        # the version the entries are of (-1: none yet) and the entries, swapped as one: a get reads them without
+        # the lock (an OrderedDict's get and move_to_end are atomic under the GIL)
+        self._state: tuple[int, OrderedDict[Hashable, tuple[V, int]]] = (-1, OrderedDict())
         self._weight = 0
         self._lock = threading.Lock()
 
+    @property
+    def version(self) -> int:
+        return self._state[0]
+
     def get(self, key: Hashable, version: int = 0) -> V | None:
-        with self._lock:
-            got = self._items.get(key) if version == self.version else None
-            if got is None:
-                self.misses += 1
-                return None
-            self.hits += 1
-            self._items.move_to_end(key)
-            return got[0]
+        held, items = self._state
+        got = items.get(key) if version == held else None
+        if got is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            items.move_to_end(key)
+        except KeyError:  # pushed out meanwhile
+            pass
+        return got[0]
 
     def put(self, key: Hashable, value: V, version: int = 0) -> None:
         weight = self.weigh(value)
         with self._lock:
-            if version > self.version:
-                self.version, self._items, self._weight = version, OrderedDict(), 0
-            if version != self.version or weight > self.max_weight:
+            if version > self._state[0]:
+                self._state, self._weight = (version, OrderedDict()), 0
+            held, items = self._state
+            if version != held or weight > self.max_weight:
                 return
-            old = self._items.pop(key, None)
+            old = items.pop(key, None)
             if old is not None:
                 self._weight -= old[1]
-            self._items[key] = (value, weight)
+            items[key] = (value, weight)
             self._weight += weight
             while self._weight > self.max_weight:
-                self._weight -= self._items.popitem(last=False)[1][1]
+                self._weight -= items.popitem(last=False)[1][1]
 
     def clear(self) -> None:
         """Forget every entry and the version (an index gone back to an older version: another index's past)."""
         with self._lock:
-            self.version, self._items, self._weight = -1, OrderedDict(), 0
+            self._state, self._weight = (-1, OrderedDict()), 0
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._state[1])
 
 
 K = TypeVar("K", bound=Hashable)
