@@ -79,15 +79,8 @@ def write_corpus(root: Path, files: dict[str, str] | None = None) -> Path:
 
 
 def make_settings(index: Path, embed_cache: Path, **overrides: Any) -> Settings:
-    """Settings for ``index`` with the shared embedding cache and every trace's candidate detail; ignores ``ZHIKU_*``
-    env and ``zhiku.yaml``."""
-    # tracing.sample 1: every query trace keeps its candidate detail (tests/test_tracing.py tests the sampling)
-    data: dict[str, Any] = {
-        "index": str(index),
-        "collection": "hr",
-        "cache_dir": str(embed_cache),
-        "tracing": {"sample": 1.0},
-    }
+    """Settings for ``index`` with the shared embedding cache; ignores ``ZHIKU_*`` env and ``zhiku.yaml``."""
+    data: dict[str, Any] = {"index": str(index), "collection": "hr", "cache_dir": str(embed_cache)}
     for key, value in overrides.items():
         data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
     return Settings.model_validate(data)

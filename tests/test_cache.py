@@ -1,48 +1,79 @@
-"""The result cache: LRU order, TTL expiry, key canonicalisation, off switch."""
+"""The one in-process cache (``zhiku.cache``): least recently used out first by weight, one index version at a
+time, off at 0; and the MCP result cache's keys."""
 
 from __future__ import annotations
 
-from zhiku.mcp.cache import ResultCache, cache_key
+import threading
+
+from zhiku.cache import Cache, memoized
+from zhiku.mcp.cache import cache_key
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_key_is_canonical_and_versioned() -> None:
-    a = cache_key("query_knowledge_hub", 7, {"query": "试用期", "top_k": 5, "collection": None})
-    b = cache_key("query_knowledge_hub", 7, {"top_k": 5, "query": "试用期"})
-    assert a == b == 'query_knowledge_hub\x007\x00{"query":"试用期","top_k":5}'
-    assert cache_key("query_knowledge_hub", 8, {"query": "试用期", "top_k": 5}) != a
-    assert cache_key("other_tool", 7, {"query": "试用期", "top_k": 5}) != a
+def test_key_is_canonical() -> None:
+    a = cache_key("query_knowledge_hub", {"query": "试用期", "top_k": 5, "collection": None})
+    b = cache_key("query_knowledge_hub", {"top_k": 5, "query": "试用期"})
+    assert a == b == 'query_knowledge_hub\x00{"query":"试用期","top_k":5}'
+    assert cache_key("other_tool", {"query": "试用期", "top_k": 5}) != a
 
 
-def test_lru_evicts_the_least_recently_used() -> None:
-    cache: ResultCache[str] = ResultCache(2, 60, clock=Clock())
-    cache.put("a", "A")
-    cache.put("b", "B")
-    assert cache.get("a") == "A"  # a is now the most recent
-    cache.put("c", "C")
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ("A", None, "C")
+def test_the_least_recently_used_go_first_by_weight() -> None:
+    cache: Cache[str] = Cache(5, weigh=len)
+    cache.put("a", "AA")
+    cache.put("b", "BB")
+    assert cache.get("a") == "AA"  # a is now the most recent
+    cache.put("c", "CC")  # 6 > 5: b goes
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ("AA", None, "CC")
     assert (len(cache), cache.hits, cache.misses) == (2, 3, 1)
+    cache.put("a", "A")  # replaced: weighs 1 now
+    cache.put("d", "DD")
+    assert (cache.get("a"), cache.get("c"), cache.get("d")) == ("A", "CC", "DD")
+    cache.put("big", "BIGGER")  # heavier than the whole cache: not kept, nothing pushed out
+    assert (cache.get("big"), len(cache)) == (None, 3)
 
 
-def test_ttl_expires_entries() -> None:
-    clock = Clock()
-    cache: ResultCache[str] = ResultCache(10, 30, clock=clock)
+def test_it_holds_one_index_version() -> None:
+    cache: Cache[str] = Cache(10)
+    cache.put("k", "v5", version=5)
+    assert (cache.get("k", 5), cache.get("k", 6), cache.get("k", 4)) == ("v5", None, None)
+    cache.put("old", "v4", version=4)  # a reader behind another's commit: not kept
+    assert (cache.get("old", 4), cache.get("old", 5), cache.version) == (None, None, 5)
+    cache.put("new", "v6", version=6)  # a newer version empties it first
+    assert (cache.get("k", 5), cache.get("k", 6), cache.get("new", 6), len(cache)) == (None, None, "v6", 1)
+    cache.clear()  # (an index gone back to an older version)
+    cache.put("k", "v2", version=2)
+    assert (cache.get("k", 2), cache.version) == ("v2", 2)
+
+
+def test_size_zero_keeps_nothing() -> None:
+    cache: Cache[str] = Cache(0)
     cache.put("k", "v")
-    clock.now += 29.9
-    assert cache.get("k") == "v"
-    clock.now += 0.1
-    assert cache.get("k") is None and len(cache) == 0
+    assert (cache.get("k"), len(cache)) == (None, 0)
 
 
-def test_size_or_ttl_zero_turns_it_off() -> None:
-    for size, ttl in ((0, 60), (10, 0)):
-        cache: ResultCache[str] = ResultCache(size, ttl)
-        cache.put("k", "v")
-        assert (cache.enabled, cache.get("k"), len(cache)) == (False, None, 0)
+def test_threads_share_it_within_its_bound() -> None:
+    cache: Cache[int] = Cache(100)
+
+    def client(n: int) -> None:
+        for i in range(2_000):
+            cache.put((n, i), i)
+            got = cache.get((n, i))
+            assert got in (i, None)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(cache) == 100
+
+
+def test_memoized_calls_the_function_once_per_argument_kept() -> None:
+    calls: list[str] = []
+
+    @memoized(2)
+    def upper(text: str) -> str:
+        calls.append(text)
+        return text.upper()
+
+    assert [upper("a"), upper("b"), upper("a"), upper("c"), upper("b")] == ["A", "B", "A", "C", "B"]
+    assert calls == ["a", "b", "c", "b"]  # b was the least recently used when c came

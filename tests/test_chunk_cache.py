@@ -1,4 +1,4 @@
-"""Decoded chunks kept in memory between reads (``ChunkCache``): served while the index version stands, dropped
+"""Decoded chunks kept in memory between reads (``chunk_cache``): served while the index version stands, dropped
 when any store commits a change, bounded."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from pathlib import Path
 
 from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, Doc
 from zhiku.stores import SQLiteStore
-from zhiku.stores._sqlite_read import ChunkCache
 
 
 def _moved(doc: Doc) -> Doc:
@@ -49,28 +48,6 @@ def test_the_writer_sees_its_own_commits(tmp_path: Path) -> None:
         assert store.get_chunks(WAGE.ids) == _moved(WAGE).chunks
 
 
-def test_the_cache_holds_one_version_and_at_most_its_size() -> None:
-    cache = ChunkCache(size=3, weight=lambda c: 1)  # (counted: one each)
-    a, b = LABOR.chunks
-    (w,), (n,) = WAGE.chunks, NOTE.chunks
-    assert cache.chunks([a.chunk_id]) == (-1, {})
-    cache.add(5, [a, b])
-    assert cache.chunks([a.chunk_id, w.chunk_id]) == (5, {a.chunk_id: a})
-    cache.add(4, [w])  # read by a reader behind a commit: not added
-    assert cache.chunks([w.chunk_id]) == (5, {})
-    cache.add(5, [w], doc=("doc-labor", (a, b)))  # 3 chunks + 2 in the list: the oldest go first
-    assert cache.chunks([a.chunk_id, b.chunk_id, w.chunk_id]) == (5, {w.chunk_id: w})
-    assert cache.document("doc-labor") == (5, (a, b))
-    cache.add(5, [n])  # still over: single chunks go before the older list
-    assert cache.chunks([w.chunk_id, n.chunk_id]) == (5, {n.chunk_id: n})
-    assert cache.document("doc-labor") == (5, (a, b))
-    cache.add(6, [w])  # a newer version empties it first
-    assert cache.chunks([n.chunk_id, w.chunk_id]) == (6, {w.chunk_id: w}) and cache.document("doc-labor") == (6, None)
-    off = ChunkCache(size=0)
-    off.add(1, [a], doc=("doc-labor", (a, b)))
-    assert off.chunks([a.chunk_id]) == (1, {}) and off.document("doc-labor") == (1, None)
-
-
 def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "idx") as store:
         LABOR.write(store)
@@ -82,27 +59,12 @@ def test_an_index_gone_back_to_an_older_version_forgets_its_kept_chunks(tmp_path
         # and that other index kept NOTE's chunk id under another heading
         other = _moved(NOTE).chunks
         store.bm25.snap = dataclasses.replace(store.bm25.snap, version=version + 2)
-        store.catalogue.cache.add(version + 2, other, doc=("doc-note", tuple(other)))
+        for c in other:
+            store.catalogue.cache.put(c.chunk_id, c, version + 2)
+        store.catalogue.cache.put(("doc", "doc-note"), tuple(other), version + 2)
         assert store.bm25_search(["会议"], 5)  # the search sees the version go back
         WAGE.write(store)
         LABOR_V2.write(store)  # this index now reaches the version the other one's chunks were kept at
         assert store.index_version() == version + 2
         assert store.get_chunks(NOTE.ids) == NOTE.chunks
         assert store.document_chunks("doc-note") == NOTE.chunks
-
-
-def test_a_stores_cache_is_bounded_by_the_texts_it_holds() -> None:
-    """The store weighs each kept chunk by its text (and ``CHUNK_WEIGHT``): many short chunks, or a few long ones."""
-    from zhiku.stores._sqlite_read import CHUNK_WEIGHT
-
-    a, b = LABOR.chunks
-    cache = ChunkCache(size=2 * CHUNK_WEIGHT + len(a.text) + len(b.text))  # (text_weight: the default)
-    cache.add(1, [a, b])
-    assert cache.chunks([a.chunk_id, b.chunk_id]) == (1, {a.chunk_id: a, b.chunk_id: b})
-    (w,) = WAGE.chunks
-    cache.add(1, [w])  # over by w's weight: the oldest (a), and b too when w is longer than a
-    kept = cache.chunks([a.chunk_id, b.chunk_id, w.chunk_id])[1]
-    assert a.chunk_id not in kept and w.chunk_id in kept
-    assert (b.chunk_id in kept) == (len(w.text) <= len(a.text))
-    cache.add(1, doc=("doc-labor", (a, b)))  # a list weighs its chunks: never kept beside anything here
-    assert cache.document("doc-labor") == (1, (a, b)) and cache.chunks([w.chunk_id, b.chunk_id]) == (1, {})

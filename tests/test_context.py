@@ -165,5 +165,5 @@ def test_whole_articles_remembers_each_chunk_objects_article() -> None:
     whole_articles(hits, doc_chunks, runs=small)
     assert len(small) == 2  # the whole article (weighed by its joined text) and 第四十七条
     whole_articles([Hit(chunk=cs[2], score=1.0)], doc_chunks, runs=small)
-    assert len(small) == 1  # full: emptied, then the new entry
-    assert small.get(cs[2]) == (cs[2], ()) and small.get(cs[3]) is None
+    assert len(small) == 2  # full: the least recently used (the whole article) out first
+    assert small.get(id(cs[2])) == (cs[2], cs[2], ()) and small.get(id(cs[1])) is None

@@ -83,7 +83,8 @@ def test_a_gate_needs_a_place_and_searchers_size_theirs_from_the_settings(tmp_pa
 
 
 def test_a_search_that_waited_for_a_place_has_a_queue_stage_in_its_trace() -> None:
-    from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages, span
+    from zhiku.observability.trace import MemorySink, ordered_stages
+    from zhiku.observability.tracing import Tracer, span
 
     gate = FairGate(1)
     sink = MemorySink()

@@ -19,7 +19,8 @@ from helpers_kb import SEC_LEAVE, SEC_PROBATION
 from helpers_models import beir_set
 from zhiku.errors import InvalidInput, RerankError
 from zhiku.mcp.hub import Hub, QueryArgs
-from zhiku.observability.tracing import MemorySink, Tracer
+from zhiku.observability.trace import MemorySink
+from zhiku.observability.tracing import Tracer
 from zhiku.openai_http import OpenAICompatibleClient
 from zhiku.retrieval.rerank import (
     LLMReranker,

@@ -14,7 +14,8 @@ from helpers_kb import SEC_SEVERANCE, make_settings, write_corpus
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import embed_queries
 from zhiku.errors import EmbeddingError, InvalidInput
-from zhiku.observability.tracing import MemorySink, Tracer, ordered_stages
+from zhiku.observability.trace import MemorySink, ordered_stages
+from zhiku.observability.tracing import Tracer
 from zhiku.retrieval.query import QueryVectors
 
 

@@ -94,13 +94,13 @@ def test_the_term_cache_is_bounded_by_postings() -> None:
     seg = _bm25.build(1, 4, [(1, "甲 乙"), (2, "甲 丙"), (3, "甲"), (4, "丁")])
     snap = _bm25.BM25Snapshot.of(1, 4, [seg], np.array([False, True, True, True, True]), np.array([0, 2, 2, 1, 1.0]))
     cache = _bm25.TermCache(budget=48)  # terms of up to 3 postings kept, 48 in all
-    cache.put(snap.term("甲"))
+    cache.put("甲", snap.term("甲"))
     assert cache.get("甲") is not None
-    cache.put(replace(snap.term("乙"), term="big", parts=((np.arange(4, dtype=np.uint32), np.ones(4, np.uint16)),)))
+    cache.put("big", replace(snap.term("乙"), parts=((np.arange(4, dtype=np.uint32), np.ones(4, np.uint16)),)))
     assert cache.get("big") is None and cache.get("甲") is not None  # 4 postings: over 1/16 of the budget
     for n in range(46):
-        cache.put(replace(snap.term("乙"), term=f"t{n}"))
-    assert cache.get("甲") is None and cache.get("t45") is not None  # full: started again empty
+        cache.put(f"t{n}", replace(snap.term("乙"), term=f"t{n}"))
+    assert cache.get("甲") is None and cache.get("t45") is not None  # full: the least recently used out first
 
 
 def test_chunk_ids_past_their_limit_start_again_and_searches_stay_right(index_dir: Path) -> None:
@@ -141,7 +141,7 @@ def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) 
         NOTE.write(writer)
         assert ids(reader.bm25_search(["劳动者", "会议"], 5, notes)) == NOTE.ids
         assert reader.bm25_search(["劳动者"], 5, wage_glob) == []
-        assert reader._masks._masks[("笔记", None, None)][0] == 3  # rows 1…3 known
+        assert reader._masks._masks.get(("笔记", None, None))[0] == 3  # type: ignore[index]  # rows 1…3 known
         later_note = make_doc(
             "doc-note2",
             "笔记",
@@ -156,7 +156,7 @@ def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) 
         assert ids(reader.dense_search(X, 5, notes)) == later_note.ids
         assert ids(reader.bm25_search(["劳动者"], 5, wage_glob)) == WAGE.ids
         assert ids(reader.dense_search(X, 5, wage_glob)) == WAGE.ids
-        assert reader._masks._masks[("笔记", None, None)][0] == 5
+        assert reader._masks._masks.get(("笔记", None, None))[0] == 5  # type: ignore[index]
     with SQLiteStore(index_dir, read_only=True) as fresh:
         assert ids(fresh.bm25_search(["劳动者", "会议"], 5, notes)) == later_note.ids
 

@@ -1,62 +1,62 @@
-"""Traces: rank-change functions against hand-computed values, spans and sinks, and the traces that the
-KnowledgeBase writes for queries and ingestion runs."""
+"""Traces: what lands in traces.jsonl for a query, an ingestion run and a failure, what concurrent writers leave
+there, what the readers (`zhiku query --verbose`, `zhiku traces`, the dashboard, OpenTelemetry) show, and rank
+changes against hand-computed values."""
 
 from __future__ import annotations
 
 import contextvars
-import fcntl
 import json
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
-from zhiku.observability.tracing import (
-    NOOP,
-    TRACE_FILE,
-    JsonlSink,
-    MemorySink,
-    RankChange,
-    RankSummary,
-    Trace,
-    Tracer,
-    changes_data,
-    current,
-    fusion_rank_changes,
-    mark,
-    rank_changes,
-    read_traces,
-    span,
-    summarize_changes,
-)
+from zhiku.observability.rank_changes import fusion_changes, rank_changes
+from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, read_traces
+from zhiku.observability.tracing import NOOP, Tracer, mark, span
 from zhiku.retrieval.fusion import rrf
-from zhiku.types import Ranking, ScoredId
+from zhiku.types import Hit, ScoredId
+
+QUERY_STAGES = ["parse", "bm25", "dense", "fusion", "rerank"]
 
 
 def ids(*names: str) -> list[ScoredId]:
     return [ScoredId(n, 1.0 / i, i) for i, n in enumerate(names, 1)]
 
 
+def wait_until(cond: Callable[[], bool]) -> None:
+    pause = threading.Event()
+    for _ in range(10_000):  # a bound for a failing run only (~10 s)
+        if cond():
+            return
+        pause.wait(0.001)
+    raise AssertionError("the condition never held")
+
+
 # ------------------------------------------------------------------------------------ rank changes
 def test_rank_changes_hand_computed() -> None:
-    before = {"a": 1, "b": 2, "c": 3, "d": 4}
-    rows = rank_changes(before, ["c", "a", "e", "b"])
-    assert rows == [
-        RankChange("c", 3, 1, 2, "up"),
-        RankChange("a", 1, 2, -1, "down"),
-        RankChange("e", None, 3, None, "new"),  # new at this stage: no invented delta
-        RankChange("b", 2, 4, -2, "down"),
-        RankChange("d", 4, None, None, "dropped"),
+    got = rank_changes({"a": 1, "b": 2, "c": 3, "d": 4}, ["c", "a", "e", "b"], keep_dropped_within=4)
+    assert [(r["chunk_id"], r["rank_before"], r["rank_after"], r["delta"], r["status"]) for r in got["changes"]] == [
+        ("c", 3, 1, 2, "up"),
+        ("a", 1, 2, -1, "down"),
+        ("e", None, 3, None, "new"),  # new at this stage: no invented delta
+        ("b", 2, 4, -2, "down"),
+        ("d", 4, None, None, "dropped"),
     ]
-    assert summarize_changes(rows) == RankSummary(
-        moved_up=1, moved_down=2, unchanged=0, new=1, max_gain=2, max_drop=2, dropped=1
-    )
-    assert summarize_changes(rank_changes({"a": 1}, ["a"])) == RankSummary(0, 0, 1, 0, 0, 0, 0)
-    assert summarize_changes([]) == RankSummary(0, 0, 0, 0, 0, 0, 0)
+    assert got["summary"] == {
+        "moved_up": 1,
+        "moved_down": 2,
+        "unchanged": 0,
+        "new": 1,
+        "max_gain": 2,
+        "max_drop": 2,
+        "dropped": 1,
+    }
+    assert rank_changes({"a": 1}, ["a"], keep_dropped_within=1)["summary"]["unchanged"] == 1
 
 
 def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
@@ -64,16 +64,13 @@ def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
     # RRF k=60: c = 1/63 + 1/63 = 0.031746; a = d = 1/61 (tie: best rank 1 both, then id); b = e = 1/62
     fused = [cid for cid, _ in rrf([bm25, dense], k=60)]
     assert fused == ["c", "a", "d", "b", "e"]
-    rows = fusion_rank_changes(bm25, dense, fused[:3])
-    assert rows == [
-        RankChange("c", 3, 1, 2, "up", bm25_rank=3, dense_rank=3),
-        RankChange("a", 1, 2, -1, "down", bm25_rank=1, dense_rank=None),
-        RankChange("d", 1, 3, -2, "down", bm25_rank=None, dense_rank=1),
-        RankChange("b", 2, None, None, "dropped", bm25_rank=2, dense_rank=None),
-        RankChange("e", 2, None, None, "dropped", bm25_rank=None, dense_rank=2),
-    ]
-    data = changes_data(rows, keep_dropped_within=1)  # dropped rows shown only if they stood within the cut
-    assert [r["chunk_id"] for r in data["changes"]] == ["c", "a", "d"]
+    counts, data = fusion_changes(bm25, dense, fused[:3], top_k=1)  # dropped rows shown if they stood within 1
+    assert counts == {"candidates": 5}
+    assert data["changes"] == [
+        {"chunk_id": "c", "rank_before": 3, "rank_after": 1, "delta": 2, "status": "up", "bm25_rank": 3, "dense_rank": 3},
+        {"chunk_id": "a", "rank_before": 1, "rank_after": 2, "delta": -1, "status": "down", "bm25_rank": 1, "dense_rank": None},
+        {"chunk_id": "d", "rank_before": 1, "rank_after": 3, "delta": -2, "status": "down", "bm25_rank": None, "dense_rank": 1},
+    ]  # fmt: skip
     assert data["summary"] == {
         "moved_up": 1,
         "moved_down": 2,
@@ -85,30 +82,27 @@ def test_fusion_rank_changes_use_the_best_channel_rank() -> None:
     }
 
 
-# -------------------------------------------------------------------------------- spans and sinks
-def test_span_outside_a_trace_is_the_shared_no_op() -> None:
-    assert current() is None
+# -------------------------------------------------------------------------------------- spans
+def test_a_span_outside_a_trace_does_nothing() -> None:
     with span("bm25") as sp:
         sp.set(counts={"candidates": 3}, ranking=[1])
         sp.ranking(ids("a"))
     assert sp is NOOP and not sp.active
     mark("rerank")  # nothing to record into: no error
-    off = Tracer()
-    with off.trace("query", query="x") as t:
+    with Tracer().trace("query", query="x") as t:  # tracing off
         assert t is None and span("parse") is NOOP
 
 
-def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
+def test_spans_merge_by_name_joins_add_attributes_and_worker_threads_record_into_the_trace() -> None:
     sink = MemorySink()
     tracer = Tracer([sink])
     with tracer.trace("ingest", collection="hr") as t:
-        assert current() is t
         for n in range(3):
             with span("load") as sp:
                 sp.set(counts={"documents": 1}, names=[f"d{n}"])
         mark("transform", reason="none")
-        with tracer.trace("query", extra=1):  # joins the open trace
-            pass
+        with tracer.trace("query", collection="other", extra=1) as joined:  # joins the open trace: its attributes first
+            assert joined is t
 
         def embed() -> None:
             with span("embed"):
@@ -117,30 +111,21 @@ def test_tracer_records_merges_joins_and_follows_copied_contexts() -> None:
         worker = threading.Thread(target=contextvars.copy_context().run, args=(embed,))
         worker.start()
         worker.join()
-    assert current() is None
+    assert span("load") is NOOP  # ended
     [done] = sink.traces
     assert done.kind == "ingest" and done.attrs == {"collection": "hr", "extra": 1}
     load = done.stage("load")
+    assert load is not None
     assert (load.calls, load.counts, load.data, load.status) == (
         3,
         {"documents": 3},
         {"names": ["d0", "d1", "d2"]},
         "ok",
     )
-    assert done.stage("transform").status == "off" and done.stage("transform").data == {"reason": "none"}
-    assert done.stage("embed") is not None  # recorded from the worker thread
+    transform = done.stage("transform")
+    assert transform is not None and (transform.status, transform.data) == ("off", {"reason": "none"})
+    assert [s.name for s in done.stages] == ["load", "transform", "embed"]  # pipeline order
     assert done.elapsed_ms >= load.elapsed_ms >= 0
-
-
-def test_errors_are_recorded_and_raised() -> None:
-    sink = MemorySink()
-    with pytest.raises(ValueError, match="坏"):
-        with Tracer([sink]).trace("query"):
-            with span("parse"):
-                raise ValueError("坏查询")
-    [t] = sink.traces
-    assert (t.status, t.error) == ("error", "ValueError: 坏查询")
-    assert t.stage("parse").status == "error" and t.stage("parse").data["error"] == "ValueError: 坏查询"
 
 
 def test_capture_records_without_sinks() -> None:
@@ -150,6 +135,7 @@ def test_capture_records_without_sinks() -> None:
     assert isinstance(t, Trace) and [s.name for s in t.stages] == ["parse"]
 
 
+# -------------------------------------------------------------------------------- the file
 def trace_queries(tracer: Tracer, texts: list[str]) -> None:
     """One query trace per text, its parse stage counting the text's position as ``terms``."""
     for n, text in enumerate(texts):
@@ -158,51 +144,85 @@ def trace_queries(tracer: Tracer, texts: list[str]) -> None:
                 sp.set(counts={"terms": n})
 
 
-def test_jsonl_sink_rotates_and_reads_newest_first(tmp_path: Path) -> None:
+def test_the_trace_file_rotates_and_reads_newest_first(tmp_path: Path) -> None:
     path = tmp_path / TRACE_FILE
-    sink = JsonlSink(path, max_bytes=600, backups=2)
-    trace_queries(Tracer([sink]), [f"问题{n}" for n in range(12)])
-    sink.flush()  # written by the sink's thread
-    assert (
-        path.is_file() and path.with_name(TRACE_FILE + ".1").is_file() and path.with_name(TRACE_FILE + ".2").is_file()
-    )
-    assert not path.with_name(TRACE_FILE + ".3").exists()
-    for f in (path, path.with_name(TRACE_FILE + ".1")):
+    trace_queries(Tracer([JsonlSink(path, max_bytes=600, backups=2)]), [f"问题{n}" for n in range(12)])
+    backups = [path.with_name(f"{TRACE_FILE}.{n}") for n in (1, 2, 3)]
+    assert path.is_file() and backups[0].is_file() and backups[1].is_file() and not backups[2].exists()
+    for f in (path, backups[0]):
         assert f.stat().st_size <= 600
     got = read_traces(path)
     queries = [t.attrs["query"] for t in got]
     assert queries[0] == "问题11" and queries == sorted(queries, key=lambda q: -int(q[2:]))  # newest first
     assert 3 <= len(got) < 12  # the oldest rotated away
-    assert got[0].stage("parse").counts == {"terms": 11}
+    assert got[0].stage("parse").counts == {"terms": 11}  # type: ignore[union-attr]
     with path.open("a", encoding="utf-8") as f:
         f.write("{broken\n")
     assert read_traces(path, limit=2)[0].attrs["query"] == "问题11"
     assert read_traces(path, kind="ingest") == []
 
 
-def test_a_query_does_not_wait_for_the_trace_file(tmp_path: Path) -> None:
+def test_read_traces_reads_every_backup_tracing_backups_keeps(tmp_path: Path) -> None:
+    path = tmp_path / TRACE_FILE  # tracing.backups may be up to 100: here 11 rotated files, one trace each
+    for n in range(12):
+        line = json.dumps(Trace("query", f"{n:016x}", 1000.0 - n, {"query": f"q{n}"}).to_json())
+        path.with_name(TRACE_FILE + (f".{n}" if n else "")).write_text(line + "\n", encoding="utf-8")
+    assert [t.attrs["query"] for t in read_traces(path)] == [f"q{n}" for n in range(12)]  # newest first
+
+
+def test_concurrent_writers_leave_each_trace_once_as_a_whole_line(tmp_path: Path) -> None:
     path = tmp_path / TRACE_FILE
-    sink = JsonlSink(path)
-    tracer = Tracer([sink])
-    with path.open("ab") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # another process is writing its traces
-        with tracer.trace("query", query="问题"):
-            with span("parse"):
-                pass
-        assert path.stat().st_size == 0  # queued, not written: the query returned without the lock
-        fcntl.flock(held, fcntl.LOCK_UN)
-    assert [t.attrs["query"] for t in read_traces(path)] == ["问题"]  # reading flushes this process's queue
+    tracers = [Tracer([JsonlSink(path)]) for _ in range(4)]  # four KnowledgeBases (or processes) on one index
+    go = threading.Barrier(4)
+
+    def client(n: int) -> None:
+        go.wait()
+        trace_queries(tracers[n], [f"{n}-{i:03d}" for i in range(100)])
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(30)
+    lines = path.read_bytes().splitlines()
+    queries = [json.loads(line)["attrs"]["query"] for line in lines]  # every line whole JSON
+    assert sorted(queries) == sorted(f"{n}-{i:03d}" for n in range(4) for i in range(100))  # all, none twice
+    for n in range(4):  # each client's traces in the order it wrote them
+        mine = [q for q in queries if q.startswith(f"{n}-")]
+        assert mine == sorted(mine)
 
 
-# ------------------------------------------------------------------------------- KnowledgeBase
-def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: Path, tmp_path: Path) -> None:
+def test_a_trace_that_cannot_be_written_never_fails_the_query(tmp_path: Path) -> None:
+    path = tmp_path / "missing-folder" / TRACE_FILE
+    with Tracer([JsonlSink(path)]).trace("query") as t:
+        with span("parse"):
+            pass
+    assert t is not None and t.stage("parse") is not None and not path.exists()
+
+
+def test_a_forked_child_appends_its_own_traces(tmp_path: Path) -> None:
+    path = tmp_path / TRACE_FILE
+    tracer = Tracer([JsonlSink(path)])
+    trace_queries(tracer, ["parent"])
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            trace_queries(tracer, ["child"])
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert sorted(t.attrs["query"] for t in read_traces(path)) == ["child", "parent"]
+
+
+# ------------------------------------------------------------------------- a KnowledgeBase's traces
+def test_a_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: Path, tmp_path: Path) -> None:
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     answer = kb.query("试用期最长多久", top_k=3)
     traces = read_traces(tmp_path / "idx" / TRACE_FILE)
     assert [t.kind for t in traces] == ["query", "ingest"]
     q = traces[0]
-    assert [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank", "answer"]
+    assert [s.name for s in q.stages] == [*QUERY_STAGES, "answer"]
     assert q.attrs["query"] == "试用期最长多久" and q.attrs["mode"] == "hybrid" and q.attrs["top_k"] == 3
     assert q.stage("parse").data["terms"] == ["试用", "试用期", "最长", "多久"]
     assert q.stage("bm25").counts == {"candidates": 1}
@@ -225,20 +245,24 @@ def test_query_trace_has_every_stage_with_ranks_and_labels(kb_factory, corpus: P
     assert fusion.data["summary"]["dropped"] == 1
     assert q.stage("bm25").data["ranking"][0]["source"] == "劳动合同法.md"
     assert [h["rank"] for h in q.data["hits"]] == [1, 2, 3] and q.data["hits"][0]["section"] == SEC_PROBATION
-
-    kb.query("试用期最长多久，年休假有几天", top_k=3)  # two clauses: the clause channel scores all 4 candidates
-    q = read_traces(tmp_path / "idx" / TRACE_FILE)[0]
-    assert q.stage("fusion").counts["clause_candidates"] == 4
-    ranking = q.stage("fusion").data["clause_ranking"]
-    assert [r["rank"] for r in ranking] == [1, 2, 3, 4] and len({r["chunk_id"] for r in ranking}) == 4
-    assert {r["source"] for r in ranking} == {"劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"}
     for s in q.stages:
         assert s.elapsed_ms >= 0 and s.start_ms >= 0
     line = (tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1]
     assert json.loads(line)["stages"][0]["name"] == "parse"  # one JSON line per trace
 
+    kb.query("试用期最长多久，年休假有几天", top_k=3)  # two clauses: the clause channel scores all 4 candidates
+    q = read_traces(tmp_path / "idx" / TRACE_FILE)[0]
+    assert [s.name for s in q.stages] == ["parse", "bm25", "dense", "clauses", "fusion", "rerank", "answer"]
+    assert q.stage("clauses").counts == {"clauses": 2, "embedded": 1}  # the first clause was asked before
+    assert q.stage("fusion").counts["clause_candidates"] == 4
+    ranking = q.stage("fusion").data["clause_ranking"]
+    assert [r["rank"] for r in ranking] == [1, 2, 3, 4] and len({r["chunk_id"] for r in ranking}) == 4
+    assert {r["source"] for r in ranking} == {"劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt"}
+    kb.query("试用期最长多久，年休假有几天", top_k=3)  # the clauses' vectors are known
+    assert read_traces(tmp_path / "idx" / TRACE_FILE)[0].stage("clauses").counts == {"clauses": 2, "embedded": 0}
 
-def test_ingest_trace_lists_documents_with_statuses_and_reasons(kb_factory, corpus: Path, tmp_path: Path) -> None:
+
+def test_an_ingest_trace_lists_documents_with_statuses_and_reasons(kb_factory, corpus: Path, tmp_path: Path) -> None:
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     (corpus / "空白.md").write_text("   \n", encoding="utf-8")
@@ -281,164 +305,6 @@ def test_single_channel_modes_mark_the_other_stages_off(kb_factory, corpus: Path
     }
 
 
-def test_otel_export_mirrors_the_stages() -> None:
-    pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from zhiku.observability.otel import OtelSink
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with Tracer([OtelSink(provider)]).trace("query", query="试用期") as t:
-        with span("parse") as sp:
-            sp.set(counts={"terms": 2})
-        mark("rerank")
-    spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(spans) == {"zhiku.query", "parse", "rerank"}
-    root = spans["zhiku.query"]
-    assert root.attributes["zhiku.query"] == "试用期" and root.attributes["zhiku.trace_id"] == t.trace_id
-    assert spans["parse"].parent.span_id == root.context.span_id
-    assert spans["parse"].attributes["zhiku.count.terms"] == 2
-    assert spans["rerank"].attributes["zhiku.status"] == "off"
-    assert root.start_time <= spans["parse"].start_time <= spans["parse"].end_time <= root.end_time
-
-
-# ------------------------------------------------------------------------------------------- CLI
-def test_cli_verbose_and_traces(
-    kb_factory, corpus: Path, tmp_path: Path, embed_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from typer.testing import CliRunner
-
-    from zhiku.cli.app import app
-
-    idx = tmp_path / "idx"
-    kb_factory(idx).ingest([corpus])
-    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
-    monkeypatch.setenv("COLUMNS", "200")
-    monkeypatch.chdir(tmp_path)
-    runner = CliRunner()
-
-    def cli(*args: object):  # noqa: ANN202
-        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-    r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "-k", "2", "--verbose")
-    assert r.exit_code == 0, r.output
-    out = r.stdout
-    for text in (
-        "terms: 试用 试用期 最长 多久 · bm25 1 · dense 4 candidates",
-        "│ parse ",
-        "│ rerank │ off ",
-        "ranks: before = best channel rank; Δ = before − after (+ moved up)",
-        "fusion: moved_up 0, moved_down 0, unchanged 2, new 0, max_gain 0, max_drop 0, dropped 2",
-        "rerank: off (no reranker configured)",
-        SEC_PROBATION,
-    ):
-        assert text in out, text
-    [query_trace, _] = read_traces(idx / TRACE_FILE)
-    assert query_trace.stage("answer").counts["citations"] == 2  # the CLI's trace includes the answer
-
-    listing = cli("traces", "--index", idx)
-    assert listing.exit_code == 0 and query_trace.trace_id in listing.stdout and "ingest" in listing.stdout
-    one = cli("traces", "--index", idx, "--id", query_trace.trace_id)
-    assert one.exit_code == 0 and "query " + query_trace.trace_id in one.stdout and "│ fusion " in one.stdout
-    as_json = json.loads(cli("traces", "--index", idx, "--kind", "ingest", "--json").stdout)
-    assert [t["kind"] for t in as_json["traces"]] == ["ingest"]
-    missing = cli("traces", "--index", idx, "--id", "nope")
-    assert missing.exit_code == 1 and missing.stderr.startswith("error: no trace 'nope' in ")
-
-    quiet = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "--verbose", "--mode", "bm25")
-    assert "│ dense  │ off " in quiet.stdout  # single-channel: the other channel and fusion are marked off
-
-
-def test_mcp_hub_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path, tmp_path: Path) -> None:
-    from zhiku.mcp.hub import Hub, QueryArgs
-
-    kb = kb_factory(tmp_path / "idx")
-    kb.ingest([corpus])
-    sink = MemorySink()
-    kb.tracer = Tracer([sink])
-    result = Hub(kb, kb.settings).query(QueryArgs("试用期最长多久", top_k=2))
-    [t] = sink.traces
-    assert t.attrs["surface"] == "mcp" and t.attrs["query"] == "试用期最长多久"
-    assert [s.name for s in t.stages][-1] == "answer"
-    assert t.stage("answer").counts["citations"] == len(result.citations) == 2
-
-
-def test_the_trace_writer_waits_while_the_hub_serves_a_query_before_its_trace_opens(
-    kb_factory: Any, corpus: Path, tmp_path: Path
-) -> None:
-    """The hub reads the index version (SQLite: the interpreter is released) before the query's trace opens; with no
-    trace open the writer took that for a pause between queries and sealed its batch there, and the query waited
-    for it. ``OPEN`` (what the writer waits on) now counts the hub's query from its first read, and is empty after."""
-    from zhiku.mcp.hub import Hub, QueryArgs
-    from zhiku.observability.records import OPEN
-    from zhiku.settings import merge
-
-    kb = kb_factory(tmp_path / "idx")
-    kb.ingest([corpus])
-    kb.tracer = Tracer([MemorySink()])
-    hub = Hub(kb, merge(kb.settings, server={"cache_size": 4}))
-    seen: list[int] = []
-    read = hub.index_version
-
-    def version() -> int:
-        seen.append(len(OPEN))
-        return read()
-
-    hub.index_version = version  # type: ignore[method-assign]
-    before = len(OPEN)
-    hub.query(QueryArgs("试用期最长多久", top_k=2))
-    assert hub.cached_query(QueryArgs("试用期最长多久", top_k=2)) is not None
-    assert seen == [before + 1, before + 1] and len(OPEN) == before
-
-
-def test_versioned_labels_look_up_each_chunk_once_per_index_version() -> None:
-    from zhiku.observability.tracing import VersionedLabels
-
-    calls: list[list[str]] = []
-    version = [7]
-
-    def fetch(ids: list[str]) -> dict[str, dict[str, object]]:
-        calls.append(list(ids))
-        return {i: {"source": f"{i}.md", "v": version[0]} for i in ids if i != "gone"}
-
-    labels = VersionedLabels(fetch, lambda: version[0], max_items=3, recheck_s=0.0)
-    assert labels(["a", "b"]) == {"a": {"source": "a.md", "v": 7}, "b": {"source": "b.md", "v": 7}}
-    assert labels(["b", "c", "gone"]) == {"b": {"source": "b.md", "v": 7}, "c": {"source": "c.md", "v": 7}}
-    assert calls == [["a", "b"], ["c", "gone"]]  # b was known; an id the index lacks is asked again, not invented
-    version[0] = 8  # a write: every label is looked up again
-    assert labels(["a"]) == {"a": {"source": "a.md", "v": 8}}
-    assert calls[-1] == ["a"]
-    labels(["b", "c", "d"])  # 4 known > max_items 3: the next call starts afresh
-    labels(["a"])
-    assert calls[-2:] == [["b", "c", "d"], ["a"]]
-
-
-def test_trace_labels_read_where_chunks_are_without_decoding_them(
-    kb_factory: Any, corpus: Path, tmp_path: Path
-) -> None:
-    """A traced query labels its ~200 ranked candidates: read with ``get_chunks`` they were decoded (~3× the work)
-    and pushed the hits out of the chunk cache. ``chunk_places`` gives what the chunks say, for the ids that
-    exist, and keeps nothing."""
-    from zhiku.stores.base import places_reader
-
-    kb_factory(tmp_path / "idx").ingest([corpus])
-    kb = kb_factory(tmp_path / "idx")  # (its chunk cache empty)
-    with kb.store.db.read() as conn:
-        ids = [r[0] for r in conn.execute("SELECT chunk_id FROM chunks ORDER BY rowid DESC")]
-    places = kb.store.chunk_places([*ids, "no-such-chunk"])
-    assert kb.store.catalogue.cache.chunks(ids)[1] == {}
-    chunks = kb.store.get_chunks(ids)
-    assert places == {c.chunk_id: (c.source, c.section, c.page) for c in chunks} and len(places) == len(ids) > 1
-    assert places_reader(kb.store) == kb.store.chunk_places
-    assert kb.store.chunk_places([]) == {}
-
-
 # ------------------------------------------------------------------- a designed index, exact traces
 # Six one-paragraph documents, all five words long. BM25 ("zeta"): the four that hold it, by how often:
 # a1 (4×) > b2 (3×) > c3 (2×) > d4 (1×). Dense (DesignedEmbedder): cosine to the query a1 .4, b2 .5, c3 .7,
@@ -473,13 +339,18 @@ class DesignedEmbedder:
         return out
 
 
-def designed_kb(kb_factory, tmp_path: Path, **overrides: object):  # noqa: ANN201
+def designed_docs(tmp_path: Path) -> Path:
     docs = tmp_path / "designed"
     docs.mkdir()
     for name, (body, _) in DESIGNED.items():
         (docs / name).write_text(body + "\n", encoding="utf-8")
-    kb = kb_factory(tmp_path / "idx", embedder=DesignedEmbedder(), retrieval={"fusion": "rrf"}, **overrides)
-    kb.ingest([docs])
+    return docs
+
+
+def designed_kb(kb_factory, tmp_path: Path, embedder: object = None, **overrides: object):  # noqa: ANN201
+    settings: dict[str, object] = {"retrieval": {"fusion": "rrf"}, **overrides}
+    kb = kb_factory(tmp_path / "idx", embedder=embedder or DesignedEmbedder(), **settings)
+    kb.ingest([designed_docs(tmp_path)])
     return kb
 
 
@@ -487,20 +358,18 @@ def sources(rows: list[dict[str, object]]) -> list[object]:
     return [r["source"] for r in rows]
 
 
-def test_designed_index_trace_has_exact_counts_ranks_and_rank_changes(kb_factory, tmp_path: Path) -> None:
+def test_a_designed_index_trace_has_exact_counts_ranks_and_rank_changes(kb_factory, tmp_path: Path) -> None:
     kb = designed_kb(kb_factory, tmp_path)
     hits = kb.retrieve("zeta", top_k=3).hits
     assert [h.chunk.source for h in hits] == ["c3.md", "a1.md", "b2.md"]
-    kb.close()  # the writer drains on close
     [q, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
-    assert q.detail == "lean" and [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank"]
+    assert [s.name for s in q.stages] == QUERY_STAGES
     bm25, dense, fusion = q.stage("bm25"), q.stage("dense"), q.stage("fusion")
     assert bm25.counts == {"candidates": 4} and dense.counts == {"candidates": 6}
-    # lean: each channel lists its first top_k (3), with ranks and labels
-    assert sources(bm25.data["ranking"]) == ["a1.md", "b2.md", "c3.md"]
-    assert [r["rank"] for r in bm25.data["ranking"]] == [1, 2, 3]
-    assert sources(dense.data["ranking"]) == ["f6.md", "e5.md", "c3.md"]
-    assert [r["score"] for r in dense.data["ranking"]] == pytest.approx([0.9, 0.8, 0.7], abs=1e-5)
+    assert sources(bm25.data["ranking"]) == ["a1.md", "b2.md", "c3.md", "d4.md"]  # every candidate, labelled
+    assert [r["rank"] for r in bm25.data["ranking"]] == [1, 2, 3, 4]
+    assert sources(dense.data["ranking"]) == ["f6.md", "e5.md", "c3.md", "d4.md", "b2.md", "a1.md"]
+    assert [r["score"] for r in dense.data["ranking"]][:3] == pytest.approx([0.9, 0.8, 0.7], abs=1e-5)
     assert fusion.counts == {"candidates": 6, "returned": 3}
     changes = [
         (r["source"], r["rank_before"], r["rank_after"], r["delta"], r["status"], r["bm25_rank"], r["dense_rank"])
@@ -527,169 +396,237 @@ def test_designed_index_trace_has_exact_counts_ranks_and_rank_changes(kb_factory
         (2, "a1.md", 2, 1, 6),
         (3, "b2.md", 3, 2, 5),
     ]
-    assert set(q.labels) == {r["chunk_id"] for r in dense.data["ranking"] + fusion.data["changes"] + q.data["hits"]}
 
 
-def test_full_detail_lists_every_candidate_and_readers_see_what_was_written(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, tracing={"detail": "full"})
-    memory = MemorySink()
-    kb.tracer = Tracer([*kb.tracer.sinks, memory], detail="full")  # the line is encoded before memory reads it
-    kb.retrieve("zeta", top_k=3, mode="bm25")
-    kb.close()
-    [written, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
-    [live] = memory.traces
-    assert written.detail == live.detail == "full"
-    ranking = written.stage("bm25").data["ranking"]
-    assert sources(ranking) == ["a1.md", "b2.md", "c3.md", "d4.md"] and written.stage("bm25").counts["candidates"] == 4
-    assert {s.name: s.status for s in written.stages}["fusion"] == "off"
-    for name in ("parse", "bm25", "dense", "fusion", "rerank"):  # the file holds what the live trace holds
-        assert (
-            written.stage(name).data == live.stage(name).data and written.stage(name).counts == live.stage(name).counts
-        )
-    assert written.data["hits"] == live.data["hits"] and sources(written.data["hits"]) == ["a1.md", "b2.md", "c3.md"]
+def test_a_failed_query_writes_its_error_and_the_stage_it_failed_in(kb_factory, tmp_path: Path) -> None:
+    class FailsOnQuestions(DesignedEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:
+            raise RuntimeError("503 from the embedding endpoint")
 
-
-def test_fusion_record_equals_the_rank_change_rows_it_replaces() -> None:
-    import random
-
-    from zhiku.observability.rank_changes import fusion_record
-
-    rng = random.Random(13)
-    for _ in range(300):
-        pool = [f"c{i}" for i in range(rng.randint(0, 30))]
-        bm25 = ids(*rng.sample(pool, rng.randint(0, len(pool))))
-        dense = ids(*rng.sample(pool, rng.randint(0, len(pool))))
-        union = list(dict.fromkeys(x.chunk_id for x in bm25 + dense))
-        rng.shuffle(union)
-        fused, top_k = union[: rng.randint(0, len(union))] + (["new"] if rng.random() < 0.2 else []), rng.randint(1, 12)
-        rows = fusion_rank_changes(bm25, dense, fused)
-        want = ({"candidates": len(rows)}, changes_data(rows, keep_dropped_within=top_k))
-        assert fusion_record(bm25, dense, fused, top_k) == want
-        # the channels as the stores return them (columns, read without a ScoredId per candidate): the same record
-        columns = [Ranking([x.chunk_id for x in c], [x.score for x in c]) for c in (bm25, dense)]
-        assert fusion_record(columns[0], columns[1], fused, top_k) == want
-        assert fusion_record(columns[0], dense, fused, top_k) == want
-
-
-def test_traces_queued_at_exit_are_written(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    path = tmp_path / TRACE_FILE
-    script = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "from zhiku.observability.tracing import JsonlSink, Tracer, span\n"
-        "tracer = Tracer([JsonlSink(Path(sys.argv[1]), interval_s=60)])\n"  # the writer would sleep a minute
-        "for n in range(50):\n"
-        "    with tracer.trace('query', query=f'q{n}'):\n"
-        "        with span('parse'):\n"
-        "            pass\n"
-    )
-    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(x)["attrs"]["query"] for x in lines] == [f"q{n}" for n in range(50)]
-
-
-# ------------------------------------------------------------------- tail-sampled candidate detail
-HITS_ZETA = [(1, "c3.md", 1, 3, 3), (2, "a1.md", 2, 1, 6), (3, "b2.md", 3, 2, 5)]  # rank, source, fused/bm25/dense
-
-
-def hit_ranks(t: Trace) -> list[tuple[object, ...]]:
-    return [(h["rank"], h["source"], h["fused_rank"], h["bm25_rank"], h["dense_rank"]) for h in t.data["hits"]]
-
-
-def test_sampled_in_is_a_deterministic_fraction_of_trace_ids() -> None:
-    from zhiku.observability.sampling import sampled_in
-
-    spread = [f"{(i << 64) // 1000:016x}" for i in range(1000)]  # ids evenly over [0, 2**64): i/1000
-    assert [i for i, t in enumerate(spread) if sampled_in(t, 0.1)] == list(range(100))
-    assert sum(sampled_in(t, 0.25) for t in spread) == 250
-    assert not any(sampled_in(t, 0.0) for t in spread) and all(sampled_in(t, 1.0) for t in spread)
-    other = [f"trace-{i}" for i in range(2000)]  # not 16 hex digits: hashed (CRC-32), the same on every run
-    kept = {t for t in other if sampled_in(t, 0.1)}
-    assert kept == {t for t in other if sampled_in(t, 0.1)} and 150 <= len(kept) <= 250
-    assert kept <= {t for t in other if sampled_in(t, 0.3)}  # kept at 0.1: kept at any larger fraction
-
-
-def test_a_sampled_out_trace_keeps_stages_counts_and_hit_ranks_but_no_candidate_rows(
-    kb_factory, tmp_path: Path
-) -> None:
-    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0})
-    kb.retrieve("zeta", top_k=3)
-    kb.close()
+    kb = designed_kb(kb_factory, tmp_path, embedder=FailsOnQuestions())
+    with pytest.raises(RuntimeError, match="503"):
+        kb.retrieve("zeta", top_k=3)
     [q, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
-    assert (q.detail, q.kept, q.labels) == ("sampled-out", None, {})
-    assert [s.name for s in q.stages] == ["parse", "bm25", "dense", "fusion", "rerank"]
-    assert q.stage("bm25").counts == {"candidates": 4} and q.stage("dense").counts == {"candidates": 6}
-    assert q.stage("bm25").data == {"depth": 100} and q.stage("dense").data == {"depth": 100}  # no ranking rows
-    fusion = q.stage("fusion")
-    assert fusion.counts == {"returned": 3} and "changes" not in fusion.data and fusion.data["method"] == "rrf"
-    assert hit_ranks(q) == HITS_ZETA
-    line = json.loads((tmp_path / "idx" / TRACE_FILE).read_text(encoding="utf-8").splitlines()[-1])
-    assert (line["detail"], line["kept"]) == ("sampled-out", None)
+    assert (q.status, q.error) == ("error", "RuntimeError: 503 from the embedding endpoint")
+    dense = q.stage("dense")
+    assert dense is not None and (dense.status, dense.data["error"]) == ("error", q.error)
+    assert q.stage("bm25").status == "ok"  # type: ignore[union-attr]
 
 
-def test_errors_low_confidence_slow_and_forced_traces_keep_their_detail(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0}, answer={"min_score": 0.95})
+def test_a_clause_the_embedder_fails_on_leaves_a_fallback_clauses_stage(kb_factory, tmp_path: Path) -> None:
+    class FailsOnAlpha(DesignedEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:
+            if text == "alpha":
+                raise RuntimeError("503 from the embedding endpoint")
+            return super().embed_query(text)
+
+    kb = designed_kb(kb_factory, tmp_path, embedder=FailsOnAlpha(), retrieval={"fusion": "zscore"})
+    assert kb.retrieve("zeta，alpha", mode="hybrid", top_k=2).clauses == ()  # searched without the clause channel
+    stage = read_traces(tmp_path / "idx" / TRACE_FILE, kind="query")[0].stage("clauses")
+    assert stage is not None and (stage.status, stage.counts) == ("fallback", {"clauses": 2, "embedded": 0})
+    assert stage.data == {"reason": "RuntimeError: 503 from the embedding endpoint"}
+
+
+class LateReranker:
+    """Answers only after its query gave up on it (``rerank.timeout``), then records into the query's trace."""
+
+    name = "test:late"
+
+    def __init__(self) -> None:
+        self.release, self.done = threading.Event(), threading.Event()
+
+    def load(self) -> None:
+        return None
+
+    def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
+        self.release.wait(10)
+        try:
+            with span("rerank") as sp:
+                sp.set(counts={"late": 1}, late=True)
+            mark("late", status="ok")
+        finally:
+            self.done.set()
+        return list(hits[:top_k])
+
+
+def test_a_reranker_that_outlived_its_query_adds_nothing_to_its_trace(kb_factory, tmp_path: Path) -> None:
+    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout": 0.05})
+    kb._reranker = reranker = LateReranker()
     sink = MemorySink()
-    kb.tracer = Tracer([sink], sample=0.0, slow_ms=10_000)
-    kb.query("zeta", top_k=3)  # best cosine .7 < min_score .95: low confidence
-    with kb.tracer.trace("query", capture=True):  # `zhiku query --verbose`, the dashboard's query page
-        kb.retrieve("zeta", top_k=3)
-    with pytest.raises(RuntimeError), kb.tracer.trace("query"):
-        kb.retrieve("zeta", top_k=3)
-        raise RuntimeError("after the search")
-    kb.settings = kb.settings.model_copy(update={"answer": kb.settings.answer.model_copy(update={"min_score": 0.0})})
-    kb.query("zeta", top_k=3)  # confident: sampled out
-    kb.tracer = Tracer([sink], sample=0.0, slow_ms=0.0)
-    kb.retrieve("zeta", top_k=3)  # slower than 0 ms
-    assert [(t.kept, t.detail, t.status) for t in sink.traces] == [
-        ("low-confidence", "lean", "ok"),
-        ("forced", "lean", "ok"),
-        ("error", "lean", "error"),
-        (None, "sampled-out", "ok"),
-        ("slow", "lean", "ok"),
-    ]
-    for t in sink.traces:
-        assert hit_ranks(t) == HITS_ZETA
-        kept = t.kept is not None
-        assert ("ranking" in t.stage("bm25").data, "changes" in t.stage("fusion").data, bool(t.labels)) == (kept,) * 3
-    assert sources(sink.traces[0].stage("dense").data["ranking"]) == ["f6.md", "e5.md", "c3.md"]
+    kb.tracer = Tracer([sink])
+    assert kb.retrieve("zeta", top_k=3).rerank == "fallback: timeout after 0.05s"
+    reranker.release.set()
+    assert reranker.done.wait(10)
+    [t] = sink.traces
+    assert [s.name for s in t.stages] == QUERY_STAGES
+    rerank = t.stage("rerank")
+    assert rerank is not None and (rerank.status, rerank.calls, rerank.counts) == (
+        "fallback",
+        1,
+        {"candidates": 6, "returned": 3},
+    )
+    assert rerank.data == {"reason": "timeout after 0.05s", "reranker": "test:late", "top_m": 20, "timeout_s": 0.05}
 
 
-def test_readers_say_a_trace_was_sampled_out(kb_factory, tmp_path: Path, embed_cache_dir: Path) -> None:
+class HeldEmbedder(DesignedEmbedder):
+    """Embeds a question only once ``go`` is set (the test orders the threads at the search gate with it)."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        assert self.go.wait(10)
+        return super().embed_query(text)
+
+
+def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_factory, tmp_path: Path) -> None:
+    embedder = HeldEmbedder()
+    embedder.go.set()
+    kb = designed_kb(kb_factory, tmp_path, embedder=embedder, retrieval={"fusion": "rrf", "max_concurrent": 1})
+    embedder.go.clear()
+    sink = MemorySink()
+    kb.tracer = Tracer([sink])
+    kb.searcher.inline_embed_s = 0.0  # a slow embedder: the question is embedded in the dense worker
+    gate = kb.searcher._gate
+    found: list[object] = []
+    with gate:  # another search holds the only place
+        query = threading.Thread(target=lambda: found.append(kb.retrieve("zeta", mode="hybrid", top_k=3)))
+        query.start()
+        wait_until(lambda: len(gate._waiters) == 1)  # BM25 waits first ...
+        embedder.go.set()
+        wait_until(lambda: len(gate._waiters) == 2)  # ... then the worker, its question embedded
+        threading.Event().wait(0.3)  # both wait 0.3 s more
+    query.join(10)
+    assert len(found) == 1
+    [t] = sink.traces
+    assert [s.name for s in t.stages] == ["parse", "queue", "bm25", "dense", "fusion", "rerank"]
+    queue, dense = t.stage("queue"), t.stage("dense")
+    assert queue is not None and (queue.calls, queue.data) == (2, {"places": 1, "queued": 2})
+    assert dense is not None and (dense.calls, dense.counts) == (1, {"candidates": 6})
+    assert queue.elapsed_ms >= 600 and dense.elapsed_ms < 300  # the worker's wait is not the dense stage's time
+
+
+# ------------------------------------------------------------------------------------ readers
+def test_otel_export_mirrors_the_stages() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from zhiku.observability.otel import OtelSink
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with Tracer([OtelSink(provider)]).trace("query", query="试用期") as t:
+        with span("parse") as sp:
+            sp.set(counts={"terms": 2})
+        mark("rerank")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"zhiku.query", "parse", "rerank"}
+    root = spans["zhiku.query"]
+    assert root.attributes["zhiku.query"] == "试用期" and root.attributes["zhiku.trace_id"] == t.trace_id
+    assert spans["parse"].parent.span_id == root.context.span_id
+    assert spans["parse"].attributes["zhiku.count.terms"] == 2
+    assert spans["rerank"].attributes["zhiku.status"] == "off"
+    assert root.start_time <= spans["parse"].start_time <= spans["parse"].end_time <= root.end_time
+
+
+def test_cli_verbose_and_traces(kb_factory, corpus: Path, tmp_path: Path, embed_cache_dir: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from zhiku.cli.app import app
+
+    idx = tmp_path / "idx"
+    kb_factory(idx).ingest([corpus])
+    for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ZHIKU_CACHE_DIR", str(embed_cache_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def cli(*args: object):  # noqa: ANN202
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "-k", "2", "--verbose")
+    assert r.exit_code == 0, r.output
+    for text in (
+        "terms: 试用 试用期 最长 多久 · bm25 1 · dense 4 candidates",
+        "│ parse ",
+        "│ rerank │ off ",
+        "ranks: before = best channel rank; Δ = before − after (+ moved up)",
+        "fusion: moved_up 0, moved_down 0, unchanged 2, new 0, max_gain 0, max_drop 0, dropped 2",
+        "rerank: off (no reranker configured)",
+        SEC_PROBATION,
+    ):
+        assert text in r.stdout, text
+    [query_trace, _] = read_traces(idx / TRACE_FILE)
+    assert query_trace.stage("answer").counts["citations"] == 2  # type: ignore[union-attr]
+
+    listing = cli("traces", "--index", idx)
+    assert listing.exit_code == 0 and query_trace.trace_id in listing.stdout and "ingest" in listing.stdout
+    one = cli("traces", "--index", idx, "--id", query_trace.trace_id)
+    assert one.exit_code == 0 and "query " + query_trace.trace_id in one.stdout and "│ fusion " in one.stdout
+    as_json = json.loads(cli("traces", "--index", idx, "--kind", "ingest", "--json").stdout)
+    assert [t["kind"] for t in as_json["traces"]] == ["ingest"]
+    missing = cli("traces", "--index", idx, "--id", "nope")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: no trace 'nope' in ")
+
+    quiet = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "--verbose", "--mode", "bm25")
+    assert "│ dense  │ off " in quiet.stdout  # single-channel: the other channel and fusion are marked off
+
+
+def test_the_dashboard_and_the_cli_read_a_queries_rankings(kb_factory, tmp_path: Path) -> None:
     from rich.console import Console
 
     from zhiku.cli.traces import print_trace
-    from zhiku.dashboard.data import DashboardData, channel_rows, detail_note, rank_rows
-    from zhiku.observability.sampling import NOT_SAMPLED
+    from zhiku.dashboard.data import DashboardData, channel_rows, rank_rows
 
-    kb = designed_kb(kb_factory, tmp_path, tracing={"sample": 0.0})
-    kb.retrieve("zeta", top_k=3)
-    kb.close()
-    [sampled_out, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
-    console = Console(record=True, width=250)
-    print_trace(console, sampled_out)
-    text = console.export_text()
-    assert NOT_SAMPLED in text and "ranks: before" not in text  # the hits table, with each channel's rank
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if ".md" in line]
-    assert [(r[0], r[1], r[2], r[3], r[5], r[6], r[8]) for r in rows] == [  # n, Δ, before, bm25, dense, cosine, source
-        ("1", "", "–", "3", "3", "0.700", "c3.md"),
-        ("2", "", "–", "1", "6", "0.400", "a1.md"),
-        ("3", "", "–", "2", "5", "0.500", "b2.md"),
-    ]
-    assert detail_note(sampled_out) == NOT_SAMPLED and channel_rows(sampled_out, "bm25") == []
-    assert rank_rows(sampled_out) == []
-
-    dashboard = DashboardData(kb.settings, embedder=DesignedEmbedder())  # the query page forces the detail
-    live = dashboard.query("zeta", top_k=3)
-    assert (live.kept, detail_note(live)) == ("forced", None)
-    assert [r["source"] for r in channel_rows(live, "bm25")] == ["a1.md", "b2.md", "c3.md"]
+    kb = designed_kb(kb_factory, tmp_path)
+    live = DashboardData(kb.settings, embedder=DesignedEmbedder()).query("zeta", top_k=3)
+    assert [r["source"] for r in channel_rows(live, "bm25")] == ["a1.md", "b2.md", "c3.md", "d4.md"]
     assert [(r["after"], r["source"]) for r in rank_rows(live)][:3] == [(1, "c3.md"), (2, "a1.md"), (3, "b2.md")]
-    [written, *_] = read_traces(tmp_path / "idx" / TRACE_FILE)
-    assert (written.trace_id, written.kept) == (live.trace_id, "forced")
+    [written, _] = read_traces(tmp_path / "idx" / TRACE_FILE)
+    assert written.trace_id == live.trace_id and rank_rows(written) == rank_rows(live)
     console = Console(record=True, width=250)
     print_trace(console, written)
     text = console.export_text()
-    assert NOT_SAMPLED not in text and "ranks: before" in text
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if ".md" in line]
+    assert [(r[0], r[1], r[2], r[3], r[5], r[8]) for r in rows][:3] == [  # n, Δ, before, bm25, dense, source
+        ("1", "+2", "3", "3", "3", "c3.md"),
+        ("2", "-1", "1", "1", "6", "a1.md"),
+        ("3", "-1", "2", "2", "5", "b2.md"),
+    ]
+
+
+def test_an_mcp_query_writes_one_trace_with_the_answer(kb_factory, corpus: Path, tmp_path: Path) -> None:
+    from zhiku.mcp.hub import Hub, QueryArgs
+
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([corpus])
+    sink = MemorySink()
+    kb.tracer = Tracer([sink])
+    result = Hub(kb, kb.settings).query(QueryArgs("试用期最长多久", top_k=2))
+    [t] = sink.traces
+    assert t.attrs["surface"] == "mcp" and t.attrs["query"] == "试用期最长多久"
+    assert [s.name for s in t.stages][-1] == "answer"
+    assert t.stage("answer").counts["citations"] == len(result.citations) == 2  # type: ignore[union-attr]
+
+
+def test_lines_of_older_versions_read_as_rows_with_their_labels(tmp_path: Path) -> None:
+    path = tmp_path / TRACE_FILE
+    old = {
+        "trace_id": "00f0000000000001",
+        "kind": "query",
+        "started_at": 17.5,
+        "attrs": {},
+        "data": {"hits": {"fields": ["rank", "chunk_id"], "rows": [[1, "c1"]]}},
+        "labels": {"c1": {"source": "a.md", "section": "第一条"}},
+        "stages": [{"name": "bm25", "data": {"ranking": {"cols": {"chunk_id": ["c1"], "rank": [1], "score": [0.5]}}}}],
+    }
+    path.write_text(json.dumps(old) + "\n", encoding="utf-8")
+    [t] = read_traces(path)
+    assert t.data["hits"] == [{"source": "a.md", "section": "第一条", "rank": 1, "chunk_id": "c1"}]
+    assert t.stage("bm25").data["ranking"] == [  # type: ignore[union-attr]
+        {"source": "a.md", "section": "第一条", "chunk_id": "c1", "rank": 1, "score": 0.5}
+    ]

@@ -24,15 +24,7 @@ from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
 from zhiku.ingest.transforms.stage import TransformProgress
 from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
-from zhiku.observability.tracing import (
-    Tracer,
-    VersionedLabels,
-    build_tracer,
-    keep_detail,
-    label_later,
-    report_rows,
-    span,
-)
+from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import build_answer
@@ -93,7 +85,6 @@ class KnowledgeBase:
         self.close()
 
     def close(self) -> None:
-        self.tracer.close()  # write the queued traces and end the sink's writer thread
         if "searcher" in self.__dict__:
             self.searcher.close()
         if "enrichments" in self.__dict__:
@@ -302,9 +293,9 @@ class KnowledgeBase:
                 per_source_k=o.get("per_source_k"),
                 rerank=o.get("rerank"),
             )
-            if t is not None:  # readable on its own: sources and sections of every ranked chunk (added at seal)
-                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags))
-                label_later(t, r.hits, self._labels)
+            if t is not None:  # readable on its own: sources and sections of every ranked chunk
+                t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
+                record_hits(t, r.hits, self._labels)
         return r
 
     @cached_property
@@ -313,9 +304,9 @@ class KnowledgeBase:
         return rewrite.build_rewriter(self.settings)
 
     @cached_property
-    def _labels(self) -> VersionedLabels:  # trace labels, looked up once per chunk and index version
+    def _labels(self) -> Labels:  # trace labels, looked up once per chunk and index version
         places = places_reader(self.store)
-        return VersionedLabels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
+        return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
         """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence`` (below
@@ -355,8 +346,6 @@ class KnowledgeBase:
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},
                 low_confidence=low_confidence,
             )
-            if low_confidence:  # a trace worth reading: it keeps every channel's ranking (tracing.sample)
-                keep_detail("low-confidence")
         return answer
 
     def _empty_note(self, o: QueryOptions) -> str:

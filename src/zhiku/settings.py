@@ -309,14 +309,6 @@ class TracingSettings(_Section):
         "(docs/observability.md).",
         "Whoever wants no file growing beside the index.",
     )
-    sample: float = key(
-        0.1,
-        "Fraction of query traces that keep their candidate detail (each channel's ranking, rank changes); failed, "
-        "low-confidence, slow and `--verbose` queries keep it always. 1: every query.",
-        "Whoever debugs ranking (1) or wants the least overhead (0).",
-        ge=0.0,
-        le=1.0,
-    )
     otel: bool = key(
         False,
         "Also export every trace as OpenTelemetry spans (`pip install 'zhiku[otel]'`).",

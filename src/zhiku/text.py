@@ -13,11 +13,13 @@ import hashlib
 import importlib.metadata
 import re
 import unicodedata
-from functools import cached_property, lru_cache
+from collections.abc import Iterable
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from zhiku.cache import memoized
 from zhiku.errors import ConfigError
 from zhiku.synonyms import Synonyms
 
@@ -100,7 +102,7 @@ class TextProcessor:
         self.synonyms_at = synonyms_at
         # the same passages are normalised by every query that returns them (the confidence check's term coverage,
         # the snippets): ~0.1 µs a character, mostly OpenCC (bench/RESULTS.md, Issue 13 — passages normalised once)
-        self._normalized = lru_cache(maxsize=NORMALIZED_TEXTS)(self._normalize_chars)
+        self._normalized = memoized(NORMALIZED_TEXTS)(self._normalize_chars)
 
     @cached_property
     def _jieba(self) -> Any:  # rjieba.Jieba has no public type

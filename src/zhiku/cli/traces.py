@@ -16,7 +16,6 @@ from zhiku.cli import tables
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, err, out
 from zhiku.cli.traces_view import print_ingest_trace, stage_table
 from zhiku.errors import MissingDependency
-from zhiku.observability.sampling import NOT_SAMPLED, SAMPLED_OUT
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import load_settings
 
@@ -30,7 +29,7 @@ def print_trace(console: Console, trace: Trace) -> None:
     console.print(stage_table(trace))
     hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}
     fusion = trace.stage("fusion")
-    fused = fusion is not None and fusion.status == "ok" and trace.detail != SAMPLED_OUT
+    fused = fusion is not None and fusion.status == "ok"
     table = tables.table(
         ("n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score", "source", "section"),
         whole=["n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score"],
@@ -78,8 +77,6 @@ def print_trace(console: Console, trace: Trace) -> None:
             c.get("section", ""),
         )
     console.print(table)
-    if trace.detail == SAMPLED_OUT:
-        console.print(NOT_SAMPLED, markup=False)
     if fused and fusion is not None:
         summary = fusion.data.get("summary", {})
         console.print("fusion: " + ", ".join(f"{k} {v}" for k, v in summary.items()), markup=False)

@@ -20,7 +20,6 @@ from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
 from zhiku.numeric import percentile
-from zhiku.observability.sampling import NOT_SAMPLED, SAMPLED_OUT
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import Settings, merge
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord, IngestReport
@@ -259,12 +258,6 @@ def channel_rows(trace: Trace, stage: str) -> list[dict[str, Any]]:
         }
         for r in s.data.get("ranking", [])
     ]
-
-
-def detail_note(trace: Trace) -> str | None:
-    """What the query page says instead of the channel and rank-change tables of a trace written without its
-    candidate detail (``tracing.sample``); None when the trace has it."""
-    return NOT_SAMPLED if trace.detail == SAMPLED_OUT else None
 
 
 def rank_rows(trace: Trace) -> list[dict[str, Any]]:

@@ -25,7 +25,6 @@ retrieved chunk to a target id, so the same metric functions score both.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from zhiku.cache import memoized
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.beir import BeirDataset, BeirDoc, load_beir
 from zhiku.types import Chunk
@@ -91,7 +91,7 @@ def folded(evalset: EvalSet, fold: Callable[[str], str]) -> EvalSet:
     """``evalset`` whose expected entries compare ``section`` and ``contains`` after ``fold``: the index's own
     normalisation (NFKC, Traditional → Simplified with ``text.t2s``, lower case), so a set written in Traditional
     characters scores the Simplified passages retrieval found for it, and full-width digits match half-width."""
-    cached = functools.lru_cache(maxsize=8192)(fold)
+    cached = memoized(8192)(fold)
     queries = tuple(replace(q, expected=tuple(replace(e, fold=cached) for e in q.expected)) for q in evalset.queries)
     return replace(evalset, queries=queries)
 

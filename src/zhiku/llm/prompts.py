@@ -9,9 +9,11 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from zhiku.cache import Cache
 from zhiku.errors import ConfigError
 
 PROMPT_NAMES = ("contextual", "refine", "metadata", "caption", "multi_query", "hyde")
+PROMPTS = 64  # prompt texts kept (names × languages)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
@@ -31,23 +33,25 @@ class Prompts:
             raise ConfigError(f"llm.prompts_dir {override_dir} is not a folder (create it or unset llm.prompts_dir)")
         self.override_dir = override_dir
         self.version = version
-        self._cache: dict[tuple[str, str], str] = {}
+        self._texts: Cache[str] = Cache(PROMPTS)
 
     def text(self, name: str, language: str) -> str:
         key = (name, language)
-        if key not in self._cache:
+        got = self._texts.get(key)
+        if got is None:
             file = f"{name}.{language}.txt"
             user = self.override_dir / file if self.override_dir is not None else None
             if user is not None and user.is_file():
-                self._cache[key] = user.read_text(encoding="utf-8")
+                got = user.read_text(encoding="utf-8")
             else:
                 try:
-                    self._cache[key] = (
+                    got = (
                         resources.files("zhiku").joinpath("data").joinpath("prompts").joinpath(file).read_text("utf-8")
                     )
                 except FileNotFoundError:
                     raise ConfigError(f"no prompt {file!r} (built-in prompts: {', '.join(PROMPT_NAMES)})") from None
-        return self._cache[key]
+            self._texts.put(key, got)
+        return got
 
     def render(self, name: str, language: str, **values: object) -> str:
         return Template(self.text(name, language)).safe_substitute({k: str(v) for k, v in values.items()})

@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from zhiku.api import KnowledgeBase
+from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import CACHE_SIZE, CACHE_TTL_S, ResultCache, cache_key
+from zhiku.mcp.cache import CACHE_SIZE, cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
@@ -43,7 +44,6 @@ from zhiku.mcp.models import (
     transforms_out,
 )
 from zhiku.mcp.models import ImageRef as ImageOut
-from zhiku.observability.trace import busy
 from zhiku.settings import Settings
 from zhiku.types import Answer, DocRecord, DocStatus
 
@@ -84,7 +84,7 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: ResultCache[QueryResult] = ResultCache(CACHE_SIZE, CACHE_TTL_S)
+        self.cache: Cache[QueryResult] = Cache(CACHE_SIZE)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod
@@ -131,17 +131,15 @@ class Hub:
     # -- query -------------------------------------------------------------------------------------
     def cached_query(self, args: QueryArgs) -> QueryResult | None:
         """The cached answer for these arguments at the current index version, marked ``cache="hit"``."""
-        if not self.cache.enabled:
+        if not self.cache.max_weight:
             return None
-        with busy:  # (the trace writer waits: ``Busy``)
-            hit = self.cache.get(cache_key(QUERY_TOOL, self.index_version(), asdict(args)))
+        hit = self.cache.get(cache_key(QUERY_TOOL, asdict(args)), self.index_version())
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
         """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
-        with busy:  # a query from here on, though its trace opens later (the trace writer waits: ``Busy``)
-            version = self.index_version()
-            return self._flights.run((version, args), functools.partial(self._query, args, version))
+        version = self.index_version()
+        return self._flights.run((version, args), functools.partial(self._query, args, version))
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
         with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
@@ -173,7 +171,7 @@ class Hub:
             rewrite=answer.rewrite,
         ).with_passages(self.settings.server.structured_passages)
         if not low and "fallback" not in (answer.rerank[:8], answer.rewrite[:8]):  # a degraded answer is not kept
-            self.cache.put(cache_key(QUERY_TOOL, version, asdict(args)), result)
+            self.cache.put(cache_key(QUERY_TOOL, asdict(args)), result, version)
         return result
 
     def _citations(self, answer: Answer) -> list[CitationOut]:

@@ -20,10 +20,11 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from zhiku.api import KnowledgeBase
+from zhiku.cache import Cache
 from zhiku.errors import NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
 from zhiku.mcp.agent_errors import agent_message
-from zhiku.mcp.cache import ResultCache, cache_key
+from zhiku.mcp.cache import cache_key
 from zhiku.mcp.calls import State, arg_model, error_result, explain_arguments
 from zhiku.mcp.conventions import (
     ToolDefinitionError,
@@ -51,7 +52,7 @@ class Registry:
         models: dict[str, type[BaseModel]],
         *,
         read_only: bool,
-        cache: ResultCache[Any],
+        cache: Cache[Any],
         current: Callable[[], State | None],
     ) -> None:
         self.server = server
@@ -159,16 +160,16 @@ def _injections(inject: dict[str, str], ctx: Context) -> dict[str, Any]:
     return {name: state.hub.kb if kind == KnowledgeBase.__name__ else ctx for name, kind in inject.items()}
 
 
-def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: ResultCache[Any]) -> Callable[..., Any]:
+def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: Cache[Any]) -> Callable[..., Any]:
     fn, is_async = spec.fn, inspect.iscoroutinefunction(spec.fn)
     _, inject = split_parameters(fn, INJECTED)
 
     async def call(mcp_context: Context, **arguments: Any) -> Any:
         state = cast(State, mcp_context.request_context.lifespan_context)
-        key = None
-        if spec.cache and cache.enabled:
-            key = cache_key(spec.name, state.hub.index_version(), arguments)
-            hit = cache.get(key)
+        key, version = None, 0
+        if spec.cache and cache.max_weight:
+            key, version = cache_key(spec.name, arguments), state.hub.index_version()
+            hit = cache.get(key, version)
             if hit is not None:
                 return hit
         kwargs = {**arguments, **_injections(inject, mcp_context)}
@@ -185,7 +186,7 @@ def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: ResultCache[Any]) 
             log.exception("tool %s (%s) raised an unexpected exception", spec.name, spec.origin)
             return error_result("INTERNAL_ERROR", f"{spec.name} failed unexpectedly; the server log has the details")
         if key is not None:
-            cache.put(key, result)
+            cache.put(key, result, version)
         return result
 
     _adapt(call, fn, spec.name, public)

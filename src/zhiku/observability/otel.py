@@ -42,7 +42,6 @@ class OtelSink:
         self._tracer = otel_trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
 
     def write(self, trace: Trace) -> None:
-        trace.seal()  # rank-change summaries are recorded when the trace is sealed
         start_ns = int(trace.started_at * 1e9)
         root = self._tracer.start_span(
             f"zhiku.{trace.kind}",

@@ -1,24 +1,21 @@
-"""Traces: one per query and per ingestion run, stage by stage, written as one JSON line each.
+"""Building traces: one per query and per ingestion run, stage by stage (records and sinks are in ``trace``).
 
-A trace is ``trace → stages[]``; a stage has a name, a start (ms after the trace began), ``elapsed_ms``,
-a status (``ok``, ``off`` for a stage that is switched off, ``error``), ``counts`` and its ``data``.
-Library code marks stages with ``with span("bm25") as sp: …; sp.set(counts={...}, ranking=[...])``.
-Outside an open trace ``span`` returns a shared no-op object, so instrumented code costs a context-variable
-read when tracing is off (``bench/tracing_overhead.py`` measures it).
+Library code marks stages with ``with span("bm25") as sp: …; sp.set(counts={...}, data=...)``; what a span sets
+goes straight into the trace's ``Stage`` when the span ends. Outside an open trace ``span`` returns a shared no-op
+object, so instrumented code costs a context-variable read when tracing is off.
 
-The current trace lives in a ``ContextVar``: code run with ``contextvars.copy_context().run`` in a worker
-thread (the dense channel) records into the same trace. A span whose name already exists in the trace is
-merged into that stage (``calls`` + 1, elapsed and counts summed, list data extended), so ingestion's
-per-document spans give one ``load`` stage per run, not one per file.
-
-Rank tracking (fusion, rerank) is a set of small pure functions in ``zhiku.observability.rank_changes``, re-exported here:
-``rank_changes``, ``fusion_rank_changes``, ``summarize_changes``, ``changes_data``.
+The current trace lives in a ``ContextVar``: code run with ``contextvars.copy_context().run`` in a worker thread
+(the dense channel) records into the same trace. A span whose name already exists in the trace is merged into that
+stage (``calls`` + 1, elapsed and counts summed, list data extended), so ingestion's per-document spans give one
+``load`` stage per run, not one per file. When the outermost block ends the trace is sealed (stages in pipeline
+order, nothing added after) and handed to the sinks on the caller's thread.
 """
 
 from __future__ import annotations
 
 import logging
-import random
+import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -26,146 +23,91 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from zhiku.observability.columns import ranking_columns as ranking_columns  # re-exported
-from zhiku.observability.columns import report_rows as report_rows  # re-exported
-from zhiku.observability.labels import VersionedLabels as VersionedLabels  # re-exported
-from zhiku.observability.labels import hit_rows as hit_rows
-from zhiku.observability.labels import label_chunks as label_chunks
-from zhiku.observability.labels import label_later as label_later
-from zhiku.observability.rank_changes import (  # noqa: F401 (re-exported: tracing is where stages record rank changes)
-    RankChange,
-    RankSummary,
-    changes_data,
-    fusion_rank_changes,
-    rank_changes,
-    summarize_changes,
-)
-from zhiku.observability.records import OPEN, PIECE, Sets
-from zhiku.observability.sampling import Reason
-from zhiku.observability.trace import (  # noqa: F401 (re-exported)
-    DETAIL,
-    DETAILS,
-    RANKING_MAX,
-    STAGES,
-    TRACE_FILE,
-    JsonlSink,
-    MemorySink,
-    Sink,
-    Stage,
-    Trace,
-    ordered_stages,
-    read_traces,
-    trace_files,
-)
+from zhiku.cache import Cache
+from zhiku.observability.trace import TRACE_FILE, JsonlSink, Sink, Stage, Trace, stage_order
+from zhiku.observability.trace import MemorySink as MemorySink  # (library use: one import for the tracer and sinks)
+from zhiku.observability.trace import read_traces as read_traces
 from zhiku.settings import TracingSettings
-from zhiku.types import ScoredId
+from zhiku.types import Hit, IngestReport, ScoredId
 
 log = logging.getLogger(__name__)
 
+RANKING_MAX = 20  # candidates a channel stage lists (the rest are counted)
+LABELS = 100_000  # chunk labels kept for traces (of one index version)
 
-_current: ContextVar[Trace | None] = ContextVar("zhiku_trace", default=None)
-Later = Callable[[], tuple[Mapping[str, int], Mapping[str, Any]]]  # counts and data recorded when sealed
+_current: ContextVar[_Open | None] = ContextVar("zhiku_trace", default=None)
+Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]  # what a span set: counts, status, data
+
+
+class _Open:
+    """A trace being recorded: the ``Trace``, its clock and a lock (spans end on several threads)."""
+
+    __slots__ = ("trace", "t0", "lock", "closed")
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace, self.t0, self.lock, self.closed = trace, time.perf_counter(), threading.Lock(), False
+
+    def add(self, name: str, start: float, seconds: float, sets: Sets) -> None:
+        """Record one call of stage ``name`` (merged into the stage when it exists); dropped once the trace ended
+        (a thread that outlived its query, e.g. a reranker past rerank.timeout)."""
+        with self.lock:
+            if self.closed:
+                return
+            t = self.trace
+            stage = t.stage(name)
+            if stage is None:
+                stage = Stage(name, (start - self.t0) * 1000)
+                t.stages.append(stage)
+            else:
+                stage.calls += 1
+            stage.elapsed_ms += seconds * 1000
+            for counts, status, data in sets:
+                stage.record(counts, status, data)
 
 
 class _Span:
-    """A stage being timed inside an open trace: what it records is appended to the trace when it ends, as one
-    tuple, and becomes a ``Stage`` when the trace is sealed (``Trace._replay``)."""
+    """A stage being timed inside an open trace."""
 
-    __slots__ = ("_trace", "_name", "_t0", "_sets")
     active = True
-    _trace: Trace
-    _name: str
-    _t0: float
-    _sets: Sets | None  # made by ``span`` (no ``__init__``)
+
+    def __init__(self, open_: _Open, name: str, start: float | None = None, seconds: float | None = None) -> None:
+        self._open, self._name = open_, name
+        self._sets: Sets = []
+        self._t0, self._seconds, self._paused = start, seconds, 0.0
 
     def __enter__(self) -> _Span:
-        self._t0 = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        elapsed = time.perf_counter() - self._t0
-        t, sets = self._trace, self._sets
-        if t._closed:  # the trace ended meanwhile (a thread that outlived its query): dropped
-            return
+        t0 = self._t0 if self._t0 is not None else 0.0
+        seconds = self._seconds if self._seconds is not None else time.perf_counter() - t0 - self._paused
         if exc is not None:
-            sets = [*(sets or ()), (None, "error", {"error": f"{type(exc).__name__}: {exc}"})]
-            t.stage_failed = True
-        t._events.append((self._name, self._t0, elapsed, sets))  # list.append: safe across threads
+            self._sets.append((None, "error", {"error": f"{type(exc).__name__}: {exc}"}))
+        self._open.add(self._name, t0, seconds, self._sets)
 
     @contextmanager
     def outside(self, cm: AbstractContextManager[Any]) -> Iterator[None]:
         """Enter ``cm`` with this span's clock stopped (waiting for the search gate is the ``queue`` stage's time,
-        not this one's): the part so far is recorded now, as part of the same call."""
-        now = time.perf_counter()
-        if not self._trace._closed:
-            self._trace._events.append((self._name, self._t0, now - self._t0, PIECE))
-        self._t0 = now
+        not this one's)."""
+        start = time.perf_counter()
         with cm:
-            self._t0 = time.perf_counter()
+            self._paused += time.perf_counter() - start
             yield
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
-        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists, columns are extended)."""
-        if self._trace._closed:
-            return
-        if status == "error":
-            self._trace.stage_failed = True
-        if self._sets is None:
-            self._sets = [(counts, status, data)]
-        else:
-            self._sets.append((counts, status, data))
+        """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists are extended)."""
+        self._sets.append((counts, status, data))
 
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
-        """Record a channel's candidates: ``counts.candidates`` now, the first ``Trace.ranking_limit()`` when the
-        trace is sealed (``items`` is kept, not copied: a ranking is not changed once a channel returned it)."""
-        t = self._trace
-        if t._closed:
-            return
-        counted = ({"candidates": len(items)}, None, data)  # ``set`` inline (every channel's span records one)
-        if self._sets is None:
-            self._sets = [counted]
-        else:
-            self._sets.append(counted)
-        t._later.append((_Ranking((self._name, items)), DETAIL))  # type: ignore[arg-type]  # (a tuple's __call__)
-
-    def later(self, record: Later) -> None:
-        """``set(counts, **data)`` with what ``record()`` returns, when the trace is sealed (``Trace.defer``) and
-        keeps its candidate detail (``sampling``): for what only a written trace needs (rank changes). ``record``
-        must only read values that do not change (the trace may be sealed by the trace writer's thread)."""
-        self._trace.defer(_Later((self._name, record)), DETAIL)  # type: ignore[arg-type]
-
-
-class _Later(tuple[str, Later]):
-    """A span's deferred ``set``, ``(name, record)``: what ``record()`` returns, added to stage ``name`` when the
-    trace is sealed. A tuple: made without a Python ``__init__`` (most are dropped unread: sampled out)."""
-
-    __slots__ = ()
-
-    def __call__(self, trace: Trace) -> None:
-        name, record = self
-        counts, data = record()
-        stage = trace.stage(name)
-        if stage is not None:
-            stage.record(counts, None, data)
-
-
-class _Ranking(tuple[str, Sequence[ScoredId]]):
-    """A channel's candidates (``_Span.ranking``), ``(name, items)``, listed in stage ``name`` when the trace is
-    sealed (a tuple, as ``_Later``)."""
-
-    __slots__ = ()
-
-    def __call__(self, trace: Trace) -> None:
-        name, items = self
-        stage = trace.stage(name)
-        if stage is not None:
-            stage.record({}, None, {"ranking": ranking_columns(items, trace.ranking_limit())})
+        """Record a channel's candidates: ``counts.candidates`` and the first ``RANKING_MAX`` as ``data.ranking``."""
+        self.set({"candidates": len(items)}, ranking=ranking_rows(items), **data)
 
 
 class _NoSpan:
     """What ``span`` returns outside a trace: every method does nothing."""
 
-    __slots__ = ()
     active = False
 
     def __enter__(self) -> _NoSpan:
@@ -180,142 +122,77 @@ class _NoSpan:
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         return None
 
-    def later(self, record: Later) -> None:
-        return None
-
     def outside(self, cm: AbstractContextManager[Any]) -> AbstractContextManager[Any]:
         return cm
 
 
 NOOP = _NoSpan()
-SLOW_MS = 500.0  # a query slower than this keeps its candidate detail whatever `tracing.sample` says
 
 
 def span(name: str) -> _Span | _NoSpan:
     """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
-    t = _current.get()
-    if t is None:
-        return NOOP
-    sp = _new(_Span)  # (no ``__init__`` frame: a span is opened several times per query)
-    sp._trace, sp._name, sp._sets = t, name, None
-    return sp
+    o = _current.get()
+    return NOOP if o is None else _Span(o, name)
 
 
-_new = object.__new__
+def timed_span(name: str, start: float, seconds: float) -> _Span | _NoSpan:
+    """``span(name)`` for a stage timed elsewhere: stage ``name`` from ``start`` (``time.perf_counter()``) lasting
+    ``seconds``, with what is set in it."""
+    o = _current.get()
+    return NOOP if o is None else _Span(o, name, start, seconds)
 
 
 def mark(name: str, status: str = "off", **data: Any) -> None:
     """Record a stage that did not run (``{"status": "off"}``), e.g. rerank while no reranker exists."""
-    t = _current.get()
-    if t is not None and not t._closed:
-        t._events.append((name, time.perf_counter(), 0.0, [(None, status, data)]))
-        if status == "error":
-            t.stage_failed = True
+    o = _current.get()
+    if o is not None:
+        o.add(name, time.perf_counter(), 0.0, [(None, status, data)])
 
 
 def waited(name: str, start: float, **data: Any) -> None:
     """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
     waiting for a place in the search gate (``retrieval.max_concurrent``)."""
-    t = _current.get()
-    if t is not None and not t._closed:
-        t._events.append((name, start, time.perf_counter() - start, [(None, None, data)]))
-
-
-class _TimedSpan(_Span):
-    """A span for a stage timed elsewhere (``timed_span``): its start and elapsed time are given, not measured."""
-
-    __slots__ = ("_elapsed",)
-    _elapsed: float
-
-    def __enter__(self) -> _TimedSpan:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if not self._trace._closed:
-            self._trace._events.append((self._name, self._t0, self._elapsed, self._sets))
-
-
-def timed_span(name: str, start: float, seconds: float) -> _Span | _NoSpan:
-    """``span(name)`` for a stage that ran elsewhere and was timed there (the compiled search core's phases, timed
-    inside one call): it records what is set in it, as stage ``name`` from ``start`` (``time.perf_counter()``)
-    lasting ``seconds``."""
-    t = _current.get()
-    if t is None:
-        return NOOP
-    sp = _new(_TimedSpan)
-    sp._trace, sp._name, sp._sets, sp._t0, sp._elapsed = t, name, None, start, seconds
-    return sp
-
-
-def current() -> Trace | None:
-    return _current.get()
-
-
-def keep_detail(reason: Reason) -> None:
-    """Keep the current trace's candidate detail whatever ``tracing.sample`` says (e.g. a low-confidence answer)."""
-    t = _current.get()
-    if t is not None:
-        t.keep(reason)
-
-
-def _trace_id() -> str:
-    """16 hex digits from ``random`` (seeded from ``os.urandom``, reseeded in a forked child): an id, not a
-    secret; ``uuid4`` reads ``os.urandom`` on every call (~7× slower)."""
-    return random.getrandbits(64).to_bytes(8, "big").hex()  # (3× faster than formatting it with "016x")
+    o = _current.get()
+    if o is not None:
+        o.add(name, start, time.perf_counter() - start, [(None, None, data)])
 
 
 class _Root:
-    """Opens a new trace, makes it current, and hands it to the sinks when the block ends."""
+    """Opens a new trace, makes it current; when the block ends, seals it and hands it to the tracer's sinks."""
 
-    __slots__ = ("_tracer", "_capture", "_trace", "_token")
-
-    def __init__(self, tracer: Tracer, kind: str, attrs: dict[str, Any], capture: bool) -> None:
-        self._tracer = tracer
-        self._capture = capture
-        kept: Reason | None = "forced" if capture else None  # the caller reads the trace: it keeps its detail
-        settings = (tracer.detail, kept, tracer.sample, tracer.slow_ms)
-        self._trace = Trace.opened(kind, _trace_id(), time.time(), attrs, *settings)
+    def __init__(self, sinks: Sequence[Sink], kind: str, attrs: dict[str, Any]) -> None:
+        self._sinks = sinks
+        self._open = _Open(Trace(kind, secrets.token_hex(8), time.time(), attrs))
 
     def __enter__(self) -> Trace:
-        t = self._trace
-        OPEN.append(None)
-        t._t0 = time.perf_counter()
-        self._token = _current.set(t)
-        return t
+        self._token = _current.set(self._open)
+        return self._open.trace
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        t = self._trace
-        t._closed = True  # from now on nothing is added: a thread still running for it records into nothing
-        try:  # first: a reset that fails (ended in another context) must not leave it open for good
-            OPEN.pop()
-        except IndexError:  # a child forked while it was open starts with none
-            pass
+        o, t = self._open, self._open.trace
         _current.reset(self._token)
-        t.elapsed_ms = (time.perf_counter() - t._t0) * 1000
-        if exc is not None:  # the caller sees the error: its trace is sealed here, with its detail
-            t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
-            t.seal()
-        if self._capture:  # the caller reads it (``--verbose``, the dashboard): complete it now, as rows
-            t.readable()
-        self._tracer.emit(t)
+        with o.lock:
+            o.closed = True
+            t.elapsed_ms = (time.perf_counter() - o.t0) * 1000
+            if exc is not None:
+                t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
+            t.stages.sort(key=stage_order)
+        for sink in self._sinks:
+            try:
+                sink.write(t)
+            except Exception as e:  # a full disk or a broken exporter must never fail a query
+                log.warning("could not write trace %s to %s: %s", t.trace_id, type(sink).__name__, e)
 
 
 class _Join:
     """A trace opened inside another one adds its attributes to the outer trace and records into it."""
 
-    __slots__ = ("_trace", "_attrs")
-
     def __init__(self, trace: Trace, attrs: dict[str, Any]) -> None:
-        self._trace = trace
-        self._attrs = attrs
+        self._trace, self._attrs = trace, attrs
 
     def __enter__(self) -> Trace:
-        attrs = self._trace.attrs
-        if not attrs:  # (``KnowledgeBase.query``'s trace has none: one C call)
-            attrs.update(self._attrs)
-            return self._trace
         for k, v in self._attrs.items():
-            attrs.setdefault(k, v)
+            self._trace.attrs.setdefault(k, v)
         return self._trace
 
     def __exit__(self, *exc: object) -> None:
@@ -323,8 +200,6 @@ class _Join:
 
 
 class _NoTrace:
-    __slots__ = ()
-
     def __enter__(self) -> None:
         return None
 
@@ -332,21 +207,11 @@ class _NoTrace:
         return None
 
 
-_NO_TRACE = _NoTrace()
-
-
 class Tracer:
     """Opens traces and writes finished ones to its sinks; with no sinks it is off (and costs nothing)."""
 
-    def __init__(
-        self, sinks: Sequence[Sink] = (), *, detail: str = "lean", sample: float = 1.0, slow_ms: float = float("inf")
-    ) -> None:
-        """``sample``, ``slow_ms``: which query traces keep their candidate detail (``sampling``); the default
-        keeps every one's."""
-        if detail not in DETAILS:
-            raise ValueError(f"tracing detail {detail!r}: use one of {', '.join(DETAILS)}")
+    def __init__(self, sinks: Sequence[Sink] = ()) -> None:
         self.sinks = tuple(sinks)
-        self.detail, self.sample, self.slow_ms = detail, sample, slow_ms
 
     @property
     def enabled(self) -> bool:
@@ -355,37 +220,15 @@ class Tracer:
     def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> _Root | _Join | _NoTrace:
         """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off.
 
-        Inside an already open trace this joins it. ``capture=True`` records even when the tracer has no
-        sinks (``zhiku query --verbose`` prints the stages without writing them anywhere).
+        Inside an already open trace this joins it. ``capture=True`` records even when the tracer has no sinks
+        (``zhiku query --verbose`` prints the stages without writing them anywhere).
         """
         outer = _current.get()
         if outer is not None:
-            return _Join(outer, attrs)
+            return _Join(outer.trace, attrs)
         if not self.sinks and not capture:
-            return _NO_TRACE
-        return _Root(self, kind, attrs, capture)
-
-    def close(self) -> None:
-        """Write what the sinks hold and end their writer threads (the tracer still works: a later trace is written
-        by the thread that ends it)."""
-        for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            try:
-                if close is not None:
-                    close()
-            except Exception as e:  # like a write: never fails the caller (KnowledgeBase.close must go on)
-                log.warning("could not close trace sink %s: %s", type(sink).__name__, e)
-
-    def emit(self, trace: Trace) -> None:
-        """Hand ``trace`` to the sinks. A trace nobody reads is not sealed here: ``JsonlSink``'s writer thread seals
-        it (off the query's thread); with several sinks it is sealed first (each sink reads the same sealed trace)."""
-        if len(self.sinks) > 1:
-            trace.seal()
-        for sink in self.sinks:
-            try:
-                sink.write(trace)
-            except Exception as e:  # a full disk or a broken exporter must never fail a query
-                log.warning("could not write trace %s to %s: %s", trace.trace_id, type(sink).__name__, e)
+            return _NoTrace()
+        return _Root(self.sinks, kind, attrs)
 
 
 def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
@@ -397,4 +240,93 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
         from zhiku.observability.otel import OtelSink
 
         sinks.append(OtelSink())
-    return Tracer(sinks, sample=settings.sample, slow_ms=SLOW_MS)
+    return Tracer(sinks)
+
+
+# ------------------------------------------------------------------------------------------ what traces record
+def ranking_rows(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> list[dict[str, Any]]:
+    """A channel's first ``limit`` candidates as rows: ``chunk_id``, ``rank``, ``score``."""
+    return [{"chunk_id": x.chunk_id, "rank": x.rank, "score": round(float(x.score), 6)} for x in items[:limit]]
+
+
+HIT_FIELDS = ("bm25_rank", "bm25_score", "dense_rank", "dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
+
+
+def hit_rows(hits: Sequence[Hit]) -> list[dict[str, Any]]:
+    """The final hits of a query as trace rows: rank, chunk, place and every channel's evidence."""
+    return [
+        {
+            "rank": n,
+            "chunk_id": h.chunk.chunk_id,
+            "source": h.chunk.source,
+            "section": h.chunk.section,
+            "page": h.chunk.page,
+            "score": h.score,
+            **{f: getattr(h, f) for f in HIT_FIELDS},
+        }
+        for n, h in enumerate(hits, 1)
+    ]
+
+
+Lookup = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
+
+
+class Labels:
+    """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), kept by index version
+    (``version()``): a chunk's labels do not change until the index does, so a traced query looks up only the
+    chunks no earlier query labelled."""
+
+    def __init__(self, fetch: Lookup, version: Callable[[], int], max_items: int = LABELS) -> None:
+        self._fetch, self._version = fetch, version
+        self._kept: Cache[Mapping[str, Any]] = Cache(max_items)
+
+    def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
+        version = self._version()
+        out: dict[str, Mapping[str, Any]] = {}
+        missing = []
+        for c in chunk_ids:
+            got = self._kept.get(c, version)
+            if got is None:
+                missing.append(c)
+            else:
+                out[c] = got
+        if missing:
+            for c, label in self._fetch(missing).items():
+                self._kept.put(c, label, version)
+                out[c] = label
+        return out
+
+
+def record_hits(trace: Trace, hits: Sequence[Hit], lookup: Lookup) -> None:
+    """Put the query's hits in ``trace.data`` and label every row the trace lists (in its stages' data and its own:
+    lists of dicts with a ``chunk_id``) with its chunk's ``lookup`` labels; what a row holds itself wins."""
+    trace.data["hits"] = hit_rows(hits)
+    lists = [v for d in [*(s.data for s in trace.stages), trace.data] for v in d.values() if isinstance(v, list)]
+    rows = [r for rows in lists for r in rows if isinstance(r, dict) and "chunk_id" in r]
+    labels = lookup(sorted({r["chunk_id"] for r in rows}))
+    for r in rows:
+        label = labels.get(r["chunk_id"])
+        if label:
+            for k, v in label.items():
+                r.setdefault(k, v)
+
+
+def report_rows(report: IngestReport) -> dict[str, Any]:
+    """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
+    docs: list[dict[str, Any]] = []
+    for status, names in (
+        ("added", report.added),
+        ("updated", report.updated),
+        ("skipped", report.skipped),
+        ("removed", report.removed),
+    ):
+        reason = "unchanged (same SHA-256)" if status == "skipped" else None
+        docs.extend({"source": n, "status": status, "reason": reason} for n in names)
+    docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)
+    return {
+        "documents": docs,
+        "counts": report.counts(),
+        "chunks_written": report.chunks_written,
+        "chunks_embedded": report.chunks_embedded,
+        "dry_run": report.dry_run,
+    }

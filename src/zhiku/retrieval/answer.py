@@ -11,8 +11,8 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from functools import lru_cache
 
+from zhiku.cache import memoized
 from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.retrieval.context import split_label
 from zhiku.settings import AnswerSettings
@@ -73,7 +73,7 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-@lru_cache(maxsize=2048)  # every answer flattens each passage it cites twice; the same passages come back
+@memoized(2048)  # every answer flattens each passage it cites twice; the same passages come back
 def flatten(text: str) -> str:
     """Prose joined onto one line per paragraph run; Markdown table rows, list items and fenced code blocks kept
     one line each, each run set off by blank lines (a table, a list or a code block flattened into one line,

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from zhiku.cache import Cache, memoized
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.reconstruct import SECTION_SEPARATOR, reconstruct_markdown
 from zhiku.stores.base import Catalogue
@@ -53,7 +54,7 @@ def chunk_context(store: Catalogue, chunk_id: str, context: str, max_chars: int)
     return enclosing(found[0], store.document_chunks(found[0].doc_id) if kind != "chunk" else found, kind, max_chars)
 
 
-@functools.lru_cache(maxsize=8192)  # a pure function of the label, read for every hit and its neighbours
+@memoized(8192)  # a pure function of the label, read for every hit and its neighbours
 def split_label(section: str) -> tuple[str, tuple[str, ...]]:
     """``("劳动合同法 > 第五章", ("第四十七条", "第四十八条"))`` for ``"劳动合同法 > 第五章 > 第四十七条、第四十八条"``."""
     head, sep, last = section.rpartition(SECTION_SEPARATOR)
@@ -215,31 +216,13 @@ RUNS_CHARS = 2_000_000  # what small-to-big's memo may hold: its entries' texts,
 RUN_WEIGHT = 256
 
 
-class Runs:
-    """``whole_articles``' memo: by chunk object, its whole article (the chunk itself when it is whole) and the ids
-    of the pieces inside it. Bounded by weight (each entry its text's characters and ``RUN_WEIGHT``; ``budget``):
-    full, it starts again empty. Each entry holds its chunk, so no other object takes its id while it is kept. No
-    lock: a dict's reads and writes are atomic, and an entry lost to a race is made again."""
+class Runs(Cache[tuple[Chunk, Chunk, tuple[str, ...]]]):
+    """``whole_articles``' memo: by chunk object (its ``id``), the chunk, its whole article (the chunk itself when it
+    is whole) and the ids of the pieces inside it; each entry weighs its text's characters and ``RUN_WEIGHT``. Each
+    entry holds its chunk, so no other object takes its id while it is kept."""
 
     def __init__(self, budget: int = RUNS_CHARS) -> None:
-        self.budget = budget
-        self._kept: dict[int, tuple[Chunk, Chunk, tuple[str, ...]]] = {}
-        self._held = 0
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def get(self, c: Chunk) -> tuple[Chunk, tuple[str, ...]] | None:
-        kept = self._kept.get(id(c))
-        return (kept[1], kept[2]) if kept is not None and kept[0] is c else None
-
-    def put(self, c: Chunk, whole: Chunk, pieces: tuple[str, ...]) -> None:
-        weight = RUN_WEIGHT + len(whole.text)
-        if self._held + weight > self.budget:
-            self._kept, self._held = {}, 0
-        if weight <= self.budget:
-            self._kept[id(c)] = (c, whole, pieces)
-            self._held += weight
+        super().__init__(budget, lambda run: RUN_WEIGHT + len(run[1].text))
 
 
 def whole_articles(
@@ -270,9 +253,9 @@ def whole_articles(
         c = h.chunk
         if c.chunk_id in shown:
             continue
-        kept = runs.get(c) if runs is not None else None
-        if kept is not None:
-            whole, pieces = kept
+        kept = runs.get(id(c)) if runs is not None else None
+        if kept is not None and kept[0] is c:
+            whole, pieces = kept[1], kept[2]
         else:
             run = _whole(c, functools.partial(by_ordinal, c.doc_id))
             whole, pieces = c, ()
@@ -280,7 +263,7 @@ def whole_articles(
                 whole = replace(c, text=join_pieces(run), start=run[0].start, end=run[-1].end)
                 pieces = tuple(x.chunk_id for x in run)
             if runs is not None:
-                runs.put(c, whole, pieces)
+                runs.put(id(c), (c, whole, pieces))
         if pieces:
             shown.update(pieces)
             h = replace(h, chunk=whole)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
+from zhiku.cache import Cache
 from zhiku.errors import InvalidInput
 from zhiku.types import SearchMode
 
@@ -28,30 +29,16 @@ def check_mode(mode: str) -> SearchMode:
     return mode
 
 
-class QueryVectors:
+class QueryVectors(Cache[np.ndarray]):
     """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
     with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
     model's one bad reply would otherwise fail that question until it left the cache)."""
 
     def __init__(self, size: int = QUERY_VECTORS) -> None:
-        self.size = size
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        super().__init__(size)
 
-    def get(self, text: str) -> np.ndarray | None:
-        with self._lock:
-            vector = self._vectors.get(text)
-            if vector is not None:
-                self._vectors.move_to_end(text)
-            return vector
-
-    def put(self, text: str, vector: np.ndarray) -> None:
-        kept = np.array(vector, copy=True)
-        if not np.isfinite(kept).all():
-            return
-        kept.setflags(write=False)  # shared by every later search of this question
-        with self._lock:
-            self._vectors[text] = kept
-            self._vectors.move_to_end(text)
-            while len(self._vectors) > self.size:
-                self._vectors.popitem(last=False)
+    def put(self, key: Hashable, value: np.ndarray, version: int = 0) -> None:
+        kept = np.array(value, copy=True)
+        if np.isfinite(kept).all():
+            kept.setflags(write=False)  # shared by every later search of this question
+            super().put(key, kept, version)

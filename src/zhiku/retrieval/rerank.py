@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 from zhiku.errors import InvalidInput, RerankError
 from zhiku.modelhub.hf import HubModel
 from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
-from zhiku.observability.rank_changes import changes_data, rank_changes
+from zhiku.observability.rank_changes import rank_changes
 from zhiku.observability.tracing import span
 from zhiku.settings import RerankSettings
 from zhiku.types import Hit
@@ -353,6 +353,7 @@ def rerank_traced(
                 changes = rank_changes(
                     {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},
                     [h.chunk.chunk_id for h in outcome.hits if h.rerank_rank is not None],
+                    keep_dropped_within=top_k,
                 )
                 scores = [
                     {
@@ -369,7 +370,7 @@ def rerank_traced(
                     counts={"candidates": candidates, "returned": len(outcome.hits)},
                     scores=scores,
                     **data,
-                    **changes_data(changes, keep_dropped_within=top_k),
+                    **changes,
                 )
             else:
                 sp.set(

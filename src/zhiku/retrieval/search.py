@@ -16,8 +16,8 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import fusion_record
-from zhiku.observability.tracing import mark, ranking_columns, span
+from zhiku.observability.rank_changes import fusion_changes
+from zhiku.observability.tracing import mark, ranking_rows, span
 from zhiku.retrieval.clauses import CLAUSE_WEIGHT, clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
@@ -330,15 +330,16 @@ class Searcher:
                 if by_clause:  # the clause channel (retrieval.clause_weight)
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, CLAUSE_WEIGHT]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
-            if sp.active:  # rank changes: built when the trace is sealed (only a written trace needs them)
+            if sp.active:  # (rank changes: only a trace needs them)
                 fused = [c for c, _ in order[:top_k]]
                 sp.set(
                     counts={"returned": len(fused), **({"clause_candidates": len(by_clause)} if by_clause else {})},
                     method=s.fusion, dense_filled=len(filled), rrf_k=RRF_K, weights=weights,
                 )  # fmt: skip
-                sp.later(lambda: fusion_record(bm25, dense, fused, top_k))
+                counts, changes = fusion_changes(bm25, dense, fused, top_k)
+                sp.set(counts, **changes)
                 if by_clause:
-                    sp.later(lambda: ({}, {"clause_ranking": ranking_columns(by_clause)}))
+                    sp.set(clause_ranking=ranking_rows(by_clause))
         return order, filled
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zhiku.cache import Cache
+
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._sqlite_conn import Database, top_rowid, version_of
 from zhiku.stores._vector_files import pid_alive
@@ -206,28 +208,14 @@ class QueryTerm:
         return rows, each
 
 
-class TermCache:
+class TermCache(Cache[QueryTerm]):
     """A snapshot's query terms (postings, df and their scores once computed), kept for the next queries: the
     snapshot is immutable, so they stay right for its life (a new version is a new snapshot, with a new cache).
-    Bounded by postings held (``budget``; 16 bytes each once scored): past it, it starts again empty. A term
-    longer than 1/16 of the budget is not kept. No lock: a lost entry is recomputed."""
+    Bounded by postings held (``budget``; 16 bytes each once scored); a term longer than 1/16 of the budget is not
+    kept."""
 
     def __init__(self, budget: int = CACHE_POSTINGS) -> None:
-        self.budget = budget
-        self._terms: dict[str, QueryTerm] = {}
-        self._used = 0
-
-    def get(self, term: str) -> QueryTerm | None:
-        return self._terms.get(term)
-
-    def put(self, found: QueryTerm) -> None:
-        size = found.size
-        if size * 16 > self.budget:
-            return
-        if self._used + size > self.budget:
-            self._terms, self._used = {}, 0
-        self._terms[found.term] = found
-        self._used += size
+        super().__init__(budget, lambda t: t.size if t.size * 16 <= budget else budget + 1)
 
 
 def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
@@ -344,7 +332,7 @@ class BM25Snapshot:
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
         df = sum(r.size - dead_in(r, self.dead, self.live) for r, _ in found)
         out = QueryTerm(term, tuple(found), df)
-        self.terms.put(out)
+        self.terms.put(term, out)
         return out
 
     def search(

@@ -5,8 +5,8 @@ chunks.
 A rowid's chunk (its collection, type and source) never changes (rowids are never reused: ``_vectors``), so
 whether row ``r`` passes a filter, once read from committed rows, stays true for the life of the index: a kept
 mask only grows, by the rows past the last one it covers (``rowid > seen``, a range of the table's key). Rows
-deleted since are left to the searches' live rows. At most ``LIMIT`` filters are kept (then the map starts again
-empty); the masks are read-only, replaced whole, so concurrent searches need no lock.
+deleted since are left to the searches' live rows. At most ``LIMIT`` filters are kept (the least recently used
+out first); the masks are read-only, replaced whole.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sqlite3
 
 import numpy as np
 
+from zhiku.cache import Cache
 from zhiku.stores._vectors import match_sources
 from zhiku.types import Filters
 
@@ -42,10 +43,10 @@ class FilterMasks:
     """Rows ``1…top`` passing a filter (by rowid − 1), per filter."""
 
     def __init__(self) -> None:
-        self._masks: dict[tuple[str | None, ...], tuple[int, np.ndarray]] = {}
+        self._masks: Cache[tuple[int, np.ndarray]] = Cache(LIMIT)
 
     def clear(self) -> None:
-        self._masks = {}
+        self._masks.clear()
 
     def mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
         """The rows ``1…top`` passing ``filters`` (None: no filter), read-only; only rows past those already known
@@ -53,8 +54,7 @@ class FilterMasks:
         if filters.collection is None and filters.doc_type is None and filters.source_glob is None:
             return None
         key = (filters.collection, filters.doc_type, filters.source_glob)
-        masks = self._masks
-        seen, known = masks.get(key, (0, np.zeros(0, bool)))
+        seen, known = self._masks.get(key) or (0, np.zeros(0, bool))
         if seen >= top:
             return known[:top]
         sql, params = _where(conn, filters)
@@ -66,7 +66,5 @@ class FilterMasks:
         mask[:seen] = known
         mask[rows[rows <= top] - 1] = True
         mask.flags.writeable = False
-        if key not in masks and len(masks) >= LIMIT:
-            masks = self._masks = {}
-        masks[key] = (top, mask)
+        self._masks.put(key, (top, mask))
         return mask

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from zhiku.cache import Cache
 from zhiku.errors import IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
 from zhiku.settings import StoreSettings
 from zhiku.stores import _milvus_schema as ms
@@ -26,8 +26,7 @@ class MilvusBase:
         self.catalog_name = settings.collection_prefix + ms.CATALOG
         self._lock = threading.RLock()
         self._dim: int | None = None  # of <prefix>chunks, once known to exist
-        self._seen: OrderedDict[str, int] = OrderedDict()  # chunk_id -> version, of recent search results
-        self._seen_lock = threading.Lock()
+        self._seen: Cache[int] = Cache(SEEN_MAX)  # chunk_id -> version, of recent search results
         self._conn: Connection | None = Connection(settings)
         try:
             self._open_catalog()

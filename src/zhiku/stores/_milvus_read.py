@@ -14,7 +14,7 @@ import numpy as np
 
 from zhiku.errors import IndexMismatch, InvalidInput, StoreError
 from zhiku.stores import _milvus_schema as ms
-from zhiku.stores._milvus_base import MAX_TOPK, SEEN_MAX, MilvusBase
+from zhiku.stores._milvus_base import MAX_TOPK, MilvusBase
 from zhiku.stores._vectors import match_sources
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
@@ -190,7 +190,7 @@ class MilvusReads(MilvusBase):
         ids = list(dict.fromkeys(chunk_ids))
         if not ids or self._dim is None and not self._refresh_dim():
             return []
-        keys = [f"{i}@{self._seen[i]}" for i in ids if i in self._seen]
+        keys = [f"{i}@{v}" for i in ids if (v := self._seen.get(i)) is not None]
         found = self._fetch_chunks(f"row_id in {ms.lits(keys)}") if keys else {}
         missing = [i for i in ids if i not in found]
         if missing:
@@ -203,12 +203,8 @@ class MilvusReads(MilvusBase):
 
     def _remember(self, rows: Sequence[dict[str, Any]]) -> None:
         """Keep the versions of chunks just found, so that ``get_chunks`` can fetch them by primary key."""
-        with self._seen_lock:
-            for r in rows:
-                self._seen[r["chunk_id"]] = int(r["version"])
-                self._seen.move_to_end(r["chunk_id"])
-            while len(self._seen) > SEEN_MAX:
-                self._seen.popitem(last=False)
+        for r in rows:
+            self._seen.put(r["chunk_id"], int(r["version"]))
 
     def get_document(self, doc_id: str) -> DocRecord | None:
         rows = self._catalog("read documents", f"key == {ms.lit('doc:' + doc_id)}", ["payload"])

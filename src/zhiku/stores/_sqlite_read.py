@@ -1,6 +1,6 @@
 """The catalogue part of ``SQLiteStore``: documents, chunks, collections and history, each read on a pooled read
 connection (readers run side by side and never wait for the writer). Chunks decoded for one search are kept for
-the next (``ChunkCache``) until the ``index_version`` moves: every commit that changes chunks moves it, in this
+the next (``chunk_cache``) until the ``index_version`` moves: every commit that changes chunks moves it, in this
 process or another."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from zhiku.cache import Cache
 from zhiku.stores._sqlite_conn import Database, version_of
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row, doc_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
 # what a store's decoded chunks kept between reads may weigh (of one index version; the oldest out first): their
 # texts' characters and CHUNK_WEIGHT more each (~20–50 MB of Python objects; a corpus of 10k ~500-character chunks
-# is held whole: a question's hits are then never decoded again, bench/RESULTS.md, Issue 13 — int8 screening)
+# is held whole: a question's hits are then never decoded again)
 CHUNK_CACHE = 8_000_000
 CHUNK_WEIGHT = 256
 
@@ -29,55 +30,10 @@ def text_weight(c: Chunk) -> int:
     return CHUNK_WEIGHT + len(c.text)
 
 
-class ChunkCache:
-    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by doc id: what the last
-    reads decoded, kept for the next. Adding entries of a newer version empties it first; entries of an older one
-    (a reader behind another's commit) are not added. At most ``size`` in weight (``weight`` of each chunk,
-    ``text_weight`` by default; a document's list weighs its chunks; the oldest entries go first). Thread-safe."""
-
-    def __init__(self, size: int = CHUNK_CACHE, weight: Callable[[Chunk], int] = text_weight) -> None:
-        self.size, self.weight = size, weight
-        self.version = -1
-        self._chunks: dict[str, Chunk] = {}
-        self._docs: dict[str, tuple[Chunk, ...]] = {}
-        self._held = 0
-        self._lock = threading.Lock()
-
-    def clear(self) -> None:
-        """Forget every entry and the version (the index went back to an older version: another index's past,
-        whose versions will reach the kept one with other chunks)."""
-        with self._lock:
-            self.version, self._chunks, self._docs, self._held = -1, {}, {}, 0
-
-    def chunks(self, ids: Iterable[str]) -> tuple[int, dict[str, Chunk]]:
-        """The version the entries are of, and those of ``ids`` held."""
-        with self._lock:
-            get = self._chunks.get
-            return self.version, {i: c for i in ids if (c := get(i)) is not None}
-
-    def document(self, doc_id: str) -> tuple[int, tuple[Chunk, ...] | None]:
-        with self._lock:
-            return self.version, self._docs.get(doc_id)
-
-    def add(self, version: int, chunks: Iterable[Chunk] = (), doc: tuple[str, tuple[Chunk, ...]] | None = None) -> None:
-        with self._lock:
-            if version > self.version:
-                self.version, self._chunks, self._docs, self._held = version, {}, {}, 0
-            if version != self.version or self.size < 1:
-                return
-            weight = self.weight
-            for c in chunks:
-                if c.chunk_id not in self._chunks:
-                    self._chunks[c.chunk_id] = c
-                    self._held += weight(c)
-            if doc is not None and doc[0] not in self._docs and (held := sum(map(weight, doc[1]))) <= self.size:
-                self._docs[doc[0]] = doc[1]
-                self._held += held
-            while self._held > self.size:  # the oldest entries out (dicts keep insertion order)
-                if self._chunks:
-                    self._held -= weight(self._chunks.pop(next(iter(self._chunks))))
-                else:
-                    self._held -= sum(map(weight, self._docs.pop(next(iter(self._docs)))))
+def chunk_cache(size: int = CHUNK_CACHE) -> Cache[Chunk | tuple[Chunk, ...]]:
+    """Decoded chunks of one ``index_version`` by chunk id, and documents' chunk lists by ``("doc", doc_id)``: what
+    the last reads decoded, kept for the next, at most ``size`` in ``text_weight``."""
+    return Cache(size, lambda v: text_weight(v) if isinstance(v, Chunk) else sum(map(text_weight, v)))
 
 
 # the chunk columns and, read in the same statement (one snapshot), the index version they are of
@@ -93,11 +49,11 @@ def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, li
 
 class Catalogue:
     """The catalogue part of ``SQLiteStore``: documents, chunks, collections, history and metadata, read on pooled
-    connections (decoded chunks kept in a ``ChunkCache``), and the rows one document write inserts or deletes."""
+    connections (decoded chunks kept in a ``chunk_cache``), and the rows one document write inserts or deletes."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.cache = ChunkCache()
+        self.cache = chunk_cache()
 
     @staticmethod
     def insert(conn: sqlite3.Connection, doc: DocRecord, chars: int, rows: list[tuple[Any, ...]], base: int) -> None:
@@ -133,14 +89,16 @@ class Catalogue:
         cache = self.cache
         in_ids = " WHERE chunk_id IN (SELECT value FROM json_each(?))"
         with self.db.read() as conn:
-            version, found = cache.chunks(ids)
+            version = cache.version
+            found = {i: c for i in ids if isinstance(c := cache.get(i, version), Chunk)}
             missing = [i for i in ids if i not in found]
             at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
             if found and (at if at is not None else self.db.version(conn)) != version:  # kept ones of another version
                 found = {}
                 at, fetched = _fetch(conn, in_ids, json.dumps(ids))
         if at is not None:
-            cache.add(at, fetched)
+            for c in fetched:
+                cache.put(c.chunk_id, c, at)
         found.update((c.chunk_id, c) for c in fetched)
         return [found[i] for i in ids if i in found]
 
@@ -177,12 +135,13 @@ class Catalogue:
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         cache = self.cache
         with self.db.read() as conn:
-            version, kept = cache.document(doc_id)
-            if kept is not None and self.db.version(conn) == version:
+            version = cache.version
+            kept = cache.get(("doc", doc_id), version)
+            if isinstance(kept, tuple) and self.db.version(conn) == version:
                 return list(kept)
             at, chunks = _fetch(conn, " WHERE doc_id = ? ORDER BY ordinal", doc_id)
         if at is not None:
-            cache.add(at, doc=(doc_id, tuple(chunks)))
+            cache.put(("doc", doc_id), tuple(chunks), at)
         return chunks
 
     def collections(self) -> list[CollectionStats]:

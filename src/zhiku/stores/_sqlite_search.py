@@ -210,7 +210,7 @@ class SQLiteSearch:
     def _forget_rows(self, replaced: bool) -> None:
         """Drop what the searches keep about rowids (``_chunk_ids``, ``_filter_masks``: true for the life of an
         index) when the index went back to an older version: another index now, whose rowids are other chunks. The
-        decoded chunks too (``ChunkCache``): kept by version, they would never be replaced (an older version's rows
+        decoded chunks too (``chunk_cache``): kept by version, they would never be replaced (an older version's rows
         are not added) and would be served again once this index's version reaches theirs."""
         if replaced:
             self._ids.clear()

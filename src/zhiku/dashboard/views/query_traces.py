@@ -3,7 +3,7 @@
 import altair as alt
 import streamlit as st
 
-from zhiku.dashboard.data import channel_rows, detail_note, rank_rows, trace_label, waterfall
+from zhiku.dashboard.data import channel_rows, rank_rows, trace_label, waterfall
 from zhiku.dashboard.ui import data, show_error
 from zhiku.errors import ZhikuError
 
@@ -50,24 +50,18 @@ st.altair_chart(
 st.dataframe(rows, hide_index=True)
 
 st.subheader("BM25 vs dense")
-note = detail_note(trace)  # sampled out (tracing.sample): the hits below still carry every channel's rank
-if note:
-    st.info(note)
-else:
-    left, right = st.columns(2)
-    with left:
-        st.markdown("**BM25**")
-        st.dataframe(channel_rows(trace, "bm25"), hide_index=True)
-    with right:
-        st.markdown("**Dense 向量 (cosine)**")
-        st.dataframe(channel_rows(trace, "dense"), hide_index=True)
+left, right = st.columns(2)
+with left:
+    st.markdown("**BM25**")
+    st.dataframe(channel_rows(trace, "bm25"), hide_index=True)
+with right:
+    st.markdown("**Dense 向量 (cosine)**")
+    st.dataframe(channel_rows(trace, "dense"), hide_index=True)
 
 st.subheader("排名变化 Rank changes (fusion)")
 changes = rank_rows(trace)
 fusion = trace.stage("fusion")
-if note:
-    st.info(note)
-elif changes and fusion is not None:
+if changes and fusion is not None:
     summary = fusion.data.get("summary", {})
     cols = st.columns(len(summary))
     for col, (k, v) in zip(cols, summary.items(), strict=False):

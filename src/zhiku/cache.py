@@ -1,0 +1,100 @@
+"""The one in-process cache: a thread-safe LRU bounded by the total weight of its entries, holding one index version.
+
+Every cache in the process (decoded chunks, query vectors, tool results, trace labels, normalised texts…) is a
+``Cache``: entries are kept for one ``version`` (a store's ``index_version``, which every commit that changes the
+index moves, in this process or another). A ``put`` of a newer version empties the cache first, so an index
+change invalidates everything kept before it; a ``put`` of an older version (a reader behind another's commit)
+keeps nothing, and a ``get`` serves only entries of the version asked for. Caches of what no index change affects
+use the default version, 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+def _one(_: object) -> int:
+    return 1
+
+
+class Cache(Generic[V]):
+    """At most ``max_weight`` in total ``weigh(value)`` (1 each by default: an entry count); the least recently
+    used entries go first. ``max_weight`` 0 keeps nothing."""
+
+    def __init__(self, max_weight: int, weigh: Callable[[V], int] = _one) -> None:
+        self.max_weight, self.weigh = max_weight, weigh
+        self.hits = self.misses = 0  # (counted without the lock: statistics)
+        # the version the entries are of (-1: none yet) and the entries, swapped as one: a get reads them without
+        # the lock (an OrderedDict's get and move_to_end are atomic under the GIL)
+        self._state: tuple[int, OrderedDict[Hashable, tuple[V, int]]] = (-1, OrderedDict())
+        self._weight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def version(self) -> int:
+        return self._state[0]
+
+    def get(self, key: Hashable, version: int = 0) -> V | None:
+        held, items = self._state
+        got = items.get(key) if version == held else None
+        if got is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        try:
+            items.move_to_end(key)
+        except KeyError:  # pushed out meanwhile
+            pass
+        return got[0]
+
+    def put(self, key: Hashable, value: V, version: int = 0) -> None:
+        weight = self.weigh(value)
+        with self._lock:
+            if version > self._state[0]:
+                self._state, self._weight = (version, OrderedDict()), 0
+            held, items = self._state
+            if version != held or weight > self.max_weight:
+                return
+            old = items.pop(key, None)
+            if old is not None:
+                self._weight -= old[1]
+            items[key] = (value, weight)
+            self._weight += weight
+            while self._weight > self.max_weight:
+                self._weight -= items.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        """Forget every entry and the version (an index gone back to an older version: another index's past)."""
+        with self._lock:
+            self._state, self._weight = (-1, OrderedDict()), 0
+
+    def __len__(self) -> int:
+        return len(self._state[1])
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def memoized(size: int) -> Callable[[Callable[[K], V]], Callable[[K], V]]:
+    """``fn`` (a pure function of one hashable argument) with its last ``size`` results kept in a ``Cache``."""
+
+    def wrap(fn: Callable[[K], V]) -> Callable[[K], V]:
+        kept: Cache[V] = Cache(size)
+
+        @functools.wraps(fn)
+        def call(arg: K) -> V:
+            got = kept.get(arg)
+            if got is None:
+                got = fn(arg)
+                kept.put(arg, got)
+            return got
+
+        return call
+
+    return wrap
