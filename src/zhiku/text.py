@@ -13,7 +13,6 @@ import hashlib
 import importlib.metadata
 import re
 import unicodedata
-from collections.abc import Iterable
 from functools import cached_property
 from importlib import resources
 from pathlib import Path

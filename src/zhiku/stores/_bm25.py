@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.cache import Cache
-
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
 from zhiku.stores._sqlite_conn import Database, top_rowid, version_of
 from zhiku.stores._vector_files import pid_alive

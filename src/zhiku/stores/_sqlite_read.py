@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
