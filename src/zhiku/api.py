@@ -31,6 +31,7 @@ from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
 from zhiku.retrieval.filters import filter_hint
+from zhiku.retrieval.query import MAX_QUERY_CHARS as MAX_QUERY_CHARS  # the question limit the surfaces state
 from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings

@@ -13,6 +13,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from zhiku.api import MAX_QUERY_CHARS
 from zhiku.errors import ZhikuError
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.agent_errors import agent_message
@@ -28,7 +29,6 @@ from zhiku.mcp.models import (
     QueryFilters,
     QueryResult,
 )
-from zhiku.retrieval.query import MAX_QUERY_CHARS
 from zhiku.settings import Settings
 
 ToolDecorator = Callable[..., Callable[[Any], Any]]  # tool(name, title, text, read_only=, destructive=)
