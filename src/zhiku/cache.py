@@ -81,20 +81,21 @@ class Cache(Generic[V]):
 K = TypeVar("K", bound=Hashable)
 
 
-def memoized(size: int) -> Callable[[Callable[[K], V]], Callable[[K], V]]:
-    """``fn`` (a pure function of one hashable argument) with its last ``size`` results kept in a ``Cache``."""
+class Memo(Generic[K, V]):
+    """``fn`` (a pure function of one hashable argument) with its last results kept in ``cache``."""
 
-    def wrap(fn: Callable[[K], V]) -> Callable[[K], V]:
-        kept: Cache[V] = Cache(size)
+    def __init__(self, fn: Callable[[K], V], size: int) -> None:
+        self.fn, self.cache = fn, Cache[V](size)
+        functools.update_wrapper(self, fn)
 
-        @functools.wraps(fn)
-        def call(arg: K) -> V:
-            got = kept.get(arg)
-            if got is None:
-                got = fn(arg)
-                kept.put(arg, got)
-            return got
+    def __call__(self, arg: K) -> V:
+        got = self.cache.get(arg)
+        if got is None:
+            got = self.fn(arg)
+            self.cache.put(arg, got)
+        return got
 
-        return call
 
-    return wrap
+def memoized(size: int) -> Callable[[Callable[[K], V]], Memo[K, V]]:
+    """A decorator: ``fn`` with its last ``size`` results kept (``Memo``)."""
+    return lambda fn: Memo(fn, size)
