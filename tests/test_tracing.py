@@ -19,6 +19,7 @@ from zhiku.observability.rank_changes import fusion_changes, rank_changes
 from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, read_traces
 from zhiku.observability.tracing import NOOP, Tracer, mark, span
 from zhiku.retrieval.fusion import rrf
+from zhiku.retrieval.gate import FairGate
 from zhiku.types import Hit, ScoredId
 
 QUERY_STAGES = ["parse", "bm25", "dense", "fusion", "rerank"]
@@ -450,7 +451,7 @@ class LateReranker:
 
 
 def test_a_reranker_that_outlived_its_query_adds_nothing_to_its_trace(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout": 0.05})
+    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout_s": 0.05})
     kb._reranker = reranker = LateReranker()
     sink = MemorySink()
     kb.tracer = Tracer([sink])
@@ -482,8 +483,9 @@ class HeldEmbedder(DesignedEmbedder):
 def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_factory, tmp_path: Path) -> None:
     embedder = HeldEmbedder()
     embedder.go.set()
-    kb = designed_kb(kb_factory, tmp_path, embedder=embedder, retrieval={"fusion": "rrf", "max_concurrent": 1})
+    kb = designed_kb(kb_factory, tmp_path, embedder=embedder, retrieval={"fusion": "rrf"})
     embedder.go.clear()
+    kb.searcher._gate = FairGate(1)  # one search at a time in its CPU-bound steps
     sink = MemorySink()
     kb.tracer = Tracer([sink])
     kb.searcher.inline_embed_s = 0.0  # a slow embedder: the question is embedded in the dense worker

@@ -70,22 +70,20 @@ class _Span:
 
     active = True
 
-    def __init__(self, open_: _Open, name: str, start: float | None = None, seconds: float | None = None) -> None:
+    def __init__(self, open_: _Open, name: str) -> None:
         self._open, self._name = open_, name
         self._sets: Sets = []
-        self._t0, self._seconds, self._paused = start, seconds, 0.0
+        self._t0, self._paused = 0.0, 0.0
 
     def __enter__(self) -> _Span:
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        t0 = self._t0 if self._t0 is not None else 0.0
-        seconds = self._seconds if self._seconds is not None else time.perf_counter() - t0 - self._paused
+        seconds = time.perf_counter() - self._t0 - self._paused
         if exc is not None:
             self._sets.append((None, "error", {"error": f"{type(exc).__name__}: {exc}"}))
-        self._open.add(self._name, t0, seconds, self._sets)
+        self._open.add(self._name, self._t0, seconds, self._sets)
 
     @contextmanager
     def outside(self, cm: AbstractContextManager[Any]) -> Iterator[None]:
@@ -133,13 +131,6 @@ def span(name: str) -> _Span | _NoSpan:
     """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
     o = _current.get()
     return NOOP if o is None else _Span(o, name)
-
-
-def timed_span(name: str, start: float, seconds: float) -> _Span | _NoSpan:
-    """``span(name)`` for a stage timed elsewhere: stage ``name`` from ``start`` (``time.perf_counter()``) lasting
-    ``seconds``, with what is set in it."""
-    o = _current.get()
-    return NOOP if o is None else _Span(o, name, start, seconds)
 
 
 def mark(name: str, status: str = "off", **data: Any) -> None:
