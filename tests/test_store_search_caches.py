@@ -121,16 +121,15 @@ def test_rows_read_with_preadv_equal_the_mapped_rows(index_dir: Path, monkeypatc
     with SQLiteStore(index_dir) as store:
         for doc in (LABOR, WAGE, NOTE):
             doc.write(store)
-        with store.db.read() as conn:
-            snap = store._snapshot(conn)
-        rows = np.array([0, 2, 3])
-        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 0)  # read with system calls, as past 256 MB
-        assert np.array_equal(snap.gather(rows), np.asarray(snap.matrix[rows]))
-        assert snap.gather(rows).dtype == np.float32 and snap.gather(rows).shape == (3, 3)
         query = rng.standard_normal(3).astype(np.float32)
+        monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 0)  # read with system calls, as past 256 MB
         read = store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]])
         monkeypatch.setattr(_vectors, "PREAD_FROM_BYTES", 1 << 40)  # through the mapping
         assert store.dense_scores(query, [*LABOR.ids, NOTE.ids[0]]) == read
+        unit = np.concatenate([LABOR.vectors, NOTE.vectors])
+        unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+        want = unit @ (query / np.linalg.norm(query))
+        assert list(read.values()) == pytest.approx(want.tolist(), abs=1e-6)
 
 
 def test_kept_filter_masks_grow_with_another_writers_documents(index_dir: Path) -> None:
