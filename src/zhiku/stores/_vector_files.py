@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.numeric import l2_normalise
+from zhiku.stores._sqlite_conn import top_rowid
 
 LAYOUT_KEY = "vector_layout"
 _BATCH = 65536
@@ -102,14 +103,6 @@ def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:
     if rows and dim:
         layout = read_layout(conn, dim)
         save_layout(conn, replace(layout, dead=layout.dead + rows))
-
-
-def top_rowid(conn: sqlite3.Connection) -> int:
-    """The highest rowid ever given to a chunk (live or deleted)."""
-    row = conn.execute(
-        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
-    ).fetchone()
-    return int(row[0])
 
 
 def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
