@@ -19,7 +19,7 @@ from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
 # what a store's decoded chunks kept between reads may weigh (of one index version; the oldest out first): their
 # texts' characters and CHUNK_WEIGHT more each (~20–50 MB of Python objects; a corpus of 10k ~500-character chunks
-# is held whole: a question's hits are then never decoded again, bench/RESULTS.md, Issue 13 — int8 screening)
+# is held whole: a question's hits are then never decoded again)
 CHUNK_CACHE = 8_000_000
 CHUNK_WEIGHT = 256
 

@@ -118,7 +118,7 @@ def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
 def quantise(unit: np.ndarray) -> np.ndarray:
     """int8 codes of unit vectors (every value in [-1, 1]): ``round(127 x)``. A dot product of two codes is exact
     in int32 (and in float32: |sum| <= 127² × dim < 2²⁴ up to 1,040 dims), and ranks like the float product
-    within a small error that re-scoring the best candidates in float32 removes (bench/RESULTS.md, Issue 13)."""
+    within a small error that re-scoring the best candidates in float32 removes."""
     return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
 
 

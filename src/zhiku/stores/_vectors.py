@@ -96,7 +96,7 @@ _NO_IDS = np.empty(0, np.int64)
 # numpy's exact product)
 SCREEN_FROM = 100_000
 RESCORE = 4  # int8 screening re-scores the best RESCORE × k rows in float32 ...
-RESCORE_MIN = 100  # ... and at least this many (bench/RESULTS.md, Issue 13: recall of exact top k)
+RESCORE_MIN = 100  # ... and at least this many (the exact top k is then found on every dev set)
 # from this size of float32 file ``gather`` reads rows with preadv rather than through the mapping (a mapping's
 # resident memory grows to the whole file: +153 MB at 100k × 384, measured; 1.5 GB at 1M would break its RSS bar)
 PREAD_FROM_BYTES = 256 << 20
@@ -328,7 +328,7 @@ def map_codes(
     return codes
 
 
-COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead compacts it (bench/RESULTS.md, Issue 13)
+COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead compacts it
 COMPACT_MIN_DEAD = 1000  # ... and at least this many: below it the waste is a few MB
 
 
