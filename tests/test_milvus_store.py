@@ -15,7 +15,6 @@ import pytest
 from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, ids, make_doc
 from milvus_fixtures import LiteServer, milvus_store, require_milvus, unique_prefix
 from zhiku.errors import IndexNotFound, ReadOnlyIndex, StoreError
-from zhiku.retrieval.fusion import rrf
 from zhiku.settings import StoreSettings, load_settings
 from zhiku.stores import _milvus_schema as ms
 from zhiku.types import Filters
@@ -159,18 +158,6 @@ def test_the_analyzer_is_standard_on_milvus_lite_whitespace_elsewhere_and_record
     fields = {f["name"]: f for f in store.conn.client.describe_collection(store.chunks_name)["fields"]}
     assert fields["collection"].get("is_partition_key") is True
     assert f'"{expected}"' in str(fields["tokens"]["params"]["analyzer_params"])
-
-
-def test_hybrid_search_in_milvus_matches_python_rrf(open_store: Open) -> None:
-    store = open_store()
-    for doc in (LABOR, WAGE, NOTE):
-        doc.write(store)
-    terms, vector = ["解除", "预算"], np.array([0.0, 0.6, 0.8], np.float32)  # no ties in either channel
-    expected = rrf([store.bm25_search(terms, 10), store.dense_search(vector, 10)], k=60)
-    got = store.hybrid_search(terms, vector, 10, rrf_k=60, depth=10)
-    assert ids(got) == [cid for cid, _ in expected]
-    assert [h.score for h in got] == pytest.approx([score for _, score in expected], rel=1e-5)
-    assert ids(store.hybrid_search(terms, vector, 10, Filters(collection="笔记"))) == NOTE.ids
 
 
 def test_a_new_dimension_after_a_forced_reset(open_store: Open) -> None:
