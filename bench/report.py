@@ -30,7 +30,9 @@ PAGE = HERE / "RESULTS.md"
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=HERE.parent, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
