@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.base import Loader
 from zhiku.ingest.loaders.docx import DocxLoader
-from zhiku.ingest.loaders.encoding import decode_text, sniff
+from zhiku.ingest.loaders.encoding import decode_text
 from zhiku.ingest.loaders.html import HtmlLoader
 from zhiku.ingest.loaders.markdown import MarkdownLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
@@ -42,7 +42,6 @@ __all__ = [
     "load_document",
     "loader_for",
     "plugin_loaders",
-    "sniff",
     "supported_suffixes",
 ]
 

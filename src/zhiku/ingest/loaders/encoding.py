@@ -102,16 +102,6 @@ def describe_kind(kind: str | None) -> str:
     return _KIND_NAMES.get(kind or "", "HTML" if kind == "html" else "text or an unknown format")
 
 
-def sniff(path: Path) -> str | None:
-    """The kind of content of the file at ``path`` by its magic bytes (see :func:`sniff_bytes`)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError as e:
-        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
-    return sniff_bytes(head)
-
-
 def looks_like_text(text: str) -> bool:
     """Whether decoded ``text`` is plausibly human-written Chinese/English text.
 

@@ -23,47 +23,10 @@ from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
 _SKIP_TAGS = frozenset(
-    {
-        "script",
-        "style",
-        "noscript",
-        "template",
-        "svg",
-        "nav",
-        "aside",
-        "footer",
-        "form",
-        "button",
-        "select",
-        "iframe",
-        "object",
-        "head",
-        "canvas",
-        "dialog",
-    }
+    "script style noscript template svg nav aside footer form button select iframe object head canvas dialog".split()
 )
 _BLOCK_TAGS = frozenset(
-    {
-        "p",
-        "div",
-        "section",
-        "article",
-        "main",
-        "blockquote",
-        "figure",
-        "figcaption",
-        "dl",
-        "dt",
-        "dd",
-        "address",
-        "header",
-        "ul",
-        "ol",
-        "center",
-        "details",
-        "summary",
-        "hr",
-    }
+    "p div section article main blockquote figure figcaption dl dt dd address header ul ol center details summary hr".split()
 )
 _SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"})
 _LANGUAGE_RE = re.compile(r"\b(?:language|lang)-([A-Za-z0-9_+#.-]+)")  # <code class="language-python">
