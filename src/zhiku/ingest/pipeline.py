@@ -94,143 +94,6 @@ class Loaded:
     reason: str = ""
 
 
-class Preparer:
-    """Prepares one file or document: fingerprint, skip if unchanged, load, chunk, transform, index texts, BM25
-    tokens and the embedder's window check. It only reads the store (``find_document``); every failure of a file
-    comes back as a ``Loaded`` with the reason (``STOP_CODES`` are raised: the whole batch would fail alike)."""
-
-    def __init__(
-        self,
-        store: Writer,
-        embedder: Embedder,
-        text: TextProcessor,
-        chunking: ChunkingSettings,
-        loaders: tuple[Loader, ...],
-        *,
-        max_file_bytes: int,
-        retry_needs_ocr: bool,
-        transforms: TransformStage | None,
-    ) -> None:
-        self.store = store
-        self.embedder = embedder
-        self.text = text
-        self.chunking = chunking
-        self.loaders = loaders
-        self.max_file_bytes = max_file_bytes
-        self.retry_needs_ocr = retry_needs_ocr
-        self.transforms = transforms
-        self._longest = 0  # the most tokens of one index text in this run (trace)
-
-    def file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
-        read: list[Any] = [None, None]  # sha256, size: known once the file is read
-        try:
-            status, prepared = self._file(task, collection, force, dry_run, read)
-        except ZhikuError as e:
-            if e.code in STOP_CODES:
-                raise
-            reason = str(e)
-        except Exception as e:  # whatever a loader or the chunker does, the batch goes on
-            log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
-            log.debug("the traceback", exc_info=True)
-            reason = f"unexpected error: {type(e).__name__}: {e}"
-        else:
-            return Loaded(status, prepared)
-        return Loaded("failed", None, read[0], read[1], reason)
-
-    def _file(
-        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
-    ) -> tuple[str, Prepared | None]:
-        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
-        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
-        data = read_bounded(task.path, self.max_file_bytes)
-        sha = read[0] = sha256_bytes(data)
-        read[1] = len(data)
-        existing = self.store.find_document(collection, task.source)
-        if existing is not None and _another_file(existing.path, task.shown):
-            raise IngestError(
-                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
-                f"would replace it: {CLASH_FIX}"
-            )
-        if (
-            existing is not None
-            and existing.sha256 == sha
-            and not force
-            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
-            and not (
-                self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
-            )
-        ):
-            return "skipped", None
-        status = "updated" if existing is not None else "added"
-        if dry_run:
-            return status, None
-        with span("load") as sp:
-            doc = load_document(task.path, task.source, self.loaders)
-            sp.set(counts={"documents": 1, "bytes": len(data)})
-        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
-        return status, self.prepare(doc, collection, task.shown, sha, len(data), status)
-
-    def document(self, doc: SourceDoc, *, collection: str) -> Loaded:
-        """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
-        sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
-        existing = self.store.find_document(collection, doc.source)
-        written = existing.ingested_at if existing is not None else 0.0
-        owed = self.transforms is not None and self.transforms.owes(collection, doc.source, written)
-        if existing is not None and existing.sha256 == sha and not owed:
-            return Loaded("skipped")
-        status = "updated" if existing else "added"
-        try:
-            return Loaded(status, self.prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
-        except ZhikuError as e:
-            if e.code in STOP_CODES:
-                raise
-            return Loaded("failed", None, sha, None, str(e))
-
-    def prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
-        doc_id = doc_id_for(collection, doc.source)
-        with span("split") as sp:
-            chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
-            sp.set(counts={"documents": 1, "chunks": len(chunks)})
-        batch = run_transforms(self.transforms, doc, doc_id, chunks)
-        if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
-            raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
-        record = DocRecord(
-            doc_id=doc_id,
-            collection=collection,
-            source=doc.source,
-            path=path,
-            doc_type=doc.doc_type,
-            title=doc.title,
-            sha256=sha,
-            size=size,
-            chunk_count=len(chunks),
-            pages=max((p.number for p in doc.pages), default=None),
-            ingested_at=0.0,  # set when it is written
-            status=DocStatus.NEEDS_OCR if doc.needs_ocr_pages else DocStatus.READY,
-            needs_ocr_pages=tuple(doc.needs_ocr_pages),
-            ocr_pages=tuple(doc.ocr_pages),
-        )
-        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
-        chunks = list(batch.chunks)
-        linked = {im.image_id for c in chunks for im in c.images}
-        images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
-        tokens, over = self._tokenise(texts)
-        return Prepared(record, chunks, texts, tokens, status, path, images, batch, over)
-
-    def _tokenise(self, texts: list[str]) -> tuple[list[list[str]], int]:
-        """BM25 tokens of each index text, and how many are longer than the embedder's window."""
-        with span("tokenise") as sp:
-            tokens = [self.text.index_tokens(t) for t in texts]
-            window = check_window(self.embedder, texts)
-            self._longest = max(self._longest, window.longest)
-            sp.set(
-                counts={"chunks": len(texts), "over_window": len(window.over)},
-                max_tokens=window.max_tokens,
-                longest_tokens=self._longest,
-            )
-        return tokens, len(window.over)
-
-
 CLASH_FIX = (
     "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
     "their names differ"
@@ -241,9 +104,8 @@ def one_file_per_source(
     tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
 ) -> tuple[list[FileTask], list[FileFailure]]:
     """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
-    fix before anything is read. Their documents were prepared side by side, so neither saw the other stored; the
-    second silently replaced the first ("2 added", one document). The file already stored under the name is kept,
-    else the first given."""
+    fix before anything is read (documents are written after their embedding batch, so the second would not see
+    the first stored and would replace it). The file already stored under the name is kept, else the first given."""
     by_source: dict[str, list[FileTask]] = {}
     for t in tasks:
         by_source.setdefault(t.source, []).append(t)
@@ -305,32 +167,20 @@ class Ingestor:
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read. ``settings``: chunks per embedding call and prepare threads."""
+        fail without being read. ``settings``: chunks per embedding call."""
         self.store = store
         self.embedder = embedder
         self.images = images
         self.ocr_setting = ocr_setting
         self.transforms = transforms
         self.settings = settings or IngestSettings()
-        self.prep = Preparer(
-            store,
-            embedder,
-            text,
-            chunking,
-            tuple(loaders) if loaders is not None else default_loaders(),
-            max_file_bytes=int(max_file_mb * MIB),
-            retry_needs_ocr=retry_needs_ocr,
-            transforms=transforms,
-        )
+        self.text = text
+        self.chunking = chunking
+        self.loaders = tuple(loaders) if loaders is not None else default_loaders()
+        self.max_file_bytes = int(max_file_mb * MIB)
+        self.retry_needs_ocr = retry_needs_ocr
         self._needs_ocr: list[OcrNeeded] = []
-
-    @property
-    def loaders(self) -> tuple[Loader, ...]:
-        return self.prep.loaders
-
-    @loaders.setter
-    def loaders(self, value: Sequence[Loader]) -> None:
-        self.prep.loaders = tuple(value)
+        self._longest = 0  # the most tokens of one index text in this run (trace)
 
     # -- files -----------------------------------------------------------------------------------
     def ingest_paths(
@@ -355,7 +205,7 @@ class Ingestor:
                 )
         tally = _Tally(failures=failures)
         computed_before = getattr(self.embedder, "computed", 0)
-        prepare = partial(self.prep.file, collection=collection, force=force, dry_run=dry_run)
+        prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
@@ -394,7 +244,7 @@ class Ingestor:
         self._needs_ocr = []
         tally = _Tally()
         computed_before = getattr(self.embedder, "computed", 0)
-        self._run(docs, partial(self.prep.document, collection=collection), tally, collection, on_progress, total=total)
+        self._run(docs, partial(self._prepare_doc, collection=collection), tally, collection, on_progress, total=total)
         return self._report(tally, started, computed_before)
 
     # -- the loop: prepare, embed in chunk batches, write in order --------------------------------
@@ -426,9 +276,9 @@ class Ingestor:
             on_progress(0, total, "")
         for item in items:
             shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
+            loaded = prepare(item)
             if on_progress:
                 on_progress(tally.handled, total, source)
-            loaded = prepare(item)
             tally.handled += 1
             if loaded.status == "failed":
                 self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
@@ -438,6 +288,116 @@ class Ingestor:
                 tally.over_window += loaded.prepared.over_window
                 self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
         self._store(batcher.finish(), tally)
+
+    # -- preparing one file or document: everything but embedding and writing -----------------------
+    def _prepare_file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
+        read: list[Any] = [None, None]  # sha256, size: known once the file is read
+        try:
+            status, prepared = self._read_file(task, collection, force, dry_run, read)
+        except ZhikuError as e:
+            if e.code in STOP_CODES:
+                raise
+            reason = str(e)
+        except Exception as e:  # whatever a loader or the chunker does, the batch goes on
+            log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
+            log.debug("the traceback", exc_info=True)
+            reason = f"unexpected error: {type(e).__name__}: {e}"
+        else:
+            return Loaded(status, prepared)
+        return Loaded("failed", None, read[0], read[1], reason)
+
+    def _read_file(
+        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
+    ) -> tuple[str, Prepared | None]:
+        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
+        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
+        data = read_bounded(task.path, self.max_file_bytes)
+        sha = read[0] = sha256_bytes(data)
+        read[1] = len(data)
+        existing = self.store.find_document(collection, task.source)
+        if existing is not None and _another_file(existing.path, task.shown):
+            raise IngestError(
+                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
+                f"would replace it: {CLASH_FIX}"
+            )
+        if (
+            existing is not None
+            and existing.sha256 == sha
+            and not force
+            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+            and not (
+                self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
+            )
+        ):
+            return "skipped", None
+        status = "updated" if existing is not None else "added"
+        if dry_run:
+            return status, None
+        with span("load") as sp:
+            doc = load_document(task.path, task.source, self.loaders)
+            sp.set(counts={"documents": 1, "bytes": len(data)})
+        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
+        return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
+
+    def _prepare_doc(self, doc: SourceDoc, *, collection: str) -> Loaded:
+        """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
+        sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
+        existing = self.store.find_document(collection, doc.source)
+        written = existing.ingested_at if existing is not None else 0.0
+        owed = self.transforms is not None and self.transforms.owes(collection, doc.source, written)
+        if existing is not None and existing.sha256 == sha and not owed:
+            return Loaded("skipped")
+        status = "updated" if existing else "added"
+        try:
+            return Loaded(status, self._prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
+        except ZhikuError as e:
+            if e.code in STOP_CODES:
+                raise
+            return Loaded("failed", None, sha, None, str(e))
+
+    def _prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
+        doc_id = doc_id_for(collection, doc.source)
+        with span("split") as sp:
+            chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
+            sp.set(counts={"documents": 1, "chunks": len(chunks)})
+        batch = run_transforms(self.transforms, doc, doc_id, chunks)
+        if not chunks and not doc.needs_ocr_pages:  # a scan without OCR is still recorded, so the user sees it
+            raise IngestError(f"no text to index in {doc.source} (the file holds no words)")
+        record = DocRecord(
+            doc_id=doc_id,
+            collection=collection,
+            source=doc.source,
+            path=path,
+            doc_type=doc.doc_type,
+            title=doc.title,
+            sha256=sha,
+            size=size,
+            chunk_count=len(chunks),
+            pages=max((p.number for p in doc.pages), default=None),
+            ingested_at=0.0,  # set when it is written
+            status=DocStatus.NEEDS_OCR if doc.needs_ocr_pages else DocStatus.READY,
+            needs_ocr_pages=tuple(doc.needs_ocr_pages),
+            ocr_pages=tuple(doc.ocr_pages),
+        )
+        texts = TransformStage.index_texts(batch, partial(index_text, context=self.chunking.index_context))
+        chunks = list(batch.chunks)
+        linked = {im.image_id for c in chunks for im in c.images}
+        images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
+        tokens, over = self._tokenise(texts)
+        return Prepared(record, chunks, texts, tokens, status, path, images, batch, over)
+
+    def _tokenise(self, texts: list[str]) -> tuple[list[list[str]], int]:
+        """BM25 tokens of each index text, and how many are longer than the embedder's window."""
+        with span("tokenise") as sp:
+            tokens = [self.text.index_tokens(t) for t in texts]
+            window = check_window(self.embedder, texts)
+            self._longest = max(self._longest, window.longest)
+            sp.set(
+                counts={"chunks": len(texts), "over_window": len(window.over)},
+                max_tokens=window.max_tokens,
+                longest_tokens=self._longest,
+            )
+        return tokens, len(window.over)
 
     def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
         reason = f"embedding failed: {type(e).__name__}: {e}"
