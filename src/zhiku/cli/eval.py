@@ -104,8 +104,7 @@ def with_models(settings: Settings, embedder: str | None, reranker: str | None) 
 # ------------------------------------------------------------------------------------------- eval
 def build_judge(settings: Settings, env: dict[str, str]) -> Any:
     """The judge client from the settings, or None when no judge is configured (its API key read here, at the edge)."""
-    from zhiku.evaluation.judge import CACHE_FILE, JudgeClient
-    from zhiku.llm.cache import ReplyCache
+    from zhiku.evaluation.judge import CACHE_FILE, JudgeCache, JudgeClient
 
     j: JudgeSettings = settings.judge
     if not j.base_url or not j.model:
@@ -115,7 +114,7 @@ def build_judge(settings: Settings, env: dict[str, str]) -> Any:
         key = env.get(j.api_key_env)
         if not key:
             raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
-    cache = ReplyCache(settings.embedding.cache_dir / CACHE_FILE) if j.cache else None
+    cache = JudgeCache(settings.embedding.cache_dir / CACHE_FILE) if j.cache else None
     return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout, cache=cache)
 
 
