@@ -1,7 +1,7 @@
 """A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
 
 It lives outside the index directory (``embedding.cache_dir``), so rebuilding or deleting an index never
-re-embeds unchanged text: the bundled CPU embedder does ~1,000 characters per CPU-second. Query
+re-embeds unchanged text: the bundled CPU embedder does ~1,000 characters per CPU-second (bench/RESULTS.md). Query
 vectors are cached only inside ``caching_queries`` (evaluation runs, where the same questions come back run after
 run); a served query is never written to disk.
 """
