@@ -277,7 +277,7 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
-        for reason, n in generation.error_reasons():  # a dead judge said only "12 unscored"
+        for reason, n in generation.error_reasons():  # why, not only how many
             err.print(f"judge error ×{n}: {reason}", markup=False)
 
 
@@ -286,8 +286,8 @@ CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a m
 
 def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
     """Per-category metrics that fit a terminal: one column per category and a metric per row, in tables of
-    ``CATEGORY_COLUMNS`` categories (a row per category needs 2 + one column per metric: 80 columns cut the
-    numbers to `0.87…` and blanked the category names); numbers never cut."""
+    ``CATEGORY_COLUMNS`` categories (a row per category would need 2 + one column per metric, more than 80
+    columns hold without cutting numbers and names); numbers never cut."""
     items = list(categories.items())
     out = []
     for start in range(0, len(items), CATEGORY_COLUMNS):

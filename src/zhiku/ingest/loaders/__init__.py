@@ -85,8 +85,8 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
 
 
 def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Loader, ...]:
-    """Two plugins claiming one suffix are both refused, each naming the other: which one reads those files cannot
-    be told (the first by name silently won)."""
+    """Two plugins claiming one suffix are both refused, each naming the other: which one should read those files
+    cannot be told, and taking the first by name would be a silent guess."""
     from zhiku.plugins import report_problem
 
     claims: dict[str, list[PluginInfo]] = {}
