@@ -139,7 +139,7 @@ class _Tally:
     updated: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failures: list[FileFailure] = field(default_factory=list)
-    handled: int = 0  # items taken from the preparers
+    handled: int = 0  # items prepared so far
     written: int = 0
     over_window: int = 0
 
