@@ -11,24 +11,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-IndexOpt = Annotated[
-    Optional[Path], typer.Option("--index", help="Index directory (default: settings `index`, .zhiku).")
-]
-ConfigOpt = Annotated[
-    Optional[Path], typer.Option("--config", help="Settings file (default: ./zhiku.yaml if present).")
-]
+from zhiku.cli.common import ConfigOpt, IndexOpt, _settings
+
 TransportOpt = Annotated[
     Optional[str],
     typer.Option("--transport", help="stdio | http (default: settings `server.transport`; env ZHIKU_TRANSPORT)."),
 ]
-
-
-def _server_overrides(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
 
 
 @contextmanager
@@ -72,12 +64,9 @@ def serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve the index to AI assistants over MCP (stdio, or Streamable HTTP at http://HOST:PORT/mcp)."""
-    from zhiku.cli.common import _settings
-
     with _errors():
-        settings = _settings(
-            config, index, server=_server_overrides(transport=transport, host=host, port=port, read_only=read_only)
-        )
+        server = {"transport": transport, "host": host, "port": port, "read_only": read_only}
+        settings = _settings(config, index, server={k: v for k, v in server.items() if v is not None})
         configure_logging()
         from zhiku.mcp.server import run_server
 
@@ -115,7 +104,6 @@ def bench_latency(
     ] = False,
 ) -> None:
     """Measure MCP round trips through a real SDK client against a real `zhiku serve` subprocess."""
-    from zhiku.cli.common import _settings
     from zhiku.errors import InvalidInput
 
     with _errors():
