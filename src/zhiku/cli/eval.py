@@ -76,14 +76,8 @@ RerankerOpt = Annotated[
 
 def warm_reranker(kb: Any) -> None:
     """Load the configured reranker before queries are timed (a load failure is left to the per-query fallback)."""
-    if kb.reranker is None:
-        return
-    try:
-        kb.reranker.load()
-    except Exception as e:  # noqa: BLE001 - every query will then say `fallback: <reason>`
-        err.print(
-            f"reranker failed to load ({type(e).__name__}: {e}); queries fall back to the fused order", markup=False
-        )
+    if failed := kb.load_reranker():
+        err.print(f"reranker failed to load ({failed}); queries fall back to the fused order", markup=False)
 
 
 def with_models(settings: Settings, embedder: str | None, reranker: str | None) -> Settings:

@@ -298,7 +298,7 @@ def mismatch(result: dict[str, Any], base: dict[str, Any]) -> str | None:
     index, base_index = result.get("index", {}), base.get("index", {})
     for key in INDEX_KEYS:
         if key == "chars" and not ("chars" in index and "chars" in base_index):
-            continue  # baselines written before issue 14 lack it
+            continue  # older baselines lack it
         if index.get(key) != base_index.get(key):
             return f"another index ({key} {base_index.get(key)!r} there, {index.get(key)!r} here)"
     env, base_env = result.get("env", {}), base.get("env", {})
