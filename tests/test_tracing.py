@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
+from zhiku.mcp import hub as hub_module
 from zhiku.observability.tracing import (
     NOOP,
     TRACE_FILE,
@@ -377,12 +378,13 @@ def test_the_trace_writer_waits_while_the_hub_serves_a_query_before_its_trace_op
     for it. ``OPEN`` (what the writer waits on) now counts the hub's query from its first read, and is empty after."""
     from zhiku.mcp.hub import Hub, QueryArgs
     from zhiku.observability.records import OPEN
-    from zhiku.settings import merge
 
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     kb.tracer = Tracer([MemorySink()])
-    hub = Hub(kb, merge(kb.settings, server={"cache_size": 4}))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hub_module, "CACHE_SIZE", 4)
+        hub = Hub(kb, kb.settings)
     seen: list[int] = []
     read = hub.index_version
 
@@ -531,7 +533,7 @@ def test_designed_index_trace_has_exact_counts_ranks_and_rank_changes(kb_factory
 
 
 def test_full_detail_lists_every_candidate_and_readers_see_what_was_written(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, tracing={"detail": "full"})
+    kb = designed_kb(kb_factory, tmp_path)
     memory = MemorySink()
     kb.tracer = Tracer([*kb.tracer.sinks, memory], detail="full")  # the line is encoded before memory reads it
     kb.retrieve("zeta", top_k=3, mode="bm25")

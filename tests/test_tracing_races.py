@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from test_tracing import DesignedEmbedder, designed_kb
 from test_tracing_review import designed_docs
@@ -25,6 +26,7 @@ from zhiku.observability.tracing import (
     read_traces,
     span,
 )
+from zhiku.retrieval import search as search_module
 from zhiku.retrieval.query import QueryVectors
 from zhiku.types import Hit
 
@@ -124,7 +126,7 @@ class LateReranker:
 
 
 def late_kb(kb_factory, tmp_path: Path, path: Path):  # noqa: ANN201
-    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout": 0.05}, answer={"min_score": 0.0})
+    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout_s": 0.05}, answer={"min_score": 0.0})
     kb._reranker = reranker = LateReranker()
     kb.tracer = Tracer([JsonlSink(path, interval_s=60)], sample=1.0)
     return kb, reranker
@@ -218,14 +220,16 @@ class RawEvents:
 
 def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_factory, tmp_path: Path) -> None:
     embedder = HeldEmbedder()
-    kb = kb_factory(tmp_path / "idx", embedder=embedder, retrieval={"fusion": "rrf", "max_concurrent": 1})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(search_module, "MAX_CONCURRENT", 1)  # one search at a time
+        kb = kb_factory(tmp_path / "idx", embedder=embedder, retrieval={"fusion": "rrf"})
+        gate = kb.searcher._gate  # (the searcher is built now, with its one place)
     embedder.go.set()
     kb.ingest([designed_docs(tmp_path)])
     embedder.go.clear()
     sink = RawEvents()
     kb.tracer = Tracer([sink])
     kb.searcher.inline_embed_s = 0.0  # a slow embedder: the question is embedded in the dense worker
-    gate = kb.searcher._gate
     found: list[object] = []
     with gate:  # another search holds the only place
         query = threading.Thread(target=lambda: found.append(kb.retrieve("zeta", mode="hybrid", top_k=3)))

@@ -91,8 +91,8 @@ class Ingestor:
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
-        batch_chunks: int = BATCH_CHUNKS,
-        workers: int = WORKERS,
+        batch_chunks: int | None = None,
+        workers: int | None = None,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
@@ -102,7 +102,8 @@ class Ingestor:
         self.images = images
         self.ocr_setting = ocr_setting
         self.transforms = transforms
-        self.batch_chunks, self._workers = batch_chunks, workers
+        self.batch_chunks = batch_chunks or BATCH_CHUNKS
+        self._workers = WORKERS if workers is None else workers
         self.prep = Preparer(
             store,
             embedder,

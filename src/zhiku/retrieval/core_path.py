@@ -26,7 +26,7 @@ from zhiku.observability.rank_changes import fusion_record
 from zhiku.observability.tracing import ranking_columns, span, timed_span
 from zhiku.retrieval.clauses import clause_ranking
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
-from zhiku.retrieval.fusion import RRF_K, WEIGHTS
+from zhiku.retrieval.fusion import FILL_DENSE, RRF_K, WEIGHTS
 from zhiku.retrieval.query import ParsedQuery
 from zhiku.settings import RetrievalSettings
 from zhiku.stores._core import CoreResult, Fusion
@@ -87,7 +87,7 @@ class CorePath:
         embedded = time.perf_counter() - start
         catalogue = self.catalogue if WHOLE_ARTICLES else None
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
-        fusion = None if clause_vectors else Fusion(*WEIGHTS, True)
+        fusion = None if clause_vectors else Fusion(*WEIGHTS, FILL_DENSE)
         assert self._core is not None
         try:
             got: CoreResult | None = self._core(parsed.terms, vector, depth, keep, fusion, filters)
