@@ -14,6 +14,7 @@ import pytest
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
 from zhiku.errors import ConfigError
+from zhiku.mcp import http_security
 from zhiku.mcp.http_security import (
     build_http_app,
     check_bind,
@@ -29,9 +30,14 @@ from zhiku.mcp.http_security import (
 from zhiku.settings import ServerSettings
 
 TOKEN = "a-token-of-24-characters"
-SERVER = ServerSettings(
-    allowed_origins=("https://app.example.com", "vscode-webview://*"), token=TOKEN, max_request_bytes=1024
-)
+SERVER = ServerSettings(allowed_origins=("https://app.example.com", "vscode-webview://*"), token=TOKEN)
+
+
+@pytest.fixture(autouse=True)
+def _small_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_security, "MAX_REQUEST_BYTES", 1024)  # a body over 1 KiB is refused in these tests
+
+
 BODY = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
 
 

@@ -459,9 +459,7 @@ def writable_index(request: pytest.FixtureRequest, mcp_index: Fixture, tmp_path:
     from zhiku.api import KnowledgeBase
 
     uri = request.getfixturevalue("milvus_uri")
-    settings = merge(
-        fx.settings, store={"kind": "milvus", "uri": uri, "collection_prefix": unique_prefix(), "timeout_s": 60}
-    )
+    settings = merge(fx.settings, store={"kind": "milvus", "uri": uri, "collection_prefix": unique_prefix()})
     with KnowledgeBase(settings) as kb:
         assert kb.ingest([mcp_index.docs], collection=COLLECTION).chunks_embedded == 0  # all from the fixture's cache
     return replace(fx, settings=settings)

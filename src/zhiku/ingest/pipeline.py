@@ -166,17 +166,16 @@ class Ingestor:
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
-        batch_chunks: int = BATCH_CHUNKS,
     ) -> None:
         """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
         unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read. ``batch_chunks``: chunks per embedding call."""
+        fail without being read."""
         self.store = store
         self.embedder = embedder
         self.images = images
         self.ocr_setting = ocr_setting
         self.transforms = transforms
-        self.batch_chunks = batch_chunks
+        self.batch_chunks = BATCH_CHUNKS  # read here: tests make the batches small
         self.text = text
         self.chunking = chunking
         self.loaders = tuple(loaders) if loaders is not None else default_loaders()
