@@ -5,7 +5,7 @@ from contextlib import AbstractContextManager, contextmanager
 import numpy as np
 import pytest
 
-from zhiku.retrieval import clauses, core_path, search
+from zhiku.retrieval import clauses, plan, search
 from zhiku.retrieval.fusion import ranked, rrf
 from zhiku.types import Ranking, ScoredId
 
@@ -132,7 +132,7 @@ def test_fill_dense_scores_bm25_only_candidates_by_their_exact_cosine(tmp_path, 
     found = {}
     for fill in (True, False):
         settings = make_settings(tmp_path / "idx", embed_cache_dir)
-        with constant("FILL_DENSE", fill, search, core_path), KnowledgeBase(settings, embedder=Angles()) as kb:
+        with constant("FILL_DENSE", fill, search), KnowledgeBase(settings, embedder=Angles()) as kb:
             if fill:
                 kb.ingest([docs])
             # depth 3: dense finds probation (z √1.5), leave (0), severance (-√1.5); BM25 ranks the wage rules
@@ -186,7 +186,7 @@ def constant(name: str, value: object, *modules: object) -> Iterator[None]:
 
 
 def clause_weight(weight: float) -> AbstractContextManager[None]:
-    return constant("CLAUSE_WEIGHT", weight, clauses, search)
+    return constant("CLAUSE_WEIGHT", weight, clauses, plan, search)
 
 
 def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, clause_weight_=0.35, **retrieval):
