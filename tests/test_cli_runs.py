@@ -96,10 +96,10 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
 
 
 def test_progress_lines_without_a_terminal_note_embedded_chunks(
-    cli,
+    cli,  # noqa: F811
     corpus: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the corpus is 2 + 1 + 1 chunks: one call of 3 once the second document is queued, then the last chunk
     monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 3)

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
-from zhiku.mcp import hub as hub_module
 from zhiku.observability.tracing import (
     NOOP,
     TRACE_FILE,
@@ -378,13 +377,12 @@ def test_the_trace_writer_waits_while_the_hub_serves_a_query_before_its_trace_op
     for it. ``OPEN`` (what the writer waits on) now counts the hub's query from its first read, and is empty after."""
     from zhiku.mcp.hub import Hub, QueryArgs
     from zhiku.observability.records import OPEN
+    from zhiku.settings import merge
 
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     kb.tracer = Tracer([MemorySink()])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hub_module, "CACHE_SIZE", 4)
-        hub = Hub(kb, kb.settings)
+    hub = Hub(kb, merge(kb.settings, server={"cache_size": 4}))
     seen: list[int] = []
     read = hub.index_version
 

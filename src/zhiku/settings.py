@@ -224,13 +224,6 @@ class RerankSettings(Endpoint):
         gt=0,
         le=600,
     )
-    top_m: int = key(
-        20,
-        "Fused candidates the reranker scores; the ones below keep their fused order after them.",
-        "Whoever trades reranking time for recall.",
-        ge=1,
-        le=200,
-    )
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
@@ -289,6 +282,13 @@ class ServerSettings(_Section):
         (),
         "Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`.",
         "Whoever serves under a DNS name or behind a proxy.",
+    )
+    cache_size: int = key(
+        256,
+        "Answers of `query_knowledge_hub` kept for 5 minutes (a write empties the cache); 0 turns the cache off.",
+        "Whoever measures cold answers (`zhiku bench latency`) or serves an index another process writes.",
+        ge=0,
+        le=100_000,
     )
     structured_passages: bool = key(
         False,

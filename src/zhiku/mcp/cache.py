@@ -16,7 +16,6 @@ from typing import Any, Generic, TypeVar
 from cachetools import TTLCache
 
 V = TypeVar("V")
-CACHE_SIZE = 256  # answers kept: agents repeat a question within a task, rarely across hundreds
 CACHE_TTL_S = 300.0  # seconds an answer is kept (a write empties the cache anyway)
 
 

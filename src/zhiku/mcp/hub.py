@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import CACHE_SIZE, CACHE_TTL_S, ResultCache, cache_key
+from zhiku.mcp.cache import CACHE_TTL_S, ResultCache, cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
@@ -92,7 +92,7 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: ResultCache[QueryResult] = ResultCache(CACHE_SIZE, CACHE_TTL_S)
+        self.cache: ResultCache[QueryResult] = ResultCache(settings.server.cache_size, CACHE_TTL_S)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod

@@ -205,7 +205,7 @@ async def _bench(
         out["query"] = summarize(samples)
         out["trivial"] = summarize([(await _call(client, TRIVIAL_TOOL, {}))[0] for _ in range(calls)])
     async with AsyncExitStack() as stack:  # 2: cache on
-        env = {**base_env, "ZHIKU_SERVER__CACHE_SIZE": "1024", "ZHIKU_SERVER__CACHE_TTL_S": "3600"}
+        env = {**base_env, "ZHIKU_SERVER__CACHE_SIZE": "1024"}
         client, _ = await _session(settings, transport, config, env, errlog, stack)
         args = {"query": QUERIES[0]}
         await _call(client, QUERY_TOOL, args)

@@ -31,7 +31,7 @@ from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.builtin import register_builtins
-from zhiku.mcp.cache import CACHE_SIZE, CACHE_TTL_S, ResultCache
+from zhiku.mcp.cache import CACHE_TTL_S, ResultCache
 from zhiku.mcp.calls import State, error_result, explain_arguments, ok_result
 from zhiku.mcp.hooks import HookRunner, Hooks
 from zhiku.mcp.hub import Hub
@@ -110,7 +110,7 @@ def build_server(
         middleware=[build_middleware(models, read_only, HookRunner(hooks or Hooks()))],
         log_level="WARNING",
     )
-    cache: ResultCache[Any] = ResultCache(CACHE_SIZE, CACHE_TTL_S)
+    cache: ResultCache[Any] = ResultCache(settings.server.cache_size, CACHE_TTL_S)
     registry = Registry(server, models, read_only=read_only, cache=cache, current=lambda: ready.state)
 
     register_builtins(server, registry.builtin, settings)

@@ -25,7 +25,7 @@ from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import RRF_K, ranked, rrf
 from zhiku.retrieval.named import named_articles_kept
 from zhiku.retrieval.query import MAX_QUERY_CHARS, MAX_TOP_K
-from zhiku.retrieval.rerank import rerank_with_fallback
+from zhiku.retrieval.rerank import TOP_M, rerank_with_fallback
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.types import Chunk, Filters, Hit
@@ -130,7 +130,7 @@ def _rewritten(
     if not extra:
         return replace(run(query, depth, rerank), rewrite=status)
     limit = MAX_QUERY_CHARS
-    k = max(depth or searcher.settings.top_k, searcher.rerank_settings.top_m)
+    k = max(depth or searcher.settings.top_k, TOP_M)
     results = [run(query, k, False)] + [run(q[:limit], k, False) for q in extra]
     fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=RRF_K)
     hits_by: dict[str, Hit] = {}
@@ -144,7 +144,7 @@ def _rewritten(
     if reranker is not None:
         rs = searcher.rerank_settings
         with span("rerank"):
-            outcome = rerank_with_fallback(reranker, query, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout_s)
+            outcome = rerank_with_fallback(reranker, query, hits, top_m=TOP_M, top_k=final_k, timeout=rs.timeout_s)
         shown, rerank_status = list(outcome.hits), outcome.status
     hits = named_articles_kept(shown, hits, query, searcher.text.normalize)  # variants naming no article: kept
     return replace(results[0], hits=tuple(hits), rerank=rerank_status, rewrite=status, queries=tuple(extra))

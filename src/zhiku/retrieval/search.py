@@ -25,7 +25,7 @@ from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.named import named_articles_first, named_articles_kept
 from zhiku.retrieval.pages import lookup_pages
 from zhiku.retrieval.query import MAX_QUERY_CHARS, ParsedQuery, QueryVectors, check_mode, check_top_k, parse_query
-from zhiku.retrieval.rerank import Reranker, rerank_traced
+from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor, article_numbers
@@ -122,9 +122,9 @@ class Searcher:
             )
         reranker = self.reranker if rerank is not False else None
         final_k = top_k
-        if reranker is not None:  # the reranker sees top_m fused candidates; it keeps at most rerank.top_k
+        if reranker is not None:  # the reranker sees TOP_M fused candidates
             final_k = top_k
-            top_k = max(top_k, self.rerank_settings.top_m)
+            top_k = max(top_k, TOP_M)
         with span("parse") as sp:
             parsed = parse_query(query, self.text, max_chars=MAX_QUERY_CHARS)
             sp.set(counts={"terms": len(parsed.terms)}, terms=list(parsed.terms))
