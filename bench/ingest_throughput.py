@@ -42,7 +42,7 @@ def _settings(index: Path, cache_dir: Path | None, ingest: dict[str, Any] | None
     from zhiku.settings import Settings
 
     data: dict[str, Any] = {"index": str(index), "collection": "bench"}
-    data["embedding"] = {"cache_dir": str(cache_dir)} if cache_dir else {"cache": False}
+    data["cache_dir"] = str(cache_dir) if cache_dir else None
     if ingest and "ingest" in Settings.model_fields:  # an older checkout has no ingest section
         data["ingest"] = ingest
     return Settings.model_validate(data)

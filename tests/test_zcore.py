@@ -89,10 +89,12 @@ def index(tmp_path_factory: pytest.TempPathFactory, embed_cache_dir: Path) -> It
     yield settings
 
 
-def _run(settings: Settings, questions: list[str], **options: Any) -> tuple[list[Any], int]:
+def _run(settings: Settings, questions: list[str], core: bool = True, **options: Any) -> tuple[list[Any], int]:
     """Each question's hits, rankings and trace stages (no times), and how many searches the core served."""
     sink = MemorySink()
     with KnowledgeBase(settings, embedder=CharVectors(), tracer=Tracer([sink])) as kb:  # type: ignore[arg-type]
+        if not core:
+            kb.searcher.core._core = None  # the numpy path
         kb.searcher.inline_embed_s = 1e9  # the embedder is fast: it runs on the caller's thread
         kb.retrieve("热身", mode="dense")  # (the first question is timed in the dense worker)
         served = kb.searcher.core.served
@@ -105,14 +107,16 @@ def _run(settings: Settings, questions: list[str], **options: Any) -> tuple[list
 
 
 def _off(settings: Settings, **retrieval: Any) -> Settings:
-    return merge(settings, retrieval={"compiled_core": False, **retrieval})
+    return merge(settings, retrieval=retrieval)
 
 
 @pytest.mark.parametrize("top_k, depth", [(3, 100), (10, 100), (10, 4)])
 def test_both_paths_give_the_same_hits_rankings_and_traces(index: Settings, top_k: int, depth: int) -> None:
     questions = _questions()
     core, served = _run(index, questions, top_k=top_k, per_source_k=depth, mode="hybrid")
-    numpy_path, none = _run(_off(index), questions, top_k=top_k, per_source_k=depth, mode="hybrid")
+    numpy_path, none = _run(
+        _off(index), core=False, questions=questions, top_k=top_k, per_source_k=depth, mode="hybrid"
+    )
     assert (served, none) == (len(questions), 0)  # every question has one form here
     for q, a, b in zip(questions, core, numpy_path, strict=True):
         assert a == b, q  # Hit dataclasses: every field; rankings: ids, scores, ranks; stages: all but times
@@ -129,7 +133,7 @@ def test_ties_are_ordered_by_chunk_id_on_both_paths(index: Settings) -> None:
     rows = [json.loads(line) for line in (STARD / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     question = rows[0]["text"][:30]  # an article written twice: both copies score the same in both channels
     core, served = _run(index, [question], top_k=1, per_source_k=1, mode="hybrid")
-    numpy_path, _ = _run(_off(index), [question], top_k=1, per_source_k=1, mode="hybrid")
+    numpy_path, _ = _run(_off(index), core=False, questions=[question], top_k=1, per_source_k=1, mode="hybrid")
     assert served == 1 and core == numpy_path
     bm25, dense = core[0][1], core[0][2]
     assert len(bm25) == len(dense) == 1  # of two tied rows at the cut, the smaller chunk id on both paths
@@ -154,7 +158,7 @@ def test_the_searches_the_core_does_not_serve_take_the_numpy_path(
 ) -> None:
     on = merge(index, retrieval=retrieval)
     core, served = _run(on, [question], **options)
-    numpy_path, _ = _run(_off(index, **retrieval), [question], **options)
+    numpy_path, _ = _run(_off(index, **retrieval), core=False, questions=[question], **options)
     assert served == 0 and core == numpy_path
 
 
@@ -171,7 +175,7 @@ def test_filtered_searches_are_served_by_the_core(index: Settings, options: dict
     questions = _questions()[:12]
     for depth in (100, 4):
         core, served = _run(index, questions, per_source_k=depth, top_k=5, **options)
-        numpy_path, _ = _run(_off(index), questions, per_source_k=depth, top_k=5, **options)
+        numpy_path, _ = _run(_off(index), core=False, questions=questions, per_source_k=depth, top_k=5, **options)
         assert served == len(questions) and core == numpy_path
     assert any(a[0] for a in core)  # (hits found)
 
@@ -179,13 +183,13 @@ def test_filtered_searches_are_served_by_the_core(index: Settings, options: dict
 def test_a_tags_filter_is_served_by_the_core(index: Settings) -> None:
     """Tags filter the hits of an unfiltered search (``rewrite.search``): the core serves that search."""
     core, served = _run(index, ["保险诈骗"], tags=["none"])
-    numpy_path, _ = _run(_off(index), ["保险诈骗"], tags=["none"])
+    numpy_path, _ = _run(_off(index), core=False, questions=["保险诈骗"], tags=["none"])
     assert served == 1 and core == numpy_path
 
 
 def test_the_switch_takes_the_numpy_path(index: Settings) -> None:
     question = ["保险诈骗 数额较大"]
-    _, off = _run(_off(index), question)
+    _, off = _run(_off(index), core=False, questions=question)
     _, on = _run(index, question)
     assert (off, on) == (0, 1)
 
@@ -201,7 +205,7 @@ def test_int8_screened_searches_are_served_by_the_core_as_the_numpy_path_screens
     questions = _questions()
     for depth in (100, 4):
         core, served = _run(int8, questions, per_source_k=depth, top_k=5)
-        numpy_path, none = _run(_off(int8), questions, per_source_k=depth, top_k=5)
+        numpy_path, none = _run(_off(int8), core=False, questions=questions, per_source_k=depth, top_k=5)
         assert (served, none) == (len(questions), 0)
         for q, a, b in zip(questions, core, numpy_path, strict=True):
             assert a == b, q
@@ -288,8 +292,6 @@ def test_doctor_says_whether_the_compiled_core_is_in_use(monkeypatch: pytest.Mon
     assert check_core(merge(settings, store={"dense_search": "int8"})) == [Check("search", "ok", int8)]
     exact = "compiled search core: on (AVX2/FMA dense kernels, no int8 screening: store.dense_search exact)"
     assert check_core(merge(settings, store={"dense_search": "exact"})) == [Check("search", "ok", exact)]
-    off = merge(settings, retrieval={"compiled_core": False})
-    assert check_core(off)[0].detail == "compiled search core: off (retrieval.compiled_core)"
     assert check_core(merge(settings, store={"kind": "milvus"}))[0].detail == (
         "compiled search core: not used by the milvus store"
     )
@@ -422,5 +424,5 @@ def test_a_depth_past_the_rows_is_served_like_the_numpy_path(index: Settings) ->
     questions = ["盗窃罪", "保险诈骗 数额较大"]
     for depth in (2**30, 2**31 - 1, 2**40):
         core, served = _run(index, questions, per_source_k=depth, mode="hybrid")
-        numpy_path, _ = _run(_off(index), questions, per_source_k=depth, mode="hybrid")
+        numpy_path, _ = _run(_off(index), core=False, questions=questions, per_source_k=depth, mode="hybrid")
         assert served == len(questions) and core == numpy_path
