@@ -61,8 +61,9 @@ class Endpoint(_Section):
     )
     model: str | None = key(
         None,
-        "Model name the endpoint serves (or a Hugging Face id or local folder where the section says so).",
-        "Everyone who picks a model other than the default.",
+        "The model: the name an endpoint serves; for `sentence-transformers` embeddings and a `cross-encoder` "
+        "reranker, a Hugging Face id or a local folder (`./models/bge`).",
+        "Whoever picks a model other than the default.",
     )
     api_key_env: str | None = key(
         None,
