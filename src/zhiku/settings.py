@@ -131,7 +131,7 @@ class TextSettings(_Section):
 
 
 class ChunkingSettings(_Section):
-    size: int = key(
+    size_chars: int = key(
         200,
         "Target chunk size in characters: whole units (articles, FAQ pairs, paragraphs) are packed up to it.",
         "A corpus of long, connected passages where bigger chunks read better (re-ingest with `--force`).",

@@ -34,6 +34,7 @@ MOVED = {
     "judge.timeout": "judge.timeout_s",
     "server.min_score": "answer.min_score",
     "embedding.cache_dir": "cache_dir",
+    "chunking.size": "chunking.size_chars",
 }
 _CACHES = "caches are on unless `cache_dir: null`"
 # Keys of older files that are no longer settings: what zhiku does instead (the constant beside the code using it)
