@@ -146,7 +146,7 @@ def fusion_recorded(
     weights: list[float],
 ) -> None:
     """What the fusion stage ``sp`` (an active span) records on either path: the counts, the method and weights,
-    how many BM25 candidates got their exact cosine , and when the trace is sealed (only
+    how many BM25 candidates got their exact cosine (``FILL_DENSE``), and when the trace is sealed (only
     a written trace needs them) the rank changes and the clause ranking. ``channels``: BM25's, the dense and the
     clause channel's rankings (``()`` without clauses); ``fused``: the ids of the fused top ``top_k``."""
     bm25, dense, by_clause = channels
