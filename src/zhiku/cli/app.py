@@ -135,7 +135,7 @@ def ingest(
         if report.chunks_over_window:
             err.print(
                 f"  {report.chunks_over_window} chunks are longer than the embedder's window and are embedded "
-                "diluted: lower chunking.size",
+                "diluted: lower chunking.size_chars",
                 markup=False,
             )
         for n in report.needs_ocr:

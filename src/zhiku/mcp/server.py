@@ -32,7 +32,6 @@ from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text as mcp_text
 from zhiku.mcp.builtin import register_builtins
-from zhiku.mcp.cache import CACHE_SIZE
 from zhiku.mcp.calls import State, error_result, explain_arguments, ok_result
 from zhiku.mcp.hooks import HookRunner, Hooks
 from zhiku.mcp.hub import Hub
@@ -111,7 +110,7 @@ def build_server(
         middleware=[build_middleware(models, read_only, HookRunner(hooks or Hooks()))],
         log_level="WARNING",
     )
-    cache: Cache[Any] = Cache(CACHE_SIZE)
+    cache: Cache[Any] = Cache(settings.server.cache_size)
     registry = Registry(server, models, read_only=read_only, cache=cache, current=lambda: ready.state)
 
     register_builtins(server, registry.builtin, settings)
