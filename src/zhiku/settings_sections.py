@@ -25,7 +25,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32 (needs `pip install 'zhiku[scale]'`); `auto`: `int8` from 100,000 chunks when numkong is installed, else `exact`."
+_DENSE_SEARCH = "Embedded store: `exact` scores every chunk's float32 vector; `int8` ranks every chunk by an int8 copy of its vector (4x less memory to read) and scores the best 4 x top_k (at least 100) in float32 (needs `pip install 'zhiku[scale]'`); `auto`: `int8` from 10,000 chunks when numkong is installed, else `exact`."
 _MAX_CONCURRENT = "How many searches run their CPU-bound steps (store searches, fusion, hits) at once; the others wait their turn in arrival order (a trace's `queue` stage says how long). Reranking is not counted, nor embedding the question when the embedder is slow (the median of its last questions over 1 ms: it embeds in a worker meanwhile; a known question's vector is kept). 0: twice the CPU count (50 clients, 10k chunks, 2 cores: 267 searches/s, p95 206 ms; ungated 143/s, p95 481 ms; bench/RESULTS.md, Issue 13)."
 _TRACING = "Write a trace per query and per ingestion run (stages, timings, counts, rank changes) to `<index>/traces.jsonl` (appended by a background thread; docs/observability.md)."
 _TRACE_DETAIL = "Candidates a query trace lists per channel (BM25, dense) with their scores and labels: `lean` the first top_k, `full` the first 50; the rest are counted. Fusion rank changes (the returned top_k and what left it) and hits are the same in both (bench/RESULTS.md, Issue 13 — tracing at ≤ 10 %)."
