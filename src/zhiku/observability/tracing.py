@@ -220,32 +220,6 @@ def waited(name: str, start: float, **data: Any) -> None:
         t._events.append((name, start, time.perf_counter() - start, [(None, None, data)]))
 
 
-class _TimedSpan(_Span):
-    """A span for a stage timed elsewhere (``timed_span``): its start and elapsed time are given, not measured."""
-
-    __slots__ = ("_elapsed",)
-    _elapsed: float
-
-    def __enter__(self) -> _TimedSpan:
-        return self
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if not self._trace._closed:
-            self._trace._events.append((self._name, self._t0, self._elapsed, self._sets))
-
-
-def timed_span(name: str, start: float, seconds: float) -> _Span | _NoSpan:
-    """``span(name)`` for a stage that ran elsewhere and was timed there (the compiled search core's phases, timed
-    inside one call): it records what is set in it, as stage ``name`` from ``start`` (``time.perf_counter()``)
-    lasting ``seconds``."""
-    t = _current.get()
-    if t is None:
-        return NOOP
-    sp = _new(_TimedSpan)
-    sp._trace, sp._name, sp._sets, sp._t0, sp._elapsed = t, name, None, start, seconds
-    return sp
-
-
 def current() -> Trace | None:
     return _current.get()
 
