@@ -84,11 +84,11 @@ class StoreSettings(_Section):
         "(`pip install 'zhiku[milvus]'`; docs/milvus.md).",
         "A team whose index outgrows one machine or that runs Milvus already.",
     )
-    dense_search: Literal["auto", "exact", "int8", "hnsw"] = key(
+    dense_search: Literal["auto", "exact", "int8"] = key(
         "auto",
         "Embedded store: `exact` scores every chunk's vector; `int8` ranks every chunk by an int8 copy of its vector "
-        "and rescores the best in float32 (4x less memory read); `hnsw`: candidates from an HNSW index, approximate; "
-        "`auto`: `int8` on large indexes where it is faster (`zhiku doctor` says which), else `exact`.",
+        "and rescores the best in float32 (4x less memory read; `pip install 'zhiku[scale]'`); `auto`: `int8` from "
+        "10,000 chunks when numkong is installed, else `exact`.",
         "An operator of a large index (100k+ chunks) trading exactness for speed.",
     )
     uri: str = key(

@@ -153,6 +153,10 @@ def migrate(data: dict[str, Any], origin: str, *, env: bool = False) -> dict[str
     for section in GONE_SECTIONS:
         if section in out and not out[section]:
             del out[section]
+    store = out.get("store")
+    if isinstance(store, dict) and store.get("dense_search") == "hnsw":  # HNSW went: int8 screening is the fast path
+        store["dense_search"] = "int8"
+        log.warning("%s: store.dense_search hnsw is no longer offered; int8 is used (docs/settings.md)", origin)
     return out
 
 
