@@ -13,7 +13,6 @@ import hashlib
 import importlib.metadata
 import re
 import unicodedata
-from collections.abc import Iterable
 from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -183,9 +182,6 @@ class TextProcessor:
                 norm, kept, lambda t: [w for w in self._cut(t) if w not in self.stopwords]
             )
         return list(dict.fromkeys(kept))
-
-    def index_tokens_many(self, texts: Iterable[str]) -> list[list[str]]:
-        return [self.index_tokens(t) for t in texts]
 
 
 # Clause breaks: full-width clause punctuation; ASCII , ! ? ; : unless between two ASCII letters/digits (1,000 or
