@@ -15,12 +15,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-IndexOpt = Annotated[
-    Optional[Path], typer.Option("--index", help="Index directory (default: settings `index`, .zhiku).")
-]
-ConfigOpt = Annotated[
-    Optional[Path], typer.Option("--config", help="Settings file (default: ./zhiku.yaml if present).")
-]
+from zhiku.cli.common import ConfigOpt, IndexOpt
+
 TransportOpt = Annotated[
     Optional[str],
     typer.Option("--transport", help="stdio | http (default: settings `server.transport`; env ZHIKU_TRANSPORT)."),
