@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,14 @@ class RandomQueryVectors:
         return v / np.linalg.norm(v)
 
 
+def searching(searcher: Searcher) -> Callable[..., Any]:
+    """``search(q, top_k=…, mode=…)`` over ``searcher``: one that reads the question into a plan first, or a checkout's
+    from before plans (side-by-side runs of two checkouts use this script)."""
+    if hasattr(searcher, "read"):
+        return lambda q, *, top_k, mode: searcher.search(searcher.read(q, mode), top_k=top_k)
+    return searcher.search
+
+
 def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | None) -> Callable[..., object]:
     """``searcher.search`` inside a query trace, labelled from the store (what ``KnowledgeBase.retrieve`` adds);
     ``sample``: ``tracing.sample`` (a checkout that has it; None: every trace keeps its candidate detail)."""
@@ -55,9 +64,11 @@ def traced(searcher: Searcher, store: SQLiteStore, path: Path, sample: float | N
 
     labels = tr.VersionedLabels(fetch, store.index_version)
 
+    ask = searching(searcher)
+
     def search(q: str, *, top_k: int, mode: str) -> object:
         with tracer.trace("query", query=q, mode=mode, top_k=top_k) as t:
-            r = searcher.search(searcher.read(q, mode), top_k=top_k)
+            r = ask(q, top_k=top_k, mode=mode)
             if t is not None and hasattr(tr, "label_later"):
                 tr.label_later(t, r.hits, labels)
             elif t is not None:  # a checkout from before label_later: rows and labels built here
@@ -77,13 +88,7 @@ def load(
 ) -> dict[str, float]:
     latencies: list[float] = []
     lock = threading.Lock()
-    if isinstance(searcher, Searcher):
-
-        def search(q: str, *, top_k: int, mode: str) -> object:
-            return searcher.search(searcher.read(q, mode), top_k=top_k)
-
-    else:
-        search = searcher
+    search = searching(searcher) if isinstance(searcher, Searcher) else searcher
     stop = time.perf_counter() + seconds
 
     def client(n: int) -> None:
@@ -138,7 +143,7 @@ def main() -> None:
     kwargs = {} if args.dense_search is None else {"dense_search": args.dense_search}
     with SQLiteStore(index, read_only=True, **kwargs) as store:
         searcher = Searcher(store, RandomQueryVectors(), tp, retrieval_settings(args))  # type: ignore[arg-type]
-        searcher.search(searcher.read(queries[0], "hybrid"), top_k=10)
+        searching(searcher)(queries[0], top_k=10, mode="hybrid")
         search = traced(searcher, store, args.workdir / "traces.jsonl", args.sample) if args.tracing else searcher
         for clients in args.clients:
             row = {"zhiku": str(Path(zhiku.__file__).parents[2]), "load_avg_1m": round(os.getloadavg()[0], 1)}
