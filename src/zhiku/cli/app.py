@@ -241,7 +241,7 @@ def query(
     if answer.rewrite.startswith("fallback"):
         err.print(f"rewrite {answer.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
-        bm25, dense = answer.candidates
+        bm25, dense = answer.candidate_counts
         out.print(f"terms: {' '.join(answer.terms)} · bm25 {bm25} · dense {dense} candidates", markup=False)
         traces_cmds.print_trace(out, trace)
 

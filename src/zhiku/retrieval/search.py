@@ -1,4 +1,5 @@
-"""The query pipeline: parse → BM25 (a slow embedder embeds the query meanwhile in a worker) → dense → fusion → rerank."""
+"""The search of a read question (``plan.QueryPlan``): BM25 (a slow embedder embeds the question meanwhile in a
+worker) → dense → fusion → rerank, then what the question looks up (``lookups``)."""
 
 from __future__ import annotations
 
