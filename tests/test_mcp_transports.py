@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, HttpServer, http_request, serve_args, server_env, start_http
+from zhiku.mcp.http_security import MAX_REQUEST_BYTES
 
 TOKEN = "s3cret-token-0123456789"
 CORS = '["https://app.example.com", "vscode-webview://*"]'
@@ -244,7 +245,7 @@ def test_serve_run_by_a_person_in_a_terminal_says_what_it_waits_for(mcp_index: F
 # -- HTTP -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    env = server_env(ZHIKU_TOKEN=TOKEN, ZHIKU_SERVER__ALLOWED_ORIGINS=CORS, ZHIKU_SERVER__MAX_REQUEST_BYTES="65536")
+    env = server_env(ZHIKU_TOKEN=TOKEN, ZHIKU_SERVER__ALLOWED_ORIGINS=CORS)
     server = start_http(mcp_index, tmp_path_factory.mktemp("http") / "server.log", "--read-only", env=env)
     yield server
     server.stop()
@@ -313,10 +314,10 @@ def test_http_security(http_server: HttpServer) -> None:
     assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
     assert post({"Authorization": "Bearer wrong"})[0] == 401
     assert post({"Authorization": TOKEN})[0] == 401  # no scheme
-    # request size
-    status, _, body = post(AUTH, b'{"pad": "' + b"x" * 70000 + b'"}')
+    # request size: refused by its Content-Length, before the body is read
+    status, _, body = post({**AUTH, "Content-Length": str(MAX_REQUEST_BYTES + 1)})
     assert status == 413 and json.loads(body)["error"]["code"] == "REQUEST_TOO_LARGE"
-    # DNS rebinding: a foreign Host is refused by the SDK's check
+    # DNS rebinding: a foreign Host is refused
     assert post({**AUTH, "Host": "evil.example:80"})[0] == 421
     # all good: an allowed browser origin with the token initializes, and sees its origin echoed
     status, headers, _ = post({**AUTH, "Origin": "https://app.example.com"})
