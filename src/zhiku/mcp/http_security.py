@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import json
 import re
+from http import HTTPStatus
 from typing import Any
 
 from zhiku.errors import ConfigError
@@ -34,17 +35,6 @@ MAX_REQUEST_BYTES = 1_048_576  # largest request body: a tool call is small; a b
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 HEALTH_PATH = "/healthz"
 MIN_TOKEN_CHARS = 16
-ERROR_CODES = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHORIZED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    406: "NOT_ACCEPTABLE",
-    413: "REQUEST_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    421: "MISDIRECTED_REQUEST",
-}
 _HOST_RE = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9.\-_]+)(?::(\d{1,5}))?$")
 
 
@@ -145,6 +135,13 @@ async def _reply(send: Send, status: int, code: str, message: str, headers: list
     await send({"type": "http.response.body", "body": body})
 
 
+def _code(status: int) -> str:
+    try:
+        return "REQUEST_TOO_LARGE" if status == 413 else HTTPStatus(status).name
+    except ValueError:
+        return "HTTP_ERROR"
+
+
 class HostOriginGuard:
     """421 for a foreign ``Host``, 403 for a foreign ``Origin``; the ``Host`` passed on is lower case."""
 
@@ -212,7 +209,7 @@ class JsonErrors:
                 drop = (b"content-type", b"content-length")
                 keep = [(k, v) for k, v in held["start"].get("headers", []) if k not in drop]
                 text = held["body"].decode("utf-8", "replace").strip() or "error"
-                await _reply(send, status, ERROR_CODES.get(status, "HTTP_ERROR"), text, keep)
+                await _reply(send, status, _code(status), text, keep)
                 return
             await send(message)
 

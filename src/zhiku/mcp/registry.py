@@ -24,7 +24,6 @@ from zhiku.api import KnowledgeBase
 from zhiku.cache import Cache
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
-from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.cache import cache_key
 from zhiku.mcp.conventions import (
     ToolDefinitionError,
@@ -41,6 +40,33 @@ from zhiku.mcp.models import ErrorInfo
 log = logging.getLogger("zhiku.mcp.server")
 INJECTED = (Hub, KnowledgeBase, Context)
 T = TypeVar("T")
+
+# What the agent reads: a message naming the item and a fix it can take, never a path of the server or a CLI
+# command. The Hub and the ingest roots write such messages (the codes in AGENT_READY); errors from deeper in the
+# library are written for an operator, so the agent gets their code's message below and the log the original.
+TELL_USER = "tell the user; the server log has the details"
+BY_CODE = {
+    "INDEX_MISMATCH": "this knowledge base was built with other models or settings and must be rebuilt by "
+    "whoever runs the server; " + TELL_USER,
+    "INDEX_LOCKED": "the knowledge base is busy with another write; retry in a few seconds",
+    "INDEX_READ_ONLY": "this knowledge base is read-only: it cannot be changed through this server",
+    "INDEX_NOT_FOUND": "this server has no knowledge base to read yet; " + TELL_USER,
+    "STORE_ERROR": "the knowledge base could not be read or written; " + TELL_USER,
+    "EMBEDDING_FAILED": "the embedding model failed on this request; retry once, then " + TELL_USER,
+    "MISSING_DEPENDENCY": "a component this request needs is not installed on the server; " + TELL_USER,
+    "INVALID_CONFIG": "the server's settings do not allow this request; " + TELL_USER,
+    "MODEL_INTEGRITY": "a model file of the server failed its integrity check; " + TELL_USER,
+    "INGEST_FAILED": "the documents could not be ingested; " + TELL_USER,
+}
+AGENT_READY = {"INVALID_INPUT", "NOT_FOUND", "PATH_NOT_ALLOWED"}
+
+
+def agent_message(e: ZhikuError) -> str:
+    """What the agent reads for ``e``; an operator message is logged and replaced by its code's message."""
+    if e.code in AGENT_READY:
+        return str(e)
+    log.warning("%s: %s", e.code, e)
+    return BY_CODE.get(e.code, "the request failed on the server; " + TELL_USER)
 
 
 @dataclass
