@@ -24,8 +24,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import numpy as np
-
-from zhiku.mcp.server import open_client
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 QUESTIONS = (
     "试用期最长不得超过几个月？",
@@ -55,7 +55,9 @@ async def connect(index: Path, transport: str, stack: AsyncExitStack) -> tuple[A
     serve = [sys.executable, "-m", "zhiku.cli", "serve", "--index", str(index), "--read-only", "--transport", transport]
     started = time.perf_counter()
     if transport == "stdio":
-        return await stack.enter_async_context(open_client(serve, env=env, errlog=subprocess.DEVNULL)), started
+        params = StdioServerParameters(command=serve[0], args=serve[1:], env=env)
+        client = Client(stdio_client(params, errlog=subprocess.DEVNULL))
+        return await stack.enter_async_context(client), started
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -68,7 +70,7 @@ async def connect(index: Path, transport: str, stack: AsyncExitStack) -> tuple[A
                 break
         except OSError:
             await anyio.sleep(0.02)
-    return await stack.enter_async_context(open_client(f"http://127.0.0.1:{port}/mcp")), started
+    return await stack.enter_async_context(Client(f"http://127.0.0.1:{port}/mcp")), started
 
 
 async def bench(index: Path, transport: str, calls: int) -> dict[str, Any]:

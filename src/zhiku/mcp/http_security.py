@@ -36,6 +36,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 HEALTH_PATH = "/healthz"
 MIN_TOKEN_CHARS = 16
 _HOST_RE = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9.\-_]+)(?::(\d{1,5}))?$")
+_LOOPBACK_ORIGIN = re.compile(r"https?://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?")
 
 
 def is_loopback(host: str) -> bool:
@@ -89,44 +90,6 @@ def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
             raise ConfigError(f"cannot serve {what} on {host}:{port}: {e.strerror or e}: {fix}") from None
 
 
-def origin_matches(origin: str, patterns: tuple[str, ...]) -> bool:
-    """``origin`` equals a pattern, or a ``scheme://*`` pattern names its scheme."""
-    return any(
-        origin.startswith(p[:-1]) and len(origin) > len(p) - 1 if p.endswith("://*") else origin == p for p in patterns
-    )
-
-
-def is_loopback_origin(origin: str) -> bool:
-    for base in (scheme + name for name in LOOPBACK_NAMES for scheme in ("http://", "https://")):
-        if origin == base or (origin.startswith(base + ":") and origin[len(base) + 1 :].isdigit()):
-            return True
-    return False
-
-
-def host_names(server: ServerSettings) -> tuple[set[str], set[str]]:
-    """``(names accepted with any port, exact name:port values)`` for the ``Host`` header, lower case."""
-    names = set(LOOPBACK_NAMES)
-    host = server.host.lower() if ":" not in server.host or server.host.startswith("[") else f"[{server.host}]"
-    if host not in ("0.0.0.0", "[::]"):
-        names.add(host)
-    exact = set()
-    for entry in (e.lower() for e in server.allowed_hosts):
-        m = _HOST_RE.match(entry)
-        if entry.endswith(":*"):
-            names.add(entry[:-2])
-        elif m and m.group(2):
-            exact.add(entry)
-        else:
-            names.add(entry)
-    return names, exact
-
-
-def host_allowed(host: str, names: set[str], exact: set[str]) -> bool:
-    """``host`` is ``name`` or ``name:port`` (digits only) for an accepted name, or an exact entry."""
-    m = _HOST_RE.match(host.lower())
-    return m is not None and (m.group(1) in names or host.lower() in exact)
-
-
 async def _reply(send: Send, status: int, code: str, message: str, headers: list[Any] | None = None) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False).encode()
     length = str(len(body)).encode()
@@ -147,8 +110,29 @@ class HostOriginGuard:
 
     def __init__(self, app: ASGIApp, server: ServerSettings) -> None:
         self.app = app
-        self.names, self.exact = host_names(server)
         self.cors_origins = tuple(server.allowed_origins)
+        host = server.host.lower() if ":" not in server.host or server.host.startswith("[") else f"[{server.host}]"
+        self.names = {*LOOPBACK_NAMES, *([host] if host not in ("0.0.0.0", "[::]") else [])}  # with any port
+        self.exact = set()  # name:port
+        for entry in (e.lower() for e in server.allowed_hosts):
+            m = _HOST_RE.match(entry)
+            if entry.endswith(":*"):
+                self.names.add(entry[:-2])
+            elif m and m.group(2):
+                self.exact.add(entry)
+            else:
+                self.names.add(entry)
+
+    def host_allowed(self, host: str) -> bool:
+        m = _HOST_RE.match(host.lower())
+        return m is not None and (m.group(1) in self.names or host.lower() in self.exact)
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Loopback, or equal to an allowed origin, or of a ``scheme://*`` one's scheme."""
+        return _LOOPBACK_ORIGIN.fullmatch(origin) is not None or any(
+            origin.startswith(p[:-1]) and len(origin) > len(p) - 1 if p.endswith("://*") else origin == p
+            for p in self.cors_origins
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -156,11 +140,11 @@ class HostOriginGuard:
             return
         headers = [(k.lower(), v) for k, v in scope.get("headers", [])]
         host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "")
-        if not host_allowed(host, self.names, self.exact):
+        if not self.host_allowed(host):
             await _reply(send, 421, "MISDIRECTED_REQUEST", f"Host {host!r} is not served here (server.allowed_hosts)")
             return
         origin = next((v.decode("latin-1") for k, v in headers if k == b"origin"), None)
-        if origin is not None and not (is_loopback_origin(origin) or origin_matches(origin, self.cors_origins)):
+        if origin is not None and not self.origin_allowed(origin):
             await _reply(send, 403, "FORBIDDEN_ORIGIN", f"origin {origin!r} is not allowed (server.allowed_origins)")
             return
         headers = [(k, v.lower() if k == b"host" else v) for k, v in headers]

@@ -38,10 +38,7 @@ from zhiku.mcp.hooks import ERROR_META, Hooks, around
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.models import doc_uri
 from zhiku.mcp.registry import Registry, State, error_result, explain_arguments
-from zhiku.mcp.transport import http_app, open_client
 from zhiku.settings import Settings
-
-__all__ = ["build_server", "http_app", "open_client", "tool_reference"]
 
 log = logging.getLogger("zhiku.mcp.server")
 RESOURCE_PAGE = 50  # documents per resources/list page

@@ -1,5 +1,4 @@
-"""Transports: serving a built server over stdio or Streamable HTTP (behind ``http_security``), and an SDK client
-for either (``open_client``)."""
+"""Serving a built server over stdio or Streamable HTTP (behind ``http_security``)."""
 
 from __future__ import annotations
 
@@ -119,14 +118,3 @@ async def serve_stdio(server: MCPServer) -> None:
             tg.start_soon(answer_rejections)
             await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
             tg.cancel_scope.cancel()
-
-
-def open_client(target: str | list[str], *, env: dict[str, str] | None = None, errlog: Any = None) -> Any:
-    """An MCP SDK client (an async context manager) for a URL, or for a command line spoken to over stdio."""
-    from mcp import Client, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    if isinstance(target, str):
-        return Client(target)
-    params = StdioServerParameters(command=target[0], args=target[1:], env=env)
-    return Client(stdio_client(params, errlog=errlog or sys.stderr))
