@@ -175,11 +175,7 @@ class Registry:
                     return hit
             kwargs = {**arguments, **_injections(inject, state, mcp_context)}
             try:
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(**kwargs)
-                else:
-                    limiter = state.limiter if spec.exclusive else None
-                    result = await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
+                result = await _run(fn, kwargs, state.limiter if spec.exclusive else None)
             except ZhikuError as e:
                 log.info("tool %s failed: %s %s", spec.name, e.code, e)
                 return error_result(e.code, agent_message(e), e.retryable)
@@ -209,10 +205,7 @@ class Registry:
                 raise ResourceError("the server is starting; retry")
             kwargs = {**params, **_injections(inject, state, None)}
             try:
-                if inspect.iscoroutinefunction(fn):
-                    return await fn(**kwargs)
-                limiter = state.limiter if exclusive else None
-                return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
+                return await _run(fn, kwargs, state.limiter if exclusive else None)
             except NotFound as e:
                 raise ResourceNotFoundError(agent_message(e)) from None
             except InvalidInput as e:  # a malformed URI (zhiku://image/.png): invalid params, as for a missing one
@@ -241,6 +234,13 @@ def _sdk_checked(spec: ToolSpec, step: Callable[[], T]) -> T:
         raise ToolDefinitionError(
             f"tool {spec.name!r} ({spec.origin}): cannot be served: {type(e).__name__}: {why}"
         ) from None
+
+
+async def _run(fn: Callable[..., Any], kwargs: dict[str, Any], limiter: anyio.CapacityLimiter | None) -> Any:
+    """``fn(**kwargs)``: awaited when async, else in a worker thread (under ``limiter``: one at a time)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(**kwargs)
+    return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
 
 
 def _injections(inject: dict[str, type], state: State, ctx: Context | None) -> dict[str, Any]:
