@@ -95,6 +95,7 @@ bench-concurrency: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BENCH) bench/ingest.py --json
 
+# What tracing on by default costs a question end to end, embedding it included.
 bench-tracing: $(STAMP)
 	$(BENCH) bench/tracing_cost.py --json
 

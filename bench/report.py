@@ -30,7 +30,9 @@ PAGE = HERE / "RESULTS.md"
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=HERE.parent, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 
@@ -175,6 +177,60 @@ machine of its figures. Rerun a benchmark, then `make bench-report`. Earlier fig
 """
 
 
+# What must hold (issue targets): hybrid nDCG@10 within 0.003 of these or better, and the scale bars.
+NDCG_BEFORE = {"cmrc2018_dev": 0.9938, "meddialog_im_dev": 0.3306, "stard_dev": 0.5913, "stard_longdoc": 0.5861}
+SCALE_BARS = [
+    (100_000, "hybrid_p95_ms", 40),
+    (100_000, "bm25_p95_ms", 20),
+    (1_000_000, "hybrid_p95_ms", 150),
+    (1_000_000, "peak_rss_mb", 2500),
+    (1_000_000, "open_to_first_answer_s", 3),
+]
+
+
+def checks(results: Path) -> list[dict[str, Any]]:
+    """One row per bar: what, the bar, the figure measured (or none), and whether it holds."""
+
+    stale: set[str] = set()
+
+    def figures(name: str) -> Any:
+        p = results / f"{name}.json"
+        if not p.exists():
+            return None
+        r = json.loads(p.read_text(encoding="utf-8"))
+        if src_changed_since(r["commit"]):
+            stale.add(name)
+        return r["figures"]
+
+    def row(what: str, bar: str, got: Any, ok: bool | None, bench: str) -> dict[str, Any]:
+        held = "not measured at this commit" if got is None else "" if ok is None else ("yes" if ok else "**no**")
+        if got is not None and bench in stale:
+            held += " (src/ changed since)"
+        return {"what": what, "bar": bar, "measured": "" if got is None else got, "holds": held.strip()}
+
+    out = []
+    hybrid = {r["dataset"]: r["metrics"]["ndcg@10"] for r in figures("quality") or [] if r["mode"] == "hybrid"}
+    for name, before in NDCG_BEFORE.items():
+        got = hybrid.get(name)
+        ok = None if got is None else got >= before - 0.003
+        out.append(row(f"hybrid nDCG@10, {name}", f"≥ {before - 0.003:.4f}", got and f"{got:.4f}", ok, "quality"))
+    mine = [r for r in figures("scale") or [] if r.get("checkout", "this") == "this"]
+    for chunks, key, bar in SCALE_BARS:
+        got = next((r[key] for r in mine if r["chunks"] == chunks), None)
+        out.append(row(f"{key}, {chunks:,} chunks", f"≤ {bar}", got, None if got is None else got <= bar, "scale"))
+    conc = {(r.get("checkout", "this"), r["clients"]): r for r in figures("concurrency") or []}
+    now, then = conc.get(("this", 50)), conc.get(("compared", 50))
+    for key, better in (("queries_per_s", 1), ("p95_ms", -1)):
+        ok = None if not (now and then) else (now[key] - then[key]) * better >= 0
+        bar = f"{'≥' if better > 0 else '≤'} main's, same run" + (f" ({then[key]})" if then else " (COMPARE=)")
+        out.append(row(f"50 clients, 10k chunks: {key}", bar, now and now[key], ok, "concurrency"))
+    tr = figures("tracing")
+    got = tr.get("cost_median_pct") if isinstance(tr, dict) else None
+    ok = None if got is None else got <= 10
+    out.append(row("tracing on: share of a question's time (median)", "≤ 10 %", got, ok, "tracing"))
+    return out
+
+
 def src_changed_since(measured: str) -> bool:
     """Whether src/ differs now from the commit a figure was measured at (or that commit is unknown here)."""
     rev = measured.split()[0]
@@ -182,7 +238,7 @@ def src_changed_since(measured: str) -> bool:
 
 
 def render(results: Path = RESULTS) -> str:
-    out = [HEAD]
+    out = [HEAD, "## What must hold", "", *table(checks(results), ["what", "bar", "measured", "holds"]), ""]
     for name, title, what, rows in SECTIONS:
         out += [f"## {title}", "", textwrap.fill(what, 116), ""]
         path = results / f"{name}.json"

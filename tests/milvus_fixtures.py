@@ -116,9 +116,7 @@ def unique_prefix(seed: str | None = None) -> str:
 
 
 def milvus_store(uri: str, prefix: str, **extra: object) -> StoreSettings:
-    return StoreSettings.model_validate(
-        {"kind": "milvus", "uri": uri, "collection_prefix": prefix, "timeout_s": 60, **extra}
-    )
+    return StoreSettings.model_validate({"kind": "milvus", "uri": uri, "collection_prefix": prefix, **extra})
 
 
 @pytest.fixture(scope="session")

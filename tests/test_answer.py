@@ -86,7 +86,7 @@ def test_snippet_cuts_at_sentence_end():
 
 def test_budget_shrinks_snippets_but_keeps_every_citation():
     hits = [_hit(i, TEXT * 20) for i in range(1, 11)]
-    a = build_answer("试用期", "hybrid", hits, AnswerSettings(max_chars=3000, snippet_chars=2000))
+    a = build_answer("试用期", "hybrid", hits, AnswerSettings(max_chars=3000), snippet_chars=2000)
     assert len(a.markdown) <= 3000
     assert all(f"[{n}] 劳动合同法(2012-12-28).md" in a.markdown for n in range(1, 11))
     assert len(a.citations) == 10 and a.citations[0].text == TEXT * 20
@@ -132,7 +132,7 @@ def test_one_character_terms_do_not_move_the_snippet_off_an_articles_opening():
 
 def test_answer_uses_query_terms_for_snippets():
     long_text = "无关的开头内容。" * 60 + "试用期不得超过六个月。"
-    a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(snippet_chars=60), terms=["试用期"])
+    a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(), terms=["试用期"], snippet_chars=60)
     assert "[1] …" in a.markdown and "试用期不得超过六个月。" in a.markdown
 
 

@@ -108,7 +108,12 @@ def test_a_table_too_long_for_the_snippet_shows_its_header_and_the_row_asked_for
     assert focused_snippet(CODES, 400, ["ord", "ord-4290"]) == CODES  # it fits: whole
     assert focused_snippet(CODES, 120, ["ord"]) == snippet(CODES, 120)  # every row holds as many terms: as before
     md = build_answer(
-        "ORD-4290", "hybrid", [hit(CODES, "API > 错误码")], AnswerSettings(snippet_chars=120), terms=["ord", "ord-4290"]
+        "ORD-4290",
+        "hybrid",
+        [hit(CODES, "API > 错误码")],
+        AnswerSettings(),
+        terms=["ord", "ord-4290"],
+        snippet_chars=120,
     ).markdown
     assert "| ORD-4290 | 请求过于频繁（限流） | 每个应用每秒最多 50 次请求 |\n\n… (API > 错误码)" in md
 

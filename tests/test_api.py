@@ -22,6 +22,7 @@ from helpers_kb import (
     write_corpus,
 )
 from helpers_perms import permissions_enforced
+from zhiku import stores
 from zhiku.api import KnowledgeBase
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, InvalidInput, NotFound, ReadOnlyIndex, StoreError
@@ -404,7 +405,9 @@ def test_locked_index_is_a_clear_error_and_loses_nothing(kb_factory, corpus: Pat
     holder = sqlite3.connect(idx / "zhiku.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the write lock
     try:
-        kb = kb_factory(idx, store={"busy_timeout_s": 0.2})
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(stores, "BUSY_TIMEOUT_S", 0.2)
+            kb = kb_factory(idx)
         with pytest.raises(IndexLocked) as e:
             kb.ingest([corpus])
         assert str(e.value) == (

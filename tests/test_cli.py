@@ -300,7 +300,7 @@ def test_off_topic_questions_are_low_confidence_by_default(cli, index: Path) -> 
     assert "低置信度 / Low confidence" in weather["answer"]
     bm25 = one_json(cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json", "--mode", "bm25"))
     assert bm25["low_confidence"] is True  # bm25 mode: the passages hold none of the query's terms
-    off = cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json", env={"ZHIKU_SERVER__MIN_SCORE": "0"})
+    off = cli("query", "今天天气怎么样？", "-c", "hr", "--index", index, "--json", env={"ZHIKU_ANSWER__MIN_SCORE": "0"})
     assert json.loads(off.stdout)["low_confidence"] is False  # 0 turns the flag off
 
 

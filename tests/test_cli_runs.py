@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from test_cli import cli, index  # noqa: F401  (fixtures)
 from zhiku.cli.traces_view import RUN_GAP_S, Run, group_runs, print_history
+from zhiku.ingest import pipeline
 from zhiku.observability.trace import Trace
 from zhiku.types import IngestionRecord
 
@@ -93,9 +95,15 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert {h["source"] for h in json.loads(found.stdout)["hits"]} == {"劳动合同法.md"}
 
 
-def test_progress_lines_without_a_terminal_note_embedded_chunks(cli, corpus: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_progress_lines_without_a_terminal_note_embedded_chunks(
+    cli,  # noqa: F811
+    corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # the corpus is 2 + 1 + 1 chunks: one call of 3 once the second document is queued, then the last chunk
-    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "fresh", env={"ZHIKU_INGEST__BATCH_CHUNKS": "3"})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 3)
+    r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "fresh")
     assert r.exit_code == 0, r.output
     lines = r.stderr.splitlines()
     assert [ln.split(" · ", 1)[0] + " · " + ln.split(" · ")[-1] for ln in lines if "chunks embedded" in ln] == [

@@ -117,7 +117,7 @@ def test_installing_ocr_then_re_ingesting_reads_the_scan(kb_factory, tmp_path: P
     kb = kb_factory(tmp_path / "idx", **OCR_OFF)
     assert kb.ingest([folder]).needs_ocr == (OcrNeeded("扫描件.pdf", (1,)),)
     kb.close()
-    kb = kb_factory(tmp_path / "idx", loaders={"ocr": "auto", "ocr_dpi": 100})  # the extra is installed now
+    kb = kb_factory(tmp_path / "idx", loaders={"ocr": "auto"})  # the extra is installed now
     report = kb.ingest([folder])  # unchanged bytes, but the document needed OCR: read again
     assert (report.updated, report.needs_ocr) == (("扫描件.pdf",), ())
     [doc] = kb.documents()

@@ -276,7 +276,7 @@ def test_a_beir_folder_reached_through_a_link_keeps_the_links_name(tmp_path: Pat
     """The set's name is its collection and what a --baseline compares: `--dataset .` must not make it "", and a
     link (eval/current -> eval/劳动小集_v2) must not rename it to its target (the same set indexed again under
     another collection, its baselines refused)."""
-    from zhiku.evaluation.beir import load_beir
+    from zhiku.evaluation.datasets import load_beir
 
     folder = write_beir(tmp_path / "劳动小集_v2")
     (tmp_path / "current").symlink_to(folder, target_is_directory=True)

@@ -1,8 +1,11 @@
 import math
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import numpy as np
 import pytest
 
+from zhiku.retrieval import clauses, plan, search
 from zhiku.retrieval.fusion import ranked, rrf
 from zhiku.types import Ranking, ScoredId
 
@@ -128,8 +131,8 @@ def test_fill_dense_scores_bm25_only_candidates_by_their_exact_cosine(tmp_path, 
     docs = write_corpus(tmp_path / "docs")
     found = {}
     for fill in (True, False):
-        settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"fill_dense": fill})
-        with KnowledgeBase(settings, embedder=Angles()) as kb:
+        settings = make_settings(tmp_path / "idx", embed_cache_dir)
+        with constant("FILL_DENSE", fill, search), KnowledgeBase(settings, embedder=Angles()) as kb:
             if fill:
                 kb.ingest([docs])
             # depth 3: dense finds probation (z √1.5), leave (0), severance (-√1.5); BM25 ranks the wage rules
@@ -173,13 +176,26 @@ class Clauses:
         return v / np.linalg.norm(v)
 
 
-def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, **retrieval):
+@contextmanager
+def constant(name: str, value: object, *modules: object) -> Iterator[None]:
+    """A fixed value of the search (``CLAUSE_WEIGHT``, ``FILL_DENSE``) set otherwise in ``modules`` for a while."""
+    with pytest.MonkeyPatch.context() as mp:
+        for module in modules:
+            mp.setattr(module, name, value)
+        yield
+
+
+def clause_weight(weight: float) -> AbstractContextManager[None]:
+    return constant("CLAUSE_WEIGHT", weight, clauses, plan, search)
+
+
+def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, clause_weight_=0.35, **retrieval):
     from helpers_kb import make_settings, write_corpus
     from zhiku.api import KnowledgeBase
 
     settings = make_settings(tmp_path / "idx", cache_dir, retrieval=retrieval)
     embedder = Clauses()
-    with KnowledgeBase(settings, embedder=embedder) as kb:
+    with clause_weight(clause_weight_), KnowledgeBase(settings, embedder=embedder) as kb:
         if not (tmp_path / "docs").exists():  # the first search of a test builds the index
             kb.ingest([write_corpus(tmp_path / "docs")])
         embedder.asked = []
@@ -198,7 +214,7 @@ def test_clause_channel_fuses_each_clauses_nearest_chunks(tmp_path, embed_cache_
     clause_z = np.array([-1.0, -1.0, 1.0, 1.0])
     sections = [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
     for weight, order in ((0.0, [0, 1, 2, 3]), (0.35, [0, 1, 2, 3]), (1.0, [2, 0, 3, 1])):
-        r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=weight)
+        r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight_=weight)
         assert r.bm25 == ()
         assert [h.chunk.section for h in r.hits] == [sections[i] for i in order]
         assert [h.score for h in r.hits] == pytest.approx(list((dense_z + weight * clause_z)[order]), abs=1e-5)
@@ -214,7 +230,7 @@ def test_clause_channel_reorders_the_candidates_and_adds_none(tmp_path, embed_ca
     # depth 2: the dense channel finds probation and leave (cosines ∝ 1, 0.8: z 1, -1); the clause channel scores
     # just those two (best clause cosine 0 and 0: z 0), so however heavy, it cannot bring in the severance or wage
     # rules that the clauses point at
-    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight=3.0)
+    r, asked = _clause_search(tmp_path, embed_cache_dir, QUESTION, 2, top_k=2, clause_weight_=3.0)
     assert [(h.chunk.section, round(h.score, 4)) for h in r.hits] == [(SEC_PROBATION, 1.0), (SEC_LEAVE, -1.0)]
     assert [(x.chunk_id, x.score) for x in r.clauses] == sorted((h.chunk.chunk_id, 0.0) for h in r.hits)
     assert sorted(asked) == sorted([QUESTION, "天气晴朗", "心情不错"])  # in any order
@@ -283,8 +299,8 @@ def test_a_repeated_question_embeds_neither_it_nor_its_clauses(tmp_path, embed_c
     from zhiku.api import KnowledgeBase
 
     embedder = Clauses()
-    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
-    with KnowledgeBase(settings, embedder=embedder) as kb:
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with clause_weight(1.0), KnowledgeBase(settings, embedder=embedder) as kb:
         kb.ingest([write_corpus(tmp_path / "docs")])
         embedder.asked = []
         first = kb.retrieve(QUESTION, mode="hybrid", top_k=4)
@@ -322,8 +338,8 @@ def test_a_failing_clause_embedding_leaves_the_search_without_the_clause_channel
     from zhiku.api import KnowledgeBase
 
     _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
-    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
-    with KnowledgeBase(settings, embedder=ClausesFailing()) as kb:
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with clause_weight(1.0), KnowledgeBase(settings, embedder=ClausesFailing()) as kb:
         r = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)
     # the dense order alone (weight 1 with the clauses would put severance first: the test above)
     assert [h.chunk.section for h in r.hits] == [SEC_PROBATION, SEC_LEAVE, SEC_SEVERANCE, SEC_WAGE]
@@ -345,11 +361,11 @@ def test_a_questions_clauses_are_embedded_in_one_call(tmp_path, embed_cache_dir)
     from zhiku.api import KnowledgeBase
 
     _clause_search(tmp_path, embed_cache_dir, QUESTION, 4)  # builds the index
-    expected, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight=1.0)
+    expected, _ = _clause_search(tmp_path, embed_cache_dir, QUESTION, 4, clause_weight_=1.0)
     embedder = ClausesBatched()
     embedder.asked, embedder.batches = [], []
-    settings = make_settings(tmp_path / "idx", embed_cache_dir, retrieval={"clause_weight": 1.0})
-    with KnowledgeBase(settings, embedder=embedder) as kb:
+    settings = make_settings(tmp_path / "idx", embed_cache_dir)
+    with clause_weight(1.0), KnowledgeBase(settings, embedder=embedder) as kb:
         r = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)
         again = kb.retrieve(QUESTION, mode="hybrid", top_k=4, per_source_k=4)  # kept: nothing embedded
     assert embedder.batches == [["天气晴朗", "心情不错"]]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers_kb import CONTRACT_LAW, LEAVE_RULES
+from zhiku import stores
 from zhiku.errors import IndexLocked, LoaderError, NotFound
 from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.ingest.discover import discover
@@ -212,7 +213,9 @@ def test_a_locked_index_fails_before_anything_is_embedded(kb_factory, tmp_path: 
     (folder / "新.md").write_text(
         "# 锁\n\n第九十九条 这段文字从未被嵌入过，锁住的索引不应让它被嵌入。", encoding="utf-8"
     )
-    kb = kb_factory(tmp_path / "idx", store={"busy_timeout_s": 0.2})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stores, "BUSY_TIMEOUT_S", 0.2)
+        kb = kb_factory(tmp_path / "idx")
     holder = sqlite3.connect(tmp_path / "idx" / "zhiku.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:

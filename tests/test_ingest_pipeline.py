@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from helpers_kb import CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, write_corpus
+from zhiku.ingest import pipeline
 from zhiku.ingest.context import index_text
 from zhiku.types import SourceDoc
 
@@ -77,10 +79,11 @@ def _stored(index: Path) -> list[tuple[str, str, np.ndarray]]:
 
 
 def test_chunks_are_embedded_in_counted_batches_with_progress_per_call(
-    kb_factory, cached_embedder, corpus: Path, tmp_path: Path
+    kb_factory, cached_embedder, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 3})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 3)
+    kb = kb_factory(tmp_path / "idx", embedder=counting)
     events: list[tuple[int, int, str]] = []
     report = kb.ingest([corpus], on_progress=lambda d, t, name: events.append((d, t, name)))
     assert report.added == SOURCES and report.chunks_written == CORPUS_CHUNKS == 4
@@ -104,13 +107,14 @@ def test_chunks_are_embedded_in_counted_batches_with_progress_per_call(
 
 
 def test_a_large_document_is_spread_over_several_calls_and_keeps_its_vectors_in_order(
-    kb_factory, cached_embedder, tmp_path: Path
+    kb_factory, cached_embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     docs = write_corpus(
         tmp_path / "docs", {"a_五条.md": ARTICLES, "b_工资.txt": "工资应当按月足额支付给劳动者本人。\n"}
     )
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 2})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 2)
+    kb = kb_factory(tmp_path / "idx", embedder=counting)
     notes: list[str] = []
     report = kb.ingest([docs], on_progress=lambda d, t, name: notes.append(name) if "chunks" in name else None)
     assert (report.added, report.chunks_written) == (("a_五条.md", "b_工资.txt"), 6)
@@ -125,14 +129,15 @@ def test_a_large_document_is_spread_over_several_calls_and_keeps_its_vectors_in_
 
 
 def test_a_bad_file_in_the_middle_of_a_batch_fails_alone(
-    kb_factory, cached_embedder, corpus: Path, tmp_path: Path
+    kb_factory, cached_embedder, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (corpus / "劳动合同法.md").rename(corpus / "a_劳动合同法.md")
     (corpus / "b_坏.md").write_bytes(b"\x00\x01binary\x00")
     (corpus / "c_空.md").write_text("# 只有标题\n", encoding="utf-8")
     (corpus / "年休假条例.md").rename(corpus / "d_年休假条例.md")
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 100})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 100)
+    kb = kb_factory(tmp_path / "idx", embedder=counting)
     report = kb.ingest([corpus])
     bad, empty = str((corpus / "b_坏.md").resolve()), str((corpus / "c_空.md").resolve())
     assert report.added == ("a_劳动合同法.md", "d_年休假条例.md", "规章/工资支付规定.txt")
@@ -151,10 +156,11 @@ def test_a_bad_file_in_the_middle_of_a_batch_fails_alone(
 
 
 def test_a_document_whose_embedding_fails_is_lost_alone(
-    kb_factory, cached_embedder, corpus: Path, tmp_path: Path
+    kb_factory, cached_embedder, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counting = Counting(cached_embedder(), fail_on="年休假")
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 100})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 100)
+    kb = kb_factory(tmp_path / "idx", embedder=counting)
     report = kb.ingest([corpus])
     leave = str((corpus / "年休假条例.md").resolve())
     assert report.added == ("劳动合同法.md", "规章/工资支付规定.txt") and report.chunks_written == 3
@@ -165,12 +171,15 @@ def test_a_document_whose_embedding_fails_is_lost_alone(
     assert [d.source for d in kb.documents()] == ["劳动合同法.md", "规章/工资支付规定.txt"]
 
 
-def test_in_memory_documents_are_batched_by_chunks_too(kb_factory, cached_embedder, tmp_path: Path) -> None:
+def test_in_memory_documents_are_batched_by_chunks_too(
+    kb_factory, cached_embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from helpers_kb import CORPUS
 
     docs = [SourceDoc(source=s, doc_type="markdown", title=s, text=t) for s, t in CORPUS.items()]
     counting = Counting(cached_embedder())
-    kb = kb_factory(tmp_path / "idx", embedder=counting, ingest={"batch_chunks": 2})
+    monkeypatch.setattr(pipeline, "BATCH_CHUNKS", 2)
+    kb = kb_factory(tmp_path / "idx", embedder=counting)
     events: list[tuple[int, int, str]] = []
     report = kb.ingest_documents(docs, on_progress=lambda d, t, name: events.append((d, t, name)))
     assert (report.added, report.chunks_written) == (tuple(CORPUS), 4)

@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.generation import average_precision, judge_generation, skipped
-from zhiku.evaluation.judge import JudgeClient, JudgeError, parse_json_object
-from zhiku.llm.cache import ReplyCache
+from zhiku.evaluation.judge import JudgeCache, JudgeClient, JudgeError, parse_json_object
 
 SET = """\
 version: 1
@@ -111,7 +110,7 @@ def test_generation_metrics_cache_and_malformed_replies(
     kb.ingest([corpus])
     (tmp_path / "g.yaml").write_text(SET, encoding="utf-8")
     evalset = load_yaml_set(tmp_path / "g.yaml")
-    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=ReplyCache(tmp_path / "judge.sqlite"))
+    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=JudgeCache(tmp_path / "judge.sqlite"))
     result = judge_generation(kb, evalset, judge, mode="bm25", top_k=3)
     good, bad = result.per_query
     assert good.faithfulness == pytest.approx(2 / 3)

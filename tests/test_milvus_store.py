@@ -15,8 +15,8 @@ import pytest
 from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, ids, make_doc
 from milvus_fixtures import LiteServer, milvus_store, require_milvus, unique_prefix
 from zhiku.errors import IndexNotFound, ReadOnlyIndex, StoreError
-from zhiku.retrieval.fusion import rrf
 from zhiku.settings import StoreSettings, load_settings
+from zhiku.stores import _milvus_conn
 from zhiku.stores import _milvus_schema as ms
 from zhiku.types import Filters
 
@@ -161,18 +161,6 @@ def test_the_analyzer_is_standard_on_milvus_lite_whitespace_elsewhere_and_record
     assert f'"{expected}"' in str(fields["tokens"]["params"]["analyzer_params"])
 
 
-def test_hybrid_search_in_milvus_matches_python_rrf(open_store: Open) -> None:
-    store = open_store()
-    for doc in (LABOR, WAGE, NOTE):
-        doc.write(store)
-    terms, vector = ["解除", "预算"], np.array([0.0, 0.6, 0.8], np.float32)  # no ties in either channel
-    expected = rrf([store.bm25_search(terms, 10), store.dense_search(vector, 10)], k=60)
-    got = store.hybrid_search(terms, vector, 10, rrf_k=60, depth=10)
-    assert ids(got) == [cid for cid, _ in expected]
-    assert [h.score for h in got] == pytest.approx([score for _, score in expected], rel=1e-5)
-    assert ids(store.hybrid_search(terms, vector, 10, Filters(collection="笔记"))) == NOTE.ids
-
-
 def test_a_new_dimension_after_a_forced_reset(open_store: Open) -> None:
     store = open_store()
     LABOR.write(store)
@@ -188,8 +176,9 @@ def test_a_new_dimension_after_a_forced_reset(open_store: Open) -> None:
 
 def test_unreachable_server_is_one_clear_line_fast() -> None:
     require_milvus()
-    settings = StoreSettings(kind="milvus", uri="http://127.0.0.1:9", timeout_s=3)
-    with pytest.raises(StoreError) as e:
+    settings = StoreSettings(kind="milvus", uri="http://127.0.0.1:9")
+    with pytest.MonkeyPatch.context() as mp, pytest.raises(StoreError) as e:
+        mp.setattr(_milvus_conn, "TIMEOUT_S", 3)
         MilvusStore(settings)
     message = str(e.value)
     assert "\n" not in message
@@ -201,11 +190,13 @@ def test_a_server_that_goes_away_loses_nothing(tmp_path: Path) -> None:
     require_milvus()
     server = LiteServer(tmp_path / "data").start()
     try:
-        store = MilvusStore(milvus_store(server.uri, "restart_", timeout_s=5))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_milvus_conn, "TIMEOUT_S", 5)
+            store = MilvusStore(milvus_store(server.uri, "restart_"))
         for doc in (LABOR, WAGE):
             doc.write(store)
         server.stop()
-        with pytest.raises(StoreError, match=f"cannot reach Milvus at {server.uri} .*store.timeout_s=5s"):
+        with pytest.raises(StoreError, match=f"cannot reach Milvus at {server.uri} .*requests give up after 5s"):
             LABOR_V2.write(store)
         with pytest.raises(StoreError, match="cannot reach"):
             store.bm25_search(["劳动者"], 5)
@@ -215,7 +206,7 @@ def test_a_server_that_goes_away_loses_nothing(tmp_path: Path) -> None:
             LABOR.ids + WAGE.ids
         )  # the same store reconnects
         store.close()
-        again = MilvusStore(milvus_store(server.uri, "restart_", timeout_s=30))
+        again = MilvusStore(milvus_store(server.uri, "restart_"))
         assert again.get_document("doc-labor") == LABOR.record
         assert again.document_chunks("doc-labor") == LABOR.chunks  # the failed replace left the old version whole
         assert sorted(ids(again.bm25_search(["劳动者"], 10))) == sorted(LABOR.ids + WAGE.ids)
@@ -236,13 +227,7 @@ def test_store_settings_from_env_and_the_token_is_never_shown(monkeypatch: pytes
     monkeypatch.setenv("ZHIKU_STORE__URI", "http://milvus.internal:19530")
     monkeypatch.setenv("ZHIKU_STORE__TOKEN", "root:秘密-Milvus")
     s = load_settings().store
-    assert (s.kind, s.uri, s.collection_prefix, s.consistency, s.analyzer) == (
-        "milvus",
-        "http://milvus.internal:19530",
-        "zhiku_",
-        "Strong",
-        "auto",
-    )
+    assert (s.kind, s.uri, s.collection_prefix) == ("milvus", "http://milvus.internal:19530", "zhiku_")
     assert s.token is not None and s.token.get_secret_value() == "root:秘密-Milvus"
     for args in (["config", "show"], ["config", "show", "--json"]):
         result = CliRunner().invoke(app, args)

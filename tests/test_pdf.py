@@ -25,7 +25,7 @@ from pdf_fixtures import (
 )
 from zhiku.errors import LoaderError
 from zhiku.ingest.chunking import ChunkShape, chunk_document, page_of
-from zhiku.ingest.loaders import load_document
+from zhiku.ingest.loaders import load_document, pdf
 from zhiku.ingest.loaders import ocr as ocr_mod
 from zhiku.ingest.loaders.markup import join_lines
 from zhiku.ingest.loaders.pdf import PdfLoader
@@ -186,8 +186,9 @@ def test_images_are_extracted_with_page_box_and_caption(thesis: SourceDoc) -> No
     assert holder.images == (figure.ref,) and "图 1-1 标题序号" in holder.text
 
 
-def test_small_images_are_skipped_by_size() -> None:
-    big = PdfLoader(LoaderSettings(ocr="off", image_min_area=0.05)).load(THESIS, "t.pdf")
+def test_small_images_are_skipped_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pdf, "IMAGE_MIN_AREA", 0.05)
+    big = PdfLoader(LoaderSettings(ocr="off")).load(THESIS, "t.pdf")
     assert [im.ref.page for im in big.images] == [6]  # the logo covers 3 % of its page, the figure 7 %
     assert PdfLoader(LoaderSettings(ocr="off", images=False)).load(THESIS, "t.pdf").images == ()
 
@@ -235,7 +236,7 @@ def test_a_scanned_page_among_text_pages(tmp_path: Path) -> None:
 def test_a_scanned_page_is_read_by_ocr(tmp_path: Path) -> None:
     pytest.importorskip("rapidocr")
     scan = scanned_pdf(tmp_path / "扫描件.pdf")
-    doc = PdfLoader(LoaderSettings(ocr_dpi=100)).load(scan, "扫描件.pdf")
+    doc = PdfLoader(LoaderSettings()).load(scan, "扫描件.pdf")
     assert (doc.needs_ocr_pages, doc.ocr_pages, doc.images) == ((), (1,), ())
     assert THESIS_P8 in doc.text
     assert page_at(doc, THESIS_P8) == 1

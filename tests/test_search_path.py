@@ -222,17 +222,6 @@ def test_a_question_in_traditional_characters_is_searched_in_both_scripts_and_th
     assert traditional.hits[0].chunk.section.endswith("第十九条")
 
 
-def test_without_t2s_a_question_is_searched_only_as_written(tmp_path: Path, embed_cache_dir: Path) -> None:
-    embedder = Recording()
-    settings = make_settings(tmp_path / "idx", embed_cache_dir, text={"t2s": False})
-    with KnowledgeBase(settings, embedder=embedder) as kb:  # type: ignore[arg-type]
-        kb.ingest([write_corpus(tmp_path / "docs")])
-        found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
-        again = kb.retrieve("试用期最长多久", mode="dense", top_k=3)  # a Simplified question: one form either way
-    assert [q for q, _ in embedder.queries] == ["試用期最長多久", "试用期最长多久"]
-    assert found.dense[0].score < again.dense[0].score
-
-
 class FailsInSimplified(Recording):
     """A remote embedder whose request for the Simplified form of a question fails (its first one answered)."""
 

@@ -168,6 +168,7 @@ KILLED = """
 import os, signal, sys
 sys.path[:0] = [{src!r}, {tests!r}]
 import zhiku.stores.sqlite as sq
+import zhiku.stores._vectors as vx
 from zhiku.stores import _bm25, _bm25_segment
 from contracts.store_contract import LABOR_V2
 _bm25.FLUSH_ROWS = 1
@@ -183,7 +184,7 @@ LABOR_V2.write(store)
 @pytest.mark.parametrize(
     ("target", "before", "version", "left"),
     [
-        ("sq.write_rows", "real(*args)", "old", "seg-1-2.bin"),  # killed before COMMIT
+        ("vx.write_rows", "real(*args)", "old", "seg-1-2.bin"),  # killed before COMMIT
         ("_bm25.save_segments", "pass", "new", "seg-1-2.bin"),  # after COMMIT, before the segment is saved
         ("_bm25_segment.os.replace", "pass", "new", ".tmp"),  # writing the segment: its temporary file is left
         ("_bm25_segment.os.replace", "open(args[1], 'wb').write(b'half')", "new", "seg-3-3.bin"),  # a torn file

@@ -48,7 +48,7 @@ def test_one_wal_file_with_schema_version(store: SQLiteStore, index_dir: Path) -
 
 
 def test_open_store_picks_sqlite_from_settings(index_dir: Path) -> None:
-    settings = Settings(index=index_dir, store=StoreSettings(busy_timeout_s=0.5))
+    settings = Settings(index=index_dir, store=StoreSettings())
     with pytest.raises(IndexNotFound):
         open_store(settings, read_only=True)
     writer = open_store(settings)

@@ -44,12 +44,12 @@ def test_another_connections_commits_are_applied_incrementally(index_dir: Path) 
         LABOR.write(writer)
         WAGE.write(writer)
         assert ids(reader.dense_search(Y, 1)) == WAGE.ids
-        mapped = reader._snap
+        mapped = reader.vectors.snap
         assert mapped is not None and mapped.path == index_dir / "vectors.3.f32"
         writer.delete_document("doc-wage")
         NOTE.write(writer)
         assert ids(reader.dense_search(Y, 3)) == [LABOR.ids[1], NOTE.ids[0], LABOR.ids[0]]
-        moved = reader._snap
+        moved = reader.vectors.snap
         assert moved is not None and moved.version == mapped.version + 2 and moved.top == 4
         assert moved.path == mapped.path  # moved forward on the same file, not reloaded from the BLOBs
 
@@ -61,11 +61,12 @@ def test_a_writer_killed_between_the_vector_file_and_the_commit_leaves_the_old_d
 import os, signal, sys
 sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]
 import zhiku.stores.sqlite as sq
+import zhiku.stores._vectors as vx
 from contracts.store_contract import LABOR_V2
 def die(*args):
     real(*args)
     os.kill(os.getpid(), signal.SIGKILL)
-real, sq.write_rows = sq.write_rows, die
+real, vx.write_rows = vx.write_rows, die
 LABOR_V2.write(sq.SQLiteStore({str(index_dir)!r}))
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, check=False)
@@ -86,13 +87,13 @@ def test_a_damaged_vector_file_is_rebuilt_from_the_blobs_when_opened_for_writing
     path.write_bytes(path.read_bytes()[:12])  # as if the tail was lost
     with SQLiteStore(index_dir, read_only=True) as store:  # read-only: served from the BLOBs in memory
         assert ids(store.dense_search(Y, 1)) == WAGE.ids
-        assert store._snap is not None and store._snap.path is None
+        assert store.vectors.snap is not None and store.vectors.snap.path is None
     assert path.stat().st_size == 12
     with SQLiteStore(index_dir) as store:  # rewritten from the BLOBs as the next generation
         assert not path.exists() and (index_dir / "vectors.3.g1.f32").stat().st_size == 3 * 3 * 4
         assert np.fromfile(index_dir / "vectors.3.g1.ids", "<i8").tolist() == [1, 2, 3]
         assert ids(store.dense_search(Y, 1)) == WAGE.ids
-        assert store._snap is not None and store._snap.path == index_dir / "vectors.3.g1.f32"
+        assert store.vectors.snap is not None and store.vectors.snap.path == index_dir / "vectors.3.g1.f32"
 
 
 def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> None:
@@ -100,7 +101,11 @@ def test_reads_do_not_wait_for_a_writer_holding_the_lock(index_dir: Path) -> Non
         LABOR.write(store)
         WAGE.write(store)
         store.warm()  # what the MCP server does at start: the vectors are mapped before the first query
-        assert store._snap is not None and store._snap.path == index_dir / "vectors.3.f32" and store._snap.top == 3
+        assert (
+            store.vectors.snap is not None
+            and store.vectors.snap.path == index_dir / "vectors.3.f32"
+            and store.vectors.snap.top == 3
+        )
         results: list[list[str]] = []
         with store.db.write():  # a write transaction in progress (holds the store's write lock)
             reader = threading.Thread(

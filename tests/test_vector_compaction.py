@@ -50,7 +50,7 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
     with SQLiteStore(index_dir, compact_dead_fraction=1) as store, SQLiteStore(index_dir, read_only=True) as reader:
         _with_dead_rows(store)
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
-        held = reader._snap
+        held = reader.vectors.snap
         assert held is not None and held.path == index_dir / "vectors.3.f32" and held.rows == 5
 
         report = store.compact()
@@ -68,13 +68,15 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
         rowids, _ = held.search(Z, 5, None)  # a search already holding the old snapshot: its file stays mapped
         assert sorted(rowids.tolist()) == [4, 5]
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
-        moved = reader._snap
+        moved = reader.vectors.snap
         assert moved is not None and moved.path == index_dir / "vectors.3.g1.f32" and moved.rows == 2
 
         WAGE.write(store)  # rowid 6 goes to row 2 of the new file
         assert (index_dir / "vectors.3.g1.f32").stat().st_size == 3 * 3 * 4
         assert ids(reader.dense_search(Y, 1)) == WAGE.ids
-        assert reader._snap is not None and reader._snap.path == moved.path and reader._snap.rows == 3
+        assert (
+            reader.vectors.snap is not None and reader.vectors.snap.path == moved.path and reader.vectors.snap.rows == 3
+        )
         assert ids(store.dense_search(Y, 5, Filters(collection="法规"))) == [WAGE.ids[0], LABOR_V2.ids[0]]
         assert not store.compact().compacted  # nothing dead
     with SQLiteStore(index_dir, read_only=True) as fresh:
@@ -82,7 +84,7 @@ def test_compaction_keeps_only_live_rows_and_other_readers_move_to_the_new_file(
 
 
 def test_a_write_past_the_dead_fraction_compacts(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("zhiku.stores._sqlite_compact.COMPACT_MIN_DEAD", 0)
+    monkeypatch.setattr("zhiku.stores._vectors.COMPACT_MIN_DEAD", 0)
     with SQLiteStore(index_dir, compact_dead_fraction=0.5) as store:
         LABOR.write(store)
         WAGE.write(store)
@@ -118,7 +120,7 @@ def test_a_compaction_killed_at_any_step_leaves_a_usable_index(
     script = f"""
 import os, signal, sys
 sys.path[:0] = [{str(SRC)!r}]
-import zhiku.stores._sqlite_compact as c
+import zhiku.stores._vectors as c
 real = getattr({target}, {name!r})
 def die(*args):
     if {when!r} == "after":
@@ -138,7 +140,7 @@ SQLiteStore({str(index_dir)!r}, compact_dead_fraction=1).compact()
     }.get(name, (False, True))
     with SQLiteStore(index_dir, read_only=True) as reader:  # usable before any writer tidies up
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
-        assert reader._snap is not None and reader._snap.path == index_dir / after[0]
+        assert reader.vectors.snap is not None and reader.vectors.snap.path == index_dir / after[0]
     with SQLiteStore(index_dir) as store:  # a writable open deletes the other generation's files
         assert _files(index_dir) == after
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
@@ -151,25 +153,29 @@ SQLiteStore({str(index_dir)!r}, compact_dead_fraction=1).compact()
 def test_writes_during_the_copy_keep_their_place_in_the_new_file(
     index_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zhiku.stores._sqlite_compact import SQLiteCompaction
+    from zhiku.stores._vectors import VectorIndex
 
-    real = SQLiteCompaction._copy_live
+    real = VectorIndex._copy_live
 
-    def copy_then_another_process_writes(self: SQLiteCompaction, plan: object) -> object:
+    def copy_then_another_process_writes(self: VectorIndex, plan: object) -> object:
         new = real(self, plan)  # type: ignore[arg-type]
         with SQLiteStore(index_dir) as other:  # the write lock is free while the live rows are copied
             WAGE.write(other)  # rowid 6
             other.delete_document("doc-note")  # rowid 4: copied, now dead
         return new
 
-    monkeypatch.setattr(SQLiteCompaction, "_copy_live", copy_then_another_process_writes)
+    monkeypatch.setattr(VectorIndex, "_copy_live", copy_then_another_process_writes)
     with SQLiteStore(index_dir, compact_dead_fraction=1) as store:
         _with_dead_rows(store)
         report = store.compact()
         assert (report.rows_before, report.rows_after) == (6, 3)  # rowids 4, 5 copied; 6 appended
         assert _rowids(index_dir / "vectors.3.g1.ids") == [4, 5]
         assert ids(store.dense_search(Y, 5)) == [WAGE.ids[0], LABOR_V2.ids[0]]
-        assert store._snap is not None and store._snap.layout.dead == 1 and store._snap.live_count == 2
+        assert (
+            store.vectors.snap is not None
+            and store.vectors.snap.layout.dead == 1
+            and store.vectors.snap.live_count == 2
+        )
     with SQLiteStore(index_dir, read_only=True) as reader:
         assert ids(reader.dense_search(Y, 5)) == [WAGE.ids[0], LABOR_V2.ids[0]]
 
@@ -200,7 +206,7 @@ def test_a_lost_generation_file_is_served_from_the_blobs_then_rewritten(index_di
     (index_dir / "vectors.3.g1.f32").unlink()
     with SQLiteStore(index_dir, read_only=True) as reader:
         assert ids(reader.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
-        assert reader._snap is not None and reader._snap.path is None  # in memory, from the BLOBs
+        assert reader.vectors.snap is not None and reader.vectors.snap.path is None  # in memory, from the BLOBs
     with SQLiteStore(index_dir) as store:
         assert _files(index_dir) == ["vectors.3.g2.f32", "vectors.3.g2.i8", "vectors.3.g2.ids"]
         assert ids(store.dense_search(Z, 5)) == [LABOR_V2.ids[0], NOTE.ids[0]]
@@ -241,7 +247,7 @@ z = np.array([0.0, 0.0, 1.0], np.float32)
 with SQLiteStore({str(index_dir)!r}, read_only=True) as reader:
     for line in sys.stdin:
         hits = [h.chunk_id for h in reader.dense_search(z, 5)]
-        print(reader._snap.path.name, *hits, flush=True)
+        print(reader.vectors.snap.path.name, *hits, flush=True)
 """
         child = subprocess.Popen(
             [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True

@@ -81,7 +81,7 @@ def test_auto_screens_from_its_threshold_only(index_dir: Path, monkeypatch: pyte
     _corrupt_code(index_dir, 5)
     with SQLiteStore(index_dir) as auto:  # 300 rows: below every crossover, exact
         assert ids(auto.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
-        monkeypatch.setattr("zhiku.stores._sqlite_search.SCREEN_FROM", 300)
+        monkeypatch.setattr("zhiku.stores._vectors.SCREEN_FROM", 300)
         assert CHUNK[5] not in ids(auto.dense_search(VECTORS[5], 10))
 
 

@@ -136,6 +136,16 @@ class KnowledgeBase:
         self.text.query_tokens("试用期最长多久")
         self.store.warm()
 
+    def load_reranker(self) -> str | None:
+        """Load the configured reranker now, not in the first query; a failure is returned (``Type: message``), not
+        raised: queries then answer in the fused order and say so (``rerank: fallback``)."""
+        try:
+            if self.reranker is not None:
+                self.reranker.load()
+        except Exception as e:  # noqa: BLE001 - every query falls back, naming the reason
+            return f"{type(e).__name__}: {e}"
+        return None
+
     def stale(self) -> dict[str, tuple[str, str]]:
         """``{key: (stored, current)}`` for every identity key that differs from the index's."""
         meta = self.store.get_meta()

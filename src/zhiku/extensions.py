@@ -1,23 +1,9 @@
 """Extending zhiku's MCP server: a team's own tools, resources and prompts as plain typed Python functions.
 
-A tool is a function with type hints and a docstring laid out like this (or the same parts passed to
-:func:`tool`)::
-
-    def lookup_article(kb: KnowledgeBase, law: str, number: int) -> Article:
-        \"\"\"Return one article of a law, by the law's name and the article number.
-
-        When to use: the user cites an article ("劳动合同法第十九条") and wants its exact text.
-
-        Example: {"law": "劳动合同法", "number": 19}
-
-        Args:
-            law: The law's name as ingested, e.g. 劳动合同法.
-            number: The article number, e.g. 19 for 第十九条.
-        \"\"\"
-
-A parameter typed ``KnowledgeBase`` receives the server's open knowledge base, one typed ``Context`` (the MCP
-SDK's) the request context; neither is part of the tool's schema. The server composes the LLM-facing
-description from the parts and checks the conventions (``zhiku.mcp.conventions``) when the server is built.
+A tool's description comes from its docstring's parts (a description, ``When to use:``, ``Example:``, ``Args:``,
+``Errors:``) or from the same parts passed to :func:`tool` (docs/extending.md). A parameter typed
+``KnowledgeBase`` receives the server's open knowledge base, one typed ``Context`` the request context; neither is
+part of the tool's schema. The server checks the conventions (``zhiku.mcp.conventions``) when it is built.
 
 This module imports nothing heavy: ``import zhiku`` and these decorators stay cheap.
 """

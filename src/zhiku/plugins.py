@@ -1,17 +1,11 @@
 """Plugins: packages installed beside zhiku that add to it through Python entry points, without touching it.
 
-=====================  ===========================================================================================
-group                  the entry point names
-=====================  ===========================================================================================
-``zhiku.loaders``      a ``Loader`` class (constructed with the ``loaders`` settings section) for more file formats
-``zhiku.embedders``    a factory ``f(EmbeddingSettings) -> Embedder``; chosen by ``embedding.provider: plugin:NAME``
-``zhiku.rerankers``    a factory ``f(RerankSettings) -> Reranker``; chosen by ``rerank.provider: plugin:NAME``
-``zhiku.transforms``   a ``Transform`` class (``zhiku.ingest.transforms.base``), instantiated with no arguments
-``zhiku.tools``        a tool function (or a list of them, or of ``ToolSpec``) served next to the built-in tools
-=====================  ===========================================================================================
-
-A plugin that cannot be imported is reported (``zhiku plugins``, a warning in the log) and skipped; it never
-stops ingestion or the server. Each group is loaded once per process.
+The groups (docs/extending.md): ``zhiku.loaders`` (a ``Loader`` class, built with the ``loaders`` settings),
+``zhiku.embedders`` and ``zhiku.rerankers`` (a factory of the settings section, chosen by ``provider:
+plugin:NAME``), ``zhiku.transforms`` (a ``Transform`` class, built with no arguments) and ``zhiku.tools`` (tool
+functions, or lists of them, served next to the built-in tools). A plugin that cannot be imported is reported
+(``zhiku plugins``, a warning in the log) and skipped; it never stops ingestion or the server. Each group is loaded
+once per process.
 """
 
 from __future__ import annotations

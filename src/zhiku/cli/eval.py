@@ -76,14 +76,8 @@ RerankerOpt = Annotated[
 
 def warm_reranker(kb: Any) -> None:
     """Load the configured reranker before queries are timed (a load failure is left to the per-query fallback)."""
-    if kb.reranker is None:
-        return
-    try:
-        kb.reranker.load()
-    except Exception as e:  # noqa: BLE001 - every query will then say `fallback: <reason>`
-        err.print(
-            f"reranker failed to load ({type(e).__name__}: {e}); queries fall back to the fused order", markup=False
-        )
+    if failed := kb.load_reranker():
+        err.print(f"reranker failed to load ({failed}); queries fall back to the fused order", markup=False)
 
 
 def with_models(settings: Settings, embedder: str | None, reranker: str | None) -> Settings:
@@ -102,8 +96,7 @@ def with_models(settings: Settings, embedder: str | None, reranker: str | None) 
 # ------------------------------------------------------------------------------------------- eval
 def build_judge(settings: Settings) -> Any:
     """The judge client from the settings, or None when no judge is configured (its API key read here, at the edge)."""
-    from zhiku.evaluation.judge import CACHE_FILE, JudgeClient
-    from zhiku.llm.cache import ReplyCache
+    from zhiku.evaluation.judge import CACHE_FILE, JudgeCache, JudgeClient
 
     j: JudgeSettings = settings.judge
     if not j.base_url or not j.model:
@@ -111,7 +104,7 @@ def build_judge(settings: Settings) -> Any:
     if j.api_key_env and j.api_key is None:
         raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
     key = j.api_key.get_secret_value() if j.api_key else None
-    cache = ReplyCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
+    cache = JudgeCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
     return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout_s, cache=cache)
 
 
@@ -274,7 +267,7 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
-        for reason, n in generation.error_reasons():  # a dead judge said only "12 unscored"
+        for reason, n in generation.error_reasons():  # why, not only how many
             err.print(f"judge error ×{n}: {reason}", markup=False)
 
 
@@ -283,8 +276,8 @@ CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a m
 
 def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
     """Per-category metrics that fit a terminal: one column per category and a metric per row, in tables of
-    ``CATEGORY_COLUMNS`` categories (a row per category needs 2 + one column per metric: 80 columns cut the
-    numbers to `0.87…` and blanked the category names); numbers never cut."""
+    ``CATEGORY_COLUMNS`` categories (a row per category would need 2 + one column per metric, more than 80
+    columns hold without cutting numbers and names); numbers never cut."""
     items = list(categories.items())
     out = []
     for start in range(0, len(items), CATEGORY_COLUMNS):

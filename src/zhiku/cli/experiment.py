@@ -74,11 +74,9 @@ def experiment(
                 with _progress(not as_json and err.is_terminal, "indexing") as progress:
                     index_dataset(kb, data, collection=collection, on_progress=progress)
 
-            def progress_for(v: Any) -> Any:
-                if as_json or not err.is_terminal:
-                    return None
-                err.print(f"running {v.name} …", markup=False)
-                return None
+            def progress_for(v: Any) -> None:
+                if not as_json and err.is_terminal:
+                    err.print(f"running {v.name} …", markup=False)
 
             result = run_experiment(
                 kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget, kb_for=other
@@ -96,15 +94,11 @@ def experiment(
     for col in ("variant", *names, "p50 ms", "p95 ms"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for r in result.rows:
-        if r.status == "ok":
-            table.add_row(
-                r.variant,
-                *(f"{r.metrics[n]:.4f}" for n in names),
-                f"{r.latency_ms['p50']:.1f}",
-                f"{r.latency_ms['p95']:.1f}",
-            )
-        else:
-            table.add_row(r.variant, *(["n/a"] * (len(names) + 2)))
+        if r.status != "ok":
+            table.add_row(r.variant, *["n/a"] * (len(names) + 2))
+            continue
+        latency = [f"{r.latency_ms[p]:.1f}" for p in ("p50", "p95")]
+        table.add_row(r.variant, *(f"{r.metrics[n]:.4f}" for n in names), *latency)
     out.print(table)
     for r in result.rows:
         if r.status != "ok":

@@ -109,20 +109,8 @@ def verify(
                 folders += snapshot_folders(_hf_cache())
         results = verify_many(folders, m, HashMemo(None), model_id=model_id)
     if as_json:
-        _print_json(
-            {
-                "results": [
-                    {
-                        "folder": r.folder,
-                        "model_id": r.model_id,
-                        "status": r.status,
-                        "detail": r.detail,
-                        "files_checked": r.files_checked,
-                    }
-                    for r in results
-                ]
-            }
-        )
+        keys = ("folder", "model_id", "status", "detail", "files_checked")
+        _print_json({"results": [{k: getattr(r, k) for k in keys} for r in results]})
     else:
         table = tables.table(("status", "model", "folder", "detail"), texts=["model", "folder", "detail"])
         for r in results:

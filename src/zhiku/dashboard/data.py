@@ -10,14 +10,14 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import Embedder
-from zhiku.errors import InvalidInput, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
 from zhiku.numeric import percentile
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
@@ -196,8 +196,8 @@ class DashboardData:
     ) -> Trace:
         """Run a query now and return its trace (also written to traces.jsonl when tracing is on)."""
         with self.kb() as kb, kb.tracer.trace("query", capture=True, surface="dashboard") as t:
-            r = kb.retrieve(text, mode=mode, top_k=top_k, collection=collection)
-            kb.answer(r)
+            with suppress(NotFound):  # a collection emptied since it was chosen: the trace shows the search
+                kb.query(text, mode=mode, top_k=top_k, collection=collection)
         assert t is not None
         return t
 

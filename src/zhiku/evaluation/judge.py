@@ -31,6 +31,9 @@ def parse_json_object(text: str) -> dict[str, Any]:
         raise JudgeError(f"the judge {e}") from None
 
 
+JudgeCache = ReplyCache  # the judge's responses: ``judge.sqlite`` in the cache folder
+
+
 class JudgeClient:
     """Asks the judge model for JSON objects. ``calls`` counts HTTP requests (cache hits are free)."""
 
@@ -41,7 +44,7 @@ class JudgeClient:
         *,
         api_key: str | None = None,
         timeout: float = 60.0,
-        cache: ReplyCache | None = None,
+        cache: JudgeCache | None = None,
     ) -> None:
         base = base_url.rstrip("/")  # ``http://host:8000`` or ``http://host:8000/v1``
         base += "" if base.endswith("/v1") else "/v1"

@@ -19,20 +19,6 @@ HISTORY_FILE = "eval_history.jsonl"
 WORST_SHOWN = 10
 
 
-def summary(
-    result: EvalResult,
-    *,
-    gate: Sequence[BarResult] = (),
-    generation: GenerationResult | None = None,
-    index: str | None = None,
-) -> dict[str, Any]:
-    out = result.summary_json()
-    out["index"] = index
-    out["gate"] = gate_json(gate)
-    out["generation"] = None if generation is None else generation.to_json()
-    return out
-
-
 def gate_json(gate: Sequence[BarResult]) -> dict[str, Any] | None:
     """The verdict and every bar (``summary.json``, and `zhiku eval --json` when ``--gate`` is given)."""
     if not gate:
@@ -63,7 +49,8 @@ def write_outputs(
     """Write the three files into ``out_dir`` (created); returns their paths by name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = summary(result, gate=gate, generation=generation, index=index)
+    data = result.summary_json()
+    data.update(index=index, gate=gate_json(gate), generation=None if generation is None else generation.to_json())
     paths = {
         "summary": out_dir / "summary.json",
         "report": out_dir / "report.md",

@@ -12,8 +12,7 @@ from typing import Any
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
-from zhiku.evaluation.beir import BeirDataset
-from zhiku.evaluation.datasets import EvalQuery, EvalSet, Expected, folded, from_beir
+from zhiku.evaluation.datasets import BeirDataset, EvalQuery, EvalSet, Expected, folded, from_beir
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
 from zhiku.numeric import percentile
 from zhiku.retrieval.confidence import check_collection

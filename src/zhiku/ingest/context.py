@@ -53,7 +53,7 @@ class WindowCheck:
 
 def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
     """Count the index texts the embedder cannot see whole (it would truncate or window them). Texts that the
-    embedder's ``token_bound`` puts inside the window are not tokenised (that took longer than the BM25 tokens)."""
+    embedder's ``token_bound`` puts inside the window are not tokenised (tokenising costs more than the BM25 tokens)."""
     inner = getattr(embedder, "inner", embedder)  # the embedding cache wraps the model
     if not isinstance(inner, CountsTokens):
         return WindowCheck(None)

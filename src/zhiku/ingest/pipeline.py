@@ -56,6 +56,9 @@ __all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
+# Chunks per embedding call, across documents: large enough to keep a model or endpoint busy, small enough that
+# progress shows every few seconds and a document is written soon after its last chunk is embedded
+BATCH_CHUNKS = 128
 STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
 
 
@@ -94,10 +97,61 @@ class Loaded:
     reason: str = ""
 
 
-class Preparer:
-    """Prepares one file or document: fingerprint, skip if unchanged, load, chunk, transform, index texts, BM25
-    tokens and the embedder's window check. It only reads the store (``find_document``); every failure of a file
-    comes back as a ``Loaded`` with the reason (``STOP_CODES`` are raised: the whole batch would fail alike)."""
+CLASH_FIX = (
+    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+    "their names differ"
+)
+
+
+def one_file_per_source(
+    tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
+) -> tuple[list[FileTask], list[FileFailure]]:
+    """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
+    fix before anything is read (documents are written after their embedding batch, so the second would not see
+    the first stored and would replace it). The file already stored under the name is kept, else the first given."""
+    by_source: dict[str, list[FileTask]] = {}
+    for t in tasks:
+        by_source.setdefault(t.source, []).append(t)
+    refused: dict[Path, FileFailure] = {}
+    for source, same in by_source.items():
+        if len(same) == 1:
+            continue
+        stored = stored_path(source)
+        kept = next((t for t in same if t.shown == stored), same[0])
+        for t in same:
+            if t is not kept:
+                refused[t.path] = FileFailure(
+                    t.shown,
+                    f"{kept.shown} is also named {source!r} in this run; this file would replace it in collection "
+                    f"{collection!r}: {CLASH_FIX}",
+                )
+    return [t for t in tasks if t.path not in refused], list(refused.values())
+
+
+def _another_file(stored: str, path: str) -> bool:
+    """The document of this source name came from another file that still exists: two folders ingested into one
+    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
+    return stored != path and Path(stored).is_file()
+
+
+@dataclass
+class _Tally:
+    """One ingest run's outcome so far."""
+
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failures: list[FileFailure] = field(default_factory=list)
+    handled: int = 0  # items prepared so far
+    written: int = 0
+    over_window: int = 0
+
+    def count(self, status: str, source: str) -> None:
+        {"skipped": self.skipped, "added": self.added, "updated": self.updated}[status].append(source)
+
+
+class Ingestor:
+    """Writes documents into a ``Store``: chunks, BM25 tokens and vectors, one transaction per document."""
 
     def __init__(
         self,
@@ -105,26 +159,143 @@ class Preparer:
         embedder: Embedder,
         text: TextProcessor,
         chunking: ChunkingSettings,
-        loaders: tuple[Loader, ...],
         *,
-        max_file_bytes: int,
-        retry_needs_ocr: bool,
-        transforms: TransformStage | None,
+        loaders: Sequence[Loader] | None = None,
+        images: ImageStore | None = None,
+        retry_needs_ocr: bool = False,
+        ocr_setting: str = "auto",
+        max_file_mb: float = 100,
+        transforms: TransformStage | None = None,
     ) -> None:
+        """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
+        unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
+        fail without being read."""
         self.store = store
         self.embedder = embedder
+        self.images = images
+        self.ocr_setting = ocr_setting
+        self.transforms = transforms
+        self.batch_chunks = BATCH_CHUNKS  # read here: tests make the batches small
         self.text = text
         self.chunking = chunking
-        self.loaders = loaders
-        self.max_file_bytes = max_file_bytes
+        self.loaders = tuple(loaders) if loaders is not None else default_loaders()
+        self.max_file_bytes = int(max_file_mb * MIB)
         self.retry_needs_ocr = retry_needs_ocr
-        self.transforms = transforms
+        self._needs_ocr: list[OcrNeeded] = []
         self._longest = 0  # the most tokens of one index text in this run (trace)
 
-    def file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
+    # -- files -----------------------------------------------------------------------------------
+    def ingest_paths(
+        self,
+        paths: Sequence[Path],
+        *,
+        collection: str,
+        force: bool = False,
+        dry_run: bool = False,
+        sync: bool = False,
+        on_progress: ProgressFn | None = None,
+    ) -> IngestReport:
+        started = time.perf_counter()
+        self._needs_ocr = []
+        tasks, failures, unsupported = self._tasks(paths)
+        tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
+        failures.extend(clashes)
+        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
+            for f in failures:
+                self.store.record_ingestion(
+                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
+                )
+        tally = _Tally(failures=failures)
+        computed_before = getattr(self.embedder, "computed", 0)
+        prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
+        self._run(tasks, prepare, tally, collection, on_progress, dry_run)
+        if on_progress and tasks:
+            on_progress(len(tasks), len(tasks), "")
+        gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
+        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
+        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
+
+    def _stored_path(self, collection: str, source: str) -> str | None:
+        doc = self.store.find_document(collection, source)
+        return None if doc is None else doc.path
+
+    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
+        """The files to ingest, the paths that fail before any is read (missing, unsupported), and the files of a
+        walked folder skipped for their type, per suffix (``discover``)."""
+        suffixes = supported_suffixes(self.loaders)
+        unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, unsupported)
+        for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
+            p = Path(given).expanduser()
+            if p.is_file() and p.suffix.lower() not in suffixes:
+                tasks = [t for t in tasks if t.path != p.resolve()]
+                what = printable(p.suffix or p.name)
+                failures.append(
+                    FileFailure(
+                        printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
+                    )
+                )
+        return tasks, failures, unsupported
+
+    # -- in-memory documents (evaluation corpora) ------------------------------------------------
+    def ingest_docs(
+        self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
+    ) -> IngestReport:
+        """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
+        started = time.perf_counter()
+        self._needs_ocr = []
+        tally = _Tally()
+        computed_before = getattr(self.embedder, "computed", 0)
+        self._run(docs, partial(self._prepare_doc, collection=collection), tally, collection, on_progress, total=total)
+        return self._report(tally, started, computed_before)
+
+    # -- the loop: prepare, embed in chunk batches, write in order --------------------------------
+    def _run(
+        self,
+        items: Iterable[FileTask | SourceDoc],
+        prepare: Callable[[Any], Loaded],
+        tally: _Tally,
+        collection: str,
+        on_progress: ProgressFn | None,
+        dry_run: bool = False,
+        total: int | None = None,
+    ) -> None:
+        """Prepare ``items`` in order; embed and write each prepared one."""
+        if total is None:
+            total = len(items) if isinstance(items, Sequence) else 0
+        note = (
+            None
+            if on_progress is None
+            else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
+        )
+        batcher: EmbedBatcher[Prepared] = EmbedBatcher(
+            self.embedder,
+            self.batch_chunks,
+            on_error=partial(self._embed_failed, tally),
+            on_batch=note,
+        )
+        if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
+            on_progress(0, total, "")
+        for item in items:
+            shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
+            loaded = prepare(item)
+            if on_progress:
+                on_progress(tally.handled, total, source)
+            tally.handled += 1
+            if loaded.status == "failed":
+                self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
+            elif loaded.prepared is None:
+                tally.count(loaded.status, source)
+            else:
+                tally.over_window += loaded.prepared.over_window
+                self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
+        self._store(batcher.finish(), tally)
+
+    # -- preparing one file or document: everything but embedding and writing -----------------------
+    def _prepare_file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
         read: list[Any] = [None, None]  # sha256, size: known once the file is read
         try:
-            status, prepared = self._file(task, collection, force, dry_run, read)
+            status, prepared = self._read_file(task, collection, force, dry_run, read)
         except ZhikuError as e:
             if e.code in STOP_CODES:
                 raise
@@ -137,7 +308,7 @@ class Preparer:
             return Loaded(status, prepared)
         return Loaded("failed", None, read[0], read[1], reason)
 
-    def _file(
+    def _read_file(
         self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
     ) -> tuple[str, Prepared | None]:
         """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
@@ -168,9 +339,9 @@ class Preparer:
             doc = load_document(task.path, task.source, self.loaders)
             sp.set(counts={"documents": 1, "bytes": len(data)})
         doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
-        return status, self.prepare(doc, collection, task.shown, sha, len(data), status)
+        return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
 
-    def document(self, doc: SourceDoc, *, collection: str) -> Loaded:
+    def _prepare_doc(self, doc: SourceDoc, *, collection: str) -> Loaded:
         """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
         sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
         existing = self.store.find_document(collection, doc.source)
@@ -180,13 +351,13 @@ class Preparer:
             return Loaded("skipped")
         status = "updated" if existing else "added"
         try:
-            return Loaded(status, self.prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
+            return Loaded(status, self._prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
         except ZhikuError as e:
             if e.code in STOP_CODES:
                 raise
             return Loaded("failed", None, sha, None, str(e))
 
-    def prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
+    def _prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
         doc_id = doc_id_for(collection, doc.source)
         with span("split") as sp:
             chunks = chunk_document(doc, collection=collection, doc_id=doc_id, settings=self.chunking)
@@ -229,220 +400,6 @@ class Preparer:
                 longest_tokens=self._longest,
             )
         return tokens, len(window.over)
-
-
-CLASH_FIX = (
-    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
-    "their names differ"
-)
-
-
-def one_file_per_source(
-    tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
-) -> tuple[list[FileTask], list[FileFailure]]:
-    """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
-    fix before anything is read. Their documents were prepared side by side, so neither saw the other stored; the
-    second silently replaced the first ("2 added", one document). The file already stored under the name is kept,
-    else the first given."""
-    by_source: dict[str, list[FileTask]] = {}
-    for t in tasks:
-        by_source.setdefault(t.source, []).append(t)
-    refused: dict[Path, FileFailure] = {}
-    for source, same in by_source.items():
-        if len(same) == 1:
-            continue
-        stored = stored_path(source)
-        kept = next((t for t in same if t.shown == stored), same[0])
-        for t in same:
-            if t is not kept:
-                refused[t.path] = FileFailure(
-                    t.shown,
-                    f"{kept.shown} is also named {source!r} in this run; this file would replace it in collection "
-                    f"{collection!r}: {CLASH_FIX}",
-                )
-    return [t for t in tasks if t.path not in refused], list(refused.values())
-
-
-def _another_file(stored: str, path: str) -> bool:
-    """The document of this source name came from another file that still exists: two folders ingested into one
-    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
-    return stored != path and Path(stored).is_file()
-
-
-# Chunks per embedding call, across documents: large enough to keep a model or endpoint busy, small enough that
-# progress shows every few seconds and a document is written soon after its last chunk is embedded
-BATCH_CHUNKS = 128
-
-
-@dataclass
-class _Tally:
-    """One ingest run's outcome so far."""
-
-    added: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    failures: list[FileFailure] = field(default_factory=list)
-    handled: int = 0  # items taken from the preparers
-    written: int = 0
-    over_window: int = 0
-
-    def count(self, status: str, source: str) -> None:
-        {"skipped": self.skipped, "added": self.added, "updated": self.updated}[status].append(source)
-
-
-class Ingestor:
-    """Writes documents into a ``Store``: chunks, BM25 tokens and vectors, one transaction per document."""
-
-    def __init__(
-        self,
-        store: Writer,
-        embedder: Embedder,
-        text: TextProcessor,
-        chunking: ChunkingSettings,
-        *,
-        loaders: Sequence[Loader] | None = None,
-        images: ImageStore | None = None,
-        retry_needs_ocr: bool = False,
-        ocr_setting: str = "auto",
-        max_file_mb: float = 100,
-        transforms: TransformStage | None = None,
-        batch_chunks: int = BATCH_CHUNKS,
-    ) -> None:
-        """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
-        unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read. ``batch_chunks``: chunks per embedding call."""
-        self.store = store
-        self.embedder = embedder
-        self.images = images
-        self.ocr_setting = ocr_setting
-        self.transforms = transforms
-        self.batch_chunks = batch_chunks
-        self.prep = Preparer(
-            store,
-            embedder,
-            text,
-            chunking,
-            tuple(loaders) if loaders is not None else default_loaders(),
-            max_file_bytes=int(max_file_mb * MIB),
-            retry_needs_ocr=retry_needs_ocr,
-            transforms=transforms,
-        )
-        self._needs_ocr: list[OcrNeeded] = []
-
-    @property
-    def loaders(self) -> tuple[Loader, ...]:
-        return self.prep.loaders
-
-    @loaders.setter
-    def loaders(self, value: Sequence[Loader]) -> None:
-        self.prep.loaders = tuple(value)
-
-    # -- files -----------------------------------------------------------------------------------
-    def ingest_paths(
-        self,
-        paths: Sequence[Path],
-        *,
-        collection: str,
-        force: bool = False,
-        dry_run: bool = False,
-        sync: bool = False,
-        on_progress: ProgressFn | None = None,
-    ) -> IngestReport:
-        started = time.perf_counter()
-        self._needs_ocr = []
-        tasks, failures, unsupported = self._tasks(paths)
-        tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
-        failures.extend(clashes)
-        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
-            for f in failures:
-                self.store.record_ingestion(
-                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
-                )
-        tally = _Tally(failures=failures)
-        computed_before = getattr(self.embedder, "computed", 0)
-        prepare = partial(self.prep.file, collection=collection, force=force, dry_run=dry_run)
-        self._run(tasks, prepare, tally, collection, on_progress, dry_run)
-        if on_progress and tasks:
-            on_progress(len(tasks), len(tasks), "")
-        gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
-        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
-        return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
-
-    def _stored_path(self, collection: str, source: str) -> str | None:
-        doc = self.store.find_document(collection, source)
-        return None if doc is None else doc.path
-
-    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
-        """The files to ingest, the paths that fail before any is read (missing, unsupported), and the files of a
-        walked folder skipped for their type, per suffix (``discover``)."""
-        suffixes = supported_suffixes(self.loaders)
-        unsupported: Counter[str] = Counter()
-        tasks, failures = discover(paths, suffixes, unsupported)
-        for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
-            p = Path(given).expanduser()
-            if p.is_file() and p.suffix.lower() not in suffixes:
-                tasks = [t for t in tasks if t.path != p.resolve()]
-                what = printable(p.suffix or p.name)
-                failures.append(
-                    FileFailure(
-                        printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
-                    )
-                )
-        return tasks, failures, unsupported
-
-    # -- in-memory documents (evaluation corpora) ------------------------------------------------
-    def ingest_docs(
-        self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
-    ) -> IngestReport:
-        """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
-        started = time.perf_counter()
-        self._needs_ocr = []
-        tally = _Tally()
-        computed_before = getattr(self.embedder, "computed", 0)
-        self._run(docs, partial(self.prep.document, collection=collection), tally, collection, on_progress, total=total)
-        return self._report(tally, started, computed_before)
-
-    # -- the loop: prepare, embed in chunk batches, write in order --------------------------------
-    def _run(
-        self,
-        items: Iterable[FileTask | SourceDoc],
-        prepare: Callable[[Any], Loaded],
-        tally: _Tally,
-        collection: str,
-        on_progress: ProgressFn | None,
-        dry_run: bool = False,
-        total: int | None = None,
-    ) -> None:
-        """Prepare ``items`` in order; embed and write each prepared one."""
-        if total is None:
-            total = len(items) if isinstance(items, Sequence) else 0
-        note = (
-            None
-            if on_progress is None
-            else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
-        )
-        batcher: EmbedBatcher[Prepared] = EmbedBatcher(
-            self.embedder,
-            self.batch_chunks,
-            on_error=partial(self._embed_failed, tally),
-            on_batch=note,
-        )
-        if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
-            on_progress(0, total, "")
-        for item in items:
-            shown, source = (item.shown, item.source) if isinstance(item, FileTask) else (item.source, item.source)
-            if on_progress:
-                on_progress(tally.handled, total, source)
-            loaded = prepare(item)
-            tally.handled += 1
-            if loaded.status == "failed":
-                self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
-            elif loaded.prepared is None:
-                tally.count(loaded.status, source)
-            else:
-                tally.over_window += loaded.prepared.over_window
-                self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
-        self._store(batcher.finish(), tally)
 
     def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
         reason = f"embedding failed: {type(e).__name__}: {e}"

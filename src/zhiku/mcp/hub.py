@@ -107,14 +107,8 @@ class Hub:
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
         self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
-        reranker = self.kb.reranker
-        if reranker is not None:
-            try:
-                reranker.load()
-            except Exception as e:  # queries will answer in the fused order, saying so (rerank: fallback)
-                log.warning(
-                    "reranker failed to load, queries fall back to the fused order: %s: %s", type(e).__name__, e
-                )
+        if failed := self.kb.load_reranker():
+            log.warning("reranker failed to load, queries fall back to the fused order: %s", failed)
         stale = self.kb.stale()
         if stale:
             log.warning(

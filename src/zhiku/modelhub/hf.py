@@ -30,19 +30,9 @@ log = logging.getLogger(__name__)
 
 INSTALL = "pip install 'zhiku[models]'"
 # What a sentence-transformers model needs from a hub repository: not the ONNX/OpenVINO/TF/Flax copies.
-IGNORE_PATTERNS = [
-    "onnx/*",
-    "openvino/*",
-    "*.onnx",
-    "*.h5",
-    "*.msgpack",
-    "*.ot",
-    "flax_model*",
-    "tf_model*",
-    "rust_model*",
-    "*.gguf",
-    "coreml/*",
-]
+IGNORE_PATTERNS = (
+    "onnx/* openvino/* *.onnx *.h5 *.msgpack *.ot flax_model* tf_model* rust_model* *.gguf coreml/*".split()
+)
 
 
 def import_sentence_transformers() -> Any:

@@ -139,20 +139,11 @@ def load_manifest(user_manifest: Path | None = None) -> Manifest:
 def write_entry(manifest_path: Path, entry: ModelEntry) -> None:
     """Add ``entry`` to the manifest file (replacing one with the same id); creates the file."""
     existing = (
-        list(parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path)))
-        if manifest_path.is_file()
-        else []
+        parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path)) if manifest_path.is_file() else ()
     )
-    entries = [e for e in existing if e.id != entry.id] + [entry]
-    text = (
-        json.dumps(
-            {"format": MANIFEST_FORMAT, "models": [e.to_json() for e in sorted(entries, key=lambda e: e.id)]},
-            ensure_ascii=False,
-            indent=2,
-        )
-        + "\n"
-    )
-    _atomic_write(manifest_path, text)
+    entries = sorted([e for e in existing if e.id != entry.id] + [entry], key=lambda e: e.id)
+    data = {"format": MANIFEST_FORMAT, "models": [e.to_json() for e in entries]}
+    _atomic_write(manifest_path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -325,20 +316,12 @@ def verify_many(
     folders: Iterable[Path], manifest: Manifest, memo: HashMemo, *, model_id: str | None = None
 ) -> list[Verification]:
     """``zhiku models verify``: every folder against its entry, hashes read fresh."""
+    unknown = f"no manifest entry {model_id!r}" if model_id else "no manifest entry matches this folder"
     out = []
     for folder in folders:
         entry = manifest.match(folder, model_id)
-        if entry is None:
-            out.append(
-                Verification(
-                    str(folder),
-                    model_id,
-                    "unknown",
-                    f"no manifest entry {model_id!r}" if model_id else "no manifest entry matches this folder",
-                )
-            )
-        else:
-            out.append(check_folder(folder, entry, memo, fresh=True))
+        found = check_folder(folder, entry, memo, fresh=True) if entry is not None else None
+        out.append(found or Verification(str(folder), model_id, "unknown", unknown))
     return out
 
 

@@ -11,7 +11,7 @@ Signals (all from what the search already computed; no extra model call):
 
 ``assess`` compares the best cosine with ``answer.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
 the default thresholds are calibrated by bench/confidence.py on the dev sets plus an off-topic set
-(tests/data/offtopic; bench/RESULTS.md, issue 11), where ``top_cosine`` separated them best.
+(tests/data/offtopic), where ``top_cosine`` separated them best.
 """
 
 from __future__ import annotations
@@ -113,10 +113,8 @@ def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = s
     return verdict
 
 
-def check_collection(name: str | None, names: Sequence[str], hint: str = "") -> None:
+def check_collection(name: str | None, names: Sequence[str]) -> None:
     """``NotFound`` naming the collections there are when ``name`` is none of them: a typo'd collection is an error,
     not an empty answer that looks low-confidence."""
     if name is not None and name not in names:
-        raise NotFound(
-            f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}{hint}"
-        )
+        raise NotFound(f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}")

@@ -23,7 +23,7 @@ from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import RRF_K, ranked, rrf
 from zhiku.retrieval.plan import QueryPlan
 from zhiku.retrieval.query import MAX_QUERY_CHARS, MAX_TOP_K
-from zhiku.retrieval.rerank import rerank_with_fallback
+from zhiku.retrieval.rerank import rerank_traced
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.types import Chunk, Hit
@@ -136,12 +136,7 @@ def _rewritten(
     rerank_status, shown = "off", hits[:final_k]
     reranker = searcher.reranker if rerank is not False else None
     if reranker is not None:
-        rs = searcher.rerank_settings
-        with span("rerank"):
-            outcome = rerank_with_fallback(
-                reranker, plan.text, hits, top_m=rs.top_m, top_k=final_k, timeout=rs.timeout_s
-            )
-        shown, rerank_status = list(outcome.hits), outcome.status
+        shown, rerank_status = rerank_traced(reranker, plan.text, hits, searcher.rerank_settings, final_k)
     return replace(
         results[0],
         hits=tuple(shown),

@@ -29,9 +29,14 @@ class InitReport:
     samples: bool = True  # the sample documents and their eval.yaml were part of the project
 
     def next_steps(self) -> list[str]:
-        if not self.samples:
-            return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{OWN_QUERY}"', "zhiku serve"]
-        return [f"cd {self.root}", f"zhiku ingest {DOCS}", f'zhiku query "{SAMPLE_QUERY}"', "zhiku eval", "zhiku serve"]
+        ask = f'zhiku query "{SAMPLE_QUERY if self.samples else OWN_QUERY}"'
+        return [
+            f"cd {self.root}",
+            f"zhiku ingest {DOCS}",
+            ask,
+            *(["zhiku eval"] if self.samples else []),
+            "zhiku serve",
+        ]
 
 
 def sample_files() -> dict[str, bytes]:

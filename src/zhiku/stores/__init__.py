@@ -9,6 +9,8 @@ from zhiku.settings import Settings
 from zhiku.stores.base import Catalogue, IndexAdmin, Retriever, Store, Writer
 from zhiku.stores.sqlite import DB_NAME, CompactionReport, IndexNotFound, SQLiteStore
 
+BUSY_TIMEOUT_S = 5.0  # how long a writer waits for another one before `IndexLocked`: an ingest, not a deadlock
+
 
 def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     """Open the index at ``settings.index`` with the backend named by ``settings.store.kind``.
@@ -24,6 +26,7 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
         return SQLiteStore(
             settings.index,
             read_only=read_only,
+            busy_timeout_s=BUSY_TIMEOUT_S,
             dense_search=settings.store.dense_search,
         )
     if kind == "milvus":
@@ -44,7 +47,7 @@ def compact_index(settings: Settings) -> CompactionReport:
         )
     if not (settings.index / DB_NAME).is_file():
         raise IndexNotFound(f"no index at {settings.index}: run `zhiku ingest PATH --index {settings.index}` first")
-    with SQLiteStore(settings.index) as store:
+    with SQLiteStore(settings.index, busy_timeout_s=BUSY_TIMEOUT_S) as store:
         return store.compact()
 
 

@@ -47,7 +47,6 @@ IDF_FLOOR = 1e-6
 # the query (the 2 rarest terms always stay)
 MAX_DF = 0.5  # above N/2 a term's IDF is <= 0 (floored at 1e-6): lossless on every dev set
 MIN_DF = 1000
-_SEARCH_COST = 24  # a binary search costs about this many steps of a scan
 CACHE_POSTINGS = 2_000_000  # postings of query terms a snapshot keeps (scored: 16 bytes each)
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)
@@ -217,21 +216,6 @@ class TermCache(Cache[QueryTerm]):
         super().__init__(budget, lambda t: t.size if t.size * 16 <= budget else budget + 1)
 
 
-def dead_in(rows: np.ndarray, dead: np.ndarray, live: np.ndarray) -> int:
-    """How many of ``rows`` (sorted) are not live (``dead``: the sorted rowids that are not; ``live`` by rowid):
-    by binary search when the dead rows in their range are few (reading a few pages of the postings), else by
-    scanning them."""
-    if rows.size == 0 or dead.size == 0:
-        return 0
-    a, b = np.searchsorted(dead, (int(rows[0]), int(rows[-1]) + 1))
-    if a == b:
-        return 0
-    if (b - a) * _SEARCH_COST < rows.size:
-        pos = np.searchsorted(rows, dead[a:b].astype(np.uint32))
-        return int(np.count_nonzero(rows[np.minimum(pos, rows.size - 1)] == dead[a:b]))
-    return int(rows.size - np.count_nonzero(live[rows]))
-
-
 def score(
     terms: Sequence[QueryTerm],
     n: int,
@@ -271,7 +255,6 @@ class BM25Snapshot:
     norm: np.ndarray  # float64 (top + 1,): K1 * (1 - B + B * doclen / avgdl)
     n_live: int
     avgdl: float
-    dead: np.ndarray  # int64, sorted: rowids 1…top that are not live
     terms: TermCache = field(default_factory=TermCache, compare=False, repr=False)  # query terms seen
 
     @classmethod
@@ -282,8 +265,7 @@ class BM25Snapshot:
         total = float(doclen[live].sum())
         avgdl = total / n_live if total > 0 else 1.0  # no live term at all: nothing matches, any value will do
         norm = K1 * (1 - B + B * doclen / avgdl)
-        dead = np.flatnonzero(~live[1:]) + 1
-        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl, dead)
+        return cls(version, top, tuple(segments), live, doclen, norm, n_live, avgdl)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
@@ -329,7 +311,7 @@ class BM25Snapshot:
             return cached
         key = query_key(term)
         found = [p for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-        df = sum(r.size - dead_in(r, self.dead, self.live) for r, _ in found)
+        df = sum(int(np.count_nonzero(self.live[r])) for r, _ in found)
         out = QueryTerm(term, tuple(found), df)
         self.terms.put(term, out)
         return out

@@ -158,7 +158,7 @@ class Connection:
     def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``store.consistency``, a collection that
         is not loaded (a restarted milvus-lite forgets loads) is loaded and the read repeated once."""
-        if method in ("search", "query", "hybrid_search"):
+        if method in ("search", "query"):
             kwargs.setdefault("consistency_level", CONSISTENCY)
             if method != "query" and self._unflushed:
                 self.flush_pending()

@@ -13,6 +13,8 @@ from pathlib import Path
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
 from zhiku.stores._sqlite_schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION
 
+MAX_IDLE = 16  # idle read connections kept
+
 
 def translate(e: sqlite3.Error, index_dir: Path) -> StoreError:
     """A ``sqlite3`` error as the ``StoreError`` that says what to do."""
@@ -105,81 +107,16 @@ def _migrate(conn: sqlite3.Connection, index_dir: Path, version: int, *, read_on
     )
 
 
-class ReadPool:
-    """Idle read connections, one borrowed per read; new ones are opened on demand (one per concurrent reader)."""
-
-    def __init__(self, index_dir: Path, *, read_only: bool, busy_timeout_s: float, max_idle: int = 16) -> None:
-        self.index_dir = index_dir
-        self._read_only, self._busy_timeout_s = read_only, busy_timeout_s
-        self._idle: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._max_idle = max_idle
-        self._closed = False
-
-    def connection(self) -> _Borrowed:
-        """A read connection (``PRAGMA query_only``), errors translated; returned to the pool afterwards."""
-        return _Borrowed(self)
-
-    def _borrow(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._closed:
-                raise StoreError(f"index {self.index_dir} is closed")
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = connect(self.index_dir, read_only=self._read_only, busy_timeout_s=self._busy_timeout_s)
-            try:
-                conn.execute("PRAGMA query_only=1")
-            except sqlite3.Error as e:
-                conn.close()
-                raise translate(e, self.index_dir) from e
-        return conn
-
-    def _give_back(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            with suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        with self._lock:
-            keep = not self._closed and len(self._idle) < self._max_idle
-            if keep:
-                self._idle.append(conn)
-        if not keep:
-            conn.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            with suppress(sqlite3.Error):
-                conn.close()
-
-
-class _Borrowed:
-    """``ReadPool.connection``: a class, not a generator (every read enters one, a search several)."""
-
-    __slots__ = ("_pool", "_conn")
-
-    def __init__(self, pool: ReadPool) -> None:
-        self._pool = pool
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._conn = self._pool._borrow()
-        return self._conn
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self._pool._give_back(self._conn)
-        if isinstance(exc, sqlite3.Error):
-            raise translate(exc, self._pool.index_dir) from exc
-
-
 class Database:
     """An index's SQLite file: ``write()`` transactions one at a time on one connection (``lock`` held), ``read()``
     on pooled connections, and ``pinned()`` searches that read one index version."""
 
     def __init__(self, index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> None:
-        self.index_dir, self.read_only = index_dir, read_only
+        self.index_dir, self.read_only, self.busy_timeout_s = index_dir, read_only, busy_timeout_s
         self.lock = threading.RLock()  # the write connection
         self._pins = Pins()
+        self._idle: list[sqlite3.Connection] = []  # read connections, one per concurrent reader at most
+        self._idle_lock = threading.Lock()
         self.conn: sqlite3.Connection | None = connect(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
         try:
             init_schema(self.conn, index_dir, read_only=read_only)
@@ -189,13 +126,35 @@ class Database:
         except BaseException:
             self.close()
             raise
-        self._pool = ReadPool(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
 
-    def read(self) -> _Borrowed:
-        """A pooled read connection (no lock shared with other readers)."""
-        if self.conn is None:
-            raise StoreError(f"index {self.index_dir} is closed")
-        return self._pool.connection()
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A pooled read connection (``PRAGMA query_only``; no lock shared with other readers), errors translated."""
+        with self._idle_lock:
+            if self.conn is None:
+                raise StoreError(f"index {self.index_dir} is closed")
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = connect(self.index_dir, read_only=self.read_only, busy_timeout_s=self.busy_timeout_s)
+            try:
+                conn.execute("PRAGMA query_only=1")
+            except sqlite3.Error as e:
+                conn.close()
+                raise translate(e, self.index_dir) from e
+        try:
+            yield conn
+        except sqlite3.Error as e:
+            raise translate(e, self.index_dir) from e
+        finally:
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            with self._idle_lock:
+                keep = self.conn is not None and len(self._idle) < MAX_IDLE
+                if keep:
+                    self._idle.append(conn)
+            if not keep:
+                conn.close()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -235,10 +194,19 @@ class Database:
                 with suppress(sqlite3.Error):
                     conn.execute("COMMIT")
 
-    def pinned(self) -> _Pin:
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
         """``OneVersion``: the reads on this thread inside it (a search's channels, fill and chunks) see the index
         at one version, read once: the first read's, or the one a snapshot moved to. Nested: the outer one's."""
-        return _Pin(self._pins)
+        pins = self._pins
+        if pins.on:
+            yield
+            return
+        pins.on, pins.version = True, None
+        try:
+            yield
+        finally:
+            pins.on, pins.version = False, None
 
     def version(self, conn: sqlite3.Connection) -> int:
         """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
@@ -256,13 +224,13 @@ class Database:
 
     def close(self) -> None:
         with self.lock:
-            if self.conn is not None:
-                with suppress(sqlite3.Error):
-                    self.conn.close()
-            self.conn = None
-            pool = getattr(self, "_pool", None)
-            if pool is not None:
-                pool.close()
+            with self._idle_lock:
+                conns, self._idle = [self.conn, *self._idle], []
+                self.conn = None
+            for conn in conns:
+                if conn is not None:
+                    with suppress(sqlite3.Error):
+                        conn.close()
 
 
 class Pins(threading.local):
@@ -270,26 +238,6 @@ class Pins(threading.local):
 
     on: bool = False
     version: int | None = None
-
-
-class _Pin:
-    """``Database.pinned``: a class, not a generator (it is entered by every search)."""
-
-    __slots__ = ("_pins", "_outer")
-
-    def __init__(self, pins: Pins) -> None:
-        self._pins = pins
-        self._outer = False
-
-    def __enter__(self) -> None:
-        pins = self._pins
-        self._outer = not pins.on
-        if self._outer:
-            pins.on, pins.version = True, None
-
-    def __exit__(self, *exc: object) -> None:
-        if self._outer:
-            self._pins.on, self._pins.version = False, None
 
 
 def version_of(conn: sqlite3.Connection) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.numeric import l2_normalise
+from zhiku.stores._sqlite_conn import top_rowid
 
 LAYOUT_KEY = "vector_layout"
 _BATCH = 65536
@@ -104,14 +105,6 @@ def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:
         save_layout(conn, replace(layout, dead=layout.dead + rows))
 
 
-def top_rowid(conn: sqlite3.Connection) -> int:
-    """The highest rowid ever given to a chunk (live or deleted)."""
-    row = conn.execute(
-        "SELECT MAX(COALESCE((SELECT MAX(rowid) FROM chunks), 0), COALESCE((SELECT MAX(rowid) FROM tombstones), 0))"
-    ).fetchone()
-    return int(row[0])
-
-
 def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
     """The rowids of the layout's first ``count`` rows."""
     if layout.count == 0:
@@ -125,7 +118,7 @@ def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
 def quantise(unit: np.ndarray) -> np.ndarray:
     """int8 codes of unit vectors (every value in [-1, 1]): ``round(127 x)``. A dot product of two codes is exact
     in int32 (and in float32: |sum| <= 127² × dim < 2²⁴ up to 1,040 dims), and ranks like the float product
-    within a small error that re-scoring the best candidates in float32 removes (bench/RESULTS.md, Issue 13)."""
+    within a small error that re-scoring the best candidates in float32 removes."""
     return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
 
 

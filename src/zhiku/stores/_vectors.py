@@ -20,27 +20,42 @@ import contextlib
 import fnmatch
 import functools
 import importlib
+import logging
 import mmap
 import os
 import sqlite3
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from zhiku.errors import IndexLocked, StoreError
 from zhiku.numeric import l2_normalise
+from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, version_of
 from zhiku.stores._vector_files import (
     Layout,
+    NewGeneration,
     blob_rows,
+    layout_for_write,
     load_ids,
     quantise,
     read_layout,
+    remove_files,
+    remove_stale_files,
     rowids_of,
     rows_of,
-    top_rowid,
+    save_layout,
+    stored_rows,
+    vector_files,
+    write_codes,
+    write_rows,
 )
+
+log = logging.getLogger(__name__)
 
 
 def match_sources(sources: Iterable[str], glob: str) -> list[str]:
@@ -77,8 +92,11 @@ def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
 
 
 _NO_IDS = np.empty(0, np.int64)
+# store.dense_search "auto" screens by int8 codes from this many rows (where numpy + numkong's screening overtakes
+# numpy's exact product)
+SCREEN_FROM = 100_000
 RESCORE = 4  # int8 screening re-scores the best RESCORE × k rows in float32 ...
-RESCORE_MIN = 100  # ... and at least this many (bench/RESULTS.md, Issue 13: recall of exact top k)
+RESCORE_MIN = 100  # ... and at least this many (the exact top k is then found on every dev set)
 # from this size of float32 file ``gather`` reads rows with preadv rather than through the mapping (a mapping's
 # resident memory grows to the whole file: +153 MB at 100k × 384, measured; 1.5 GB at 1M would break its RSS bar)
 PREAD_FROM_BYTES = 256 << 20
@@ -270,7 +288,7 @@ def dot_rows(rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
     """The positions of the ``k`` best ``scores`` and of every score tied with the ``k``-th: the ranking then orders
-    ties by chunk id (``_sqlite_search._ranked``), so which tied rows it keeps never depends on where they lie."""
+    ties by chunk id (``SQLiteStore._ranked``), so which tied rows it keeps never depends on where they lie."""
     if k >= scores.size:
         return np.arange(scores.size)
     cut = scores.size - k
@@ -308,6 +326,285 @@ def map_codes(
     if matrix is not None and check_row >= 0 and not np.array_equal(codes[check_row], quantise(matrix[check_row])):
         return None
     return codes
+
+
+COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead compacts it
+COMPACT_MIN_DEAD = 1000  # ... and at least this many: below it the waste is a few MB
+
+
+class WrongDim(StoreError):
+    """The stored vectors are not of the index's dim (its metadata was changed by hand)."""
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What ``compact`` did: rows in the vector file before and after, bytes freed, how long it took, and how long
+    of that it held the index's write lock (other writers wait)."""
+
+    compacted: bool
+    rows_before: int
+    rows_after: int
+    bytes_freed: int
+    files_removed: int
+    seconds: float
+    locked_seconds: float = 0.0
+
+
+class VectorIndex:
+    """The dense part of ``SQLiteStore``: the snapshot of the vector file at the index's current version (loaded
+    once, then moved forward), the rows a write appends, and compaction."""
+
+    def __init__(self, index_dir: Path, mode: str, compact_dead_fraction: float) -> None:
+        self.index_dir, self.mode, self.compact_dead_fraction = index_dir, mode, compact_dead_fraction
+        self.snap: VectorSnapshot | None = None
+        self._lock = threading.Lock()  # replacing the snapshot
+
+    def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> VectorSnapshot:
+        """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
+        when the index went back to an older version (another index's past: what rowids meant is void)."""
+        snap = self.snap
+        if snap is not None and snap.version == version:
+            return snap
+        with self._lock:
+            try:
+                snap = self._load(conn, forget, retried=False)
+            except FileMoved:  # a compaction replaced the file as this transaction began: the next one sees it
+                snap = self._load(conn, forget, retried=True)
+            self.snap = snap
+        return snap
+
+    def _load(self, conn: sqlite3.Connection, forget: Callable[[], None], *, retried: bool) -> VectorSnapshot:
+        conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
+        try:
+            snap, version, dim = self.snap, version_of(conn), stored_dim(conn) or 0
+            if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
+                if snap is not None and snap.version > version:
+                    forget()
+                snap = VectorSnapshot.load(conn, self.index_dir, dim, version, retried=retried)
+            elif snap.version != version:
+                snap = snap.refreshed(conn, self.index_dir, version)
+            conn.execute("COMMIT")
+        except ValueError as e:
+            raise StoreError(
+                f"{self.index_dir} holds vectors that are not {dim}-dimensional float32 ({e}): rebuild the index"
+            ) from None
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return snap
+
+    def screens(self, snap: VectorSnapshot) -> bool:
+        """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""
+        return self.mode == "int8" or self.mode == "auto" and snap.rows >= SCREEN_FROM
+
+    def write(self, conn: sqlite3.Connection, dim: int, first_rowid: int, unit: np.ndarray) -> None:
+        """Append a document's unit rows from ``first_rowid`` on (inside its transaction, before it commits)."""
+        layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
+        try:
+            write_rows(layout, self.index_dir, layout.first_row(first_rowid), unit)
+        except OSError as e:
+            raise StoreError(
+                f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
+            ) from e
+
+    def committed(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
+        """Move the snapshot to the committed version if it was current (else the next search catches up)."""
+        with self._lock:
+            snap = self.snap
+            if snap is None or snap.version != old_version or snap.path is None:
+                return
+            if dim is not None and dim != snap.dim or added.size and int(added[0]) <= snap.layout.base:
+                self.snap = None
+                return
+            top = max(snap.top, int(added.max()) if added.size else 0)
+            self.snap = snap.changed(old_version + 1, top, None, added, removed)
+
+    def compact(self, db: Database, *, min_dead_fraction: float = 0.0) -> CompactionReport:
+        """Reclaim the vector-file rows of deleted chunks when more than ``min_dead_fraction`` of the rows are
+        dead (0: whenever any is), and delete vector files of older generations and other dims. A file that is
+        missing or does not match the stored vectors is rewritten from them. Safe against ``kill -9``.
+
+        The live rows are copied without holding the index's write lock (other processes keep writing); the
+        lock is taken only to copy the rows written meanwhile and record the new generation."""
+        t0 = time.perf_counter()
+        with db.lock:
+            plan = self._plan(db, min_dead_fraction)
+            new = self._copy_live(plan) if plan is not None and plan.source is not None else None
+            done = None
+            locked = time.perf_counter()
+            try:
+                with db.write() as conn:
+                    done = self._finish(conn, plan, new) if plan is not None else None
+                    keep = done[1] if done is not None else _layout(conn)
+                    # under the write lock, so no other writer's uncommitted generation is among them
+                    removed = remove_stale_files(self.index_dir, keep, done[0] if done is not None else None)
+            finally:
+                if new is not None and done is None:
+                    new.discard()
+            locked = time.perf_counter() - locked
+            if done is not None:  # committed: the old generation is no one's now
+                removed += remove_files(self.index_dir, done[0])
+        if done is None:
+            return CompactionReport(False, 0, 0, 0, len(removed), time.perf_counter() - t0, locked)
+        old, layout, snap = done
+        with self._lock:
+            self.snap = snap
+        rows_before, rows_after = old.rows(snap.top), layout.rows(snap.top)
+        freed = (rows_before - rows_after) * layout.dim * 4
+        return CompactionReport(True, rows_before, rows_after, freed, len(removed), time.perf_counter() - t0, locked)
+
+    def _plan(self, db: Database, min_dead_fraction: float) -> _Plan | None:
+        """What a compaction would copy (read in one transaction), or None when nothing needs it."""
+        with db.snapshot() as conn:
+            dim, top = stored_dim(conn), top_rowid(conn)
+            if not dim or not top:
+                return None
+            old = read_layout(conn, dim)
+            try:
+                ids = load_ids(self.index_dir, old)
+                intact = file_matches(conn, self.index_dir, old, ids, top)
+            except (OSError, ValueError):
+                ids, intact = np.empty(0, np.int64), False
+            rows = old.rows(top)
+            if intact and (old.dead == 0 or old.dead <= min_dead_fraction * rows):
+                return None
+            live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+        source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(rows, dim)) if intact and rows else None
+        return _Plan(old, ids, top, live, source)
+
+    def _copy_live(self, plan: _Plan) -> NewGeneration:
+        try:
+            new = NewGeneration(self.index_dir, plan.old, plan.top, plan.live)
+            new.append(stored_rows(None, plan.old, plan.source, plan.ids, plan.live))
+            new.sync()
+        except OSError as e:
+            raise StoreError(
+                f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"
+            ) from e
+        return new
+
+    def _finish(
+        self, conn: sqlite3.Connection, plan: _Plan, new: NewGeneration | None
+    ) -> tuple[Layout, Layout, VectorSnapshot] | None:
+        """Inside the write transaction: complete and record the new generation (None: another process changed
+        the layout meanwhile, so this copy is void)."""
+        dim = stored_dim(conn)
+        old = read_layout(conn, dim) if dim else None
+        if old is None or (old.dim, old.gen) != (plan.old.dim, plan.old.gen) or new is not None and not new.intact():
+            return None
+        top = top_rowid(conn)
+        try:
+            if new is None:  # no usable file: every live row from the BLOBs, under the lock
+                live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+                new = NewGeneration(self.index_dir, old, top, live)
+                new.append(stored_rows(conn, old, None, plan.ids, live))
+            elif top > plan.top:  # rows written since the copy, dead or alive: each keeps its place
+                source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(old.rows(top), old.dim))
+                new.append(stored_rows(None, old, source, plan.ids, np.arange(plan.top + 1, top + 1)))
+            new.commit()
+        except ValueError as e:  # BLOBs of another dim: dense search says so too
+            raise WrongDim(
+                f"{self.index_dir} holds vectors that are not {dim}-dimensional ({e}): rebuild the index"
+            ) from None
+        except OSError as e:
+            raise StoreError(
+                f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"
+            ) from e
+        live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+        layout = replace(new.layout, dead=new.layout.rows(top) - int(live.size))
+        save_layout(conn, layout)
+        version = version_of(conn) + 1
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(version),))
+        return old, layout, _snapshot(self.index_dir, layout, new.ids, live, version, top)
+
+    def maybe_compact(self, db: Database) -> None:
+        """After a write: compact when the file's dead rows passed ``compact_dead_fraction`` (and 1,000)."""
+        conn = db.conn
+        if conn is None or self.compact_dead_fraction >= 1:
+            return
+        layout = _layout(conn)
+        if layout is None or layout.dead < COMPACT_MIN_DEAD:
+            return
+        if layout.dead <= self.compact_dead_fraction * layout.rows(top_rowid(conn)):
+            return
+        try:  # the write has committed: a failed compaction is only logged (the next write tries again)
+            report = self.compact(db, min_dead_fraction=self.compact_dead_fraction)
+        except StoreError as e:
+            log.warning("could not compact the vectors of %s: %s", self.index_dir, e)
+            return
+        log.info("compacted the vectors of %s: %s", self.index_dir, report)
+
+    def check(self, db: Database) -> None:
+        """At a writable open: rewrite a missing or damaged vector file from the BLOBs (e.g. an index from an
+        older zhiku), and delete files a forced rebuild or a killed compaction left behind."""
+        assert db.conn is not None
+        layout = _layout(db.conn)
+        if not self._file_intact(db.conn, layout):
+            with contextlib.suppress(WrongDim):  # the first dense search reports it
+                self.compact(db, min_dead_fraction=1.0)
+            return
+        if layout is not None and not self._codes_intact(db.conn, layout):
+            with db.lock, db.write() as conn:  # an index written before the int8 codes existed
+                layout = _layout(conn)
+                if layout is not None and not self._codes_intact(conn, layout):
+                    rows = layout.rows(top_rowid(conn))
+                    write_codes(
+                        layout,
+                        self.index_dir,
+                        np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim)),
+                    )
+        kept = () if layout is None else layout.files(self.index_dir)
+        if any(p not in kept for p in vector_files(self.index_dir)):
+            with contextlib.suppress(IndexLocked):  # another writer is busy (maybe compacting): the next open cleans up
+                self.compact(db, min_dead_fraction=1.0)
+
+    def _codes_intact(self, conn: sqlite3.Connection, layout: Layout) -> bool:
+        rows = layout.rows(top_rowid(conn))
+        if rows == 0:
+            return True
+        matrix = np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim))
+        return map_codes(self.index_dir, layout, rows, matrix, rows - 1) is not None
+
+    def _file_intact(self, conn: sqlite3.Connection, layout: Layout | None) -> bool:
+        top = top_rowid(conn)
+        if layout is None or not top:
+            return True
+        with contextlib.suppress(OSError, ValueError):
+            return file_matches(conn, self.index_dir, layout, load_ids(self.index_dir, layout), top)
+        return False
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A compaction's copy: the old layout (and its rowids file), the rowids of the live chunks up to ``top``,
+    and the old file mapped (None: it is missing or damaged, so the rows come from the BLOBs)."""
+
+    old: Layout
+    ids: np.ndarray
+    top: int
+    live: np.ndarray
+    source: np.ndarray | None
+
+
+def _snapshot(
+    index_dir: Path, layout: Layout, ids: np.ndarray, live_ids: np.ndarray, version: int, top: int
+) -> VectorSnapshot:
+    """The snapshot of a generation just written (every file row mapped, ``live_ids`` live)."""
+    rows = layout.rows(top)
+    path = layout.path(index_dir)
+    if rows == 0:
+        return VectorSnapshot.empty(layout.dim, version)
+    matrix = np.memmap(path, "<f4", "r", shape=(rows, layout.dim))
+    live = np.zeros(rows, bool)
+    live[rows_of(layout, ids, live_ids)] = True
+    codes = map_codes(index_dir, layout, rows)
+    return VectorSnapshot(layout.dim, version, top, matrix, live, int(live.sum()), path, layout, ids, codes)
+
+
+def _layout(conn: sqlite3.Connection) -> Layout | None:
+    """The current layout, None when the index holds no vectors (no dim)."""
+    dim = stored_dim(conn)
+    return read_layout(conn, dim) if dim else None
 
 
 @functools.cache

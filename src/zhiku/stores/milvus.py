@@ -18,29 +18,336 @@ rows. Two processes writing the *same* document at the same moment are not seria
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from zhiku.errors import IndexMismatch, InvalidInput, StoreError
+from zhiku.cache import Cache
+from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.settings import StoreSettings
 from zhiku.stores import _milvus_schema as ms
-from zhiku.stores._milvus_conn import Unreachable
-from zhiku.stores._milvus_read import MilvusReads
+from zhiku.stores._milvus_conn import Connection, Unreachable
 from zhiku.stores._sqlite_schema import prepare_rows
-from zhiku.types import Chunk, DocRecord, IngestionRecord
+from zhiku.stores._vectors import match_sources
+from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200  # Milvus's usual build parameters, fixed when the index is created
 _MANAGED_META = frozenset({"schema_version", "index_version"})
+MAX_TOPK = 16384  # Milvus's limit on search results
+SEEN_MAX = 50_000  # recent search results whose versions get_chunks remembers
+HNSW_EF = 128  # HNSW candidates at search time, raised to the results asked for: near-exact recall at top-k 100
+log = logging.getLogger(__name__)
 
 
-class MilvusStore(MilvusReads):
+class MilvusStore:
     """The ``Store`` protocol over Milvus. Thread-safe; writes of one process are serialised by a lock.
 
     ``read_only=True`` opens an existing index for searching (a missing one raises ``IndexNotFound``); writes
     then raise ``ReadOnlyIndex``.
     """
+
+    def __init__(self, settings: StoreSettings, *, read_only: bool = False) -> None:
+        self.settings = settings
+        self.read_only = read_only
+        self.chunks_name = settings.collection_prefix + ms.CHUNKS
+        self.catalog_name = settings.collection_prefix + ms.CATALOG
+        self._lock = threading.RLock()
+        self._dim: int | None = None  # of <prefix>chunks, once known to exist
+        self._seen: Cache[int] = Cache(SEEN_MAX)  # chunk_id -> version, of recent search results
+        self._conn: Connection | None = Connection(settings)
+        try:
+            self._open_catalog()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+
+    def __repr__(self) -> str:
+        return f"MilvusStore({self.settings.uri!r}, prefix={self.settings.collection_prefix!r}, read_only={self.read_only})"
+
+    # --- plumbing ------------------------------------------------------------------------------------
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            raise StoreError(f"the Milvus store {self.settings.collection_prefix}* at {self.settings.uri} is closed")
+        return self._conn
+
+    @property
+    def where(self) -> str:
+        return self.conn.where
+
+    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.conn.invoke(what, method, *args, **kwargs)
+
+    def _has(self, name: str) -> bool:
+        return bool(self._call(f"has_collection {name}", "has_collection", name))
+
+    def _open_catalog(self) -> None:
+        if not self._has(self.catalog_name):
+            if self.read_only:
+                raise IndexNotFound(
+                    f"no zhiku index in {self.where}: run `zhiku ingest PATH` (or `zhiku migrate --to milvus`) "
+                    "with these store settings first"
+                )
+            client = self.conn.client
+            if self.conn.create(self.catalog_name, ms.catalog_schema(client), ms.catalog_index(client)):
+                self._upsert_catalog(
+                    [ms.meta_row("schema_version", str(ms.SCHEMA_VERSION)), ms.meta_row("index_version", "0")]
+                )
+        else:
+            self._call("load catalog", "load_collection", self.catalog_name)
+        stored = self._meta_value("schema_version")
+        if stored is not None and stored.isdigit() and int(stored) > ms.SCHEMA_VERSION:
+            raise IndexMismatch(
+                f"{self.where} has zhiku schema version {stored}, newer than this zhiku supports "
+                f"({ms.SCHEMA_VERSION}): upgrade zhiku"
+            )
+        if self._has(self.chunks_name):
+            self._call("load chunks", "load_collection", self.chunks_name)
+            self._dim = self._chunks_dim()
+
+    def _chunks_dim(self) -> int:
+        desc = self._call("describe chunks", "describe_collection", self.chunks_name)
+        return next(int(f["params"]["dim"]) for f in desc["fields"] if f["name"] == "vector")
+
+    def _query(self, name: str, expr: str, fields: list[str], *, what: str = "query") -> list[dict[str, Any]]:
+        return self.conn.query_all(name, expr, fields, what=what)
+
+    def _upsert(self, name: str, rows: list[dict[str, Any]], what: str) -> None:
+        self.conn.upsert(name, rows, what)
+
+    def _upsert_catalog(self, rows: list[dict[str, Any]]) -> None:
+        self._upsert(self.catalog_name, rows, "write catalog")
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyIndex(f"{self.where} was opened read-only (read_only=True); open it for writing to change it")
+
+    # --- catalog reads -------------------------------------------------------------------------------
+    def _catalog(self, what: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Catalog rows by key (one ``query`` call: keys are few, no paging)."""
+        rows: list[dict[str, Any]] = self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields)
+        return rows
+
+    def _meta_value(self, key: str) -> str | None:
+        rows = self._catalog("read metadata", f"key == {ms.lit('meta:' + key)}", ["payload"])
+        return rows[0]["payload"] if rows else None
+
+    def _doc_rows(self, expr: str, fields: list[str] = ms.DOC_FIELDS) -> list[dict[str, Any]]:
+        return self._query(
+            self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents"
+        )
+
+    def _live_versions(self, doc_ids: Iterable[str]) -> dict[str, int]:
+        keys = sorted({f"doc:{d}" for d in doc_ids})
+        if not keys:
+            return {}
+        rows = self._catalog("read documents", f"key in {ms.lits(keys)}", ["doc_id", "version"])
+        return {r["doc_id"]: int(r["version"]) for r in rows}
+
+    def _visible(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rows that belong to their document's live version (others are mid-replace or orphaned)."""
+        live = self._live_versions(r["doc_id"] for r in rows)
+        return [r for r in rows if live.get(r["doc_id"]) == int(r["version"])]
+
+    def _meta_values(self, keys: Sequence[str]) -> dict[str, str]:
+        rows = self._catalog("read metadata", f"key in {ms.lits(['meta:' + k for k in keys])}", ["key", "payload"])
+        return {r["key"][len("meta:") :]: r["payload"] for r in rows}
+
+    def _stored_dim(self, meta_dim: str | None) -> int | None:
+        """The index's vector dimension: meta ``dim`` (blank counts as unset), else that of stored chunks."""
+        value = (meta_dim or "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+        if self._dim is not None and self._doc_rows("chunk_count > 0", ["key"]):
+            return self._dim
+        return None
+
+    def _refresh_dim(self) -> bool:
+        """Another process may have created ``<prefix>chunks`` since this store opened."""
+        if self._has(self.chunks_name):
+            self._call("load chunks", "load_collection", self.chunks_name)
+            self._dim = self._chunks_dim()
+        return self._dim is not None
+
+    # --- searching -----------------------------------------------------------------------------------
+    def _filter_expr(self, filters: Filters) -> str | None:
+        """The Milvus expression for ``filters``: ``""`` for none, ``None`` when nothing can match."""
+        parts = []
+        for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
+            if value is not None:
+                parts.append(f"{column} == {ms.lit(value)}")
+        if filters.source_glob is not None:
+            where = f"collection == {ms.lit(filters.collection)}" if filters.collection is not None else ""
+            sources = match_sources({r["source"] for r in self._doc_rows(where, ["source"])}, filters.source_glob)
+            if not sources:
+                return None
+            parts.append(f"source in {ms.lits(sorted(sources))}")
+        return " and ".join(parts)
+
+    def _search(self, data: Any, field: str, params: dict[str, Any], top_k: int, filters: Filters) -> list[ScoredId]:
+        if top_k < 1 or self._dim is None and not self._refresh_dim():
+            return []
+        expr = self._filter_expr(filters)
+        if expr is None:
+            return []
+        top_k = min(int(top_k), MAX_TOPK)
+        limit = top_k
+        while True:
+            if field == "vector":
+                params = {**params, "params": {"ef": max(HNSW_EF, limit)}}
+            raw = self._call(
+                "search",
+                "search",
+                self.chunks_name,
+                data=[data],
+                anns_field=field,
+                filter=expr,
+                limit=limit,
+                output_fields=["chunk_id", "doc_id", "version"],
+                search_params=params,
+            )[0]
+            rows = [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw]
+            visible = self._visible(rows)
+            if len(visible) >= top_k or len(rows) < limit or limit >= MAX_TOPK:
+                break
+            limit = min(MAX_TOPK, 2 * limit + len(rows) - len(visible))
+        visible.sort(key=lambda r: (-r["score"], r["chunk_id"]))
+        self._remember(visible[:top_k])
+        return [ScoredId(r["chunk_id"], r["score"], rank) for rank, r in enumerate(visible[:top_k], 1)]
+
+    def warm(self) -> None:
+        """Milvus loads the collections when the store opens; this only notices one created since."""
+        try:
+            if self._dim is None:
+                self._refresh_dim()
+        except StoreError as e:  # the first query reports it, with its error code
+            log.warning("could not reach %s: %s", self.where, e)
+
+    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+        if isinstance(terms, str):
+            raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
+        unique = [t for t in dict.fromkeys(terms) if any(ch.isalnum() for ch in t)]
+        if not unique:
+            return []
+        return self._search(" ".join(unique), "sparse", {"metric_type": "BM25"}, top_k, filters)
+
+    def _query_vector(self, vector: np.ndarray) -> np.ndarray | None:
+        """The query as float32, checked against the stored dim; None when the store holds no vectors yet."""
+        query = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if not np.isfinite(query).all():
+            raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+        if self._dim is None and not self._refresh_dim():
+            return None
+        if query.size != self._dim:
+            raise IndexMismatch(
+                f"{self.where} holds {self._dim}-dimensional vectors but got {query.size}: the embedder "
+                "changed; rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
+            )
+        return query
+
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+        query = self._query_vector(vector)
+        if query is None:
+            return []
+        return self._search(query.tolist(), "vector", {"metric_type": "COSINE"}, top_k, filters)
+
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        """A search restricted to ``chunk_ids`` (rows of replaced versions too: the limit leaves room for them)."""
+        ids = list(dict.fromkeys(chunk_ids))
+        query = self._query_vector(vector)
+        if query is None or not ids:
+            return {}
+        limit = min(MAX_TOPK, 2 * len(ids))
+        raw = self._call(
+            "search",
+            "search",
+            self.chunks_name,
+            data=[query.tolist()],
+            anns_field="vector",
+            filter=f"chunk_id in {ms.lits(ids)}",
+            limit=limit,
+            output_fields=["chunk_id", "doc_id", "version"],
+            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
+        )[0]
+        rows = self._visible([{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw])
+        return {r["chunk_id"]: r["score"] for r in rows}
+
+    def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
+        """By primary key (``<chunk_id>@<version>``) for chunks this store just found in a search, by ``chunk_id``
+        for the rest (and for any whose version changed since)."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids or self._dim is None and not self._refresh_dim():
+            return []
+        keys = [f"{i}@{v}" for i in ids if (v := self._seen.get(i)) is not None]
+        found = self._fetch_chunks(f"row_id in {ms.lits(keys)}") if keys else {}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            found.update(self._fetch_chunks(f"chunk_id in {ms.lits(missing)}"))
+        return [found[i] for i in chunk_ids if i in found]
+
+    def _fetch_chunks(self, expr: str) -> dict[str, Chunk]:
+        rows = self._visible(self._query(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks"))
+        return {r["chunk_id"]: ms.chunk_from_row(r) for r in rows}
+
+    def _remember(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Keep the versions of chunks just found, so that ``get_chunks`` can fetch them by primary key."""
+        for r in rows:
+            self._seen.put(r["chunk_id"], int(r["version"]))
+
+    def get_document(self, doc_id: str) -> DocRecord | None:
+        rows = self._catalog("read documents", f"key == {ms.lit('doc:' + doc_id)}", ["payload"])
+        return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
+
+    def find_document(self, collection: str, source: str) -> DocRecord | None:
+        rows = self._doc_rows(f"collection == {ms.lit(collection)} and source == {ms.lit(source)}", ["payload"])
+        return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
+
+    def list_documents(self, collection: str | None = None) -> list[DocRecord]:
+        rows = self._doc_rows(f"collection == {ms.lit(collection)}" if collection is not None else "", ["payload"])
+        docs = [ms.from_json(DocRecord, r["payload"]) for r in rows]
+        return sorted(docs, key=lambda d: (d.collection, d.source))
+
+    def document_chunks(self, doc_id: str) -> list[Chunk]:
+        live = self._live_versions([doc_id])
+        if not live or self._dim is None and not self._refresh_dim():
+            return []
+        rows = self._query(
+            self.chunks_name,
+            f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}",
+            ms.CHUNK_FIELDS,
+            what="read chunks",
+        )
+        return sorted((ms.chunk_from_row(r) for r in rows), key=lambda c: c.ordinal)
+
+    def collections(self) -> list[CollectionStats]:
+        totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r in self._doc_rows("", ["collection", "chunk_count", "chars"]):
+            t = totals[r["collection"]]
+            t[0] += 1
+            t[1] += int(r["chunk_count"])
+            t[2] += int(r["chars"])
+        return [CollectionStats(name, *t) for name, t in sorted(totals.items())]
+
+    def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
+        keys = self._query(self.catalog_name, 'kind == "hist"', ["key", "at"], what="read history")
+        newest = [r["key"] for r in sorted(keys, key=lambda r: (r["at"], r["key"]), reverse=True)[: max(int(limit), 0)]]
+        if not newest:
+            return []
+        rows = self._query(self.catalog_name, f"key in {ms.lits(newest)}", ["key", "payload"], what="read history")
+        by_key = {r["key"]: ms.from_json(IngestionRecord, r["payload"]) for r in rows}
+        return [by_key[k] for k in newest if k in by_key]
 
     def __enter__(self) -> MilvusStore:
         return self
@@ -169,6 +476,7 @@ class MilvusStore(MilvusReads):
             self._check_writable()
             self._upsert_catalog([ms.history_row(f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", record)])
 
+    # --- metadata ------------------------------------------------------------------------------------
     def get_meta(self) -> dict[str, str]:
         rows = self._query(self.catalog_name, 'kind == "meta"', ["key", "payload"], what="read metadata")
         return dict(sorted((r["key"][len("meta:") :], r["payload"]) for r in rows))

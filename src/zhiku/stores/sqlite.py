@@ -1,10 +1,17 @@
-"""``SQLiteStore``: the embedded default backend, one SQLite file per index plus its vector file.
+"""``SQLiteStore``: the embedded default backend, one SQLite file per index plus its vector and BM25 files.
 
-``INDEX_DIR/zhiku.db`` (WAL, ``synchronous=NORMAL``) holds documents, chunks with their float32 vectors and
-pre-segmented index tokens, the ingestion history and metadata. Dense search is served from the memory-mapped
-vector files beside it (``_vectors``, ``_vector_files``; compacted when enough of their rows are dead,
-``_sqlite_compact``), BM25 from postings segments in ``bm25/`` (``_bm25``), both kept in step with every commit.
-Reads run on pooled connections, side by side; writes go one at a time through one connection.
+The store is composed of parts, each with its own small interface:
+
+- ``Database`` (``_sqlite_conn``): ``zhiku.db`` (WAL, ``synchronous=NORMAL``), one write transaction at a time,
+  pooled read connections side by side, searches pinned to one index version;
+- ``Catalogue`` (``_sqlite_read``): documents, chunks, history and metadata, and a document's rows;
+- ``BM25Index`` (``_bm25``): postings segments in ``bm25/``, scored in memory;
+- ``VectorIndex`` (``_vectors``): the memory-mapped vector files (float32 rows and their int8 codes), compacted
+  when enough of their rows are dead;
+- ``ChunkIds`` and ``FilterMasks``: what a rowid means (its chunk id, which filters it passes), kept between
+  searches since it never changes.
+
+The store writes a document through all of them in one transaction and turns the parts' rankings into hits.
 Every ``sqlite3`` error becomes a ``StoreError``.
 """
 
@@ -13,33 +20,45 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import astuple
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from zhiku.errors import ConfigError, IndexMismatch, IndexNotFound, InvalidInput, StoreError
 from zhiku.numeric import l2_normalise
-from zhiku.stores._bm25 import MAX_DF, BM25Index
+from zhiku.stores._bm25 import MAX_DF, BM25Index, BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
-from zhiku.stores._sqlite_compact import COMPACT_DEAD_FRACTION, CompactionReport, SQLiteCompaction
-from zhiku.stores._sqlite_conn import Database, stored_dim, translate, version_of
+from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, translate, version_of
 from zhiku.stores._sqlite_read import Catalogue
 from zhiku.stores._sqlite_schema import DB_NAME, HISTORY_COLS, SCHEMA_VERSION, prepare_rows
-from zhiku.stores._sqlite_search import SQLiteSearch, query_terms
-from zhiku.stores._vector_files import LAYOUT_KEY, layout_for_write, note_dead, top_rowid, write_rows
-from zhiku.stores._vectors import VectorSnapshot, numkong
-from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
+from zhiku.stores._vector_files import LAYOUT_KEY, note_dead
+from zhiku.stores._vectors import (
+    COMPACT_DEAD_FRACTION,
+    CompactionReport,
+    VectorIndex,
+    VectorSnapshot,
+    dot_rows,
+    numkong,
+)
+from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, Ranking, ScoredId
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(SQLiteCompaction, SQLiteSearch):
+def query_terms(terms: Sequence[str]) -> list[str]:
+    """The distinct non-blank ``terms``, in order (a BM25 query scores each once)."""
+    if isinstance(terms, str):
+        raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
+    return list(dict.fromkeys(t for t in terms if t.strip()))
+
+
+class SQLiteStore:
     """The ``Store`` protocol over one SQLite file (``index_dir/zhiku.db``). Thread-safe: reads run concurrently
     on pooled connections, writes one at a time.
 
@@ -47,10 +66,10 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
     then raise ``ReadOnlyIndex``. A writer waits ``busy_timeout_s`` for another writer, then raises ``IndexLocked``.
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
-    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code (numkong) and
-    scores the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000 rows when
-    numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's rows deleted (and at least
-    1,000) compacts it (``compact``); ``compact_dead_fraction=1`` leaves that to ``compact()``.
+    ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code (numkong)
+    and scores the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000
+    rows when numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's
+    rows deleted (and at least 1,000) compacts it; ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
 
     def __init__(
@@ -70,21 +89,17 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 "store.dense_search is int8 but numkong is not installed: "
                 "pip install 'zhiku[scale]', or set store.dense_search to auto"
             )
-        self.dense_mode = dense_search
         self.index_dir = Path(index_dir)
-        self.compact_dead_fraction = compact_dead_fraction
-        self.path = self.index_dir / DB_NAME
         self.read_only = read_only
-        self._vec_lock = threading.Lock()  # replacing the vector snapshot
-        self._snap: VectorSnapshot | None = None
         self.bm25 = BM25Index(self.index_dir, bm25_max_df)
+        self.vectors = VectorIndex(self.index_dir, dense_search, compact_dead_fraction)
         self._ids = ChunkIds()  # chunk ids by rowid, for the searches
         self._masks = FilterMasks()  # rows passing each filter searched with
         self.db = Database(self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
         self.catalogue = Catalogue(self.db)
         try:
             if not read_only:
-                self._check_vector_file()
+                self.vectors.check(self.db)
                 self.bm25.save(self.db, verify=True)
         except sqlite3.Error as e:
             self.close()
@@ -170,23 +185,16 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                     )
                 old_version = version_of(conn)
                 removed = self._delete_rows(conn, doc.doc_id, old_version + 1)
-                base = top_rowid(conn) + 1  # rowids are never reused: see _vectors
+                base = top_rowid(conn) + 1  # rowids are never reused: see _vector_files
                 self.catalogue.insert(conn, doc, sum(len(c.text) for c in chunks), rows, base)
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
-                    self._write_vectors(conn, dim, base, unit)  # before COMMIT, past every committed rowid
+                    self.vectors.write(conn, dim, base, unit)  # before COMMIT, past every committed rowid
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
             added = np.arange(base, base + len(rows), dtype=np.int64)
-            self._after_commit(old_version, dim if rows else None, added, removed)
+            self.vectors.committed(old_version, dim if rows else None, added, removed)
             self.bm25.written(self.db, len(rows))
-            self._maybe_compact()
-
-    def _delete_rows(self, conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
-        """Delete a document's rows, recording its chunks' rowids as tombstones of ``version``; returns them."""
-        rowids = self.catalogue.delete(conn, doc_id)
-        note_dead(conn, stored_dim(conn), rowids.size)
-        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
-        return rowids
+            self.vectors.maybe_compact(self.db)
 
     def delete_document(self, doc_id: str) -> bool:
         with self.db.lock:
@@ -196,9 +204,17 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 old_version = version_of(conn)
                 removed = self._delete_rows(conn, doc_id, old_version + 1)
                 conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(old_version + 1),))
-            self._after_commit(old_version, None, np.empty(0, np.int64), removed)
-            self._maybe_compact()
+            self.vectors.committed(old_version, None, np.empty(0, np.int64), removed)
+            self.vectors.maybe_compact(self.db)
         return True
+
+    @staticmethod
+    def _delete_rows(conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
+        """Delete a document's rows, recording its chunks' rowids as tombstones of ``version``; returns them."""
+        rowids = Catalogue.delete(conn, doc_id)
+        note_dead(conn, stored_dim(conn), rowids.size)  # (before the tombstones: an old layout counts them)
+        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
+        return rowids
 
     def record_ingestion(self, record: IngestionRecord) -> None:
         with self.db.write() as conn:
@@ -206,28 +222,10 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
                 f"INSERT INTO ingestion_history ({HISTORY_COLS}) VALUES ({', '.join('?' * 8)})", astuple(record)
             )
 
-    def _write_vectors(self, conn: sqlite3.Connection, dim: int, first_rowid: int, unit: np.ndarray) -> None:
-        layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
-        try:
-            write_rows(layout, self.index_dir, layout.first_row(first_rowid), unit)
-        except OSError as e:
-            raise StoreError(
-                f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
-            ) from e
+    def compact(self, *, min_dead_fraction: float = 0.0) -> CompactionReport:
+        """Reclaim the vector-file rows of deleted chunks now (``VectorIndex.compact``)."""
+        return self.vectors.compact(self.db, min_dead_fraction=min_dead_fraction)
 
-    def _after_commit(self, old_version: int, dim: int | None, added: np.ndarray, removed: np.ndarray) -> None:
-        """Move the vector snapshot to the committed version if it was current (else the next search catches up)."""
-        with self._vec_lock:
-            snap = self._snap
-            if snap is None or snap.version != old_version or snap.path is None:
-                return
-            if dim is not None and dim != snap.dim or added.size and int(added[0]) <= snap.layout.base:
-                self._snap = None
-                return
-            top = max(snap.top, int(added.max()) if added.size else 0)
-            self._snap = snap.changed(old_version + 1, top, None, added, removed)
-
-    # --- metadata ----------------------------------------------------------------------------------
     def set_meta(self, values: dict[str, str]) -> None:
         for key, value in values.items():
             if not isinstance(key, str) or not isinstance(value, str):
@@ -237,16 +235,165 @@ class SQLiteStore(SQLiteCompaction, SQLiteSearch):
         with self.db.lock:
             with self.db.write() as conn:
                 conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
-            with self._vec_lock:
-                if self._snap is not None and values.get("dim", str(self._snap.dim)) != str(self._snap.dim):
-                    self._snap = None  # reloaded, with the new dim, on the next dense search
+            snap = self.vectors.snap
+            if snap is not None and values.get("dim", str(snap.dim)) != str(snap.dim):
+                self.vectors.snap = None  # reloaded, with the new dim, on the next dense search
 
     def close(self) -> None:
         db = getattr(self, "db", None)
         if db is not None:
             db.close()
-        self._snap = None
+        self.vectors.snap = None
         self.bm25.snap = None
+
+    # --- searching ---------------------------------------------------------------------------------
+    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
+        unique = query_terms(terms)
+        if not unique or top_k < 1:
+            return []
+        with self.db.read() as conn:
+            snap = self._bm25_at(conn)
+            mask = self._masks.mask(conn, snap.top, filters)
+            if mask is not None and not mask.any():
+                return []
+            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask)
+            return self._ranked(rowids, scores, conn, snap.top, int(top_k))
+
+    def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
+        query = _query_vector(vector)
+        with self.db.read() as conn:
+            snap = self._vectors_at(conn)
+            _check_dim(snap, query)
+            mask = self._masks.mask(conn, snap.top, filters)
+            allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
+            # no lock held: searches run side by side
+            rowids, scores = snap.search(query, int(top_k), allowed, screen=self.vectors.screens(snap))
+            if rowids.size == 0:
+                return []
+            return self._ranked(rowids, scores, conn, snap.top, int(top_k))
+
+    def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
+        query = _query_vector(vector)
+        found = self._rows_to_score([query], chunk_ids)
+        if found is None:
+            return {}
+        snap, at, kept = found
+        return dict(zip(kept, _cosines(snap.gather(at), query).tolist(), strict=True))
+
+    def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
+        """``BestCosines``: the chunks' rows looked up and read once for every vector."""
+        queries = [_query_vector(v) for v in vectors]
+        found = self._rows_to_score(queries, chunk_ids)
+        if found is None:
+            return {}
+        snap, at, kept = found
+        rows = snap.gather(at)
+        best = np.maximum.reduce([_cosines(rows, query) for query in queries])  # as dense_scores
+        return dict(zip(kept, best.tolist(), strict=True))
+
+    def warm(self) -> None:
+        """Map the vectors, load the BM25 segments and the chunk ids now (and ask the OS to read the files ahead),
+        so the first search is not the slow one. A broken index is only logged: the first query reports it."""
+        try:
+            with self.db.read() as conn:
+                snap = self._vectors_at(conn)
+                snap.prefetch(codes_only=self.vectors.screens(snap) and snap.codes is not None)
+                bm25 = self._bm25_at(conn)
+                bm25.prefetch()
+                self._ids.names(conn, [], bm25.top, whole=True)  # reads them all, up to chunk_ids.TABLE_MAX rows
+        except StoreError as e:
+            log.warning("could not load the index %s: %s", self.index_dir, e)
+
+    def _bm25_at(self, conn: sqlite3.Connection) -> BM25Snapshot:
+        snap = self.bm25.current(conn, self.db.version(conn), self._forget_rows)
+        self.db.moved_to(snap.version)  # a pin follows the snapshot
+        return snap
+
+    def _vectors_at(self, conn: sqlite3.Connection) -> VectorSnapshot:
+        snap = self.vectors.current(conn, self.db.version(conn), self._forget_rows)
+        self.db.moved_to(snap.version)
+        return snap
+
+    def _forget_rows(self) -> None:
+        """Drop what the searches keep about rowids (``ChunkIds``, ``FilterMasks``: true for the life of an index)
+        when the index went back to an older version: another index now, whose rowids are other chunks. The
+        decoded chunks too (``ChunkCache``): kept by version, they would never be replaced (an older version's rows
+        are not added) and would be served again once this index's version reaches theirs."""
+        self._ids.clear()
+        self._masks.clear()
+        self.catalogue.cache.clear()
+
+    def _rows_to_score(
+        self, queries: list[np.ndarray], chunk_ids: Sequence[str]
+    ) -> tuple[VectorSnapshot, np.ndarray, list[str]] | None:
+        """The snapshot, the file rows of the live chunks among ``chunk_ids`` (in file order) and their ids, after
+        checking every query's dimension; None when there is nothing to score. Rowids remembered from earlier
+        searches are used when they are live (``ChunkIds``), the rest read from SQLite."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids or not queries:
+            return None
+        with self.db.read() as conn:
+            snap = self._vectors_at(conn)
+            for query in queries:
+                _check_dim(snap, query)
+            rowids = np.array([-1 if r is None else r for r in self._ids.rows_hint(ids)], dtype=np.int64)
+            at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
+            at[rowids < 1] = -1
+            ok = at >= 0
+            ok[ok] = snap.live[at[ok]]
+            if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
+                stale = [c for c, good in zip(ids, ok.tolist(), strict=True) if not good]
+                now = self._ids.rows_now(conn, stale)
+                redo = np.flatnonzero(~ok)
+                rowids[redo] = [now.get(c, -1) for c in stale]
+                at[redo] = snap.rows_of(rowids[redo])
+                at[redo[rowids[redo] < 1]] = -1
+                ok = at >= 0
+                ok[ok] = snap.live[at[ok]]
+        order = np.flatnonzero(ok)
+        order = order[np.argsort(at[order], kind="stable")]
+        return (snap, at[order], [ids[i] for i in order.tolist()]) if order.size else None
+
+    def _ranked(
+        self, rowids: np.ndarray, scores: np.ndarray, conn: sqlite3.Connection, top: int, top_k: int
+    ) -> Ranking:
+        """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are
+        no chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
+        order = np.argsort(-scores, kind="stable")
+        ranked = scores[order]
+        rows = rowids[order].tolist()
+        names = self._ids.names(conn, rows, top)
+        tied = ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any())
+        if not tied and None not in names:  # (the common case: no ties to order by id, every row a chunk)
+            names_, rows_, scores_ = cast(list[str], names[:top_k]), rows[:top_k], ranked[:top_k].tolist()
+        else:
+            hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
+            if tied:  # ties: by chunk id
+                hits.sort()
+            hits = hits[:top_k]
+            names_, rows_, scores_ = [c for _, c, _ in hits], [r for _, _, r in hits], [-s for s, _, _ in hits]
+        self._ids.seen(names_, rows_)
+        return Ranking(names_, scores_, rows_)
+
+
+def _query_vector(vector: np.ndarray) -> np.ndarray:
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if not np.isfinite(query).all():
+        raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
+    return query
+
+
+def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
+    if snap.dim and query.size != snap.dim:
+        raise IndexMismatch(
+            f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
+            "rebuild with `zhiku ingest PATH --force` into a new --index"
+        )
+
+
+def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Each row's cosine with ``query`` (the rows are unit vectors)."""
+    return dot_rows(rows, l2_normalise(query.reshape(1, -1))[0])
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.base import Loader
 from zhiku.ingest.loaders.docx import DocxLoader
-from zhiku.ingest.loaders.encoding import decode_text, sniff
+from zhiku.ingest.loaders.encoding import decode_text
 from zhiku.ingest.loaders.html import HtmlLoader
 from zhiku.ingest.loaders.markdown import MarkdownLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
@@ -42,7 +42,6 @@ __all__ = [
     "load_document",
     "loader_for",
     "plugin_loaders",
-    "sniff",
     "supported_suffixes",
 ]
 
@@ -86,8 +85,8 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
 
 
 def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Loader, ...]:
-    """Two plugins claiming one suffix are both refused, each naming the other: which one reads those files cannot
-    be told (the first by name silently won)."""
+    """Two plugins claiming one suffix are both refused, each naming the other: which one should read those files
+    cannot be told, and taking the first by name would be a silent guess."""
     from zhiku.plugins import report_problem
 
     claims: dict[str, list[PluginInfo]] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
-from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
+from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
 from zhiku.ingest.loaders.markup import IMAGE_MIN_PX, encode_image, markdown_table, probe_image, source_image
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.settings import LoaderSettings
@@ -40,16 +40,11 @@ def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
     """Refuse an empty file, one that is not a ZIP container (an Office Open XML file), or one that unpacks to
     more than ``max_unpacked`` bytes (its XML parts to more than ``MAX_XML_BYTES``: a zip bomb), with the reason.
     Sizes are the ones the archive declares; Python's ``zipfile`` never reads a member past its declared size."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-    except OSError as e:
-        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    head = read_head(path)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
-    kind = sniff_bytes(head)
-    if kind != "zip/office":
-        raise LoaderError(f"content is {describe_kind(kind)}, not {what}: the file name's suffix is wrong ({path})")
+    if sniff_bytes(head) != "zip/office":
+        raise wrong_suffix(head, what, path)
     try:
         with zipfile.ZipFile(path) as z:
             members = z.infolist()

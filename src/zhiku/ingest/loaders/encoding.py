@@ -102,14 +102,19 @@ def describe_kind(kind: str | None) -> str:
     return _KIND_NAMES.get(kind or "", "HTML" if kind == "html" else "text or an unknown format")
 
 
-def sniff(path: Path) -> str | None:
-    """The kind of content of the file at ``path`` by its magic bytes (see :func:`sniff_bytes`)."""
+def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
+    """The first ``n`` bytes of ``path`` (all of them for None); ``LoaderError`` when it cannot be read."""
     try:
         with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
+            return f.read() if n is None else f.read(n)
     except OSError as e:
         raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
-    return sniff_bytes(head)
+
+
+def wrong_suffix(head: bytes, what: str, path: Path) -> LoaderError:
+    """The error for a file whose content is not the ``what`` its suffix names (a PDF saved as ``.md``)."""
+    kind = describe_kind(sniff_bytes(head[:SNIFF_BYTES]))
+    return LoaderError(f"content is {kind}, not {what}: the file name's suffix is wrong ({path})")
 
 
 def looks_like_text(text: str) -> bool:
@@ -261,12 +266,8 @@ def read_text_file(path: Path) -> tuple[str, str]:
 
     Returns ``(text, encoding name)``. Raises ``LoaderError`` with the reason and the fix.
     """
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
-    kind = sniff_bytes(data[:SNIFF_BYTES])
-    if kind in _KIND_NAMES:
-        raise LoaderError(f"content is {_KIND_NAMES[kind]}, not text: the file name's suffix is wrong ({path})")
+    data = read_head(path, None)
+    if sniff_bytes(data[:SNIFF_BYTES]) in _KIND_NAMES:
+        raise wrong_suffix(data, "text", path)
     text, encoding = decode_text(data, path)
     return collapse_whitespace(normalize_newlines(text)), encoding

@@ -17,53 +17,23 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from zhiku.errors import LoaderError
-from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, describe_kind, normalize_newlines, sniff_bytes
+from zhiku.ingest.loaders.encoding import (
+    SNIFF_BYTES,
+    decode_text,
+    normalize_newlines,
+    read_head,
+    sniff_bytes,
+    wrong_suffix,
+)
 from zhiku.ingest.loaders.markup import drop_cjk_spaces, markdown_table
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
 _SKIP_TAGS = frozenset(
-    {
-        "script",
-        "style",
-        "noscript",
-        "template",
-        "svg",
-        "nav",
-        "aside",
-        "footer",
-        "form",
-        "button",
-        "select",
-        "iframe",
-        "object",
-        "head",
-        "canvas",
-        "dialog",
-    }
+    "script style noscript template svg nav aside footer form button select iframe object head canvas dialog".split()
 )
 _BLOCK_TAGS = frozenset(
-    {
-        "p",
-        "div",
-        "section",
-        "article",
-        "main",
-        "blockquote",
-        "figure",
-        "figcaption",
-        "dl",
-        "dt",
-        "dd",
-        "address",
-        "header",
-        "ul",
-        "ol",
-        "center",
-        "details",
-        "summary",
-        "hr",
-    }
+    "p div section article main blockquote figure figcaption dl dt dd address header ul ol center details summary hr".split()
 )
 _SKIP_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar"})
 _LANGUAGE_RE = re.compile(r"\b(?:language|lang)-([A-Za-z0-9_+#.-]+)")  # <code class="language-python">
@@ -321,13 +291,9 @@ class HtmlLoader:
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
-        kind = sniff_bytes(data[:SNIFF_BYTES])
-        if kind not in (None, "html"):
-            raise LoaderError(f"content is {describe_kind(kind)}, not HTML: the file name's suffix is wrong ({path})")
+        data = read_head(path, None)
+        if sniff_bytes(data[:SNIFF_BYTES]) not in (None, "html"):
+            raise wrong_suffix(data, "HTML", path)
         title, text = html_markdown(decode_html(data, path))
         if not text.strip():
             raise LoaderError(f"no text in the HTML page's content: {path}")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
-from zhiku.ingest.loaders.encoding import SNIFF_BYTES, describe_kind, sniff_bytes
+from zhiku.ingest.loaders.encoding import read_head, wrong_suffix
 from zhiku.ingest.loaders.markup import (
     CJK_RE,
     IMAGE_MIN_PX,
@@ -101,16 +101,11 @@ def _pdfium() -> Any:
 
 def check_pdf_bytes(path: Path) -> None:
     """Refuse an empty file, or one whose content is not PDF, with the reason."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1024)
-    except OSError as e:
-        raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
+    head = read_head(path, 1024)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
     if b"%PDF-" not in head:
-        kind = sniff_bytes(head[:SNIFF_BYTES])
-        raise LoaderError(f"content is {describe_kind(kind)}, not PDF: the file name's suffix is wrong ({path})")
+        raise wrong_suffix(head, "PDF", path)
 
 
 class PdfLoader:

@@ -167,16 +167,14 @@ class EnrichmentStore:
             ).fetchall()
         return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in rows}
 
-    def label(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``rows`` (with ``chunk_id``) with each chunk's enrichment added (context, title, summary, tags)."""
-        found = self.chunk_enrichments([r["chunk_id"] for r in rows])
-        return [r | enrichment_row(found.get(r["chunk_id"])) for r in rows]
-
     def chunk_labels(self, places: Mapping[str, tuple[str, str, int | None]]) -> dict[str, dict[str, Any]]:
         """Each chunk's source, section and page (``places``, by chunk id) with its enrichment (what a trace labels
         ranked chunks with)."""
-        rows = [{"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} for i, p in places.items()]
-        return {r["chunk_id"]: r for r in self.label(rows)}
+        found = self.chunk_enrichments(list(places))
+        return {
+            i: {"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} | enrichment_row(found.get(i))
+            for i, p in places.items()
+        }
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
         with self._lock:
