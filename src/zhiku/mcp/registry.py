@@ -9,7 +9,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import anyio
@@ -114,25 +114,17 @@ def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
     return None
 
 
+@dataclass
 class Registry:
     """Adds specs to ``server``; ``models`` (tool name → argument model) lets the middleware explain a call the
     SDK rejected; ``current`` gives resources the running state (the SDK passes static ones no Context)."""
 
-    def __init__(
-        self,
-        server: MCPServer,
-        models: dict[str, type[BaseModel]],
-        *,
-        read_only: bool,
-        cache: Cache[Any],
-        current: Callable[[], State | None],
-    ) -> None:
-        self.server = server
-        self.models = models
-        self.read_only = read_only
-        self.cache = cache
-        self.current = current
-        self.origins: dict[str, str] = {}
+    server: MCPServer
+    models: dict[str, type[BaseModel]]
+    read_only: bool
+    cache: Cache[Any]
+    current: Callable[[], State | None]
+    origins: dict[str, str] = field(default_factory=dict)  # tool name -> where it was defined
 
     def add_tool(self, spec: ToolSpec) -> None:
         """Register ``spec``, unless the server is read-only and the tool writes."""
