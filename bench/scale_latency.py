@@ -32,11 +32,21 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SENT = re.compile(r"[^。！？\n]+[。！？]?")
 DIM = 384
 PER_DOC = 100
+
+
+def searching(searcher: Any) -> Callable[..., Any]:
+    """``search(q, top_k=…, mode=…)`` over ``searcher``: one that reads the question into a plan first, or a checkout's
+    from before plans (side-by-side runs of two checkouts use this script)."""
+    if hasattr(searcher, "read"):
+        return lambda q, *, top_k, mode: searcher.search(searcher.read(q, mode), top_k=top_k)
+    return searcher.search
 
 
 def sentences(paths: list[Path]) -> list[str]:
@@ -149,7 +159,8 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
     t = time.perf_counter()
     store = SQLiteStore(index, dense_search=dense_search)
     searcher = Searcher(store, RandomQueryVectors(), tp, RetrievalSettings())  # type: ignore[arg-type]
-    searcher.search(searcher.read(queries[0], "hybrid"), top_k=10)
+    ask = searching(searcher)
+    ask(queries[0], top_k=10, mode="hybrid")
     row: dict[str, float] = {"open_to_first_answer_s": round(time.perf_counter() - t, 3)}
     if dense_search == "hnsw":  # wait for the background build: the latencies below are the HNSW index's
         row["hnsw_build_s"] = wait_for_hnsw(store)
@@ -157,7 +168,7 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
         lat, cpu = [], []
         for q in queries:
             t, c = time.perf_counter(), time.process_time()
-            searcher.search(searcher.read(q, mode), top_k=10)
+            ask(q, top_k=10, mode=mode)
             lat.append((time.perf_counter() - t) * 1000)
             cpu.append((time.process_time() - c) * 1000)  # CPU time: what the query costs, whatever the load
         row[f"{mode}_p50_ms"] = round(percentile(lat, 50), 1)
@@ -177,7 +188,7 @@ def measure(index: Path, queries: list[str], n_docs: int, dense_search: str = "a
         store.write_document(doc, chunks, tokens, vectors)
         updates.append((time.perf_counter() - t) * 1000)
         update_cpu.append((time.process_time() - c) * 1000)
-        searcher.search(searcher.read(queries[n], "dense"), top_k=10)  # the snapshot moves forward with the write
+        ask(queries[n], top_k=10, mode="dense")  # the snapshot moves forward with the write
     row["replace_100_chunk_doc_ms_median"] = round(float(np.median(updates)), 1)
     row["replace_cpu_ms_median"] = round(float(np.median(update_cpu)), 1)
     searcher.close()

@@ -1,7 +1,7 @@
 """Shared fixtures for the MCP tests: a tiny Chinese law index built once per test session, and helpers to
 run real `zhiku serve` processes (stdio and HTTP) against it.
 
-The index holds three short Markdown documents (5 chunks with ``chunking.size: 200``, one article split in two overlapping chunks), embedded with the
+The index holds three short Markdown documents (5 chunks with ``chunking.size_chars: 200``, one article split in two overlapping chunks), embedded with the
 real bundled embedder into a session-local embedding cache.
 """
 
@@ -69,7 +69,7 @@ def _write_config(root: Path, index: Path, inbox: Path, cache: Path) -> Path:
     config.write_text(
         f"index: {index}\ncollection: {COLLECTION}\n"
         f"cache_dir: {cache}\n"
-        "chunking:\n  size: 200\n"
+        "chunking:\n  size_chars: 200\n"
         f"server:\n  ingest_roots: [{inbox}]\n"
         "  structured_passages: true\n",  # the tests read passages from structuredContent (default: compact)
         encoding="utf-8",

@@ -235,11 +235,13 @@ def test_ingest_reports_chunks_longer_than_the_embedder_window(cli, tmp_path: Pa
     folder.mkdir()
     # one 1,200-character paragraph: 655 tokens for multilingual-e5 (window 512), one chunk at size 2000
     (folder / "长文.txt").write_text("劳动者依法享有休息休假的权利，用人单位应当保证。" * 50, encoding="utf-8")
-    env = {"ZHIKU_CHUNKING__SIZE": "2000", "ZHIKU_CHUNKING__OVERLAP": "100"}
+    env = {"ZHIKU_CHUNKING__SIZE_CHARS": "2000"}
     r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx", "--json", env=env)
     assert one_json(r)["chunks_over_window"] == 1
     r = cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx2", env=env)
-    assert "1 chunks are longer than the embedder's window and are embedded diluted: lower chunking.size" in r.stderr
+    assert (
+        "1 chunks are longer than the embedder's window and are embedded diluted: lower chunking.size_chars" in r.stderr
+    )
     assert (
         one_json(cli("ingest", folder, "-c", "long", "--index", tmp_path / "idx3", "--json"))["chunks_over_window"] == 0
     )  # the default size cuts it in pieces that fit

@@ -24,7 +24,7 @@ MODES = ["bm25", "dense", "hybrid"]
 
 
 def milvus_overrides(uri: str, prefix: str) -> dict:
-    return {"store": {"kind": "milvus", "uri": uri, "collection_prefix": prefix, "timeout_s": 60}}
+    return {"store": {"kind": "milvus", "uri": uri, "collection_prefix": prefix}}
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder, pars
 from zhiku.embedding.st import SentenceTransformerEmbedder
 from zhiku.errors import IndexMismatch, InvalidInput, MissingDependency, ModelIntegrityError, NotFound
 from zhiku.modelhub.pinning import HashMemo
+from zhiku.retrieval import rerank as rerank_module
+from zhiku.retrieval import search as search_module
 from zhiku.retrieval.rerank import CrossEncoderReranker, build_reranker, rerank_with_fallback, sigmoid
 from zhiku.settings import EmbeddingSettings, RerankSettings
 from zhiku.types import Chunk, Hit
@@ -193,9 +195,11 @@ def test_cross_encoder_reranker_scores_raw_and_sigmoid(tiny_cross_encoder: Path)
 
 
 def test_cross_encoder_through_the_knowledge_base(
-    kb_factory, corpus: Path, tmp_path: Path, tiny_cross_encoder: Path
+    kb_factory, corpus: Path, tmp_path: Path, tiny_cross_encoder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = RerankSettings(provider="cross-encoder", model=str(tiny_cross_encoder), top_m=3)
+    for module in (rerank_module, search_module):
+        monkeypatch.setattr(module, "TOP_M", 3)  # three fused candidates reranked, the fourth after them
+    settings = RerankSettings(provider="cross-encoder", model=str(tiny_cross_encoder))
     reranker = build_reranker(settings, cache_dir=tmp_path)
     assert isinstance(reranker, CrossEncoderReranker)
     kb = kb_factory(tmp_path / "idx", rerank=settings.model_dump())

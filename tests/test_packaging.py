@@ -95,7 +95,7 @@ def test_init_ingest_query_doctor_and_serve_from_the_wheel(installed: Path, tmp_
     chars = len(json.dumps(structured, ensure_ascii=False, separators=(",", ":")))
     assert len(structured["citations"]) == 5 and len(text) + chars <= 1.3 * len(text), (len(text), chars)
 
-    (project / "zhiku.yaml").write_text("chunking:\n  size: 10\n", encoding="utf-8")
+    (project / "zhiku.yaml").write_text("chunking:\n  size_chars: 10\n", encoding="utf-8")
     broken = run(zhiku, "doctor", cwd=project, check=False)
     assert broken.returncode == 1 and "FAIL  settings invalid settings: chunking.size" in broken.stdout
     assert "fix: fix zhiku.yaml" in broken.stdout

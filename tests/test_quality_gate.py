@@ -98,7 +98,9 @@ def test_meddialog_hybrid_and_bm25_gates_pass_on_one_index(cli, tmp_path: Path) 
         "eval", "--dataset", MEDDIALOG, "--mode", "hybrid", "--index", idx, "--gate", MEDDIALOG_HYBRID_GATE, "--json"
     )
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["indexing"]["chunks"] == 318  # 300 answers; 18 are longer than chunking.size (200)
+    assert (
+        json.loads(r.stdout)["indexing"]["chunks"] == 318
+    )  # 300 answers; 18 are longer than chunking.size_chars (200)
     r = cli("eval", "--dataset", MEDDIALOG, "--mode", "bm25", "--index", idx, "--gate", MEDDIALOG_BM25_GATE, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["indexing"]["chunks_embedded"] == 0
@@ -109,7 +111,7 @@ def test_stard_hybrid_and_bm25_gates_pass_on_one_index(cli, tmp_path: Path) -> N
     r = cli("eval", "--dataset", STARD, "--mode", "hybrid", "--index", idx, "--gate", STARD_HYBRID_GATE, "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    # 400 articles; 73 chunks more because articles longer than chunking.size (200) are cut into pieces
+    # 400 articles; 73 chunks more because articles longer than chunking.size_chars (200) are cut into pieces
     assert (out["queries"], out["indexing"]["documents"], out["indexing"]["chunks"]) == (150, 400, 473)
     assert all(line.endswith(": ok") for line in _gate(r)) and len(_gate(r)) == 4, r.stderr
     r = cli("eval", "--dataset", STARD, "--mode", "bm25", "--index", idx, "--gate", STARD_BM25_GATE, "--json")

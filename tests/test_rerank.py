@@ -22,6 +22,9 @@ from zhiku.mcp.hub import Hub, QueryArgs
 from zhiku.observability.trace import MemorySink
 from zhiku.observability.tracing import Tracer
 from zhiku.openai_http import OpenAICompatibleClient
+from zhiku.retrieval import rerank as rerank_module
+from zhiku.retrieval import rewrite as rewrite_module
+from zhiku.retrieval import search as search_module
 from zhiku.retrieval.rerank import (
     LLMReranker,
     Reranker,
@@ -270,14 +273,23 @@ def test_an_unreachable_endpoint_falls_back() -> None:
 
 
 # ------------------------------------------------------------------------------- the query path
-def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tmp_path: Path) -> None:
+def fewer_candidates(mp: pytest.MonkeyPatch, n: int) -> None:
+    """The reranker scores ``n`` fused candidates instead of ``TOP_M``."""
+    for module in (rerank_module, search_module, rewrite_module):
+        mp.setattr(module, "TOP_M", n)
+
+
+def test_knowledge_base_reranks_traces_and_can_skip(
+    kb_factory, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([corpus])
     plain = kb.retrieve("试用期最长多久", top_k=4)
     assert plain.rerank == "off" and [h.fused_rank for h in plain.hits] == [1, 2, 3, 4]
 
     sink = MemorySink()
-    kb2 = kb_factory(tmp_path / "idx", read_only=True, rerank={"top_m": 3})
+    fewer_candidates(monkeypatch, 3)
+    kb2 = kb_factory(tmp_path / "idx", read_only=True)
     kb2._reranker = REVERSE
     kb2.tracer = Tracer([sink])
     r = kb2.retrieve("试用期最长多久", top_k=4)
@@ -310,7 +322,8 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
     with pytest.raises(InvalidInput, match="no reranker is configured: set rerank.provider"):
         kb.retrieve("试用期", rerank=True)
 
-    capped = kb_factory(tmp_path / "idx", read_only=True, rerank={"top_m": 4})
+    fewer_candidates(monkeypatch, 4)
+    capped = kb_factory(tmp_path / "idx", read_only=True)
     capped._reranker = REVERSE
     assert [h.chunk.chunk_id for h in capped.retrieve("试用期最长多久", top_k=2).hits] == [fused[3], fused[2]]
 
@@ -328,13 +341,14 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
 
 
 def test_llm_reranker_from_settings_through_the_cli_json(
-    cli_env, fake_openai: FakeOpenAI, corpus: Path, tmp_path: Path
+    cli_env, fake_openai: FakeOpenAI, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    fewer_candidates(monkeypatch, 3)
     cli = cli_env
     idx = tmp_path / "idx"
     assert cli("ingest", corpus, "-c", "hr", "--index", idx, "--json").exit_code == 0
     (tmp_path / "zhiku.yaml").write_text(
-        f"rerank: {{provider: llm, model: qwen-test, base_url: '{fake_openai.url}', timeout_s: 2, top_m: 3}}\n",
+        f"rerank: {{provider: llm, model: qwen-test, base_url: '{fake_openai.url}', timeout_s: 2}}\n",
         encoding="utf-8",
     )
     r = cli("query", "试用期最长多久", "-c", "hr", "--index", idx, "--json", "-k", "3")
@@ -441,18 +455,16 @@ def test_rerank_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
         ("MODEL", "qwen2.5-7b-instruct"),
         ("BASE_URL", "http://127.0.0.1:8000/v1"),
         ("TIMEOUT_S", "2.5"),
-        ("TOP_M", "8"),
     ):
         monkeypatch.setenv(f"ZHIKU_RERANK__{key}", value)
     monkeypatch.setenv("ZHIKU_RERANK_API_KEY", "sk-rerank")
     s = load_settings()
     r = s.rerank
-    assert (r.provider, r.model, r.base_url, r.timeout_s, r.top_m) == (
+    assert (r.provider, r.model, r.base_url, r.timeout_s) == (
         "llm",
         "qwen2.5-7b-instruct",
         "http://127.0.0.1:8000/v1",
         2.5,
-        8,
     )
     assert r.api_key is not None and r.api_key.get_secret_value() == "sk-rerank"
     assert "sk-rerank" not in s.model_dump_json() and "api_key" not in json.loads(s.model_dump_json())["rerank"]

@@ -115,9 +115,9 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     everything = yaml.safe_load(uncomment(text))
     assert set(everything) == set(Settings.model_fields)
     assert Settings.model_validate(everything).model_copy(update={"index": root / ".zhiku"}) == settings
-    size = ChunkingSettings.model_fields["size"]
+    size = ChunkingSettings.model_fields["size_chars"]
     first = (size.description or "").split(":")[0]  # the comment may wrap after it
-    assert f"## {first}" in text and f"#   size: {size.default}" in text
+    assert f"## {first}" in text and f"#   size_chars: {size.default}" in text
 
     serve = report["serve"]
     assert serve[1:] == ["serve", "--config", str(root / "zhiku.yaml"), "--index", str(root / ".zhiku")]
@@ -192,6 +192,6 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
     assert checks[-1] == doctor_mod.Check(
         "extras",
         "fail",
-        "scale: missing, and the settings need it (to search 100,000+ chunks faster by int8 screening)",
+        "scale: missing, and the settings need it (to search 10,000+ chunks faster by int8 screening)",
         "pip install 'zhiku[scale]'",
     )

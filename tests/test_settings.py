@@ -34,9 +34,9 @@ def test_defaults():
         5,
         0.88,
     )
-    assert s.chunking.size == 200
+    assert s.chunking.size_chars == 200
     assert s.store.kind == "sqlite"
-    assert len(flat(s.model_dump(mode="json"))) == 60  # what `zhiku config show --json` prints
+    assert len(flat(s.model_dump(mode="json"))) == 59  # what `zhiku config show --json` prints
 
 
 def test_every_endpoint_section_has_the_same_four_keys():
@@ -265,7 +265,7 @@ def test_every_key_of_the_previous_init_loads_with_one_warning_per_moved_or_remo
     (tmp_path / "zhiku.yaml").write_text(uncommented(FIXTURE.read_text(encoding="utf-8")), encoding="utf-8")
     s = load_settings()
     said = _warnings(caplog)
-    assert len(said) == len(set(said)) == len(MOVED) + len(FIXED) == 82
+    assert len(said) == len(set(said)) == len(MOVED) + len(FIXED) == 84
     assert "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)" in said
     assert "zhiku.yaml: embedding.timeout is now embedding.timeout_s (read as that; rename it)" in said
     assert "zhiku.yaml: embedding.cache_dir is now cache_dir (read as that; rename it)" in said
@@ -293,6 +293,14 @@ def test_a_moved_key_keeps_its_value_and_the_new_name_wins(tmp_path, caplog):
         "zhiku.yaml: rerank.timeout is now rerank.timeout_s (read as that; rename it)",
         "zhiku.yaml: llm.timeout is now llm.timeout_s (read as that; rename it)",
         "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)",
+    ]
+
+
+def test_the_hnsw_dense_search_of_an_older_file_becomes_int8_with_one_warning(tmp_path, caplog):
+    (tmp_path / "zhiku.yaml").write_text("store: {dense_search: hnsw}\n", encoding="utf-8")
+    assert load_settings().store.dense_search == "int8"
+    assert _warnings(caplog) == [
+        "zhiku.yaml: store.dense_search hnsw is no longer offered; int8 is used (docs/settings.md)"
     ]
 
 

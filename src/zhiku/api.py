@@ -336,7 +336,7 @@ class KnowledgeBase:
             rewrite=r.rewrite,
             queries=r.queries,
             terms=r.query.terms,
-            candidates=(len(r.bm25), len(r.dense)),
+            candidate_counts=(len(r.bm25), len(r.dense)),
         )
 
     def answer(self, r: Retrieval, *, low_confidence: bool = False, max_chars: int | None = None) -> Answer:

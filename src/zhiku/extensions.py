@@ -20,19 +20,13 @@ TOOL_ATTR = "__zhiku_tool__"
 RESOURCE_ATTR = "__zhiku_resource__"
 PROMPT_ATTR = "__zhiku_prompt__"
 
-_SECTIONS = {
-    "when to use": "when_to_use",
-    "何时使用": "when_to_use",
-    "example": "examples",
-    "examples": "examples",
-    "示例": "examples",
-    "args": "params",
-    "arguments": "params",
-    "parameters": "params",
-    "参数": "params",
-    "errors": "errors",
-    "错误": "errors",
+_HEADERS = {
+    "when_to_use": ("when to use", "何时使用"),
+    "examples": ("example", "examples", "示例"),
+    "params": ("args", "arguments", "parameters", "参数"),
+    "errors": ("errors", "错误"),
 }
+_SECTIONS = {header: part for part, headers in _HEADERS.items() for header in headers}
 _HEADER = re.compile(r"^\s*(" + "|".join(re.escape(k) for k in _SECTIONS) + r")\s*[:：]\s*(.*)$", re.IGNORECASE)
 _PARAM = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*[:：]\s*(.*)$")
 

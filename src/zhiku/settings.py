@@ -61,8 +61,9 @@ class Endpoint(_Section):
     )
     model: str | None = key(
         None,
-        "Model name the endpoint serves (or a Hugging Face id or local folder where the section says so).",
-        "Everyone who picks a model other than the default.",
+        "The model: the name an endpoint serves; for `sentence-transformers` embeddings and a `cross-encoder` "
+        "reranker, a Hugging Face id or a local folder (`./models/bge`).",
+        "Whoever picks a model other than the default.",
     )
     api_key_env: str | None = key(
         None,
@@ -83,11 +84,11 @@ class StoreSettings(_Section):
         "(`pip install 'zhiku[milvus]'`; docs/milvus.md).",
         "A team whose index outgrows one machine or that runs Milvus already.",
     )
-    dense_search: Literal["auto", "exact", "int8", "hnsw"] = key(
+    dense_search: Literal["auto", "exact", "int8"] = key(
         "auto",
         "Embedded store: `exact` scores every chunk's vector; `int8` ranks every chunk by an int8 copy of its vector "
-        "and rescores the best in float32 (4x less memory read); `hnsw`: candidates from an HNSW index, approximate; "
-        "`auto`: `int8` on large indexes where it is faster (`zhiku doctor` says which), else `exact`.",
+        "and rescores the best in float32 (4x less memory read; `pip install 'zhiku[scale]'`); `auto`: `int8` from "
+        "10,000 chunks when numkong is installed, else `exact`.",
         "An operator of a large index (100k+ chunks) trading exactness for speed.",
     )
     uri: str = key(
@@ -130,7 +131,7 @@ class TextSettings(_Section):
 
 
 class ChunkingSettings(_Section):
-    size: int = key(
+    size_chars: int = key(
         200,
         "Target chunk size in characters: whole units (articles, FAQ pairs, paragraphs) are packed up to it.",
         "A corpus of long, connected passages where bigger chunks read better (re-ingest with `--force`).",
@@ -224,13 +225,6 @@ class RerankSettings(Endpoint):
         gt=0,
         le=600,
     )
-    top_m: int = key(
-        20,
-        "Fused candidates the reranker scores; the ones below keep their fused order after them.",
-        "Whoever trades reranking time for recall.",
-        ge=1,
-        le=200,
-    )
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
@@ -289,6 +283,13 @@ class ServerSettings(_Section):
         (),
         "Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`.",
         "Whoever serves under a DNS name or behind a proxy.",
+    )
+    cache_size: int = key(
+        256,
+        "Answers of `query_knowledge_hub` kept for 5 minutes (a write empties the cache); 0 turns the cache off.",
+        "Whoever measures cold answers (`zhiku bench latency`) or serves an index another process writes.",
+        ge=0,
+        le=100_000,
     )
     structured_passages: bool = key(
         False,

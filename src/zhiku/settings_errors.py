@@ -34,6 +34,7 @@ MOVED = {
     "judge.timeout": "judge.timeout_s",
     "server.min_score": "answer.min_score",
     "embedding.cache_dir": "cache_dir",
+    "chunking.size": "chunking.size_chars",
 }
 _CACHES = "caches are on unless `cache_dir: null`"
 # Keys of older files that are no longer settings: what zhiku does instead (the constant beside the code using it)
@@ -83,6 +84,7 @@ FIXED = {
     "retrieval.compiled_core": "removed with the compiled search core",
     "rerank.revision": "the hub's newest files",
     "rerank.top_k": "the query's top_k",
+    "rerank.top_m": "20",
     "rerank.device": "CUDA when torch sees a GPU",
     "rerank.fp16": "half precision on a GPU",
     "rerank.batch_size": "32",
@@ -92,7 +94,6 @@ FIXED = {
     "answer.snippet_chars": "400 characters",
     "server.path": "/mcp",
     "server.max_request_bytes": "1 MiB",
-    "server.cache_size": "256 answers",
     "server.cache_ttl_s": "300 s",
     "server.max_images": "3",
     "tracing.max_bytes": "10 MB",
@@ -152,6 +153,10 @@ def migrate(data: dict[str, Any], origin: str, *, env: bool = False) -> dict[str
     for section in GONE_SECTIONS:
         if section in out and not out[section]:
             del out[section]
+    store = out.get("store")
+    if isinstance(store, dict) and store.get("dense_search") == "hnsw":  # HNSW went: int8 screening is the fast path
+        store["dense_search"] = "int8"
+        log.warning("%s: store.dense_search hnsw is no longer offered; int8 is used (docs/settings.md)", origin)
     return out
 
 

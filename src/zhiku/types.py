@@ -277,7 +277,7 @@ class Answer:
     rewrite: str = "off"  # query rewriting: "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the question
     terms: tuple[str, ...] = ()  # the question's BM25 terms
-    candidates: tuple[int, int] = (0, 0)  # how many passages BM25 and the dense channel found
+    candidate_counts: tuple[int, int] = (0, 0)  # how many passages BM25 and the dense channel found
     snippets: tuple[str, ...] = ()  # within a budget (``KnowledgeBase.query(max_chars=…)``): each citation's text
 
 

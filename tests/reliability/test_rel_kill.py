@@ -25,7 +25,7 @@ from helpers_kb import make_settings
 from zhiku.api import KnowledgeBase
 from zhiku.errors import IndexNotFound
 
-CHUNKING = {"size": 200, "overlap": 20, "min_chars": 20}
+CHUNKING = {"size": 200}
 ARTICLE = "第{n}条 用人单位应当依法建立和完善劳动规章制度，保障劳动者享有劳动权利、履行劳动义务。{extra}"
 OPS = ("ingest", "replace", "delete")
 

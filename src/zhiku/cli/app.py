@@ -135,7 +135,7 @@ def ingest(
         if report.chunks_over_window:
             err.print(
                 f"  {report.chunks_over_window} chunks are longer than the embedder's window and are embedded "
-                "diluted: lower chunking.size",
+                "diluted: lower chunking.size_chars",
                 markup=False,
             )
         for n in report.needs_ocr:
@@ -241,7 +241,7 @@ def query(
     if answer.rewrite.startswith("fallback"):
         err.print(f"rewrite {answer.rewrite} (searched the plain query)", markup=False)
     if verbose and trace is not None:
-        bm25, dense = answer.candidates
+        bm25, dense = answer.candidate_counts
         out.print(f"terms: {' '.join(answer.terms)} · bm25 {bm25} · dense {dense} candidates", markup=False)
         traces_cmds.print_trace(out, trace)
 

@@ -1,10 +1,6 @@
-"""Tables whose ids and paths survive a narrow terminal.
-
-Rich fits a table to the terminal (80 columns, and always 80 when the output is piped) by cutting cells with '…':
-a trace id cut to ``5a85caaaf87869…`` cannot be passed to ``zhiku traces --id``, and every source path of
-``zhiku history`` became ``/tmp/docs/ …``. Ids keep their whole width on one line; paths and messages fold onto
-more lines; other columns shrink as before.
-"""
+"""Tables whose ids and paths survive a narrow terminal: Rich fits a table to the terminal (80 columns when piped)
+by cutting cells with '…', and a cut trace id or path is useless. Ids keep their whole width on one line; paths and
+messages fold onto more lines; other columns shrink as before."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ def data() -> DashboardData:
         d = _data(
             os.environ.get("ZHIKU_DASHBOARD_CONFIG", ""),
             os.environ.get("ZHIKU_INDEX", ""),
-            os.environ.get("ZHIKU_EMBEDDING__CACHE_DIR", ""),
+            os.environ.get("ZHIKU_CACHE_DIR", ""),
         )
     except ZhikuError as e:
         st.error(str(e))

@@ -1,23 +1,10 @@
 """Evaluation sets: BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``: a corpus
 to index, qrels by document id) and YAML sets (queries with the sources, pages and sections they should find, run
-against an existing index).
+against an existing index; the format is in docs/evaluation.md).
 
-A YAML set::
-
-    version: 1
-    description: 劳动法检查集
-    queries:
-      - query: 试用期最长多久
-        category: 试用期
-        expected:                     # any one match is a success ("any-match")
-          - source: 劳动合同法*.md      # fnmatch glob over the ingested source path (default: any source)
-            section: 第二章 劳动合同的订立 > 第十九条   # optional: prefix of the section path, from any level
-            page: 3                   # optional
-            contains: 试用期最长不得超过六个月  # optional: text the returned chunk holds (whitespace ignored)
-        # reason: 第十九条 sets the probation limits
-
-An entry needs ``source`` or ``contains``; the fields it has must all hold. ``contains`` scores retrieval over long
-documents however they are chunked: a chunk counts when its text holds those characters.
+A YAML query's ``expected`` entries are alternatives (any one match is a success); an entry needs ``source`` (a
+glob over the ingested source path) or ``contains`` (text the chunk holds, whitespace ignored: it scores long
+documents however they are chunked), and the fields it has (``page``, ``section`` prefix) must all hold.
 
 Both kinds load into one ``EvalSet``: every query has ``relevant`` targets and a ``label`` function that maps a
 retrieved chunk to a target id, so the same metric functions score both.

@@ -70,7 +70,7 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "hybrid_rerank",
             "hybrid",
-            "hybrid, then the configured reranker over the top rerank.top_m",
+            "hybrid, then the configured reranker over the top 20 fused",
             {"rerank": True},
             unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER,
         ),

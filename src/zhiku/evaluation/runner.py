@@ -241,17 +241,9 @@ def evaluate(
         ranked = by_budget[budget] if budget else list(dict.fromkeys(q.label(h.chunk) for h in r.hits))
         values = score(names, ranked, q.relevant, by_budget)
         first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
+        hits = hit_records(q, r.hits, keep)
         records.append(
-            QueryRecord(
-                q.qid,
-                q.text,
-                q.category,
-                _relevant_text(q),
-                first,
-                values,
-                round(latency, 2),
-                hit_records(q, r.hits, keep),
-            )
+            QueryRecord(q.qid, q.text, q.category, _relevant_text(q), first, values, round(latency, 2), hits)
         )
         cat = by_category.setdefault(q.category, {**dict.fromkeys(names, 0.0), "queries": 0.0})
         cat["queries"] += 1

@@ -54,7 +54,7 @@ MIN_CHARS = 50  # a shorter piece is no passage worth citing alone: it joins its
 
 @dataclass(frozen=True)
 class ChunkShape:
-    """How documents are cut: ``chunking.size`` from the settings, the rest fixed (tests vary them)."""
+    """How documents are cut: ``chunking.size_chars`` from the settings; the rest is fixed."""
 
     size: int = 200
     overlap: int = OVERLAP
@@ -412,7 +412,9 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 def chunking_identity(settings: ChunkingSettings) -> str:
     """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
-    return f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size};overlap={OVERLAP};min_chars={MIN_CHARS};context=1"
+    return (
+        f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size_chars};overlap={OVERLAP};min_chars={MIN_CHARS};context=1"
+    )
 
 
 # -------------------------------------------------------------------------------------------- chunker
@@ -438,7 +440,7 @@ def chunk_document(
     doc: SourceDoc, *, collection: str, doc_id: str, settings: ChunkingSettings | ChunkShape
 ) -> list[Chunk]:
     """Cut ``doc`` into chunks (see the module docstring for the rules)."""
-    shape = ChunkShape(settings.size) if isinstance(settings, ChunkingSettings) else settings
+    shape = ChunkShape(settings.size_chars) if isinstance(settings, ChunkingSettings) else settings
     text = doc.text
     articles = ArticleIndex.of(text)
     pages = sorted(doc.pages, key=lambda p: p.start)

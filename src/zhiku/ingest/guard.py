@@ -1,18 +1,8 @@
-"""What keeps one bad file from costing a batch or the machine: only regular files are opened, their size is
-checked with ``stat`` before a byte is read, names that are not valid UTF-8 get a printable form, and runs of
-whitespace are collapsed before chunking.
-
-- **Regular files only.** A FIFO blocks ``open()`` until a writer comes (forever, in a folder nobody writes to);
-  a character device (``/dev/zero``, also through a symlink named ``z.txt``) never ends; a socket cannot be
-  read. :func:`read_bounded` refuses each by its ``stat`` mode, without opening it.
-- **Bounded reads.** A file over ``loaders.max_file_mb`` fails with its size and the setting to raise, and a
-  file is never read past that bound even if it grows while being read.
-- **Printable names.** POSIX file names are bytes; Python hands the ones that are not UTF-8 over as lone
-  surrogates (``surrogateescape``), which no UTF-8 encoder (SQLite, JSON, the terminal) accepts. GBK names
-  from Windows ZIP archives are the common case, so :func:`printable` decodes the raw bytes as GB18030 when
-  that reads as text, else shows the bad bytes as ``\\xNN``.
-- **Whitespace.** :func:`collapse_whitespace` caps indentation and collapses long runs of blank lines, so a
-  Markdown list nested 1,000 levels deep (1 MB of spaces around ~4k characters) is chunked as its words.
+"""What keeps one bad file from costing a batch or the machine: only regular files are opened (a FIFO blocks
+``open()`` until a writer comes, ``/dev/zero`` never ends), their size is checked with ``stat`` before a byte is
+read and never read past ``loaders.max_file_mb``, names that are not valid UTF-8 (GBK names from Windows ZIP
+archives) get a printable form, and runs of whitespace are collapsed before chunking (a Markdown list nested 1,000
+levels deep is chunked as its words, not its megabyte of spaces).
 """
 
 from __future__ import annotations

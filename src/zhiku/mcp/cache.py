@@ -7,8 +7,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-CACHE_SIZE = 256  # answers kept: agents repeat a question within a task, rarely across hundreds
-
 
 def cache_key(tool: str, args: Mapping[str, Any]) -> str:
     """A stable key: the same arguments in any key order (and ``None`` vs. missing) give the same key."""

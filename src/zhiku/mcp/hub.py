@@ -22,7 +22,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import CACHE_SIZE, cache_key
+from zhiku.mcp.cache import cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
 from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
@@ -84,7 +84,7 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: Cache[QueryResult] = Cache(CACHE_SIZE)
+        self.cache: Cache[QueryResult] = Cache(settings.server.cache_size)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod

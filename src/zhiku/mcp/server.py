@@ -33,7 +33,6 @@ from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text
 from zhiku.mcp.builtin import register_builtins
-from zhiku.mcp.cache import CACHE_SIZE
 from zhiku.mcp.hooks import ERROR_META, Hooks, around
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.models import doc_uri
@@ -88,7 +87,7 @@ def build_server(
         log_level="WARNING",
     )
     current = lambda: running[0] if running else None  # noqa: E731
-    registry = Registry(server, models, read_only=read_only, cache=Cache(CACHE_SIZE), current=current)
+    registry = Registry(server, models, read_only=read_only, cache=Cache(settings.server.cache_size), current=current)
     register_builtins(registry)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))

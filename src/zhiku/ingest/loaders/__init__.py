@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from zhiku.errors import UnsupportedFormat
-from zhiku.ingest.loaders.base import Loader
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.encoding import decode_text
 from zhiku.ingest.loaders.html import HtmlLoader
@@ -44,6 +43,18 @@ __all__ = [
     "plugin_loaders",
     "supported_suffixes",
 ]
+
+
+@runtime_checkable
+class Loader(Protocol):
+    doc_type: str
+    suffixes: tuple[str, ...]  # lower case, with the dot: (".md", ".markdown")
+
+    def load(self, path: Path, source: str) -> SourceDoc:
+        """Read ``path`` into a SourceDoc whose ``source`` is ``source``; ``LoaderError`` with a one-line reason
+        (e.g. "not valid UTF-8/GB18030 text", "empty file")."""
+        ...
+
 
 # The registry: the loaders zhiku uses by default, in order of precedence for a shared suffix.
 LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)

@@ -82,15 +82,7 @@ class EnrichmentStore:
     def put(self, batch: DocumentBatch) -> None:
         """Replace what is stored for ``batch.doc_id`` with the batch's enrichments and document metadata."""
         rows = [
-            (
-                c.chunk_id,
-                batch.doc_id,
-                e.context,
-                e.refined,
-                e.title,
-                e.summary,
-                json.dumps(list(e.tags), ensure_ascii=False),
-            )
+            (c.chunk_id, batch.doc_id, e.context, e.refined, e.title, e.summary, _json(list(e.tags)))
             for c, e in zip(batch.chunks, batch.enrichments, strict=True)
             if not e.is_empty()
         ]
@@ -103,7 +95,7 @@ class EnrichmentStore:
                 db.executemany("INSERT OR REPLACE INTO chunk_enrichment VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 if batch.meta is not None:
                     m = batch.meta
-                    tags = json.dumps(list(m.tags), ensure_ascii=False)
+                    tags = _json(list(m.tags))
                     db.execute(
                         "INSERT INTO doc_meta VALUES (?, ?, ?, ?, ?)", (batch.doc_id, m.title, m.summary, tags, m.kind)
                     )
@@ -128,22 +120,9 @@ class EnrichmentStore:
         db.execute("DELETE FROM doc_meta WHERE doc_id = ?", (doc_id,))
 
     def record_usage(self, record: UsageRecord) -> None:
-        u = record.usage
-        issues = json.dumps([i.__dict__ for i in record.issues], ensure_ascii=False)
-        row = (
-            record.at or time.time(),
-            record.collection,
-            record.source,
-            ",".join(record.transforms),
-            u.calls,
-            u.cached,
-            u.prompt_tokens,
-            u.completion_tokens,
-            u.cost,
-            u.currency,
-            issues,
-            record.setup,
-        )
+        u, issues = record.usage, _json([i.__dict__ for i in record.issues])
+        head = (record.at or time.time(), record.collection, record.source, ",".join(record.transforms))
+        row = (*head, u.calls, u.cached, u.prompt_tokens, u.completion_tokens, u.cost, u.currency, issues, record.setup)
         with self._lock:
             db = self._conn(write=True)
             if db is not None:
@@ -252,6 +231,10 @@ def _add_setup_column(db: sqlite3.Connection) -> None:
     if "setup" not in [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]:
         with db:
             db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def enrichment_row(e: Enrichment | None) -> dict[str, object]:
