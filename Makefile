@@ -102,9 +102,7 @@ bench-tracing: $(STAMP)
 # MCP round trips through a real client, stdio and Streamable HTTP.
 bench-latency: $(DEV_STAMP)
 	test -d $(DEMO_INDEX) || $(MAKE) demo
-	$(ZHIKU) bench latency --transport stdio --calls 100 --index $(DEMO_INDEX)
-	$(ZHIKU) bench latency --transport http --calls 100 --index $(DEMO_INDEX)
-	$(PY) bench/report.py --stamp bench/latest.json latency "make bench-latency"
+	$(BENCH) bench/mcp_latency.py --index $(DEMO_INDEX) --json
 
 bench-report:
 	$(PY) bench/report.py

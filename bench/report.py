@@ -256,7 +256,7 @@ def render(results: Path = RESULTS) -> str:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--stamp"] and len(sys.argv) in (5, 6):  # figures another tool wrote (zhiku bench latency)
+    if sys.argv[1:2] == ["--stamp"] and len(sys.argv) in (5, 6):  # figures another tool wrote
         path, name, command, *measured_at = sys.argv[2:]
         save(name, json.loads(Path(path).read_text(encoding="utf-8")), command, *measured_at)
         return

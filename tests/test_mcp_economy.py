@@ -56,8 +56,8 @@ def test_structured_content_does_not_repeat_the_passages(mcp_index: Fixture) -> 
     assert [c["chunk_id"] for c in s["citations"]] == [c["chunk_id"] for c in full.structured_content["citations"]]
     # the fixture has 5 chunks, two of them pieces of one article (retrieval.whole_articles): 4 hits
     assert len(s["citations"]) == 4 and all(c["chunk_id"] not in text for c in s["citations"])
-    # ids only: a bounded cost per citation whatever the passage length (the 1.3x bar on real-sized passages is
-    # measured by the slow test_packaging.py on the sample documents, and in bench/RESULTS.md)
+    # ids only: a bounded cost per citation whatever the passage length (the slow test_packaging.py checks the
+    # 1.3x bar on real-sized passages)
     assert chars(s) <= 100 + 50 * len(s["citations"]), chars(s)
     assert not any(f["text"][:20] in json.dumps(s, ensure_ascii=False) for f in full.structured_content["citations"])
     f = full.structured_content  # full form: the answer and every passage again

@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mcp_fixtures import COLLECTION, DOCS, Fixture, copy_fixture
-from zhiku.mcp import middleware as middleware_mod
+from zhiku.mcp import server as server_mod
 from zhiku.mcp.hub import Hub
 from zhiku.mcp.server import build_server
 from zhiku.settings import merge
@@ -222,7 +222,7 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
 
 
 def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(middleware_mod, "RESOURCE_PAGE", 2)
+    monkeypatch.setattr(server_mod, "RESOURCE_PAGE", 2)
 
     async def body(c: Client) -> dict[str, Any]:
         out: dict[str, Any] = {"templates": (await c.list_resource_templates()).resource_templates}

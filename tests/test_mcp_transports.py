@@ -17,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, HttpServer, http_request, serve_args, server_env, start_http
+from zhiku.mcp.http_security import MAX_REQUEST_BYTES
 
 TOKEN = "s3cret-token-0123456789"
 CORS = '["https://app.example.com", "vscode-webview://*"]'
@@ -313,7 +314,10 @@ def test_http_security(http_server: HttpServer) -> None:
     assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
     assert post({"Authorization": "Bearer wrong"})[0] == 401
     assert post({"Authorization": TOKEN})[0] == 401  # no scheme
-    # DNS rebinding: a foreign Host is refused by the SDK's check
+    # request size: refused by its Content-Length, before the body is read
+    status, _, body = post({**AUTH, "Content-Length": str(MAX_REQUEST_BYTES + 1)})
+    assert status == 413 and json.loads(body)["error"]["code"] == "REQUEST_TOO_LARGE"
+    # DNS rebinding: a foreign Host is refused
     assert post({**AUTH, "Host": "evil.example:80"})[0] == 421
     # all good: an allowed browser origin with the token initializes, and sees its origin echoed
     status, headers, _ = post({**AUTH, "Origin": "https://app.example.com"})

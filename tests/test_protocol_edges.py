@@ -1,4 +1,4 @@
-"""Protocol edges of issue 12, each answered with the right code: JSON-RPC shapes (``check_message``), NUL bytes
+"""Protocol edges, each answered with the right code: JSON-RPC shapes (``check_message``), NUL bytes
 in tool arguments, a malformed image URI, a GBK-named file through
 ``ingest_documents``; and concurrency helpers (``SingleFlight``, ``SerialEmbedder``)."""
 

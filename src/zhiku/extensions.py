@@ -49,7 +49,6 @@ class ToolSpec:
     exclusive: bool = True  # sync tools run one at a time with searches and writes (the embedder is not thread-safe)
     cache: bool = False  # results cached per (arguments, index version), like query_knowledge_hub's
     origin: str = "script"  # "built-in", "script", or "plugin <distribution>"
-    wrapped: bool = True  # False: a built-in that takes the Context and returns its own CallToolResult
 
     def compose(self) -> str:
         """The description the assistant reads: description, when to use, examples, errors."""

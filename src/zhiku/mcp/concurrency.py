@@ -1,16 +1,8 @@
-"""How the server runs many tool calls at once: reads in parallel, writes one at a time, nobody starved.
-
-- Reads (queries, catalogue, resources) run concurrently in worker threads. The store keeps every write one
-  transaction and patches its in-memory indexes under its own lock, so a reader sees a document before or
-  after a write, never half of it (``Store.write_document``'s contract).
-- Writes (ingest, delete) run one at a time (``server.py``'s write limiter), and never hold up a reader for
-  longer than one store transaction or one small embedding batch: :class:`SerialEmbedder` shares the model
-  between a running ingest and the queries in slices of ``EMBED_SLICE`` texts, so a query's one text waits
-  for at most one slice, not for the whole batch.
-- :class:`SingleFlight`: identical queries that arrive while the first is computed wait for its answer
-  instead of computing it again (after a write changes the index version, every client misses the result
-  cache at once; this keeps that from becoming N identical searches).
-"""
+"""How the server runs many tool calls at once: reads in parallel, writes one at a time (the registry's
+limiter), nobody starved. A reader sees a document before or after a write, never half of it (the store's
+contract); a write holds up a reader for at most one store transaction or one embedding slice
+(:class:`SerialEmbedder`); identical queries arriving together share one search (:class:`SingleFlight`: after
+a write moves the index version every client misses the result cache at once)."""
 
 from __future__ import annotations
 
@@ -28,7 +20,8 @@ EMBED_SLICE = 16  # texts embedded per hold of the model lock (~1-2 s with the b
 
 
 class SerialEmbedder:
-    """An ``Embedder`` whose model is used by one thread at a time, in slices (see the module docstring)."""
+    """An ``Embedder`` whose model is used by one thread at a time: an ingest's texts in slices of
+    ``EMBED_SLICE``, so a query's one text waits for at most one slice, not for the whole batch."""
 
     def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE) -> None:
         self.inner = inner
@@ -43,10 +36,6 @@ class SerialEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
-    @property
-    def computed(self) -> int:
-        return int(getattr(self.inner, "computed", 0))
-
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         parts = []
         for start in range(0, len(texts), self.slice_size):
@@ -55,8 +44,6 @@ class SerialEmbedder:
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """One question at a time with the model (between an ingest's slices). Question vectors are kept by the
-        ``Searcher`` (``zhiku.retrieval.query.QueryVectors``), which every surface shares."""
         with self._lock:
             return self.inner.embed_query(text)
 
@@ -64,7 +51,7 @@ class SerialEmbedder:
         with self._lock:
             return embed_queries(self.inner, texts)
 
-    def __getattr__(self, name: str) -> object:  # warm-up hooks and the like of the wrapped embedder
+    def __getattr__(self, name: str) -> object:  # `computed`, warm-up hooks and the like of the wrapped embedder
         return getattr(self.inner, name)
 
 

@@ -95,7 +95,7 @@ def check_resource(spec: ResourceSpec) -> None:
     check_name("resource", spec.name, spec.origin)
     if not URI.match(spec.uri):
         raise ToolDefinitionError(f"{where}: URI {spec.uri!r} must look like 'scheme://kind/{{id}}'")
-    if spec.uri.startswith("zhiku://") and spec.origin != "built-in":
+    if spec.uri.startswith("zhiku://"):
         raise ToolDefinitionError(f"{where}: the zhiku:// scheme is zhiku's own; use your team's, e.g. 'law://'")
     if not spec.description.strip():
         raise ToolDefinitionError(f"{where}: no description: give it a docstring or resource(description=...)")
@@ -115,8 +115,8 @@ def _field_description(annotation: Any) -> str | None:
     return None
 
 
-def split_parameters(fn: Callable[..., Any], injected: tuple[type, ...]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``({schema parameter: annotation}, {injected parameter: type name})`` of ``fn``, in signature order."""
+def split_parameters(fn: Callable[..., Any], injected: tuple[type, ...]) -> tuple[dict[str, Any], dict[str, type]]:
+    """``({schema parameter: annotation}, {injected parameter: its injected type})`` of ``fn``, in order."""
     try:
         hints = get_type_hints(fn, include_extras=True)
     except Exception as e:
@@ -125,11 +125,11 @@ def split_parameters(fn: Callable[..., Any], injected: tuple[type, ...]) -> tupl
             "module level"
         ) from None
     public: dict[str, Any] = {}
-    inject: dict[str, str] = {}
+    inject: dict[str, type] = {}
     for name, p in inspect.signature(fn).parameters.items():
         hint = hints.get(name, p.annotation)
         bare = getattr(hint, "__origin__", hint) if hasattr(hint, "__metadata__") else hint
-        kind = next((t.__name__ for t in injected if isinstance(bare, type) and issubclass(bare, t)), None)
+        kind = next((t for t in injected if isinstance(bare, type) and issubclass(bare, t)), None)
         if kind:
             inject[name] = kind
         else:

@@ -13,10 +13,11 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 log = logging.getLogger("zhiku.mcp.hooks")
+ERROR_META = "zhiku/error"  # where an error result carries {code, message, retryable}
 
 Hook = Callable[["ToolCall"], Awaitable[None] | None]
 
@@ -42,59 +43,37 @@ class Hooks:
     after_call: Sequence[Hook] = ()
     on_error: Sequence[Hook] = ()
 
-    def __add__(self, other: Hooks) -> Hooks:
-        return Hooks(
-            before_call=(*self.before_call, *other.before_call),
-            after_call=(*self.after_call, *other.after_call),
-            on_error=(*self.on_error, *other.on_error),
-        )
+
+async def around(hooks: Hooks, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call()`` (one ``tools/call``, its result as sent) with ``hooks`` run around it."""
+    event = ToolCall(name=name, arguments=arguments if isinstance(arguments, Mapping) else {})
+    await _fire("before_call", hooks.before_call, event)
+    started = time.perf_counter()
+    try:
+        result = await call()
+    except Exception as e:
+        done = replace(event, duration_s=time.perf_counter() - started, error_code="PROTOCOL_ERROR", error=str(e))
+        await _fire("on_error", hooks.on_error, done)
+        raise
+    body = result if isinstance(result, dict) else {}
+    sent = [body.get("content", []), *([body["structuredContent"]] if body.get("structuredContent") else [])]
+    size = sum(len(json.dumps(part, ensure_ascii=False)) for part in sent)
+    done = replace(event, duration_s=time.perf_counter() - started, result_chars=size)
+    if body.get("isError"):
+        err = (body.get("_meta") or {}).get(ERROR_META) or {}
+        done = replace(done, error_code=err.get("code", "TOOL_ERROR"), error=err.get("message", ""))
+        await _fire("on_error", hooks.on_error, done)
+    else:
+        await _fire("after_call", hooks.after_call, done)
+    return result
 
 
-@dataclass
-class HookRunner:
-    """Runs ``Hooks`` around one ``tools/call`` (the server's middleware calls it)."""
-
-    hooks: Hooks = field(default_factory=Hooks)
-
-    async def around(self, name: str, arguments: Any, call: Callable[[], Awaitable[Any]], error_meta: str) -> Any:
-        args = arguments if isinstance(arguments, Mapping) else {}
-        event = ToolCall(name=name, arguments=args)
-        await self._fire("before_call", self.hooks.before_call, event)
-        started = time.perf_counter()
+async def _fire(kind: str, hooks: Sequence[Hook], event: ToolCall) -> None:
+    for hook in hooks:
         try:
-            result = await call()
-        except Exception as e:
-            done = replace(event, duration_s=time.perf_counter() - started, error_code="PROTOCOL_ERROR", error=str(e))
-            await self._fire("on_error", self.hooks.on_error, done)
-            raise
-        done = replace(event, duration_s=time.perf_counter() - started, result_chars=_size(result))
-        if isinstance(result, dict) and result.get("isError"):
-            err = (result.get("_meta") or {}).get(error_meta) or {}
-            done = replace(done, error_code=err.get("code", "TOOL_ERROR"), error=err.get("message", ""))
-            await self._fire("on_error", self.hooks.on_error, done)
-        else:
-            await self._fire("after_call", self.hooks.after_call, done)
-        return result
-
-    @staticmethod
-    async def _fire(kind: str, hooks: Sequence[Hook], event: ToolCall) -> None:
-        for hook in hooks:
-            try:
-                out = hook(event)
-                if inspect.isawaitable(out):
-                    await out
-            except Exception:
-                log.exception("%s hook %s raised on tool %s; ignored", kind, _name(hook), event.name)
-
-
-def _size(result: Any) -> int:
-    """Characters of the result's content as the client receives it (text blocks and structured content)."""
-    if not isinstance(result, dict):
-        return 0
-    return len(json.dumps(result.get("content", []), ensure_ascii=False)) + len(
-        json.dumps(result.get("structuredContent"), ensure_ascii=False) if result.get("structuredContent") else ""
-    )
-
-
-def _name(hook: Any) -> str:
-    return str(getattr(hook, "__qualname__", None) or repr(hook))
+            out = hook(event)
+            if inspect.isawaitable(out):
+                await out
+        except Exception:
+            name = getattr(hook, "__qualname__", None) or repr(hook)
+            log.exception("%s hook %s raised on tool %s; ignored", kind, name, event.name)

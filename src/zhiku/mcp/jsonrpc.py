@@ -6,13 +6,13 @@ The SDK answers some malformed messages badly: over stdio a line that is not JSO
 not a JSON-RPC object gets ``-32602`` instead of ``-32600``. :func:`check_message` decides what the spec says
 (``-32700`` parse error, ``-32600`` invalid request, ``-32602`` invalid params for the shapes of
 ``tools/call`` and ``resources/read``); :class:`JsonRpcGuard` applies it to HTTP POST bodies and
-:func:`filter_lines` to stdio lines. Everything else goes to the SDK unchanged.
+``transport.serve_stdio`` to stdio lines. Everything else goes to the SDK unchanged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,21 +89,6 @@ def check_message(raw: str | bytes) -> Rejection | None:
     if reply_id is None or ("result" in msg) == ("error" in msg):
         return Rejection(INVALID_REQUEST, "invalid request: no method, and not a response (id plus result or error)")
     return None
-
-
-async def filter_lines(
-    lines: AsyncIterable[str], reject: Callable[[dict[str, Any]], Awaitable[None]]
-) -> AsyncIterator[str]:
-    """The lines of a stdio stream that are well-formed messages; each other non-blank line is answered with
-    ``reject(error response)``."""
-    async for line in lines:
-        if not line.strip():
-            continue
-        rejection = check_message(line)
-        if rejection is None:
-            yield line
-        else:
-            await reject(rejection.response())
 
 
 class JsonRpcGuard:

@@ -1,8 +1,5 @@
-"""Typed inputs and outputs of zhiku's MCP tools, and their Markdown renderings.
-
-These pydantic models are the tools' ``outputSchema`` (structured output); ``to_markdown()`` is the text
-block sent next to it. No MCP SDK import here: the models are plain data, tested without a server.
-"""
+"""Typed inputs and outputs of zhiku's MCP tools: each output model is a tool's ``outputSchema`` (structured
+content), and its ``to_markdown()`` the text block sent with it."""
 
 from __future__ import annotations
 
@@ -152,11 +149,9 @@ class QueryResult(_Out):
         return out
 
     def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
-        """The ``structuredContent``: everything when built ``with_passages(True)``; else the compact form, which
-        carries only what a program needs beside the text block: per citation its ``n`` and ``chunk_id`` (and
-        page, rerank scores, transform fields when set), the confidence and cache flags, and no field the text
-        already says (question, answer, sources, fused scores) or that is at its default (no images, rewrite and
-        rerank off). A client forwarding both blocks pays for each passage once, and ~45 characters a citation."""
+        """The ``structuredContent``: everything when built ``with_passages(True)``; else only what a program needs
+        beside the text block (per citation its ``n`` and ``chunk_id``, and page, rerank scores, transform fields
+        when set; the confidence and cache flags), so a client forwarding both blocks pays for each passage once."""
         if self._passages:
             return self.model_dump(mode=mode)
         compact = self.model_dump(
@@ -169,17 +164,7 @@ class QueryResult(_Out):
         return compact
 
 
-FULL_ONLY = {
-    "doc_id",
-    "score",
-    "source",
-    "section",
-    "text",
-    "truncated",
-    "uri",
-    "fused_rank",
-    "refined",
-}  # citation fields of the full form
+FULL_ONLY = {"doc_id", "score", "source", "section", "text", "truncated", "uri", "fused_rank", "refined"}
 
 
 class CollectionInfo(_Out):
@@ -251,30 +236,22 @@ class DocumentSummary(_Out):
     uri: str = Field(description="Resource URI of the full text (zhiku://doc/{doc_id}).")
 
     def to_markdown(self) -> str:
-        lines = [
-            f"# {self.title}",
-            "",
-            f"- 来源 source: {self.source} ({self.doc_type}, collection {self.collection})",
-            f"- 分块 chunks: {self.chunk_count}" + (f" · 页数 pages: {self.pages}" if self.pages else ""),
-            *(
-                [
-                    f"- 状态 status: needs_ocr — 第 {_pages(self.needs_ocr_pages)} 页无可用文字层 / pages "
-                    f"{_pages(self.needs_ocr_pages)} have no usable text layer (scanned); install zhiku[ocr] and "
-                    "re-ingest"
-                ]
-                if self.needs_ocr_pages
-                else []
-            ),
-            *([f"- OCR: pages {_pages(self.ocr_pages)}"] if self.ocr_pages else []),
-            f"- 入库时间 ingested: {self.ingested_at}",
-            f"- 全文 full text: {self.uri}",
-            *([f"- 摘要 summary ({self.summary_kind}): {self.summary}"] if self.summary else []),
-            *([f"- 关键词 keywords: {'、'.join(self.keywords)}"] if self.keywords else []),
-            "",
-            "## 目录 / Sections",
-            "",
-        ]
-        lines += [f"- {s}" for s in self.sections] or ["- (none)"]
+        lines = [f"# {self.title}", "", f"- 来源 source: {self.source} ({self.doc_type}, collection {self.collection})"]
+        lines.append(f"- 分块 chunks: {self.chunk_count}" + (f" · 页数 pages: {self.pages}" if self.pages else ""))
+        if self.needs_ocr_pages:
+            pages = _pages(self.needs_ocr_pages)
+            lines.append(
+                f"- 状态 status: needs_ocr — 第 {pages} 页无可用文字层 / pages {pages} have no usable text layer "
+                "(scanned); install zhiku[ocr] and re-ingest"
+            )
+        if self.ocr_pages:
+            lines.append(f"- OCR: pages {_pages(self.ocr_pages)}")
+        lines += [f"- 入库时间 ingested: {self.ingested_at}", f"- 全文 full text: {self.uri}"]
+        if self.summary:
+            lines.append(f"- 摘要 summary ({self.summary_kind}): {self.summary}")
+        if self.keywords:
+            lines.append(f"- 关键词 keywords: {'、'.join(self.keywords)}")
+        lines += ["", "## 目录 / Sections", "", *([f"- {s}" for s in self.sections] or ["- (none)"])]
         if self.section_count > len(self.sections):
             lines.append(f"- … {self.section_count - len(self.sections)} more")
         return "\n".join(lines)
@@ -334,36 +311,19 @@ class IngestResult(_Out):
     transforms: TransformsOut | None = Field(None, description="What the LLM transforms did (None: none ran).")
 
     def to_markdown(self) -> str:
-        t = self.transforms
-        enriched = (
-            []
-            if t is None
-            else [
-                "LLM transforms: " + (", ".join(f"{k} {v}" for k, v in t.applied.items()) or "none"),
-                *(f"- kept without a transform: {r}" for r in t.reasons),
-                *(
-                    ["- the endpoint gave no answer for some: ingesting these files again retries them"]
-                    if t.retried
-                    else []
-                ),
-            ]
-        )
-        line = (
+        lines = [
             f"已入库 / Ingested into `{self.collection}`: {len(self.added)} added, {len(self.updated)} updated, "
             f"{len(self.skipped)} unchanged, {len(self.failed)} failed · {self.chunks_written} chunks · "
-            f"{self.seconds:.1f}s"
-        )
-        return "\n".join(
-            [
-                line,
-                *(f"- failed: {f.path}: {f.reason}" for f in self.failed),
-                *(
-                    f"- needs OCR: {n.source}: pages {_pages(n.pages)} have no usable text layer"
-                    for n in self.needs_ocr
-                ),
-                *enriched,
-            ]
-        )
+            f"{self.seconds:.1f}s",
+            *(f"- failed: {f.path}: {f.reason}" for f in self.failed),
+            *(f"- needs OCR: {n.source}: pages {_pages(n.pages)} have no usable text layer" for n in self.needs_ocr),
+        ]
+        if (t := self.transforms) is not None:
+            lines.append("LLM transforms: " + (", ".join(f"{k} {v}" for k, v in t.applied.items()) or "none"))
+            lines += [f"- kept without a transform: {r}" for r in t.reasons]
+            if t.retried:
+                lines.append("- the endpoint gave no answer for some: ingesting these files again retries them")
+        return "\n".join(lines)
 
 
 class DeleteResult(_Out):

@@ -1,8 +1,5 @@
-"""Render the MCP tool reference (docs/mcp-tools.md) from the schemas the server really publishes.
-
-``server.tool_reference()`` collects the SDK's tool, resource-template and prompt listings and calls
-:func:`render`; a test keeps the committed file equal to the output.
-"""
+"""The MCP tool reference (docs/mcp-tools.md), rendered from the listings the server really publishes
+(``server.tool_reference()``); a test keeps the committed file equal to it."""
 
 from __future__ import annotations
 
@@ -10,15 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-_BOUNDS = (
-    ("minLength", "min length"),
-    ("maxLength", "max length"),
-    ("minimum", "≥"),
-    ("maximum", "≤"),
-    ("minItems", "min items"),
-    ("maxItems", "max items"),
-    ("pattern", "pattern"),
-)
+_BOUNDS = {"minLength": "min length", "maxLength": "max length", "minimum": "≥", "maximum": "≤"}
+_BOUNDS |= {"minItems": "min items", "maxItems": "max items", "pattern": "pattern"}
 
 
 def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
@@ -39,9 +29,9 @@ def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
 def _bounds(schema: dict[str, Any]) -> str:
     found = []
     for s in [schema, *schema.get("anyOf", []), schema.get("items", {})]:
-        for key, label in _BOUNDS:
+        for key, label in _BOUNDS.items():
             if key in s:
-                found.append(f"{label} `{s[key]}`" if label != "pattern" else f"pattern `{s[key]}`")
+                found.append(f"{label} `{s[key]}`")
     return ", ".join(dict.fromkeys(found))
 
 

@@ -1,31 +1,30 @@
 """The one path every tool, resource and prompt is registered through (built-in, script and plugin alike):
-conventions checked, the description composed, and a team's plain function adapted to the server: its
-``KnowledgeBase`` and ``Context`` parameters injected, sync code run in a worker thread (one at a time with
-searches and writes unless ``exclusive=False``), errors turned into ``isError`` results with zhiku's codes,
-results cached per index version when ``cache=True``."""
+conventions checked, the description composed, and the function adapted to the server: its ``Hub``,
+``KnowledgeBase`` and ``Context`` parameters injected, sync code run in a worker thread (one at a time with the
+writes unless ``exclusive=False``), errors turned into ``isError`` results carrying a stable code (the traceback
+of an unexpected one goes to the log, never to the client), results cached per index version when ``cache=True``."""
 
 # No `from __future__ import annotations`: the wrappers' signatures are built from real annotation objects.
 import functools
 import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from zhiku.api import KnowledgeBase
 from zhiku.cache import Cache
-from zhiku.errors import NotFound, ZhikuError
+from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
-from zhiku.mcp.agent_errors import agent_message
 from zhiku.mcp.cache import cache_key
-from zhiku.mcp.calls import State, arg_model, error_result, explain_arguments
 from zhiku.mcp.conventions import (
     ToolDefinitionError,
     check_examples,
@@ -34,49 +33,117 @@ from zhiku.mcp.conventions import (
     check_tool,
     split_parameters,
 )
-from zhiku.mcp.text import ToolText
+from zhiku.mcp.hooks import ERROR_META
+from zhiku.mcp.hub import Hub
+from zhiku.mcp.models import ErrorInfo
 
 log = logging.getLogger("zhiku.mcp.server")
-CTX = "mcp_context"  # the wrapper's own Context parameter
-INJECTED = (KnowledgeBase, Context)
-F = TypeVar("F", bound=Callable[..., Any])
+INJECTED = (Hub, KnowledgeBase, Context)
 T = TypeVar("T")
 
+# What the agent reads: a message naming the item and a fix it can take, never a path of the server or a CLI
+# command. The Hub and the ingest roots write such messages (the codes in AGENT_READY); errors from deeper in the
+# library are written for an operator, so the agent gets their code's message below and the log the original.
+TELL_USER = "tell the user; the server log has the details"
+BY_CODE = {
+    "INDEX_MISMATCH": "this knowledge base was built with other models or settings and must be rebuilt by "
+    "whoever runs the server; " + TELL_USER,
+    "INDEX_LOCKED": "the knowledge base is busy with another write; retry in a few seconds",
+    "INDEX_READ_ONLY": "this knowledge base is read-only: it cannot be changed through this server",
+    "INDEX_NOT_FOUND": "this server has no knowledge base to read yet; " + TELL_USER,
+    "STORE_ERROR": "the knowledge base could not be read or written; " + TELL_USER,
+    "EMBEDDING_FAILED": "the embedding model failed on this request; retry once, then " + TELL_USER,
+    "MISSING_DEPENDENCY": "a component this request needs is not installed on the server; " + TELL_USER,
+    "INVALID_CONFIG": "the server's settings do not allow this request; " + TELL_USER,
+    "MODEL_INTEGRITY": "a model file of the server failed its integrity check; " + TELL_USER,
+    "INGEST_FAILED": "the documents could not be ingested; " + TELL_USER,
+}
+AGENT_READY = {"INVALID_INPUT", "NOT_FOUND", "PATH_NOT_ALLOWED"}
 
+
+def agent_message(e: ZhikuError) -> str:
+    """What the agent reads for ``e``; an operator message is logged and replaced by its code's message."""
+    if e.code in AGENT_READY:
+        return str(e)
+    log.warning("%s: %s", e.code, e)
+    return BY_CODE.get(e.code, "the request failed on the server; " + TELL_USER)
+
+
+@dataclass
+class State:
+    """What the lifespan holds: the open hub and the limiter that runs writes one at a time."""
+
+    hub: Hub
+    limiter: anyio.CapacityLimiter
+
+
+def error_result(code: str, message: str, retryable: bool = False) -> CallToolResult:
+    """An ``isError`` result: the error as text and in ``_meta["zhiku/error"]``. No ``structuredContent``:
+    clients (the TypeScript SDK, hence the Inspector) validate it against the tool's output schema even on
+    errors."""
+    err = ErrorInfo(code=code, message=message, retryable=retryable)
+    return CallToolResult(
+        content=[TextContent(type="text", text=err.to_markdown())],
+        is_error=True,
+        _meta={ERROR_META: err.model_dump(mode="json")},
+    )
+
+
+def ok_result(model: Any, images: Any = ()) -> CallToolResult:
+    """The model as Markdown and structured content, then ``images`` (``(mime_type, base64)``) as image content."""
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text=model.to_markdown()),
+            *(ImageContent(type="image", data=data, mime_type=mime) for mime, data in images),
+        ],
+        structured_content=getattr(model, "structured", model.model_dump)(mode="json"),
+    )
+
+
+def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
+    """What is wrong with ``arguments``, one clause per field; None when they are valid."""
+    try:
+        model.model_validate(arguments if isinstance(arguments, dict) else {})
+    except ValidationError as e:
+        parts = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "arguments"
+            given = repr(err.get("input"))
+            parts.append(f"{loc}: {err['msg']} (got {given[:60] + '…' if len(given) > 60 else given})")
+        return "invalid arguments: " + "; ".join(parts)
+    return None
+
+
+@dataclass
 class Registry:
-    """Adds specs to ``server``; ``models`` (tool name → argument model) feeds the middleware's error messages."""
+    """Adds specs to ``server``; ``models`` (tool name → argument model) lets the middleware explain a call the
+    SDK rejected; ``current`` gives resources the running state (the SDK passes static ones no Context)."""
 
-    def __init__(
-        self,
-        server: MCPServer,
-        models: dict[str, type[BaseModel]],
-        *,
-        read_only: bool,
-        cache: Cache[Any],
-        current: Callable[[], State | None],
-    ) -> None:
-        self.server = server
-        self.current = current
-        self.read_only = read_only
-        self.cache = cache
-        self.models = models
-        self.origins: dict[str, str] = {}
+    server: MCPServer
+    models: dict[str, type[BaseModel]]
+    read_only: bool
+    cache: Cache[Any]
+    current: Callable[[], State | None]
+    origins: dict[str, str] = field(default_factory=dict)  # tool name -> where it was defined
 
-    def add_tool(self, spec: ToolSpec) -> bool:
-        """Register ``spec``; False when skipped because the server is read-only and the tool writes."""
+    def add_tool(self, spec: ToolSpec) -> None:
+        """Register ``spec``, unless the server is read-only and the tool writes."""
         if spec.name in self.origins:
             raise ToolDefinitionError(
                 f"tool {spec.name!r} ({spec.origin}): the name is taken by {self.origins[spec.name]}; rename one"
             )
-        public, _ = split_parameters(spec.fn, INJECTED)
-        if spec.wrapped:
-            public = {k: _documented(v, spec.params.get(k)) for k, v in public.items()}
+        public, inject = split_parameters(spec.fn, INJECTED)
+        public = {k: Annotated[v, Field(description=d)] if (d := spec.params.get(k)) else v for k, v in public.items()}
         description = check_tool(spec, public)
-        fn = _wrap_tool(spec, public, self.cache) if spec.wrapped else spec.fn
-        model = _sdk_checked(spec, lambda: arg_model(fn))
+        defaults = inspect.signature(spec.fn).parameters
+        fields: dict[str, Any] = {
+            k: (v, ... if (d := defaults[k].default) is inspect.Parameter.empty else d) for k, v in public.items()
+        }
+        config = ConfigDict(extra="forbid")
+        model = _sdk_checked(spec, lambda: create_model(f"{spec.name}_args", __config__=config, **fields))
         check_examples(spec, lambda args: explain_arguments(model, args))
         if self.read_only and not spec.read_only:
-            return False
+            return
         annotations = ToolAnnotations(
             readOnlyHint=spec.read_only,
             destructiveHint=spec.destructive,
@@ -84,31 +151,63 @@ class Registry:
             openWorldHint=False,
         )
         register = self.server.tool(name=spec.name, title=spec.title, description=description, annotations=annotations)
-        _sdk_checked(spec, lambda: register(fn))
+        _sdk_checked(spec, lambda: register(self._tool(spec, public, inject)))
         self.models[spec.name] = model
         self.origins[spec.name] = spec.origin
-        return True
 
-    def builtin(
-        self, name: str, title: str, text: ToolText, *, read_only: bool = True, destructive: bool = False
-    ) -> Callable[[F], F]:
-        """A decorator registering one of zhiku's own tools (it takes the Context and returns a CallToolResult)."""
+    def _tool(self, spec: ToolSpec, public: dict[str, Any], inject: dict[str, type]) -> Callable[..., Any]:
+        fn, cache = spec.fn, self.cache
 
-        def register(fn: F) -> F:
-            parts = {k: getattr(text, k) for k in ("description", "when_to_use", "examples", "errors")}
-            spec = ToolSpec(fn, name, title=title, read_only=read_only, destructive=destructive, **parts)
-            self.add_tool(replace(spec, origin="built-in", wrapped=False))
-            return fn
+        async def call(mcp_context: Context, **arguments: Any) -> Any:
+            state = cast(State, mcp_context.request_context.lifespan_context)
+            key, version = None, 0
+            if spec.cache and cache.max_weight:
+                key, version = cache_key(spec.name, arguments), state.hub.index_version()
+                if (hit := cache.get(key, version)) is not None:
+                    return hit
+            kwargs = {**arguments, **_injections(inject, state, mcp_context)}
+            try:
+                result = await _run(fn, kwargs, state.limiter if spec.exclusive else None)
+            except ZhikuError as e:
+                log.info("tool %s failed: %s %s", spec.name, e.code, e)
+                return error_result(e.code, agent_message(e), e.retryable)
+            except Exception:
+                log.exception("tool %s (%s) raised an unexpected exception", spec.name, spec.origin)
+                return error_result(
+                    "INTERNAL_ERROR", f"{spec.name} failed unexpectedly; the server log has the details"
+                )
+            if key is not None:
+                cache.put(key, result, version)
+            return result
 
-        return register
+        return _adapt(call, fn, spec.name, {"mcp_context": Context, **public})
 
     def add_resource(self, spec: ResourceSpec) -> None:
-        check_resource(spec)
+        if spec.origin != "built-in":
+            check_resource(spec)
         public, inject = split_parameters(spec.fn, INJECTED)
-        fn = spec.fn if spec.origin == "built-in" else _wrap_resource(spec, public, inject, self.current)
+        if Context in inject.values():
+            raise ToolDefinitionError(f"resource {spec.name!r} ({spec.origin}): resources take no Context parameter")
+        fn, current = spec.fn, self.current
+        exclusive = spec.origin != "built-in"  # a team's code runs one at a time, as its tools do
+
+        async def read(**params: Any) -> Any:
+            state = current()
+            if state is None:  # pragma: no cover - only between the transport's start and the lifespan
+                raise ResourceError("the server is starting; retry")
+            kwargs = {**params, **_injections(inject, state, None)}
+            try:
+                return await _run(fn, kwargs, state.limiter if exclusive else None)
+            except NotFound as e:
+                raise ResourceNotFoundError(agent_message(e)) from None
+            except InvalidInput as e:  # a malformed URI (zhiku://image/.png): invalid params, as for a missing one
+                raise MCPError(INVALID_PARAMS, agent_message(e)) from None
+            except ZhikuError as e:
+                raise ResourceError(f"{e.code}: {agent_message(e)}") from None
+
         self.server.resource(
             spec.uri, name=spec.name, title=spec.title, mime_type=spec.mime_type, description=spec.description
-        )(fn)
+        )(_adapt(read, fn, spec.name, public))
 
     def add_prompt(self, spec: PromptSpec) -> None:
         check_prompt(spec)
@@ -124,96 +223,42 @@ def _sdk_checked(spec: ToolSpec, step: Callable[[], T]) -> T:
         raise
     except Exception as e:
         why = " ".join(str(e).split())
-        where = f"tool {spec.name!r} ({spec.origin})"
-        raise ToolDefinitionError(f"{where}: cannot be served: {type(e).__name__}: {why}") from None
+        raise ToolDefinitionError(
+            f"tool {spec.name!r} ({spec.origin}): cannot be served: {type(e).__name__}: {why}"
+        ) from None
 
 
-def _documented(annotation: Any, doc: str | None) -> Any:
-    """``annotation`` with the docstring's description of the parameter, as the SDK puts it in the schema."""
-    return Annotated[annotation, Field(description=doc)] if doc else annotation
+async def _run(fn: Callable[..., Any], kwargs: dict[str, Any], limiter: anyio.CapacityLimiter | None) -> Any:
+    """``fn(**kwargs)``: awaited when async, else in a worker thread (under ``limiter``: one at a time)."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(**kwargs)
+    return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
 
 
-def _signature(public: dict[str, Any], fn: Callable[..., Any], returns: Any, ctx: bool) -> inspect.Signature:
-    original = inspect.signature(fn).parameters
-    params = [inspect.Parameter(CTX, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context)] if ctx else []
-    for name, annotation in public.items():
-        default = original[name].default
-        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
-    return inspect.Signature(params, return_annotation=returns)
+def _injections(inject: dict[str, type], state: State, ctx: Context | None) -> dict[str, Any]:
+    by_type = {Hub: state.hub, KnowledgeBase: state.hub.kb, Context: ctx}
+    return {name: by_type[kind] for name, kind in inject.items()}
 
 
 def _adapt(
-    wrapper: Callable[..., Any], spec_fn: Callable[..., Any], name: str, public: dict[str, Any], ctx: bool = True
-) -> None:
-    returns = get_type_hints(spec_fn, include_extras=True).get("return", inspect.Signature.empty)
-    wrapper.__signature__ = _signature(public, spec_fn, returns, ctx)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {**({CTX: Context} if ctx else {}), **public}
-    if returns is not inspect.Signature.empty:
-        wrapper.__annotations__["return"] = returns
-    wrapper.__name__ = name
-    wrapper.__qualname__ = name
-    wrapper.__doc__ = spec_fn.__doc__
-
-
-def _injections(inject: dict[str, str], ctx: Context) -> dict[str, Any]:
-    state = cast(State, ctx.request_context.lifespan_context)
-    return {name: state.hub.kb if kind == KnowledgeBase.__name__ else ctx for name, kind in inject.items()}
-
-
-def _wrap_tool(spec: ToolSpec, public: dict[str, Any], cache: Cache[Any]) -> Callable[..., Any]:
-    fn, is_async = spec.fn, inspect.iscoroutinefunction(spec.fn)
-    _, inject = split_parameters(fn, INJECTED)
-
-    async def call(mcp_context: Context, **arguments: Any) -> Any:
-        state = cast(State, mcp_context.request_context.lifespan_context)
-        key, version = None, 0
-        if spec.cache and cache.max_weight:
-            key, version = cache_key(spec.name, arguments), state.hub.index_version()
-            hit = cache.get(key, version)
-            if hit is not None:
-                return hit
-        kwargs = {**arguments, **_injections(inject, mcp_context)}
-        try:
-            if is_async:
-                result = await fn(**kwargs)
-            else:
-                limiter = state.limiter if spec.exclusive else None
-                result = await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)
-        except ZhikuError as e:
-            log.info("tool %s failed: %s %s", spec.name, e.code, e)
-            return error_result(e.code, agent_message(e), e.retryable)
-        except Exception:
-            log.exception("tool %s (%s) raised an unexpected exception", spec.name, spec.origin)
-            return error_result("INTERNAL_ERROR", f"{spec.name} failed unexpectedly; the server log has the details")
-        if key is not None:
-            cache.put(key, result, version)
-        return result
-
-    _adapt(call, fn, spec.name, public)
-    return call
-
-
-def _wrap_resource(
-    spec: ResourceSpec, public: dict[str, Any], inject: dict[str, str], current: Callable[[], State | None]
+    wrapper: Callable[..., Any], fn: Callable[..., Any], name: str, params: dict[str, Any]
 ) -> Callable[..., Any]:
-    """Resources get the open ``KnowledgeBase`` from the running server (the SDK gives static ones no Context)."""
-    fn, is_async = spec.fn, inspect.iscoroutinefunction(spec.fn)
-    if "Context" in inject.values():
-        raise ToolDefinitionError(f"resource {spec.name!r} ({spec.origin}): resources take no Context parameter")
-
-    async def read(**params: Any) -> Any:
-        state = current()
-        if state is None:  # pragma: no cover - only between the transport's start and the lifespan
-            raise ResourceError("the server is starting; retry")
-        kwargs = {**params, **{name: state.hub.kb for name in inject}}
-        try:
-            if is_async:
-                return await fn(**kwargs)
-            return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=state.limiter)
-        except NotFound as e:
-            raise ResourceNotFoundError(agent_message(e)) from None
-        except ZhikuError as e:
-            raise ResourceError(f"{e.code}: {agent_message(e)}") from None
-
-    _adapt(read, fn, spec.name, public, ctx=False)
-    return read
+    """``wrapper`` dressed as ``fn`` with only ``params`` (name → annotation), which the SDK turns into a schema."""
+    original = inspect.signature(fn).parameters
+    returns = get_type_hints(fn, include_extras=True).get("return", inspect.Signature.empty)
+    wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(
+                k,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=original[k].default if k in original else inspect.Parameter.empty,
+                annotation=v,
+            )
+            for k, v in params.items()
+        ],
+        return_annotation=returns,
+    )
+    wrapper.__annotations__ = {**params, **({} if returns is inspect.Signature.empty else {"return": returns})}
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__doc__ = fn.__doc__
+    return wrapper

@@ -1,74 +1,47 @@
 """The MCP server: ``build_server(settings) -> MCPServer``, the builder every surface uses.
 
-A lifespan opens the index and loads the models once (``Hub.open``); tools run the library in worker
-threads. Reads (searches, catalogue, resources) run concurrently; ingests and deletes one at a time, without
-holding up reads (``concurrency.py``); result-cache hits are answered on the event loop. Every tool failure is an
-``isError`` result carrying a stable code (``calls.py``). Under stdio nothing but protocol reaches stdout.
-
-The parts: ``calls.py`` (running a call, results and errors), ``middleware.py`` (JSON-RPC edges),
-``builtin.py`` (the knowledge tools, resources and prompt), ``transport.py`` (stdio, HTTP, the client).
+A lifespan opens the index and loads the models once (``Hub.open``); tools run the library in worker threads.
+Reads run concurrently, ingests and deletes one at a time without holding up reads (``concurrency.py``). Every
+tool failure is an ``isError`` result carrying a stable code (``registry.py``). Under stdio nothing but protocol
+reaches stdout.
 
 ``python -m zhiku.mcp.server --tool-reference`` prints the tool reference (docs/mcp-tools.md) from the real schemas.
 """
 
 from __future__ import annotations
 
+import base64
 import inspect
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
 from zhiku.cache import Cache
 from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
-from zhiku.mcp import text as mcp_text
+from zhiku.mcp import text
 from zhiku.mcp.builtin import register_builtins
-from zhiku.mcp.calls import State, error_result, explain_arguments, ok_result
-from zhiku.mcp.hooks import HookRunner, Hooks
+from zhiku.mcp.hooks import ERROR_META, Hooks, around
 from zhiku.mcp.hub import Hub
-from zhiku.mcp.middleware import WRITE_TOOLS, build_middleware
-from zhiku.mcp.registry import Registry
-from zhiku.mcp.transport import http_app, open_client, preflight, serve_built
+from zhiku.mcp.models import doc_uri
+from zhiku.mcp.registry import Registry, State, error_result, explain_arguments
 from zhiku.settings import Settings
 
-__all__ = [
-    "build_server",
-    "error_result",
-    "explain_arguments",
-    "http_app",
-    "ok_result",
-    "open_client",
-    "preflight",
-    "run_server",
-    "tool_reference",
-]
-
 log = logging.getLogger("zhiku.mcp.server")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("zhiku")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0"
-
-
-class _Ready:
-    """What /healthz reports: set while the lifespan holds an open hub."""
-
-    hub: Hub | None = None
-    state: State | None = None
+RESOURCE_PAGE = 50  # documents per resources/list page
+WRITE_TOOLS = ("ingest_documents", "delete_document")
 
 
 def build_server(
@@ -85,44 +58,59 @@ def build_server(
     ``zhiku.extensions``), ``resources`` and ``prompts``, then the ``zhiku.tools`` plugins (unless ``plugins=False``);
     ``hooks`` run around every tool call. A tool breaking the conventions raises ``ToolDefinitionError`` here (a
     plugin's is logged and skipped). Nothing is opened until a transport enters the lifespan."""
-    ready = _Ready()
     read_only = settings.server.read_only
+    running: list[State] = []  # the state while the lifespan holds an open hub
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[State]:
         hub = await anyio.to_thread.run_sync(open_hub, settings)
-        ready.hub = hub
         log.info("zhiku: index %s open (%s)", settings.index, "read-only" if read_only else "read-write")
-        ready.state = State(hub=hub, limiter=anyio.CapacityLimiter(1))
+        running.append(State(hub=hub, limiter=anyio.CapacityLimiter(1)))
         try:
-            yield ready.state
+            yield running[0]
         finally:
-            ready.hub = ready.state = None
+            running.clear()
             hub.close()
 
     models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
+    try:
+        zhiku_version = version("zhiku")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        zhiku_version = "0"
     server = MCPServer(
         "zhiku",
         title="知库 zhiku",
-        version=_version(),
-        instructions=mcp_text.INSTRUCTIONS,
+        version=zhiku_version,
+        instructions=text.INSTRUCTIONS,
         lifespan=lifespan,
-        middleware=[build_middleware(models, read_only, HookRunner(hooks or Hooks()))],
+        middleware=[_middleware(models, read_only, hooks or Hooks())],
         log_level="WARNING",
     )
-    cache: Cache[Any] = Cache(settings.server.cache_size)
-    registry = Registry(server, models, read_only=read_only, cache=cache, current=lambda: ready.state)
-
-    register_builtins(server, registry.builtin, settings)
+    current = lambda: running[0] if running else None  # noqa: E731
+    registry = Registry(server, models, read_only=read_only, cache=Cache(settings.server.cache_size), current=current)
+    register_builtins(registry)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))
     for fn in resources:
         registry.add_resource(resource_spec(fn, origin=_origin(fn)))
     for fn in prompts:
         registry.add_prompt(prompt_spec(fn, origin=_origin(fn)))
-    if plugins:
-        _add_plugin_tools(registry)
-    _add_healthz(server, ready)
+    for plugin in zhiku_plugins.load("zhiku.tools") if plugins else ():
+        for obj in plugin.obj if isinstance(plugin.obj, list | tuple) else [plugin.obj]:
+            try:
+                registry.add_tool(tool_spec(obj, origin=f"plugin {plugin.info.distribution}"))
+            except Exception as e:  # a broken plugin never takes the server down
+                zhiku_plugins.report_problem(plugin.info, str(e) if isinstance(e, ZhikuError) else repr(e))
+
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
+    async def healthz(request: Request) -> JSONResponse:
+        if not running:
+            return JSONResponse({"status": "starting", "ready": False}, status_code=503)
+        return JSONResponse(await anyio.to_thread.run_sync(running[0].hub.health))
+
     return server
 
 
@@ -135,37 +123,64 @@ def _origin(fn: Any) -> str:
         return "script"
 
 
-def _add_plugin_tools(registry: Registry) -> None:
-    """``zhiku.tools`` entry points: a tool breaking the conventions is reported and skipped."""
-    for plugin in zhiku_plugins.load("zhiku.tools"):
-        objs = plugin.obj if isinstance(plugin.obj, list | tuple) else [plugin.obj]
-        for obj in objs:
-            try:
-                registry.add_tool(tool_spec(obj, origin=f"plugin {plugin.info.distribution}"))
-            except Exception as e:  # a broken plugin never takes the server down
-                zhiku_plugins.report_problem(plugin.info, str(e) if isinstance(e, ZhikuError) else repr(e))
+def _middleware(tools: dict[str, type[BaseModel]], read_only: bool, hooks: Hooks) -> Callable[..., Any]:
+    """Unknown tools are protocol errors, calls the SDK rejected get zhiku's error shape and codes, hooks run
+    around every tool call, and ``resources/list`` pages through the indexed documents."""
+
+    async def call_tool(ctx: Any, call_next: Callable[[Any], Any], name: str, arguments: Any) -> Any:
+        result = await call_next(ctx)
+        if isinstance(result, dict) and result.get("isError") and ERROR_META not in (result.get("_meta") or {}):
+            # rejected by the SDK (its argument validation, or a crash it caught)
+            why = explain_arguments(tools[name], arguments)
+            unexpected = f"{name} failed unexpectedly; the server log has the details"
+            error = (
+                error_result("INVALID_INPUT", why) if why else error_result("INTERNAL_ERROR", unexpected)
+            ).model_dump(mode="json", by_alias=True, exclude_none=True)
+            result = {**result, "content": error["content"], "_meta": {**(result.get("_meta") or {}), **error["_meta"]}}
+        return result
+
+    async def middleware(ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        params = ctx.params or {}
+        if ctx.method == "tools/call":
+            name, arguments = params.get("name"), params.get("arguments")
+            if not isinstance(name, str) or name not in tools:  # a protocol error, not isError
+                hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
+                raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(tools)}")
+            return await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
+        if ctx.method != "resources/list":
+            return await call_next(ctx)
+        result = await call_next(ctx)
+        docs = await anyio.to_thread.run_sync(ctx.lifespan_context.hub.documents)
+        start = _offset(params["cursor"]) if params.get("cursor") else 0
+        listed = [
+            {
+                "uri": doc_uri(d.doc_id),
+                "name": d.source,
+                "title": d.title,
+                "mimeType": "text/markdown",
+                "description": f"{d.collection} · {d.doc_type} · {d.chunk_count} chunks",
+            }
+            for d in docs[start : start + RESOURCE_PAGE]
+        ]
+        # the static resources (a team's own) first, then the documents
+        result = {**result, "resources": (result.get("resources", []) if start == 0 else []) + listed}
+        if start + RESOURCE_PAGE < len(docs):
+            result["nextCursor"] = base64.urlsafe_b64encode(f"docs:{start + RESOURCE_PAGE}".encode()).decode()
+        return result
+
+    return middleware
 
 
-def _add_healthz(server: MCPServer, ready: _Ready) -> None:
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-
-    @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
-    async def healthz(request: Request) -> JSONResponse:
-        hub = ready.hub
-        if hub is None:
-            return JSONResponse({"status": "starting", "ready": False}, status_code=503)
-        return JSONResponse(await anyio.to_thread.run_sync(hub.health))
+def _offset(cursor: Any) -> int:
+    try:
+        kind, _, n = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition(":")
+        if kind == "docs" and n.isdigit():
+            return int(n)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise MCPError(INVALID_PARAMS, f"invalid resources/list cursor {cursor!r}: pass back a nextCursor unchanged")
 
 
-def run_server(settings: Settings, **extensions: Any) -> None:
-    """Serve until the client disconnects (stdio) or the process is stopped (HTTP); ``extensions`` are
-    ``build_server``'s ``tools``, ``resources``, ``prompts`` and ``hooks``."""
-    preflight(settings)
-    serve_built(build_server(settings, **extensions), settings)
-
-
-# -- generated docs -------------------------------------------------------------------------------
 def tool_reference(settings: Settings | None = None) -> str:
     """docs/mcp-tools.md: every tool, resource template and prompt, from the real schemas."""
     from zhiku.mcp.reference import render
@@ -175,8 +190,7 @@ def tool_reference(settings: Settings | None = None) -> str:
     async def collect() -> tuple[list[Any], list[Any], list[Any]]:
         return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
 
-    tools, templates, prompts = anyio.run(collect)
-    return render(tools, templates, prompts, write_tools=WRITE_TOOLS)
+    return render(*anyio.run(collect), write_tools=WRITE_TOOLS)
 
 
 if __name__ == "__main__":

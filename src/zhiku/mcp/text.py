@@ -17,6 +17,7 @@ Use list_collections to see what is indexed and get_document_summary for one doc
 class ToolText:
     """A built-in tool's description in parts; the server composes them like any custom tool's."""
 
+    title: str
     description: str
     when_to_use: str
     examples: tuple[str, ...]
@@ -24,6 +25,7 @@ class ToolText:
 
 
 QUERY = ToolText(
+    title="知识库检索 / Search the knowledge hub",
     description="""\
 在知识库中检索与问题最相关的段落，返回带 [n] 引用标记的 Markdown 答案素材与结构化引用（来源文件、页码、章节、分数、原文）。
 回答时只依据返回的段落，并保留 [n] 标记；low_confidence 为 true 时说明资料可能不足。
@@ -45,6 +47,7 @@ INVALID_INPUT (empty or too long query, top_k outside 1–20, malformed filters)
 )
 
 LIST_COLLECTIONS = ToolText(
+    title="列出集合 / List collections",
     description="""\
 列出知识库中的集合（collection）及其文档数、分块数和字符数。
 
@@ -56,6 +59,7 @@ To see what is indexed before searching, or to pick a `collection` for query_kno
 )
 
 DOCUMENT_SUMMARY = ToolText(
+    title="文档概况 / Document summary",
     description="""\
 查看一篇文档的概况：标题、来源、类型、页数、状态（needs_ocr 表示有扫描页尚不可检索）、章节目录、分块数、入库时间，以及摘要与关键词（未配置 LLM 时为抽取式，summary_kind=extractive）。
 
@@ -74,6 +78,7 @@ indexed.""",
 )
 
 INGEST = ToolText(
+    title="导入文档 / Ingest documents",
     description="""\
 将文件或文件夹（.md .txt .pdf .docx .html 等）加入知识库；未改动的文件会跳过，改动的文件会替换旧版本。只能读取服务器配置的 ingest_roots 之内的路径。会发送进度通知。
 
@@ -87,6 +92,7 @@ resolved first); relative paths are taken from the first root. Sends progress no
 )
 
 DELETE = ToolText(
+    title="删除文档 / Delete a document",
     description="""\
 从知识库中删除一篇文档（及其全部分块），之后它不会再出现在检索结果中。
 
@@ -97,6 +103,14 @@ from citations, resources/list or get_document_summary.""",
     errors="NOT_FOUND (no such document), INDEX_LOCKED (retryable).",
 )
 
+DOCUMENT_RESOURCE = "A document's text as Markdown, rebuilt from its chunks. 文档全文。"
+CHUNK_RESOURCE = (
+    "One indexed passage with its citation (source, page, section); `?context=article` adds the rest of its"
+    " article(s) or its neighbours, `?context=section` its section (chapter), within the answer budget."
+    " 段落及出处；context=article|section 返回所在条文或章节。"
+)
+IMAGE_RESOURCE = "An image extracted from a document. 文档中的图片。"
+PROMPT_DESCRIPTION = "Answer a question from the knowledge base, citing passages as [n]. 依据知识库作答并标注引用。"
 PROMPT = """\
 请使用 query_knowledge_hub 工具在知识库中检索下面的问题，然后只依据检索到的段落用中文作答：
 - 每个论断后用 [n] 标注所依据的段落编号，与工具返回的编号一致；

@@ -1,16 +1,17 @@
-"""Transports: the Streamable HTTP app behind zhiku's security middleware, serving a built server over stdio or
-HTTP, and an SDK client for either (``open_client``)."""
+"""Serving a built server over stdio or Streamable HTTP (behind ``http_security``)."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import AsyncIterator
+from io import TextIOWrapper
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 
-from zhiku.mcp.stdio import serve_stdio
+from zhiku.mcp.jsonrpc import check_message
 from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")
@@ -20,12 +21,14 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
     """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import MAX_REQUEST_BYTES, PATH, build_http_app, sdk_host_patterns, sdk_origin_patterns
+    from zhiku.mcp.http_security import MAX_REQUEST_BYTES, PATH, build_http_app
 
     s = settings.server
-    security = TransportSecuritySettings(allowed_hosts=sdk_host_patterns(s), allowed_origins=sdk_origin_patterns(s))
     app = server.streamable_http_app(
-        streamable_http_path=PATH, max_request_body_size=MAX_REQUEST_BYTES, transport_security=security, host=s.host
+        streamable_http_path=PATH,
+        max_request_body_size=MAX_REQUEST_BYTES,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # ours is stricter
+        host=s.host,
     )
     return build_http_app(app, s)
 
@@ -69,7 +72,7 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
                 "mcp-clients/README.md of a `zhiku init` project); to try it by hand, `zhiku serve --transport http` "
                 "and the MCP Inspector. Ctrl-C stops it"
             )
-        anyio.run(serve_stdio, server)  # every input line checked first (zhiku.mcp.jsonrpc)
+        anyio.run(serve_stdio, server)
         return
     import uvicorn
 
@@ -82,12 +85,36 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
     uvicorn.Server(config).run()
 
 
-def open_client(target: str | list[str], *, env: dict[str, str] | None = None, errlog: Any = None) -> Any:
-    """An MCP SDK client (an async context manager) for a URL, or for a command line spoken to over stdio."""
-    from mcp import Client, StdioServerParameters
-    from mcp.client.stdio import stdio_client
+async def serve_stdio(server: MCPServer) -> None:
+    """Run ``server`` over stdin/stdout until stdin closes. The SDK drops a line it cannot parse without a reply
+    (the client waiting on that id hangs): every line is checked first (``jsonrpc.check_message``) and a rejected
+    one is answered through the SDK's own writer, so replies never interleave."""
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+    from mcp.types import jsonrpc_message_adapter
 
-    if isinstance(target, str):
-        return Client(target)
-    params = StdioServerParameters(command=target[0], args=target[1:], env=env)
-    return Client(stdio_client(params, errlog=errlog or sys.stderr))
+    rejected_send, rejected = anyio.create_memory_object_stream[dict[str, Any]](100)
+    stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+
+    class Lines:  # what stdio_server(stdin=...) reads: the well-formed lines
+        async def __aiter__(self) -> AsyncIterator[str]:
+            async for line in stdin:
+                if line.strip():
+                    rejection = check_message(line)
+                    if rejection is None:
+                        yield line
+                    else:
+                        await rejected_send.send(rejection.response())
+
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs (mcp>=2.3,<3)
+    async with stdio_server(stdin=Lines()) as (read_stream, write_stream):  # type: ignore[arg-type]
+
+        async def answer_rejections() -> None:
+            async with rejected:
+                async for response in rejected:
+                    await write_stream.send(SessionMessage(jsonrpc_message_adapter.validate_python(response)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer_rejections)
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+            tg.cancel_scope.cancel()
