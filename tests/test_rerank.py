@@ -276,8 +276,7 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
     assert plain.rerank == "off" and [h.fused_rank for h in plain.hits] == [1, 2, 3, 4]
 
     sink = MemorySink()
-    kb2 = kb_factory(tmp_path / "idx", read_only=True, rerank={"top_m": 3})
-    kb2._reranker = REVERSE
+    kb2 = kb_factory(tmp_path / "idx", read_only=True, reranker=REVERSE, rerank={"top_m": 3})
     kb2.tracer = Tracer([sink])
     r = kb2.retrieve("试用期最长多久", top_k=4)
     assert r.rerank == "ok"
@@ -309,12 +308,10 @@ def test_knowledge_base_reranks_traces_and_can_skip(kb_factory, corpus: Path, tm
     with pytest.raises(InvalidInput, match="no reranker is configured: set rerank.provider"):
         kb.retrieve("试用期", rerank=True)
 
-    capped = kb_factory(tmp_path / "idx", read_only=True, rerank={"top_m": 4, "top_k": 2})
-    capped._reranker = REVERSE
+    capped = kb_factory(tmp_path / "idx", read_only=True, reranker=REVERSE, rerank={"top_m": 4, "top_k": 2})
     assert [h.chunk.chunk_id for h in capped.retrieve("试用期最长多久", top_k=4).hits] == [fused[3], fused[2]]
 
-    broken = kb_factory(tmp_path / "idx", read_only=True)
-    broken._reranker = Failing("raise")
+    broken = kb_factory(tmp_path / "idx", read_only=True, reranker=Failing("raise"))
     broken.tracer = Tracer([sink])
     fb = broken.retrieve("试用期最长多久", top_k=4)
     assert fb.rerank == "fallback: RuntimeError: model file missing"
