@@ -142,14 +142,18 @@ def cached_embedder(e5: BundledE5Embedder, embed_cache_dir: Path) -> Callable[[]
 def kb_factory(
     embed_cache_dir: Path, cached_embedder: Callable[[], CachedEmbedder]
 ) -> Iterator[Callable[..., KnowledgeBase]]:
-    """``open_kb(index, read_only=False, embedder=None, **settings_overrides)``; every KB is closed afterwards."""
+    """``open_kb(index, read_only=False, embedder=None, reranker=None, **settings_overrides)``; every KB is closed
+    afterwards."""
     opened: list[KnowledgeBase] = []
 
-    def open_kb(index: Path, *, read_only: bool = False, embedder: Any = None, **overrides: Any) -> KnowledgeBase:
+    def open_kb(
+        index: Path, *, read_only: bool = False, embedder: Any = None, reranker: Any = None, **overrides: Any
+    ) -> KnowledgeBase:
         kb = KnowledgeBase(
             make_settings(index, embed_cache_dir, **overrides),
             read_only=read_only,
             embedder=embedder if embedder is not None else cached_embedder(),
+            reranker=reranker,
         )
         opened.append(kb)
         return kb

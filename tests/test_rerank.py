@@ -289,8 +289,7 @@ def test_knowledge_base_reranks_traces_and_can_skip(
 
     sink = MemorySink()
     fewer_candidates(monkeypatch, 3)
-    kb2 = kb_factory(tmp_path / "idx", read_only=True)
-    kb2._reranker = REVERSE
+    kb2 = kb_factory(tmp_path / "idx", read_only=True, reranker=REVERSE)
     kb2.tracer = Tracer([sink])
     r = kb2.retrieve("试用期最长多久", top_k=4)
     assert r.rerank == "ok"
@@ -323,12 +322,10 @@ def test_knowledge_base_reranks_traces_and_can_skip(
         kb.retrieve("试用期", rerank=True)
 
     fewer_candidates(monkeypatch, 4)
-    capped = kb_factory(tmp_path / "idx", read_only=True)
-    capped._reranker = REVERSE
+    capped = kb_factory(tmp_path / "idx", read_only=True, reranker=REVERSE)
     assert [h.chunk.chunk_id for h in capped.retrieve("试用期最长多久", top_k=2).hits] == [fused[3], fused[2]]
 
-    broken = kb_factory(tmp_path / "idx", read_only=True)
-    broken._reranker = Failing("raise")
+    broken = kb_factory(tmp_path / "idx", read_only=True, reranker=Failing("raise"))
     broken.tracer = Tracer([sink])
     fb = broken.retrieve("试用期最长多久", top_k=4)
     assert fb.rerank == "fallback: RuntimeError: model file missing"
