@@ -249,7 +249,7 @@ class AnswerSettings(_Section):
         0.88,
         "Answers whose confidence (best cosine of a passage to the question) is below this are marked "
         "`low_confidence` (and not cached); bm25 mode checks the share of query terms the passages hold instead. "
-        "Calibrated for the bundled embedder (bench/confidence.py). 0 turns the flag off.",
+        "Calibrated for the bundled embedder (answerable dev questions against off-topic ones). 0 turns the flag off.",
         "Whoever uses another embedder: its cosines sit elsewhere, so it needs its own value.",
         ge=0,
     )

@@ -10,7 +10,7 @@ Signals (all from what the search already computed; no extra model call):
 - ``coverage``: the share of the query's BM25 terms found in the returned chunks' text.
 
 ``assess`` compares the best cosine with ``answer.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
-the default thresholds are calibrated by bench/confidence.py on the dev sets plus an off-topic set
+the default thresholds are calibrated on the dev sets' answerable questions against an off-topic set
 (tests/data/offtopic), where ``top_cosine`` separated them best.
 """
 
@@ -33,7 +33,7 @@ _CODE = re.compile(r"(?=[^\s]*[a-z])(?=[^\s]*\d)[a-z0-9][a-z0-9._/-]{2,}")  # or
 _WHOLE = r"(?<![a-z0-9])(?<![a-z0-9][._/-]){}(?![a-z0-9])(?![._/-][a-z0-9])"
 # a code names one thing when it has a separator or 3+ digits: win10, mp4, x86, k8s, ipv6, python3 are common words
 _DISTINCT = re.compile(r"[._/-]|\d{3}")
-MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with answer.min_score (bench/confidence.py)
+MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with answer.min_score
 
 
 @dataclass(frozen=True)
