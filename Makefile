@@ -57,7 +57,7 @@ test: lint inspector
 test-slow: $(DEV_STAMP) inspector  # CI runs these too (.ci/run): a deselected test must not rot unseen
 	ZHIKU_INSPECTOR=$(if $(wildcard $(INSPECTOR)),$(abspath $(INSPECTOR)),) $(PY) -m pytest -m slow
 
-# The long reliability suite (issue 12): kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
+# The long reliability suite: kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
 # concurrent clients with a writer. Each part prints a `RELIABILITY <part> {figures}` line (`make test` runs the
 # short versions).
 reliability: $(DEV_STAMP)
