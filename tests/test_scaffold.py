@@ -192,6 +192,6 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
     assert checks[-1] == doctor_mod.Check(
         "extras",
         "fail",
-        "scale: missing, and the settings need it (to search 100,000+ chunks faster by int8 screening)",
+        "scale: missing, and the settings need it (to search 10,000+ chunks faster by int8 screening)",
         "pip install 'zhiku[scale]'",
     )

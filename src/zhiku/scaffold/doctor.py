@@ -26,7 +26,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
     "milvus": (("pymilvus",), "use the Milvus store"),
     "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
-    "scale": (("numkong",), "search 100,000+ chunks faster by int8 screening"),
+    "scale": (("numkong",), "search 10,000+ chunks faster by int8 screening"),
 }
 
 

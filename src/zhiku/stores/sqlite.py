@@ -67,7 +67,7 @@ class SQLiteStore:
     BM25 leaves out query terms found in more than ``bm25_max_df`` of the chunks (and in more than 1,000; the 2
     rarest always stay): they add little to the score and cost the most; ``bm25_max_df=1`` keeps every term.
     ``dense_search``: ``exact`` scores every row in float32; ``int8`` ranks every row by its int8 code (numkong)
-    and scores the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 100,000
+    and scores the best ``4 × top_k`` (at least 100) in float32; ``auto`` (default) does ``int8`` from 10,000
     rows when numkong is installed. A write that leaves more than ``compact_dead_fraction`` of the vector file's
     rows deleted (and at least 1,000) compacts it; ``compact_dead_fraction=1`` leaves that to ``compact()``.
     """
