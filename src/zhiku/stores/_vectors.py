@@ -276,14 +276,17 @@ class VectorSnapshot:
         return out.view("<f4").reshape(rows.size, self.dim)
 
     def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
-        """The ``want`` allowed rows whose int8 codes score best against the query's (numkong), in file order."""
+        """The ``want`` allowed rows whose int8 codes score best against the query's (numkong) and those tied with
+        the last of them, in file order."""
         assert self.codes is not None
         codes = self.code_rows
         coarse = np.asarray(numkong().cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32"))[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
-        rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
-        return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+        if want >= coarse.size:
+            return np.flatnonzero(np.isfinite(coarse))
+        floor = np.partition(coarse, coarse.size - want)[coarse.size - want]  # (rows tied with it come too)
+        return np.flatnonzero(coarse >= floor) if np.isfinite(floor) else np.flatnonzero(np.isfinite(coarse))
 
 
 def screen_width(k: int, n: int) -> int:

@@ -336,7 +336,7 @@ class SQLiteStore:
             snap = self._vectors_at(conn)
             for query in queries:
                 _check_dim(snap, query)
-            rowids = np.array([-1 if r is None else r for r in self._ids.rows_hint(ids)], dtype=np.int64)
+            rowids = self._ids.rows_hint(ids)
             at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
             at[rowids < 1] = -1
             ok = at >= 0
