@@ -261,18 +261,18 @@ class VectorSnapshot:
         through the mapping (0.07 ms for 400 rows against 0.45 ms with preadv at 100k rows, measured; an exact
         search reads it whole anyway)."""
         if self.path is None or rows.size == 0 or self.rows * self.dim * 4 < PREAD_FROM_BYTES:
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         size = self.dim * 4
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:  # deleted by a compaction: this snapshot's mapping still holds it
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         try:
             out, got = _read_rows(fd, rows, size)
         finally:
             os.close(fd)
         if got != rows.size * size:
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         return out.view("<f4").reshape(rows.size, self.dim)
 
     def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
