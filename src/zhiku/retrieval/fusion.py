@@ -80,8 +80,7 @@ def zscore_fusion(
         if not scores:
             continue
         own = np.array(scores, np.float64)
-        mean = own.mean()
-        std = own.std() or 1.0
+        mean, std = own.mean(), own.std() or 1.0
         own = (own - mean) / std
         z = np.full(len(keys), own.min())  # a candidate the channel did not find: its lowest standardised score
         extra = fill[n] if fill is not None else None
@@ -109,9 +108,7 @@ def positions(ids: Sequence[str]) -> dict[str, int]:
 def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
     """``by_score_then_id`` over ``keys`` and their ``scores`` (an array), given only the candidates scoring at least
     the ``limit``-th best score (picked with numpy)."""
-    if limit is not None and limit <= 0:
-        return []
-    if limit is not None and limit < scores.size and not np.isnan(scores).any():
+    if limit is not None and 0 < limit < scores.size and not np.isnan(scores).any():
         cut = scores.size - limit
         keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut]).tolist()
         keys, scores = [keys[i] for i in keep], scores[keep]

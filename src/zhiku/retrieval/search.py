@@ -353,9 +353,8 @@ def _hits_of(
     dense: Sequence[ScoredId],
     filled: dict[str, float],
 ) -> Iterator[Hit]:
-    """The hits of the fused ``order``, each with its rank and score in every channel, made as they are read: the
-    small-to-big step stops at ``top_k``, so the chunks of the ``first`` are fetched first and the spares only
-    when it reads past them; chunks deleted between retrieval and fetch are left out."""
+    """The hits of the fused ``order`` with their ranks and scores in every channel, made as read (small-to-big
+    stops at ``top_k``: the spares' chunks are fetched after the ``first``'s, if read); deleted chunks left out."""
     (b_ids, b_scores), (d_ids, d_scores) = columns_of(bm25), columns_of(dense)
     b_at, d_at = positions(b_ids), positions(d_ids)
     chunks: dict[str, Chunk] = {}

@@ -57,8 +57,7 @@ class ChunkIds:
         read every id into the list now (``warm()``)."""
         table = self.table(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
         if table is not None:
-            ids = table[1]
-            return [ids[r] for r in rowids]
+            return list(map(table[1].__getitem__, rowids))
         by_row = self.of_rows(conn, rowids)
         return [by_row.get(r) for r in rowids]
 
@@ -75,15 +74,12 @@ class ChunkIds:
             return table
         if top > self.table_max:
             return None
-        if table is None:  # the whole column, from its covering index (not the table's rows)
-            rows = conn.execute("SELECT rowid, chunk_id FROM chunks ORDER BY rowid").fetchall()
-            ids, back = list[str | None](), dict[str, int]()
-        else:  # the rows past it (a range of the table's key), added in place: searches read rowids they hold
-            rows = conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE rowid > ? ORDER BY rowid", (table[0],)
-            ).fetchall()
-            ids, back = table[1], table[2]
-        covered = max(top, rows[-1][0] if rows else 0)  # every committed rowid up to here is read
+        # the whole column from its covering index (not the table's rows), then the rows past it (a range of the
+        # table's key), added in place: searches read only rowids they hold
+        sql = "SELECT rowid, chunk_id FROM chunks" + ("" if table is None else f" WHERE rowid > {table[0]}")
+        rows = conn.execute(sql).fetchall()
+        ids, back = (list[str | None](), dict[str, int]()) if table is None else table[1:]
+        covered = max(top, max((r for r, _ in rows), default=0))  # every committed rowid up to here is read
         ids.extend([None] * (covered + 1 - len(ids)))
         for rowid, chunk_id in rows:
             ids[rowid] = chunk_id

@@ -283,10 +283,9 @@ class VectorSnapshot:
         coarse = np.asarray(numkong().cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32"))[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
-        if want >= coarse.size:
-            return np.flatnonzero(np.isfinite(coarse))
-        floor = np.partition(coarse, coarse.size - want)[coarse.size - want]  # (rows tied with it come too)
-        return np.flatnonzero(coarse >= floor) if np.isfinite(floor) else np.flatnonzero(np.isfinite(coarse))
+        cut = coarse.size - want
+        floor = np.partition(coarse, cut)[cut] if cut > 0 else -np.inf  # (rows tied with it come too)
+        return np.flatnonzero(coarse >= floor if np.isfinite(floor) else np.isfinite(coarse))
 
 
 def screen_width(k: int, n: int) -> int:

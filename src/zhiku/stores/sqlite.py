@@ -337,8 +337,7 @@ class SQLiteStore:
             for query in queries:
                 _check_dim(snap, query)
             rowids = self._ids.rows_hint(ids)
-            at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
-            at[rowids < 1] = -1
+            at = snap.rows_of(rowids)  # file rows (< 0: not in this snapshot, or no rowid)
             ok = at >= 0
             ok[ok] = snap.live[at[ok]]
             if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
@@ -347,7 +346,6 @@ class SQLiteStore:
                 redo = np.flatnonzero(~ok)
                 rowids[redo] = [now.get(c, -1) for c in stale]
                 at[redo] = snap.rows_of(rowids[redo])
-                at[redo[rowids[redo] < 1]] = -1
                 ok = at >= 0
                 ok[ok] = snap.live[at[ok]]
         order = np.flatnonzero(ok)
