@@ -86,7 +86,10 @@ def make_chunks(sents: list[str], n: int, rng: random.Random) -> list[list[int]]
 
 
 def document(d: int, texts: list[str], version: int = 0) -> tuple[Any, list[Any]]:
-    from zhiku.ingest.prepare import doc_id_for
+    try:
+        from zhiku.ingest.pipeline import doc_id_for
+    except ImportError:  # a checkout measured with --compare from before the move
+        from zhiku.ingest.prepare import doc_id_for  # type: ignore[no-redef]
     from zhiku.types import Chunk, DocRecord
 
     source = f"synthetic/{d:06d}.md"

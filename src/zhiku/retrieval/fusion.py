@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping, Sequence
+from itertools import chain, repeat
 from operator import itemgetter
 
 import numpy as np
@@ -72,24 +73,23 @@ def zscore_fusion(
     if fill is not None and len(fill) != len(rankings):
         raise ValueError(f"{len(fill)} fill mappings for {len(rankings)} rankings")
     columns = [columns_of(r) for r in rankings]
-    keys = list(dict.fromkeys([i for ids, _ in columns for i in ids]))  # every candidate, in ranking order
+    keys = list(dict.fromkeys(chain.from_iterable(ids for ids, _ in columns)))  # every candidate, in ranking order
     at = positions(keys)
     fused = np.zeros(len(keys))
     for n, ((ids, scores), w) in enumerate(zip(columns, weights, strict=False)):
-        # Σ_i w_i · z_i(d), summed in ranking order from 0.0, each step the float operation ``t + w * z`` of
-        # ``sum`` over Python floats (element-wise numpy float64 arithmetic gives the same floats)
-        z = np.zeros(len(keys))
-        if scores:
-            mean = sum(scores) / len(scores)
-            std = (sum([(s - mean) ** 2 for s in scores]) / len(scores)) ** 0.5 or 1.0
-            own = (np.array(scores, np.float64) - mean) / std
-            z[:] = own.min()  # a candidate the channel did not find: its lowest standardised score
-            extra = fill[n] if fill is not None else None
-            if extra:  # exact raw scores of candidates outside the ranking
-                found = [i for i in extra if i in at]
-                z[[at[i] for i in found]] = (np.array([extra[i] for i in found], np.float64) - mean) / std
-            z[[at[i] for i in ids]] = own
-        fused = fused + w * z
+        if not scores:
+            continue
+        own = np.array(scores, np.float64)
+        mean, std = own.mean(), own.std() or 1.0
+        own = (own - mean) / std
+        z = np.full(len(keys), own.min())  # a candidate the channel did not find: its lowest standardised score
+        extra = fill[n] if fill is not None else None
+        if extra:  # exact raw scores of candidates outside the ranking
+            where = np.fromiter(map(at.get, extra, repeat(-1)), np.intp, len(extra))
+            raw = np.fromiter(extra.values(), np.float64, len(extra))
+            z[where[where >= 0]] = (raw[where >= 0] - mean) / std
+        z[np.fromiter(map(at.__getitem__, ids), np.intp, len(ids))] = own
+        fused += w * z
     return _best_first(keys, fused, limit)
 
 
@@ -108,9 +108,7 @@ def positions(ids: Sequence[str]) -> dict[str, int]:
 def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
     """``by_score_then_id`` over ``keys`` and their ``scores`` (an array), given only the candidates scoring at least
     the ``limit``-th best score (picked with numpy)."""
-    if limit is not None and limit <= 0:
-        return []
-    if limit is not None and limit < scores.size and not np.isnan(scores).any():
+    if limit is not None and 0 < limit < scores.size and not np.isnan(scores).any():
         cut = scores.size - limit
         keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut]).tolist()
         keys, scores = [keys[i] for i in keep], scores[keep]

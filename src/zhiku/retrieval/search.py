@@ -196,8 +196,7 @@ class Searcher:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
-        chunks = {c.chunk_id: c for c in self.store.get_chunks([cid for cid, _ in order])}
-        hits = _hits_of(order, chunks, bm25, dense, filled)
+        hits = _hits_of(order, self.store.get_chunks, top_k, bm25, dense, filled)
         if catalogue is not None:
             return whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs)
         return list(hits)
@@ -349,16 +348,21 @@ class Searcher:
 
 def _hits_of(
     order: Sequence[tuple[str, float]],
-    chunks: dict[str, Chunk],
+    fetch: Callable[[list[str]], list[Chunk]],
+    first: int,
     bm25: Sequence[ScoredId],
     dense: Sequence[ScoredId],
     filled: dict[str, float],
 ) -> Iterator[Hit]:
-    """The hits of the fused ``order``, each with its rank and score in every channel (made as they are read: the
-    small-to-big step stops at ``top_k``); chunks deleted between retrieval and fetch are left out."""
+    """The hits of the fused ``order`` with their ranks and scores in every channel, made as read (small-to-big
+    stops at ``top_k``: the spares' chunks are fetched after the ``first``'s, if read); deleted chunks left out."""
     (b_ids, b_scores), (d_ids, d_scores) = columns_of(bm25), columns_of(dense)
     b_at, d_at = positions(b_ids), positions(d_ids)
+    chunks: dict[str, Chunk] = {}
     for fused_rank, (cid, score) in enumerate(order, 1):
+        if fused_rank in (1, first + 1):
+            batch = order[:first] if fused_rank == 1 else order[first:]
+            chunks.update((c.chunk_id, c) for c in fetch([i for i, _ in batch]))
         chunk = chunks.get(cid)
         if chunk is None:
             continue

@@ -234,7 +234,7 @@ def score(
     scores = np.bincount(rows, weights=each, minlength=norm.size)
     if mask is not None:
         scores[~mask] = 0.0
-    hits = np.flatnonzero(scores > 0)
+    hits = np.flatnonzero(scores)  # (a matching row scores above 0: every IDF is floored above it)
     found = scores[hits]
     if hits.size > top_k:
         cut = hits.size - top_k
@@ -334,8 +334,8 @@ class BM25Snapshot:
         """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""
         found = [self.term(t) for t in terms]
         max_df, min_df = prune
-        if len(found) > 2 and max_df < 1:
-            limit = max(max_df * self.n_live, min_df)
+        limit = max(max_df * self.n_live, min_df)
+        if len(found) > 2 and max_df < 1 and any(t.df > limit for t in found):
             rarest = {t.term for t in sorted(found, key=lambda t: (t.df, t.term))[:2]}
             found = [t for t in found if t.term in rarest or t.df <= limit]
         return [t for t in found if t.df > 0]

@@ -5,16 +5,16 @@ A rowid is given to one chunk and never reused (``_vectors``: a deleted chunk's 
 compaction keeps rowids), so a rowid's chunk id, once read from committed rows, never changes: that direction
 needs no invalidation, only extending to new rows. Each ranking reads the rowids it has not seen (into maps
 bounded by ``LIMIT`` rowids, replaced by empty ones past it). Once that has read a quarter as many rows as the
-index has (or at ``warm()``), up to ``TABLE_MAX`` rowids, every id is read at once into one array by rowid (from
-the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the rows past it): the
-first searches of a one-off command do not pay for it, a server's searches stop asking SQLite. Ids too long for a
-compact array stay in the maps.
+index has (or at ``warm()``), up to ``TABLE_MAX`` rowids, every id is read at once into one list by rowid, with
+the map back (from the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the
+rows past it): the first searches of a one-off command do not pay for it, a server's searches stop asking SQLite
+and decoding ids.
 
 A chunk id moves to a new rowid when its document is written again, so the other direction is only a hint: the
 caller keeps a remembered rowid only if it is live in its snapshot (a live rowid holds that chunk id, and chunk
 ids are unique among live chunks), and asks SQLite for the rest.
 
-A search holds on to the maps and the array it started with, so a concurrent replacement never loses its
+A search holds on to the maps and the list it started with, so a concurrent replacement never loses its
 entries. Dict reads and writes are atomic in CPython: no lock.
 """
 
@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
 LIMIT = 200_000  # rowids kept in the maps (about 25 MB of keys and ids); past it they start again empty
-TABLE_MAX = 250_000  # rowids up to which every chunk id is held in one array (bytes per id × rowids)
-TABLE_ID_BYTES = 64  # longer ids (not zhiku's 16 hex digits): no array
+TABLE_MAX = 250_000  # rowids up to which every chunk id is held in one list (and a map back: ~100 bytes a rowid)
 
 
 class ChunkIds:
@@ -37,12 +37,12 @@ class ChunkIds:
     def __init__(self, limit: int = LIMIT, table_max: int = TABLE_MAX) -> None:
         self.limit, self.table_max = limit, table_max
         self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
-        self._table: tuple[int, np.ndarray] | None = None  # (every rowid up to this one, ids by rowid: b"" none)
-        self._no_table = False
-        self._read = 0  # rows read one ranking at a time (the array is read once this reaches top / 4)
+        # every rowid up to ``covered``: ids by rowid (None: no chunk) and each id's newest rowid
+        self._table: tuple[int, list[str | None], dict[str, int]] | None = None
+        self._read = 0  # rows read one ranking at a time (the list is read once this reaches top / 4)
 
     def clear(self) -> None:
-        self._maps, self._table, self._no_table, self._read = ({}, {}), None, False, 0
+        self._maps, self._table, self._read = ({}, {}), None, 0
 
     def _current(self) -> tuple[dict[int, str], dict[str, int]]:
         maps = self._maps
@@ -54,40 +54,38 @@ class ChunkIds:
         self, conn: sqlite3.Connection, rowids: Sequence[int], top: int, *, whole: bool = False
     ) -> list[str | None]:
         """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read); ``whole``:
-        read every id into the array now (``warm()``)."""
+        read every id into the list now (``warm()``)."""
         table = self.table(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
         if table is not None:
-            return [b.decode() if b else None for b in table[rowids].tolist()]
+            return list(map(table[1].__getitem__, rowids))
         by_row = self.of_rows(conn, rowids)
         return [by_row.get(r) for r in rowids]
 
     def seen(self, chunk_ids: Sequence[str], rowids: Sequence[int]) -> None:
-        """Remember where these chunk ids are (a hint for ``rows_hint``)."""
-        self._current()[1].update(zip(chunk_ids, rowids, strict=True))
+        """Remember where these chunk ids are (a hint for ``rows_hint``; the list's map already holds them)."""
+        if self._table is None:
+            self._current()[1].update(zip(chunk_ids, rowids, strict=True))
 
-    def table(self, conn: sqlite3.Connection, top: int) -> np.ndarray | None:
-        """Every chunk id of rowids ``1…top`` by rowid, read once then extended (None past ``table_max``)."""
+    def table(self, conn: sqlite3.Connection, top: int) -> tuple[int, list[str | None], dict[str, int]] | None:
+        """Every chunk id of rowids ``1…top`` by rowid and the map back, read once then extended (None past
+        ``table_max``)."""
         table = self._table
         if table is not None and table[0] >= top:
-            return table[1]
-        if self._no_table or top > self.table_max:
+            return table
+        if top > self.table_max:
             return None
-        if table is None:  # the whole column, from its covering index (not the table's rows)
-            rows = conn.execute("SELECT rowid, chunk_id FROM chunks").fetchall()
-        else:  # the rows past it: a range of the table's key
-            rows = conn.execute("SELECT rowid, chunk_id FROM chunks WHERE rowid > ?", (table[0],)).fetchall()
-        ids = [c.encode() for _, c in rows]
-        if any(len(c) > TABLE_ID_BYTES for c in ids):
-            self._no_table = True
-            return None
-        at = np.fromiter((r for r, _ in rows), np.int64, len(rows))
-        covered = max(top, int(at.max()) if at.size else 0)  # every committed rowid up to here is read
-        known = table[1] if table is not None else np.zeros(1, "S1")
-        grown = np.zeros(covered + 1, np.result_type(known.dtype, np.array(ids, "S") if ids else known.dtype))
-        grown[: known.size] = known
-        grown[at] = ids
-        self._table = (covered, grown)
-        return grown
+        # the whole column from its covering index (not the table's rows), then the rows past it (a range of the
+        # table's key), added in place: searches read only rowids they hold
+        sql = "SELECT rowid, chunk_id FROM chunks" + ("" if table is None else f" WHERE rowid > {table[0]}")
+        rows = conn.execute(sql).fetchall()
+        ids, back = (list[str | None](), dict[str, int]()) if table is None else table[1:]
+        covered = max(top, max((r for r, _ in rows), default=0))  # every committed rowid up to here is read
+        ids.extend([None] * (covered + 1 - len(ids)))
+        for rowid, chunk_id in rows:
+            ids[rowid] = chunk_id
+            back[chunk_id] = rowid
+        self._table = (covered, ids, back)
+        return self._table
 
     def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
         """The map rowid → chunk id holding every one of ``rowids`` that is (or was) a committed chunk (read from
@@ -104,10 +102,10 @@ class ChunkIds:
             self._remember(found, by_row, by_id)
         return by_row
 
-    def rows_hint(self, chunk_ids: Sequence[str]) -> list[int | None]:
-        """The rowid each chunk id was last seen at (None: never seen); check it is live before trusting it."""
-        by_id = self._current()[1]
-        return [by_id.get(c) for c in chunk_ids]
+    def rows_hint(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        """The rowid each chunk id was last seen at (-1: never seen); check it is live before trusting it."""
+        by_id = self._current()[1] if self._table is None else self._table[2]
+        return np.fromiter(map(by_id.get, chunk_ids, repeat(-1)), np.int64, len(chunk_ids))
 
     def rows_now(self, conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, int]:
         """The current rowids of ``chunk_ids`` (those stored), read from SQLite, and remembered."""

@@ -261,29 +261,31 @@ class VectorSnapshot:
         through the mapping (0.07 ms for 400 rows against 0.45 ms with preadv at 100k rows, measured; an exact
         search reads it whole anyway)."""
         if self.path is None or rows.size == 0 or self.rows * self.dim * 4 < PREAD_FROM_BYTES:
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         size = self.dim * 4
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError:  # deleted by a compaction: this snapshot's mapping still holds it
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         try:
             out, got = _read_rows(fd, rows, size)
         finally:
             os.close(fd)
         if got != rows.size * size:
-            return np.asarray(self.float_rows[rows])
+            return self.float_rows.take(rows, axis=0)
         return out.view("<f4").reshape(rows.size, self.dim)
 
     def screened(self, unit: np.ndarray, allowed: np.ndarray, want: int) -> np.ndarray:
-        """The ``want`` allowed rows whose int8 codes score best against the query's (numkong), in file order."""
+        """The ``want`` allowed rows whose int8 codes score best against the query's (numkong) and those tied with
+        the last of them, in file order."""
         assert self.codes is not None
         codes = self.code_rows
         coarse = np.asarray(numkong().cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32"))[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
-        rows = np.argpartition(-coarse, want - 1)[:want] if want < coarse.size else np.arange(coarse.size)
-        return np.sort(rows[np.isfinite(coarse[rows])])  # the float32 rows are read in file order
+        cut = coarse.size - want
+        floor = np.partition(coarse, cut)[cut] if cut > 0 else -np.inf  # (rows tied with it come too)
+        return np.flatnonzero(coarse >= floor if np.isfinite(floor) else np.isfinite(coarse))
 
 
 def screen_width(k: int, n: int) -> int:

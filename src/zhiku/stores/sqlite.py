@@ -336,9 +336,8 @@ class SQLiteStore:
             snap = self._vectors_at(conn)
             for query in queries:
                 _check_dim(snap, query)
-            rowids = np.array([-1 if r is None else r for r in self._ids.rows_hint(ids)], dtype=np.int64)
-            at = snap.rows_of(rowids)  # file rows (-1: not in this snapshot)
-            at[rowids < 1] = -1
+            rowids = self._ids.rows_hint(ids)
+            at = snap.rows_of(rowids)  # file rows (< 0: not in this snapshot, or no rowid)
             ok = at >= 0
             ok[ok] = snap.live[at[ok]]
             if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
@@ -347,7 +346,6 @@ class SQLiteStore:
                 redo = np.flatnonzero(~ok)
                 rowids[redo] = [now.get(c, -1) for c in stale]
                 at[redo] = snap.rows_of(rowids[redo])
-                at[redo[rowids[redo] < 1]] = -1
                 ok = at >= 0
                 ok[ok] = snap.live[at[ok]]
         order = np.flatnonzero(ok)
