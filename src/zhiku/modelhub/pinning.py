@@ -298,7 +298,7 @@ def verify_folder(folder: Path, entry: ModelEntry | None, memo: HashMemo) -> Ver
             f"model {entry.id} in {folder} does not match its pinned manifest entry: {v.problems[0]}"
             + (f" (and {len(v.problems) - 1} more)" if len(v.problems) > 1 else "")
             + f". The file is corrupt or another version: download the model again, or if you trust these files "
-            f"re-pin them with `zhiku models pin {folder} --id {entry.id}`, or set verify: false"
+            f"re-pin them with `zhiku models pin {folder} --id {entry.id}`"
         )
     return v
 
