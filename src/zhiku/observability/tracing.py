@@ -267,9 +267,9 @@ class Labels:
     (``version()``): a chunk's labels do not change until the index does, so a traced query looks up only the
     chunks no earlier query labelled."""
 
-    def __init__(self, fetch: Lookup, version: Callable[[], int], max_items: int = LABELS) -> None:
+    def __init__(self, fetch: Lookup, version: Callable[[], int]) -> None:
         self._fetch, self._version = fetch, version
-        self._kept: Cache[Mapping[str, Any]] = Cache(max_items)
+        self._kept: Cache[Mapping[str, Any]] = Cache(LABELS)
 
     def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
         version = self._version()
