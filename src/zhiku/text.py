@@ -171,10 +171,9 @@ _CLAUSE_BREAK = re.compile(
 
 
 def query_clauses(query: str, *, min_chars: int = 4, max_clauses: int = 8) -> list[str]:
-    """The clauses of a long question, for embedding beside the whole (the clause channel,
-    ``retrieval.clause_weight``): the text cut at clause punctuation and at whitespace between Chinese characters
-    (``_CLAUSE_BREAK``: English words and numbers stay together), a piece shorter than
-    ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
+    """The clauses of a long question, for embedding beside the whole (the clause channel): the text cut at clause
+    punctuation and at whitespace between Chinese characters (``_CLAUSE_BREAK``: English words and numbers stay
+    together), a piece shorter than ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
     first ones). A question of one clause gives ``[]``: the whole question already is that clause."""
     out: list[str] = []
     for piece in _CLAUSE_BREAK.split(query.strip()):

@@ -142,7 +142,7 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
 
 def waited(name: str, start: float, **data: Any) -> None:
     """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
-    waiting for a place in the search gate (``retrieval.max_concurrent``)."""
+    waiting for a place in the search gate (twice the CPU count at once)."""
     o = _current.get()
     if o is not None:
         o.add(name, start, time.perf_counter() - start, [(None, None, data)])

@@ -172,7 +172,7 @@ class TransformStage:
         them with another setup (``setup``: another model, prompt or setting: the enrichments are made again, replies
         to unchanged requests come from the cache), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
         come from the cache; refused or malformed replies are not asked again. Without the reply cache
-        (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
+        (no cache directory) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
         the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row (of this setup)
         without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
         plain ingest re-ingested it and waited out the retries again, for good."""
