@@ -47,7 +47,6 @@ def import_sentence_transformers() -> Any:
 class ModelFolder:
     """A model resolved to files on disk."""
 
-    model: str  # as configured (hub id or path)
     model_id: str  # hub id, or the folder's name for a local copy that is not a hub cache snapshot
     folder: Path
     revision: str | None  # hub commit when known
@@ -81,7 +80,7 @@ def resolve_model(model: str, *, manifest: Manifest, memo: HashMemo) -> ModelFol
     check = verify_folder(folder, entry, memo)
     if check.status != "ok":
         log.info("model %s (%s) not verified: %s", model_id, folder, check.detail)
-    return ModelFolder(model, model_id, folder, rev, check)
+    return ModelFolder(model_id, folder, rev, check)
 
 
 def download(repo_id: str, revision: str | None) -> Path:
