@@ -88,7 +88,6 @@ class TransformStage:
         llm: LLMSettings,
         *,
         store: EnrichmentStore | None = None,
-        prompts: Prompts | None = None,
         on_progress: TransformProgress | None = None,
     ) -> None:
         need = [t.name for t in transforms if t.needs_llm]
@@ -102,7 +101,7 @@ class TransformStage:
         self.settings = settings
         self.llm = llm
         self.store = store
-        self.prompts = prompts or Prompts(llm.prompts_dir)
+        self.prompts = Prompts(llm.prompts_dir)
         self.on_progress = on_progress
         self._tally = _Tally()
         self._doc_usage: dict[str, LLMUsage] = {}  # each document's share, kept until it is written
