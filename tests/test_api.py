@@ -410,9 +410,7 @@ def test_locked_index_is_a_clear_error_and_loses_nothing(kb_factory, corpus: Pat
             kb = kb_factory(idx)
         with pytest.raises(IndexLocked) as e:
             kb.ingest([corpus])
-        assert str(e.value) == (
-            f"index {idx} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s"
-        )
+        assert str(e.value) == (f"index {idx} is locked by another writer; wait for it to finish and try again")
         assert e.value.retryable is True
         with pytest.raises(IndexLocked):
             kb.delete("劳动合同法.md")

@@ -88,7 +88,6 @@ class _Counting:
 def test_index_text_context_and_window_check() -> None:
     assert index_text("劳动合同法", "劳动合同法 > 第四十七条", "正文") == "劳动合同法 > 第四十七条\n正文"
     assert index_text("手册", "加班", "正文", ["图一"]) == "手册 > 加班\n正文\n图片：图一"
-    assert index_text("手册", "加班", "正文", context=False) == "正文"
     assert check_window(_Counting(), ["短", "九个字九个字九个字", "短"]) == WindowCheck(10, (1,), 11)
     assert check_window(object(), ["短"]) == WindowCheck(None)
 

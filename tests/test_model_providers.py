@@ -31,9 +31,7 @@ MINILM_DIGEST = hashlib.sha256(f"model.safetensors:{MINILM_SHA256}\n".encode()).
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(
-        str(minilm_dir), device="auto", memo=HashMemo(tmp_path_factory.mktemp("memo") / "hashes.json")
-    )
+    return SentenceTransformerEmbedder(str(minilm_dir), memo=HashMemo(tmp_path_factory.mktemp("memo") / "hashes.json"))
 
 
 def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceTransformerEmbedder) -> None:
@@ -41,7 +39,7 @@ def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceT
     assert minilm.folder.verification.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert minilm.name.startswith(f"st:model@sha256:{MINILM_DIGEST}/")  # folder name + weights hash
     assert (minilm.prefixes.query, minilm.prefixes.passage, minilm.prefixes.family) == ("", "", "none")
-    assert minilm.dim == 384 and minilm.device == "cpu"  # device auto: no GPU here
+    assert minilm.dim == 384 and minilm.device == "cpu"  # no GPU here
     docs = minilm.embed_documents(
         ["A cat sleeps on the warm mat.", "Stock markets fell sharply on Monday.", "The annual leave is five days."]
     )
@@ -50,26 +48,6 @@ def test_sentence_transformers_embedder_on_the_packaged_minilm(minilm: SentenceT
     for query, best in (("where is the cat sleeping?", 0), ("did shares drop?", 1), ("how many vacation days?", 2)):
         assert int(np.argmax(docs @ minilm.embed_query(query))) == best, query
     assert minilm.embed_documents([]).shape == (0, 384)
-
-
-def test_prefixes_change_vectors_and_the_passage_prefix_changes_the_fingerprint(
-    minilm_dir: Path, minilm: SentenceTransformerEmbedder
-) -> None:
-    e5_style = SentenceTransformerEmbedder(
-        str(minilm_dir), device="cpu", query_prefix="query: ", passage_prefix="passage: "
-    )
-    assert (e5_style.prefixes.query, e5_style.prefixes.passage, e5_style.prefixes.family) == (
-        "query: ",
-        "passage: ",
-        "settings",
-    )
-    assert e5_style.name != minilm.name and e5_style.name.startswith(f"st:model@sha256:{MINILM_DIGEST}/")
-    text = "The annual leave is five days."
-    np.testing.assert_allclose(
-        e5_style.embed_documents([text])[0], minilm.embed_documents(["passage: " + text])[0], atol=1e-5
-    )
-    only_query = SentenceTransformerEmbedder(str(minilm_dir), device="cpu", query_prefix="query: ")
-    assert only_query.name == minilm.name  # query vectors are never stored: no rebuild needed
 
 
 def test_settings_build_a_cached_sentence_transformers_embedder(minilm_dir: Path, minilm, tmp_path: Path) -> None:
@@ -94,16 +72,15 @@ def test_a_tampered_copy_is_refused_before_loading(minilm_dir: Path, tmp_path: P
     shutil.copytree(minilm_dir, copy, ignore=shutil.ignore_patterns("model.safetensors"))
     with open(copy / "model.safetensors", "wb") as f:  # same size, other bytes (sparse: instant)
         f.truncate((minilm_dir / "model.safetensors").stat().st_size)
-    emb = SentenceTransformerEmbedder(str(copy), device="cpu")
+    emb = SentenceTransformerEmbedder(str(copy))
     with pytest.raises(
         ModelIntegrityError,
         match=r"model sentence-transformers/all-MiniLM-L6-v2 in .*minilm-copy does "
         r"not match .*: model\.safetensors: SHA-256 ",
     ):
         _ = emb.name
-    assert SentenceTransformerEmbedder(str(copy), device="cpu", verify=False).folder.verification.status == "unknown"
     with pytest.raises(NotFound, match="neither a folder on disk nor a Hugging Face id"):
-        _ = SentenceTransformerEmbedder("no-such-model", device="cpu").name
+        _ = SentenceTransformerEmbedder("no-such-model").name
 
 
 def test_missing_sentence_transformers_is_an_actionable_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,16 +89,6 @@ def test_missing_sentence_transformers_is_an_actionable_error(monkeypatch: pytes
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(MissingDependency, match=r"pip install 'zhiku\[models\]'"):
         import_sentence_transformers()
-
-
-def test_device_cuda_without_a_gpu_is_a_clear_error() -> None:
-    from zhiku.modelhub.hf import resolve_device
-
-    if pytest.importorskip("torch").cuda.is_available():  # asked now, with torch imported (allowed_skips.py)
-        pytest.skip("a GPU is present")
-    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
-    with pytest.raises(NotFound, match="torch sees no CUDA GPU"):
-        resolve_device("cuda")
 
 
 def test_switching_embedder_is_refused_and_force_rebuilds(
@@ -180,7 +147,7 @@ TEXTS = [
 
 
 def test_cross_encoder_reranker_scores_raw_and_sigmoid(tiny_cross_encoder: Path) -> None:
-    ce = CrossEncoderReranker(str(tiny_cross_encoder), device="cpu", max_length=128)
+    ce = CrossEncoderReranker(str(tiny_cross_encoder))
     assert ce.name.startswith(f"cross-encoder:{tiny_cross_encoder.name}@sha256:")
     assert ce.folder.verification.status == "unknown"  # built here: no manifest entry
     hits = [hit(n, t) for n, t in enumerate(TEXTS, 1)]
@@ -221,7 +188,7 @@ def test_cross_encoder_through_the_knowledge_base(
 
 
 def test_a_hung_cross_encoder_does_not_hold_the_answer(tiny_cross_encoder: Path) -> None:
-    ce = CrossEncoderReranker(str(tiny_cross_encoder), device="cpu")
+    ce = CrossEncoderReranker(str(tiny_cross_encoder))
     ce.load()
     model = ce._model
     real = model.predict
@@ -314,7 +281,7 @@ def test_hub_ids_download_once_pinned_revision_first(monkeypatch: pytest.MonkeyP
     assert emb.name.startswith("st:acme/tiny-zh@0123456789ab/")
     assert emb.folder.verification.status == "ok"
     [call] = calls
-    assert call["revision"] == "0123456789abcdef0123"  # the pinned revision, since embedding.revision is unset
+    assert call["revision"] == "0123456789abcdef0123"  # the pinned revision
     assert "*.bin" in call["ignore_patterns"] and "onnx/*" in call["ignore_patterns"]  # safetensors only
 
     (snap / "config.json").write_text('{"x": 1}', encoding="utf-8")  # the cache was altered after pinning

@@ -64,11 +64,6 @@ def test_the_pages_a_question_asks_for(question: str, pages: tuple[int, ...]) ->
     assert asked_pages(NORMALIZE(question)) == pages
 
 
-def test_a_traditional_page_with_t2s_off() -> None:
-    as_written = TextProcessor(t2s=False).normalize
-    assert [asked_pages(as_written(q)) for q in ("第 3 頁", "第三頁講了什麼", "第3-4頁")] == [(3,), (3,), (3, 4)]
-
-
 def test_a_wide_range_is_read_as_its_first_pages() -> None:
     assert asked_pages("第1-500页") == tuple(range(1, MAX_PAGES + 1))
 

@@ -210,13 +210,12 @@ def llm(fake: FakeOpenAI, timeout: float = 2.0) -> LLMReranker:
     return LLMReranker(
         OpenAICompatibleClient(fake.url, timeout=timeout, max_retries=1, backoff_s=0.01),
         "qwen-test",
-        max_chars=20,
         timeout=timeout,
     )
 
 
 def test_llm_reranker_grades_every_candidate_in_one_call(fake_openai: FakeOpenAI) -> None:
-    hits = [hit(1, "试用期" * 30), hit(2, "年休假"), hit(3, "加班费")]
+    hits = [hit(1, "试用期" * 201), hit(2, "年休假"), hit(3, "加班费")]
     out = rerank_with_fallback(llm(fake_openai), "试用期多久", hits, top_m=3, top_k=3, timeout=2)
     assert out.status == "ok"
     assert [(h.chunk.chunk_id, h.rerank_score, h.rerank_sigmoid) for h in out.hits] == [
@@ -228,9 +227,7 @@ def test_llm_reranker_grades_every_candidate_in_one_call(fake_openai: FakeOpenAI
     body = req.body
     assert req.path == "/v1/chat/completions" and body["model"] == "qwen-test" and body["temperature"] == 0
     prompt = body["messages"][1]["content"]
-    assert prompt.startswith(
-        "Query: 试用期多久\n\nPassages (3):\n[1] " + "试用期" * 6 + "试用…\n[2] 年休假\n[3] 加班费"
-    )
+    assert prompt.startswith("Query: 试用期多久\n\nPassages (3):\n[1] " + "试用期" * 200 + "…\n[2] 年休假\n[3] 加班费")
     assert body["messages"][0]["content"].endswith(
         '{"scores": [g1, g2, ...]}: one number per passage, in the order given, nothing else.'
     )

@@ -62,7 +62,8 @@ def open_kb(kb_factory: Any, index: Path, fake: FakeOpenAI, model: str, transfor
     """A KB whose LLM and embedder are the fake server (fast, deterministic vectors); ``model`` keeps this test's
     reply-cache entries apart from other tests'. ``cache=False``: no reply cache (no cache_dir)."""
     fake.chat_reply = llm_reply
-    embedder = OpenAIEmbedder(OpenAICompatibleClient(fake.url, max_retries=0), "fake-embed", dimensions=DIM)
+    embedder = OpenAIEmbedder(OpenAICompatibleClient(fake.url, max_retries=0), "fake-embed")
+    assert embedder.dim == DIM  # (its size asked now: a test may make the endpoint fail next)
     nocache = {} if kw.pop("cache", True) else {"cache_dir": None}
     llm = llm_settings(fake, model, **kw)
     return kb_factory(index, embedder=embedder, llm=llm, transforms={"enabled": transforms}, **nocache)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fake_openai import DIM, FakeOpenAI, prompt_of
+from fake_openai import FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
 from test_transforms import _llm_client_constants, llm_settings, open_kb  # noqa: F401 (an autouse fixture)
 from zhiku.embedding.openai_compat import OpenAIEmbedder
@@ -339,7 +339,7 @@ def test_a_transform_switched_off_leaves_unchanged_documents_as_they_are(
     assert len(none.ingest([corpus]).skipped) == DOCS
     assert len(none.enrichments.tagged(["劳动法规"])[0]) == CORPUS_CHUNKS
     none.close()
-    embedder = OpenAIEmbedder(OpenAICompatibleClient(fake_openai.url, max_retries=0), "fake-embed", dimensions=DIM)
+    embedder = OpenAIEmbedder(OpenAICompatibleClient(fake_openai.url, max_retries=0), "fake-embed")
     fewer = kb_factory(
         tmp_path / "idx",
         embedder=embedder,

@@ -92,7 +92,6 @@ class OpenAICompatibleClient:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         max_connections: int = 8,
-        user_agent: str = "zhiku",
     ) -> None:
         try:
             import httpx
@@ -106,7 +105,7 @@ class OpenAICompatibleClient:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
-        headers = {"Content-Type": "application/json", "User-Agent": user_agent}
+        headers = {"Content-Type": "application/json", "User-Agent": "zhiku"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(

@@ -2,15 +2,12 @@
 
 File format: terms separated by whitespace, ``,``, ``，``, ``、`` or ``/``; ``#`` starts a comment line. A group
 like ``开除 辞退 解除劳动合同`` makes a text that contains any of the terms (after the index's normalisation:
-NFKC, Traditional → Simplified, lower case) also match the others. ``text.synonyms_at`` chooses where:
-
-- ``query``: the query's BM25 terms gain the other terms' tokens (no re-indexing; the file can change any time);
-- ``index``: each chunk's BM25 tokens gain them (the file is part of the index's tokenizer identity).
+NFKC, Traditional → Simplified, lower case) also match the others: the question's BM25 terms gain the other terms'
+tokens, so the file can change any time without re-indexing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +26,10 @@ class SynonymGroup:
 @dataclass(frozen=True)
 class Synonyms:
     groups: tuple[SynonymGroup, ...]
-    digest: str  # identifies the file's content
 
     @classmethod
     def empty(cls) -> Synonyms:
-        return cls((), "none")
+        return cls(())
 
     @classmethod
     def load(cls, path: Path, normalize: Callable[[str], str]) -> Synonyms:
@@ -54,7 +50,7 @@ class Synonyms:
                     "terms, e.g. `年假 年休假 带薪年休假`"
                 )
             groups.append(SynonymGroup(tuple(sorted(terms, key=len, reverse=True))))
-        return cls(tuple(groups), hashlib.sha256(raw.encode()).hexdigest()[:12])
+        return cls(tuple(groups))
 
     def expansions(self, normalized_text: str) -> list[str]:
         """The terms of every group that ``normalized_text`` mentions, which it does not contain itself."""

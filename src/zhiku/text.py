@@ -28,15 +28,9 @@ TOKENIZER_NAME = "rjieba"
 _WORD_CHAR = re.compile(r"[^\W_]")  # a token is kept if it holds one: exactly str.isalnum() for every code point
 
 
-def load_stopwords(path: Path | None = None) -> frozenset[str]:
-    """Read a stopword file (one per line, ``#`` comments); ``None`` reads zhiku's built-in list."""
-    if path is None:
-        raw = resources.files("zhiku").joinpath("data/stopwords_zh.txt").read_text(encoding="utf-8")
-    else:
-        try:
-            raw = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"cannot read stopword file {path}: {e} (fix text.stopwords)") from None
+def load_stopwords() -> frozenset[str]:
+    """zhiku's built-in stopword list (one per line, ``#`` comments)."""
+    raw = resources.files("zhiku").joinpath("data/stopwords_zh.txt").read_text(encoding="utf-8")
     return frozenset(line.strip().lower() for line in raw.splitlines() if line.strip() and not line.startswith("#"))
 
 
@@ -79,18 +73,9 @@ NORMALIZED_TEXTS = 4096  # texts kept normalised (passages ~0.5–3k characters,
 class TextProcessor:
     """Normaliser + tokenizer. Build one per index (it holds the jieba dictionary and OpenCC tables)."""
 
-    def __init__(
-        self,
-        *,
-        t2s: bool = True,
-        user_dict: Path | None = None,
-        stopwords: Path | None = None,
-        synonyms: Path | None = None,
-        synonyms_at: str = "query",
-    ) -> None:
-        self.t2s = t2s
+    def __init__(self, *, user_dict: Path | None = None, synonyms: Path | None = None) -> None:
         self.user_dict = Path(user_dict) if user_dict else None
-        self.stopwords = load_stopwords(stopwords)
+        self.stopwords = load_stopwords()
         self._user_dict_text = ""
         if self.user_dict is not None:
             try:
@@ -98,7 +83,6 @@ class TextProcessor:
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
         self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms.empty()
-        self.synonyms_at = synonyms_at
         # the same passages are normalised by every query that returns them (the confidence check's term coverage,
         # the snippets): ~0.1 µs a character, mostly OpenCC (bench/RESULTS.md, Issue 13 — passages normalised once)
         self._normalized = memoized(NORMALIZED_TEXTS)(self._normalize_chars)
@@ -133,32 +117,25 @@ class TextProcessor:
         """Identifies everything that changes index tokens; stored in the index and checked on open."""
         version = importlib.metadata.version("rjieba")
         udict = hashlib.sha256(self._user_dict_text.encode()).hexdigest()[:12] if self._user_dict_text else "none"
-        ident = f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s={self.t2s};nfkc;lower"
-        if self.synonyms.groups and self.synonyms_at == "index":
-            ident += f";synonyms={self.synonyms.digest}"
-        return ident
+        return f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s=True;nfkc;lower"
 
     def _normalize_chars(self, text: str) -> str:
         return self.simplified(unicodedata.normalize("NFKC", text)).lower()
 
     def simplified(self, text: str) -> str:
-        """``text`` in Simplified characters (``text.t2s``; unchanged when off): the form of a question written in
-        Traditional characters that the dense channel also searches with (``retrieval/search.py``)."""
-        return self._opencc.convert(text) if self.t2s else text
+        """``text`` in Simplified characters: the form of a question written in Traditional characters that the
+        dense channel also searches with (``retrieval/search.py``)."""
+        return str(self._opencc.convert(text))
 
     def normalize(self, text: str) -> str:
-        """NFKC, Traditional → Simplified (when enabled) and lower case (the last ``NORMALIZED_TEXTS`` texts kept)."""
+        """NFKC, Traditional → Simplified and lower case (the last ``NORMALIZED_TEXTS`` texts kept)."""
         return self._normalized(text)
 
     def index_tokens(self, text: str) -> list[str]:
         """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped (normalised
         without ``normalize``'s cache: an index text is normalised once, and would push out the passages queries
         normalise again)."""
-        norm = self._normalize_chars(text)
-        tokens = self._cut(norm)
-        if self.synonyms.groups and self.synonyms_at == "index":
-            tokens = self.synonyms.expand_tokens(norm, tokens, self._cut)
-        return tokens
+        return self._cut(self._normalize_chars(text))
 
     def _cut(self, normalized: str) -> list[str]:
         word = _WORD_CHAR.search
@@ -178,7 +155,7 @@ class TextProcessor:
         if spelled != norm:  # 第47条: the terms of 第四十七条, as statutes write it, and the number (47), not 第 or 条
             words = self._cut(spelled) + [w for w in words if w not in ("第", "条")]  # 7 as well as 47
         kept = [w for w in words if w not in self.stopwords] or words
-        if self.synonyms.groups and self.synonyms_at == "query":
+        if self.synonyms.groups:
             kept = self.synonyms.expand_tokens(
                 norm, kept, lambda t: [w for w in self._cut(t) if w not in self.stopwords]
             )
@@ -194,10 +171,9 @@ _CLAUSE_BREAK = re.compile(
 
 
 def query_clauses(query: str, *, min_chars: int = 4, max_clauses: int = 8) -> list[str]:
-    """The clauses of a long question, for embedding beside the whole (the clause channel,
-    ``retrieval.clause_weight``): the text cut at clause punctuation and at whitespace between Chinese characters
-    (``_CLAUSE_BREAK``: English words and numbers stay together), a piece shorter than
-    ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
+    """The clauses of a long question, for embedding beside the whole (the clause channel): the text cut at clause
+    punctuation and at whitespace between Chinese characters (``_CLAUSE_BREAK``: English words and numbers stay
+    together), a piece shorter than ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
     first ones). A question of one clause gives ``[]``: the whole question already is that clause."""
     out: list[str] = []
     for piece in _CLAUSE_BREAK.split(query.strip()):

@@ -111,7 +111,7 @@ PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
 def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
     """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
     document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
-    ``ingest.batch_chunks`` embedded), a changed note (LLM transforms: ``contextual 40/900 chunks · a.pdf``) at
+    embedding call), a changed note (LLM transforms: ``contextual 40/900 chunks · a.pdf``) at
     most every ``PROGRESS_SECONDS`` while one document takes long, then the end."""
     import time
 

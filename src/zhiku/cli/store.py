@@ -61,7 +61,7 @@ def migrate(
 
 def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
-    past `store.compact_dead_fraction`), and delete vector files of older generations or another embedder."""
+    past 25 % deleted rows), and delete vector files of older generations or another embedder."""
     from zhiku.api import compact_index
     from zhiku.settings import load_settings
 

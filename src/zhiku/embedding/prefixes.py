@@ -10,8 +10,7 @@ Many retrieval embedders were trained with a marker in front of the text, and lo
   which recommends writing the task in English even for other languages);
 - BGE-M3, m3e, all-MiniLM and unknown models: none.
 
-Precedence (highest first): the ``query_prefix``/``passage_prefix`` settings (``""`` turns a prefix off) > the
-model's own ``prompts`` in ``config_sentence_transformers.json`` > this table > none.
+Precedence (highest first): the model's own ``prompts`` in ``config_sentence_transformers.json`` > this table > none.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ BGE_EN_QUERY = "Represent this sentence for searching relevant passages: "
 class Prefixes:
     query: str = ""
     passage: str = ""
-    family: str = "none"  # where they came from: a family name, "model config", "settings" or "none"
+    family: str = "none"  # where they came from: a family name, "model config" or "none"
 
 
 # (pattern over the lower-cased model id or folder name, prefixes); the first match wins.
@@ -78,11 +77,6 @@ def config_prefixes(folder: Path | None) -> Prefixes | None:
     )
 
 
-def resolve_prefixes(
-    model: str, folder: Path | None = None, *, query: str | None = None, passage: str | None = None
-) -> Prefixes:
+def resolve_prefixes(model: str, folder: Path | None = None) -> Prefixes:
     """The prefixes to use (see the module docstring for the precedence)."""
-    base = config_prefixes(folder) or family_prefixes(model)
-    if query is None and passage is None:
-        return base
-    return Prefixes(base.query if query is None else query, base.passage if passage is None else passage, "settings")
+    return config_prefixes(folder) or family_prefixes(model)

@@ -1,10 +1,9 @@
 """``Embedder`` over any sentence-transformers model: a Hugging Face id or a local folder.
 
 ``BAAI/bge-large-zh-v1.5``, ``BAAI/bge-m3``, ``Qwen/Qwen3-Embedding-0.6B``, ``moka-ai/m3e-base``… load through
-``sentence_transformers.SentenceTransformer`` on ``device`` (``auto``: CUDA when torch sees one, in fp16 when
-``fp16``). Known families get their query/passage prefixes (``zhiku.embedding.prefixes``). The files are checked
-against the model manifest before loading, and the fingerprint (``name``) holds the model id, its revision or
-weights hash, and whatever changes stored vectors (passage prefix, max length).
+``sentence_transformers.SentenceTransformer`` (on a GPU in half precision when torch sees one). Known families get
+their query/passage prefixes (``zhiku.embedding.prefixes``). The files are checked against the model manifest before
+loading, and the fingerprint (``name``) holds the model id, its revision or weights hash, and the passage prefix.
 """
 
 from __future__ import annotations
@@ -28,27 +27,13 @@ class SentenceTransformerEmbedder(HubModel):
     load_error = EmbeddingError
     kind = "sentence-transformers model"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        query_prefix: str | None = None,
-        passage_prefix: str | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(model, **options)
-        self._query_prefix = query_prefix
-        self._passage_prefix = passage_prefix
-
     @cached_property
     def prefixes(self) -> Prefixes:
-        return resolve_prefixes(
-            self.folder.model_id, self.folder.folder, query=self._query_prefix, passage=self._passage_prefix
-        )
+        return resolve_prefixes(self.folder.model_id, self.folder.folder)
 
     @cached_property
     def name(self) -> str:
-        variant = f"passage={self.prefixes.passage!r};max_length={self.max_length}"
+        variant = f"passage={self.prefixes.passage!r};max_length=None"  # (the model's own; kept: stored vectors)
         tag = hashlib.sha256(variant.encode("utf-8")).hexdigest()[:8]
         return f"st:{self.folder.fingerprint(self.memo)}/{tag}"
 
@@ -57,10 +42,7 @@ class SentenceTransformerEmbedder(HubModel):
         return str(self._model.device)
 
     def _construct(self, st: Any, path: str, device: str) -> Any:
-        model = st.SentenceTransformer(path, device=device, local_files_only=True)
-        if self.max_length is not None:
-            model.max_seq_length = self.max_length
-        return model
+        return st.SentenceTransformer(path, device=device, local_files_only=True)
 
     @cached_property
     def dim(self) -> int:

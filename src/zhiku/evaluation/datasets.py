@@ -153,7 +153,7 @@ def _same(text: str) -> str:
 
 def folded(evalset: EvalSet, fold: Callable[[str], str]) -> EvalSet:
     """``evalset`` whose expected entries compare ``section`` and ``contains`` after ``fold``: the index's own
-    normalisation (NFKC, Traditional → Simplified with ``text.t2s``, lower case), so a set written in Traditional
+    normalisation (NFKC, Traditional → Simplified, lower case), so a set written in Traditional
     characters scores the Simplified passages retrieval found for it, and full-width digits match half-width."""
     cached = memoized(8192)(fold)
     queries = tuple(replace(q, expected=tuple(replace(e, fold=cached) for e in q.expected)) for q in evalset.queries)

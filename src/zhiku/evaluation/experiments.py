@@ -65,7 +65,7 @@ VARIANTS: dict[str, Variant] = {
                 {"rerank": False},
                 settings={"retrieval": {"fusion": fusion}},
             )
-            for fusion, label in (("zscore", "z-score"), ("rrf", "RRF (k = retrieval.rrf_k)"))
+            for fusion, label in (("zscore", "z-score"), ("rrf", "RRF (k = 60)"))
         ),
         Variant(
             "hybrid_rerank",

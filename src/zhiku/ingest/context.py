@@ -1,7 +1,7 @@
 """What is embedded and BM25-indexed for a chunk, and whether it fits the embedder's window.
 
 The stored and cited text is always the user's text (``Chunk.text``); only the *index text* gains the document
-title and section path (``chunking.index_context``) so that a chunk that says ``本条`` or holds one article of
+title and section path so that a chunk that says ``本条`` or holds one article of
 a long law still carries the law's name and chapter into retrieval, without an LLM.
 """
 
@@ -12,12 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 
-def index_text(title: str, section: str, text: str, captions: Sequence[str] = (), *, context: bool = True) -> str:
-    """What is embedded and tokenised for a chunk: (with ``context``) its title/section path, its text, then the
-    captions of its images that the text does not already hold (so that "search text, find the picture" works)."""
-    head = ""
-    if context:
-        head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
+def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()) -> str:
+    """What is embedded and tokenised for a chunk: its title/section path, its text, then the captions of its
+    images that the text does not already hold (so that "search text, find the picture" works)."""
+    head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
     body = f"{head}\n{text}" if head else text
     extra = [c for c in dict.fromkeys(captions) if c and c not in text]
     return body + "".join(f"\n图片：{c}" for c in extra)

@@ -1,4 +1,4 @@
-"""Per-chunk progress of an ingest: after each embedding call (``ingest.batch_chunks`` chunks), the pipeline
+"""Per-chunk progress of an ingest: after each embedding call (128 chunks), the pipeline
 reports ``on_progress(documents done, documents, note)`` with the note ``"<embedded>/<queued> chunks embedded"``:
 chunks embedded so far, of the chunks of the documents queued so far. A long ingest (one big PDF is hundreds of
 chunks) thus says how far it is even between two documents."""

@@ -1,6 +1,6 @@
 """The persistent cache of LLM replies: ``key → content`` in SQLite (the judge's and the transforms' files).
 
-Keys hash the model, the prompt id with its version and the messages, so a changed prompt or input asks again
+Keys hash the model, the prompt id and the messages, so a changed prompt or input asks again
 and a re-ingest of the same corpus makes no request. Only replies that parsed are stored.
 """
 
@@ -11,7 +11,6 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +47,6 @@ class ReplyCache:
         with self._lock:
             row = self._db.execute("select content from responses where key = ?", (key,)).fetchone()
         return str(row[0]) if row else None
-
-    def has(self, keys: Sequence[str]) -> int:
-        """How many of ``keys`` are cached (a dry run's forecast)."""
-        return sum(self.get(k) is not None for k in keys)
 
     def put(self, key: str, content: str) -> None:
         with self._lock:

@@ -25,14 +25,12 @@ def detect_language(text: str) -> str:
 
 
 class Prompts:
-    """Prompt texts by (name, language); user files win over the built-in ones. ``version`` goes into cache keys:
-    ``id_of(name)`` changes when the user's prompts folder is set and its version is bumped."""
+    """Prompt texts by (name, language); user files win over the built-in ones."""
 
-    def __init__(self, override_dir: Path | None = None, version: str = "1") -> None:
+    def __init__(self, override_dir: Path | None = None) -> None:
         if override_dir is not None and not override_dir.is_dir():
             raise ConfigError(f"llm.prompts_dir {override_dir} is not a folder (create it or unset llm.prompts_dir)")
         self.override_dir = override_dir
-        self.version = version
         self._texts: Cache[str] = Cache(PROMPTS)
 
     def text(self, name: str, language: str) -> str:
@@ -57,6 +55,7 @@ class Prompts:
         return Template(self.text(name, language)).safe_substitute({k: str(v) for k, v in values.items()})
 
     def id_of(self, name: str) -> str:
-        """The prompt's id in cache keys: ``contextual@builtin-1`` or ``contextual@user-<version>``."""
+        """The prompt's id in cache keys: ``contextual@builtin-1`` or ``contextual@user-1`` (the prompt's text is part
+        of each key too, so an edited prompt is asked again)."""
         user = self.override_dir is not None and any(self.override_dir.glob(f"{name}.*.txt"))
-        return f"{name}@{'user' if user else 'builtin'}-{self.version}"
+        return f"{name}@{'user' if user else 'builtin'}-1"

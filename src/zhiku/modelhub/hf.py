@@ -2,7 +2,7 @@
 
 A model (hub id or local folder) is resolved to a folder on disk, checked against the model manifest
 (``zhiku.modelhub.pinning``) before anything loads it, named with a fingerprint, and loaded once on first use on
-``device`` (``auto``: CUDA when torch sees one, in fp16 when ``fp16``). torch, sentence-transformers and
+CUDA in half precision when torch sees a GPU, else the CPU. torch, sentence-transformers and
 huggingface_hub are imported only here and only when a model loads (``pip install 'zhiku[models]'``).
 """
 
@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from zhiku.errors import MissingDependency, NotFound, ZhikuError
 from zhiku.modelhub.pinning import (
@@ -43,25 +43,10 @@ def import_sentence_transformers() -> Any:
     return sentence_transformers
 
 
-def resolve_device(device: Literal["auto", "cpu", "cuda"]) -> str:
-    """``auto``: CUDA when torch sees a GPU, else the CPU."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise NotFound(
-            "device 'cuda' was asked for, but torch sees no CUDA GPU (torch "
-            f"{torch.__version__}): use device: auto or cpu, or install a CUDA build of torch"
-        )
-    return device
-
-
 @dataclass(frozen=True)
 class ModelFolder:
     """A model resolved to files on disk."""
 
-    model: str  # as configured (hub id or path)
     model_id: str  # hub id, or the folder's name for a local copy that is not a hub cache snapshot
     folder: Path
     revision: str | None  # hub commit when known
@@ -74,15 +59,7 @@ class ModelFolder:
         return f"{self.model_id}@sha256:{weights_digest(self.folder, memo)[:12]}"
 
 
-def resolve_model(
-    model: str,
-    *,
-    revision: str | None,
-    manifest: Manifest,
-    memo: HashMemo,
-    verify: bool,
-    cache_folder: Path | None = None,
-) -> ModelFolder:
+def resolve_model(model: str, *, manifest: Manifest, memo: HashMemo) -> ModelFolder:
     """Find (or download) ``model`` and check it against the manifest before anything loads it."""
     local = Path(model).expanduser()
     if local.is_dir():
@@ -94,23 +71,19 @@ def resolve_model(
         raise NotFound(f"model path {local} is a file; give the model's folder")
     elif "/" in model.strip("/") and not model.startswith((".", "/", "~")):
         entry = manifest.get(model)
-        rev = revision or (entry.revision if entry is not None and entry.pinned else None)
-        folder = download(model, rev, cache_folder)
+        rev = entry.revision if entry is not None and entry.pinned else None
+        folder = download(model, rev)
         found = hub_id_of(folder)
         model_id, rev = model, (found[1] if found else rev)
     else:
         raise NotFound(f"model {model!r} is neither a folder on disk nor a Hugging Face id like 'BAAI/bge-m3'")
-    check = (
-        verify_folder(folder, entry, memo)
-        if verify
-        else Verification(str(folder), model_id, "unknown", "verify: false")
-    )
+    check = verify_folder(folder, entry, memo)
     if check.status != "ok":
         log.info("model %s (%s) not verified: %s", model_id, folder, check.detail)
-    return ModelFolder(model, model_id, folder, rev, check)
+    return ModelFolder(model_id, folder, rev, check)
 
 
-def download(repo_id: str, revision: str | None, cache_folder: Path | None) -> Path:
+def download(repo_id: str, revision: str | None) -> Path:
     """The local snapshot of ``repo_id`` (downloaded once into the Hugging Face cache; offline: the cache only)."""
     try:
         from huggingface_hub import HfApi, snapshot_download
@@ -126,14 +99,7 @@ def download(repo_id: str, revision: str | None, cache_folder: Path | None) -> P
     except Exception:  # offline, or a private repo: download what the cache holds
         pass
     try:
-        return Path(
-            snapshot_download(
-                repo_id,
-                revision=revision,
-                ignore_patterns=ignore,
-                cache_dir=str(cache_folder) if cache_folder else None,
-            )
-        )
+        return Path(snapshot_download(repo_id, revision=revision, ignore_patterns=ignore))
     except Exception as e:
         raise NotFound(
             f"cannot get model {repo_id!r}{f'@{revision}' if revision else ''} from the Hugging Face hub "
@@ -153,22 +119,12 @@ class HubModel:
         self,
         model: str,
         *,
-        revision: str | None = None,
-        device: Literal["auto", "cpu", "cuda"] = "auto",
         batch_size: int = 32,
-        fp16: bool = True,
-        max_length: int | None = None,
-        verify: bool = True,
         manifest: Manifest | None = None,
         memo: HashMemo | None = None,
     ) -> None:
         self.model = model
-        self.revision = revision
-        self.device_setting = device
         self.batch_size = batch_size
-        self.fp16 = fp16
-        self.max_length = max_length
-        self.verify = verify
         self.manifest = manifest if manifest is not None else load_manifest()
         self.memo = memo if memo is not None else HashMemo(None)
         self._lock = threading.Lock()
@@ -176,9 +132,7 @@ class HubModel:
     @cached_property
     def folder(self) -> ModelFolder:
         """The model's files, found (downloaded) and verified; nothing is loaded into memory yet."""
-        return resolve_model(
-            self.model, revision=self.revision, manifest=self.manifest, memo=self.memo, verify=self.verify
-        )
+        return resolve_model(self.model, manifest=self.manifest, memo=self.memo)
 
     def load(self) -> None:
         _ = self._model
@@ -192,15 +146,17 @@ class HubModel:
 
     def _load(self) -> Any:
         st = import_sentence_transformers()
+        import torch
+
         folder = self.folder
-        device = resolve_device(self.device_setting)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             model = self._construct(st, str(folder.folder), device)
         except Exception as e:
             raise self.load_error(
                 f"cannot load {self.kind} {folder.model_id} from {folder.folder}: {type(e).__name__}: {e}"
             ) from None
-        if device.startswith("cuda") and self.fp16:
+        if device == "cuda":
             model.half()
         return model
 

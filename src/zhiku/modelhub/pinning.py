@@ -220,10 +220,7 @@ def pin_folder(
     model_id: str,
     *,
     kind: Literal["embedder", "reranker"] = "embedder",
-    provider: str = "sentence-transformers",
     revision: str | None = None,
-    source: str = "",
-    memo: HashMemo | None = None,
 ) -> ModelEntry:
     """A pinned manifest entry for the files now in ``folder`` (hashes read fresh)."""
     folder = Path(folder)
@@ -232,7 +229,7 @@ def pin_folder(
     files = model_files(folder)
     if not files:
         raise NotFound(f"no model files in {folder}: is it a model folder?")
-    memo = memo or HashMemo(None)
+    memo = HashMemo(None)
     if revision is None and hub_id_of(folder) is not None:
         revision = hub_id_of(folder)[1]  # type: ignore[index]
     pinned = tuple(
@@ -241,10 +238,9 @@ def pin_folder(
     return ModelEntry(
         id=model_id,
         kind=kind,
-        provider=provider,
         pinned=True,
         revision=revision,
-        source=source or f"pinned from {folder}",
+        source=f"pinned from {folder}",
         files=pinned,
     )
 
@@ -298,7 +294,7 @@ def verify_folder(folder: Path, entry: ModelEntry | None, memo: HashMemo) -> Ver
             f"model {entry.id} in {folder} does not match its pinned manifest entry: {v.problems[0]}"
             + (f" (and {len(v.problems) - 1} more)" if len(v.problems) > 1 else "")
             + f". The file is corrupt or another version: download the model again, or if you trust these files "
-            f"re-pin them with `zhiku models pin {folder} --id {entry.id}`, or set verify: false"
+            f"re-pin them with `zhiku models pin {folder} --id {entry.id}`"
         )
     return v
 
@@ -325,11 +321,11 @@ def verify_many(
     return out
 
 
-def package_folder(package: str, subdir: str = "") -> Path:
+def package_folder(package: str) -> Path:
     """The folder of an installed package (for models that ship inside a PyPI package)."""
     import importlib.util
 
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise NotFound(f"package {package!r} is not installed")
-    return Path(list(spec.submodule_search_locations)[0]) / subdir
+    return Path(list(spec.submodule_search_locations)[0])

@@ -207,9 +207,6 @@ class JsonlSink:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def _rotate(self) -> None:
-        if self.backups <= 0:
-            self.path.unlink(missing_ok=True)
-            return
         for n in range(self.backups, 0, -1):
             older = self.path.with_name(f"{self.path.name}.{n}")
             newer = self.path if n == 1 else self.path.with_name(f"{self.path.name}.{n - 1}")
@@ -218,7 +215,7 @@ class JsonlSink:
 
 
 def trace_files(path: Path, backups: int = 100) -> list[Path]:
-    """``path`` and its rotated backups that exist, newest first (``tracing.backups`` keeps at most 100; a gap
+    """``path`` and its rotated backups that exist, newest first (an older zhiku kept up to 100; a gap
     does not end the list: another process may be rotating them)."""
     files = [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
     return [p for p in files if p.is_file()]

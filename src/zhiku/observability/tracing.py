@@ -142,7 +142,7 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
 
 def waited(name: str, start: float, **data: Any) -> None:
     """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
-    waiting for a place in the search gate (``retrieval.max_concurrent``)."""
+    waiting for a place in the search gate (twice the CPU count at once)."""
     o = _current.get()
     if o is not None:
         o.add(name, start, time.perf_counter() - start, [(None, None, data)])
@@ -267,9 +267,9 @@ class Labels:
     (``version()``): a chunk's labels do not change until the index does, so a traced query looks up only the
     chunks no earlier query labelled."""
 
-    def __init__(self, fetch: Lookup, version: Callable[[], int], max_items: int = LABELS) -> None:
+    def __init__(self, fetch: Lookup, version: Callable[[], int]) -> None:
         self._fetch, self._version = fetch, version
-        self._kept: Cache[Mapping[str, Any]] = Cache(max_items)
+        self._kept: Cache[Mapping[str, Any]] = Cache(LABELS)
 
     def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
         version = self._version()

@@ -1,4 +1,4 @@
-"""The clause channel (``retrieval.clause_weight``): a long question's clauses, each embedded as a query, re-order
+"""The clause channel: a long question's clauses, each embedded as a query, re-order
 the candidates BM25 and the dense channel found."""
 
 from __future__ import annotations

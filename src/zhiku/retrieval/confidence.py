@@ -27,7 +27,6 @@ from zhiku.types import Hit, ScoredId
 if TYPE_CHECKING:
     from zhiku.retrieval.search import Retrieval
 
-SIGNALS = ("top_cosine", "margin", "coverage")
 _CODE = re.compile(r"(?=[^\s]*[a-z])(?=[^\s]*\d)[a-z0-9][a-z0-9._/-]{2,}")  # ord-4290, v2.3.0, gb18030 (normalised)
 # the code whole, not a piece of a longer one (ord-429 in ord-4290, v2.3 in v2.3.0); a sentence's full stop may follow
 _WHOLE = r"(?<![a-z0-9])(?<![a-z0-9][._/-]){}(?![a-z0-9])(?![._/-][a-z0-9])"

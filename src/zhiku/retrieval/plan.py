@@ -24,7 +24,7 @@ ARTICLE = re.compile(r"第[零一二三四五六七八九十百千两〇]+条") 
 MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
 _ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # a page number, digits or spelled
 _NUMBER = f"({_ONE})"  # (captured)
-# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页 (頁 too: text.t2s off leaves it);
+# 第3页, 第 3 页, 第3-5页, 第3至5页, 第3页到第5页, 第3—5页 (one range), 第三页;
 # page 3, pages 3-5, p. 3, pp. 3–5 (normalised: lower case, half-width); a bare "p3" is not a page (P0–P3 name
 # incident levels), nor "page 3.5" (a full stop after the number ends a sentence: "summarise page 12.")
 _PAGE = re.compile(
@@ -41,7 +41,7 @@ class QueryPlan:
     text: str  # as the user wrote it (stripped)
     terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
     mode: SearchMode = "hybrid"
-    normalized: str = ""  # NFKC, Traditional → Simplified (text.t2s), lower case
+    normalized: str = ""  # NFKC, Traditional → Simplified, lower case
     forms: tuple[str, ...] = ()  # what the dense channel embeds: as written, and Simplified with 第47条 → 第四十七条
     clauses: tuple[str, ...] = ()  # what the clause channel embeds beside the whole question
     articles: str | None = None  # ``normalized`` with article numbers spelled, when it names an article (第八十二条)

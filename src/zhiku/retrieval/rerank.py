@@ -164,21 +164,21 @@ def reranker_name(reranker: Reranker) -> str:
 
 
 # ---------------------------------------------------------------------------------- cross-encoder
+CROSS_ENCODER_TOKENS = 512  # of a question and passage pair: what bge-reranker models are trained on
+
+
 class CrossEncoderReranker(HubModel):
     """A sentence-transformers ``CrossEncoder``; the model loads on first use (thread-safe)."""
 
     load_error = RerankError
     kind = "cross-encoder"
 
-    def __init__(self, model: str, *, max_length: int | None = 512, **options: Any) -> None:
-        super().__init__(model, max_length=max_length, **options)
-
     @cached_property
     def name(self) -> str:
         return f"cross-encoder:{self.folder.fingerprint(self.memo)}"
 
     def _construct(self, st: Any, path: str, device: str) -> Any:
-        return st.CrossEncoder(path, device=device, max_length=self.max_length, local_files_only=True)
+        return st.CrossEncoder(path, device=device, max_length=CROSS_ENCODER_TOKENS, local_files_only=True)
 
     def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
         if not hits:
@@ -207,11 +207,14 @@ _LINE = re.compile(r"^\s*[\[(（]?\s*(\d+)\s*[\])）]?\s*[:：=\-–]\s*(-?\d+(?
 LLM_MIDPOINT = 5.0  # grades are centred here for the sigmoid
 
 
-def llm_prompt(query: str, passages: Sequence[str], max_chars: int) -> str:
+LLM_PASSAGE_CHARS = 600  # of each candidate shown to the LLM reranker: its gist, and 20 of them fit any context
+
+
+def llm_prompt(query: str, passages: Sequence[str]) -> str:
     lines = [f"Query: {query}", "", f"Passages ({len(passages)}):"]
     for n, text in enumerate(passages, 1):
         one = " ".join(text.split())
-        lines.append(f"[{n}] {one[:max_chars]}{'…' if len(one) > max_chars else ''}")
+        lines.append(f"[{n}] {one[:LLM_PASSAGE_CHARS]}{'…' if len(one) > LLM_PASSAGE_CHARS else ''}")
     lines += ["", f'Reply with {{"scores": [...]}} holding exactly {len(passages)} grades (0-10).']
     return "\n".join(lines)
 
@@ -264,10 +267,9 @@ def _scores_from(value: Any, n: int, text: str) -> list[float]:
 class LLMReranker:
     """One chat completion per query grades all candidates (listwise-in-one-call, pointwise grades)."""
 
-    def __init__(self, client: Any, model: str, *, max_chars: int = 600, timeout: float = 10.0) -> None:
+    def __init__(self, client: Any, model: str, *, timeout: float = 10.0) -> None:
         self.client = client
         self.model = model
-        self.max_chars = max_chars
         self.timeout = timeout
 
     @property
@@ -280,7 +282,7 @@ class LLMReranker:
     def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
         if not hits:
             return []
-        prompt = llm_prompt(query, [h.chunk.text for h in hits], self.max_chars)
+        prompt = llm_prompt(query, [h.chunk.text for h in hits])
         payload = {
             "model": self.model,
             "temperature": 0,

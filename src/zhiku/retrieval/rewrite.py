@@ -35,30 +35,28 @@ Tagged = tuple[set[str], set[str]]  # chunk ids, doc ids that carry the wanted t
 class QueryRewriter:
     """``variants(query)`` → the extra queries to search (``TransformError`` or ``TimeoutError`` on failure)."""
 
-    def __init__(self, llm: ChatService, mode: str, *, n: int = 3, timeout: float = 8.0, prompts: Prompts) -> None:
+    def __init__(self, llm: ChatService, mode: str, *, prompts: Prompts) -> None:
         self.llm = llm
         self.mode = mode
-        self.n = n
-        self.timeout = timeout
         self.prompts = prompts
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zhiku-rewrite")
 
     def _ask(self, query: str) -> list[str]:
         lang = detect_language(query)
-        text = self.prompts.render(self.mode, lang, query=query, n=self.n)
+        text = self.prompts.render(self.mode, lang, query=query, n=REWRITE_QUERIES)
         messages = [{"role": "user", "content": text}]
         prompt_id = self.prompts.id_of(self.mode)
         if self.mode == "hyde":
             return [clean_reply(self.llm.chat(messages, prompt_id=prompt_id, max_tokens=400, validate=_nonblank))]
         reply = self.llm.chat(messages, prompt_id=prompt_id, max_tokens=300, validate=_queries)
-        return _queries(reply)[: self.n]
+        return _queries(reply)[:REWRITE_QUERIES]
 
     def variants(self, query: str) -> list[str]:
         future = self._pool.submit(contextvars.copy_context().run, self._ask, query)
         try:
-            found = future.result(timeout=self.timeout)
+            found = future.result(timeout=REWRITE_TIMEOUT_S)
         except FutureTimeout:
-            raise TimeoutError(f"timeout: no rewrite within {self.timeout:g}s") from None
+            raise TimeoutError(f"timeout: no rewrite within {REWRITE_TIMEOUT_S:g}s") from None
         return [q for q in dict.fromkeys(found) if q and q != query]
 
 
@@ -167,4 +165,4 @@ def build_rewriter(settings: Settings) -> QueryRewriter | None:
             f"retrieval.rewrite {mode!r} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
         )
     prompts = Prompts(llm.prompts_dir)
-    return QueryRewriter(service, mode, n=REWRITE_QUERIES, timeout=REWRITE_TIMEOUT_S, prompts=prompts)
+    return QueryRewriter(service, mode, prompts=prompts)

@@ -211,13 +211,13 @@ def check_clients(root: Path) -> list[Check]:
     return out
 
 
-def run_doctor(config: Path | None = None, index: Path | None = None, root: Path | None = None) -> list[Check]:
-    """Every check, in order. The project root (for client configs) is the config file's folder, else ``root``/cwd."""
+def run_doctor(config: Path | None = None, index: Path | None = None) -> list[Check]:
+    """Every check, in order. The project root (for client configs) is the config file's folder, else the cwd."""
     checks = check_install()
     settings, found = check_settings(config, index)
     checks += found
     if settings is not None:
         checks += check_index(settings) + check_models(settings)
     checks += check_extras(settings)
-    base = root or (config.resolve().parent if config is not None else Path.cwd())
+    base = config.resolve().parent if config is not None else Path.cwd()
     return checks + check_clients(base)

@@ -23,9 +23,7 @@ def translate(e: sqlite3.Error, index_dir: Path) -> StoreError:
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(e).lower()
     if primary in (5, 6) or "locked" in text or "busy" in text:
-        return IndexLocked(
-            f"index {index_dir} is locked by another writer; wait for it to finish, or raise store.busy_timeout_s"
-        )
+        return IndexLocked(f"index {index_dir} is locked by another writer; wait for it to finish and try again")
     if primary == 8 or "readonly" in text:
         return ReadOnlyIndex(
             f"index {index_dir} is read-only: {path} or its directory is not writable; fix the permissions or choose another --index"

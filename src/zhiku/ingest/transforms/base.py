@@ -101,7 +101,7 @@ class DocumentBatch:
 class TransformContext:
     """What a transform may use. ``llm`` is None when no endpoint is configured; ``prompt(name)`` returns the
     prompt template (``$placeholders``; the user's override file, else the built-in one in ``language``) and
-    ``prompt_id(name)`` its id with version for ``ChatService.chat``; ``options`` are the ``transforms.*`` settings
+    ``prompt_id(name)`` its id for ``ChatService.chat``; ``options`` are the ``transforms.*`` settings
     (plus ``concurrency``); ``on_chunk(transform)`` reports progress, once per chunk handled."""
 
     llm: ChatService | None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from zhiku.ingest.transforms.stage import TransformProgress, TransformStage, resolve
 from zhiku.ingest.transforms.store import EnrichmentStore
 from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache
@@ -23,13 +21,12 @@ def build_stage(
     settings: Settings,
     store: EnrichmentStore | None,
     *,
-    names: Sequence[str] | None = None,
     on_progress: TransformProgress | None = None,
     planning: bool = False,
 ) -> TransformStage | None:
-    """The stage for ``names`` (default ``transforms.enabled``). None when none is enabled and nothing was ever
-    enriched; an empty stage when none is enabled but older enrichments must be cleared on re-ingest."""
-    names = tuple(settings.transforms.enabled if names is None else names)
+    """The stage of ``transforms.enabled``. None when none is enabled and nothing was ever enriched; an empty stage
+    when none is enabled but older enrichments must be cleared on re-ingest."""
+    names = tuple(settings.transforms.enabled)
     if not names and (store is None or not store.path.exists()):
         return None
     transforms = resolve(names)

@@ -28,6 +28,8 @@ from zhiku.llm.chat import clean_reply
 from zhiku.types import Chunk, ImageRef
 
 MAX_CONTEXT_CHARS = 400
+WINDOW_CHARS = 6000  # of a long document around a chunk that an LLM reads: the chunk's neighbourhood, not the book
+CONTEXT_TOKENS = 150  # a context is 50–100 tokens: room for a model that runs a little long
 
 
 class Contextual:
@@ -36,22 +38,22 @@ class Contextual:
 
     def apply(self, batch: DocumentBatch, ctx: TransformContext) -> DocumentBatch:
         llm = require_llm(ctx, self.name)
-        window = int(ctx.options.get("context_window_chars", 6000))
-        max_tokens = int(ctx.options.get("context_max_tokens", 150))
         text = batch.doc.text
         prompt_id = ctx.prompt_id(self.name)
 
         def step(i: int) -> dict[str, str]:
             c = batch.chunks[i]
-            document = window_around(text, c.start, c.end, window)
+            document = window_around(text, c.start, c.end, WINDOW_CHARS)
             messages = render(ctx, self.name, document=document, chunk=c.text)
-            reply = llm.chat(messages, prompt_id=prompt_id, max_tokens=max_tokens, validate=non_empty)
+            reply = llm.chat(messages, prompt_id=prompt_id, max_tokens=CONTEXT_TOKENS, validate=non_empty)
             return {"context": clean_reply(reply, MAX_CONTEXT_CHARS)}
 
         return each_chunk(batch, ctx, self.name, step)
 
 
-def guard(original: str, refined: str, *, min_ratio: float, max_ratio: float, min_overlap: float) -> str | None:
+def guard(
+    original: str, refined: str, *, min_ratio: float = 0.7, max_ratio: float = 1.2, min_overlap: float = 0.85
+) -> str | None:
     """Why ``refined`` is rejected, or None. Lengths and overlap count non-whitespace characters; overlap is the
     multiset intersection over each side (kept share of the original, and share of the output found in it)."""
     a = Counter(ch for ch in original if not ch.isspace())
@@ -77,12 +79,6 @@ class Refine:
 
     def apply(self, batch: DocumentBatch, ctx: TransformContext) -> DocumentBatch:
         llm = require_llm(ctx, self.name)
-        opts = ctx.options
-        bounds = {
-            "min_ratio": float(opts.get("refine_min_ratio", 0.7)),
-            "max_ratio": float(opts.get("refine_max_ratio", 1.2)),
-            "min_overlap": float(opts.get("refine_min_overlap", 0.85)),
-        }
         prompt_id = ctx.prompt_id(self.name)
 
         def step(i: int) -> dict[str, str] | None:
@@ -90,7 +86,7 @@ class Refine:
             messages = render(ctx, self.name, chunk=original)
             max_tokens = max(64, len(original) * 2)
             cleaned = clean_reply(llm.chat(messages, prompt_id=prompt_id, max_tokens=max_tokens, validate=non_empty))
-            why = guard(original, cleaned, **bounds)
+            why = guard(original, cleaned)
             if why is not None:
                 raise TransformError(f"refined text rejected, original kept: {why}")
             return {"refined": cleaned} if cleaned != original.strip() else None
@@ -101,6 +97,7 @@ class Refine:
 MAX_TITLE = 80
 MAX_SUMMARY = 400
 MAX_TAG = 32
+MAX_TAGS = 5  # of a document or passage: a few that filter, not an index of every term
 
 
 def parse_metadata(text: str, max_tags: int) -> dict[str, Any]:
@@ -125,20 +122,18 @@ class Metadata:
 
     def apply(self, batch: DocumentBatch, ctx: TransformContext) -> DocumentBatch:
         llm = require_llm(ctx, self.name)
-        max_tags = int(ctx.options.get("max_tags", 5))
         zh = ctx.language == "zh"
         prompt_id = ctx.prompt_id(self.name)
 
         def ask(text: str, what: str) -> dict[str, Any]:
-            messages = render(ctx, self.name, text=text, what=what, max_tags=max_tags)
+            messages = render(ctx, self.name, text=text, what=what, max_tags=MAX_TAGS)
             reply = llm.chat(
-                messages, prompt_id=prompt_id, max_tokens=300, validate=lambda r: parse_metadata(r, max_tags)
+                messages, prompt_id=prompt_id, max_tokens=300, validate=lambda r: parse_metadata(r, MAX_TAGS)
             )
-            return parse_metadata(reply, max_tags)
+            return parse_metadata(reply, MAX_TAGS)
 
-        window = int(ctx.options.get("context_window_chars", 6000))
         try:
-            doc = ask(window_around(batch.doc.text, 0, 0, window), "文档" if zh else "document")
+            doc = ask(window_around(batch.doc.text, 0, 0, WINDOW_CHARS), "文档" if zh else "document")
             batch = replace(batch, meta=DocMeta(doc["title"], doc["summary"], doc["tags"]))
         except TransformError as e:
             batch = batch.with_issue(self.name, f"document metadata: {e}", unreached=e.unreached)
@@ -147,6 +142,7 @@ class Metadata:
 
 MAX_CAPTION = 300
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
+MAX_IMAGES = 50  # described per document: a scanned catalogue's hundreds of pictures would cost as many calls
 
 
 def describe(llm: ChatService, ctx: TransformContext, ref: ImageRef, blob: bytes, chunk: Chunk) -> str:
@@ -175,14 +171,13 @@ class Caption:
             return batch
         llm = require_llm(ctx, self.name)
         data = {im.ref.image_id: im.data for im in batch.doc.images}
-        limit = int(ctx.options.get("caption_max_images", 50))
         done: dict[str, str] = {}  # image id → generated caption ("" when it failed); an image is asked once
         for i, chunk in enumerate(batch.chunks):
             if not chunk.images:
                 continue
             refs: list[ImageRef] = []
             for ref in chunk.images:
-                if ref.image_id not in done and len(done) < limit:
+                if ref.image_id not in done and len(done) < MAX_IMAGES:
                     try:
                         done[ref.image_id] = describe(llm, ctx, ref, data.get(ref.image_id, b""), chunk)
                     except TransformError as e:

@@ -88,7 +88,6 @@ class TransformStage:
         llm: LLMSettings,
         *,
         store: EnrichmentStore | None = None,
-        prompts: Prompts | None = None,
         on_progress: TransformProgress | None = None,
     ) -> None:
         need = [t.name for t in transforms if t.needs_llm]
@@ -102,7 +101,7 @@ class TransformStage:
         self.settings = settings
         self.llm = llm
         self.store = store
-        self.prompts = prompts or Prompts(llm.prompts_dir)
+        self.prompts = Prompts(llm.prompts_dir)
         self.on_progress = on_progress
         self._tally = _Tally()
         self._doc_usage: dict[str, LLMUsage] = {}  # each document's share, kept until it is written
@@ -172,7 +171,7 @@ class TransformStage:
         them with another setup (``setup``: another model, prompt or setting: the enrichments are made again, replies
         to unchanged requests come from the cache), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
         come from the cache; refused or malformed replies are not asked again. Without the reply cache
-        (``llm.cache`` off) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
+        (no cache directory) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
         the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row (of this setup)
         without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
         plain ingest re-ingested it and waited out the retries again, for good."""
