@@ -84,7 +84,7 @@ class TextProcessor:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
         self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms.empty()
         # the same passages are normalised by every query that returns them (the confidence check's term coverage,
-        # the snippets): ~0.1 µs a character, mostly OpenCC (bench/RESULTS.md, Issue 13 — passages normalised once)
+        # the snippets): ~0.1 µs a character, mostly OpenCC, so each is normalised once
         self._normalized = memoized(NORMALIZED_TEXTS)(self._normalize_chars)
 
     @cached_property

@@ -60,7 +60,7 @@ class Retrieval:
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
-    clauses: Sequence[ScoredId] = ()  # the clause channel (retrieval.clause_weight): best cosine over the clauses
+    clauses: Sequence[ScoredId] = ()  # the clause channel (CLAUSE_WEIGHT): best cosine over the clauses
     missing: tuple[str, ...] = ()  # what the question asked for that no document has (a page past its last)
     pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``lookups``)
     candidates: tuple[Hit, ...] = ()  # what the reranker chose ``hits`` from (none: ``hits`` themselves)
@@ -316,7 +316,7 @@ class Searcher:
         by_clause: Sequence[ScoredId] = (),
     ) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
-        ranking (``retrieval.fill_dense``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
+        ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
         with span("fusion") as sp:
             weights = list(WEIGHTS)
@@ -330,7 +330,7 @@ class Searcher:
                     filled = self.store.dense_scores(vector, missing) if missing else {}
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
                 fill: list[dict[str, float] | None] = [None, filled]
-                if by_clause:  # the clause channel (retrieval.clause_weight)
+                if by_clause:  # the clause channel (CLAUSE_WEIGHT)
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, CLAUSE_WEIGHT]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # (rank changes: only a trace needs them)

@@ -1,7 +1,7 @@
 """The connection to Milvus behind ``MilvusStore``: lazy import, connect, retries, one-line ``StoreError``s,
 and the few collection operations the store uses.
 
-Every call goes through ``Connection.call``, which passes ``store.timeout_s`` to pymilvus, repeats the call
+Every call goes through ``Connection.call``, which passes ``TIMEOUT_S`` to pymilvus, repeats the call
 while the server is unreachable until that timeout has passed, and turns whatever pymilvus or gRPC raises
 into a ``StoreError`` naming the URI and the fix. pymilvus also logs each failed call with a traceback on
 the ``pymilvus`` logger; while that logger is at pymilvus's default level we raise it to CRITICAL, since the
@@ -99,9 +99,9 @@ class Connection:
             raise self.error(e, what) from None
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs, timeout=store.timeout_s)`` with every failure turned into a ``StoreError``.
+        """``fn(*args, **kwargs, timeout=TIMEOUT_S)`` with every failure turned into a ``StoreError``.
 
-        While the server is unreachable the call is repeated (backing off up to 2 s) until ``store.timeout_s``
+        While the server is unreachable the call is repeated (backing off up to 2 s) until ``TIMEOUT_S``
         has passed: ``MilvusStore`` only makes calls that may safely run twice (reads, upserts by primary
         key, deletes by expression). pymilvus's own retry gives up at once when re-opening the channel fails.
         """
@@ -156,7 +156,7 @@ class Connection:
 
     # --- the operations MilvusStore uses ----------------------------------------------------------------
     def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``store.consistency``, a collection that
+        """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``CONSISTENCY``, a collection that
         is not loaded (a restarted milvus-lite forgets loads) is loaded and the read repeated once."""
         if method in ("search", "query"):
             kwargs.setdefault("consistency_level", CONSISTENCY)
