@@ -79,7 +79,10 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
 
 def quality(f: Any) -> list[str]:
     cols = ["set", "queries", "chunks", "mode", "ndcg@10", "hit@1", "hit@5", "mrr@10", "recall@100", "p50_ms"]
-    rows = [{**r, "set": r["dataset"], **{k: f"{v:.4f}" for k, v in r["metrics"].items()}} for r in f]
+    rows = [
+        {**r, "set": r["dataset"], "p50_ms": f"{r['p50_ms']:.1f}", **{k: f"{v:.4f}" for k, v in r["metrics"].items()}}
+        for r in f
+    ]
     return table(rows, cols)
 
 
