@@ -286,8 +286,8 @@ class ServerSettings(_Section):
     )
     cache_size: int = key(
         256,
-        "Answers of `query_knowledge_hub` kept for 5 minutes (a write empties the cache); 0 turns the cache off.",
-        "Whoever measures cold answers (`zhiku bench latency`) or serves an index another process writes.",
+        "Tool answers kept until the index changes (any write, by any process, empties the cache); 0 turns it off.",
+        "Whoever measures cold answers, or serves many clients whose questions rarely repeat (less memory).",
         ge=0,
         le=100_000,
     )
