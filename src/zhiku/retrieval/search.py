@@ -121,7 +121,6 @@ class Searcher:
         reranker = self.reranker if rerank is not False else None
         final_k = top_k
         if reranker is not None:  # the reranker sees TOP_M fused candidates
-            final_k = top_k
             top_k = max(top_k, TOP_M)
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
