@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import socket
+import threading
+import time
 from typing import Any
 
 import anyio
 import pytest
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 
+from mcp_fixtures import free_port
 from zhiku.errors import ConfigError
 from zhiku.mcp.http_security import (
     MAX_REQUEST_BYTES,
     build_http_app,
     check_bind,
     check_port_free,
+    http_protocol,
     is_loopback,
 )
 from zhiku.settings import ServerSettings
@@ -46,13 +51,14 @@ def call(
     headers: dict[str, str] | None = None,
     chunks: tuple[bytes, ...] = (BODY,),
     server: ServerSettings = SERVER,
+    repeated: tuple[tuple[str, str], ...] = (),
 ) -> tuple[int, dict[str, str], bytes]:
     all_headers = {"Host": "127.0.0.1:8765", **(headers or {})}
     scope = {
         "type": "http",
         "method": method,
         "path": path,
-        "headers": [(k.lower().encode(), v.encode()) for k, v in all_headers.items()],
+        "headers": [(k.lower().encode(), v.encode()) for k, v in [*all_headers.items(), *repeated]],
     }
     incoming = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict[str, Any]] = []
@@ -112,6 +118,9 @@ def test_foreign_origin_is_403_before_anything_else() -> None:
         assert error(call(path=path, headers={"Origin": "http://evil.example"})) == (403, "FORBIDDEN_ORIGIN")
     assert error(call(method="OPTIONS", headers={"Origin": "https://evil.example"})) == (403, "FORBIDDEN_ORIGIN")
     assert error(call(headers={**AUTH, "Origin": "http://127.0.0.1:80@evil.com"})) == (403, "FORBIDDEN_ORIGIN")
+    two = (("Origin", "http://127.0.0.1:3000"), ("Origin", "http://evil.example"))  # every one is checked
+    assert error(call(headers=AUTH, repeated=two)) == (403, "FORBIDDEN_ORIGIN")
+    assert call(headers=AUTH, repeated=two[:1] * 2)[0] == 200
 
 
 def test_preflight_is_starlettes_cors() -> None:
@@ -211,3 +220,61 @@ def test_port_check_names_the_port_or_the_host_that_fails() -> None:
         "this machine: set --host (server.host, ZHIKU_HOST) to 127.0.0.1, 0.0.0.0 (every interface) or one of this "
         "machine's addresses"
     )
+
+
+def _closed_after(port: int, first: bytes, trickle: bytes) -> float:
+    """Seconds until the server closes a connection that sends ``first``, then ``trickle`` a byte every 0.1 s."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        started = time.monotonic()
+        s.sendall(first)
+        s.settimeout(0.1)
+        for i in range(100):
+            try:
+                s.send(trickle[i : i + 1])
+                if s.recv(100) == b"":
+                    break
+            except TimeoutError:
+                pass
+            except OSError:
+                break
+        return time.monotonic() - started
+
+
+def test_slow_and_crowded_connections_are_closed_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A connection sending nothing, its headers or its body too slowly is closed at the read deadline; one over
+    the per-address cap is answered 503; each limit is logged once however often it is hit."""
+    import uvicorn
+
+    caplog.set_level(logging.WARNING, logger="zhiku.mcp.server")
+    port = free_port()
+    protocol = http_protocol(per_address=3, read_timeout_s=0.5)
+    server = uvicorn.Server(uvicorn.Config(echo_app, port=port, http=protocol, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    head = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 45\r\n\r\n"
+    try:
+        closed = [_closed_after(port, b"", b""), _closed_after(port, b"", head), _closed_after(port, head, BODY)]
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        with socket.create_connection(("127.0.0.1", port)) as fourth, socket.create_connection(("127.0.0.1", port)):
+            refused = fourth.recv(1000)
+        for s in held:
+            s.close()
+        time.sleep(0.1)
+        with socket.create_connection(("127.0.0.1", port)) as s:  # a whole request is served
+            s.sendall(head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n") + BODY)
+            answered = b"".join(iter(lambda: s.recv(1000), b""))
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert [0.5 <= c < 2 for c in closed] == [True, True, True], closed
+    assert refused.startswith(b"HTTP/1.1 503 ") and refused.endswith(
+        b'{"error": {"code": "TOO_MANY_CONNECTIONS", "message": "over 3 connections from this address; close some '
+        b'and retry"}}'
+    )
+    assert answered.startswith(b"HTTP/1.1 200 ") and answered.endswith(b"got 45 for 127.0.0.1\r\n0\r\n\r\n")
+    assert [r.getMessage() for r in caplog.records] == [
+        "a request from 127.0.0.1 not whole after 0.5 s: connection closed (1× since the last such line)",
+        "over 3 connections from 127.0.0.1: refused (1× since the last such line)",
+    ]

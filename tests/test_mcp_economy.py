@@ -107,9 +107,9 @@ def test_every_tool_error_names_the_item_and_an_agent_fix(mcp_index: Fixture, tm
         ("ingest_documents", {"paths": ["/etc"]}, "PATH_NOT_ALLOWED", "'/etc' is outside the allowed ingest roots"),
         (
             "ingest_documents",
-            {"paths": [str(fx.inbox)]},
+            {"paths": ["escape.md"]},
             "PATH_NOT_ALLOWED",
-            "'escape.md' links outside the allowed ingest roots",
+            "'escape.md' is outside the allowed ingest roots",
         ),
     ]
 

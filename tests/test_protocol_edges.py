@@ -70,14 +70,19 @@ def test_nul_bytes_list_names_and_bad_uris_get_codes(mcp_index: Fixture, tmp_pat
             await c.call_tool("ingest_documents", {"paths": ["\x00"]}),
             await c.call_tool("ingest_documents", {"paths": [str(fx.inbox)]}),
         ]
-        for uri in ("zhiku://image/.png", "zhiku://doc/\x00"):
+        for uri in ("zhiku://image/.png", "zhiku://doc/\x00", f"zhiku://image/{'a' * 64}.png"):
             try:
                 await c.read_resource(uri)
             except MCPError as e:
                 out.append(e.error.code)
-        return out
+                message = e.error.message
+        return [*out, message]
 
-    summary, nul_path, gbk, image, doc = with_client(build_server(fx.settings), body)
+    summary, nul_path, gbk, image, doc, unknown_image, message = with_client(build_server(fx.settings), body)
+    assert (unknown_image, message) == (
+        -32602,
+        f"no image {'a' * 64}.png in this index (re-ingest the document that holds it)",
+    )
     assert error_of(summary)["code"] == "NOT_FOUND"
     assert error_of(nul_path) == {
         "code": "INVALID_INPUT",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -189,8 +189,10 @@ class KnowledgeBase:
         sync: bool = False,
         on_progress: ProgressFn | None = None,
         on_transform: TransformProgress | None = None,
+        skip: Mapping[Path, str] | None = None,
     ) -> IngestReport:
-        """``on_transform(transform, source, chunks done, chunks)``: per-chunk progress of the LLM transforms."""
+        """``on_transform(transform, source, chunks done, chunks)``: per-chunk progress of the LLM transforms;
+        ``skip``: files of the walked folders left out, each reported failed with its reason."""
         collection = self._collection(collection)
         with self.tracer.trace(
             "ingest",
@@ -203,7 +205,13 @@ class KnowledgeBase:
         ) as t:
             self._prepare_write(force, dry_run)
             report = self._ingestor(on_transform).ingest_paths(
-                paths, collection=collection, force=force, dry_run=dry_run, sync=sync, on_progress=on_progress
+                paths,
+                collection=collection,
+                force=force,
+                dry_run=dry_run,
+                sync=sync,
+                on_progress=on_progress,
+                skip=skip,
             )
             if t is not None:
                 t.data.update(report_rows(report), **transform_rows(report))

@@ -301,6 +301,21 @@ class ServerSettings(_Section):
         "Folders the `ingest_documents` tool may read (default: none, so the tool refuses every path).",
         "Whoever lets clients add documents (`zhiku init` sets its docs folder).",
     )
+    max_sessions: int = key(
+        1000,
+        "Open MCP sessions over HTTP at most; a new one then closes the session idle longest (docs/mcp.md#limits).",
+        "Whoever serves more clients at once, or wants a tighter memory bound (about 40 KB a session).",
+        ge=1,
+        le=100_000,
+    )
+    session_idle_s: float = key(
+        900.0,
+        "Seconds an HTTP session may go without a request or an open stream before it is closed (its client "
+        "starts a new one).",
+        "Whoever serves clients that stay idle longer and handle a closed session badly.",
+        gt=0,
+        le=86_400,
+    )
 
 
 class TracingSettings(_Section):

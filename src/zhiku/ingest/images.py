@@ -59,7 +59,7 @@ class ImageStore:
         try:
             return path.read_bytes()
         except FileNotFoundError:
-            raise NotFound(f"no image {image_id} in {self.root} (re-ingest the document that holds it)") from None
+            raise NotFound(f"no image {image_id} in this index (re-ingest the document that holds it)") from None
         except OSError as e:
             raise StoreError(f"cannot read image {path}: {e.strerror or e}") from None
 

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -194,10 +194,14 @@ class Ingestor:
         dry_run: bool = False,
         sync: bool = False,
         on_progress: ProgressFn | None = None,
+        skip: Mapping[Path, str] | None = None,
     ) -> IngestReport:
         started = time.perf_counter()
         self._needs_ocr = []
         tasks, failures, unsupported = self._tasks(paths)
+        skip = skip or {}
+        failures += [FileFailure(t.source, skip[t.path]) for t in tasks if t.path in skip]
+        tasks = [t for t in tasks if t.path not in skip]
         tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
         failures.extend(clashes)
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure

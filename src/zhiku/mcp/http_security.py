@@ -14,24 +14,33 @@
 
 Every error response is JSON, ``{"error": {"code", "message"}}`` (:class:`JsonErrors` rewrites the plain-text
 ones the libraries send). :func:`check_bind` refuses a non-loopback bind without a token, and a blank or short
-token anywhere.
+token anywhere. Below the app, :func:`http_protocol` bounds connections (read time, count per address) and
+:func:`cap_sessions` the SDK's sessions; each limit hit is logged at most once a minute (:func:`limit_hit`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
+import logging
+import math
 import re
+import time
+from collections import Counter
 from http import HTTPStatus
 from typing import Any
 
 from zhiku.errors import ConfigError
-from zhiku.mcp.jsonrpc import ASGIApp, JsonRpcGuard, Message, Receive, Scope, Send
+from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, ASGIApp, JsonRpcGuard, Message, Receive, Scope, Send
 from zhiku.settings import ServerSettings
 
+log = logging.getLogger("zhiku.mcp.server")
 PATH = "/mcp"  # the MCP endpoint's path, what clients expect
-MAX_REQUEST_BYTES = 1_048_576  # largest request body: a tool call is small; a bigger body is refused unread
+READ_TIMEOUT_S = 15.0  # a request's headers and body must arrive within this (slowloris)
+MAX_CONNECTIONS_PER_ADDRESS = 256  # above 50 MCP clients on one machine, each with a stream and a request open
+LIMIT_LOG_EVERY_S = 60.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 HEALTH_PATH = "/healthz"
 MIN_TOKEN_CHARS = 16
@@ -143,10 +152,11 @@ class HostOriginGuard:
         if not self.host_allowed(host):
             await _reply(send, 421, "MISDIRECTED_REQUEST", f"Host {host!r} is not served here (server.allowed_hosts)")
             return
-        origin = next((v.decode("latin-1") for k, v in headers if k == b"origin"), None)
-        if origin is not None and not self.origin_allowed(origin):
-            await _reply(send, 403, "FORBIDDEN_ORIGIN", f"origin {origin!r} is not allowed (server.allowed_origins)")
-            return
+        for origin in (v.decode("latin-1") for k, v in headers if k == b"origin"):  # every one, not the first
+            if not self.origin_allowed(origin):
+                message = f"origin {origin!r} is not allowed (server.allowed_origins)"
+                await _reply(send, 403, "FORBIDDEN_ORIGIN", message)
+                return
         headers = [(k, v.lower() if k == b"host" else v) for k, v in headers]
         await self.app({**scope, "headers": headers}, receive, send)
 
@@ -222,3 +232,94 @@ def build_http_app(sdk_app: ASGIApp, server: ServerSettings) -> ASGIApp:
         max_age=600,
     )
     return JsonErrors(HostOriginGuard(app, server))
+
+
+_hits: Counter[str] = Counter()
+_logged: dict[str, float] = {}
+
+
+def limit_hit(limit: str, message: str) -> None:
+    """Log that ``limit`` refused something: at most one line a minute per limit, with the count since the last."""
+    _hits[limit] += 1
+    now = time.monotonic()
+    if limit not in _logged or now - _logged[limit] >= LIMIT_LOG_EVERY_S:
+        _logged[limit] = now
+        log.warning("%s (%d× since the last such line)", message, _hits.pop(limit))
+
+
+def http_protocol(
+    per_address: int = MAX_CONNECTIONS_PER_ADDRESS, read_timeout_s: float = READ_TIMEOUT_S
+) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol, but a connection is closed when a request (headers and body) has not arrived whole
+    ``read_timeout_s`` after it began or after the connection opened, and one more than ``per_address`` from an
+    address is answered 503 and closed. An open response stream (SSE) is not a request being read."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    body = json.dumps({"error": {"code": "TOO_MANY_CONNECTIONS", "message": f"over {per_address} connections "
+                       "from this address; close some and retry"}}).encode()  # fmt: skip
+    too_many = (
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    per: Counter[str] = Counter()
+
+    class LimitedH11(H11Protocol):
+        address = ""
+        deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.address = self.client[0] if self.client else ""
+            per[self.address] += 1
+            if per[self.address] > per_address:
+                limit_hit("connections", f"over {per_address} connections from {self.address}: refused")
+                transport.write(too_many)
+                transport.close()
+            else:
+                self.deadline = self.loop.call_later(read_timeout_s, self.too_slow)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            per[self.address] -= 1
+            if not per[self.address]:
+                del per[self.address]
+            if self.deadline:
+                self.deadline.cancel()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            reading = self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+            if reading and not self.deadline:
+                self.deadline = self.loop.call_later(read_timeout_s, self.too_slow)
+            elif not reading and self.deadline:
+                self.deadline.cancel()
+                self.deadline = None
+
+        def too_slow(self) -> None:
+            self.deadline = None
+            message = f"a request from {self.address} not whole after {read_timeout_s:g} s: connection closed"
+            limit_hit("read_timeout", message)
+            self.transport.close()
+
+    return LimitedH11
+
+
+def cap_sessions(manager: Any, cap: int) -> None:
+    """At ``cap`` open sessions a new one closes the session idle longest (its client gets 404 and starts another,
+    as the spec says) instead of the SDK's 503 to every newcomer; a session with a request or stream open stays."""
+    admit = manager._admit_session  # mcp>=2.3,<3; the SDK's own cap is off (max_sessions=None)
+
+    def admit_or_evict(requestor: Any) -> Any:
+        scopes = [t.idle_scope for t in manager._server_instances.values()]
+        alive = [s for s in scopes if s is None or not s.cancel_called]
+        if len(alive) >= cap:
+            idle = [s for s in alive if s is not None and s.deadline != math.inf]
+            if not idle:
+                limit_hit("sessions", f"{cap} sessions open, none idle (server.max_sessions): new session refused")
+                return None
+            min(idle, key=lambda s: s.deadline).cancel()
+            limit_hit("sessions", f"{cap} sessions open (server.max_sessions): closed the one idle longest")
+        return admit(requestor)
+
+    manager._admit_session = admit_or_evict

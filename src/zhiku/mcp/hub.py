@@ -307,8 +307,8 @@ class Hub:
         collection: str | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> IngestResult:
-        resolved = allowed_paths(self.settings, paths)
-        report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress)
+        resolved, skip = allowed_paths(self.settings, paths)
+        report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress, skip=skip)
         return IngestResult(
             collection=collection or self.settings.collection,
             added=list(report.added),

@@ -32,8 +32,9 @@ def shown_roots(settings: Settings) -> list[str] | None:
     return None if settings.server.read_only else [str(r) for r in ingest_roots(settings)]
 
 
-def allowed_paths(settings: Settings, paths: Sequence[str]) -> list[Path]:
-    """``paths`` resolved (symlinks followed); every file they reach must lie under an ingest root."""
+def allowed_paths(settings: Settings, paths: Sequence[str]) -> tuple[list[Path], dict[Path, str]]:
+    """``paths`` resolved (symlinks followed), each under an ingest root, and the files in their folders that
+    link outside every root: those are skipped, each with its reason."""
     roots = ingest_roots(settings)
     if not roots:
         raise PathNotAllowed(
@@ -49,10 +50,5 @@ def allowed_paths(settings: Settings, paths: Sequence[str]) -> list[Path]:
         if not any(p.is_relative_to(r) for r in roots):
             raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots; {SEE_ROOTS}")
         out.append(p)
-    for path in files_to_ingest(out):  # a symlink inside a root may point outside it
-        if not any(path.resolve().is_relative_to(r) for r in roots):
-            raise PathNotAllowed(
-                f"{path.name!r} links outside the allowed ingest roots; leave it out (pass the other files one "
-                f"by one); {SEE_ROOTS}"
-            )
-    return out
+    outside = "links outside the allowed ingest roots: skipped"
+    return out, {f: outside for f in files_to_ingest(out) if not any(f.resolve().is_relative_to(r) for r in roots)}

@@ -12,10 +12,13 @@ not a JSON-RPC object gets ``-32602`` instead of ``-32600``. :func:`check_messag
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+MAX_REQUEST_BYTES = 1_048_576  # largest message, either transport: a tool call is small; a bigger one is refused unread
+_LEADING_ID = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d{1,15}|"[^"\\]{0,100}")\s*,')
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -55,6 +58,13 @@ def _check_params(method: str, params: object, msg_id: str | int) -> Rejection |
     if method == "resources/read" and not isinstance(p.get("uri"), str):
         return Rejection(INVALID_PARAMS, f"resources/read needs params.uri, a string (got {p.get('uri')!r})", msg_id)
     return None
+
+
+def too_large(head: bytes) -> Rejection:
+    """The answer to a message over ``MAX_REQUEST_BYTES``; its id when ``head`` starts the way SDKs write one."""
+    m = _LEADING_ID.match(head)
+    msg_id = json.loads(m.group(1)) if m else None
+    return Rejection(INVALID_REQUEST, f"invalid request: a message is at most {MAX_REQUEST_BYTES:,} bytes", msg_id)
 
 
 def check_message(raw: str | bytes) -> Rejection | None:

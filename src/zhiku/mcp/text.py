@@ -85,7 +85,8 @@ INGEST = ToolText(
 Add files or folders (.md .markdown .txt .text .pdf .docx .html .htm, and formats added by plugins) to the
 knowledge base: unchanged files are skipped, changed ones replace their older version, and one bad file
 never stops the batch. Only paths under the server's configured ingest roots are accepted (symlinks are
-resolved first); relative paths are taken from the first root. Sends progress notifications while it works.""",
+resolved first; a file in a folder that links outside them is skipped, listed in `failed`); relative paths are
+taken from the first root. Sends progress notifications while it works.""",
     when_to_use="当用户要求把新资料加入知识库时使用。When the user asks to add new documents to the knowledge base.",
     examples=('{"paths": ["/data/docs/劳动合同法.md"], "collection": "laws"}',),
     errors="PATH_NOT_ALLOWED (outside the ingest roots), INVALID_INPUT, INDEX_MISMATCH, INDEX_LOCKED (retryable).",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import AsyncIterator
-from io import TextIOWrapper
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 
-from zhiku.mcp.jsonrpc import check_message
+from zhiku.mcp.http_security import limit_hit
+from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, Rejection, check_message, too_large
 from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")
@@ -21,15 +23,19 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
     """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import MAX_REQUEST_BYTES, PATH, build_http_app
+    from zhiku.mcp.http_security import PATH, build_http_app, cap_sessions
 
     s = settings.server
     app = server.streamable_http_app(
         streamable_http_path=PATH,
         max_request_body_size=MAX_REQUEST_BYTES,
+        session_idle_timeout=s.session_idle_s,
+        max_sessions=None,  # cap_sessions' instead
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # ours is stricter
         host=s.host,
     )
+    cap_sessions(server.session_manager, s.max_sessions)
+    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.ERROR)  # a warning per request
     return build_http_app(app, s)
 
 
@@ -76,11 +82,17 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
         return
     import uvicorn
 
-    from zhiku.mcp.http_security import PATH
+    from zhiku.mcp.http_security import PATH, http_protocol
 
     log.info("zhiku: serving %s on http://%s:%d%s", settings.index, s.host, s.port, PATH)
     config = uvicorn.Config(
-        http_app(server, settings), host=s.host, port=s.port, log_level="warning", access_log=False, lifespan="on"
+        http_app(server, settings),
+        host=s.host,
+        port=s.port,
+        http=http_protocol(),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
     )
     uvicorn.Server(config).run()
 
@@ -88,23 +100,31 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
 async def serve_stdio(server: MCPServer) -> None:
     """Run ``server`` over stdin/stdout until stdin closes. The SDK drops a line it cannot parse without a reply
     (the client waiting on that id hangs): every line is checked first (``jsonrpc.check_message``) and a rejected
-    one is answered through the SDK's own writer, so replies never interleave."""
+    one is answered through the SDK's own writer, so replies never interleave. A line over ``MAX_REQUEST_BYTES``
+    is refused after reading that much; the rest of it is skipped unkept."""
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
     from mcp.types import jsonrpc_message_adapter
 
     rejected_send, rejected = anyio.create_memory_object_stream[dict[str, Any]](100)
-    stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    read = functools.partial(anyio.to_thread.run_sync, sys.stdin.buffer.readline)
 
     class Lines:  # what stdio_server(stdin=...) reads: the well-formed lines
         async def __aiter__(self) -> AsyncIterator[str]:
-            async for line in stdin:
-                if line.strip():
-                    rejection = check_message(line)
-                    if rejection is None:
-                        yield line
-                    else:
-                        await rejected_send.send(rejection.response())
+            while line := await read(MAX_REQUEST_BYTES + 1):
+                if len(line) > MAX_REQUEST_BYTES and not line.endswith(b"\n"):
+                    rejection: Rejection | None = too_large(line[:256])
+                    limit_hit("stdio_line", f"a stdio message over {MAX_REQUEST_BYTES:,} bytes: refused")
+                    while line and not line.endswith(b"\n"):
+                        line = await read(MAX_REQUEST_BYTES)
+                elif not line.strip():
+                    continue
+                else:
+                    rejection = check_message(text := line.decode("utf-8", "replace"))
+                if rejection is None:
+                    yield text
+                else:
+                    await rejected_send.send(rejection.response())
 
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs (mcp>=2.3,<3)
     async with stdio_server(stdin=Lines()) as (read_stream, write_stream):  # type: ignore[arg-type]
