@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_fixtures import Fixture, HttpServer, copy_fixture, start_http
+from mcp_fixtures import Fixture, HttpServer, copy_fixture, server_env, start_http
 
 WRITER_DOC = "潜水艇.md"
 WRITER_TEXT = "# 潜水艇保养手册\n\n第一条 潜水艇的压载水舱每季度检查一次，螺旋桨每年更换密封圈。\n"
@@ -17,7 +17,8 @@ WRITER_TEXT = "# 潜水艇保养手册\n\n第一条 潜水艇的压载水舱每�
 def served(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fixture, HttpServer]]:
     fx = copy_fixture(mcp_index, tmp_path_factory.mktemp("reliability-server"))
     (fx.inbox / WRITER_DOC).write_text(WRITER_TEXT, encoding="utf-8")
-    server = start_http(fx, fx.root / "http.log")
+    # 100 sessions at most: the short sessions part fills them; 51 clients of the concurrency part stay under it
+    server = start_http(fx, fx.root / "http.log", env=server_env(ZHIKU_SERVER__MAX_SESSIONS="100"))
     try:
         yield fx, server
     finally:

@@ -18,7 +18,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
-from rel_common import SIZES, percentiles, report
+from rel_common import SIZES, percentiles, report, vm_hwm_mb
 from typer.testing import CliRunner
 
 from mcp_fixtures import (
@@ -239,6 +239,9 @@ def test_jsonrpc_abuse_on_both_transports(full: bool, served: tuple[Fixture, Htt
                 problem = "no reply within 20 s"
             if problem:
                 wrong.append(f"stdio {message[:60]}: {problem}")
+        before = vm_hwm_mb(raw.proc.pid)
+        big_line = _send_big_line(raw, 200 if full else 3)
+        big_line_growth_mb = round(vm_hwm_mb(raw.proc.pid) - before, 1)
         raw.send('{"jsonrpc": "2.0", "id": 99, "method": "ping"}')
         alive_stdio = raw.reply() == {"jsonrpc": "2.0", "id": 99, "result": {}}
     finally:
@@ -259,5 +262,26 @@ def test_jsonrpc_abuse_on_both_transports(full: bool, served: tuple[Fixture, Htt
         cases=2 * len(cases),
         wrong_answers=len(wrong),
         alive_after=[alive_stdio, (alive_http or {}).get("result") == {}],
+        stdio_big_line_mb=200 if full else 3,
+        stdio_big_line_peak_growth_mb=big_line_growth_mb,
     )
     assert wrong == [] and alive_stdio and (alive_http or {}).get("result") == {}
+    assert big_line == {
+        "jsonrpc": "2.0",
+        "id": 20,
+        "error": {"code": -32600, "message": "invalid request: a message is at most 1,048,576 bytes"},
+    }
+    assert big_line_growth_mb <= 50  # refused after reading 1 MiB: the rest is never kept
+
+
+def _send_big_line(raw: _RawStdio, megabytes: int) -> dict[str, Any]:
+    """A tool call of ``megabytes`` MB on one line, written a MB at a time; the server's reply."""
+    stdin = raw.proc.stdin
+    assert stdin is not None
+    stdin.write(b'{"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {"name": "query_knowledge_hub", ')
+    stdin.write(b'"arguments": {"query": "')
+    for _ in range(megabytes):
+        stdin.write(b"x" * 1_048_576)
+    stdin.write(b'"}}}\n')
+    stdin.flush()
+    return raw.reply()
