@@ -245,7 +245,7 @@ def test_serve_run_by_a_person_in_a_terminal_says_what_it_waits_for(mcp_index: F
 # -- HTTP -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def http_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServer]:
-    env = server_env(ZHIKU_TOKEN=TOKEN, ZHIKU_SERVER__ALLOWED_ORIGINS=CORS)
+    env = server_env(ZHIKU_TOKEN=TOKEN, ZHIKU_SERVER__ALLOWED_ORIGINS=CORS, ZHIKU_SERVER__MAX_SESSIONS="3")
     server = start_http(mcp_index, tmp_path_factory.mktemp("http") / "server.log", "--read-only", env=env)
     yield server
     server.stop()
@@ -324,3 +324,36 @@ def test_http_security(http_server: HttpServer) -> None:
     assert status == 200 and headers["access-control-allow-origin"] == "https://app.example.com"
     status, headers, _ = post({**AUTH, "Origin": "http://localhost:6274"})
     assert status == 200 and "access-control-allow-origin" not in headers  # loopback: accepted, no CORS
+
+
+def test_http_sessions_at_the_cap_close_the_idle_longest(http_server: HttpServer) -> None:
+    """``server.max_sessions`` is 3 here: a new session closes the one idle longest; sessions holding a stream
+    (an SDK client's GET) are never closed, so with three of them a new one gets 503."""
+
+    def init() -> tuple[int, str | None]:
+        status, headers, _ = http_request(http_server.url, method="POST", headers={**JSON_HEADERS, **AUTH}, body=INIT)
+        return status, headers.get("mcp-session-id")
+
+    def ping(session: str | None) -> int:
+        headers = {**JSON_HEADERS, **AUTH, "mcp-session-id": session or "", "mcp-protocol-version": "2025-11-25"}
+        return http_request(
+            http_server.url, method="POST", headers=headers, body=b'{"jsonrpc": "2.0", "id": 2, "method": "ping"}'
+        )[0]
+
+    first = init()
+    later = [init()[0] for _ in range(3)]
+
+    async def three_clients() -> int:
+        async with httpx2.AsyncClient(headers=AUTH, timeout=httpx2.Timeout(30, read=300)) as http:
+            async with (
+                Client(streamable_http_client(http_server.url, http_client=http), mode="legacy") as a,
+                Client(streamable_http_client(http_server.url, http_client=http), mode="legacy"),
+                Client(streamable_http_client(http_server.url, http_client=http), mode="legacy"),
+            ):
+                await anyio.sleep(1)  # their GET streams open
+                full = init()[0]
+                assert len((await a.list_tools()).tools) == 3
+                return full
+
+    assert (first[0], later, ping(first[1])) == (200, [200, 200, 200], 404)  # the first, idle longest, was closed
+    assert (anyio.run(three_clients), init()[0]) == (503, 200)
