@@ -256,11 +256,10 @@ def http_protocol(
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    body = json.dumps({"error": {"code": "TOO_MANY_CONNECTIONS", "message": f"over {per_address} connections "
-                       "from this address; close some and retry"}}).encode()  # fmt: skip
     too_many = (
-        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+        b'{"error": {"code": "TOO_MANY_CONNECTIONS", "message": "over %d connections from this address; close some '
+        b'and retry"}}' % per_address
     )
     per: Counter[str] = Counter()
 
