@@ -58,8 +58,8 @@ def _log_lines(log: Path, start: int, needle: str) -> int:
 
 @SIZES
 def test_abandoned_sessions(full: bool, mcp_index: Fixture, tmp_path: Path, served: tuple[Fixture, HttpServer]) -> None:
-    """Full: a server of its own at the default cap (1,000), 10,000 sessions; short: the shared one (cap 100), 300."""
-    cap, sessions = (1000, 10_000) if full else (100, 300)
+    """Full: a server of its own at the default cap (1,000), 10,000 sessions; short: the shared one (cap 100), 200."""
+    cap, sessions = (1000, 10_000) if full else (100, 200)
     if full:
         fx = copy_fixture(mcp_index, tmp_path)
         server = start_http(fx, fx.root / "http.log")
