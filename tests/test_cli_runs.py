@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from test_cli import cli, index  # noqa: F401  (fixtures)
-from zhiku.cli.traces_view import RUN_GAP_S, Run, group_runs, print_history
+from zhiku.cli.traces import RUN_GAP_S, Run, group_runs, print_history
 from zhiku.ingest import pipeline
 from zhiku.observability.trace import Trace
 from zhiku.types import IngestionRecord

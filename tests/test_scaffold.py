@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_dataset
 from zhiku.scaffold import doctor as doctor_mod
-from zhiku.scaffold.clients import CLIENTS, command_of
+from zhiku.scaffold.init import CLIENTS, command_of
 from zhiku.settings import ChunkingSettings, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]

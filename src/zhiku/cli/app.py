@@ -1,48 +1,41 @@
-"""The `zhiku` command line: parses flags, calls the library, formats the result.
-
-Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout. Command groups live in their own modules (eval, mcp, models, plugins, store) and are registered here.
-"""
+"""The `zhiku` command line: parses flags, calls the library, formats the result. Errors are one ``error:`` line
+on stderr and a non-zero exit; ``--json`` prints exactly one JSON object on stdout."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
-from zhiku.cli import experiment as experiment_cmds
-from zhiku.cli import mcp as mcp_cmds
 from zhiku.cli import models as models_cmds
-from zhiku.cli import plugins as plugins_cmds
-from zhiku.cli import project as project_cmds
 from zhiku.cli import store as store_cmds
-from zhiku.cli import tables
 from zhiku.cli import traces as traces_cmds
-from zhiku.cli import transforms as tx
 from zhiku.cli.common import (
     CollectionOpt,
     ConfigOpt,
     IndexOpt,
     JsonOpt,
+    Progressed,
     _errors,
     _kb,
-    _line_progress,
     _print_json,
     _progress,
-    _settings,
     err,
     filter_note,
     out,
     some_path_exists,
+    table,
     unsupported_note,
 )
 from zhiku.errors import InvalidInput, NotFound
+from zhiku.settings import load_settings
 
 app = typer.Typer(
     name="zhiku",
@@ -56,7 +49,6 @@ config_app = typer.Typer(help="Inspect the effective settings.", no_args_is_help
 app.add_typer(config_app, name="config")
 
 
-# ---------------------------------------------------------------------------------------------------
 @app.command()
 def ingest(
     paths: Annotated[
@@ -76,24 +68,32 @@ def ingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
     ] = False,
-    transform: tx.TransformOpt = None,
+    transform: Annotated[
+        Optional[str],
+        typer.Option(
+            "--transform",
+            help="LLM transforms to run, comma-separated: contextual, refine, metadata, caption (default: settings "
+            "`transforms.enabled`; `none` for none). Needs llm.base_url and llm.model; see docs/transforms.md.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
-    from zhiku.api import parse_transform_names
+    from zhiku.api import needs_ocr_note, parse_transform_names
 
     with _errors(as_json):
         names = parse_transform_names(transform)
-        settings = _settings(config, index, **({"transforms": {"enabled": names}} if names is not None else {}))
+        settings = load_settings(
+            config, index=index, **({"transforms": {"enabled": names}} if names is not None else {})
+        )
         some_path_exists(paths)
-        bar = _progress(True, "ingesting") if err.is_terminal else _line_progress("ingesting")
-        with _kb(settings) as kb, _progress(False, "") if as_json else bar as progress:
+        with _kb(settings) as kb, _progress(not as_json, "ingesting", lines=True) as progress:
             if dry_run and settings.transforms.enabled:
-                return tx.print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
-            files, chunks = tx.progress_pair(progress)
+                return _print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
+            files, chunks = _progress_pair(progress)
             report = kb.ingest(
                 paths,
                 collection=collection,
@@ -117,12 +117,10 @@ def ingest(
                 "needs_ocr": [{"source": n.source, "pages": list(n.pages)} for n in report.needs_ocr],
                 "gone": list(report.gone),
                 "unsupported": dict(report.unsupported),
-                **tx.report_json(report),
+                **({"transforms": asdict(report.transforms)} if report.transforms is not None else {}),
             }
         )
     else:
-        from zhiku.api import needs_ocr_note
-
         verb = "would be " if dry_run else ""
         ocr = f" ({len(report.needs_ocr)} need OCR)" if report.needs_ocr else ""
         out.print(
@@ -130,28 +128,111 @@ def ingest(
             + ocr
             + f" · {report.chunks_written} chunks written · {report.elapsed_s:.1f}s · index {settings.index}"
         )
-        for f in report.failed:
-            err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+        notes = [f"failed: {f.path}: {f.reason}" for f in report.failed]
         if report.chunks_over_window:
-            err.print(
-                f"  {report.chunks_over_window} chunks are longer than the embedder's window and are embedded "
-                "diluted: lower chunking.size_chars",
-                markup=False,
+            notes.append(
+                f"{report.chunks_over_window} chunks are longer than the embedder's window and are embedded "
+                "diluted: lower chunking.size_chars"
             )
-        for n in report.needs_ocr:
-            err.print(f"  {n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}", markup=False)
+        notes += [f"{n.source}: {needs_ocr_note(n.pages, settings.loaders.ocr)}" for n in report.needs_ocr]
         if report.unsupported:
-            err.print(f"  {unsupported_note(report.unsupported)}", markup=False)
+            notes.append(unsupported_note(report.unsupported))
         if report.gone:
-            shown = ", ".join(report.gone[:3]) + (f" and {len(report.gone) - 3} more" if len(report.gone) > 3 else "")
-            err.print(
-                f"  {len(report.gone)} indexed document(s) whose files are gone from these folders stay searchable "
-                f"({shown}): add --sync to drop them",
-                markup=False,
+            notes.append(
+                f"{len(report.gone)} indexed document(s) whose files are gone from these folders stay searchable "
+                f"({_some(report.gone)}): add --sync to drop them"
             )
-        tx.print_report(report)
+        for note in notes:
+            err.print(f"  {note}", markup=False)
+        _print_transforms(report.transforms)
     if report.failed:
         raise typer.Exit(1)
+
+
+def _some(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _print_transforms(t: Any) -> None:
+    """Under the ingest summary: applied counts and LLM usage, then one line per issue, or per reason shared by
+    several chunks (a dead endpoint fails every chunk the same way), and what the next ingest does about them."""
+    if t is None:
+        return
+    applied = ", ".join(f"{name} {n}" for name, n in t.applied)
+    out.print(f"transforms: {applied} · {_usage(t.usage)}", markup=False)
+    groups: dict[tuple[str, str, bool], list[Any]] = {}
+    for i in t.issues:
+        groups.setdefault((i.transform, i.reason, i.chunk_id is None), []).append(i)
+    for (transform, reason, whole), issues in groups.items():
+        if len(issues) == 1:
+            i = issues[0]
+            where = f"{i.source}#{i.chunk_id}" if i.chunk_id else i.source
+        else:
+            sources = list(dict.fromkeys(i.source for i in issues))
+            where = (
+                f"{len(sources)} documents ({_some(sources)})" if whole else f"{len(issues)} chunks of {_some(sources)}"
+            )
+        err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
+    if t.retried:
+        err.print(
+            "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
+            "(replies already received come from the cache)",
+            markup=False,
+        )
+    elif any(i.unreached for i in t.issues):  # no cache_dir, or RETRY_LIMIT ingests in a row without an answer
+        err.print(
+            "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (no "
+            "cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back",
+            markup=False,
+        )
+
+
+def _usage(u: Any) -> str:
+    approx = "≈" if u.estimated else ""
+    cost = f" · {approx}{u.cost:.4f} {u.currency}" if u.cost else ""
+    return (
+        f"LLM: {u.calls} requests, {u.cached} from cache · {approx}{u.prompt_tokens} input + "
+        f"{approx}{u.completion_tokens} output tokens{cost}"
+    )
+
+
+def _print_plan(plan: Any, as_json: bool) -> None:
+    if as_json:
+        _print_json(
+            asdict(plan) | {"requests": plan.requests, "cached": plan.cached, "prompt_tokens": plan.prompt_tokens}
+        )
+        return
+    out.print(
+        f"dry run: {', '.join(plan.transforms)} over {plan.chunks} chunks of {plan.documents} documents would send "
+        f"{plan.requests - plan.cached} requests ({plan.cached} already cached), ≈{plan.prompt_tokens} input tokens"
+        + (f", ≈{plan.cost:.4f} {plan.currency} input cost" if plan.cost else ""),
+        markup=False,
+    )
+    rows = table(("transform", "requests", "cached", "≈input tokens"))
+    for x in plan.lines:
+        rows.add_row(x.transform, str(x.requests), str(x.cached), str(x.prompt_tokens))
+    out.print(rows)
+    for call in plan.samples:
+        out.print(f"--- {call.prompt_id} → {call.model} (≈{call.tokens} tokens) ---", markup=False)
+        out.print(call.preview[:600] + ("…" if len(call.preview) > 600 else ""), markup=False)
+    for f in plan.failed:
+        err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+
+
+def _progress_pair(progress: Progressed | None) -> tuple[Progressed | None, Any]:
+    """Per-document progress, and the transforms' per-chunk progress as its note (``contextual 3/20 chunks · a.md``)."""
+    if progress is None:
+        return None, None
+    docs = [0, 0]
+
+    def files(done: int, total: int, name: str) -> None:
+        docs[:] = [done, total]
+        progress(done, total, name)
+
+    def chunks(transform: str, source: str, done: int, total: int) -> None:
+        progress(docs[0], docs[1], f"{transform} {done}/{total} chunks · {source}")
+
+    return files, chunks
 
 
 @app.command()
@@ -192,15 +273,24 @@ def query(
             help="Run the configured reranker (settings `rerank`; default: when one is configured) or skip it.",
         ),
     ] = None,
-    tag: tx.TagOpt = None,
-    rewrite: tx.RewriteOpt = None,
+    tag: Annotated[
+        Optional[list[str]],
+        typer.Option("--tag", help="Only passages whose tags (metadata transform) include this; repeatable."),
+    ] = None,
+    rewrite: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rewrite",
+            help="Query rewriting by llm.model: none, multi_query or hyde (default: settings `retrieval.rewrite`).",
+        ),
+    ] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Search the index: BM25 and dense retrieval fused (then reranked, when configured), printed as a cited
     Markdown answer."""
     with _errors(as_json):
-        settings = _settings(config, index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
+        settings = load_settings(config, index=index, **({"retrieval": {"rewrite": rewrite}} if rewrite else {}))
         with _kb(settings, read_only=True) as kb:
             if rerank is not False:  # load the model first: rerank.timeout_s then bounds the reranking itself
                 eval_cmds.warm_reranker(kb)
@@ -250,18 +340,16 @@ def query(
 def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List collections with their document and chunk counts."""
     with _errors(as_json):
-        settings = _settings(config, index)
+        settings = load_settings(config, index=index)
         with _kb(settings, read_only=True) as kb:
             stats = kb.collections()
     if as_json:
         _print_json({"collections": [asdict(s) for s in stats]})
         return
-    table = Table()
-    for col in ("collection", "documents", "chunks", "characters"):
-        table.add_column(col)
+    rows = table(("collection", "documents", "chunks", "characters"))
     for s in stats:
-        table.add_row(s.name, str(s.documents), str(s.chunks), str(s.chars))
-    out.print(table if stats else f"no collections in {settings.index} yet: run `zhiku ingest PATH`")
+        rows.add_row(s.name, str(s.documents), str(s.chunks), str(s.chars))
+    out.print(rows if stats else f"no collections in {settings.index} yet: run `zhiku ingest PATH`")
 
 
 @app.command()
@@ -270,8 +358,7 @@ def documents(
 ) -> None:
     """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
     with _errors(as_json):
-        settings = _settings(config, index)
-        with _kb(settings, read_only=True) as kb:
+        with _kb(load_settings(config, index=index), read_only=True) as kb:
             docs = kb.documents(collection)
     if as_json:
         _print_json({"documents": [asdict(d) for d in docs]})
@@ -279,13 +366,11 @@ def documents(
     from zhiku.api import page_list
     from zhiku.types import DocStatus
 
-    table = tables.table(
-        ("doc_id", "collection", "source", "type", "chunks", "status"), whole=["doc_id"], texts=["source"]
-    )
+    rows = table(("doc_id", "collection", "source", "type", "chunks", "status"), whole=["doc_id"], texts=["source"])
     for d in docs:
         status = DocStatus(d.status).value + (f" (pages {page_list(d.needs_ocr_pages)})" if d.needs_ocr_pages else "")
-        table.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)
-    out.print(table)
+        rows.add_row(d.doc_id, d.collection, d.source, d.doc_type, str(d.chunk_count), status)
+    out.print(rows)
 
 
 @app.command()
@@ -309,7 +394,7 @@ def delete(
     """Delete a document from every index (it never comes back in results). REF is literal; with --glob it is a
     pattern, and more than one match needs --yes (`zhiku delete --glob '*'` alone deletes nothing)."""
     with _errors():
-        settings = _settings(config, index)
+        settings = load_settings(config, index=index)
         with _kb(settings) as kb:
             if not glob:
                 docs = [kb.delete(ref, collection)]
@@ -334,11 +419,11 @@ def history(
     config: ConfigOpt = None,
 ) -> None:
     """Show the ingestion history, newest first, grouped per run, with times."""
-    from zhiku.cli.traces_view import group_runs, print_history
+    from zhiku.cli.traces import group_runs, print_history
     from zhiku.observability.trace import TRACE_FILE, read_traces
 
     with _errors(as_json):
-        settings = _settings(config, index)
+        settings = load_settings(config, index=index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
             llm = kb.enrichments.usage_history(limit)
@@ -353,15 +438,23 @@ def history(
         )
         return
     print_history(out, runs)
-    tx.print_usage_history(llm)
+    if llm:
+        usage = Table(title="LLM transforms")
+        for col in ("collection", "source", "transforms", "requests", "cached", "tokens in/out", "cost", "issues"):
+            usage.add_column(col)
+        for r in llm:
+            u = r.usage
+            cost = f"{u.cost:.4f} {u.currency}" if u.cost else "-"
+            row = (r.collection, r.source, ",".join(r.transforms), str(u.calls), str(u.cached))
+            usage.add_row(*row, f"{u.prompt_tokens}/{u.completion_tokens}", cost, str(len(r.issues)))
+        out.print(usage)
 
 
 @config_app.command("show")
 def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < zhiku.yaml < ZHIKU_* env < flags)."""
     with _errors(as_json):
-        settings = _settings(config, index)
-    data = json.loads(settings.model_dump_json())
+        data = json.loads(load_settings(config, index=index).model_dump_json())
     if as_json:
         _print_json(data)
     else:
@@ -370,14 +463,121 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
         out.print(yaml.safe_dump(data, allow_unicode=True, sort_keys=False).rstrip(), markup=False)
 
 
-mcp_cmds.register(app)
+def serve(
+    transport: Annotated[
+        Optional[str],
+        typer.Option("--transport", help="stdio | http (default: settings `server.transport`; env ZHIKU_TRANSPORT)."),
+    ] = None,
+    host: Annotated[
+        Optional[str],
+        typer.Option(
+            "--host", help="HTTP bind address (default 127.0.0.1; env ZHIKU_HOST). Non-loopback needs a token."
+        ),
+    ] = None,
+    port: Annotated[Optional[str], typer.Option("--port", help="HTTP port (default 8765; env ZHIKU_PORT).")] = None,
+    read_only: Annotated[
+        Optional[bool],
+        typer.Option("--read-only", help="Hide the tools that change the index (ingest, delete).", show_default=False),
+    ] = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve the index to AI assistants over MCP (stdio, or Streamable HTTP at http://HOST:PORT/mcp)."""
+    from zhiku.mcp.script import start  # the MCP SDK is imported only here: `zhiku --help` never pays for it
+
+    start(config, index, {"transport": transport, "host": host, "port": port, "read_only": read_only})
+
+
+def plugins(as_json: JsonOpt = False) -> None:
+    """List installed plugins (loaders, embedders, rerankers, transforms, tools) and where they come from."""
+    from zhiku.plugin_check import checked_plugins
+    from zhiku.plugins import GROUPS
+
+    found = checked_plugins()  # a broken plugin is listed with its error; zhiku skips it and the command exits 0
+    if as_json:
+        _print_json({"groups": list(GROUPS), "plugins": [asdict(p) for p in found]})
+        return
+    if not found:
+        out.print(f"no plugins installed (groups: {', '.join(GROUPS)}; see docs/extending.md)", markup=False)
+    for p in found:  # one line each (paths are long: a table would fold them)
+        status = "ok" if p.ok else f"BROKEN (skipped): {p.error}"
+        out.print(
+            f"{p.group}  {p.name} = {p.value}  [{p.distribution} {p.version}, {p.location}]  {status}", markup=False
+        )
+
+
+def init(
+    directory: Annotated[
+        Path, typer.Argument(help="Project folder (created if missing; default: the current folder).")
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files zhiku init wrote before.")] = False,
+    samples: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--samples/--no-samples",
+            help="Write the sample documents and eval.yaml (default: unless docs/ already holds documents).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a ready project: settings, sample documents, an eval set and MCP client configs.
+
+    Writes zhiku.yaml (every setting, commented), docs/ with sample documents (their licence in SOURCES.md) and
+    eval.yaml over them (not when docs/ already holds documents, or with --no-samples), and MCP client configs for Claude Desktop, Cursor, VS Code, Cline and Cherry Studio
+    with absolute paths; then prints the commands to ingest, ask and serve."""
+    from zhiku.scaffold.init import create_project
+
+    with _errors():
+        report = create_project(directory, force=force, samples=samples)
+    if as_json:
+        _print_json({**asdict(report), "next": report.next_steps()})
+        return
+    out.print(f"zhiku project in {report.root}: {len(report.written)} files written", markup=False)
+    for rel in report.written:
+        out.print(f"  + {rel}", markup=False)
+    if not report.samples:
+        out.print("  (no sample documents: docs/ is yours; put the files to serve there)", markup=False)
+    if report.kept:
+        err.print(f"  kept {len(report.kept)} existing files (--force overwrites them): {', '.join(report.kept)}")
+    out.print("\nNext:", markup=False)
+    for step in report.next_steps():
+        out.print(f"  {step}", markup=False)
+    out.print("Then connect a client: see mcp-clients/README.md; check everything with `zhiku doctor`.", markup=False)
+
+
+MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "off": " -  "}
+
+
+def doctor(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """Check the install, settings, index, models, extras and MCP client configs, each problem with its fix.
+
+    Models are verified against their pinned SHA-256. Exits 1 when something is broken (FAIL), 0 otherwise."""
+    from zhiku.scaffold.doctor import run_doctor
+
+    checks = run_doctor(config, index)
+    failed = [c for c in checks if c.status == "fail"]
+    if as_json:
+        _print_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
+    else:
+        for c in checks:
+            out.print(f"{MARK[c.status]}  {c.area:<8} {c.detail}", markup=False)
+            if c.fix and c.status != "ok":
+                out.print(f"{'':14} fix: {c.fix}", markup=False)
+        warned = sum(c.status == "warn" for c in checks)
+        out.print(f"\n{len(failed)} problems, {warned} warnings", markup=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+app.command()(serve)
 eval_cmds.register(app)
-experiment_cmds.register(app)
 traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
-plugins_cmds.register(app)
-project_cmds.register(app)
+app.command()(plugins)
+app.command()(init)
+app.command()(doctor)
 
 
 def main() -> None:

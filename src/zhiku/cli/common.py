@@ -1,14 +1,11 @@
-"""Shared pieces of the `zhiku` command line: option types, consoles, error and progress helpers.
-
-Errors are one line on stderr (``error: …``) with a non-zero exit code; ``--json`` prints exactly one JSON
-object on stdout.
-"""
+"""What the `zhiku` commands share: option types, consoles, error and progress helpers, narrow-terminal tables."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -17,9 +14,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from zhiku.errors import InvalidInput, ZhikuError
-from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
+from zhiku.settings import DEFAULT_CONFIG_FILE, Settings
 
 if TYPE_CHECKING:
     from zhiku.api import KnowledgeBase
@@ -37,16 +35,12 @@ CollectionOpt = Annotated[
     Optional[str], typer.Option("--collection", "-c", help="Collection name (default: settings `collection`).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print exactly one JSON object on stdout.")]
-
-
-def _settings(config: Path | None, index: Path | None, **overrides: Any) -> Settings:
-    return load_settings(config, index=index, **overrides)
+Progressed = Callable[[int, int, str], None]
 
 
 @contextmanager
 def _errors(as_json: bool = False) -> Iterator[None]:
-    """Turn library errors into a one-line message and exit code 1; with ``as_json`` the error is also the one
-    JSON object on stdout (``{"error": {"code", "message", "retryable"}}``)."""
+    """A library error is one ``error:`` line on stderr and exit 1; with ``as_json`` also the one JSON object."""
     try:
         yield
     except ZhikuError as e:
@@ -60,8 +54,8 @@ def _errors(as_json: bool = False) -> Iterator[None]:
 
 
 def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
-    """The knowledge base; the two ways a newcomer misses an index get a hint: ``--index`` naming the database
-    file instead of its folder, and a relative index looked for outside the project's folder."""
+    """The knowledge base, with a hint for the two ways a newcomer misses an index: ``--index`` naming the
+    database file, and a relative index looked for outside the project's folder."""
     from zhiku.api import KnowledgeBase
     from zhiku.errors import ConfigError, IndexNotFound
 
@@ -81,40 +75,27 @@ def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
         ) from None
 
 
-@contextmanager
-def _progress(enabled: bool, label: str) -> Iterator[Callable[[int, int, str], None] | None]:
-    if not enabled:
-        yield None
-        return
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("", total=None)
-
-        def update(done: int, total: int, name: str) -> None:
-            bar.update(task, completed=done, total=total or None, description=name[-40:])
-
-        yield update
-
-
 PROGRESS_EVERY = 10  # documents between two progress lines when stderr is not a terminal
 PROGRESS_SECONDS = 15.0  # …or seconds, whichever comes first
 
 
 @contextmanager
-def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable[[int, int, str], None]]:
-    """Progress as plain lines on stderr (logs, CI, pipes, where a live bar prints nothing): the first
-    document, then every ``every`` documents or ``PROGRESS_SECONDS``, every note of embedded chunks (one per
-    embedding call), a changed note (LLM transforms: ``contextual 40/900 chunks · a.pdf``) at
-    most every ``PROGRESS_SECONDS`` while one document takes long, then the end."""
-    import time
+def _progress(enabled: bool, label: str, lines: bool = False) -> Iterator[Progressed | None]:
+    """A live bar on a terminal; elsewhere (logs, CI, pipes) plain lines when ``lines``, else nothing."""
+    if enabled and err.is_terminal:
+        columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+        with Progress(TextColumn(label), *columns, console=err, transient=True) as bar:
+            task = bar.add_task("", total=None)
+            yield lambda done, total, name: bar.update(
+                task, completed=done, total=total or None, description=name[-40:]
+            )
+    else:
+        yield _line_progress(label) if enabled and lines else None
 
+
+def _line_progress(label: str) -> Progressed:
+    """The first document, then every ``PROGRESS_EVERY`` documents or ``PROGRESS_SECONDS``, every note of
+    embedded chunks, a changed note (an LLM transform's chunks) at most every ``PROGRESS_SECONDS``, the end."""
     from zhiku.api import is_chunk_note
 
     started = last = time.monotonic()
@@ -123,25 +104,38 @@ def _line_progress(label: str, every: int = PROGRESS_EVERY) -> Iterator[Callable
     def update(done: int, total: int, name: str) -> None:
         nonlocal last, shown, noted
         now = time.monotonic()
-        chunks = is_chunk_note(name)
         if (
-            chunks
-            or (done != shown and (done in (0, total) or done - shown >= every or now - last >= PROGRESS_SECONDS))
+            is_chunk_note(name)
+            or (
+                done != shown
+                and (done in (0, total) or done - shown >= PROGRESS_EVERY or now - last >= PROGRESS_SECONDS)
+            )
             or (name != noted and now - last >= PROGRESS_SECONDS)
         ):
             shown, last, noted = done, now, name
             current = f" · {name}" if name else ""
             err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
 
-    yield update
+    return update
 
 
 def _print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
 
 
+def table(
+    names: Sequence[str], *, whole: Sequence[str] = (), texts: Sequence[str] = (), title: str | None = None
+) -> Table:
+    """Columns ``whole`` (ids, numbers) stay on one line and ``texts`` (paths, messages) fold: Rich fits a table
+    to the terminal (80 columns when piped) by cutting cells, and a cut id or path is useless."""
+    t = Table(title=title)
+    for name in names:
+        t.add_column(name, no_wrap=name in whole, overflow="fold" if name in texts else "ellipsis")
+    return t
+
+
 def some_path_exists(paths: list[Path]) -> None:
-    """A typo in the only path used to make an empty index in the current folder and report 1 failure."""
+    """A typo in the only path would make an empty index in the current folder."""
     if paths and not any(p.expanduser().exists() for p in paths):
         names = ", ".join(str(p) for p in paths)
         raise InvalidInput(
@@ -151,7 +145,6 @@ def some_path_exists(paths: list[Path]) -> None:
 
 
 def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
-    """One line for the files a folder held that no loader reads: they used to be skipped without a word."""
     from zhiku.api import supported_suffixes
 
     files = sum(n for _, n in counts)
@@ -164,7 +157,7 @@ def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
 
 
 def filter_note(kb: KnowledgeBase, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
-    """Why ``--source``/``--type`` left nothing (``KnowledgeBase.filter_hint``), for stderr and ``--json``."""
+    """Why ``--source``/``--type`` left nothing, for stderr and ``--json``."""
     if not (source or doc_type):
         return None
     given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)

@@ -1,5 +1,5 @@
-"""`zhiku eval` and what the evaluation commands share: the dataset/model options, loading the reranker before
-queries are timed, and the --embedder/--reranker overrides. Heavy parts (evaluation) are imported inside."""
+"""`zhiku eval` and `zhiku experiment`, and what they share with `zhiku query`: the dataset/model options and
+loading the reranker before queries are timed. The evaluation package is imported inside the commands."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from zhiku.cli import tables
-from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out
+from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _kb, _print_json, _progress, err, out, table
 from zhiku.errors import InvalidInput
-from zhiku.settings import JudgeSettings, Settings, load_settings, merge
+from zhiku.settings import Settings, load_settings, merge
 
 DatasetOpt = Annotated[
     Optional[Path],
@@ -25,26 +24,9 @@ DatasetOpt = Annotated[
     ),
 ]
 DEFAULT_DATASET = Path("eval.yaml")
-
-
-def dataset_path(dataset: Path | None) -> Path:
-    """``--dataset``, or ./eval.yaml when it is not given (a project made by `zhiku init` has one)."""
-    if dataset is not None:
-        return dataset
-    if DEFAULT_DATASET.is_file():
-        return DEFAULT_DATASET
-    if DEFAULT_DATASET.exists():
-        raise InvalidInput(
-            "./eval.yaml is a folder, not a YAML set: pass --dataset PATH (a BEIR folder, a YAML set, or a folder "
-            "with docs/ and eval.yaml)"
-        )
-    raise InvalidInput(
-        "no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, or a "
-        "folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
-    )
-
-
-OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Write summary.json, report.md and per_query.json here.")]
+MaxQueriesOpt = Annotated[
+    Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)
+]
 CollectionOpt = Annotated[
     Optional[str], typer.Option("--collection", "-c", help="YAML sets: search only this collection.")
 ]
@@ -72,6 +54,12 @@ RerankerOpt = Annotated[
         help="Override the reranker: none, cross-encoder:MODEL_OR_FOLDER, llm or llm:MODEL (endpoint from rerank.base_url).",
     ),
 ]
+VARIANTS_HELP = (
+    "Comma-separated: bm25, dense, hybrid, hybrid_zscore, hybrid_rrf (the two fusions), hybrid_rerank, "
+    "hybrid+contextual, hybrid+multi_query, hybrid+hyde (docs/transforms.md)."
+)
+UNMATCHED_SHOWN = 10  # warnings printed for expected entries that match nothing
+CATEGORY_COLUMNS = 5  # categories per table (a metric per row): 80 columns hold five without cutting numbers
 
 
 def warm_reranker(kb: Any) -> None:
@@ -80,25 +68,57 @@ def warm_reranker(kb: Any) -> None:
         err.print(f"reranker failed to load ({failed}); queries fall back to the fused order", markup=False)
 
 
-def with_models(settings: Settings, embedder: str | None, reranker: str | None) -> Settings:
-    """``settings`` with the ``--embedder`` / ``--reranker`` overrides applied."""
+def _dataset(dataset: Path | None, max_queries: int | None) -> Any:
+    """``--dataset``, or ./eval.yaml (a project made by `zhiku init` has one)."""
+    from zhiku.evaluation.datasets import load_dataset
+
+    if dataset is None and DEFAULT_DATASET.exists() and not DEFAULT_DATASET.is_file():
+        raise InvalidInput(
+            "./eval.yaml is a folder, not a YAML set: pass --dataset PATH (a BEIR folder, a YAML set, or a folder "
+            "with docs/ and eval.yaml)"
+        )
+    if dataset is None and not DEFAULT_DATASET.is_file():
+        raise InvalidInput(
+            "no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, or a "
+            "folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
+        )
+    return load_dataset(dataset or DEFAULT_DATASET, max_queries=max_queries)
+
+
+def _settings(
+    config: Path | None,
+    index: Path | None,
+    tmp: str,
+    yaml_set: bool,
+    trace: bool,
+    embedder: str | None,
+    reranker: str | None,
+) -> Settings:
+    """A YAML set runs against an existing index; a corpus is indexed into ``index`` or a temporary one."""
     from zhiku.api import parse_reranker_spec
     from zhiku.embedding import parse_embedder_spec
 
-    changes: dict[str, Any] = {}
+    settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
+    changes: dict[str, Any] = {"tracing": {"enabled": trace}}
     if embedder is not None:
         changes["embedding"] = parse_embedder_spec(embedder)
     if reranker is not None:
         changes["rerank"] = parse_reranker_spec(reranker)
-    return merge(settings, **changes) if changes else settings
+    return merge(settings, **changes)
 
 
-# ------------------------------------------------------------------------------------------- eval
+def _index(kb: Any, data: Any, as_json: bool) -> Any:
+    from zhiku.evaluation.runner import index_dataset
+
+    with _progress(not as_json, "indexing") as progress:
+        return index_dataset(kb, data, collection=data.name, on_progress=progress)
+
+
 def build_judge(settings: Settings) -> Any:
-    """The judge client from the settings, or None when no judge is configured (its API key read here, at the edge)."""
+    """The judge client, or None when no judge is configured (its API key read here, at the edge)."""
     from zhiku.evaluation.judge import CACHE_FILE, JudgeCache, JudgeClient
 
-    j: JudgeSettings = settings.judge
+    j = settings.judge
     if not j.base_url or not j.model:
         return None
     if j.api_key_env and j.api_key is None:
@@ -113,9 +133,7 @@ def eval_(
     mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
     k: CutoffOpt = 10,
     budget: BudgetOpt = None,
-    max_queries: Annotated[
-        Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)
-    ] = None,
+    max_queries: MaxQueriesOpt = None,
     as_json: JsonOpt = False,
     index: Annotated[
         Optional[Path],
@@ -126,7 +144,9 @@ def eval_(
     ] = None,
     config: ConfigOpt = None,
     collection: CollectionOpt = None,
-    out_dir: OutOpt = None,
+    out_dir: Annotated[
+        Optional[Path], typer.Option("--out", help="Write summary.json, report.md and per_query.json here.")
+    ] = None,
     gate: Annotated[
         Optional[str],
         typer.Option("--gate", help='Bars that must hold, e.g. "hit@5>=0.9,mrr@10>=0.8"; exit 1 when one is missed.'),
@@ -158,19 +178,17 @@ def eval_(
     """Evaluate retrieval: Hit@K, MRR, nDCG, recall, hits within 2,000/4,000 returned characters (overall and per
     category), latency; optional LLM-judged generation metrics; writes reports with --out and enforces bars with
     --gate."""
-    from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
     from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
-    from zhiku.evaluation.runner import evaluate, index_dataset
+    from zhiku.evaluation.runner import evaluate
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
         check_out_dir(out_dir)
-        data = load_dataset(dataset_path(dataset), max_queries=max_queries)
-        yaml_set = data.kind == "yaml" and not data.docs  # runs against an existing index
-        settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
-        settings = with_models(merge(settings, tracing={"enabled": trace}), embedder, reranker)
+        data = _dataset(dataset, max_queries)
+        yaml_set = data.kind == "yaml" and not data.docs
+        settings = _settings(config, index, tmp, yaml_set, trace, embedder, reranker)
         mode_ = mode or settings.retrieval.mode
         if baseline is not None:
             bars += baseline_bars(
@@ -185,10 +203,8 @@ def eval_(
         with _kb(settings, read_only=yaml_set) as kb:
             warm_reranker(kb)
             if not yaml_set:
-                collection = data.name
-                with _progress(not as_json and err.is_terminal, "indexing") as progress:
-                    stats = index_dataset(kb, data, collection=collection, on_progress=progress)
-            with _progress(not as_json and err.is_terminal, "querying") as progress:
+                collection, stats = data.name, _index(kb, data, as_json)
+            with _progress(not as_json, "querying") as progress:
                 result = evaluate(
                     kb,
                     data,
@@ -206,15 +222,11 @@ def eval_(
             )
         result = type(result)(**{**result.__dict__, "indexing": stats})
         checked = check_gate(bars, result.metrics)
+        kept = index or yaml_set  # a temporary index keeps no history
         if out_dir is not None:
-            write_outputs(
-                out_dir,
-                result,
-                gate=checked,
-                generation=generation,
-                index=str(settings.index) if index or yaml_set else None,
-            )
-        if index or yaml_set:
+            index_name = str(settings.index) if kept else None
+            write_outputs(out_dir, result, gate=checked, generation=generation, index=index_name)
+        if kept:
             append_history(settings.index, history_entry(result, gate=checked, generation=generation, out=out_dir))
     if as_json:
         _print_json({**result.to_json(), **({"gate": gate_json(checked)} if checked else {})})
@@ -228,8 +240,7 @@ def eval_(
         )
     for b in checked:
         err.print(f"gate: {b}", markup=False)
-    if checked and not all(b.passed for b in checked):
-        missed = [b for b in checked if not b.passed]
+    if missed := [b for b in checked if not b.passed]:
         err.print(
             "gate FAILED: "
             + "; ".join(f"{b.bar.metric} = {b.value:.4f}, needs {b.bar.op} {b.bar.threshold:g}" for b in missed),
@@ -238,23 +249,20 @@ def eval_(
         raise typer.Exit(1)
 
 
-UNMATCHED_SHOWN = 10  # warnings printed for expected entries that match nothing
-
-
 def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
-    table = Table(title=f"{result.dataset} · {result.mode} · {result.queries} queries")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
+    rows = Table(title=f"{result.dataset} · {result.mode} · {result.queries} queries")
+    rows.add_column("metric")
+    rows.add_column("value", justify="right")
     for name, v in result.metrics.items():
-        table.add_row(name, f"{v:.4f}")
-    table.add_row("latency p50 / p95 (ms)", f"{result.latency_ms['p50']:.1f} / {result.latency_ms['p95']:.1f}")
+        rows.add_row(name, f"{v:.4f}")
+    rows.add_row("latency p50 / p95 (ms)", f"{result.latency_ms['p50']:.1f} / {result.latency_ms['p95']:.1f}")
     if stats is not None:
-        table.add_row(
+        rows.add_row(
             "indexing (chunks/s)", f"{stats.chunks_per_s:.1f} ({stats.chunks} chunks, {stats.chunks_embedded} embedded)"
         )
     if getattr(result, "rerank", None):
-        table.add_row("rerank (queries)", ", ".join(f"{k} {v}" for k, v in sorted(result.rerank.items())))
-    out.print(table)
+        rows.add_row("rerank (queries)", ", ".join(f"{k} {v}" for k, v in sorted(result.rerank.items())))
+    out.print(rows)
     if len(result.categories) > 1:
         for cats in _category_tables(result.categories, list(result.metrics)):
             out.print(cats)
@@ -267,32 +275,82 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
             + f" · {generation.queries} queries, {generation.errors} unscored",
             markup=False,
         )
-        for reason, n in generation.error_reasons():  # why, not only how many
+        for reason, n in generation.error_reasons():
             err.print(f"judge error ×{n}: {reason}", markup=False)
 
 
-CATEGORY_COLUMNS = 5  # up to this many categories are columns of one table (a metric per row): 80 columns hold them
-
-
 def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
-    """Per-category metrics that fit a terminal: one column per category and a metric per row, in tables of
-    ``CATEGORY_COLUMNS`` categories (a row per category would need 2 + one column per metric, more than 80
-    columns hold without cutting numbers and names); numbers never cut."""
+    """A column per category and a row per metric, ``CATEGORY_COLUMNS`` categories a table; numbers never cut."""
     items = list(categories.items())
-    out = []
+    tables = []
     for start in range(0, len(items), CATEGORY_COLUMNS):
         part = dict(items[start : start + CATEGORY_COLUMNS])
         title = "per category"
         if len(items) > CATEGORY_COLUMNS:
             title += f" ({start + 1}–{start + len(part)} of {len(items)})"
         # a long category name folds in its header; a number on one line is narrower than any header
-        table = tables.table(("metric", *part), whole=("metric",), texts=tuple(part), title=title)
-        table.add_row("queries", *(str(int(m["queries"])) for m in part.values()))
+        t = table(("metric", *part), whole=("metric",), texts=tuple(part), title=title)
+        t.add_row("queries", *(str(int(m["queries"])) for m in part.values()))
         for n in names:
-            table.add_row(n, *(f"{m[n]:.4f}" for m in part.values()))
-        out.append(table)
-    return out
+            t.add_row(n, *(f"{m[n]:.4f}" for m in part.values()))
+        tables.append(t)
+    return tables
+
+
+def experiment(
+    dataset: DatasetOpt = None,
+    variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
+    k: CutoffOpt = 10,
+    budget: BudgetOpt = None,
+    max_queries: Annotated[
+        Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)
+    ] = None,
+    as_json: JsonOpt = False,
+    index: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--index", help="BEIR: index to (re)use (default: a temporary one). YAML sets: the index to query."
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    collection: CollectionOpt = None,
+    out_dir: Annotated[
+        Optional[Path], typer.Option("--out", help="Write experiment.json and experiment.md here.")
+    ] = None,
+    embedder: EmbedderOpt = None,
+    reranker: RerankerOpt = None,
+) -> None:
+    """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
+    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
+    from zhiku.evaluation.reports import check_out_dir
+
+    with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
+        chosen = parse_variants(variants)
+        check_out_dir(out_dir)
+        data = _dataset(dataset, max_queries)
+        yaml_set = data.kind == "yaml" and not data.docs
+        settings = _settings(config, index, tmp, yaml_set, False, embedder, reranker)
+        with _kb(settings, read_only=yaml_set) as kb, variant_indexes(settings, data) as other:
+            warm_reranker(kb)
+            if not yaml_set:
+                collection = data.name
+                _index(kb, data, as_json)
+
+            def progress_for(v: Any) -> None:
+                if not as_json and err.is_terminal:
+                    err.print(f"running {v.name} …", markup=False)
+
+            result = run_experiment(
+                kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget, kb_for=other
+            )
+        if out_dir is not None:
+            result.save(out_dir)
+    if as_json:
+        _print_json(result.to_json())
+        return
+    out.print(f"{result.dataset} · {result.queries} queries · one index\n\n{result.markdown()}", markup=False)
 
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_)
+    app.command()(experiment)

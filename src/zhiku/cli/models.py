@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, cast
 
 import typer
 
-from zhiku.cli import tables
-from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, out
+from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, out, table
+from zhiku.errors import InvalidInput
 from zhiku.settings import _default_cache_dir, load_settings
 
 models_app = typer.Typer(
@@ -33,13 +33,10 @@ def _manifest_path(config: Path | None, manifest: Path | None) -> Path:
 
 
 def _hf_cache() -> Path:
-    """The Hugging Face hub cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``)."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
-    )
-    return Path(home) / "hub"
+    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("HF_HOME") or xdg / "huggingface") / "hub"
 
 
 @models_app.command("list")
@@ -52,12 +49,12 @@ def list_(as_json: JsonOpt = False, manifest: ManifestOpt = None, config: Config
     if as_json:
         _print_json({"models": [e.to_json() for e in m.entries]})
         return
-    table = tables.table(
+    rows = table(
         ("id", "kind", "provider", "pinned", "files", "source / note"), texts=["id", "provider", "source / note"]
     )
     for e in m.entries:
-        table.add_row(e.id, e.kind, e.provider, "yes" if e.pinned else "no", str(len(e.files)), e.note or e.source)
-    out.print(table)
+        rows.add_row(e.id, e.kind, e.provider, "yes" if e.pinned else "no", str(len(e.files)), e.note or e.source)
+    out.print(rows)
 
 
 @models_app.command()
@@ -88,7 +85,6 @@ def verify(
     config: ConfigOpt = None,
 ) -> None:
     """Re-hash model files and compare them with the manifest; exit 1 when a file does not match."""
-    from zhiku.errors import InvalidInput
     from zhiku.modelhub.pinning import HashMemo, load_manifest, package_folder, snapshot_folders, verify_many
 
     with _errors():
@@ -112,10 +108,10 @@ def verify(
         keys = ("folder", "model_id", "status", "detail", "files_checked")
         _print_json({"results": [{k: getattr(r, k) for k in keys} for r in results]})
     else:
-        table = tables.table(("status", "model", "folder", "detail"), texts=["model", "folder", "detail"])
+        rows = table(("status", "model", "folder", "detail"), texts=["model", "folder", "detail"])
         for r in results:
-            table.add_row(r.status, r.model_id or "?", r.folder, r.detail)
-        out.print(table if results else "no model folders found")
+            rows.add_row(r.status, r.model_id or "?", r.folder, r.detail)
+        out.print(rows if results else "no model folders found")
     bad: tuple[str, ...] = ("mismatch", "unknown", "unpinned") if strict else ("mismatch",)
     if any(r.status in bad for r in results):
         raise typer.Exit(1)
@@ -137,15 +133,13 @@ def pin(
     config: ConfigOpt = None,
 ) -> None:
     """Hash every file of a local model folder and write its manifest entry (replacing one with the same id)."""
-    from zhiku.errors import InvalidInput
     from zhiku.modelhub.pinning import pin_folder, write_entry
 
     with _errors():
         if kind not in ("embedder", "reranker"):
             raise InvalidInput(f"--kind {kind!r}: use embedder or reranker")
         target = _manifest_path(config, manifest)
-        k: Literal["embedder", "reranker"] = "embedder" if kind == "embedder" else "reranker"
-        entry = pin_folder(path, model_id, kind=k, revision=revision)
+        entry = pin_folder(path, model_id, kind=cast(Literal["embedder", "reranker"], kind), revision=revision)
         write_entry(target, entry)
     if as_json:
         _print_json({"manifest": str(target), "entry": entry.to_json()})

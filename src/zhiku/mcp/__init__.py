@@ -1,2 +1,1 @@
-"""The MCP surface: server (the builder), builtin (the knowledge tools), calls, middleware, transport (the SDK
-importers), hub, tool models, HTTP security, result cache, latency harness."""
+"""The MCP surface: the server builder, the knowledge tools, their models and texts, transports and HTTP security."""

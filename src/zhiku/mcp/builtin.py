@@ -1,5 +1,4 @@
-"""The built-in knowledge tools, resources and prompt: plain functions of the server's ``Hub``, registered through
-the same path as a team's own (so the same conventions, hooks and errors apply)."""
+"""The built-in knowledge tools, resources and prompt, registered through the same path as a team's own."""
 
 # No `from __future__ import annotations`: the SDK reads the parameter types from the signatures.
 import functools
@@ -160,24 +159,17 @@ def answer_with_citations(
 
 
 def register_builtins(registry: Registry) -> None:
-    """Add zhiku's tools (the registry leaves out the write tools on a read-only server), resources and prompt."""
-    for fn, parts, writes in (
+    for fn, t, writes in (
         (query_knowledge_hub, text.QUERY, False),
         (list_collections, text.LIST_COLLECTIONS, False),
         (get_document_summary, text.DOCUMENT_SUMMARY, False),
         (ingest_documents, text.INGEST, True),
         (delete_document, text.DELETE, True),
     ):
-        spec = ToolSpec(fn, fn.__name__, parts.description, parts.when_to_use, parts.examples, parts.errors)
+        spec = ToolSpec(fn, fn.__name__, t.description, t.when_to_use, t.examples, t.errors, title=t.title)
+        # reads run concurrently, writes one at a time (the registry leaves them out on a read-only server)
         registry.add_tool(
-            replace(
-                spec,
-                title=parts.title,
-                read_only=not writes,
-                destructive=fn is delete_document,
-                exclusive=writes,  # reads run concurrently, writes one at a time
-                origin="built-in",
-            )
+            replace(spec, read_only=not writes, destructive=fn is delete_document, exclusive=writes, origin="built-in")
         )
     resources: list[tuple[Callable[..., Any], str, str, str, str, str]] = [
         (read_document, DOC_URI, "document", "文档全文 / Document text", "text/markdown", text.DOCUMENT_RESOURCE),
@@ -187,5 +179,7 @@ def register_builtins(registry: Registry) -> None:
     ]
     for fn, uri, name, title, mime, description in resources:
         registry.add_resource(ResourceSpec(fn, uri, name, description, title, mime, origin="built-in"))
-    prompt = PromptSpec(answer_with_citations, "answer_with_citations", text.PROMPT_DESCRIPTION, origin="built-in")
-    registry.add_prompt(replace(prompt, title="带引用回答 / Answer with citations"))
+    title = "带引用回答 / Answer with citations"
+    registry.add_prompt(
+        PromptSpec(answer_with_citations, "answer_with_citations", text.PROMPT_DESCRIPTION, title, "built-in")
+    )

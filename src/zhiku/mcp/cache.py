@@ -1,5 +1,4 @@
-"""Result-cache keys: tool results are kept in a ``zhiku.cache.Cache`` by index version, so an ingest or a delete
-(each moves ``Store.index_version()``) makes every older entry unreachable without an explicit purge."""
+"""Result-cache keys; entries are kept by index version, so an ingest or a delete makes older ones unreachable."""
 
 from __future__ import annotations
 

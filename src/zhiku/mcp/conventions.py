@@ -1,8 +1,6 @@
-"""The conventions every tool meets, built-in, script or plugin alike, checked when the server is built (never
-at call time): a snake_case name; a description, a when-to-use and at least one example; a composed
-description of at most 2,048 characters; every parameter documented (``Field(description=...)`` or the
-docstring's ``Args:``); JSON examples that fit the parameters. A violation is one ``ToolDefinitionError`` line
-naming the tool, where it came from, what is wrong and the fix."""
+"""The conventions every tool meets, checked when the server is built: a snake_case name, a description, a
+when-to-use, an example, at most 2,048 characters, every parameter documented, JSON examples that fit. A
+violation is one ``ToolDefinitionError`` line naming the tool, its origin, what is wrong and the fix."""
 
 from __future__ import annotations
 
@@ -24,8 +22,6 @@ URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
 class ToolDefinitionError(ConfigError):
-    """A tool, resource or prompt that breaks the conventions; raised while the server is built."""
-
     code = "INVALID_TOOL"
 
 
@@ -46,8 +42,7 @@ def check_name(kind: str, name: str, origin: str) -> None:
 
 
 def check_tool(spec: ToolSpec, public: Mapping[str, Any]) -> str:
-    """The composed description of ``spec`` if it meets the conventions; ``public`` maps each schema parameter to
-    its annotation."""
+    """The composed description; ``public`` maps each schema parameter to its annotation."""
     where = _where("tool", spec.name, spec.origin)
     check_name("tool", spec.name, spec.origin)
     if not spec.description.strip():
@@ -79,7 +74,6 @@ def check_tool(spec: ToolSpec, public: Mapping[str, Any]) -> str:
 
 
 def check_examples(spec: ToolSpec, explain: Callable[[Any], str | None]) -> None:
-    """Each example written as a JSON object must be valid arguments (``explain`` says what is wrong)."""
     for i, example in enumerate(spec.examples, 1):
         try:
             args = json.loads(example)

@@ -1,10 +1,5 @@
-"""Hooks around every tool call (built-in, script and plugin tools alike): before the call, after it, and on
-an error result.
-
-A hook is a plain function (or ``async def``) taking one :class:`ToolCall`. It runs on the server's event loop,
-so keep it quick (hand slow work to a queue or a thread). A hook that raises is logged and ignored: it never
-changes the result the client gets.
-"""
+"""Hooks around every tool call: before it, after it, and on an error result. A hook takes one ``ToolCall`` and
+runs on the event loop (keep it quick); one that raises is logged and ignored, never changing the result."""
 
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ Hook = Callable[["ToolCall"], Awaitable[None] | None]
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool call as hooks see it. ``duration_s`` and ``result_chars`` are set after the call; ``error_code``
-    and ``error`` on an error result (``INVALID_INPUT``, ``NOT_FOUND``, ``INTERNAL_ERROR``, ...)."""
+    """``duration_s`` and ``result_chars`` are set after the call; ``error_code`` and ``error`` on an error result."""
 
     name: str
     arguments: Mapping[str, Any]
@@ -37,15 +31,12 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Hooks:
-    """Callbacks around every tool call; each list runs in order."""
-
     before_call: Sequence[Hook] = ()
     after_call: Sequence[Hook] = ()
     on_error: Sequence[Hook] = ()
 
 
 async def around(hooks: Hooks, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> Any:
-    """``call()`` (one ``tools/call``, its result as sent) with ``hooks`` run around it."""
     event = ToolCall(name=name, arguments=arguments if isinstance(arguments, Mapping) else {})
     await _fire("before_call", hooks.before_call, event)
     started = time.perf_counter()

@@ -24,7 +24,6 @@ from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import cache_key
 from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
-from zhiku.mcp.enrich import enrich_citations
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
@@ -39,6 +38,7 @@ from zhiku.mcp.models import (
     QueryResult,
     chunk_uri,
     doc_uri,
+    enrich_citations,
     image_uri,
     iso_time,
     transforms_out,

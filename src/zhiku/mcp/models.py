@@ -1,5 +1,5 @@
-"""Typed inputs and outputs of zhiku's MCP tools: each output model is a tool's ``outputSchema`` (structured
-content), and its ``to_markdown()`` the text block sent with it."""
+"""Typed inputs and outputs of the MCP tools: each output model is a tool's ``outputSchema``, its ``to_markdown()``
+the text block sent with it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
 
+from zhiku.api import page_list
+
 if TYPE_CHECKING:
+    from zhiku.api import KnowledgeBase
     from zhiku.types import TransformReport
 
 DOC_URI = "zhiku://doc/{doc_id}"
@@ -114,13 +117,11 @@ class QueryResult(_Out):
     citations: list[CitationOut]
     images: list[ImageRef] = Field(
         default_factory=list,
-        description=("Images of the cited passages, in citation order; the first few are also sent as image content."),
+        description="Images of the cited passages, in citation order; the first few are also sent as image content.",
     )
     low_confidence: bool = Field(
-        description=(
-            "True when `confidence` is below answer.min_score (unless the first passage holds every code the query "
-            "names, e.g. ORD-4290), or nothing matched."
-        )
+        description="True when `confidence` is below answer.min_score (unless the first passage holds every code the "
+        "query names, e.g. ORD-4290), or nothing matched."
     )
     confidence: float | None = Field(
         description="Best cosine similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold)."
@@ -162,6 +163,24 @@ class QueryResult(_Out):
         )
         compact.setdefault("confidence", None)  # required, and None when nothing matched (a filter left nothing)
         return compact
+
+
+def enrich_citations(kb: KnowledgeBase, citations: list[CitationOut]) -> list[CitationOut]:
+    """Each citation with what the ingest transforms added: its context, refined text, title and tags."""
+    found = kb.enrichments.chunk_enrichments([c.chunk_id for c in citations])
+    return [
+        c
+        if (e := found.get(c.chunk_id)) is None
+        else c.model_copy(
+            update={
+                "context": e.context or None,
+                "refined": e.refined or None,
+                "title": e.title or None,
+                "tags": list(e.tags) or None,
+            }
+        )
+        for c in citations
+    ]
 
 
 FULL_ONLY = {"doc_id", "score", "source", "section", "text", "truncated", "uri", "fused_rank", "refined"}
@@ -214,7 +233,7 @@ class DocumentSummary(_Out):
     doc_type: str
     pages: int | None
     status: Literal["ready", "needs_ocr"] = Field(
-        "ready", description=("'needs_ocr': some pages have no usable text layer (scans) and are not searchable yet.")
+        "ready", description="'needs_ocr': some pages have no usable text layer (scans) and are not searchable yet."
     )
     needs_ocr_pages: list[int] = Field(default_factory=list, description="Pages without usable text (1-based).")
     ocr_pages: list[int] = Field(default_factory=list, description="Pages whose text came from OCR (1-based).")
@@ -239,13 +258,13 @@ class DocumentSummary(_Out):
         lines = [f"# {self.title}", "", f"- 来源 source: {self.source} ({self.doc_type}, collection {self.collection})"]
         lines.append(f"- 分块 chunks: {self.chunk_count}" + (f" · 页数 pages: {self.pages}" if self.pages else ""))
         if self.needs_ocr_pages:
-            pages = _pages(self.needs_ocr_pages)
+            pages = page_list(self.needs_ocr_pages)
             lines.append(
                 f"- 状态 status: needs_ocr — 第 {pages} 页无可用文字层 / pages {pages} have no usable text layer "
                 "(scanned); install zhiku[ocr] and re-ingest"
             )
         if self.ocr_pages:
-            lines.append(f"- OCR: pages {_pages(self.ocr_pages)}")
+            lines.append(f"- OCR: pages {page_list(self.ocr_pages)}")
         lines += [f"- 入库时间 ingested: {self.ingested_at}", f"- 全文 full text: {self.uri}"]
         if self.summary:
             lines.append(f"- 摘要 summary ({self.summary_kind}): {self.summary}")
@@ -265,12 +284,6 @@ class IngestFailure(_Out):
 class NeedsOcr(_Out):
     source: str
     pages: list[int] = Field(description="Pages without a usable text layer, not OCR'd (1-based).")
-
-
-def _pages(pages: list[int]) -> str:
-    from zhiku.api import page_list
-
-    return page_list(pages)
 
 
 class TransformsOut(_Out):
@@ -301,9 +314,7 @@ class IngestResult(_Out):
     failed: list[IngestFailure]
     needs_ocr: list[NeedsOcr] = Field(
         default_factory=list,
-        description=(
-            "Ingested documents with scanned pages that are not searchable (install zhiku[ocr] and re-ingest)."
-        ),
+        description="Ingested documents with scanned pages that are not searchable (install zhiku[ocr] and re-ingest).",
     )
     chunks_written: int
     seconds: float
@@ -316,7 +327,7 @@ class IngestResult(_Out):
             f"{len(self.skipped)} unchanged, {len(self.failed)} failed · {self.chunks_written} chunks · "
             f"{self.seconds:.1f}s",
             *(f"- failed: {f.path}: {f.reason}" for f in self.failed),
-            *(f"- needs OCR: {n.source}: pages {_pages(n.pages)} have no usable text layer" for n in self.needs_ocr),
+            *(f"- needs OCR: {n.source}: pages {page_list(n.pages)} have no usable text layer" for n in self.needs_ocr),
         ]
         if (t := self.transforms) is not None:
             lines.append("LLM transforms: " + (", ".join(f"{k} {v}" for k, v in t.applied.items()) or "none"))

@@ -1,8 +1,6 @@
-"""The one path every tool, resource and prompt is registered through (built-in, script and plugin alike):
-conventions checked, the description composed, and the function adapted to the server: its ``Hub``,
-``KnowledgeBase`` and ``Context`` parameters injected, sync code run in a worker thread (one at a time with the
-writes unless ``exclusive=False``), errors turned into ``isError`` results carrying a stable code (the traceback
-of an unexpected one goes to the log, never to the client), results cached per index version when ``cache=True``."""
+"""The one path every tool, resource and prompt is registered through, built-in, script and plugin alike: the
+conventions checked, ``Hub``/``KnowledgeBase``/``Context`` injected, sync code run in a worker thread, errors
+turned into ``isError`` results with a stable code (an unexpected traceback goes to the log, never the client)."""
 
 # No `from __future__ import annotations`: the wrappers' signatures are built from real annotation objects.
 import functools
@@ -41,9 +39,8 @@ log = logging.getLogger("zhiku.mcp.server")
 INJECTED = (Hub, KnowledgeBase, Context)
 T = TypeVar("T")
 
-# What the agent reads: a message naming the item and a fix it can take, never a path of the server or a CLI
-# command. The Hub and the ingest roots write such messages (the codes in AGENT_READY); errors from deeper in the
-# library are written for an operator, so the agent gets their code's message below and the log the original.
+# The agent reads a message naming the item and a fix it can take, never a server path or a CLI command: the
+# codes in AGENT_READY are written so; the rest are for an operator, so the agent gets its code's message below.
 TELL_USER = "tell the user; the server log has the details"
 BY_CODE = {
     "INDEX_MISMATCH": "this knowledge base was built with other models or settings and must be rebuilt by "
@@ -62,7 +59,6 @@ AGENT_READY = {"INVALID_INPUT", "NOT_FOUND", "PATH_NOT_ALLOWED"}
 
 
 def agent_message(e: ZhikuError) -> str:
-    """What the agent reads for ``e``; an operator message is logged and replaced by its code's message."""
     if e.code in AGENT_READY:
         return str(e)
     log.warning("%s: %s", e.code, e)
@@ -71,15 +67,12 @@ def agent_message(e: ZhikuError) -> str:
 
 @dataclass
 class State:
-    """What the lifespan holds: the open hub and the limiter that runs writes one at a time."""
-
     hub: Hub
     limiter: anyio.CapacityLimiter
 
 
 def error_result(code: str, message: str, retryable: bool = False) -> CallToolResult:
-    """An ``isError`` result: the error as text and in ``_meta["zhiku/error"]``. No ``structuredContent``:
-    clients (the TypeScript SDK, hence the Inspector) validate it against the tool's output schema even on
+    """No ``structuredContent``: the TypeScript SDK (the Inspector) validates it against the output schema even on
     errors."""
     err = ErrorInfo(code=code, message=message, retryable=retryable)
     return CallToolResult(
@@ -90,7 +83,6 @@ def error_result(code: str, message: str, retryable: bool = False) -> CallToolRe
 
 
 def ok_result(model: Any, images: Any = ()) -> CallToolResult:
-    """The model as Markdown and structured content, then ``images`` (``(mime_type, base64)``) as image content."""
     return CallToolResult(
         content=[
             TextContent(type="text", text=model.to_markdown()),
@@ -101,7 +93,6 @@ def ok_result(model: Any, images: Any = ()) -> CallToolResult:
 
 
 def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
-    """What is wrong with ``arguments``, one clause per field; None when they are valid."""
     try:
         model.model_validate(arguments if isinstance(arguments, dict) else {})
     except ValidationError as e:
@@ -116,8 +107,8 @@ def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
 
 @dataclass
 class Registry:
-    """Adds specs to ``server``; ``models`` (tool name → argument model) lets the middleware explain a call the
-    SDK rejected; ``current`` gives resources the running state (the SDK passes static ones no Context)."""
+    """``models`` lets the middleware explain a call the SDK rejected; ``current`` gives resources the running
+    state (the SDK passes static ones no Context)."""
 
     server: MCPServer
     models: dict[str, type[BaseModel]]
@@ -127,7 +118,6 @@ class Registry:
     origins: dict[str, str] = field(default_factory=dict)  # tool name -> where it was defined
 
     def add_tool(self, spec: ToolSpec) -> None:
-        """Register ``spec``, unless the server is read-only and the tool writes."""
         if spec.name in self.origins:
             raise ToolDefinitionError(
                 f"tool {spec.name!r} ({spec.origin}): the name is taken by {self.origins[spec.name]}; rename one"
@@ -215,8 +205,7 @@ class Registry:
 
 
 def _sdk_checked(spec: ToolSpec, step: Callable[[], T]) -> T:
-    """``step()``, with what the SDK or pydantic refuses (a parameter named ``_x``, a type with no schema) as one
-    ``ToolDefinitionError`` line."""
+    """What the SDK or pydantic refuses (a parameter named ``_x``, a type with no schema) as one error line."""
     try:
         return step()
     except ToolDefinitionError:
@@ -229,7 +218,6 @@ def _sdk_checked(spec: ToolSpec, step: Callable[[], T]) -> T:
 
 
 async def _run(fn: Callable[..., Any], kwargs: dict[str, Any], limiter: anyio.CapacityLimiter | None) -> Any:
-    """``fn(**kwargs)``: awaited when async, else in a worker thread (under ``limiter``: one at a time)."""
     if inspect.iscoroutinefunction(fn):
         return await fn(**kwargs)
     return await anyio.to_thread.run_sync(functools.partial(fn, **kwargs), limiter=limiter)

@@ -1,6 +1,5 @@
-"""Starting the server: `zhiku serve` and ``zhiku.serve(...)``, a team's script serving the built-in tools plus its
-own with `zhiku serve`'s flags. A start-up problem (a bad setting, a tool breaking the conventions, an index that
-cannot be opened) is one ``error:`` line on stderr and exit status 1: MCP clients show stderr to their users."""
+"""Starting the server: `zhiku serve`, and ``zhiku.serve(...)`` for a team's script with its own tools. A start-up
+problem is one ``error:`` line on stderr and exit 1: MCP clients show stderr to their users."""
 
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ def serve(
 def start(
     config: Path | None, index: Path | None, flags: dict[str, Any], settings: Settings | None = None, **extensions: Any
 ) -> None:
-    """Load the settings (``flags`` override ``server.*``), build the server, check it can start, serve."""
     handler = logging.StreamHandler(sys.stderr)  # under stdio, stdout carries the protocol
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.getLogger().handlers[:] = [handler]

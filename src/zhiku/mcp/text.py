@@ -1,5 +1,4 @@
-"""What the MCP server tells assistants: instructions, tool descriptions (Chinese and English, with an
-example each, in parts the server composes and checks like any tool's) and the prompt text."""
+"""What the MCP server tells assistants: instructions, tool descriptions in parts and the prompt text."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ Use list_collections to see what is indexed and get_document_summary for one doc
 
 @dataclass(frozen=True)
 class ToolText:
-    """A built-in tool's description in parts; the server composes them like any custom tool's."""
-
     title: str
     description: str
     when_to_use: str

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from zhiku.errors import ZhikuError
-from zhiku.scaffold.clients import CLIENTS, command_of
+from zhiku.scaffold.init import CLIENTS, command_of
 from zhiku.settings import DEFAULT_CONFIG_FILE, Settings, load_settings
 
 Status = Literal["ok", "warn", "fail", "off"]

@@ -1,15 +1,24 @@
-"""``zhiku init DIR``: a ready project — settings, sample documents with their licence, an eval set over them and
+"""``zhiku init DIR``: a ready project: settings, sample documents with their licence, an eval set over them and
 MCP client configurations with absolute paths. Nothing is overwritten unless asked."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+import textwrap
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, SecretStr
+from pydantic.fields import FieldInfo
 
 from zhiku.errors import InvalidInput
-from zhiku.scaffold.clients import CLIENTS, readme, serve_command
-from zhiku.scaffold.config_yaml import settings_yaml
+from zhiku.settings import Settings, shown_fields
+from zhiku.settings_errors import section_model
 
 CONFIG = "zhiku.yaml"
 DOCS = "docs"
@@ -18,6 +27,8 @@ EVAL = "eval.yaml"
 COLLECTION = "docs"
 SAMPLE_QUERY = "女职工产假有多少天？"
 OWN_QUERY = "一个你的文档能回答的问题"
+SERVER_NAME = "zhiku"
+WIDTH = 116
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,128 @@ class InitReport:
             *(["zhiku eval"] if self.samples else []),
             "zhiku serve",
         ]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """An MCP client's configuration: each starts ``zhiku serve`` over stdio with absolute paths, since clients
+    start servers from a folder of their own choosing."""
+
+    client: str
+    path: str  # relative to the project folder
+    where: str  # where the client reads it, or where to paste it
+
+    def render(self, command: list[str]) -> str:
+        entry: dict[str, Any] = {"command": command[0], "args": command[1:]}
+        if self.client == "cline":
+            entry.update(
+                disabled=False, autoApprove=["query_knowledge_hub", "list_collections", "get_document_summary"]
+            )
+        if self.client == "cherry-studio":
+            entry = {"name": "知库 zhiku", "type": "stdio", "isActive": True, **entry}
+        if self.client == "vscode":
+            data = {"servers": {SERVER_NAME: {"type": "stdio", **entry}}}
+        else:
+            data = {"mcpServers": {SERVER_NAME: entry}}
+        return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+CLIENTS = (
+    ClientConfig(
+        "claude-desktop",
+        "mcp-clients/claude_desktop_config.json",
+        "Claude Desktop → Settings → Developer → Edit Config: merge `mcpServers` into claude_desktop_config.json "
+        "(macOS ~/Library/Application Support/Claude/, Windows %APPDATA%\\Claude\\), then restart Claude Desktop.",
+    ),
+    ClientConfig("cursor", ".cursor/mcp.json", "Cursor reads it from this project folder (Settings → MCP lists it)."),
+    ClientConfig("vscode", ".vscode/mcp.json", "VS Code (Copilot agent mode) reads it from this project folder."),
+    ClientConfig(
+        "cline",
+        "mcp-clients/cline_mcp_settings.json",
+        "Cline → MCP Servers → Installed → Configure MCP Servers: merge `mcpServers` into cline_mcp_settings.json.",
+    ),
+    ClientConfig(
+        "cherry-studio",
+        "mcp-clients/cherry-studio.json",
+        "Cherry Studio → Settings → MCP Servers → Add → Import from JSON: paste this file.",
+    ),
+)
+
+
+def serve_command(config: Path, index: Path) -> list[str]:
+    """The ``zhiku`` script of this install, or this Python running ``-m zhiku.cli`` when there is none."""
+    script = Path(sys.executable).parent / ("zhiku.exe" if sys.platform == "win32" else "zhiku")
+    found = str(script) if script.is_file() else shutil.which("zhiku")
+    base = [found] if found else [sys.executable, "-m", "zhiku.cli"]
+    return [*base, "serve", "--config", str(config.resolve()), "--index", str(index.resolve())]
+
+
+def command_of(client: str, text: str) -> list[str]:
+    """The command line a written client config starts (for ``zhiku doctor``)."""
+    entry = json.loads(text)["servers" if client == "vscode" else "mcpServers"][SERVER_NAME]
+    return [entry["command"], *entry["args"]]
+
+
+def clients_readme(command: list[str]) -> str:
+    lines = [
+        "# MCP client configurations",
+        "",
+        "Written by `zhiku init` with this machine's absolute paths; `zhiku doctor` checks them. Each one starts:",
+        "",
+        "```",
+        " ".join(command),
+        "```",
+        "",
+        *(f"- `{c.path}` ({c.client}): {c.where}" for c in CLIENTS),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _value(v: Any) -> str:
+    """A default as one line of YAML (flow style)."""
+    if isinstance(v, SecretStr):
+        v = v.get_secret_value()
+    if isinstance(v, Path):
+        v = str(v)
+    if isinstance(v, tuple):
+        v = [str(x) if isinstance(x, Path) else x for x in v]
+    text = yaml.safe_dump(v, allow_unicode=True, default_flow_style=True, width=10_000).strip()
+    return text.removesuffix("\n...").removesuffix("...").strip()
+
+
+def _describe(field: FieldInfo, indent: str) -> list[str]:
+    text = (field.description or "").replace("`", "")
+    return textwrap.wrap(text, WIDTH - len(indent) - 3, initial_indent=f"{indent}## ", subsequent_indent=f"{indent}## ")
+
+
+def _section(name: str, model: type[BaseModel], default: BaseModel, values: dict[str, Any]) -> list[str]:
+    head = "" if values else "# "
+    lines = [f"{head}{name}:"]
+    for key, field in shown_fields(model):
+        lines += [head + line for line in _describe(field, "  ")]
+        if key in values:
+            lines.append(f"  {key}: {_value(values[key])}")
+        else:
+            lines.append(f"{head or '  # '}{'  ' if head else ''}{key}: {_value(getattr(default, key))}")
+    return lines
+
+
+def settings_yaml(values: dict[str, Any], header: str = "") -> str:
+    """Every setting as YAML: ``## text`` describes, ``# key: value`` is a default (remove the ``# `` of it and of
+    its section line to change it), ``key: value`` is set by ``values`` (nested like the settings). Generated from
+    the settings tree, so it cannot drift from it."""
+    defaults = Settings.model_validate({})
+    lines = [f"## {h}" if h else "##" for h in header.splitlines()]
+    for name, field in Settings.model_fields.items():
+        section = section_model(field.annotation)
+        lines.append("")
+        if section is not None:
+            lines += _section(name, section, getattr(defaults, name), values.get(name, {}))
+        else:
+            lines += _describe(field, "")
+            value = values[name] if name in values else getattr(defaults, name)
+            lines.append(f"{'' if name in values else '# '}{name}: {_value(value)}")
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def sample_files() -> dict[str, bytes]:
@@ -59,8 +192,7 @@ def project_yaml(root: Path) -> str:
 
 
 def own_documents(root: Path) -> bool:
-    """``root/docs`` already holds files that are not the samples: a team's folder, not a new project. Hidden
-    files (``.gitkeep``, ``.DS_Store``) are no documents: ``zhiku ingest`` skips them."""
+    """``root/docs`` holds files that are not the samples (hidden ones aside: `zhiku ingest` skips them)."""
     docs = root / DOCS
     samples = {Path(rel).name for rel in sample_files() if rel.startswith(f"{DOCS}/")}
     return docs.is_dir() and any(
@@ -70,9 +202,8 @@ def own_documents(root: Path) -> bool:
 
 
 def create_project(root: Path, *, force: bool = False, samples: bool | None = None) -> InitReport:
-    """Write the project into ``root`` (created if missing). Existing files are kept unless ``force``.
-    ``samples``: write the sample documents and eval.yaml; ``None``: unless ``docs/`` holds documents already (the
-    samples would be ingested and served with them)."""
+    """Write the project into ``root`` (created if missing), keeping existing files unless ``force``. ``samples``
+    None: the samples unless ``docs/`` holds documents already (they would be ingested and served with them)."""
     root = root.expanduser()
     if root.exists() and not root.is_dir():
         raise InvalidInput(f"{root} exists and is not a folder: choose another DIR")
@@ -84,9 +215,8 @@ def create_project(root: Path, *, force: bool = False, samples: bool | None = No
     files: dict[str, bytes] = {CONFIG: project_yaml(root).encode(), **(sample_files() if samples else {})}
     if not samples:
         (root / DOCS).mkdir(exist_ok=True)
-    for c in CLIENTS:
-        files[c.path] = c.render(command).encode()
-    files["mcp-clients/README.md"] = readme(command).encode()
+    files.update({c.path: c.render(command).encode() for c in CLIENTS})
+    files["mcp-clients/README.md"] = clients_readme(command).encode()
     written, kept = [], []
     for rel, data in files.items():
         path = root / rel
