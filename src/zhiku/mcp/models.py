@@ -203,26 +203,28 @@ class CollectionsResult(_Out):
     )
 
     def to_markdown(self) -> str:
-        return "\n\n".join([*self._roots(), self._table()])
-
-    def _table(self) -> str:
+        parts = []
+        if self.ingest_roots == []:
+            parts.append("**可导入目录 / Ingest roots:** none — ingest_documents refuses every path on this server.")
+        elif self.ingest_roots:
+            roots = ", ".join(self.ingest_roots)
+            parts.append(f"**可导入目录 / Ingest roots** (ingest_documents reads only under these): {roots}")
         if not self.collections:
-            return "知识库为空 / The knowledge base is empty: no collections yet."
-        if self.collections[0].documents is None:
-            return "**集合 / Collections:** " + ", ".join(c.name for c in self.collections)
-        rows = [f"| {c.name} | {c.documents} | {c.chunks} | {c.chars} |" for c in self.collections]
-        return "\n".join(
-            ["| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |", "| --- | --- | --- | --- |", *rows]
-        )
-
-    def _roots(self) -> list[str]:
-        if self.ingest_roots is None:
-            return []
-        if not self.ingest_roots:
-            return ["**可导入目录 / Ingest roots:** none — ingest_documents refuses every path on this server."]
-        return [
-            "**可导入目录 / Ingest roots** (ingest_documents reads only under these): " + ", ".join(self.ingest_roots)
-        ]
+            parts.append("知识库为空 / The knowledge base is empty: no collections yet.")
+        elif self.collections[0].documents is None:
+            parts.append("**集合 / Collections:** " + ", ".join(c.name for c in self.collections))
+        else:
+            rows = [f"| {c.name} | {c.documents} | {c.chunks} | {c.chars} |" for c in self.collections]
+            parts.append(
+                "\n".join(
+                    [
+                        "| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |",
+                        "| --- | --- | --- | --- |",
+                        *rows,
+                    ]
+                )
+            )
+        return "\n\n".join(parts)
 
 
 class DocumentSummary(_Out):

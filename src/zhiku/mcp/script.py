@@ -42,10 +42,8 @@ def serve(
 def start(
     config: Path | None, index: Path | None, flags: dict[str, Any], settings: Settings | None = None, **extensions: Any
 ) -> None:
-    handler = logging.StreamHandler(sys.stderr)  # under stdio, stdout carries the protocol
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-    logging.getLogger().handlers[:] = [handler]
-    logging.getLogger().setLevel(logging.WARNING)
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # on stderr: under stdio, stdout is the protocol
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=log_format, datefmt="%H:%M:%S", force=True)
     logging.getLogger("zhiku").setLevel(logging.INFO)
     try:
         if settings is None:
