@@ -24,8 +24,13 @@ DatasetOpt = Annotated[
     ),
 ]
 DEFAULT_DATASET = Path("eval.yaml")
-MaxQueriesOpt = Annotated[
-    Optional[int], typer.Option("--max-queries", help="Evaluate only the first N queries.", min=1)
+MaxQueriesOpt = Annotated[Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)]
+IndexOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--index",
+        help="BEIR: index to (re)use (default: a temporary one). YAML sets: the index to query (default: settings `index`).",
+    ),
 ]
 CollectionOpt = Annotated[
     Optional[str], typer.Option("--collection", "-c", help="YAML sets: search only this collection.")
@@ -135,13 +140,7 @@ def eval_(
     budget: BudgetOpt = None,
     max_queries: MaxQueriesOpt = None,
     as_json: JsonOpt = False,
-    index: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--index",
-            help="BEIR: index to (re)use (default: a temporary one). YAML sets: the index to query (default: settings `index`).",
-        ),
-    ] = None,
+    index: IndexOpt = None,
     config: ConfigOpt = None,
     collection: CollectionOpt = None,
     out_dir: Annotated[
@@ -302,16 +301,9 @@ def experiment(
     variants: Annotated[str, typer.Option("--variants", help=VARIANTS_HELP)] = "bm25,dense,hybrid,hybrid_rerank",
     k: CutoffOpt = 10,
     budget: BudgetOpt = None,
-    max_queries: Annotated[
-        Optional[int], typer.Option("--max-queries", help="Use only the first N queries.", min=1)
-    ] = None,
+    max_queries: MaxQueriesOpt = None,
     as_json: JsonOpt = False,
-    index: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--index", help="BEIR: index to (re)use (default: a temporary one). YAML sets: the index to query."
-        ),
-    ] = None,
+    index: IndexOpt = None,
     config: ConfigOpt = None,
     collection: CollectionOpt = None,
     out_dir: Annotated[

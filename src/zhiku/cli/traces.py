@@ -53,15 +53,15 @@ def print_trace(console: Console, trace: Trace) -> None:
     console.print(stage_table(trace))
     hits = {h["chunk_id"]: h for h in trace.data.get("hits", [])}
     fusion = trace.stage("fusion")
-    fused = fusion is not None and fusion.status == "ok"
+    fused = fusion if fusion is not None and fusion.status == "ok" else None
     ranks = table(
         ("n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score", "source", "section"),
         whole=["n", "Δ", "before", "bm25", "bm25 score", "dense", "cosine", "score"],
         texts=["source", "section"],
-        title="ranks: before = best channel rank; Δ = before − after (+ moved up)" if fused else "hits",
+        title="ranks: before = best channel rank; Δ = before − after (+ moved up)" if fused is not None else "hits",
     )
-    if fusion is not None and fused:
-        rows = fusion.data.get("changes", [])
+    if fused is not None:
+        rows = fused.data.get("changes", [])
     else:
         rows = [{**h, "rank_after": h["rank"], "rank_before": None, "status": "", "delta": None} for h in hits.values()]
     channel: dict[str, dict[str, Any]] = {}
@@ -84,8 +84,8 @@ def print_trace(console: Console, trace: Trace) -> None:
             c.get("section", ""),
         )
     console.print(ranks)
-    if fusion is not None and fused:
-        summary = fusion.data.get("summary", {})
+    if fused is not None:
+        summary = fused.data.get("summary", {})
         console.print("fusion: " + ", ".join(f"{k} {v}" for k, v in summary.items()), markup=False)
     rerank = trace.stage("rerank")
     if rerank is not None and rerank.status != "ok":
