@@ -174,17 +174,11 @@ def _print_transforms(t: Any) -> None:
             )
         err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
     if t.retried:
-        err.print(
-            "  the endpoint gave no answer for some chunks: the next `zhiku ingest` of these files asks again "
-            "(replies already received come from the cache)",
-            markup=False,
-        )
-    elif any(i.unreached for i in t.issues):  # no cache_dir, or RETRY_LIMIT ingests in a row without an answer
-        err.print(
-            "  the endpoint gave no answer for some chunks: a plain `zhiku ingest` does not ask again (no "
-            "cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back",
-            markup=False,
-        )
+        then = "the next `zhiku ingest` of these files asks again (replies already received come from the cache)"
+    else:  # no cache_dir, or RETRY_LIMIT ingests in a row without an answer
+        then = "a plain `zhiku ingest` does not ask again (no cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back"
+    if t.retried or any(i.unreached for i in t.issues):
+        err.print(f"  the endpoint gave no answer for some chunks: {then}", markup=False)
 
 
 def _usage(u: Any) -> str:
