@@ -236,20 +236,25 @@ class _Exploding:
     doc_type = "text"
     suffixes = (".boom",)
 
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        pass
+
     def load(self, path: Path, source: str):  # noqa: ANN201
         raise {"memory": MemoryError(), "recursion": RecursionError("deep"), "key": KeyError("x")}[path.stem]
 
 
-def test_one_bad_file_never_costs_the_batch_whatever_the_exception(kb_factory, tmp_path: Path) -> None:
+def test_one_bad_file_never_costs_the_batch_whatever_the_exception(
+    kb_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import zhiku.ingest.loaders as loaders
+
     folder = tmp_path / "mixed"
     folder.mkdir()
     for stem in ("memory", "recursion", "key"):
         (folder / f"{stem}.boom").write_text("x", encoding="utf-8")
     (folder / "好.md").write_text(CONTRACT_LAW, encoding="utf-8")
-    kb = kb_factory(tmp_path / "idx")
-    ingestor = kb._ingestor()
-    ingestor.loaders = (*ingestor.loaders, _Exploding())
-    report = ingestor.ingest_paths([folder], collection="hr")
+    monkeypatch.setattr(loaders, "LOADER_CLASSES", (*loaders.LOADER_CLASSES, _Exploding))  # (docs/formats.md)
+    report = kb_factory(tmp_path / "idx").ingest([folder], collection="hr")
     assert report.added == ("好.md",)
     assert _reasons(report) == {
         "key.boom": "unexpected error: KeyError: 'x'",

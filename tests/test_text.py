@@ -174,14 +174,3 @@ def test_passages_normalised_one_by_one_equal_them_normalised_joined() -> None:
         for b in pieces:
             assert tp.normalize(f"{a}\n{b}") == f"{tp.normalize(a)}\n{tp.normalize(b)}", (a, b)
     assert tp.normalize("後來發現ΑΣ") == "后来发现ας"
-
-
-def test_normalised_texts_are_kept_up_to_a_bound() -> None:
-    from zhiku.text import NORMALIZED_TEXTS
-
-    tp = TextProcessor()
-    for n in range(NORMALIZED_TEXTS + 10):
-        tp.normalize(f"第{n}條")
-    kept = tp._normalized.cache
-    assert (len(kept), kept.misses) == (NORMALIZED_TEXTS, NORMALIZED_TEXTS + 10)
-    assert tp.normalize("第1條") == "第1条"

@@ -348,9 +348,11 @@ def designed_docs(tmp_path: Path) -> Path:
     return docs
 
 
-def designed_kb(kb_factory, tmp_path: Path, embedder: object = None, **overrides: object):  # noqa: ANN201
+def designed_kb(  # noqa: ANN201
+    kb_factory, tmp_path: Path, embedder: object = None, reranker: object = None, **overrides: object
+):
     settings: dict[str, object] = {"retrieval": {"fusion": "rrf"}, **overrides}
-    kb = kb_factory(tmp_path / "idx", embedder=embedder or DesignedEmbedder(), **settings)
+    kb = kb_factory(tmp_path / "idx", embedder=embedder or DesignedEmbedder(), reranker=reranker, **settings)
     kb.ingest([designed_docs(tmp_path)])
     return kb
 
@@ -451,8 +453,8 @@ class LateReranker:
 
 
 def test_a_reranker_that_outlived_its_query_adds_nothing_to_its_trace(kb_factory, tmp_path: Path) -> None:
-    kb = designed_kb(kb_factory, tmp_path, rerank={"timeout_s": 0.05})
-    kb._reranker = reranker = LateReranker()
+    reranker = LateReranker()
+    kb = designed_kb(kb_factory, tmp_path, reranker=reranker, rerank={"timeout_s": 0.05})
     sink = MemorySink()
     kb.tracer = Tracer([sink])
     assert kb.retrieve("zeta", top_k=3).rerank == "fallback: timeout after 0.05s"
@@ -485,18 +487,18 @@ def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_
     embedder.go.set()
     kb = designed_kb(kb_factory, tmp_path, embedder=embedder, retrieval={"fusion": "rrf"})
     embedder.go.clear()
-    kb.searcher._gate = FairGate(1)  # one search at a time in its CPU-bound steps
+    kb.searcher.gate = FairGate(1)  # one search at a time in its CPU-bound steps
     sink = MemorySink()
     kb.tracer = Tracer([sink])
     kb.searcher.inline_embed_s = 0.0  # a slow embedder: the question is embedded in the dense worker
-    gate = kb.searcher._gate
+    gate = kb.searcher.gate
     found: list[object] = []
     with gate:  # another search holds the only place
         query = threading.Thread(target=lambda: found.append(kb.retrieve("zeta", mode="hybrid", top_k=3)))
         query.start()
-        wait_until(lambda: len(gate._waiters) == 1)  # BM25 waits first ...
+        wait_until(lambda: gate.waiting == 1)  # BM25 waits first ...
         embedder.go.set()
-        wait_until(lambda: len(gate._waiters) == 2)  # ... then the worker, its question embedded
+        wait_until(lambda: gate.waiting == 2)  # ... then the worker, its question embedded
         threading.Event().wait(0.3)  # both wait 0.3 s more
     query.join(10)
     assert len(found) == 1

@@ -27,6 +27,11 @@ class FairGate:
         self._lock = threading.Lock()
         self._waiters: deque[threading.Event] = deque()
 
+    @property
+    def waiting(self) -> int:
+        """Threads waiting for a place (a measure of load)."""
+        return len(self._waiters)
+
     def __enter__(self) -> FairGate:
         with self._lock:
             if self._free and not self._waiters:

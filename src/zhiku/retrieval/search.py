@@ -88,7 +88,7 @@ class Searcher:
         self._pool = ThreadPoolExecutor(max_workers=DENSE_WORKERS, thread_name_prefix="zhiku-dense")
         # the CPU-bound steps (store searches, fusion, hits) of at most this many searches at once; reranking and
         # a slow embedder's embedding stay outside, so a remote model's latency never holds a place
-        self._gate = FairGate(MAX_CONCURRENT)
+        self.gate = FairGate(MAX_CONCURRENT)  # (``gate.waiting``: searches waiting for a place)
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         # one index version for the reads of a search (read once), where the store can pin it
@@ -130,7 +130,7 @@ class Searcher:
         # search takes one place in the gate
         if mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast():
             clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
-            with self._gate, self._one_version():
+            with self.gate, self._one_version():
                 bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=True)
                 vector, dense = self._dense_here(mode_, forms, depth, filters, known)
                 by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
@@ -141,7 +141,7 @@ class Searcher:
             with self._one_version():  # (the dense worker reads the version on its own)
                 bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=False)
                 vector, dense, clause_vectors = future.result()
-                with self._gate:
+                with self.gate:
                     by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                     hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         status, shown = "off", hits
@@ -206,7 +206,7 @@ class Searcher:
         if mode_ not in ("bm25", "hybrid"):
             mark("bm25", reason=f"mode {mode_}")
             return []
-        with NO_GATE if inside_gate else self._gate, span("bm25") as sp:  # a wait for the gate is its own stage
+        with NO_GATE if inside_gate else self.gate, span("bm25") as sp:  # a wait for the gate is its own stage
             found = self.store.bm25_search(terms, depth, filters)
             sp.ranking(found, depth=depth)
         return found
@@ -248,7 +248,7 @@ class Searcher:
                 given = known[n]
                 try:
                     vector = given if given is not None else self._embed(form)
-                    with NO_GATE if inside_gate else sp.outside(self._gate):  # a wait for the gate is the queue stage
+                    with NO_GATE if inside_gate else sp.outside(self.gate):  # a wait for the gate is the queue stage
                         found = self.store.dense_search(vector, depth, filters)
                 except Exception as exc:  # noqa: BLE001 - the Simplified form is extra: the one as written stands
                     if best is None:
