@@ -137,7 +137,8 @@ def test_bad_docx_files(tmp_path: Path) -> None:
 def test_docx_heading_by_outline_level_and_merged_cells(tmp_path: Path) -> None:
     d = docx.Document()
     p = d.add_paragraph("一、适用范围")
-    p._p.get_or_add_pPr().append(p._p.makeelement(qn("w:outlineLvl"), {qn("w:val"): "0"}))
+    element = p.paragraph_format.element  # the paragraph's <w:p> (python-docx has no outline-level property)
+    element.get_or_add_pPr().append(element.makeelement(qn("w:outlineLvl"), {qn("w:val"): "0"}))
     d.add_paragraph("本办法适用于公司全体员工。")
     table = d.add_table(rows=2, cols=3)
     table.cell(0, 0).merge(table.cell(0, 1)).text = "项目"

@@ -233,26 +233,27 @@ def test_an_eval_yaml_folder_is_not_reported_as_missing(cli, tmp_path: Path) -> 
     assert _error(cli("experiment", "--variants", "bm25", "--json")) == expected
 
 
-def test_per_category_numbers_stay_whole_under_long_or_many_category_names() -> None:
+def test_per_category_numbers_stay_whole_under_long_or_many_category_names(cli, tmp_path: Path) -> None:
     """Category names are the headers of the per-category table: with names as long as the documents' titles,
     headers that could not fold squeezed the numbers back to `0.8…` at 80 columns; with more than 5 categories
     (a row each, a column per metric) the numbers were cut and the names blanked. Tables of 5 categories now."""
-    from rich.console import Console
-
-    from zhiku.cli.eval import _category_tables
-
-    names = ["hit@1", "hit@3", "hit@5", "hit@10", "mrr@10", "ndcg@10", "recall@10", "recall@100"]
     titles = ["女职工劳动保护特别规定", "工资支付暂行规定", "职工带薪年休假条例", "劳动合同解除", "经济补偿", "工时"]
+    (tmp_path / "集" / "docs").mkdir(parents=True)
+    for d in CORPUS:
+        (tmp_path / "集" / "docs" / f"{d['_id']}.md").write_text(f"# {d['title']}\n\n{d['text']}\n", encoding="utf-8")
     for count, parts in ((5, [5]), (6, [5, 1])):
-        console = Console(width=80, record=True)
-        cats = {t: {"queries": 3.0, **dict.fromkeys(names, 0.8765)} for t in titles[:count]}
-        for table in _category_tables(cats, names):
-            console.print(table)
-        text = console.export_text()
+        queries = "".join(  # one query a category, each finding its document first
+            f"  - query: {d['text']}\n    category: {t}\n    expected: [{{source: {d['_id']}.md}}]\n"
+            for d, t in zip(CORPUS[:count], titles, strict=False)
+        )
+        (tmp_path / "集" / "eval.yaml").write_text(f"version: 1\nqueries:\n{queries}", encoding="utf-8")
+        r = cli("eval", "--dataset", tmp_path / "集", "--mode", "bm25")
+        assert r.exit_code == 0, r.output
+        text = r.stdout[r.stdout.index("per category") :]  # CliRunner: not a terminal, 80 columns
         assert "…" not in text
         rows = [line.split() for line in text.splitlines() if line.startswith("│")]
-        assert [row[1] for row in rows] == ["queries", *names] * len(parts)
-        expected = [[["3"] * n] + [["0.8765"] * n] * len(names) for n in parts]
+        assert [row[1] for row in rows] == ["queries", *BM25_METRICS] * len(parts)
+        expected = [[["1"] * n] + [["1.0000"] * n] * len(BM25_METRICS) for n in parts]
         assert [row[3::2] for row in rows] == [row for table in expected for row in table]
     assert "per category (6–6 of 6)" in text and "工时" in text
 

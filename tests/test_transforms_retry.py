@@ -213,12 +213,15 @@ def test_the_last_usage_of_a_document_is_found_by_an_index(tmp_path: Path) -> No
     that is a scan of the whole (growing) llm_usage table per document."""
     import sqlite3
 
-    from zhiku.ingest.transforms.store import ENRICH_FILE, EnrichmentStore
+    from zhiku.ingest.transforms.store import ENRICH_FILE, EnrichmentStore, UsageRecord
+    from zhiku.types import LLMUsage
 
     store = EnrichmentStore(tmp_path)
     assert store.recent_usage("hr", "a.md", 1) == []  # no file yet: nothing read, nothing created
-    store.usage_history()
-    store._conn(write=True)
+    assert store.usage_history() == [] and not (tmp_path / ENRICH_FILE).exists()
+    record = UsageRecord(6.0, "hr", "a.md", ("contextual",), LLMUsage(), (), "abc")
+    store.record_usage(record)
+    assert store.recent_usage("hr", "a.md", 1) == [record]
     store.close()
     db = sqlite3.connect(tmp_path / ENRICH_FILE)
     plan = db.execute(
