@@ -1,27 +1,19 @@
-"""The SQLite store's BM25 index (stores/_bm25.py): the ranking of the FTS5 it replaced, segment files saved,
-merged and reused, another process's commits applied incrementally, old-or-new after ``kill -9``, and the upgrade
-of an index written with FTS5."""
+"""The SQLite store's BM25 search: the ranking of the FTS5 it replaced (the reference, in float64), the files beside
+zhiku.db a cache that a damaged, foreign or lost copy never changes, another connection's commits seen, and the
+upgrade of an index written with FTS5. (``kill -9`` of a writer: test_sqlite_vectors.py.)"""
 
 from __future__ import annotations
 
-import signal
+import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, Doc, ids, make_doc
+from contracts.store_contract import LABOR, LABOR_V2, WAGE, Doc, ids, make_doc
 from test_sqlite_store import raw, write_v1_index
-from zhiku.stores import SQLiteStore, _bm25
-from zhiku.stores._bm25_segment import row_terms
-from zhiku.stores._sqlite_schema import MIGRATIONS
+from zhiku.stores import SQLiteStore
 from zhiku.types import Filters
-
-SRC = Path(__file__).resolve().parents[1] / "src"
-TESTS = Path(__file__).resolve().parent
 
 # tokens as the tokenizer gives them; "hbv-dna", "1.4" and "c++" are what FTS5's unicode61 split into runs
 ROWS = [
@@ -60,17 +52,19 @@ def fts5_ranking(rows: dict[str, list[str]], terms: list[str]) -> list[tuple[str
     return sorted(((c, float(s)) for c, s in found), key=lambda h: (-h[1], h[0]))
 
 
-def test_row_terms_split_tokens_into_runs_as_fts5_did_and_keep_their_phrases() -> None:
-    assert row_terms("乙肝 hbv-dna 1.4.2 _ %") == (
-        ["乙肝", "hbv", "dna", "1", "4", "2", "hbv dna", "1 4", "4 2", "1 4 2"],
-        6,
-    )
-    assert row_terms("劳动 合同 劳动") == (["劳动", "合同", "劳动"], 3)
+def big_doc(doc_id: str, n: int, tokens: list[str]) -> Doc:
+    """``n`` chunks, each with ``tokens`` and a token of its own: enough rows for the BM25 files beside zhiku.db."""
+    items = [(f"{doc_id}第{i}段。", [*tokens, f"{doc_id}{i}"], [1.0, 0.0]) for i in range(n)]
+    return make_doc(doc_id, "大", f"大/{doc_id}.md", "markdown", items)
+
+
+def rows_of(*docs: Doc) -> dict[str, list[str]]:
+    return {c.chunk_id: t for d in docs for c, t in zip(d.chunks, d.tokens, strict=True)}
 
 
 def test_bm25_ranks_exactly_as_fts5_did(index_dir: Path) -> None:
     first, second = corpus_doc("甲", ROWS[:3]), corpus_doc("乙", ROWS[3:], 3)
-    chunks = {c.chunk_id: t for d in (first, second) for c, t in zip(d.chunks, d.tokens, strict=True)}
+    chunks = rows_of(first, second)
     with SQLiteStore(index_dir) as store:
         first.write(store)
         second.write(store)
@@ -89,140 +83,94 @@ def test_bm25_ranks_exactly_as_fts5_did(index_dir: Path) -> None:
             assert ids(store.bm25_search(terms, 10)) == [k for k, _ in fts5_ranking(left, terms)], terms
 
 
-def test_segments_are_saved_merged_and_reused(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
-    monkeypatch.setattr(_bm25, "MERGE_FANIN", 2)
-    monkeypatch.setattr(_bm25, "_TIER_UNIT", 1)
-    docs = [corpus_doc(f"d{i}", [ROWS[(2 * i) % 6], ROWS[(2 * i + 1) % 6]], 2 * i) for i in range(6)]
-    folder = index_dir / "bm25"
+def test_scores_are_fts5s_bm25_in_float64(index_dir: Path) -> None:
+    doc = corpus_doc("词", [["词"] * (i + 1) + ["其他"] * i for i in range(5)])
+    expected = fts5_ranking(rows_of(doc), ["词", "其他"])
+    with SQLiteStore(index_dir) as store:
+        doc.write(store)
+        got = [(h.chunk_id, h.score) for h in store.bm25_search(["词", "其他"], 5)]
+    assert [c for c, _ in got] == [c for c, _ in expected]
+    assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-12)  # (FTS5's ~3e-6: not float32)
+
+
+def test_the_bm25_files_are_a_cache_that_damage_or_loss_never_changes(index_dir: Path) -> None:
+    """Past a few thousand rows BM25 keeps files beside zhiku.db (``bm25/``): damaged, emptied, joined by a stray
+    file or lost, the searches answer as before, read-only or not."""
+    small = [corpus_doc(f"d{i}", [ROWS[(2 * i) % 6], ROWS[(2 * i + 1) % 6]], 2 * i) for i in range(6)]
+    docs = [*small, big_doc("大", 2100, ["大文件"])]  # the query's terms in the first rows: in the files
+    terms = ["乙肝", "版本", "会议"]
     with SQLiteStore(index_dir) as store:
         for doc in docs:
             doc.write(store)
-        # rows 1-12 in 2-row segments, merged two by two per tier: 1-8 and 9-12 remain
-        assert sorted(p.name for p in folder.iterdir()) == ["seg-1-8.bin", "seg-9-12.bin"]
-        expected = ids(store.bm25_search(["乙肝", "版本"], 20))
+        expected = [(h.chunk_id, h.score) for h in store.bm25_search(terms, 20)]
+    assert [c for c, _ in expected] == [c for c, _ in fts5_ranking(rows_of(*docs), terms)][:20]
+    folder = index_dir / "bm25"
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    assert files  # (else there is nothing to damage)
+    for n, path in enumerate(files):
+        path.write_bytes(b"not bm25" if n % 2 else path.read_bytes()[: len(path.read_bytes()) // 2])
+    (folder / "seg-1-99999.bin").write_bytes(b"")
     with SQLiteStore(index_dir, read_only=True) as reader:
-        assert ids(reader.bm25_search(["乙肝", "版本"], 20)) == expected
-        snap = reader.bm25.snap
-        assert snap is not None and [s.path.name for s in snap.segments if s.path] == ["seg-1-8.bin", "seg-9-12.bin"]
-    (folder / "seg-9-12.bin").write_bytes(b"not a segment")  # a damaged file: its rows come from the table
-    (folder / "seg-13-99.bin").write_bytes(b"")  # past every rowid: ignored
+        assert [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 20)] == expected
+    with SQLiteStore(index_dir) as writer:
+        assert [(h.chunk_id, h.score) for h in writer.bm25_search(terms, 20)] == expected
+    shutil.rmtree(folder)
     with SQLiteStore(index_dir, read_only=True) as reader:
-        assert ids(reader.bm25_search(["乙肝", "版本"], 20)) == expected
-    with SQLiteStore(index_dir) as writer:  # opening for writing saves what the files lack again
-        assert sorted(p.name for p in folder.iterdir()) == ["seg-1-8.bin", "seg-9-12.bin"]
-        assert ids(writer.bm25_search(["乙肝", "版本"], 20)) == expected
+        assert [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 20)] == expected
+    with SQLiteStore(index_dir) as writer:
+        assert [(h.chunk_id, h.score) for h in writer.bm25_search(terms, 20)] == expected
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 20)] == expected
 
 
-def test_segments_of_another_index_are_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 1)
+def test_bm25_files_of_another_index_are_ignored(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     with SQLiteStore(a) as store:
-        corpus_doc("甲", ROWS).write(store)
+        big_doc("甲", 2100, ["乙肝"]).write(store)
+    note = corpus_doc("笔记", [["会议", "讨论"]])
     with SQLiteStore(b) as store:
-        NOTE.write(store)
-    (b / "bm25" / "seg-1-1.bin").unlink()
-    (a / "bm25" / "seg-1-6.bin").rename(b / "bm25" / "seg-1-1.bin")  # the right name, another index's content
-    with SQLiteStore(b, read_only=True) as store:
-        assert ids(store.bm25_search(["会议"], 5)) == NOTE.ids
-        assert store.bm25_search(["乙肝"], 5) == []
+        note.write(store)
+        big_doc("乙", 2100, ["预算"]).write(store)
+    shutil.rmtree(b / "bm25")
+    shutil.copytree(a / "bm25", b / "bm25")  # the right names, another index's content
+    for read_only in (True, False):
+        with SQLiteStore(b, read_only=read_only) as store:
+            assert ids(store.bm25_search(["会议"], 5)) == note.ids
+            assert store.bm25_search(["乙肝"], 5) == []
+            assert len(store.bm25_search(["预算"], 5000)) == 2100
 
 
-def test_another_processes_commits_are_applied_incrementally(index_dir: Path) -> None:
+def test_another_connections_commits_are_seen_by_a_reader(index_dir: Path) -> None:
     with SQLiteStore(index_dir) as writer, SQLiteStore(index_dir, read_only=True) as reader:
         LABOR.write(writer)
         WAGE.write(writer)
         tied = [LABOR.ids[1], LABOR.ids[0], WAGE.ids[0]]  # in every chunk: equal scores, by chunk id
         assert ids(reader.bm25_search(["劳动者"], 5)) == tied
-        before = reader.bm25.snap
         LABOR_V2.write(writer)
         writer.delete_document("doc-wage")
         assert ids(reader.bm25_search(["劳动者", "工资"], 5)) == []
         assert ids(reader.bm25_search(["劳动"], 5)) == LABOR_V2.ids
-        after = reader.bm25.snap
-        assert before is not None and after is not None
-        assert after.version == before.version + 2 and after.top == 4 and after.n_live == 1
-        assert after.segments[0] is before.segments[0]  # moved forward, not rebuilt
         assert ids(reader.bm25_search(["劳动"], 5, Filters(collection="其他"))) == []
 
 
-def test_a_commit_by_another_process_reaches_a_reader_without_reloading(index_dir: Path) -> None:
-    with SQLiteStore(index_dir) as writer:
-        LABOR.write(writer)
-    with SQLiteStore(index_dir, read_only=True) as reader:
-        assert ids(reader.bm25_search(["工资", "解除"], 5)) == LABOR.ids[:1]
-        before = reader.bm25.snap
-        script = (
-            f"import sys; sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]\n"
-            "from zhiku.stores import SQLiteStore\nfrom contracts.store_contract import WAGE\n"
-            f"with SQLiteStore({str(index_dir)!r}) as s: WAGE.write(s)\n"
-        )
-        subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
-        assert ids(reader.bm25_search(["工资", "解除"], 5)) == [LABOR.ids[0], WAGE.ids[0]]  # tied: by chunk id
-        after = reader.bm25.snap
-        assert before is not None and after is not None and after.top == 3
-        assert after.segments[0] is before.segments[0]
-
-
-KILLED = """
-import os, signal, sys
-sys.path[:0] = [{src!r}, {tests!r}]
-import zhiku.stores.sqlite as sq
-import zhiku.stores._vectors as vx
-from zhiku.stores import _bm25, _bm25_segment
-from contracts.store_contract import LABOR_V2
-_bm25.FLUSH_ROWS = 1
-def die(*args, **kwargs):
-    {before}
-    os.kill(os.getpid(), signal.SIGKILL)
-store = sq.SQLiteStore({index!r})
-real, {target} = {target}, die
-LABOR_V2.write(store)
+# the tables schema 2 added, as that zhiku wrote them (zhiku.stores' own migrations may change; this file may not)
+SCHEMA_3 = """
+ALTER TABLE documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ready';
+ALTER TABLE documents ADD COLUMN needs_ocr_pages TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE documents ADD COLUMN ocr_pages TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE chunks ADD COLUMN images TEXT NOT NULL DEFAULT '[]';
+CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, ordinal);
+CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
 """
-
-
-@pytest.mark.parametrize(
-    ("target", "before", "version", "left"),
-    [
-        ("vx.write_rows", "real(*args)", "old", "seg-1-2.bin"),  # killed before COMMIT
-        ("_bm25.save_segments", "pass", "new", "seg-1-2.bin"),  # after COMMIT, before the segment is saved
-        ("_bm25_segment.os.replace", "pass", "new", ".tmp"),  # writing the segment: its temporary file is left
-        ("_bm25_segment.os.replace", "open(args[1], 'wb').write(b'half')", "new", "seg-3-3.bin"),  # a torn file
-    ],
-)
-def test_a_killed_writer_leaves_the_old_or_the_new_document(
-    index_dir: Path, monkeypatch: pytest.MonkeyPatch, target: str, before: str, version: str, left: str
-) -> None:
-    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 1)
-    with SQLiteStore(index_dir) as store:
-        LABOR.write(store)
-    script = KILLED.format(src=str(SRC), tests=str(TESTS), before=before, target=target, index=str(index_dir))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, check=False)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    assert any(p.name.endswith(left) for p in (index_dir / "bm25").iterdir())
-    doc = LABOR if version == "old" else LABOR_V2
-    with SQLiteStore(index_dir, read_only=True) as store:
-        assert store.document_chunks("doc-labor") == doc.chunks
-        rows = dict(zip(doc.ids, doc.tokens, strict=True))
-        terms = ["劳动", "劳动者", "解除", "修订"]
-        assert ids(store.bm25_search(terms, 5)) == [c for c, _ in fts5_ranking(rows, terms)]
-    with SQLiteStore(index_dir) as store:  # a writer removes what the killed one left and saves the rest
-        names = sorted(p.name for p in (index_dir / "bm25").iterdir())
-        assert names == ["seg-1-2.bin", "seg-3-3.bin"] if version == "new" else ["seg-1-2.bin"]
-        NOTE.write(store)
-        rows.update(zip(NOTE.ids, NOTE.tokens, strict=True))
-        assert ids(store.bm25_search([*terms, "会议"], 5)) == [c for c, _ in fts5_ranking(rows, [*terms, "会议"])]
 
 
 def test_an_index_written_with_fts5_is_upgraded(index_dir: Path) -> None:
     write_v1_index(index_dir)
     with raw(index_dir) as conn:  # as schema 3 left it: FTS5 plus term_df
-        conn.executescript(
-            MIGRATIONS[1]
-            + MIGRATIONS[2]
-            + """;CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID;
-            UPDATE meta SET value = '3' WHERE key = 'schema_version';"""
-        )
+        conn.executescript(SCHEMA_3)
     conn.close()
     with SQLiteStore(index_dir) as store:
         assert store.get_meta()["schema_version"] == "4"
@@ -239,46 +187,17 @@ def test_an_index_written_with_fts5_is_upgraded(index_dir: Path) -> None:
     conn.close()
 
 
-def test_scores_are_fts5s_bm25_in_float64() -> None:
-    rows = {f"c{i}": ["词"] * (i + 1) + ["其他"] * i for i in range(5)}
-    expected = fts5_ranking(rows, ["词", "其他"])
-    seg = _bm25.build(1, 5, [(i + 1, " ".join(t)) for i, t in enumerate(rows.values())])
-    live = np.ones(6, bool)
-    live[0] = False
-    doclen = np.concatenate([[0.0], seg.doclen.astype(np.float64)])
-    snap = _bm25.BM25Snapshot.of(1, 5, [seg], live, doclen)
-    rowids, scores = snap.search(["词", "其他"], 5, None)
-    got = sorted(
-        ((f"c{r - 1}", s) for r, s in zip(rowids.tolist(), scores.tolist(), strict=True)), key=lambda h: (-h[1], h[0])
-    )
-    assert [c for c, _ in got] == [c for c, _ in expected]
-    assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-12)  # (FTS5's ~3e-6: not float32)
-
-
-def test_warm_loads_the_bm25_segments(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
-    with SQLiteStore(index_dir) as store:
-        LABOR.write(store)
-        WAGE.write(store)
-    with SQLiteStore(index_dir, read_only=True) as store:
-        assert store.bm25.snap is None
-        store.warm()  # what the MCP server does at start
-        snap = store.bm25.snap
-        assert snap is not None and snap.top == 3 and snap.n_live == 3
-        assert [s.path.name if s.path else None for s in snap.segments] == ["seg-1-2.bin", None]  # row 3: table
-        assert ids(store.bm25_search(["工资"], 5)) == WAGE.ids
-        assert store.bm25.snap is snap
-
-
-def test_an_index_without_any_term_saves_and_loads_empty_segments(
-    index_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_bm25, "FLUSH_ROWS", 2)
-    blank = make_doc("doc-空", "法规", "法规/空.md", "markdown", [("一", [], [1.0, 0.0]), ("二", [], [0.0, 1.0])])
+def test_an_index_without_any_term_answers_nothing_then_finds_what_comes(index_dir: Path) -> None:
+    blank = make_doc(
+        "doc-空", "法规", "法规/空.md", "markdown", [(f"第{i}页", [], [1.0, 0.0]) for i in range(2100)]
+    )  # scanned pages without text: rows without a term, past the size that writes the BM25 files
     with SQLiteStore(index_dir) as store:
         blank.write(store)
-        assert sorted(p.name for p in (index_dir / "bm25").iterdir()) == ["seg-1-2.bin"]
+        assert store.bm25_search(["一"], 5) == []
     with SQLiteStore(index_dir, read_only=True) as store:
         assert store.bm25_search(["一"], 5) == []
-        snap = store.bm25.snap
-        assert snap is not None and snap.avgdl == 1.0 and [s.path is not None for s in snap.segments] == [True]
+    with SQLiteStore(index_dir) as store:
+        corpus_doc("甲", ROWS[4:5]).write(store)
+        assert len(store.bm25_search(["会议", "预算"], 5)) == 1
+    with SQLiteStore(index_dir, read_only=True) as store:
+        assert len(store.bm25_search(["会议", "预算"], 5)) == 1
