@@ -31,8 +31,13 @@ CHUNK = [c.chunk_id for d in DOCS for c in d.chunks]  # CHUNK[i] has VECTORS[i]
 
 
 def _exact(query: np.ndarray, allowed: list[int], k: int = 10) -> set[str]:
-    scores = VECTORS[allowed] @ query
-    return {CHUNK[allowed[i]] for i in np.argsort(-scores)[:k]}
+    return {c for c, _ in _ranking(query, allowed, k)}
+
+
+def _ranking(query: np.ndarray, allowed: list[int], k: int = 10) -> list[tuple[str, float]]:
+    """The exact top ``k`` (numpy, float64), ties by chunk id."""
+    scores = VECTORS[allowed].astype(np.float64) @ query.astype(np.float64)
+    return sorted(((CHUNK[a], float(s)) for a, s in zip(allowed, scores, strict=True)), key=lambda h: (-h[1], h[0]))[:k]
 
 
 @pytest.fixture
@@ -52,14 +57,13 @@ def _corrupt_code(index_dir: Path, row: int) -> None:
 
 
 def test_screening_ranks_by_the_int8_codes_and_scores_the_best_in_float32(index_dir: Path) -> None:
-    with SQLiteStore(index_dir, dense_search="int8") as store, SQLiteStore(index_dir, dense_search="exact") as exact:
+    with SQLiteStore(index_dir, dense_search="int8") as store:
         for i in (5, 150, 299):
             hits = store.dense_search(VECTORS[i], 10)
             assert hits[0].chunk_id == CHUNK[i] and hits[0].score == pytest.approx(1.0, abs=1e-5)
-            assert {h.chunk_id for h in hits} == _exact(VECTORS[i], list(range(300)))
-            reference = exact.dense_search(VECTORS[i], 10)
-            assert ids(hits) == ids(reference)  # the same order as the exact search ...
-            assert [h.score for h in hits] == pytest.approx([h.score for h in reference], abs=1e-6)  # ... and scores
+            reference = _ranking(VECTORS[i], list(range(300)))
+            assert ids(hits) == [c for c, _ in reference]  # the exact order ...
+            assert [h.score for h in hits] == pytest.approx([s for _, s in reference], abs=1e-6)  # ... and scores
     _corrupt_code(index_dir, 5)
     with SQLiteStore(index_dir, dense_search="int8") as screened, SQLiteStore(index_dir, dense_search="exact") as exact:
         assert CHUNK[5] not in ids(screened.dense_search(VECTORS[5], 10))  # its code now points away from it
@@ -77,12 +81,10 @@ def test_screening_honours_filters_and_never_returns_a_deleted_chunk(index_dir: 
         assert len(store.dense_search(query, 500)) == 200
 
 
-def test_auto_screens_from_its_threshold_only(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_searches_a_small_index_exactly(index_dir: Path) -> None:
     _corrupt_code(index_dir, 5)
-    with SQLiteStore(index_dir) as auto:  # 300 rows: below every crossover, exact
+    with SQLiteStore(index_dir) as auto:  # 300 rows: below the 10,000 it screens from, exact
         assert ids(auto.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
-        monkeypatch.setattr("zhiku.stores._vectors.SCREEN_FROM", 300)
-        assert CHUNK[5] not in ids(auto.dense_search(VECTORS[5], 10))
 
 
 def test_an_index_without_codes_is_searched_exactly_and_gets_them_when_opened_for_writing(index_dir: Path) -> None:
