@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_kb import SEC_SEVERANCE, make_settings, write_corpus
+from helpers_kb import SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, SEC_WAGE, make_settings, write_corpus
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import embed_queries
 from zhiku.errors import EmbeddingError, InvalidInput
@@ -86,6 +86,7 @@ def test_a_fast_embedder_runs_on_the_callers_thread_with_the_same_results(
     assert [t.startswith("zhiku-dense") for _, t in slow_threads] == [True] * 3
     assert [t == main for _, t in fast_threads] == [False, True, True]  # the first one timed the embedder
     assert fast_runs == slow_runs and fast_trace == slow_trace
+    assert [hits[0].chunk.section for hits, _, _ in fast_runs] == [SEC_WAGE, SEC_PROBATION, SEC_LEAVE]
 
 
 def test_query_vectors_keep_the_most_recently_used_questions_as_read_only_copies() -> None:
