@@ -1,5 +1,4 @@
 from zhiku.retrieval.answer import build_answer, cite, snippet
-from zhiku.settings import AnswerSettings
 from zhiku.types import Chunk, Hit
 
 
@@ -28,7 +27,6 @@ def test_markdown_has_markers_snippets_and_sources():
         "试用期最长多久",
         "hybrid",
         [_hit(1, TEXT), _hit(2, "第二十条 试用期工资。", page=3, section="")],
-        AnswerSettings(),
     )
     assert a.markdown == (
         "**检索问题 / Query:** 试用期最长多久\n\n"
@@ -46,13 +44,13 @@ def test_markdown_has_markers_snippets_and_sources():
 
 
 def test_no_hits_says_so():
-    a = build_answer("火星移民", "bm25", [], AnswerSettings())
+    a = build_answer("火星移民", "bm25", [])
     assert a.citations == ()
     assert "未找到相关内容" in a.markdown
 
 
 def test_low_confidence_is_flagged():
-    a = build_answer("q", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True)
+    a = build_answer("q", "hybrid", [_hit(1, TEXT)], low_confidence=True)
     assert "低置信度 / Low confidence" in a.markdown
 
 
@@ -60,7 +58,7 @@ def test_a_low_confidence_answer_says_so_first_and_shows_the_nearest_passages_sh
     # 如何做红烧肉 over labour law: five full 400-character articles under a one-line warning read as an answer
     long = "第十六条 本规定自公布之日起施行。" + "女职工禁忌从事的劳动范围包括矿山井下作业。" * 20
     hits = [_hit(1, long), _hit(2, TEXT)]
-    a = build_answer("如何做红烧肉", "hybrid", hits, AnswerSettings(), low_confidence=True)
+    a = build_answer("如何做红烧肉", "hybrid", hits, low_confidence=True)
     assert a.markdown == (
         "**检索问题 / Query:** 如何做红烧肉\n\n"
         "> ⚠️ 低置信度 / Low confidence: 知识库中没有找到与问题足够相关的内容，以下段落可能答非所问。"
@@ -74,7 +72,7 @@ def test_a_low_confidence_answer_says_so_first_and_shows_the_nearest_passages_sh
         "[2] 劳动合同法(2012-12-28).md, 劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
     )
     assert [c.text for c in a.citations] == [long, TEXT]  # the structured citations keep the whole passages
-    sure = build_answer("q", "hybrid", hits, AnswerSettings(), low_confidence=False).markdown
+    sure = build_answer("q", "hybrid", hits, low_confidence=False).markdown
     assert "最接近的段落" not in sure and long[:390] in sure  # a confident answer shows 400-character snippets
 
 
@@ -86,7 +84,7 @@ def test_snippet_cuts_at_sentence_end():
 
 def test_budget_shrinks_snippets_but_keeps_every_citation():
     hits = [_hit(i, TEXT * 20) for i in range(1, 11)]
-    a = build_answer("试用期", "hybrid", hits, AnswerSettings(max_chars=3000), snippet_chars=2000)
+    a = build_answer("试用期", "hybrid", hits, max_chars=3000, snippet_chars=2000)
     assert len(a.markdown) <= 3000
     assert all(f"[{n}] 劳动合同法(2012-12-28).md" in a.markdown for n in range(1, 11))
     assert len(a.citations) == 10 and a.citations[0].text == TEXT * 20
@@ -132,7 +130,7 @@ def test_one_character_terms_do_not_move_the_snippet_off_an_articles_opening():
 
 def test_answer_uses_query_terms_for_snippets():
     long_text = "无关的开头内容。" * 60 + "试用期不得超过六个月。"
-    a = build_answer("试用期", "hybrid", [_hit(1, long_text)], AnswerSettings(), terms=["试用期"], snippet_chars=60)
+    a = build_answer("试用期", "hybrid", [_hit(1, long_text)], terms=["试用期"], snippet_chars=60)
     assert "[1] …" in a.markdown and "试用期不得超过六个月。" in a.markdown
 
 
@@ -143,7 +141,7 @@ SEC_31_32 = "劳动合同法 > 第三章 劳动合同的履行和变更 > 第三
 
 def test_a_passage_of_several_articles_quotes_and_cites_the_one_that_answers():
     hit = _hit(1, f"{ART_31}\n\n{ART_32}", section=SEC_31_32)
-    a = build_answer("加班费怎么算", "hybrid", [hit], AnswerSettings(), terms=["加班", "班费", "加班费", "算"])
+    a = build_answer("加班费怎么算", "hybrid", [hit], terms=["加班", "班费", "加班费", "算"])
     sec_31 = "劳动合同法 > 第三章 劳动合同的履行和变更 > 第三十一条"
     assert a.markdown == (
         "**检索问题 / Query:** 加班费怎么算\n\n"
@@ -183,21 +181,15 @@ def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_su
         "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually "
     )
     tip += "matches them better.\n\n**最接近的段落 / Closest passages**"
-    low = build_answer("maternity leave days", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True)
+    low = build_answer("maternity leave days", "hybrid", [_hit(1, TEXT)], low_confidence=True)
     assert tip in low.markdown
+    assert tip not in build_answer("如何做红烧肉", "hybrid", [_hit(1, TEXT)], low_confidence=True).markdown
     assert (
-        tip
-        not in build_answer("如何做红烧肉", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown
+        tip not in build_answer("leave", "hybrid", [_hit(1, "Annual leave is 5 days.")], low_confidence=True).markdown
     )
-    assert (
-        tip
-        not in build_answer(
-            "leave", "hybrid", [_hit(1, "Annual leave is 5 days.")], AnswerSettings(), low_confidence=True
-        ).markdown
-    )
-    assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)], AnswerSettings()).markdown
+    assert "提示" not in build_answer("maternity leave", "hybrid", [_hit(1, TEXT)]).markdown
     # a question of digits only (996) is no question in another language: no tip that it is not in Chinese
-    assert "提示" not in build_answer("996", "hybrid", [_hit(1, TEXT)], AnswerSettings(), low_confidence=True).markdown
+    assert "提示" not in build_answer("996", "hybrid", [_hit(1, TEXT)], low_confidence=True).markdown
 
 
 def test_a_document_numbering_its_articles_in_digits_is_quoted_by_the_article_asked_for():
@@ -210,5 +202,5 @@ def test_a_document_numbering_its_articles_in_digits_is_quoted_by_the_article_as
     for question in ("员工手册第7条", "第七条"):  # the question's terms are the spelled article's (第七条)
         terms = text.query_tokens(question)
         assert exact_articles(hit, terms, text.normalize) == (seven, "员工手册 > 第7条"), question
-        md = build_answer(question, "hybrid", [hit], AnswerSettings(), terms=terms, normalize=text.normalize).markdown
+        md = build_answer(question, "hybrid", [hit], terms=terms, normalize=text.normalize).markdown
         assert md.startswith(f"**检索问题 / Query:** {question}\n\n[1] {seven} (员工手册 > 第7条)\n\n"), question

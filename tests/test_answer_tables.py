@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from zhiku.retrieval.answer import build_answer, flatten, focused_snippet, snippet
-from zhiku.settings import AnswerSettings
 from zhiku.types import Chunk, Hit
 
 TABLE = "| | (1) | (2) |\n| --- | --- | --- |\n| 工资 | 0.12 | 0.34 |\n| 工龄 | 0.56 | 0.78 |"
@@ -29,9 +28,9 @@ def test_a_focused_snippet_starts_at_the_table_header_not_mid_table() -> None:
 
 
 def test_the_answer_sets_a_table_off_as_its_own_block() -> None:
-    md = build_answer("工龄的系数", "bm25", [hit(TABLE)], AnswerSettings()).markdown
+    md = build_answer("工龄的系数", "bm25", [hit(TABLE)]).markdown
     assert f"[1]\n\n{TABLE}\n\n(第三章 > 表 1)\n\n**来源 / Sources**" in md
-    prose = build_answer("q", "bm25", [hit("第一段\n第二段")], AnswerSettings()).markdown
+    prose = build_answer("q", "bm25", [hit("第一段\n第二段")]).markdown
     assert "[1] 第一段 第二段 (第三章 > 表 1)\n" in prose
 
 
@@ -63,7 +62,7 @@ def test_a_focused_snippet_starts_at_the_opening_fence_not_inside_the_block() ->
 
 
 def test_the_answer_sets_a_code_block_off_as_its_own_block() -> None:
-    md = build_answer("颜色主题", "bm25", [hit(CODE, "2.3 颜色主题")], AnswerSettings()).markdown
+    md = build_answer("颜色主题", "bm25", [hit(CODE, "2.3 颜色主题")]).markdown
     assert f"[1]\n\n{CODE}\n\n(2.3 颜色主题)\n\n**来源 / Sources**" in md
 
 
@@ -78,7 +77,7 @@ def test_list_items_keep_their_numbers_one_per_line() -> None:
     items = "1. 员工在费控系统提交报销单；\n2. 部门负责人审核；\n3. 财务部复核票据，金额超过5000元的须财务总监审批；\n4. 款项每月15日打入工资卡。"
     assert flatten(STEPS) == f"费用报销按以下流程办理：\n\n{items}\n\n发票须在90天内提交。"
     assert flatten("- 甲\n  - 乙\n- 丙\n说明") == "- 甲\n  - 乙\n- 丙\n\n说明"  # nesting kept
-    md = build_answer("报销流程", "hybrid", [hit(STEPS, "员工手册 > 2.1 报销流程")], AnswerSettings()).markdown
+    md = build_answer("报销流程", "hybrid", [hit(STEPS, "员工手册 > 2.1 报销流程")]).markdown
     assert f"[1] 费用报销按以下流程办理：\n\n{items}\n\n发票须在90天内提交。 (员工手册 > 2.1 报销流程)" in md
 
 
@@ -89,7 +88,7 @@ def test_a_snippet_starting_at_a_list_item_keeps_its_number_and_renders_as_a_lis
         got
         == "…\n\n3. 财务部复核票据，金额超过5000元的须财务总监审批；\n4. 款项每月15日打入工资卡。\n\n发票须在90天内提交。"
     )
-    md = build_answer("x", "hybrid", [hit(STEPS[14:], "s")], AnswerSettings()).markdown
+    md = build_answer("x", "hybrid", [hit(STEPS[14:], "s")]).markdown
     assert md.split("\n\n")[1] == "[1]"  # an item first: off the marker's line, or Markdown would not list it
 
 
@@ -111,7 +110,6 @@ def test_a_table_too_long_for_the_snippet_shows_its_header_and_the_row_asked_for
         "ORD-4290",
         "hybrid",
         [hit(CODES, "API > 错误码")],
-        AnswerSettings(),
         terms=["ord", "ord-4290"],
         snippet_chars=120,
     ).markdown

@@ -156,14 +156,10 @@ def test_articles_named_but_held_by_no_passage_are_listed() -> None:
 
 def test_the_answer_says_which_named_article_no_passage_holds() -> None:
     from zhiku.retrieval.answer import build_answer
-    from zhiku.settings import AnswerSettings
 
     def answer(question: str) -> str:  # the lookup step, then the answer (as ``KnowledgeBase.query`` does)
         found = lookup(read_question(question, TEXT, RetrievalSettings()), FUSED[:3], FUSED[:3], TEXT.normalize, None)
-        settings = AnswerSettings()
-        return build_answer(
-            question, "hybrid", found.hits, settings, normalize=TEXT.normalize, missing=found.missing
-        ).markdown
+        return build_answer(question, "hybrid", found.hits, normalize=TEXT.normalize, missing=found.missing).markdown
 
     md = answer("劳动合同法第200条")
     assert md.startswith(

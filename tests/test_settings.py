@@ -36,7 +36,7 @@ def test_defaults():
     )
     assert s.chunking.size_chars == 200
     assert s.store.kind == "sqlite"
-    assert len(flat(s.model_dump(mode="json"))) == 61  # what `zhiku config show --json` prints
+    assert len(flat(s.model_dump(mode="json"))) == 58  # what `zhiku config show --json` prints
 
 
 def test_every_endpoint_section_has_the_same_four_keys():
@@ -265,7 +265,7 @@ def test_every_key_of_the_previous_init_loads_with_one_warning_per_moved_or_remo
     (tmp_path / "zhiku.yaml").write_text(uncommented(FIXTURE.read_text(encoding="utf-8")), encoding="utf-8")
     s = load_settings()
     said = _warnings(caplog)
-    assert len(said) == len(set(said)) == len(MOVED) + len(FIXED) == 84
+    assert len(said) == len(set(said)) == len(MOVED) + len(FIXED) == 87
     assert "zhiku.yaml: server.min_score is now answer.min_score (read as that; rename it)" in said
     assert "zhiku.yaml: embedding.timeout is now embedding.timeout_s (read as that; rename it)" in said
     assert "zhiku.yaml: embedding.cache_dir is now cache_dir (read as that; rename it)" in said

@@ -27,6 +27,7 @@ from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
+from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
 from zhiku.retrieval.answer import build_answer
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
@@ -354,7 +355,6 @@ class KnowledgeBase:
                 r.query.text,
                 r.mode,
                 r.hits,
-                self.settings.answer,
                 low_confidence=low_confidence,
                 terms=r.query.terms,
                 normalize=self.text.normalize,
@@ -452,8 +452,8 @@ class KnowledgeBase:
         return outline(self.store.document_chunks(doc_id))
 
     def chunk_context(self, chunk_id: str, context: str = "chunk") -> ChunkContext:
-        """A stored chunk with its article (all its pieces) or section (``context``), within ``answer.max_chars``."""
-        return chunk_context(self.store, chunk_id, context, self.settings.answer.max_chars)
+        """A stored chunk with its article (all its pieces) or section (``context``), within the answer budget."""
+        return chunk_context(self.store, chunk_id, context, ANSWER_CHARS)
 
     def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""

@@ -238,13 +238,6 @@ class RerankSettings(Endpoint):
 
 
 class AnswerSettings(_Section):
-    max_chars: int = key(
-        12000,
-        "Character budget of the whole Markdown answer.",
-        "Whoever serves a client with a small context window.",
-        ge=500,
-        le=200000,
-    )
     min_score: float = key(
         0.88,
         "Answers whose confidence (best cosine of a passage to the question) is below this are marked "
@@ -283,13 +276,6 @@ class ServerSettings(_Section):
         (),
         "Extra `Host` header values accepted over HTTP (DNS-rebinding protection), e.g. `kb.example.com:*`.",
         "Whoever serves under a DNS name or behind a proxy.",
-    )
-    cache_size: int = key(
-        256,
-        "Tool answers kept until the index changes (any write, by any process, empties the cache); 0 turns it off.",
-        "Whoever measures cold answers, or serves many clients whose questions rarely repeat (less memory).",
-        ge=0,
-        le=100_000,
     )
     structured_passages: bool = key(
         False,
@@ -350,10 +336,11 @@ class LLMSettings(Endpoint):
         "prompts. An edited prompt is asked again, not answered from the cache.",
         "Whoever tunes the transforms' prompts to their documents.",
     )
-    price_input: float = key(0.0, "Price per million input tokens.", "Whoever wants a cost estimate.", ge=0)
-    price_output: float = key(0.0, "Price per million output tokens.", "Whoever wants a cost estimate.", ge=0)
-    currency: str = key(
-        "USD", "Currency of the prices.", "Whoever pays in another currency.", min_length=1, max_length=8
+    price_input: float = key(
+        0.0, "Price per million input tokens, in US dollars.", "Whoever wants a cost estimate.", ge=0
+    )
+    price_output: float = key(
+        0.0, "Price per million output tokens, in US dollars.", "Whoever wants a cost estimate.", ge=0
     )
 
 

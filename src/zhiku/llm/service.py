@@ -26,6 +26,7 @@ _CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
 REFUSALS = ("content_filter", "content-filter", "safety")
 CONCURRENCY = 4  # requests in flight at once: faster runs without tripping a hosted API's rate limit
 MAX_RETRIES = 3  # on 429, 5xx, timeouts and lost connections (`Retry-After` honoured)
+CURRENCY = "USD"  # the unit of `llm.price_input` / `llm.price_output`
 BREAKER = 8  # consecutive requests that failed after their retries; then the endpoint is not called again this run
 
 
@@ -68,7 +69,6 @@ class LLMService:
         cache: ReplyCache | None = None,
         concurrency: int = 4,
         prices: tuple[float, float] = (0.0, 0.0),
-        currency: str = "USD",
         deadline_s: float | None = None,
     ) -> None:
         self.client = client
@@ -76,7 +76,6 @@ class LLMService:
         self.vision_model = vision_model or model
         self.cache = cache
         self.prices = prices
-        self.currency = currency
         self.deadline_s = deadline_s
         self._gate = threading.Semaphore(concurrency)
         self._lock = threading.Lock()
@@ -152,7 +151,7 @@ class LLMService:
             n = self._n
             cost = (n.prompt_tokens * self.prices[0] + n.completion_tokens * self.prices[1]) / 1e6
             return LLMUsage(
-                n.calls, n.cached, n.prompt_tokens, n.completion_tokens, round(cost, 6), self.currency, n.estimated
+                n.calls, n.cached, n.prompt_tokens, n.completion_tokens, round(cost, 6), CURRENCY, n.estimated
             )
 
 
@@ -209,6 +208,5 @@ def build_service(
         cache=cache,
         concurrency=CONCURRENCY,
         prices=(settings.price_input, settings.price_output),
-        currency=settings.currency,
         deadline_s=deadline_s,
     )

@@ -51,6 +51,7 @@ log = logging.getLogger("zhiku.mcp.server")
 
 MAX_OUTLINE = 200
 MAX_IMAGES = 3  # images of cited passages sent with an answer; more would crowd a client's context
+TOOL_ANSWERS_KEPT = 256  # tool answers cached until the index changes; any write, by any process, empties it
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
@@ -84,7 +85,7 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: Cache[QueryResult] = Cache(settings.server.cache_size)
+        self.cache: Cache[QueryResult] = Cache(TOOL_ANSWERS_KEPT)
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod

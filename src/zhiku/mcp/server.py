@@ -34,7 +34,7 @@ from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text
 from zhiku.mcp.builtin import register_builtins
 from zhiku.mcp.hooks import ERROR_META, Hooks, around
-from zhiku.mcp.hub import Hub
+from zhiku.mcp.hub import TOOL_ANSWERS_KEPT, Hub
 from zhiku.mcp.models import doc_uri
 from zhiku.mcp.registry import Registry, State, error_result, explain_arguments
 from zhiku.settings import Settings
@@ -87,7 +87,7 @@ def build_server(
         log_level="WARNING",
     )
     current = lambda: running[0] if running else None  # noqa: E731
-    registry = Registry(server, models, read_only=read_only, cache=Cache(settings.server.cache_size), current=current)
+    registry = Registry(server, models, read_only=read_only, cache=Cache(TOOL_ANSWERS_KEPT), current=current)
     register_builtins(registry)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))

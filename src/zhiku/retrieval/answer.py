@@ -15,7 +15,6 @@ from dataclasses import replace
 from zhiku.cache import memoized
 from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.retrieval.context import split_label
-from zhiku.settings import AnswerSettings
 from zhiku.text import ARTICLE_RE, article_numbers
 from zhiku.types import Answer, Citation, Hit, SearchMode
 
@@ -30,6 +29,7 @@ FOREIGN_QUESTION_TIP = (
 )
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
+MAX_CHARS = 12000  # the whole Markdown answer's budget when the caller gives none (the MCP tool's default too)
 MIN_SNIPPET = 40  # the shortest snippet a budget shrinks a citation to
 SNIPPET_CHARS = 400  # characters of each hit in the Markdown answer before the budget shrinks them
 LOW_CONFIDENCE_SNIPPET = 120  # characters of each passage a low-confidence answer shows (the full text: citations)
@@ -277,8 +277,8 @@ def build_answer(
     query: str,
     mode: SearchMode,
     hits: Sequence[Hit],
-    settings: AnswerSettings,
     *,
+    max_chars: int = MAX_CHARS,
     low_confidence: bool = False,
     terms: Sequence[str] = (),
     normalize: Callable[[str], str] = str.lower,
@@ -286,24 +286,19 @@ def build_answer(
     budget: int | None = None,
     snippet_chars: int = SNIPPET_CHARS,
 ) -> Answer:
-    """Markdown + citations for ``hits``; snippets shrink until the Markdown fits ``settings.max_chars``, or with a
-    ``budget``, until the Markdown and the citations' ``snippets`` fit it together (``fitted_answer``).
-    ``missing``: what the question asked for that no passage holds (``Retrieval.missing``: a named article, a page
-    past a document's last).
-
-    With the query's ``terms`` (normalised as the index does, via ``normalize``), each snippet shows the part of
-    the chunk that matches the query, not just its beginning.
-    """
+    """Markdown + citations for ``hits``, snippets shrunk until the Markdown fits ``max_chars``; with a ``budget``,
+    until the Markdown and the citations' ``snippets`` fit it together. ``missing``: what the question named that no
+    passage holds. With the query's ``terms`` each snippet shows the part of the chunk that matches them."""
     if budget is not None:
-        return fitted_answer(query, mode, hits, settings, budget, low_confidence, terms, normalize, missing)
+        return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing)
     limit = snippet_chars
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
-    while len(markdown) > settings.max_chars and limit > 40:
+    while len(markdown) > max_chars and limit > 40:
         limit = max(40, int(limit * 0.8))
         markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
-    if len(markdown) > settings.max_chars:
-        markdown = markdown[: settings.max_chars - 1] + "…"
+    if len(markdown) > max_chars:
+        markdown = markdown[: max_chars - 1] + "…"
     citations = tuple(
         Citation(
             n=n,
@@ -329,23 +324,21 @@ def fitted_answer(
     query: str,
     mode: SearchMode,
     hits: Sequence[Hit],
-    settings: AnswerSettings,
     budget: int,
     low_confidence: bool,
     terms: Sequence[str],
     normalize: Callable[[str], str],
     missing: Sequence[str],
 ) -> Answer:
-    """``build_answer`` whose Markdown and citation snippets (``Answer.snippets``: each citation's text, query-focused
-    when longer than the snippet length) fit ``budget`` characters together; the snippets shrink to fit."""
+    """``build_answer`` whose Markdown and citation snippets (each citation's text, query-focused when longer than
+    the snippet length) fit ``budget`` characters together."""
     limit = SNIPPET_CHARS
     while True:
-        fitted = settings.model_copy(update={"max_chars": budget})
         answer = build_answer(
             query,
             mode,
             hits,
-            fitted,
+            max_chars=budget,
             low_confidence=low_confidence,
             terms=terms,
             normalize=normalize,

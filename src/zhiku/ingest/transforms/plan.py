@@ -14,7 +14,7 @@ from zhiku.ingest.discover import discover
 from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
 from zhiku.ingest.pipeline import doc_id_for, sha256_bytes
 from zhiku.ingest.transforms.stage import TransformStage
-from zhiku.llm.service import PlannedCall, PlanningService
+from zhiku.llm.service import CURRENCY, PlannedCall, PlanningService
 from zhiku.settings import Settings
 from zhiku.types import DocRecord, FileFailure
 
@@ -98,7 +98,7 @@ def plan_transforms(
         chunks=chunks,
         lines=lines,
         cost=round(tokens * settings.llm.price_input / 1e6, 6),
-        currency=settings.llm.currency,
+        currency=CURRENCY,
         samples=tuple(service.planned[:SAMPLES]),
         failed=tuple(failed),
     )
