@@ -1,12 +1,4 @@
-"""The one in-process cache: a thread-safe LRU bounded by the total weight of its entries, holding one index version.
-
-Every cache in the process (decoded chunks, query vectors, tool results, trace labels, normalised texts…) is a
-``Cache``: entries are kept for one ``version`` (a store's ``index_version``, which every commit that changes the
-index moves, in this process or another). A ``put`` of a newer version empties the cache first, so an index
-change invalidates everything kept before it; a ``put`` of an older version (a reader behind another's commit)
-keeps nothing, and a ``get`` serves only entries of the version asked for. Caches of what no index change affects
-use the default version, 0.
-"""
+"""The one in-process cache: a thread-safe LRU bounded by the total weight of its entries, holding one index version."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Extending zhiku's MCP server: a team's own tools, resources and prompts as plain typed Python functions.
-
-A tool's description comes from its docstring's parts (a description, ``When to use:``, ``Example:``, ``Args:``,
-``Errors:``) or from the same parts passed to :func:`tool` (docs/extending.md). A parameter typed
-``KnowledgeBase`` receives the server's open knowledge base, one typed ``Context`` the request context; neither is
-part of the tool's schema. The server checks the conventions (``zhiku.mcp.conventions``) when it is built.
-
-This module imports nothing heavy: ``import zhiku`` and these decorators stay cheap.
-"""
+"""Extending zhiku's MCP server: a team's own tools, resources and prompts as plain typed Python functions."""
 
 from __future__ import annotations
 

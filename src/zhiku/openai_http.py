@@ -1,13 +1,4 @@
-"""The one client for OpenAI-compatible HTTP APIs (``/v1/embeddings``, ``/v1/chat/completions``).
-
-Works with vLLM, Hugging Face TEI, Ollama, DashScope (compatible mode), SiliconFlow, DeepSeek and OpenAI itself.
-httpx sends the requests (one pooled client, at most ``max_connections`` in flight); a request is retried when it
-failed with 429, a 5xx status, a timeout or a lost connection, waiting ``Retry-After`` when the server sends
-it (seconds or an HTTP date) and otherwise ``backoff_s * 2**attempt`` with jitter, capped at ``max_backoff_s``.
-Other 4xx statuses fail at once with the server's message. ``client_from`` builds the client from any settings
-section with an endpoint (embedding, rerank, llm, judge), so every user gets the same behaviour.
-httpx is imported when a client is made (``pip install 'zhiku[remote]'``).
-"""
+"""The one client for OpenAI-compatible HTTP APIs (``/v1/embeddings``, ``/v1/chat/completions``)."""
 
 from __future__ import annotations
 
@@ -120,8 +111,7 @@ class OpenAICompatibleClient:
         self._client.close()
 
     def post(self, path: str, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        """The JSON object the endpoint answered. ``deadline`` (a ``time.monotonic()`` value) stops retrying and
-        bounds each attempt: a hung endpoint is abandoned at the deadline, not after the full ``timeout``."""
+        """The JSON object the endpoint answered."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         attempts = 0

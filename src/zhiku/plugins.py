@@ -1,12 +1,4 @@
-"""Plugins: packages installed beside zhiku that add to it through Python entry points, without touching it.
-
-The groups (docs/extending.md): ``zhiku.loaders`` (a ``Loader`` class, built with the ``loaders`` settings),
-``zhiku.embedders`` and ``zhiku.rerankers`` (a factory of the settings section, chosen by ``provider:
-plugin:NAME``), ``zhiku.transforms`` (a ``Transform`` class, built with no arguments) and ``zhiku.tools`` (tool
-functions, or lists of them, served next to the built-in tools). A plugin that cannot be imported is reported
-(``zhiku plugins``, a warning in the log) and skipped; it never stops ingestion or the server. Each group is loaded
-once per process.
-"""
+"""Plugins: packages installed beside zhiku that add to it through Python entry points, without touching it."""
 
 from __future__ import annotations
 

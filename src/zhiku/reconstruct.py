@@ -1,11 +1,4 @@
-"""A document's text rebuilt from its stored chunks, and its outline.
-
-The index keeps chunks, not files. Each chunk is ``doc.text[start:end]`` and knows its section path, so the
-document can be put back together: chunks in order, overlapping characters (``start`` before the previous
-chunk's ``end``) taken once, headings re-emitted from the section path where it changes. What is lost: the
-exact whitespace between chunks (a one-character gap becomes a newline, a longer one a blank line), heading
-levels (the n-th part of a path becomes an ``#``×n heading) and headings without body text.
-"""
+"""A document's text rebuilt from its stored chunks, and its outline."""
 
 from __future__ import annotations
 
@@ -23,13 +16,7 @@ _ARTICLE_LABEL = re.compile(rf"^({_ARTICLE})(?:(?:至|、){_ARTICLE})*$")
 
 
 def heading_path(chunk: Chunk, gap: int, current: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The headings of a chunk's section, without a trailing article label that the chunker added.
-
-    ``gap`` is the number of characters between the previous chunk's end and this chunk's start (negative
-    for an overlap); ``current`` the previous chunk's headings. A trailing ``第…条`` part is a heading when it
-    continues ``current``, or when the chunk does not contain that article and the gap could hold the
-    heading line; otherwise it is the chunker's label.
-    """
+    """The headings of a chunk's section, without a trailing article label that the chunker added."""
     parts = tuple(p for p in chunk.section.split(SECTION_SEPARATOR) if p) if chunk.section else ()
     if parts and parts != current:
         m = _ARTICLE_LABEL.match(parts[-1])
@@ -39,9 +26,7 @@ def heading_path(chunk: Chunk, gap: int, current: tuple[str, ...] = ()) -> tuple
 
 
 def _indented(text: str) -> str:
-    """``text`` with its first line indented like the code block it opens. A chunk has no surrounding whitespace,
-    so a fenced block indented inside a list item that starts a chunk lost its opening fence's indent (its closing
-    fence and lines kept theirs): the block then ends the list, and the next item starts a new one."""
+    """``text`` with its first line indented like the code block it opens."""
     lines = text.split("\n")
     if not lines[0].startswith(("```", "~~~")):
         return text
@@ -77,9 +62,7 @@ def reconstruct_markdown(chunks: Sequence[Chunk]) -> str:
 
 
 def outline(chunks: Sequence[Chunk]) -> list[str]:
-    """The distinct section paths of the chunks, in document order. Pieces of one article labelled apart (a long
-    article's first piece ``… > 第六十六条``, its last piece packed with the next ``… > 第六十六条、第六十七条``) make
-    one entry, ``… > 第六十六条、第六十七条``, not the same article listed twice."""
+    """The distinct section paths of the chunks, in document order."""
     out: list[str] = []
     seen: set[str] = set()
     for c in sorted(chunks, key=lambda c: c.ordinal):

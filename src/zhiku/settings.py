@@ -1,10 +1,4 @@
-"""One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables.
-
-Precedence (highest first): explicit overrides (CLI flags) > environment (``ZHIKU_SECTION__KEY``) > ``zhiku.yaml``
-> defaults. Settings are built once at the edge (CLI, server) and passed down; library code never reads ``os.environ``.
-A key exists only where a user would change it; every other number is a named constant beside the code that uses it.
-Keys of older files are renamed or dropped with one warning each (``zhiku.settings_errors.MIGRATIONS``).
-"""
+"""One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables."""
 
 from __future__ import annotations
 
@@ -470,11 +464,7 @@ def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[
 
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Build the settings once, at the edge.
-
-    ``config`` defaults to ``./zhiku.yaml`` when it exists. ``overrides`` are CLI flags as nested dicts
-    or values; ``None`` values are ignored. A key of an older file or variable is renamed or dropped with a warning.
-    """
+    """Build the settings once, at the edge."""
     path = config if config is not None else Path(DEFAULT_CONFIG_FILE)
     if config is not None and not config.is_file():
         raise ConfigError(f"config file not found: {config} (create it or drop --config)")
@@ -499,8 +489,7 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
     """Fill each endpoint section's ``api_key`` from the variable its ``api_key_env`` names (default
-    ``ZHIKU_<SECTION>_API_KEY``). Secrets are read here, at the edge, once; library code gets them through the
-    settings (as ``SecretStr``, never printed)."""
+    ``ZHIKU_<SECTION>_API_KEY``)."""
     for section in ENDPOINTS:
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):

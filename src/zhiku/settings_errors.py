@@ -1,13 +1,4 @@
-"""Settings errors a newcomer can act on: where a bad value came from, and what an unknown key was meant to be.
-
-``load_settings`` merges defaults, ``zhiku.yaml``, ``ZHIKU_*`` variables and CLI flags into one dict before
-validating it, so a validation error alone cannot say which of them holds the bad value. ``Origins`` remembers the
-layers and names the one that set a key ("in zhiku.yaml", "from ZHIKU_RETRIEVAL__TOP_K", "from the command line");
-an unknown key gets the closest real one ("did you mean retrieval.top_k?"). ``check_env_names`` catches the
-``ZHIKU_*`` variables pydantic-settings ignores without a word: an unknown section and a single underscore.
-``migrate`` and ``migrate_env`` read the keys of older files and variables: a renamed key is read under its new name
-and a removed one dropped, each with one warning that says which.
-"""
+"""Settings errors a newcomer can act on: where a bad value came from, and what an unknown key was meant to be."""
 
 from __future__ import annotations
 
@@ -251,10 +242,8 @@ def explain(e: ValidationError, model: type[BaseModel], origins: Origins | None)
 
 
 def check_env_names(model: type[BaseModel], environ: Mapping[str, str]) -> None:
-    """Refuse ``ZHIKU_SECTION__KEY`` variables whose section does not exist, and ``ZHIKU_SECTION_KEY`` (one
-    underscore) ones that name a real key: pydantic-settings ignores both, so the setting silently stays as it was.
-    ``ZHIKU_<SECTION>_API_KEY`` is the default home of a section's secret (its ``api_key_env``), not a typo.
-    """
+    """Refuse ``ZHIKU_SECTION__KEY`` variables whose section does not exist, and ``ZHIKU_SECTION_KEY`` (one underscore)
+    ones that name a real key: pydantic-settings ignores both, so the setting silently stays as it was."""
     sections = [name for name, f in model.model_fields.items() if section_model(f.annotation) is not None]
     for name in sorted(environ):
         if not name.startswith("ZHIKU_"):

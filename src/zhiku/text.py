@@ -1,11 +1,4 @@
-"""Text normalisation and Chinese tokenisation.
-
-What is indexed and what is queried go through the same ``normalize``: NFKC (full-width → half-width),
-Traditional → Simplified (OpenCC ``t2s``) and lower case. Text is *stored* as written; only the index
-sees normalised tokens. Tokens come from ``rjieba`` (jieba-rs, jieba's dictionary): documents and queries are
-cut in search mode (words plus their dictionary sub-words, so ``合同`` finds ``合同法`` and ``拖欠工资`` finds
-``拖欠…工资``); stopwords are removed from queries only.
-"""
+"""Text normalisation and Chinese tokenisation."""
 
 from __future__ import annotations
 
@@ -143,12 +136,7 @@ class TextProcessor:
 
     def query_tokens(self, text: str) -> list[str]:
         """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation
-        dropped.
-
-        Search mode matters for compounds: precise mode keeps ``拖欠工资`` whole, which no document containing
-        ``拖欠劳动者的工资`` indexes; search mode adds ``拖欠`` and ``工资``. If every term is a stopword, the
-        stopwords are kept (a query like ``什么`` still searches).
-        """
+        dropped."""
         norm = self.normalize(text)
         words = self._cut(norm)
         spelled = article_numbers(norm)

@@ -1,7 +1,4 @@
-"""Frozen, typed data that flows between zhiku's stages.
-
-Every stage takes and returns these; no stage passes ``dict[str, Any]`` around.
-"""
+"""Frozen, typed data that flows between zhiku's stages."""
 
 from __future__ import annotations
 
@@ -24,13 +21,7 @@ class PageSpan:
 
 @dataclass(frozen=True)
 class ImageRef:
-    """An image that belongs to a chunk; the file is ``<index>/images/<image_id>`` (content-addressed).
-
-    ``image_id`` is the SHA-256 of the file's bytes plus its extension (``"3fa4….png"``); ``bbox`` is
-    ``(x0, top, x1, bottom)`` in points from the page's top-left corner (PDF), ``None`` where a format has no
-    geometry. ``caption`` is the image's caption or alt text (e.g. the nearest "图 1 …" line); a later
-    transform may fill it with a generated description. It is indexed with the chunk's text.
-    """
+    """An image that belongs to a chunk; the file is ``<index>/images/<image_id>`` (content-addressed)."""
 
     image_id: str
     mime_type: str  # "image/png" | "image/jpeg"
@@ -52,13 +43,7 @@ class SourceImage:
 
 @dataclass(frozen=True)
 class SourceDoc:
-    """A loaded document, before chunking.
-
-    ``text`` is the document as Markdown (headings as ``#`` lines, tables as Markdown tables), as the user
-    wrote it. ``pages`` maps character ranges of ``text`` to page numbers; it is empty for formats without
-    pages. ``needs_ocr_pages`` are pages without a usable text layer (scanned, or garbled glyphs) that were
-    not OCR'd; ``ocr_pages`` are pages whose text came from OCR.
-    """
+    """A loaded document, before chunking."""
 
     source: str  # path as ingested, relative to the ingest root, with forward slashes
     doc_type: str  # "markdown", "text", "pdf", "docx", "html"
@@ -160,9 +145,7 @@ class ScoredId:
 
 class Ranking(Sequence[ScoredId]):
     """A channel's candidates, best first, held as columns: ``ids``, ``scores`` and (from the SQLite store) the
-    candidates' ``rows`` (rowids, a hint for later lookups). Items are ``ScoredId`` made on access: a search ranks
-    hundreds of candidates and looks at few of them one by one (fusion reads the columns). Equal to any sequence
-    of the same ``ScoredId``; immutable."""
+    candidates' ``rows`` (rowids, a hint for later lookups)."""
 
     __slots__ = ("ids", "scores", "rows")
     ids: tuple[str, ...]
@@ -297,9 +280,7 @@ class OcrNeeded:
 
 @dataclass(frozen=True)
 class TransformIssue:
-    """An ingest transform that did not apply: to a chunk (``chunk_id``) or a whole document (``chunk_id`` None).
-    The chunk is kept without it. ``unreached``: the endpoint gave no answer (retries spent, or not sent after it
-    failed too often), so the next ingest of the unchanged document tries again."""
+    """An ingest transform that did not apply: to a chunk (``chunk_id``) or a whole document (``chunk_id`` None)."""
 
     transform: str
     reason: str

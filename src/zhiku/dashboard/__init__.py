@@ -1,5 +1,4 @@
-"""The Streamlit dashboard (`zhiku dashboard`, the ``dashboard`` extra). ``data`` holds everything it reads,
-through the library; ``app.py`` and ``views/`` only draw."""
+"""The Streamlit dashboard (`zhiku dashboard`, the ``dashboard`` extra)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What the dashboard shows, read through the library: settings, index statistics, documents and chunks,
-ingestion, traces and evaluation history. Pages stay thin: they call these functions and draw the result.
-
-Nothing here imports Streamlit, so it is tested like any library module.
-"""
+"""What the dashboard shows, read through the library: settings, index statistics, documents and chunks, ingestion,
+traces and evaluation history."""
 
 from __future__ import annotations
 

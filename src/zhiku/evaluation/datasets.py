@@ -1,14 +1,6 @@
-"""Evaluation sets: BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``: a corpus
-to index, qrels by document id) and YAML sets (queries with the sources, pages and sections they should find, run
-against an existing index; the format is in docs/evaluation.md).
-
-A YAML query's ``expected`` entries are alternatives (any one match is a success); an entry needs ``source`` (a
-glob over the ingested source path) or ``contains`` (text the chunk holds, whitespace ignored: it scores long
-documents however they are chunked), and the fields it has (``page``, ``section`` prefix) must all hold.
-
-Both kinds load into one ``EvalSet``: every query has ``relevant`` targets and a ``label`` function that maps a
-retrieved chunk to a target id, so the same metric functions score both.
-"""
+"""Evaluation sets: BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``: a corpus to
+index, qrels by document id) and YAML sets (queries with the sources, pages and sections they should find, run against
+an existing index; the format is in docs/evaluation.md)."""
 
 from __future__ import annotations
 
@@ -129,8 +121,7 @@ class Expected:
 
     def matches(self, chunk: Chunk, text: str | None = None) -> bool:
         """Whether ``chunk`` satisfies every field; ``text`` (default: the chunk's text) is what ``contains`` searches
-        (the part of the chunk that fits a context budget). ``section`` and ``contains`` are compared after
-        ``fold`` (the index's character normalisation) when it is set."""
+        (the part of the chunk that fits a context budget)."""
         if not fnmatch.fnmatchcase(chunk.source, self.source):
             return False
         if self.page is not None and chunk.page != self.page:

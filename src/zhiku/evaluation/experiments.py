@@ -1,12 +1,4 @@
-"""Retrieval variants side by side on one index: the same queries, one row of metrics and latency per variant.
-
-Adding a variant is one entry in ``VARIANTS``. A variant that cannot run here (``hybrid_rerank`` while no
-reranker is configured) is reported as unavailable with its reason, never with invented numbers. Only
-``hybrid_rerank`` runs the configured reranker; the other variants switch it off. A variant with ``transforms``
-(``hybrid+contextual``) runs on a second index of the same corpus built with those ingest transforms (BEIR sets;
-``variant_indexes`` builds it next to the first, through the LLM reply cache); one with ``settings``
-(``hybrid+multi_query``, ``hybrid+hyde``) on the same index with those settings.
-"""
+"""Retrieval variants side by side on one index: the same queries, one row of metrics and latency per variant."""
 
 from __future__ import annotations
 
@@ -100,9 +92,7 @@ VARIANTS: dict[str, Variant] = {
 @contextmanager
 def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
     """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on, opened on
-    first use and closed afterwards. Transforms: a second index of a BEIR corpus (or a long-document set's files)
-    under ``<index>/variant-<transforms>`` (None for plain YAML sets: they query an index that exists); settings
-    only: the same index, read-only, with those settings."""
+    first use and closed afterwards."""
     opened: dict[str, KnowledgeBase] = {}
 
     def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:

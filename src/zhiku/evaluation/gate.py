@@ -79,8 +79,7 @@ def baseline_bars(
     path: Path, *, max_drop: float, dataset: str, mode: str, budget: int | None, queries: int
 ) -> tuple[Bar, ...]:
     """Bars from an earlier run's ``summary.json`` (or ``--json`` output): every metric it holds must reach its value
-    there minus ``max_drop``. A baseline of another dataset, mode or context budget is refused: its numbers do not
-    compare."""
+    there minus ``max_drop``."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:

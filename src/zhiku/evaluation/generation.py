@@ -1,16 +1,4 @@
-"""Generation metrics judged by an LLM: faithfulness, answer relevancy and context precision.
-
-Definitions follow RAGAS (Es et al., "RAGAS: Automated Evaluation of Retrieval Augmented Generation", 2023):
-
-- faithfulness: the share of the answer's claims that the retrieved contexts support;
-- answer relevancy: the judge writes questions the answer would answer; the mean cosine similarity of their
-  embeddings to the real question's (with the index's own embedder);
-- context precision: average precision of the judge's useful/not-useful verdicts over the ranked contexts.
-
-zhiku's own answers are extractive (cited passages), so faithfulness is high by construction; pass
-``answer_fn`` to judge an LLM-written answer instead. A metric the judge could not score (no JSON, HTTP
-error) is ``None`` for that query, counted in ``errors``; means are over the scored queries.
-"""
+"""Generation metrics judged by an LLM: faithfulness, answer relevancy and context precision."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""An LLM judge over an OpenAI-compatible ``/v1/chat/completions`` endpoint, with an on-disk cache.
-
-Requests go through the shared ``OpenAICompatibleClient`` (retries on 429/5xx/timeouts, ``Retry-After``); responses
-are JSON objects the prompts ask for.
-A response that is not valid JSON is a ``JudgeError`` (and is never cached), so a later run asks again.
-"""
+"""An LLM judge over an OpenAI-compatible ``/v1/chat/completions`` endpoint, with an on-disk cache."""
 
 from __future__ import annotations
 
@@ -69,9 +64,7 @@ class JudgeClient:
         return value
 
     def _post(self, messages: list[dict[str, str]]) -> str:
-        """One judge call. After ``BREAKER`` calls in a row got no answer (down, hung, rate-limited past the
-        retries), the others are not sent: a hung judge would otherwise cost timeout × attempts per metric and
-        query (hours for 20 queries at the default 60 s)."""
+        """One judge call."""
         if self._failing >= BREAKER:
             raise JudgeError(f"not sent: the judge failed {self._failing} calls in a row (last: {self._last})")
         payload = {"model": self.model, "messages": messages, "temperature": 0}

@@ -1,8 +1,4 @@
-"""Ranking metrics as small pure functions (trec_eval conventions; binary or graded relevance).
-
-``ranked`` is a list of document ids, best first (duplicates already removed); ``relevant`` maps the judged
-relevant ids to their grade (> 0).
-"""
+"""Ranking metrics as small pure functions (trec_eval conventions; binary or graded relevance)."""
 
 from __future__ import annotations
 

@@ -206,13 +206,7 @@ def evaluate(
     on_progress: ProgressFn | None = None,
     budget: int | None = None,
 ) -> EvalResult:
-    """Search every query (deep enough for recall@100) and score the ranked targets against the judgements.
-
-    A hit's target is its document (BEIR) or the first expected entry it matches (YAML); repeated targets
-    count once, at their best position. ``options`` are extra keyword arguments of ``kb.retrieve`` (variants).
-    ``budget``: the ranking metrics see only the text within the first ``budget`` characters (chunks compared at
-    equal context cost); ``hit_chars@N`` metrics always cut at their own N.
-    """
+    """Search every query (deep enough for recall@100) and score the ranked targets against the judgements."""
     evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")

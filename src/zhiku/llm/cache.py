@@ -1,8 +1,4 @@
-"""The persistent cache of LLM replies: ``key → content`` in SQLite (the judge's and the transforms' files).
-
-Keys hash the model, the prompt id and the messages, so a changed prompt or input asks again
-and a re-ingest of the same corpus makes no request. Only replies that parsed are stored.
-"""
+"""The persistent cache of LLM replies: ``key → content`` in SQLite (the judge's and the transforms' files)."""
 
 from __future__ import annotations
 

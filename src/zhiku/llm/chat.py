@@ -38,9 +38,7 @@ class ChatService(Protocol):
         vision: bool = False,
         validate: Callable[[str], object] | None = None,
     ) -> str:
-        """The assistant's reply. ``prompt_id`` (``"contextual@builtin-1"``) is part of the cache key. ``vision``:
-        send to the vision model. ``validate`` raises ``ValueError`` on a reply the caller cannot use (it is then
-        neither returned nor cached). Raises ``TransformError``."""
+        """The assistant's reply."""
         ...
 
 

@@ -1,6 +1,5 @@
-"""Prompts in Chinese and English: built-in files ``zhiku/data/prompts/<name>.<zh|en>.txt``, each overridable by a
-file of the same name in ``llm.prompts_dir``. Placeholders are ``$name`` (``string.Template``), so JSON braces in a
-prompt need no escaping."""
+"""Prompts in Chinese and English: built-in files ``zhiku/data/prompts/<name>.<zh|en>.txt``, each overridable by a file
+of the same name in ``llm.prompts_dir``."""
 
 from __future__ import annotations
 

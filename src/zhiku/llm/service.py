@@ -1,10 +1,4 @@
-"""The cached, rate-limited chat service every LLM feature uses (``ChatService`` of the transform protocol).
-
-One ``OpenAICompatibleClient`` (retries honouring ``Retry-After``, timeouts) behind a semaphore of
-``CONCURRENCY``; replies cached by (model, prompt id, messages) in ``llm.sqlite``; token counts (reported by
-the endpoint, estimated otherwise) and a cost estimate from ``llm.price_input`` / ``price_output``.
-``PlanningService`` stands in for it in a dry run: it records what would be sent and answers nothing.
-"""
+"""The cached, rate-limited chat service every LLM feature uses (``ChatService`` of the transform protocol)."""
 
 from __future__ import annotations
 

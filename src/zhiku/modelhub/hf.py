@@ -1,10 +1,4 @@
-"""Hugging Face models for the sentence-transformers embedder and the cross-encoder reranker.
-
-A model (hub id or local folder) is resolved to a folder on disk, checked against the model manifest
-(``zhiku.modelhub.pinning``) before anything loads it, named with a fingerprint, and loaded once on first use on
-CUDA in half precision when torch sees a GPU, else the CPU. torch, sentence-transformers and
-huggingface_hub are imported only here and only when a model loads (``pip install 'zhiku[models]'``).
-"""
+"""Hugging Face models for the sentence-transformers embedder and the cross-encoder reranker."""
 
 from __future__ import annotations
 

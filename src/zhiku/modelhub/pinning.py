@@ -1,18 +1,4 @@
-"""Model pinning: a manifest of known models (file names, byte sizes, SHA-256), checked before a model loads.
-
-The shipped manifest is ``zhiku/data/models.json``; a user manifest (default ``<cache_dir>/models.json``,
-written by ``zhiku models pin``) adds or replaces entries by id. An entry with ``pinned: false`` names a model
-that zhiku knows but whose files nobody has attested yet (its hashes are filled by ``zhiku models pin PATH``);
-it is never checked.
-
-Which entry a model folder is checked against: the one named by id (a hub id in the settings), the one a
-Hugging Face cache folder belongs to (``models--ORG--NAME/snapshots/REV``), or the pinned entry whose files
-largest file (its weights) the folder holds with the same size (a local copy). A folder that matches nothing
-is ``unknown``: it loads, unverified. ``zhiku models verify PATH --id ID`` checks a folder against one entry whatever it holds.
-
-Hashing a model reads every byte of its files (gigabytes for the larger ones), so hashes are remembered by
-(absolute path, size, mtime) in ``<cache_dir>/model_hashes.json``; ``zhiku models verify`` always re-reads the files.
-"""
+"""Model pinning: a manifest of known models (file names, byte sizes, SHA-256), checked before a model loads."""
 
 from __future__ import annotations
 

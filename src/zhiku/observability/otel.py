@@ -1,9 +1,4 @@
-"""Export zhiku traces as OpenTelemetry spans (the ``otel`` extra: ``pip install 'zhiku[otel]'``).
-
-A finished trace becomes one root span (``zhiku.query`` / ``zhiku.ingest``) with a child span per stage,
-with the same start times and durations as in ``traces.jsonl``; counts and statuses become attributes.
-Spans go to the tracer provider given, or to OpenTelemetry's global one (configure its exporter as usual).
-"""
+"""Export zhiku traces as OpenTelemetry spans (the ``otel`` extra: ``pip install 'zhiku[otel]'``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Rank changes between stages (fusion, rerank): where each chunk stood before and after, and a summary.
-
-A row is ``{chunk_id, rank_before, rank_after, delta, status}`` (ranks 1-based; ``delta = rank_before -
-rank_after``, positive means it moved up); ``status`` is ``up``, ``down``, ``same``, ``new`` (the stage brought it
-in: no ``rank_before``) or ``dropped`` (left out of the stage's output: no ``rank_after``). Fusion rows also carry
-the chunk's rank in each channel (``bm25_rank``, ``dense_rank``).
-"""
+"""Rank changes between stages (fusion, rerank): where each chunk stood before and after, and a summary."""
 
 from __future__ import annotations
 
@@ -21,12 +15,8 @@ def rank_changes(
     keep_dropped_within: int,
     channels: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """What a stage records: ``changes``, one row per id of ``after`` (in order), then the ids of ``before`` it left
-    out that stood within ``keep_dropped_within`` (the ones worth a look), and the ``summary`` over all of them.
-
-    ``before`` maps ids to their rank going into the stage; ``after`` is the stage's output, best first;
-    ``channels`` (fusion) the BM25 and dense ranks each row also carries.
-    """
+    """What a stage records: ``changes``, one row per id of ``after`` (in order), then the ids of ``before`` it left out
+    that stood within ``keep_dropped_within`` (the ones worth a look), and the ``summary`` over all of them."""
     rows: list[dict[str, Any]] = []
     summary = dict.fromkeys(("moved_up", "moved_down", "unchanged", "new", "max_gain", "max_drop", "dropped"), 0)
 

@@ -1,10 +1,4 @@
-"""Trace records (``Trace``, ``Stage``), where they go (sinks: memory, a size-capped JSONL file) and the reader.
-
-A trace is ``trace → stages[]``; a stage has a name, a start (ms after the trace began), ``elapsed_ms``, a status
-(``ok``, ``off`` for a stage that is switched off, ``error``, ``fallback``), ``counts`` and its ``data``. Ranked
-candidates are lists of rows (dicts with a ``chunk_id``), labelled with their chunk's source and section.
-Separate from ``tracing`` (which builds records) so that exporters (``otel``) depend on the records only.
-"""
+"""Trace records (``Trace``, ``Stage``), where they go (sinks: memory, a size-capped JSONL file) and the reader."""
 
 from __future__ import annotations
 
@@ -182,8 +176,7 @@ class MemorySink:
 
 class JsonlSink:
     """Appends one JSON line per trace to ``path`` on the caller's thread; rotates to ``path.1`` … ``path.N`` past
-    ``max_bytes``. Writers in several processes (CLI, MCP server, dashboard) and threads share the file through an
-    ``flock``: each line is one ``write`` of an append-mode file, so lines never interleave."""
+    ``max_bytes``."""
 
     def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3) -> None:
         self.path = Path(path)

@@ -1,15 +1,4 @@
-"""Building traces: one per query and per ingestion run, stage by stage (records and sinks are in ``trace``).
-
-Library code marks stages with ``with span("bm25") as sp: …; sp.set(counts={...}, data=...)``; what a span sets
-goes straight into the trace's ``Stage`` when the span ends. Outside an open trace ``span`` returns a shared no-op
-object, so instrumented code costs a context-variable read when tracing is off.
-
-The current trace lives in a ``ContextVar``: code run with ``contextvars.copy_context().run`` in a worker thread
-(the dense channel) records into the same trace. A span whose name already exists in the trace is merged into that
-stage (``calls`` + 1, elapsed and counts summed, list data extended), so ingestion's per-document spans give one
-``load`` stage per run, not one per file. When the outermost block ends the trace is sealed (stages in pipeline
-order, nothing added after) and handed to the sinks on the caller's thread.
-"""
+"""Building traces: one per query and per ingestion run, stage by stage (records and sinks are in ``trace``)."""
 
 from __future__ import annotations
 
@@ -209,11 +198,7 @@ class Tracer:
         return bool(self.sinks)
 
     def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> _Root | _Join | _NoTrace:
-        """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off.
-
-        Inside an already open trace this joins it. ``capture=True`` records even when the tracer has no sinks
-        (``zhiku query --verbose`` prints the stages without writing them anywhere).
-        """
+        """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off."""
         outer = _current.get()
         if outer is not None:
             return _Join(outer.trace, attrs)

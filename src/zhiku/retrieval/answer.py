@@ -1,9 +1,4 @@
-"""Cited answers: Markdown with ``[n]`` markers and a sources list, plus structured citations.
-
-zhiku returns evidence, not generated prose: the assistant that called it writes the final answer from
-these passages. Every passage carries its citation (source file, page when known, section), and the whole
-Markdown stays within a character budget so results never flood the client's context window.
-"""
+"""Cited answers: Markdown with ``[n]`` markers and a sources list, plus structured citations."""
 
 from __future__ import annotations
 
@@ -75,10 +70,9 @@ def _blocks(text: str) -> list[tuple[str, list[str]]]:
 
 @memoized(2048)  # every answer flattens each passage it cites twice; the same passages come back
 def flatten(text: str) -> str:
-    """Prose joined onto one line per paragraph run; Markdown table rows, list items and fenced code blocks kept
-    one line each, each run set off by blank lines (a table, a list or a code block flattened into one line,
-    ``| | (1) | (2) | | --- |…``, ``步骤： 1. 提交 2. 审批`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is
-    unreadable)."""
+    """Prose joined onto one line per paragraph run; Markdown table rows, list items and fenced code blocks kept one
+    line each, each run set off by blank lines (a table, a list or a code block flattened into one line, ``| | (1) | (2)
+    | | --- |…``, ``步骤： 1. 提交 2. 审批`` or ``` ``` \\documentclass{…} %or \\documentclass… ``` ```, is unreadable)."""
     if "\n" not in text:
         return text
     return "\n\n".join(_joined(kind, lines) for kind, lines in _blocks(text))
@@ -172,11 +166,8 @@ def _answering_rows(text: str, limit: int, terms: Sequence[str], normalize: Call
 
 
 def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
-    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most
-    distinct query terms (then the most occurrences, then the earliest first match). Falls back to the start of the text without terms.
-    Terms of one character (不, 能, 算: in nearly every sentence) do not choose the window when the query has
-    longer ones: a window holding only those would hide an article's opening, its rule, for a later sentence that
-    happens to hold 算."""
+    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most distinct
+    query terms (then the most occurrences, then the earliest first match)."""
     terms = [t for t in terms if len(t) > 1] or list(terms)
     text = _answering_rows(flatten(text), limit, terms, normalize)
     if len(text) <= limit or not terms:
@@ -197,10 +188,7 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
 
 
 def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> tuple[str, str]:
-    """The text and section to show for ``hit``. A chunk holding several whole articles (short ones are chunked
-    together: ``… > 第三十一条、第三十二条``) shows only the articles that hold the most distinct query terms, and
-    its section names just those, so a citation points at the article that answers (加班费怎么算: 第三十一条, not
-    also 第三十二条 on refusing unsafe orders). Unchanged when no article, or every one, holds the most terms."""
+    """The text and section to show for ``hit``."""
     c = hit.chunk
     path, labels = split_label(c.section)
     terms = [t for t in terms if len(t) > 1] or list(terms)
@@ -287,8 +275,7 @@ def build_answer(
     snippet_chars: int = SNIPPET_CHARS,
 ) -> Answer:
     """Markdown + citations for ``hits``, snippets shrunk until the Markdown fits ``max_chars``; with a ``budget``,
-    until the Markdown and the citations' ``snippets`` fit it together. ``missing``: what the question named that no
-    passage holds. With the query's ``terms`` each snippet shows the part of the chunk that matches them."""
+    until the Markdown and the citations' ``snippets`` fit it together."""
     if budget is not None:
         return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing)
     limit = snippet_chars

@@ -52,9 +52,7 @@ def clause_ranking(
 
 def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:
     """The clauses' vectors, kept in ``known`` with the question vectors (a repeated question embeds none of them);
-    traced as stage ``clauses`` (embedding them takes about as long as embedding the question). The clause channel
-    is optional: if the embedder fails on a clause the search goes on without it (logged; the stage says
-    ``fallback``)."""
+    traced as stage ``clauses`` (embedding them takes about as long as embedding the question)."""
     if not clauses:
         return ()
     with span("clauses") as sp:

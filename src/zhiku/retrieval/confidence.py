@@ -1,18 +1,4 @@
-"""How sure an answer is: signals of one retrieval and the low-confidence decision.
-
-Signals (all from what the search already computed; no extra model call):
-
-- ``top_cosine``: the best cosine similarity of any chunk to the query (the dense channel's first score). The
-  bundled e5 model squeezes cosines into a narrow band (~0.75–0.95), so an off-topic question still scores high.
-- ``margin``: ``top_cosine`` minus the mean cosine of the dense candidates (the query's top 100 chunks): how far
-  the best chunk stands out from the rest of the corpus for this query. An off-topic question scores the whole
-  corpus alike (a flat top), an answerable one has chunks that stand out.
-- ``coverage``: the share of the query's BM25 terms found in the returned chunks' text.
-
-``assess`` compares the best cosine with ``answer.min_score`` (bm25 mode: the coverage with ``MIN_COVERAGE``);
-the default thresholds are calibrated on the dev sets' answerable questions against an off-topic set
-(tests/data/offtopic), where ``top_cosine`` separated them best.
-"""
+"""How sure an answer is: signals of one retrieval and the low-confidence decision."""
 
 from __future__ import annotations
 
@@ -102,9 +88,7 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
     """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
-    ``min_score`` is ``answer.min_score``, ``normalize`` the text processor's). Not low when the first passage holds
-    every code the query names (``codes_in_first``: ORD-4290 scored 0.87 while [1] was its row), nor when the
-    passages lead with the page the question asked for (``Retrieval.pages``: 第3页讲了什么 names no content)."""
+    ``min_score`` is ``answer.min_score``, ``normalize`` the text processor's)."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
     verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
     if verdict.low and (r.pages or codes_in_first(r.hits, r.query.terms, normalize)):

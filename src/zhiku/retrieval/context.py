@@ -1,14 +1,4 @@
-"""Small-to-big: a matched chunk (one or a few whole units) with the text around it.
-
-Retrieval matches small units (a statute article, a FAQ pair, a paragraph); a reader often needs more: the
-rest of a split article, the neighbouring articles, or the whole chapter. ``enclosing`` gives that text from
-the stored chunks of the document, within a character budget, while the citation keeps pointing to the unit.
-
-- ``chunk``: the chunk alone;
-- ``article``: every chunk of the article(s) the chunk belongs to (a long article is cut into several chunks),
-  and for a chunk outside any article the chunk with its neighbours in the same section;
-- ``section``: the chunks of its section (heading path without the article label), nearest first.
-"""
+"""Small-to-big: a matched chunk (one or a few whole units) with the text around it."""
 
 from __future__ import annotations
 
@@ -196,9 +186,8 @@ def _code_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
 
 
 def _whole(c: Chunk, by_ordinal: Callable[[], Mapping[int, Chunk]]) -> list[Chunk]:
-    """The pieces ``c`` is one of: of its one article cut for length, of a table split between rows or of a
-    fenced code block split between lines (the whole of either up to ``TABLE_MAX_CHARS``); just ``c`` otherwise.
-    ``by_ordinal`` (its document's chunks by ordinal) is called only when needed."""
+    """The pieces ``c`` is one of: of its one article cut for length, of a table split between rows or of a fenced code
+    block split between lines (the whole of either up to ``TABLE_MAX_CHARS``); just ``c`` otherwise."""
     if len(split_label(c.section)[1]) == 1:  # one article (not none, nor several whole ones): its pieces?
         return _article_run(c, by_ordinal())
     if _fences(c.text):  # a piece of a code block split between chunks (or the end of one and the start of another)
@@ -217,9 +206,8 @@ RUN_WEIGHT = 256
 
 
 class Runs(Cache[tuple[Chunk, Chunk, tuple[str, ...]]]):
-    """``whole_articles``' memo: by chunk object (its ``id``), the chunk, its whole article (the chunk itself when it
-    is whole) and the ids of the pieces inside it; each entry weighs its text's characters and ``RUN_WEIGHT``. Each
-    entry holds its chunk, so no other object takes its id while it is kept."""
+    """``whole_articles``' memo: by chunk object (its ``id``), the chunk, its whole article (the chunk itself when it is
+    whole) and the ids of the pieces inside it; each entry weighs its text's characters and ``RUN_WEIGHT``."""
 
     def __init__(self, budget: int = RUNS_CHARS) -> None:
         super().__init__(budget, lambda run: RUN_WEIGHT + len(run[1].text))
@@ -232,12 +220,9 @@ def whole_articles(
     limit: int | None = None,
     runs: Runs | None = None,
 ) -> list[Hit]:
-    """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines: a
-    hit on any piece returns the whole article, table or block (its pieces joined, ``start``/``end`` spanning them) at the best piece's rank, keeping
-    the matched piece's id and page; the other pieces are dropped from the ranking. ``limit``: stop at that many
-    hits (``hits`` is read no further). ``runs``: what earlier calls found for the same chunk objects (a store
-    hands out one object per chunk and index version, and new ones after a write: ``SQLiteStore``'s chunk cache),
-    kept there."""
+    """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines: a hit on
+    any piece returns the whole article, table or block (its pieces joined, ``start``/``end`` spanning them) at the best
+    piece's rank, keeping the matched piece's id and page; the other pieces are dropped from the ranking."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document

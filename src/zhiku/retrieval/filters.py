@@ -1,10 +1,4 @@
-"""Why a filtered search found nothing, and the fix: the words the CLI and MCP show with an empty answer.
-
-A source filter is an fnmatch-style glob over the source names as ingested (``劳动法(2018-12-29).md``), so the
-plain word a person types first (``--source 劳动法``) matches nothing; a type is one of the types ingested
-(``markdown``, ``pdf``). Saying which filter matched no document, with the names that would, is the fix a generic
-"loosen the filters" does not give.
-"""
+"""Why a filtered search found nothing, and the fix: the words the CLI and MCP show with an empty answer."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""``FairGate``: at most ``n`` threads inside at once, the others admitted in the order they came.
-
-Concurrent searches share two cores and one interpreter lock: past a few at a time, more threads only add
-switching (50 clients on a 10k index, 2 cores: 143 searches/s ungated, 267 with the default four places).
-A plain semaphore is unfair in CPython: the thread
-that releases it takes it back on its next loop while the others sleep, so a few clients get every turn and the
-rest starve. Here a releasing thread hands its place to the longest waiter instead.
-"""
+"""``FairGate``: at most ``n`` threads inside at once, the others admitted in the order they came."""
 
 from __future__ import annotations
 

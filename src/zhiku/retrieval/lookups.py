@@ -1,24 +1,5 @@
-"""A question that names an article (劳动合同法第八十二条) or a page (论文第8页讲了什么) is a lookup: the passages
-holding that article, or on that page, come first. ``lookup`` is the one step that does both, after the search,
-the reranker and the tags filter, from what ``read_question`` found in the question (``QueryPlan``).
-
-**Articles.** Laws number their articles alike, so fusion may rank another law's 第八十二条 (or the neighbour of the
-named article) above the one asked for. When the question names articles (第…条, spelled: 第82条 is 第八十二条) and
-one or more documents (by the source file's name without extension or date, or by the title heading of its
-sections, 中华人民共和国 left off), the hits holding a named article of the document named for it (the name just
-before the article, else any named) move to the front, in their fused order; without a named document, the hits
-holding a named article do. A reranker scores both laws' 第八十二条 alike: a named article it cut comes back.
-
-**Pages.** Search ranks passages by what they say, and "第 3 页" says where, not what. When the question asks for
-pages and the hits hold paged documents (PDF), the passages on an asked page come first, in document order: of the
-documents the question names (among the hits, else among the documents the search's filters keep), else of the
-first hit's document when it is paged. Those not among the hits are read from the document (they carry no search
-score: score 0, no ranks). A chunk's page is the page holding most of its characters (ingest/chunking.py): a page
-all of whose text lies in chunks of its neighbours is found in the chunk that runs into it.
-
-What the question asked for that no passage holds (劳动合同法 has no 第二百条; a page past a document's last) is
-said (``Lookup.missing``). As many hits as before; a question naming neither is left as it is.
-"""
+"""A question that names an article (劳动合同法第八十二条) or a page (论文第8页讲了什么) is a lookup: the passages holding that article,
+or on that page, come first."""
 
 from __future__ import annotations
 
@@ -92,8 +73,7 @@ def document_names(source: str, title: str) -> set[str]:
 
 def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
     """Each article the question names, with the documents it is asked of: the name just before it (劳动法第四十四条和
-    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none. A name
-    inside a longer one the question names (保险法 in 社会保险法, 合同法 in 劳动合同法) is not named there."""
+    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none."""
     spans = [(m.start(), m.end(), n) for n in names for m in re.finditer(re.escape(n), text)]
     named = [(a, b, n) for a, b, n in spans if not any(x <= a and b <= y and y - x > b - a for x, y, _ in spans)]
     anywhere = {n for _, _, n in named}
@@ -166,9 +146,8 @@ def _documents(
 
 def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
     """At most ``limit`` chunks on ``pages``, in document order, the pages taking turns (第3-4页 with room for four
-    passages: two of each, not four of page 3); for a page no chunk is on (its text lies in its neighbours'
-    chunks), the last chunk starting before it, when a later chunk is past it (the page lies inside the document).
-    And the pages served."""
+    passages: two of each, not four of page 3); for a page no chunk is on (its text lies in its neighbours' chunks), the
+    last chunk starting before it, when a later chunk is past it (the page lies inside the document)."""
     per_page: list[list[Chunk]] = []
     for page in pages:
         on = [c for c in chunks if c.page == page]

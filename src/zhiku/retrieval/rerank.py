@@ -1,18 +1,4 @@
-"""Rerankers behind the ``Reranker`` protocol, and the fallback that keeps queries answering when one fails.
-
-A reranker re-scores the best ``top_m`` fused candidates against the query (a cross-encoder reads query and
-passage together, which a bi-encoder cannot; Nogueira & Cho 2019). Providers:
-
-- ``CrossEncoderReranker``: a sentence-transformers CrossEncoder (``BAAI/bge-reranker-v2-m3``, ``bge-reranker-base``,
-  or a local folder); raw scores are logits, exposed as they are and through a sigmoid;
-- ``LLMReranker``: an OpenAI-compatible chat model grades every candidate 0–10 in one call, answering
-  ``{"scores": [...]}`` (or one ``id: score`` per line); the grade is the raw score, ``sigmoid(grade − 5)`` the squashed one;
-- no reranker (``rerank.provider: none``).
-
-``rerank_with_fallback`` runs a reranker in a daemon thread and waits at most ``timeout`` seconds: on a timeout,
-an exception or an output that is not a reordering of its input, the query keeps the fused order and the outcome
-says ``fallback: <reason>``. A hung model therefore never holds an answer longer than ``timeout``.
-"""
+"""Rerankers behind the ``Reranker`` protocol, and the fallback that keeps queries answering when one fails."""
 
 from __future__ import annotations
 
@@ -52,9 +38,7 @@ class Reranker(Protocol):
         ...
 
     def rerank(self, query: str, hits: Sequence[Hit], top_k: int) -> list[Hit]:
-        """The best ``top_k`` of ``hits`` for ``query``, best first, with ``rerank_*`` fields filled.
-
-        Raises on failure; the caller falls back to the input order."""
+        """The best ``top_k`` of ``hits`` for ``query``, best first, with ``rerank_*`` fields filled."""
         ...
 
 
@@ -132,10 +116,7 @@ def _check_output(out: Any, candidates: Sequence[Hit], want: int) -> list[Hit]:
 def rerank_with_fallback(
     reranker: Reranker, query: str, hits: Sequence[Hit], *, top_m: int, top_k: int, timeout: float
 ) -> RerankOutcome:
-    """Rerank the first ``top_m`` of ``hits`` (the rest follow in their fused order), keep ``top_k``.
-
-    Never raises for a reranker's failure: the outcome then holds ``hits[:top_k]`` and ``fallback: <reason>``.
-    """
+    """Rerank the first ``top_m`` of ``hits`` (the rest follow in their fused order), keep ``top_k``."""
     started = time.perf_counter()
     candidates = list(hits[:top_m])
     want = min(top_k, len(candidates))

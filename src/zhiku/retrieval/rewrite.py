@@ -1,12 +1,6 @@
 """Query rewriting (``retrieval.rewrite``) through the shared chat service: ``multi_query`` asks for alternative
-phrasings, ``hyde`` for a hypothetical passage that answers the query (Gao et al. 2022); each variant is searched
-and the rankings are fused with RRF, the original query's first. On a timeout or any error the plain query is
-searched and the result says ``rewrite: fallback: <reason>`` (like the reranker's fallback).
-
-``search`` is the whole retrieval of a read question: the search (rewritten or not), the tags filter (hits whose
-chunk or document lacks a tag are dropped from a deeper candidate list, ``metadata`` transform), then the one
-lookup step (named articles, asked pages).
-"""
+phrasings, ``hyde`` for a hypothetical passage that answers the query (Gao et al. 2022); each variant is searched and
+the rankings are fused with RRF, the original query's first."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""The connection to Milvus behind ``MilvusStore``: lazy import, connect, retries, one-line ``StoreError``s,
-and the few collection operations the store uses.
-
-Every call goes through ``Connection.call``, which passes ``TIMEOUT_S`` to pymilvus, repeats the call
-while the server is unreachable until that timeout has passed, and turns whatever pymilvus or gRPC raises
-into a ``StoreError`` naming the URI and the fix. pymilvus also logs each failed call with a traceback on
-the ``pymilvus`` logger; while that logger is at pymilvus's default level we raise it to CRITICAL, since the
-``StoreError`` says the same in one line (set the level yourself to see them again).
-"""
+"""The connection to Milvus behind ``MilvusStore``: lazy import, connect, retries, one-line ``StoreError``s, and the few
+collection operations the store uses."""
 
 from __future__ import annotations
 
@@ -99,12 +92,7 @@ class Connection:
             raise self.error(e, what) from None
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs, timeout=TIMEOUT_S)`` with every failure turned into a ``StoreError``.
-
-        While the server is unreachable the call is repeated (backing off up to 2 s) until ``TIMEOUT_S``
-        has passed: ``MilvusStore`` only makes calls that may safely run twice (reads, upserts by primary
-        key, deletes by expression). pymilvus's own retry gives up at once when re-opening the channel fails.
-        """
+        """``fn(*args, **kwargs, timeout=TIMEOUT_S)`` with every failure turned into a ``StoreError``."""
         deadline = time.monotonic() + self.timeout
         delay = 0.1
         while True:
@@ -169,10 +157,7 @@ class Connection:
             return self.call(what, getattr(self.client, method), *args, **kwargs)
 
     def create(self, name: str, schema: Any, index_params: Any) -> bool:
-        """Create, index and load a collection; False when another process created it first.
-
-        ``sync=False``: pymilvus would otherwise poll each index every 0.5 s.
-        """
+        """Create, index and load a collection; False when another process created it first."""
         try:
             self.invoke(f"create {name}", "create_collection", name, schema=schema, consistency_level=CONSISTENCY)
         except StoreError:
@@ -215,9 +200,7 @@ class Connection:
             self.flush_pending()
 
     def flush_pending(self) -> None:
-        """milvus-lite only: seal what this connection wrote into indexed segments. A real Milvus does this by
-        itself; lite scans unflushed rows in Python, about ten times slower than its segments. Runs every
-        ``LITE_FLUSH_ROWS`` rows, before this connection's next search and on ``close()``."""
+        """milvus-lite only: seal what this connection wrote into indexed segments."""
         with self._lock:
             pending = [name for name, count in self._unflushed.items() if count]
             self._unflushed.clear()

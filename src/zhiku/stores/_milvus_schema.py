@@ -1,15 +1,5 @@
-"""The Milvus layout of an index: two collections per ``collection_prefix``, their schemas, and the codecs
-between zhiku's frozen records and Milvus rows.
-
-- ``<prefix>chunks``: one row per chunk *version*. Primary key ``row_id = "<chunk_id>@<version>"``; scalar
-  fields for filters (``collection`` is the partition key; ``doc_id``, ``source``, ``doc_type``, ``section``,
-  ``page``, ``version``); ``text``; ``tokens`` (zhiku's space-joined rjieba tokens, analysed by Milvus for
-  BM25); ``sparse`` (the BM25 function's output); ``vector`` (HNSW, COSINE); ``payload`` (every other
-  ``Chunk`` field as JSON, so fields added to ``Chunk`` later are kept without a schema change).
-- ``<prefix>catalog``: small rows keyed ``doc:<doc_id>``, ``meta:<key>`` and ``hist:<ns>-<n>``: the documents
-  (with the *live* version of their chunks), index metadata and ingestion history. Milvus requires a vector
-  field in every collection, so the catalog carries a constant 2-d placeholder vector.
-"""
+"""The Milvus layout of an index: two collections per ``collection_prefix``, their schemas, and the codecs between
+zhiku's frozen records and Milvus rows."""
 
 from __future__ import annotations
 

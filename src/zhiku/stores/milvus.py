@@ -1,20 +1,4 @@
-"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite).
-
-One zhiku index is two Milvus collections named by ``store.collection_prefix`` (see ``_milvus_schema``):
-``<prefix>chunks`` holds every chunk with its BM25 tokens (Milvus's BM25 function) and its vector (HNSW,
-COSINE), partitioned by the zhiku collection (partition key); ``<prefix>catalog`` holds the documents,
-metadata and ingestion history, so every zhiku process pointed at the same URI and prefix sees them.
-
-Milvus has no multi-row transactions, so a document is replaced in three steps that readers never see
-half-done: (1) the new chunks are upserted under a new ``version`` (invisible: no document points at it);
-(2) the document's catalog row is upserted with that version — the switch, one row, atomic; (3) the old
-version's chunks are deleted. Every read keeps only chunks whose ``version`` is their document's live
-version, so a crash between the steps leaves the old or the new document whole, plus invisible rows that
-the next write of that document removes. Versions come from ``max(index_version + 1, now in µs)``, so two
-writer processes never produce the same one; the newest is also the ``index_version``. Every write is an
-upsert or a delete by key, so pymilvus may retry any of them after a lost connection without duplicating
-rows. Two processes writing the *same* document at the same moment are not serialised (last switch wins).
-"""
+"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite)."""
 
 from __future__ import annotations
 
@@ -46,11 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class MilvusStore:
-    """The ``Store`` protocol over Milvus. Thread-safe; writes of one process are serialised by a lock.
-
-    ``read_only=True`` opens an existing index for searching (a missing one raises ``IndexNotFound``); writes
-    then raise ``ReadOnlyIndex``.
-    """
+    """The ``Store`` protocol over Milvus."""
 
     def __init__(self, settings: StoreSettings, *, read_only: bool = False) -> None:
         self.settings = settings
