@@ -20,6 +20,8 @@ LITE_FLUSH_ROWS = 512  # see Connection.flush_pending
 TIMEOUT_S = 30.0  # a request, retries of a lost connection included, before it fails with a StoreError
 CONSISTENCY = "Strong"  # every finished write is seen, across processes too
 _SERVER_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
+_UNREACHABLE = "fail connecting", "unavailable", "connection refused", "failed to connect", "deadline", "timeout"
+_UNREACHABLE += "timed out", "retry run out", "illegal connection"
 
 
 def import_pymilvus() -> Any:
@@ -108,24 +110,10 @@ class Connection:
     def error(self, e: BaseException, what: str) -> StoreError:
         message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         low = message.lower()
-        env = "ZHIKU_STORE__URI"
-        if any(
-            s in low
-            for s in (
-                "fail connecting",
-                "unavailable",
-                "connection refused",
-                "failed to connect",
-                "deadline",
-                "timeout",
-                "timed out",
-                "retry run out",
-                "illegal connection",
-            )
-        ):
+        if any(s in low for s in _UNREACHABLE):
             return Unreachable(
                 f"cannot reach {self.where} during {what} ({message}): start Milvus (e.g. `milvus-lite server "
-                f"--data-dir DIR --port 19530`) or fix store.uri ({env}); requests give up after "
+                f"--data-dir DIR --port 19530`) or fix store.uri (ZHIKU_STORE__URI); requests give up after "
                 f"{self.timeout:g}s"
             )
         if any(s in low for s in ("auth", "permission", "denied", "unauthenticated", "credential")):

@@ -106,52 +106,33 @@ def chunk_from_row(row: dict[str, Any]) -> Chunk:
     return from_dict(Chunk, data)
 
 
+def _catalog_row(key: str, kind: str, payload: str, **fields: Any) -> dict[str, Any]:
+    row = {"key": key, "kind": kind, "doc_id": "", "collection": "", "source": "", "version": 0, "chunk_count": 0}
+    return {**row, "chars": 0, "at": 0.0, **fields, "payload": payload, "placeholder": PLACEHOLDER}
+
+
 def doc_row(doc: DocRecord, version: int, chars: int) -> dict[str, Any]:
-    return {
-        "key": f"doc:{doc.doc_id}",
-        "kind": "doc",
-        "doc_id": doc.doc_id,
-        "collection": doc.collection,
-        "source": doc.source,
-        "version": version,
-        "chunk_count": doc.chunk_count,
-        "chars": chars,
-        "at": float(doc.ingested_at),
-        "payload": to_json(doc),
-        "placeholder": PLACEHOLDER,
-    }
+    return _catalog_row(
+        f"doc:{doc.doc_id}",
+        "doc",
+        to_json(doc),
+        doc_id=doc.doc_id,
+        collection=doc.collection,
+        source=doc.source,
+        version=version,
+        chunk_count=doc.chunk_count,
+        chars=chars,
+        at=float(doc.ingested_at),
+    )
 
 
 def meta_row(key: str, value: str) -> dict[str, Any]:
-    return {
-        "key": f"meta:{key}",
-        "kind": "meta",
-        "doc_id": "",
-        "collection": "",
-        "source": "",
-        "version": 0,
-        "chunk_count": 0,
-        "chars": 0,
-        "at": 0.0,
-        "payload": value,
-        "placeholder": PLACEHOLDER,
-    }
+    return _catalog_row(f"meta:{key}", "meta", value)
 
 
 def history_row(key: str, record: IngestionRecord) -> dict[str, Any]:
-    return {
-        "key": f"hist:{key}",
-        "kind": "hist",
-        "doc_id": "",
-        "collection": record.collection,
-        "source": record.path,
-        "version": 0,
-        "chunk_count": record.chunk_count,
-        "chars": 0,
-        "at": float(record.at),
-        "payload": to_json(record),
-        "placeholder": PLACEHOLDER,
-    }
+    fields = {"collection": record.collection, "source": record.path, "chunk_count": record.chunk_count}
+    return _catalog_row(f"hist:{key}", "hist", to_json(record), **fields, at=float(record.at))
 
 
 def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:

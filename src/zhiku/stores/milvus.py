@@ -101,14 +101,14 @@ class MilvusStore:
         desc = self._call("describe chunks", "describe_collection", self.chunks_name)
         return next(int(f["params"]["dim"]) for f in desc["fields"] if f["name"] == "vector")
 
-    def _query(self, name: str, expr: str, fields: list[str], *, what: str = "query") -> list[dict[str, Any]]:
-        return self.conn.query_all(name, expr, fields, what=what)
-
-    def _upsert(self, name: str, rows: list[dict[str, Any]], what: str) -> None:
-        self.conn.upsert(name, rows, what)
-
     def _upsert_catalog(self, rows: list[dict[str, Any]]) -> None:
-        self._upsert(self.catalog_name, rows, "write catalog")
+        self.conn.upsert(self.catalog_name, rows, "write catalog")
+
+    def _mismatch(self, stored: int | None, got: int) -> IndexMismatch:
+        return IndexMismatch(
+            f"{self.where} holds {stored}-dimensional vectors but got {got}: the embedder changed; "
+            "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
+        )
 
     def _check_writable(self) -> None:
         if self.read_only:
@@ -125,7 +125,7 @@ class MilvusStore:
         return rows[0]["payload"] if rows else None
 
     def _doc_rows(self, expr: str, fields: list[str] = ms.DOC_FIELDS) -> list[dict[str, Any]]:
-        return self._query(
+        return self.conn.query_all(
             self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents"
         )
 
@@ -176,6 +176,22 @@ class MilvusStore:
             parts.append(f"source in {ms.lits(sorted(sources))}")
         return " and ".join(parts)
 
+    def _raw_search(self, data: Any, field: str, expr: str, limit: int, params: dict[str, Any]) -> list[dict[str, Any]]:
+        if field == "vector":
+            params = {**params, "params": {"ef": max(HNSW_EF, limit)}}
+        raw = self._call(
+            "search",
+            "search",
+            self.chunks_name,
+            data=[data],
+            anns_field=field,
+            filter=expr,
+            limit=limit,
+            output_fields=["chunk_id", "doc_id", "version"],
+            search_params=params,
+        )[0]
+        return [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw]
+
     def _search(self, data: Any, field: str, params: dict[str, Any], top_k: int, filters: Filters) -> list[ScoredId]:
         if top_k < 1 or self._dim is None and not self._refresh_dim():
             return []
@@ -185,20 +201,7 @@ class MilvusStore:
         top_k = min(int(top_k), MAX_TOPK)
         limit = top_k
         while True:
-            if field == "vector":
-                params = {**params, "params": {"ef": max(HNSW_EF, limit)}}
-            raw = self._call(
-                "search",
-                "search",
-                self.chunks_name,
-                data=[data],
-                anns_field=field,
-                filter=expr,
-                limit=limit,
-                output_fields=["chunk_id", "doc_id", "version"],
-                search_params=params,
-            )[0]
-            rows = [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw]
+            rows = self._raw_search(data, field, expr, limit, params)
             visible = self._visible(rows)
             if len(visible) >= top_k or len(rows) < limit or limit >= MAX_TOPK:
                 break
@@ -231,10 +234,7 @@ class MilvusStore:
         if self._dim is None and not self._refresh_dim():
             return None
         if query.size != self._dim:
-            raise IndexMismatch(
-                f"{self.where} holds {self._dim}-dimensional vectors but got {query.size}: the embedder "
-                "changed; rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
-            )
+            raise self._mismatch(self._dim, query.size)
         return query
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
@@ -250,18 +250,9 @@ class MilvusStore:
         if query is None or not ids:
             return {}
         limit = min(MAX_TOPK, 2 * len(ids))
-        raw = self._call(
-            "search",
-            "search",
-            self.chunks_name,
-            data=[query.tolist()],
-            anns_field="vector",
-            filter=f"chunk_id in {ms.lits(ids)}",
-            limit=limit,
-            output_fields=["chunk_id", "doc_id", "version"],
-            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, limit)}},
-        )[0]
-        rows = self._visible([{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw])
+        rows = self._visible(
+            self._raw_search(query.tolist(), "vector", f"chunk_id in {ms.lits(ids)}", limit, {"metric_type": "COSINE"})
+        )
         return {r["chunk_id"]: r["score"] for r in rows}
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
@@ -278,7 +269,7 @@ class MilvusStore:
         return [found[i] for i in chunk_ids if i in found]
 
     def _fetch_chunks(self, expr: str) -> dict[str, Chunk]:
-        rows = self._visible(self._query(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks"))
+        rows = self._visible(self.conn.query_all(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks"))
         return {r["chunk_id"]: ms.chunk_from_row(r) for r in rows}
 
     def _remember(self, rows: Sequence[dict[str, Any]]) -> None:
@@ -303,7 +294,7 @@ class MilvusStore:
         live = self._live_versions([doc_id])
         if not live or self._dim is None and not self._refresh_dim():
             return []
-        rows = self._query(
+        rows = self.conn.query_all(
             self.chunks_name,
             f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}",
             ms.CHUNK_FIELDS,
@@ -321,11 +312,13 @@ class MilvusStore:
         return [CollectionStats(name, *t) for name, t in sorted(totals.items())]
 
     def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
-        keys = self._query(self.catalog_name, 'kind == "hist"', ["key", "at"], what="read history")
+        keys = self.conn.query_all(self.catalog_name, 'kind == "hist"', ["key", "at"], what="read history")
         newest = [r["key"] for r in sorted(keys, key=lambda r: (r["at"], r["key"]), reverse=True)[: max(int(limit), 0)]]
         if not newest:
             return []
-        rows = self._query(self.catalog_name, f"key in {ms.lits(newest)}", ["key", "payload"], what="read history")
+        rows = self.conn.query_all(
+            self.catalog_name, f"key in {ms.lits(newest)}", ["key", "payload"], what="read history"
+        )
         by_key = {r["key"]: ms.from_json(IngestionRecord, r["payload"]) for r in rows}
         return [by_key[k] for k in newest if k in by_key]
 
@@ -353,10 +346,7 @@ class MilvusStore:
             meta = self._meta_values(["dim", "index_version"])
             stored_dim = self._stored_dim(meta.get("dim"))
             if rows and stored_dim is not None and stored_dim != dim:
-                raise IndexMismatch(
-                    f"{self.where} holds {stored_dim}-dimensional vectors but got {dim}: the embedder changed; "
-                    "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
-                )
+                raise self._mismatch(stored_dim, dim)
             other = self._doc_rows(
                 f"collection == {ms.lit(doc.collection)} and source == {ms.lit(doc.source)} "
                 f"and doc_id != {ms.lit(doc.doc_id)}",
@@ -372,7 +362,7 @@ class MilvusStore:
             stale: list[str] = []  # every row of this document before the write: the live version and any leftovers
             if self._dim is not None or self._refresh_dim():
                 expr = f"doc_id == {ms.lit(doc.doc_id)}" + (f" or chunk_id in {ms.lits(ids)}" if ids else "")
-                existing = self._query(
+                existing = self.conn.query_all(
                     self.chunks_name, expr, ["row_id", "chunk_id", "doc_id", "version"], what="check chunk ids"
                 )
                 clash = self._visible([r for r in existing if r["doc_id"] != doc.doc_id])
@@ -389,12 +379,10 @@ class MilvusStore:
             ]
             try:
                 if new_rows:
-                    self._upsert(self.chunks_name, new_rows, f"write the chunks of {doc.doc_id}")
+                    self.conn.upsert(self.chunks_name, new_rows, f"write the chunks of {doc.doc_id}")
                 self._upsert_catalog([ms.doc_row(doc, version, sum(len(c.text) for c in chunks))])  # the switch
             except StoreError as e:
-                if not isinstance(
-                    e, Unreachable
-                ):  # unreachable: the leftovers stay invisible; the next write removes them
+                if not isinstance(e, Unreachable):  # unreachable: leftovers stay invisible; the next write removes them
                     self._discard(f"row_id in {ms.lits([r['row_id'] for r in new_rows])}")
                 raise
             bump = [ms.meta_row("index_version", str(version))]
@@ -424,13 +412,7 @@ class MilvusStore:
             self._upsert_catalog([ms.meta_row("milvus_analyzer", analyzer)])
         self._dim = self._chunks_dim()
         if self._dim != dim:  # another process created it first, for other vectors
-            raise IndexMismatch(
-                f"{self.where} holds {self._dim}-dimensional vectors but got {dim}: the embedder changed; "
-                "rebuild with `zhiku ingest PATH --force` into another store.collection_prefix"
-            )
-
-    def _next_version(self) -> int:
-        return max(self.index_version() + 1, time.time_ns() // 1000)
+            raise self._mismatch(self._dim, dim)
 
     def _discard(self, expr: str) -> None:
         """Delete chunk rows that no document points at; best effort (leftovers stay invisible)."""
@@ -447,7 +429,9 @@ class MilvusStore:
             if not self._live_versions([doc_id]):
                 return False
             self._call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {ms.lit('doc:' + doc_id)}")
-            self._upsert_catalog([ms.meta_row("index_version", str(self._next_version()))])
+            self._upsert_catalog(
+                [ms.meta_row("index_version", str(max(self.index_version() + 1, time.time_ns() // 1000)))]
+            )
             self._discard(f"doc_id == {ms.lit(doc_id)}")
         return True
 
@@ -458,7 +442,7 @@ class MilvusStore:
 
     # --- metadata ------------------------------------------------------------------------------------
     def get_meta(self) -> dict[str, str]:
-        rows = self._query(self.catalog_name, 'kind == "meta"', ["key", "payload"], what="read metadata")
+        rows = self.conn.query_all(self.catalog_name, 'kind == "meta"', ["key", "payload"], what="read metadata")
         return dict(sorted((r["key"][len("meta:") :], r["payload"]) for r in rows))
 
     def set_meta(self, values: dict[str, str]) -> None:
@@ -474,6 +458,3 @@ class MilvusStore:
     def index_version(self) -> int:
         value = self._meta_value("index_version")
         return int(value) if value and value.isdigit() else 0
-
-
-__all__ = ["MilvusStore"]
