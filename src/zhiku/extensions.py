@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ class PromptSpec:
 
 def parse_docstring(doc: str | None) -> dict[str, Any]:
     """``{"description", "when_to_use", "examples", "errors", "params"}`` from a docstring's sections."""
-    lines = _dedent(doc or "")
+    lines = inspect.cleandoc(doc or "").splitlines()
     sections: dict[str, list[str]] = {"description": []}
     current = "description"
     for line in lines:
@@ -92,12 +93,6 @@ def parse_docstring(doc: str | None) -> dict[str, Any]:
         "errors": " ".join(x.strip() for x in sections.get("errors", []) if x.strip()),
         "params": _params(sections.get("params", [])),
     }
-
-
-def _dedent(doc: str) -> list[str]:
-    import inspect
-
-    return inspect.cleandoc(doc).splitlines()
 
 
 def _examples(lines: list[str]) -> tuple[str, ...]:
@@ -168,11 +163,8 @@ def resource(
     """Mark ``fn`` as a resource at ``uri`` (a template's ``{params}`` are the function's parameters)."""
 
     def mark(f: F) -> F:
-        setattr(
-            f,
-            RESOURCE_ATTR,
-            {"uri": uri, "name": name, "title": title, "description": description, "mime_type": mime_type},
-        )
+        marks = {"uri": uri, "name": name, "title": title, "description": description, "mime_type": mime_type}
+        setattr(f, RESOURCE_ATTR, marks)
         return f
 
     return mark

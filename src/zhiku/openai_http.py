@@ -34,8 +34,7 @@ class _Retryable(Exception):
 
     def __init__(self, reason: str, wait: float | None = None) -> None:
         super().__init__(reason)
-        self.reason = reason
-        self.wait = wait
+        self.reason, self.wait = reason, wait
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -92,10 +91,12 @@ class OpenAICompatibleClient:
             ) from None
         self._httpx = httpx
         self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
+        self.timeout, self.max_retries, self.backoff_s, self.max_backoff_s = (
+            timeout,
+            max_retries,
+            backoff_s,
+            max_backoff_s,
+        )
         headers = {"Content-Type": "application/json", "User-Agent": "zhiku"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -120,11 +121,8 @@ class OpenAICompatibleClient:
                 return self._attempt(url, body, deadline)
             except _Retryable as e:
                 attempts += 1
-                pause = (
-                    min(e.wait, MAX_RETRY_AFTER_S)
-                    if e.wait is not None
-                    else backoff_s(attempts - 1, self.backoff_s, self.max_backoff_s)
-                )
+                pause = backoff_s(attempts - 1, self.backoff_s, self.max_backoff_s)
+                pause = pause if e.wait is None else min(e.wait, MAX_RETRY_AFTER_S)
                 if attempts > self.max_retries or (deadline is not None and time.monotonic() + pause >= deadline):
                     raise HttpApiError(f"{url} failed after {attempts} attempt(s): {e.reason}") from None
                 time.sleep(pause)
@@ -187,14 +185,9 @@ class OpenAICompatibleClient:
             ) from None
         if not isinstance(content, str):
             raise HttpApiError(f"the chat endpoint answered content that is not text: {str(content)[:160]}", 200)
-        usage = data.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
-        return ChatReply(
-            content,
-            int(usage.get("prompt_tokens") or 0),
-            int(usage.get("completion_tokens") or 0),
-            str(choice.get("finish_reason") or ""),
-        )
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        return ChatReply(content, *tokens, str(choice.get("finish_reason") or ""))
 
 
 class EndpointSettings(Protocol):

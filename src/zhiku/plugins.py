@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections import defaultdict
@@ -43,29 +44,16 @@ def _info(group: str, ep: EntryPoint, error: str | None = None) -> PluginInfo:
     dist = ep.dist
     location = ""
     if dist is not None:
-        try:
+        with contextlib.suppress(Exception):  # exotic distribution finders
             location = str(dist.locate_file(""))
-        except Exception:  # pragma: no cover - exotic distribution finders
-            location = ""
-    return PluginInfo(
-        group=group,
-        name=ep.name,
-        value=ep.value,
-        distribution=dist.metadata["Name"] if dist is not None else "?",
-        version=dist.version if dist is not None else "?",
-        location=location,
-        error=error,
-    )
+    name, version = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
+    return PluginInfo(group, ep.name, ep.value, name, version, location, error)
 
 
 @functools.cache
 def load(group: str) -> tuple[Plugin, ...]:
     """Every entry point of ``group`` loaded, in name order; broken ones are logged and left out."""
-    out: list[Plugin] = []
-    for info, obj in _load_all(group):
-        if info.ok:
-            out.append(Plugin(info, obj))
-    return tuple(out)
+    return tuple(Plugin(info, obj) for info, obj in _load_all(group) if info.ok)
 
 
 @functools.cache
@@ -149,9 +137,8 @@ def build_provider(group: str, provider_name: str, settings: Any) -> Any:
     except Exception as e:
         name = provider_name.removeprefix(PREFIX)
         info = next(i for i, obj in _load_all(group) if i.name == name and obj is factory)
-        raise ConfigError(
-            f"{group} plugin {name!r} from {info.distribution} could not be built: {type(e).__name__}: {e}"
-        ) from None
+        why = f"{type(e).__name__}: {e}"
+        raise ConfigError(f"{group} plugin {name!r} from {info.distribution} could not be built: {why}") from None
 
 
 def provider(group: str, provider_name: str) -> Any:

@@ -99,18 +99,8 @@ class DashboardData:
     def overview(self) -> Overview:
         settings = json.loads(self.settings.model_dump_json())
         if not self.exists:
-            return Overview(
-                str(self.index),
-                False,
-                settings,
-                {},
-                {},
-                (),
-                self.health(),
-                None,
-                0,
-                (f"no index at {self.index} yet: ingest documents (ingestion page or `zhiku ingest PATH`)",),
-            )
+            missing = f"no index at {self.index} yet: ingest documents (ingestion page or `zhiku ingest PATH`)"
+            return Overview(str(self.index), False, settings, {}, {}, (), self.health(), None, 0, (missing,))
         problems: list[str] = []
         with self.kb() as kb:
             meta = kb.meta()
@@ -124,18 +114,10 @@ class DashboardData:
                     + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in stale.items())
                     + "): rebuild with `zhiku ingest PATH --force`"
                 )
-            history = kb.history(1)
+            last = next(iter(kb.history(1)), None)
+            collections, runs = tuple(kb.collections()), len(read_history(self.index))
             return Overview(
-                str(self.index),
-                True,
-                settings,
-                meta,
-                stale,
-                tuple(kb.collections()),
-                self.health(),
-                history[0] if history else None,
-                len(read_history(self.index)),
-                tuple(problems),
+                str(self.index), True, settings, meta, stale, collections, self.health(), last, runs, tuple(problems)
             )
 
     # -- data browser ------------------------------------------------------------------------------
@@ -246,14 +228,7 @@ def channel_rows(trace: Trace, stage: str) -> list[dict[str, Any]]:
     if s is None:
         return []
     return [
-        {
-            "rank": r["rank"],
-            "score": r["score"],
-            "source": r.get("source", ""),
-            "section": r.get("section", ""),
-            "chunk_id": r["chunk_id"],
-        }
-        for r in s.data.get("ranking", [])
+        {k: r.get(k, "") for k in ("rank", "score", "source", "section", "chunk_id")} for r in s.data.get("ranking", [])
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
@@ -31,6 +32,18 @@ def data() -> DashboardData:
         st.stop()
     st.sidebar.caption(f"索引 index: `{d.index}`")
     return d
+
+
+def stages_chart(rows: list[dict[str, Any]], *extra: str) -> None:
+    """A trace's stages as a waterfall, then as a table."""
+    import altair as alt
+
+    tooltip = ["stage:N", "elapsed_ms:Q", *extra, "counts:N", "note:N"]
+    x = alt.X("start_ms:Q", title="ms")
+    bars = alt.Chart(alt.Data(values=rows)).mark_bar()
+    chart = bars.encode(x=x, x2="end_ms:Q", y=alt.Y("stage:N", sort=None), color="status:N", tooltip=tooltip)
+    st.altair_chart(chart, width="stretch")
+    st.dataframe(rows, hide_index=True)
 
 
 def show_error(e: ZhikuError) -> None:

@@ -14,22 +14,8 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 TRACE_FILE = "traces.jsonl"
-STAGES = (
-    "parse",
-    "queue",
-    "bm25",
-    "dense",
-    "clauses",
-    "fusion",
-    "rerank",
-    "answer",
-    "load",
-    "split",
-    "transform",
-    "tokenise",
-    "embed",
-    "upsert",
-)
+STAGES = ("parse", "queue", "bm25", "dense", "clauses", "fusion", "rerank", "answer")  # a query's, in order
+STAGES += ("load", "split", "transform", "tokenise", "embed", "upsert")  # an ingestion run's
 _ORDER = {name: i for i, name in enumerate(STAGES)}
 
 
@@ -179,9 +165,7 @@ class JsonlSink:
     ``max_bytes``."""
 
     def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3) -> None:
-        self.path = Path(path)
-        self.max_bytes = max_bytes
-        self.backups = backups
+        self.path, self.max_bytes, self.backups = Path(path), max_bytes, backups
         self._lock = threading.Lock()  # one rotation at a time in this process
 
     def write(self, trace: Trace) -> None:

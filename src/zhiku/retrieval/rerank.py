@@ -70,7 +70,6 @@ def apply_scores(hits: Sequence[Hit], raw: Sequence[float], top_k: int, *, offse
 class RerankOutcome:
     hits: tuple[Hit, ...]
     status: str  # "ok" | "off" | "fallback: <reason>"
-    elapsed_ms: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -117,11 +116,10 @@ def rerank_with_fallback(
     reranker: Reranker, query: str, hits: Sequence[Hit], *, top_m: int, top_k: int, timeout: float
 ) -> RerankOutcome:
     """Rerank the first ``top_m`` of ``hits`` (the rest follow in their fused order), keep ``top_k``."""
-    started = time.perf_counter()
     candidates = list(hits[:top_m])
     want = min(top_k, len(candidates))
     if not candidates:
-        return RerankOutcome(tuple(hits[:top_k]), "ok", 0.0)
+        return RerankOutcome(tuple(hits[:top_k]), "ok")
     try:
         out = _run_bounded(lambda: reranker.rerank(query, candidates, want), timeout)
         ranked = _check_output(out, candidates, want)[:want]
@@ -131,9 +129,9 @@ def rerank_with_fallback(
         reason = str(e) if isinstance(e, TimeoutError) else f"{type(e).__name__}: {e}"
         reason = " ".join(reason.split())[:300]
         log.warning("reranker %s failed, answering with the fused order: %s", reranker_name(reranker), reason)
-        return RerankOutcome(tuple(hits[:top_k]), f"fallback: {reason}", (time.perf_counter() - started) * 1000)
+        return RerankOutcome(tuple(hits[:top_k]), f"fallback: {reason}")
     final = ranked + list(hits[top_m:])  # candidates past top_m keep their fused order
-    return RerankOutcome(tuple(final[:top_k]), "ok", (time.perf_counter() - started) * 1000)
+    return RerankOutcome(tuple(final[:top_k]), "ok")
 
 
 def reranker_name(reranker: Reranker) -> str:
@@ -186,8 +184,6 @@ LLM_SYSTEM = (
 _THINK = re.compile(r"<think>.*?</think>", re.S)
 _LINE = re.compile(r"^\s*[\[(（]?\s*(\d+)\s*[\])）]?\s*[:：=\-–]\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*10)?\s*$")
 LLM_MIDPOINT = 5.0  # grades are centred here for the sigmoid
-
-
 LLM_PASSAGE_CHARS = 600  # of each candidate shown to the LLM reranker: its gist, and 20 of them fit any context
 
 
@@ -249,9 +245,7 @@ class LLMReranker:
     """One chat completion per query grades all candidates (listwise-in-one-call, pointwise grades)."""
 
     def __init__(self, client: Any, model: str, *, timeout: float = 10.0) -> None:
-        self.client = client
-        self.model = model
-        self.timeout = timeout
+        self.client, self.model, self.timeout = client, model, timeout
 
     @property
     def name(self) -> str:
@@ -333,6 +327,7 @@ def rerank_traced(
         if sp.active:
             candidates = min(TOP_M, len(hits))
             data: dict[str, Any] = {"reranker": reranker_name(reranker), "top_m": TOP_M, "timeout_s": r.timeout_s}
+            counts = {"candidates": candidates, "returned": len(outcome.hits)}
             if outcome.ok:
                 changes = rank_changes(
                     {h.chunk.chunk_id: n for n, h in enumerate(hits[:candidates], 1)},
@@ -350,17 +345,7 @@ def rerank_traced(
                     for h in outcome.hits
                     if h.rerank_score is not None
                 ]
-                sp.set(
-                    counts={"candidates": candidates, "returned": len(outcome.hits)},
-                    scores=scores,
-                    **data,
-                    **changes,
-                )
+                sp.set(counts, scores=scores, **data, **changes)
             else:
-                sp.set(
-                    counts={"candidates": candidates, "returned": len(outcome.hits)},
-                    status="fallback",
-                    reason=outcome.status.removeprefix("fallback: "),
-                    **data,
-                )
+                sp.set(counts, status="fallback", reason=outcome.status.removeprefix("fallback: "), **data)
     return list(outcome.hits), outcome.status

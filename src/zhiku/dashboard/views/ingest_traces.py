@@ -1,10 +1,9 @@
 """Ingestion traces: each run's stages (load, split, transform, tokenise, embed, upsert) and its documents."""
 
-import altair as alt
 import streamlit as st
 
 from zhiku.dashboard.data import latest_busy, trace_label, waterfall
-from zhiku.dashboard.ui import data
+from zhiku.dashboard.ui import data, stages_chart
 
 st.title("导入追踪 Ingestion traces")
 traces = data().traces("ingest", limit=100)
@@ -21,18 +20,6 @@ cols = st.columns(5)
 for col, key in zip(cols, ("added", "updated", "skipped", "removed", "failed"), strict=False):
     col.metric(key, counts.get(key, 0))
 rows = waterfall(t)
-st.altair_chart(
-    alt.Chart(alt.Data(values=rows))
-    .mark_bar()
-    .encode(
-        x=alt.X("start_ms:Q", title="ms"),
-        x2="end_ms:Q",
-        y=alt.Y("stage:N", sort=None),
-        color="status:N",
-        tooltip=["stage:N", "elapsed_ms:Q", "calls:Q", "counts:N", "note:N"],
-    ),
-    width="stretch",
-)
-st.dataframe(rows, hide_index=True)
+stages_chart(rows, "calls:Q")
 st.subheader("文档 Documents")
 st.dataframe(t.data.get("documents", []), hide_index=True)

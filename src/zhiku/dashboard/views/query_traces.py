@@ -1,10 +1,9 @@
 """Query traces: stage waterfall, BM25 vs dense side by side, the fusion rank-change table, the hits."""
 
-import altair as alt
 import streamlit as st
 
 from zhiku.dashboard.data import channel_rows, rank_rows, trace_label, waterfall
-from zhiku.dashboard.ui import data, show_error
+from zhiku.dashboard.ui import data, show_error, stages_chart
 from zhiku.errors import ZhikuError
 
 st.title("查询追踪 Query traces")
@@ -35,19 +34,7 @@ st.caption(
 st.markdown(f"**{a.get('query', '')}**")
 rows = waterfall(trace)
 st.subheader("阶段 Stages")
-st.altair_chart(
-    alt.Chart(alt.Data(values=rows))
-    .mark_bar()
-    .encode(
-        x=alt.X("start_ms:Q", title="ms"),
-        x2="end_ms:Q",
-        y=alt.Y("stage:N", sort=None),
-        color="status:N",
-        tooltip=["stage:N", "elapsed_ms:Q", "counts:N", "note:N"],
-    ),
-    width="stretch",
-)
-st.dataframe(rows, hide_index=True)
+stages_chart(rows)
 
 st.subheader("BM25 vs dense")
 left, right = st.columns(2)
