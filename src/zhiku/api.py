@@ -138,8 +138,7 @@ class KnowledgeBase:
         self.store.warm()
 
     def load_reranker(self) -> str | None:
-        """Load the configured reranker now, not in the first query; a failure is returned (``Type: message``), not
-        raised: queries then answer in the fused order and say so (``rerank: fallback``)."""
+        """Load the configured reranker now, not in the first query; a failure is returned (``Type: message``)."""
         try:
             if self.reranker is not None:
                 self.reranker.load()
@@ -329,9 +328,7 @@ class KnowledgeBase:
         return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
-        """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence`` (below
-        ``answer.min_score``) and, when nothing was found, a ``note`` saying why; a collection that does not exist
-        is ``NotFound``. ``max_chars``: the budget of the Markdown and the citations' ``snippets`` together."""
+        """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence``."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             note = None if r.hits else self._empty_note(options)
@@ -480,8 +477,7 @@ def files_to_ingest(paths: Sequence[Path]) -> list[Path]:
 
 
 def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None) -> MigrationReport:
-    """Copy the embedded index of ``settings.index`` into the Milvus store of ``settings.store``, without
-    re-embedding; run it again to resume an interrupted copy."""
+    """Copy the embedded index of ``settings.index`` into the Milvus store of ``settings.store``."""
     from zhiku.stores.migrate import migrate_sqlite
     from zhiku.stores.milvus import MilvusStore
 

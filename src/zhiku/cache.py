@@ -16,8 +16,7 @@ def _one(_: object) -> int:
 
 
 class Cache(Generic[V]):
-    """At most ``max_weight`` in total ``weigh(value)`` (1 each by default: an entry count); the least recently
-    used entries go first. ``max_weight`` 0 keeps nothing."""
+    """At most ``max_weight`` in total ``weigh(value)`` (1 each by default: an entry count)."""
 
     def __init__(self, max_weight: int, weigh: Callable[[V], int] = _one) -> None:
         self.max_weight, self.weigh = max_weight, weigh

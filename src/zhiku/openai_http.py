@@ -158,8 +158,7 @@ class OpenAICompatibleClient:
         return data
 
     def _post_by(self, url: str, body: bytes, limit: float, deadline: float) -> Any:
-        """A POST whose whole reply must have arrived by ``deadline``: httpx's timeouts bound each read, so a reply
-        trickling in (a few bytes now and then) held the request long past it."""
+        """A POST whose whole reply must have arrived by ``deadline``: httpx's timeouts bound each read."""
         httpx = self._httpx
         request = self._client.build_request("POST", url, content=body, timeout=httpx.Timeout(limit, pool=None))
         resp = self._client.send(request, stream=True)
@@ -206,8 +205,7 @@ class EndpointSettings(Protocol):
 def client_from(
     settings: EndpointSettings, *, max_retries: int = 5, max_connections: int = 8
 ) -> OpenAICompatibleClient:
-    """The client for a settings section's endpoint: its base URL, API key (read from its ``api_key_env`` when the
-    settings loaded) and timeout."""
+    """The client for a settings section's endpoint: its base URL, API key."""
     if not settings.base_url:
         raise ZhikuError("no endpoint configured: set base_url (e.g. http://127.0.0.1:8000/v1)")
     return OpenAICompatibleClient(

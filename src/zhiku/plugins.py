@@ -107,8 +107,7 @@ _REFUSED: dict[tuple[str, str, str], str] = {}  # (group, name, value) -> the fi
 
 
 def report_problem(plugin: PluginInfo, why: str) -> None:
-    """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes);
-    logged once per process."""
+    """A plugin that loaded but was refused later (a tool breaking the conventions, a loader without suffixes)."""
     _REFUSED.setdefault((plugin.group, plugin.name, plugin.value), why)
     if (plugin.group, plugin.name, why) in _REPORTED:
         return
@@ -117,8 +116,7 @@ def report_problem(plugin: PluginInfo, why: str) -> None:
 
 
 def installed() -> list[PluginInfo]:
-    """Every plugin in every group, with its load error if any, or the reason it was refused when this process used
-    it (``zhiku plugins`` uses every group first: ``zhiku.plugin_check``)."""
+    """Every plugin in every group, with its load error if any."""
     return [
         replace(info, error=_REFUSED.get((info.group, info.name, info.value), info.error))
         for group in GROUPS
@@ -127,8 +125,7 @@ def installed() -> list[PluginInfo]:
 
 
 def build_provider(group: str, provider_name: str, settings: Any) -> Any:
-    """The object a ``plugin:NAME`` provider's factory builds from ``settings``; a factory that raises is one
-    ``ConfigError`` line naming the plugin and its package (the command cannot run without what it chose)."""
+    """The object a ``plugin:NAME`` provider's factory builds from ``settings``."""
     factory = provider(group, provider_name)
     try:
         return factory(settings)

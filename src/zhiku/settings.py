@@ -441,9 +441,7 @@ def _names_folder(value: str, base: Path) -> bool:
 
 
 def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[str, Any]:
-    """``data`` (a settings file's) with its relative paths taken from the file's folder ``base``, not from
-    wherever the command runs: a desktop client starts `zhiku serve --config /abs/zhiku.yaml` in a folder of its
-    own, where `text.user_dict: terms.dict` or `index: .zhiku` name nothing. ``./zhiku.yaml`` changes nothing."""
+    """``data`` (a settings file's) with its relative paths taken from the file's folder ``base``."""
     if base == Path("."):
         return data
     out = dict(data)
@@ -488,8 +486,7 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
 
 
 def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill each endpoint section's ``api_key`` from the variable its ``api_key_env`` names (default
-    ``ZHIKU_<SECTION>_API_KEY``)."""
+    """Fill each endpoint section's ``api_key`` from the variable its ``api_key_env`` names."""
     for section in ENDPOINTS:
         part = data.get(section, {})
         if not isinstance(part, dict) or part.get("api_key"):

@@ -127,8 +127,7 @@ def _warn(origin: str, old: str, new: str | None, env: bool) -> None:
 
 
 def migrate(data: dict[str, Any], origin: str, *, env: bool = False) -> dict[str, Any]:
-    """``data`` (a settings file's or the environment's, nested) with the keys of older files renamed or dropped,
-    one warning each; a value already under the new name wins over the old one."""
+    """``data`` (a settings file's or the environment's, nested) with the keys of older files renamed or dropped."""
     out = {name: dict(v) if isinstance(v, dict) else v for name, v in data.items()}
     for old in [*MOVED, *FIXED]:
         section, _, name = old.partition(".")
@@ -155,8 +154,7 @@ def migrate(data: dict[str, Any], origin: str, *, env: bool = False) -> dict[str
 
 
 def migrate_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``ZHIKU_*`` variables without those of sections that are gone (pydantic-settings never reads them), one
-    warning each; the other older names are migrated after parsing, by ``migrate``."""
+    """``ZHIKU_*`` variables without those of sections that are gone (pydantic-settings never reads them)."""
     out = dict(environ)
     for old in [k for k in FIXED if k.partition(".")[0] in GONE_SECTIONS]:
         name = env_name(tuple(old.split(".")))

@@ -35,8 +35,7 @@ ARTICLE_RE = re.compile(rf"^[ \t\u3000]*(第[{NUMERALS}\d]+条)(?=\s|$)", re.MUL
 
 
 def chinese_number(n: int) -> str:
-    """``n`` (1–9999) in Chinese numerals as statutes number their articles: 47 → 四十七, 101 → 一百零一,
-    110 → 一百一十, 1002 → 一千零二."""
+    """``n`` (1–9999) in Chinese numerals as statutes number their articles: 47 → 四十七, 101 → 一百零一, 110 → 一百一十."""
     if n < 10:
         return _DIGITS[n]
     if n < 20:
@@ -53,8 +52,7 @@ def chinese_number(n: int) -> str:
 
 
 def article_numbers(text: str) -> str:
-    """``text`` with article numbers in Arabic digits spelled as statutes write them: 第47条 → 第四十七条 (what a
-    person types; a question naming an article in digits found nothing of it)."""
+    """``text`` with article numbers in Arabic digits spelled as statutes write them: 第47条 → 第四十七条."""
     return _ARTICLE_NUMBER.sub(
         lambda m: f"第{chinese_number(int(m.group(1)))}条" if int(m.group(1)) else m.group(0), text
     )
@@ -116,8 +114,7 @@ class TextProcessor:
         return self.simplified(unicodedata.normalize("NFKC", text)).lower()
 
     def simplified(self, text: str) -> str:
-        """``text`` in Simplified characters: the form of a question written in Traditional characters that the
-        dense channel also searches with (``retrieval/search.py``)."""
+        """``text`` in Simplified characters."""
         return str(self._opencc.convert(text))
 
     def normalize(self, text: str) -> str:
@@ -125,9 +122,7 @@ class TextProcessor:
         return self._normalized(text)
 
     def index_tokens(self, text: str) -> list[str]:
-        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped (normalised
-        without ``normalize``'s cache: an index text is normalised once, and would push out the passages queries
-        normalise again)."""
+        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""
         return self._cut(self._normalize_chars(text))
 
     def _cut(self, normalized: str) -> list[str]:
@@ -135,8 +130,7 @@ class TextProcessor:
         return [t for t in self._jieba.cut_for_search(normalized) if word(t)]
 
     def query_tokens(self, text: str) -> list[str]:
-        """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation
-        dropped."""
+        """Distinct query terms in order: search-mode cut (as documents are indexed)."""
         norm = self.normalize(text)
         words = self._cut(norm)
         spelled = article_numbers(norm)
@@ -159,10 +153,7 @@ _CLAUSE_BREAK = re.compile(
 
 
 def query_clauses(query: str, *, min_chars: int = 4, max_clauses: int = 8) -> list[str]:
-    """The clauses of a long question, for embedding beside the whole (the clause channel): the text cut at clause
-    punctuation and at whitespace between Chinese characters (``_CLAUSE_BREAK``: English words and numbers stay
-    together), a piece shorter than ``min_chars`` joined to the one before it (or a short first piece to the next), at most ``max_clauses`` (the
-    first ones). A question of one clause gives ``[]``: the whole question already is that clause."""
+    """The clauses of a long question, for embedding beside the whole (the clause channel)."""
     out: list[str] = []
     for piece in _CLAUSE_BREAK.split(query.strip()):
         piece = piece.strip()

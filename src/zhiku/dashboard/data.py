@@ -252,8 +252,7 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
 
 
 def latest_busy(traces: Sequence[Trace]) -> int:
-    """The position of the newest ingestion run that changed something (added, updated, removed or failed a
-    document), so the page does not open on a no-op re-run; 0 when none did."""
+    """The position of the newest ingestion run that changed something."""
     for i, t in enumerate(traces):
         counts = t.data.get("counts", {})
         if any(counts.get(k) for k in ("added", "updated", "removed", "failed")):

@@ -110,8 +110,7 @@ def squash(text: str) -> str:
 
 @dataclass(frozen=True)
 class Expected:
-    """One acceptable place for the answer: a source glob, optionally a page, a section prefix and a text the chunk
-    must contain (whitespace-insensitive)."""
+    """One acceptable place for the answer: a source glob, optionally a page."""
 
     source: str = "*"
     page: int | None = None
@@ -143,17 +142,14 @@ def _same(text: str) -> str:
 
 
 def folded(evalset: EvalSet, fold: Callable[[str], str]) -> EvalSet:
-    """``evalset`` whose expected entries compare ``section`` and ``contains`` after ``fold``: the index's own
-    normalisation (NFKC, Traditional → Simplified, lower case), so a set written in Traditional
-    characters scores the Simplified passages retrieval found for it, and full-width digits match half-width."""
+    """``evalset`` whose expected entries compare ``section`` and ``contains`` after ``fold``."""
     cached = memoized(8192)(fold)
     queries = tuple(replace(q, expected=tuple(replace(e, fold=cached) for e in q.expected)) for q in evalset.queries)
     return replace(evalset, queries=queries)
 
 
 def section_matches(section: str, prefix: str) -> bool:
-    """``prefix`` starts the chunk's section path at any level: ``第二章 > 第十九条`` matches
-    ``劳动合同法 > 第二章 > 第十九条至第二十条`` (the last level may be cut short)."""
+    """``prefix`` starts the chunk's section path at any level: ``第二章 > 第十九条`` matches ``劳动合同法 > 第二章 > 第十九条至第二十条``."""
     prefix = prefix.strip()
     if not prefix:
         return True
@@ -170,8 +166,7 @@ class EvalQuery:
     expected: tuple[Expected, ...] = ()  # YAML sets: the targets are "expected[i]"
 
     def label(self, chunk: Chunk, text: str | None = None) -> str:
-        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches
-        (``text``: the part of the chunk that was returned, default all of it)."""
+        """The target a retrieved chunk counts for: its document (BEIR) or the first expected entry it matches."""
         if not self.expected:
             return chunk.source
         for i, e in enumerate(self.expected):
@@ -201,8 +196,7 @@ def from_beir(data: BeirDataset, path: Path | str = "") -> EvalSet:
 
 
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
-    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/`` (files to ingest)
-    beside ``eval.yaml`` (questions with ``contains:`` expectations), as ``stard_longdoc``."""
+    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/``."""
     path = Path(path)
     if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
         s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)

@@ -91,8 +91,7 @@ VARIANTS: dict[str, Variant] = {
 
 @contextmanager
 def variant_indexes(settings: Settings, data: EvalSet) -> Iterator[KbFor]:
-    """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on, opened on
-    first use and closed afterwards."""
+    """``kb_for(variant, collection)``: the knowledge base a variant with transforms or settings runs on."""
     opened: dict[str, KnowledgeBase] = {}
 
     def kb_for(v: Variant, collection: str | None) -> KnowledgeBase | None:

@@ -60,8 +60,7 @@ def score(
     relevant: Mapping[str, int],
     by_budget: Mapping[int, Sequence[str]] | None = None,
 ) -> dict[str, float]:
-    """Every named metric (``hit@5``, ``mrr@10``, …) of one ranking; ``hit_chars@N`` reads ``by_budget[N]``, the
-    targets of the text returned within the first N characters."""
+    """Every named metric (``hit@5``, ``mrr@10``, …) of one ranking; ``hit_chars@N`` reads ``by_budget[N]``."""
     out = {}
     for name in names:
         base, k = parse_metric(name)

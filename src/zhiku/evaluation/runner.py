@@ -144,8 +144,7 @@ class EvalResult:
 def index_dataset(
     kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str, on_progress: ProgressFn | None = None
 ) -> IndexingStats:
-    """Index a BEIR corpus, or a long-document set's ``docs/`` folder, into ``collection`` (unchanged documents
-    are skipped)."""
+    """Index a BEIR corpus, or a long-document set's ``docs/`` folder, into ``collection``."""
     if isinstance(dataset, EvalSet) and dataset.docs:
         report = kb.ingest([Path(dataset.docs)], collection=collection, on_progress=on_progress)
         if report.failed:
@@ -337,8 +336,7 @@ def unmatched_targets(
 
 
 def missing_documents(queries: Iterable[EvalQuery], corpus_ids: set[str]) -> tuple[str, ...]:
-    """BEIR: the judged documents of ``queries`` that are not in the corpus (a qrels id typo'd or of another
-    corpus version): they can never be retrieved, so the query scores 0 whatever retrieval does."""
+    """BEIR: the judged documents of ``queries`` that are not in the corpus."""
     return tuple(
         f"{q.qid} judges {doc!r} relevant, which is not in the corpus (corpus.jsonl has no such `_id`): it can "
         "never be found"

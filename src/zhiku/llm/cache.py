@@ -54,8 +54,7 @@ class ReplyCache:
 
 
 def json_object_in(text: str) -> dict[str, Any]:
-    """The JSON object in a model's reply (a ```json fence or surrounding prose is tolerated); ``ValueError``
-    with a short reason otherwise."""
+    """The JSON object in a model's reply."""
     body = text.strip()
     fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
     if fence:

@@ -11,8 +11,7 @@ from zhiku.errors import ZhikuError
 
 
 class TransformError(ZhikuError):
-    """One transform step failed for one chunk or document (timeout, 429 after retries, malformed or refused
-    output); the chunk is kept without that transform and the reason is reported."""
+    """One transform step failed for one chunk or document (timeout, 429 after retries, malformed or refused output)."""
 
     code = "TRANSFORM_FAILED"
     retryable = True

@@ -54,7 +54,6 @@ class Prompts:
         return Template(self.text(name, language)).safe_substitute({k: str(v) for k, v in values.items()})
 
     def id_of(self, name: str) -> str:
-        """The prompt's id in cache keys: ``contextual@builtin-1`` or ``contextual@user-1`` (the prompt's text is part
-        of each key too, so an edited prompt is asked again)."""
+        """The prompt's id in cache keys: ``contextual@builtin-1`` or ``contextual@user-1``."""
         user = self.override_dir is not None and any(self.override_dir.glob(f"{name}.*.txt"))
         return f"{name}@{'user' if user else 'builtin'}-1"

@@ -159,8 +159,7 @@ class PlannedCall:
 
 
 class PlanningService(LLMService):
-    """A dry run: records each request (estimated tokens, whether the cache already holds it) and answers ``""``
-    so that nothing is sent and nothing is cached."""
+    """A dry run: records each request."""
 
     def __init__(self, model: str, *, vision_model: str | None = None, cache: ReplyCache | None = None) -> None:
         super().__init__(None, model, vision_model=vision_model, cache=cache)  # type: ignore[arg-type]

@@ -103,8 +103,7 @@ def download(repo_id: str, revision: str | None) -> Path:
 
 
 class HubModel:
-    """Base of ``SentenceTransformerEmbedder`` and ``CrossEncoderReranker``: subclasses say how to construct the
-    model from its folder (``_construct``) and which error a failed load raises (``load_error``)."""
+    """Base of ``SentenceTransformerEmbedder`` and ``CrossEncoderReranker``."""
 
     load_error: type[ZhikuError] = ZhikuError
     kind = "model"

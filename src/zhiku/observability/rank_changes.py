@@ -53,8 +53,7 @@ def rank_changes(
 def fusion_changes(
     bm25: Sequence[ScoredId], dense: Sequence[ScoredId], fused: Sequence[str], top_k: int
 ) -> tuple[dict[str, int], dict[str, Any]]:
-    """The fusion stage's ``counts`` (``candidates``: the chunks any channel found) and its rank changes, each
-    chunk's ``rank_before`` its best rank over both channels."""
+    """The fusion stage's ``counts`` (``candidates``: the chunks any channel found) and its rank changes."""
     b = {x.chunk_id: x.rank for x in bm25}
     d = {x.chunk_id: x.rank for x in dense}
     best = dict(b)

@@ -161,8 +161,7 @@ class MemorySink:
 
 
 class JsonlSink:
-    """Appends one JSON line per trace to ``path`` on the caller's thread; rotates to ``path.1`` … ``path.N`` past
-    ``max_bytes``."""
+    """Appends one JSON line per trace to ``path`` on the caller's thread."""
 
     def __init__(self, path: Path, *, max_bytes: int = 10_000_000, backups: int = 3) -> None:
         self.path, self.max_bytes, self.backups = Path(path), max_bytes, backups
@@ -192,15 +191,13 @@ class JsonlSink:
 
 
 def trace_files(path: Path, backups: int = 100) -> list[Path]:
-    """``path`` and its rotated backups that exist, newest first (an older zhiku kept up to 100; a gap
-    does not end the list: another process may be rotating them)."""
+    """``path`` and its rotated backups that exist, newest first."""
     files = [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
     return [p for p in files if p.is_file()]
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
-    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first (by when they started:
-    two processes' lines can land out of order); bad lines are skipped."""
+    """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first."""
     out: list[Trace] = []
     for f in trace_files(Path(path)):
         for line in reversed(f.read_text(encoding="utf-8", errors="replace").splitlines()):

@@ -37,8 +37,7 @@ class _Open:
         self.trace, self.t0, self.lock, self.closed = trace, time.perf_counter(), threading.Lock(), False
 
     def add(self, name: str, start: float, seconds: float, sets: Sets) -> None:
-        """Record one call of stage ``name`` (merged into the stage when it exists); dropped once the trace ended
-        (a thread that outlived its query, e.g. a reranker past rerank.timeout)."""
+        """Record one call of stage ``name`` (merged into the stage when it exists); dropped once the trace ended."""
         with self.lock:
             if self.closed:
                 return
@@ -76,8 +75,7 @@ class _Span:
 
     @contextmanager
     def outside(self, cm: AbstractContextManager[Any]) -> Iterator[None]:
-        """Enter ``cm`` with this span's clock stopped (waiting for the search gate is the ``queue`` stage's time,
-        not this one's)."""
+        """Enter ``cm`` with this span's clock stopped."""
         start = time.perf_counter()
         with cm:
             self._paused += time.perf_counter() - start
@@ -130,8 +128,7 @@ def mark(name: str, status: str = "off", **data: Any) -> None:
 
 
 def waited(name: str, start: float, **data: Any) -> None:
-    """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``, a search
-    waiting for a place in the search gate (twice the CPU count at once)."""
+    """Record a stage that only waited, from ``start`` (``time.perf_counter()``) until now: e.g. ``queue``."""
     o = _current.get()
     if o is not None:
         o.add(name, start, time.perf_counter() - start, [(None, None, data)])
@@ -248,9 +245,7 @@ Lookup = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
 
 
 class Labels:
-    """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), kept by index version
-    (``version()``): a chunk's labels do not change until the index does, so a traced query looks up only the
-    chunks no earlier query labelled."""
+    """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), kept by index version."""
 
     def __init__(self, fetch: Lookup, version: Callable[[], int]) -> None:
         self._fetch, self._version = fetch, version
@@ -274,8 +269,7 @@ class Labels:
 
 
 def record_hits(trace: Trace, hits: Sequence[Hit], lookup: Lookup) -> None:
-    """Put the query's hits in ``trace.data`` and label every row the trace lists (in its stages' data and its own:
-    lists of dicts with a ``chunk_id``) with its chunk's ``lookup`` labels; what a row holds itself wins."""
+    """Put the query's hits in ``trace.data`` and label every row the trace lists."""
     trace.data["hits"] = hit_rows(hits)
     lists = [v for d in [*(s.data for s in trace.stages), trace.data] for v in d.values() if isinstance(v, list)]
     rows = [r for rows in lists for r in rows if isinstance(r, dict) and "chunk_id" in r]

@@ -79,8 +79,7 @@ def flatten(text: str) -> str:
 
 
 def _joined(kind: str, lines: list[str]) -> str:
-    """One run of ``flatten``: prose on one line; a list without its common indent (four spaces before 1、 after a
-    blank line would make Markdown show the list as code); table rows and code as written."""
+    """One run of ``flatten``: prose on one line; a list without its common indent."""
     if kind == "prose":
         return " ".join(" ".join(lines).split())
     return textwrap.dedent("\n".join(lines)) if kind == "list" else "\n".join(lines)
@@ -90,8 +89,7 @@ _FENCE = re.compile(r"(?m)^[ \t]*```")
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:
-    """Where the fenced code blocks of flattened ``text`` lie: from an opening fence to the end of its closing
-    fence (or of the text, for one left open)."""
+    """Where the fenced code blocks of flattened ``text`` lie: from an opening fence to the end of its closing fence."""
     marks = [m.start() for m in _FENCE.finditer(text)]
     spans = []
     for a, b in zip(marks[::2], [*marks[1::2], len(text)], strict=False):
@@ -107,8 +105,7 @@ def _after_marker(text: str, at: int) -> bool:
 
 
 def snippet(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 % (inside a
-    table: after its last whole row; inside a code block: after its last whole line, the block closed)."""
+    """``text`` cut to at most ``limit`` characters, at a sentence end when one falls in the last 40 %."""
     text = flatten(text)
     if len(text) <= limit:
         return text
@@ -136,8 +133,7 @@ def snippet(text: str, limit: int) -> str:
 
 
 def _sentence_starts(text: str) -> list[int]:
-    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header, never
-    inside a code block but at its opening fence, never between a list item's number and its text."""
+    """Where a snippet may start: after a sentence end or a line break, never inside a table but at its header."""
     starts = [0] + [m.end() for m in _SENTENCE_END.finditer(text)] + [m.end() for m in re.finditer(r"\n+", text)]
     rows = [(m.start(), m.end()) for m in re.finditer(r"(?m)^\|.*$", text)]
     headers = {a for a, _ in rows if a < 2 or text[a - 2 : a] == "\n\n"}  # a table's first row follows a blank line
@@ -166,8 +162,7 @@ def _answering_rows(text: str, limit: int, terms: Sequence[str], normalize: Call
 
 
 def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> str:
-    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters, that holds the most distinct
-    query terms (then the most occurrences, then the earliest first match)."""
+    """A query-biased snippet: the window of whole sentences, at most ``limit`` characters."""
     terms = [t for t in terms if len(t) > 1] or list(terms)
     text = _answering_rows(flatten(text), limit, terms, normalize)
     if len(text) <= limit or not terms:
@@ -227,8 +222,7 @@ def _render(
     missing: Sequence[str],
     shown: Sequence[tuple[str, str]],
 ) -> str:
-    """The Markdown with snippets of at most ``limit`` characters; ``missing``: the named articles no hit holds;
-    ``shown``: each hit's text and section as shown (``exact_articles``)."""
+    """The Markdown with snippets of at most ``limit`` characters; ``missing``: the named articles no hit holds."""
     lines = [f"**检索问题 / Query:** {query}", ""]
     if not hits:
         lines.append("未找到相关内容。No matching passages were found in the knowledge base.")

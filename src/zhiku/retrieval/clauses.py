@@ -34,8 +34,7 @@ class KnownVectors(Protocol):
 def clause_ranking(
     store: Retriever, rankings: Sequence[Sequence[ScoredId]], vectors: Sequence[np.ndarray]
 ) -> Sequence[ScoredId]:
-    """Every candidate of ``rankings`` scored by its best cosine over the clause ``vectors``, best first (ties by
-    id): no search of its own, so it re-orders the candidates and never adds one. ``[]`` without vectors."""
+    """Every candidate of ``rankings`` scored by its best cosine over the clause ``vectors``, best first."""
     if not vectors:
         return []
     candidates = list(dict.fromkeys([i for ranking in rankings for i in columns_of(ranking)[0]]))
@@ -51,8 +50,7 @@ def clause_ranking(
 
 
 def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:
-    """The clauses' vectors, kept in ``known`` with the question vectors (a repeated question embeds none of them);
-    traced as stage ``clauses`` (embedding them takes about as long as embedding the question)."""
+    """The clauses' vectors, kept in ``known`` with the question vectors (a repeated question embeds none of them)."""
     if not clauses:
         return ()
     with span("clauses") as sp:

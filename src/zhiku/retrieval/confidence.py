@@ -35,8 +35,7 @@ class Signals:
 
 @dataclass(frozen=True)
 class Confidence:
-    """The decision for one answer: ``score`` is the signal it was made on (``signal``), ``low`` whether it is
-    below ``threshold`` (or nothing matched)."""
+    """The decision for one answer: ``score`` is the signal it was made on (``signal``)."""
 
     score: float | None
     low: bool
@@ -65,8 +64,7 @@ def signals_of(
 
 
 def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Confidence:
-    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off); in bm25 mode
-    (no cosine) when the passages hold less than ``MIN_COVERAGE`` of the query's terms."""
+    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off)."""
     if mode == "bm25":
         name, score, threshold = "coverage", signals.coverage, MIN_COVERAGE if min_score > 0 else 0.0
     else:
@@ -76,9 +74,7 @@ def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Con
 
 
 def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> bool:
-    """Whether the query names codes (terms of letters and digits with a separator or 3+ digits: ORD-4290, v2.3.0,
-    GB18030; not win10, mp4) and the first passage holds every one of them verbatim and whole (not ORD-429 in
-    ORD-4290): a lookup answered, however low the cosine of a bare code to prose."""
+    """Whether the query names codes."""
     codes = [t for t in terms if _CODE.fullmatch(t) and _DISTINCT.search(t)]
     if not (codes and hits):
         return False
@@ -87,8 +83,7 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 
 
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
-    """The confidence of one retrieval (what MCP and `zhiku query --json` report as ``confidence``/``low_confidence``;
-    ``min_score`` is ``answer.min_score``, ``normalize`` the text processor's)."""
+    """The confidence of one retrieval."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
     verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
     if verdict.low and (r.pages or codes_in_first(r.hits, r.query.terms, normalize)):
@@ -97,7 +92,6 @@ def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = s
 
 
 def check_collection(name: str | None, names: Sequence[str]) -> None:
-    """``NotFound`` naming the collections there are when ``name`` is none of them: a typo'd collection is an error,
-    not an empty answer that looks low-confidence."""
+    """``NotFound`` naming the collections there are when ``name`` is none of them: a typo'd collection is an error."""
     if name is not None and name not in names:
         raise NotFound(f"no collection {name!r} in this knowledge base; available: {', '.join(names) or '(none yet)'}")

@@ -69,8 +69,7 @@ def _members(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind) -> li
 
 
 def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_chars: int) -> ChunkContext:
-    """The ``kind`` context of ``chunk`` among its document's chunks, nearest chunks first until ``max_chars``
-    (the matched chunk is always there, however long)."""
+    """The ``kind`` context of ``chunk`` among its document's chunks, nearest chunks first until ``max_chars``."""
     members = _members(chunk, doc_chunks, kind)
     kept: list[Chunk] = []
     used = 0
@@ -85,9 +84,7 @@ def enclosing(chunk: Chunk, doc_chunks: Sequence[Chunk], kind: ContextKind, max_
 
 
 def _article_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
-    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole), from its
-    document's chunks by ordinal. A neighbour that also holds other whole articles (a short last piece merged with
-    the next article) ends the run."""
+    """The consecutive chunks holding pieces of ``chunk``'s one article (just ``chunk`` when it is whole)."""
     path, (label,) = split_label(chunk.section)
     run = [chunk]
     for step, side in ((-1, -1), (1, 0)):
@@ -104,9 +101,7 @@ def _article_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
 
 
 def _added(pieces: Sequence[Chunk]) -> Iterator[tuple[Chunk, str, bool]]:
-    """Each of consecutive chunks of one document with the document text it adds (a continued table's repeated
-    header and the characters an earlier piece held left out), and whether a gap comes before it (it does not
-    overlap the pieces before it)."""
+    """Each of consecutive chunks of one document with the document text it adds."""
     end: int | None = None
     for c in pieces:
         body = c.text[len(c.text) - (c.end - c.start) :]  # a continued table's repeated header is not document text
@@ -138,9 +133,7 @@ def _table_header(c: Chunk) -> str:
 
 
 def _table_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
-    """The consecutive chunks holding pieces of the table split across ``chunk`` (its first piece, with the
-    caption and header, then each piece repeating that header), or just ``chunk``; ``by_ordinal``: its document's
-    chunks by ordinal."""
+    """The consecutive chunks holding pieces of the table split across ``chunk``."""
     after = by_ordinal.get(chunk.ordinal + 1)
     header = _table_header(chunk) or (_table_header(after) if after is not None else "")
     if not header or header not in chunk.text or (after is not None and after.section != chunk.section):
@@ -166,10 +159,7 @@ def _fences(text: str) -> int:
 
 
 def _code_run(chunk: Chunk, by_ordinal: Mapping[int, Chunk]) -> list[Chunk]:
-    """The consecutive chunks of ``chunk``'s section holding pieces of a fenced code block split across ``chunk``
-    (from the piece that opens it to the one that closes it), or just ``chunk``; ``by_ordinal``: its document's
-    chunks by ordinal. Whether a chunk starts inside a block is read from the fences of the document's text before
-    it, overlaps counted once."""
+    """The consecutive chunks of ``chunk``'s section holding pieces of a fenced code block split across ``chunk``."""
     ordered = [by_ordinal[n] for n in sorted(by_ordinal)]
     inside: dict[int, tuple[bool, bool]] = {}  # ordinal -> (starts inside a block, ends inside one)
     state = False
@@ -220,9 +210,7 @@ def whole_articles(
     limit: int | None = None,
     runs: Runs | None = None,
 ) -> list[Hit]:
-    """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines: a hit on
-    any piece returns the whole article, table or block (its pieces joined, ``start``/``end`` spanning them) at the best
-    piece's rank, keeping the matched piece's id and page; the other pieces are dropped from the ranking."""
+    """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
     ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document

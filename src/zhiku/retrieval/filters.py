@@ -18,9 +18,7 @@ def _names(values: Sequence[str]) -> str:
 def filter_hint(
     docs: Sequence[DocRecord], source: str | None, doc_type: str | None, known: Sequence[str] = ()
 ) -> str | None:
-    """Each filter that matches no document among ``docs`` (those of the searched collections) and what would
-    match, or None when each filter matches some document (then only their combination, or tags, found nothing);
-    ``known``: the types the loaders read."""
+    """Each filter that matches no document among ``docs`` (those of the searched collections) and what would match."""
     problems = []
     if source and not any(fnmatch.fnmatchcase(d.source, source) for d in docs):
         near = sorted({d.source for d in docs if source.strip("*?").lower() in d.source.lower()})
@@ -42,8 +40,7 @@ def filter_hint(
 
 
 def passes(doc: DocRecord, filters: Filters) -> bool:
-    """Whether ``doc`` passes the document-level ``filters`` (collection, source glob, type) as a search applies
-    them (the source glob case-sensitive, over the name as ingested)."""
+    """Whether ``doc`` passes the document-level ``filters``."""
     return (
         (filters.collection is None or doc.collection == filters.collection)
         and (filters.doc_type is None or doc.doc_type == filters.doc_type)

@@ -22,8 +22,7 @@ _PREFIX = "中华人民共和国"
 
 @dataclass(frozen=True)
 class Lookup:
-    """The hits with what the question looked up first, what it asked for that no passage holds, and the asked
-    pages whose passages lead the hits (none: no page was looked up)."""
+    """The hits with what the question looked up first, what it asked for that no passage holds."""
 
     hits: tuple[Hit, ...]
     missing: tuple[str, ...] = ()
@@ -38,9 +37,7 @@ def lookup(
     catalogue: Catalogue | None,
     allowed: Callable[[Chunk], bool] | None = None,
 ) -> Lookup:
-    """``shown`` (what the search, its reranker and filters kept of ``candidates``) with the named articles first
-    (``named_articles_kept``), then the asked pages' passages (``pages_first`` over ``catalogue``; ``allowed``:
-    the chunks a tags filter keeps), and what no passage holds."""
+    """``shown`` (what the search, its reranker and filters kept of ``candidates``) with the named articles first."""
     hits = named_articles_kept(shown, candidates, plan, normalize) if plan.articles else list(shown)
     found = Lookup(tuple(hits))
     if plan.pages and catalogue is not None:
@@ -59,8 +56,7 @@ def lookup(
 
 # -- articles ---------------------------------------------------------------------------------------
 def names_of(hit: Hit) -> set[str]:
-    """The names a question may call ``hit``'s document by: its file name's stem, its title heading, each without
-    the 中华人民共和国 of a national law."""
+    """The names a question may call ``hit``'s document by: its file name's stem, its title heading."""
     return document_names(hit.chunk.source, hit.chunk.section.split(SECTION_SEPARATOR)[0])
 
 
@@ -72,8 +68,7 @@ def document_names(source: str, title: str) -> set[str]:
 
 
 def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
-    """Each article the question names, with the documents it is asked of: the name just before it (劳动法第四十四条和
-    劳动合同法第八十二条: 第四十四条 of 劳动法, 第八十二条 of 劳动合同法), else every name in the question, else none."""
+    """Each article the question names, with the documents it is asked of: the name just before it."""
     spans = [(m.start(), m.end(), n) for n in names for m in re.finditer(re.escape(n), text)]
     named = [(a, b, n) for a, b, n in spans if not any(x <= a and b <= y and y - x > b - a for x, y, _ in spans)]
     anywhere = {n for _, _, n in named}
@@ -86,9 +81,7 @@ def _owners(text: str, names: set[str]) -> list[tuple[str, set[str]]]:
 
 
 def _held(hits: Sequence[Hit], text: str, normalize: Normalize) -> list[tuple[str, set[str], set[int]]]:
-    """Each article the question ``text`` (``QueryPlan.articles``) names, the documents it is asked of
-    (``_owners``) and the indexes of the ``hits`` holding it (of one of those documents, when it names any); a
-    section's labels are spelled (a document numbering its articles 第7条 holds 第七条)."""
+    """Each article the question ``text`` (``QueryPlan.articles``) names, the documents it is asked of."""
     names = [{normalize(n) for n in names_of(h)} for h in hits]
     labels = [{article_numbers(label) for label in split_label(h.chunk.section)[1]} for h in hits]
     return [
@@ -132,11 +125,7 @@ def articles_not_found(hits: Sequence[Hit], plan: QueryPlan, normalize: Normaliz
 def _documents(
     hits: Sequence[Hit], question: str, normalize: Normalize, elsewhere: Callable[[str], list[str]]
 ) -> tuple[list[str], bool]:
-    """The paged documents asked of, and whether they are among ``hits``: those among ``hits`` the question names
-    (none when it names only documents without pages: 员工手册第3页 of a Word handbook is no page of a PDF), else the
-    paged documents it names that the search did not find (``elsewhere``: 论文第8页 when every hit is of 模板.pdf),
-    else the first hit's when it is paged: a question naming no document asks of the one the search found first
-    (劳动合同第一页要写什么 answered by a statute in Markdown is no question about page 1 of a PDF ranked lower)."""
+    """The paged documents asked of, and whether they are among ``hits``: those among ``hits`` the question names."""
     named = [h for h in hits if any(normalize(n) in question for n in names_of(h))]
     if not named and (others := elsewhere(question)):
         return others, False
@@ -145,9 +134,7 @@ def _documents(
 
 
 def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tuple[list[Chunk], list[int]]:
-    """At most ``limit`` chunks on ``pages``, in document order, the pages taking turns (第3-4页 with room for four
-    passages: two of each, not four of page 3); for a page no chunk is on (its text lies in its neighbours' chunks), the
-    last chunk starting before it, when a later chunk is past it (the page lies inside the document)."""
+    """At most ``limit`` chunks on ``pages``, in document order, the pages taking turns."""
     per_page: list[list[Chunk]] = []
     for page in pages:
         on = [c for c in chunks if c.page == page]
@@ -164,8 +151,7 @@ def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tupl
 
 
 def _holding(hits: Sequence[Hit], c: Chunk) -> Hit | None:
-    """The hit whose passage holds ``c``: an article or table the small-to-big step made whole from its pieces
-    (``context.whole_articles``), so that a piece on the asked page is not shown a second time on its own."""
+    """The hit whose passage holds ``c``: an article or table the small-to-big step made whole from its pieces."""
     return next(
         (h for h in hits if h.chunk.doc_id == c.doc_id and h.chunk.start <= c.start <= c.end <= h.chunk.end), None
     )
@@ -180,10 +166,7 @@ def pages_first(
     allowed: Callable[[Chunk], bool] | None = None,
     elsewhere: Callable[[str], list[str]] = lambda question: [],
 ) -> Lookup:
-    """``hits`` with the passages on the pages the question asks for first (see the module's text) and each asked
-    page no chosen document has (``《name》 第 N 页（共 M 页）``); ``allowed``: the chunks a filter keeps (a tags
-    filter), the only ones looked up; ``elsewhere(question)`` (normalised): the paged documents the search's
-    filters keep whose names the question holds."""
+    """``hits`` with the passages on the pages the question asks for first."""
     pages = plan.pages
     docs, searched = _documents(hits, plan.normalized, normalize, elsewhere) if pages and hits else ([], True)
     if not docs:

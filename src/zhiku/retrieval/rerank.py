@@ -51,8 +51,7 @@ def sigmoid(x: float) -> float:
 
 
 def apply_scores(hits: Sequence[Hit], raw: Sequence[float], top_k: int, *, offset: float = 0.0) -> list[Hit]:
-    """``hits`` sorted by ``raw`` (best first; ties keep the input order), cut to ``top_k``, with their raw
-    score, ``sigmoid(raw − offset)`` and the new rank recorded."""
+    """``hits`` sorted by ``raw`` (best first; ties keep the input order), cut to ``top_k``, with their raw score."""
     if len(raw) != len(hits):
         raise RerankError(f"the reranker gave {len(raw)} scores for {len(hits)} passages")
     scores = [float(s) for s in raw]
@@ -77,9 +76,7 @@ class RerankOutcome:
 
 
 def _run_bounded(fn: Any, timeout: float) -> Any:
-    """``fn()`` in a daemon thread, in a copy of the caller's context (a reranker's spans go to the query's trace,
-    as the dense worker's do); ``TimeoutError`` when it takes longer than ``timeout`` (it goes on alone, and what
-    it records after its query's trace ended is dropped)."""
+    """``fn()`` in a daemon thread, in a copy of the caller's context."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -197,8 +194,7 @@ def llm_prompt(query: str, passages: Sequence[str]) -> str:
 
 
 def parse_scores(text: str, n: int) -> list[float]:
-    """Grades from an LLM answer: a JSON ``{"scores": [...]}`` (also inside a code fence or after a ``<think>``
-    block; ``scores`` may also map ids to grades), or one ``id: grade`` per line. Raises ``RerankError``."""
+    """Grades from an LLM answer: a JSON ``{"scores": [...]}``."""
     if not isinstance(text, str) or not text.strip():
         raise RerankError("the LLM reranker answered nothing")
     body = _THINK.sub("", text).strip()
@@ -300,8 +296,7 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path | None) -> Reran
 
 
 def parse_reranker_spec(spec: str) -> dict[str, Any]:
-    """``--reranker`` values as ``rerank`` settings: ``none``, ``cross-encoder:MODEL`` (id or folder), ``llm``
-    (model and endpoint from the settings) or ``llm:MODEL``."""
+    """``--reranker`` values as ``rerank`` settings: ``none``, ``cross-encoder:MODEL`` (id or folder), ``llm``."""
     provider, _, model = spec.strip().partition(":")
     match provider:
         case "none" if not model:

@@ -76,8 +76,7 @@ def search(
     per_source_k: int | None,
     rerank: bool | None,
 ) -> Retrieval:
-    """``searcher.search`` with query rewriting and tag filtering when asked, then what the question looks up
-    (``Searcher.looked_up``: named articles, asked pages)."""
+    """``searcher.search`` with query rewriting and tag filtering when asked, then what the question looks up."""
     want = top_k or searcher.settings.top_k
     depth = MAX_TOP_K if tagged is not None else top_k
     if rewriter is None:  # no stage in the trace: the query trace's `rewrite` field says "off"

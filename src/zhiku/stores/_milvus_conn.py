@@ -132,8 +132,7 @@ class Connection:
 
     # --- the operations MilvusStore uses ----------------------------------------------------------------
     def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``CONSISTENCY``, a collection that
-        is not loaded (a restarted milvus-lite forgets loads) is loaded and the read repeated once."""
+        """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``CONSISTENCY``."""
         if method in ("search", "query"):
             kwargs.setdefault("consistency_level", CONSISTENCY)
             if method != "query" and self._unflushed:

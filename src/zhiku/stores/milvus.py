@@ -256,8 +256,7 @@ class MilvusStore:
         return {r["chunk_id"]: r["score"] for r in rows}
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
-        """By primary key (``<chunk_id>@<version>``) for chunks this store just found in a search, by ``chunk_id``
-        for the rest (and for any whose version changed since)."""
+        """By primary key (``<chunk_id>@<version>``) for chunks this store just found in a search."""
         ids = list(dict.fromkeys(chunk_ids))
         if not ids or self._dim is None and not self._refresh_dim():
             return []
