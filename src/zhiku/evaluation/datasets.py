@@ -35,14 +35,6 @@ class BeirDoc:
     text: str
 
 
-@dataclass(frozen=True)
-class BeirDataset:
-    name: str
-    corpus: tuple[BeirDoc, ...]
-    queries: dict[str, str]  # id -> text (only queries with judgements)
-    qrels: dict[str, dict[str, int]]  # query id -> {doc id: grade > 0}
-
-
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding="utf-8") as f:
@@ -59,7 +51,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
+def load_beir(folder: Path, *, max_queries: int | None = None) -> EvalSet:
+    """A BEIR folder as a set: its queries with judgements, their qrels by document id, the corpus to index."""
     folder = Path(folder)
     if not folder.is_dir():
         what = "YAML set" if folder.suffix.lower() in (".yaml", ".yml") else "dataset folder"
@@ -99,7 +92,8 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> BeirDataset:
     if not ids:
         raise InvalidInput(f"{folder}: no query in queries.jsonl has a judgement in {qrels_path.name}")
     name = Path(os.path.abspath(folder)).name  # `--dataset .`: the folder's name, not ""; a link keeps its own
-    return BeirDataset(name, corpus, {q: queries_all[q] for q in ids}, {q: qrels[q] for q in ids})
+    queries = tuple(EvalQuery(q, queries_all[q], UNCATEGORIZED, qrels[q]) for q in ids)
+    return EvalSet(name, "beir", queries, corpus, path=str(folder))
 
 
 # -------------------------------------------------------------------------------- one kind of set
@@ -190,11 +184,6 @@ class EvalSet:
         return sorted({q.category for q in self.queries})
 
 
-def from_beir(data: BeirDataset, path: Path | str = "") -> EvalSet:
-    queries = tuple(EvalQuery(qid, text, UNCATEGORIZED, dict(data.qrels[qid])) for qid, text in data.queries.items())
-    return EvalSet(data.name, "beir", queries, data.corpus, path=str(path))
-
-
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
     """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/``."""
     path = Path(path)
@@ -206,7 +195,7 @@ def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
         return s if max_queries is None else replace(s, queries=s.queries[:max_queries])
     if path.is_file():
         raise InvalidInput(f"{path} is neither a BEIR folder nor a YAML set (.yaml/.yml)")
-    return from_beir(load_beir(path, max_queries=max_queries), path)
+    return load_beir(path, max_queries=max_queries)
 
 
 # ------------------------------------------------------------------------------------------- YAML

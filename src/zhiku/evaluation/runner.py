@@ -12,7 +12,7 @@ from typing import Any
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.errors import InvalidInput
-from zhiku.evaluation.datasets import BeirDataset, EvalQuery, EvalSet, Expected, folded, from_beir
+from zhiku.evaluation.datasets import EvalQuery, EvalSet, Expected, folded
 from zhiku.evaluation.metrics import BUDGET_METRIC, parse_metric, score
 from zhiku.numeric import percentile
 from zhiku.retrieval.confidence import check_collection
@@ -142,10 +142,10 @@ class EvalResult:
 
 
 def index_dataset(
-    kb: KnowledgeBase, dataset: BeirDataset | EvalSet, *, collection: str, on_progress: ProgressFn | None = None
+    kb: KnowledgeBase, dataset: EvalSet, *, collection: str, on_progress: ProgressFn | None = None
 ) -> IndexingStats:
     """Index a BEIR corpus, or a long-document set's ``docs/`` folder, into ``collection``."""
-    if isinstance(dataset, EvalSet) and dataset.docs:
+    if dataset.docs:
         report = kb.ingest([Path(dataset.docs)], collection=collection, on_progress=on_progress)
         if report.failed:
             f = report.failed[0]
@@ -193,7 +193,7 @@ def _relevant_text(q: EvalQuery) -> tuple[str, ...]:
 
 def evaluate(
     kb: KnowledgeBase,
-    dataset: BeirDataset | EvalSet,
+    dataset: EvalSet,
     *,
     mode: str,
     k: int = 10,
@@ -206,7 +206,7 @@ def evaluate(
     budget: int | None = None,
 ) -> EvalResult:
     """Search every query (deep enough for recall@100) and score the ranked targets against the judgements."""
-    evalset = from_beir(dataset) if isinstance(dataset, BeirDataset) else folded(dataset, kb.text.normalize)
+    evalset = folded(dataset, kb.text.normalize)
     if budget is not None and budget < 1:
         raise InvalidInput(f"budget must be ≥ 1 character, got {budget}")
     check_collection(collection or None, [c.name for c in kb.collections()])  # a typo'd -c scored every query 0

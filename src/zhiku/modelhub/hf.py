@@ -24,9 +24,7 @@ log = logging.getLogger(__name__)
 
 INSTALL = "pip install 'zhiku[models]'"
 # What a sentence-transformers model needs from a hub repository: not the ONNX/OpenVINO/TF/Flax copies.
-IGNORE_PATTERNS = (
-    "onnx/* openvino/* *.onnx *.h5 *.msgpack *.ot flax_model* tf_model* rust_model* *.gguf coreml/*".split()
-)
+IGNORE_PATTERNS = "onnx/* openvino/* *.onnx *.h5 *.msgpack *.ot flax_model* tf_model* rust_model* *.gguf coreml/*"
 
 
 def import_sentence_transformers() -> Any:
@@ -85,7 +83,7 @@ def download(repo_id: str, revision: str | None) -> Path:
         raise MissingDependency(
             f"loading models from the Hugging Face hub needs huggingface_hub: {INSTALL} ({e})"
         ) from None
-    ignore = list(IGNORE_PATTERNS)
+    ignore = IGNORE_PATTERNS.split()
     try:  # one listing call: skip the PyTorch .bin copy when the repo has safetensors
         files = HfApi().list_repo_files(repo_id, revision=revision)
         if any(f.endswith(".safetensors") for f in files):
@@ -109,15 +107,9 @@ class HubModel:
     kind = "model"
 
     def __init__(
-        self,
-        model: str,
-        *,
-        batch_size: int = 32,
-        manifest: Manifest | None = None,
-        memo: HashMemo | None = None,
+        self, model: str, *, batch_size: int = 32, manifest: Manifest | None = None, memo: HashMemo | None = None
     ) -> None:
-        self.model = model
-        self.batch_size = batch_size
+        self.model, self.batch_size = model, batch_size
         self.manifest = manifest if manifest is not None else load_manifest()
         self.memo = memo if memo is not None else HashMemo(None)
         self._lock = threading.Lock()
@@ -146,9 +138,8 @@ class HubModel:
         try:
             model = self._construct(st, str(folder.folder), device)
         except Exception as e:
-            raise self.load_error(
-                f"cannot load {self.kind} {folder.model_id} from {folder.folder}: {type(e).__name__}: {e}"
-            ) from None
+            why = f"{type(e).__name__}: {e}"
+            raise self.load_error(f"cannot load {self.kind} {folder.model_id} from {folder.folder}: {why}") from None
         if device == "cuda":
             model.half()
         return model

@@ -74,7 +74,7 @@ def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Con
 
 
 def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> bool:
-    """Whether the query names codes."""
+    """Whether the first passage holds every code the query names (ORD-4290, v2.3.0), whole: a lookup answered."""
     codes = [t for t in terms if _CODE.fullmatch(t) and _DISTINCT.search(t)]
     if not (codes and hits):
         return False
@@ -83,7 +83,7 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 
 
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
-    """The confidence of one retrieval."""
+    """The confidence of one retrieval; not low when the question looks up codes or pages the passages hold."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
     verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
     if verdict.low and (r.pages or codes_in_first(r.hits, r.query.terms, normalize)):
