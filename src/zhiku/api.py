@@ -416,7 +416,6 @@ class KnowledgeBase:
         raise NotFound(f"no document {ref!r} in {self.settings.index}{where}{hint} (list them with `zhiku documents`)")
 
     def document(self, doc_id: str) -> DocRecord | None:
-        """A document by its id (None when there is none)."""
         return self.store.get_document(doc_id)
 
     def index_version(self) -> int:
@@ -428,7 +427,6 @@ class KnowledgeBase:
         return reconstruct_markdown(self.store.document_chunks(self.resolve_document(ref, collection).doc_id))
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
-        """A document's chunks, in document order."""
         return self.store.document_chunks(doc_id)
 
     def meta(self) -> dict[str, str]:
@@ -445,7 +443,6 @@ class KnowledgeBase:
         }
 
     def outline(self, doc_id: str) -> list[str]:
-        """A document's section paths, in document order."""
         return outline(self.store.document_chunks(doc_id))
 
     def chunk_context(self, chunk_id: str, context: str = "chunk") -> ChunkContext:

@@ -184,7 +184,7 @@ class OpenAICompatibleClient:
             ) from None
         if not isinstance(content, str):
             raise HttpApiError(f"the chat endpoint answered content that is not text: {str(content)[:160]}", 200)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = data["usage"] if isinstance(data.get("usage"), dict) else {}
         tokens = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         return ChatReply(content, *tokens, str(choice.get("finish_reason") or ""))
 

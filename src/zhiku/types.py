@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -314,10 +315,7 @@ class TransformReport:
 
     def reasons(self, n: int = 3) -> list[tuple[str, int]]:
         """The ``n`` most frequent ``transform: reason`` of the issues, with how many chunks or documents had it."""
-        counts: dict[str, int] = {}
-        for i in self.issues:
-            key = f"{i.transform}: {i.reason}"
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter(f"{i.transform}: {i.reason}" for i in self.issues)
         return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
 
@@ -339,13 +337,7 @@ class IngestReport:
     unsupported: tuple[tuple[str, int], ...] = ()  # (suffix, files) a folder held but no loader reads: not read
 
     def counts(self) -> dict[str, int]:
-        return {
-            "added": len(self.added),
-            "updated": len(self.updated),
-            "skipped": len(self.skipped),
-            "removed": len(self.removed),
-            "failed": len(self.failed),
-        }
+        return {k: len(getattr(self, k)) for k in ("added", "updated", "skipped", "removed", "failed")}
 
 
 def frozen(ranking: Sequence[ScoredId]) -> Sequence[ScoredId]:

@@ -51,15 +51,11 @@ def write_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = result.summary_json()
     data.update(index=index, gate=gate_json(gate), generation=None if generation is None else generation.to_json())
-    paths = {
-        "summary": out_dir / "summary.json",
-        "report": out_dir / "report.md",
-        "per_query": out_dir / "per_query.json",
-    }
+    paths = {name: out_dir / file for name, file in (("summary", "summary.json"), ("report", "report.md"))}
+    paths["per_query"] = out_dir / "per_query.json"
     paths["summary"].write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    paths["per_query"].write_text(
-        json.dumps(records_json(result), ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
-    )
+    per_query = json.dumps(records_json(result), ensure_ascii=False, indent=1)
+    paths["per_query"].write_text(per_query + "\n", encoding="utf-8")
     paths["report"].write_text(markdown_report(result, gate=gate, generation=generation), encoding="utf-8")
     return paths
 

@@ -82,15 +82,8 @@ class Manifest:
         for e in self.entries:  # a local copy: the entry's largest file (the weights) is there, same size
             if e.pinned and e.files:
                 weights = max(e.files, key=lambda f: f.size)
-                if _size(folder / weights.path) == weights.size:
+                if (folder / weights.path).is_file() and (folder / weights.path).stat().st_size == weights.size:
                     return e
-        return None
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
         return None
 
 
@@ -215,20 +208,12 @@ def pin_folder(
     files = model_files(folder)
     if not files:
         raise NotFound(f"no model files in {folder}: is it a model folder?")
-    memo = HashMemo(None)
-    if revision is None and hub_id_of(folder) is not None:
-        revision = hub_id_of(folder)[1]  # type: ignore[index]
+    memo, hub = HashMemo(None), hub_id_of(folder)
+    revision = hub[1] if revision is None and hub is not None else revision
     pinned = tuple(
         PinnedFile(p.relative_to(folder).as_posix(), p.stat().st_size, memo.sha256(p, fresh=True)) for p in files
     )
-    return ModelEntry(
-        id=model_id,
-        kind=kind,
-        pinned=True,
-        revision=revision,
-        source=f"pinned from {folder}",
-        files=pinned,
-    )
+    return ModelEntry(model_id, kind, pinned=True, revision=revision, source=f"pinned from {folder}", files=pinned)
 
 
 @dataclass(frozen=True)
@@ -257,13 +242,9 @@ def check_folder(folder: Path, entry: ModelEntry, memo: HashMemo, *, fresh: bool
         path = Path(folder) / f.path
         if not path.is_file():
             problems.append(f"{f.path}: missing")
-            continue
-        size = path.stat().st_size
-        if size != f.size:
+        elif (size := path.stat().st_size) != f.size:
             problems.append(f"{f.path}: {size} bytes, pinned {f.size}")
-            continue
-        digest = memo.sha256(path, fresh=fresh)
-        if digest != f.sha256:
+        elif (digest := memo.sha256(path, fresh=fresh)) != f.sha256:
             problems.append(f"{f.path}: SHA-256 {digest[:16]}…, pinned {f.sha256[:16]}…")
     if problems:
         return Verification(str(folder), entry.id, "mismatch", "; ".join(problems), len(entry.files), tuple(problems))

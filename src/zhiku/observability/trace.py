@@ -14,7 +14,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 TRACE_FILE = "traces.jsonl"
-STAGES = ("parse", "queue", "bm25", "dense", "clauses", "fusion", "rerank", "answer")  # a query's, in order
+STAGES: tuple[str, ...] = ("parse", "queue", "bm25", "dense", "clauses", "fusion", "rerank", "answer")  # a query's
 STAGES += ("load", "split", "transform", "tokenise", "embed", "upsert")  # an ingestion run's
 _ORDER = {name: i for i, name in enumerate(STAGES)}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from zhiku.cache import Cache
 from zhiku.observability.trace import TRACE_FILE, JsonlSink, Sink, Stage, Trace, stage_order
-from zhiku.observability.trace import MemorySink as MemorySink  # (library use: one import for the tracer and sinks)
+from zhiku.observability.trace import MemorySink as MemorySink  # one import for the tracer and its sinks
 from zhiku.observability.trace import read_traces as read_traces
 from zhiku.settings import TracingSettings
 from zhiku.types import Hit, IngestReport, ScoredId
@@ -59,9 +59,8 @@ class _Span:
     active = True
 
     def __init__(self, open_: _Open, name: str) -> None:
-        self._open, self._name = open_, name
+        self._open, self._name, self._t0, self._paused = open_, name, 0.0, 0.0
         self._sets: Sets = []
-        self._t0, self._paused = 0.0, 0.0
 
     def __enter__(self) -> _Span:
         self._t0 = time.perf_counter()
@@ -284,12 +283,8 @@ def record_hits(trace: Trace, hits: Sequence[Hit], lookup: Lookup) -> None:
 def report_rows(report: IngestReport) -> dict[str, Any]:
     """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
     docs: list[dict[str, Any]] = []
-    for status, names in (
-        ("added", report.added),
-        ("updated", report.updated),
-        ("skipped", report.skipped),
-        ("removed", report.removed),
-    ):
+    for status in ("added", "updated", "skipped", "removed"):
+        names = getattr(report, status)
         reason = "unchanged (same SHA-256)" if status == "skipped" else None
         docs.extend({"source": n, "status": status, "reason": reason} for n in names)
     docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)

@@ -20,7 +20,14 @@ LITE_FLUSH_ROWS = 512  # see Connection.flush_pending
 TIMEOUT_S = 30.0  # a request, retries of a lost connection included, before it fails with a StoreError
 CONSISTENCY = "Strong"  # every finished write is seen, across processes too
 _SERVER_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
-_UNREACHABLE = "fail connecting", "unavailable", "connection refused", "failed to connect", "deadline", "timeout"
+_UNREACHABLE: tuple[str, ...] = (
+    "fail connecting",
+    "unavailable",
+    "connection refused",
+    "failed to connect",
+    "deadline",
+    "timeout",
+)
 _UNREACHABLE += "timed out", "retry run out", "illegal connection"
 
 
