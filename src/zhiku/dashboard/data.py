@@ -1,5 +1,4 @@
-"""What the dashboard shows, read through the library: settings, index statistics, documents and chunks, ingestion,
-traces and evaluation history."""
+"""What the dashboard shows, read through the library (nothing here imports Streamlit)."""
 
 from __future__ import annotations
 

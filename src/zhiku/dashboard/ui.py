@@ -1,5 +1,4 @@
-"""Helpers shared by the pages: the ``DashboardData`` for this dashboard's index (settings are read here, at
-the edge: ``ZHIKU_DASHBOARD_CONFIG`` names the settings file; ``ZHIKU_*`` variables apply as everywhere)."""
+"""What the pages share: this dashboard's ``DashboardData`` (``ZHIKU_DASHBOARD_CONFIG`` names its settings file)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Evaluation sets: BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels.tsv`` or ``qrels/test.tsv``: a corpus to
-index, qrels by document id) and YAML sets (queries with the sources, pages and sections they should find, run against
-an existing index; the format is in docs/evaluation.md)."""
+"""Evaluation sets: BEIR folders (a corpus to index, qrels by document id) and YAML sets of questions with the
+sources, pages, sections or text they should find (docs/evaluation.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Evaluation outputs: ``summary.json``, ``report.md`` and ``per_query.json`` in an output folder, and the
-evaluation history of an index (``<index>/eval_history.jsonl``, one line per run) for trend charts."""
+"""Evaluation outputs (``summary.json``, ``report.md``, ``per_query.json``) and an index's evaluation history."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The chat endpoint every LLM feature (ingest transforms, query rewriting, the LLM reranker) talks to: its
-protocol, the error it raises and how a reply is cleaned."""
+"""The chat protocol every LLM feature talks to, the error it raises and how a reply is cleaned."""
 
 from __future__ import annotations
 

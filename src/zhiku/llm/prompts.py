@@ -1,5 +1,4 @@
-"""Prompts in Chinese and English: built-in files ``zhiku/data/prompts/<name>.<zh|en>.txt``, each overridable by a file
-of the same name in ``llm.prompts_dir``."""
+"""Prompts in Chinese and English, built in (``zhiku/data/prompts``) or overridden from ``llm.prompts_dir``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The clause channel: a long question's clauses, each embedded as a query, re-order
-the candidates BM25 and the dense channel found."""
+"""The clause channel: a long question's clauses, each embedded as a query, re-order the candidates found."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A question that names an article (劳动合同法第八十二条) or a page (论文第8页讲了什么) is a lookup: the passages holding that article,
-or on that page, come first."""
+"""A question naming an article (劳动合同法第八十二条) or a page (论文第8页讲了什么) gets the passages holding it first."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Query rewriting (``retrieval.rewrite``) through the shared chat service: ``multi_query`` asks for alternative
-phrasings, ``hyde`` for a hypothetical passage that answers the query (Gao et al. 2022); each variant is searched and
-the rankings are fused with RRF, the original query's first."""
+"""Query rewriting (``retrieval.rewrite``): ``multi_query`` phrasings or a ``hyde`` passage, fused by RRF."""
 
 from __future__ import annotations
 

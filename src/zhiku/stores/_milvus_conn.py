@@ -1,5 +1,4 @@
-"""The connection to Milvus behind ``MilvusStore``: lazy import, connect, retries, one-line ``StoreError``s, and the few
-collection operations the store uses."""
+"""The connection to Milvus behind ``MilvusStore``: connect, retries, one-line ``StoreError``s, collection calls."""
 
 from __future__ import annotations
 

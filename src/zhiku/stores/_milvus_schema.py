@@ -1,5 +1,4 @@
-"""The Milvus layout of an index: two collections per ``collection_prefix``, their schemas, and the codecs between
-zhiku's frozen records and Milvus rows."""
+"""The Milvus layout of an index: two collections, their schemas, and the codecs between records and rows."""
 
 from __future__ import annotations
 
