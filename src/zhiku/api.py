@@ -328,7 +328,7 @@ class KnowledgeBase:
         return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
-        """Retrieve, judge and answer: the cited answer with its ``confidence``, ``low_confidence``."""
+        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and why nothing was found."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             note = None if r.hits else self._empty_note(options)

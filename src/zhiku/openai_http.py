@@ -205,7 +205,7 @@ class EndpointSettings(Protocol):
 def client_from(
     settings: EndpointSettings, *, max_retries: int = 5, max_connections: int = 8
 ) -> OpenAICompatibleClient:
-    """The client for a settings section's endpoint: its base URL, API key."""
+    """The client for a settings section's endpoint: its base URL, API key and timeout."""
     if not settings.base_url:
         raise ZhikuError("no endpoint configured: set base_url (e.g. http://127.0.0.1:8000/v1)")
     return OpenAICompatibleClient(

@@ -130,7 +130,7 @@ class TextProcessor:
         return [t for t in self._jieba.cut_for_search(normalized) if word(t)]
 
     def query_tokens(self, text: str) -> list[str]:
-        """Distinct query terms in order: search-mode cut (as documents are indexed)."""
+        """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation dropped."""
         norm = self.normalize(text)
         words = self._cut(norm)
         spelled = article_numbers(norm)

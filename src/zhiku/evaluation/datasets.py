@@ -103,7 +103,7 @@ def squash(text: str) -> str:
 
 @dataclass(frozen=True)
 class Expected:
-    """One acceptable place for the answer: a source glob, optionally a page."""
+    """One acceptable place for the answer: a source glob, and optionally a page, a section prefix, a text held."""
 
     source: str = "*"
     page: int | None = None
@@ -184,7 +184,7 @@ class EvalSet:
 
 
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
-    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder: ``docs/``."""
+    """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder (``docs/`` beside ``eval.yaml``)."""
     path = Path(path)
     if path.is_dir() and (path / LONGDOC_YAML).is_file() and (path / LONGDOC_DOCS).is_dir():
         s = load_dataset(path / LONGDOC_YAML, max_queries=max_queries)

@@ -183,7 +183,7 @@ def focused_snippet(text: str, limit: int, terms: Sequence[str], normalize: Call
 
 
 def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], str] = str.lower) -> tuple[str, str]:
-    """The text and section to show for ``hit``."""
+    """The text and section to show for ``hit``: of several whole articles, those holding the most query terms."""
     c = hit.chunk
     path, labels = split_label(c.section)
     terms = [t for t in terms if len(t) > 1] or list(terms)

@@ -194,7 +194,7 @@ def llm_prompt(query: str, passages: Sequence[str]) -> str:
 
 
 def parse_scores(text: str, n: int) -> list[float]:
-    """Grades from an LLM answer: a JSON ``{"scores": [...]}``."""
+    """Grades from an LLM answer: JSON ``{"scores": [...]}`` or one ``id: grade`` per line; else ``RerankError``."""
     if not isinstance(text, str) or not text.strip():
         raise RerankError("the LLM reranker answered nothing")
     body = _THINK.sub("", text).strip()
@@ -296,7 +296,7 @@ def build_reranker(settings: RerankSettings, *, cache_dir: Path | None) -> Reran
 
 
 def parse_reranker_spec(spec: str) -> dict[str, Any]:
-    """``--reranker`` values as ``rerank`` settings: ``none``, ``cross-encoder:MODEL`` (id or folder), ``llm``."""
+    """``--reranker`` values as ``rerank`` settings: ``none``, ``cross-encoder:MODEL``, ``llm[:MODEL]``, ``plugin:NAME``."""
     provider, _, model = spec.strip().partition(":")
     match provider:
         case "none" if not model:

@@ -138,7 +138,7 @@ class Connection:
 
     # --- the operations MilvusStore uses ----------------------------------------------------------------
     def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``client.<method>(*args, **kwargs)`` through ``call``; reads at ``CONSISTENCY``."""
+        """``client.<method>(…)`` through ``call``; a read of a collection not loaded loads it and is repeated once."""
         if method in ("search", "query"):
             kwargs.setdefault("consistency_level", CONSISTENCY)
             if method != "query" and self._unflushed:
