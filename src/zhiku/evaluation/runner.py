@@ -282,9 +282,7 @@ def records_json(result: EvalResult) -> list[dict[str, Any]]:
 # Expected entries of a YAML set that no chunk of the index satisfies (a typo in ``contains``, a glob that names no
 # file) can never be found, so their query scores 0 whatever retrieval does: the run says so. Only the queries
 # that found nothing are checked, each over the chunks of the documents its ``source`` glob matches.
-MAX_DOCS = (
-    500  # an entry (unmatched_targets) whose glob matches more documents is not checked (its chunks would all be read)
-)
+MAX_DOCS = 500  # an entry whose glob matches more documents is not checked: all their chunks would be read
 
 
 @dataclass(frozen=True)

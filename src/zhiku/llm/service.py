@@ -165,15 +165,7 @@ class PlanningService(LLMService):
         super().__init__(None, model, vision_model=vision_model, cache=cache)  # type: ignore[arg-type]
         self.planned: list[PlannedCall] = []
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        prompt_id: str,
-        max_tokens: int = 256,
-        vision: bool = False,
-        validate: Callable[[str], object] | None = None,
-    ) -> str:
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, prompt_id: str, vision: bool = False, **_: Any) -> str:
         key = self.key(messages, prompt_id, vision)
         cached = self.cache is not None and self.cache.get(key) is not None
         last = messages[-1].get("content", "") if messages else ""

@@ -56,10 +56,6 @@ def fusion_changes(
     """The fusion stage's ``counts`` (``candidates``: the chunks any channel found) and its rank changes."""
     b = {x.chunk_id: x.rank for x in bm25}
     d = {x.chunk_id: x.rank for x in dense}
-    best = dict(b)
-    for cid, r in d.items():
-        if r < best.get(cid, r + 1):
-            best[cid] = r
-    return {"candidates": len(best.keys() | set(fused))}, rank_changes(
-        best, fused, keep_dropped_within=top_k, channels=(b, d)
-    )
+    best = {c: min(r for r in (b.get(c), d.get(c)) if r is not None) for c in b.keys() | d.keys()}
+    counts = {"candidates": len(best.keys() | set(fused))}
+    return counts, rank_changes(best, fused, keep_dropped_within=top_k, channels=(b, d))
