@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
-import types
-import typing
 from collections.abc import Sequence
 from functools import cache
 from typing import Any, TypeVar, cast
+
+from pydantic import TypeAdapter
 
 from zhiku.types import Chunk, DocRecord, IngestionRecord
 
@@ -47,38 +46,14 @@ def to_json(obj: Any) -> str:
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _decode(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _decode(options[0], value) if len(options) == 1 else value
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], v) for v in value)
-        return tuple(_decode(a, v) for a, v in zip(args, value, strict=False)) if args else tuple(value)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return from_dict(tp, value)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(value)
-    if tp is float and isinstance(value, int):
-        return float(value)
-    return value
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
 
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
-    klass: Any = cls  # a dataclass; T is unbound, so mypy cannot see its fields
-    hints = _hints(klass)
-    return cast(
-        T, klass(**{f.name: _decode(hints[f.name], data[f.name]) for f in dataclasses.fields(klass) if f.name in data})
-    )
+    klass: Any = cls  # a dataclass type (hashable; T is unbound for mypy)
+    return cast(T, _adapter(klass).validate_python(data))
 
 
 def from_json(cls: type[T], text: str) -> T:
