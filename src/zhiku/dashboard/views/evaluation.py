@@ -42,22 +42,9 @@ if not history:
 rows = history_rows(history)
 metric = st.selectbox("metric", sorted({r["metric"] for r in rows}), index=None, placeholder="all metrics")
 shown = [r for r in rows if metric is None or r["metric"] == metric]
-st.altair_chart(
-    alt.Chart(alt.Data(values=shown))
-    .mark_line(point=True)
-    .encode(
-        x=alt.X("run:N", title="run"),
-        y=alt.Y("value:Q", scale=alt.Scale(domain=[0, 1])),
-        color="metric:N",
-        strokeDash="dataset:N",
-        tooltip=["run:N", "dataset:N", "variant:N", "metric:N", "value:Q"],
-    ),
-    width="stretch",
-)
-st.dataframe(
-    [
-        {"run": r["run"], "dataset": r["dataset"], "variant": r["variant"], "metric": r["metric"], "value": r["value"]}
-        for r in shown
-    ],
-    hide_index=True,
-)
+lines = alt.Chart(alt.Data(values=shown)).mark_line(point=True)
+tooltip = ["run:N", "dataset:N", "variant:N", "metric:N", "value:Q"]
+y = alt.Y("value:Q", scale=alt.Scale(domain=[0, 1]))
+chart = lines.encode(x=alt.X("run:N", title="run"), y=y, color="metric:N", strokeDash="dataset:N", tooltip=tooltip)
+st.altair_chart(chart, width="stretch")
+st.dataframe(shown, hide_index=True)
