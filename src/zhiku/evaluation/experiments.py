@@ -181,13 +181,8 @@ class ExperimentResult:
             "|" + "---|" * (len(names) + 3),
         ]
         for r in self.rows:
-            if r.status == "ok":
-                cells = [f"{r.metrics[n]:.4f}" for n in names] + [
-                    f"{r.latency_ms['p50']:.1f}",
-                    f"{r.latency_ms['p95']:.1f}",
-                ]
-            else:
-                cells = ["n/a"] * (len(names) + 2)
+            metrics = [f"{r.metrics[n]:.4f}" for n in names] if r.status == "ok" else ["n/a"] * len(names)
+            cells = metrics + [f"{r.latency_ms[p]:.1f}" if r.status == "ok" else "n/a" for p in ("p50", "p95")]
             lines.append(f"| {r.variant} | " + " | ".join(cells) + " |")
         notes = [f"- `{r.variant}` unavailable: {r.reason}" for r in self.rows if r.status != "ok"]
         notes += [f"- `{r.variant}` ran with {_flat(r.settings)}" for r in self.rows if r.status == "ok" and r.settings]
