@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from zhiku.ingest.chunk_tables import split_table
-from zhiku.ingest.chunking import ChunkShape, chunk_document
+from zhiku.ingest.chunking import ChunkShape, chunk_document, split_table
 from zhiku.reconstruct import reconstruct_markdown
 from zhiku.types import ImageRef, SourceDoc, SourceImage
 

@@ -8,7 +8,7 @@ import pytest
 
 from zhiku.errors import InvalidInput
 from zhiku.ingest.chunking import ChunkShape, chunk_document
-from zhiku.ingest.context import WindowCheck, check_window, index_text
+from zhiku.ingest.pipeline import WindowCheck, check_window, index_text
 from zhiku.retrieval.context import check_context, enclosing, join_pieces, split_label, whole_articles
 from zhiku.types import Chunk, Hit, SourceDoc
 

@@ -16,8 +16,7 @@ from helpers_kb import CONTRACT_LAW, LEAVE_RULES
 from zhiku import stores
 from zhiku.errors import IndexLocked, LoaderError, NotFound
 from zhiku.ingest.chunking import ChunkShape, chunk_document
-from zhiku.ingest.discover import discover
-from zhiku.ingest.guard import collapse_whitespace, printable, read_bounded
+from zhiku.ingest.files import collapse_whitespace, discover, printable, read_bounded
 from zhiku.ingest.loaders import HtmlLoader, MarkdownLoader, TextLoader, supported_suffixes
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.encoding import decode_text

@@ -15,7 +15,7 @@ import pytest
 
 from helpers_kb import CORPUS_CHUNKS, SEC_LEAVE, SEC_PROBATION, SEC_SEVERANCE, write_corpus
 from zhiku.ingest import pipeline
-from zhiku.ingest.context import index_text
+from zhiku.ingest.pipeline import index_text
 from zhiku.types import SourceDoc
 
 SOURCES = ("劳动合同法.md", "年休假条例.md", "规章/工资支付规定.txt")

@@ -23,7 +23,7 @@ from zhiku.ingest.loaders import (
     supported_suffixes,
 )
 from zhiku.ingest.loaders.encoding import looks_like_text, normalize_newlines, sniff_bytes
-from zhiku.ingest.loaders.markdown import markdown_title, strip_comments
+from zhiku.ingest.loaders.text import markdown_title, strip_comments
 from zhiku.types import SourceDoc
 
 LAWS = Path(__file__).parent / "fixtures" / "laws"

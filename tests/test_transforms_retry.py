@@ -463,7 +463,7 @@ def test_a_built_in_prompt_counts_by_name_a_prompt_file_by_its_text(
     """A zhiku release that words a built-in prompt better must not re-buy every enrichment on the next plain
     ingest; a user's prompt file that changes does re-enrich. Each transform's setup is its own: one whose file
     changed is owed, the others are not."""
-    from zhiku.ingest.transforms.build import build_stage
+    from zhiku.ingest.transforms.stage import build_stage
     from zhiku.llm.prompts import Prompts
     from zhiku.settings import load_settings, merge
 

@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 
 from zhiku.embedding import BundledE5Embedder
-from zhiku.ingest.context import WindowCheck, check_window
+from zhiku.ingest.pipeline import WindowCheck, check_window
 
 TRICKY = [
     "",

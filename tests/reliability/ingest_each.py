@@ -59,7 +59,7 @@ class TimedEmbedder:
 def main(index: str, list_file: str) -> None:
     from zhiku.api import KnowledgeBase
     from zhiku.embedding import build_embedder
-    from zhiku.ingest.guard import printable
+    from zhiku.ingest.files import printable
     from zhiku.settings import load_settings
 
     paths = [os.fsdecode(line) for line in Path(list_file).read_bytes().split(b"\0") if line]

@@ -14,7 +14,7 @@ import pytest
 from badfiles import make_corpus
 from rel_common import SIZES, percentiles, report, run, zhiku_env
 
-from zhiku.ingest.guard import printable
+from zhiku.ingest.files import printable
 
 HANG_S = 30
 RSS_MB = 1024

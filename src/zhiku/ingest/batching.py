@@ -1,14 +1,10 @@
 """Embedding batches counted in chunks, not documents.
 
-Documents join a queue in order; their texts are embedded in calls of ``batch_chunks`` texts (a call may span
-several small documents, and a large document is spread over several calls; only the last call of a run may be
-smaller). A document comes out, with its vectors, once every one of its texts is embedded, and documents come out
-in the order they went in. After each call ``on_batch(embedded, seen)`` reports the chunks embedded so far and
-those queued so far: the ingest's per-chunk progress.
-
-When a call fails for a reason other than the embedding service (``EmbeddingError``: every document would fail
-the same way, so it is raised), each document of that call is embedded alone, so that only a document that fails
-by itself is lost; it is handed to ``on_error`` and leaves the queue.
+Documents queue in order; their texts are embedded in calls of ``batch_chunks`` texts (a call may span small documents,
+a large one spreads over calls), and a document comes out, with its vectors, once all its texts are embedded, in the
+order they went in. When a shared call fails for a reason other than the embedding service (``EmbeddingError``: every
+document would fail alike, so it is raised), each of its documents is embedded alone, so that only one that fails by
+itself is lost (handed to ``on_error``).
 """
 
 from __future__ import annotations
@@ -40,7 +36,8 @@ class _Queued(Generic[T]):
 
 
 class EmbedBatcher(Generic[T]):
-    """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return."""
+    """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return; ``on_batch(embedded,
+    queued)`` after each call is the ingest's per-chunk progress."""
 
     def __init__(
         self,
@@ -60,7 +57,6 @@ class EmbedBatcher(Generic[T]):
         self._seen = 0
 
     def add(self, item: T, texts: Sequence[str]) -> list[tuple[T, np.ndarray]]:
-        """Queue a document's texts; returns the documents finished by the calls this made (maybe none)."""
         self._queue.append(_Queued(item, texts))
         self._waiting += len(texts)
         self._seen += len(texts)
@@ -69,7 +65,6 @@ class EmbedBatcher(Generic[T]):
         return self._finished()
 
     def finish(self) -> list[tuple[T, np.ndarray]]:
-        """Embed what is left (one smaller call) and return every remaining document."""
         while self._waiting > 0:
             self._embed_next(min(self.batch_chunks, self._waiting))
         return self._finished()
@@ -82,7 +77,6 @@ class EmbedBatcher(Generic[T]):
         return out
 
     def _embed_next(self, n: int) -> None:
-        """One call of ``n`` texts taken from the queued documents in order."""
         slices: list[tuple[_Queued[T], int]] = []  # (document, texts taken from it)
         taken = 0
         for q in self._queue:
@@ -96,7 +90,7 @@ class EmbedBatcher(Generic[T]):
         try:
             vectors = self._call(texts)
         except (EmbeddingError, ConfigError):
-            raise  # the service (or the model) is down, the embedding cache damaged: every document would fail alike
+            raise  # the service or model is down, or the embedding cache damaged: every document would fail alike
         except Exception as e:
             if len(slices) == 1:
                 self._drop(slices[0][0], e)
@@ -112,12 +106,11 @@ class EmbedBatcher(Generic[T]):
         self._progress(taken)
 
     def _embed_alone(self, q: _Queued[T]) -> None:
-        """Embed the rest of one document by itself (after a shared call failed); drop it if it fails."""
         while q.left:
             k = min(q.left, self.batch_chunks)
             try:
                 vectors = self._call(q.texts[q.done : q.done + k])
-            except (EmbeddingError, ConfigError):  # (a damaged embedding cache: every document alike)
+            except (EmbeddingError, ConfigError):
                 raise
             except Exception as e:
                 self._drop(q, e)

@@ -1,37 +1,16 @@
-"""Structure-aware chunking of a :class:`~zhiku.types.SourceDoc`.
+"""Structure-aware chunking of a :class:`~zhiku.types.SourceDoc` (Markdown text).
 
-The rules, in order:
-
-1. **Sections.** ``SourceDoc.text`` is Markdown: ATX headings (``#`` ..
-   ``######``, CommonMark rules, never inside ``````` or ``~~~`` fences) open a section whose path is the heading
-   titles joined by ``" > "`` (an H2 replaces the previous H2 and drops deeper levels). Text before the first
-   heading has section ``""``. Heading lines themselves are not chunk text; a heading without body text yields
-   no chunk. A chunk never crosses a heading. Documents of type ``"text"`` have no headings.
-2. **Paragraphs.** A section's body is cut into paragraphs at blank lines (not inside a code fence).
-3. **Tables** (:mod:`zhiku.ingest.chunk_tables`). A Markdown table with the caption paragraph right before it
-   is atomic; a table longer than ``size`` is split between rows, every later piece starting with the header
-   and delimiter rows repeated (``chunk.text`` is those two lines, a newline, then ``text[start:end]``).
-4. **Units** (:mod:`zhiku.ingest.chunk_units`). Paragraphs are grouped into units: a statute article
-   (``第X条`` with its items and paragraphs), a FAQ question with its answer, a numbered part (``一、``), a
-   table, or a paragraph. Whole units are packed greedily into chunks of at most ``size`` characters; a chunk
-   never holds part of a unit unless the unit alone is longer than ``size``.
-5. **Long units.** A unit longer than ``size`` is cut into chunks of its own: its paragraphs are packed whole;
-   a paragraph longer than ``size`` is split at sentence ends, else clause
-   marks, else a space, else hard, consecutive pieces overlapping by at most ``overlap`` characters.
-6. **Tiny pieces.** A chunk shorter than ``min_chars`` is merged into the previous chunk of its section (a
-   tiny first chunk into the next one); a chunk is at most ``size + min_chars`` characters, plus the blank
-   lines between merged paragraphs.
-7. **Labels.** The articles a chunk holds are appended to the section path, exactly: ``" > 第三条"``,
-   ``" > 第三条、第四条"``. A chunk that starts inside an article (a later piece of a split article) names
-   that article first.
-8. **Identity.** ``chunk_id`` hashes collection, source, section and text (:func:`chunk_id_for`), so
-   unchanged content keeps its ids; repeated identical chunks of one document get an occurrence suffix.
-9. **Pages.** A chunk's page is the page holding most of its characters (the first such page on a tie).
-
-Every chunk satisfies ``chunk.text == doc.text[chunk.start:chunk.end]`` with no surrounding whitespace, except
-that a continued table's chunk text starts with the repeated header (rule 3). A chunk lists the images whose
-``SourceImage.offset`` lies in ``[start, end)`` (an image after the last chunk belongs to the last one).
-The work is linear in the size of the document.
+1. Sections open at ATX headings (never inside code fences); the section path joins the heading titles with " > ".
+   A chunk never crosses a heading; heading lines are not chunk text.
+2. A section's paragraphs (split at blank lines) are grouped into units a chunk holds whole: a statute article
+   (``第X条`` with its items), a FAQ question with its answer, a numbered part (``一、``), a table with the caption
+   before it, or a paragraph. Whole units are packed greedily into chunks of at most ``size`` characters.
+3. A longer unit is cut on its own: paragraphs packed whole, a long paragraph split at sentence, else clause, else
+   word boundaries with at most ``overlap`` characters shared, a long table between rows with its header repeated
+   (``chunk.text`` is then the header, a newline and ``text[start:end]``; otherwise ``text[start:end]`` exactly).
+4. A chunk under ``min_chars`` joins the previous one of its section (a first one the next).
+5. The articles a chunk holds are appended to its section (" > 第三条、第四条"); its page is the page holding most of
+   its characters; ``chunk_id`` hashes collection, source, section and text, so unchanged content keeps its id.
 """
 
 from __future__ import annotations
@@ -42,9 +21,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from zhiku.ingest.chunk_tables import split_table
-from zhiku.ingest.chunk_units import ArticleIndex, Unit, article_label, group_units
 from zhiku.settings import ChunkingSettings
+from zhiku.text import ARTICLE_RE, NUMERALS
 from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
 
 CHUNKER_VERSION = 3  # 3: whole structural units (articles, FAQ pairs, parts), exact article labels
@@ -64,7 +42,6 @@ class ChunkShape:
 Span = tuple[int, int]
 
 
-# ------------------------------------------------------------------- sections and paragraphs (rules 1, 2)
 SECTION_SEPARATOR = " > "
 
 _HEADING_RE = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
@@ -97,9 +74,6 @@ class Section:
     @property
     def end(self) -> int:
         return self.paragraphs[-1][1]
-
-
-# --------------------------------------------------------------------------------------------- sections
 
 
 def _parse_heading(line: str) -> tuple[int, str] | None:
@@ -204,7 +178,6 @@ def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
     return sections
 
 
-# ------------------------------------------------------------------------- long paragraphs (rule 5)
 _CLOSERS = "”’」』）)\\]》】〉\"'"
 _SENTENCE_END_RE = re.compile(rf"(?:[。！？；]+|…+|[.!?]+(?=[{_CLOSERS}]*(?:\s|\Z)))[{_CLOSERS}]*")
 _LINE_END_RE = re.compile(r"[^\S\n]*\n")
@@ -305,9 +278,6 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
         pos = _lstrip_from(text, nxt, end)
 
 
-# ----------------------------------------------------------------------------------------- packing
-
-
 def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int, str]) -> list[Span]:
     """Chunks of one unit longer than ``size``: its paragraphs packed whole, long paragraphs and tables split."""
     size = settings.size
@@ -385,9 +355,6 @@ def _merge_tiny(
     return out
 
 
-# ------------------------------------------------------------------------------------------- helpers
-
-
 def chunk_id_for(collection: str, source: str, section: str, text: str, occurrence: int = 0) -> str:
     """The content-hash id of a chunk: 24 hex digits of sha256 over collection, source, section and text.
 
@@ -415,9 +382,6 @@ def chunking_identity(settings: ChunkingSettings) -> str:
     return (
         f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size_chars};overlap={OVERLAP};min_chars={MIN_CHARS};context=1"
     )
-
-
-# -------------------------------------------------------------------------------------------- chunker
 
 
 def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end: int) -> int | None:
@@ -486,3 +450,139 @@ def _link_images(chunks: list[Chunk], images: Sequence[SourceImage]) -> list[Chu
         k = min(bisect_right(ends, im.offset), len(chunks) - 1)
         linked.setdefault(k, {}).setdefault(im.ref.image_id, im.ref)
     return [replace(c, images=tuple(linked[k].values())) if k in linked else c for k, c in enumerate(chunks)]
+
+
+# Tables and units: what a chunk holds whole.
+_TABLE_DELIM_RE = re.compile(r"[ \t]*\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*")
+_TABLE_CAPTION_RE = re.compile(r"(?:续?表|Table|Tab\.)[ \t\u3000]*[\dA-Za-z一二三四五六七八九十]")
+
+
+def table_start(text: str, start: int, end: int) -> int | None:
+    """Where a Markdown table begins in the paragraph ``text[start:end]``: the offset of its header row, or None.
+
+    A header row is a line starting with ``|`` that is followed by a delimiter row (``|---|:--:|``).
+    """
+    lines = text[start:end].split("\n")
+    pos = start
+    for i in range(len(lines) - 1):
+        if lines[i].lstrip().startswith("|") and "-" in lines[i + 1] and _TABLE_DELIM_RE.fullmatch(lines[i + 1]):
+            return pos
+        pos += len(lines[i]) + 1
+    return None
+
+
+def table_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int | None]]:
+    """Paragraphs as ``(start, end, table_start)``; a caption paragraph is joined to the table after it."""
+    units: list[tuple[int, int, int | None]] = []
+    for ps, pe in paragraphs:
+        table = table_start(text, ps, pe)
+        if (
+            table == ps
+            and units
+            and units[-1][2] is None
+            and units[-1][1] - units[-1][0] <= 120
+            and _TABLE_CAPTION_RE.match(text, units[-1][0])
+            and "\n" not in text[units[-1][0] : units[-1][1]]
+        ):
+            units[-1] = (units[-1][0], pe, table)
+        else:
+            units.append((ps, pe, table))
+    return units
+
+
+def split_table(text: str, start: int, end: int, table: int, size: int) -> list[tuple[int, int, str]]:
+    """Split the unit ``text[start:end]`` holding a table (header row at ``table``) between rows.
+
+    Returns ``(start, end, prefix)`` pieces: the first holds whatever stands before the table (its caption),
+    the header and as many rows as fit in ``size``; each later piece has ``prefix`` = the header and delimiter
+    rows, which count towards ``size``. A piece holds at least one row, however long.
+    """
+    header_end = text.find("\n", text.find("\n", table) + 1)
+    if header_end == -1 or header_end >= end:
+        return [(start, end, "")]
+    prefix = text[table:header_end]
+    pieces: list[tuple[int, int, str]] = []
+    piece_start, piece_end, budget = start, header_end, size
+    pos = header_end + 1
+    while pos < end:
+        nl = text.find("\n", pos, end)
+        row_end = end if nl == -1 else nl
+        if piece_end - piece_start > len(prefix) and row_end - piece_start > budget:
+            pieces.append((piece_start, _rstrip_to(text, piece_start, piece_end), "" if not pieces else prefix))
+            piece_start, budget = pos, size - len(prefix) - 1
+        piece_end = row_end
+        pos = row_end + 1
+    pieces.append((piece_start, _rstrip_to(text, piece_start, piece_end), "" if not pieces else prefix))
+    return pieces
+
+
+_QUESTION_RE = re.compile(r"[ \t\u3000]*(?:\*\*)?(?:问题?\s*\d*\s*[:：]|[Qq]\s*\d*\s*[:：.．])")
+_PART_RE = re.compile(rf"[ \t\u3000]*[{NUMERALS}]+、")
+_OPENS_GROUP = ("article", "faq", "part")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """``text[start:end]``: whole paragraphs ``parts`` (``(start, end, table_start)``) of one kind."""
+
+    kind: str
+    parts: tuple[tuple[int, int, int | None], ...]
+
+    @property
+    def start(self) -> int:
+        return self.parts[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.parts[-1][1]
+
+
+def _kind(text: str, start: int, table: int | None) -> str:
+    if ARTICLE_RE.match(text, start) is not None:
+        return "article"
+    if _QUESTION_RE.match(text, start) is not None:
+        return "faq"
+    if _PART_RE.match(text, start) is not None:
+        return "part"
+    return "table" if table == start else "paragraph"
+
+
+def group_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[Unit]:
+    """The units of one section's paragraphs, in order (every paragraph belongs to exactly one unit)."""
+    units: list[Unit] = []
+    for ps, pe, table in table_units(text, paragraphs):
+        kind = _kind(text, ps, table)
+        if kind in ("paragraph", "table") and units and units[-1].kind in _OPENS_GROUP:
+            units[-1] = Unit(units[-1].kind, (*units[-1].parts, (ps, pe, table)))
+        else:
+            units.append(Unit(kind, ((ps, pe, table),)))
+    return units
+
+
+@dataclass(frozen=True)
+class ArticleIndex:
+    """Where the statute articles of a document start, for labelling chunks."""
+
+    positions: tuple[int, ...]
+    labels: tuple[str, ...]
+
+    @classmethod
+    def of(cls, text: str) -> ArticleIndex:
+        found = [(m.start(1), m.group(1)) for m in ARTICLE_RE.finditer(text)]
+        return cls(tuple(p for p, _ in found), tuple(label for _, label in found))
+
+    def held(self, start: int, end: int, lo: int, hi: int) -> list[str]:
+        """Labels of the articles that ``text[start:end]`` holds or continues (articles ``lo``..``hi`` of its
+        section): the article ``start`` lies in, then every article starting before ``end``."""
+        i = bisect_right(self.positions, start, lo, hi)
+        j = bisect_left(self.positions, end, lo, hi)
+        return list(self.labels[max(i - 1, lo) : j])
+
+    def bounds(self, start: int, end: int) -> tuple[int, int]:
+        """The index range of the articles starting in ``[start, end)``."""
+        return bisect_left(self.positions, start), bisect_left(self.positions, end)
+
+
+def article_label(labels: Sequence[str]) -> str:
+    """Exactly the articles a chunk holds: ``"第三条"``, ``"第三条、第四条"``; ``""`` for none."""
+    return "、".join(dict.fromkeys(labels))

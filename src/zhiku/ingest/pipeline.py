@@ -1,13 +1,9 @@
 """The ingestion pipeline: discover → fingerprint (SHA-256) → load → chunk → tokenise + embed → store.
 
-Unchanged files are skipped without writing anything; changed files are replaced in one transaction per
-document; ``sync`` drops documents whose files are gone. One bad file never stops the batch and never
-touches what is stored.
-
-Each document is prepared (read, parse, chunk, transform, tokenise) in turn; chunks are embedded in calls of
-``BATCH_CHUNKS`` across documents (``ingest.batching``), and each document is written, in order, as soon
-as all its chunks are embedded. Preparing runs inline: with cached vectors or a remote embedder, helper threads
-saved at most a few percent, since preparing is Python that holds the GIL.
+Unchanged files are skipped without writing anything; a changed file is replaced in one transaction per document;
+``sync`` drops documents whose files are gone. One bad file never stops the batch and never touches what is stored.
+Documents are prepared in turn and embedded in calls of ``BATCH_CHUNKS`` chunks across documents; each is written
+as soon as all its chunks are embedded. Preparing runs inline: it is Python that holds the GIL.
 """
 
 from __future__ import annotations
@@ -28,14 +24,11 @@ from zhiku.embedding.base import Embedder
 from zhiku.errors import IngestError, ZhikuError
 from zhiku.ingest.batching import EmbedBatcher
 from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.context import check_window, index_text
-from zhiku.ingest.discover import FileTask, discover
-from zhiku.ingest.guard import MIB, printable, read_bounded
+from zhiku.ingest.files import MIB, FileTask, discover, printable, read_bounded
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
-from zhiku.ingest.progress import chunk_note
-from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, run_transforms
+from zhiku.ingest.transforms.stage import DocumentBatch, TransformStage, enriched_text, run_transforms
 from zhiku.observability.tracing import span
 from zhiku.settings import ChunkingSettings
 from zhiku.stores.base import Writer
@@ -56,10 +49,14 @@ __all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
-# Chunks per embedding call, across documents: large enough to keep a model or endpoint busy, small enough that
-# progress shows every few seconds and a document is written soon after its last chunk is embedded
+# Chunks per embedding call, across documents: keeps a model or endpoint busy, yet progress shows every few seconds
 BATCH_CHUNKS = 128
 STOP_CODES = ("INDEX_MISMATCH", "INDEX_READ_ONLY", "INDEX_LOCKED")  # the whole batch would fail the same way
+NOTE_SUFFIX = " chunks embedded"  # progress between documents: "<embedded>/<queued> chunks embedded"
+CLASH_FIX = (
+    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
+    "their names differ"
+)
 
 
 def doc_id_for(collection: str, source: str) -> str:
@@ -68,6 +65,45 @@ def doc_id_for(collection: str, source: str) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def chunk_note(done: int, total: int) -> str:
+    return f"{done}/{total}{NOTE_SUFFIX}"
+
+
+def is_chunk_note(text: str) -> bool:
+    return text.endswith(NOTE_SUFFIX)
+
+
+def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()) -> str:
+    """What is embedded and tokenised for a chunk: its title and section path (so that a chunk saying ``本条`` still
+    carries its law and chapter), its text, then the captions of its images that the text does not hold."""
+    head = section if title and section.startswith(title) else " > ".join(p for p in (title, section) if p)
+    body = f"{head}\n{text}" if head else text
+    extra = [c for c in dict.fromkeys(captions) if c and c not in text]
+    return body + "".join(f"\n图片：{c}" for c in extra)
+
+
+@dataclass(frozen=True)
+class WindowCheck:
+    """Index texts longer than the embedder's window, by position (``max_tokens`` None: it cannot count tokens);
+    ``longest``: the most tokens of one text (a bound, when the cheap bound put every text inside the window)."""
+
+    max_tokens: int | None
+    over: tuple[int, ...] = ()
+    longest: int = 0
+
+
+def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
+    """The index texts the embedder cannot see whole; texts its cheap ``token_bound`` puts inside the window are not
+    tokenised (that costs more than the BM25 tokens)."""
+    inner = getattr(embedder, "inner", embedder)  # the embedding cache wraps the model
+    if not (hasattr(inner, "max_tokens") and hasattr(inner, "token_count")):
+        return WindowCheck(None)
+    limit = inner.max_tokens
+    bound = getattr(inner, "token_bound", lambda _: limit + 1)
+    counts = [inner.token_count(t) if (b := bound(t)) > limit else b for t in texts]
+    return WindowCheck(limit, tuple(i for i, n in enumerate(counts) if n > limit), max(counts, default=0))
 
 
 @dataclass
@@ -81,34 +117,27 @@ class Prepared:
     status: str  # added | updated
     path: str
     images: tuple[SourceImage, ...] = ()
-    batch: DocumentBatch | None = None  # the chunks with what the transforms added
+    batch: DocumentBatch | None = None
     over_window: int = 0  # index texts longer than the embedder's window
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """What preparing one file or document gave: ``status`` skipped | added | updated | failed; ``prepared``
-    (None when skipped, failed or in a dry run); for a failure its ``reason`` and what was read of the file."""
+    """What preparing one file or document gave (``prepared`` None when skipped, failed or in a dry run)."""
 
-    status: str
+    status: str  # skipped | added | updated | failed
     prepared: Prepared | None = None
     sha: str | None = None
     size: int | None = None
     reason: str = ""
 
 
-CLASH_FIX = (
-    "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
-    "their names differ"
-)
-
-
 def one_file_per_source(
     tasks: Sequence[FileTask], collection: str, stored_path: Callable[[str], str | None]
 ) -> tuple[list[FileTask], list[FileFailure]]:
-    """One file per source name in a run (`zhiku ingest A B`, both holding ``说明.md``): the others fail with the
-    fix before anything is read (documents are written after their embedding batch, so the second would not see
-    the first stored and would replace it). The file already stored under the name is kept, else the first given."""
+    """One file per source name in a run (``zhiku ingest A B``, both holding ``说明.md``): documents are written after
+    their embedding batch, so the second would replace the first unseen. The others fail with the fix; the file
+    already stored under the name is kept, else the first given."""
     by_source: dict[str, list[FileTask]] = {}
     for t in tasks:
         by_source.setdefault(t.source, []).append(t)
@@ -128,26 +157,31 @@ def one_file_per_source(
     return [t for t in tasks if t.path not in refused], list(refused.values())
 
 
-def _another_file(stored: str, path: str) -> bool:
-    """The document of this source name came from another file that still exists: two folders ingested into one
-    collection both hold e.g. ``说明.md`` (a moved folder, whose old file is gone, replaces its documents)."""
-    return stored != path and Path(stored).is_file()
+def _failure(e: Exception, shown: str, doing: str) -> str:
+    """The reason ``e`` gives for one document; a stop code is raised again."""
+    if isinstance(e, ZhikuError):
+        if e.code in STOP_CODES:
+            raise e
+        return str(e)
+    log.warning("%s %s failed unexpectedly: %s: %s", doing, shown, type(e).__name__, e)
+    log.debug("the traceback", exc_info=True)
+    return f"unexpected error: {type(e).__name__}: {e}"
 
 
 @dataclass
 class _Tally:
     """One ingest run's outcome so far."""
 
+    computed_before: int
+    failures: list[FileFailure] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    failures: list[FileFailure] = field(default_factory=list)
+    needs_ocr: list[OcrNeeded] = field(default_factory=list)
     handled: int = 0  # items prepared so far
     written: int = 0
     over_window: int = 0
-
-    def count(self, status: str, source: str) -> None:
-        {"skipped": self.skipped, "added": self.added, "updated": self.updated}[status].append(source)
 
 
 class Ingestor:
@@ -162,14 +196,11 @@ class Ingestor:
         *,
         loaders: Sequence[Loader] | None = None,
         images: ImageStore | None = None,
-        retry_needs_ocr: bool = False,
+        retry_needs_ocr: bool = False,  # re-load unchanged documents whose pages needed OCR (it is available now)
         ocr_setting: str = "auto",
         max_file_mb: float = 100,
         transforms: TransformStage | None = None,
     ) -> None:
-        """``images``: where extracted images go (None: they are not kept). ``retry_needs_ocr``: re-load
-        unchanged documents whose pages needed OCR (OCR has become available). ``max_file_mb``: larger files
-        fail without being read."""
         self.store = store
         self.embedder = embedder
         self.images = images
@@ -181,10 +212,11 @@ class Ingestor:
         self.loaders = tuple(loaders) if loaders is not None else default_loaders()
         self.max_file_bytes = int(max_file_mb * MIB)
         self.retry_needs_ocr = retry_needs_ocr
-        self._needs_ocr: list[OcrNeeded] = []
         self._longest = 0  # the most tokens of one index text in this run (trace)
 
-    # -- files -----------------------------------------------------------------------------------
+    def _tally(self, failures: list[FileFailure] | None = None) -> _Tally:
+        return _Tally(getattr(self.embedder, "computed", 0), failures if failures is not None else [])
+
     def ingest_paths(
         self,
         paths: Sequence[Path],
@@ -196,8 +228,6 @@ class Ingestor:
         on_progress: ProgressFn | None = None,
         skip: Mapping[Path, str] | None = None,
     ) -> IngestReport:
-        started = time.perf_counter()
-        self._needs_ocr = []
         tasks, failures, unsupported = self._tasks(paths)
         skip = skip or {}
         failures += [FileFailure(t.source, skip[t.path]) for t in tasks if t.path in skip]
@@ -209,14 +239,13 @@ class Ingestor:
                 self.store.record_ingestion(
                     IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
                 )
-        tally = _Tally(failures=failures)
-        computed_before = getattr(self.embedder, "computed", 0)
+        tally = self._tally(failures)
         prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
-        report = self._report(tally, started, computed_before, removed=gone if sync else (), dry_run=dry_run)
+        report = self._report(tally, removed=gone if sync else (), dry_run=dry_run)
         return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
 
     def _stored_path(self, collection: str, source: str) -> str | None:
@@ -224,8 +253,7 @@ class Ingestor:
         return None if doc is None else doc.path
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
-        """The files to ingest, the paths that fail before any is read (missing, unsupported), and the files of a
-        walked folder skipped for their type, per suffix (``discover``)."""
+        """The files to ingest, the paths that fail before any is read, and the skipped files per suffix."""
         suffixes = supported_suffixes(self.loaders)
         unsupported: Counter[str] = Counter()
         tasks, failures = discover(paths, suffixes, unsupported)
@@ -241,19 +269,14 @@ class Ingestor:
                 )
         return tasks, failures, unsupported
 
-    # -- in-memory documents (evaluation corpora) ------------------------------------------------
     def ingest_docs(
         self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
     ) -> IngestReport:
         """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
-        started = time.perf_counter()
-        self._needs_ocr = []
-        tally = _Tally()
-        computed_before = getattr(self.embedder, "computed", 0)
+        tally = self._tally()
         self._run(docs, partial(self._prepare_doc, collection=collection), tally, collection, on_progress, total=total)
-        return self._report(tally, started, computed_before)
+        return self._report(tally)
 
-    # -- the loop: prepare, embed in chunk batches, write in order --------------------------------
     def _run(
         self,
         items: Iterable[FileTask | SourceDoc],
@@ -273,10 +296,7 @@ class Ingestor:
             else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
         )
         batcher: EmbedBatcher[Prepared] = EmbedBatcher(
-            self.embedder,
-            self.batch_chunks,
-            on_error=partial(self._embed_failed, tally),
-            on_batch=note,
+            self.embedder, self.batch_chunks, on_error=partial(self._embed_failed, tally), on_batch=note
         )
         if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
             on_progress(0, total, "")
@@ -287,66 +307,49 @@ class Ingestor:
                 on_progress(tally.handled, total, source)
             tally.handled += 1
             if loaded.status == "failed":
-                self._fail(tally.failures, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
+                self._fail(tally, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
             elif loaded.prepared is None:
-                tally.count(loaded.status, source)
+                {"skipped": tally.skipped, "added": tally.added, "updated": tally.updated}[loaded.status].append(source)
             else:
                 tally.over_window += loaded.prepared.over_window
                 self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
         self._store(batcher.finish(), tally)
 
-    # -- preparing one file or document: everything but embedding and writing -----------------------
     def _prepare_file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:
-        read: list[Any] = [None, None]  # sha256, size: known once the file is read
+        sha = size = None
         try:
-            status, prepared = self._read_file(task, collection, force, dry_run, read)
-        except ZhikuError as e:
-            if e.code in STOP_CODES:
-                raise
-            reason = str(e)
+            data = read_bounded(task.path, self.max_file_bytes)
+            sha, size = sha256_bytes(data), len(data)
+            existing = self.store.find_document(collection, task.source)
+            # the document of this name came from another file that still exists (a moved folder's old file is gone)
+            if existing is not None and existing.path != task.shown and Path(existing.path).is_file():
+                raise IngestError(
+                    f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this "
+                    f"file would replace it: {CLASH_FIX}"
+                )
+            if (
+                existing is not None
+                and existing.sha256 == sha
+                and not force
+                and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
+                and not (
+                    self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
+                )
+            ):
+                return Loaded("skipped")
+            status = "updated" if existing is not None else "added"
+            if dry_run:
+                return Loaded(status)
+            with span("load") as sp:
+                doc = load_document(task.path, task.source, self.loaders)
+                sp.set(counts={"documents": 1, "bytes": size})
+            doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
+            return Loaded(status, self._prepare(doc, collection, task.shown, sha, size, status))
         except Exception as e:  # whatever a loader or the chunker does, the batch goes on
-            log.warning("ingesting %s failed unexpectedly: %s: %s", task.shown, type(e).__name__, e)
-            log.debug("the traceback", exc_info=True)
-            reason = f"unexpected error: {type(e).__name__}: {e}"
-        else:
-            return Loaded(status, prepared)
-        return Loaded("failed", None, read[0], read[1], reason)
-
-    def _read_file(
-        self, task: FileTask, collection: str, force: bool, dry_run: bool, read: list[Any]
-    ) -> tuple[str, Prepared | None]:
-        """``(status, prepared)``: "skipped" (unchanged), or "added"/"updated" with the prepared document
-        (None in a dry run). ``read`` receives the file's SHA-256 and size once they are known."""
-        data = read_bounded(task.path, self.max_file_bytes)
-        sha = read[0] = sha256_bytes(data)
-        read[1] = len(data)
-        existing = self.store.find_document(collection, task.source)
-        if existing is not None and _another_file(existing.path, task.shown):
-            raise IngestError(
-                f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this file "
-                f"would replace it: {CLASH_FIX}"
-            )
-        if (
-            existing is not None
-            and existing.sha256 == sha
-            and not force
-            and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
-            and not (
-                self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
-            )
-        ):
-            return "skipped", None
-        status = "updated" if existing is not None else "added"
-        if dry_run:
-            return status, None
-        with span("load") as sp:
-            doc = load_document(task.path, task.source, self.loaders)
-            sp.set(counts={"documents": 1, "bytes": len(data)})
-        doc = replace(doc, title=printable(doc.title))  # loaders title a document by its file name
-        return status, self._prepare(doc, collection, task.shown, sha, len(data), status)
+            return Loaded("failed", None, sha, size, _failure(e, task.shown, "ingesting"))
 
     def _prepare_doc(self, doc: SourceDoc, *, collection: str) -> Loaded:
-        """An in-memory document (an evaluation corpus): skipped when its title and text are unchanged."""
+        """An in-memory document: skipped when its title and text are unchanged."""
         sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
         existing = self.store.find_document(collection, doc.source)
         written = existing.ingested_at if existing is not None else 0.0
@@ -357,9 +360,7 @@ class Ingestor:
         try:
             return Loaded(status, self._prepare(doc, collection, doc.source, sha, len(doc.text.encode()), status))
         except ZhikuError as e:
-            if e.code in STOP_CODES:
-                raise
-            return Loaded("failed", None, sha, None, str(e))
+            return Loaded("failed", None, sha, None, _failure(e, doc.source, "ingesting"))
 
     def _prepare(self, doc: SourceDoc, collection: str, path: str, sha: str, size: int, status: str) -> Prepared:
         doc_id = doc_id_for(collection, doc.source)
@@ -385,15 +386,13 @@ class Ingestor:
             needs_ocr_pages=tuple(doc.needs_ocr_pages),
             ocr_pages=tuple(doc.ocr_pages),
         )
-        texts = TransformStage.index_texts(batch, index_text)
+        texts = [  # the refined text, when a transform wrote one, in place of the original
+            enriched_text(index_text(doc.title, c.section, e.refined or c.text, [i.caption for i in c.images]), e)
+            for c, e in zip(batch.chunks, batch.enrichments, strict=True)
+        ]
         chunks = list(batch.chunks)
         linked = {im.image_id for c in chunks for im in c.images}
         images = tuple({im.ref.image_id: im for im in doc.images if im.ref.image_id in linked}.values())
-        tokens, over = self._tokenise(texts)
-        return Prepared(record, chunks, texts, tokens, status, path, images, batch, over)
-
-    def _tokenise(self, texts: list[str]) -> tuple[list[list[str]], int]:
-        """BM25 tokens of each index text, and how many are longer than the embedder's window."""
         with span("tokenise") as sp:
             tokens = [self.text.index_tokens(t) for t in texts]
             window = check_window(self.embedder, texts)
@@ -403,15 +402,13 @@ class Ingestor:
                 max_tokens=window.max_tokens,
                 longest_tokens=self._longest,
             )
-        return tokens, len(window.over)
+        return Prepared(record, chunks, texts, tokens, status, path, images, batch, len(window.over))
 
     def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
         reason = f"embedding failed: {type(e).__name__}: {e}"
-        self._fail(tally.failures, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason, False)
+        self._fail(tally, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason)
 
-    def _report(
-        self, tally: _Tally, started: float, computed_before: int, *, removed: Sequence[str] = (), dry_run: bool = False
-    ) -> IngestReport:
+    def _report(self, tally: _Tally, *, removed: Sequence[str] = (), dry_run: bool = False) -> IngestReport:
         return IngestReport(
             added=tuple(tally.added),
             updated=tuple(tally.updated),
@@ -419,10 +416,10 @@ class Ingestor:
             removed=tuple(removed),
             failed=tuple(tally.failures),
             chunks_written=tally.written,
-            chunks_embedded=getattr(self.embedder, "computed", 0) - computed_before,
-            elapsed_s=time.perf_counter() - started,
+            chunks_embedded=getattr(self.embedder, "computed", 0) - tally.computed_before,
+            elapsed_s=time.perf_counter() - tally.started,
             dry_run=dry_run,
-            needs_ocr=tuple(self._needs_ocr),
+            needs_ocr=tuple(tally.needs_ocr),
             chunks_over_window=tally.over_window,
             transforms=self.transforms.report() if self.transforms else None,
         )
@@ -439,21 +436,13 @@ class Ingestor:
                 with span("upsert") as sp:
                     self.store.write_document(doc, p.chunks, p.tokens, vecs)
                     sp.set(counts={"documents": 1, "chunks": n})
-            except ZhikuError as e:
-                if e.code in STOP_CODES:
-                    raise
-                self._fail(tally.failures, p.path, doc.collection, doc.sha256, doc.size, str(e), False)
-                continue
             except Exception as e:  # a bug on one document's way into the store must not stop the batch
-                log.warning("writing %s failed unexpectedly: %s: %s", p.path, type(e).__name__, e)
-                log.debug("the traceback", exc_info=True)
-                reason = f"unexpected error: {type(e).__name__}: {e}"
-                self._fail(tally.failures, p.path, doc.collection, doc.sha256, doc.size, reason, False)
+                self._fail(tally, p.path, doc.collection, doc.sha256, doc.size, _failure(e, p.path, "writing"))
                 continue
             (tally.added if p.status == "added" else tally.updated).append(doc.source)
             note = None
             if doc.needs_ocr_pages:
-                self._needs_ocr.append(OcrNeeded(doc.source, doc.needs_ocr_pages))
+                tally.needs_ocr.append(OcrNeeded(doc.source, doc.needs_ocr_pages))
                 note = needs_ocr_note(doc.needs_ocr_pages, self.ocr_setting)
             self.store.record_ingestion(
                 IngestionRecord(p.path, doc.collection, doc.sha256, doc.size, p.status, note, n, time.time())
@@ -464,23 +453,23 @@ class Ingestor:
 
     def _fail(
         self,
-        failures: list[FileFailure],
+        tally: _Tally,
         path: str,
         collection: str,
         sha: str | None,
         size: int | None,
         reason: str,
-        dry_run: bool,
+        dry_run: bool = False,
     ) -> None:
         path, reason = printable(path), printable(reason)
-        failures.append(FileFailure(path, reason))
+        tally.failures.append(FileFailure(path, reason))
         if not dry_run:
             self.store.record_ingestion(IngestionRecord(path, collection, sha, size, "failed", reason, 0, time.time()))
 
     def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
         """Remove documents of ``collection`` that lived under a given directory and are gone now."""
         roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
-        if not roots:  # files named one by one: nothing can be gone (and no listing of the collection)
+        if not roots:  # files named one by one: nothing can be gone
             return []
         present = {str(t.path) for t in tasks}
         removed = []

@@ -1,12 +1,9 @@
-"""File loaders, one module per format, chosen by file-name suffix and checked against the content.
+"""File loaders, one module per format, chosen by file-name suffix; each checks the content against its suffix and
+refuses an empty, corrupt or mislabelled file with the reason.
 
-The suffix picks the loader; the loader sniffs the file's first bytes and refuses content of another kind
-("content is PDF, not text: the file name's suffix is wrong"), an empty file, or a corrupt one, with the reason.
-
-Adding a format outside zhiku: a ``zhiku.loaders`` entry point naming a Loader class (``zhiku.plugins``).
-Adding one here: write ``loaders/<format>.py`` with a class that satisfies :class:`Loader` (its constructor
-takes the ``loaders`` settings section; import heavy dependencies inside ``load``, raising
-``MissingDependency`` with the ``pip install`` line), then add the class to ``LOADER_CLASSES``.
+A new format: ``loaders/<format>.py`` with a class satisfying :class:`Loader` (constructed with the ``loaders``
+settings section; heavy imports inside ``load``, raising ``MissingDependency`` with the ``pip install`` line), added
+to ``LOADER_CLASSES``; outside zhiku, a ``zhiku.loaders`` entry point naming such a class.
 """
 
 from __future__ import annotations
@@ -19,9 +16,8 @@ from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.encoding import decode_text
 from zhiku.ingest.loaders.html import HtmlLoader
-from zhiku.ingest.loaders.markdown import MarkdownLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
-from zhiku.ingest.loaders.text import TextLoader
+from zhiku.ingest.loaders.text import MarkdownLoader, TextLoader
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
@@ -50,25 +46,21 @@ class Loader(Protocol):
     doc_type: str
     suffixes: tuple[str, ...]  # lower case, with the dot: (".md", ".markdown")
 
-    def load(self, path: Path, source: str) -> SourceDoc:
-        """Read ``path`` into a SourceDoc whose ``source`` is ``source``; ``LoaderError`` with a one-line reason
-        (e.g. "not valid UTF-8/GB18030 text", "empty file")."""
-        ...
+    def load(self, path: Path, source: str) -> SourceDoc: ...  # LoaderError with a one-line reason
 
 
-# The registry: the loaders zhiku uses by default, in order of precedence for a shared suffix.
+# in order of precedence for a shared suffix
 LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
 
 
 def default_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
-    """A fresh instance of every registered loader, configured by the ``loaders`` settings section, then one of
-    each ``zhiku.loaders`` plugin (a built-in loader keeps a suffix both claim)."""
+    """Every built-in loader, then the ``zhiku.loaders`` plugins' (a built-in loader keeps a suffix both claim)."""
     builtin = tuple(cls(settings) for cls in LOADER_CLASSES)  # type: ignore[call-arg]
     return builtin + plugin_loaders(settings)
 
 
 def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:
-    """The ``zhiku.loaders`` plugins' loaders; one that cannot be built or lacks ``suffixes`` is reported and skipped."""
+    """The ``zhiku.loaders`` plugins' loaders; one that cannot be built or is not a Loader is reported and skipped."""
     from zhiku.plugins import load, report_problem
 
     out: list[tuple[PluginInfo, Loader]] = []
@@ -96,8 +88,7 @@ def plugin_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]
 
 
 def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Loader, ...]:
-    """Two plugins claiming one suffix are both refused, each naming the other: which one should read those files
-    cannot be told, and taking the first by name would be a silent guess."""
+    """Two plugins claiming one suffix are both refused, each naming the other: taking one would be a silent guess."""
     from zhiku.plugins import report_problem
 
     claims: dict[str, list[PluginInfo]] = {}
@@ -116,7 +107,6 @@ def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Load
 
 
 def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ...]:
-    """The file-name suffixes ``loaders`` (default: :func:`default_loaders`) can read, lower case, with the dot."""
     out: dict[str, None] = {}
     for loader in default_loaders() if loaders is None else loaders:
         for suffix in loader.suffixes:
@@ -125,10 +115,7 @@ def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ..
 
 
 def loader_for(path: Path, loaders: Sequence[Loader] | None = None) -> Loader:
-    """The loader for ``path`` by its lower-cased suffix; the first loader claiming a suffix wins.
-
-    Raises ``UnsupportedFormat`` naming the suffix, the file and the supported suffixes.
-    """
+    """The first loader claiming ``path``'s lower-cased suffix; ``UnsupportedFormat`` when none does."""
     loaders = default_loaders() if loaders is None else loaders
     path = Path(path)
     suffix = path.suffix.lower()
@@ -141,5 +128,4 @@ def loader_for(path: Path, loaders: Sequence[Loader] | None = None) -> Loader:
 
 
 def load_document(path: Path, source: str, loaders: Sequence[Loader] | None = None) -> SourceDoc:
-    """Load ``path`` with the loader for its suffix; ``source`` is recorded as ``SourceDoc.source``."""
     return loader_for(path, loaders).load(Path(path), source)

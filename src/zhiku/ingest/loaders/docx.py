@@ -1,11 +1,9 @@
-"""Word documents (``.docx``) with python-docx (MIT): ``pip install 'zhiku[docx]'``.
+"""Word documents (``.docx``) with python-docx: ``pip install 'zhiku[docx]'``.
 
-What comes out: the body in document order as Markdown. Paragraphs styled as headings (``Heading N`` /
-``标题 N``, or with an outline level) become ``#`` headings, ``Title`` a level-1 heading (and the headings
-after it one level deeper); list paragraphs become
-``-`` or ``1.`` items (nested by level); tables become Markdown tables (merged cells once); embedded pictures
-(PNG/JPEG kept, other raster formats converted to PNG) are extracted with their alt text as caption, else the
-nearest "图 N …" paragraph. Headers, footers, comments, footnotes and text boxes are left out.
+The body in document order as Markdown: heading styles (``Heading N``, ``标题 N``, outline levels) as ``#`` headings
+(the ``Title`` at level 1, later headings one deeper), lists as ``-``/``1.`` items, tables as Markdown tables, pictures
+(PNG/JPEG kept, other raster formats as PNG) with their alt text, else the nearest "图 N …" paragraph, as caption.
+Headers, footers, comments, footnotes and text boxes are left out.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from zhiku.types import SourceDoc, SourceImage
 
 DOCX_INSTALL = "pip install 'zhiku[docx]'"
 MIB = 1024 * 1024
-# XML parts parse to ~15× their size in memory (python-docx/lxml: 32 MiB of paragraphs → 0.5 GB peak RSS).
+# XML parses to ~15x its size in memory (32 MiB of paragraphs: 0.5 GB peak RSS)
 MAX_XML_BYTES = 32 * MIB
 _HEADING_STYLE_RE = re.compile(r"(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 _NS = {
@@ -37,9 +35,8 @@ _W = "{%s}" % _NS["w"]
 
 
 def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
-    """Refuse an empty file, one that is not a ZIP container (an Office Open XML file), or one that unpacks to
-    more than ``max_unpacked`` bytes (its XML parts to more than ``MAX_XML_BYTES``: a zip bomb), with the reason.
-    Sizes are the ones the archive declares; Python's ``zipfile`` never reads a member past its declared size."""
+    """Refuse an empty file, one that is not a ZIP container, or a zip bomb by its declared sizes (``zipfile`` never
+    reads a member past its declared size)."""
     head = read_head(path)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
@@ -67,8 +64,6 @@ def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
 
 
 class DocxLoader:
-    """Loads ``.docx`` files (see the module docstring)."""
-
     doc_type: str = "docx"
     suffixes: tuple[str, ...] = (".docx",)
 
@@ -179,7 +174,6 @@ class DocxLoader:
 
 
 def _run_text(p: Any) -> str:
-    """A paragraph's text: its runs (and hyperlinks' runs), tabs as spaces, line breaks as newlines."""
     parts = []
     for el in p.iter(_W + "t", _W + "tab", _W + "br", _W + "cr"):
         if el.tag == _W + "t":
@@ -218,7 +212,7 @@ def _heading_level(p: Any, style: str) -> int | None:
 
 
 def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
-    """``{(numId, level): numFmt}`` from the document's numbering part ("bullet", "decimal", ...)."""
+    """``{(numId, level): numFmt}`` ("bullet", "decimal", ...)."""
     try:
         root = document.part.numbering_part.element
     except (KeyError, NotImplementedError, AttributeError):
@@ -240,7 +234,6 @@ def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
 
 
 def _table_rows(tbl: Any) -> list[list[str]]:
-    """The rows of a ``w:tbl`` as cell texts; a cell merged across columns appears once."""
     rows = []
     for tr in tbl.findall(f"{_W}tr"):
         row = []
@@ -252,7 +245,6 @@ def _table_rows(tbl: Any) -> list[list[str]]:
 
 
 def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, int, str] | None:
-    """``(data, mime, width, height, alt text)`` of an embedded picture, or None (linked, tiny, unreadable)."""
     rid = blip.get("{%s}embed" % _NS["r"])
     part = document.part.related_parts.get(rid) if rid else None
     if part is None or not hasattr(part, "blob"):
@@ -294,7 +286,6 @@ def _nearby_caption(blocks: list[str], index: int) -> str:
 
 
 def _join(blocks: list[str]) -> tuple[str, list[int]]:
-    """Blocks joined by blank lines, and the offset where each starts."""
     offsets = []
     pos = 0
     for block in blocks:

@@ -1,21 +1,9 @@
-"""Reading text files: content sniffing, encoding detection and line-ending normalisation.
+"""Reading text files: content sniffing, encoding detection (deterministic, Chinese-first) and line endings.
 
-Shared by the plain-text loaders (Markdown, text). Detection is deterministic and Chinese-first:
-
-1. an empty file is an error;
-2. a UTF-32/UTF-16 byte-order mark decides the encoding;
-3. NUL bytes in the first 8 KiB mean UTF-16 without a BOM when they sit on every other byte and the text
-   decodes cleanly, else a binary file;
-4. valid UTF-8 (with or without BOM) is UTF-8, unless it is mostly control characters (random bytes);
-5. otherwise content under ``MIN_DETECT_BYTES`` is refused (too short to tell its encoding; random 1–7 byte
-   files decode as "text" in GB18030 by chance); from ``DETECT_BYTES`` on, charset-normalizer chooses among
-   the East Asian encodings, and Big5, Shift-JIS or EUC-JP win when it names them (Big5 and Shift-JIS bytes
-   also decode as GB18030, into plausible-looking nonsense); otherwise GB18030 (a superset of GBK and
-   GB2312), if it decodes strictly *and* the result looks like text (:func:`looks_like_text`);
-6. anything else is an error that tells the user to convert the file to UTF-8.
-
-Single-byte encodings (Latin-1, cp1252) are not guessed: a wrong guess would index garbage silently, while an
-error with the fix in it costs the user one ``iconv``.
+A BOM decides; NUL bytes mean UTF-16 without a BOM or a binary file; valid UTF-8 is UTF-8; else Big5, Shift-JIS or
+EUC-JP when charset-normalizer names one (their bytes also decode as GB18030, into plausible nonsense), else GB18030
+when it decodes into what looks like text. Single-byte encodings are not guessed: a wrong guess would index garbage
+silently, while an error with the fix costs the user one ``iconv``.
 """
 
 from __future__ import annotations
@@ -26,17 +14,15 @@ import unicodedata
 from pathlib import Path
 
 from zhiku.errors import LoaderError
-from zhiku.ingest.guard import collapse_whitespace
+from zhiku.ingest.files import collapse_whitespace
 
 BINARY_PROBE_BYTES = 8192
 SNIFF_BYTES = 512
 MIN_DETECT_BYTES = 8  # non-UTF-8 content shorter than this is refused (its encoding cannot be told)
 DETECT_BYTES = 64  # from this size on charset-normalizer is asked (it guesses wrong on shorter Chinese text)
 DETECT_PROBE_BYTES = 256 * 1024  # what it reads at most
-# charset-normalizer's names of the encodings it may choose among, and ours
 _DETECT_AMONG = {"gb18030": "gb18030", "big5": "big5", "shift_jis": "shift_jis", "euc_jp": "euc_jp"}
 
-# (magic prefix, kind); checked in order against the first bytes of a file.
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "pdf"),
     (b"PK\x03\x04", "zip/office"),
@@ -47,7 +33,6 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF89a", "image"),
 )
 
-# How each non-text kind is named in an error message.
 _KIND_NAMES: dict[str, str] = {
     "pdf": "PDF",
     "zip/office": "a ZIP archive or Office document (.docx/.xlsx/.pptx)",
@@ -81,11 +66,7 @@ _UNCOMMON_RE = re.compile(r"[^\t\n\r\f\v" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" f
 
 
 def sniff_bytes(head: bytes) -> str | None:
-    """The kind of content the first bytes of a file show: "pdf", "zip/office", "ole", "image", "html" or None.
-
-    HTML is recognised by ``<!doctype html`` or ``<html`` at the start, ignoring case, leading whitespace
-    and a UTF-8 BOM. ``None`` means "nothing recognised" (plain text, most likely).
-    """
+    """The kind of content the first bytes of a file show: "pdf", "zip/office", "ole", "image", "html" or None."""
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
@@ -98,12 +79,10 @@ def sniff_bytes(head: bytes) -> str | None:
 
 
 def describe_kind(kind: str | None) -> str:
-    """How a :func:`sniff_bytes` kind is named in an error message ("PDF", "an image", "text", ...)."""
     return _KIND_NAMES.get(kind or "", "HTML" if kind == "html" else "text or an unknown format")
 
 
 def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
-    """The first ``n`` bytes of ``path`` (all of them for None); ``LoaderError`` when it cannot be read."""
     try:
         with open(path, "rb") as f:
             return f.read() if n is None else f.read(n)
@@ -118,12 +97,8 @@ def wrong_suffix(head: bytes, what: str, path: Path) -> LoaderError:
 
 
 def looks_like_text(text: str) -> bool:
-    """Whether decoded ``text`` is plausibly human-written Chinese/English text.
-
-    At most 1% control, private-use or unassigned characters, and at least 95% characters from the
-    blocks that GB2312/GBK text is written in (ASCII, CJK, CJK and full-width punctuation, ...).
-    GB18030 decodes many byte sequences; this check rejects the ones that come out as noise.
-    """
+    """At most 1% control, private-use or unassigned characters and 95% from the blocks GBK text is written in:
+    GB18030 decodes many byte sequences, and this rejects the ones that come out as noise."""
     if not text:
         return True
     uncommon = _UNCOMMON_RE.findall(text)
@@ -141,14 +116,13 @@ def _no_text_check(text: str, encoding: str, path: Path, size: int = MIN_DETECT_
 
 
 def _control_heavy(text: str) -> bool:
-    """More than 1% control/unassigned characters (or any, in a text under 100 characters): not text."""
     bad = sum(1 for ch in _UNCOMMON_RE.findall(text) if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs"))
     return bad * 100 > len(text)
 
 
 def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
-    """UTF-16 with no BOM: the byte order whose text looks like text; when both do (ASCII "Hi" swapped is
-    CJK), the one with the NUL bytes of ASCII characters on its high-byte positions."""
+    """UTF-16 with no BOM: the byte order whose text looks like text; when both do (ASCII "Hi" swapped is CJK), the
+    one with the NUL bytes of ASCII characters on its high-byte positions."""
     if len(data) % 2 or len(data) < MIN_DETECT_BYTES:
         return None
     found = []
@@ -167,7 +141,6 @@ def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
 
 
 def _east_asian(data: bytes) -> tuple[str, str] | None:
-    """Big5, Shift-JIS or EUC-JP when charset-normalizer names one of them for ``data`` (None otherwise)."""
     if len(data) < DETECT_BYTES:
         return None
     from charset_normalizer import from_bytes
@@ -184,15 +157,8 @@ def _east_asian(data: bytes) -> tuple[str, str] | None:
 
 
 def decode_text(data: bytes, path: Path) -> tuple[str, str]:
-    """Decode the bytes of a text file; returns ``(text, encoding name)``.
-
-    The encoding name is one of "utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32-le",
-    "utf-32-be", "gb18030", "big5", "shift_jis", "euc_jp". A BOM is not part of the text. Line endings are
-    left as they are (see :func:`normalize_newlines`). ``path`` is only used in error messages.
-
-    Raises ``LoaderError`` for an empty file, a binary file, undetectable encodings and files that hold
-    only whitespace.
-    """
+    """``(text, encoding name)`` of a text file's bytes, without its BOM; ``LoaderError`` for an empty, binary or
+    whitespace-only file or one whose encoding cannot be told."""
     if not data:
         raise LoaderError(f"empty file (0 bytes): {path}")
     for bom, name in (
@@ -255,17 +221,13 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
 
 
 def normalize_newlines(text: str) -> str:
-    """``\\r\\n`` and lone ``\\r`` become ``\\n``; nothing else changes."""
     if "\r" not in text:
         return text
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_text_file(path: Path) -> tuple[str, str]:
-    """Read a text file: refuse non-text content, decode, normalise line endings.
-
-    Returns ``(text, encoding name)``. Raises ``LoaderError`` with the reason and the fix.
-    """
+    """``(text, encoding name)`` of a text file: non-text content refused, line endings normalised."""
     data = read_head(path, None)
     if sniff_bytes(data[:SNIFF_BYTES]) in _KIND_NAMES:
         raise wrong_suffix(data, "text", path)

@@ -1,12 +1,9 @@
 """HTML pages (``.html``, ``.htm``, ``.xhtml``): the main content as Markdown, with the standard library only.
 
-Main content: the first ``<main>`` (else every ``<article>``, else ``<body>``), without boilerplate:
-``script``, ``style``, ``nav``, ``aside``, ``footer``, forms, hidden elements, page ``header``\\s outside the
-content, elements with a navigation/banner/footer role, and elements whose class or id names navigation, menus,
-sidebars, breadcrumbs, footers, comments, ads or share buttons. Headings ``h1``–``h6`` become ``#`` headings,
-lists ``-``/``1.`` items, ``pre`` a code block, tables Markdown tables. Images are not extracted (their alt
-text is not indexed either). The encoding comes from a byte-order mark, else ``<meta charset>``, else UTF-8 /
-GB18030 detection.
+The content is the first ``<main>``, else every ``<article>``, else ``<body>``, less boilerplate (scripts, navigation,
+asides, footers, forms, hidden elements, a page ``header`` outside the content, navigation roles, and classes or ids
+naming menus, sidebars, breadcrumbs, comments, ads or share buttons). Images are not extracted. The encoding comes
+from a BOM, else ``<meta charset>``, else detection.
 """
 
 from __future__ import annotations
@@ -50,7 +47,6 @@ _META_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)"""
 
 
 def decode_html(data: bytes, path: Path) -> str:
-    """HTML bytes as text: BOM, else ``<meta charset>``, else UTF-8/GB18030 detection."""
     if not data:
         raise LoaderError(f"empty file (0 bytes): {path}")
     if not data.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -67,8 +63,7 @@ def decode_html(data: bytes, path: Path) -> str:
 
 
 def drop_unclosed_comment(html: str) -> str:
-    """``html`` without a comment that is never closed (browsers hide everything after ``<!--``; the parser
-    would hand it over as text)."""
+    """Browsers hide everything after a ``<!--`` never closed; the parser would hand it over as text."""
     pos = 0
     while (start := html.find("<!--", pos)) != -1:
         end = html.find("-->", start + 4)
@@ -79,8 +74,6 @@ def drop_unclosed_comment(html: str) -> str:
 
 
 class _Extractor(HTMLParser):
-    """Collects Markdown blocks from the content part of a page (see the module docstring)."""
-
     def __init__(self, content_tag: str | None) -> None:
         super().__init__(convert_charrefs=True)
         self.content_tag = content_tag  # "main", "article" or None (the whole body)
@@ -100,7 +93,6 @@ class _Extractor(HTMLParser):
         self.title = ""
         self._in_title = False
 
-    # -- text ---------------------------------------------------------------------------------------
     def _flush(self) -> None:
         raw = "".join(self.buf)
         self.buf = []
@@ -133,7 +125,6 @@ class _Extractor(HTMLParser):
             return
         self.buf.append(data)
 
-    # -- structure ----------------------------------------------------------------------------------
     def _boilerplate(self, tag: str, attrs: dict[str, str | None]) -> bool:
         if tag in _SKIP_TAGS or "hidden" in attrs or attrs.get("aria-hidden") == "true":
             return True
@@ -166,8 +157,8 @@ class _Extractor(HTMLParser):
         self._open(tag)
 
     def _code(self, attrs: dict[str, str | None]) -> None:
-        """Inline code keeps its backticks (``Bearer <token>`` would read as an HTML tag); ``pre > code`` gives the
-        block its language (``class="language-python"``)."""
+        """Inline code keeps its backticks (``Bearer <token>`` would read as a tag); ``pre > code`` gives the block its
+        language."""
         if not self.pre:
             self.code_at.append(len(self.buf))
         elif m := _LANGUAGE_RE.search(attrs.get("class") or ""):
@@ -250,7 +241,6 @@ class _Extractor(HTMLParser):
             self._flush()
 
     def _merge_list(self) -> None:
-        """Consecutive list-item blocks form one Markdown list (one paragraph)."""
         if self.lists or len(self.blocks) <= self.list_start:
             return
         items = self.blocks[self.list_start :]
@@ -263,15 +253,14 @@ class _Extractor(HTMLParser):
 
 
 def _code_span(code: str) -> str:
-    """``code`` as a Markdown code span: fenced by one backtick more than its longest run (``a`b`` → ``` ``a`b`` ```),
-    padded with spaces when it starts or ends with one (``echo `date` ``)."""
+    """Fenced by one backtick more than its longest run, padded when it starts or ends with one."""
     fence = "`" * (max((len(r) for r in re.findall(r"`+", code)), default=0) + 1)
     pad = " " if code.startswith("`") or code.endswith("`") else ""
     return f"{fence}{pad}{code}{pad}{fence}"
 
 
 def html_markdown(html: str) -> tuple[str, str]:
-    """``(title, Markdown)`` of an HTML page's main content (see the module docstring); for plugins too."""
+    """``(title, Markdown)`` of an HTML page's main content; plugins use it too (an EPUB's chapters)."""
     lower = html.lower()
     content = "main" if "<main" in lower else "article" if "<article" in lower else None
     parser = _Extractor(content)
@@ -281,8 +270,6 @@ def html_markdown(html: str) -> tuple[str, str]:
 
 
 class HtmlLoader:
-    """Loads HTML pages (see the module docstring)."""
-
     doc_type: str = "html"
     suffixes: tuple[str, ...] = (".html", ".htm", ".xhtml")
 

@@ -22,8 +22,7 @@ IMAGE_MIN_PX = 64  # a narrower or lower picture is decoration (an icon, a rule)
 
 
 def drop_cjk_spaces(text: str) -> str:
-    """``"摘 要"`` -> ``"摘要"``: a single space between two Chinese characters is a layout artefact, except
-    after a part's numbering (``"第一章 总则"``, ``"第十九条 劳动合同…"`` keep theirs)."""
+    """``"摘 要"`` -> ``"摘要"``: a space between two Chinese characters is a layout artefact."""
     return _CJK_GAP_RE.sub("", text)
 
 
@@ -41,7 +40,6 @@ def join_lines(a: str, b: str) -> str:
 
 
 def cell_text(value: object) -> str:
-    """A table cell as one line of Markdown: lines joined, ``|`` escaped."""
     if value is None:
         return ""
     text = ""
@@ -51,10 +49,7 @@ def cell_text(value: object) -> str:
 
 
 def markdown_table(rows: Sequence[Sequence[object]]) -> str:
-    """``rows`` (the first is the header) as a GitHub-flavoured Markdown table; short rows are padded.
-
-    Rows and columns that are entirely empty are dropped; ``""`` when nothing is left.
-    """
+    """``rows`` (the first is the header) as a Markdown table, empty rows and columns dropped."""
     cells = [[cell_text(c) for c in row] for row in rows]
     cells = [row for row in cells if any(row)]
     if not cells:
@@ -69,12 +64,10 @@ def markdown_table(rows: Sequence[Sequence[object]]) -> str:
 
 
 def image_id(data: bytes, mime_type: str) -> str:
-    """The content address of an image file: SHA-256 of its bytes, with the extension of its type."""
     return f"{hashlib.sha256(data).hexdigest()}.{MIME_EXT[mime_type]}"
 
 
 def encode_image(image: object) -> tuple[bytes, str, int, int]:
-    """A PIL image as PNG bytes: ``(data, mime_type, width, height)``."""
     img = image  # PIL.Image.Image
     if img.mode not in ("1", "L", "LA", "P", "RGB", "RGBA"):  # type: ignore[attr-defined]
         img = img.convert("RGBA" if "A" in img.mode else "RGB")  # type: ignore[attr-defined]
@@ -84,7 +77,7 @@ def encode_image(image: object) -> tuple[bytes, str, int, int]:
 
 
 def probe_image(data: bytes) -> tuple[str, int, int] | None:
-    """``(mime_type, width, height)`` of PNG or baseline RGB/greyscale JPEG bytes that can be kept as they are."""
+    """``(mime_type, width, height)`` of PNG or RGB/greyscale JPEG bytes that can be kept as they are."""
     from PIL import Image, UnidentifiedImageError
 
     try:

@@ -1,8 +1,5 @@
-"""Optional OCR of page images with RapidOCR on ONNX Runtime (``pip install 'zhiku[ocr]'``).
-
-RapidOCR ships its PP-OCR detection, orientation and recognition models inside its wheel, so OCR works
-offline. The engine is loaded on first use (about a second) and kept by the loader that made it.
-"""
+"""Optional OCR with RapidOCR on ONNX Runtime (``pip install 'zhiku[ocr]'``): its models ship in its wheel, so OCR
+works offline; the engine loads on first use (about a second)."""
 
 from __future__ import annotations
 
@@ -20,17 +17,14 @@ MIN_SCORE = 0.5
 
 
 def ocr_available() -> bool:
-    """Whether the OCR extra (``rapidocr`` and ``onnxruntime``) is installed."""
     return all(importlib.util.find_spec(name) is not None for name in ("rapidocr", "onnxruntime"))
 
 
 def group_lines(
     boxes: Sequence[tuple[float, float, float, float, str]],
 ) -> list[tuple[float, float, float, float, str]]:
-    """OCR text boxes ``(x0, top, x1, bottom, text)`` grouped into lines, top to bottom, left to right.
-
-    A box belongs to a line when its vertical centre lies within the line's first box.
-    """
+    """Boxes ``(x0, top, x1, bottom, text)`` as lines, top to bottom: a box whose vertical centre lies within a line's
+    first box belongs to it."""
     lines: list[list[tuple[float, float, float, float, str]]] = []
     for box in sorted(boxes, key=lambda b: ((b[1] + b[3]) / 2, b[0])):
         centre = (box[1] + box[3]) / 2
@@ -53,8 +47,6 @@ def group_lines(
 
 
 class OcrEngine:
-    """RapidOCR with zhiku's defaults: Chinese + English models, two threads, quiet logging."""
-
     def __init__(self, threads: int = 2) -> None:
         try:
             from rapidocr import RapidOCR
@@ -66,7 +58,6 @@ class OcrEngine:
         )
 
     def page_lines(self, image: Any, scale: float) -> list[Line]:
-        """The text lines of a page rendered at ``scale`` pixels per point, in points (``Line.ocr`` set)."""
         result = self._engine(image)
         boxes = []
         for quad, text, score in zip(

@@ -1,19 +1,10 @@
-"""PDF files (``.pdf``), with PDFium (pypdfium2, Apache-2.0/BSD) for text, geometry and images and pdfplumber
-(MIT) for tables; RapidOCR for pages without a usable text layer when the ``zhiku[ocr]`` extra is installed.
+"""PDF files (``.pdf``) with PDFium (pypdfium2) for text, geometry and images and pdfplumber for ruled tables;
+RapidOCR for pages without a usable text layer when the ``zhiku[ocr]`` extra is installed (docs/formats.md).
 
-What comes out (details in docs/formats.md and :mod:`zhiku.ingest.loaders.pdf_layout`):
-
-- the text of every page in reading order as Markdown, pages mapped by ``SourceDoc.pages`` (1-based), running
-  headers/footers and page numbers dropped, lines joined into paragraphs (no spaces between Chinese
-  characters), headings from font sizes, monospaced lines as code blocks;
-- tables as Markdown tables where they stand (:mod:`zhiku.ingest.loaders.pdf_tables`);
-- embedded raster images (not tiny, not repeated on most pages) as PNG, or JPEG kept as is, with their page,
-  box and caption (the nearest "图 N …" line);
-- pages with no text layer but a large image, or with garbled text (``(cid:…)``, replacement or private-use
-  characters): OCR'd when possible, else listed in ``SourceDoc.needs_ocr_pages``.
-
-Encrypted PDFs open with ``loaders.pdf_password``; without it, or with a wrong one, loading fails with the
-reason. Corrupt and truncated files fail with the reason.
+Pages come out as Markdown in reading order (layout rules: :mod:`zhiku.ingest.loaders.pdf_layout`), mapped by
+``SourceDoc.pages``; tables as Markdown where they stand; raster images (not tiny, not repeated on most pages) with
+page, box and caption; scanned or garbled pages OCR'd, else listed in ``SourceDoc.needs_ocr_pages``. Encrypted PDFs
+open with ``loaders.pdf_password``.
 """
 
 from __future__ import annotations
@@ -21,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,17 +40,6 @@ from zhiku.ingest.loaders.pdf_layout import (
     running_lines,
     visible_chars,
 )
-from zhiku.ingest.loaders.pdf_tables import (
-    RULE_MAX_THICKNESS,
-    Box,
-    Table,
-    find_tables,
-    is_rule,
-    rule_groups,
-    tabular_areas,
-    text_table,
-    valid_rows,
-)
 from zhiku.settings import LoaderSettings
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
@@ -73,6 +54,25 @@ _ERRORS = {
     5: "its security handler is not supported",
     6: "a page is broken",
 }
+
+
+Box = tuple[float, float, float, float]  # x0, top, x1, bottom in points from the page's top-left corner
+
+RULE_MAX_THICKNESS = 2.5
+RULE_MIN_WIDTH = 30.0
+_ALIGN = 4.0  # rules whose ends lie within this many points belong to one table
+_TEXT_SETTINGS = {
+    "vertical_strategy": "text",
+    "horizontal_strategy": "text",
+    "snap_y_tolerance": 5,
+    "intersection_y_tolerance": 10,
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    bbox: Box
+    markdown: str
 
 
 @dataclass
@@ -100,7 +100,6 @@ def _pdfium() -> Any:
 
 
 def check_pdf_bytes(path: Path) -> None:
-    """Refuse an empty file, or one whose content is not PDF, with the reason."""
     head = read_head(path, 1024)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
@@ -109,8 +108,6 @@ def check_pdf_bytes(path: Path) -> None:
 
 
 class PdfLoader:
-    """Loads PDF files; ``settings`` are the ``loaders`` section (password, OCR, tables, images)."""
-
     doc_type: str = "pdf"
     suffixes: tuple[str, ...] = (".pdf",)
 
@@ -118,7 +115,6 @@ class PdfLoader:
         self.settings = settings or LoaderSettings()
         self._ocr: Any = None
 
-    # -- opening -----------------------------------------------------------------------------------
     def _open(self, pdfium: Any, path: Path) -> Any:
         password = self.settings.pdf_password.get_secret_value() if self.settings.pdf_password else None
         try:
@@ -143,7 +139,6 @@ class PdfLoader:
             self._ocr = OcrEngine()
         return self._ocr
 
-    # -- loading -----------------------------------------------------------------------------------
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
         pdfium = _pdfium()
@@ -257,7 +252,6 @@ class PdfLoader:
             out.append((box, data, mime, w, h))
         return out
 
-    # -- assembling --------------------------------------------------------------------------------
     def _assemble(self, pages: list[_Page], source: str, path: Path, title: str) -> SourceDoc:
         drop = running_lines([(p.lines, p.height) for p in pages])
         for p, dropped in zip(pages, drop, strict=False):
@@ -319,8 +313,8 @@ MONO_FONT_RE = re.compile(r"mono|courier|consol|menlo|typewriter|code|^(?:cm|lm|
 
 
 def page_lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list[list[int]], bool, str]:
-    """The text lines of a page (PDFium's reading order), the character indexes of each line's visible
-    characters, whether the page's text looks garbled, and the page's text (indexed like the characters)."""
+    """A page's lines (PDFium's reading order), the indexes of each line's visible characters, whether the text looks
+    garbled, and the page's text."""
     n = textpage.count_chars()
     if n <= 0:
         return [], [], False, ""
@@ -384,8 +378,8 @@ def inside(box: Any, area: Box) -> bool:
 
 
 def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[tuple[float, float, str]]:
-    """A line's characters grouped into cells ``(x0, x1, text)`` by their advance boxes: a gap wider than 0.6
-    em starts a new cell; a gap of a sixth of an em between two non-Chinese characters is a space."""
+    """A line's characters as cells ``(x0, x1, text)``: a gap over 0.6 em starts a cell; one of a sixth of an em
+    between two non-Chinese characters is a space."""
     cells: list[tuple[float, float, str]] = []
     x0 = x1 = base = 0.0
     buf = ""
@@ -416,7 +410,6 @@ def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[
 
 
 def wide_gaps(textpage: Any, chars: list[int], size: float) -> int:
-    """How many gaps wider than 1.5 ems lie between consecutive characters of a line (table cells)."""
     gaps = 0
     prev_right = None
     for i in chars:
@@ -428,7 +421,6 @@ def wide_gaps(textpage: Any, chars: list[int], size: float) -> int:
 
 
 def font_size(raw: Any, textpage: Any, index: int, matrix: Any) -> float:
-    """The size a character is drawn at: its font size scaled by its transformation matrix."""
     size = float(raw.FPDFText_GetFontSize(textpage.raw, index))
     if raw.FPDFText_GetMatrix(textpage.raw, index, matrix):
         scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5
@@ -438,7 +430,7 @@ def font_size(raw: Any, textpage: Any, index: int, matrix: Any) -> float:
 
 
 def place(lines: list[Line], tables: list[Table], images: list[tuple[Box, bytes, str, int, int]]) -> list[Line | Block]:
-    """A page's lines with its tables (replacing the lines inside them) and image anchors, in reading order."""
+    """A page's lines with its tables (in place of the lines inside them) and image anchors, in reading order."""
     items: list[Line | Block] = []
     placed: set[int] = set()
     for line in lines:
@@ -460,9 +452,115 @@ def place(lines: list[Line], tables: list[Table], images: list[tuple[Box, bytes,
 
 
 def insert_by_y(items: list[Line | Block], block: Block, y: float) -> None:
-    """Insert ``block`` before the first line below ``y``, else at the end."""
     for j, item in enumerate(items):
         if isinstance(item, Line) and item.top >= y:
             items.insert(j, block)
             return
     items.append(block)
+
+
+# -- tables: areas spanned by two or more horizontal rules of one width whose text looks tabular. A three-line table
+# (booktabs, no vertical rules: the usual style in Chinese papers) is read from the text's gaps, a ruled grid by
+# pdfplumber; a candidate needs two columns and two rows with two filled cells (not a framed listing or a form).
+def is_rule(box: Box) -> bool:
+    x0, top, x1, bottom = box
+    return bottom - top <= RULE_MAX_THICKNESS and x1 - x0 >= RULE_MIN_WIDTH
+
+
+def rule_groups(rules: Sequence[Box]) -> list[Box]:
+    """Areas spanned by two or more horizontal rules of the same extent (at least 12 pt apart overall)."""
+    groups: list[list[Box]] = []
+    for rule in sorted(rules, key=lambda r: (r[1], r[0])):
+        for group in groups:
+            if abs(group[0][0] - rule[0]) < _ALIGN and abs(group[0][2] - rule[2]) < _ALIGN:
+                group.append(rule)
+                break
+        else:
+            groups.append([rule])
+    areas = []
+    for group in groups:
+        top, bottom = group[0][1], group[-1][3]
+        if len(group) >= 2 and bottom - top >= 12:
+            areas.append((min(r[0] for r in group), top, max(r[2] for r in group), bottom))
+    return areas
+
+
+def tabular_areas(areas: Sequence[Box], lines: Sequence[Any], wide_gaps: Callable[[int], int]) -> list[Box]:
+    """The rule areas whose text could be a table: two or more lines within the rules' width (a form's underlines have
+    their labels beside them), mostly not monospaced, half with a wide gap between two characters (cells)."""
+    out = []
+    for box in areas:
+        inside = [
+            i
+            for i, ln in enumerate(lines)
+            if box[0] <= (ln.x0 + ln.x1) / 2 <= box[2] and box[1] <= (ln.top + ln.bottom) / 2 <= box[3]
+        ]
+        if len(inside) < 2 or sum(1 for i in inside if lines[i].mono) * 2 > len(inside):
+            continue
+        if any(lines[i].x0 < box[0] - 5 or lines[i].x1 > box[2] + 5 for i in inside):
+            continue  # text running past the rules: underlines of a form, not a table
+        if sum(1 for i in inside if wide_gaps(i) > 0) * 2 >= len(inside):
+            out.append(box)
+    return out
+
+
+def text_table(rows_of_cells: Sequence[tuple[float, float, list[tuple[float, float, str]]]]) -> list[list[str]]:
+    """A table from the lines ``(top, bottom, cells)`` in its area: lines on one visual row merged, columns the gaps in
+    the union of the cells' extents (a projection profile)."""
+    rows: list[tuple[float, float, list[tuple[float, float, str]]]] = []
+    for top, bottom, cells in sorted(rows_of_cells, key=lambda r: r[0]):
+        if rows and top + (bottom - top) / 2 <= rows[-1][1]:
+            rows[-1] = (rows[-1][0], max(rows[-1][1], bottom), rows[-1][2] + cells)
+        else:
+            rows.append((top, bottom, list(cells)))
+    spans: list[list[float]] = []
+    for x0, x1, _ in sorted((c for _, _, cells in rows for c in cells), key=lambda c: c[0]):
+        if spans and x0 <= spans[-1][1] + 1:
+            spans[-1][1] = max(spans[-1][1], x1)
+        else:
+            spans.append([x0, x1])
+    out = []
+    for _, _, cells in rows:
+        row = [""] * len(spans)
+        ends = [0.0] * len(spans)
+        for x0, x1, text in sorted(cells, key=lambda c: c[0]):
+            col = next(k for k, (a, b) in enumerate(spans) if a - 1 <= x0 <= b + 1)
+            row[col] = f"{row[col]}{'' if x0 - ends[col] < 1 else ' '}{text}".strip()  # "R" + raised "2": R2
+            ends[col] = x1
+        out.append(row)
+    return out
+
+
+def valid_rows(rows: Sequence[Sequence[Any]]) -> bool:
+    filled = [sum(1 for c in row if c not in (None, "")) for row in rows]
+    return max((len(r) for r in rows), default=0) >= 2 and sum(1 for n in filled if n >= 2) >= 2
+
+
+def _overlaps(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def find_tables(page: Any, areas: Sequence[Box]) -> list[Table]:
+    if not areas:
+        return []
+    tables: list[Table] = []
+    for found in page.find_tables():
+        if not any(_overlaps(tuple(found.bbox), area) for area in areas):
+            continue
+        rows = found.extract()
+        if valid_rows(rows):
+            md = markdown_table(rows)
+            if md:
+                tables.append(Table(tuple(found.bbox), md))
+    width, height = float(page.width), float(page.height)
+    for x0, top, x1, bottom in areas:
+        box = (max(x0 - 2, 0.0), max(top - 2, 0.0), min(x1 + 2, width), min(bottom + 2, height))
+        if any(_overlaps(box, t.bbox) for t in tables):
+            continue
+        rows = page.crop(box).extract_table(_TEXT_SETTINGS) or []
+        rows = [row for row in rows if any(c not in (None, "") for c in row)]
+        if valid_rows(rows):
+            md = markdown_table(rows)
+            if md:
+                tables.append(Table(box, md))
+    return sorted(tables, key=lambda t: t.bbox[1])

@@ -1,21 +1,13 @@
-"""From positioned text lines to Markdown: the layout rules of the PDF loader, as pure functions.
+"""From positioned text lines to Markdown: the PDF loader's layout rules, as pure functions. ``Line`` boxes are in
+points from the page's top-left corner.
 
-Input is what the PDF library gives per page: :class:`Line` objects in reading (content-stream) order, with
-their box in points from the page's top-left corner, font size and whether the font is monospaced. Output is
-Markdown. The rules:
-
-- **Headers and footers**: a line in the top or bottom 12 % of a page whose text, with digits masked, repeats
-  on at least half of the pages (and on 3 or more) is dropped, as is a lone page number there ("3", "- 3 -",
-  "第 3 页", "iv"), and a line there ending in "page N of M" (``2.4 章标题显示风格 –3/11–``: a running header
-  naming the current section) when 3 or more pages have one with the same M and their Ns differ.
-- **Headings**: lines set at least 8 % larger than the body text (the most common size), short and not ending
-  in a comma or full stop, unless three or more such lines of one size follow each other (a cover page's
-  form fields); levels follow the sizes, largest first.
-- **Paragraphs**: consecutive lines are joined unless the gap between them is clearly larger than the usual
-  leading, the font size changes, the line is indented, starts a list item or a caption, is centred, or the
-  previous line ends well short of the right margin. Joining never puts a space next to a Chinese character;
-  a word hyphenated at a line end is rejoined; a single space between two Chinese characters is dropped.
-- **Code**: consecutive monospaced lines become a fenced code block, lines kept.
+- Headers and footers: a line in the top or bottom 12 % of a page whose text, digits masked, repeats on half the
+  pages (3 or more) is dropped, as is a lone page number there, and a running "N/M" line whose Ns differ.
+- Headings: lines 8 % larger than the body size, short, not ending like a sentence, unless three or more of one size
+  follow each other (a cover's form fields); levels by size, largest first.
+- Paragraphs: lines join unless the gap, the size or the indent changes, a list item or caption starts, the line is
+  centred, or the previous one ends short of the margin; never a space next to a Chinese character.
+- Code: consecutive monospaced lines become a fenced block.
 """
 
 from __future__ import annotations
@@ -53,8 +45,6 @@ _HEADING_MD_RE = re.compile(r"(#{1,6})(?=\s|$)")
 
 @dataclass(frozen=True)
 class Line:
-    """One line of text on a page; coordinates in points from the page's top-left corner."""
-
     text: str
     x0: float
     top: float
@@ -84,8 +74,6 @@ FRONT_LEVEL = 6  # the deepest Markdown heading: any body heading closes it
 
 @dataclass(frozen=True)
 class Layout:
-    """Document-wide measurements that the per-page rules use."""
-
     body_size: float
     heading_levels: dict[float, int]  # rounded font size -> heading level (1 = largest)
     leading_gap: float  # usual gap between two lines of one paragraph
@@ -103,7 +91,6 @@ def size_key(size: float) -> float:
 
 
 def clean_line(text: str) -> str:
-    """Collapse dot leaders, drop soft hyphens' markers and control characters, tidy spaces."""
     text = text.replace("\u00ad", "-").replace("\x02", "-").replace("\ufffe", "")
     text = "".join(ch for ch in text if ch == "\t" or unicodedata.category(ch) != "Cc")
     text = _DOT_LEADER_RE.sub(" … ", text)
@@ -111,7 +98,6 @@ def clean_line(text: str) -> str:
 
 
 def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
-    """``(zone, masked text)`` for a line in the header or footer zone of its page, else None."""
     if line.bottom <= page_height * EDGE_ZONE:
         zone = "top"
     elif line.top >= page_height * (1 - EDGE_ZONE):
@@ -122,7 +108,7 @@ def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
 
 
 def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int]]:
-    """Per page, the indexes of header/footer lines to drop (see the module docstring); ``pages``: lines, height."""
+    """Per page ``(lines, height)``, the indexes of its header and footer lines."""
     keys = [[edge_key(line, h) for line in lines] for lines, h in pages]
     counts = Counter(k for page in keys for k in set(page) if k is not None)
     need = max(3, (len(pages) + 1) // 2)
@@ -145,13 +131,11 @@ def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int
 
 
 def _page_of(line: Line, key: tuple[str, str] | None) -> tuple[tuple[str, str], str] | None:
-    """``((zone, M), N)`` for an edge-zone line ending in "N/M" (``2.4 章标题显示风格 –3/11–``), else None."""
     m = _PAGE_OF_RE.search(line.text) if key is not None else None
     return ((key[0], m.group(2)), m.group(1)) if key is not None and m else None
 
 
 def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset[int] = frozenset()) -> Layout:
-    """Body size, heading levels (from the pages not in ``front``), usual leading and text margins."""
     sizes: Counter[float] = Counter()
     for lines in pages:
         for line in lines:
@@ -197,7 +181,6 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
 
 
 def _page_body(lines: Sequence[Line], body: float) -> float:
-    """A page's own body size: its most used size when that holds 60 % of its text (100+ characters)."""
     sizes: Counter[float] = Counter()
     for line in lines:
         if not line.mono and not line.ocr:
@@ -209,7 +192,6 @@ def _page_body(lines: Sequence[Line], body: float) -> float:
 
 
 def _is_heading_line(line: Line, body: float) -> bool:
-    """Large, short, not ending like a part of a sentence."""
     text = line.text.strip()
     return (
         line.size >= body * HEADING_RATIO
@@ -222,8 +204,7 @@ def _is_heading_line(line: Line, body: float) -> bool:
 
 
 def _heading_runs(lines: Sequence[Line], body: float, right: float) -> list[list[int]]:
-    """Runs of consecutive heading-sized lines of one size (a wrapped title is one run); a full-width line
-    continued by a line of its size is a paragraph, not a heading."""
+    """Runs of heading-sized lines of one size (a wrapped title); a full-width line continued in its size is prose."""
     runs: list[list[int]] = []
     for i, line in enumerate(lines):
         if not _is_heading_line(line, body):
@@ -239,8 +220,6 @@ def _heading_runs(lines: Sequence[Line], body: float, right: float) -> list[list
 
 
 def heading_levels(lines: Sequence[Line], layout: Layout, page: int = 0) -> dict[int, int]:
-    """``{index: level}`` of the heading lines among ``lines`` of page ``page`` (0-based; runs of three or
-    more are not headings)."""
     if page in layout.front:
         return _front_headings(lines, layout.body_of(page), layout.right)
     out: dict[int, int] = {}
@@ -252,15 +231,14 @@ def heading_levels(lines: Sequence[Line], layout: Layout, page: int = 0) -> dict
 
 
 def _front_headings(lines: Sequence[Line], body: float, right: float) -> dict[int, int]:
-    """On a cover or declaration page: the runs in the page's largest heading type, at the deepest level, so
-    they title their own page and are never the ancestors of the body's headings."""
+    """A front page's runs in its largest type, at the deepest level: never the ancestors of the body's headings."""
     runs = [r for r in _heading_runs(lines, body, right) if len(r) < 3]
     top = max((size_key(lines[r[0]].size) for r in runs), default=None)
     return {i: FRONT_LEVEL for r in runs if size_key(lines[r[0]].size) == top for i in r}
 
 
 def _breaks(prev: Line, cur: Line, layout: Layout, right: float) -> bool:
-    """Whether ``cur`` starts a new paragraph after ``prev``; ``right`` is where full lines of its size end."""
+    """Whether ``cur`` starts a paragraph after ``prev``; ``right`` is where full lines of its size end."""
     size = max(prev.size, cur.size)
     if abs(cur.top - prev.top) < 0.5 * prev.height and cur.x0 >= prev.x1 - 2:
         return False  # the rest of the same visual line (a raised or lowered glyph split it)
@@ -280,18 +258,13 @@ def _breaks(prev: Line, cur: Line, layout: Layout, right: float) -> bool:
 
 
 def _escape(paragraph: str) -> str:
-    """Keep PDF text from reading as Markdown structure (a paragraph starting with "# " is not a heading)."""
     if _HEADING_MD_RE.match(paragraph) or paragraph.startswith(("```", "~~~")):
         return "\\" + paragraph
     return paragraph
 
 
 def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) -> tuple[str, dict[int, int]]:
-    """One page as Markdown, and the offset (into that Markdown) of each image anchor by its ``Block.image``.
-
-    ``items`` are the page's lines (headers/footers already dropped) with table and image blocks placed
-    among them, in reading order.
-    """
+    """One page's lines and blocks as Markdown, and the offset there of each image anchor by its ``Block.image``."""
     parts: list[str] = []  # finished blocks of Markdown
     anchors: dict[int, int] = {}
     pending: list[int] = []  # image anchors waiting for the next block
@@ -369,7 +342,7 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
 
 
 def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
-    """The caption of an image spanning ``top``–``bottom``: the nearest "图 N …" line below it (else above), within 80 pt."""
+    """The nearest "图 N …" line below an image (else above), within 80 pt."""
     best: tuple[float, str] | None = None
     for ln in lines:
         if not FIGURE_CAPTION_RE.match(ln.text):
@@ -382,8 +355,7 @@ def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
 
 # ----------------------------------------------------------------------------------------- text quality
 def is_garbled(text: str) -> bool:
-    """Whether a page's extracted text is mostly garbage: replacement, private-use, control or unassigned
-    characters, or ``(cid:123)`` glyph codes (at least 30 % of the non-space characters)."""
+    """At least 30 % replacement, private-use, control or unassigned characters or ``(cid:123)`` glyph codes."""
     cids = re.findall(r"\(cid:\d+\)", text)
     text = re.sub(r"\(cid:\d+\)", "", text)
     chars = [ch for ch in text if not ch.isspace()]
@@ -398,9 +370,8 @@ def visible_chars(text: str) -> int:
     return sum(1 for ch in text if not ch.isspace())
 
 
-# Front matter (a cover, declaration pages) must not shape the heading tree: its big type would take the top
-# heading levels and every chapter would nest under it in every citation. Heading levels are measured on the
-# other pages; a front page's own headings come out at the deepest level (``heading_levels``).
+# Front matter (a cover, declaration pages) must not shape the heading tree: its big type would take the top levels
+# and every chapter would nest under it in every citation.
 COVER_MAX_CHARS = 250  # a first page with less text than this, in type larger than the body's, is a cover
 DECLARATION_RE = re.compile(
     r"原创性声明|独创性声明|版权声明|授权(?:使用)?(?:的)?声明|使用授权|学位论文.{0,12}声明|"
@@ -411,8 +382,7 @@ MAX_FRONT_SHARE = 3  # front matter lies within the first third of the pages
 
 
 def front_pages(pages: Sequence[Sequence[Line]], body_size: float) -> frozenset[int]:
-    """The 0-based pages that open the document as front matter: a cover (first page only), then declaration
-    pages; the run stops at the first page that is neither."""
+    """The 0-based pages of front matter: a cover (first page only), then declaration pages."""
     limit = max(1, len(pages) // MAX_FRONT_SHARE)
     out: set[int] = set()
     for i, lines in enumerate(pages[:limit]):

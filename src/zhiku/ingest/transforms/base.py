@@ -1,17 +1,10 @@
-"""The ``Transform`` protocol: one optional stage between chunking and embedding.
+"""The ``Transform`` contract, stable for plugins (``zhiku.transforms`` entry points): add optional fields, never
+rename or remove.
 
-A transform gets a ``DocumentBatch`` (the loaded document, its chunks and what earlier transforms added) and returns
-a new one. It never changes ``Chunk.text`` (citations quote the original); it adds to the chunk's ``Enrichment``
-(a context, a refined text for indexing, a title, summary and tags), to the document's ``DocMeta``, or fills
-``ImageRef.caption``. Anything it could not do goes into ``issues`` — the chunk is kept without it.
-
-LLM calls go through ``TransformContext.llm`` (a ``ChatService``): it caches answers by (model, prompt id with its
-version, input hash), limits concurrency, retries and counts tokens. A ``ChatService`` raises ``TransformError``
-with a reason the ingest summary shows; a transform catches it per chunk and records an issue.
-
-Third-party transforms are classes registered in the ``zhiku.transforms`` entry-point group; they are
-instantiated with no arguments and must satisfy this protocol. This module is the stable contract: add optional
-fields with defaults, never remove or rename.
+A transform gets a ``DocumentBatch`` and returns a new one. It never changes ``Chunk.text`` (citations quote the
+original); it adds to the chunks' ``Enrichment``, the document's ``DocMeta`` or ``ImageRef.caption``, and records what
+it could not do in ``issues`` (the chunk is kept). LLM calls go through ``TransformContext.llm``, a ``ChatService``
+that caches, limits concurrency, retries, counts tokens and raises ``TransformError`` with a reason.
 """
 
 from __future__ import annotations
@@ -38,8 +31,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Enrichment:
-    """What transforms added to one chunk. ``refined`` (when not empty) replaces the text that is embedded and
-    BM25-indexed, never the stored text; ``context`` is prepended to it."""
+    """What transforms added to one chunk: ``refined`` replaces the indexed text (never the stored one), ``context`` is
+    prepended to it."""
 
     context: str = ""
     refined: str = ""
@@ -77,7 +70,7 @@ class DocumentBatch:
         return cls(doc, doc_id, tuple(chunks), tuple(Enrichment() for _ in chunks))
 
     def enrich(self, i: int, **changes: Any) -> DocumentBatch:
-        """A copy with ``enrichments[i]`` changed (e.g. ``batch.enrich(0, context="…")``)."""
+        """A copy with ``enrichments[i]`` changed: ``batch.enrich(0, context="…")``."""
         items = list(self.enrichments)
         items[i] = replace(items[i], **changes)
         return replace(self, enrichments=tuple(items))
@@ -99,10 +92,9 @@ class DocumentBatch:
 
 @dataclass(frozen=True)
 class TransformContext:
-    """What a transform may use. ``llm`` is None when no endpoint is configured; ``prompt(name)`` returns the
-    prompt template (``$placeholders``; the user's override file, else the built-in one in ``language``) and
-    ``prompt_id(name)`` its id for ``ChatService.chat``; ``options`` are the ``transforms.*`` settings
-    (plus ``concurrency``); ``on_chunk(transform)`` reports progress, once per chunk handled."""
+    """What a transform may use: ``llm`` (None without an endpoint), ``prompt(name)`` (a ``$placeholder`` template in
+    ``language``) with its ``prompt_id(name)``, ``options`` (the ``transforms.*`` settings and ``concurrency``), and
+    ``on_chunk(transform)`` once per chunk handled."""
 
     llm: ChatService | None
     language: Language = "zh"
@@ -114,8 +106,7 @@ class TransformContext:
 
 @runtime_checkable
 class Transform(Protocol):
-    """One enrichment step. ``name`` is what ``--transform`` and ``transforms.enabled`` use; ``needs_llm``: the
-    stage refuses to run it without an endpoint (it would fail every chunk)."""
+    """``name`` is what ``--transform`` and ``transforms.enabled`` use; ``needs_llm``: refused without an endpoint."""
 
     name: str
     needs_llm: bool

@@ -1,31 +1,74 @@
-"""The built-in transforms: ``contextual``, ``refine``, ``metadata`` and ``caption``.
-
-- ``contextual``: Anthropic's Contextual Retrieval. Each chunk gets a 50–100-token context written from its
-  document (the whole document, or a window around the chunk when it is long), stored apart from the chunk's text
-  and prepended to it for embedding and BM25; citations quote the original.
-- ``refine``: an LLM cleans a chunk's text (broken lines, hyphenation, OCR noise). A guard rejects a cleaned text
-  that drops or invents content (its length ratio or character overlap with the original out of bounds) and the
-  original is indexed instead. The refined text is what gets embedded and BM25-indexed; the stored text stays.
-- ``metadata``: a title, a one-sentence summary and tags for every chunk and for the document: indexed with the
-  chunk (title and tags), returned in results and by ``get_document_summary``; tags filter searches (``--tag``).
-- ``caption``: images extracted from PDF and Word files are described by an OpenAI-compatible vision model; the
-  description fills ``ImageRef.caption`` (after the document's own caption), so it is indexed with the chunk's
-  text and returned with the image over MCP.
-"""
+"""The built-in transforms (docs/transforms.md): ``contextual`` (a short context of each chunk, from its document,
+prepended to its indexed text: Contextual Retrieval), ``refine`` (an LLM cleans the indexed text; a guard rejects one
+that drops or invents content), ``metadata`` (title, summary and tags per chunk and document) and ``caption``
+(images described by a vision model)."""
 
 from __future__ import annotations
 
 import base64
 from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from string import Template
 from typing import Any
 
-from zhiku.ingest.transforms._util import each_chunk, non_empty, render, require_llm, window_around
 from zhiku.ingest.transforms.base import ChatService, DocMeta, DocumentBatch, TransformContext, TransformError
 from zhiku.llm.cache import json_object_in
 from zhiku.llm.chat import clean_reply
 from zhiku.types import Chunk, ImageRef
+
+Step = Callable[[int], Mapping[str, Any] | None]  # chunk index → Enrichment changes (None: nothing to add)
+
+
+def each_chunk(batch: DocumentBatch, ctx: TransformContext, name: str, step: Step) -> DocumentBatch:
+    """``step(i)`` for every chunk, ``concurrency`` at a time, applied in order; a ``TransformError`` records an issue."""
+
+    def run(i: int) -> tuple[int, Mapping[str, Any] | None, TransformError | None]:
+        try:
+            return i, step(i), None
+        except TransformError as e:
+            return i, None, e
+        finally:
+            ctx.on_chunk(name)
+
+    workers = max(1, int(ctx.options.get("concurrency", 4)))
+    if workers == 1 or len(batch.chunks) <= 1:
+        results = [run(i) for i in range(len(batch.chunks))]
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"zhiku-{name}") as pool:
+            results = list(pool.map(run, range(len(batch.chunks))))
+    for i, changes, error in results:
+        if error is not None:
+            batch = batch.with_issue(name, str(error), batch.chunks[i].chunk_id, unreached=error.unreached)
+        elif changes:
+            batch = batch.enrich(i, **changes)
+    return batch
+
+
+def render(ctx: TransformContext, name: str, **values: object) -> list[dict[str, Any]]:
+    text = Template(ctx.prompt(name)).safe_substitute({k: str(v) for k, v in values.items()})
+    return [{"role": "user", "content": text}]
+
+
+def require_llm(ctx: TransformContext, name: str) -> Any:
+    if ctx.llm is None:
+        raise TransformError(f"{name} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)")
+    return ctx.llm
+
+
+def non_empty(text: str) -> None:
+    if not clean_reply(text):
+        raise ValueError("empty after removing tags and quotes")
+
+
+def window_around(text: str, start: int, end: int, size: int) -> str:
+    if len(text) <= size:
+        return text
+    mid = (start + end) // 2
+    lo = max(0, min(mid - size // 2, len(text) - size))
+    return ("…" if lo else "") + text[lo : lo + size] + ("…" if lo + size < len(text) else "")
+
 
 MAX_CONTEXT_CHARS = 400
 WINDOW_CHARS = 6000  # of a long document around a chunk that an LLM reads: the chunk's neighbourhood, not the book
@@ -54,8 +97,7 @@ class Contextual:
 def guard(
     original: str, refined: str, *, min_ratio: float = 0.7, max_ratio: float = 1.2, min_overlap: float = 0.85
 ) -> str | None:
-    """Why ``refined`` is rejected, or None. Lengths and overlap count non-whitespace characters; overlap is the
-    multiset intersection over each side (kept share of the original, and share of the output found in it)."""
+    """Why ``refined`` is rejected, or None: its length, or the characters it drops or invents, out of bounds."""
     a = Counter(ch for ch in original if not ch.isspace())
     b = Counter(ch for ch in refined if not ch.isspace())
     na, nb = sum(a.values()), sum(b.values())
@@ -101,7 +143,6 @@ MAX_TAGS = 5  # of a document or passage: a few that filter, not an index of eve
 
 
 def parse_metadata(text: str, max_tags: int) -> dict[str, Any]:
-    """``{"title", "summary", "tags"}`` from a reply; ``ValueError`` when it is not that JSON object."""
     value = json_object_in(text)
     title, summary, tags = value.get("title", ""), value.get("summary", ""), value.get("tags", [])
     if not isinstance(title, str) or not isinstance(summary, str):
@@ -146,7 +187,6 @@ MAX_IMAGES = 50  # described per document: a scanned catalogue's hundreds of pic
 
 
 def describe(llm: ChatService, ctx: TransformContext, ref: ImageRef, blob: bytes, chunk: Chunk) -> str:
-    """The vision model's description of one image (``TransformError`` on failure)."""
     if not blob or len(blob) > MAX_IMAGE_BYTES:
         raise TransformError(f"image {ref.image_id} has no bytes or is over 8 MiB")
     text = Template(ctx.prompt("caption")).safe_substitute(caption=ref.caption, chunk=chunk.text[:300])

@@ -1,5 +1,5 @@
-"""A transform dry run: what would be sent to the LLM for the files an ingest would (re)index, with estimated
-tokens and cost, and how much the cache already holds. Nothing is sent, written or cached."""
+"""A transform dry run: the LLM requests an ingest would send, with estimated tokens and cost and what the cache holds.
+Nothing is sent, written or cached."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from zhiku.errors import ZhikuError
 from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.discover import discover
+from zhiku.ingest.files import discover
 from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
 from zhiku.ingest.pipeline import doc_id_for, sha256_bytes
 from zhiku.ingest.transforms.stage import TransformStage

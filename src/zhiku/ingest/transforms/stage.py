@@ -1,6 +1,5 @@
-"""The transform stage of ingestion: runs the enabled transforms on each document's chunks, composes the texts
-that are embedded and BM25-indexed, stores the enrichments after the document is written, and sums up usage and
-issues for the ingest summary. A transform that fails keeps the chunk without it; nothing is ever dropped."""
+"""The transform stage of ingestion: runs the enabled transforms on each document's chunks, stores the enrichments
+after the document is written, and sums up usage and issues. A transform that fails keeps the chunk without it."""
 
 from __future__ import annotations
 
@@ -17,13 +16,13 @@ from zhiku.errors import ConfigError
 from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
 from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
 from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
+from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache
 from zhiku.llm.prompts import Prompts, detect_language
-from zhiku.llm.service import CONCURRENCY, LLMService
+from zhiku.llm.service import CONCURRENCY, LLMService, PlanningService, build_service
 from zhiku.observability.tracing import mark, span
-from zhiku.settings import TRANSFORM_ORDER, LLMSettings, TransformSettings
+from zhiku.settings import TRANSFORM_ORDER, LLMSettings, Settings, TransformSettings
 from zhiku.types import Chunk, LLMUsage, SourceDoc, TransformIssue, TransformReport
 
-IndexText = Callable[[str, str, str, Sequence[str]], str]  # (title, section, text, captions) → index text
 TransformProgress = Callable[[str, str, int, int], None]  # (transform, source, chunks done, chunks in document)
 TRACE_CHUNKS = 200  # chunk rows kept in one ingest trace
 LANGUAGE = "auto"  # prompts in the document's language: Chinese for a mostly-CJK one, else English
@@ -32,9 +31,7 @@ __all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transf
 
 
 def registry() -> dict[str, type]:
-    """Transforms by name: the built-ins, then the ``zhiku.transforms`` plugins by entry-point name (classes
-    instantiated with no arguments); a plugin that is not such a class, or reuses a built-in's name, is reported and
-    skipped."""
+    """Transforms by name: the built-ins, then the ``zhiku.transforms`` plugins (a bad one is reported and skipped)."""
     from zhiku.plugins import load, report_problem
 
     found: dict[str, type] = {"caption": Caption, "refine": Refine, "metadata": Metadata, "contextual": Contextual}
@@ -50,8 +47,7 @@ def registry() -> dict[str, type]:
 
 
 def resolve(names: Sequence[str], available: dict[str, type] | None = None) -> list[Transform]:
-    """Instances of the named transforms, built-ins in their fixed order (caption → refine → metadata →
-    contextual), plugins after them in the order given."""
+    """The named transforms, built-ins in their fixed order, plugins after them in the order given."""
     available = available if available is not None else registry()
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -65,7 +61,7 @@ def resolve(names: Sequence[str], available: dict[str, type] | None = None) -> l
 
 
 def enriched_text(base: str, e: Enrichment) -> str:
-    """The index text of a chunk with its enrichment: context first, then the chunk's text, then its title and tags."""
+    """A chunk's index text with its enrichment: context, the text, then title and tags."""
     extra = " ".join(p for p in (e.title, " ".join(e.tags)) if p)
     return "\n".join(p for p in (e.context, base, extra) if p)
 
@@ -78,7 +74,7 @@ class _Tally:
 
 
 class TransformStage:
-    """One per ingestion run. ``service`` None: transforms that need an LLM are refused up front."""
+    """One per ingestion run; without a ``service``, transforms that need an LLM are refused up front."""
 
     def __init__(
         self,
@@ -112,12 +108,9 @@ class TransformStage:
 
     @functools.cached_property
     def marks(self) -> dict[str, str]:
-        """What each transform's enrichments depend on besides the chunks, as a digest by transform: the model (the
-        vision model for ``caption``), the prompts' language, the ``transforms.*`` settings that differ from their
-        defaults and the text of the transform's prompt (its own name's, in each language) in ``llm.prompts_dir``
-        (a built-in prompt counts by name: a zhiku release that words one better does not re-buy every enrichment).
-        Kept with each document's usage record (``setup``): a document one of these transforms last enriched with
-        another setup is owed (``owes``)."""
+        """A digest per transform of what its enrichments depend on besides the chunks: the model, the language, the
+        changed ``transforms.*`` settings and an override prompt's text (a built-in prompt counts by name: a release
+        that words one better does not re-buy every enrichment). A document enriched with another setup is owed."""
         common = {
             "model": self.llm.model,
             "language": LANGUAGE,
@@ -135,14 +128,11 @@ class TransformStage:
 
     @functools.cached_property
     def setup(self) -> str:
-        """``marks`` as the JSON a usage record keeps; ``""`` without transforms."""
         return json.dumps(self.marks, sort_keys=True, separators=(",", ":")) if self.transforms else ""
 
     def _changed(self, recorded: str) -> bool:
-        """Whether one of these transforms ran with another setup in the ingest that recorded ``recorded`` (``""``:
-        an older zhiku's record, not known: no). A transform it ran that is off now is no change: its enrichments
-        stay until the document changes or ``--force`` (a plain ``zhiku ingest`` without the ``--transform`` of an
-        earlier one must not strip them)."""
+        """Whether one of these transforms ran with another setup then (an older record, ``""``: no). A transform off
+        now is no change: a plain ``zhiku ingest`` must not strip an earlier ``--transform``'s enrichments."""
         try:
             old = json.loads(recorded) if recorded else {}
         except ValueError:
@@ -150,8 +140,6 @@ class TransformStage:
         return isinstance(old, dict) and any(name in old and old[name] != mark for name, mark in self.marks.items())
 
     def _prompt_mark(self, name: str, lang: str) -> str:
-        """The digest of a prompt file of ``llm.prompts_dir``, ``builtin`` for a built-in prompt, ``""`` for none
-        (a plugin's transform without a prompt of its name)."""
         folder = self.prompts.override_dir
         if folder is None or not (folder / f"{name}.{lang}.txt").is_file():
             try:
@@ -166,15 +154,10 @@ class TransformStage:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
-        """Whether an unchanged document is ingested again for these transforms: its last ingest did not run one
-        of them (switched on since, or written later without transforms: ``written_at`` is when it was stored), ran
-        them with another setup (``setup``: another model, prompt or setting: the enrichments are made again, replies
-        to unchanged requests come from the cache), or got no answer from the endpoint for some chunk (down, rate-limited, timed out). Replies already received
-        come from the cache; refused or malformed replies are not asked again. Without the reply cache
-        (no cache directory) unanswered chunks are not retried: every chunk would be asked (and paid for) again, and
-        the enrichments stored would be lost if the endpoint failed again. After ``RETRY_LIMIT`` ingests in a row (of this setup)
-        without an answer for it (a chunk the endpoint always times out or fails on) it is left to ``--force``: each
-        plain ingest re-ingested it and waited out the retries again, for good."""
+        """Whether an unchanged document is ingested again: its last ingest did not run one of these transforms (or it
+        was written later, at ``written_at``), ran them with another setup, or got no answer for some chunk. Unanswered
+        chunks are retried only with the reply cache (else every chunk would be paid for again), and only until
+        ``RETRY_LIMIT`` ingests in a row went unanswered; then ``--force`` asks again."""
         if not self.transforms or self.store is None:
             return False
         recent = self.store.recent_usage(collection, source, RETRY_LIMIT)
@@ -183,7 +166,6 @@ class TransformStage:
             return True
         if self._changed(last.setup):
             return True
-        # the ingests in a row with this setup: those of another (another model) asked other requests
         same = list(itertools.takewhile(lambda r: r.setup == last.setup, recent))
         unanswered = [any(i.unreached for i in r.issues) for r in same]
         cached = self.service is not None and self.service.cache is not None
@@ -209,7 +191,6 @@ class TransformStage:
         )
 
     def run(self, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
-        """Every transform over one document's chunks; its issues are recorded, the chunks always come back."""
         if not self.transforms:  # none enabled: the stage only clears what an earlier run stored
             mark("transform", reason="no transforms configured")
             return DocumentBatch.start(doc, doc_id, chunks)
@@ -249,16 +230,7 @@ class TransformStage:
         self._tally.applied[t.name] = self._tally.applied.get(t.name, 0) + changed
         return out
 
-    @staticmethod
-    def index_texts(batch: DocumentBatch, index_text: IndexText) -> list[str]:
-        """What is embedded and BM25-indexed per chunk (the refined text in place of the original, if any)."""
-        return [
-            enriched_text(index_text(batch.doc.title, c.section, e.refined or c.text, [i.caption for i in c.images]), e)
-            for c, e in zip(batch.chunks, batch.enrichments, strict=True)
-        ]
-
     def commit(self, batch: DocumentBatch, collection: str) -> None:
-        """After the document is written: store its enrichments and its LLM usage."""
         if self.store is None:
             return
         self.store.put(batch)
@@ -294,7 +266,6 @@ def _minus(now: LLMUsage, before: LLMUsage) -> LLMUsage:
 
 
 def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
-    """One trace row per chunk with what the transforms added (texts cut to 200 characters)."""
     rows = []
     for c, e in zip(batch.chunks, batch.enrichments, strict=True):
         row: dict[str, Any] = {"chunk_id": c.chunk_id, "source": c.source, "section": c.section}
@@ -312,8 +283,39 @@ def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
 
 
 def run_transforms(stage: TransformStage | None, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
-    """The stage's batch for a document, or the plain chunks (and an ``off`` trace stage) without transforms."""
     if stage is None:
         mark("transform", reason="no transforms configured")
         return DocumentBatch.start(doc, doc_id, chunks)
     return stage.run(doc, doc_id, chunks)
+
+
+def parse_transform_names(spec: str | None) -> tuple[str, ...] | None:
+    """``--transform contextual,metadata`` as names (None: the settings'; ``none``: no transform)."""
+    if spec is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
+    return () if names in ((), ("none",)) else names
+
+
+def build_stage(
+    settings: Settings,
+    store: EnrichmentStore | None,
+    *,
+    on_progress: TransformProgress | None = None,
+    planning: bool = False,
+) -> TransformStage | None:
+    """The stage of ``transforms.enabled``: None when none is and nothing was ever enriched, else an empty stage that
+    clears older enrichments on re-ingest."""
+    names = tuple(settings.transforms.enabled)
+    if not names and (store is None or not store.path.exists()):
+        return None
+    transforms = resolve(names)
+    service: LLMService | None
+    if planning:
+        llm = settings.llm
+        path = settings.cache_dir / LLM_CACHE_FILE if settings.cache_dir else None  # read, never created, by a dry run
+        cache = ReplyCache(path, read_only=True) if path is not None and path.exists() else None
+        service = PlanningService(llm.model or "(llm.model unset)", vision_model=llm.vision_model, cache=cache)
+    else:
+        service = build_service(settings.llm, settings.cache_dir) if names else None
+    return TransformStage(transforms, service, settings.transforms, settings.llm, store=store, on_progress=on_progress)

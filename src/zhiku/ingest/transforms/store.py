@@ -1,9 +1,5 @@
-"""Where transform outputs live: ``<index>/enrichments.sqlite``, beside the index (any store backend).
-
-Per chunk: context, refined text, title, summary, tags; per document: the LLM title, summary and tags; per
-ingested document: the LLM usage (requests, cache hits, tokens, cost) and the transform issues, for
-``zhiku history``. A document's rows are replaced when it is re-ingested and dropped when it is deleted.
-"""
+"""Where transform outputs live: ``<index>/enrichments.sqlite`` beside the index (any store backend): per chunk its
+enrichment, per document the LLM's metadata, and each ingest's LLM usage and issues (``zhiku history``)."""
 
 from __future__ import annotations
 
@@ -36,15 +32,13 @@ CREATE INDEX IF NOT EXISTS llm_usage_by_source ON llm_usage (collection, source,
 
 @dataclass(frozen=True)
 class UsageRecord:
-    """One document's LLM usage in one ingestion, with the transforms' issues."""
-
     at: float
     collection: str
     source: str
     transforms: tuple[str, ...]
     usage: LLMUsage
     issues: tuple[TransformIssue, ...]
-    setup: str = ""  # ``TransformStage.setup`` of that ingest ("": recorded before it was kept)
+    setup: str = ""  # ``TransformStage.setup`` of that ingest ("": not known)
 
 
 class EnrichmentStore:
@@ -78,9 +72,7 @@ class EnrichmentStore:
                 self._db.close()
                 self._db = None
 
-    # -- writing -----------------------------------------------------------------------------------
     def put(self, batch: DocumentBatch) -> None:
-        """Replace what is stored for ``batch.doc_id`` with the batch's enrichments and document metadata."""
         rows = [
             (c.chunk_id, batch.doc_id, e.context, e.refined, e.title, e.summary, _json(list(e.tags)))
             for c, e in zip(batch.chunks, batch.enrichments, strict=True)
@@ -131,24 +123,22 @@ class EnrichmentStore:
                         f"INSERT INTO llm_usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row
                     )
 
-    # -- reading -----------------------------------------------------------------------------------
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            db = self._conn()
+            return db.execute(sql, list(args)).fetchall() if db is not None else []
+
     def chunk_enrichments(self, chunk_ids: Sequence[str]) -> dict[str, Enrichment]:
         if not chunk_ids:
             return {}
-        with self._lock:
-            db = self._conn()
-            if db is None:
-                return {}
-            marks = ",".join("?" * len(chunk_ids))
-            rows = db.execute(
-                f"SELECT chunk_id, context, refined, title, summary, tags FROM chunk_enrichment WHERE chunk_id IN ({marks})",
-                list(chunk_ids),
-            ).fetchall()
-        return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in rows}
+        marks = ",".join("?" * len(chunk_ids))
+        sql = (
+            f"SELECT chunk_id, context, refined, title, summary, tags FROM chunk_enrichment WHERE chunk_id IN ({marks})"
+        )
+        return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in self._rows(sql, chunk_ids)}
 
     def chunk_labels(self, places: Mapping[str, tuple[str, str, int | None]]) -> dict[str, dict[str, Any]]:
-        """Each chunk's source, section and page (``places``, by chunk id) with its enrichment (what a trace labels
-        ranked chunks with)."""
+        """Each chunk's source, section and page (``places``) with its enrichment: a trace's labels."""
         found = self.chunk_enrichments(list(places))
         return {
             i: {"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} | enrichment_row(found.get(i))
@@ -156,56 +146,26 @@ class EnrichmentStore:
         }
 
     def doc_meta(self, doc_id: str) -> DocMeta | None:
-        with self._lock:
-            db = self._conn()
-            row = (
-                db.execute("SELECT title, summary, tags, kind FROM doc_meta WHERE doc_id = ?", (doc_id,)).fetchone()
-                if db
-                else None
-            )
-        return DocMeta(row[0], row[1], tuple(json.loads(row[2])), row[3]) if row else None
+        rows = self._rows("SELECT title, summary, tags, kind FROM doc_meta WHERE doc_id = ?", (doc_id,))
+        return DocMeta(rows[0][0], rows[0][1], tuple(json.loads(rows[0][2])), rows[0][3]) if rows else None
 
     def tagged(self, tags: Sequence[str]) -> tuple[set[str], set[str]]:
         """``(chunk ids, doc ids)`` carrying every one of ``tags`` (chunk tags, or their document's tags)."""
         want = {t.strip().lower() for t in tags if t.strip()}
-        chunks: set[str] = set()
-        docs: set[str] = set()
-        with self._lock:
-            db = self._conn()
-            if db is None:
-                return chunks, docs
-            for cid, tag_json in db.execute("SELECT chunk_id, tags FROM chunk_enrichment WHERE tags != '[]'"):
-                if want <= {t.lower() for t in json.loads(tag_json)}:
-                    chunks.add(cid)
-            for did, tag_json in db.execute("SELECT doc_id, tags FROM doc_meta"):
-                if want <= {t.lower() for t in json.loads(tag_json)}:
-                    docs.add(did)
-        return chunks, docs
+
+        def having(rows: list[Any]) -> set[str]:
+            return {i for i, tag_json in rows if want <= {t.lower() for t in json.loads(tag_json)}}
+
+        chunks = self._rows("SELECT chunk_id, tags FROM chunk_enrichment WHERE tags != '[]'")
+        return having(chunks), having(self._rows("SELECT doc_id, tags FROM doc_meta"))
 
     def usage_history(self, limit: int = 100) -> list[UsageRecord]:
-        with self._lock:
-            db = self._conn()
-            rows = (
-                db.execute("SELECT * FROM llm_usage ORDER BY at DESC, id DESC LIMIT ?", (limit,)).fetchall()
-                if db
-                else []
-            )
+        rows = self._rows("SELECT * FROM llm_usage ORDER BY at DESC, id DESC LIMIT ?", (limit,))
         return [_usage_record(r) for r in rows]
 
     def recent_usage(self, collection: str, source: str, n: int) -> list[UsageRecord]:
-        """The usage records of the last ``n`` ingests of ``source`` in ``collection`` that ran transforms, newest
-        first."""
-        with self._lock:
-            db = self._conn()
-            rows = (
-                db.execute(
-                    "SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT ?",
-                    (collection, source, n),
-                ).fetchall()
-                if db
-                else []
-            )
-        return [_usage_record(r) for r in rows]
+        sql = "SELECT * FROM llm_usage WHERE collection = ? AND source = ? ORDER BY id DESC LIMIT ?"
+        return [_usage_record(r) for r in self._rows(sql, (collection, source, n))]
 
 
 def _usage_record(r: Sequence[Any]) -> UsageRecord:
@@ -226,8 +186,7 @@ USAGE_COLUMNS = (
 
 
 def _add_setup_column(db: sqlite3.Connection) -> None:
-    """``llm_usage.setup`` in a file written before it existed (its rows get ``""``: not known). Only by a write:
-    a reader (a server on a read-only mount, say) must not need to write the file."""
+    """``llm_usage.setup`` in an older file, added by a writer only (a reader may sit on a read-only mount)."""
     if "setup" not in [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]:
         with db:
             db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
@@ -238,7 +197,6 @@ def _json(value: object) -> str:
 
 
 def enrichment_row(e: Enrichment | None) -> dict[str, object]:
-    """A chunk's enrichment as result/trace fields (empty ones left out)."""
     if e is None:
         return {}
     row: dict[str, object] = {"context": e.context, "refined": e.refined, "title": e.title, "summary": e.summary}
@@ -247,6 +205,5 @@ def enrichment_row(e: Enrichment | None) -> dict[str, object]:
 
 
 def transform_rows(report: object) -> dict[str, object]:
-    """An ingest report's transform summary as trace data (``{}`` without transforms)."""
     t = getattr(report, "transforms", None)
     return {} if t is None else {"transforms": asdict(t)}

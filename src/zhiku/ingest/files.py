@@ -1,8 +1,8 @@
-"""What keeps one bad file from costing a batch or the machine: only regular files are opened (a FIFO blocks
-``open()`` until a writer comes, ``/dev/zero`` never ends), their size is checked with ``stat`` before a byte is
-read and never read past ``loaders.max_file_mb``, names that are not valid UTF-8 (GBK names from Windows ZIP
-archives) get a printable form, and runs of whitespace are collapsed before chunking (a Markdown list nested 1,000
-levels deep is chunked as its words, not its megabyte of spaces).
+"""Which files an ingest reads, and reading them so that one bad file costs neither the batch nor the machine.
+
+Only regular files are opened (a FIFO blocks ``open()`` until a writer comes, ``/dev/zero`` never ends), their size is
+checked before a byte is read, names that are not UTF-8 (GBK names from Windows ZIP archives) get a printable form,
+and runs of whitespace are collapsed before chunking (a list nested 1,000 levels deep is chunked as its words).
 """
 
 from __future__ import annotations
@@ -10,9 +10,13 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from zhiku.errors import LoaderError
+from zhiku.types import FileFailure
 
 MIB = 1024 * 1024
 MAX_INDENT = 8  # columns of leading whitespace kept on a line (deeper Markdown nesting reads the same)
@@ -115,3 +119,63 @@ def collapse_whitespace(text: str) -> str:
         body = trimmed if len(body) - len(trimmed) > MAX_INDENT else body
         lines.append((indent if len(indent) <= MAX_INDENT else " " * MAX_INDENT) + _LONG_RUN_RE.sub(" ", body))
     return _BLANK_LINES_RE.sub("\n\n\n", "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class FileTask:
+    path: Path  # absolute
+    source: str  # relative to the ingest root, forward slashes
+    root: Path | None  # the directory it was found under (None for a file named directly)
+
+    @property
+    def shown(self) -> str:
+        """The absolute path as stored and reported."""
+        return printable(str(self.path))
+
+
+def discover(
+    paths: Sequence[Path], suffixes: Sequence[str], unsupported: Counter[str] | None = None
+) -> tuple[list[FileTask], list[FileFailure]]:
+    """Files to ingest under ``paths`` (directories walked, symlinked directories not followed, hidden files and
+    unknown suffixes skipped, the latter counted per suffix in ``unsupported``); a path that is neither a regular file
+    nor a directory is a failure with the reason."""
+    tasks: list[FileTask] = []
+    failures: list[FileFailure] = []
+    seen: set[Path] = set()
+    for given in paths:
+        shown = printable(str(given))
+        if "\x00" in str(given):
+            failures.append(FileFailure(shown.replace("\x00", "\\x00"), "invalid path: it contains a NUL byte"))
+            continue
+        try:
+            p = Path(given).expanduser()
+            if not p.exists():
+                failures.append(FileFailure(shown, "no such file or directory"))
+                continue
+            p = p.resolve()
+            mode = p.stat().st_mode
+        except (OSError, ValueError) as e:  # a NUL byte, a symlink loop, no permission
+            failures.append(FileFailure(shown, f"invalid path: {getattr(e, 'strerror', None) or e}"))
+            continue
+        kind = not_regular(mode)
+        if kind is None:
+            if p not in seen:
+                seen.add(p)
+                tasks.append(FileTask(p, printable(p.name), None))
+            continue
+        if kind != "a directory":
+            failures.append(FileFailure(shown, f"{kind}, not a regular file: skipped without opening it"))
+            continue
+        for dirpath, dirnames, filenames in os.walk(p):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                f = Path(dirpath) / name
+                if name.startswith(".") or f in seen:
+                    continue
+                if f.suffix.lower() not in suffixes:
+                    if unsupported is not None:
+                        unsupported[f.suffix.lower()] += 1
+                    continue
+                seen.add(f)
+                tasks.append(FileTask(f, printable(f.relative_to(p).as_posix()), p))
+    return tasks, failures
