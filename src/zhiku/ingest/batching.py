@@ -82,13 +82,15 @@ class EmbedBatcher(Generic[T]):
         for q in self._queue:
             if taken == n:
                 break
-            k = min(q.left, n - taken)
-            if k:
+            if k := min(q.left, n - taken):
                 slices.append((q, k))
                 taken += k
-        texts = [t for q, k in slices for t in q.texts[q.done : q.done + k]]
+        self._embed(slices)
+
+    def _embed(self, slices: list[tuple[_Queued[T], int]]) -> bool:
+        """One call; when a shared one fails, each document alone (one that fails by itself is dropped)."""
         try:
-            vectors = self._call(texts)
+            vectors = self._call([t for q, k in slices for t in q.texts[q.done : q.done + k]])
         except (EmbeddingError, ConfigError):
             raise  # the service or model is down, or the embedding cache damaged: every document would fail alike
         except Exception as e:
@@ -96,28 +98,16 @@ class EmbedBatcher(Generic[T]):
                 self._drop(slices[0][0], e)
             else:
                 for q, _ in slices:
-                    self._embed_alone(q)
-            return
+                    while q.left and self._embed([(q, min(q.left, self.batch_chunks))]):
+                        pass
+            return False
         offset = 0
         for q, k in slices:
             q.parts.append(vectors[offset : offset + k])
             q.done += k
             offset += k
-        self._progress(taken)
-
-    def _embed_alone(self, q: _Queued[T]) -> None:
-        while q.left:
-            k = min(q.left, self.batch_chunks)
-            try:
-                vectors = self._call(q.texts[q.done : q.done + k])
-            except (EmbeddingError, ConfigError):
-                raise
-            except Exception as e:
-                self._drop(q, e)
-                return
-            q.parts.append(vectors)
-            q.done += k
-            self._progress(k)
+        self._progress(offset)
+        return True
 
     def _call(self, texts: Sequence[str]) -> np.ndarray:
         computed = getattr(self.embedder, "computed", 0)

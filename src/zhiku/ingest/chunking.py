@@ -76,16 +76,8 @@ class Section:
         return self.paragraphs[-1][1]
 
 
-def _parse_heading(line: str) -> tuple[int, str] | None:
-    m = _HEADING_RE.fullmatch(line)
-    if m is None:
-        return None
-    title = _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip()
-    return len(m.group(1)), title
-
-
 def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
-    """Yield ``(start, end, heading, in_fence)`` for every line of ``text`` (end excludes the newline)."""
+    """``(start, end, heading, in_fence)`` of every line of ``text`` (end excludes the newline)."""
     fence: tuple[str, int] | None = None
     pos = 0
     n = len(text)
@@ -100,8 +92,13 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
             if m is not None and len(m.group(1)) >= fence[1] and m.group(1)[0] == fence[0]:
                 fence = None
             yield pos, nl, None, True
-        elif markdown and head == "#" and (parsed := _parse_heading(line)) is not None:
-            yield pos, nl, Heading(parsed[0], parsed[1], pos, nl), False
+        elif markdown and head == "#" and (m := _HEADING_RE.fullmatch(line)) is not None:
+            yield (
+                pos,
+                nl,
+                Heading(len(m.group(1)), _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip(), pos, nl),
+                False,
+            )
         else:
             if markdown and head in ("`", "~"):
                 m = _FENCE_OPEN_RE.fullmatch(line)
@@ -115,7 +112,7 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
 
 
 def outside_fences(text: str) -> list[tuple[int, int]]:
-    """The spans of Markdown ``text`` outside code fences (whole lines, newlines included), in order."""
+    """The spans of Markdown ``text`` outside code fences (whole lines, newlines included)."""
     spans: list[tuple[int, int]] = []
     for start, end, _, in_fence in _scan(text, markdown=True):
         if in_fence:
@@ -128,17 +125,13 @@ def outside_fences(text: str) -> list[tuple[int, int]]:
 
 
 def iter_headings(text: str) -> Iterator[Heading]:
-    """The ATX headings of Markdown ``text`` in order, skipping ``#`` lines inside code fences."""
     for _, _, heading, _ in _scan(text, markdown=True):
         if heading is not None:
             yield heading
 
 
 def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
-    """Cut ``text`` into sections (by heading) and paragraphs (by blank line).
-
-    Sections without body text are left out. With ``markdown=False`` there are no headings or fences.
-    """
+    """Sections (by heading; none without body text) and their paragraphs (by blank line)."""
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []
     path = ""
@@ -164,8 +157,7 @@ def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
             path = SECTION_SEPARATOR.join(title for _, title in stack if title)
             continue
         line = text[start:end]
-        stripped = line.strip()
-        if not stripped:
+        if not line.strip():
             if not in_fence:
                 close_paragraph()
             continue
@@ -214,21 +206,14 @@ def _lstrip_from(text: str, start: int, end: int) -> int:
 
 
 def _mid_word(text: str, at: int) -> bool:
-    """Whether ``at`` falls inside a Latin word or identifier (``Hika|riPool.createTimeoutException``): a piece
-    starting there would open on a broken word, so it starts at the cut instead, without overlap (unless the cut itself
-    falls inside a word: a hard cut in a run of Latin text with no space keeps its overlap)."""
+    """Whether ``at`` falls inside a Latin word or identifier: a piece must not open on a broken word."""
     return at > 0 and all(c.isascii() and (c.isalnum() or c in "._") for c in text[at - 1 : at + 1])
 
 
 def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_chars: int) -> list[tuple[int, int]]:
-    """Split ``text[start:end]`` (stripped) into overlapping pieces of at most ``size`` characters.
-
-    Cuts prefer sentence ends (and line ends), then clause marks, then a space, then ``size``. Each piece
-    after the first starts at most ``overlap`` characters before the end of the previous one, on the first
-    sentence (else clause, else word) boundary in that window; every piece reaches further than the
-    previous one.
-    A last piece adding fewer than ``min_chars`` characters is merged into the piece before it.
-    """
+    """``text[start:end]`` in pieces of at most ``size`` characters, cut at a sentence (or line) end, else a clause
+    mark, else a space; each piece starts on the first boundary within ``overlap`` characters before the previous
+    one's end, and a last piece adding fewer than ``min_chars`` joins the one before."""
     sentences = sorted(
         {m.end() for m in _SENTENCE_END_RE.finditer(text, start, end)}
         | {m.start() for m in _LINE_END_RE.finditer(text, start, end)}
@@ -278,31 +263,34 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
         pos = _lstrip_from(text, nxt, end)
 
 
+def _add(spans: list[Span], cur: Span | None, start: int, end: int, size: int) -> Span:
+    """The open chunk ``cur`` extended to ``end`` when it fits, else closed and a new one opened."""
+    if cur is not None and end - cur[0] <= size:
+        return cur[0], end
+    if cur is not None:
+        spans.append(cur)
+    return start, end
+
+
 def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int, str]) -> list[Span]:
     """Chunks of one unit longer than ``size``: its paragraphs packed whole, long paragraphs and tables split."""
     size = settings.size
     spans: list[Span] = []
     cur: Span | None = None
     for ps, pe, table in unit.parts:
-        if pe - ps > size:
-            if cur is not None:
-                spans.append(cur)
-            if table is not None:
-                pieces = split_table(text, ps, pe, table, size)
-                prefixes.update((s, p) for s, _, p in pieces if p)
-                spans.extend((s, e) for s, e, _ in pieces[:-1])
-                cur = pieces[-1][:2]
-                continue
-            split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
-            spans.extend(split[:-1])
-            cur = split[-1]
-        elif cur is None:
-            cur = (ps, pe)
-        elif pe - cur[0] <= size:
-            cur = (cur[0], pe)
-        else:
+        if pe - ps <= size:
+            cur = _add(spans, cur, ps, pe, size)
+            continue
+        if cur is not None:
             spans.append(cur)
-            cur = (ps, pe)
+        if table is not None:
+            pieces = split_table(text, ps, pe, table, size)
+            prefixes.update((s, p) for s, _, p in pieces if p)
+            split = [(s, e) for s, e, _ in pieces]
+        else:
+            split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
+        spans.extend(split[:-1])
+        cur = split[-1]
     if cur is not None:
         spans.append(cur)
     return spans
@@ -315,36 +303,26 @@ def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[t
     prefixes: dict[int, str] = {}
     cur: Span | None = None
     for unit in group_units(text, paragraphs):
-        if unit.end - unit.start > size:
-            if cur is not None:
-                spans.append(cur)
-                cur = None
-            spans.extend(_split_unit(text, unit, settings, prefixes))
-        elif cur is None:
-            cur = (unit.start, unit.end)
-        elif unit.end - cur[0] <= size:
-            cur = (cur[0], unit.end)
-        else:
+        if unit.end - unit.start <= size:
+            cur = _add(spans, cur, unit.start, unit.end, size)
+            continue
+        if cur is not None:
             spans.append(cur)
-            cur = (unit.start, unit.end)
+            cur = None
+        spans.extend(_split_unit(text, unit, settings, prefixes))
     if cur is not None:
         spans.append(cur)
     return [(s, e, prefixes.get(s, "")) for s, e in _merge_tiny(spans, size, settings.min_chars, set(prefixes))]
 
 
-def _merge_tiny(
-    spans: list[tuple[int, int]], size: int, min_chars: int, keep_start: set[int] | frozenset[int] = frozenset()
-) -> list[tuple[int, int]]:
-    """Merge chunks shorter than ``min_chars`` into the previous chunk (a tiny first one into the next).
+def _merge_tiny(spans: list[Span], size: int, min_chars: int, keep_start: set[int]) -> list[Span]:
+    """Chunks under ``min_chars`` joined to the previous one (a first one to the next), within ``size + min_chars``;
+    a start in ``keep_start`` (a continued table's, whose text starts with the header) never moves."""
 
-    A merge never makes a chunk longer than ``size + min_chars`` (not counting the whitespace between), and
-    never moves a start in ``keep_start`` (continued tables, whose chunk text starts with the header).
-    """
-
-    def fits(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    def fits(a: Span, b: Span) -> bool:
         return (a[1] - a[0]) + (b[1] - max(b[0], a[1])) <= size + min_chars
 
-    out: list[tuple[int, int]] = []
+    out: list[Span] = []
     for span in spans:
         if out and span[1] - span[0] < min_chars and fits(out[-1], span):
             out[-1] = (out[-1][0], span[1])
@@ -356,21 +334,13 @@ def _merge_tiny(
 
 
 def chunk_id_for(collection: str, source: str, section: str, text: str, occurrence: int = 0) -> str:
-    """The content-hash id of a chunk: 24 hex digits of sha256 over collection, source, section and text.
-
-    ``occurrence`` > 0 disambiguates the n-th repeat of identical text in the same section of a document.
-    """
-    payload = f"{collection}\x00{source}\x00{section}\x00{text}"
-    if occurrence:
-        payload += f"\x00{occurrence}"
+    """``occurrence`` > 0 tells apart the repeats of an identical text in one section of a document."""
+    payload = f"{collection}\x00{source}\x00{section}\x00{text}" + (f"\x00{occurrence}" if occurrence else "")
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:24]
 
 
 def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
-    """The number of the page containing character ``offset`` (pages sorted by start).
-
-    An offset in a gap between pages belongs to the page before it; ``None`` when there are no pages.
-    """
+    """The page holding character ``offset`` (a gap belongs to the page before); None without pages."""
     if not pages:
         return None
     i = bisect_right([p.start for p in pages], offset) - 1
@@ -378,14 +348,14 @@ def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
 
 
 def chunking_identity(settings: ChunkingSettings) -> str:
-    """Identifies everything that changes chunk boundaries; stored in the index (``IndexInfo.chunking``)."""
+    """What changes chunk boundaries; an index built otherwise is stale."""
     return (
         f"zhiku-chunker-{CHUNKER_VERSION};size={settings.size_chars};overlap={OVERLAP};min_chars={MIN_CHARS};context=1"
     )
 
 
 def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end: int) -> int | None:
-    """The page holding most of ``[start, end)`` (the first such page on a tie); None without pages."""
+    """The page holding most of ``[start, end)`` (the first on a tie)."""
     if not pages:
         return None
     first = max(bisect_right(page_starts, start) - 1, 0)
@@ -403,7 +373,6 @@ def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end
 def chunk_document(
     doc: SourceDoc, *, collection: str, doc_id: str, settings: ChunkingSettings | ChunkShape
 ) -> list[Chunk]:
-    """Cut ``doc`` into chunks (see the module docstring for the rules)."""
     shape = ChunkShape(settings.size_chars) if isinstance(settings, ChunkingSettings) else settings
     text = doc.text
     articles = ArticleIndex.of(text)
@@ -441,7 +410,7 @@ def chunk_document(
 
 
 def _link_images(chunks: list[Chunk], images: Sequence[SourceImage]) -> list[Chunk]:
-    """Attach each image (sorted by offset) to the first chunk that ends after it, else to the last chunk."""
+    """Each image (sorted by offset) goes with the first chunk that ends after it, else the last."""
     if not images or not chunks:
         return chunks
     ends = [c.end for c in chunks]
@@ -458,10 +427,7 @@ _TABLE_CAPTION_RE = re.compile(r"(?:续?表|Table|Tab\.)[ \t\u3000]*[\dA-Za-z一
 
 
 def table_start(text: str, start: int, end: int) -> int | None:
-    """Where a Markdown table begins in the paragraph ``text[start:end]``: the offset of its header row, or None.
-
-    A header row is a line starting with ``|`` that is followed by a delimiter row (``|---|:--:|``).
-    """
+    """Where a Markdown table's header row (a ``|`` line before a ``|---|`` row) begins in ``text[start:end]``."""
     lines = text[start:end].split("\n")
     pos = start
     for i in range(len(lines) - 1):
@@ -491,12 +457,8 @@ def table_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[tuple[
 
 
 def split_table(text: str, start: int, end: int, table: int, size: int) -> list[tuple[int, int, str]]:
-    """Split the unit ``text[start:end]`` holding a table (header row at ``table``) between rows.
-
-    Returns ``(start, end, prefix)`` pieces: the first holds whatever stands before the table (its caption),
-    the header and as many rows as fit in ``size``; each later piece has ``prefix`` = the header and delimiter
-    rows, which count towards ``size``. A piece holds at least one row, however long.
-    """
+    """A unit holding a table (header row at ``table``) as ``(start, end, prefix)`` pieces cut between rows: each later
+    piece's ``prefix`` is the header and delimiter rows (counted in ``size``); a piece holds at least one row."""
     header_end = text.find("\n", text.find("\n", table) + 1)
     if header_end == -1 or header_end >= end:
         return [(start, end, "")]
@@ -523,7 +485,7 @@ _OPENS_GROUP = ("article", "faq", "part")
 
 @dataclass(frozen=True)
 class Unit:
-    """``text[start:end]``: whole paragraphs ``parts`` (``(start, end, table_start)``) of one kind."""
+    """Whole paragraphs ``(start, end, table_start)`` of one kind."""
 
     kind: str
     parts: tuple[tuple[int, int, int | None], ...]
@@ -548,7 +510,6 @@ def _kind(text: str, start: int, table: int | None) -> str:
 
 
 def group_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[Unit]:
-    """The units of one section's paragraphs, in order (every paragraph belongs to exactly one unit)."""
     units: list[Unit] = []
     for ps, pe, table in table_units(text, paragraphs):
         kind = _kind(text, ps, table)
@@ -572,17 +533,15 @@ class ArticleIndex:
         return cls(tuple(p for p, _ in found), tuple(label for _, label in found))
 
     def held(self, start: int, end: int, lo: int, hi: int) -> list[str]:
-        """Labels of the articles that ``text[start:end]`` holds or continues (articles ``lo``..``hi`` of its
-        section): the article ``start`` lies in, then every article starting before ``end``."""
+        """The articles ``text[start:end]`` continues or holds, among articles ``lo``..``hi`` of its section."""
         i = bisect_right(self.positions, start, lo, hi)
         j = bisect_left(self.positions, end, lo, hi)
         return list(self.labels[max(i - 1, lo) : j])
 
     def bounds(self, start: int, end: int) -> tuple[int, int]:
-        """The index range of the articles starting in ``[start, end)``."""
         return bisect_left(self.positions, start), bisect_left(self.positions, end)
 
 
 def article_label(labels: Sequence[str]) -> str:
-    """Exactly the articles a chunk holds: ``"第三条"``, ``"第三条、第四条"``; ``""`` for none."""
+    """``"第三条"``, ``"第三条、第四条"``; ``""`` for none."""
     return "、".join(dict.fromkeys(labels))

@@ -1,10 +1,5 @@
-"""The image files of an index: content-addressed, ``<index>/images/<sha256>.<png|jpg>``.
-
-Loaders extract images (``SourceImage``); ingestion writes them here before the document's chunks, which
-refer to them by ``ImageRef.image_id``. A file is written once (same bytes, same name) and never changed, so
-re-ingesting, or two documents sharing a picture, costs nothing; files are written to a temporary name and
-renamed, so a crash never leaves half a file under a real name.
-"""
+"""The image files of an index, content-addressed (``<index>/images/<sha256>.<png|jpg>``): written once, before the
+chunks that refer to them, through a temporary name, so a crash never leaves half a file under a real name."""
 
 from __future__ import annotations
 
@@ -21,19 +16,15 @@ _ID_RE = re.compile(r"[0-9a-f]{64}\.(?:png|jpg)")
 
 
 class ImageStore:
-    """Reads and writes the image files under ``root`` (usually ``<index>/images``)."""
-
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
 
     def path(self, image_id: str) -> Path:
-        """Where image ``image_id`` lives; rejects anything that is not a content address."""
         if not isinstance(image_id, str) or not _ID_RE.fullmatch(image_id):
             raise InvalidInput(f"invalid image id {image_id!r}: expected 64 hex digits and .png or .jpg")
         return self.root / image_id
 
     def put(self, image_id: str, data: bytes) -> None:
-        """Store ``data`` as ``image_id`` (a no-op when it is there); the id must be the data's SHA-256."""
         target = self.path(image_id)
         if hashlib.sha256(data).hexdigest() != image_id.split(".", 1)[0]:
             raise StoreError(f"image {image_id} does not match its bytes (SHA-256 {hashlib.sha256(data).hexdigest()})")

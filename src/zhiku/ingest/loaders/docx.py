@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import re
 import zipfile
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
-from zhiku.ingest.loaders.markup import IMAGE_MIN_PX, encode_image, markdown_table, probe_image, source_image
+from zhiku.ingest.loaders.markup import (
+    IMAGE_MIN_PX,
+    encode_image,
+    first_heading,
+    markdown_table,
+    probe_image,
+    source_image,
+)
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc, SourceImage
@@ -99,7 +107,8 @@ class DocxLoader:
                 md = markdown_table(_table_rows(child))
                 if md:
                     blocks.append(md)
-        text, offsets = _join(blocks)
+        text = "\n\n".join(blocks)
+        offsets = list(accumulate((len(b) + 2 for b in blocks[:-1]), initial=0))
         out: list[SourceImage] = []
         for block, data, mime, w, h, alt in images:
             caption = alt or _nearby_caption(blocks, block)
@@ -108,10 +117,7 @@ class DocxLoader:
                     data, mime, w, h, offset=offsets[block] if block < len(offsets) else len(text), caption=caption
                 )
             )
-        title = (document.core_properties.title or "").strip()
-        if not title:
-            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
-            title = m.group(1).strip() if m else path.stem
+        title = (document.core_properties.title or "").strip() or first_heading(text, path.stem)
         return SourceDoc(
             source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="docx", images=tuple(out)
         )
@@ -132,9 +138,7 @@ class DocxLoader:
                 picture = _picture(blip, document, IMAGE_MIN_PX)
                 if picture is not None:
                     images.append((len(blocks), *picture))
-        text = (
-            " ".join(text.split()) if "\n" not in text else "\n".join(" ".join(ln.split()) for ln in text.split("\n"))
-        )
+        text = "\n".join(" ".join(ln.split()) for ln in text.split("\n"))
         if not text.strip():
             return
         style = _style_name(p, styles)
@@ -148,10 +152,7 @@ class DocxLoader:
             return
         num = p.find(f"{_W}pPr/{_W}numPr")
         if num is not None or style.lower().startswith(("list", "列表")):
-            ilvl_el = num.find(f"{_W}ilvl") if num is not None else None
-            num_el = num.find(f"{_W}numId") if num is not None else None
-            ilvl = int(ilvl_el.get(_W + "val", "0")) if ilvl_el is not None else 0
-            num_id = num_el.get(_W + "val", "") if num_el is not None else ""
+            ilvl, num_id = int(_val(num, "ilvl", "0")), _val(num, "numId")
             numbered = "number" in style.lower() or "编号" in style
             fmt = numbering.get((num_id, ilvl), "decimal" if numbered else "bullet")
             num_id = num_id or style
@@ -173,16 +174,15 @@ class DocxLoader:
         blocks.append(text)
 
 
+def _val(el: Any, path: str, default: str = "") -> str:
+    """The ``w:val`` of ``el``'s descendant at ``path`` (``w:`` names), else ``default``."""
+    found = None if el is None else el.find("/".join(_W + step for step in path.split("/")))
+    return default if found is None else str(found.get(_W + "val", default))
+
+
 def _run_text(p: Any) -> str:
-    parts = []
-    for el in p.iter(_W + "t", _W + "tab", _W + "br", _W + "cr"):
-        if el.tag == _W + "t":
-            parts.append(el.text or "")
-        elif el.tag == _W + "tab":
-            parts.append(" ")
-        else:
-            parts.append("\n")
-    return "".join(parts)
+    breaks = {_W + "tab": " ", _W + "br": "\n", _W + "cr": "\n"}
+    return "".join(el.text or "" if el.tag == _W + "t" else breaks[el.tag] for el in p.iter(_W + "t", *breaks))
 
 
 def _is_list_item(block: str) -> bool:
@@ -190,10 +190,7 @@ def _is_list_item(block: str) -> bool:
 
 
 def _style_name(p: Any, styles: dict[str, str]) -> str:
-    style = p.find(f"{_W}pPr/{_W}pStyle")
-    if style is None:
-        return ""
-    style_id = style.get(_W + "val", "")
+    style_id = _val(p, "pPr/pStyle")
     return str(styles.get(style_id, style_id))
 
 
@@ -204,11 +201,8 @@ def _heading_level(p: Any, style: str) -> int | None:
     m = _HEADING_STYLE_RE.search(style)
     if m and 1 <= int(m.group(1)) <= 6:
         return int(m.group(1))
-    outline = p.find(f"{_W}pPr/{_W}outlineLvl")
-    if outline is not None:
-        level = int(outline.get(_W + "val", "9")) + 1
-        return level if level <= 6 else None
-    return None
+    level = int(_val(p, "pPr/outlineLvl", "9")) + 1
+    return level if level <= 6 else None
 
 
 def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
@@ -219,10 +213,7 @@ def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
         return {}
     abstract: dict[str, dict[int, str]] = {}
     for a in root.findall(f"{_W}abstractNum"):
-        levels = {}
-        for lvl in a.findall(f"{_W}lvl"):
-            fmt = lvl.find(f"{_W}numFmt")
-            levels[int(lvl.get(_W + "ilvl", "0"))] = fmt.get(_W + "val", "bullet") if fmt is not None else "bullet"
+        levels = {int(lvl.get(_W + "ilvl", "0")): _val(lvl, "numFmt", "bullet") for lvl in a.findall(f"{_W}lvl")}
         abstract[a.get(_W + "abstractNumId", "")] = levels
     out: dict[tuple[str, int], str] = {}
     for num in root.findall(f"{_W}num"):
@@ -283,12 +274,3 @@ def _nearby_caption(blocks: list[str], index: int) -> str:
         if 0 <= j < len(blocks) and FIGURE_CAPTION_RE.match(blocks[j]):
             return blocks[j].strip()
     return ""
-
-
-def _join(blocks: list[str]) -> tuple[str, list[int]]:
-    offsets = []
-    pos = 0
-    for block in blocks:
-        offsets.append(pos)
-        pos += len(block) + 2
-    return "\n\n".join(blocks), offsets

@@ -40,29 +40,18 @@ _KIND_NAMES: dict[str, str] = {
     "image": "an image",
 }
 
-# Unicode blocks that real Chinese/English text decoded from GB18030 is made of (GB2312/GBK repertoire).
-_TEXT_RANGES: tuple[tuple[int, int], ...] = (
-    (0x0020, 0x007E),  # ASCII printable
-    (0x00A0, 0x024F),  # Latin-1 supplement, Latin extended (pinyin tone marks)
-    (0x02C0, 0x02DF),  # modifier letters (ˇ ˉ)
-    (0x0370, 0x04FF),  # Greek, Cyrillic (both in GB2312)
-    (0x2000, 0x206F),  # general punctuation (— … ‘ ’ “ ”)
-    (0x2100, 0x23FF),  # letter-like symbols, number forms (Ⅰ Ⅱ), arrows, math operators
-    (0x2460, 0x27BF),  # enclosed numbers (①), box drawing, shapes, misc symbols
-    (0x2E80, 0x2FDF),  # CJK radicals
-    (0x3000, 0x30FF),  # CJK symbols and punctuation, kana
-    (0x3100, 0x312F),  # bopomofo
-    (0x31C0, 0x31EF),  # CJK strokes
-    (0x3200, 0x33FF),  # enclosed CJK, compatibility (㈠)
-    (0x3400, 0x4DBF),  # CJK extension A
-    (0x4E00, 0x9FFF),  # CJK unified ideographs
-    (0xF900, 0xFAFF),  # CJK compatibility ideographs
-    (0xFE30, 0xFE4F),  # CJK compatibility forms
-    (0xFF00, 0xFFEF),  # full-width forms
-    (0x20000, 0x3134F),  # CJK extensions B-G, compatibility supplement (GB18030 four-byte)
+# The Unicode blocks GBK text is written in: ASCII, Latin (pinyin), modifier letters, Greek and Cyrillic, punctuation,
+# symbols and number forms, enclosed numbers and shapes, CJK radicals, punctuation and kana, bopomofo, strokes,
+# enclosed CJK, CJK ideographs and compatibility forms, full-width forms, and GB18030's four-byte CJK extensions.
+_TEXT_RANGES = (
+    "0020-007E 00A0-024F 02C0-02DF 0370-04FF 2000-206F 2100-23FF 2460-27BF 2E80-2FDF 3000-30FF 3100-312F 31C0-31EF "
+    "3200-33FF 3400-4DBF 4E00-9FFF F900-FAFF FE30-FE4F FF00-FFEF 20000-3134F"
 )
-# One character outside the ranges and not an allowed control (counted in C, not in a Python loop).
-_UNCOMMON_RE = re.compile(r"[^\t\n\r\f\v" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in _TEXT_RANGES) + "]")
+_UNCOMMON_RE = re.compile(  # one character outside them and not an allowed control (counted in C)
+    r"[^\t\n\r\f\v"
+    + "".join(f"\\U{int(lo, 16):08x}-\\U{int(hi, 16):08x}" for lo, hi in (r.split("-") for r in _TEXT_RANGES.split()))
+    + "]"
+)
 
 
 def sniff_bytes(head: bytes) -> str | None:

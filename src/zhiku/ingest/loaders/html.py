@@ -22,7 +22,7 @@ from zhiku.ingest.loaders.encoding import (
     sniff_bytes,
     wrong_suffix,
 )
-from zhiku.ingest.loaders.markup import drop_cjk_spaces, markdown_table
+from zhiku.ingest.loaders.markup import drop_cjk_spaces, first_heading, markdown_table
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
@@ -284,7 +284,5 @@ class HtmlLoader:
         title, text = html_markdown(decode_html(data, path))
         if not text.strip():
             raise LoaderError(f"no text in the HTML page's content: {path}")
-        if not title:
-            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
-            title = m.group(1).strip() if m else path.stem
+        title = title or first_heading(text, path.stem)
         return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="html")

@@ -39,6 +39,12 @@ def join_lines(a: str, b: str) -> str:
     return f"{a} {b}"
 
 
+def first_heading(text: str, default: str) -> str:
+    """The first Markdown heading of ``text`` (what titles a document without a title of its own), else ``default``."""
+    m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
+    return m.group(1).strip() if m else default
+
+
 def cell_text(value: object) -> str:
     if value is None:
         return ""

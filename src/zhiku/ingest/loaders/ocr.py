@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Sequence
+from itertools import groupby
 from typing import Any
 
 from zhiku.errors import MissingDependency
@@ -78,18 +79,8 @@ class OcrEngine:
 
 def page_list(pages: Sequence[int]) -> str:
     """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
-    out: list[str] = []
-    run: list[int] = []
-    for p in sorted(set(pages)):
-        if run and p == run[-1] + 1:
-            run.append(p)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [p]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)
+    runs = [[p for _, p in run] for _, run in groupby(enumerate(sorted(set(pages))), key=lambda ip: ip[1] - ip[0])]
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
 
 
 def needs_ocr_note(pages: Sequence[int], ocr_setting: str) -> str:

@@ -23,6 +23,7 @@ from zhiku.ingest.loaders.markup import (
     CJK_RE,
     IMAGE_MIN_PX,
     encode_image,
+    first_heading,
     image_id,
     markdown_table,
     probe_image,
@@ -83,8 +84,6 @@ class _Page:
     lines: list[Line] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     images: list[tuple[Box, bytes, str, int, int]] = field(default_factory=list)  # box, data, mime, w, h
-    rules: list[Box] = field(default_factory=list)  # horizontal rules
-    verticals: list[Box] = field(default_factory=list)  # vertical rules
     table_areas: list[Box] = field(default_factory=list)  # ruled grids for pdfplumber
     needs_ocr: bool = False
     ocr: bool = False
@@ -179,23 +178,25 @@ class PdfLoader:
             width, height = page.get_size()
             out = _Page(index + 1, width, height)
             pictures: list[tuple[Box, Any]] = []
+            rules: list[Box] = []
+            verticals: list[Box] = []
             for obj in page.get_objects(filter=(raw.FPDF_PAGEOBJ_PATH, raw.FPDF_PAGEOBJ_IMAGE), max_depth=2):
                 left, bottom, right, top = obj.get_bounds()
                 box = (max(left, 0.0), max(height - top, 0.0), min(right, width), min(height - bottom, height))
                 if obj.type == raw.FPDF_PAGEOBJ_IMAGE:
                     pictures.append((box, obj))
                 elif is_rule(box):
-                    out.rules.append(box)
+                    rules.append(box)
                 elif box[2] - box[0] <= RULE_MAX_THICKNESS and box[3] - box[1] >= 8:
-                    out.verticals.append(box)
+                    verticals.append(box)
             textpage = page.get_textpage()
             try:
                 out.lines, ranges, garbled, text = page_lines(raw, textpage, height)
-                areas = rule_groups(out.rules)
+                areas = rule_groups(rules)
                 for grid in tabular_areas(
                     areas, out.lines, lambda i: wide_gaps(textpage, ranges[i], out.lines[i].size)
                 ):
-                    if any(inside(v, grid) for v in out.verticals):
+                    if any(inside(v, grid) for v in verticals):
                         out.table_areas.append(grid)  # a ruled grid: pdfplumber
                         continue
                     cells = [
@@ -292,8 +293,7 @@ class PdfLoader:
                 offset += len(markdown)
         text = "\n\n".join(parts)
         if not title or re.search(r"\.(?:dvi|tex|docx?|pdf|wpd)$|^untitled$", title, re.IGNORECASE):
-            m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
-            title = m.group(1).strip() if m else path.stem
+            title = first_heading(text, path.stem)
         return SourceDoc(
             source=source,
             doc_type=self.doc_type,

@@ -136,15 +136,8 @@ def _page_of(line: Line, key: tuple[str, str] | None) -> tuple[tuple[str, str], 
 
 
 def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset[int] = frozenset()) -> Layout:
-    sizes: Counter[float] = Counter()
-    for lines in pages:
-        for line in lines:
-            if not line.mono and not line.ocr:
-                sizes[size_key(line.size)] += len(line.text)
-    if not sizes:  # a scanned document: measure its OCR'd lines
-        for lines in pages:
-            for line in lines:
-                sizes[size_key(line.size)] += len(line.text)
+    everything = [line for lines in pages for line in lines]
+    sizes = _sizes(everything) or _sizes(everything, ocr=True)  # a scanned document: measure its OCR'd lines
     body = sizes.most_common(1)[0][0] if sizes else 10.0
     gaps: list[float] = []
     lefts: list[float] = []
@@ -180,11 +173,17 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
     )
 
 
-def _page_body(lines: Sequence[Line], body: float) -> float:
+def _sizes(lines: Sequence[Line], ocr: bool = False) -> Counter[float]:
+    """Characters per font size, of the lines neither monospaced nor OCR'd (of all lines with ``ocr``)."""
     sizes: Counter[float] = Counter()
     for line in lines:
-        if not line.mono and not line.ocr:
+        if ocr or not (line.mono or line.ocr):
             sizes[size_key(line.size)] += len(line.text)
+    return sizes
+
+
+def _page_body(lines: Sequence[Line], body: float) -> float:
+    sizes = _sizes(lines)
     if not sizes:
         return body
     size, n = sizes.most_common(1)[0]

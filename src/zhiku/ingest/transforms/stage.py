@@ -9,7 +9,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from zhiku.errors import ConfigError
@@ -46,9 +46,9 @@ def registry() -> dict[str, type]:
     return found
 
 
-def resolve(names: Sequence[str], available: dict[str, type] | None = None) -> list[Transform]:
+def resolve(names: Sequence[str]) -> list[Transform]:
     """The named transforms, built-ins in their fixed order, plugins after them in the order given."""
-    available = available if available is not None else registry()
+    available = registry()
     unknown = [n for n in names if n not in available]
     if unknown:
         raise ConfigError(
@@ -64,13 +64,6 @@ def enriched_text(base: str, e: Enrichment) -> str:
     """A chunk's index text with its enrichment: context, the text, then title and tags."""
     extra = " ".join(p for p in (e.title, " ".join(e.tags)) if p)
     return "\n".join(p for p in (e.context, base, extra) if p)
-
-
-@dataclass
-class _Tally:
-    applied: dict[str, int] = field(default_factory=dict)
-    issues: list[TransformIssue] = field(default_factory=list)
-    retried: bool = False  # some document's unanswered chunks are asked again by the next plain ingest
 
 
 class TransformStage:
@@ -99,7 +92,9 @@ class TransformStage:
         self.store = store
         self.prompts = Prompts(llm.prompts_dir)
         self.on_progress = on_progress
-        self._tally = _Tally()
+        self._applied: dict[str, int] = {}
+        self._issues: list[TransformIssue] = []
+        self._retried = False  # some document's unanswered chunks are asked again by the next plain ingest
         self._doc_usage: dict[str, LLMUsage] = {}  # each document's share, kept until it is written
 
     @property
@@ -191,9 +186,6 @@ class TransformStage:
         )
 
     def run(self, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
-        if not self.transforms:  # none enabled: the stage only clears what an earlier run stored
-            mark("transform", reason="no transforms configured")
-            return DocumentBatch.start(doc, doc_id, chunks)
         before = self.service.usage() if self.service is not None else LLMUsage()
         batch = DocumentBatch.start(doc, doc_id, chunks)
         ctx = self._context(doc, len(chunks))
@@ -207,7 +199,7 @@ class TransformStage:
                     chunks=trace_rows(batch)[:TRACE_CHUNKS],
                     issues=[i.__dict__ for i in batch.issues],
                 )
-        self._tally.issues.extend(batch.issues)
+        self._issues.extend(batch.issues)
         self._doc_usage[doc_id] = _minus(self.service.usage(), before) if self.service is not None else LLMUsage()
         return batch
 
@@ -227,7 +219,7 @@ class TransformStage:
             for a, b, c, d in zip(batch.enrichments, out.enrichments, batch.chunks, out.chunks, strict=True)
         )
         changed += int(out.meta != batch.meta)
-        self._tally.applied[t.name] = self._tally.applied.get(t.name, 0) + changed
+        self._applied[t.name] = self._applied.get(t.name, 0) + changed
         return out
 
     def commit(self, batch: DocumentBatch, collection: str) -> None:
@@ -240,29 +232,25 @@ class TransformStage:
         record = UsageRecord(time.time(), collection, batch.doc.source, self.names, usage, batch.issues, self.setup)
         self.store.record_usage(record)
         if any(i.unreached for i in batch.issues) and self.owes(collection, batch.doc.source, record.at):
-            self._tally.retried = True
+            self._retried = True
 
     def report(self) -> TransformReport | None:
         if not self.transforms:
             return None
         return TransformReport(
             enabled=self.names,
-            applied=tuple((n, self._tally.applied.get(n, 0)) for n in self.names),
+            applied=tuple((n, self._applied.get(n, 0)) for n in self.names),
             usage=self.service.usage() if self.service is not None else LLMUsage(),
-            issues=tuple(self._tally.issues),
-            retried=self._tally.retried,
+            issues=tuple(self._issues),
+            retried=self._retried,
         )
 
 
 def _minus(now: LLMUsage, before: LLMUsage) -> LLMUsage:
-    return replace(
-        now,
-        calls=now.calls - before.calls,
-        cached=now.cached - before.cached,
-        prompt_tokens=now.prompt_tokens - before.prompt_tokens,
-        completion_tokens=now.completion_tokens - before.completion_tokens,
-        cost=round(now.cost - before.cost, 6),
-    )
+    counts = {
+        k: getattr(now, k) - getattr(before, k) for k in ("calls", "cached", "prompt_tokens", "completion_tokens")
+    }
+    return replace(now, **counts, cost=round(now.cost - before.cost, 6))
 
 
 def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
@@ -283,7 +271,7 @@ def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
 
 
 def run_transforms(stage: TransformStage | None, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
-    if stage is None:
+    if stage is None or not stage.transforms:  # an empty stage only clears what an earlier run stored
         mark("transform", reason="no transforms configured")
         return DocumentBatch.start(doc, doc_id, chunks)
     return stage.run(doc, doc_id, chunks)

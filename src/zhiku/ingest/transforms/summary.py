@@ -20,15 +20,13 @@ DAMPING = 0.85
 ITERATIONS = 30
 _SENTENCE = re.compile(r"[^。！？!?\n]+[。！？!?]?")  # whole sentences: a clause cut at ；joined to another misleads
 _ENDED = re.compile(r"[。！？!?.]$")  # a sentence, not a heading, caption, contents line or list item (…；)
-# Markdown markup: line-start marks, bold/code marks, and a lone * or _ only at a word's edge (SELECT * FROM, user_id
-# and 2*3 are text); HTML tags and links (their text kept, images dropped) are no sentence either
+# a lone * or _ is markup only at a word's edge (SELECT * FROM, user_id and 2*3 are text)
 _MARKUP = re.compile(r"^[#>*\-+\s|]+|\*\*|__|[`|]+|(?<![A-Za-z0-9*_])[*_](?=[^\s*_])|(?<=[^\s*_])[*_](?![A-Za-z0-9*_])")
-# a tag ends before the next <, link text before the next [ and a target at its parenthesis (one nested pair kept:
-# wiki/A_(b)): x<y is no tag opening (x<y 则 <b>粗</b> lost "y 则"), and a line of < or [ is read once, not per one
+# a tag ends before the next < and link text before the next [ (x<y is no tag; a line of < is read once), a target at
+# its parenthesis with one nested pair (wiki/A_(b))
 _TARGET = r"\((?:[^()]|\([^()]*\))*\)"
 _HTML_OR_LINK = re.compile(r"!\[[^\[\]]*\]" + _TARGET + r"|<[A-Za-z/!][^<>]*>")
 _LINK = re.compile(r"\[([^\[\]]+)\]" + _TARGET)
-# a list item's marker (1. - 1、 ①): each item is a paragraph of its own, the marker dropped
 _ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+|\s*(?:\d{1,3}、|[①-⑳])\s*")
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
@@ -50,16 +48,11 @@ class Summary:
     kind: str  # "extractive" | "llm"
 
 
-def _prose_lines(text: str) -> str:
-    """``text`` without its fenced code blocks (fences and the code between them), as the chunker reads fences."""
-    return "".join(text[a:b] for a, b in outside_fences(text))
-
-
 def _paragraphs(text: str) -> list[str]:
     """Paragraphs with wrapped lines joined, each list item one of its own, its marker dropped (（一） and 一、 kept:
     the lead weight reads them); headings, table rows, code blocks, HTML tags and link targets left out."""
     out = []
-    for block in re.split(r"\n\s*\n", _prose_lines(text)):
+    for block in re.split(r"\n\s*\n", "".join(text[a:b] for a, b in outside_fences(text))):
         lines = [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith(("#", "|"))]
         para = ""
         for line in lines:
