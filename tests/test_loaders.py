@@ -16,13 +16,12 @@ from zhiku.ingest.loaders import (
     MarkdownLoader,
     PdfLoader,
     TextLoader,
-    decode_text,
     default_loaders,
     load_document,
     loader_for,
     supported_suffixes,
 )
-from zhiku.ingest.loaders.encoding import looks_like_text, normalize_newlines, sniff_bytes
+from zhiku.ingest.loaders.encoding import decode_text, looks_like_text, normalize_newlines, sniff_bytes
 from zhiku.ingest.loaders.text import markdown_title, strip_comments
 from zhiku.types import SourceDoc
 

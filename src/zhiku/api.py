@@ -18,8 +18,13 @@ from zhiku.ingest.images import IMAGES_DIR, ImageStore
 from zhiku.ingest.loaders import default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note, ocr_available, page_list
 from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for, is_chunk_note
-from zhiku.ingest.transforms.plan import TransformPlan, plan_transforms
-from zhiku.ingest.transforms.stage import TransformProgress, build_stage, parse_transform_names
+from zhiku.ingest.transforms.stage import (
+    TransformPlan,
+    TransformProgress,
+    build_stage,
+    parse_transform_names,
+    plan_transforms,
+)
 from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
 from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span

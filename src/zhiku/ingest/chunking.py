@@ -32,8 +32,6 @@ MIN_CHARS = 50  # a shorter piece is no passage worth citing alone: it joins its
 
 @dataclass(frozen=True)
 class ChunkShape:
-    """How documents are cut: ``chunking.size_chars`` from the settings; the rest is fixed."""
-
     size: int = 200
     overlap: int = OVERLAP
     min_chars: int = MIN_CHARS
@@ -52,8 +50,6 @@ _FENCE_CLOSE_RE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
 
 @dataclass(frozen=True)
 class Heading:
-    """An ATX heading line ``text[start:end]`` (without its newline)."""
-
     level: int
     title: str
     start: int
@@ -62,8 +58,6 @@ class Heading:
 
 @dataclass(frozen=True)
 class Section:
-    """The body of one section: ``paragraphs`` are ``(start, end)`` spans, stripped, in order."""
-
     path: str
     paragraphs: tuple[tuple[int, int], ...]
 
@@ -77,7 +71,6 @@ class Section:
 
 
 def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
-    """``(start, end, heading, in_fence)`` of every line of ``text`` (end excludes the newline)."""
     fence: tuple[str, int] | None = None
     pos = 0
     n = len(text)
@@ -178,7 +171,6 @@ _SPACE_RE = re.compile(r"\s")
 
 
 def _last_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
-    """The largest position in ``[lo, hi]``, or None."""
     i = bisect_right(positions, hi)
     if i and positions[i - 1] >= lo:
         return positions[i - 1]
@@ -186,7 +178,6 @@ def _last_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
 
 
 def _first_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
-    """The smallest position in ``[lo, hi)``, or None."""
     i = bisect_left(positions, lo)
     if i < len(positions) and positions[i] < hi:
         return positions[i]
@@ -264,7 +255,6 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
 
 
 def _add(spans: list[Span], cur: Span | None, start: int, end: int, size: int) -> Span:
-    """The open chunk ``cur`` extended to ``end`` when it fits, else closed and a new one opened."""
     if cur is not None and end - cur[0] <= size:
         return cur[0], end
     if cur is not None:
@@ -297,7 +287,6 @@ def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int,
 
 
 def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[tuple[int, int, str]]:
-    """Chunk spans ``(start, end, prefix)`` of one section; ``prefix`` is a repeated table header or ``""``."""
     size = settings.size
     spans: list[Span] = []
     prefixes: dict[int, str] = {}
@@ -333,6 +322,10 @@ def _merge_tiny(spans: list[Span], size: int, min_chars: int, keep_start: set[in
     return out
 
 
+def doc_id_for(collection: str, source: str) -> str:
+    return hashlib.sha256(f"{collection}\x00{source}".encode()).hexdigest()[:16]
+
+
 def chunk_id_for(collection: str, source: str, section: str, text: str, occurrence: int = 0) -> str:
     """``occurrence`` > 0 tells apart the repeats of an identical text in one section of a document."""
     payload = f"{collection}\x00{source}\x00{section}\x00{text}" + (f"\x00{occurrence}" if occurrence else "")
@@ -340,7 +333,6 @@ def chunk_id_for(collection: str, source: str, section: str, text: str, occurren
 
 
 def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
-    """The page holding character ``offset`` (a gap belongs to the page before); None without pages."""
     if not pages:
         return None
     i = bisect_right([p.start for p in pages], offset) - 1
@@ -355,7 +347,6 @@ def chunking_identity(settings: ChunkingSettings) -> str:
 
 
 def _page(pages: Sequence[PageSpan], page_starts: Sequence[int], start: int, end: int) -> int | None:
-    """The page holding most of ``[start, end)`` (the first on a tie)."""
     if not pages:
         return None
     first = max(bisect_right(page_starts, start) - 1, 0)
@@ -438,7 +429,6 @@ def table_start(text: str, start: int, end: int) -> int | None:
 
 
 def table_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int | None]]:
-    """Paragraphs as ``(start, end, table_start)``; a caption paragraph is joined to the table after it."""
     units: list[tuple[int, int, int | None]] = []
     for ps, pe in paragraphs:
         table = table_start(text, ps, pe)
@@ -485,8 +475,6 @@ _OPENS_GROUP = ("article", "faq", "part")
 
 @dataclass(frozen=True)
 class Unit:
-    """Whole paragraphs ``(start, end, table_start)`` of one kind."""
-
     kind: str
     parts: tuple[tuple[int, int, int | None], ...]
 
@@ -522,8 +510,6 @@ def group_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[Unit]:
 
 @dataclass(frozen=True)
 class ArticleIndex:
-    """Where the statute articles of a document start, for labelling chunks."""
-
     positions: tuple[int, ...]
     labels: tuple[str, ...]
 

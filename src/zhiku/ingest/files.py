@@ -7,6 +7,7 @@ and runs of whitespace are collapsed before chunking (a list nested 1,000 levels
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
@@ -30,6 +31,10 @@ _KINDS = (
 WS = " \t\u3000"
 _LONG_RUN_RE = re.compile(r"[ \t\u3000]{%d,}" % (MAX_INDENT + 1))  # linear: a run is matched once, whole
 _BLANK_LINES_RE = re.compile(r"\n(?:[ \t\u3000]{0,%d}\n){3,}" % MAX_INDENT)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def printable(name: str) -> str:
@@ -82,7 +87,6 @@ def check_path(path: Path, max_bytes: int) -> int:
 
 
 def read_bounded(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes`` (see :func:`check_path`), read once."""
     check_path(path, max_bytes)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:  # O_NONBLOCK: if the file was swapped for a FIFO since stat, open() must not wait for a writer
@@ -129,7 +133,6 @@ class FileTask:
 
     @property
     def shown(self) -> str:
-        """The absolute path as stored and reported."""
         return printable(str(self.path))
 
 

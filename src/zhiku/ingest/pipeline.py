@@ -3,28 +3,28 @@
 Unchanged files are skipped without writing anything; a changed file is replaced in one transaction per document;
 ``sync`` drops documents whose files are gone. One bad file never stops the batch and never touches what is stored.
 Documents are prepared in turn and embedded in calls of ``BATCH_CHUNKS`` chunks across documents; each is written
-as soon as all its chunks are embedded. Preparing runs inline: it is Python that holds the GIL.
+as soon as all its chunks are embedded. When a shared call fails for a reason other than the embedding service (which
+every document would meet alike), each of its documents is embedded alone, so only one that fails by itself is lost.
+Preparing runs inline: it is Python that holds the GIL.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from zhiku.embedding.base import Embedder
-from zhiku.errors import IngestError, ZhikuError
-from zhiku.ingest.batching import EmbedBatcher
-from zhiku.ingest.chunking import chunk_document
-from zhiku.ingest.files import MIB, FileTask, discover, printable, read_bounded
+from zhiku.errors import ConfigError, EmbeddingError, IngestError, ZhikuError
+from zhiku.ingest.chunking import chunk_document, doc_id_for
+from zhiku.ingest.files import MIB, FileTask, discover, printable, read_bounded, sha256_bytes
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
@@ -57,14 +57,6 @@ CLASH_FIX = (
     "ingest the two folders into different collections (-c NAME), or ingest their common parent folder so that "
     "their names differ"
 )
-
-
-def doc_id_for(collection: str, source: str) -> str:
-    return hashlib.sha256(f"{collection}\x00{source}".encode()).hexdigest()[:16]
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def chunk_note(done: int, total: int) -> str:
@@ -106,10 +98,122 @@ def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
     return WindowCheck(limit, tuple(i for i, n in enumerate(counts) if n > limit), max(counts, default=0))
 
 
+# Embedding batches count chunks, not documents: a call may span small documents and a large one spreads over calls; a
+# document comes out, with its vectors, once all its texts are embedded, in the order they went in.
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class _Queued(Generic[T]):
+    item: T
+    texts: Sequence[str]
+    parts: list[np.ndarray] = field(default_factory=list)
+    done: int = 0  # texts embedded
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - self.done
+
+
+class EmbedBatcher(Generic[T]):
+    """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return; ``on_batch(embedded,
+    queued)`` after each call is the ingest's per-chunk progress."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        batch_chunks: int,
+        *,
+        on_error: Callable[[T, Exception], None],
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.batch_chunks = max(1, batch_chunks)
+        self.on_error = on_error
+        self.on_batch = on_batch
+        self._queue: deque[_Queued[T]] = deque()
+        self._waiting = 0  # queued texts not embedded yet
+        self._embedded = 0
+        self._seen = 0
+
+    def add(self, item: T, texts: Sequence[str]) -> list[tuple[T, np.ndarray]]:
+        self._queue.append(_Queued(item, texts))
+        self._waiting += len(texts)
+        self._seen += len(texts)
+        while self._waiting >= self.batch_chunks:
+            self._embed_next(self.batch_chunks)
+        return self._finished()
+
+    def finish(self) -> list[tuple[T, np.ndarray]]:
+        while self._waiting > 0:
+            self._embed_next(min(self.batch_chunks, self._waiting))
+        return self._finished()
+
+    def _finished(self) -> list[tuple[T, np.ndarray]]:
+        out = []
+        while self._queue and self._queue[0].left == 0:
+            q = self._queue.popleft()
+            out.append((q.item, np.concatenate(q.parts) if q.parts else np.zeros((0, self.embedder.dim), np.float32)))
+        return out
+
+    def _embed_next(self, n: int) -> None:
+        slices: list[tuple[_Queued[T], int]] = []  # (document, texts taken from it)
+        taken = 0
+        for q in self._queue:
+            if taken == n:
+                break
+            if k := min(q.left, n - taken):
+                slices.append((q, k))
+                taken += k
+        self._embed(slices)
+
+    def _embed(self, slices: list[tuple[_Queued[T], int]]) -> bool:
+        """One call; when a shared one fails, each document alone (one that fails by itself is dropped)."""
+        try:
+            vectors = self._call([t for q, k in slices for t in q.texts[q.done : q.done + k]])
+        except (EmbeddingError, ConfigError):
+            raise  # the service or model is down, or the embedding cache damaged: every document would fail alike
+        except Exception as e:
+            if len(slices) == 1:
+                self._drop(slices[0][0], e)
+            else:
+                for q, _ in slices:
+                    while q.left and self._embed([(q, min(q.left, self.batch_chunks))]):
+                        pass
+            return False
+        offset = 0
+        for q, k in slices:
+            q.parts.append(vectors[offset : offset + k])
+            q.done += k
+            offset += k
+        self._progress(offset)
+        return True
+
+    def _call(self, texts: Sequence[str]) -> np.ndarray:
+        computed = getattr(self.embedder, "computed", 0)
+        with span("embed") as sp:
+            vectors = self.embedder.embed_documents(list(texts))
+            sp.set(counts={"texts": len(texts), "computed": getattr(self.embedder, "computed", 0) - computed})
+        if vectors.shape[0] != len(texts):
+            raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")
+        return vectors
+
+    def _drop(self, q: _Queued[T], error: Exception) -> None:
+        self._queue.remove(q)
+        self._waiting -= q.left
+        self._seen -= len(q.texts)
+        self._embedded -= q.done
+        self.on_error(q.item, error)
+
+    def _progress(self, k: int) -> None:
+        self._waiting -= k
+        self._embedded += k
+        if self.on_batch is not None:
+            self.on_batch(self._embedded, self._seen)
+
+
 @dataclass
 class Prepared:
-    """A document ready to embed and write."""
-
     doc: DocRecord
     chunks: list[Chunk]
     texts: list[str]  # index texts: what is embedded
@@ -123,8 +227,6 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Loaded:
-    """What preparing one file or document gave (``prepared`` None when skipped, failed or in a dry run)."""
-
     status: str  # skipped | added | updated | failed
     prepared: Prepared | None = None
     sha: str | None = None
@@ -170,8 +272,6 @@ def _failure(e: Exception, shown: str, doing: str) -> str:
 
 @dataclass
 class _Tally:
-    """One ingest run's outcome so far."""
-
     computed_before: int
     failures: list[FileFailure] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
@@ -253,7 +353,6 @@ class Ingestor:
         return None if doc is None else doc.path
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
-        """The files to ingest, the paths that fail before any is read, and the skipped files per suffix."""
         suffixes = supported_suffixes(self.loaders)
         unsupported: Counter[str] = Counter()
         tasks, failures = discover(paths, suffixes, unsupported)
@@ -287,7 +386,6 @@ class Ingestor:
         dry_run: bool = False,
         total: int | None = None,
     ) -> None:
-        """Prepare ``items`` in order; embed and write each prepared one."""
         if total is None:
             total = len(items) if isinstance(items, Sequence) else 0
         note = (
@@ -425,7 +523,6 @@ class Ingestor:
         )
 
     def _store(self, done: Sequence[tuple[Prepared, np.ndarray]], tally: _Tally) -> None:
-        """Write each embedded document in its own transaction, then its history row."""
         for p, vecs in done:
             n = len(p.chunks)
             doc = replace(p.doc, ingested_at=time.time())

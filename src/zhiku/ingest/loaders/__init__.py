@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.docx import DocxLoader
-from zhiku.ingest.loaders.encoding import decode_text
 from zhiku.ingest.loaders.html import HtmlLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
 from zhiku.ingest.loaders.text import MarkdownLoader, TextLoader
@@ -23,22 +22,6 @@ from zhiku.types import SourceDoc
 
 if TYPE_CHECKING:
     from zhiku.plugins import PluginInfo
-
-__all__ = [
-    "LOADER_CLASSES",
-    "DocxLoader",
-    "HtmlLoader",
-    "Loader",
-    "MarkdownLoader",
-    "PdfLoader",
-    "TextLoader",
-    "decode_text",
-    "default_loaders",
-    "load_document",
-    "loader_for",
-    "plugin_loaders",
-    "supported_suffixes",
-]
 
 
 @runtime_checkable

@@ -175,7 +175,6 @@ class DocxLoader:
 
 
 def _val(el: Any, path: str, default: str = "") -> str:
-    """The ``w:val`` of ``el``'s descendant at ``path`` (``w:`` names), else ``default``."""
     found = None if el is None else el.find("/".join(_W + step for step in path.split("/")))
     return default if found is None else str(found.get(_W + "val", default))
 
@@ -206,7 +205,6 @@ def _heading_level(p: Any, style: str) -> int | None:
 
 
 def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
-    """``{(numId, level): numFmt}`` ("bullet", "decimal", ...)."""
     try:
         root = document.part.numbering_part.element
     except (KeyError, NotImplementedError, AttributeError):
@@ -269,7 +267,6 @@ def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, in
 
 
 def _nearby_caption(blocks: list[str], index: int) -> str:
-    """The "图 N …" paragraph right after (else right before) block ``index``."""
     for j in (index, index + 1, index - 1):
         if 0 <= j < len(blocks) and FIGURE_CAPTION_RE.match(blocks[j]):
             return blocks[j].strip()

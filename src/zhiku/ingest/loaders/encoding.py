@@ -55,7 +55,6 @@ _UNCOMMON_RE = re.compile(  # one character outside them and not an allowed cont
 
 
 def sniff_bytes(head: bytes) -> str | None:
-    """The kind of content the first bytes of a file show: "pdf", "zip/office", "ole", "image", "html" or None."""
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
@@ -80,7 +79,6 @@ def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
 
 
 def wrong_suffix(head: bytes, what: str, path: Path) -> LoaderError:
-    """The error for a file whose content is not the ``what`` its suffix names (a PDF saved as ``.md``)."""
     kind = describe_kind(sniff_bytes(head[:SNIFF_BYTES]))
     return LoaderError(f"content is {kind}, not {what}: the file name's suffix is wrong ({path})")
 
@@ -216,7 +214,6 @@ def normalize_newlines(text: str) -> str:
 
 
 def read_text_file(path: Path) -> tuple[str, str]:
-    """``(text, encoding name)`` of a text file: non-text content refused, line endings normalised."""
     data = read_head(path, None)
     if sniff_bytes(data[:SNIFF_BYTES]) in _KIND_NAMES:
         raise wrong_suffix(data, "text", path)

@@ -27,7 +27,6 @@ def drop_cjk_spaces(text: str) -> str:
 
 
 def join_lines(a: str, b: str) -> str:
-    """Join two lines of one paragraph: no space next to a Chinese character; hyphenated words rejoined."""
     if not a:
         return b
     if not b:
@@ -40,7 +39,6 @@ def join_lines(a: str, b: str) -> str:
 
 
 def first_heading(text: str, default: str) -> str:
-    """The first Markdown heading of ``text`` (what titles a document without a title of its own), else ``default``."""
     m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
     return m.group(1).strip() if m else default
 
@@ -55,7 +53,6 @@ def cell_text(value: object) -> str:
 
 
 def markdown_table(rows: Sequence[Sequence[object]]) -> str:
-    """``rows`` (the first is the header) as a Markdown table, empty rows and columns dropped."""
     cells = [[cell_text(c) for c in row] for row in rows]
     cells = [row for row in cells if any(row)]
     if not cells:
@@ -83,7 +80,6 @@ def encode_image(image: object) -> tuple[bytes, str, int, int]:
 
 
 def probe_image(data: bytes) -> tuple[str, int, int] | None:
-    """``(mime_type, width, height)`` of PNG or RGB/greyscale JPEG bytes that can be kept as they are."""
     from PIL import Image, UnidentifiedImageError
 
     try:

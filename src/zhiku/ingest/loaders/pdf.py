@@ -89,6 +89,10 @@ class _Page:
     ocr: bool = False
 
 
+def _area(box: Box) -> float:
+    return (box[2] - box[0]) * (box[3] - box[1])
+
+
 def _pdfium() -> Any:
     try:
         import pypdfium2
@@ -210,20 +214,15 @@ class PdfLoader:
             finally:
                 textpage.close()
             page_area = width * height or 1.0
-            cover = sum((b[2] - b[0]) * (b[3] - b[1]) for b, _ in pictures) / page_area
+            cover = sum(_area(b) for b, _ in pictures) / page_area
             chars = sum(visible_chars(ln.text) for ln in out.lines)
             if garbled or (chars < SCAN_MAX_CHARS and cover >= SCAN_MIN_COVER):
                 engine = self._ocr_engine()
                 if engine is not None:
-                    scale = OCR_DPI / 72
-                    bitmap = page.render(scale=scale)
-                    out.lines, out.ocr, out.table_areas, out.tables = (
-                        engine.page_lines(bitmap.to_pil(), scale),
-                        True,
-                        [],
-                        [],
-                    )
-                    pictures = [(b, o) for b, o in pictures if (b[2] - b[0]) * (b[3] - b[1]) < 0.5 * page_area]
+                    image = page.render(scale=OCR_DPI / 72).to_pil()
+                    out.lines, out.ocr = engine.page_lines(image, OCR_DPI / 72), True
+                    out.table_areas, out.tables = [], []
+                    pictures = [(b, o) for b, o in pictures if _area(b) < 0.5 * page_area]
                 else:
                     out.needs_ocr = True
                     if garbled:  # garbage is not indexed
@@ -238,7 +237,7 @@ class PdfLoader:
         out = []
         for box, obj in pictures:
             w, h = obj.get_px_size()
-            if min(w, h) < IMAGE_MIN_PX or (box[2] - box[0]) * (box[3] - box[1]) < IMAGE_MIN_AREA * area:
+            if min(w, h) < IMAGE_MIN_PX or _area(box) < IMAGE_MIN_AREA * area:
                 continue
             try:
                 if obj.get_filters() == ["DCTDecode"]:
@@ -372,7 +371,6 @@ def page_lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list
 
 
 def inside(box: Any, area: Box) -> bool:
-    """Whether the centre of ``box`` (a ``Box`` or a ``Line``) lies in ``area``."""
     x0, top, x1, bottom = (box.x0, box.top, box.x1, box.bottom) if isinstance(box, Line) else box
     return area[0] - 3 <= (x0 + x1) / 2 <= area[2] + 3 and area[1] - 3 <= (top + bottom) / 2 <= area[3] + 3
 
@@ -468,7 +466,6 @@ def is_rule(box: Box) -> bool:
 
 
 def rule_groups(rules: Sequence[Box]) -> list[Box]:
-    """Areas spanned by two or more horizontal rules of the same extent (at least 12 pt apart overall)."""
     groups: list[list[Box]] = []
     for rule in sorted(rules, key=lambda r: (r[1], r[0])):
         for group in groups:

@@ -61,8 +61,6 @@ class Line:
 
 @dataclass(frozen=True)
 class Block:
-    """A non-text block placed among a page's lines: a Markdown table, or an image anchor (``image`` index)."""
-
     top: float
     bottom: float
     markdown: str = ""
@@ -108,7 +106,6 @@ def edge_key(line: Line, page_height: float) -> tuple[str, str] | None:
 
 
 def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int]]:
-    """Per page ``(lines, height)``, the indexes of its header and footer lines."""
     keys = [[edge_key(line, h) for line in lines] for lines, h in pages]
     counts = Counter(k for page in keys for k in set(page) if k is not None)
     need = max(3, (len(pages) + 1) // 2)
@@ -174,7 +171,6 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
 
 
 def _sizes(lines: Sequence[Line], ocr: bool = False) -> Counter[float]:
-    """Characters per font size, of the lines neither monospaced nor OCR'd (of all lines with ``ocr``)."""
     sizes: Counter[float] = Counter()
     for line in lines:
         if ocr or not (line.mono or line.ocr):

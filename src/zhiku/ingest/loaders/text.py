@@ -18,7 +18,6 @@ from zhiku.types import SourceDoc
 
 
 def markdown_title(text: str) -> str | None:
-    """The text of the first level-1 ATX heading (``# 标题``) outside code fences, or None."""
     for heading in iter_headings(text):
         if heading.level == 1 and heading.title:
             return heading.title

@@ -46,8 +46,6 @@ class Enrichment:
 
 @dataclass(frozen=True)
 class DocMeta:
-    """Document-level title, summary and tags; ``kind`` says who wrote them."""
-
     title: str = ""
     summary: str = ""
     tags: tuple[str, ...] = ()

@@ -8,20 +8,25 @@ import hashlib
 import itertools
 import json
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from zhiku.errors import ConfigError
+from zhiku.errors import ConfigError, ZhikuError
+from zhiku.ingest.chunking import chunk_document, doc_id_for
+from zhiku.ingest.files import discover, sha256_bytes
+from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
 from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
 from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
 from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
 from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache
 from zhiku.llm.prompts import Prompts, detect_language
-from zhiku.llm.service import CONCURRENCY, LLMService, PlanningService, build_service
+from zhiku.llm.service import CONCURRENCY, CURRENCY, LLMService, PlannedCall, PlanningService, build_service
 from zhiku.observability.tracing import mark, span
 from zhiku.settings import TRANSFORM_ORDER, LLMSettings, Settings, TransformSettings
-from zhiku.types import Chunk, LLMUsage, SourceDoc, TransformIssue, TransformReport
+from zhiku.types import Chunk, DocRecord, FileFailure, LLMUsage, SourceDoc, TransformIssue, TransformReport
 
 TransformProgress = Callable[[str, str, int, int], None]  # (transform, source, chunks done, chunks in document)
 TRACE_CHUNKS = 200  # chunk rows kept in one ingest trace
@@ -31,7 +36,6 @@ __all__ = ["DocumentBatch", "TransformStage", "registry", "resolve", "run_transf
 
 
 def registry() -> dict[str, type]:
-    """Transforms by name: the built-ins, then the ``zhiku.transforms`` plugins (a bad one is reported and skipped)."""
     from zhiku.plugins import load, report_problem
 
     found: dict[str, type] = {"caption": Caption, "refine": Refine, "metadata": Metadata, "contextual": Contextual}
@@ -47,7 +51,6 @@ def registry() -> dict[str, type]:
 
 
 def resolve(names: Sequence[str]) -> list[Transform]:
-    """The named transforms, built-ins in their fixed order, plugins after them in the order given."""
     available = registry()
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -61,7 +64,6 @@ def resolve(names: Sequence[str]) -> list[Transform]:
 
 
 def enriched_text(base: str, e: Enrichment) -> str:
-    """A chunk's index text with its enrichment: context, the text, then title and tags."""
     extra = " ".join(p for p in (e.title, " ".join(e.tags)) if p)
     return "\n".join(p for p in (e.context, base, extra) if p)
 
@@ -307,3 +309,90 @@ def build_stage(
     else:
         service = build_service(settings.llm, settings.cache_dir) if names else None
     return TransformStage(transforms, service, settings.transforms, settings.llm, store=store, on_progress=on_progress)
+
+
+# -- a transform dry run: the LLM requests an ingest would send, with estimated tokens and cost and what the cache
+# holds; nothing is sent, written or cached.
+SAMPLES = 3
+
+
+@dataclass(frozen=True)
+class PlanLine:
+    transform: str
+    requests: int
+    cached: int
+    prompt_tokens: int  # estimated, requests not in the cache only
+
+
+@dataclass(frozen=True)
+class TransformPlan:
+    transforms: tuple[str, ...]
+    documents: int
+    chunks: int
+    lines: tuple[PlanLine, ...]
+    cost: float  # estimated, input tokens only
+    currency: str
+    samples: tuple[PlannedCall, ...]  # the first requests, to show what is sent
+    failed: tuple[FileFailure, ...] = ()
+
+    @property
+    def requests(self) -> int:
+        return sum(x.requests for x in self.lines)
+
+    @property
+    def cached(self) -> int:
+        return sum(x.cached for x in self.lines)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(x.prompt_tokens for x in self.lines)
+
+
+def plan_transforms(
+    paths: Sequence[Path],
+    stage: TransformStage,
+    settings: Settings,
+    loaders: Sequence[Loader],
+    existing: Callable[[str], DocRecord | None],
+    *,
+    collection: str,
+    force: bool = False,
+) -> TransformPlan:
+    service = stage.service
+    assert isinstance(service, PlanningService), "plan_transforms needs a stage built with planning=True"
+    tasks, failed = discover(paths, supported_suffixes(loaders))
+    documents = chunks = 0
+    for task in tasks:
+        try:
+            old = existing(task.source)
+            unchanged = old is not None and old.sha256 == sha256_bytes(task.path.read_bytes())
+            if old is not None and unchanged and not force and not stage.owes(collection, task.source, old.ingested_at):
+                continue  # as the ingest decides
+            doc = load_document(task.path, task.source, loaders)
+            pieces = chunk_document(
+                doc, collection=collection, doc_id=doc_id_for(collection, doc.source), settings=settings.chunking
+            )
+        except (OSError, ZhikuError) as e:
+            failed.append(FileFailure(str(task.path), str(e)))
+            continue
+        stage.run(doc, doc_id_for(collection, doc.source), pieces)
+        documents += 1
+        chunks += len(pieces)
+    by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for call in service.planned:
+        row = by[call.prompt_id.partition("@")[0]]
+        row[0] += 1
+        row[1] += call.cached
+        row[2] += 0 if call.cached else call.tokens
+    lines = tuple(PlanLine(name, *by[name]) for name in stage.names if name in by)
+    tokens = sum(x.prompt_tokens for x in lines)
+    return TransformPlan(
+        transforms=stage.names,
+        documents=documents,
+        chunks=chunks,
+        lines=lines,
+        cost=round(tokens * settings.llm.price_input / 1e6, 6),
+        currency=CURRENCY,
+        samples=tuple(service.planned[:SAMPLES]),
+        failed=tuple(failed),
+    )

@@ -138,7 +138,6 @@ class EnrichmentStore:
         return {r[0]: Enrichment(r[1], r[2], r[3], r[4], tuple(json.loads(r[5]))) for r in self._rows(sql, chunk_ids)}
 
     def chunk_labels(self, places: Mapping[str, tuple[str, str, int | None]]) -> dict[str, dict[str, Any]]:
-        """Each chunk's source, section and page (``places``) with its enrichment: a trace's labels."""
         found = self.chunk_enrichments(list(places))
         return {
             i: {"chunk_id": i, "source": p[0], "section": p[1], "page": p[2]} | enrichment_row(found.get(i))
@@ -150,7 +149,6 @@ class EnrichmentStore:
         return DocMeta(rows[0][0], rows[0][1], tuple(json.loads(rows[0][2])), rows[0][3]) if rows else None
 
     def tagged(self, tags: Sequence[str]) -> tuple[set[str], set[str]]:
-        """``(chunk ids, doc ids)`` carrying every one of ``tags`` (chunk tags, or their document's tags)."""
         want = {t.strip().lower() for t in tags if t.strip()}
 
         def having(rows: list[Any]) -> set[str]:

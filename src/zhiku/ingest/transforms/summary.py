@@ -90,7 +90,6 @@ def _keep(token: str) -> bool:
 
 
 def textrank(token_lists: Sequence[Sequence[str]]) -> dict[str, float]:
-    """TextRank scores of the tokens over an undirected co-occurrence graph (window ``WINDOW``)."""
     edges: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for tokens in token_lists:
         for i, a in enumerate(tokens):
@@ -131,7 +130,6 @@ def extractive_summary(
     n_sentences: int = 3,
     max_chars: int = 300,
 ) -> Summary:
-    """Keywords and a summary of a document from its chunks; ``tokenize`` gives index terms (stopwords removed)."""
     sentences = sentences_of(chunks)
     tokens = [[t for t in tokenize(s) if _keep(t)] for s in sentences]
     rank = textrank(tokens)
@@ -157,7 +155,6 @@ def extractive_summary(
 
 
 def document_summary(chunks: Sequence[Chunk], meta: DocMeta | None, tokenize: Callable[[str], list[str]]) -> Summary:
-    """The LLM's summary and tags when the ``metadata`` transform wrote them, else the extractive summary."""
     if meta is not None and meta.summary:
         return Summary(meta.summary, meta.tags, meta.kind)
     return extractive_summary(chunks, tokenize)
