@@ -333,10 +333,8 @@ def chunk_id_for(collection: str, source: str, section: str, text: str, occurren
 
 
 def page_of(pages: Sequence[PageSpan], offset: int) -> int | None:
-    if not pages:
-        return None
-    i = bisect_right([p.start for p in pages], offset) - 1
-    return pages[max(i, 0)].number
+    """The page holding character ``offset`` (a gap belongs to the page before); None without pages."""
+    return _page(pages, [p.start for p in pages], offset, offset + 1)
 
 
 def chunking_identity(settings: ChunkingSettings) -> str:

@@ -38,9 +38,8 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def printable(name: str) -> str:
-    """``name`` as text that any UTF-8 consumer accepts and a terminal shows on one line: bytes that are not
-    UTF-8 decoded as GB18030 when that reads as text, else shown as ``\\xNN``; control and other invisible
-    characters (a newline, a right-to-left override) shown as escapes."""
+    """``name`` as text any UTF-8 consumer accepts and a terminal shows on one line: bytes that are not UTF-8 read as
+    GB18030 when that is text, else ``\\xNN``; invisible characters (a newline, a right-to-left override) escaped."""
     try:
         name.encode("utf-8")
         text = name
@@ -65,9 +64,8 @@ def not_regular(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def check_path(path: Path, max_bytes: int) -> int:
-    """The size of ``path`` (symlinks followed) when it is a regular file within ``max_bytes``; else
-    ``LoaderError`` with the reason. Nothing is opened."""
+def read_bounded(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file within ``max_bytes``, its kind and size checked before it is opened."""
     shown = printable(str(path))
     try:
         st = os.stat(path)
@@ -83,33 +81,27 @@ def check_path(path: Path, max_bytes: int) -> int:
             f"{shown} is {st.st_size / MIB:.1f} MiB, over the {max_bytes / MIB:g} MiB limit: "
             "raise loaders.max_file_mb to ingest it"
         )
-    return st.st_size
-
-
-def read_bounded(path: Path, max_bytes: int) -> bytes:
-    check_path(path, max_bytes)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:  # O_NONBLOCK: if the file was swapped for a FIFO since stat, open() must not wait for a writer
         fd = os.open(path, flags)
     except OSError as e:
-        raise LoaderError(f"cannot read {printable(str(path))}: {e.strerror or e}") from None
+        raise LoaderError(f"cannot read {shown}: {e.strerror or e}") from None
     with open(fd, "rb", closefd=True) as f:
         kind = not_regular(os.fstat(f.fileno()).st_mode)
         if kind is not None:
-            raise LoaderError(f"{printable(str(path))} is {kind}, not a regular file: skipped")
+            raise LoaderError(f"{shown} is {kind}, not a regular file: skipped")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise LoaderError(
-            f"{printable(str(path))} grew over the {max_bytes / MIB:g} MiB limit while being read: "
+            f"{shown} grew over the {max_bytes / MIB:g} MiB limit while being read: "
             "raise loaders.max_file_mb to ingest it"
         )
     return data
 
 
 def collapse_whitespace(text: str) -> str:
-    """Indentation capped at ``MAX_INDENT`` columns, longer inner runs of spaces made one and longer trailing
-    ones dropped, more than two blank (or whitespace-only) lines in a row made two. Words and line structure
-    stay as they are. Linear in the length of ``text`` (no regex backtracks over a run of spaces)."""
+    """Indentation capped at ``MAX_INDENT`` columns, longer runs of spaces made one (trailing ones dropped), more than
+    two blank lines in a row made two; linear in the length of ``text`` (no regex backtracks over a run of spaces)."""
     if len(text) < 2 * MAX_INDENT or (_LONG_RUN_RE.search(text) is None and "\n\n\n\n" not in text):
         return text
     lines = []

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -98,24 +98,33 @@ def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
     return WindowCheck(limit, tuple(i for i, n in enumerate(counts) if n > limit), max(counts, default=0))
 
 
+@dataclass
+class Prepared:
+    doc: DocRecord
+    chunks: list[Chunk]
+    texts: list[str]  # index texts: what is embedded
+    tokens: list[list[str]]  # BM25 tokens of each index text
+    status: str  # added | updated
+    path: str
+    images: tuple[SourceImage, ...] = ()
+    batch: DocumentBatch | None = None
+    over_window: int = 0  # index texts longer than the embedder's window
+
+
 # Embedding batches count chunks, not documents: a call may span small documents and a large one spreads over calls; a
 # document comes out, with its vectors, once all its texts are embedded, in the order they went in.
-T = TypeVar("T")
-
-
 @dataclass(eq=False)
-class _Queued(Generic[T]):
-    item: T
-    texts: Sequence[str]
+class _Queued:
+    item: Prepared
     parts: list[np.ndarray] = field(default_factory=list)
     done: int = 0  # texts embedded
 
     @property
     def left(self) -> int:
-        return len(self.texts) - self.done
+        return len(self.item.texts) - self.done
 
 
-class EmbedBatcher(Generic[T]):
+class EmbedBatcher:
     """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return; ``on_batch(embedded,
     queued)`` after each call is the ingest's per-chunk progress."""
 
@@ -124,32 +133,34 @@ class EmbedBatcher(Generic[T]):
         embedder: Embedder,
         batch_chunks: int,
         *,
-        on_error: Callable[[T, Exception], None],
+        on_error: Callable[[Prepared, Exception], None],
         on_batch: Callable[[int, int], None] | None = None,
     ) -> None:
         self.embedder = embedder
         self.batch_chunks = max(1, batch_chunks)
         self.on_error = on_error
         self.on_batch = on_batch
-        self._queue: deque[_Queued[T]] = deque()
-        self._waiting = 0  # queued texts not embedded yet
+        self._queue: deque[_Queued] = deque()
         self._embedded = 0
         self._seen = 0
 
-    def add(self, item: T, texts: Sequence[str]) -> list[tuple[T, np.ndarray]]:
-        self._queue.append(_Queued(item, texts))
-        self._waiting += len(texts)
-        self._seen += len(texts)
+    @property
+    def _waiting(self) -> int:  # queued texts not embedded yet
+        return sum(q.left for q in self._queue)
+
+    def add(self, item: Prepared) -> list[tuple[Prepared, np.ndarray]]:
+        self._queue.append(_Queued(item))
+        self._seen += len(item.texts)
         while self._waiting >= self.batch_chunks:
             self._embed_next(self.batch_chunks)
         return self._finished()
 
-    def finish(self) -> list[tuple[T, np.ndarray]]:
+    def finish(self) -> list[tuple[Prepared, np.ndarray]]:
         while self._waiting > 0:
             self._embed_next(min(self.batch_chunks, self._waiting))
         return self._finished()
 
-    def _finished(self) -> list[tuple[T, np.ndarray]]:
+    def _finished(self) -> list[tuple[Prepared, np.ndarray]]:
         out = []
         while self._queue and self._queue[0].left == 0:
             q = self._queue.popleft()
@@ -157,7 +168,7 @@ class EmbedBatcher(Generic[T]):
         return out
 
     def _embed_next(self, n: int) -> None:
-        slices: list[tuple[_Queued[T], int]] = []  # (document, texts taken from it)
+        slices: list[tuple[_Queued, int]] = []  # (document, texts taken from it)
         taken = 0
         for q in self._queue:
             if taken == n:
@@ -167,10 +178,10 @@ class EmbedBatcher(Generic[T]):
                 taken += k
         self._embed(slices)
 
-    def _embed(self, slices: list[tuple[_Queued[T], int]]) -> bool:
+    def _embed(self, slices: list[tuple[_Queued, int]]) -> bool:
         """One call; when a shared one fails, each document alone (one that fails by itself is dropped)."""
         try:
-            vectors = self._call([t for q, k in slices for t in q.texts[q.done : q.done + k]])
+            vectors = self._call([t for q, k in slices for t in q.item.texts[q.done : q.done + k]])
         except (EmbeddingError, ConfigError):
             raise  # the service or model is down, or the embedding cache damaged: every document would fail alike
         except Exception as e:
@@ -198,31 +209,16 @@ class EmbedBatcher(Generic[T]):
             raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")
         return vectors
 
-    def _drop(self, q: _Queued[T], error: Exception) -> None:
+    def _drop(self, q: _Queued, error: Exception) -> None:
         self._queue.remove(q)
-        self._waiting -= q.left
-        self._seen -= len(q.texts)
+        self._seen -= len(q.item.texts)
         self._embedded -= q.done
         self.on_error(q.item, error)
 
     def _progress(self, k: int) -> None:
-        self._waiting -= k
         self._embedded += k
         if self.on_batch is not None:
             self.on_batch(self._embedded, self._seen)
-
-
-@dataclass
-class Prepared:
-    doc: DocRecord
-    chunks: list[Chunk]
-    texts: list[str]  # index texts: what is embedded
-    tokens: list[list[str]]  # BM25 tokens of each index text
-    status: str  # added | updated
-    path: str
-    images: tuple[SourceImage, ...] = ()
-    batch: DocumentBatch | None = None
-    over_window: int = 0  # index texts longer than the embedder's window
 
 
 @dataclass(frozen=True)
@@ -393,7 +389,7 @@ class Ingestor:
             if on_progress is None
             else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
         )
-        batcher: EmbedBatcher[Prepared] = EmbedBatcher(
+        batcher = EmbedBatcher(
             self.embedder, self.batch_chunks, on_error=partial(self._embed_failed, tally), on_batch=note
         )
         if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
@@ -410,7 +406,7 @@ class Ingestor:
                 {"skipped": tally.skipped, "added": tally.added, "updated": tally.updated}[loaded.status].append(source)
             else:
                 tally.over_window += loaded.prepared.over_window
-                self._store(batcher.add(loaded.prepared, loaded.prepared.texts), tally)
+                self._store(batcher.add(loaded.prepared), tally)
         self._store(batcher.finish(), tally)
 
     def _prepare_file(self, task: FileTask, *, collection: str, force: bool, dry_run: bool) -> Loaded:

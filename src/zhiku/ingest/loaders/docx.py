@@ -111,12 +111,8 @@ class DocxLoader:
         offsets = list(accumulate((len(b) + 2 for b in blocks[:-1]), initial=0))
         out: list[SourceImage] = []
         for block, data, mime, w, h, alt in images:
-            caption = alt or _nearby_caption(blocks, block)
-            out.append(
-                source_image(
-                    data, mime, w, h, offset=offsets[block] if block < len(offsets) else len(text), caption=caption
-                )
-            )
+            at = offsets[block] if block < len(offsets) else len(text)
+            out.append(source_image(data, mime, w, h, offset=at, caption=alt or _nearby_caption(blocks, block)))
         title = (document.core_properties.title or "").strip() or first_heading(text, path.stem)
         return SourceDoc(
             source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="docx", images=tuple(out)

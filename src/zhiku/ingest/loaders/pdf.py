@@ -244,7 +244,7 @@ class PdfLoader:
                     data = bytes(obj.get_data(decode_simple=True))
                     probe = probe_image(data)
                     if probe is not None:
-                        out.append((box, data, probe[0], probe[1], probe[2]))
+                        out.append((box, data, *probe))
                         continue
                 data, mime, w, h = encode_image(obj.get_bitmap(render=False).to_pil())
             except Exception:  # an image PDFium cannot decode is left out, not the document
@@ -273,19 +273,8 @@ class PdfLoader:
             if markdown and parts:
                 offset += 2
             for j, (box, data, mime, w, h) in enumerate(kept):
-                caption = figure_caption(p.lines, box[1], box[3])
-                images.append(
-                    source_image(
-                        data,
-                        mime,
-                        w,
-                        h,
-                        offset=offset + anchors.get(j, len(markdown)),
-                        page=p.number,
-                        bbox=box,
-                        caption=caption,
-                    )
-                )
+                at, caption = offset + anchors.get(j, len(markdown)), figure_caption(p.lines, box[1], box[3])
+                images.append(source_image(data, mime, w, h, offset=at, page=p.number, bbox=box, caption=caption))
             spans.append(PageSpan(p.number, offset, offset + len(markdown)))
             if markdown:
                 parts.append(markdown)
@@ -344,30 +333,23 @@ def page_lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list
         top = height - max(bx[3] for bx in boxes)
         bottom = height - min(bx[1] for bx in boxes)
         size = sorted(font_size(raw, textpage, i, matrix) for i in probe)[len(probe) // 2]
-        fonts = []
-        for i in (idx[0], idx[-1]):
-            raw.FPDFText_GetFontInfo(textpage.raw, i, buf, len(buf), None)
-            fonts.append(buf.value.decode("latin-1").split("+")[-1])
-        cleaned = clean_line(seg.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"))
-        if cleaned:
+        fonts = [_font_name(raw, textpage, i, buf) for i in (idx[0], idx[-1])]
+        if cleaned := clean_line(_unpaired(seg)):
             mono = all(MONO_FONT_RE.search(f) for f in fonts)
-            lines.append(
-                Line(
-                    cleaned
-                    if not mono
-                    else seg.strip().encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace"),
-                    x0,
-                    top,
-                    x1,
-                    bottom,
-                    size,
-                    mono,
-                )
-            )
+            lines.append(Line(_unpaired(seg.strip()) if mono else cleaned, x0, top, x1, bottom, size, mono))
             ranges.append(idx)
         if m.end() == len(text):
             break
     return lines, ranges, garbled, text
+
+
+def _unpaired(text: str) -> str:  # a lone surrogate (a broken character) as U+FFFD
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _font_name(raw: Any, textpage: Any, index: int, buf: Any) -> str:
+    raw.FPDFText_GetFontInfo(textpage.raw, index, buf, len(buf), None)
+    return str(buf.value.decode("latin-1").split("+")[-1])
 
 
 def inside(box: Any, area: Box) -> bool:
@@ -383,7 +365,7 @@ def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[
     buf = ""
 
     def close() -> None:
-        cells.append((x0, x1, buf.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")))
+        cells.append((x0, x1, _unpaired(buf)))
 
     for i in chars:
         left, bottom, right, _ = textpage.get_charbox(i, loose=True)
@@ -408,14 +390,8 @@ def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[
 
 
 def wide_gaps(textpage: Any, chars: list[int], size: float) -> int:
-    gaps = 0
-    prev_right = None
-    for i in chars:
-        left, _, right, _ = textpage.get_charbox(i)
-        if prev_right is not None and left - prev_right > 1.5 * size:
-            gaps += 1
-        prev_right = right
-    return gaps
+    boxes = [textpage.get_charbox(i) for i in chars]
+    return sum(1 for prev, box in zip(boxes, boxes[1:], strict=False) if box[0] - prev[2] > 1.5 * size)
 
 
 def font_size(raw: Any, textpage: Any, index: int, matrix: Any) -> float:

@@ -148,9 +148,7 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
         body_lines = [ln for ln in lines if size_key(ln.size) == body and not ln.mono]
         lefts += [ln.x0 for ln in body_lines]
         rights += [ln.x1 for ln in body_lines]
-    gaps.sort()
-    lefts.sort()
-    rights.sort()
+    gaps, lefts, rights = sorted(gaps), sorted(lefts), sorted(rights)
     right = rights[len(rights) * 9 // 10] if rights else page_width
     page_body = tuple(_page_body(lines, body) for lines in pages)
     candidates: Counter[float] = Counter()

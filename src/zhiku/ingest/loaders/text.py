@@ -103,25 +103,6 @@ class _CodeSpans:
         return runs[after] + end - start if after < len(runs) and runs[after] < limit else end
 
 
-class MarkdownLoader:
-    doc_type: str = "markdown"
-    suffixes: tuple[str, ...] = (".md", ".markdown")
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings
-
-    def load(self, path: Path, source: str) -> SourceDoc:
-        text, encoding = read_text_file(path)
-        fields, text = front_matter(text)
-        text = strip_comments(text)
-        if not text.strip():
-            raise LoaderError(f"no text in file (only HTML comments, front matter and whitespace): {path}")
-        named = fields.get("title")
-        title = (str(named).strip() if isinstance(named, (str, int, float)) else "") or markdown_title(text)
-        title = title or Path(path).stem
-        return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding=encoding)
-
-
 class TextLoader:
     """HTML content in a ``.txt`` file is loaded as text, unchanged."""
 
@@ -136,3 +117,19 @@ class TextLoader:
         return SourceDoc(
             source=source, doc_type=self.doc_type, title=Path(path).stem, text=text, pages=(), encoding=encoding
         )
+
+
+class MarkdownLoader(TextLoader):
+    doc_type: str = "markdown"
+    suffixes: tuple[str, ...] = (".md", ".markdown")
+
+    def load(self, path: Path, source: str) -> SourceDoc:
+        text, encoding = read_text_file(path)
+        fields, text = front_matter(text)
+        text = strip_comments(text)
+        if not text.strip():
+            raise LoaderError(f"no text in file (only HTML comments, front matter and whitespace): {path}")
+        named = fields.get("title")
+        title = (str(named).strip() if isinstance(named, (str, int, float)) else "") or markdown_title(text)
+        title = title or Path(path).stem
+        return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding=encoding)
