@@ -90,11 +90,8 @@ def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Load
 
 
 def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ...]:
-    out: dict[str, None] = {}
-    for loader in default_loaders() if loaders is None else loaders:
-        for suffix in loader.suffixes:
-            out.setdefault(suffix.lower(), None)
-    return tuple(out)
+    loaders = default_loaders() if loaders is None else loaders
+    return tuple(dict.fromkeys(suffix.lower() for loader in loaders for suffix in loader.suffixes))
 
 
 def loader_for(path: Path, loaders: Sequence[Loader] | None = None) -> Loader:

@@ -40,9 +40,7 @@ _BOILERPLATE_RE = re.compile(
     r"ads|share|social|cookie\w*|related|pagination|skip-link)(?:$|[\s_-])",
     re.IGNORECASE,
 )
-_VOID = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-)
+_VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
 _META_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.IGNORECASE)
 
 
@@ -109,11 +107,9 @@ class _Extractor(HTMLParser):
             self.blocks.append("#" * self.heading + " " + text)
         elif self.lists:
             counter = self.lists[-1]
-            if counter[0] is None:
-                marker = "-"
-            else:
+            if counter[0] is not None:
                 counter[0] += 1
-                marker = f"{counter[0]}."
+            marker = "-" if counter[0] is None else f"{counter[0]}."
             self.blocks.append("  " * (len(self.lists) - 1) + f"{marker} {text}")
         else:
             self.blocks.append("\\" + text if text.startswith("#") else text)
@@ -223,7 +219,8 @@ class _Extractor(HTMLParser):
         elif tag in ("ul", "ol") and self.lists:
             self._flush()
             self.lists.pop()
-            self._merge_list()
+            if not self.lists and len(self.blocks) > self.list_start:  # the items of a list: one Markdown paragraph
+                self.blocks[self.list_start :] = ["\n".join(self.blocks[self.list_start :])]
         elif tag in ("td", "th") and self.cell is not None:
             self._flush()
             if self.tables and self.tables[-1]:
@@ -239,13 +236,6 @@ class _Extractor(HTMLParser):
                 self.blocks.append(md)
         elif tag in _BLOCK_TAGS or tag == "li":
             self._flush()
-
-    def _merge_list(self) -> None:
-        if self.lists or len(self.blocks) <= self.list_start:
-            return
-        items = self.blocks[self.list_start :]
-        del self.blocks[self.list_start :]
-        self.blocks.append("\n".join(items))
 
     def close(self) -> None:
         super().close()
