@@ -380,20 +380,9 @@ def chunk_document(
             seen[cid] = n + 1
             if n:
                 cid = chunk_id_for(collection, doc.source, section, body, occurrence=n)
+            page = _page(pages, page_starts, s, e)
             chunks.append(
-                Chunk(
-                    chunk_id=cid,
-                    doc_id=doc_id,
-                    collection=collection,
-                    source=doc.source,
-                    doc_type=doc.doc_type,
-                    section=section,
-                    page=_page(pages, page_starts, s, e),
-                    start=s,
-                    end=e,
-                    ordinal=len(chunks),
-                    text=body,
-                )
+                Chunk(cid, doc_id, collection, doc.source, doc.doc_type, section, page, s, e, len(chunks), body)
             )
     return _link_images(chunks, sorted(doc.images, key=lambda im: im.offset))
 

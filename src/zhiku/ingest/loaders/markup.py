@@ -6,6 +6,7 @@ import hashlib
 import io
 import re
 from collections.abc import Sequence
+from functools import reduce
 
 from zhiku.types import ImageRef, SourceImage
 
@@ -46,9 +47,7 @@ def first_heading(text: str, default: str) -> str:
 def cell_text(value: object) -> str:
     if value is None:
         return ""
-    text = ""
-    for line in str(value).splitlines():
-        text = join_lines(text, " ".join(line.split()))
+    text = reduce(join_lines, (" ".join(line.split()) for line in str(value).splitlines()), "")
     return drop_cjk_spaces(text).replace("|", "\\|")
 
 

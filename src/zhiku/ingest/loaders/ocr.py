@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Sequence
+from functools import reduce
 from itertools import groupby
 from typing import Any
 
@@ -38,9 +39,7 @@ def group_lines(
     out = []
     for line in sorted(lines, key=lambda ln: ln[0][1]):
         line.sort(key=lambda b: b[0])
-        text = ""
-        for b in line:
-            text = join_lines(text, b[4])
+        text = reduce(join_lines, (b[4] for b in line), "")
         out.append(
             (min(b[0] for b in line), min(b[1] for b in line), max(b[2] for b in line), max(b[3] for b in line), text)
         )

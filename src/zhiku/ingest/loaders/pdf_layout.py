@@ -17,6 +17,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from zhiku.ingest.loaders.markup import drop_cjk_spaces, join_lines
 
@@ -271,14 +272,11 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
         by_size.setdefault(size_key(ln.size), []).append(ln.x1)
     rights = {k: max(v) if len(v) >= 3 else layout.right for k, v in by_size.items()}
 
-    def offset() -> int:
-        return sum(len(p) + 2 for p in parts)
-
     def emit(markdown: str) -> None:
         if not markdown:
             return
         for image in pending:
-            anchors[image] = offset()
+            anchors[image] = sum(len(p) + 2 for p in parts)
         pending.clear()
         parts.append(markdown)
 
@@ -289,10 +287,7 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
             emit("#" * level + " " + drop_cjk_spaces(" ".join(ln.text for ln in lines)).replace("#", "\\#"))
             heading = None
         if para:
-            text = ""
-            for ln in para:
-                text = join_lines(text, ln.text)
-            emit(_escape(drop_cjk_spaces(text)))
+            emit(_escape(drop_cjk_spaces(reduce(join_lines, (ln.text for ln in para), ""))))
             para.clear()
         if code:
             body = "\n".join(ln.text for ln in code).replace("```", "ˋˋˋ")
@@ -301,11 +296,10 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
 
     for item in items:
         if isinstance(item, Block):
+            flush()
             if item.image is not None:
-                flush()
                 pending.append(item.image)
             else:
-                flush()
                 emit(item.markdown)
             continue
         line = item

@@ -24,11 +24,11 @@ Step = Callable[[int], Mapping[str, Any] | None]  # chunk index → Enrichment c
 def each_chunk(batch: DocumentBatch, ctx: TransformContext, name: str, step: Step) -> DocumentBatch:
     """``step(i)`` for every chunk, ``concurrency`` at a time, applied in order; a ``TransformError`` records an issue."""
 
-    def run(i: int) -> tuple[int, Mapping[str, Any] | None, TransformError | None]:
+    def run(i: int) -> tuple[Mapping[str, Any] | None, TransformError | None]:
         try:
-            return i, step(i), None
+            return step(i), None
         except TransformError as e:
-            return i, None, e
+            return None, e
         finally:
             ctx.on_chunk(name)
 
@@ -38,7 +38,7 @@ def each_chunk(batch: DocumentBatch, ctx: TransformContext, name: str, step: Ste
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"zhiku-{name}") as pool:
             results = list(pool.map(run, range(len(batch.chunks))))
-    for i, changes, error in results:
+    for i, (changes, error) in enumerate(results):
         if error is not None:
             batch = batch.with_issue(name, str(error), batch.chunks[i].chunk_id, unreached=error.unreached)
         elif changes:

@@ -369,13 +369,12 @@ def plan_transforms(
             if old is not None and unchanged and not force and not stage.owes(collection, task.source, old.ingested_at):
                 continue  # as the ingest decides
             doc = load_document(task.path, task.source, loaders)
-            pieces = chunk_document(
-                doc, collection=collection, doc_id=doc_id_for(collection, doc.source), settings=settings.chunking
-            )
+            doc_id = doc_id_for(collection, doc.source)
+            pieces = chunk_document(doc, collection=collection, doc_id=doc_id, settings=settings.chunking)
         except (OSError, ZhikuError) as e:
             failed.append(FileFailure(str(task.path), str(e)))
             continue
-        stage.run(doc, doc_id_for(collection, doc.source), pieces)
+        stage.run(doc, doc_id, pieces)
         documents += 1
         chunks += len(pieces)
     by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])

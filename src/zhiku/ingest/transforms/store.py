@@ -167,15 +167,9 @@ class EnrichmentStore:
 
 
 def _usage_record(r: Sequence[Any]) -> UsageRecord:
-    return UsageRecord(
-        r[1],
-        r[2],
-        r[3],
-        tuple(t for t in r[4].split(",") if t),
-        LLMUsage(r[5], r[6], r[7], r[8], r[9], r[10]),
-        tuple(TransformIssue(**d) for d in json.loads(r[11])),
-        r[12] if len(r) > 12 else "",  # (a file written before the column, opened read-only)
-    )
+    issues = tuple(TransformIssue(**d) for d in json.loads(r[11]))
+    setup = r[12] if len(r) > 12 else ""  # (a file written before the column, opened read-only)
+    return UsageRecord(r[1], r[2], r[3], tuple(t for t in r[4].split(",") if t), LLMUsage(*r[5:11]), issues, setup)
 
 
 USAGE_COLUMNS = (
