@@ -356,12 +356,8 @@ class Ingestor:
             p = Path(given).expanduser()
             if p.is_file() and p.suffix.lower() not in suffixes:
                 tasks = [t for t in tasks if t.path != p.resolve()]
-                what = printable(p.suffix or p.name)
-                failures.append(
-                    FileFailure(
-                        printable(str(given)), f"unsupported file type '{what}' (supported: {', '.join(suffixes)})"
-                    )
-                )
+                what = f"unsupported file type '{printable(p.suffix or p.name)}' (supported: {', '.join(suffixes)})"
+                failures.append(FileFailure(printable(str(given)), what))
         return tasks, failures, unsupported
 
     def ingest_docs(
@@ -421,16 +417,11 @@ class Ingestor:
                     f"{existing.path} is already indexed as {task.source!r} in collection {collection!r}; this "
                     f"file would replace it: {CLASH_FIX}"
                 )
-            if (
-                existing is not None
-                and existing.sha256 == sha
-                and not force
-                and not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR)
-                and not (
+            if existing is not None and existing.sha256 == sha and not force:
+                if not (self.retry_needs_ocr and existing.status == DocStatus.NEEDS_OCR) and not (
                     self.transforms is not None and self.transforms.owes(collection, task.source, existing.ingested_at)
-                )
-            ):
-                return Loaded("skipped")
+                ):
+                    return Loaded("skipped")
             status = "updated" if existing is not None else "added"
             if dry_run:
                 return Loaded(status)

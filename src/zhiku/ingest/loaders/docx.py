@@ -137,7 +137,7 @@ class DocxLoader:
         text = "\n".join(" ".join(ln.split()) for ln in text.split("\n"))
         if not text.strip():
             return
-        style = _style_name(p, styles)
+        style = str(styles.get(style_id := _val(p, "pPr/pStyle"), style_id))
         level = _heading_level(p, style)
         if level is not None:
             if level == 0:  # the Title: headings after it move one level down
@@ -160,7 +160,7 @@ class DocxLoader:
                     del counters[key]
                 marker = f"{counters[(num_id, ilvl)]}."
             item = f"{'  ' * ilvl}{marker} {text}"
-            if blocks and _is_list_item(blocks[-1]):
+            if blocks and re.match(r"\s*(?:-|\d+\.) ", blocks[-1]):  # the list goes on
                 blocks[-1] += "\n" + item
             else:
                 blocks.append(item)
@@ -178,15 +178,6 @@ def _val(el: Any, path: str, default: str = "") -> str:
 def _run_text(p: Any) -> str:
     breaks = {_W + "tab": " ", _W + "br": "\n", _W + "cr": "\n"}
     return "".join(el.text or "" if el.tag == _W + "t" else breaks[el.tag] for el in p.iter(_W + "t", *breaks))
-
-
-def _is_list_item(block: str) -> bool:
-    return bool(re.match(r"\s*(?:-|\d+\.) ", block))
-
-
-def _style_name(p: Any, styles: dict[str, str]) -> str:
-    style_id = _val(p, "pPr/pStyle")
-    return str(styles.get(style_id, style_id))
 
 
 def _heading_level(p: Any, style: str) -> int | None:

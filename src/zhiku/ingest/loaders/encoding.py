@@ -23,14 +23,11 @@ DETECT_BYTES = 64  # from this size on charset-normalizer is asked (it guesses w
 DETECT_PROBE_BYTES = 256 * 1024  # what it reads at most
 _DETECT_AMONG = {"gb18030": "gb18030", "big5": "big5", "shift_jis": "shift_jis", "euc_jp": "euc_jp"}
 
-_MAGIC: tuple[tuple[bytes, str], ...] = (
+_MAGIC: tuple[tuple[bytes | tuple[bytes, ...], str], ...] = (
     (b"%PDF-", "pdf"),
     (b"PK\x03\x04", "zip/office"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "ole"),
-    (b"\x89PNG\r\n\x1a\n", "image"),
-    (b"\xff\xd8\xff", "image"),
-    (b"GIF87a", "image"),
-    (b"GIF89a", "image"),
+    ((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a"), "image"),
 )
 
 _KIND_NAMES: dict[str, str] = {
@@ -66,10 +63,6 @@ def sniff_bytes(head: bytes) -> str | None:
     return None
 
 
-def describe_kind(kind: str | None) -> str:
-    return _KIND_NAMES.get(kind or "", "HTML" if kind == "html" else "text or an unknown format")
-
-
 def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
     try:
         with open(path, "rb") as f:
@@ -79,7 +72,8 @@ def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
 
 
 def wrong_suffix(head: bytes, what: str, path: Path) -> LoaderError:
-    kind = describe_kind(sniff_bytes(head[:SNIFF_BYTES]))
+    found = sniff_bytes(head[:SNIFF_BYTES])
+    kind = _KIND_NAMES.get(found or "", "HTML" if found == "html" else "text or an unknown format")
     return LoaderError(f"content is {kind}, not {what}: the file name's suffix is wrong ({path})")
 
 

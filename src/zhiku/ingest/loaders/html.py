@@ -124,10 +124,8 @@ class _Extractor(HTMLParser):
     def _boilerplate(self, tag: str, attrs: dict[str, str | None]) -> bool:
         if tag in _SKIP_TAGS or "hidden" in attrs or attrs.get("aria-hidden") == "true":
             return True
-        if (attrs.get("role") or "").lower() in _SKIP_ROLES:
-            return True
-        if tag == "header" and self.content_tag is None:
-            return True
+        if (attrs.get("role") or "").lower() in _SKIP_ROLES or (tag == "header" and self.content_tag is None):
+            return True  # a page header outside the content
         names = f"{attrs.get('class') or ''} {attrs.get('id') or ''}"
         return bool(names.strip()) and bool(_BOILERPLATE_RE.search(names))
 

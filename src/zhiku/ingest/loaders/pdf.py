@@ -62,12 +62,9 @@ Box = tuple[float, float, float, float]  # x0, top, x1, bottom in points from th
 RULE_MAX_THICKNESS = 2.5
 RULE_MIN_WIDTH = 30.0
 _ALIGN = 4.0  # rules whose ends lie within this many points belong to one table
-_TEXT_SETTINGS = {
-    "vertical_strategy": "text",
-    "horizontal_strategy": "text",
-    "snap_y_tolerance": 5,
-    "intersection_y_tolerance": 10,
-}
+_TEXT_SETTINGS = dict(
+    vertical_strategy="text", horizontal_strategy="text", snap_y_tolerance=5, intersection_y_tolerance=10
+)
 
 
 @dataclass(frozen=True)

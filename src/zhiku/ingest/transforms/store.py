@@ -101,10 +101,10 @@ class EnrichmentStore:
 
     @staticmethod
     def _has(db: sqlite3.Connection, doc_id: str) -> bool:
-        found = db.execute("SELECT 1 FROM chunk_enrichment WHERE doc_id = ? LIMIT 1", (doc_id,)).fetchone()
-        return (
-            found is not None or db.execute("SELECT 1 FROM doc_meta WHERE doc_id = ?", (doc_id,)).fetchone() is not None
+        sql = (
+            "SELECT 1 FROM chunk_enrichment WHERE doc_id = ? UNION ALL SELECT 1 FROM doc_meta WHERE doc_id = ? LIMIT 1"
         )
+        return db.execute(sql, (doc_id, doc_id)).fetchone() is not None
 
     @staticmethod
     def _delete(db: sqlite3.Connection, doc_id: str) -> None:
