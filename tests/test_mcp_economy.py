@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_fixtures import Fixture, copy_fixture
 from test_mcp_server import error_of, with_client
 from zhiku.errors import (
+    Busy,
     ConfigError,
     EmbeddingError,
     IndexLocked,
@@ -138,6 +139,7 @@ OPERATOR_ERRORS = [  # library errors written for whoever runs the server: the a
     (IndexNotFound, "INDEX_NOT_FOUND", "no knowledge base to read yet; tell the user", False),
     (StoreError, "STORE_ERROR", "could not be read or written; tell the user", False),
     (EmbeddingError, "EMBEDDING_FAILED", "retry once, then tell the user", True),
+    (Busy, "BUSY", "busy with other clients' questions; retry in a few seconds", True),
     (MissingDependency, "MISSING_DEPENDENCY", "is not installed on the server; tell the user", False),
     (ConfigError, "INVALID_CONFIG", "settings do not allow this request; tell the user", False),
     (ModelIntegrityError, "MODEL_INTEGRITY", "failed its integrity check; tell the user", False),

@@ -1,6 +1,6 @@
 """Protocol edges, each answered with the right code: JSON-RPC shapes (``check_message``), NUL bytes
 in tool arguments, a malformed image URI, a GBK-named file through
-``ingest_documents``; and concurrency helpers (``SingleFlight``, ``SerialEmbedder``)."""
+``ingest_documents``; and concurrency helpers (``SingleFlight``, ``FairEmbedder``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from mcp.shared.exceptions import MCPError
 
 from mcp_fixtures import Fixture, copy_fixture
 from test_mcp_server import error_of, with_client
-from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
+from zhiku.errors import Busy
+from zhiku.mcp.concurrency import CALLER, FairEmbedder, SingleFlight, deadline
 from zhiku.mcp.jsonrpc import check_message
 from zhiku.mcp.server import build_server
 
@@ -133,11 +134,76 @@ class _Counting:
         return np.ones(2, np.float32)
 
 
-def test_serial_embedder_slices_documents_and_passes_queries_through() -> None:
+def test_fair_embedder_slices_documents_and_passes_queries_through() -> None:
     inner = _Counting()
-    e = SerialEmbedder(inner, slice_size=16)  # type: ignore[arg-type]
+    e = FairEmbedder(inner, slice_size=16)  # type: ignore[arg-type]
     assert e.embed_documents(["x"] * 40).shape == (40, 2) and inner.batches == [16, 16, 8]
     assert e.embed_documents([]).shape == (0, 2)
     e.embed_query("试用期")
     e.embed_query("试用期")
     assert inner.queries == 2  # question vectors are kept once, by the Searcher (tests/test_search_path.py)
+
+
+class _Held:
+    """An embedder whose calls record their text and wait for ``release`` (or meet at ``meet``, when set)."""
+
+    name, dim = "held", 2
+
+    def __init__(self, meet: threading.Barrier | None = None) -> None:
+        self.order: list[str] = []
+        self.release, self.meet = threading.Event(), meet
+
+    def embed_documents(self, texts: Any) -> np.ndarray:
+        self.order.append("documents")
+        return np.ones((len(texts), 2), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if self.meet is not None:  # a BrokenBarrierError (nothing recorded) unless the other one runs meanwhile
+            self.meet.wait(5)
+        self.order.append(text)
+        assert self.meet is not None or self.release.wait(5)
+        return np.ones(2, np.float32)
+
+
+def _ask(e: FairEmbedder, caller: str, text: str) -> threading.Thread:
+    def run() -> None:
+        CALLER.set(caller)
+        e.embed_query(text)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.2)  # queued before the next one
+    return t
+
+
+def test_fair_embedder_takes_callers_in_turn_not_first_come_first_served() -> None:
+    inner = _Held()
+    e = FairEmbedder(inner, workers=1)  # type: ignore[arg-type]
+    threads = [_ask(e, "a", f"a{n}") for n in range(1, 5)] + [_ask(e, "b", "b1")]
+    inner.release.set()
+    for t in threads:
+        t.join(5)
+    assert inner.order == ["a1", "a2", "b1", "a3", "a4"]
+
+
+def test_a_question_waiting_past_its_deadline_fails_retryably_and_the_model_serves_on() -> None:
+    inner = _Held()
+    e = FairEmbedder(inner, workers=1)  # type: ignore[arg-type]
+    holder = _ask(e, "a", "long")
+    started = time.monotonic()
+    with deadline(0.3), pytest.raises(Busy, match="busy with other clients") as failed:
+        e.embed_query("short")
+    assert 0.3 <= time.monotonic() - started < 2 and failed.value.retryable
+    inner.release.set()
+    holder.join(5)
+    assert e.embed_query("again").shape == (2,) and inner.order == ["long", "again"]
+
+
+def test_fair_embedder_runs_questions_of_two_callers_at_once_and_documents_alone() -> None:
+    inner = _Held(meet=threading.Barrier(2))
+    e = FairEmbedder(inner, workers=2)  # type: ignore[arg-type]
+    threads = [_ask(e, "a", "a1"), _ask(e, "b", "b1")]
+    for t in threads:
+        t.join(5)
+    assert e.embed_documents(["x"]).shape == (1, 2)
+    assert sorted(inner.order[:2]) == ["a1", "b1"] and inner.order[2:] == ["documents"]

@@ -315,13 +315,13 @@ def test_when_the_one_call_fails_each_form_is_embedded_on_its_own(tmp_path: Path
 
 def test_a_wrapped_embedder_without_embed_queries_embeds_each_form_once(tmp_path: Path, embed_cache_dir: Path) -> None:
     """A plugin's embedder has no ``embed_queries``; ``build_embedder`` wraps it in the embedding cache (and the
-    server in ``SerialEmbedder``), whose ``embed_queries`` is one ``embed_query`` per text: no one call to try, so a
+    server in ``FairEmbedder``), whose ``embed_queries`` is one ``embed_query`` per text: no one call to try, so a
     failing Simplified form must not send the question as written (and the failing form) a second time."""
     from zhiku.embedding.cache import CachedEmbedder, EmbeddingCache
-    from zhiku.mcp.concurrency import SerialEmbedder
+    from zhiku.mcp.concurrency import FairEmbedder
 
     inner = FailsInSimplified()
-    embedder = SerialEmbedder(CachedEmbedder(inner, EmbeddingCache(tmp_path / "embeddings.sqlite")))  # type: ignore[arg-type]
+    embedder = FairEmbedder(CachedEmbedder(inner, EmbeddingCache(tmp_path / "embeddings.sqlite")))  # type: ignore[arg-type]
     with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:
         kb.ingest([write_corpus(tmp_path / "docs")])
         found = kb.retrieve("試用期最長多久", mode="dense", top_k=3)
@@ -394,3 +394,25 @@ def test_an_article_named_in_digits_is_searched_as_statutes_write_it(tmp_path: P
         kb.retrieve("试用期", mode="dense", top_k=1)  # no article in digits: one form
         kb.retrieve("第 20 條", mode="dense", top_k=1)  # Traditional: 條 is 条 once Simplified, then spelled
     assert [q for q, _ in embedder.queries] == ["第 19 条", "第十九条", "试用期", "第 20 條", "第二十条"]
+
+
+def test_a_long_questions_start_is_embedded_all_of_it_searched_by_keywords_and_the_answer_says_so(
+    tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    from zhiku.retrieval.plan import CUT_NOTE
+    from zhiku.retrieval.query import MAX_EMBED_CHARS
+
+    question = "关于劳动合同的订立、履行和变更，" * 20 + "职工年休假有几天？"
+    embedder = Batching()
+    with KnowledgeBase(make_settings(tmp_path / "idx", embed_cache_dir), embedder=embedder) as kb:  # type: ignore[arg-type]
+        kb.ingest([write_corpus(tmp_path / "docs")])
+        long = kb.query(question, mode="hybrid", top_k=3)
+        short = kb.query("职工年休假有几天？", mode="hybrid", top_k=3)
+    *asked, last = embedder.calls
+    assert (len(question), MAX_EMBED_CHARS) == (329, 256) and asked[0] == [question[:256]]
+    assert max(len(t) for call in asked for t in call) == 256 and last == ["职工年休假有几天？"]
+    assert "年休假" in long.terms
+    assert (long.note, short.note) == (CUT_NOTE.format(256), None)
+    assert long.note == "问题较长：前 256 个字符按语义检索，全文按关键词检索 / " + (
+        "A long question: its first 256 characters were searched by meaning, all of it by keywords."
+    )

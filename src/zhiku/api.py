@@ -331,10 +331,10 @@ class KnowledgeBase:
         return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
-        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and why nothing was found."""
+        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and ``note``."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
-            note = None if r.hits else self._empty_note(options)
+            note = " ".join(filter(None, (r.query.note, None if r.hits else self._empty_note(options)))) or None
             judged = judge(r, min_score=self.settings.answer.min_score, normalize=self.text.normalize)
             answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars)
         return replace(

@@ -68,6 +68,13 @@ class EmbeddingError(ZhikuError):
     retryable = True
 
 
+class Busy(ZhikuError):
+    """The server's embedding model had no turn for this call before its deadline."""
+
+    code = "BUSY"
+    retryable = True
+
+
 class MissingDependency(ZhikuError):
     code = "MISSING_DEPENDENCY"
 

@@ -256,7 +256,7 @@ class Answer:
     hits: tuple[Hit, ...]
     low_confidence: bool = False
     confidence: float | None = None  # the score ``low_confidence`` was decided on (best cosine; bm25: term coverage)
-    note: str | None = None  # why nothing was found, and what to change
+    note: str | None = None  # why nothing was found, and what to change; that a long question was embedded in part
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the passages then keep the fused order)
     rewrite: str = "off"  # query rewriting: "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the question

@@ -299,7 +299,7 @@ def query(
                     rerank=rerank,
                     tags=tag,
                 )
-                note = None if answer.hits else filter_note(kb, collection, source, doc_type)
+                note = answer.note if answer.hits else filter_note(kb, collection, source, doc_type)
                 extra = kb.enrichment_rows([c.chunk_id for c in answer.citations]) if as_json else {}
     if as_json:
         _print_json(

@@ -50,7 +50,7 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 
 def takes_several_queries(embedder: object) -> bool:
     """Whether ``embed_queries(embedder, texts)`` is one call of the model: the embedder, and each one it wraps
-    (``inner``: the embedding cache, the server's ``SerialEmbedder``), has its own ``embed_queries``. A wrapper
+    (``inner``: the embedding cache, the server's ``FairEmbedder``), has its own ``embed_queries``. A wrapper
     always has one, which for a plugin's embedder without it is one ``embed_query`` per text."""
     while getattr(embedder, "embed_queries", None) is not None:
         inner = getattr(embedder, "inner", None)

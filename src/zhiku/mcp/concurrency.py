@@ -1,32 +1,55 @@
 """How the server runs many tool calls at once: reads in parallel, writes one at a time (the registry's
 limiter), nobody starved. A reader sees a document before or after a write, never half of it (the store's
-contract); a write holds up a reader for at most one store transaction or one embedding slice
-(:class:`SerialEmbedder`); identical queries arriving together share one search (:class:`SingleFlight`: after
-a write moves the index version every client misses the result cache at once)."""
+contract); the embedding model takes callers in turn (:class:`FairEmbedder`); identical queries arriving together
+share one search (:class:`SingleFlight`: after a write moves the index version every client misses the result
+cache at once)."""
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Hashable, Sequence
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries
+from zhiku.errors import Busy
 
 V = TypeVar("V")
-EMBED_SLICE = 16  # texts embedded per hold of the model lock (~1-2 s with the bundled model on 2 cores)
+EMBED_SLICE = 16  # an ingest's texts embedded per turn (~1-2 s with the bundled model on 2 cores)
+EMBED_WAIT_S = 10.0  # longest a query waits for its turn at the model; then BUSY (retryable)
+CALLER: ContextVar[Hashable] = ContextVar("zhiku_caller")  # whose turn a call takes (an MCP session; else the thread)
+_DEADLINE: ContextVar[float] = ContextVar("zhiku_embed_deadline", default=float("inf"))
 
 
-class SerialEmbedder:
-    """An ``Embedder`` whose model is used by one thread at a time: an ingest's texts in slices of
-    ``EMBED_SLICE``, so a query's one text waits for at most one slice, not for the whole batch."""
+@contextmanager
+def deadline(seconds: float = EMBED_WAIT_S) -> Iterator[None]:
+    """Within the block, waits for the model end ``seconds`` from now (together, not each)."""
+    token = _DEADLINE.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
-    def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE) -> None:
+
+class FairEmbedder:
+    """An ``Embedder`` shared by many callers: their calls take turns round robin (one caller's long questions
+    cannot starve another's), up to ``workers`` questions at once (one core each); an ingest's texts go in slices
+    of ``slice_size``, each with the model to itself, so a question waits for at most one slice."""
+
+    def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE, workers: int = os.cpu_count() or 1) -> None:
         self.inner = inner
         self.slice_size = slice_size
-        self._lock = threading.Lock()
+        self.workers = workers
+        self._cond = threading.Condition()
+        self._waiting: dict[Hashable, deque[object]] = {}  # callers with calls waiting, whose turn is next first
+        self._busy = 0
 
     @property
     def name(self) -> str:
@@ -36,19 +59,44 @@ class SerialEmbedder:
     def dim(self) -> int:
         return self.inner.dim
 
+    @contextmanager
+    def _turn(self, places: int) -> Iterator[None]:
+        caller, ticket, until = CALLER.get(threading.get_ident()), object(), _DEADLINE.get()
+        with self._cond:
+            queue = self._waiting.setdefault(caller, deque())
+            queue.append(ticket)
+            try:
+                while next(iter(self._waiting.values()))[0] is not ticket or self._busy + places > self.workers:
+                    if (left := until - time.monotonic()) <= 0:
+                        raise Busy("the embedding model is busy with other clients' questions: retry in a few seconds")
+                    self._cond.wait(min(left, 60))
+            finally:
+                queue.remove(ticket)
+                del self._waiting[caller]
+                if queue:  # its next call waits behind the other callers'
+                    self._waiting[caller] = queue
+                self._cond.notify_all()
+            self._busy += places
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy -= places
+                self._cond.notify_all()
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         parts = []
         for start in range(0, len(texts), self.slice_size):
-            with self._lock:
+            with self._turn(self.workers):
                 parts.append(self.inner.embed_documents(texts[start : start + self.slice_size]))
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
+        with self._turn(1):
             return self.inner.embed_query(text)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        with self._lock:
+        with self._turn(1):
             return embed_queries(self.inner, texts)
 
     def __getattr__(self, name: str) -> object:  # `computed`, warm-up hooks and the like of the wrapped embedder

@@ -23,7 +23,7 @@ from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.cache import cache_key
-from zhiku.mcp.concurrency import SerialEmbedder, SingleFlight
+from zhiku.mcp.concurrency import FairEmbedder, SingleFlight, deadline
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
@@ -91,8 +91,8 @@ class Hub:
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
         """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
-        ingest share the embedding model in slices (:class:`~zhiku.mcp.concurrency.SerialEmbedder`)."""
-        embedder = SerialEmbedder(build_embedder(settings.embedding, settings.cache_dir))
+        ingest share the embedding model in turns (:class:`~zhiku.mcp.concurrency.FairEmbedder`)."""
+        embedder = FairEmbedder(build_embedder(settings.embedding, settings.cache_dir))
         kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
         try:
@@ -137,7 +137,8 @@ class Hub:
         return self._flights.run((version, args), functools.partial(self._query, args, version))
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
-        with self.kb.tracer.trace("query", surface="mcp"):  # one trace: retrieval stages, then the answer
+        # one trace: retrieval stages, then the answer; a busy model fails the call in EMBED_WAIT_S
+        with self.kb.tracer.trace("query", surface="mcp"), deadline():
             try:
                 answer = self.kb.query(
                     args.query,

@@ -127,7 +127,9 @@ class QueryResult(_Out):
         description="Best cosine similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold)."
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
-    note: str | None = Field(None, description="Why the answer is empty or thin, when it is.")
+    note: str | None = Field(
+        None, description="Why the answer is empty or thin, when it is; or that a long query was embedded in part."
+    )
     rewrite: str = Field(
         "off",
         description="Query rewriting (`retrieval.rewrite`): `off`, `ok` (the query's rewrites were searched and fused) or `fallback: <reason>` (the LLM failed or timed out; the plain query was searched).",
@@ -139,7 +141,7 @@ class QueryResult(_Out):
     )
 
     def to_markdown(self) -> str:
-        if self.note and not self.citations:
+        if self.note:
             return f"{self.answer}\n\n_{self.note}_"
         return self.answer
 

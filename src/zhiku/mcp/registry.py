@@ -23,6 +23,7 @@ from zhiku.cache import Cache
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
 from zhiku.mcp.cache import cache_key
+from zhiku.mcp.concurrency import CALLER
 from zhiku.mcp.conventions import (
     ToolDefinitionError,
     check_examples,
@@ -50,6 +51,7 @@ BY_CODE = {
     "INDEX_NOT_FOUND": "this server has no knowledge base to read yet; " + TELL_USER,
     "STORE_ERROR": "the knowledge base could not be read or written; " + TELL_USER,
     "EMBEDDING_FAILED": "the embedding model failed on this request; retry once, then " + TELL_USER,
+    "BUSY": "the server is busy with other clients' questions; retry in a few seconds",
     "MISSING_DEPENDENCY": "a component this request needs is not installed on the server; " + TELL_USER,
     "INVALID_CONFIG": "the server's settings do not allow this request; " + TELL_USER,
     "MODEL_INTEGRITY": "a model file of the server failed its integrity check; " + TELL_USER,
@@ -156,6 +158,7 @@ class Registry:
                 if (hit := cache.get(key, version)) is not None:
                     return hit
             kwargs = {**arguments, **_injections(inject, state, mcp_context)}
+            CALLER.set(id(mcp_context.session))  # the embedding model takes sessions in turn
             try:
                 result = await _run(fn, kwargs, state.limiter if spec.exclusive else None)
             except ZhikuError as e:

@@ -40,7 +40,8 @@ Chinese or English.""",
     examples=('{"query": "试用期最长不得超过几个月？", "top_k": 3, "filters": {"source": "劳动合同法*"}}',),
     errors="""\
 INVALID_INPUT (empty or too long query, top_k outside 1–20, malformed filters), NOT_FOUND
-(unknown collection), INDEX_MISMATCH (the index needs a rebuild).""",
+(unknown collection), INDEX_MISMATCH (the index needs a rebuild), BUSY (other clients' questions hold the
+model; retry).""",
 )
 
 LIST_COLLECTIONS = ToolText(

@@ -15,12 +15,16 @@ from functools import cache
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
 from zhiku.retrieval.clauses import CLAUSE_WEIGHT, MAX_CLAUSES
-from zhiku.retrieval.query import MAX_QUERY_CHARS, check_mode
+from zhiku.retrieval.query import MAX_EMBED_CHARS, MAX_QUERY_CHARS, check_mode
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor, article_numbers, chinese_number, query_clauses
 from zhiku.types import Filters, SearchMode
 
 ARTICLE = re.compile(r"第[零一二三四五六七八九十百千两〇]+条")  # an article named in a question (spelled)
+CUT_NOTE = (
+    "问题较长：前 {0} 个字符按语义检索，全文按关键词检索 / "
+    "A long question: its first {0} characters were searched by meaning, all of it by keywords."
+)
 MAX_PAGES = 20  # pages one question may ask for (a range wider than this is read as its first MAX_PAGES pages)
 _ONE = r"(?:\d{1,4}|[零一二两三四五六七八九十百千〇]{1,6})"  # a page number, digits or spelled
 _NUMBER = f"({_ONE})"  # (captured)
@@ -48,6 +52,7 @@ class QueryPlan:
     pages: tuple[int, ...] = ()  # the pages it asks for (第3页, p. 3), in order
     filters: Filters = Filters()
     tags: tuple[str, ...] = ()  # only chunks (or documents) carrying every tag
+    note: str | None = None  # said with the answer: only the question's start was embedded (``MAX_EMBED_CHARS``)
 
 
 def read_question(
@@ -76,12 +81,13 @@ def read_question(
         sp.set(counts={"terms": len(terms)}, terms=list(terms))
     normalized = text.normalize(question)  # (kept by the text processor since ``query_tokens``)
     forms: tuple[str, ...] = ()
+    head = question[:MAX_EMBED_CHARS]  # the embedded part: its cost grows with its length; BM25 reads it all
     if mode_ != "bm25":  # a passage's vector is of its text as written: a second form finds Simplified passages
-        second = article_numbers(text.simplified(question))  # (第47條: 条 once Simplified)
-        forms = (question,) if second == question else (question, second)
+        second = article_numbers(text.simplified(head))  # (第47條: 条 once Simplified)
+        forms = (head,) if second == head else (head, second)
     clauses: tuple[str, ...] = ()
     if mode_ == "hybrid" and settings.fusion == "zscore" and CLAUSE_WEIGHT > 0:
-        clauses = tuple(query_clauses(question, max_clauses=MAX_CLAUSES))
+        clauses = tuple(query_clauses(head, max_clauses=MAX_CLAUSES))
     articles = article_numbers(normalized) if "第" in question else None
     lower = question.lower()
     paged = "页" in question or "頁" in question or "p" in lower or "ｐ" in lower
@@ -96,6 +102,7 @@ def read_question(
         pages=asked_pages(normalized) if paged else (),
         filters=filters,
         tags=tags,
+        note=CUT_NOTE.format(MAX_EMBED_CHARS) if forms and head != question else None,
     )
 
 

@@ -12,7 +12,8 @@ from zhiku.types import SearchMode
 
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MAX_TOP_K = 100
-MAX_QUERY_CHARS = 2000  # a longer question is a pasted document, refused: it would cost seconds to embed
+MAX_QUERY_CHARS = 2000  # a longer question is a pasted document, refused
+MAX_EMBED_CHARS = 256  # a question's start that is embedded (its forms and clauses): ~0.3 s on one core at most
 QUERY_VECTORS = 1024  # question (and clause) vectors kept in memory (agents repeat questions; a write empties the result cache, not these): these skip the embedder
 
 
