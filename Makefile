@@ -58,8 +58,8 @@ test-slow: $(DEV_STAMP) inspector  # CI runs these too (.ci/run): a deselected t
 	ZHIKU_INSPECTOR=$(if $(wildcard $(INSPECTOR)),$(abspath $(INSPECTOR)),) $(PY) -m pytest -m slow
 
 # The long reliability suite: kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
-# concurrent clients with a writer. Each part prints a `RELIABILITY <part> {figures}` line (`make test` runs the
-# short versions).
+# concurrent clients with a writer, fair question cost. Each part prints a `RELIABILITY <part> {figures}` line
+# (`make test` runs the short versions).
 reliability: $(DEV_STAMP)
 	$(PY) -m pytest -m reliability -s tests/reliability
 
