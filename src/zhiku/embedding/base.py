@@ -49,9 +49,8 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 
 
 def takes_several_queries(embedder: object) -> bool:
-    """Whether ``embed_queries(embedder, texts)`` is one call of the model: the embedder, and each one it wraps
-    (``inner``: the embedding cache, the server's ``FairEmbedder``), has its own ``embed_queries``. A wrapper
-    always has one, which for a plugin's embedder without it is one ``embed_query`` per text."""
+    """Whether ``embed_queries(embedder, texts)`` is one call of the model: the embedder and each one it wraps
+    (``inner``) have their own ``embed_queries`` (a wrapper's is one ``embed_query`` per text for a plugin's)."""
     while getattr(embedder, "embed_queries", None) is not None:
         inner = getattr(embedder, "inner", None)
         if inner is None:

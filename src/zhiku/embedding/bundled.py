@@ -127,8 +127,7 @@ class BundledE5Embedder:
         return l2_normalise(np.vstack(out))
 
     def embed_query(self, text: str) -> np.ndarray:
-        self._threads(QUERY_THREADS)
-        row: np.ndarray = l2_normalise(np.asarray(self._model.query(model_input(text)), dtype=np.float32))
+        row: np.ndarray = self.embed_queries([text])[0]
         return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:

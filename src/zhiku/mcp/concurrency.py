@@ -1,8 +1,6 @@
-"""How the server runs many tool calls at once: reads in parallel, writes one at a time (the registry's
-limiter), nobody starved. A reader sees a document before or after a write, never half of it (the store's
-contract); the embedding model takes callers in turn (:class:`FairEmbedder`); identical queries arriving together
-share one search (:class:`SingleFlight`: after a write moves the index version every client misses the result
-cache at once)."""
+"""How the server runs many tool calls at once: the embedding model takes callers in turn (:class:`FairEmbedder`);
+identical queries arriving together share one search (:class:`SingleFlight`: after a write moves the index
+version every client misses the result cache at once)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""What the MCP tools do, as plain library code: a ``Hub`` over one ``KnowledgeBase`` plus the result cache.
-
-``server.py`` adapts this to the MCP SDK; everything here is synchronous, typed and testable without a
-server. Policies that belong to the server surface live here: the ingest-root check, the low-confidence
-flag, the answer budget, the result cache.
-
-Answers and their confidence come from the library (``KnowledgeBase.query``): the best cosine similarity of a
-passage to the query (bm25 mode: the share of the query's terms the passages hold); an answer is ``low_confidence``
-below the calibrated threshold or when nothing matched.
-"""
+"""What the MCP tools do, as plain synchronous library code (``server.py`` adapts it to the MCP SDK): a ``Hub``
+over one ``KnowledgeBase`` with the server's policies (ingest roots, the answer budget, the result cache)."""
 
 from __future__ import annotations
 
