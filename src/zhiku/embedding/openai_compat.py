@@ -1,10 +1,6 @@
-"""``Embedder`` over an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI, Ollama, DashScope, SiliconFlow…).
-
-Texts go in batches of ``batch_size``, at most ``concurrency`` batches at a time; each request is retried on
-429/5xx/timeouts by ``OpenAICompatibleClient``. Known model families get their query/passage prefixes, as with
-sentence-transformers. The fingerprint holds the model name and the passage prefix — not the URL: the same model
-served elsewhere gives the same vectors.
-"""
+"""``Embedder`` over an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI, Ollama, DashScope…): batches of
+``batch_size``, ``concurrency`` at a time, retried by ``OpenAICompatibleClient``. The fingerprint holds the model
+name and the passage prefix, not the URL: the same model served elsewhere gives the same vectors."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Query and passage prefixes (instructions) of known embedding-model families.
-
-Many retrieval embedders were trained with a marker in front of the text, and lose quality without it:
-
-- e5 (``intfloat/multilingual-e5-*``, ``e5-*-v2``): ``query: `` / ``passage: `` (Wang et al. 2022, model cards);
-  ``multilingual-e5-large-instruct``: ``Instruct: {task}\nQuery: `` on queries only;
-- BGE v1.5 Chinese (``BAAI/bge-*-zh-v1.5``): the query instruction ``为这个句子生成表示以用于检索相关文章：``, nothing
-  on passages; the English ones ``Represent this sentence for searching relevant passages: `` (BGE model cards);
-- Qwen3-Embedding: ``Instruct: {task}\\nQuery:`` before queries, nothing on documents (Qwen3-Embedding model card,
-  which recommends writing the task in English even for other languages);
-- BGE-M3, m3e, all-MiniLM and unknown models: none.
-
-Precedence (highest first): the model's own ``prompts`` in ``config_sentence_transformers.json`` > this table > none.
-"""
+"""Query and passage prefixes of known embedding-model families (from their model cards; a model trained with one
+loses quality without it). Precedence: the model's own ``prompts`` in ``config_sentence_transformers.json``, then
+``FAMILIES``, then none (BGE-M3, m3e, all-MiniLM, unknown models)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""``Embedder`` over any sentence-transformers model: a Hugging Face id or a local folder.
-
-``BAAI/bge-large-zh-v1.5``, ``BAAI/bge-m3``, ``Qwen/Qwen3-Embedding-0.6B``, ``moka-ai/m3e-base``… load through
-``sentence_transformers.SentenceTransformer`` (on a GPU in half precision when torch sees one). Known families get
-their query/passage prefixes (``zhiku.embedding.prefixes``). The files are checked against the model manifest before
-loading, and the fingerprint (``name``) holds the model id, its revision or weights hash, and the passage prefix.
-"""
+"""``Embedder`` over any sentence-transformers model (a Hugging Face id or a local folder; a GPU when torch sees
+one), its files checked against the model manifest; the fingerprint holds the model, its revision or weights hash
+and the passage prefix."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""What a search starts from: the question read once into a ``QueryPlan``.
-
-The plan holds everything the later stages need from the question, so none of them reads it again: the text as
-written and normalised, its BM25 terms, the forms the dense channel embeds (a second one in Simplified characters
-with article numbers spelled), the clauses the clause channel embeds, the articles and pages it names, and the
-search's filters.
-"""
+"""What a search starts from: the question read once into a ``QueryPlan``, which holds everything the later
+stages need from it (none of them reads the question again)."""
 
 from __future__ import annotations
 
