@@ -294,6 +294,11 @@ def test_query_json_is_one_object_with_cited_hits(cli, index: Path, embed_cache_
     sub = one_json(cli("query", "加班工资", "--index", index, "-c", "hr", "--json", "--mode", "bm25"))
     assert sub["mode"] == "bm25"
     assert sub["hits"][0]["source"] == "规章/工资支付规定.txt"  # relative to the ingest root
+    long = cli("query", "劳动合同的订立和履行，" * 30 + "试用期最长多久", "-c", "hr", "--index", index)
+    assert long.exit_code == 0 and long.stderr == (
+        "问题较长：前 256 个字符按语义检索，全文按关键词检索 / "
+        "A long question: its first 256 characters were searched by meaning, all of it by keywords.\n"
+    )
 
 
 def test_off_topic_questions_are_low_confidence_by_default(cli, index: Path) -> None:
