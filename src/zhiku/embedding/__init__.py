@@ -22,11 +22,8 @@ CONCURRENCY = 4  # batches sent to an endpoint at once: faster ingests without t
 
 
 def build_embedder(settings: EmbeddingSettings, cache_dir: Path | None) -> Embedder:
-    """The configured embedder, wrapped in the embedding cache of ``cache_dir`` (None: no cache).
-
-    Model files are checked against the model manifest (hashes are remembered in ``cache_dir/model_hashes.json``,
-    so a check costs a ``stat`` after the first one).
-    """
+    """The configured embedder, wrapped in the embedding cache of ``cache_dir`` (None: no cache); model files are
+    checked against the model manifest (hashes kept in ``cache_dir/model_hashes.json``: later checks cost a stat)."""
     memo = HashMemo(cache_dir / HASH_MEMO if cache_dir else None)
     manifest = load_manifest(cache_dir / USER_MANIFEST if cache_dir else None)
     inner: Embedder

