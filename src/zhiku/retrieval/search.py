@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.rank_changes import fusion_changes
@@ -25,7 +26,7 @@ from zhiku.retrieval.fusion import FILL_DENSE, RRF_K, WEIGHTS, columns_of, posit
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.lookups import lookup
 from zhiku.retrieval.plan import QueryPlan, read_question
-from zhiku.retrieval.query import QueryVectors, check_top_k
+from zhiku.retrieval.query import QUERY_VECTORS, QueryVectors, check_top_k
 from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
 from zhiku.stores.base import Catalogue, OneVersion, Retriever
@@ -41,6 +42,7 @@ PER_SOURCE_K = 100  # candidates of each channel before fusion: z-score fusion m
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 INLINE_EMBED_S = 0.001
 EMBED_TIMES = 9
+RUNS_CHARS = 8_000_000  # small-to-big's memo holds as much as a store's chunk cache: a 10k-chunk corpus whole
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
@@ -95,7 +97,8 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
-        self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
+        self._runs = Runs(RUNS_CHARS)  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
+        self._plans: Cache[QueryPlan] = Cache(QUERY_VECTORS)  # questions read, as their vectors are kept
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -103,8 +106,16 @@ class Searcher:
     def read(
         self, question: str, mode: str | None = None, filters: Filters = Filters(), tags: tuple[str, ...] = ()
     ) -> QueryPlan:
-        """The plan of ``question`` (``plan.read_question``)."""
-        return read_question(question, self.text, self.settings, mode=mode, filters=filters, tags=tags)
+        """The plan of ``question`` (``plan.read_question``), kept for the next time it is asked."""
+        key = (question, mode, filters, tags)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = read_question(question, self.text, self.settings, mode=mode, filters=filters, tags=tags)
+            self._plans.put(key, plan)
+        else:  # (the stage a reading records)
+            with span("parse") as sp:
+                sp.set(counts={"terms": len(plan.terms)}, terms=list(plan.terms))
+        return plan
 
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None

@@ -232,9 +232,11 @@ def score(
     rows = np.concatenate([r for r, _ in parts])
     each = np.concatenate([w for _, w in parts])
     scores = np.bincount(rows, weights=each, minlength=norm.size)
+    matched = np.zeros(norm.size, bool)
+    matched[rows] = True
     if mask is not None:
-        scores[~mask] = 0.0
-    hits = np.flatnonzero(scores)  # (a matching row scores above 0: every IDF is floored above it)
+        matched &= mask
+    hits = np.flatnonzero(matched)
     found = scores[hits]
     if hits.size > top_k:
         cut = hits.size - top_k

@@ -358,18 +358,24 @@ class SQLiteStore:
         """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are
         no chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
         order = np.argsort(-scores, kind="stable")
-        ranked = scores[order]
-        rows = rowids[order].tolist()
-        names = self._ids.names(conn, rows, top)
-        tied = ranked.size > 1 and bool((ranked[1:] == ranked[:-1]).any())
-        if not tied and None not in names:  # (the common case: no ties to order by id, every row a chunk)
-            names_, rows_, scores_ = cast(list[str], names[:top_k]), rows[:top_k], ranked[:top_k].tolist()
-        else:
-            hits = [(s, c, r) for s, c, r in zip((-ranked).tolist(), names, rows, strict=True) if c is not None]
-            if tied:  # ties: by chunk id
-                hits.sort()
-            hits = hits[:top_k]
-            names_, rows_, scores_ = [c for _, c, _ in hits], [r for _, _, r in hits], [-s for s, _, _ in hits]
+        ranked, rows = scores[order], rowids[order].tolist()
+        found = self._ids.names(conn, rows, top)
+        if None in found:  # rows that are no chunk
+            keep = [n for n, c in enumerate(found) if c is not None]
+            ranked, rows, found = ranked[keep], [rows[n] for n in keep], [found[n] for n in keep]
+        names = cast(list[str], found)
+        as_list = ranked.tolist()
+        tied = ranked[1:] == ranked[:-1]
+        if tied.any():  # each run of tied scores by chunk id
+            edges = np.diff(tied.view(np.int8), prepend=0, append=0)
+            perm = list(range(len(rows)))
+            for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True):
+                if a >= top_k:
+                    break
+                perm[a : b + 1] = sorted(perm[a : b + 1], key=names.__getitem__)
+            del perm[top_k:]
+            names, rows, as_list = [names[n] for n in perm], [rows[n] for n in perm], [as_list[n] for n in perm]
+        names_, rows_, scores_ = names[:top_k], rows[:top_k], as_list[:top_k]
         self._ids.seen(names_, rows_)
         return Ranking(names_, scores_, rows_)
 
