@@ -107,9 +107,7 @@ class Searcher:
         self, question: str, mode: str | None = None, filters: Filters = Filters(), tags: tuple[str, ...] = ()
     ) -> QueryPlan:
         """The plan of ``question`` (``plan.read_question``), kept for the next time it is asked."""
-        key = (question, mode, filters, tags)
-        plan = self._plans.get(key)
-        if plan is None:
+        if (plan := self._plans.get(key := (question, mode, filters, tags))) is None:
             plan = read_question(question, self.text, self.settings, mode=mode, filters=filters, tags=tags)
             self._plans.put(key, plan)
         else:  # (the stage a reading records)
@@ -140,10 +138,16 @@ class Searcher:
         # vectors are known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
         # search takes one place in the gate
         if mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast():
-            clause_vectors = self._embed_clauses(clauses)  # outside the gate, like a slow embedder's question
+            # the clauses' vectors (kept with the question's) outside the gate, like a slow embedder's question
+            clause_vectors = embed_clauses(self.embedder, self._vectors, clauses)
             with self.gate, self._one_version():
                 bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=True)
-                vector, dense = self._dense_here(mode_, forms, depth, filters, known)
+                vector: np.ndarray | None = None
+                dense: Sequence[ScoredId] = []
+                if mode_ == "bm25":
+                    mark("dense", reason=f"mode {mode_}")
+                else:
+                    vector, dense = self._dense(forms, depth, filters, known=known, inside_gate=True)
                 by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
                 hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
         else:
@@ -171,10 +175,6 @@ class Searcher:
         found = lookup(r.query, r.hits, r.candidates or r.hits, self.text.normalize, self._catalogue, allowed)
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
 
-    def _embed_clauses(self, clauses: list[str]) -> tuple[np.ndarray, ...]:
-        """The clauses' vectors, kept with the question vectors (``clauses.embed_clauses``)."""
-        return embed_clauses(self.embedder, self._vectors, clauses)
-
     def _dense_and_clauses(
         self,
         forms: tuple[str, ...],
@@ -185,7 +185,7 @@ class Searcher:
     ) -> tuple[np.ndarray, Sequence[ScoredId], tuple[np.ndarray, ...]]:
         """The dense worker: the question's channel (``known``: the forms' vectors, those known), then its clauses'
         vectors."""
-        return (*self._dense(forms, depth, filters, known=known), self._embed_clauses(clauses))
+        return (*self._dense(forms, depth, filters, known=known), embed_clauses(self.embedder, self._vectors, clauses))
 
     def _hits(
         self,
@@ -221,20 +221,6 @@ class Searcher:
             found = self.store.bm25_search(terms, depth, filters)
             sp.ranking(found, depth=depth)
         return found
-
-    def _dense_here(
-        self,
-        mode_: SearchMode,
-        forms: tuple[str, ...],
-        depth: int,
-        filters: Filters,
-        known: tuple[np.ndarray | None, ...],
-    ) -> tuple[np.ndarray | None, Sequence[ScoredId]]:
-        """The dense channel on this thread, inside the gate (``known``: the forms' vectors, those known)."""
-        if mode_ == "bm25":
-            mark("dense", reason=f"mode {mode_}")
-            return None, []
-        return self._dense(forms, depth, filters, known=known, inside_gate=True)
 
     def _dense(
         self,

@@ -273,12 +273,7 @@ class SQLiteStore:
             return self._ranked(rowids, scores, conn, snap.top, int(top_k))
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
-        query = _query_vector(vector)
-        found = self._rows_to_score([query], chunk_ids)
-        if found is None:
-            return {}
-        snap, at, kept = found
-        return dict(zip(kept, _cosines(snap.gather(at), query).tolist(), strict=True))
+        return self.best_dense_scores([vector], chunk_ids)
 
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
         """``BestCosines``: the chunks' rows looked up and read once for every vector."""
@@ -370,14 +365,10 @@ class SQLiteStore:
             edges = np.diff(tied.view(np.int8), prepend=0, append=0)
             perm = list(range(len(rows)))
             for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True):
-                if a >= top_k:
-                    break
                 perm[a : b + 1] = sorted(perm[a : b + 1], key=names.__getitem__)
-            del perm[top_k:]
             names, rows, as_list = [names[n] for n in perm], [rows[n] for n in perm], [as_list[n] for n in perm]
-        names_, rows_, scores_ = names[:top_k], rows[:top_k], as_list[:top_k]
-        self._ids.seen(names_, rows_)
-        return Ranking(names_, scores_, rows_)
+        self._ids.seen(names[:top_k], rows[:top_k])
+        return Ranking(names[:top_k], as_list[:top_k], rows[:top_k])
 
 
 def _query_vector(vector: np.ndarray) -> np.ndarray:
