@@ -191,7 +191,7 @@ def _whole(c: Chunk, by_ordinal: Callable[[], Mapping[int, Chunk]]) -> list[Chun
     return [c]
 
 
-RUNS_CHARS = 2_000_000  # what small-to-big's memo may hold: its entries' texts, and RUN_WEIGHT more each
+RUNS_CHARS = 8_000_000  # what small-to-big's memo may hold (a store's chunk cache: a 10k-chunk corpus whole)
 RUN_WEIGHT = 256
 
 

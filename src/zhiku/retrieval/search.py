@@ -42,7 +42,6 @@ PER_SOURCE_K = 100  # candidates of each channel before fusion: z-score fusion m
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 INLINE_EMBED_S = 0.001
 EMBED_TIMES = 9
-RUNS_CHARS = 8_000_000  # small-to-big's memo holds as much as a store's chunk cache: a 10k-chunk corpus whole
 
 
 NO_GATE = nullcontext()  # for a step already inside the gate
@@ -97,7 +96,7 @@ class Searcher:
         self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
-        self._runs = Runs(RUNS_CHARS)  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
+        self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
         self._plans: Cache[QueryPlan] = Cache(QUERY_VECTORS)  # questions read, as their vectors are kept
 
     def close(self) -> None:
