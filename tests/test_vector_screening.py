@@ -49,14 +49,18 @@ def index_dir(tmp_path: Path) -> Path:
     return path
 
 
-def _corrupt_code(index_dir: Path, row: int) -> None:
-    """Negate one row's int8 code (not the newest row, which an open checks): only screening reads it."""
+def _corrupt_code(index_dir: Path, row: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negate one row's int8 code, past the checksums (which catch it: tests/test_integrity.py): only screening
+    reads it."""
+    monkeypatch.setattr("zhiku.stores._vectors.verify", lambda *args, **kwargs: None)
     codes = np.memmap(index_dir / f"vectors.{DIM}.i8", dtype=np.int8, mode="r+", shape=(300, DIM))
     codes[row] = -codes[row]
     codes.flush()
 
 
-def test_screening_ranks_by_the_int8_codes_and_scores_the_best_in_float32(index_dir: Path) -> None:
+def test_screening_ranks_by_the_int8_codes_and_scores_the_best_in_float32(
+    index_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with SQLiteStore(index_dir, dense_search="int8") as store:
         for i in (5, 150, 299):
             hits = store.dense_search(VECTORS[i], 10)
@@ -64,7 +68,7 @@ def test_screening_ranks_by_the_int8_codes_and_scores_the_best_in_float32(index_
             reference = _ranking(VECTORS[i], list(range(300)))
             assert ids(hits) == [c for c, _ in reference]  # the exact order ...
             assert [h.score for h in hits] == pytest.approx([s for _, s in reference], abs=1e-6)  # ... and scores
-    _corrupt_code(index_dir, 5)
+    _corrupt_code(index_dir, 5, monkeypatch)
     with SQLiteStore(index_dir, dense_search="int8") as screened, SQLiteStore(index_dir, dense_search="exact") as exact:
         assert CHUNK[5] not in ids(screened.dense_search(VECTORS[5], 10))  # its code now points away from it
         assert ids(exact.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
@@ -81,20 +85,22 @@ def test_screening_honours_filters_and_never_returns_a_deleted_chunk(index_dir: 
         assert len(store.dense_search(query, 500)) == 200
 
 
-def test_auto_searches_a_small_index_exactly(index_dir: Path) -> None:
-    _corrupt_code(index_dir, 5)
+def test_auto_searches_a_small_index_exactly(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _corrupt_code(index_dir, 5, monkeypatch)
     with SQLiteStore(index_dir) as auto:  # 300 rows: below the 10,000 it screens from, exact
         assert ids(auto.dense_search(VECTORS[5], 1)) == [CHUNK[5]]
 
 
-def test_an_index_without_codes_is_searched_exactly_and_gets_them_when_opened_for_writing(index_dir: Path) -> None:
+def test_an_index_without_codes_is_searched_from_the_blobs_and_rewritten_when_opened_for_writing(
+    index_dir: Path,
+) -> None:
     codes = index_dir / f"vectors.{DIM}.i8"
     codes.unlink()
     with SQLiteStore(index_dir, read_only=True, dense_search="int8") as reader:
         assert ids(reader.dense_search(VECTORS[7], 1)) == [CHUNK[7]]
         assert not codes.exists()
     with SQLiteStore(index_dir, dense_search="int8") as store:
-        assert codes.stat().st_size == 300 * DIM
+        assert [p.stat().st_size for p in index_dir.glob("vectors.*.i8")] == [300 * DIM]
         assert ids(store.dense_search(VECTORS[7], 1)) == [CHUNK[7]]
 
 

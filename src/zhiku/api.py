@@ -39,7 +39,7 @@ from zhiku.retrieval.query import MAX_QUERY_CHARS as MAX_QUERY_CHARS  # the ques
 from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import Store, compact_index, open_store
+from zhiku.stores import Store, compact_index, open_store, repair_index
 from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
@@ -421,6 +421,11 @@ class KnowledgeBase:
     def document(self, doc_id: str) -> DocRecord | None:
         return self.store.get_document(doc_id)
 
+    def damage(self) -> str | None:
+        """What keeps the index from serving what it holds (deleted, replaced or damaged files), None when whole."""
+        check = getattr(self.store, "damage", None)
+        return check() if check is not None else None
+
     def index_version(self) -> int:
         """A number that changes with every write to the index."""
         return self.store.index_version()
@@ -488,6 +493,7 @@ def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None)
 __all__ = [
     "KnowledgeBase",
     "compact_index",
+    "repair_index",
     "doc_id_for",
     "files_to_ingest",
     "is_chunk_note",

@@ -543,13 +543,21 @@ def init(
 MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "off": " -  "}
 
 
-def doctor(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
+def doctor(
+    as_json: JsonOpt = False,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="SQLite's quick_check; vector files read only if changed since checked.")
+    ] = False,
+) -> None:
     """Check the install, settings, index, models, extras and MCP client configs, each problem with its fix.
 
-    Models are verified against their pinned SHA-256. Exits 1 when something is broken (FAIL), 0 otherwise."""
+    Models are verified against their pinned SHA-256; the index by SQLite's integrity_check and every vector block
+    against its checksum. Exits 1 when something is broken (FAIL), 0 otherwise."""
     from zhiku.scaffold.doctor import run_doctor
 
-    checks = run_doctor(config, index)
+    checks = run_doctor(config, index, quick)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         _print_json({"ok": not failed, "checks": [asdict(c) for c in checks]})

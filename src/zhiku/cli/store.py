@@ -1,4 +1,4 @@
-"""`zhiku migrate --to milvus` and `zhiku compact`: thin over ``zhiku.stores``; flags become store settings."""
+"""`zhiku migrate --to milvus`, `zhiku compact` and `zhiku repair`: thin over ``zhiku.stores``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,22 @@ def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt 
         )
 
 
+def repair(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """Rebuild what `zhiku doctor` finds damaged in the embedded index from what is intact: zhiku.db's indexes, and
+    the vector files from the vectors stored in zhiku.db. Exits 1 naming the file when it cannot."""
+    from zhiku.api import repair_index
+    from zhiku.settings import load_settings
+
+    with _errors(as_json):
+        settings = load_settings(config, index=index)
+        done = repair_index(settings)
+    if as_json:
+        _print_json({"index": str(settings.index), "repaired": done})
+    else:
+        out.print("\n".join(done) or f"nothing to repair in {settings.index}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("migrate")(migrate)
     app.command("compact")(compact)
+    app.command("repair")(repair)

@@ -328,6 +328,8 @@ class Hub:
         )
 
     def health(self) -> dict[str, object]:
+        if damage := self.kb.damage():
+            return {"status": "damaged", "ready": False, "error": damage, "read_only": self.settings.server.read_only}
         return {
             "status": "ok",
             "ready": True,

@@ -109,7 +109,8 @@ def build_server(
     async def healthz(request: Request) -> JSONResponse:
         if not running:
             return JSONResponse({"status": "starting", "ready": False}, status_code=503)
-        return JSONResponse(await anyio.to_thread.run_sync(running[0].hub.health))
+        health = await anyio.to_thread.run_sync(running[0].hub.health)
+        return JSONResponse(health, status_code=200 if health["ready"] else 503)
 
     return server
 

@@ -85,12 +85,16 @@ def check_settings(config: Path | None, index: Path | None) -> tuple[Settings | 
     return settings, [Check("settings", "ok" if path.is_file() else "warn", f"settings from {shown}", fix)]
 
 
-def check_index(settings: Settings) -> list[Check]:
+def check_index(settings: Settings, quick: bool = False) -> list[Check]:
+    """``quick``: SQLite's quick_check, and the vector files read only when changed since they were last checked."""
     from zhiku.api import KnowledgeBase
+    from zhiku.stores import index_damage
 
     index = settings.index
     if settings.store.kind == "sqlite" and not (index / "zhiku.db").is_file():
         return [Check("index", "warn", f"no index at {index.resolve()} yet", "zhiku ingest docs (or any folder)")]
+    if settings.store.kind == "sqlite" and (found := index_damage(index, quick=quick)) is not None:
+        return [Check("index", "fail", found, f"zhiku repair --index {index}")]
     try:
         with KnowledgeBase(settings, read_only=True) as kb:
             stats, stale = kb.collections(), kb.stale()
@@ -211,13 +215,13 @@ def check_clients(root: Path) -> list[Check]:
     return out
 
 
-def run_doctor(config: Path | None = None, index: Path | None = None) -> list[Check]:
+def run_doctor(config: Path | None = None, index: Path | None = None, quick: bool = False) -> list[Check]:
     """Every check, in order. The project root (for client configs) is the config file's folder, else the cwd."""
     checks = check_install()
     settings, found = check_settings(config, index)
     checks += found
     if settings is not None:
-        checks += check_index(settings) + check_models(settings)
+        checks += check_index(settings, quick) + check_models(settings)
     checks += check_extras(settings)
     base = config.resolve().parent if config is not None else Path.cwd()
     return checks + check_clients(base)

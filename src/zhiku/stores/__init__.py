@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from contextlib import suppress
+from pathlib import Path
 
-from zhiku.errors import ConfigError, InvalidInput
+from zhiku.errors import ConfigError, InvalidInput, StoreError
 from zhiku.settings import Settings
+from zhiku.stores._vector_files import damage as index_damage
 from zhiku.stores.base import Catalogue, IndexAdmin, Retriever, Store, Writer
 from zhiku.stores.sqlite import DB_NAME, CompactionReport, IndexNotFound, SQLiteStore
 
@@ -39,22 +42,52 @@ def open_store(settings: Settings, *, read_only: bool = False) -> Store:
     raise ConfigError(f"unknown store.kind {kind!r}: use 'sqlite' or 'milvus'")
 
 
-def compact_index(settings: Settings) -> CompactionReport:
-    """Reclaim the embedded index's vector-file rows of deleted chunks now (``zhiku compact``)."""
+def _embedded(settings: Settings, what: str) -> Path:
     if settings.store.kind != "sqlite":
-        raise InvalidInput(
-            f"only the embedded (sqlite) store has a vector file to compact, not {settings.store.kind!r}"
-        )
+        raise InvalidInput(f"only the embedded (sqlite) store has files to {what}, not {settings.store.kind!r}")
     if not (settings.index / DB_NAME).is_file():
         raise IndexNotFound(f"no index at {settings.index}: run `zhiku ingest PATH --index {settings.index}` first")
-    with SQLiteStore(settings.index, busy_timeout_s=BUSY_TIMEOUT_S) as store:
+    return settings.index
+
+
+def compact_index(settings: Settings) -> CompactionReport:
+    """Reclaim the embedded index's vector-file rows of deleted chunks now (``zhiku compact``)."""
+    with SQLiteStore(_embedded(settings, "compact"), busy_timeout_s=BUSY_TIMEOUT_S) as store:
         return store.compact()
+
+
+def repair_index(settings: Settings) -> list[str]:
+    """Rebuild what is damaged in the embedded index from what is intact (``zhiku repair``): zhiku.db's indexes
+    (REINDEX), the vector files from the vectors stored in zhiku.db. Returns what it repaired; raises
+    ``StoreError`` naming the file it cannot repair."""
+    index, done = _embedded(settings, "repair"), []
+    db = str(index / DB_NAME)
+    found = index_damage(index)
+    if found is not None and found.startswith(db):
+        conn = sqlite3.connect(db)
+        with suppress(sqlite3.DatabaseError):
+            conn.execute("REINDEX")
+        conn.close()
+        if (left := index_damage(index)) is not None and left.startswith(db):
+            raise StoreError(f"{left}; its indexes rebuilt, not its tables: move {index} away and ingest the "
+                             f"documents again (`zhiku ingest PATH --index {index}`)")  # fmt: skip
+        done.append(f"{found}: its indexes rebuilt")
+        found = index_damage(index)
+    with SQLiteStore(index, busy_timeout_s=BUSY_TIMEOUT_S) as store:  # a writable open rewrites damaged vectors
+        store.vectors.check(store.db, full=True)
+    if found is not None:
+        done.append(f"{found}: rewritten from the vectors stored in {DB_NAME}")
+    if (left := index_damage(index)) is not None:
+        raise StoreError(f"{left} (after the repair): move {index} away and ingest the documents again")
+    return done
 
 
 __all__ = [
     "Catalogue",
     "CompactionReport",
     "compact_index",
+    "index_damage",
+    "repair_index",
     "IndexAdmin",
     "IndexNotFound",
     "Retriever",

@@ -11,7 +11,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
-from zhiku.stores._sqlite_schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION
+from zhiku.stores._sqlite_schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION, SUMS_TABLE
 
 MAX_IDLE = 16  # idle read connections kept
 
@@ -86,6 +86,8 @@ def init_schema(conn: sqlite3.Connection, index_dir: Path, *, read_only: bool) -
         )
     if row is not None and int(row[0]) < SCHEMA_VERSION:
         _migrate(conn, index_dir, int(row[0]), read_only=read_only)
+    if not read_only and "vector_sums" not in tables:
+        conn.execute(SUMS_TABLE)
 
 
 def _migrate(conn: sqlite3.Connection, index_dir: Path, version: int, *, read_only: bool) -> None:
@@ -116,6 +118,7 @@ class Database:
         self._idle: list[sqlite3.Connection] = []  # read connections, one per concurrent reader at most
         self._idle_lock = threading.Lock()
         self.conn: sqlite3.Connection | None = connect(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
+        self.identity = file_identity(index_dir / DB_NAME)
         try:
             init_schema(self.conn, index_dir, read_only=read_only)
         except sqlite3.Error as e:
@@ -128,6 +131,7 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A pooled read connection (``PRAGMA query_only``; no lock shared with other readers), errors translated."""
+        self.check_identity()
         with self._idle_lock:
             if self.conn is None:
                 raise StoreError(f"index {self.index_dir} is closed")
@@ -165,6 +169,7 @@ class Database:
                 raise ReadOnlyIndex(
                     f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it"
                 )
+            self.check_identity()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -177,6 +182,14 @@ class Database:
                     raise
             except sqlite3.Error as e:
                 raise translate(e, self.index_dir) from e
+
+    def check_identity(self) -> None:
+        """Refuse an index whose ``zhiku.db`` was deleted or replaced since it was opened (e.g. ``rm -rf`` and a new
+        ingest while a server runs): its open connections would keep reading the deleted file."""
+        if file_identity(self.index_dir / DB_NAME) != self.identity:
+            raise StoreError(
+                f"index {self.index_dir} was deleted or replaced while open: restart to serve what is there now"
+            )
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -236,6 +249,14 @@ class Pins(threading.local):
 
     on: bool = False
     version: int | None = None
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def version_of(conn: sqlite3.Connection) -> int:

@@ -39,6 +39,9 @@ CREATE INDEX IF NOT EXISTS ingestion_history_by_at ON ingestion_history (at);
 CREATE TABLE IF NOT EXISTS tombstones (rowid INTEGER PRIMARY KEY, version INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS tombstones_by_version ON tombstones (version);
 """
+# CRC-32s of the vector files' row blocks (_vector_files), created on an older index by its next writable open
+SUMS_TABLE = """CREATE TABLE IF NOT EXISTS vector_sums (gen INTEGER NOT NULL, block INTEGER NOT NULL,
+    rows INTEGER NOT NULL, f32 INTEGER NOT NULL, i8 INTEGER NOT NULL, PRIMARY KEY (gen, block));"""
 CHUNK_COLS = 'chunk_id, doc_id, collection, source, doc_type, section, page, start, "end", ordinal, text, images'
 DOC_COLS = (
     "doc_id, collection, source, path, doc_type, title, sha256, size, chunk_count, pages, ingested_at, "

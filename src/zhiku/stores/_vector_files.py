@@ -8,6 +8,11 @@ and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<
 before compaction existed. Chunk rowids never change (the BM25 segments and every rowid-keyed structure stay as they are):
 compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
 Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows).
+
+Integrity: ``vector_sums`` (in ``zhiku.db``, written in the transaction that commits the rows) holds the CRC-32 of
+each ``BLOCK`` rows of both files (block -1: the rowids file), and meta ``vector_stamp`` the files' inode, size,
+mtime and ctime when a writer last left them whole. ``verify`` trusts files whose stat equals the stamp and reads
+every block otherwise; a failure is never served: readers decode the BLOBs instead, a writable open rewrites them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import sqlite3
 import threading
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,10 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from zhiku.numeric import l2_normalise
-from zhiku.stores._sqlite_conn import top_rowid
+from zhiku.stores._sqlite_conn import stored_dim, top_rowid
+from zhiku.stores._sqlite_schema import DB_NAME
 
 LAYOUT_KEY = "vector_layout"
+STAMP_KEY = "vector_stamp"
 _BATCH = 65536
+BLOCK = 1024  # rows per checksummed block
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_
         return read_layout(conn, dim)  # generation 0: a new index, or one never compacted
     layout = Layout(dim, gen=(stored.gen if stored is not None else 0) + 1, base=first_rowid - 1)
     save_layout(conn, layout)
+    conn.execute("DELETE FROM vector_sums")
     remove_stale_files(index_dir, layout)  # the old dim's files: under the write lock, no other writer's
     return layout
 
@@ -122,20 +132,128 @@ def quantise(unit: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
 
 
-def write_rows(layout: Layout, index_dir: Path, first_row: int, unit: np.ndarray) -> None:
-    """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on."""
-    _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, np.ascontiguousarray(unit, "<f4").tobytes())
-    _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], quantise(unit).tobytes())
+def write_rows(
+    conn: sqlite3.Connection, layout: Layout, index_dir: Path, first_row: int, unit: np.ndarray
+) -> list[object] | None:
+    """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on,
+    and their checksums into the write transaction; returns the files' new stamp when they were whole before."""
+    whole = first_row == 0 or recorded_stamp(conn) == stamp_of(index_dir, layout)
+    unit, codes = np.ascontiguousarray(unit, "<f4"), quantise(unit)
+    _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, unit.tobytes())
+    _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], codes.tobytes())
+    covered, last = conn.execute(
+        "SELECT COALESCE(SUM(rows), 0), MAX(block) FROM vector_sums WHERE gen = ? AND block >= 0", (layout.gen,)
+    ).fetchone()
+    if covered != first_row:  # rows before these have no checksums: the next writable open rewrites the files
+        return None
+    tail = conn.execute("SELECT rows, f32, i8 FROM vector_sums WHERE gen = ? AND block = ?", (layout.gen, last))
+    sums = Sums([list(row) for row in tail if row[0] < BLOCK])
+    first = (-1 if last is None else last) + (0 if sums.blocks else 1)
+    sums.add(unit, codes)
+    conn.executemany(
+        "INSERT OR REPLACE INTO vector_sums VALUES (?, ?, ?, ?, ?)",
+        [(layout.gen, first + i, *b) for i, b in enumerate(sums.blocks)],
+    )
+    return save_stamp(conn, index_dir, layout) if whole else None
 
 
-def write_codes(layout: Layout, index_dir: Path, matrix: np.ndarray) -> None:
-    """(Re)write the whole codes file from the mapped float32 rows (an index written before codes existed)."""
-    path = layout.codes_path(index_dir)
-    with open(path, "wb") as out:
-        for start in range(0, matrix.shape[0], _BATCH):
-            out.write(quantise(matrix[start : start + _BATCH]).tobytes())
-        out.flush()
-        os.fsync(out.fileno())
+class Sums:
+    """Running CRC-32s ``[rows, f32, i8]`` of each ``BLOCK`` rows of a rows file and its codes file."""
+
+    def __init__(self, blocks: list[list[int]] | None = None) -> None:
+        self.blocks = blocks or []
+
+    def add(self, unit: np.ndarray, codes: np.ndarray) -> None:
+        at = 0
+        while at < len(unit):
+            if not self.blocks or self.blocks[-1][0] == BLOCK:
+                self.blocks.append([0, 0, 0])
+            block = self.blocks[-1]
+            take = min(BLOCK - block[0], len(unit) - at)
+            block[1] = zlib.crc32(memoryview(unit[at : at + take]), block[1])
+            block[2] = zlib.crc32(memoryview(codes[at : at + take]), block[2])
+            block[0] += take
+            at += take
+
+
+def _stat(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def stamp_of(index_dir: Path, layout: Layout) -> list[object]:
+    """The stat of the layout's files (a file rewritten, truncated or replaced changes it, ctime included)."""
+    return [layout.gen, layout.dim, *(_stat(p) for p in layout.files(index_dir))]
+
+
+def recorded_stamp(conn: sqlite3.Connection) -> object:
+    """The stamp of the files as a writer last left them whole (checked, or written after a check)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (STAMP_KEY,)).fetchone()
+    return None if row is None else json.loads(row[0])
+
+
+def save_stamp(conn: sqlite3.Connection, index_dir: Path, layout: Layout | None) -> list[object] | None:
+    """Record the files as whole (None: forget the stamp, so that the next open reads every block)."""
+    if layout is None:
+        conn.execute("DELETE FROM meta WHERE key = ?", (STAMP_KEY,))
+        return None
+    stamp = stamp_of(index_dir, layout)
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (STAMP_KEY, json.dumps(stamp)))
+    return stamp
+
+
+def verify(conn: sqlite3.Connection, index_dir: Path, layout: Layout, top: int, *, full: bool = False) -> str | None:
+    """What is wrong with the committed rows of the layout's files (naming the file), None when they are whole:
+    trusted by their stamp unless ``full``, else every block read against its checksum."""
+    rows = layout.rows(top)
+    if rows == 0 or not full and recorded_stamp(conn) == stamp_of(index_dir, layout):
+        return None
+    try:
+        sums = conn.execute(
+            "SELECT block, rows, f32, i8 FROM vector_sums WHERE gen = ? ORDER BY block", (layout.gen,)
+        ).fetchall()
+    except sqlite3.OperationalError:  # no such table: an index no zhiku with checksums has written
+        sums = []
+    path, ids_path, codes_path = layout.files(index_dir)
+    blocks = [s for s in sums if s[0] >= 0]
+    if sum(s[1] for s in blocks) != rows or [s[0] for s in blocks] != list(range(len(blocks))):
+        return f"{path} has no checksums for some rows (written by an older zhiku, or one killed meanwhile)"
+    if layout.count and [(s[1], s[2]) for s in sums if s[0] == -1] != [(layout.count, _crc(ids_path))]:
+        return f"{ids_path} is damaged: it does not match its checksum"
+    for file, width, col in ((path, layout.dim * 4, 2), (codes_path, layout.dim, 3)):
+        got = _block_crcs(file, width, rows)
+        if got is None:
+            return f"{file} is damaged: missing, or shorter than its {rows} rows"
+        bad = sum(b != s[col] for b, s in zip(got, blocks, strict=True))
+        if bad:
+            return f"{file} is damaged: {bad} of {len(blocks)} blocks of {BLOCK} rows do not match their checksums"
+    return None
+
+
+def _crc(path: Path) -> int | None:
+    try:
+        return zlib.crc32(path.read_bytes())
+    except OSError:
+        return None
+
+
+def _block_crcs(path: Path, width: int, rows: int) -> list[int] | None:
+    """The CRC-32 of each ``BLOCK`` rows of ``width`` bytes of the file's first ``rows`` (None: shorter, unreadable),
+    read, not mapped: the pages stay in the page cache, out of this process's resident memory."""
+    out, buffer = [], memoryview(bytearray(BLOCK * width))
+    try:
+        with open(path, "rb", buffering=0) as f:
+            for start in range(0, rows, BLOCK):
+                want = min(BLOCK, rows - start) * width
+                if f.readinto(buffer[:want]) != want:
+                    return None
+                out.append(zlib.crc32(buffer[:want]))
+    except OSError:
+        return None
+    return out
 
 
 def _pwrite(path: Path, offset: int, data: bytes) -> None:
@@ -170,6 +288,7 @@ class NewGeneration:
         tag = f"{os.getpid()}-{threading.get_ident()}"
         finals = (self.layout.path(index_dir), self.layout.codes_path(index_dir), self.layout.ids_path(index_dir))
         self.index_dir = index_dir
+        self.sums = Sums()
         self.files = [(final.with_name(f"{final.name}.{tag}.tmp"), final) for final in finals]
         self.files[2][0].write_bytes(ids.astype("<i8").tobytes())
         for tmp, _ in self.files[:2]:
@@ -179,8 +298,10 @@ class NewGeneration:
         """Append unit rows (and their codes)."""
         with open(self.files[0][0], "ab") as rows, open(self.files[1][0], "ab") as codes:
             for batch in batches:
-                rows.write(np.ascontiguousarray(batch, "<f4").tobytes())
-                codes.write(quantise(batch).tobytes())
+                unit, code = np.ascontiguousarray(batch, "<f4"), quantise(batch)
+                rows.write(unit.tobytes())
+                codes.write(code.tobytes())
+                self.sums.add(unit, code)
 
     def sync(self) -> None:
         """Write the files to disk (before taking the write lock, so that ``commit`` has little left to sync)."""
@@ -188,12 +309,21 @@ class NewGeneration:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
 
-    def commit(self) -> None:
-        """Sync the files and give them their names (before the transaction recording the layout commits)."""
+    def commit(self, conn: sqlite3.Connection) -> None:
+        """Sync the files, give them their names and record their checksums and stamp (inside the transaction
+        recording the layout, before it commits)."""
         self.sync()
         for tmp, final in self.files:
             os.replace(tmp, final)
         _sync_dir(self.index_dir)
+        gen = self.layout.gen
+        conn.execute("DELETE FROM vector_sums")
+        conn.executemany(
+            "INSERT INTO vector_sums VALUES (?, ?, ?, ?, ?)",
+            [(gen, -1, self.layout.count, zlib.crc32(self.ids.astype("<i8").tobytes()), 0)]
+            + [(gen, i, *b) for i, b in enumerate(self.sums.blocks)],
+        )
+        save_stamp(conn, self.index_dir, self.layout)
 
     def intact(self) -> bool:
         """Whether every temporary file is still there (a writable open may have tidied a dead process's)."""
@@ -302,3 +432,29 @@ def _sync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def damage(index_dir: Path, *, quick: bool = False) -> str | None:
+    """What is damaged in an index, starting with the file's path; None when all is whole: SQLite's integrity_check
+    (``quick``: quick_check), then every vector block against its checksum (``quick``: unless the stamp vouches)."""
+    path = index_dir / DB_NAME
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        lines = [r for (r,) in conn.execute(f"PRAGMA {'quick_check' if quick else 'integrity_check'}(3)")]
+        if lines != ["ok"]:
+            return f"{path} is damaged: {'; '.join(lines)}"
+        conn.execute("BEGIN")
+        dim = stored_dim(conn)
+        layout = read_layout(conn, dim) if dim else None
+        if layout is None:
+            return None
+        try:
+            load_ids(index_dir, layout)
+            found = verify(conn, index_dir, layout, top_rowid(conn), full=not quick)
+        except (OSError, ValueError) as e:
+            found = str(e)
+        return found
+    except sqlite3.DatabaseError as e:
+        return f"{path} is damaged: {e}"
+    finally:
+        conn.close()

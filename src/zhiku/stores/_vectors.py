@@ -44,14 +44,17 @@ from zhiku.stores._vector_files import (
     load_ids,
     quantise,
     read_layout,
+    recorded_stamp,
     remove_files,
     remove_stale_files,
     rowids_of,
     rows_of,
     save_layout,
+    save_stamp,
+    stamp_of,
     stored_rows,
     vector_files,
-    write_codes,
+    verify,
     write_rows,
 )
 
@@ -64,23 +67,6 @@ def match_sources(sources: Iterable[str], glob: str) -> list[str]:
     BM25 and dense search both filter through this function, so they always agree on what a glob means.
     """
     return [s for s in sources if fnmatch.fnmatchcase(s, glob)]
-
-
-def file_matches(conn: sqlite3.Connection, index_dir: Path, layout: Layout, ids: np.ndarray, top: int) -> bool:
-    """The layout's file is long enough and its newest live row equals the BLOB (a cheap check at open)."""
-    path = layout.path(index_dir)
-    rows = layout.rows(top)
-    if not path.is_file() or path.stat().st_size < rows * layout.dim * 4:
-        return False
-    row = conn.execute("SELECT rowid, vector FROM chunks ORDER BY rowid DESC LIMIT 1").fetchone()
-    if row is None or rows == 0:
-        return True
-    stored = np.frombuffer(row[1], "<f4")
-    at = int(rows_of(layout, ids, np.array([row[0]]))[0])
-    if stored.size != layout.dim or at < 0:
-        return False
-    mapped = np.memmap(path, dtype="<f4", mode="r", shape=(rows, layout.dim))
-    return bool(np.allclose(mapped[at], l2_normalise(stored.reshape(1, layout.dim))[0]))
 
 
 class FileMoved(Exception):
@@ -119,6 +105,8 @@ class VectorSnapshot:
     layout: Layout = Layout(0)
     ids: np.ndarray = field(default_factory=lambda: _NO_IDS)  # rowids of the layout's first ``count`` rows
     codes: np.ndarray | None = None  # (>= rows, dim) int8 codes of the rows (mapped), when the file is whole
+    stamp: list[object] | None = None  # the mapped files' stat when they were verified (``_vector_files.verify``)
+    damage: str | None = None  # why the rows are decoded from the BLOBs: what ``verify`` found wrong
 
     @property
     def rows(self) -> int:
@@ -143,23 +131,25 @@ class VectorSnapshot:
         path = layout.path(index_dir)
         if layout.gen and not path.is_file() and not retried:
             raise FileMoved(str(path))
+        stamp = stamp_of(index_dir, layout)  # (before reading: a change meanwhile shows at the next search)
         try:
             ids = load_ids(index_dir, layout)
-        except (OSError, ValueError):
-            ids = None
-        if ids is not None and file_matches(conn, index_dir, layout, ids, top):
+            damage = verify(conn, index_dir, layout, top)
+        except (OSError, ValueError) as e:
+            damage = f"{layout.ids_path(index_dir)}: {e}"
+        if damage is None:
             live = np.zeros(layout.rows(top), bool)
             live[rows_of(layout, ids, live_ids)] = True
             matrix = _map(path, dim, live.size)
-            newest = int(rows_of(layout, ids, live_ids[-1:])[0])
-            codes = map_codes(index_dir, layout, live.size, matrix, newest)
-            return cls(dim, version, top, matrix, live, live_ids.size, path, layout, ids, codes)
+            codes = map_codes(index_dir, layout, live.size)
+            return cls(dim, version, top, matrix, live, live_ids.size, path, layout, ids, codes, stamp)
+        log.warning("%s: serving the vectors stored in zhiku.db; `zhiku repair --index %s` fixes it", damage, index_dir)
         matrix = np.zeros((top, dim), np.float32)
         for rowids, rows in blob_rows(conn, dim):
             matrix[rowids - 1] = rows
         live = np.zeros(top, bool)
         live[live_ids - 1] = True
-        return cls(dim, version, top, matrix, live, live_ids.size, None, Layout(dim))
+        return cls(dim, version, top, matrix, live, live_ids.size, None, Layout(dim), damage=damage)
 
     def refreshed(self, conn: sqlite3.Connection, index_dir: Path, version: int) -> VectorSnapshot:
         """This snapshot moved to ``version`` by another connection's commits (``conn`` in a read transaction);
@@ -326,21 +316,10 @@ def _read_rows(fd: int, rows: np.ndarray, size: int) -> tuple[np.ndarray, int]:
     return out, got
 
 
-def map_codes(
-    index_dir: Path, layout: Layout, rows: int, matrix: np.ndarray | None = None, check_row: int = -1
-) -> np.ndarray | None:
-    """The layout's int8 codes mapped, or None when the file is short (an index from before codes existed) or,
-    given ``matrix``, row ``check_row``'s codes do not match its float32 row."""
+def map_codes(index_dir: Path, layout: Layout, rows: int) -> np.ndarray | None:
+    """The layout's int8 codes mapped (verified with the rows), or None when there are no rows."""
     path = layout.codes_path(index_dir)
-    try:
-        if rows == 0 or path.stat().st_size < rows * layout.dim:
-            return None
-    except OSError:
-        return None
-    codes = np.memmap(path, dtype=np.int8, mode="r", shape=(rows, layout.dim))
-    if matrix is not None and check_row >= 0 and not np.array_equal(codes[check_row], quantise(matrix[check_row])):
-        return None
-    return codes
+    return np.memmap(path, dtype=np.int8, mode="r", shape=(rows, layout.dim)) if rows else None
 
 
 COMPACT_DEAD_FRACTION = 0.25  # a write leaving more of the file's rows dead compacts it
@@ -373,13 +352,24 @@ class VectorIndex:
         self.index_dir, self.mode, self.compact_dead_fraction = index_dir, mode, compact_dead_fraction
         self.snap: VectorSnapshot | None = None
         self._lock = threading.Lock()  # replacing the snapshot
+        self._written: list[object] | None = None  # the files' stamp after this process's last write
 
     def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> VectorSnapshot:
         """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
         when the index went back to an older version (another index's past: what rowids meant is void)."""
         snap = self.snap
-        if snap is not None and snap.version == version:
+        if snap is not None and snap.version == version and self._same_files(snap):
             return snap
+        if snap is not None and snap.version == version and snap.top:  # only the files changed: a writer appended?
+            with self._lock:
+                conn.execute("BEGIN")
+                try:
+                    checked = self._checked(conn, snap)
+                finally:
+                    conn.execute("COMMIT")
+                if checked is not None:
+                    self.snap = checked
+                    return checked
         with self._lock:
             try:
                 snap = self._load(conn, forget, retried=False)
@@ -392,6 +382,8 @@ class VectorIndex:
         conn.execute("BEGIN")  # one snapshot for the version, the rowids and the tombstones
         try:
             snap, version, dim = self.snap, version_of(conn), stored_dim(conn) or 0
+            if snap is not None and snap.dim == dim and snap.top and not self._same_files(snap):
+                snap = self._checked(conn, snap)
             if snap is None or snap.dim != dim or snap.version > version or snap.top == 0:
                 if snap is not None and snap.version > version:
                     forget()
@@ -408,6 +400,20 @@ class VectorIndex:
                 conn.execute("ROLLBACK")
         return snap
 
+    def _checked(self, conn: sqlite3.Connection, snap: VectorSnapshot) -> VectorSnapshot | None:
+        """``snap`` with its files' new stamp when they still hold its rows whole (``conn`` in a read transaction),
+        None when they do not (loaded anew then: verified, or decoded from the BLOBs)."""
+        stamp = stamp_of(self.index_dir, snap.layout)
+        layout = read_layout(conn, snap.dim)
+        if layout.gen != snap.layout.gen or verify(conn, self.index_dir, layout, top_rowid(conn)) is not None:
+            return None
+        return replace(snap, stamp=stamp)
+
+    def _same_files(self, snap: VectorSnapshot) -> bool:
+        """Whether the mapped files are as verified (a stat each): one truncated, rewritten or replaced since is
+        verified again before a search reads it, and never read past its end."""
+        return snap.stamp is None or snap.stamp == stamp_of(self.index_dir, snap.layout)
+
     def screens(self, snap: VectorSnapshot) -> bool:
         """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""
         return self.mode == "int8" or self.mode == "auto" and snap.rows >= SCREEN_FROM
@@ -416,7 +422,7 @@ class VectorIndex:
         """Append a document's unit rows from ``first_rowid`` on (inside its transaction, before it commits)."""
         layout = layout_for_write(conn, self.index_dir, dim, first_rowid)
         try:
-            write_rows(layout, self.index_dir, layout.first_row(first_rowid), unit)
+            self._written = write_rows(conn, layout, self.index_dir, layout.first_row(first_rowid), unit)
         except OSError as e:
             raise StoreError(
                 f"cannot write vectors to {layout.path(self.index_dir)}: {e.strerror}; free disk space or fix permissions"
@@ -432,7 +438,8 @@ class VectorIndex:
                 self.snap = None
                 return
             top = max(snap.top, int(added.max()) if added.size else 0)
-            self.snap = snap.changed(old_version + 1, top, None, added, removed)
+            stamp = self._written if added.size else snap.stamp  # files not whole before the write: verified again
+            self.snap = replace(snap.changed(old_version + 1, top, None, added, removed), stamp=stamp or [])
 
     def compact(self, db: Database, *, min_dead_fraction: float = 0.0) -> CompactionReport:
         """Reclaim the vector-file rows of deleted chunks when more than ``min_dead_fraction`` of the rows are
@@ -477,7 +484,7 @@ class VectorIndex:
             old = read_layout(conn, dim)
             try:
                 ids = load_ids(self.index_dir, old)
-                intact = file_matches(conn, self.index_dir, old, ids, top)
+                intact = verify(conn, self.index_dir, old, top) is None
             except (OSError, ValueError):
                 ids, intact = np.empty(0, np.int64), False
             rows = old.rows(top)
@@ -516,7 +523,7 @@ class VectorIndex:
             elif top > plan.top:  # rows written since the copy, dead or alive: each keeps its place
                 source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(old.rows(top), old.dim))
                 new.append(stored_rows(None, old, source, plan.ids, np.arange(plan.top + 1, top + 1)))
-            new.commit()
+            new.commit(conn)
         except ValueError as e:  # BLOBs of another dim: dense search says so too
             raise WrongDim(
                 f"{self.index_dir} holds vectors that are not {dim}-dimensional ({e}): rebuild the index"
@@ -549,44 +556,37 @@ class VectorIndex:
             return
         log.info("compacted the vectors of %s: %s", self.index_dir, report)
 
-    def check(self, db: Database) -> None:
-        """At a writable open: rewrite a missing or damaged vector file from the BLOBs (e.g. an index from an
-        older zhiku), and delete files a forced rebuild or a killed compaction left behind."""
+    def check(self, db: Database, *, full: bool = False) -> str | None:
+        """At a writable open: rewrite vector files that do not match their checksums (or have none: written by an
+        older zhiku) from the BLOBs, record the stamp of files read whole, and delete files a forced rebuild or a
+        killed compaction left behind. ``full``: read every block even when the stamp vouches for them. Returns
+        what was wrong."""
         assert db.conn is not None
         layout = _layout(db.conn)
-        if not self._file_intact(db.conn, layout):
+        damage = None
+        if layout is not None:
+            stamp = stamp_of(self.index_dir, layout)
+            try:
+                load_ids(self.index_dir, layout)
+                damage = verify(db.conn, self.index_dir, layout, top_rowid(db.conn), full=full)
+            except (OSError, ValueError) as e:
+                damage = str(e)
+            if damage is None and recorded_stamp(db.conn) != stamp:
+                with contextlib.suppress(IndexLocked), db.lock, db.write() as conn:
+                    if stamp_of(self.index_dir, layout) == stamp:
+                        save_stamp(conn, self.index_dir, layout)
+        if damage is not None:
+            log.warning("%s: rewriting it from the vectors stored in zhiku.db", damage)
+            with db.lock, db.write() as conn:
+                save_stamp(conn, self.index_dir, None)  # so that the compaction reads every block too
             with contextlib.suppress(WrongDim):  # the first dense search reports it
                 self.compact(db, min_dead_fraction=1.0)
-            return
-        if layout is not None and not self._codes_intact(db.conn, layout):
-            with db.lock, db.write() as conn:  # an index written before the int8 codes existed
-                layout = _layout(conn)
-                if layout is not None and not self._codes_intact(conn, layout):
-                    rows = layout.rows(top_rowid(conn))
-                    write_codes(
-                        layout,
-                        self.index_dir,
-                        np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim)),
-                    )
+            return damage
         kept = () if layout is None else layout.files(self.index_dir)
         if any(p not in kept for p in vector_files(self.index_dir)):
             with contextlib.suppress(IndexLocked):  # another writer is busy (maybe compacting): the next open cleans up
                 self.compact(db, min_dead_fraction=1.0)
-
-    def _codes_intact(self, conn: sqlite3.Connection, layout: Layout) -> bool:
-        rows = layout.rows(top_rowid(conn))
-        if rows == 0:
-            return True
-        matrix = np.memmap(layout.path(self.index_dir), "<f4", "r", shape=(rows, layout.dim))
-        return map_codes(self.index_dir, layout, rows, matrix, rows - 1) is not None
-
-    def _file_intact(self, conn: sqlite3.Connection, layout: Layout | None) -> bool:
-        top = top_rowid(conn)
-        if layout is None or not top:
-            return True
-        with contextlib.suppress(OSError, ValueError):
-            return file_matches(conn, self.index_dir, layout, load_ids(self.index_dir, layout), top)
-        return False
+        return None
 
 
 @dataclass(frozen=True)
@@ -613,7 +613,8 @@ def _snapshot(
     live = np.zeros(rows, bool)
     live[rows_of(layout, ids, live_ids)] = True
     codes = map_codes(index_dir, layout, rows)
-    return VectorSnapshot(layout.dim, version, top, matrix, live, int(live.sum()), path, layout, ids, codes)
+    stamp = stamp_of(index_dir, layout)
+    return VectorSnapshot(layout.dim, version, top, matrix, live, int(live.sum()), path, layout, ids, codes, stamp)
 
 
 def _layout(conn: sqlite3.Connection) -> Layout | None:

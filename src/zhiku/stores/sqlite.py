@@ -299,6 +299,18 @@ class SQLiteStore:
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
+    def damage(self) -> str | None:
+        """What keeps the index from serving what it holds (deleted or replaced while open; vector files that fail
+        their checks, so searched from zhiku.db meanwhile), None when whole: a stat of each file."""
+        try:
+            with self.db.read() as conn:
+                snap = self._vectors_at(conn)
+        except StoreError as e:
+            return str(e)
+        return (
+            snap.damage and f"{snap.damage}: searching the vectors in zhiku.db; zhiku repair --index {self.index_dir}"
+        )
+
     def _bm25_at(self, conn: sqlite3.Connection) -> BM25Snapshot:
         snap = self.bm25.current(conn, self.db.version(conn), self._forget_rows)
         self.db.moved_to(snap.version)  # a pin follows the snapshot
