@@ -1,6 +1,7 @@
 """Consistency checks of a SQLite index after a crash (the reliability suite's kill runs).
 
-``problems(index, versions)`` lists every violation: the database fails ``PRAGMA integrity_check``; token rows
+``problems(index, versions)`` lists every violation: the database fails ``PRAGMA integrity_check``, or a vector file
+its checksums (``zhiku doctor``'s check); token rows
 ≠ chunks; a chunk without a vector or a vector of the wrong size; a chunk whose document is gone; a document
 whose ``chunk_count`` differs from its chunks; a document that is neither an old nor a new version (its
 SHA-256 and its chunk texts must equal one of the ``versions`` recorded for its ``doc_id``).
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
+
+from zhiku.stores import index_damage
 
 Version = tuple[str, tuple[str, ...]]  # (sha256, chunk texts in order)
 
@@ -54,6 +57,8 @@ def problems(index: Path, versions: dict[str, set[Version]], dim: int) -> list[s
             out.append(f"{len(counted)} documents whose chunk_count differs from their chunks")
     finally:
         conn.close()
+    if (damage := index_damage(index)) is not None:
+        out.append(damage)
     for doc_id, version in snapshot(index).items():
         if version not in versions.get(doc_id, set()):
             out.append(f"document {doc_id} is neither an old nor a new version")

@@ -164,6 +164,14 @@ def _writer_alive(tmp_name: str) -> bool:
     return pid_alive(tmp_name.rsplit(".", 2)[-2])
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size
+
+
 def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
     return np.fromiter((r for (r,) in conn.execute(sql, args)), dtype=np.int64)
 
@@ -352,25 +360,36 @@ class BM25Index:
         self.snap: BM25Snapshot | None = None
         self._lock = threading.Lock()
         self._unsaved = 0  # rows past the saved segments (as far as this process knows)
+        self._mapped: dict[Path, tuple[int, int] | None] = {}  # inode and size of each mapped segment file
 
     def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> BM25Snapshot:
         """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
         when the index went back to an older version (another index's past: what rowids meant is void)."""
         snap = self.snap
-        if snap is not None and snap.version == version:
+        if snap is not None and snap.version == version and self._whole(snap):
             return snap
         with self._lock:
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones
             snap, now = self.snap, version_of(conn)
-            if snap is None or snap.version > now:
-                if snap is not None:
+            if snap is None or snap.version > now or not self._whole(snap):
+                if snap is not None and snap.version > now:
                     forget()
                 snap = BM25Snapshot.load(conn, self.index_dir, now)
+                self._mapped = {s.path: _identity(s.path) for s in snap.segments if s.path is not None}
             elif snap.version != now:
                 snap = snap.refreshed(conn, now)
             conn.execute("COMMIT")
             self.snap = snap
         return snap
+
+    def _whole(self, snap: BM25Snapshot) -> bool:
+        """Whether no mapped segment file was cut shorter in place (reading past its end would kill the process with
+        SIGBUS): a snapshot with one is loaded anew, the torn file ignored. A stat per segment."""
+        for path, known in self._mapped.items():
+            now = _identity(path)  # (gone or replaced: the mapping holds the old file)
+            if known is not None and now is not None and now[0] == known[0] and now[1] < known[1]:
+                return False
+        return True
 
     def search(
         self, snap: BM25Snapshot, terms: Sequence[str], top_k: int, mask: np.ndarray | None

@@ -170,8 +170,8 @@ class Sums:
                 self.blocks.append([0, 0, 0])
             block = self.blocks[-1]
             take = min(BLOCK - block[0], len(unit) - at)
-            block[1] = zlib.crc32(memoryview(unit[at : at + take]), block[1])
-            block[2] = zlib.crc32(memoryview(codes[at : at + take]), block[2])
+            block[1] = zlib.crc32(unit[at : at + take].data, block[1])
+            block[2] = zlib.crc32(codes[at : at + take].data, block[2])
             block[0] += take
             at += take
 

@@ -1,0 +1,136 @@
+"""The vector files' checksums: appends across block boundaries stay whole for every reader; a file damaged,
+truncated or rewritten (before or after an open) is never served, `index_damage` names it and a writable open
+rewrites it; an index from before the checksums is searched from zhiku.db until it is opened for writing; a
+deleted or replaced zhiku.db is refused. The attacks through the CLI and a server: tests/reliability."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contracts.store_contract import Doc, ids, make_doc
+from zhiku.errors import StoreError
+from zhiku.stores import SQLiteStore, index_damage
+
+DIM = 8
+RNG = np.random.default_rng(30)
+VECTORS = RNG.standard_normal((2600, DIM)).astype(np.float32)
+VECTORS /= np.linalg.norm(VECTORS, axis=1, keepdims=True)
+SIZES = (700, 700, 1, 1199)  # documents crossing the 1,024-row blocks of the checksums
+
+
+def _docs() -> list[Doc]:
+    out, start = [], 0
+    for n, size in enumerate(SIZES):
+        items = [(f"第{i}段。", [f"段{i}"], VECTORS[i].tolist()) for i in range(start, start + size)]
+        out.append(make_doc(f"doc-{n}", "甲", f"{n}.md", "markdown", items))
+        start += size
+    return out
+
+
+DOCS = _docs()
+CHUNK = [c.chunk_id for d in DOCS for c in d.chunks]
+PROBES = (0, 1023, 1024, 1400, 2599)  # CHUNK[i] is the best match of VECTORS[i]
+ROWS = Path(f"vectors.{DIM}.f32")
+
+
+@pytest.fixture
+def index_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "索引"
+    with SQLiteStore(path) as store:
+        for doc in DOCS:
+            doc.write(store)
+    return path
+
+
+def _best(store: SQLiteStore) -> list[str]:
+    return [ids(store.dense_search(VECTORS[i], 1))[0] for i in PROBES]
+
+
+EXPECTED = [CHUNK[i] for i in PROBES]
+
+
+def test_appends_by_another_process_stay_whole_for_a_reader(tmp_path: Path) -> None:
+    path = tmp_path / "索引"
+    with SQLiteStore(path) as writer, SQLiteStore(path, read_only=True, dense_search="exact") as reader:
+        for doc in DOCS:
+            doc.write(writer)
+            assert reader.damage() is None and writer.damage() is None
+        assert _best(reader) == _best(writer) == EXPECTED
+    assert index_damage(path) is None
+
+
+@pytest.mark.parametrize("when", ["before the open", "while open"])
+@pytest.mark.parametrize("attack", ["zeros but the last row", "truncated", "rows moved by one"])
+def test_a_damaged_vector_file_is_never_served(index_dir: Path, attack: str, when: str) -> None:
+    rows = index_dir / ROWS
+
+    def damage() -> None:
+        data = np.fromfile(rows, "<f4").reshape(-1, DIM)
+        if attack == "truncated":
+            os.truncate(rows, rows.stat().st_size // 2)
+        else:
+            (np.roll(data, 1, axis=0) if attack == "rows moved by one" else np.where(np.arange(len(data))[:, None] < len(data) - 1, 0, data)).astype("<f4").tofile(rows)  # fmt: skip
+
+    if when == "before the open":
+        damage()
+    with SQLiteStore(index_dir, read_only=True, dense_search="exact") as reader:
+        assert _best(reader) == EXPECTED
+        if when == "while open":
+            damage()
+            assert _best(reader) == EXPECTED
+        assert f"{rows} is damaged" in (reader.damage() or "")
+    assert f"{rows} is damaged" in (index_damage(index_dir) or "")
+    with SQLiteStore(index_dir) as writer:  # a writable open rewrites it from zhiku.db
+        assert writer.damage() is None and _best(writer) == EXPECTED
+    assert index_damage(index_dir) is None
+
+
+def test_flipped_codes_are_never_screened(index_dir: Path) -> None:
+    codes = index_dir / ROWS.with_suffix(".i8")
+    data = np.fromfile(codes, np.int8)
+    (-data).tofile(codes)
+    assert f"{codes} is damaged" in (index_damage(index_dir, quick=True) or "")
+    with SQLiteStore(index_dir, read_only=True, dense_search="int8") as reader:
+        assert _best(reader) == EXPECTED
+
+
+def test_an_index_from_before_the_checksums_is_searched_from_the_blobs_until_opened_for_writing(
+    index_dir: Path,
+) -> None:
+    with sqlite3.connect(index_dir / "zhiku.db") as conn:
+        conn.execute("DROP TABLE vector_sums")
+        conn.execute("DELETE FROM meta WHERE key = 'vector_stamp'")
+    assert "has no checksums" in (index_damage(index_dir) or "")
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert _best(reader) == EXPECTED
+    with SQLiteStore(index_dir) as writer:
+        assert _best(writer) == EXPECTED
+    assert index_damage(index_dir) is None
+
+
+def test_a_deleted_or_replaced_index_is_refused(index_dir: Path, tmp_path: Path) -> None:
+    spare = tmp_path / "spare"
+    shutil.copytree(index_dir, spare)
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert _best(reader) == EXPECTED
+        shutil.rmtree(index_dir)
+        shutil.copytree(spare, index_dir)
+        with pytest.raises(StoreError, match="was deleted or replaced while open: restart"):
+            reader.dense_search(VECTORS[0], 1)
+        assert "deleted or replaced" in (reader.damage() or "")
+
+
+def test_a_bm25_segment_cut_short_under_a_reader_is_read_again_from_zhiku_db(index_dir: Path) -> None:
+    segments = sorted((index_dir / "bm25").glob("seg-*.bin"))
+    with SQLiteStore(index_dir, read_only=True) as reader:
+        assert set(ids(reader.bm25_search(["段5", "段2500"], 2))) == {CHUNK[5], CHUNK[2500]}
+        for path in segments:
+            os.truncate(path, 100)  # reading its mapping past the end now would be SIGBUS
+        assert set(ids(reader.bm25_search(["段6", "段1500"], 2))) == {CHUNK[6], CHUNK[1500]}
+    assert segments
