@@ -88,13 +88,13 @@ def check_settings(config: Path | None, index: Path | None) -> tuple[Settings | 
 def check_index(settings: Settings, quick: bool = False) -> list[Check]:
     """``quick``: SQLite's quick_check, and the vector files read only when changed since they were last checked."""
     from zhiku.api import KnowledgeBase
-    from zhiku.stores import index_damage
+    from zhiku.stores import UNCHECKED, index_damage
 
     index = settings.index
     if settings.store.kind == "sqlite" and not (index / "zhiku.db").is_file():
         return [Check("index", "warn", f"no index at {index.resolve()} yet", "zhiku ingest docs (or any folder)")]
     if settings.store.kind == "sqlite" and (found := index_damage(index, quick=quick)) is not None:
-        return [Check("index", "fail", found, f"zhiku repair --index {index}")]
+        return [Check("index", "warn" if UNCHECKED in found else "fail", found, f"zhiku repair --index {index}")]
     try:
         with KnowledgeBase(settings, read_only=True) as kb:
             stats, stale = kb.collections(), kb.stale()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from zhiku.errors import ConfigError, InvalidInput, StoreError
 from zhiku.settings import Settings
+from zhiku.stores._vector_files import UNCHECKED
 from zhiku.stores._vector_files import damage as index_damage
 from zhiku.stores.base import Catalogue, IndexAdmin, Retriever, Store, Writer
 from zhiku.stores.sqlite import DB_NAME, CompactionReport, IndexNotFound, SQLiteStore
@@ -86,6 +87,7 @@ __all__ = [
     "Catalogue",
     "CompactionReport",
     "compact_index",
+    "UNCHECKED",
     "index_damage",
     "repair_index",
     "IndexAdmin",

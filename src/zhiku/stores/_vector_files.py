@@ -37,6 +37,7 @@ LAYOUT_KEY = "vector_layout"
 STAMP_KEY = "vector_stamp"
 _BATCH = 65536
 BLOCK = 1024  # rows per checksummed block
+UNCHECKED = "has no checksums"  # an index written by an older zhiku: not damage, but not served from the file
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def verify(conn: sqlite3.Connection, index_dir: Path, layout: Layout, top: int, 
     path, ids_path, codes_path = layout.files(index_dir)
     blocks = [s for s in sums if s[0] >= 0]
     if sum(s[1] for s in blocks) != rows or [s[0] for s in blocks] != list(range(len(blocks))):
-        return f"{path} has no checksums for some rows (written by an older zhiku, or one killed meanwhile)"
+        return f"{path} {UNCHECKED} for some rows (written by an older zhiku)"
     if layout.count and [(s[1], s[2]) for s in sums if s[0] == -1] != [(layout.count, _crc(ids_path))]:
         return f"{ids_path} is damaged: it does not match its checksum"
     for file, width, col in ((path, layout.dim * 4, 2), (codes_path, layout.dim, 3)):

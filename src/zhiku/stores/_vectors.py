@@ -37,6 +37,7 @@ from zhiku.errors import IndexLocked, StoreError
 from zhiku.numeric import l2_normalise
 from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, version_of
 from zhiku.stores._vector_files import (
+    UNCHECKED,
     Layout,
     NewGeneration,
     blob_rows,
@@ -149,13 +150,14 @@ class VectorSnapshot:
             matrix[rowids - 1] = rows
         live = np.zeros(top, bool)
         live[live_ids - 1] = True
+        damage = None if UNCHECKED in damage else damage
         return cls(dim, version, top, matrix, live, live_ids.size, None, Layout(dim), damage=damage)
 
     def refreshed(self, conn: sqlite3.Connection, index_dir: Path, version: int) -> VectorSnapshot:
         """This snapshot moved to ``version`` by another connection's commits (``conn`` in a read transaction);
         loaded anew when they compacted the file."""
-        if self.path is not None and read_layout(conn, self.dim).gen != self.layout.gen:
-            return VectorSnapshot.load(conn, index_dir, self.dim, version)
+        if self.damage or self.path is not None and read_layout(conn, self.dim).gen != self.layout.gen:
+            return VectorSnapshot.load(conn, index_dir, self.dim, version)  # (damaged: repaired meanwhile?)
         added = _rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)
         removed = _rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)
         top = max(self.top, top_rowid(conn))
