@@ -155,19 +155,13 @@ def check_extras(settings: Settings | None) -> list[Check]:
     need = needed_extras(settings) if settings is not None else set()
     out = []
     for name, (modules, adds) in EXTRAS.items():
+        pip = f"pip install 'zhiku[{name}]'"
         if all(_installed(m) for m in modules):
             out.append(Check("extras", "ok", f"{name}: installed, to {adds}"))
         elif name in need:
-            out.append(
-                Check(
-                    "extras",
-                    "fail",
-                    f"{name}: missing, and the settings need it (to {adds})",
-                    f"pip install 'zhiku[{name}]'",
-                )
-            )
+            out.append(Check("extras", "fail", f"{name}: missing, and the settings need it (to {adds})", pip))
         else:
-            out.append(Check("extras", "off", f"{name}: not installed", f"pip install 'zhiku[{name}]' to {adds}"))
+            out.append(Check("extras", "off", f"{name}: not installed", f"{pip} to {adds}"))
     return out
 
 
@@ -180,39 +174,19 @@ def check_clients(root: Path) -> list[Check]:
         try:
             command = command_of(c.client, path.read_text(encoding="utf-8"))
         except (ValueError, KeyError, TypeError) as e:
-            out.append(
-                Check(
-                    "clients",
-                    "fail",
-                    f"{c.path}: not a zhiku server entry ({type(e).__name__}: {e})",
-                    "zhiku init --force . rewrites it",
-                )
-            )
+            what = f"{c.path}: not a zhiku server entry ({type(e).__name__}: {e})"
+            out.append(Check("clients", "fail", what, "zhiku init --force . rewrites it"))
             continue
         problems = [f"{command[0]} does not exist"] if not Path(command[0]).is_file() else []
         if "--config" in command[:-1] and not Path(command[command.index("--config") + 1]).is_file():
             problems.append(f"--config {command[command.index('--config') + 1]} does not exist")
+        fix = "zhiku init --force . rewrites the client configs with this install's paths"
         if problems:
-            out.append(
-                Check(
-                    "clients",
-                    "fail",
-                    f"{c.path} ({c.client}): {'; '.join(problems)}",
-                    "zhiku init --force . rewrites the client configs with this install's paths",
-                )
-            )
+            out.append(Check("clients", "fail", f"{c.path} ({c.client}): {'; '.join(problems)}", fix))
         else:
             out.append(Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}"))
-    if not out:
-        out.append(
-            Check(
-                "clients",
-                "warn",
-                f"no MCP client configs in {root}",
-                "zhiku init . writes them (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)",
-            )
-        )
-    return out
+    fix = "zhiku init . writes them (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)"
+    return out or [Check("clients", "warn", f"no MCP client configs in {root}", fix)]
 
 
 def run_doctor(config: Path | None = None, index: Path | None = None, quick: bool = False) -> list[Check]:

@@ -139,6 +139,7 @@ def write_rows(
     """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on,
     and their checksums into the write transaction; returns the files' new stamp when they were whole before."""
     whole = first_row == 0 or recorded_stamp(conn) == stamp_of(index_dir, layout)
+    whole = whole or verify(conn, index_dir, layout, first_row, full=True) is None  # (once: then stamped)
     unit, codes = np.ascontiguousarray(unit, "<f4"), quantise(unit)
     _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, unit.tobytes())
     _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], codes.tobytes())
@@ -206,10 +207,9 @@ def save_stamp(conn: sqlite3.Connection, index_dir: Path, layout: Layout | None)
     return stamp
 
 
-def verify(conn: sqlite3.Connection, index_dir: Path, layout: Layout, top: int, *, full: bool = False) -> str | None:
-    """What is wrong with the committed rows of the layout's files (naming the file), None when they are whole:
-    trusted by their stamp unless ``full``, else every block read against its checksum."""
-    rows = layout.rows(top)
+def verify(conn: sqlite3.Connection, index_dir: Path, layout: Layout, rows: int, *, full: bool = False) -> str | None:
+    """What is wrong with the first ``rows`` (the committed ones) of the layout's files, naming the file; None when
+    they are whole: trusted by their stamp unless ``full``, else every block read against its checksum."""
     if rows == 0 or not full and recorded_stamp(conn) == stamp_of(index_dir, layout):
         return None
     try:
@@ -451,7 +451,7 @@ def damage(index_dir: Path, *, quick: bool = False) -> str | None:
             return None
         try:
             load_ids(index_dir, layout)
-            found = verify(conn, index_dir, layout, top_rowid(conn), full=not quick)
+            found = verify(conn, index_dir, layout, layout.rows(top_rowid(conn)), full=not quick)
         except (OSError, ValueError) as e:
             found = str(e)
         return found

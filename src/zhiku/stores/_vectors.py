@@ -135,7 +135,7 @@ class VectorSnapshot:
         stamp = stamp_of(index_dir, layout)  # (before reading: a change meanwhile shows at the next search)
         try:
             ids = load_ids(index_dir, layout)
-            damage = verify(conn, index_dir, layout, top)
+            damage = verify(conn, index_dir, layout, layout.rows(top))
         except (OSError, ValueError) as e:
             damage = f"{layout.ids_path(index_dir)}: {e}"
         if damage is None:
@@ -407,7 +407,7 @@ class VectorIndex:
         None when they do not (loaded anew then: verified, or decoded from the BLOBs)."""
         stamp = stamp_of(self.index_dir, snap.layout)
         layout = read_layout(conn, snap.dim)
-        if layout.gen != snap.layout.gen or verify(conn, self.index_dir, layout, top_rowid(conn)) is not None:
+        if layout.gen != snap.layout.gen or verify(conn, self.index_dir, layout, layout.rows(top_rowid(conn))):
             return None
         return replace(snap, stamp=stamp)
 
@@ -486,7 +486,7 @@ class VectorIndex:
             old = read_layout(conn, dim)
             try:
                 ids = load_ids(self.index_dir, old)
-                intact = verify(conn, self.index_dir, old, top) is None
+                intact = verify(conn, self.index_dir, old, old.rows(top)) is None
             except (OSError, ValueError):
                 ids, intact = np.empty(0, np.int64), False
             rows = old.rows(top)
@@ -563,20 +563,20 @@ class VectorIndex:
         older zhiku) from the BLOBs, record the stamp of files read whole, and delete files a forced rebuild or a
         killed compaction left behind. ``full``: read every block even when the stamp vouches for them. Returns
         what was wrong."""
-        assert db.conn is not None
-        layout = _layout(db.conn)
-        damage = None
-        if layout is not None:
-            stamp = stamp_of(self.index_dir, layout)
-            try:
-                load_ids(self.index_dir, layout)
-                damage = verify(db.conn, self.index_dir, layout, top_rowid(db.conn), full=full)
-            except (OSError, ValueError) as e:
-                damage = str(e)
-            if damage is None and recorded_stamp(db.conn) != stamp:
-                with contextlib.suppress(IndexLocked), db.lock, db.write() as conn:
-                    if stamp_of(self.index_dir, layout) == stamp:
-                        save_stamp(conn, self.index_dir, layout)
+        damage = stamp = recorded = None
+        with db.snapshot() as conn:  # one read transaction: the layout, its rows and their checksums agree
+            layout = _layout(conn)
+            if layout is not None:
+                stamp, recorded = stamp_of(self.index_dir, layout), recorded_stamp(conn)
+                try:
+                    load_ids(self.index_dir, layout)
+                    damage = verify(conn, self.index_dir, layout, layout.rows(top_rowid(conn)), full=full)
+                except (OSError, ValueError) as e:
+                    damage = str(e)
+        if layout is not None and damage is None and recorded != stamp:
+            with contextlib.suppress(IndexLocked), db.lock, db.write() as conn:
+                if stamp_of(self.index_dir, layout) == stamp:
+                    save_stamp(conn, self.index_dir, layout)
         if damage is not None:
             log.warning("%s: rewriting it from the vectors stored in zhiku.db", damage)
             with db.lock, db.write() as conn:
