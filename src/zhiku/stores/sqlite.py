@@ -36,7 +36,7 @@ from zhiku.stores._filter_masks import FilterMasks
 from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, translate, version_of
 from zhiku.stores._sqlite_read import Catalogue
 from zhiku.stores._sqlite_schema import DB_NAME, HISTORY_COLS, SCHEMA_VERSION, prepare_rows
-from zhiku.stores._vector_files import LAYOUT_KEY, note_dead
+from zhiku.stores._vector_files import LAYOUT_KEY, STAMP_KEY, note_dead
 from zhiku.stores._vectors import (
     COMPACT_DEAD_FRACTION,
     CompactionReport,
@@ -47,7 +47,7 @@ from zhiku.stores._vectors import (
 )
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, Ranking, ScoredId
 
-_MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY})
+_MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY, STAMP_KEY})
 log = logging.getLogger(__name__)
 
 
