@@ -28,7 +28,9 @@ def translate(e: sqlite3.Error, index_dir: Path) -> StoreError:
         return ReadOnlyIndex(
             f"index {index_dir} is read-only: {path} or its directory is not writable; fix the permissions or choose another --index"
         )
-    if primary in (11, 26) or "not a database" in text or "malformed" in text:
+    if primary == 11 or "malformed" in text:
+        return StoreError(f"{path} is damaged ({e}): `zhiku repair --index {index_dir}` rebuilds what it can")
+    if primary == 26 or "not a database" in text:
         return StoreError(f"{path} is not a usable zhiku index ({e}): move it away or choose another --index")
     return StoreError(f"index {path}: {e}")
 

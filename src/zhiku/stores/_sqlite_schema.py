@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, astuple
+from dataclasses import asdict, astuple, fields
 from typing import Any
 
 import numpy as np
@@ -103,21 +103,8 @@ def images_from_json(text: str) -> tuple[ImageRef, ...]:
 
 
 def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
-    """``chunk`` as the values of ``CHUNK_COLS``."""
-    return (
-        chunk.chunk_id,
-        chunk.doc_id,
-        chunk.collection,
-        chunk.source,
-        chunk.doc_type,
-        chunk.section,
-        chunk.page,
-        chunk.start,
-        chunk.end,
-        chunk.ordinal,
-        chunk.text,
-        images_json(chunk.images),
-    )
+    """``chunk`` as the values of ``CHUNK_COLS`` (its fields in order, the images as JSON)."""
+    return (*(getattr(chunk, f.name) for f in fields(Chunk)[:11]), images_json(chunk.images))
 
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:

@@ -433,16 +433,12 @@ def _unlink(paths: Iterable[Path]) -> list[Path]:
 
 
 def _sync_dir(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def damage(index_dir: Path, *, quick: bool = False) -> str | None:
