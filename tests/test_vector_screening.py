@@ -1,6 +1,6 @@
 """Dense search screened by int8 codes (``store.dense_search``): every row ranked by its int8 code, the best
 re-scored in float32 (the exact ranking, scores within float error); filters and deletions honoured; an index
-without codes gets them at a writable open."""
+whose codes are gone is searched from zhiku.db, and rewritten at a writable open."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ committed row, and a document is its old or its new version.
 
 Opening maps the files (no row is decoded) and reads the live rowids from an index; another process's commits
 are applied incrementally (rows past the last seen rowid, tombstones newer than the last seen version), or the
-files mapped anew after a compaction. A file that is missing or does not match the BLOBs (e.g. after a power
-loss) is rewritten from them at the next writable open; until then it is served from the BLOBs in memory.
+files mapped anew after a compaction. A file that fails its checksums (``_vector_files.verify``) is rewritten
+from the BLOBs at the next writable open; until then it is served from the BLOBs in memory.
 """
 
 from __future__ import annotations
