@@ -1,5 +1,4 @@
-"""The `zhiku` command line: parses flags, calls the library, formats the result. Errors are one ``error:`` line
-on stderr and a non-zero exit; ``--json`` prints exactly one JSON object on stdout."""
+"""The `zhiku` command line: parses flags, calls the library, formats the result."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
 
 from zhiku.cli import eval as eval_cmds
 from zhiku.cli import models as models_cmds
@@ -28,11 +26,8 @@ from zhiku.cli.common import (
     _print_json,
     _progress,
     err,
-    filter_note,
     out,
-    some_path_exists,
     table,
-    unsupported_note,
 )
 from zhiku.errors import InvalidInput, NotFound
 from zhiku.settings import load_settings
@@ -47,6 +42,39 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the effective settings.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+
+
+def some_path_exists(paths: list[Path]) -> None:
+    """A typo in the only path would make an empty index in the current folder."""
+    if paths and not any(p.expanduser().exists() for p in paths):
+        names = ", ".join(str(p) for p in paths)
+        raise InvalidInput(
+            f"no such file or folder: {names} (nothing was ingested; check the path, relative ones start at "
+            f"{Path.cwd()})"
+        )
+
+
+def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
+    from zhiku.api import supported_suffixes
+
+    files = sum(n for _, n in counts)
+    kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
+    hint = "; save .doc files as .docx" if any(suffix == ".doc" for suffix, _ in counts) else ""
+    return (
+        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
+        f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
+    )
+
+
+def filter_note(kb: Any, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
+    """Why ``--source``/``--type`` left nothing, for stderr and ``--json``."""
+    if not (source or doc_type):
+        return None
+    given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
+    hint = kb.filter_hint(collection, source, doc_type) or "loosen or drop them"
+    return (
+        f"no passage matched the filters ({given}): {hint}; `zhiku documents` lists the sources and types as ingested"
+    )
 
 
 @app.command()
@@ -154,12 +182,14 @@ def _some(names: Sequence[str]) -> str:
 
 
 def _print_transforms(t: Any) -> None:
-    """Under the ingest summary: applied counts and LLM usage, then one line per issue, or per reason shared by
-    several chunks (a dead endpoint fails every chunk the same way), and what the next ingest does about them."""
+    """One line per issue, or per reason shared by several chunks (a dead endpoint fails every one alike)."""
     if t is None:
         return
-    applied = ", ".join(f"{name} {n}" for name, n in t.applied)
-    out.print(f"transforms: {applied} · {_usage(t.usage)}", markup=False)
+    u, approx = t.usage, "≈" if t.usage.estimated else ""
+    applied = ", ".join(f"{name} {n}" for name, n in t.applied) + f" · LLM: {u.calls} requests, {u.cached} from cache"
+    tokens = f"{approx}{u.prompt_tokens} input + {approx}{u.completion_tokens} output tokens"
+    cost = f" · {approx}{u.cost:.4f} {u.currency}" if u.cost else ""
+    out.print(f"transforms: {applied} · {tokens}{cost}", markup=False)
     groups: dict[tuple[str, str, bool], list[Any]] = {}
     for i in t.issues:
         groups.setdefault((i.transform, i.reason, i.chunk_id is None), []).append(i)
@@ -179,15 +209,6 @@ def _print_transforms(t: Any) -> None:
         then = "a plain `zhiku ingest` does not ask again (no cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back"
     if t.retried or any(i.unreached for i in t.issues):
         err.print(f"  the endpoint gave no answer for some chunks: {then}", markup=False)
-
-
-def _usage(u: Any) -> str:
-    approx = "≈" if u.estimated else ""
-    cost = f" · {approx}{u.cost:.4f} {u.currency}" if u.cost else ""
-    return (
-        f"LLM: {u.calls} requests, {u.cached} from cache · {approx}{u.prompt_tokens} input + "
-        f"{approx}{u.completion_tokens} output tokens{cost}"
-    )
 
 
 def _print_plan(plan: Any, as_json: bool) -> None:
@@ -433,9 +454,10 @@ def history(
         return
     print_history(out, runs)
     if llm:
-        usage = Table(title="LLM transforms")
-        for col in ("collection", "source", "transforms", "requests", "cached", "tokens in/out", "cost", "issues"):
-            usage.add_column(col)
+        usage = table(
+            ("collection", "source", "transforms", "requests", "cached", "tokens in/out", "cost", "issues"),
+            title="LLM transforms",
+        )
         for r in llm:
             u = r.usage
             cost = f"{u.cost:.4f} {u.currency}" if u.cost else "-"

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from zhiku.errors import InvalidInput, ZhikuError
+from zhiku.errors import ZhikuError
 from zhiku.settings import DEFAULT_CONFIG_FILE, Settings
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ def _errors(as_json: bool = False) -> Iterator[None]:
 
 
 def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
-    """The knowledge base, with a hint for the two ways a newcomer misses an index: ``--index`` naming the
-    database file, and a relative index looked for outside the project's folder."""
+    """With a hint for two ways a newcomer misses an index: a file given, a relative index outside the project."""
     from zhiku.api import KnowledgeBase
     from zhiku.errors import ConfigError, IndexNotFound
 
@@ -94,8 +93,7 @@ def _progress(enabled: bool, label: str, lines: bool = False) -> Iterator[Progre
 
 
 def _line_progress(label: str) -> Progressed:
-    """The first document, then every ``PROGRESS_EVERY`` documents or ``PROGRESS_SECONDS``, every note of
-    embedded chunks, a changed note (an LLM transform's chunks) at most every ``PROGRESS_SECONDS``, the end."""
+    """The first and last document, every embedded-chunks note; else at most every N documents or seconds."""
     from zhiku.api import is_chunk_note
 
     started = last = time.monotonic()
@@ -126,42 +124,8 @@ def _print_json(obj: Any) -> None:
 def table(
     names: Sequence[str], *, whole: Sequence[str] = (), texts: Sequence[str] = (), title: str | None = None
 ) -> Table:
-    """Columns ``whole`` (ids, numbers) stay on one line and ``texts`` (paths, messages) fold: Rich fits a table
-    to the terminal (80 columns when piped) by cutting cells, and a cut id or path is useless."""
+    """``whole`` columns (ids) stay on one line, ``texts`` (paths) fold: Rich fits a table by cutting cells."""
     t = Table(title=title)
     for name in names:
         t.add_column(name, no_wrap=name in whole, overflow="fold" if name in texts else "ellipsis")
     return t
-
-
-def some_path_exists(paths: list[Path]) -> None:
-    """A typo in the only path would make an empty index in the current folder."""
-    if paths and not any(p.expanduser().exists() for p in paths):
-        names = ", ".join(str(p) for p in paths)
-        raise InvalidInput(
-            f"no such file or folder: {names} (nothing was ingested; check the path, relative ones start at "
-            f"{Path.cwd()})"
-        )
-
-
-def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
-    from zhiku.api import supported_suffixes
-
-    files = sum(n for _, n in counts)
-    kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
-    hint = "; save .doc files as .docx" if any(suffix == ".doc" for suffix, _ in counts) else ""
-    return (
-        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
-        f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
-    )
-
-
-def filter_note(kb: KnowledgeBase, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
-    """Why ``--source``/``--type`` left nothing, for stderr and ``--json``."""
-    if not (source or doc_type):
-        return None
-    given = " ".join(f"{flag} {v!r}" for flag, v in (("--source", source), ("--type", doc_type)) if v)
-    hint = kb.filter_hint(collection, source, doc_type) or "loosen or drop them"
-    return (
-        f"no passage matched the filters ({given}): {hint}; `zhiku documents` lists the sources and types as ingested"
-    )

@@ -27,9 +27,7 @@ ManifestOpt = Annotated[
 def _manifest_path(config: Path | None, manifest: Path | None) -> Path:
     from zhiku.modelhub.pinning import USER_MANIFEST
 
-    return (
-        manifest if manifest is not None else (load_settings(config).cache_dir or _default_cache_dir()) / USER_MANIFEST
-    )
+    return manifest or (load_settings(config).cache_dir or _default_cache_dir()) / USER_MANIFEST
 
 
 def _hf_cache() -> Path:

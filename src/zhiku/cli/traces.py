@@ -1,5 +1,4 @@
-"""Looking inside: `zhiku traces`, `zhiku dashboard`, the stage and rank tables of `zhiku query --verbose`, and
-the ingestion runs of `zhiku traces --id` and `zhiku history` (Streamlit is imported only when the dashboard runs)."""
+"""Looking inside: `zhiku traces`, `zhiku dashboard`, `zhiku query --verbose`'s tables, `zhiku history`'s runs."""
 
 from __future__ import annotations
 
@@ -98,10 +97,7 @@ def print_trace(console: Console, trace: Trace) -> None:
         )
         scores = {row["chunk_id"]: row for row in rerank.data.get("scores", [])}
         for c in rerank.data.get("changes", []):
-            sc, h = (
-                scores.get(c["chunk_id"], {}),
-                hits.get(c["chunk_id"], {}),
-            )  # a sampled-out trace's rows have no labels
+            sc, h = scores.get(c["chunk_id"], {}), hits.get(c["chunk_id"], {})  # a sampled-out trace has no labels
             reranked.add_row(
                 _fmt(c["rank_after"]),
                 _delta(c),

@@ -1,6 +1,4 @@
-"""The conventions every tool meets, checked when the server is built: a snake_case name, a description, a
-when-to-use, an example, at most 2,048 characters, every parameter documented, JSON examples that fit. A
-violation is one ``ToolDefinitionError`` line naming the tool, its origin, what is wrong and the fix."""
+"""The conventions every tool meets, checked when the server is built; a violation is one line naming the fix."""
 
 from __future__ import annotations
 

@@ -1,22 +1,5 @@
-"""The checks in front of the SDK's Streamable HTTP app, outermost first:
-
-1. **Host and Origin** (:class:`HostOriginGuard`): a ``Host`` that is not loopback, the bind address or in
-   ``server.allowed_hosts`` gets **421**; an ``Origin`` that is neither loopback nor in ``server.allowed_origins``
-   gets **403** (the spec's MUST); requests without ``Origin`` pass. Ours, because the SDK's
-   ``TransportSecurityMiddleware`` matches ``name:*`` as a prefix (``127.0.0.1:1@evil.example`` passes
-   ``127.0.0.1:*``) and compares case-sensitively (``tests/test_http_security.py`` shows both).
-2. **CORS**: Starlette's ``CORSMiddleware``: an origin in ``server.allowed_origins`` (exact, or ``scheme://*``) is
-   echoed in ``Access-Control-Allow-Origin`` (never ``*``) and preflights are answered.
-3. **Bearer token** (:class:`RequireToken`, constant-time compare): without it every path but ``GET /healthz``
-   and preflights gets **401**.
-4. **Size**: the SDK's ``RequestBodyLimitMiddleware`` (``MAX_REQUEST_BYTES``) gives **413**.
-5. **JSON-RPC shape**: :class:`zhiku.mcp.jsonrpc.JsonRpcGuard` (400 with the JSON-RPC error).
-
-Every error response is JSON, ``{"error": {"code", "message"}}`` (:class:`JsonErrors` rewrites the plain-text
-ones the libraries send). :func:`check_bind` refuses a non-loopback bind without a token, and a blank or short
-token anywhere. Below the app, :func:`http_protocol` bounds connections (read time, count per address) and
-:func:`cap_sessions` the SDK's sessions; each limit hit is logged at most once a minute (:func:`limit_hit`).
-"""
+"""The checks in front of the SDK's Streamable HTTP app (Host and Origin, CORS, bearer token, body size, JSON-RPC
+shape), every error as JSON ``{"error": {"code", "message"}}``, and the connection and session limits under it."""
 
 from __future__ import annotations
 
@@ -58,8 +41,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(server: ServerSettings) -> None:
-    """Raise ``ConfigError`` when the HTTP settings would expose the index unauthenticated, or name a token no
-    client could send (blank, with spaces) or guess too easily (under ``MIN_TOKEN_CHARS`` characters)."""
+    """Refuse an unauthenticated non-loopback bind, a token no client could send or easy to guess, a bad origin."""
     token = server.token
     if token is not None and (len(token) < MIN_TOKEN_CHARS or token != token.strip() or " " in token):
         raise ConfigError(
@@ -80,8 +62,7 @@ def check_bind(server: ServerSettings) -> None:
 
 
 def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
-    """Fail before anything loads when ``host:port`` cannot be bound (a server would fail only after loading the
-    models), naming the host when it is not this machine's."""
+    """Fail before the models load when ``host:port`` cannot be bound."""
     import errno
     import socket
 
@@ -101,8 +82,7 @@ def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
 
 async def _reply(send: Send, status: int, code: str, message: str, headers: list[Any] | None = None) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False).encode()
-    length = str(len(body)).encode()
-    start_headers = [(b"content-type", b"application/json"), (b"content-length", length), *(headers or [])]
+    start_headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *(headers or [])]
     await send({"type": "http.response.start", "status": status, "headers": start_headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -115,7 +95,8 @@ def _code(status: int) -> str:
 
 
 class HostOriginGuard:
-    """421 for a foreign ``Host``, 403 for a foreign ``Origin``; the ``Host`` passed on is lower case."""
+    """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (the SDK's check matches ``name:*`` as a prefix and
+    is case-sensitive); the ``Host`` passed on is lower case."""
 
     def __init__(self, app: ASGIApp, server: ServerSettings) -> None:
         self.app = app
@@ -137,7 +118,6 @@ class HostOriginGuard:
         return m is not None and (m.group(1) in self.names or host.lower() in self.exact)
 
     def origin_allowed(self, origin: str) -> bool:
-        """Loopback, or equal to an allowed origin, or of a ``scheme://*`` one's scheme."""
         return _LOOPBACK_ORIGIN.fullmatch(origin) is not None or any(
             origin.startswith(p[:-1]) and len(origin) > len(p) - 1 if p.endswith("://*") else origin == p
             for p in self.cors_origins
@@ -180,8 +160,7 @@ class RequireToken:
 
 
 class JsonErrors:
-    """Rewrites error responses that are not JSON (the libraries' plain-text 400/403/413/421…) into
-    ``{"error": {"code", "message"}}``, keeping status and other headers."""
+    """The libraries' plain-text error responses rewritten as JSON, status and other headers kept."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -211,7 +190,6 @@ class JsonErrors:
 
 
 def build_http_app(sdk_app: ASGIApp, server: ServerSettings) -> ASGIApp:
-    """``sdk_app`` (the SDK's Streamable HTTP app) behind the checks in the module docstring."""
     from mcp.server.transport_security import RequestBodyLimitMiddleware
     from starlette.middleware.cors import CORSMiddleware
 
@@ -239,7 +217,7 @@ _logged: dict[str, float] = {}
 
 
 def limit_hit(limit: str, message: str) -> None:
-    """Log that ``limit`` refused something: at most one line a minute per limit, with the count since the last."""
+    """At most one log line a minute per limit, with the count since the last."""
     _hits[limit] += 1
     now = time.monotonic()
     if limit not in _logged or now - _logged[limit] >= LIMIT_LOG_EVERY_S:
@@ -250,9 +228,8 @@ def limit_hit(limit: str, message: str) -> None:
 def http_protocol(
     per_address: int = MAX_CONNECTIONS_PER_ADDRESS, read_timeout_s: float = READ_TIMEOUT_S
 ) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol, but a connection is closed when a request (headers and body) has not arrived whole
-    ``read_timeout_s`` after it began or after the connection opened, and one more than ``per_address`` from an
-    address is answered 503 and closed. An open response stream (SSE) is not a request being read."""
+    """uvicorn's h11 protocol closing a connection whose request is not whole ``read_timeout_s`` after it began
+    (slowloris; an open SSE stream is not a request being read), and answering 503 over ``per_address``."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 

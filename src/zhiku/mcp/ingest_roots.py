@@ -1,8 +1,4 @@
-"""The ingest-root policy of the MCP server: which folders ``ingest_documents`` may read.
-
-Messages here are for an agent: they name the path it gave and what it can do (list_collections shows the
-roots), never a CLI command.
-"""
+"""Which folders ``ingest_documents`` may read; messages name the path and a fix an agent can take."""
 
 from __future__ import annotations
 
@@ -17,24 +13,20 @@ SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
 
 
 class PathNotAllowed(InvalidInput):
-    """An ingest path outside ``server.ingest_roots``."""
-
     code = "PATH_NOT_ALLOWED"
 
 
 def ingest_roots(settings: Settings) -> list[Path]:
-    """The configured roots, resolved (symlinks followed)."""
     return [Path(r).expanduser().resolve() for r in settings.server.ingest_roots]
 
 
 def shown_roots(settings: Settings) -> list[str] | None:
-    """What list_collections shows: the roots when this server has the ingest tool, else None."""
+    """What list_collections shows: None when the server has no ingest tool."""
     return None if settings.server.read_only else [str(r) for r in ingest_roots(settings)]
 
 
 def allowed_paths(settings: Settings, paths: Sequence[str]) -> tuple[list[Path], dict[Path, str]]:
-    """``paths`` resolved (symlinks followed), each under an ingest root, and the files in their folders that
-    link outside every root: those are skipped, each with its reason."""
+    """``paths`` resolved under the roots, and the files in them that link outside every root, with the reason."""
     roots = ingest_roots(settings)
     if not roots:
         raise PathNotAllowed(

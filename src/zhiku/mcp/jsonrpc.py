@@ -1,13 +1,5 @@
-"""JSON-RPC 2.0 checks in front of the MCP SDK, on both transports (no SDK import here).
-
-The SDK answers some malformed messages badly: over stdio a line that is not JSON, ``"jsonrpc": "1.0"``,
-``[]`` or ``null`` gets no reply at all (the client waiting on that id hangs); over HTTP a request whose
-``id`` is an object, an array or null is taken for a notification (``202``, no error), and a message that is
-not a JSON-RPC object gets ``-32602`` instead of ``-32600``. :func:`check_message` decides what the spec says
-(``-32700`` parse error, ``-32600`` invalid request, ``-32602`` invalid params for the shapes of
-``tools/call`` and ``resources/read``); :class:`JsonRpcGuard` applies it to HTTP POST bodies and
-``transport.serve_stdio`` to stdio lines. Everything else goes to the SDK unchanged.
-"""
+"""JSON-RPC 2.0 checks in front of the MCP SDK, on both transports: the SDK leaves some malformed messages
+unanswered over stdio (the client hangs) and takes an object or null ``id`` for a notification over HTTP."""
 
 from __future__ import annotations
 
@@ -32,8 +24,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Rejection:
-    """Why a message is not passed on, and the JSON-RPC error response that says so."""
-
     code: int
     message: str
     id: str | int | None = None
@@ -102,8 +92,7 @@ def check_message(raw: str | bytes) -> Rejection | None:
 
 
 class JsonRpcGuard:
-    """ASGI middleware: a POST to ``path`` whose body :func:`check_message` rejects gets HTTP 400 with the
-    JSON-RPC error; others reach ``app`` with their body replayed. Put it behind the body-size limit."""
+    """A POST to ``path`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed."""
 
     def __init__(self, app: ASGIApp, path: str) -> None:
         self.app = app

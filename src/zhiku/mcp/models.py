@@ -1,5 +1,4 @@
-"""Typed inputs and outputs of the MCP tools: each output model is a tool's ``outputSchema``, its ``to_markdown()``
-the text block sent with it."""
+"""The MCP tools' typed inputs and outputs: an output model is a tool's ``outputSchema``, ``to_markdown()`` its text."""
 
 from __future__ import annotations
 
@@ -64,9 +63,7 @@ class QueryFilters(BaseModel):
 class CitationOut(_Out):
     n: int = Field(description="The [n] marker used in the answer.")
     chunk_id: str
-    doc_id: str = Field(
-        "", description="The document's id, for `get_document_summary` and zhiku://doc/{doc_id} (full form only)."
-    )
+    doc_id: str = Field("", description="Document id for get_document_summary, zhiku://doc/{doc_id} (full form only).")
     source: str = Field("", description="Source path as ingested (full form only).")
     page: int | None = Field(None, description="Page number when the format has pages.")
     section: str = Field(
@@ -74,8 +71,7 @@ class CitationOut(_Out):
     )
     score: float = Field(
         0.0,
-        description="Fused ranking score (RRF or z-score in hybrid mode) before any reranking; only its order is "
-        "meaningful (full form only).",
+        description="Fused score (RRF or z-score) before any reranking; only its order is meaningful (full form only).",
     )
     text: str = Field("", description="The passage, cut to fit the answer budget when `truncated` (full form only).")
     truncated: bool = Field(False, description="True when `text` is a snippet; read the full chunk at `uri`.")
@@ -89,8 +85,7 @@ class CitationOut(_Out):
         None, description="The LLM-written context situating the passage in its document (contextual transform)."
     )
     refined: str | None = Field(
-        None,
-        description="The cleaned text that was indexed instead of `text` (refine transform); `text` is the original.",
+        None, description="The cleaned text indexed instead of `text` (refine transform); `text` is the original."
     )
     title: str | None = Field(None, description="The passage's title (metadata transform).")
     tags: list[str] | None = Field(None, description="The passage's tags (metadata transform).")
@@ -110,9 +105,7 @@ class QueryResult(_Out):
     query: str = Field("", description="The question as sent (full form only: the text block begins with it).")
     mode: Literal["bm25", "dense", "hybrid"]
     answer: str = Field(
-        "",
-        description="Markdown: numbered passages with [n] markers and a sources list (full form only: by default it "
-        "is the text block, and structuredContent carries ids and scores).",
+        "", description="Markdown: passages with [n] markers and sources (full form only: by default the text block)."
     )
     citations: list[CitationOut]
     images: list[ImageRef] = Field(
@@ -132,12 +125,11 @@ class QueryResult(_Out):
     )
     rewrite: str = Field(
         "off",
-        description="Query rewriting (`retrieval.rewrite`): `off`, `ok` (the query's rewrites were searched and fused) or `fallback: <reason>` (the LLM failed or timed out; the plain query was searched).",
+        description="Query rewriting: `off`, `ok` (rewrites searched too) or `fallback: <reason>` (plain query only).",
     )
     _passages: bool = PrivateAttr(False)
     rerank: str = Field(
-        "off",
-        description="`off` (no reranker), `ok` (citations in the reranker's order) or `fallback: <reason>` (the reranker failed or timed out; citations keep the fused order).",
+        "off", description="`off`, `ok` (in the reranker's order) or `fallback: <reason>` (in the fused order)."
     )
 
     def to_markdown(self) -> str:
@@ -152,9 +144,8 @@ class QueryResult(_Out):
         return out
 
     def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
-        """The ``structuredContent``: everything when built ``with_passages(True)``; else only what a program needs
-        beside the text block (per citation its ``n`` and ``chunk_id``, and page, rerank scores, transform fields
-        when set; the confidence and cache flags), so a client forwarding both blocks pays for each passage once."""
+        """Everything ``with_passages(True)``; else no passage text, which the text block carries: a client forwarding
+        both blocks pays for each passage once."""
         if self._passages:
             return self.model_dump(mode=mode)
         compact = self.model_dump(
@@ -217,15 +208,8 @@ class CollectionsResult(_Out):
             parts.append("**集合 / Collections:** " + ", ".join(c.name for c in self.collections))
         else:
             rows = [f"| {c.name} | {c.documents} | {c.chunks} | {c.chars} |" for c in self.collections]
-            parts.append(
-                "\n".join(
-                    [
-                        "| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |",
-                        "| --- | --- | --- | --- |",
-                        *rows,
-                    ]
-                )
-            )
+            head = ["| 集合 collection | 文档 documents | 分块 chunks | 字符 chars |", "| --- | --- | --- | --- |"]
+            parts.append("\n".join(head + rows))
         return "\n\n".join(parts)
 
 
@@ -247,14 +231,13 @@ class DocumentSummary(_Out):
     size_bytes: int
     ingested_at: str = Field(description="Ingestion time, ISO 8601 UTC.")
     summary: str | None = Field(
-        None,
-        description="The document's summary: written by the LLM when the `metadata` transform ran, else extracted (its top sentences); see `summary_kind`.",
+        None, description="Written by the LLM (metadata transform), else its top sentences; see `summary_kind`."
     )
     summary_kind: Literal["llm", "extractive"] | None = Field(
         None, description="`llm` (metadata transform) or `extractive` (top sentences and TextRank keywords, no LLM)."
     )
     keywords: list[str] = Field(
-        default_factory=list, description="The LLM's tags (metadata transform), else TextRank keywords."
+        default_factory=list, description="The LLM's tags (metadata transform), else TextRank's."
     )
     uri: str = Field(description="Resource URI of the full text (zhiku://doc/{doc_id}).")
 
@@ -294,9 +277,7 @@ class TransformsOut(_Out):
     applied: dict[str, int] = Field(description="Chunks (and documents) each LLM transform enriched in this run.")
     kept_without: int = Field(description="Chunks or documents kept without a transform (indexed as usual).")
     reasons: list[str] = Field(description="The most frequent reasons they were kept without it, with counts.")
-    retried: bool = Field(
-        description="The endpoint gave no answer for some: the next ingest of these files asks again."
-    )
+    retried: bool = Field(description="No answer for some: the next ingest of these files asks the endpoint again.")
 
 
 def transforms_out(t: TransformReport | None) -> TransformsOut | None:
@@ -317,8 +298,7 @@ class IngestResult(_Out):
     skipped: list[str]
     failed: list[IngestFailure]
     needs_ocr: list[NeedsOcr] = Field(
-        default_factory=list,
-        description="Ingested documents with scanned pages that are not searchable (install zhiku[ocr] and re-ingest).",
+        default_factory=list, description="Documents with scanned pages not searchable (install zhiku[ocr], re-ingest)."
     )
     chunks_written: int
     seconds: float

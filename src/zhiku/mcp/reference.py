@@ -9,6 +9,7 @@ from typing import Any
 
 _BOUNDS = {"minLength": "min length", "maxLength": "max length", "minimum": "≥", "maximum": "≤"}
 _BOUNDS |= {"minItems": "min items", "maxItems": "max items", "pattern": "pattern"}
+_HINTS = {"read-only": "read_only_hint", "destructive": "destructive_hint", "idempotent": "idempotent_hint"}
 
 
 def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
@@ -40,24 +41,15 @@ def _cell(text: str) -> str:
 
 
 def _fields(schema: dict[str, Any], with_default: bool = True) -> list[str]:
-    defs = schema.get("$defs", {})
-    required = set(schema.get("required", []))
-    head = (
-        "| name | type | required | default | bounds | description |"
-        if with_default
-        else "| name | type | description |"
-    )
-    rows = [head, "| --- | --- | --- | --- | --- | --- |" if with_default else "| --- | --- | --- |"]
+    defs, required = schema.get("$defs", {}), set(schema.get("required", []))
+    cols = ["name", "type", *(["required", "default", "bounds"] if with_default else []), "description"]
+    rows = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for name, prop in schema.get("properties", {}).items():
-        desc = _cell(prop.get("description", ""))
+        cells = [f"`{name}`", _type(prop, defs)]
         if with_default:
             default = "" if name in required else f"`{json.dumps(prop.get('default'), ensure_ascii=False)}`"
-            rows.append(
-                f"| `{name}` | {_type(prop, defs)} | {'yes' if name in required else 'no'} | {default} | "
-                f"{_cell(_bounds(prop))} | {desc} |"
-            )
-        else:
-            rows.append(f"| `{name}` | {_type(prop, defs)} | {desc} |")
+            cells += ["yes" if name in required else "no", default, _cell(_bounds(prop))]
+        rows.append("| " + " | ".join([*cells, _cell(prop.get("description", ""))]) + " |")
     for def_name, sub in defs.items():
         rows += ["", f"`{def_name}`:", "", *_fields(sub, with_default)]
     return rows
@@ -77,29 +69,11 @@ def render(
         "",
     ]
     for t in tools:
-        ann = t.annotations
-        hints = [
-            name
-            for name, on in (
-                ("read-only", ann and ann.read_only_hint),
-                ("destructive", ann and ann.destructive_hint),
-                ("idempotent", ann and ann.idempotent_hint),
-            )
-            if on
-        ]
+        hints = ", ".join(name for name, attr in _HINTS.items() if getattr(t.annotations, attr, None)) or "none"
         lines += [f"## `{t.name}` — {t.title}", ""]
         if t.name in write_tools:
             lines += ["_Hidden when the server runs read-only (`--read-only`)._", ""]
-        lines += [
-            f"Hints: {', '.join(hints) or 'none'}.",
-            "",
-            t.description or "",
-            "",
-            "### Input",
-            "",
-            *_fields(t.input_schema),
-            "",
-        ]
+        lines += [f"Hints: {hints}.", "", t.description or "", "", "### Input", "", *_fields(t.input_schema), ""]
         if t.output_schema:
             lines += ["### Output", "", *_fields(t.output_schema, with_default=False), ""]
     lines += ["## Resource templates", "", "| URI template | MIME type | description |", "| --- | --- | --- |"]

@@ -1,6 +1,5 @@
-"""The one path every tool, resource and prompt is registered through, built-in, script and plugin alike: the
-conventions checked, ``Hub``/``KnowledgeBase``/``Context`` injected, sync code run in a worker thread, errors
-turned into ``isError`` results with a stable code (an unexpected traceback goes to the log, never the client)."""
+"""The one path every tool, resource and prompt is registered through: conventions checked, ``Hub``/``KnowledgeBase``/
+``Context`` injected, sync code in a worker thread, errors as ``isError`` results with a stable code."""
 
 # No `from __future__ import annotations`: the wrappers' signatures are built from real annotation objects.
 import functools
@@ -74,8 +73,7 @@ class State:
 
 
 def error_result(code: str, message: str, retryable: bool = False) -> CallToolResult:
-    """No ``structuredContent``: the TypeScript SDK (the Inspector) validates it against the output schema even on
-    errors."""
+    # no structuredContent: the TypeScript SDK (the Inspector) validates it against the output schema even on errors
     err = ErrorInfo(code=code, message=message, retryable=retryable)
     return CallToolResult(
         content=[TextContent(type="text", text=err.to_markdown())],
@@ -109,14 +107,11 @@ def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
 
 @dataclass
 class Registry:
-    """``models`` lets the middleware explain a call the SDK rejected; ``current`` gives resources the running
-    state (the SDK passes static ones no Context)."""
-
     server: MCPServer
     models: dict[str, type[BaseModel]]
     read_only: bool
     cache: Cache[Any]
-    current: Callable[[], State | None]
+    current: Callable[[], State | None]  # for resources: the SDK passes static ones no Context
     origins: dict[str, str] = field(default_factory=dict)  # tool name -> where it was defined
 
     def add_tool(self, spec: ToolSpec) -> None:
@@ -235,20 +230,14 @@ def _adapt(
     wrapper: Callable[..., Any], fn: Callable[..., Any], name: str, params: dict[str, Any]
 ) -> Callable[..., Any]:
     """``wrapper`` dressed as ``fn`` with only ``params`` (name → annotation), which the SDK turns into a schema."""
-    original = inspect.signature(fn).parameters
+    original, empty = inspect.signature(fn).parameters, inspect.Parameter.empty
     returns = get_type_hints(fn, include_extras=True).get("return", inspect.Signature.empty)
-    wrapper.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [
-            inspect.Parameter(
-                k,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=original[k].default if k in original else inspect.Parameter.empty,
-                annotation=v,
-            )
-            for k, v in params.items()
-        ],
-        return_annotation=returns,
-    )
+    kw = inspect.Parameter.KEYWORD_ONLY
+    signature = [
+        inspect.Parameter(k, kw, default=getattr(original.get(k), "default", empty), annotation=v)
+        for k, v in params.items()
+    ]
+    wrapper.__signature__ = inspect.Signature(signature, return_annotation=returns)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {**params, **({} if returns is inspect.Signature.empty else {"return": returns})}
     wrapper.__name__ = wrapper.__qualname__ = name
     wrapper.__doc__ = fn.__doc__

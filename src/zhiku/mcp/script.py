@@ -1,5 +1,4 @@
-"""Starting the server: `zhiku serve`, and ``zhiku.serve(...)`` for a team's script with its own tools. A start-up
-problem is one ``error:`` line on stderr and exit 1: MCP clients show stderr to their users."""
+"""`zhiku serve` and ``zhiku.serve(...)``; a start-up problem is one ``error:`` line on stderr (clients show it)."""
 
 from __future__ import annotations
 

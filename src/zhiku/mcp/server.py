@@ -1,12 +1,4 @@
-"""The MCP server: ``build_server(settings) -> MCPServer``, the builder every surface uses.
-
-A lifespan opens the index and loads the models once (``Hub.open``); tools run the library in worker threads.
-Reads run concurrently, ingests and deletes one at a time without holding up reads (``concurrency.py``). Every
-tool failure is an ``isError`` result carrying a stable code (``registry.py``). Under stdio nothing but protocol
-reaches stdout.
-
-``python -m zhiku.mcp.server --tool-reference`` prints the tool reference (docs/mcp-tools.md) from the real schemas.
-"""
+"""The MCP server builder every surface uses; ``--tool-reference`` prints docs/mcp-tools.md from the real schemas."""
 
 from __future__ import annotations
 
@@ -54,10 +46,8 @@ def build_server(
     plugins: bool = True,
     open_hub: Callable[[Settings], Hub] = Hub.open,
 ) -> MCPServer:
-    """The MCP server for ``settings``: the built-in knowledge tools, then ``tools`` (plain typed functions, see
-    ``zhiku.extensions``), ``resources`` and ``prompts``, then the ``zhiku.tools`` plugins (unless ``plugins=False``);
-    ``hooks`` run around every tool call. A tool breaking the conventions raises ``ToolDefinitionError`` here (a
-    plugin's is logged and skipped). Nothing is opened until a transport enters the lifespan."""
+    """The built-in tools, then ``tools``, ``resources``, ``prompts`` and the ``zhiku.tools`` plugins (a broken
+    plugin is logged and skipped); nothing is opened until a transport enters the lifespan."""
     read_only = settings.server.read_only
     running: list[State] = []  # the state while the lifespan holds an open hub
 
@@ -116,7 +106,7 @@ def build_server(
 
 
 def _origin(fn: Any) -> str:
-    """Where a script's function is defined, for error messages: ``custom_server.py:12``."""
+    """``custom_server.py:12``, for error messages."""
     try:
         target = getattr(fn, "fn", fn)
         return f"{Path(inspect.getsourcefile(target) or '?').name}:{inspect.getsourcelines(target)[1]}"
@@ -125,8 +115,7 @@ def _origin(fn: Any) -> str:
 
 
 def _middleware(tools: dict[str, type[BaseModel]], read_only: bool, hooks: Hooks) -> Callable[..., Any]:
-    """Unknown tools are protocol errors, calls the SDK rejected get zhiku's error shape and codes, hooks run
-    around every tool call, and ``resources/list`` pages through the indexed documents."""
+    """Unknown tools are protocol errors, SDK rejections get zhiku's error shape, ``resources/list`` pages docs."""
 
     async def call_tool(ctx: Any, call_next: Callable[[Any], Any], name: str, arguments: Any) -> Any:
         result = await call_next(ctx)
@@ -183,7 +172,6 @@ def _offset(cursor: Any) -> int:
 
 
 def tool_reference(settings: Settings | None = None) -> str:
-    """docs/mcp-tools.md: every tool, resource template and prompt, from the real schemas."""
     from zhiku.mcp.reference import render
 
     server = build_server(settings or Settings.model_validate({}), plugins=False, open_hub=lambda s: None)  # type: ignore[arg-type,return-value]

@@ -20,7 +20,6 @@ log = logging.getLogger("zhiku.mcp.server")
 
 
 def http_app(server: MCPServer, settings: Settings) -> Any:
-    """The Streamable HTTP ASGI app behind zhiku's security checks (``zhiku.mcp.http_security``)."""
     from mcp.server.transport_security import TransportSecuritySettings
 
     from zhiku.mcp.http_security import PATH, build_http_app, cap_sessions
@@ -40,35 +39,26 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
 
 
 def preflight(settings: Settings) -> None:
-    """Fail fast, before any transport starts: bad HTTP exposure, or an index that cannot be opened. An index
-    without documents (read-write: created now when missing) is served with a warning: a typo in a client's
-    ``--index`` must not pass unnoticed."""
+    """Fail before any transport starts; warn of an empty index (a typo in a client's ``--index``)."""
     from zhiku.api import KnowledgeBase
     from zhiku.mcp.http_security import check_bind, check_port_free
 
     if settings.server.transport == "http":
         check_bind(settings.server)
-        check_port_free(
-            settings.server.host,
-            settings.server.port,
-            what="HTTP",
-            fix="another `zhiku serve`? pass --port N (or set server.port), or stop what holds it",
-        )
+        fix = "another `zhiku serve`? pass --port N (or set server.port), or stop what holds it"
+        check_port_free(settings.server.host, settings.server.port, what="HTTP", fix=fix)
     with KnowledgeBase(settings, read_only=settings.server.read_only) as kb:  # read-only: IndexNotFound if missing
         empty = not any(c.documents for c in kb.collections())
     if empty:
         where = settings.index.resolve()
         log.warning(
-            "the index at %s holds no documents: every query will find nothing. If the path is a typo, fix "
-            "--index in the client's configuration; else add documents with `zhiku ingest PATH --index %s` or "
-            "the ingest_documents tool",
-            where,
-            where,
+            f"the index at {where} holds no documents: every query will find nothing. If the path is a typo, fix "
+            f"--index in the client's configuration; else add documents with `zhiku ingest PATH --index {where}` or "
+            "the ingest_documents tool"
         )
 
 
 def serve_built(server: MCPServer, settings: Settings) -> None:
-    """Serve ``server`` until the client disconnects (stdio) or the process is stopped (HTTP)."""
     s = settings.server
     if s.transport == "stdio":
         log.info("zhiku: serving %s over stdio", settings.index)
@@ -98,10 +88,8 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
 
 
 async def serve_stdio(server: MCPServer) -> None:
-    """Run ``server`` over stdin/stdout until stdin closes. The SDK drops a line it cannot parse without a reply
-    (the client waiting on that id hangs): every line is checked first (``jsonrpc.check_message``) and a rejected
-    one is answered through the SDK's own writer, so replies never interleave. A line over ``MAX_REQUEST_BYTES``
-    is refused after reading that much; the rest of it is skipped unkept."""
+    """Every stdin line checked first (the SDK drops what it cannot parse, unanswered); a rejection is answered
+    through the SDK's own writer, so replies never interleave. An over-long line's rest is skipped unkept."""
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
     from mcp.types import jsonrpc_message_adapter

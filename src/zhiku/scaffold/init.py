@@ -1,5 +1,4 @@
-"""``zhiku init DIR``: a ready project: settings, sample documents with their licence, an eval set over them and
-MCP client configurations with absolute paths. Nothing is overwritten unless asked."""
+"""``zhiku init DIR``: settings, sample documents, an eval set and MCP client configs; nothing overwritten unasked."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ class InitReport:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """An MCP client's configuration: each starts ``zhiku serve`` over stdio with absolute paths, since clients
-    start servers from a folder of their own choosing."""
+    """Absolute paths: clients start servers from a folder of their own choosing."""
 
     client: str
     path: str  # relative to the project folder
@@ -111,18 +109,9 @@ def command_of(client: str, text: str) -> list[str]:
 
 
 def clients_readme(command: list[str]) -> str:
-    lines = [
-        "# MCP client configurations",
-        "",
-        "Written by `zhiku init` with this machine's absolute paths; `zhiku doctor` checks them. Each one starts:",
-        "",
-        "```",
-        " ".join(command),
-        "```",
-        "",
-        *(f"- `{c.path}` ({c.client}): {c.where}" for c in CLIENTS),
-    ]
-    return "\n".join(lines) + "\n"
+    head = "Written by `zhiku init` with this machine's absolute paths; `zhiku doctor` checks them. Each one starts:"
+    lines = ["# MCP client configurations", "", head, "", "```", " ".join(command), "```", ""]
+    return "\n".join([*lines, *(f"- `{c.path}` ({c.client}): {c.where}" for c in CLIENTS)]) + "\n"
 
 
 def _value(v: Any) -> str:
@@ -155,9 +144,7 @@ def _section(name: str, model: type[BaseModel], default: BaseModel, values: dict
 
 
 def settings_yaml(values: dict[str, Any], header: str = "") -> str:
-    """Every setting as YAML: ``## text`` describes, ``# key: value`` is a default (remove the ``# `` of it and of
-    its section line to change it), ``key: value`` is set by ``values`` (nested like the settings). Generated from
-    the settings tree, so it cannot drift from it."""
+    """Every setting as YAML: ``## text`` describes, ``# key: value`` is a default, ``key: value`` set by ``values``."""
     defaults = Settings.model_validate({})
     lines = [f"## {h}" if h else "##" for h in header.splitlines()]
     for name, field in Settings.model_fields.items():
@@ -202,8 +189,7 @@ def own_documents(root: Path) -> bool:
 
 
 def create_project(root: Path, *, force: bool = False, samples: bool | None = None) -> InitReport:
-    """Write the project into ``root`` (created if missing), keeping existing files unless ``force``. ``samples``
-    None: the samples unless ``docs/`` holds documents already (they would be ingested and served with them)."""
+    """``samples`` None: unless ``docs/`` holds documents already (the samples would be served with them)."""
     root = root.expanduser()
     if root.exists() and not root.is_dir():
         raise InvalidInput(f"{root} exists and is not a folder: choose another DIR")
