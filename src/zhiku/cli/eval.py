@@ -1,5 +1,4 @@
-"""`zhiku eval` and `zhiku experiment`, and what they share with `zhiku query`: the dataset/model options and
-loading the reranker before queries are timed. The evaluation package is imported inside the commands."""
+"""`zhiku eval` and `zhiku experiment` (the evaluation package is imported inside the commands)."""
 
 from __future__ import annotations
 
@@ -77,15 +76,12 @@ def _dataset(dataset: Path | None, max_queries: int | None) -> Any:
     """``--dataset``, or ./eval.yaml (a project made by `zhiku init` has one)."""
     from zhiku.evaluation.datasets import load_dataset
 
+    kinds = "pass --dataset PATH (a BEIR folder, a YAML set, or a folder with docs/ and eval.yaml)"
     if dataset is None and DEFAULT_DATASET.exists() and not DEFAULT_DATASET.is_file():
-        raise InvalidInput(
-            "./eval.yaml is a folder, not a YAML set: pass --dataset PATH (a BEIR folder, a YAML set, or a folder "
-            "with docs/ and eval.yaml)"
-        )
+        raise InvalidInput(f"./eval.yaml is a folder, not a YAML set: {kinds}")
     if dataset is None and not DEFAULT_DATASET.is_file():
         raise InvalidInput(
-            "no --dataset given and no eval.yaml in this folder: pass --dataset PATH (a BEIR folder, a YAML set, or a "
-            "folder with docs/ and eval.yaml), or run in a project made by `zhiku init`"
+            f"no --dataset given and no eval.yaml in this folder: {kinds}, or run in a project made by `zhiku init`"
         )
     return load_dataset(dataset or DEFAULT_DATASET, max_queries=max_queries)
 

@@ -70,18 +70,9 @@ def print_trace(console: Console, trace: Trace) -> None:
     for c in rows:
         cid = c["chunk_id"]
         h = hits.get(cid) or {"bm25_score": channel["bm25"].get(cid), "dense_score": channel["dense"].get(cid)}
-        ranks.add_row(
-            _fmt(c["rank_after"]),
-            _delta(c),
-            _fmt(c["rank_before"]),
-            _fmt(c["bm25_rank"]),
-            _fmt(h.get("bm25_score"), ".3f"),
-            _fmt(c["dense_rank"]),
-            _fmt(h.get("dense_score"), ".3f"),
-            _fmt(h.get("score"), ".4f"),
-            c.get("source", ""),
-            c.get("section", ""),
-        )
+        cells = [_fmt(c["rank_after"]), _delta(c), _fmt(c["rank_before"]), _fmt(c["bm25_rank"])]
+        cells += [_fmt(h.get("bm25_score"), ".3f"), _fmt(c["dense_rank"]), _fmt(h.get("dense_score"), ".3f")]
+        ranks.add_row(*cells, _fmt(h.get("score"), ".4f"), c.get("source", ""), c.get("section", ""))
     console.print(ranks)
     if fused is not None:
         summary = fused.data.get("summary", {})
@@ -98,15 +89,9 @@ def print_trace(console: Console, trace: Trace) -> None:
         scores = {row["chunk_id"]: row for row in rerank.data.get("scores", [])}
         for c in rerank.data.get("changes", []):
             sc, h = scores.get(c["chunk_id"], {}), hits.get(c["chunk_id"], {})  # a sampled-out trace has no labels
-            reranked.add_row(
-                _fmt(c["rank_after"]),
-                _delta(c),
-                _fmt(c["rank_before"]),
-                _fmt(sc.get("raw"), ".3f"),
-                _fmt(sc.get("sigmoid"), ".3f"),
-                c.get("source") or h.get("source", ""),
-                c.get("section") or h.get("section", ""),
-            )
+            cells = [_fmt(c["rank_after"]), _delta(c), _fmt(c["rank_before"]), _fmt(sc.get("raw"), ".3f")]
+            cells += [_fmt(sc.get("sigmoid"), ".3f"), c.get("source") or h.get("source", "")]
+            reranked.add_row(*cells, c.get("section") or h.get("section", ""))
         console.print(reranked)
 
 

@@ -161,19 +161,13 @@ class QueryResult(_Out):
 def enrich_citations(kb: KnowledgeBase, citations: list[CitationOut]) -> list[CitationOut]:
     """Each citation with what the ingest transforms added: its context, refined text, title and tags."""
     found = kb.enrichments.chunk_enrichments([c.chunk_id for c in citations])
-    return [
-        c
-        if (e := found.get(c.chunk_id)) is None
-        else c.model_copy(
-            update={
-                "context": e.context or None,
-                "refined": e.refined or None,
-                "title": e.title or None,
-                "tags": list(e.tags) or None,
-            }
-        )
-        for c in citations
-    ]
+    out: list[CitationOut] = []
+    for c in citations:
+        if (e := found.get(c.chunk_id)) is not None:
+            update = {k: getattr(e, k) or None for k in ("context", "refined", "title")}
+            c = c.model_copy(update={**update, "tags": list(e.tags) or None})
+        out.append(c)
+    return out
 
 
 FULL_ONLY = {"doc_id", "score", "source", "section", "text", "truncated", "uri", "fused_rank", "refined"}
