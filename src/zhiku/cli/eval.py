@@ -323,13 +323,10 @@ def experiment(
             if not yaml_set:
                 collection = data.name
                 _index(kb, data, as_json)
-
-            def progress_for(v: Any) -> None:
-                if not as_json and err.is_terminal:
-                    err.print(f"running {v.name} …", markup=False)
-
+            show = not as_json and err.is_terminal
+            on_variant = (lambda v: err.print(f"running {v.name} …", markup=False)) if show else None
             result = run_experiment(
-                kb, data, chosen, k=k, collection=collection, on_variant=progress_for, budget=budget, kb_for=other
+                kb, data, chosen, k=k, collection=collection, on_variant=on_variant, budget=budget, kb_for=other
             )
         if out_dir is not None:
             result.save(out_dir)

@@ -28,20 +28,10 @@ from zhiku.mcp.models import (
 from zhiku.mcp.registry import Registry, ok_result
 
 Collection = Annotated[
-    str | None,
-    Field(
-        min_length=1,
-        max_length=64,
-        description="Collection to search (default: all collections). 集合名，默认检索全部。",
-    ),
+    str | None, Field(min_length=1, max_length=64, description="Collection to search (default: all). 集合，默认全部。")
 ]
 DocId = Annotated[
-    str,
-    Field(
-        min_length=1,
-        max_length=512,
-        description="Document id from a citation (e.g. '8a601916a370add6'), or its source path as ingested. 文档 ID。",
-    ),
+    str, Field(min_length=1, max_length=512, description="A citation's doc_id, or a source path as ingested. 文档 ID。")
 ]
 
 
@@ -66,11 +56,7 @@ def query_knowledge_hub(
     ] = None,
     max_chars: Annotated[
         int,
-        Field(
-            ge=1000,
-            le=50000,
-            description="Budget for answer plus citation texts, in characters; passages are cut to fit. 字符预算。",
-        ),
+        Field(ge=1000, le=50000, description="Characters for answer and citations; passages cut to fit. 字符预算。"),
     ] = 12000,
 ) -> Annotated[CallToolResult, QueryResult]:
     args = QueryArgs.of(query, top_k, collection, filters, max_chars)
@@ -106,11 +92,7 @@ def ingest_documents(
     ],
     collection: Annotated[
         str | None,
-        Field(
-            min_length=1,
-            max_length=64,
-            description="Collection to add to (default: the server's default collection). 目标集合。",
-        ),
+        Field(min_length=1, max_length=64, description="Collection to add to (default: the server's). 目标集合。"),
     ] = None,
 ) -> Annotated[CallToolResult, IngestResult]:
     def progress(done: int, total: int, name: str) -> None:

@@ -44,10 +44,7 @@ class QueryFilters(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str | None = Field(
-        None,
-        min_length=1,
-        max_length=512,
-        description="Glob over the source path as ingested, e.g. '劳动合同法*' or 'laws/*.md'.",
+        None, min_length=1, max_length=512, description="Glob over source paths, e.g. '劳动合同法*' or 'laws/*.md'."
     )
     doc_type: str | None = Field(
         None, pattern=r"^[a-z0-9_\-]{1,32}$", description="Document type: 'markdown', 'text', 'pdf', 'docx' or 'html'."
