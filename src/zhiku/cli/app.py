@@ -87,10 +87,7 @@ def ingest(
     ],
     collection: CollectionOpt = None,
     force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Re-index even unchanged files; rebuilds an index made with other models/settings."
-        ),
+        bool, typer.Option("--force", help="Re-index even unchanged files; rebuilds an index of other models/settings.")
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would change; write nothing.")] = False,
     sync: Annotated[
@@ -257,8 +254,7 @@ def query(
         Optional[str], typer.Option("--collection", "-c", help="Search only this collection (default: all of them).")
     ] = None,
     top_k: Annotated[
-        Optional[int],
-        typer.Option("-k", "--top-k", help="Number of passages (1–100; default settings `retrieval.top_k`)."),
+        Optional[int], typer.Option("-k", "--top-k", help="Number of passages (1–100; default `retrieval.top_k`).")
     ] = None,
     mode: Annotated[
         Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid (default settings `retrieval.mode`).")
@@ -289,8 +285,7 @@ def query(
         ),
     ] = None,
     tag: Annotated[
-        Optional[list[str]],
-        typer.Option("--tag", help="Only passages whose tags (metadata transform) include this; repeatable."),
+        Optional[list[str]], typer.Option("--tag", help="Only passages tagged this (metadata transform); repeatable.")
     ] = None,
     rewrite: Annotated[
         Optional[str],
@@ -391,10 +386,7 @@ def documents(
 @app.command()
 def delete(
     ref: Annotated[
-        str,
-        typer.Argument(
-            help="Document id, or its source path as ingested (taken literally; see --glob).", show_default=False
-        ),
+        str, typer.Argument(help="Document id, or source path as ingested (literal; see --glob).", show_default=False)
     ],
     glob: Annotated[
         bool, typer.Option("--glob", help="REF is a pattern over source paths (* ? [..]): delete every match.")
@@ -481,8 +473,7 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
 
 def serve(
     transport: Annotated[
-        Optional[str],
-        typer.Option("--transport", help="stdio | http (default: settings `server.transport`; env ZHIKU_TRANSPORT)."),
+        Optional[str], typer.Option("--transport", help="stdio | http (default: `server.transport`, ZHIKU_TRANSPORT).")
     ] = None,
     host: Annotated[
         Optional[str],

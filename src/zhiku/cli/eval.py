@@ -143,8 +143,7 @@ def eval_(
         Optional[Path], typer.Option("--out", help="Write summary.json, report.md and per_query.json here.")
     ] = None,
     gate: Annotated[
-        Optional[str],
-        typer.Option("--gate", help='Bars that must hold, e.g. "hit@5>=0.9,mrr@10>=0.8"; exit 1 when one is missed.'),
+        Optional[str], typer.Option("--gate", help='Bars to hold, e.g. "hit@5>=0.9,mrr@10>=0.8"; exit 1 if one fails.')
     ] = None,
     baseline: Annotated[
         Optional[Path],

@@ -65,8 +65,7 @@ def verify(
         ),
     ] = None,
     model_id: Annotated[
-        Optional[str],
-        typer.Option("--id", help="Check PATH against this manifest entry (default: the entry it matches)."),
+        Optional[str], typer.Option("--id", help="Check PATH against this manifest entry (default: the matching one).")
     ] = None,
     cache_dir: Annotated[
         Optional[Path],
