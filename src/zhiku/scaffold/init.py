@@ -40,13 +40,8 @@ class InitReport:
 
     def next_steps(self) -> list[str]:
         ask = f'zhiku query "{SAMPLE_QUERY if self.samples else OWN_QUERY}"'
-        return [
-            f"cd {self.root}",
-            f"zhiku ingest {DOCS}",
-            ask,
-            *(["zhiku eval"] if self.samples else []),
-            "zhiku serve",
-        ]
+        evaluate = ["zhiku eval"] if self.samples else []
+        return [f"cd {self.root}", f"zhiku ingest {DOCS}", ask, *evaluate, "zhiku serve"]
 
 
 @dataclass(frozen=True)
