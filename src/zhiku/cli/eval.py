@@ -115,20 +115,6 @@ def _index(kb: Any, data: Any, as_json: bool) -> Any:
         return index_dataset(kb, data, collection=data.name, on_progress=progress)
 
 
-def build_judge(settings: Settings) -> Any:
-    """The judge client, or None when no judge is configured (its API key read here, at the edge)."""
-    from zhiku.evaluation.judge import CACHE_FILE, JudgeCache, JudgeClient
-
-    j = settings.judge
-    if not j.base_url or not j.model:
-        return None
-    if j.api_key_env and j.api_key is None:
-        raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
-    key = j.api_key.get_secret_value() if j.api_key else None
-    cache = JudgeCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
-    return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout_s, cache=cache)
-
-
 def eval_(
     dataset: DatasetOpt = None,
     mode: Annotated[Optional[str], typer.Option("--mode", help="bm25 | dense | hybrid.")] = None,
@@ -174,6 +160,7 @@ def eval_(
     --gate."""
     from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.generation import judge_generation, skipped
+    from zhiku.evaluation.judge import build_judge
     from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate
 

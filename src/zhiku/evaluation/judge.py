@@ -6,9 +6,10 @@ import hashlib
 import json
 from typing import Any
 
-from zhiku.errors import ZhikuError
+from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.llm.cache import ReplyCache, json_object_in
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
+from zhiku.settings import Settings
 
 CACHE_FILE = "judge.sqlite"
 BREAKER = 3  # calls in a row the judge did not answer (after retries): the rest of the run sends none
@@ -80,3 +81,15 @@ class JudgeClient:
             raise JudgeError(f"{self._last} (check judge.base_url)") from None
         self._failing = 0
         return content
+
+
+def build_judge(settings: Settings) -> JudgeClient | None:
+    """The judge client, or None when no judge is configured (its API key read here, at the edge)."""
+    j = settings.judge
+    if not j.base_url or not j.model:
+        return None
+    if j.api_key_env and j.api_key is None:
+        raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
+    key = j.api_key.get_secret_value() if j.api_key else None
+    cache = JudgeCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
+    return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout_s, cache=cache)

@@ -45,15 +45,7 @@ class Stage:
                 self.data[k] = v
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "start_ms": round(self.start_ms, 3),
-            "elapsed_ms": round(self.elapsed_ms, 3),
-            "status": self.status,
-            "calls": self.calls,
-            "counts": self.counts,
-            "data": self.data,
-        }
+        return {**vars(self), "start_ms": round(self.start_ms, 3), "elapsed_ms": round(self.elapsed_ms, 3)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], labels: Mapping[str, Any]) -> Stage:

@@ -7,7 +7,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -160,29 +160,6 @@ class _Root:
                 log.warning("could not write trace %s to %s: %s", t.trace_id, type(sink).__name__, e)
 
 
-class _Join:
-    """A trace opened inside another one adds its attributes to the outer trace and records into it."""
-
-    def __init__(self, trace: Trace, attrs: dict[str, Any]) -> None:
-        self._trace, self._attrs = trace, attrs
-
-    def __enter__(self) -> Trace:
-        for k, v in self._attrs.items():
-            self._trace.attrs.setdefault(k, v)
-        return self._trace
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class _NoTrace:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 class Tracer:
     """Opens traces and writes finished ones to its sinks; with no sinks it is off (and costs nothing)."""
 
@@ -193,14 +170,15 @@ class Tracer:
     def enabled(self) -> bool:
         return bool(self.sinks)
 
-    def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> _Root | _Join | _NoTrace:
-        """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off."""
+    def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> AbstractContextManager[Trace | None]:
+        """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off; a trace
+        opened inside another adds its attributes to the outer one and records into it."""
         outer = _current.get()
         if outer is not None:
-            return _Join(outer.trace, attrs)
-        if not self.sinks and not capture:
-            return _NoTrace()
-        return _Root(self.sinks, kind, attrs)
+            for k, v in attrs.items():
+                outer.trace.attrs.setdefault(k, v)
+            return nullcontext(outer.trace)
+        return _Root(self.sinks, kind, attrs) if self.sinks or capture else nullcontext()
 
 
 def build_tracer(settings: TracingSettings, index: Path) -> Tracer:

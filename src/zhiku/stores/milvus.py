@@ -93,9 +93,7 @@ class MilvusStore:
                 f"{self.where} has zhiku schema version {stored}, newer than this zhiku supports "
                 f"({ms.SCHEMA_VERSION}): upgrade zhiku"
             )
-        if self._has(self.chunks_name):
-            self._call("load chunks", "load_collection", self.chunks_name)
-            self._dim = self._chunks_dim()
+        self._refresh_dim()
 
     def _chunks_dim(self) -> int:
         desc = self._call("describe chunks", "describe_collection", self.chunks_name)
