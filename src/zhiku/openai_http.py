@@ -112,7 +112,6 @@ class OpenAICompatibleClient:
         self._client.close()
 
     def post(self, path: str, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        """The JSON object the endpoint answered."""
         url = f"{self.base_url}/{path.lstrip('/')}"
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         attempts = 0
@@ -190,8 +189,6 @@ class OpenAICompatibleClient:
 
 
 class EndpointSettings(Protocol):
-    """Any settings section that names an OpenAI-compatible endpoint."""
-
     @property
     def base_url(self) -> str | None: ...
 

@@ -65,7 +65,6 @@ class JudgeClient:
         return value
 
     def _post(self, messages: list[dict[str, str]]) -> str:
-        """One judge call."""
         if self._failing >= BREAKER:
             raise JudgeError(f"not sent: the judge failed {self._failing} calls in a row (last: {self._last})")
         payload = {"model": self.model, "messages": messages, "temperature": 0}

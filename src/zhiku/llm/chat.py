@@ -35,9 +35,7 @@ class ChatService(Protocol):
         max_tokens: int = 256,
         vision: bool = False,
         validate: Callable[[str], object] | None = None,
-    ) -> str:
-        """The assistant's reply."""
-        ...
+    ) -> str: ...
 
 
 _WRAP = re.compile(r"^\s*(?:<(\w+)>)?\s*(.*?)\s*(?:</\1>)?\s*$", re.S)

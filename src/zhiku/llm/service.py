@@ -110,10 +110,8 @@ class LLMService:
             try:
                 reply = self.client.chat(payload, deadline=deadline)
             except HttpApiError as e:
-                with self._lock:
-                    if (
-                        e.status is None
-                    ):  # retries exhausted (429, 5xx, timeouts, connection): count towards the breaker
+                with self._lock:  # retries exhausted (429, 5xx, timeouts, connection): count towards the breaker
+                    if e.status is None:
                         self._n.failing, self._n.last_error = self._n.failing + 1, str(e)[:200]
                 raise TransformError(str(e), unreached=e.status is None) from None
             with self._lock:

@@ -37,8 +37,6 @@ def import_sentence_transformers() -> Any:
 
 @dataclass(frozen=True)
 class ModelFolder:
-    """A model resolved to files on disk."""
-
     model_id: str  # hub id, or the folder's name for a local copy that is not a hub cache snapshot
     folder: Path
     revision: str | None  # hub commit when known

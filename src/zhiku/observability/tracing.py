@@ -54,8 +54,6 @@ class _Open:
 
 
 class _Span:
-    """A stage being timed inside an open trace."""
-
     active = True
 
     def __init__(self, open_: _Open, name: str) -> None:
@@ -230,15 +228,8 @@ class Labels:
 
     def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
         version = self._version()
-        out: dict[str, Mapping[str, Any]] = {}
-        missing = []
-        for c in chunk_ids:
-            got = self._kept.get(c, version)
-            if got is None:
-                missing.append(c)
-            else:
-                out[c] = got
-        if missing:
+        out = {c: got for c in chunk_ids if (got := self._kept.get(c, version)) is not None}
+        if missing := [c for c in chunk_ids if c not in out]:
             for c, label in self._fetch(missing).items():
                 self._kept.put(c, label, version)
                 out[c] = label

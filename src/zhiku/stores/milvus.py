@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 
 
 class MilvusStore:
-    """The ``Store`` protocol over Milvus."""
-
     def __init__(self, settings: StoreSettings, *, read_only: bool = False) -> None:
         self.settings = settings
         self.read_only = read_only
