@@ -90,13 +90,8 @@ def answer_relevancy(judge: JudgeClient, question: str, answer: str, embed: Call
 
 def average_precision(verdicts: Sequence[int]) -> float:
     """Average of precision@k over the positions k holding a useful context (0 when none is useful)."""
-    useful = 0
-    total = 0.0
-    for k, v in enumerate(verdicts, 1):
-        if v:
-            useful += 1
-            total += useful / k
-    return total / useful if useful else 0.0
+    at = [k for k, v in enumerate(verdicts, 1) if v]
+    return sum(n / k for n, k in enumerate(at, 1)) / len(at) if at else 0.0
 
 
 def context_precision(judge: JudgeClient, question: str, r: Retrieval) -> float:
@@ -140,10 +135,8 @@ def judge_generation(
                 values[name] = None
                 errors.append(f"{name}: {e}")
         per_query.append(GenerationScores(q.qid, errors=tuple(errors), **values))
-    means: dict[str, float | None] = {}
-    for name in GENERATION_METRICS:
-        scored = [getattr(s, name) for s in per_query if getattr(s, name) is not None]
-        means[name] = sum(scored) / len(scored) if scored else None
+    scored = {n: [v for s in per_query if (v := getattr(s, n)) is not None] for n in GENERATION_METRICS}
+    means: dict[str, float | None] = {n: sum(v) / len(v) if v else None for n, v in scored.items()}
     return GenerationResult(
         status="ok",
         queries=len(per_query),
