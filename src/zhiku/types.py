@@ -315,8 +315,7 @@ class TransformReport:
 
     def reasons(self, n: int = 3) -> list[tuple[str, int]]:
         """The ``n`` most frequent ``transform: reason`` of the issues, with how many chunks or documents had it."""
-        counts = Counter(f"{i.transform}: {i.reason}" for i in self.issues)
-        return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+        return Counter(f"{i.transform}: {i.reason}" for i in self.issues).most_common(n)
 
 
 @dataclass(frozen=True)
