@@ -1,7 +1,5 @@
-"""What ``zhiku plugins`` reports: every installed plugin, after each group has been used the way ingestion and the
-server use it, so that a plugin refused there (a loader that cannot be built, a transform reusing a built-in's
-name, a tool breaking the conventions or taking another tool's name) is listed as broken with that reason, not
-as ``ok`` while the server skips it."""
+"""What ``zhiku plugins`` reports: every plugin after ingestion and the server have used it, so one they refuse
+is listed as broken with their reason, not as ``ok``."""
 
 from __future__ import annotations
 

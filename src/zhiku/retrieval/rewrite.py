@@ -28,9 +28,7 @@ class QueryRewriter:
     """``variants(query)`` → the extra queries to search (``TransformError`` or ``TimeoutError`` on failure)."""
 
     def __init__(self, llm: ChatService, mode: str, *, prompts: Prompts) -> None:
-        self.llm = llm
-        self.mode = mode
-        self.prompts = prompts
+        self.llm, self.mode, self.prompts = llm, mode, prompts
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zhiku-rewrite")
 
     def _ask(self, query: str) -> list[str]:
@@ -112,9 +110,8 @@ def _rewritten(
         sp.set(counts={"queries": len(extra)}, mode=rewriter.mode, queries=extra, **reason)
     if not extra:
         return replace(searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank), rewrite=status)
-    limit = MAX_QUERY_CHARS
     k = max(depth or searcher.settings.top_k, TOP_M)
-    plans = [plan] + [searcher.read(q[:limit], plan.mode, plan.filters) for q in extra]
+    plans = [plan] + [searcher.read(q[:MAX_QUERY_CHARS], plan.mode, plan.filters) for q in extra]
     results = [searcher.search(p, top_k=k, per_source_k=per_source_k, rerank=False) for p in plans]
     fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=RRF_K)
     hits_by: dict[str, Hit] = {}
@@ -155,5 +152,4 @@ def build_rewriter(settings: Settings) -> QueryRewriter | None:
         raise ConfigError(
             f"retrieval.rewrite {mode!r} needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
         )
-    prompts = Prompts(llm.prompts_dir)
-    return QueryRewriter(service, mode, prompts=prompts)
+    return QueryRewriter(service, mode, prompts=Prompts(llm.prompts_dir))
