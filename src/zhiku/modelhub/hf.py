@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -82,12 +83,10 @@ def download(repo_id: str, revision: str | None) -> Path:
             f"loading models from the Hugging Face hub needs huggingface_hub: {INSTALL} ({e})"
         ) from None
     ignore = IGNORE_PATTERNS.split()
-    try:  # one listing call: skip the PyTorch .bin copy when the repo has safetensors
-        files = HfApi().list_repo_files(repo_id, revision=revision)
-        if any(f.endswith(".safetensors") for f in files):
+    # one listing call skips the PyTorch .bin copy when the repo has safetensors (offline or private: the cache's files)
+    with suppress(Exception):
+        if any(f.endswith(".safetensors") for f in HfApi().list_repo_files(repo_id, revision=revision)):
             ignore.append("*.bin")
-    except Exception:  # offline, or a private repo: download what the cache holds
-        pass
     try:
         return Path(snapshot_download(repo_id, revision=revision, ignore_patterns=ignore))
     except Exception as e:

@@ -9,6 +9,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -167,10 +168,8 @@ class HashMemo:
         with self._lock:
             self._known[key] = [st.st_size, st.st_mtime_ns, digest]
             if self.path is not None:
-                try:
+                with suppress(OSError):  # a read-only cache directory only costs re-hashing next time
                     _atomic_write(self.path, json.dumps(self._known, ensure_ascii=False))
-                except OSError:
-                    pass  # a read-only cache directory only costs re-hashing next time
         return digest
 
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from zhiku.errors import MissingDependency, StoreError
@@ -202,11 +202,7 @@ class Connection:
                     self.call(f"flush {name}", self.client.flush, name)
 
     def close(self) -> None:
-        try:
+        with suppress(StoreError):  # the rows are in milvus-lite's write-ahead log either way
             self.flush_pending()
-        except StoreError:
-            pass  # the rows are in milvus-lite's write-ahead log either way
-        try:
+        with suppress(Exception):  # closing never fails loudly
             self.client.close()
-        except Exception:  # noqa: BLE001 - closing never fails loudly
-            pass

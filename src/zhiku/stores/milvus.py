@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from typing import Any
 
 import numpy as np
@@ -413,10 +414,8 @@ class MilvusStore:
         """Delete chunk rows that no document points at; best effort (leftovers stay invisible)."""
         if self._dim is None and not self._refresh_dim():
             return
-        try:
+        with suppress(StoreError):
             self._call("clean up", "delete", self.chunks_name, filter=expr)
-        except StoreError:
-            pass
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
