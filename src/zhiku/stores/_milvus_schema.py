@@ -26,12 +26,12 @@ T = TypeVar("T")
 
 
 # --- literals in filter expressions ------------------------------------------------------------------
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
 def lit(value: str) -> str:
     """``value`` as a double-quoted Milvus expression string (``\\``, ``"``, and line breaks escaped)."""
-    escaped = (
-        value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-    )
-    return f'"{escaped}"'
+    return f'"{value.translate(_ESCAPES)}"'
 
 
 def lits(values: Sequence[str]) -> str:
