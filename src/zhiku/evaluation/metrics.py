@@ -13,10 +13,7 @@ def hit_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> floa
 
 def mrr_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
     """Reciprocal rank of the first relevant document within the top ``k`` (0 if none)."""
-    for i, d in enumerate(ranked[:k], 1):
-        if d in relevant:
-            return 1.0 / i
-    return 0.0
+    return next((1.0 / i for i, d in enumerate(ranked[:k], 1) if d in relevant), 0.0)
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:

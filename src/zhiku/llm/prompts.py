@@ -41,9 +41,7 @@ class Prompts:
                 got = user.read_text(encoding="utf-8")
             else:
                 try:
-                    got = (
-                        resources.files("zhiku").joinpath("data").joinpath("prompts").joinpath(file).read_text("utf-8")
-                    )
+                    got = resources.files("zhiku").joinpath(f"data/prompts/{file}").read_text("utf-8")
                 except FileNotFoundError:
                     raise ConfigError(f"no prompt {file!r} (built-in prompts: {', '.join(PROMPT_NAMES)})") from None
             self._texts.put(key, got)
