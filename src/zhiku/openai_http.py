@@ -91,12 +91,8 @@ class OpenAICompatibleClient:
             ) from None
         self._httpx = httpx
         self.base_url = base_url.rstrip("/")
-        self.timeout, self.max_retries, self.backoff_s, self.max_backoff_s = (
-            timeout,
-            max_retries,
-            backoff_s,
-            max_backoff_s,
-        )
+        self.timeout, self.max_retries = timeout, max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         headers = {"Content-Type": "application/json", "User-Agent": "zhiku"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"

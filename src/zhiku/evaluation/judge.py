@@ -54,10 +54,8 @@ class JudgeClient:
     def ask(self, system: str, user: str) -> dict[str, Any]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         key = hashlib.sha256(json.dumps([self.model, messages], ensure_ascii=False).encode()).hexdigest()
-        if self.cache is not None:
-            cached = self.cache.get(key)
-            if cached is not None:
-                return parse_json_object(cached)
+        if self.cache is not None and (cached := self.cache.get(key)) is not None:
+            return parse_json_object(cached)
         content = self._post(messages)
         value = parse_json_object(content)
         if self.cache is not None:
