@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,13 +73,8 @@ class DashboardData:
     def exists(self) -> bool:
         return self.index.is_dir() and any(self.index.iterdir())
 
-    @contextmanager
-    def kb(self, *, read_only: bool = True) -> Iterator[KnowledgeBase]:
-        kb = KnowledgeBase(self.settings, read_only=read_only, embedder=self.embedder)
-        try:
-            yield kb
-        finally:
-            kb.close()
+    def kb(self, *, read_only: bool = True) -> KnowledgeBase:  # used as `with self.kb() as kb:`
+        return KnowledgeBase(self.settings, read_only=read_only, embedder=self.embedder)
 
     # -- overview ----------------------------------------------------------------------------------
     def health(self) -> Health:
