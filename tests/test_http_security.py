@@ -252,7 +252,7 @@ def test_slow_and_crowded_connections_are_closed_and_logged_once(caplog: pytest.
     finally:
         server.should_exit = True
         thread.join(10)
-    assert [0.5 <= c < 2 for c in closed] == [True, True, True], closed
+    assert [0.5 <= c < 5 for c in closed] == [True, True, True], closed  # a loaded machine closes late, never early
     assert refused.startswith(b"HTTP/1.1 503 ") and refused.endswith(
         b'{"error": {"code": "TOO_MANY_CONNECTIONS", "message": "over 3 connections from this address; close some '
         b'and retry"}}'
