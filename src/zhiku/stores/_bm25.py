@@ -362,11 +362,14 @@ class BM25Index:
         self._unsaved = 0  # rows past the saved segments (as far as this process knows)
         self._mapped: dict[Path, tuple[int, int] | None] = {}  # inode and size of each mapped segment file
 
-    def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> BM25Snapshot:
+    def current(
+        self, conn: sqlite3.Connection, version: int, forget: Callable[[], None], *, check: bool = True
+    ) -> BM25Snapshot:
         """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
-        when the index went back to an older version (another index's past: what rowids meant is void)."""
+        when the index went back to an older version (another index's past: what rowids meant is void).
+        ``check``: stat the segment files (``_whole``; a search does it once, ``Database.once``)."""
         snap = self.snap
-        if snap is not None and snap.version == version and self._whole(snap):
+        if snap is not None and snap.version == version and (not check or self._whole(snap)):
             return snap
         with self._lock:
             conn.execute("BEGIN")  # one snapshot for the version, the rows and the tombstones

@@ -120,7 +120,8 @@ class Database:
         self._idle: list[sqlite3.Connection] = []  # read connections, one per concurrent reader at most
         self._idle_lock = threading.Lock()
         self.conn: sqlite3.Connection | None = connect(index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
-        self.identity = file_identity(index_dir / DB_NAME)
+        self._file = index_dir / DB_NAME
+        self.identity = file_identity(self._file)
         try:
             init_schema(self.conn, index_dir, read_only=read_only)
         except sqlite3.Error as e:
@@ -133,7 +134,8 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A pooled read connection (``PRAGMA query_only``; no lock shared with other readers), errors translated."""
-        self.check_identity()
+        if self.once("db"):
+            self.check_identity()
         with self._idle_lock:
             if self.conn is None:
                 raise StoreError(f"index {self.index_dir} is closed")
@@ -188,7 +190,7 @@ class Database:
     def check_identity(self) -> None:
         """Refuse an index whose ``zhiku.db`` was deleted or replaced since it was opened (e.g. ``rm -rf`` and a new
         ingest while a server runs): its open connections would keep reading the deleted file."""
-        if file_identity(self.index_dir / DB_NAME) != self.identity:
+        if file_identity(self._file) != self.identity:
             raise StoreError(
                 f"index {self.index_dir} was deleted or replaced while open: restart to serve what is there now"
             )
@@ -215,11 +217,22 @@ class Database:
         if pins.on:
             yield
             return
-        pins.on, pins.version = True, None
+        pins.on, pins.version, pins.checked = True, None, set()
         try:
             yield
         finally:
             pins.on, pins.version = False, None
+
+    def once(self, what: str) -> bool:
+        """Whether this read checks ``what``'s files (a stat each): every read outside a pinned search, the first of
+        a pinned one (the files as the search begins are the files its reads see)."""
+        pins = self._pins
+        if not pins.on:
+            return True
+        if what in pins.checked:
+            return False
+        pins.checked.add(what)
+        return True
 
     def version(self, conn: sqlite3.Connection) -> int:
         """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
@@ -251,6 +264,7 @@ class Pins(threading.local):
 
     on: bool = False
     version: int | None = None
+    checked: set[str]  # the files checked (``Database.once``)
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:

@@ -179,7 +179,7 @@ class Sums:
             at += take
 
 
-def _stat(path: Path) -> list[int] | None:
+def stat_of(path: Path) -> list[int] | None:
     try:
         st = path.stat()
     except OSError:
@@ -189,7 +189,7 @@ def _stat(path: Path) -> list[int] | None:
 
 def stamp_of(index_dir: Path, layout: Layout) -> list[object]:
     """The stat of the layout's files (a file rewritten, truncated or replaced changes it, ctime included)."""
-    return [layout.gen, layout.dim, *(_stat(p) for p in layout.files(index_dir))]
+    return [layout.gen, layout.dim, *map(stat_of, layout.files(index_dir))]
 
 
 def recorded_stamp(conn: sqlite3.Connection) -> object:

@@ -53,6 +53,7 @@ from zhiku.stores._vector_files import (
     save_layout,
     save_stamp,
     stamp_of,
+    stat_of,
     stored_rows,
     vector_files,
     verify,
@@ -355,12 +356,16 @@ class VectorIndex:
         self.snap: VectorSnapshot | None = None
         self._lock = threading.Lock()  # replacing the snapshot
         self._written: list[object] | None = None  # the files' stamp after this process's last write
+        self._files: tuple[object, tuple[Path, ...]] = (None, ())
 
-    def current(self, conn: sqlite3.Connection, version: int, forget: Callable[[], None]) -> VectorSnapshot:
+    def current(
+        self, conn: sqlite3.Connection, version: int, forget: Callable[[], None], *, check: bool = True
+    ) -> VectorSnapshot:
         """The snapshot at ``version`` (read on ``conn`` in one transaction when it moved); ``forget()`` is called
-        when the index went back to an older version (another index's past: what rowids meant is void)."""
+        when the index went back to an older version (another index's past: what rowids meant is void).
+        ``check``: stat the files (``_same_files``; a search does it once, ``Database.once``)."""
         snap = self.snap
-        if snap is not None and snap.version == version and self._same_files(snap):
+        if snap is not None and snap.version == version and (not check or self._same_files(snap)):
             return snap
         if snap is not None and snap.version == version and snap.top:  # only the files changed: a writer appended?
             with self._lock:
@@ -414,7 +419,11 @@ class VectorIndex:
     def _same_files(self, snap: VectorSnapshot) -> bool:
         """Whether the mapped files are as verified (a stat each): one truncated, rewritten or replaced since is
         verified again before a search reads it, and never read past its end."""
-        return snap.stamp is None or snap.stamp == stamp_of(self.index_dir, snap.layout)
+        if snap.stamp is None:
+            return True
+        if self._files[0] != snap.layout:  # (the paths of its files, built once)
+            self._files = (snap.layout, snap.layout.files(self.index_dir))
+        return snap.stamp == [snap.layout.gen, snap.layout.dim, *map(stat_of, self._files[1])]
 
     def screens(self, snap: VectorSnapshot) -> bool:
         """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""

@@ -312,12 +312,12 @@ class SQLiteStore:
         )
 
     def _bm25_at(self, conn: sqlite3.Connection) -> BM25Snapshot:
-        snap = self.bm25.current(conn, self.db.version(conn), self._forget_rows)
+        snap = self.bm25.current(conn, self.db.version(conn), self._forget_rows, check=self.db.once("bm25"))
         self.db.moved_to(snap.version)  # a pin follows the snapshot
         return snap
 
     def _vectors_at(self, conn: sqlite3.Connection) -> VectorSnapshot:
-        snap = self.vectors.current(conn, self.db.version(conn), self._forget_rows)
+        snap = self.vectors.current(conn, self.db.version(conn), self._forget_rows, check=self.db.once("vectors"))
         self.db.moved_to(snap.version)
         return snap
 
