@@ -421,9 +421,10 @@ class VectorIndex:
         verified again before a search reads it, and never read past its end."""
         if snap.stamp is None:
             return True
-        if self._files[0] != snap.layout:  # (the paths of its files, built once)
-            self._files = (snap.layout, snap.layout.files(self.index_dir))
-        return snap.stamp == [snap.layout.gen, snap.layout.dim, *map(stat_of, self._files[1])]
+        files = self._files  # (the paths of its files, built once)
+        if files[0] != snap.layout:
+            files = self._files = (snap.layout, snap.layout.files(self.index_dir))
+        return snap.stamp == [snap.layout.gen, snap.layout.dim, *map(stat_of, files[1])]
 
     def screens(self, snap: VectorSnapshot) -> bool:
         """Whether dense search ranks by the int8 codes first (``store.dense_search``)."""
