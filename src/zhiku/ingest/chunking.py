@@ -1,17 +1,5 @@
-"""Structure-aware chunking of a :class:`~zhiku.types.SourceDoc` (Markdown text).
-
-1. Sections open at ATX headings (never inside code fences); the section path joins the heading titles with " > ".
-   A chunk never crosses a heading; heading lines are not chunk text.
-2. A section's paragraphs (split at blank lines) are grouped into units a chunk holds whole: a statute article
-   (``第X条`` with its items), a FAQ question with its answer, a numbered part (``一、``), a table with the caption
-   before it, or a paragraph. Whole units are packed greedily into chunks of at most ``size`` characters.
-3. A longer unit is cut on its own: paragraphs packed whole, a long paragraph split at sentence, else clause, else
-   word boundaries with at most ``overlap`` characters shared, a long table between rows with its header repeated
-   (``chunk.text`` is then the header, a newline and ``text[start:end]``; otherwise ``text[start:end]`` exactly).
-4. A chunk under ``min_chars`` joins the previous one of its section (a first one the next).
-5. The articles a chunk holds are appended to its section (" > 第三条、第四条"); its page is the page holding most of
-   its characters; ``chunk_id`` hashes collection, source, section and text, so unchanged content keeps its id.
-"""
+"""Markdown into chunks: sections at headings; whole units (an article ``第X条``, a FAQ pair, a table with its
+caption, a paragraph) packed up to ``size`` characters; a longer unit cut at sentence, clause or row boundaries."""
 
 from __future__ import annotations
 
@@ -86,12 +74,8 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
                 fence = None
             yield pos, nl, None, True
         elif markdown and head == "#" and (m := _HEADING_RE.fullmatch(line)) is not None:
-            yield (
-                pos,
-                nl,
-                Heading(len(m.group(1)), _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip(), pos, nl),
-                False,
-            )
+            title = _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip()
+            yield pos, nl, Heading(len(m.group(1)), title, pos, nl), False
         else:
             if markdown and head in ("`", "~"):
                 m = _FENCE_OPEN_RE.fullmatch(line)
@@ -105,7 +89,6 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
 
 
 def outside_fences(text: str) -> list[tuple[int, int]]:
-    """The spans of Markdown ``text`` outside code fences (whole lines, newlines included)."""
     spans: list[tuple[int, int]] = []
     for start, end, _, in_fence in _scan(text, markdown=True):
         if in_fence:
@@ -124,7 +107,6 @@ def iter_headings(text: str) -> Iterator[Heading]:
 
 
 def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
-    """Sections (by heading; none without body text) and their paragraphs (by blank line)."""
     sections: list[Section] = []
     stack: list[tuple[int, str]] = []
     path = ""
@@ -172,26 +154,20 @@ _SPACE_RE = re.compile(r"\s")
 
 def _last_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
     i = bisect_right(positions, hi)
-    if i and positions[i - 1] >= lo:
-        return positions[i - 1]
-    return None
+    return positions[i - 1] if i and positions[i - 1] >= lo else None
 
 
 def _first_in(positions: Sequence[int], lo: int, hi: int) -> int | None:
     i = bisect_left(positions, lo)
-    if i < len(positions) and positions[i] < hi:
-        return positions[i]
-    return None
+    return positions[i] if i < len(positions) and positions[i] < hi else None
 
 
 def _rstrip_to(text: str, start: int, end: int) -> int:
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return end
+    return start + len(text[start:end].rstrip()) if end > start else end
 
 
 def _lstrip_from(text: str, start: int, end: int) -> int:
-    while start < end and text[start].isspace():
+    while start < end and text[start].isspace():  # not a slice: called on the rest of a long unit
         start += 1
     return start
 
@@ -202,9 +178,7 @@ def _mid_word(text: str, at: int) -> bool:
 
 
 def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_chars: int) -> list[tuple[int, int]]:
-    """``text[start:end]`` in pieces of at most ``size`` characters, cut at a sentence (or line) end, else a clause
-    mark, else a space; each piece starts on the first boundary within ``overlap`` characters before the previous
-    one's end, and a last piece adding fewer than ``min_chars`` joins the one before."""
+    """Pieces of ``text[start:end]`` cut at a sentence, else clause, else space, sharing up to ``overlap``."""
     sentences = sorted(
         {m.end() for m in _SENTENCE_END_RE.finditer(text, start, end)}
         | {m.start() for m in _LINE_END_RE.finditer(text, start, end)}
@@ -263,7 +237,6 @@ def _add(spans: list[Span], cur: Span | None, start: int, end: int, size: int) -
 
 
 def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int, str]) -> list[Span]:
-    """Chunks of one unit longer than ``size``: its paragraphs packed whole, long paragraphs and tables split."""
     size = settings.size
     spans: list[Span] = []
     cur: Span | None = None
@@ -305,8 +278,7 @@ def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[t
 
 
 def _merge_tiny(spans: list[Span], size: int, min_chars: int, keep_start: set[int]) -> list[Span]:
-    """Chunks under ``min_chars`` joined to the previous one (a first one to the next), within ``size + min_chars``;
-    a start in ``keep_start`` (a continued table's, whose text starts with the header) never moves."""
+    """Chunks under ``min_chars`` joined to a neighbour; a start in ``keep_start`` (a table's header) stays."""
 
     def fits(a: Span, b: Span) -> bool:
         return (a[1] - a[0]) + (b[1] - max(b[0], a[1])) <= size + min_chars
@@ -434,8 +406,7 @@ def table_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[tuple[
 
 
 def split_table(text: str, start: int, end: int, table: int, size: int) -> list[tuple[int, int, str]]:
-    """A unit holding a table (header row at ``table``) as ``(start, end, prefix)`` pieces cut between rows: each later
-    piece's ``prefix`` is the header and delimiter rows (counted in ``size``); a piece holds at least one row."""
+    """A table unit as ``(start, end, prefix)`` pieces cut between rows, each later one prefixed by the header."""
     header_end = text.find("\n", text.find("\n", table) + 1)
     if header_end == -1 or header_end >= end:
         return [(start, end, "")]
@@ -475,12 +446,9 @@ class Unit:
 
 
 def _kind(text: str, start: int, table: int | None) -> str:
-    if ARTICLE_RE.match(text, start) is not None:
-        return "article"
-    if _QUESTION_RE.match(text, start) is not None:
-        return "faq"
-    if _PART_RE.match(text, start) is not None:
-        return "part"
+    for kind, pattern in (("article", ARTICLE_RE), ("faq", _QUESTION_RE), ("part", _PART_RE)):
+        if pattern.match(text, start) is not None:
+            return kind
     return "table" if table == start else "paragraph"
 
 

@@ -1,9 +1,5 @@
-"""Which files an ingest reads, and reading them so that one bad file costs neither the batch nor the machine.
-
-Only regular files are opened (a FIFO blocks ``open()`` until a writer comes, ``/dev/zero`` never ends), their size is
-checked before a byte is read, names that are not UTF-8 (GBK names from Windows ZIP archives) get a printable form,
-and runs of whitespace are collapsed before chunking (a list nested 1,000 levels deep is chunked as its words).
-"""
+"""Which files an ingest reads, read so that one bad file (a FIFO, ``/dev/zero``, a GBK name) costs neither the
+batch nor the machine."""
 
 from __future__ import annotations
 
@@ -57,7 +53,6 @@ def printable(name: str) -> str:
 
 
 def not_regular(mode: int) -> str | None:
-    """What a ``stat`` mode is when it is not a regular file ("a FIFO (named pipe)", ...); None for a file."""
     for test, what in _KINDS:
         if test(mode):
             return what
@@ -65,7 +60,6 @@ def not_regular(mode: int) -> str | None:
 
 
 def read_bounded(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a regular file within ``max_bytes``, its kind and size checked before it is opened."""
     shown = printable(str(path))
     try:
         st = os.stat(path)
@@ -100,8 +94,7 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
 
 
 def collapse_whitespace(text: str) -> str:
-    """Indentation capped at ``MAX_INDENT`` columns, longer runs of spaces made one (trailing ones dropped), more than
-    two blank lines in a row made two; linear in the length of ``text`` (no regex backtracks over a run of spaces)."""
+    """Indentation capped, runs of spaces and blank lines shortened; linear (no regex backtracking)."""
     if len(text) < 2 * MAX_INDENT or (_LONG_RUN_RE.search(text) is None and "\n\n\n\n" not in text):
         return text
     lines = []
@@ -131,9 +124,7 @@ class FileTask:
 def discover(
     paths: Sequence[Path], suffixes: Sequence[str], unsupported: Counter[str] | None = None
 ) -> tuple[list[FileTask], list[FileFailure]]:
-    """Files to ingest under ``paths`` (directories walked, symlinked directories not followed, hidden files and
-    unknown suffixes skipped, the latter counted per suffix in ``unsupported``); a path that is neither a regular file
-    nor a directory is a failure with the reason."""
+    """Files to ingest under ``paths``: hidden files skipped, unknown suffixes counted, symlinked dirs not followed."""
     tasks: list[FileTask] = []
     failures: list[FileFailure] = []
     seen: set[Path] = set()

@@ -1,12 +1,6 @@
-"""The ingestion pipeline: discover → fingerprint (SHA-256) → load → chunk → tokenise + embed → store.
-
-Unchanged files are skipped without writing anything; a changed file is replaced in one transaction per document;
-``sync`` drops documents whose files are gone. One bad file never stops the batch and never touches what is stored.
-Documents are prepared in turn and embedded in calls of ``BATCH_CHUNKS`` chunks across documents; each is written
-as soon as all its chunks are embedded. When a shared call fails for a reason other than the embedding service (which
-every document would meet alike), each of its documents is embedded alone, so only one that fails by itself is lost.
-Preparing runs inline: it is Python that holds the GIL.
-"""
+"""The ingestion pipeline: discover → fingerprint → load → chunk → tokenise + embed → store, one transaction per
+document. Embedding calls span documents; when a shared call fails for a reason other than the service, each document
+is embedded alone, so one bad document is all that is lost."""
 
 from __future__ import annotations
 
@@ -78,8 +72,7 @@ def index_text(title: str, section: str, text: str, captions: Sequence[str] = ()
 
 @dataclass(frozen=True)
 class WindowCheck:
-    """Index texts longer than the embedder's window, by position (``max_tokens`` None: it cannot count tokens);
-    ``longest``: the most tokens of one text (a bound, when the cheap bound put every text inside the window)."""
+    """Index texts over the embedder's window, by position (``max_tokens`` None: it cannot count tokens)."""
 
     max_tokens: int | None
     over: tuple[int, ...] = ()
@@ -87,8 +80,7 @@ class WindowCheck:
 
 
 def check_window(embedder: object, texts: Sequence[str]) -> WindowCheck:
-    """The index texts the embedder cannot see whole; texts its cheap ``token_bound`` puts inside the window are not
-    tokenised (that costs more than the BM25 tokens)."""
+    """Texts the cheap ``token_bound`` puts inside the window are not tokenised (that costs more than BM25)."""
     inner = getattr(embedder, "inner", embedder)  # the embedding cache wraps the model
     if not (hasattr(inner, "max_tokens") and hasattr(inner, "token_count")):
         return WindowCheck(None)
@@ -111,8 +103,6 @@ class Prepared:
     over_window: int = 0  # index texts longer than the embedder's window
 
 
-# Embedding batches count chunks, not documents: a call may span small documents and a large one spreads over calls; a
-# document comes out, with its vectors, once all its texts are embedded, in the order they went in.
 @dataclass(eq=False)
 class _Queued:
     item: Prepared
@@ -125,8 +115,7 @@ class _Queued:
 
 
 class EmbedBatcher:
-    """Queue documents with ``add``; take the finished ones from what ``add`` and ``finish`` return; ``on_batch(embedded,
-    queued)`` after each call is the ingest's per-chunk progress."""
+    """Queue documents with ``add``; ``add`` and ``finish`` return the finished ones with their vectors."""
 
     def __init__(
         self,
@@ -281,8 +270,6 @@ class _Tally:
 
 
 class Ingestor:
-    """Writes documents into a ``Store``: chunks, BM25 tokens and vectors, one transaction per document."""
-
     def __init__(
         self,
         store: Writer,
@@ -434,7 +421,6 @@ class Ingestor:
             return Loaded("failed", None, sha, size, _failure(e, task.shown, "ingesting"))
 
     def _prepare_doc(self, doc: SourceDoc, *, collection: str) -> Loaded:
-        """An in-memory document: skipped when its title and text are unchanged."""
         sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
         existing = self.store.find_document(collection, doc.source)
         written = existing.ingested_at if existing is not None else 0.0
@@ -555,17 +541,13 @@ class Ingestor:
         roots = [Path(p).expanduser().resolve() for p in paths if Path(p).expanduser().is_dir()]
         if not roots:  # files named one by one: nothing can be gone
             return []
-        present = {str(t.path) for t in tasks}
+        present, suffixes = {str(t.path) for t in tasks}, supported_suffixes(self.loaders)
         removed = []
         for doc in self.store.list_documents(collection):
             path = Path(doc.path)
             if str(path) in present or not any(path.is_relative_to(r) for r in roots):
                 continue
-            if (
-                path.exists()
-                and path.suffix.lower() in supported_suffixes(self.loaders)
-                and not path.name.startswith(".")
-            ):
+            if path.exists() and path.suffix.lower() in suffixes and not path.name.startswith("."):
                 continue
             removed.append(doc.source)
             if not dry_run:

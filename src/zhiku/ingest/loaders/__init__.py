@@ -1,10 +1,5 @@
-"""File loaders, one module per format, chosen by file-name suffix; each checks the content against its suffix and
-refuses an empty, corrupt or mislabelled file with the reason.
-
-A new format: ``loaders/<format>.py`` with a class satisfying :class:`Loader` (constructed with the ``loaders``
-settings section; heavy imports inside ``load``, raising ``MissingDependency`` with the ``pip install`` line), added
-to ``LOADER_CLASSES``; outside zhiku, a ``zhiku.loaders`` entry point naming such a class.
-"""
+"""File loaders by suffix. A new format: a class satisfying :class:`Loader` in ``LOADER_CLASSES``, or a
+``zhiku.loaders`` entry point naming one."""
 
 from __future__ import annotations
 
@@ -95,7 +90,6 @@ def supported_suffixes(loaders: Sequence[Loader] | None = None) -> tuple[str, ..
 
 
 def loader_for(path: Path, loaders: Sequence[Loader] | None = None) -> Loader:
-    """The first loader claiming ``path``'s lower-cased suffix; ``UnsupportedFormat`` when none does."""
     loaders = default_loaders() if loaders is None else loaders
     path = Path(path)
     suffix = path.suffix.lower()

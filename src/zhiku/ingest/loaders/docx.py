@@ -1,10 +1,4 @@
-"""Word documents (``.docx``) with python-docx: ``pip install 'zhiku[docx]'``.
-
-The body in document order as Markdown: heading styles (``Heading N``, ``标题 N``, outline levels) as ``#`` headings
-(the ``Title`` at level 1, later headings one deeper), lists as ``-``/``1.`` items, tables as Markdown tables, pictures
-(PNG/JPEG kept, other raster formats as PNG) with their alt text, else the nearest "图 N …" paragraph, as caption.
-Headers, footers, comments, footnotes and text boxes are left out.
-"""
+"""Word documents (``.docx``) as Markdown with python-docx: ``pip install 'zhiku[docx]'``."""
 
 from __future__ import annotations
 
@@ -43,8 +37,7 @@ _W = "{%s}" % _NS["w"]
 
 
 def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
-    """Refuse an empty file, one that is not a ZIP container, or a zip bomb by its declared sizes (``zipfile`` never
-    reads a member past its declared size)."""
+    """Refuse an empty file, a non-ZIP or a zip bomb by its declared sizes (zipfile reads no further)."""
     head = read_head(path)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
@@ -99,14 +92,46 @@ class DocxLoader:
         numbering = _numbering_formats(document)
         counters: dict[tuple[str, int], int] = {}
         styles = {s.style_id: s.name or s.style_id for s in document.styles if s.style_id}
-        self._shift = 0
+        shift = 0  # 1 after the Title: later headings move one level down
         for child in document.element.body.iterchildren():
-            if child.tag == _W + "p":
-                self._paragraph(child, document, blocks, images, numbering, counters, styles)
-            elif child.tag == _W + "tbl":
-                md = markdown_table(_table_rows(child))
-                if md:
+            if child.tag == _W + "tbl":
+                if md := markdown_table(_table_rows(child)):
                     blocks.append(md)
+                continue
+            if child.tag != _W + "p":
+                continue
+            if self.settings.images:
+                for blip in child.iter("{%s}blip" % _NS["a"]):
+                    if (picture := _picture(blip, document, IMAGE_MIN_PX)) is not None:
+                        images.append((len(blocks), *picture))
+            text = "\n".join(" ".join(ln.split()) for ln in _run_text(child).split("\n"))
+            if not text.strip():
+                continue
+            style = str(styles.get(style_id := _val(child, "pPr/pStyle"), style_id))
+            level = _heading_level(child, style)
+            num = child.find(f"{_W}pPr/{_W}numPr")
+            if level is not None:
+                shift, level = (1, 1) if level == 0 else (shift, min(level + shift, 6))
+                blocks.append("#" * level + " " + text.replace("\n", " "))
+            elif num is not None or style.lower().startswith(("list", "列表")):
+                ilvl, num_id = int(_val(num, "ilvl", "0")), _val(num, "numId")
+                numbered = "number" in style.lower() or "编号" in style
+                fmt = numbering.get((num_id, ilvl), "decimal" if numbered else "bullet")
+                num_id = num_id or style
+                if fmt == "bullet":
+                    marker = "-"
+                else:
+                    counters[(num_id, ilvl)] = counters.get((num_id, ilvl), 0) + 1
+                    for key in [k for k in counters if k[0] == num_id and k[1] > ilvl]:
+                        del counters[key]
+                    marker = f"{counters[(num_id, ilvl)]}."
+                item = f"{'  ' * ilvl}{marker} {text}"
+                if blocks and re.match(r"\s*(?:-|\d+\.) ", blocks[-1]):  # the list goes on
+                    blocks[-1] += "\n" + item
+                else:
+                    blocks.append(item)
+            else:
+                blocks.append("\\" + text.lstrip() if text.lstrip().startswith("#") else text)
         text = "\n\n".join(blocks)
         offsets = list(accumulate((len(b) + 2 for b in blocks[:-1]), initial=0))
         out: list[SourceImage] = []
@@ -117,57 +142,6 @@ class DocxLoader:
         return SourceDoc(
             source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="docx", images=tuple(out)
         )
-
-    def _paragraph(
-        self,
-        p: Any,
-        document: Any,
-        blocks: list[str],
-        images: list[tuple[int, bytes, str, int, int, str]],
-        numbering: dict[tuple[str, int], str],
-        counters: dict[tuple[str, int], int],
-        styles: dict[str, str],
-    ) -> None:
-        text = _run_text(p)
-        if self.settings.images:
-            for blip in p.iter("{%s}blip" % _NS["a"]):
-                picture = _picture(blip, document, IMAGE_MIN_PX)
-                if picture is not None:
-                    images.append((len(blocks), *picture))
-        text = "\n".join(" ".join(ln.split()) for ln in text.split("\n"))
-        if not text.strip():
-            return
-        style = str(styles.get(style_id := _val(p, "pPr/pStyle"), style_id))
-        level = _heading_level(p, style)
-        if level is not None:
-            if level == 0:  # the Title: headings after it move one level down
-                self._shift, level = 1, 1
-            else:
-                level = min(level + self._shift, 6)
-            blocks.append("#" * level + " " + text.replace("\n", " "))
-            return
-        num = p.find(f"{_W}pPr/{_W}numPr")
-        if num is not None or style.lower().startswith(("list", "列表")):
-            ilvl, num_id = int(_val(num, "ilvl", "0")), _val(num, "numId")
-            numbered = "number" in style.lower() or "编号" in style
-            fmt = numbering.get((num_id, ilvl), "decimal" if numbered else "bullet")
-            num_id = num_id or style
-            if fmt == "bullet":
-                marker = "-"
-            else:
-                counters[(num_id, ilvl)] = counters.get((num_id, ilvl), 0) + 1
-                for key in [k for k in counters if k[0] == num_id and k[1] > ilvl]:
-                    del counters[key]
-                marker = f"{counters[(num_id, ilvl)]}."
-            item = f"{'  ' * ilvl}{marker} {text}"
-            if blocks and re.match(r"\s*(?:-|\d+\.) ", blocks[-1]):  # the list goes on
-                blocks[-1] += "\n" + item
-            else:
-                blocks.append(item)
-            return
-        if text.lstrip().startswith("#"):
-            text = "\\" + text.lstrip()
-        blocks.append(text)
 
 
 def _val(el: Any, path: str, default: str = "") -> str:

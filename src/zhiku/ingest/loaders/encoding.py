@@ -1,10 +1,5 @@
-"""Reading text files: content sniffing, encoding detection (deterministic, Chinese-first) and line endings.
-
-A BOM decides; NUL bytes mean UTF-16 without a BOM or a binary file; valid UTF-8 is UTF-8; else Big5, Shift-JIS or
-EUC-JP when charset-normalizer names one (their bytes also decode as GB18030, into plausible nonsense), else GB18030
-when it decodes into what looks like text. Single-byte encodings are not guessed: a wrong guess would index garbage
-silently, while an error with the fix costs the user one ``iconv``.
-"""
+"""Sniffing and decoding text files, Chinese-first. Single-byte encodings are not guessed: a wrong guess indexes
+garbage silently, an error costs the user one ``iconv``."""
 
 from __future__ import annotations
 
@@ -37,9 +32,7 @@ _KIND_NAMES: dict[str, str] = {
     "image": "an image",
 }
 
-# The Unicode blocks GBK text is written in: ASCII, Latin (pinyin), modifier letters, Greek and Cyrillic, punctuation,
-# symbols and number forms, enclosed numbers and shapes, CJK radicals, punctuation and kana, bopomofo, strokes,
-# enclosed CJK, CJK ideographs and compatibility forms, full-width forms, and GB18030's four-byte CJK extensions.
+# The Unicode blocks GBK text is written in (and GB18030's four-byte CJK extensions)
 _TEXT_RANGES = (
     "0020-007E 00A0-024F 02C0-02DF 0370-04FF 2000-206F 2100-23FF 2460-27BF 2E80-2FDF 3000-30FF 3100-312F 31C0-31EF "
     "3200-33FF 3400-4DBF 4E00-9FFF F900-FAFF FE30-FE4F FF00-FFEF 20000-3134F"
@@ -138,8 +131,7 @@ def _east_asian(data: bytes) -> tuple[str, str] | None:
 
 
 def decode_text(data: bytes, path: Path) -> tuple[str, str]:
-    """``(text, encoding name)`` of a text file's bytes, without its BOM; ``LoaderError`` for an empty, binary or
-    whitespace-only file or one whose encoding cannot be told."""
+    """``(text, encoding name)`` without the BOM; ``LoaderError`` for an empty, binary or undecidable file."""
     if not data:
         raise LoaderError(f"empty file (0 bytes): {path}")
     for bom, name in (

@@ -1,10 +1,4 @@
-"""HTML pages (``.html``, ``.htm``, ``.xhtml``): the main content as Markdown, with the standard library only.
-
-The content is the first ``<main>``, else every ``<article>``, else ``<body>``, less boilerplate (scripts, navigation,
-asides, footers, forms, hidden elements, a page ``header`` outside the content, navigation roles, and classes or ids
-naming menus, sidebars, breadcrumbs, comments, ads or share buttons). Images are not extracted. The encoding comes
-from a BOM, else ``<meta charset>``, else detection.
-"""
+"""HTML pages: the main content, less boilerplate, as Markdown with the standard library only."""
 
 from __future__ import annotations
 
@@ -151,8 +145,7 @@ class _Extractor(HTMLParser):
         self._open(tag)
 
     def _code(self, attrs: dict[str, str | None]) -> None:
-        """Inline code keeps its backticks (``Bearer <token>`` would read as a tag); ``pre > code`` gives the block its
-        language."""
+        """Inline code keeps its backticks (``Bearer <token>`` would read as a tag); ``pre > code`` names a language."""
         if not self.pre:
             self.code_at.append(len(self.buf))
         elif m := _LANGUAGE_RE.search(attrs.get("class") or ""):

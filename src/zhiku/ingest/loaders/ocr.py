@@ -25,8 +25,7 @@ def ocr_available() -> bool:
 def group_lines(
     boxes: Sequence[tuple[float, float, float, float, str]],
 ) -> list[tuple[float, float, float, float, str]]:
-    """Boxes ``(x0, top, x1, bottom, text)`` as lines, top to bottom: a box whose vertical centre lies within a line's
-    first box belongs to it."""
+    """Boxes ``(x0, top, x1, bottom, text)`` as lines, by vertical centre within a line's first box."""
     lines: list[list[tuple[float, float, float, float, str]]] = []
     for box in sorted(boxes, key=lambda b: ((b[1] + b[3]) / 2, b[0])):
         centre = (box[1] + box[3]) / 2
@@ -83,7 +82,6 @@ def page_list(pages: Sequence[int]) -> str:
 
 
 def needs_ocr_note(pages: Sequence[int], ocr_setting: str) -> str:
-    """What the user reads about pages left without text: which pages, why, and the fix."""
     if ocr_setting == "off":
         fix = "OCR is off (loaders.ocr); set loaders.ocr: auto and re-ingest"
     elif not ocr_available():

@@ -1,11 +1,5 @@
-"""PDF files (``.pdf``) with PDFium (pypdfium2) for text, geometry and images and pdfplumber for ruled tables;
-RapidOCR for pages without a usable text layer when the ``zhiku[ocr]`` extra is installed (docs/formats.md).
-
-Pages come out as Markdown in reading order (layout rules: :mod:`zhiku.ingest.loaders.pdf_layout`), mapped by
-``SourceDoc.pages``; tables as Markdown where they stand; raster images (not tiny, not repeated on most pages) with
-page, box and caption; scanned or garbled pages OCR'd, else listed in ``SourceDoc.needs_ocr_pages``. Encrypted PDFs
-open with ``loaders.pdf_password``.
-"""
+"""PDF files: PDFium (pypdfium2) for text, geometry and images, pdfplumber for ruled tables, RapidOCR for pages
+without a usable text layer (``zhiku[ocr]``)."""
 
 from __future__ import annotations
 
@@ -292,14 +286,12 @@ class PdfLoader:
         )
 
 
-# -- PDFium text: a page's lines with their fonts and geometry, table cells from character positions, and the
-# placement of tables and images among the lines in reading order.
+# -- PDFium text: a page's lines with their fonts and geometry, and tables and images placed among them.
 MONO_FONT_RE = re.compile(r"mono|courier|consol|menlo|typewriter|code|^(?:cm|lm|sf|ec)tt|tt\d{3,4}$", re.IGNORECASE)
 
 
 def page_lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list[list[int]], bool, str]:
-    """A page's lines (PDFium's reading order), the indexes of each line's visible characters, whether the text looks
-    garbled, and the page's text."""
+    """A page's lines, each line's visible character indexes, whether it looks garbled, and its text."""
     n = textpage.count_chars()
     if n <= 0:
         return [], [], False, ""
@@ -355,8 +347,7 @@ def inside(box: Any, area: Box) -> bool:
 
 
 def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[tuple[float, float, str]]:
-    """A line's characters as cells ``(x0, x1, text)``: a gap over 0.6 em starts a cell; one of a sixth of an em
-    between two non-Chinese characters is a space."""
+    """A line's characters as ``(x0, x1, text)`` cells: a gap over 0.6 em starts a cell."""
     cells: list[tuple[float, float, str]] = []
     x0 = x1 = base = 0.0
     buf = ""
@@ -430,9 +421,8 @@ def insert_by_y(items: list[Line | Block], block: Block, y: float) -> None:
     items.append(block)
 
 
-# -- tables: areas spanned by two or more horizontal rules of one width whose text looks tabular. A three-line table
-# (booktabs, no vertical rules: the usual style in Chinese papers) is read from the text's gaps, a ruled grid by
-# pdfplumber; a candidate needs two columns and two rows with two filled cells (not a framed listing or a form).
+# -- tables between horizontal rules: a three-line table (booktabs, usual in Chinese papers) read from the text's
+# gaps, a ruled grid by pdfplumber; two columns and two rows with two filled cells (not a framed listing or a form).
 def is_rule(box: Box) -> bool:
     x0, top, x1, bottom = box
     return bottom - top <= RULE_MAX_THICKNESS and x1 - x0 >= RULE_MIN_WIDTH
@@ -475,8 +465,7 @@ def tabular_areas(areas: Sequence[Box], lines: Sequence[Any], wide_gaps: Callabl
 
 
 def text_table(rows_of_cells: Sequence[tuple[float, float, list[tuple[float, float, str]]]]) -> list[list[str]]:
-    """A table from the lines ``(top, bottom, cells)`` in its area: lines on one visual row merged, columns the gaps in
-    the union of the cells' extents (a projection profile)."""
+    """A table from the lines in its area: columns are the gaps in the union of the cells' extents."""
     rows: list[tuple[float, float, list[tuple[float, float, str]]]] = []
     for top, bottom, cells in sorted(rows_of_cells, key=lambda r: r[0]):
         if rows and top + (bottom - top) / 2 <= rows[-1][1]:

@@ -1,14 +1,5 @@
-"""From positioned text lines to Markdown: the PDF loader's layout rules, as pure functions. ``Line`` boxes are in
-points from the page's top-left corner.
-
-- Headers and footers: a line in the top or bottom 12 % of a page whose text, digits masked, repeats on half the
-  pages (3 or more) is dropped, as is a lone page number there, and a running "N/M" line whose Ns differ.
-- Headings: lines 8 % larger than the body size, short, not ending like a sentence, unless three or more of one size
-  follow each other (a cover's form fields); levels by size, largest first.
-- Paragraphs: lines join unless the gap, the size or the indent changes, a list item or caption starts, the line is
-  centred, or the previous one ends short of the margin; never a space next to a Chinese character.
-- Code: consecutive monospaced lines become a fenced block.
-"""
+"""The PDF loader's layout rules, as pure functions: positioned ``Line`` boxes (points from the page's top-left
+corner) into Markdown."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Plain-text (``.txt``, ``.text``) and Markdown (``.md``, ``.markdown``) files: the text as written, decoded by
-:func:`~zhiku.ingest.loaders.encoding.read_text_file`; Markdown less its YAML front matter and HTML comments, titled
-by the front matter's ``title`` or its first ``# `` heading."""
+"""Plain-text and Markdown files; Markdown less its YAML front matter and HTML comments."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def markdown_title(text: str) -> str | None:
     return None
 
 
-# YAML front matter (Jekyll, Hugo, Docusaurus, Obsidian): a first line ``---``, then YAML up to a line ``---`` or
-# ``...``; looked for in the first FRONT_MAX characters only
+# YAML front matter (Jekyll, Hugo, Obsidian): ``---``, YAML, then ``---`` or ``...``, within FRONT_MAX characters
 _FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
 FRONT_MAX = 10_000
 

@@ -31,8 +31,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Enrichment:
-    """What transforms added to one chunk: ``refined`` replaces the indexed text (never the stored one), ``context`` is
-    prepended to it."""
+    """``refined`` replaces the indexed text (never the stored one); ``context`` is prepended to it."""
 
     context: str = ""
     refined: str = ""

@@ -1,7 +1,4 @@
-"""The built-in transforms (docs/transforms.md): ``contextual`` (a short context of each chunk, from its document,
-prepended to its indexed text: Contextual Retrieval), ``refine`` (an LLM cleans the indexed text; a guard rejects one
-that drops or invents content), ``metadata`` (title, summary and tags per chunk and document) and ``caption``
-(images described by a vision model)."""
+"""The built-in transforms: ``contextual``, ``refine``, ``metadata`` and ``caption`` (docs/transforms.md)."""
 
 from __future__ import annotations
 

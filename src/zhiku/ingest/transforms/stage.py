@@ -294,8 +294,7 @@ def build_stage(
     on_progress: TransformProgress | None = None,
     planning: bool = False,
 ) -> TransformStage | None:
-    """The stage of ``transforms.enabled``: None when none is and nothing was ever enriched, else an empty stage that
-    clears older enrichments on re-ingest."""
+    """None when no transform is enabled and none ever was; an empty stage clears older enrichments."""
     names = tuple(settings.transforms.enabled)
     if not names and (store is None or not store.path.exists()):
         return None
@@ -311,8 +310,7 @@ def build_stage(
     return TransformStage(transforms, service, settings.transforms, settings.llm, store=store, on_progress=on_progress)
 
 
-# -- a transform dry run: the LLM requests an ingest would send, with estimated tokens and cost and what the cache
-# holds; nothing is sent, written or cached.
+# -- a transform dry run: the LLM requests an ingest would send; nothing is sent, written or cached.
 SAMPLES = 3
 
 

@@ -1,6 +1,4 @@
-"""Document summaries without an LLM: keywords by TextRank over zhiku's segmentation (rjieba tokens, stopwords
-removed), and the top sentences by the keywords they hold (a light lead bias), in document order. Labelled
-``extractive``; with the ``metadata`` transform the LLM's summary and tags are returned instead."""
+"""Extractive document summaries without an LLM: TextRank keywords and the sentences that hold them."""
 
 from __future__ import annotations
 
