@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from contextlib import suppress
 from pathlib import Path
 
 from zhiku.errors import LoaderError
@@ -162,12 +163,8 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
                 f"{path} starts with a UTF-8 byte-order mark but is not valid UTF-8 "
                 f"(bad bytes at offset {e.start + 3}); convert the file to UTF-8"
             ) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    else:
-        if _control_heavy(text):
+    with suppress(UnicodeDecodeError):
+        if _control_heavy(text := data.decode("utf-8")):
             raise LoaderError(f"binary file, not text (mostly control characters): {path}")
         return _no_text_check(text, "utf-8", path, len(data))
     if len(data) < MIN_DETECT_BYTES:
@@ -178,12 +175,9 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
     found = _east_asian(data)
     if found is not None:
         return _no_text_check(*found, path)
-    try:
-        gb: str | None = data.decode("gb18030")
-    except UnicodeDecodeError:
-        gb = None
-    if gb is not None and looks_like_text(gb):
-        return _no_text_check(gb, "gb18030", path)
+    with suppress(UnicodeDecodeError):
+        if looks_like_text(gb := data.decode("gb18030")):
+            return _no_text_check(gb, "gb18030", path)
     utf16 = _utf16_without_bom(data)
     if utf16 is not None:
         return _no_text_check(*utf16, path)
@@ -194,9 +188,7 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
 
 
 def normalize_newlines(text: str) -> str:
-    if "\r" not in text:
-        return text
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def read_text_file(path: Path) -> tuple[str, str]:

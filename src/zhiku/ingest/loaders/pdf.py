@@ -180,7 +180,7 @@ class PdfLoader:
                 box = (max(left, 0.0), max(height - top, 0.0), min(right, width), min(height - bottom, height))
                 if obj.type == raw.FPDF_PAGEOBJ_IMAGE:
                     pictures.append((box, obj))
-                elif is_rule(box):
+                elif box[3] - box[1] <= RULE_MAX_THICKNESS and box[2] - box[0] >= RULE_MIN_WIDTH:
                     rules.append(box)
                 elif box[2] - box[0] <= RULE_MAX_THICKNESS and box[3] - box[1] >= 8:
                     verticals.append(box)
@@ -414,20 +414,11 @@ def place(lines: list[Line], tables: list[Table], images: list[tuple[Box, bytes,
 
 
 def insert_by_y(items: list[Line | Block], block: Block, y: float) -> None:
-    for j, item in enumerate(items):
-        if isinstance(item, Line) and item.top >= y:
-            items.insert(j, block)
-            return
-    items.append(block)
+    items.insert(next((j for j, it in enumerate(items) if isinstance(it, Line) and it.top >= y), len(items)), block)
 
 
 # -- tables between horizontal rules: a three-line table (booktabs, usual in Chinese papers) read from the text's
 # gaps, a ruled grid by pdfplumber; two columns and two rows with two filled cells (not a framed listing or a form).
-def is_rule(box: Box) -> bool:
-    x0, top, x1, bottom = box
-    return bottom - top <= RULE_MAX_THICKNESS and x1 - x0 >= RULE_MIN_WIDTH
-
-
 def rule_groups(rules: Sequence[Box]) -> list[Box]:
     groups: list[list[Box]] = []
     for rule in sorted(rules, key=lambda r: (r[1], r[0])):
@@ -500,17 +491,13 @@ def _overlaps(a: Box, b: Box) -> bool:
 
 
 def find_tables(page: Any, areas: Sequence[Box]) -> list[Table]:
-    if not areas:
-        return []
     tables: list[Table] = []
     for found in page.find_tables():
         if not any(_overlaps(tuple(found.bbox), area) for area in areas):
             continue
         rows = found.extract()
-        if valid_rows(rows):
-            md = markdown_table(rows)
-            if md:
-                tables.append(Table(tuple(found.bbox), md))
+        if valid_rows(rows) and (md := markdown_table(rows)):
+            tables.append(Table(tuple(found.bbox), md))
     width, height = float(page.width), float(page.height)
     for x0, top, x1, bottom in areas:
         box = (max(x0 - 2, 0.0), max(top - 2, 0.0), min(x1 + 2, width), min(bottom + 2, height))
@@ -518,8 +505,6 @@ def find_tables(page: Any, areas: Sequence[Box]) -> list[Table]:
             continue
         rows = page.crop(box).extract_table(_TEXT_SETTINGS) or []
         rows = [row for row in rows if any(c not in (None, "") for c in row)]
-        if valid_rows(rows):
-            md = markdown_table(rows)
-            if md:
-                tables.append(Table(box, md))
+        if valid_rows(rows) and (md := markdown_table(rows)):
+            tables.append(Table(box, md))
     return sorted(tables, key=lambda t: t.bbox[1])

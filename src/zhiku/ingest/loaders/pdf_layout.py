@@ -243,9 +243,7 @@ def _breaks(prev: Line, cur: Line, layout: Layout, right: float) -> bool:
 
 
 def _escape(paragraph: str) -> str:
-    if _HEADING_MD_RE.match(paragraph) or paragraph.startswith(("```", "~~~")):
-        return "\\" + paragraph
-    return paragraph
+    return "\\" + paragraph if _HEADING_MD_RE.match(paragraph) or paragraph.startswith(("```", "~~~")) else paragraph
 
 
 def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) -> tuple[str, dict[int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from contextlib import suppress
 from pathlib import Path
 
 import yaml
@@ -16,10 +17,7 @@ from zhiku.types import SourceDoc
 
 
 def markdown_title(text: str) -> str | None:
-    for heading in iter_headings(text):
-        if heading.level == 1 and heading.title:
-            return heading.title
-    return None
+    return next((h.title for h in iter_headings(text) if h.level == 1 and h.title), None)
 
 
 # YAML front matter (Jekyll, Hugo, Obsidian): ``---``, YAML, then ``---`` or ``...``, within FRONT_MAX characters
@@ -28,18 +26,12 @@ FRONT_MAX = 10_000
 
 
 def front_matter(text: str) -> tuple[dict[str, object], str]:
-    """``(fields, text without them)``: the YAML front matter a Markdown file opens with, when it is a mapping
-    (``title: 部署指南``); otherwise ``({}, text)`` unchanged (a file that opens with a ``---`` rule keeps it)."""
+    """The front matter when it is a mapping (``title: 部署指南``); a file opening with a ``---`` rule keeps it."""
     found = _FRONT.match(text[:FRONT_MAX])
-    if found is None:
-        return {}, text
-    try:
-        fields = yaml.safe_load(found.group(1))
-    except yaml.YAMLError:
-        return {}, text
-    if not isinstance(fields, dict) or not fields:
-        return {}, text
-    return {str(k): v for k, v in fields.items()}, text[found.end() :]
+    with suppress(yaml.YAMLError):
+        if found is not None and isinstance(fields := yaml.safe_load(found.group(1)), dict) and fields:
+            return {str(k): v for k, v in fields.items()}, text[found.end() :]
+    return {}, text
 
 
 _OPENS = re.compile(r"`+|<!--")  # an inline code span's backticks or a comment's start, whichever comes first
@@ -48,10 +40,8 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")  # a code span never runs past its pa
 
 
 def strip_comments(text: str) -> str:
-    """``text`` without its HTML comments outside code fences: a rendered page hides them (notes to the author,
-    markers such as ``<!-- INFO END -->``), so they are neither indexed nor quoted. Only closed ones: CommonMark
-    would hide everything after a ``<!--`` never closed, and a stray one must not cost the rest of the file. A
-    ``<!--`` inside inline code (`` `<!-- more -->` ``) is code, shown as written."""
+    """Closed HTML comments outside code and code spans, hidden by a rendered page, are neither indexed nor quoted; a
+    ``<!--`` never closed stays (a stray one must not cost the rest of the file)."""
     if "<!--" not in text:
         return text
     out, pos = [], 0
@@ -63,8 +53,7 @@ def strip_comments(text: str) -> str:
 
 
 def _uncommented(text: str) -> str:
-    """``text`` (no code fence in it) less its closed comments, in one pass: the first ``<!--`` never closed ends
-    it (no later one can be closed either), so a file of stray ``<!--`` costs linear time, not quadratic."""
+    """One pass: the first ``<!--`` never closed ends it (no later one can close), so stray ones cost linear time."""
     if "<!--" not in text:
         return text
     spans = _CodeSpans(text)

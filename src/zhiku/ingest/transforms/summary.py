@@ -68,17 +68,15 @@ def _paragraphs(text: str) -> list[str]:
 
 
 def sentences_of(chunks: Sequence[Chunk]) -> list[str]:
-    """The document's sentences in order, each once, from its text rebuilt from the chunks, without Markdown markup, table rows or code;
-    list headers (ending in a colon) and fragments under 12 characters are left out, and so are lines that end
-    without a full stop (headings, captions, contents lines, list items ending in ；) unless nothing else is left."""
+    """The document's sentences, each once; fragments, list headers and (unless nothing else is left) lines without a
+    full stop (headings, captions, contents lines) left out."""
     seen: dict[str, None] = {}
     for para in _paragraphs(reconstruct_markdown(chunks)):  # the text once: a piece cut mid-sentence is no sentence
-        if para:
-            for part in _LATIN_STOP.split(para):
-                for m in _SENTENCE.finditer(part):
-                    s = m.group(0).strip()
-                    if len(s) >= 12 and not s.endswith(("：", ":")):
-                        seen.setdefault(s, None)
+        for part in _LATIN_STOP.split(para):
+            for m in _SENTENCE.finditer(part):
+                s = m.group(0).strip()
+                if len(s) >= 12 and not s.endswith(("：", ":")):
+                    seen.setdefault(s, None)
     ended = [s for s in seen if _ENDED.search(s)]
     return ended or list(seen)
 
