@@ -152,29 +152,26 @@ class _Extractor(HTMLParser):
             self.pre_language = m.group(1)
 
     def _open(self, tag: str) -> None:
-        if re.fullmatch(r"h[1-6]", tag):
-            self._flush()
+        if tag == "tr" or (tag in ("td", "th") and not self.tables):
+            if self.tables:
+                self.tables[-1].append([])
+            return
+        heading = re.fullmatch(r"h[1-6]", tag)
+        if not (heading or tag in _BLOCK_TAGS or tag in ("pre", "li", "table", "td", "th")):
+            return
+        self._flush()
+        if heading:
             self.heading = int(tag[1])
         elif tag == "pre":
-            self._flush()
             self.pre += 1
         elif tag in ("ul", "ol"):
-            self._flush()
             if not self.lists:
                 self.list_start = len(self.blocks)
             self.lists.append([0 if tag == "ol" else None])
-        elif tag == "li":
-            self._flush()
         elif tag == "table":
-            self._flush()
             self.tables.append([])
-        elif tag == "tr" and self.tables:
-            self.tables[-1].append([])
-        elif tag in ("td", "th") and self.tables:
-            self._flush()
+        elif tag in ("td", "th"):
             self.cell = []
-        elif tag in _BLOCK_TAGS:
-            self._flush()
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":

@@ -273,17 +273,8 @@ class PdfLoader:
         text = "\n\n".join(parts)
         if not title or re.search(r"\.(?:dvi|tex|docx?|pdf|wpd)$|^untitled$", title, re.IGNORECASE):
             title = first_heading(text, path.stem)
-        return SourceDoc(
-            source=source,
-            doc_type=self.doc_type,
-            title=title,
-            text=text,
-            pages=tuple(spans),
-            encoding="pdf",
-            images=tuple(images),
-            needs_ocr_pages=tuple(p.number for p in pages if p.needs_ocr),
-            ocr_pages=tuple(p.number for p in pages if p.ocr),
-        )
+        needs_ocr, ocr = tuple(p.number for p in pages if p.needs_ocr), tuple(p.number for p in pages if p.ocr)
+        return SourceDoc(source, self.doc_type, title, text, tuple(spans), "pdf", tuple(images), needs_ocr, ocr)
 
 
 # -- PDFium text: a page's lines with their fonts and geometry, and tables and images placed among them.

@@ -189,13 +189,8 @@ def describe(llm: ChatService, ctx: TransformContext, ref: ImageRef, blob: bytes
     text = Template(ctx.prompt("caption")).safe_substitute(caption=ref.caption, chunk=chunk.text[:300])
     url = f"data:{ref.mime_type};base64,{base64.b64encode(blob).decode('ascii')}"
     content = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
-    reply = llm.chat(
-        [{"role": "user", "content": content}],
-        prompt_id=ctx.prompt_id("caption"),
-        max_tokens=200,
-        vision=True,
-        validate=non_empty,
-    )
+    messages = [{"role": "user", "content": content}]
+    reply = llm.chat(messages, prompt_id=ctx.prompt_id("caption"), max_tokens=200, vision=True, validate=non_empty)
     return clean_reply(reply, MAX_CAPTION)
 
 

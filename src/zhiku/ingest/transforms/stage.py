@@ -8,7 +8,6 @@ import hashlib
 import itertools
 import json
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -105,9 +104,8 @@ class TransformStage:
 
     @functools.cached_property
     def marks(self) -> dict[str, str]:
-        """A digest per transform of what its enrichments depend on besides the chunks: the model, the language, the
-        changed ``transforms.*`` settings and an override prompt's text (a built-in prompt counts by name: a release
-        that words one better does not re-buy every enrichment). A document enriched with another setup is owed."""
+        """A digest per transform of what its enrichments depend on besides the chunks; a built-in prompt counts by
+        name (a release that words one better does not re-buy every enrichment)."""
         common = {
             "model": self.llm.model,
             "language": LANGUAGE,
@@ -151,10 +149,8 @@ class TransformStage:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def owes(self, collection: str, source: str, written_at: float = 0.0) -> bool:
-        """Whether an unchanged document is ingested again: its last ingest did not run one of these transforms (or it
-        was written later, at ``written_at``), ran them with another setup, or got no answer for some chunk. Unanswered
-        chunks are retried only with the reply cache (else every chunk would be paid for again), and only until
-        ``RETRY_LIMIT`` ingests in a row went unanswered; then ``--force`` asks again."""
+        """Whether an unchanged document is ingested again. Unanswered chunks are retried only with the reply cache
+        (else every chunk is paid for again), and only for ``RETRY_LIMIT`` ingests in a row; then ``--force``."""
         if not self.transforms or self.store is None:
             return False
         recent = self.store.recent_usage(collection, source, RETRY_LIMIT)
@@ -375,13 +371,12 @@ def plan_transforms(
         stage.run(doc, doc_id, pieces)
         documents += 1
         chunks += len(pieces)
-    by: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for call in service.planned:
-        row = by[call.prompt_id.partition("@")[0]]
-        row[0] += 1
-        row[1] += call.cached
-        row[2] += 0 if call.cached else call.tokens
-    lines = tuple(PlanLine(name, *by[name]) for name in stage.names if name in by)
+    by = {name: [c for c in service.planned if c.prompt_id.partition("@")[0] == name] for name in stage.names}
+    lines = tuple(
+        PlanLine(n, len(cs), sum(c.cached for c in cs), sum(c.tokens for c in cs if not c.cached))
+        for n, cs in by.items()
+        if cs
+    )
     tokens = sum(x.prompt_tokens for x in lines)
     return TransformPlan(
         transforms=stage.names,
