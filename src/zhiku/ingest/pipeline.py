@@ -297,9 +297,6 @@ class Ingestor:
         self.retry_needs_ocr = retry_needs_ocr
         self._longest = 0  # the most tokens of one index text in this run (trace)
 
-    def _tally(self, failures: list[FileFailure] | None = None) -> _Tally:
-        return _Tally(getattr(self.embedder, "computed", 0), failures if failures is not None else [])
-
     def ingest_paths(
         self,
         paths: Sequence[Path],
@@ -315,14 +312,15 @@ class Ingestor:
         skip = skip or {}
         failures += [FileFailure(t.source, skip[t.path]) for t in tasks if t.path in skip]
         tasks = [t for t in tasks if t.path not in skip]
-        tasks, clashes = one_file_per_source(tasks, collection, partial(self._stored_path, collection))
+        stored = lambda source: getattr(self.store.find_document(collection, source), "path", None)  # noqa: E731
+        tasks, clashes = one_file_per_source(tasks, collection, stored)
         failures.extend(clashes)
         if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
             for f in failures:
                 self.store.record_ingestion(
                     IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
                 )
-        tally = self._tally(failures)
+        tally = _Tally(getattr(self.embedder, "computed", 0), failures)
         prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:
@@ -330,10 +328,6 @@ class Ingestor:
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
         report = self._report(tally, removed=gone if sync else (), dry_run=dry_run)
         return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
-
-    def _stored_path(self, collection: str, source: str) -> str | None:
-        doc = self.store.find_document(collection, source)
-        return None if doc is None else doc.path
 
     def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
         suffixes = supported_suffixes(self.loaders)
@@ -351,7 +345,7 @@ class Ingestor:
         self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
     ) -> IngestReport:
         """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
-        tally = self._tally()
+        tally = _Tally(getattr(self.embedder, "computed", 0))
         self._run(docs, partial(self._prepare_doc, collection=collection), tally, collection, on_progress, total=total)
         return self._report(tally)
 

@@ -184,14 +184,12 @@ def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
 
 
 def _table_rows(tbl: Any) -> list[list[str]]:
-    rows = []
-    for tr in tbl.findall(f"{_W}tr"):
-        row = []
-        for tc in tr.findall(f"{_W}tc"):
-            paragraphs = ["".join(t.text or "" for t in p.iter(_W + "t")) for p in tc.iter(_W + "p")]
-            row.append("\n".join(x for x in paragraphs if x.strip()))
-        rows.append(row)
-    return rows
+    return [[_cell_text(tc) for tc in tr.findall(f"{_W}tc")] for tr in tbl.findall(f"{_W}tr")]
+
+
+def _cell_text(tc: Any) -> str:
+    paragraphs = ("".join(t.text or "" for t in p.iter(_W + "t")) for p in tc.iter(_W + "p"))
+    return "\n".join(x for x in paragraphs if x.strip())
 
 
 def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, int, str] | None:
@@ -216,14 +214,9 @@ def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, in
         mime, w, h = probe
     if min(w, h) < min_px:
         return None
-    alt = ""
-    node = blip
-    while node is not None and node.tag not in ("{%s}inline" % _NS["wp"], "{%s}anchor" % _NS["wp"]):
-        node = node.getparent()
-    if node is not None:
-        pr = node.find("{%s}docPr" % _NS["wp"])
-        if pr is not None:
-            alt = (pr.get("descr") or pr.get("title") or "").strip()
+    node = next(blip.iterancestors("{%s}inline" % _NS["wp"], "{%s}anchor" % _NS["wp"]), None)
+    pr = node.find("{%s}docPr" % _NS["wp"]) if node is not None else None
+    alt = (pr.get("descr") or pr.get("title") or "") if pr is not None else ""
     return data, mime, w, h, " ".join(alt.split())
 
 
