@@ -174,8 +174,11 @@ class EmbedBatcher:
         except (EmbeddingError, ConfigError):
             raise  # the service or model is down, or the embedding cache damaged: every document would fail alike
         except Exception as e:
-            if len(slices) == 1:
-                self._drop(slices[0][0], e)
+            if len(slices) == 1:  # this document alone fails: dropped
+                q = slices[0][0]
+                self._queue.remove(q)
+                self._seen, self._embedded = self._seen - len(q.item.texts), self._embedded - q.done
+                self.on_error(q.item, e)
             else:
                 for q, _ in slices:
                     while q.left and self._embed([(q, min(q.left, self.batch_chunks))]):
@@ -186,7 +189,9 @@ class EmbedBatcher:
             q.parts.append(vectors[offset : offset + k])
             q.done += k
             offset += k
-        self._progress(offset)
+        self._embedded += offset
+        if self.on_batch is not None:
+            self.on_batch(self._embedded, self._seen)
         return True
 
     def _call(self, texts: Sequence[str]) -> np.ndarray:
@@ -197,17 +202,6 @@ class EmbedBatcher:
         if vectors.shape[0] != len(texts):
             raise ValueError(f"the embedder returned {vectors.shape[0]} vectors for {len(texts)} texts")
         return vectors
-
-    def _drop(self, q: _Queued, error: Exception) -> None:
-        self._queue.remove(q)
-        self._seen -= len(q.item.texts)
-        self._embedded -= q.done
-        self.on_error(q.item, error)
-
-    def _progress(self, k: int) -> None:
-        self._embedded += k
-        if self.on_batch is not None:
-            self.on_batch(self._embedded, self._seen)
 
 
 @dataclass(frozen=True)
