@@ -60,12 +60,9 @@ class Section:
 
 def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
     fence: tuple[str, int] | None = None
-    pos = 0
-    n = len(text)
+    pos, n = 0, len(text)
     while pos <= n:
-        nl = text.find("\n", pos)
-        if nl == -1:
-            nl = n
+        nl = n if (nl := text.find("\n", pos)) == -1 else nl
         line = text[pos:nl]
         head = line.lstrip(" ")[:1]
         if fence is not None:
@@ -77,14 +74,10 @@ def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None,
             title = _CLOSING_HASHES_RE.sub("", m.group(2) or "").strip()
             yield pos, nl, Heading(len(m.group(1)), title, pos, nl), False
         else:
-            if markdown and head in ("`", "~"):
-                m = _FENCE_OPEN_RE.fullmatch(line)
-                if m is not None and not (m.group(1)[0] == "`" and "`" in m.group(2)):
-                    fence = (m.group(1)[0], len(m.group(1)))
-                    yield pos, nl, None, True
-                    pos = nl + 1
-                    continue
-            yield pos, nl, None, False
+            m = _FENCE_OPEN_RE.fullmatch(line) if markdown and head in ("`", "~") else None
+            if m is not None and not (m.group(1)[0] == "`" and "`" in m.group(2)):
+                fence = (m.group(1)[0], len(m.group(1)))
+            yield pos, nl, None, fence is not None
         pos = nl + 1
 
 
