@@ -140,16 +140,11 @@ class _Extractor(HTMLParser):
             self.depth_in_content += 1
         if not self.depth_in_content:
             return
-        if tag == "code":
-            self._code(a)
-        self._open(tag)
-
-    def _code(self, attrs: dict[str, str | None]) -> None:
-        """Inline code keeps its backticks (``Bearer <token>`` would read as a tag); ``pre > code`` names a language."""
-        if not self.pre:
+        if tag == "code" and not self.pre:  # inline code keeps its backticks (``Bearer <token>`` would read as a tag)
             self.code_at.append(len(self.buf))
-        elif m := _LANGUAGE_RE.search(attrs.get("class") or ""):
+        elif tag == "code" and (m := _LANGUAGE_RE.search(a.get("class") or "")):  # ``pre > code``: the language
             self.pre_language = m.group(1)
+        self._open(tag)
 
     def _open(self, tag: str) -> None:
         if tag == "tr" or (tag in ("td", "th") and not self.tables):

@@ -363,13 +363,9 @@ def front_pages(pages: Sequence[Sequence[Line]], body_size: float) -> frozenset[
     out: set[int] = set()
     for i, lines in enumerate(pages[:limit]):
         text = "".join(ln.text for ln in lines).replace(" ", "")
-        cover = i == 0 and _is_cover(lines, body_size)
+        big = any(ln.size > body_size * 1.3 and not ln.mono for ln in lines)
+        cover = i == 0 and 0 < sum(visible_chars(ln.text) for ln in lines) < COVER_MAX_CHARS and big
         if not (cover or DECLARATION_RE.search(text)):
             break
         out.add(i)
     return frozenset(out)
-
-
-def _is_cover(lines: Sequence[Line], body_size: float) -> bool:
-    chars = sum(visible_chars(ln.text) for ln in lines)
-    return 0 < chars < COVER_MAX_CHARS and any(ln.size > body_size * 1.3 and not ln.mono for ln in lines)
