@@ -174,13 +174,9 @@ class TransformStage:
                 self.on_progress(name, doc.source, done[name], total)
 
         options: dict[str, Any] = {**self.settings.model_dump(), "concurrency": CONCURRENCY}
+        prompt = functools.partial(self.prompts.text, language=lang)
         return TransformContext(
-            llm=self.service,
-            language="zh" if lang == "zh" else "en",
-            prompt=lambda name: self.prompts.text(name, lang),
-            prompt_id=self.prompts.id_of,
-            options=options,
-            on_chunk=on_chunk,
+            self.service, "zh" if lang == "zh" else "en", prompt, self.prompts.id_of, options, on_chunk
         )
 
     def run(self, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
