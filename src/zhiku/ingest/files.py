@@ -53,10 +53,7 @@ def printable(name: str) -> str:
 
 
 def not_regular(mode: int) -> str | None:
-    for test, what in _KINDS:
-        if test(mode):
-            return what
-    return None if stat.S_ISREG(mode) else "not a regular file"
+    return next((what for test, what in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
 
 
 def read_bounded(path: Path, max_bytes: int) -> bytes:

@@ -53,10 +53,6 @@ CLASH_FIX = (
 )
 
 
-def chunk_note(done: int, total: int) -> str:
-    return f"{done}/{total}{NOTE_SUFFIX}"
-
-
 def is_chunk_note(text: str) -> bool:
     return text.endswith(NOTE_SUFFIX)
 
@@ -358,7 +354,7 @@ class Ingestor:
         note = (
             None
             if on_progress is None
-            else (lambda done, seen: on_progress(tally.handled, total, chunk_note(done, seen)))
+            else (lambda done, seen: on_progress(tally.handled, total, f"{done}/{seen}{NOTE_SUFFIX}"))
         )
         batcher = EmbedBatcher(
             self.embedder, self.batch_chunks, on_error=partial(self._embed_failed, tally), on_batch=note

@@ -52,9 +52,7 @@ def sniff_bytes(head: bytes) -> str | None:
     if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
         return "image"
     start = head.removeprefix(codecs.BOM_UTF8).lstrip().lower()
-    if start.startswith((b"<!doctype html", b"<html")):
-        return "html"
-    return None
+    return "html" if start.startswith((b"<!doctype html", b"<html")) else None
 
 
 def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
