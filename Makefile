@@ -59,9 +59,11 @@ test-slow: $(DEV_STAMP) inspector  # CI runs these too (.ci/run): a deselected t
 
 # The long reliability suite: kill -9 runs, ≥300 hostile files, bad arguments, JSON-RPC abuse, 50
 # concurrent clients with a writer, fair question cost. Each part prints a `RELIABILITY <part> {figures}` line
-# (`make test` runs the short versions).
+# (`make test` runs the short versions), saved as bench/results/reliability.json for the results page; PARTS=EXPR runs some.
 reliability: $(DEV_STAMP)
-	$(PY) -m pytest -m reliability -s tests/reliability
+	rm -f .reliability.txt
+	ZHIKU_RELIABILITY_OUT=$(abspath .reliability.txt) $(PY) -m pytest -m reliability -s tests/reliability $(if $(PARTS),-k "$(PARTS)")
+	PARTS="$(PARTS)" $(PY) bench/report.py --reliability .reliability.txt
 
 # The retrieval quality gate on real Chinese sets (tests/data; also part of `make test`).
 quality-gate: $(DEV_STAMP)

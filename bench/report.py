@@ -8,6 +8,7 @@ measured, one whose commit's src/ differs from this checkout's says so. ``bench/
 present, is shown beside it (figures of an earlier checkout, e.g. saved with ``--stamp``). History lives in git.
 
     python bench/report.py --stamp FILE NAME COMMAND [COMMIT]   # save figures another tool wrote as NAME
+    python bench/report.py --reliability FILE                   # save the RELIABILITY lines of a run
 """
 
 from __future__ import annotations
@@ -123,6 +124,12 @@ def latency(f: Any) -> list[str]:
 
 PHASES = ("query", "trivial", "cache_hit")
 
+
+def reliability(f: Any) -> list[str]:
+    rows = [{"part": r["part"], "figures": ", ".join(f"{k} {v}" for k, v in r["figures"].items())} for r in f]
+    return table(rows, ["part", "figures"])
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
     (
         "quality",
@@ -171,6 +178,14 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         "`list_collections` (`trivial`: the protocol's own share) and a result-cache hit.",
         latency,
     ),
+    (
+        "reliability",
+        "Hostile runs: `make reliability`",
+        "The attacks of tests/reliability, each part's `RELIABILITY <part> {figures}` line: damaged files, "
+        "abandoned sessions, slow connections, long questions beside short ones, kill -9, hostile files, bad "
+        "arguments. `PARTS=` runs some (a pytest -k expression).",
+        reliability,
+    ),
 ]
 
 HEAD = """# Results
@@ -189,6 +204,23 @@ SCALE_BARS = [
     (1_000_000, "peak_rss_mb", 2500),
     (1_000_000, "open_to_first_answer_s", 3),
 ]
+
+
+RELIABILITY_BARS: list[tuple[str, str, str, Callable[[dict[str, Any]], Any], Callable[[Any], bool]]] = [
+    ("fairness", "a 2,000-character question, seconds", "≤ 3", lambda f: f["long_question_s"], lambda g: g <= 3),
+    ("fairness", "short questions beside two long-question loops, p95 ms", "≤ 1000", lambda f: f["short_p95_ms"],
+     lambda g: g <= 1000),
+    ("fairness", "16 questions from 4 clients ÷ the same 16 in sequence", "≤ 0.75", lambda f: f["ratio"],
+     lambda g: g <= 0.75),
+    ("limits_sessions", "2,000 abandoned sessions: server RSS growth, MB", "≤ 150", lambda f: f["rss_growth_mb_at_2000"],
+     lambda g: g <= 150),
+    ("limits_slow_connections", "slowest close of a connection sending at 1 byte/s, s", "≤ 30",
+     lambda f: max(v["max_close_s"] for v in f.values() if isinstance(v, dict)), lambda g: g <= 30),
+    ("integrity vectors", "damaged vector files: answers as undamaged / attacks", "all",
+     lambda f: f"{f['same']}/{f['attacks']}", lambda g: g.split("/")[0] == g.split("/")[1]),
+    ("integrity sqlite", "damaged SQLite pages found by `zhiku doctor`", "all",
+     lambda f: f"{f['found']}/{f['pages']}", lambda g: g.split("/")[0] == g.split("/")[1]),
+]  # fmt: skip
 
 
 def checks(results: Path) -> list[dict[str, Any]]:
@@ -227,6 +259,10 @@ def checks(results: Path) -> list[dict[str, Any]]:
         ok = None if not (now and then) else (now[key] - then[key]) * better >= 0
         bar = f"{'≥' if better > 0 else '≤'} main's, same run" + (f" ({then[key]})" if then else " (COMPARE=)")
         out.append(row(f"50 clients, 10k chunks: {key}", bar, now and now[key], ok, "concurrency"))
+    parts = {r["part"]: r["figures"] for r in figures("reliability") or []}
+    for part, what, bar, got_of, holds in RELIABILITY_BARS:
+        got = got_of(parts[part]) if part in parts else None
+        out.append(row(what, bar, got, None if got is None else holds(got), "reliability"))
     tr = figures("tracing")
     got = tr.get("cost_median_pct") if isinstance(tr, dict) else None
     ok = None if got is None else got <= 10
@@ -262,6 +298,16 @@ def main() -> None:
     if sys.argv[1:2] == ["--stamp"] and len(sys.argv) in (5, 6):  # figures another tool wrote
         path, name, command, *measured_at = sys.argv[2:]
         save(name, json.loads(Path(path).read_text(encoding="utf-8")), command, *measured_at)
+        return
+    if sys.argv[1:2] == ["--reliability"] and len(sys.argv) == 3:  # the RELIABILITY lines of `make reliability`
+        lines = Path(sys.argv[2]).read_text(encoding="utf-8").splitlines()
+        parts = [(x[len("RELIABILITY ") :].split(" {", 1)) for x in lines if x.startswith("RELIABILITY ")]
+        rows = [{"part": part, "figures": json.loads("{" + rest)} for part, rest in parts]
+        save(
+            "reliability",
+            rows,
+            "make reliability" + (f" PARTS='{os.environ['PARTS']}'" if os.environ.get("PARTS") else ""),
+        )
         return
     PAGE.write_text(render(), encoding="utf-8")
     print(f"wrote {PAGE.relative_to(Path.cwd()) if PAGE.is_relative_to(Path.cwd()) else PAGE}")
