@@ -1,20 +1,28 @@
 """The vector files' checksums: appends across block boundaries stay whole for every reader; a file damaged,
 truncated or rewritten (before or after an open) is never served, `index_damage` names it and a writable open
 rewrites it; an index from before the checksums is searched from zhiku.db until it is opened for writing; a
-deleted or replaced zhiku.db is refused. The attacks through the CLI and a server: tests/reliability."""
+deleted or replaced zhiku.db is refused; `zhiku repair` of damaged tables ingests the documents again from their files.
+The attacks through the CLI and a server: tests/reliability."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from contracts.store_contract import Doc, ids, make_doc
+from mcp_fixtures import ROOT, Fixture
+from zhiku.api import KnowledgeBase
+from zhiku.cli.app import app
 from zhiku.errors import StoreError
+from zhiku.settings import load_settings
 from zhiku.stores import SQLiteStore, index_damage
 
 DIM = 8
@@ -135,3 +143,58 @@ def test_a_bm25_segment_cut_short_under_a_reader_is_read_again_from_zhiku_db(ind
             os.truncate(path, 100)  # reading its mapping past the end now would be SIGBUS
         assert set(ids(reader.bm25_search(["段6", "段1500"], 2))) == {CHUNK[6], CHUNK[1500]}
     assert segments
+
+
+QUESTIONS = ("试用期最长不得超过几个月？", "女职工产假有多少天", "加班工资怎么算", "经济补偿金怎么计算")
+
+
+def _cli(config: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [*args, "--config", str(config)])
+    return result.exit_code, result.output
+
+
+def _top(config: Path) -> list[str]:
+    with KnowledgeBase(load_settings(config), read_only=True) as kb:
+        return [kb.retrieve(q).hits[0].chunk.chunk_id for q in QUESTIONS]
+
+
+def _smash(db: Path, table: str) -> None:
+    """One page of ``table`` overwritten with random bytes."""
+    with closing(sqlite3.connect(db)) as conn:
+        pages = [p for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'", (table,))]
+    with open(db, "r+b") as f:
+        f.seek(4096 * (pages[len(pages) // 2] - 1))
+        f.write(RNG.bytes(4096))
+
+
+def _rebuilds(tmp_path: Path, sources: Path, cache: Path) -> None:
+    docs, index = shutil.copytree(sources, tmp_path / "docs"), tmp_path / "idx"
+    gone = docs / "其他.md"
+    gone.write_text("# 其他\n\n第一条 本办法自公布之日起施行。\n", encoding="utf-8")
+    config = tmp_path / "zhiku.yaml"
+    config.write_text(f"index: {index}\ncache_dir: {cache}\nchunking:\n  size_chars: 200\n", encoding="utf-8")
+    assert _cli(config, "ingest", str(docs))[0] == 0
+    reference = _top(config)
+    _smash(index / "zhiku.db", "chunks")
+    gone.unlink()
+    code, text = _cli(config, "repair", "--json")
+    assert code == 0, text
+    report = json.loads(text)
+    assert sorted(report["rebuilt"]) == sorted(f"default/{p.name}" for p in docs.glob("*.md"))
+    assert report["lost"] == [str(gone)] and report["repaired"] == []
+    copy = Path(report["damaged_copy"])
+    assert copy.parent == tmp_path and copy.name.startswith("idx.damaged-") and (copy / "zhiku.db").is_file()
+    assert _cli(config, "doctor")[0] == 0 and _top(config) == reference
+    _smash(index / "zhiku.db", "documents")  # nothing readable names a source
+    code, text = _cli(config, "repair")
+    assert code == 1 and "ingest the documents again" in text, text
+
+
+def test_repair_of_damaged_tables_ingests_the_documents_again(tmp_path: Path, mcp_index: Fixture) -> None:
+    assert mcp_index.settings.cache_dir is not None
+    _rebuilds(tmp_path, mcp_index.docs, mcp_index.settings.cache_dir)  # its chunks are in the fixture's cache
+
+
+@pytest.mark.slow
+def test_repair_of_damaged_tables_rebuilds_examples_laws(tmp_path: Path) -> None:
+    _rebuilds(tmp_path, ROOT / "examples" / "laws", tmp_path / "cache")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +40,8 @@ from zhiku.retrieval.query import MAX_QUERY_CHARS as MAX_QUERY_CHARS  # the ques
 from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import Store, compact_index, open_store, repair_index
+from zhiku.stores import Store, TablesDamaged, compact_index, open_store, readable_documents
+from zhiku.stores import repair_index as repair_files
 from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor
@@ -193,9 +195,11 @@ class KnowledgeBase:
         on_progress: ProgressFn | None = None,
         on_transform: TransformProgress | None = None,
         skip: Mapping[Path, str] | None = None,
+        only: Collection[Path] | None = None,
     ) -> IngestReport:
         """``on_transform(transform, source, chunks done, chunks)``: per-chunk progress of the LLM transforms;
-        ``skip``: files of the walked folders left out, each reported failed with its reason."""
+        ``skip``: files of the walked folders left out, each reported failed with its reason; ``only``: of the
+        walked files, just these (silently)."""
         collection = self._collection(collection)
         with self.tracer.trace(
             "ingest",
@@ -215,6 +219,7 @@ class KnowledgeBase:
                 sync=sync,
                 on_progress=on_progress,
                 skip=skip,
+                only=only,
             )
             if t is not None:
                 t.data.update(report_rows(report), **transform_rows(report))
@@ -481,6 +486,38 @@ def files_to_ingest(paths: Sequence[Path]) -> list[Path]:
     return [task.path for task in discover(list(paths), supported_suffixes())[0]]
 
 
+@dataclass(frozen=True)
+class Repair:
+    repaired: list[str]  # the files rebuilt in place
+    rebuilt: tuple[str, ...] = ()  # zhiku.db's tables damaged: the documents ingested again from their files
+    lost: tuple[str, ...] = ()  # ... and the paths of those whose file is gone or failed
+    damaged_copy: Path | None = None  # where the damaged index was moved (never deleted)
+
+
+def repair_index(settings: Settings) -> Repair:
+    """``zhiku repair``: the damaged files rebuilt from what is intact; damaged tables, from the documents' files
+    that the readable rows of the catalogue name (ingested again into a fresh index, the damaged one moved aside)."""
+    try:
+        return Repair(repair_files(settings))
+    except TablesDamaged:
+        if not (docs := readable_documents(settings.index)):
+            raise
+    index = settings.index
+    aside = index.with_name(f"{index.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    index.rename(aside)
+    groups: dict[tuple[str, Path], set[Path]] = {}
+    for collection, source, path in docs:  # the folder each was ingested from gives it the same source again
+        if Path(path).is_file():
+            groups.setdefault((collection, Path(path).parents[source.count("/")]), set()).add(Path(path))
+    rebuilt, lost = [], {p for _, _, p in docs if not Path(p).is_file()}
+    with KnowledgeBase(settings) as kb:
+        for (collection, root), paths in groups.items():
+            report = kb.ingest([root], collection=collection, only=paths)
+            rebuilt += [f"{collection}/{s}" for s in report.added]
+            lost |= {f.path for f in report.failed}
+    return Repair([], tuple(rebuilt), tuple(sorted(lost)), aside)
+
+
 def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None) -> MigrationReport:
     """Copy the embedded index of ``settings.index`` into the Milvus store of ``settings.store``."""
     from zhiku.stores.migrate import migrate_sqlite
@@ -493,6 +530,7 @@ def migrate_to_milvus(settings: Settings, on_progress: ProgressFn | None = None)
 __all__ = [
     "KnowledgeBase",
     "compact_index",
+    "Repair",
     "repair_index",
     "doc_id_for",
     "files_to_ingest",

@@ -83,18 +83,22 @@ def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt 
 
 
 def repair(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
-    """Rebuild what `zhiku doctor` finds damaged in the embedded index from what is intact: zhiku.db's indexes, and
-    the vector files from the vectors stored in zhiku.db. Exits 1 naming the file when it cannot."""
+    """Rebuild what `zhiku doctor` finds damaged in the embedded index from what is intact: zhiku.db's indexes, the
+    vector files from zhiku.db's vectors, its tables from the documents' files (the damaged index moved aside); exits 1 when it cannot."""
     from zhiku.api import repair_index
     from zhiku.settings import load_settings
 
     with _errors(as_json):
         settings = load_settings(config, index=index)
-        done = repair_index(settings)
+        r = repair_index(settings)
     if as_json:
-        _print_json({"index": str(settings.index), "repaired": done})
+        _print_json({"index": str(settings.index), **asdict(r), "damaged_copy": r.damaged_copy and str(r.damaged_copy)})
+    elif r.damaged_copy is not None:
+        lost = "".join(f"\nlost (its file is gone or unreadable): {p}" for p in r.lost)
+        out.print(f"{settings.index}: zhiku.db's tables were damaged; {len(r.rebuilt)} documents ingested again from "
+                  f"their files{lost}\nthe damaged index: {r.damaged_copy}", markup=False)  # fmt: skip
     else:
-        out.print("\n".join(done) or f"nothing to repair in {settings.index}", markup=False)
+        out.print("\n".join(r.repaired) or f"nothing to repair in {settings.index}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

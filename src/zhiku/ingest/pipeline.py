@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -297,11 +297,12 @@ class Ingestor:
         sync: bool = False,
         on_progress: ProgressFn | None = None,
         skip: Mapping[Path, str] | None = None,
+        only: Collection[Path] | None = None,
     ) -> IngestReport:
         tasks, failures, unsupported = self._tasks(paths)
         skip = skip or {}
         failures += [FileFailure(t.source, skip[t.path]) for t in tasks if t.path in skip]
-        tasks = [t for t in tasks if t.path not in skip]
+        tasks = [t for t in tasks if t.path not in skip and (only is None or t.path in only)]
         stored = lambda source: getattr(self.store.find_document(collection, source), "path", None)  # noqa: E731
         tasks, clashes = one_file_per_source(tasks, collection, stored)
         failures.extend(clashes)

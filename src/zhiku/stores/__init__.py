@@ -57,6 +57,25 @@ def compact_index(settings: Settings) -> CompactionReport:
         return store.compact()
 
 
+class TablesDamaged(StoreError): ...  # what is intact is the documents' files: zhiku.api.repair_index ingests them
+
+
+def readable_documents(index: Path) -> list[tuple[str, str, str]]:
+    """``(collection, source, path)`` of each row of a damaged zhiku.db's documents that still reads."""
+    conn, out, rowid, misses = sqlite3.connect(f"file:{index / DB_NAME}?mode=ro", uri=True), [], 0, 0
+    sql = "SELECT rowid, collection, source, path FROM documents WHERE rowid > ? ORDER BY rowid LIMIT 1"
+    while misses < 1_000:  # a damaged page raises for its rows: step past them one rowid at a time
+        try:
+            if (row := conn.execute(sql, (rowid,)).fetchone()) is None:
+                break
+            rowid, misses = row[0], 0
+            out.append(row[1:])
+        except sqlite3.DatabaseError:
+            rowid, misses = rowid + 1, misses + 1
+    conn.close()
+    return out
+
+
 def repair_index(settings: Settings) -> list[str]:
     """Rebuild what is damaged in the embedded index from what is intact (``zhiku repair``): zhiku.db's indexes
     (REINDEX), the vector files from the vectors stored in zhiku.db. Returns what it repaired; raises
@@ -70,8 +89,8 @@ def repair_index(settings: Settings) -> list[str]:
             conn.execute("REINDEX")
         conn.close()
         if (left := index_damage(index)) is not None and left.startswith(db):
-            raise StoreError(f"{left}; its indexes rebuilt, not its tables: move {index} away and ingest the "
-                             f"documents again (`zhiku ingest PATH --index {index}`)")  # fmt: skip
+            raise TablesDamaged(f"{left}; its indexes rebuilt, not its tables: move {index} away and ingest the "
+                                f"documents again (`zhiku ingest PATH --index {index}`)")  # fmt: skip
         done.append(f"{found}: its indexes rebuilt")
         found = index_damage(index)
     with SQLiteStore(index, busy_timeout_s=BUSY_TIMEOUT_S) as store:  # a writable open rewrites damaged vectors
