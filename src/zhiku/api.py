@@ -502,7 +502,7 @@ def repair_index(settings: Settings) -> Repair:
     except TablesDamaged:
         if not (docs := readable_documents(settings.index)):
             raise
-    index = settings.index
+    settings = settings.model_copy(update={"index": (index := settings.index.resolve())})  # `--index .` too
     aside = index.with_name(f"{index.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
     index.rename(aside)
     groups: dict[tuple[str, Path], set[Path]] = {}
