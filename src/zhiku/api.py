@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -503,7 +504,10 @@ def repair_index(settings: Settings) -> Repair:
         if not (docs := readable_documents(settings.index)):
             raise
     settings = settings.model_copy(update={"index": (index := settings.index.resolve())})  # `--index .` too
-    aside = index.with_name(f"{index.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = next(
+        a for n in itertools.count() if not (a := index.with_name(f"{index.name}.damaged-{stamp}{n or ''}")).exists()
+    )
     index.rename(aside)
     groups: dict[tuple[str, Path], set[Path]] = {}
     for collection, source, path in docs:  # the folder each was ingested from gives it the same source again
