@@ -17,21 +17,12 @@ BUSY_TIMEOUT_S = 5.0  # how long a writer waits for another one before `IndexLoc
 
 
 def open_store(settings: Settings, *, read_only: bool = False) -> Store:
-    """Open the index at ``settings.index`` with the backend named by ``settings.store.kind``.
-
-    ``milvus`` keeps the index in Milvus at ``settings.store.uri`` under ``store.collection_prefix`` instead
-    (``settings.index`` then holds only local files such as traces and extracted images).
-
-    ``read_only=True`` is for searching and listing (CLI reads, the server): a missing index raises
-    ``IndexNotFound`` instead of being created, and writes raise ``ReadOnlyIndex``.
-    """
+    """The index of ``settings.store.kind``; ``read_only``: a missing index raises ``IndexNotFound``, writes
+    ``ReadOnlyIndex``."""
     kind = settings.store.kind
     if kind == "sqlite":
         return SQLiteStore(
-            settings.index,
-            read_only=read_only,
-            busy_timeout_s=BUSY_TIMEOUT_S,
-            dense_search=settings.store.dense_search,
+            settings.index, read_only=read_only, busy_timeout_s=BUSY_TIMEOUT_S, dense_search=settings.store.dense_search
         )
     if kind == "milvus":
         from zhiku.stores.milvus import MilvusStore
@@ -77,9 +68,7 @@ def readable_documents(index: Path) -> list[tuple[str, str, str]]:
 
 
 def repair_index(settings: Settings) -> list[str]:
-    """Rebuild what is damaged in the embedded index from what is intact (``zhiku repair``): zhiku.db's indexes
-    (REINDEX), the vector files from the vectors stored in zhiku.db. Returns what it repaired; raises
-    ``StoreError`` naming the file it cannot repair."""
+    """Rebuild zhiku.db's indexes and the vector files from what is intact; returns what it repaired."""
     index, done = _embedded(settings, "repair"), []
     db = str(index / DB_NAME)
     found = index_damage(index)
@@ -102,18 +91,5 @@ def repair_index(settings: Settings) -> list[str]:
     return done
 
 
-__all__ = [
-    "Catalogue",
-    "CompactionReport",
-    "compact_index",
-    "UNCHECKED",
-    "index_damage",
-    "repair_index",
-    "IndexAdmin",
-    "IndexNotFound",
-    "Retriever",
-    "SQLiteStore",
-    "Store",
-    "Writer",
-    "open_store",
-]
+__all__ = ["Catalogue", "CompactionReport", "compact_index", "UNCHECKED", "index_damage", "repair_index"]
+__all__ += ["IndexAdmin", "IndexNotFound", "Retriever", "SQLiteStore", "Store", "Writer", "open_store"]

@@ -1,17 +1,9 @@
-"""Segments of the BM25 index behind ``SQLiteStore``: immutable postings of one range of chunk rowids.
+"""Immutable BM25 postings of rowids ``lo…hi`` (live or not: rowids are never reused), in
+``bm25/seg-<lo>-<hi>.bin``: a JSON header line, then the arrays, memory-mapped on load.
 
-A segment covers rowids ``lo…hi`` (every rowid in the range, live or not: rowids are never reused, so a rowid's
-index terms never change). It holds, per index term (sorted), the rows that contain it and how often
-(``offsets`` into ``rows``/``tfs``), and every row's length in terms (``doclen``, 0 for a row with no chunk).
-Segments are built from the ``chunk_tokens`` table, merged (postings concatenated by term), and written to
-``bm25/seg-<lo>-<hi>.bin`` beside ``zhiku.db``: a JSON header line, then the arrays, memory-mapped on load.
-
-Index terms are what SQLite FTS5's ``unicode61`` tokenizer made of the stored tokens (the ranking this index
-reproduces): each space-separated token split into runs of letters and digits. A token made of several runs
-(``hbv-dna``, ``1.4.2``) also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``,
-``1 4 2``: the runs joined by a space), which is what an FTS5 phrase query for such a term matched within the
-token; phrase keys do not count towards a row's length. (FTS5 also matched a phrase across two adjacent tokens:
-that case is not reproduced.)
+Terms are the runs of letters and digits of each stored token; a token of several runs (``hbv-dna``, ``1.4.2``)
+also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``, ``1 4 2``), as an FTS5
+phrase query matched it; phrases do not count towards a row's length.
 """
 
 from __future__ import annotations
@@ -76,11 +68,9 @@ class Segment:
 
     @cached_property
     def lookup(self) -> dict[str, int]:
-        """Term → position in ``terms`` (built on first use)."""
         return {t: i for i, t in enumerate(self.terms)}
 
     def postings(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """The rows containing ``key`` and their tfs."""
         i = self.lookup.get(key)
         if i is None:
             return None
@@ -135,19 +125,11 @@ def _pad(n: int) -> int:
 
 
 def write(seg: Segment, folder: Path, index_id: str) -> Path:
-    """Write ``seg`` to ``folder/seg-<lo>-<hi>.bin`` atomically (temporary file, fsync, rename)."""
+    """Write ``seg`` to ``folder/seg-<lo>-<hi>.bin`` atomically."""
     folder.mkdir(exist_ok=True)
     vocab = "\n".join(seg.terms).encode()
-    header = {
-        "format": FORMAT,
-        "index_id": index_id,
-        "lo": seg.lo,
-        "hi": seg.hi,
-        "terms": len(seg.terms),
-        "postings": int(seg.rows.size),
-        "vocab_bytes": len(vocab),
-    }
-    head = json.dumps(header).encode() + b"\n"
+    header = dict(format=FORMAT, index_id=index_id, lo=seg.lo, hi=seg.hi, terms=len(seg.terms))
+    head = json.dumps(header | dict(postings=int(seg.rows.size), vocab_bytes=len(vocab))).encode() + b"\n"
     head += b" " * _pad(len(head))
     parts = [head, seg.offsets.astype("<i8").tobytes(), seg.rows.astype("<u4").tobytes()]
     parts += [seg.tfs.astype("<u2").tobytes(), seg.doclen.astype("<u4").tobytes(), vocab]

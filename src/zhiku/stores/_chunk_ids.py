@@ -1,21 +1,9 @@
-"""Chunk ids by rowid, kept for the searches of ``SQLiteStore``: turning a ranking's rowids into chunk ids (and a
-fill's chunk ids into rowids) without a SQL query per search.
+"""Chunk ids by rowid for ``SQLiteStore``'s searches, without a SQL query per search.
 
-A rowid is given to one chunk and never reused (``_vectors``: a deleted chunk's rowid stays in ``tombstones``;
-compaction keeps rowids), so a rowid's chunk id, once read from committed rows, never changes: that direction
-needs no invalidation, only extending to new rows. Each ranking reads the rowids it has not seen (into maps
-bounded by ``LIMIT`` rowids, replaced by empty ones past it). Once that has read a quarter as many rows as the
-index has (or at ``warm()``), up to ``TABLE_MAX`` rowids, every id is read at once into one list by rowid, with
-the map back (from the covering index of the ``chunk_id`` column: ~0.1 s at 100,000 chunks, once; then only the
-rows past it): the first searches of a one-off command do not pay for it, a server's searches stop asking SQLite
-and decoding ids.
-
-A chunk id moves to a new rowid when its document is written again, so the other direction is only a hint: the
-caller keeps a remembered rowid only if it is live in its snapshot (a live rowid holds that chunk id, and chunk
-ids are unique among live chunks), and asks SQLite for the rest.
-
-A search holds on to the maps and the list it started with, so a concurrent replacement never loses its
-entries. Dict reads and writes are atomic in CPython: no lock.
+Rowids are never reused, so rowid → chunk id never changes once read: it is only extended. Rankings read the
+rowids they have not seen into bounded maps; once they have read a quarter of the index (or at ``warm()``), every
+id is read into one list by rowid (~0.1 s at 100,000 chunks). Chunk id → rowid is a hint (a rewritten document
+moves its chunks): callers keep it only if the rowid is live. Dict operations are atomic in CPython: no lock.
 """
 
 from __future__ import annotations
@@ -37,7 +25,7 @@ class ChunkIds:
     def __init__(self, limit: int = LIMIT, table_max: int = TABLE_MAX) -> None:
         self.limit, self.table_max = limit, table_max
         self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
-        # every rowid up to ``covered``: ids by rowid (None: no chunk) and each id's newest rowid
+        # (covered, ids by rowid up to it (None: no chunk), each id's newest rowid)
         self._table: tuple[int, list[str | None], dict[str, int]] | None = None
         self._read = 0  # rows read one ranking at a time (the list is read once this reaches top / 4)
 
@@ -53,8 +41,7 @@ class ChunkIds:
     def names(
         self, conn: sqlite3.Connection, rowids: Sequence[int], top: int, *, whole: bool = False
     ) -> list[str | None]:
-        """The chunk id of each of ``rowids`` (all ``<= top``; None: deleted before it was ever read); ``whole``:
-        read every id into the list now (``warm()``)."""
+        """The chunk id of each rowid (None: deleted before it was read); ``whole``: read the list now."""
         table = self.table(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
         if table is not None:
             return list(map(table[1].__getitem__, rowids))
@@ -67,15 +54,13 @@ class ChunkIds:
             self._current()[1].update(zip(chunk_ids, rowids, strict=True))
 
     def table(self, conn: sqlite3.Connection, top: int) -> tuple[int, list[str | None], dict[str, int]] | None:
-        """Every chunk id of rowids ``1…top`` by rowid and the map back, read once then extended (None past
-        ``table_max``)."""
+        """Every chunk id of rowids ``1…top`` and the map back, read once then extended (None past ``table_max``)."""
         table = self._table
         if table is not None and table[0] >= top:
             return table
         if top > self.table_max:
             return None
-        # the whole column from its covering index (not the table's rows), then the rows past it (a range of the
-        # table's key), added in place: searches read only rowids they hold
+        # the column from its covering index, later the rows past it, added in place
         sql = "SELECT rowid, chunk_id FROM chunks" + ("" if table is None else f" WHERE rowid > {table[0]}")
         rows = conn.execute(sql).fetchall()
         ids, back = (list[str | None](), dict[str, int]()) if table is None else table[1:]
@@ -88,9 +73,7 @@ class ChunkIds:
         return self._table
 
     def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
-        """The map rowid → chunk id holding every one of ``rowids`` that is (or was) a committed chunk (read from
-        SQLite when not seen before; rows deleted before they were ever read are not in it), and the rows seen
-        before: callers look their rows up in it."""
+        """A map rowid → chunk id holding each of ``rowids`` that is a committed chunk (or was, when read)."""
         by_row, by_id = self._current()
         missing = [r for r in rowids if r not in by_row]
         self._read += len(missing)

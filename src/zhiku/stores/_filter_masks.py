@@ -1,13 +1,6 @@
-"""Which rows pass a search's filters, kept per filter for ``SQLiteStore``'s searches: reading them from ``chunks``
-(no index on collection, type or source) scans the whole table, about 0.1–0.2 s per filtered search at 100,000
-chunks.
-
-A rowid's chunk (its collection, type and source) never changes (rowids are never reused: ``_vectors``), so
-whether row ``r`` passes a filter, once read from committed rows, stays true for the life of the index: a kept
-mask only grows, by the rows past the last one it covers (``rowid > seen``, a range of the table's key). Rows
-deleted since are left to the searches' live rows. At most ``LIMIT`` filters are kept (the least recently used
-out first); the masks are read-only, replaced whole.
-"""
+"""Which rows pass a search's filters, kept per filter (reading them scans ``chunks``: 0.1–0.2 s at 100,000
+chunks). Rowids are never reused, so a kept mask only grows by the rows past those it covers; deleted rows are
+left to the searches' live rows."""
 
 from __future__ import annotations
 
@@ -24,7 +17,6 @@ LIMIT = 16  # filters kept (a mask is one byte per row: 1 MB each at 1M chunks)
 
 
 def _where(conn: sqlite3.Connection, filters: Filters) -> tuple[str, list[object]]:
-    """The SQL condition on ``chunks`` of ``filters`` and its parameters ("" when there is no filter)."""
     sql, params = "", list[object]()
     for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
         if value is not None:
@@ -49,8 +41,7 @@ class FilterMasks:
         self._masks.clear()
 
     def mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
-        """The rows ``1…top`` passing ``filters`` (None: no filter), read-only; only rows past those already known
-        are read from ``chunks``."""
+        """The rows ``1…top`` passing ``filters`` (None: no filter), read-only."""
         if filters.collection is None and filters.doc_type is None and filters.source_glob is None:
             return None
         key = (filters.collection, filters.doc_type, filters.source_glob)

@@ -35,7 +35,7 @@ def translate(e: sqlite3.Error, index_dir: Path) -> StoreError:
     return StoreError(f"index {path}: {e}")
 
 
-def connect(index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> sqlite3.Connection:
+def connect(index_dir: Path, *, read_only: bool, busy_timeout_s: float, query_only: bool = False) -> sqlite3.Connection:
     """A connection to ``index_dir/zhiku.db`` (created when writable); errors already translated."""
     path = index_dir / DB_NAME
     if read_only:
@@ -57,6 +57,8 @@ def connect(index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> sqlit
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
+        if query_only:
+            conn.execute("PRAGMA query_only=1")
     except sqlite3.Error as e:
         conn.close()
         raise translate(e, index_dir) from e
@@ -110,8 +112,7 @@ def _migrate(conn: sqlite3.Connection, index_dir: Path, version: int, *, read_on
 
 
 class Database:
-    """An index's SQLite file: ``write()`` transactions one at a time on one connection (``lock`` held), ``read()``
-    on pooled connections, and ``pinned()`` searches that read one index version."""
+    """``write()`` transactions on one connection (``lock`` held), ``read()`` on pooled ones, ``pinned()`` reads."""
 
     def __init__(self, index_dir: Path, *, read_only: bool, busy_timeout_s: float) -> None:
         self.index_dir, self.read_only, self.busy_timeout_s = index_dir, read_only, busy_timeout_s
@@ -141,12 +142,9 @@ class Database:
                 raise StoreError(f"index {self.index_dir} is closed")
             conn = self._idle.pop() if self._idle else None
         if conn is None:
-            conn = connect(self.index_dir, read_only=self.read_only, busy_timeout_s=self.busy_timeout_s)
-            try:
-                conn.execute("PRAGMA query_only=1")
-            except sqlite3.Error as e:
-                conn.close()
-                raise translate(e, self.index_dir) from e
+            conn = connect(
+                self.index_dir, read_only=self.read_only, busy_timeout_s=self.busy_timeout_s, query_only=True
+            )
         try:
             yield conn
         except sqlite3.Error as e:
@@ -188,8 +186,7 @@ class Database:
                 raise translate(e, self.index_dir) from e
 
     def check_identity(self) -> None:
-        """Refuse an index whose ``zhiku.db`` was deleted or replaced since it was opened (e.g. ``rm -rf`` and a new
-        ingest while a server runs): its open connections would keep reading the deleted file."""
+        """Refuse an index whose ``zhiku.db`` was replaced since opened: the connections would read the old file."""
         if file_identity(self._file) != self.identity:
             raise StoreError(
                 f"index {self.index_dir} was deleted or replaced while open: restart to serve what is there now"
@@ -211,8 +208,8 @@ class Database:
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
-        """``OneVersion``: the reads on this thread inside it (a search's channels, fill and chunks) see the index
-        at one version, read once: the first read's, or the one a snapshot moved to. Nested: the outer one's."""
+        """The reads on this thread inside it see one index version: the first read's, or the one a snapshot
+        moved to (nested: the outer one's)."""
         pins = self._pins
         if pins.on:
             yield
@@ -235,7 +232,7 @@ class Database:
         return True
 
     def version(self, conn: sqlite3.Connection) -> int:
-        """The index version for this thread's read: the pinned one (read at the first read inside ``pinned``)."""
+        """The index version for this thread's read: the pinned one inside ``pinned``."""
         pins = self._pins
         if not pins.on:
             return version_of(conn)
@@ -244,7 +241,6 @@ class Database:
         return pins.version
 
     def moved_to(self, version: int) -> None:
-        """A snapshot was moved to ``version`` (read in its own transaction): the pin follows it."""
         if self._pins.on:
             self._pins.version = version
 
@@ -260,8 +256,6 @@ class Database:
 
 
 class Pins(threading.local):
-    """Each thread's pin: ``on`` inside ``pinned``, ``version`` once a read inside it has read one."""
-
     on: bool = False
     version: int | None = None
     checked: set[str]  # the files checked (``Database.once``)

@@ -71,13 +71,8 @@ INSERT OR IGNORE INTO meta VALUES ('index_id', lower(hex(randomblob(16))));""",
 
 def doc_row(doc: DocRecord) -> tuple[Any, ...]:
     """``doc`` as the values of ``DOC_COLS``."""
-    values = astuple(doc)
-    return (
-        *values[:11],
-        DocStatus(doc.status).value,
-        json.dumps(list(doc.needs_ocr_pages)),
-        json.dumps(list(doc.ocr_pages)),
-    )
+    pages = (json.dumps(list(doc.needs_ocr_pages)), json.dumps(list(doc.ocr_pages)))
+    return (*astuple(doc)[:11], DocStatus(doc.status).value, *pages)
 
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
@@ -90,26 +85,17 @@ def doc_from_row(row: Sequence[Any]) -> DocRecord:
     )
 
 
-def images_json(images: Sequence[ImageRef]) -> str:
-    return json.dumps([asdict(i) for i in images], ensure_ascii=False) if images else "[]"
-
-
-def images_from_json(text: str) -> tuple[ImageRef, ...]:
-    if text == "[]":
-        return ()
-    return tuple(
-        ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None}) for d in json.loads(text)
-    )
-
-
 def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
     """``chunk`` as the values of ``CHUNK_COLS`` (its fields in order, the images as JSON)."""
-    return (*(getattr(chunk, f.name) for f in fields(Chunk)[:11]), images_json(chunk.images))
+    images = json.dumps([asdict(i) for i in chunk.images], ensure_ascii=False) if chunk.images else "[]"
+    return (*(getattr(chunk, f.name) for f in fields(Chunk)[:11]), images)
 
 
 def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
-    return Chunk(*row[:11], images=images_from_json(row[11]))  # type: ignore[misc]  # see doc_from_row
+    found = json.loads(row[11]) if row[11] != "[]" else []
+    images = tuple(ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None}) for d in found)
+    return Chunk(*row[:11], images=images)  # type: ignore[misc]  # see doc_from_row
 
 
 def prepare_rows(

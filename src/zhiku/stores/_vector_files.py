@@ -1,18 +1,10 @@
-"""Where each chunk's vector lives in the vector files beside ``zhiku.db``, and writing those files.
+"""The vector files beside ``zhiku.db``: where each chunk's row lives, writing them, and checking them.
 
-A **layout** (``meta.vector_layout``; absent on an index never compacted) says which file holds the vectors
-and at which row: generation ``g`` of ``dim``-dimensional vectors is ``vectors.<dim>.f32`` for ``g = 0`` and
-``vectors.<dim>.g<g>.f32`` after a compaction. Its first ``count`` rows hold the chunks of rowids ``ids``
-(ascending, all ``<= base``; listed in ``vectors.<dim>.g<g>.ids``, int64), and rowid ``r > base`` is at row
-``count + r - base - 1``. Generation 0 has ``base = count = 0``: row ``rowid - 1``, the layout of every index
-before compaction existed. Chunk rowids never change (the BM25 segments and every rowid-keyed structure stay as they are):
-compaction writes the live rows into the next generation's file, then one transaction points ``meta`` at it.
-Each file of float32 rows has a file of their int8 codes beside it (``.i8``, same rows).
-
-Integrity: ``vector_sums`` (in ``zhiku.db``, written in the transaction that commits the rows) holds the CRC-32 of
-each ``BLOCK`` rows of both files (block -1: the rowids file), and meta ``vector_stamp`` the files' inode, size,
-mtime and ctime when a writer last left them whole. ``verify`` trusts files whose stat equals the stamp and reads
-every block otherwise; a failure is never served: readers decode the BLOBs instead, a writable open rewrites them.
+A layout (meta ``vector_layout``; absent: generation 0, row ``rowid - 1``) names generation ``g``'s file
+(``vectors.<dim>.f32``, ``vectors.<dim>.g<g>.f32`` after a compaction): its first ``count`` rows hold rowids
+``ids`` (``.ids``, all ``<= base``), rowid ``r > base`` is at row ``count + r - base - 1``; ``.i8`` holds the
+same rows' int8 codes. ``vector_sums`` holds the CRC-32 of each ``BLOCK`` rows of both files (block -1: the
+ids), meta ``vector_stamp`` the files' stat when a writer last left them whole; damaged files are never served.
 """
 
 from __future__ import annotations
@@ -43,8 +35,7 @@ UNCHECKED = "has no checksums"  # an index written by an older zhiku: not damage
 
 @dataclass(frozen=True)
 class Layout:
-    """Rows of the vector file of generation ``gen`` (see the module docstring). ``dead``: rows of chunks
-    deleted since the file was written (kept up to date by every write; what compaction would reclaim)."""
+    """``dead``: rows of chunks deleted since the file was written (what compaction would reclaim)."""
 
     dim: int
     gen: int = 0
@@ -59,19 +50,15 @@ class Layout:
         return index_dir / f"vectors.{self.dim}.g{self.gen}.ids"
 
     def codes_path(self, index_dir: Path) -> Path:
-        """The int8 codes of the same rows (``quantise``), which dense search screens before re-scoring."""
         return self.path(index_dir).with_suffix(".i8")
 
     def files(self, index_dir: Path) -> tuple[Path, ...]:
-        """Every file of this generation: rows, rowids, int8 codes."""
         return self.path(index_dir), self.ids_path(index_dir), self.codes_path(index_dir)
 
     def rows(self, top: int) -> int:
-        """Rows in the file when ``top`` is the highest rowid given."""
         return self.count + max(top - self.base, 0)
 
     def first_row(self, first_rowid: int) -> int:
-        """The row of a new rowid (always past ``base``: rowids are never reused)."""
         if first_rowid <= self.base:
             raise ValueError(f"rowid {first_rowid} is not past the vector file's base {self.base}")
         return self.count + first_rowid - self.base - 1
@@ -81,8 +68,7 @@ class Layout:
 
 
 def read_layout(conn: sqlite3.Connection, dim: int) -> Layout:
-    """The layout of ``dim``-dimensional vectors as readers see it: the recorded one, generation 0 on an index
-    never compacted, or (recorded for another dim) an empty next generation past every rowid given so far."""
+    """The recorded layout; generation 0 if none; an empty next generation if recorded for another dim."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
     if row is None:
         return Layout(dim, dead=conn.execute("SELECT COUNT(*) FROM tombstones").fetchone()[0])
@@ -91,8 +77,7 @@ def read_layout(conn: sqlite3.Connection, dim: int) -> Layout:
 
 
 def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_rowid: int) -> Layout:
-    """The layout new rows from ``first_rowid`` on go into (inside the write transaction). Vectors of a new dim
-    (a forced rebuild with another embedder) start a new generation, so no row is left for the old ones."""
+    """The layout new rows go into (inside the write transaction); a new dim starts a new generation."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (LAYOUT_KEY,)).fetchone()
     stored = Layout(**json.loads(row[0])) if row is not None else None
     if stored is not None and stored.dim == dim:
@@ -111,14 +96,12 @@ def save_layout(conn: sqlite3.Connection, layout: Layout) -> None:
 
 
 def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:
-    """Count ``rows`` deleted chunks into the layout (inside the write transaction that deletes them)."""
     if rows and dim:
         layout = read_layout(conn, dim)
         save_layout(conn, replace(layout, dead=layout.dead + rows))
 
 
 def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
-    """The rowids of the layout's first ``count`` rows."""
     if layout.count == 0:
         return np.empty(0, np.int64)
     ids = np.fromfile(layout.ids_path(index_dir), dtype="<i8")
@@ -128,19 +111,17 @@ def load_ids(index_dir: Path, layout: Layout) -> np.ndarray:
 
 
 def quantise(unit: np.ndarray) -> np.ndarray:
-    """int8 codes of unit vectors (every value in [-1, 1]): ``round(127 x)``. A dot product of two codes is exact
-    in int32 (and in float32: |sum| <= 127² × dim < 2²⁴ up to 1,040 dims), and ranks like the float product
-    within a small error that re-scoring the best candidates in float32 removes."""
+    """``round(127 x)`` of unit vectors: code dot products are exact in float32 up to 1,040 dims."""
     return np.clip(np.rint(np.asarray(unit, np.float32) * 127), -127, 127).astype(np.int8)
 
 
 def write_rows(
     conn: sqlite3.Connection, layout: Layout, index_dir: Path, first_row: int, unit: np.ndarray
 ) -> list[object] | None:
-    """Write unit rows (float32, ``(k, dim)``) and their int8 codes into the layout's files from ``first_row`` on,
-    and their checksums into the write transaction; returns the files' new stamp when they were whole before."""
+    """Write unit rows and their codes from ``first_row`` on, their checksums into the transaction; returns the
+    files' new stamp when they were whole before."""
     whole = first_row == 0 or recorded_stamp(conn) == stamp_of(index_dir, layout)
-    whole = whole or verify(conn, index_dir, layout, first_row, full=True) is None  # (once: then stamped)
+    whole = whole or verify(conn, index_dir, layout, first_row, full=True) is None
     unit, codes = np.ascontiguousarray(unit, "<f4"), quantise(unit)
     _pwrite(layout.path(index_dir), first_row * unit.shape[1] * 4, unit.tobytes())
     _pwrite(layout.codes_path(index_dir), first_row * unit.shape[1], codes.tobytes())
@@ -150,33 +131,28 @@ def write_rows(
     if covered != first_row:  # rows before these have no checksums: the next writable open rewrites the files
         return None
     tail = conn.execute("SELECT rows, f32, i8 FROM vector_sums WHERE gen = ? AND block = ?", (layout.gen, last))
-    sums = Sums([list(row) for row in tail if row[0] < BLOCK])
-    first = (-1 if last is None else last) + (0 if sums.blocks else 1)
-    sums.add(unit, codes)
+    sums = [list(row) for row in tail if row[0] < BLOCK]
+    first = (-1 if last is None else last) + (0 if sums else 1)
+    add_sums(sums, unit, codes)
     conn.executemany(
         "INSERT OR REPLACE INTO vector_sums VALUES (?, ?, ?, ?, ?)",
-        [(layout.gen, first + i, *b) for i, b in enumerate(sums.blocks)],
+        [(layout.gen, first + i, *b) for i, b in enumerate(sums)],
     )
     return save_stamp(conn, index_dir, layout) if whole else None
 
 
-class Sums:
-    """Running CRC-32s ``[rows, f32, i8]`` of each ``BLOCK`` rows of a rows file and its codes file."""
-
-    def __init__(self, blocks: list[list[int]] | None = None) -> None:
-        self.blocks = blocks or []
-
-    def add(self, unit: np.ndarray, codes: np.ndarray) -> None:
-        at = 0
-        while at < len(unit):
-            if not self.blocks or self.blocks[-1][0] == BLOCK:
-                self.blocks.append([0, 0, 0])
-            block = self.blocks[-1]
-            take = min(BLOCK - block[0], len(unit) - at)
-            block[1] = zlib.crc32(unit[at : at + take].data, block[1])
-            block[2] = zlib.crc32(codes[at : at + take].data, block[2])
-            block[0] += take
-            at += take
+def add_sums(blocks: list[list[int]], unit: np.ndarray, codes: np.ndarray) -> None:
+    """Extend the running CRC-32s ``[rows, f32, i8]`` of each ``BLOCK`` rows of a rows file and its codes file."""
+    at = 0
+    while at < len(unit):
+        if not blocks or blocks[-1][0] == BLOCK:
+            blocks.append([0, 0, 0])
+        block = blocks[-1]
+        take = min(BLOCK - block[0], len(unit) - at)
+        block[1] = zlib.crc32(unit[at : at + take].data, block[1])
+        block[2] = zlib.crc32(codes[at : at + take].data, block[2])
+        block[0] += take
+        at += take
 
 
 def stat_of(path: Path) -> list[int] | None:
@@ -188,18 +164,17 @@ def stat_of(path: Path) -> list[int] | None:
 
 
 def stamp_of(index_dir: Path, layout: Layout) -> list[object]:
-    """The stat of the layout's files (a file rewritten, truncated or replaced changes it, ctime included)."""
+    """The stat of the layout's files (ctime included: any rewrite changes it)."""
     return [layout.gen, layout.dim, *map(stat_of, layout.files(index_dir))]
 
 
 def recorded_stamp(conn: sqlite3.Connection) -> object:
-    """The stamp of the files as a writer last left them whole (checked, or written after a check)."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (STAMP_KEY,)).fetchone()
     return None if row is None else json.loads(row[0])
 
 
 def save_stamp(conn: sqlite3.Connection, index_dir: Path, layout: Layout | None) -> list[object] | None:
-    """Record the files as whole (None: forget the stamp, so that the next open reads every block)."""
+    """Record the files as whole (None: forget the stamp: the next open reads every block)."""
     if layout is None:
         conn.execute("DELETE FROM meta WHERE key = ?", (STAMP_KEY,))
         return None
@@ -209,8 +184,8 @@ def save_stamp(conn: sqlite3.Connection, index_dir: Path, layout: Layout | None)
 
 
 def verify(conn: sqlite3.Connection, index_dir: Path, layout: Layout, rows: int, *, full: bool = False) -> str | None:
-    """What is wrong with the first ``rows`` (the committed ones) of the layout's files, naming the file; None when
-    they are whole: trusted by their stamp unless ``full``, else every block read against its checksum."""
+    """What is wrong with the first ``rows`` of the layout's files, naming the file; None when whole (trusted by
+    their stamp unless ``full``)."""
     if rows == 0 or not full and recorded_stamp(conn) == stamp_of(index_dir, layout):
         return None
     try:
@@ -243,9 +218,8 @@ def _crc(path: Path) -> int | None:
 
 
 def _block_crcs(path: Path, width: int, rows: int) -> list[int] | None:
-    """The CRC-32 of each ``BLOCK`` rows of ``width`` bytes of the file's first ``rows`` (None: shorter, unreadable),
-    read (not mapped: the pages stay out of this process's resident memory) by up to 4 threads (zlib lets go of
-    the GIL)."""
+    """The CRC-32 of each ``BLOCK`` rows (None: short or unreadable), read (not mapped: no resident pages) by up
+    to 4 threads (zlib lets go of the GIL)."""
     size, end = BLOCK * width, rows * width
 
     def crc(at: int) -> int | None:
@@ -281,7 +255,6 @@ def _pwrite(path: Path, offset: int, data: bytes) -> None:
 def blob_rows(
     conn: sqlite3.Connection, dim: int, where: str = "", *args: object, batch: int = 8192
 ) -> Iterable[tuple[np.ndarray, np.ndarray]]:
-    """``(rowids, unit rows)`` batches of stored vectors, decoded from the BLOBs, by rowid."""
     cursor = conn.execute(f"SELECT rowid, vector FROM chunks {where} ORDER BY rowid", args)
     while rows := cursor.fetchmany(batch):
         ids = np.fromiter((r for r, _ in rows), dtype=np.int64, count=len(rows))
@@ -290,39 +263,34 @@ def blob_rows(
 
 
 class NewGeneration:
-    """The files of the next generation, written under temporary names (``*.tmp``) until ``commit`` gives them
-    their own, inside the write transaction that records the layout. Its first rows hold rowids ``ids``."""
+    """The next generation's files, named ``*.tmp`` until ``commit`` (inside the transaction recording it)."""
 
     def __init__(self, index_dir: Path, old: Layout, base: int, ids: np.ndarray) -> None:
         self.layout = Layout(old.dim, gen=old.gen + 1, base=base, count=int(ids.size))
         self.ids = ids
         tag = f"{os.getpid()}-{threading.get_ident()}"
-        finals = (self.layout.path(index_dir), self.layout.codes_path(index_dir), self.layout.ids_path(index_dir))
         self.index_dir = index_dir
-        self.sums = Sums()
-        self.files = [(final.with_name(f"{final.name}.{tag}.tmp"), final) for final in finals]
-        self.files[2][0].write_bytes(ids.astype("<i8").tobytes())
-        for tmp, _ in self.files[:2]:
-            tmp.write_bytes(b"")
+        self.sums: list[list[int]] = []
+        # (temporary, final) of rows, rowids, codes
+        self.files = [(final.with_name(f"{final.name}.{tag}.tmp"), final) for final in self.layout.files(index_dir)]
+        for (tmp, _), data in zip(self.files, (b"", ids.astype("<i8").tobytes(), b""), strict=True):
+            tmp.write_bytes(data)
 
     def append(self, batches: Iterable[np.ndarray]) -> None:
-        """Append unit rows (and their codes)."""
-        with open(self.files[0][0], "ab") as rows, open(self.files[1][0], "ab") as codes:
+        with open(self.files[0][0], "ab") as rows, open(self.files[2][0], "ab") as codes:
             for batch in batches:
                 unit, code = np.ascontiguousarray(batch, "<f4"), quantise(batch)
                 rows.write(unit.tobytes())
                 codes.write(code.tobytes())
-                self.sums.add(unit, code)
+                add_sums(self.sums, unit, code)
 
     def sync(self) -> None:
-        """Write the files to disk (before taking the write lock, so that ``commit`` has little left to sync)."""
+        """Sync before taking the write lock, so that ``commit`` has little left to sync."""
         for tmp, _ in self.files:
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
 
     def commit(self, conn: sqlite3.Connection) -> None:
-        """Sync the files, give them their names and record their checksums and stamp (inside the transaction
-        recording the layout, before it commits)."""
         self.sync()
         for tmp, final in self.files:
             os.replace(tmp, final)
@@ -332,12 +300,12 @@ class NewGeneration:
         conn.executemany(
             "INSERT INTO vector_sums VALUES (?, ?, ?, ?, ?)",
             [(gen, -1, self.layout.count, zlib.crc32(self.ids.astype("<i8").tobytes()), 0)]
-            + [(gen, i, *b) for i, b in enumerate(self.sums.blocks)],
+            + [(gen, i, *b) for i, b in enumerate(self.sums)],
         )
         save_stamp(conn, self.index_dir, self.layout)
 
     def intact(self) -> bool:
-        """Whether every temporary file is still there (a writable open may have tidied a dead process's)."""
+        """Whether every temporary file is still there (a writable open tidies a dead process's)."""
         return all(tmp.is_file() for tmp, _ in self.files)
 
     def discard(self) -> None:
@@ -349,12 +317,10 @@ class NewGeneration:
 def stored_rows(
     conn: sqlite3.Connection | None, layout: Layout, source: np.ndarray | None, ids: np.ndarray, rowids: np.ndarray
 ) -> Iterable[np.ndarray]:
-    """The unit rows of ``rowids`` (ascending), in batches: from the mapped file ``source`` of ``layout``, or
-    decoded from the BLOBs (``conn``; ``rowids`` are then every chunk's)."""
+    """The unit rows of ``rowids`` in batches, from the mapped file ``source``, else the BLOBs (every chunk's)."""
     if source is None:
         assert conn is not None
-        for _, rows in blob_rows(conn, layout.dim):
-            yield rows
+        yield from (rows for _, rows in blob_rows(conn, layout.dim))
         return
     for start in range(0, rowids.size, _BATCH):
         yield source[rows_of(layout, ids, rowids[start : start + _BATCH])]
@@ -374,7 +340,6 @@ def rows_of(layout: Layout, ids: np.ndarray, rowids: np.ndarray) -> np.ndarray:
 
 
 def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The rowids held by file ``rows``."""
     rows = np.asarray(rows, dtype=np.int64)
     head = rows < layout.count
     out = rows - layout.count + layout.base + 1
@@ -383,24 +348,20 @@ def rowids_of(layout: Layout, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def vector_files(index_dir: Path) -> list[Path]:
-    """Every vector file in ``index_dir`` (each generation's rows and rowids, a rebuild's leftovers, and the HNSW
-    indexes older versions of zhiku saved)."""
+    """Every vector file in ``index_dir`` (leftovers and older zhiku's HNSW indexes included)."""
     patterns = ("vectors.*.f32", "vectors.*.i8", "vectors.*.ids", "vectors.*.hnsw", "vectors.*.tmp")
     return [p for pattern in patterns for p in index_dir.glob(pattern)]
 
 
 def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:
-    """Delete every vector file but ``keep``'s (older generations, other dims, leftovers of a killed compaction).
-    Only with the write lock held: an uncommitted generation is never another writer's then."""
+    """Delete every vector file but ``keep``'s and a live compaction's ``<name>.<pid>-<thread>.tmp`` (write lock
+    held: an uncommitted generation is never another writer's then)."""
     kept = {p for layout in keep if layout is not None for p in layout.files(index_dir)}
-    return _unlink(p for p in vector_files(index_dir) if p not in kept and not _being_written(p))
-
-
-def _being_written(path: Path) -> bool:
-    """A temporary file of a compaction still running (``<name>.<pid>-<thread>.tmp`` of a live process)."""
-    if path.suffix != ".tmp":
-        return False
-    return pid_alive(path.stem.rpartition(".")[2].partition("-")[0])
+    return _unlink(
+        p
+        for p in vector_files(index_dir)
+        if p not in kept and not (p.suffix == ".tmp" and pid_alive(p.stem.rpartition(".")[2].partition("-")[0]))
+    )
 
 
 def pid_alive(pid: str) -> bool:
@@ -412,13 +373,12 @@ def pid_alive(pid: str) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # it exists but is not ours to signal
-        return True
+        pass
     return True
 
 
 def remove_files(index_dir: Path, layout: Layout) -> list[Path]:
-    """Delete one generation's files (replaced by a committed compaction, or a failed one's)."""
-    return _unlink(p for p in layout.files(index_dir) if p.exists())
+    return _unlink(layout.files(index_dir))
 
 
 def _unlink(paths: Iterable[Path]) -> list[Path]:
@@ -457,10 +417,9 @@ def damage(index_dir: Path, *, quick: bool = False) -> str | None:
             return None
         try:
             load_ids(index_dir, layout)
-            found = verify(conn, index_dir, layout, layout.rows(top_rowid(conn)), full=not quick)
+            return verify(conn, index_dir, layout, layout.rows(top_rowid(conn)), full=not quick)
         except (OSError, ValueError) as e:
-            found = str(e)
-        return found
+            return str(e)
     except sqlite3.DatabaseError as e:
         return f"{path} is damaged: {e}"
     finally:

@@ -1,10 +1,5 @@
-"""Copy an embedded (SQLite) index into another store, e.g. Milvus, without re-embedding anything.
-
-Documents, chunks, their BM25 tokens and vectors, the ingestion history and the index metadata are copied
-as stored, so the target answers queries as the source did. Each document is one ``write_document`` (atomic
-in the target); a document already in the target with the same record is skipped, so an interrupted
-migration resumes where it stopped when run again. History rows already in the target are not copied twice.
-"""
+"""Copy a SQLite index into another store (e.g. Milvus) as stored, without re-embedding: one ``write_document``
+per document, skipping those already there, so an interrupted migration resumes when run again."""
 
 from __future__ import annotations
 
@@ -34,7 +29,6 @@ class MigrationReport:
 
 
 def _tokens_and_vectors(conn: sqlite3.Connection, doc_id: str) -> dict[str, tuple[list[str], np.ndarray]]:
-    """``chunk_id -> (BM25 tokens, vector)`` for one document of a SQLite index, as stored."""
     rows = conn.execute(
         "SELECT c.chunk_id, f.tokens, c.vector FROM chunks AS c JOIN chunk_tokens AS f ON f.rowid = c.rowid WHERE c.doc_id = ?",
         (doc_id,),
@@ -92,6 +86,3 @@ def migrate_sqlite(index: Path, target: Store, *, on_progress: ProgressFn | None
                 f"after copying, the target holds {got} but {index} holds {expected}: run the migration again"
             )
     return MigrationReport(written, chunks, skipped, len(missing), time.perf_counter() - started)
-
-
-__all__ = ["MigrationReport", "migrate_sqlite"]
