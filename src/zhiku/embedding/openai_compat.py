@@ -1,6 +1,5 @@
-"""``Embedder`` over an OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, TEI, Ollama, DashScope…): batches of
-``batch_size``, ``concurrency`` at a time, retried by ``OpenAICompatibleClient``. The fingerprint holds the model
-name and the passage prefix, not the URL: the same model served elsewhere gives the same vectors."""
+"""``Embedder`` over an OpenAI-compatible ``/v1/embeddings`` endpoint; the fingerprint holds the model and the
+passage prefix, not the URL: the same model served elsewhere gives the same vectors."""
 
 from __future__ import annotations
 
@@ -20,17 +19,9 @@ from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 
 class OpenAIEmbedder:
     def __init__(
-        self,
-        client: OpenAICompatibleClient,
-        model: str,
-        *,
-        batch_size: int = 32,
-        concurrency: int = 4,
+        self, client: OpenAICompatibleClient, model: str, *, batch_size: int = 32, concurrency: int = 4
     ) -> None:
-        self.client = client
-        self.model = model
-        self.batch_size = batch_size
-        self.concurrency = concurrency
+        self.client, self.model, self.batch_size, self.concurrency = client, model, batch_size, concurrency
         self.prefixes: Prefixes = family_prefixes(model)
         self._dim_lock = threading.Lock()
 
@@ -76,9 +67,7 @@ class OpenAIEmbedder:
         if len(batches) == 1 or self.concurrency == 1:
             parts = [self._request(b) for b in batches]
         else:
-            with ThreadPoolExecutor(
-                max_workers=min(self.concurrency, len(batches)), thread_name_prefix="zhiku-embed"
-            ) as pool:
+            with ThreadPoolExecutor(min(self.concurrency, len(batches)), thread_name_prefix="zhiku-embed") as pool:
                 parts = list(pool.map(self._request, batches))
         out = np.vstack(parts)
         self.__dict__.setdefault("_probed_dim", int(out.shape[1]))
@@ -91,5 +80,4 @@ class OpenAIEmbedder:
         return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one request (a question's clauses)."""
         return self._request([self.prefixes.query + t for t in texts])

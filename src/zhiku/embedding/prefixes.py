@@ -57,15 +57,12 @@ def config_prefixes(folder: Path | None) -> Prefixes | None:
         return None
     if not isinstance(prompts, dict):
         return None
-    query = prompts.get("query")
-    passage = prompts.get("document", prompts.get("passage"))
+    query, passage = prompts.get("query"), prompts.get("document", prompts.get("passage"))
     if not isinstance(query, str) and not isinstance(passage, str):
         return None
-    return Prefixes(
-        query if isinstance(query, str) else "", passage if isinstance(passage, str) else "", "model config"
-    )
+    query, passage = (p if isinstance(p, str) else "" for p in (query, passage))
+    return Prefixes(query, passage, "model config")
 
 
 def resolve_prefixes(model: str, folder: Path | None = None) -> Prefixes:
-    """The prefixes to use (see the module docstring for the precedence)."""
     return config_prefixes(folder) or family_prefixes(model)

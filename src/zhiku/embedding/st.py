@@ -1,6 +1,4 @@
-"""``Embedder`` over any sentence-transformers model (a Hugging Face id or a local folder; a GPU when torch sees
-one), its files checked against the model manifest; the fingerprint holds the model, its revision or weights hash
-and the passage prefix."""
+"""``Embedder`` over any sentence-transformers model (a Hugging Face id or a folder), checked against the manifest."""
 
 from __future__ import annotations
 
@@ -18,8 +16,6 @@ from zhiku.numeric import l2_normalise
 
 
 class SentenceTransformerEmbedder(HubModel):
-    """``Embedder`` over a sentence-transformers model; the model loads on first use (thread-safe)."""
-
     load_error = EmbeddingError
     kind = "sentence-transformers model"
 
@@ -42,14 +38,9 @@ class SentenceTransformerEmbedder(HubModel):
 
     @cached_property
     def dim(self) -> int:
-        model = self._model
-        getter = (
-            getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        )  # ST ≥ 6 / older
-        size = getter()
-        if not size:
-            size = int(self._encode(["dim"]).shape[1])
-        return int(size)
+        model = self._model  # sentence-transformers ≥ 6 renamed the getter
+        size = (getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension)()
+        return int(size or self._encode(["dim"]).shape[1])
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         out = self._model.encode(
@@ -60,13 +51,11 @@ class SentenceTransformerEmbedder(HubModel):
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        p = self.prefixes.passage
-        return self._encode([p + t for t in texts])
+        return self._encode([self.prefixes.passage + t for t in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
         row: np.ndarray = self._encode([self.prefixes.query + text])[0]
         return row
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Several questions in one forward pass (a question's clauses)."""
         return self._encode([self.prefixes.query + t for t in texts])
