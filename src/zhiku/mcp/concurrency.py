@@ -1,6 +1,5 @@
-"""How the server runs many tool calls at once: the embedding model takes callers in turn (:class:`FairEmbedder`);
-identical queries arriving together share one search (:class:`SingleFlight`: after a write moves the index
-version every client misses the result cache at once)."""
+"""Many tool calls at once: callers take turns at the embedding model; identical queries share one search (after
+a write every client misses the result cache at once)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -37,9 +36,8 @@ def deadline(seconds: float = EMBED_WAIT_S) -> Iterator[None]:
 
 
 class FairEmbedder:
-    """An ``Embedder`` shared by many callers: their calls take turns round robin (one caller's long questions
-    cannot starve another's), up to ``workers`` questions at once (one core each); an ingest's texts go in slices
-    of ``slice_size``, each with the model to itself, so a question waits for at most one slice."""
+    """An ``Embedder`` whose callers take turns round robin, up to ``workers`` questions at once (one core each);
+    an ingest goes in slices of ``slice_size`` with the model to itself, so a question waits at most one slice."""
 
     def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE, workers: int = os.cpu_count() or 1) -> None:
         self.inner = inner
@@ -101,38 +99,25 @@ class FairEmbedder:
         return getattr(self.inner, name)
 
 
-@dataclass
-class _Call(Generic[V]):
-    done: threading.Event = field(default_factory=threading.Event)
-    value: V | None = None
-    error: BaseException | None = None
-
-
 class SingleFlight(Generic[V]):
     """``run(key, fn)``: ``fn()``, shared by every caller that asks for the same key while it runs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[Hashable, _Call[V]] = {}
+        self._calls: dict[Hashable, Future[V]] = {}
 
     def run(self, key: Hashable, fn: Callable[[], V]) -> V:
         with self._lock:
-            call = self._calls.get(key)
-            leader = call is None
-            if call is None:
-                call = self._calls[key] = _Call()
+            leader = key not in self._calls
+            call = self._calls.setdefault(key, Future())
         if not leader:
-            call.done.wait()
-            if call.error is not None:
-                raise call.error
-            return call.value  # type: ignore[return-value]
+            return call.result()
         try:
-            call.value = fn()
-            return call.value
+            call.set_result(fn())
         except BaseException as e:
-            call.error = e
+            call.set_exception(e)
             raise
         finally:
             with self._lock:
                 del self._calls[key]
-            call.done.set()
+        return call.result()

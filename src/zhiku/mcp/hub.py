@@ -1,5 +1,4 @@
-"""What the MCP tools do, as plain synchronous library code (``server.py`` adapts it to the MCP SDK): a ``Hub``
-over one ``KnowledgeBase`` with the server's policies (ingest roots, the answer budget, the result cache)."""
+"""What the MCP tools do, as plain synchronous code (``server.py`` adapts it to the MCP SDK)."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from zhiku.mcp.models import (
     CollectionsResult,
     DeleteResult,
     DocumentSummary,
+    ImageRef,
     IngestFailure,
     IngestResult,
     NeedsOcr,
@@ -35,7 +35,6 @@ from zhiku.mcp.models import (
     iso_time,
     transforms_out,
 )
-from zhiku.mcp.models import ImageRef as ImageOut
 from zhiku.settings import Settings
 from zhiku.types import Answer, DocRecord, DocStatus
 
@@ -51,7 +50,7 @@ DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/lis
 
 @dataclass(frozen=True)
 class QueryArgs:
-    """The arguments of one ``query_knowledge_hub`` call, normalised (they are the result-cache key)."""
+    """One ``query_knowledge_hub`` call's arguments, normalised: the result-cache key."""
 
     query: str
     top_k: int = 5
@@ -71,8 +70,7 @@ class QueryArgs:
 
 
 class Hub:
-    """One opened index with the server's policies. Thread-safe for reads; callers serialise writes
-    (:mod:`zhiku.mcp.concurrency`)."""
+    """One opened index with the server's policies (ingest roots, answer budget, result cache)."""
 
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
@@ -82,8 +80,7 @@ class Hub:
 
     @classmethod
     def open(cls, settings: Settings, *, warm: bool = True) -> Hub:
-        """Open the index (read-only when ``server.read_only``) and load the models once; queries and an
-        ingest share the embedding model in turns (:class:`~zhiku.mcp.concurrency.FairEmbedder`)."""
+        """Open the index and load the models once; queries and ingests take turns at the embedder."""
         embedder = FairEmbedder(build_embedder(settings.embedding, settings.cache_dir))
         kb = KnowledgeBase(settings, read_only=settings.server.read_only, embedder=embedder)
         hub = cls(kb, settings)
@@ -96,14 +93,13 @@ class Hub:
         return hub
 
     def warm(self) -> None:
-        """Load the embedder, the tokenizer and the vectors now, so the first query is not the slow one."""
+        """Load the models and the vectors now, so the first query is not the slow one."""
         started = time.perf_counter()
         self.kb.embedder.embed_query("预热 warm-up")
-        self.kb.warm_index()  # the tokenizer's dictionary and the index's vectors
+        self.kb.warm_index()
         if failed := self.kb.load_reranker():
             log.warning("reranker failed to load, queries fall back to the fused order: %s", failed)
-        stale = self.kb.stale()
-        if stale:
+        if stale := self.kb.stale():
             log.warning(
                 "index %s is stale (%s): queries may fail with INDEX_MISMATCH", self.settings.index, ", ".join(stale)
             )
@@ -115,16 +111,14 @@ class Hub:
     def index_version(self) -> int:
         return self.kb.index_version()
 
-    # -- query -------------------------------------------------------------------------------------
     def cached_query(self, args: QueryArgs) -> QueryResult | None:
-        """The cached answer for these arguments at the current index version, marked ``cache="hit"``."""
         if not self.cache.max_weight:
             return None
         hit = self.cache.get(cache_key(QUERY_TOOL, asdict(args)), self.index_version())
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
-        """Identical calls at the same index version share one search (:class:`SingleFlight`)."""
+        """Identical calls at the same index version share one search."""
         version = self.index_version()
         return self._flights.run((version, args), functools.partial(self._query, args, version))
 
@@ -143,8 +137,7 @@ class Hub:
                 )
             except NotFound as e:  # a collection that does not exist
                 raise NotFound(f"{e} (see list_collections)") from None
-        citations = self._citations(answer)
-        low = answer.low_confidence
+        citations, low = self._citations(answer), answer.low_confidence
         result = QueryResult(
             query=answer.query,
             mode=answer.mode,
@@ -163,37 +156,22 @@ class Hub:
         return result
 
     def _citations(self, answer: Answer) -> list[CitationOut]:
-        """The answer's citations, each with its snippet (query-focused, within the call's budget)."""
         citations = [
-            CitationOut(
-                n=c.n,
-                chunk_id=c.chunk_id,
-                doc_id=c.doc_id,
-                source=c.source,
-                page=c.page,
-                section=c.section,
-                score=c.score,
-                text=t,
-                truncated=len(c.text) > len(t),
-                uri=chunk_uri(c.chunk_id),
-                fused_rank=c.fused_rank,
-                rerank_score=c.rerank_score,
-                rerank_sigmoid=c.rerank_sigmoid,
-            )
+            CitationOut(**asdict(c) | {"text": t, "truncated": len(c.text) > len(t), "uri": chunk_uri(c.chunk_id)})
             for c, t in zip(answer.citations, answer.snippets, strict=False)
         ]
         return enrich_citations(self.kb, citations)
 
     @staticmethod
-    def _images(answer: Answer, citations: Sequence[CitationOut]) -> list[ImageOut]:
+    def _images(answer: Answer, citations: Sequence[CitationOut]) -> list[ImageRef]:
         """The images of the cited passages, in citation order, each once."""
         chunks = {h.chunk.chunk_id: h.chunk for h in answer.hits}
-        out: dict[str, ImageOut] = {}
+        out: dict[str, ImageRef] = {}
         for c in citations:
             for im in chunks[c.chunk_id].images if c.chunk_id in chunks else ():
                 out.setdefault(
                     im.image_id,
-                    ImageOut(
+                    ImageRef(
                         citation=c.n,
                         uri=image_uri(im.image_id),
                         mime_type=im.mime_type,
@@ -219,17 +197,11 @@ class Hub:
         return blocks
 
     def image_bytes(self, image_id: str) -> bytes:
-        """An image file of the index by its id (``<sha256>.png|jpg``)."""
         return self.kb.images.read(image_id)
 
-    # -- catalogue ---------------------------------------------------------------------------------
     def collections(self, include_stats: bool = True) -> CollectionsResult:
-        stats = self.kb.collections()
         items = [
-            CollectionInfo(name=s.name, documents=s.documents, chunks=s.chunks, chars=s.chars)
-            if include_stats
-            else CollectionInfo(name=s.name)
-            for s in stats
+            CollectionInfo(**asdict(s)) if include_stats else CollectionInfo(name=s.name) for s in self.kb.collections()
         ]
         return CollectionsResult(
             collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
@@ -244,19 +216,14 @@ class Hub:
         except InvalidInput:  # an empty reference, or a path several documents match
             raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
         sections = self.kb.outline(doc.doc_id)
+        same = ("doc_id", "collection", "title", "source", "doc_type", "pages", "chunk_count")
         return DocumentSummary(
-            doc_id=doc.doc_id,
-            collection=doc.collection,
-            title=doc.title,
-            source=doc.source,
-            doc_type=doc.doc_type,
-            pages=doc.pages,
+            **{k: getattr(doc, k) for k in same},
             status=DocStatus(doc.status).value,
             needs_ocr_pages=list(doc.needs_ocr_pages),
             ocr_pages=list(doc.ocr_pages),
             sections=sections[:MAX_OUTLINE],
             section_count=len(sections),
-            chunk_count=doc.chunk_count,
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
             **self.kb.summary_fields(doc.doc_id),
@@ -294,7 +261,6 @@ class Hub:
             raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc
 
-    # -- writes ------------------------------------------------------------------------------------
     def ingest(
         self,
         paths: Sequence[str],
@@ -328,11 +294,7 @@ class Hub:
         )
 
     def health(self) -> dict[str, object]:
+        read_only = self.settings.server.read_only
         if damage := self.kb.damage():
-            return {"status": "damaged", "ready": False, "error": damage, "read_only": self.settings.server.read_only}
-        return {
-            "status": "ok",
-            "ready": True,
-            "index_version": self.index_version(),
-            "read_only": self.settings.server.read_only,
-        }
+            return {"status": "damaged", "ready": False, "error": damage, "read_only": read_only}
+        return {"status": "ok", "ready": True, "index_version": self.index_version(), "read_only": read_only}

@@ -1,5 +1,4 @@
-"""What a search starts from: the question read once into a ``QueryPlan``, which holds everything the later
-stages need from it (none of them reads the question again)."""
+"""The question read once into a ``QueryPlan``: every later stage reads the plan, not the question."""
 
 from __future__ import annotations
 
@@ -35,8 +34,6 @@ _PAGE = re.compile(
 
 @dataclass(frozen=True)
 class QueryPlan:
-    """One question, read once (``read_question``)."""
-
     text: str  # as the user wrote it (stripped)
     terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
     mode: SearchMode = "hybrid"
@@ -103,16 +100,14 @@ def read_question(
 
 @cache
 def _spelled() -> dict[str, int]:
-    """Chinese numerals to numbers (1–9999 as ``chinese_number`` spells them; 两百, 两千 and 〇 for 零 too)."""
+    """Chinese numerals 1–9999 to numbers (两百, 两千 and 〇 for 零 too)."""
     out = {chinese_number(n): n for n in range(1, 10_000)}
     out.update({"两" + k[1:]: n for k, n in list(out.items()) if k.startswith(("二百", "二千"))})
     out.update({k.replace("零", "〇"): n for k, n in list(out.items()) if "零" in k})
     return out
 
 
-def _number(text: str | None) -> int | None:
-    if text is None:
-        return None
+def _number(text: str) -> int | None:
     return int(text) if text.isdigit() else _spelled().get(text)
 
 

@@ -30,9 +30,7 @@ def check_mode(mode: str) -> SearchMode:
 
 
 class QueryVectors(Cache[np.ndarray]):
-    """The last ``size`` question vectors by question text (least recently used out first); thread-safe. A vector
-    with NaN or infinite values is not kept: the store refuses it, and asking again must embed again (a remote
-    model's one bad reply would otherwise fail that question until it left the cache)."""
+    """The last ``size`` question vectors by text; a non-finite one is not kept (asking again embeds again)."""
 
     def __init__(self, size: int = QUERY_VECTORS) -> None:
         super().__init__(size)

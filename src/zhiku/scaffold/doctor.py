@@ -1,8 +1,8 @@
-"""``zhiku doctor``: is this install and this project ready? Install, settings, index, models, extras, MCP client
-configurations — one line each, with the fix when something is wrong. ``failed`` means a command will not work."""
+"""``zhiku doctor``: one line per check of the install and the project, with the fix when something is wrong."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -45,20 +45,15 @@ def _installed(module: str) -> bool:
         return False
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("zhiku")
-    except PackageNotFoundError:
-        return "(source tree)"
-
-
 def check_install() -> list[Check]:
     import zhiku
 
+    try:
+        version = importlib.metadata.version("zhiku")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(source tree)"
     where = Path(zhiku.__file__).parent
-    out = [Check("install", "ok", f"zhiku {_version()} on Python {sys.version.split()[0]} at {where}")]
+    out = [Check("install", "ok", f"zhiku {version} on Python {sys.version.split()[0]} at {where}")]
     sample = resources.files("zhiku") / "data" / "sample" / "docs"
     if not (sample.is_dir() and (resources.files("zhiku") / "data" / "models.json").is_file()):
         out.append(Check("install", "fail", "package data missing", "reinstall: pip install --force-reinstall zhiku"))
@@ -139,16 +134,15 @@ def check_models(settings: Settings) -> list[Check]:
 
 def needed_extras(settings: Settings) -> set[str]:
     """Extras the settings cannot work without."""
-    need = {"milvus"} if settings.store.kind == "milvus" else set()
-    if settings.tracing.otel:
-        need.add("otel")
-    if settings.store.kind == "sqlite" and settings.store.dense_search == "int8":
-        need.add("scale")
-    if settings.rerank.provider == "cross-encoder":
-        need.add("models")
-    if settings.rerank.provider == "llm":
-        need.add("remote")
-    return need
+    store, rerank = settings.store, settings.rerank.provider
+    needs = {
+        "milvus": store.kind == "milvus",
+        "otel": settings.tracing.otel,
+        "scale": store.kind == "sqlite" and store.dense_search == "int8",
+        "models": rerank == "cross-encoder",
+        "remote": rerank == "llm",
+    }
+    return {name for name, needed in needs.items() if needed}
 
 
 def check_extras(settings: Settings | None) -> list[Check]:
