@@ -29,6 +29,20 @@ class Embedder(Protocol):
         ...
 
 
+class Wrapper:
+    """An embedder around ``inner``, with its name and dim."""
+
+    inner: Embedder
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """Several questions in one call of ``embed_queries`` when the embedder has one, else one ``embed_query`` each."""
     batched = getattr(embedder, "embed_queries", None)

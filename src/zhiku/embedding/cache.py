@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder, embed_queries
+from zhiku.embedding.base import Embedder, Wrapper, embed_queries
 from zhiku.errors import ConfigError
 
 
@@ -82,7 +82,7 @@ def _unusable(path: Path, failed: str, e: Exception) -> ConfigError:
     )
 
 
-class CachedEmbedder:
+class CachedEmbedder(Wrapper):
     """Wraps an ``Embedder``: documents are served from the cache when their text was embedded before."""
 
     def __init__(self, inner: Embedder, cache: EmbeddingCache) -> None:
@@ -90,14 +90,6 @@ class CachedEmbedder:
         self.cache = cache
         self.computed = 0  # documents embedded by the model (cache misses) since creation
         self.cache_queries = False  # see ``caching_queries``
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     def _through_cache(
         self, keys: list[str], texts: Sequence[str], compute: Callable[[list[str]], np.ndarray]

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from zhiku.embedding.base import Embedder, embed_queries
+from zhiku.embedding.base import Embedder, Wrapper, embed_queries
 from zhiku.errors import Busy
 
 V = TypeVar("V")
@@ -35,7 +35,7 @@ def deadline(seconds: float = EMBED_WAIT_S) -> Iterator[None]:
         _DEADLINE.reset(token)
 
 
-class FairEmbedder:
+class FairEmbedder(Wrapper):
     """An ``Embedder`` whose callers take turns round robin, up to ``workers`` questions at once (one core each);
     an ingest goes in slices of ``slice_size`` with the model to itself, so a question waits at most one slice."""
 
@@ -46,14 +46,6 @@ class FairEmbedder:
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, deque[object]] = {}  # callers with calls waiting, whose turn is next first
         self._busy = 0
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
 
     @contextmanager
     def _turn(self, places: int) -> Iterator[None]:

@@ -175,10 +175,8 @@ def check_clients(root: Path) -> list[Check]:
         if "--config" in command[:-1] and not Path(command[command.index("--config") + 1]).is_file():
             problems.append(f"--config {command[command.index('--config') + 1]} does not exist")
         fix = "zhiku init --force . rewrites the client configs with this install's paths"
-        if problems:
-            out.append(Check("clients", "fail", f"{c.path} ({c.client}): {'; '.join(problems)}", fix))
-        else:
-            out.append(Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}"))
+        bad = Check("clients", "fail", f"{c.path} ({c.client}): {'; '.join(problems)}", fix)
+        out.append(bad if problems else Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}"))
     fix = "zhiku init . writes them (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)"
     return out or [Check("clients", "warn", f"no MCP client configs in {root}", fix)]
 
