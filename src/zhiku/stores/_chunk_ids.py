@@ -78,11 +78,7 @@ class ChunkIds:
         missing = [r for r in rowids if r not in by_row]
         self._read += len(missing)
         if missing:
-            found = conn.execute(
-                "SELECT rowid, chunk_id FROM chunks WHERE rowid IN (SELECT value FROM json_each(?))",
-                (json.dumps(missing),),
-            ).fetchall()
-            self._remember(found, by_row, by_id)
+            _read(conn, "rowid", missing, by_row, by_id)
         return by_row
 
     def rows_hint(self, chunk_ids: Sequence[str]) -> np.ndarray:
@@ -92,16 +88,18 @@ class ChunkIds:
 
     def rows_now(self, conn: sqlite3.Connection, chunk_ids: Sequence[str]) -> dict[str, int]:
         """The current rowids of ``chunk_ids`` (those stored), read from SQLite, and remembered."""
-        by_row, by_id = self._current()
-        found = conn.execute(
-            "SELECT rowid, chunk_id FROM chunks WHERE chunk_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(chunk_ids)),),
-        ).fetchall()
-        self._remember(found, by_row, by_id)
-        return {c: r for r, c in found}
+        return {c: r for r, c in _read(conn, "chunk_id", chunk_ids, *self._current())}
 
-    @staticmethod
-    def _remember(found: list[tuple[int, str]], by_row: dict[int, str], by_id: dict[str, int]) -> None:
-        for rowid, chunk_id in found:
-            by_row[rowid] = chunk_id
-            by_id[chunk_id] = rowid
+
+def _read(
+    conn: sqlite3.Connection, column: str, values: Sequence[object], by_row: dict[int, str], by_id: dict[str, int]
+) -> list[tuple[int, str]]:
+    """The ``(rowid, chunk_id)`` of the chunks whose ``column`` is one of ``values``, remembered in both maps."""
+    found = conn.execute(
+        f"SELECT rowid, chunk_id FROM chunks WHERE {column} IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(values)),),
+    ).fetchall()
+    for rowid, chunk_id in found:
+        by_row[rowid] = chunk_id
+        by_id[chunk_id] = rowid
+    return found
