@@ -1,6 +1,6 @@
 """The search path's shortcuts change nothing observable: a question's vector is kept (a repeated question is not
 embedded again), a fast embedder runs on the caller's thread and a slow one in the dense worker, with the same
-hits and the same trace either way."""
+hits and the same stages either way (the worker's embedding is a second call of the dense stage)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,11 @@ class Recording:
 
 def _stages(sink: MemorySink) -> list[tuple[object, ...]]:
     t = sink.traces[-1]
-    return [(s.name, s.status, s.calls, s.counts, s.data) for s in ordered_stages(t)]
+    return [(s.name, s.status, s.counts, s.data) for s in ordered_stages(t)]
+
+
+def _dense_calls(sink: MemorySink) -> int:
+    return next(s.calls for s in sink.traces[-1].stages if s.name == "dense")
 
 
 def test_a_known_question_is_not_embedded_again_and_finds_the_same_hits_and_trace(
@@ -55,15 +59,15 @@ def test_a_known_question_is_not_embedded_again_and_finds_the_same_hits_and_trac
         kb.ingest([write_corpus(tmp_path / "docs")])
         kb.searcher.inline_embed_s = 0.0  # never fast enough: every new question goes to the dense worker
         first = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)
-        traced_first = _stages(sink)
+        traced_first, calls_first = _stages(sink), _dense_calls(sink)
         again = kb.retrieve("试用期最长多久", mode="hybrid", top_k=3)  # its vector is known: no embedding
-        traced_again = _stages(sink)
+        traced_again, calls_again = _stages(sink), _dense_calls(sink)
         dense = kb.retrieve("年休假几天", mode="dense", top_k=2)
     assert [q for q, _ in embedder.queries] == ["试用期最长多久", "年休假几天"]
     assert all(thread.startswith("zhiku-dense") for _, thread in embedder.queries)
     assert again.hits == first.hits and (again.bm25, again.dense) == (first.bm25, first.dense)
     assert [h.chunk.section for h in first.hits][0].endswith("第十九条")
-    assert traced_again == traced_first
+    assert traced_again == traced_first and (calls_first, calls_again) == (2, 1)  # embedded in the worker, searched
     assert [s[0] for s in traced_first] == ["parse", "bm25", "dense", "fusion", "rerank"]
     assert dense.hits[0].chunk.section == "职工带薪年休假条例 > 第三条、第五条"
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers_kb import SEC_PROBATION
 from zhiku.observability.rank_changes import fusion_changes, rank_changes
-from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, read_traces
+from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, ordered_stages, read_traces
 from zhiku.observability.tracing import NOOP, Tracer, mark, span
 from zhiku.retrieval.fusion import rrf
 from zhiku.retrieval.gate import FairGate
@@ -472,17 +472,21 @@ def test_a_reranker_that_outlived_its_query_adds_nothing_to_its_trace(kb_factory
 
 
 class HeldEmbedder(DesignedEmbedder):
-    """Embeds a question only once ``go`` is set (the test orders the threads at the search gate with it)."""
+    """Embeds a question only once ``go`` is set, then sets ``done`` (the test orders the threads with them)."""
 
     def __init__(self) -> None:
-        self.go = threading.Event()
+        self.go, self.done = threading.Event(), threading.Event()
 
     def embed_query(self, text: str) -> np.ndarray:
         assert self.go.wait(10)
-        return super().embed_query(text)
+        vector = super().embed_query(text)
+        self.done.set()
+        return vector
 
 
-def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_factory, tmp_path: Path) -> None:
+def test_the_dense_worker_embeds_while_bm25_waits_for_the_gate_and_the_wait_is_a_queue_stage(
+    kb_factory, tmp_path: Path
+) -> None:
     embedder = HeldEmbedder()
     embedder.go.set()
     kb = designed_kb(kb_factory, tmp_path, embedder=embedder, retrieval={"fusion": "rrf"})
@@ -496,18 +500,18 @@ def test_the_dense_workers_wait_for_the_gate_is_a_queue_stage_not_dense_time(kb_
     with gate:  # another search holds the only place
         query = threading.Thread(target=lambda: found.append(kb.retrieve("zeta", mode="hybrid", top_k=3)))
         query.start()
-        wait_until(lambda: gate.waiting == 1)  # BM25 waits first ...
+        wait_until(lambda: gate.waiting == 1)  # BM25 waits ...
         embedder.go.set()
-        wait_until(lambda: gate.waiting == 2)  # ... then the worker, its question embedded
-        threading.Event().wait(0.3)  # both wait 0.3 s more
+        assert embedder.done.wait(10)  # ... while the worker embeds the question, holding no place
+        threading.Event().wait(0.3)  # BM25 waits 0.3 s more
     query.join(10)
     assert len(found) == 1
     [t] = sink.traces
-    assert [s.name for s in t.stages] == ["parse", "queue", "bm25", "dense", "fusion", "rerank"]
+    assert [s.name for s in ordered_stages(t)] == ["parse", "queue", "bm25", "dense", "fusion", "rerank"]
     queue, dense = t.stage("queue"), t.stage("dense")
-    assert queue is not None and (queue.calls, queue.data) == (2, {"places": 1, "queued": 2})
-    assert dense is not None and (dense.calls, dense.counts) == (1, {"candidates": 6})
-    assert queue.elapsed_ms >= 600 and dense.elapsed_ms < 300  # the worker's wait is not the dense stage's time
+    assert queue is not None and (queue.calls, queue.data) == (1, {"places": 1, "queued": 1})
+    assert dense is not None and (dense.calls, dense.counts) == (2, {"candidates": 6})  # embedded, then searched
+    assert queue.elapsed_ms >= 300 and dense.elapsed_ms < 300  # BM25's wait is not the dense stage's time
 
 
 # ------------------------------------------------------------------------------------ readers

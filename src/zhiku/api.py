@@ -310,17 +310,18 @@ class KnowledgeBase:
             doc_type=doc_type,
             index=str(self.settings.index),
         ) as t:
-            self._check_for_query(mode or self.settings.retrieval.mode)
-            plan = self.searcher.read(query, mode, filters, tags)  # the question, read once
-            r = rewrite.search(
-                self.searcher,
-                plan,
-                rewriter=self.rewriter,
-                tagged=self.enrichments.tagged(tags) if tags else None,
-                top_k=top_k,
-                per_source_k=o.get("per_source_k"),
-                rerank=o.get("rerank"),
-            )
+            with self.searcher.one_version():  # the check and the search see one index version
+                self._check_for_query(mode or self.settings.retrieval.mode)
+                plan = self.searcher.read(query, mode, filters, tags)  # the question, read once
+                r = rewrite.search(
+                    self.searcher,
+                    plan,
+                    rewriter=self.rewriter,
+                    tagged=self.enrichments.tagged(tags) if tags else None,
+                    top_k=top_k,
+                    per_source_k=o.get("per_source_k"),
+                    rerank=o.get("rerank"),
+                )
             if t is not None:  # readable on its own: sources and sections of every ranked chunk
                 t.data.update(rerank=r.rerank, rewrite=r.rewrite, queries=list(r.queries), tags=list(tags or []))
                 record_hits(t, r.hits, self._labels)

@@ -29,7 +29,7 @@ from zhiku.retrieval.plan import QueryPlan, read_question
 from zhiku.retrieval.query import QUERY_VECTORS, QueryVectors, check_top_k
 from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Catalogue, OneVersion, Retriever
+from zhiku.stores.base import Catalogue, FilledDense, OneVersion, Retriever
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
@@ -44,7 +44,6 @@ INLINE_EMBED_S = 0.001
 EMBED_TIMES = 9
 
 
-NO_GATE = nullcontext()  # for a step already inside the gate
 Keep = Callable[[Chunk], bool] | None  # the chunks a tags filter keeps (None: every chunk)
 log = logging.getLogger(__name__)
 
@@ -92,8 +91,9 @@ class Searcher:
         self.gate = FairGate(MAX_CONCURRENT)  # (``gate.waiting``: searches waiting for a place)
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
+        self._fills = self.store if isinstance(self.store, FilledDense) else None
         # one index version for the reads of a search (read once), where the store can pin it
-        self._one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
+        self.one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
         self.inline_embed_s = INLINE_EMBED_S
         self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
@@ -132,32 +132,28 @@ class Searcher:
             top_k = max(top_k, TOP_M)
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
-        known = tuple(self._vectors.get(form) for form in forms)
-        # a slow embedder embeds the question in a worker (which then searches) while BM25 runs here; when the
-        # vectors are known or the embedder is fast, the dense channel runs here too and the whole CPU part of the
-        # search takes one place in the gate
-        if mode_ == "bm25" or all(v is not None for v in known) or self._embeds_fast():
-            # the clauses' vectors (kept with the question's) outside the gate, like a slow embedder's question
+        known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
+        # a slow embedder embeds the question in a worker while BM25 runs here; the dense channel, fusion and the
+        # hits then take a second place in the gate (a fast one's embedding is part of the one place)
+        future = None
+        if mode_ != "bm25" and not all(v is not None for v in known) and not self._embeds_fast():
+            future = self._pool.submit(contextvars.copy_context().run, self._embed_all, forms, known, clauses)
+            clause_vectors: tuple[np.ndarray, ...] = ()
+        else:  # the clauses' vectors (kept with the question's) outside the gate
             clause_vectors = embed_clauses(self.embedder, self._vectors, clauses)
-            with self.gate, self._one_version():
-                bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=True)
-                vector: np.ndarray | None = None
-                dense: Sequence[ScoredId] = []
-                if mode_ == "bm25":
-                    mark("dense", reason=f"mode {mode_}")
-                else:
-                    vector, dense = self._dense(forms, depth, filters, known=known, inside_gate=True)
-                by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-                hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
-        else:
-            run = contextvars.copy_context().run
-            future = self._pool.submit(run, self._dense_and_clauses, forms, depth, filters, clauses, known)
-            with self._one_version():  # (the dense worker reads the version on its own)
-                bm25 = self._bm25(mode_, plan.terms, depth, filters, inside_gate=False)
-                vector, dense, clause_vectors = future.result()
+        with self.one_version():
+            with self.gate:
+                bm25 = self._bm25(mode_, plan.terms, depth, filters)
+                if future is None:
+                    dense, hits, by_clause = self._rest(
+                        mode_, forms, known, bm25, clause_vectors, depth, filters, top_k
+                    )
+            if future is not None:
+                known, clause_vectors = future.result()
                 with self.gate:
-                    by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-                    hits = self._hits(mode_, bm25, dense, vector, top_k, by_clause)
+                    dense, hits, by_clause = self._rest(
+                        mode_, forms, known, bm25, clause_vectors, depth, filters, top_k
+                    )
         status, shown = "off", hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -174,33 +170,59 @@ class Searcher:
         found = lookup(r.query, r.hits, r.candidates or r.hits, self.text.normalize, self._catalogue, allowed)
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
 
-    def _dense_and_clauses(
+    def _embed_all(
+        self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...], clauses: list[str]
+    ) -> tuple[tuple[np.ndarray | Exception | None, ...], tuple[np.ndarray, ...]]:
+        """The dense worker: the forms' vectors (``known``: those known; a Simplified form's error, raised again by
+        ``_dense``) and the clauses'."""
+        with span("dense"):
+            vectors: list[np.ndarray | Exception | None] = list(self._embed_forms(forms, known))
+            for n, form in enumerate(forms):
+                try:
+                    vectors[n] = self._embed(form) if vectors[n] is None else vectors[n]
+                except Exception as exc:  # noqa: BLE001 - the question as written must answer, its Simplified form may fail
+                    if n == 0:
+                        raise
+                    vectors[n] = exc
+        return tuple(vectors), embed_clauses(self.embedder, self._vectors, clauses)
+
+    def _rest(
         self,
+        mode_: SearchMode,
         forms: tuple[str, ...],
+        known: tuple[np.ndarray | Exception | None, ...],
+        bm25: Sequence[ScoredId],
+        clause_vectors: tuple[np.ndarray, ...],
         depth: int,
         filters: Filters,
-        clauses: list[str],
-        known: tuple[np.ndarray | None, ...],
-    ) -> tuple[np.ndarray, Sequence[ScoredId], tuple[np.ndarray, ...]]:
-        """The dense worker: the question's channel (``known``: the forms' vectors, those known), then its clauses'
-        vectors."""
-        return (*self._dense(forms, depth, filters, known=known), embed_clauses(self.embedder, self._vectors, clauses))
+        top_k: int,
+    ) -> tuple[Sequence[ScoredId], list[Hit], Sequence[ScoredId]]:
+        """After BM25: the dense channel (with the cosines of BM25's candidates outside it), the clause channel and
+        the hits."""
+        dense: Sequence[ScoredId] = []
+        filled: dict[str, float] = {}
+        if mode_ == "bm25":
+            mark("dense", reason=f"mode {mode_}")
+        else:
+            fill = mode_ == "hybrid" and FILL_DENSE and self.settings.fusion != "rrf"
+            dense, filled = self._dense(forms, depth, filters, known, bm25 if fill else ())
+        by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
+        return dense, self._hits(mode_, bm25, dense, filled, top_k, by_clause), by_clause
 
     def _hits(
         self,
         mode_: SearchMode,
         bm25: Sequence[ScoredId],
         dense: Sequence[ScoredId],
-        vector: np.ndarray | None,
+        filled: dict[str, float],
         top_k: int,
         by_clause: Sequence[ScoredId] = (),
     ) -> list[Hit]:
         """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         catalogue = self._catalogue if WHOLE_ARTICLES else None  # small-to-big: a piece brings its article
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
-        filled: dict[str, float] = {}
         if mode_ == "hybrid":
-            order, filled = self._fuse(bm25, dense, vector, top_k, keep, by_clause)
+            order = self._fuse(bm25, dense, filled, top_k, keep, by_clause)
         else:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
@@ -210,13 +232,11 @@ class Searcher:
             return whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs)
         return list(hits)
 
-    def _bm25(
-        self, mode_: SearchMode, terms: tuple[str, ...], depth: int, filters: Filters, *, inside_gate: bool
-    ) -> Sequence[ScoredId]:
+    def _bm25(self, mode_: SearchMode, terms: tuple[str, ...], depth: int, filters: Filters) -> Sequence[ScoredId]:
         if mode_ not in ("bm25", "hybrid"):
             mark("bm25", reason=f"mode {mode_}")
             return []
-        with NO_GATE if inside_gate else self.gate, span("bm25") as sp:  # a wait for the gate is its own stage
+        with span("bm25") as sp:
             found = self.store.bm25_search(terms, depth, filters)
             sp.ranking(found, depth=depth)
         return found
@@ -226,43 +246,54 @@ class Searcher:
         forms: tuple[str, ...],
         depth: int,
         filters: Filters,
-        *,
-        known: tuple[np.ndarray | None, ...] = (),
-        inside_gate: bool = False,
-    ) -> tuple[np.ndarray, Sequence[ScoredId]]:
-        """Embed each form of the question (``QueryPlan.forms``; unless its vector is ``known``) and search with it (taking a
-        place in the gate for it); the ranking whose best cosine is higher is the channel's (the first on a tie):
-        a question in Traditional characters meets Simplified passages in its Simplified form, Traditional ones
-        as written. The Simplified form is extra: if embedding or searching with it fails (a remote embedder's
-        second request), the ranking as written stands (logged; the stage's ``reason`` says why)."""
+        known: tuple[np.ndarray | Exception | None, ...],
+        others: Sequence[ScoredId],
+    ) -> tuple[Sequence[ScoredId], dict[str, float]]:
+        """Embed each form of the question (``QueryPlan.forms``; unless its vector is ``known``) and search with it,
+        with the exact cosines of ``others``' candidates outside the ranking; the ranking whose best cosine is
+        higher is the channel's (the first on a tie): a question in Traditional characters meets Simplified
+        passages in its Simplified form, Traditional ones as written. The Simplified form is extra: if embedding or
+        searching with it fails (a remote embedder's second request), the ranking as written stands (logged; the
+        stage's ``reason`` says why)."""
         with span("dense") as sp:
-            best: tuple[np.ndarray, Sequence[ScoredId]] | None = None
+            best: tuple[Sequence[ScoredId], dict[str, float]] | None = None
             chosen = 0
             failed: dict[str, Any] = {}  # the Simplified form's error, for the trace
             known = self._embed_forms(forms, known)
             for n, form in enumerate(forms):
                 given = known[n]
                 try:
+                    if isinstance(given, Exception):
+                        raise given
                     vector = given if given is not None else self._embed(form)
-                    with NO_GATE if inside_gate else sp.outside(self.gate):  # a wait for the gate is the queue stage
-                        found = self.store.dense_search(vector, depth, filters)
+                    found, filled = self._dense_filled(vector, depth, filters, others)
                 except Exception as exc:  # noqa: BLE001 - the Simplified form is extra: the one as written stands
                     if best is None:
                         raise
                     log.warning("the Simplified form of the question failed (%s: %s)", type(exc).__name__, exc)
                     failed = {"reason": f"the Simplified form failed: {type(exc).__name__}: {exc}"}
                     continue
-                if best is None or (found and (not best[1] or found[0].score > best[1][0].score)):
-                    best, chosen = (vector, found), n
+                if best is None or (found and (not best[0] or found[0].score > best[0][0].score)):
+                    best, chosen = (found, filled), n
             assert best is not None  # (forms is never empty)
-            sp.ranking(best[1], depth=depth)
+            sp.ranking(best[0], depth=depth)
             if len(forms) > 1:
                 sp.set(question="simplified" if chosen else "as written", **failed)
         return best
 
+    def _dense_filled(
+        self, vector: np.ndarray, depth: int, filters: Filters, others: Sequence[ScoredId]
+    ) -> tuple[Sequence[ScoredId], dict[str, float]]:
+        if self._fills is not None:
+            return self._fills.dense_filled(vector, depth, filters, others)
+        found = self.store.dense_search(vector, depth, filters)
+        seen = set(columns_of(found)[0])
+        missing = [c for c in columns_of(others)[0] if c not in seen]
+        return found, self.store.dense_scores(vector, missing) if missing else {}
+
     def _embed_forms(
-        self, forms: tuple[str, ...], known: tuple[np.ndarray | None, ...]
-    ) -> tuple[np.ndarray | None, ...]:
+        self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...]
+    ) -> tuple[np.ndarray | Exception | None, ...]:
         """``known`` for every form, with the forms not known embedded in one call when there are several and the
         embedder embeds several questions at once (``embed_queries``: the built-in ones, one request to a remote
         model); if that call fails they stay unknown (``_dense`` embeds each on its own: the question as written
@@ -305,24 +336,19 @@ class Searcher:
         self,
         bm25: Sequence[ScoredId],
         dense: Sequence[ScoredId],
-        vector: np.ndarray | None,
+        filled: dict[str, float],
         top_k: int,
         keep: int,
         by_clause: Sequence[ScoredId] = (),
-    ) -> tuple[list[tuple[str, float]], dict[str, float]]:
-        """The fused order (``keep`` long) and the exact cosines filled in for BM25 candidates outside the dense
+    ) -> list[tuple[str, float]]:
+        """The fused order (``keep`` long); ``filled``: the exact cosines of BM25 candidates outside the dense
         ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
         with span("fusion") as sp:
             weights = list(WEIGHTS)
-            filled: dict[str, float] = {}
             if s.fusion == "rrf":
                 order = rrf([bm25, dense], k=RRF_K, weights=weights)[:keep]
             else:
-                if FILL_DENSE and dense and vector is not None:
-                    seen = set(columns_of(dense)[0])
-                    missing = [c for c in columns_of(bm25)[0] if c not in seen]
-                    filled = self.store.dense_scores(vector, missing) if missing else {}
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
                 fill: list[dict[str, float] | None] = [None, filled]
                 if by_clause:  # the clause channel (CLAUSE_WEIGHT)
@@ -338,7 +364,7 @@ class Searcher:
                 sp.set(counts, **changes)
                 if by_clause:
                     sp.set(clause_ranking=ranking_rows(by_clause))
-        return order, filled
+        return order
 
 
 def _hits_of(

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from zhiku.cache import Cache
-from zhiku.stores._sqlite_conn import Database, version_of
+from zhiku.stores._sqlite_conn import Database
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row, doc_row
 from zhiku.types import Chunk, CollectionStats, DocRecord, IngestionRecord
 
@@ -163,4 +163,4 @@ class Catalogue:
 
     def index_version(self) -> int:
         with self.db.read() as conn:
-            return version_of(conn)
+            return self.db.version(conn)

@@ -98,6 +98,16 @@ class BestCosines(Protocol):
 
 
 @runtime_checkable
+class FilledDense(Protocol):
+    """Optional for a ``Retriever``: ``dense_search`` and the ``dense_scores`` of ``others``' candidates outside
+    its ranking in one call (hybrid fusion's; without it, the two calls)."""
+
+    def dense_filled(
+        self, vector: np.ndarray, top_k: int, filters: Filters, others: Sequence[ScoredId]
+    ) -> tuple[Sequence[ScoredId], dict[str, float]]: ...
+
+
+@runtime_checkable
 class ChunkPlaces(Protocol):
     """Optional for a ``Retriever``: where chunks are without decoding them (trace labels of ranked candidates;
     without it, ``get_chunks``)."""

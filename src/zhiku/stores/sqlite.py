@@ -23,6 +23,7 @@ import sqlite3
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import astuple
+from itertools import compress
 from pathlib import Path
 from typing import cast
 
@@ -260,6 +261,12 @@ class SQLiteStore:
             return self._ranked(rowids, scores, conn, snap.top, int(top_k))
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
+        return self.dense_filled(vector, top_k, filters, ())[0]
+
+    def dense_filled(
+        self, vector: np.ndarray, top_k: int, filters: Filters, others: Sequence[ScoredId]
+    ) -> tuple[Sequence[ScoredId], dict[str, float]]:
+        """``FilledDense``: the dense ranking and the cosines of ``others`` outside it, in one read."""
         query = _query_vector(vector)
         with self.db.read() as conn:
             snap = self._vectors_at(conn)
@@ -268,9 +275,20 @@ class SQLiteStore:
             allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
             # no lock held: searches run side by side
             rowids, scores = snap.search(query, int(top_k), allowed, screen=self.vectors.screens(snap))
-            if rowids.size == 0:
-                return []
-            return self._ranked(rowids, scores, conn, snap.top, int(top_k))
+            found = self._ranked(rowids, scores, conn, snap.top, int(top_k)) if rowids.size else None
+            if not others or found is None:  # (no dense ranking: nothing to fuse the cosines with)
+                return found or [], {}
+            seen = set(found.ids)
+            if isinstance(others, Ranking) and others.rows is not None:  # (BM25's: where each candidate is)
+                outside = [c not in seen for c in others.ids]
+                ids = list(compress(others.ids, outside))
+                hint = np.array(others.rows, np.int64)[outside]
+            else:
+                ids = [x.chunk_id for x in others if x.chunk_id not in seen]
+                hint = self._ids.rows_hint(ids)
+            at, kept = self._file_rows(conn, snap, ids, hint)
+        filled = dict(zip(kept, _cosines(snap.gather(at), query).tolist(), strict=True)) if kept else {}
+        return found or [], filled
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
         return self.best_dense_scores([vector], chunk_ids)
@@ -343,21 +361,28 @@ class SQLiteStore:
             snap = self._vectors_at(conn)
             for query in queries:
                 _check_dim(snap, query)
-            rowids = self._ids.rows_hint(ids)
-            at = snap.rows_of(rowids)  # file rows (< 0: not in this snapshot, or no rowid)
+            at, kept = self._file_rows(conn, snap, ids, self._ids.rows_hint(ids))
+        return (snap, at, kept) if kept else None
+
+    def _file_rows(
+        self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str], rowids: np.ndarray
+    ) -> tuple[np.ndarray, list[str]]:
+        """The file rows of the live chunks among ``ids`` (in file order) and their ids; ``rowids``: where each was
+        last seen (-1: never), trusted when live, the rest read from SQLite."""
+        at = snap.rows_of(rowids)  # file rows (< 0: not in this snapshot, or no rowid)
+        ok = at >= 0
+        ok[ok] = snap.live[at[ok]]
+        if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
+            stale = [c for c, good in zip(ids, ok.tolist(), strict=True) if not good]
+            now = self._ids.rows_now(conn, stale)
+            redo = np.flatnonzero(~ok)
+            rowids[redo] = [now.get(c, -1) for c in stale]
+            at[redo] = snap.rows_of(rowids[redo])
             ok = at >= 0
             ok[ok] = snap.live[at[ok]]
-            if not ok.all():  # never seen, or moved since (a document written again): ask SQLite
-                stale = [c for c, good in zip(ids, ok.tolist(), strict=True) if not good]
-                now = self._ids.rows_now(conn, stale)
-                redo = np.flatnonzero(~ok)
-                rowids[redo] = [now.get(c, -1) for c in stale]
-                at[redo] = snap.rows_of(rowids[redo])
-                ok = at >= 0
-                ok[ok] = snap.live[at[ok]]
         order = np.flatnonzero(ok)
         order = order[np.argsort(at[order], kind="stable")]
-        return (snap, at[order], [ids[i] for i in order.tolist()]) if order.size else None
+        return at[order], [ids[i] for i in order.tolist()]
 
     def _ranked(
         self, rowids: np.ndarray, scores: np.ndarray, conn: sqlite3.Connection, top: int, top_k: int
@@ -374,9 +399,14 @@ class SQLiteStore:
         as_list = ranked.tolist()
         tied = ranked[1:] == ranked[:-1]
         if tied.any():  # each run of tied scores by chunk id
-            edges = np.diff(tied.view(np.int8), prepend=0, append=0)
             perm = list(range(len(rows)))
-            for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True):
+            runs: list[list[int]] = []  # [first, last] of each run
+            for n in np.flatnonzero(tied).tolist():
+                if runs and runs[-1][1] == n:
+                    runs[-1][1] = n + 1
+                else:
+                    runs.append([n, n + 1])
+            for a, b in runs:
                 perm[a : b + 1] = sorted(perm[a : b + 1], key=names.__getitem__)
             names, rows, as_list = [names[n] for n in perm], [rows[n] for n in perm], [as_list[n] for n in perm]
         self._ids.seen(names[:top_k], rows[:top_k])
