@@ -240,11 +240,9 @@ def score(
     rows = np.concatenate([r for r, _ in parts])
     each = np.concatenate([w for _, w in parts])
     scores = np.bincount(rows, weights=each, minlength=norm.size)
-    matched = np.zeros(norm.size, bool)
-    matched[rows] = True
+    hits = np.flatnonzero(scores)  # the rows matched (every term's score is positive)
     if mask is not None:
-        matched &= mask
-    hits = np.flatnonzero(matched)
+        hits = hits[mask[hits]]
     found = scores[hits]
     if hits.size > top_k:
         cut = hits.size - top_k
