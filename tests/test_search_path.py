@@ -1,6 +1,6 @@
 """The search path's shortcuts change nothing observable: a question's vector is kept (a repeated question is not
 embedded again), a fast embedder runs on the caller's thread and a slow one in the dense worker, with the same
-hits and the same stages either way (the worker's embedding is a second call of the dense stage)."""
+hits and the same stages either way (embedding the question is a second call of the dense stage)."""
 
 from __future__ import annotations
 

@@ -133,27 +133,25 @@ class Searcher:
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
+        if mode_ == "bm25":
+            forms = known = ()
         # a slow embedder embeds the question in a worker while BM25 runs here; the dense channel, fusion and the
-        # hits then take a second place in the gate (a fast one's embedding is part of the one place)
+        # hits then take a second place in the gate; a fast one embeds here first, and the search takes one place
         future = None
-        if mode_ != "bm25" and not all(v is not None for v in known) and not self._embeds_fast():
+        if any(v is None for v in known) and not self._embeds_fast():
             future = self._pool.submit(contextvars.copy_context().run, self._embed_all, forms, known, clauses)
             clause_vectors: tuple[np.ndarray, ...] = ()
-        else:  # the clauses' vectors (kept with the question's) outside the gate
-            clause_vectors = embed_clauses(self.embedder, self._vectors, clauses)
+        else:
+            known, clause_vectors = self._embed_all(forms, known, clauses)
         with self.one_version():
             with self.gate:
                 bm25 = self._bm25(mode_, plan.terms, depth, filters)
                 if future is None:
-                    dense, hits, by_clause = self._rest(
-                        mode_, forms, known, bm25, clause_vectors, depth, filters, top_k
-                    )
+                    dense, hits, by_clause = self._rest(mode_, known, bm25, clause_vectors, depth, filters, top_k)
             if future is not None:
                 known, clause_vectors = future.result()
                 with self.gate:
-                    dense, hits, by_clause = self._rest(
-                        mode_, forms, known, bm25, clause_vectors, depth, filters, top_k
-                    )
+                    dense, hits, by_clause = self._rest(mode_, known, bm25, clause_vectors, depth, filters, top_k)
         status, shown = "off", hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -173,23 +171,39 @@ class Searcher:
     def _embed_all(
         self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...], clauses: list[str]
     ) -> tuple[tuple[np.ndarray | Exception | None, ...], tuple[np.ndarray, ...]]:
-        """The dense worker: the forms' vectors (``known``: those known; a Simplified form's error, raised again by
-        ``_dense``) and the clauses'."""
-        with span("dense"):
-            vectors: list[np.ndarray | Exception | None] = list(self._embed_forms(forms, known))
-            for n, form in enumerate(forms):
-                try:
-                    vectors[n] = self._embed(form) if vectors[n] is None else vectors[n]
-                except Exception as exc:  # noqa: BLE001 - the question as written must answer, its Simplified form may fail
-                    if n == 0:
-                        raise
-                    vectors[n] = exc
+        """Every form's vector (``known``: those known), the forms not known embedded in one call when there are
+        several and the embedder embeds several questions at once (``embed_queries``: one request to a remote
+        model), else (or if that call fails) each on its own: the question as written must answer, its Simplified
+        form may fail (its error then stands for its vector, raised by ``_dense``); then the clauses' vectors."""
+        vectors: list[np.ndarray | Exception | None] = list(known)
+        todo = [n for n, vector in enumerate(vectors) if vector is None]
+        if todo:
+            with span("dense"):
+                if len(todo) > 1 and takes_several_queries(self.embedder):
+                    t = time.perf_counter()
+                    try:
+                        new = embed_queries(self.embedder, [forms[n] for n in todo])
+                        # the caller's wait for the one call (a remote model answers two questions as fast as one)
+                        self._embedded(time.perf_counter() - t, [forms[n] for n in todo], new)
+                        for n, vector in zip(todo, new, strict=True):
+                            vectors[n] = vector
+                        todo = []
+                    except Exception as exc:  # noqa: BLE001 - each form is embedded on its own next
+                        log.warning(
+                            "embedding the question's forms in one call failed (%s: %s)", type(exc).__name__, exc
+                        )
+                for n in todo:
+                    try:
+                        vectors[n] = self._embed(forms[n])
+                    except Exception as exc:  # noqa: BLE001 - only the Simplified form may fail
+                        if n == 0:
+                            raise
+                        vectors[n] = exc
         return tuple(vectors), embed_clauses(self.embedder, self._vectors, clauses)
 
     def _rest(
         self,
         mode_: SearchMode,
-        forms: tuple[str, ...],
         known: tuple[np.ndarray | Exception | None, ...],
         bm25: Sequence[ScoredId],
         clause_vectors: tuple[np.ndarray, ...],
@@ -205,7 +219,7 @@ class Searcher:
             mark("dense", reason=f"mode {mode_}")
         else:
             fill = mode_ == "hybrid" and FILL_DENSE and self.settings.fusion != "rrf"
-            dense, filled = self._dense(forms, depth, filters, known, bm25 if fill else ())
+            dense, filled = self._dense(depth, filters, known, bm25 if fill else ())
         by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
         return dense, self._hits(mode_, bm25, dense, filled, top_k, by_clause), by_clause
 
@@ -243,29 +257,26 @@ class Searcher:
 
     def _dense(
         self,
-        forms: tuple[str, ...],
         depth: int,
         filters: Filters,
         known: tuple[np.ndarray | Exception | None, ...],
         others: Sequence[ScoredId],
     ) -> tuple[Sequence[ScoredId], dict[str, float]]:
-        """Embed each form of the question (``QueryPlan.forms``; unless its vector is ``known``) and search with it,
-        with the exact cosines of ``others``' candidates outside the ranking; the ranking whose best cosine is
-        higher is the channel's (the first on a tie): a question in Traditional characters meets Simplified
-        passages in its Simplified form, Traditional ones as written. The Simplified form is extra: if embedding or
-        searching with it fails (a remote embedder's second request), the ranking as written stands (logged; the
-        stage's ``reason`` says why)."""
+        """Search with the vector of each form of the question (``QueryPlan.forms``, ``_embed_all``), with the exact
+        cosines of ``others``' candidates outside the ranking; the ranking whose best cosine is higher is the
+        channel's (the first on a tie): a question in Traditional characters meets Simplified passages in its
+        Simplified form, Traditional ones as written. The Simplified form is extra: if embedding or searching with
+        it fails (a remote embedder's second request), the ranking as written stands (logged; the stage's
+        ``reason`` says why)."""
         with span("dense") as sp:
             best: tuple[Sequence[ScoredId], dict[str, float]] | None = None
             chosen = 0
             failed: dict[str, Any] = {}  # the Simplified form's error, for the trace
-            known = self._embed_forms(forms, known)
-            for n, form in enumerate(forms):
-                given = known[n]
+            for n, vector in enumerate(known):
                 try:
-                    if isinstance(given, Exception):
-                        raise given
-                    vector = given if given is not None else self._embed(form)
+                    if isinstance(vector, Exception):  # (embedding the Simplified form failed)
+                        raise vector
+                    assert vector is not None  # (``_embed_all`` embedded it)
                     found, filled = self._dense_filled(vector, depth, filters, others)
                 except Exception as exc:  # noqa: BLE001 - the Simplified form is extra: the one as written stands
                     if best is None:
@@ -277,7 +288,7 @@ class Searcher:
                     best, chosen = (found, filled), n
             assert best is not None  # (forms is never empty)
             sp.ranking(best[0], depth=depth)
-            if len(forms) > 1:
+            if len(known) > 1:
                 sp.set(question="simplified" if chosen else "as written", **failed)
         return best
 
@@ -290,29 +301,6 @@ class Searcher:
         seen = set(columns_of(found)[0])
         missing = [c for c in columns_of(others)[0] if c not in seen]
         return found, self.store.dense_scores(vector, missing) if missing else {}
-
-    def _embed_forms(
-        self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...]
-    ) -> tuple[np.ndarray | Exception | None, ...]:
-        """``known`` for every form, with the forms not known embedded in one call when there are several and the
-        embedder embeds several questions at once (``embed_queries``: the built-in ones, one request to a remote
-        model); if that call fails they stay unknown (``_dense`` embeds each on its own: the question as written
-        must answer, its Simplified form may fail)."""
-        vectors = list(known) + [None] * (len(forms) - len(known))
-        todo = [n for n, vector in enumerate(vectors) if vector is None]
-        if len(todo) < 2 or not takes_several_queries(self.embedder):
-            return tuple(vectors)
-        t = time.perf_counter()
-        try:
-            new = embed_queries(self.embedder, [forms[n] for n in todo])
-        except Exception as exc:  # noqa: BLE001 - each form is embedded on its own next
-            log.warning("embedding the question's forms in one call failed (%s: %s)", type(exc).__name__, exc)
-            return tuple(vectors)
-        # the caller's wait for the one call (a remote model answers two questions as fast as one)
-        self._embedded(time.perf_counter() - t, [forms[n] for n in todo], new)
-        for n, vector in zip(todo, new, strict=True):
-            vectors[n] = vector
-        return tuple(vectors)
 
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
