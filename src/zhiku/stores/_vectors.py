@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from zhiku.errors import IndexLocked, StoreError
-from zhiku.numeric import l2_normalise
 from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, version_of
 from zhiku.stores._vector_files import (
     UNCHECKED,
@@ -224,16 +223,16 @@ class VectorSnapshot:
                     mapped.madvise(mmap.MADV_WILLNEED)
 
     def search(
-        self, query: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False
+        self, unit: np.ndarray, top_k: int, mask: np.ndarray | None, *, screen: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters), unordered.
+        """``(rowids, scores)`` of the ``top_k`` best live rows (``mask``: rows allowed by filters) for the unit
+        vector ``unit``, unordered.
         ``screen``: rank every row by its int8 code first (numkong) and score only the best ``RESCORE`` ×
         ``top_k`` in float32 (without codes or numkong: every row in float32)."""
         allowed = self.live if mask is None else self.live & mask[: self.rows]
         n = self.live_count if mask is None else int(allowed.sum())
         if top_k < 1 or n == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        unit = l2_normalise(query.reshape(1, -1))[0]
         k = min(top_k, n)
         rows: np.ndarray | None = None
         if screen and self.codes is not None and numkong() is not None:

@@ -274,7 +274,8 @@ class SQLiteStore:
             mask = self._masks.mask(conn, snap.top, filters)
             allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
             # no lock held: searches run side by side
-            rowids, scores = snap.search(query, int(top_k), allowed, screen=self.vectors.screens(snap))
+            unit = _unit(query)
+            rowids, scores = snap.search(unit, int(top_k), allowed, screen=self.vectors.screens(snap))
             found = self._ranked(rowids, scores, conn, snap.top, int(top_k)) if rowids.size else None
             if not others or found is None:  # (no dense ranking: nothing to fuse the cosines with)
                 return found or [], {}
@@ -287,7 +288,7 @@ class SQLiteStore:
                 ids = [x.chunk_id for x in others if x.chunk_id not in seen]
                 hint = self._ids.rows_hint(ids)
             at, kept = self._file_rows(conn, snap, ids, hint)
-        filled = dict(zip(kept, _cosines(snap.gather(at), query).tolist(), strict=True)) if kept else {}
+        filled = dict(zip(kept, dot_rows(snap.gather(at), unit).tolist(), strict=True)) if kept else {}
         return found or [], filled
 
     def dense_scores(self, vector: np.ndarray, chunk_ids: Sequence[str]) -> dict[str, float]:
@@ -301,7 +302,7 @@ class SQLiteStore:
             return {}
         snap, at, kept = found
         rows = snap.gather(at)
-        best = np.maximum.reduce([_cosines(rows, query) for query in queries])  # as dense_scores
+        best = np.maximum.reduce([dot_rows(rows, _unit(query)) for query in queries])  # as dense_scores
         return dict(zip(kept, best.tolist(), strict=True))
 
     def warm(self) -> None:
@@ -428,9 +429,10 @@ def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
         )
 
 
-def _cosines(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Each row's cosine with ``query`` (the rows are unit vectors)."""
-    return dot_rows(rows, l2_normalise(query.reshape(1, -1))[0])
+def _unit(query: np.ndarray) -> np.ndarray:
+    """``query`` as a unit vector (the rows are unit vectors: their dot products with it are cosines)."""
+    unit: np.ndarray = l2_normalise(query.reshape(1, -1))[0]
+    return unit
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
