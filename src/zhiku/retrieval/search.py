@@ -211,8 +211,8 @@ class Searcher:
         filters: Filters,
         top_k: int,
     ) -> tuple[Sequence[ScoredId], list[Hit], Sequence[ScoredId]]:
-        """After BM25: the dense channel (with the cosines of BM25's candidates outside it), the clause channel and
-        the hits."""
+        """After BM25: the dense channel (with the cosines of BM25's candidates outside it), the clause channel,
+        fusion (or the one channel), the chunks, and a piece bringing its article (small-to-big)."""
         dense: Sequence[ScoredId] = []
         filled: dict[str, float] = {}
         if mode_ == "bm25":
@@ -221,18 +221,6 @@ class Searcher:
             fill = mode_ == "hybrid" and FILL_DENSE and self.settings.fusion != "rrf"
             dense, filled = self._dense(depth, filters, known, bm25 if fill else ())
         by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-        return dense, self._hits(mode_, bm25, dense, filled, top_k, by_clause), by_clause
-
-    def _hits(
-        self,
-        mode_: SearchMode,
-        bm25: Sequence[ScoredId],
-        dense: Sequence[ScoredId],
-        filled: dict[str, float],
-        top_k: int,
-        by_clause: Sequence[ScoredId] = (),
-    ) -> list[Hit]:
-        """Fuse (or take the one channel), fetch the chunks, and let a piece bring its article (small-to-big)."""
         catalogue = self._catalogue if WHOLE_ARTICLES else None  # small-to-big: a piece brings its article
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
         if mode_ == "hybrid":
@@ -243,8 +231,8 @@ class Searcher:
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
         hits = _hits_of(order, self.store.get_chunks, top_k, bm25, dense, filled)
         if catalogue is not None:
-            return whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs)
-        return list(hits)
+            return dense, whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs), by_clause
+        return dense, list(hits), by_clause
 
     def _bm25(self, mode_: SearchMode, terms: tuple[str, ...], depth: int, filters: Filters) -> Sequence[ScoredId]:
         if mode_ not in ("bm25", "hybrid"):

@@ -295,12 +295,19 @@ class SQLiteStore:
         return self.best_dense_scores([vector], chunk_ids)
 
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
-        """``BestCosines``: the chunks' rows looked up and read once for every vector."""
+        """``BestCosines``: the chunks' rows looked up and read once for every vector (rowids remembered from
+        earlier searches used when they are live, the rest read from SQLite)."""
         queries = [_query_vector(v) for v in vectors]
-        found = self._rows_to_score(queries, chunk_ids)
-        if found is None:
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids or not queries:
             return {}
-        snap, at, kept = found
+        with self.db.read() as conn:
+            snap = self._vectors_at(conn)
+            for query in queries:
+                _check_dim(snap, query)
+            at, kept = self._file_rows(conn, snap, ids, self._ids.rows_hint(ids))
+        if not kept:
+            return {}
         rows = snap.gather(at)
         best = np.maximum.reduce([dot_rows(rows, _unit(query)) for query in queries])  # as dense_scores
         return dict(zip(kept, best.tolist(), strict=True))
@@ -348,22 +355,6 @@ class SQLiteStore:
         self._ids.clear()
         self._masks.clear()
         self.catalogue.cache.clear()
-
-    def _rows_to_score(
-        self, queries: list[np.ndarray], chunk_ids: Sequence[str]
-    ) -> tuple[VectorSnapshot, np.ndarray, list[str]] | None:
-        """The snapshot, the file rows of the live chunks among ``chunk_ids`` (in file order) and their ids, after
-        checking every query's dimension; None when there is nothing to score. Rowids remembered from earlier
-        searches are used when they are live (``ChunkIds``), the rest read from SQLite."""
-        ids = list(dict.fromkeys(chunk_ids))
-        if not ids or not queries:
-            return None
-        with self.db.read() as conn:
-            snap = self._vectors_at(conn)
-            for query in queries:
-                _check_dim(snap, query)
-            at, kept = self._file_rows(conn, snap, ids, self._ids.rows_hint(ids))
-        return (snap, at, kept) if kept else None
 
     def _file_rows(
         self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str], rowids: np.ndarray
