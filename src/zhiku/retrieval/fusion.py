@@ -23,12 +23,8 @@ def rrf(
     k: int = 60,
     weights: Sequence[float] | None = None,
 ) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion (Cormack, Clarke & Büttcher, SIGIR 2009).
-
-    ``score(d) = Σ_i w_i / (k + rank_i(d))`` over the rankings that contain ``d`` (ranks 1-based).
-    Returns ``(chunk_id, score)`` best first; ties are broken by the best single rank, then by id so the
-    order is deterministic.
-    """
+    """Reciprocal Rank Fusion (Cormack et al. 2009): ``Σ w_i / (k + rank_i)``; ``(chunk_id, score)`` best first,
+    ties by the best single rank, then by id."""
     if k < 1:
         raise ValueError(f"RRF k must be >= 1, got {k}")
     if weights is None:
@@ -56,16 +52,10 @@ def zscore_fusion(
     fill: Sequence[Mapping[str, float] | None] | None = None,
     limit: int | None = None,
 ) -> list[tuple[str, float]]:
-    """Weighted CombSUM over z-score–normalised scores (Fox & Shaw 1994; Montague & Aslam, CIKM 2001).
-
-    Each ranking's scores are standardised (``(s - mean) / std`` over that ranking's candidates), so BM25's
-    unbounded scores and cosine similarities become comparable, and a channel that is *sure* (one candidate
-    far above the rest) weighs more than a flat one — what RRF, which sees only ranks, cannot do. A candidate
-    missing from a ranking gets that ranking's lowest standardised score (it ranks below every candidate the
-    channel found), unless ``fill`` (one mapping or None per ranking) holds its exact raw score in that channel:
-    then it is standardised with the ranking's mean and std like the ranking's own candidates. Returns
-    ``(chunk_id, score)`` best first; ties broken by id; only the first ``limit`` when given.
-    """
+    """Weighted CombSUM of z-scores (Fox & Shaw 1994; Montague & Aslam 2001): a sure channel (one candidate far
+    above the rest) weighs more, which RRF cannot see. A candidate a ranking lacks gets its lowest z-score, or its
+    exact raw score from ``fill`` (a mapping or None per ranking). The first ``limit`` ``(chunk_id, score)``, best
+    first, ties by id."""
     if weights is None:
         weights = [1.0] * len(rankings)
     if len(weights) != len(rankings):

@@ -171,10 +171,8 @@ class Searcher:
     def _embed_all(
         self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...], clauses: list[str]
     ) -> tuple[tuple[np.ndarray | Exception | None, ...], tuple[np.ndarray, ...]]:
-        """Every form's vector (``known``: those known), the forms not known embedded in one call when there are
-        several and the embedder embeds several questions at once (``embed_queries``: one request to a remote
-        model), else (or if that call fails) each on its own: the question as written must answer, its Simplified
-        form may fail (its error then stands for its vector, raised by ``_dense``); then the clauses' vectors."""
+        """Every form's vector (``known``: those known; several in one call when the embedder takes several), then
+        the clauses'. Only the question as written must embed: a Simplified form's error stands for its vector."""
         vectors: list[np.ndarray | Exception | None] = list(known)
         todo = [n for n, vector in enumerate(vectors) if vector is None]
         if todo:
@@ -250,12 +248,9 @@ class Searcher:
         known: tuple[np.ndarray | Exception | None, ...],
         others: Sequence[ScoredId],
     ) -> tuple[Sequence[ScoredId], dict[str, float]]:
-        """Search with the vector of each form of the question (``QueryPlan.forms``, ``_embed_all``), with the exact
-        cosines of ``others``' candidates outside the ranking; the ranking whose best cosine is higher is the
-        channel's (the first on a tie): a question in Traditional characters meets Simplified passages in its
-        Simplified form, Traditional ones as written. The Simplified form is extra: if embedding or searching with
-        it fails (a remote embedder's second request), the ranking as written stands (logged; the stage's
-        ``reason`` says why)."""
+        """The ranking of the form (``QueryPlan.forms``) whose best cosine is higher (the first on a tie), with the
+        cosines of ``others``' candidates outside it: a Traditional question meets Simplified passages in its
+        Simplified form. That form is extra: if it fails, the ranking as written stands (the ``reason`` says why)."""
         with span("dense") as sp:
             best: tuple[Sequence[ScoredId], dict[str, float]] | None = None
             chosen = 0
@@ -265,7 +260,13 @@ class Searcher:
                     if isinstance(vector, Exception):  # (embedding the Simplified form failed)
                         raise vector
                     assert vector is not None  # (``_embed_all`` embedded it)
-                    found, filled = self._dense_filled(vector, depth, filters, others)
+                    if self._fills is not None:
+                        found, filled = self._fills.dense_filled(vector, depth, filters, others)
+                    else:
+                        found = self.store.dense_search(vector, depth, filters)
+                        seen = set(columns_of(found)[0])
+                        missing = [c for c in columns_of(others)[0] if c not in seen]
+                        filled = self.store.dense_scores(vector, missing) if missing else {}
                 except Exception as exc:  # noqa: BLE001 - the Simplified form is extra: the one as written stands
                     if best is None:
                         raise
@@ -279,16 +280,6 @@ class Searcher:
             if len(known) > 1:
                 sp.set(question="simplified" if chosen else "as written", **failed)
         return best
-
-    def _dense_filled(
-        self, vector: np.ndarray, depth: int, filters: Filters, others: Sequence[ScoredId]
-    ) -> tuple[Sequence[ScoredId], dict[str, float]]:
-        if self._fills is not None:
-            return self._fills.dense_filled(vector, depth, filters, others)
-        found = self.store.dense_search(vector, depth, filters)
-        seen = set(columns_of(found)[0])
-        missing = [c for c in columns_of(others)[0] if c not in seen]
-        return found, self.store.dense_scores(vector, missing) if missing else {}
 
     def _embed(self, query: str) -> np.ndarray:
         t = time.perf_counter()
