@@ -41,8 +41,7 @@ from zhiku.retrieval.query import MAX_QUERY_CHARS as MAX_QUERY_CHARS  # the ques
 from zhiku.retrieval.rerank import Reranker, build_reranker, parse_reranker_spec
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.stores import Store, TablesDamaged, compact_index, open_store, readable_documents
-from zhiku.stores import repair_index as repair_files
+from zhiku.stores import Store, TablesDamaged, compact_index, open_store, readable_documents, repair_files
 from zhiku.stores.base import places_reader
 from zhiku.stores.sqlite import SQLiteStore
 from zhiku.text import TextProcessor

@@ -67,7 +67,7 @@ def readable_documents(index: Path) -> list[tuple[str, str, str]]:
     return out
 
 
-def repair_index(settings: Settings) -> list[str]:
+def repair_files(settings: Settings) -> list[str]:
     """Rebuild zhiku.db's indexes and the vector files from what is intact; returns what it repaired."""
     index, done = _embedded(settings, "repair"), []
     db = str(index / DB_NAME)
@@ -91,5 +91,5 @@ def repair_index(settings: Settings) -> list[str]:
     return done
 
 
-__all__ = ["Catalogue", "CompactionReport", "compact_index", "UNCHECKED", "index_damage", "repair_index"]
+__all__ = ["Catalogue", "CompactionReport", "compact_index", "UNCHECKED", "index_damage", "repair_files"]
 __all__ += ["IndexAdmin", "IndexNotFound", "Retriever", "SQLiteStore", "Store", "Writer", "open_store"]
