@@ -11,10 +11,13 @@ from zhiku.errors import IngestError, LoaderError, UnsupportedFormat
 from zhiku.ingest.loaders import (
     LOADER_CLASSES,
     DocxLoader,
+    EpubLoader,
     HtmlLoader,
     Loader,
     MarkdownLoader,
     PdfLoader,
+    SheetLoader,
+    SlidesLoader,
     TextLoader,
     default_loaders,
     load_document,
@@ -302,11 +305,13 @@ def test_real_law_file() -> None:
 
 def test_registry() -> None:
     loaders = default_loaders()
-    assert [type(x) for x in loaders] == [MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader]
-    assert LOADER_CLASSES == (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
+    classes = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader, EpubLoader, SheetLoader, SlidesLoader)
+    assert (LOADER_CLASSES, tuple(type(x) for x in loaders)) == (classes, classes)
     assert all(isinstance(x, Loader) for x in loaders)
-    assert supported_suffixes() == (".md", ".markdown", ".txt", ".text", ".pdf", ".docx", ".html", ".htm", ".xhtml")
-    assert [x.doc_type for x in loaders] == ["markdown", "text", "pdf", "docx", "html"]
+    assert " ".join(supported_suffixes()) == (
+        ".md .markdown .txt .text .pdf .docx .html .htm .xhtml .epub .xlsx .xlsm .xls .ods .csv .tsv .pptx"
+    )
+    assert [x.doc_type for x in loaders] == ["markdown", "text", "pdf", "docx", "html", "epub", "sheet", "slides"]
 
 
 @pytest.mark.parametrize(
@@ -322,7 +327,8 @@ def test_unknown_suffix() -> None:
         loader_for(Path("docs/报表.xyz"))
     assert str(e.value) == (
         "unsupported file type '.xyz' for 报表.xyz "
-        "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml)"
+        "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml, .epub, .xlsx, .xlsm, .xls, .ods, "
+        ".csv, .tsv, .pptx)"
     )
     assert isinstance(e.value, IngestError)
 

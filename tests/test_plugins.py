@@ -1,4 +1,4 @@
-"""Plugins by entry points, installed for real: examples/zhiku-epub by `pip install` into a temporary folder, and a
+"""Plugins by entry points, installed for real: examples/zhiku-notebook by `pip install` into a temporary folder, and a
 test kit (an embedder, a reranker, a transform, a tool breaking the conventions, a loader whose module is missing) as a
 hand-written distribution. zhiku runs as subprocesses with those folders on PYTHONPATH, so this process never
 sees the plugins."""
@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,52 +98,34 @@ bad_tool = zhiku_testkit:badTool
 [zhiku.transforms]
 tagger = zhiku_testkit:Tagger
 """
-CHAPTERS = [
-    ("第一章 年休假", DOCS["职工带薪年休假条例.md"].split("\n\n")[1]),
-    ("第二章 试用期", DOCS["劳动合同法.md"].split("\n\n")[2]),
+CELLS = [
+    ("markdown", "# 劳动法规选编\n\n" + DOCS["职工带薪年休假条例.md"].split("\n\n")[1]),
+    ("code", "probation_months = {1: 1, 3: 2, 6: 6}"),
 ]
 
 
-def make_epub(path: Path, title: str, chapters: Sequence[tuple[str, str]]) -> None:
-    """A minimal EPUB 3: the mimetype, the container, the OPF package (manifest + spine) and XHTML chapters."""
-    opf_ns = "http://www.idpf.org/2007/opf"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
-        z.writestr(
-            "META-INF/container.xml",
-            '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
-            '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
-            "</rootfiles></container>",
-        )
-        items = "".join(
-            f'<item id="c{i}" href="text/c{i}.xhtml" media-type="application/xhtml+xml"/>' for i in range(len(chapters))
-        )
-        spine = "".join(f'<itemref idref="c{i}"/>' for i in reversed(range(len(chapters))))  # spine order wins
-        z.writestr(
-            "OEBPS/content.opf",
-            f'<?xml version="1.0"?><package xmlns="{opf_ns}" version="3.0"><metadata '
-            f'xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>{title}</dc:title></metadata>'
-            f"<manifest>{items}</manifest><spine>{spine}</spine></package>",
-        )
-        for i, (heading, body) in enumerate(chapters):
-            z.writestr(
-                f"OEBPS/text/c{i}.xhtml",
-                '<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><head>'
-                f"<title>{heading}</title></head><body><h1>{heading}</h1><p>{body}</p></body></html>",
-            )
+def make_notebook(path: Path, cells: list[tuple[str, str]]) -> None:
+    """A notebook as Jupyter writes it (nbformat 4): its cells' sources as lists of lines."""
+    nb = {
+        "cells": [{"cell_type": k, "metadata": {}, "source": t.splitlines(keepends=True)} for k, t in cells],
+        "metadata": {"language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, ensure_ascii=False, indent=1), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def sites(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(where pip installed zhiku-epub, where the test kit distribution lives)."""
+    """(where pip installed zhiku-notebook, where the test kit distribution lives)."""
     root = tmp_path_factory.mktemp("plugins")
-    src = root / "zhiku-epub"
-    shutil.copytree(ROOT / "examples" / "zhiku-epub", src)  # pip builds in place: keep examples/ clean
-    epub_site = root / "epub-site"
+    src = root / "zhiku-notebook"
+    shutil.copytree(ROOT / "examples" / "zhiku-notebook", src)  # pip builds in place: keep examples/ clean
+    notebook_site = root / "notebook-site"
     pip = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
-    subprocess.run([*pip, "--target", str(epub_site), str(src)], check=True, timeout=300, capture_output=True)
+    subprocess.run([*pip, "--target", str(notebook_site), str(src)], check=True, timeout=300, capture_output=True)
     kit = distribution(root / "testkit-site", "zhiku-testkit", "0.2.0", TESTKIT_ENTRY_POINTS, TESTKIT)
-    return epub_site, kit
+    return notebook_site, kit
 
 
 def distribution(site: Path, name: str, version: str, entry_points: str, module: str) -> Path:
@@ -173,23 +153,24 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
         (p["group"], p["name"], p["value"], p["distribution"], p["version"], p["location"], p["error"])
         for p in json.loads(proc.stdout)["plugins"]
     ]
-    epub, kit = (str(s) for s in sites)
+    notebook, kit = (str(s) for s in sites)
     assert rows == [
         ("zhiku.loaders", "broken", "zhiku_no_such_module:Loader", "zhiku-testkit", "0.2.0", kit,
          "ModuleNotFoundError: No module named 'zhiku_no_such_module'"),
-        ("zhiku.loaders", "epub", "zhiku_epub:EpubLoader", "zhiku-epub", "0.1.0", epub, None),
+        ("zhiku.loaders", "notebook", "zhiku_notebook:NotebookLoader", "zhiku-notebook", "0.1.0", notebook, None),
         ("zhiku.embedders", "chars", "zhiku_testkit:chars", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.rerankers", "shortest", "zhiku_testkit:shortest", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.transforms", "tagger", "zhiku_testkit:Tagger", "zhiku-testkit", "0.2.0", kit, None),
         ("zhiku.tools", "bad_tool", "zhiku_testkit:badTool", "zhiku-testkit", "0.2.0", kit,
          "tool 'badTool' (plugin zhiku-testkit): the name must be snake_case ([a-z0-9_], starting with a letter, at "
          "most 64 characters), e.g. 'bad_tool'"),  # refused by the server: listed as broken, not ok
-        ("zhiku.tools", "list_books", "zhiku_epub:list_books", "zhiku-epub", "0.1.0", epub, None),
+        ("zhiku.tools", "list_notebooks", "zhiku_notebook:list_notebooks", "zhiku-notebook", "0.1.0", notebook, None),
     ]  # fmt: skip
     table = zhiku(["plugins"], sites, tmp_path)
     assert table.returncode == 0
     assert (
-        table.stdout.splitlines()[1] == f"zhiku.loaders  epub = zhiku_epub:EpubLoader  [zhiku-epub 0.1.0, {epub}]  ok"
+        table.stdout.splitlines()[1]
+        == f"zhiku.loaders  notebook = zhiku_notebook:NotebookLoader  [zhiku-notebook 0.1.0, {notebook}]  ok"
     )
     assert table.stdout.splitlines()[0].endswith(
         "BROKEN (skipped): ModuleNotFoundError: No module named 'zhiku_no_such_module'"
@@ -197,7 +178,7 @@ def test_plugins_lists_what_is_installed_and_where(sites: tuple[Path, Path], tmp
 
 
 TEAMKIT = '''\
-"""A second package: a reranker and a tool with names the test kit and zhiku-epub already use, a transform with a
+"""A second package: a reranker and a tool with names the test kit and zhiku-notebook already use, a transform with a
 built-in's name."""
 
 
@@ -205,8 +186,8 @@ def shortest(settings):
     raise RuntimeError("never built: the name is ambiguous")
 
 
-def list_books() -> list[str]:
-    """List the team's books.
+def list_notebooks() -> list[str]:
+    """List the team's notebooks.
 
     When to use: never (a name clash).
 
@@ -231,9 +212,9 @@ class Archives(Notes):
     suffixes = (".tar.gz",)
 
 
-class Books(Notes):
-    doc_type = "book"
-    suffixes = (".EPUB",)
+class Notebooks(Notes):
+    doc_type = "notebook"
+    suffixes = (".IPYNB",)
 
 
 class Refine:
@@ -246,7 +227,7 @@ class Refine:
 TEAMKIT_ENTRY_POINTS = """\
 [zhiku.loaders]
 archives = zhiku_teamkit:Archives
-books = zhiku_teamkit:Books
+notebooks = zhiku_teamkit:Notebooks
 notes = zhiku_teamkit:Notes
 
 [zhiku.rerankers]
@@ -254,10 +235,10 @@ fragile = zhiku_teamkit:shortest
 fragile = zhiku_teamkit:shortest
 shortest = zhiku_teamkit:shortest
 twice = zhiku_teamkit:shortest
-twice = zhiku_teamkit:list_books
+twice = zhiku_teamkit:list_notebooks
 
 [zhiku.tools]
-list_books = zhiku_teamkit:list_books
+list_notebooks = zhiku_teamkit:list_notebooks
 
 [zhiku.transforms]
 refine = zhiku_teamkit:Refine
@@ -283,12 +264,12 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-teamkit", "zhiku.rerankers", "shortest")] == clash.format(
         "shortest", "zhiku-testkit 0.2.0 (zhiku_testkit:shortest)"
     )
-    assert errors[("zhiku-epub", "zhiku.tools", "list_books")] == clash.format(
-        "list_books", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books)"
+    assert errors[("zhiku-notebook", "zhiku.tools", "list_notebooks")] == clash.format(
+        "list_notebooks", "zhiku-teamkit 1.0.0 (zhiku_teamkit:list_notebooks)"
     )
     assert errors[("zhiku-teamkit", "zhiku.rerankers", "twice")] == (  # one package, two values: not "uninstall"
-        "the name 'twice' is also declared by zhiku-teamkit 1.0.0 (zhiku_teamkit:list_books): rename one of its entry "
-        "points"
+        "the name 'twice' is also declared by zhiku-teamkit 1.0.0 (zhiku_teamkit:list_notebooks): rename one of its "
+        "entry points"
     )
     assert errors[("zhiku-teamkit", "zhiku.rerankers", "fragile")] is None  # declared twice word for word: one
     assert errors[("zhiku-teamkit", "zhiku.transforms", "refine")] == (
@@ -298,11 +279,11 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     assert errors[("zhiku-teamkit", "zhiku.loaders", "notes")] == (  # "note2" was listed as readable, matched nothing
         "suffixes ['note2'] match no file name: write them with the dot ('.note2')"
     )
-    assert errors[("zhiku-teamkit", "zhiku.loaders", "books")] == (  # zhiku-epub's loader silently won by name
-        "the loader 'epub' of zhiku-epub (.epub) reads the same files: uninstall one of the packages"
+    assert errors[("zhiku-teamkit", "zhiku.loaders", "notebooks")] == (  # zhiku-notebook's loader won by name
+        "the loader 'notebook' of zhiku-notebook (.ipynb) reads the same files: uninstall one of the packages"
     )
-    assert errors[("zhiku-epub", "zhiku.loaders", "epub")] == (
-        "the loader 'books' of zhiku-teamkit (.epub) reads the same files: uninstall one of the packages"
+    assert errors[("zhiku-notebook", "zhiku.loaders", "notebook")] == (
+        "the loader 'notebooks' of zhiku-teamkit (.ipynb) reads the same files: uninstall one of the packages"
     )
     assert errors[("zhiku-teamkit", "zhiku.loaders", "archives")] == (  # listed as readable, matched no file either
         "suffixes ['.tar.gz'] match no file name: a file's suffix is its last dot and what follows (declare '.gz' "
@@ -322,15 +303,17 @@ def test_two_plugins_with_one_name_are_both_refused_and_listed_so(sites: tuple[P
     )
 
 
-def test_without_the_plugin_epub_is_unsupported() -> None:
-    with pytest.raises(UnsupportedFormat, match=r"unsupported file type '\.epub' for a\.epub"):
-        loader_for(Path("a.epub"))
+def test_without_the_plugin_a_notebook_is_unsupported() -> None:
+    with pytest.raises(UnsupportedFormat, match=r"unsupported file type '\.ipynb' for a\.ipynb"):
+        loader_for(Path("a.ipynb"))
 
 
-def test_epub_is_ingested_searched_and_served_with_plugin_models(sites: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_notebook_is_ingested_searched_and_served_with_plugin_models(
+    sites: tuple[Path, Path], tmp_path: Path
+) -> None:
     books = tmp_path / "books"
     books.mkdir()
-    make_epub(books / "选编.epub", "劳动法规选编", CHAPTERS)
+    make_notebook(books / "选编.ipynb", CELLS)
     (books / "notes.md").write_text("# 笔记\n\n年休假按工作年限计算。\n", encoding="utf-8")
     config = tmp_path / "zhiku.yaml"
     config.write_text(
@@ -352,11 +335,11 @@ def test_epub_is_ingested_searched_and_served_with_plugin_models(sites: tuple[Pa
     answer = json.loads(query.stdout)
     assert answer["rerank"] == "ok"
     hits = [(h["source"], h["rerank_score"], -len(h["text"])) for h in answer["hits"]]
-    assert hits == [("notes.md", -11.0, -11), ("选编.epub", -60.0, -60)]  # the plugin reranker: minus the length
-    assert [h["tags"] for h in answer["hits"]] == [["testkit", "第0"], ["testkit", "第1"]]  # the plugin transform
+    assert hits == [("notes.md", -11.0, -11), ("选编.ipynb", -113.0, -113)]  # the plugin reranker: minus the length
+    assert [h["tags"] for h in answer["hits"]] == [["testkit", "第0"], ["testkit", "第0"]]  # the plugin transform
     assert served_tools(sites, config, tmp_path) == (
-        ["query_knowledge_hub", "list_collections", "get_document_summary", "list_books"],
-        ["劳动法规选编 (选编.epub)"],
+        ["query_knowledge_hub", "list_collections", "get_document_summary", "list_notebooks"],
+        ["劳动法规选编 (选编.ipynb)"],
     )
     log = (tmp_path / "serve.log").read_text()
     assert "plugin bad_tool (zhiku.tools, from zhiku-testkit) skipped: tool 'badTool' (plugin zhiku-testkit)" in log
@@ -372,27 +355,26 @@ def served_tools(sites: tuple[Path, Path], config: Path, cwd: Path) -> tuple[lis
         with open(cwd / "serve.log", "w") as err:
             async with Client(stdio_client(params, errlog=err)) as c:
                 names = [t.name for t in (await c.list_tools()).tools]
-                books = await c.call_tool("list_books", {})
+                books = await c.call_tool("list_notebooks", {})
                 return names, books.structured_content["result"]
 
     return anyio.run(main)
 
 
-def test_epub_text_follows_the_spine(sites: tuple[Path, Path], tmp_path: Path) -> None:
-    make_epub(tmp_path / "b.epub", "书", CHAPTERS)
-    (tmp_path / "bad.epub").write_bytes(b"PK\x03\x04 not really a zip")
+def test_a_notebook_is_its_markdown_and_fenced_code(sites: tuple[Path, Path], tmp_path: Path) -> None:
+    make_notebook(tmp_path / "b.ipynb", CELLS)
+    (tmp_path / "bad.ipynb").write_text('{"cells": 3}', encoding="utf-8")
     code = (
-        "from pathlib import Path; from zhiku_epub import EpubLoader; from zhiku.errors import LoaderError\n"
-        "d = EpubLoader().load(Path('b.epub'), 'b.epub'); print(repr(d.text)); print(d.title, d.doc_type)\n"
-        "try: EpubLoader().load(Path('bad.epub'), 'bad.epub')\nexcept LoaderError as e: print(e)\n"
+        "from pathlib import Path; from zhiku_notebook import NotebookLoader as N; from zhiku.errors import LoaderError\n"
+        "d = N().load(Path('b.ipynb'), 'b.ipynb'); print(repr(d.text)); print(d.title, d.doc_type)\n"
+        "try: N().load(Path('bad.ipynb'), 'bad.ipynb')\nexcept LoaderError as e: print(e)\n"
     )
     env = server_env(PYTHONPATH=f"{sites[0]}:{ROOT / 'src'}")
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
-    text = f"# {CHAPTERS[1][0]}\n\n{CHAPTERS[1][1]}\n\n# {CHAPTERS[0][0]}\n\n{CHAPTERS[0][1]}"
     assert proc.stdout.splitlines() == [
-        repr(text),
-        "书 epub",
-        "not a readable EPUB: bad.epub (BadZipFile: File is not a zip file)",
+        repr(f"{CELLS[0][1]}\n\n```python\n{CELLS[1][1]}\n```"),
+        "劳动法规选编 notebook",
+        "not a readable Jupyter notebook: bad.ipynb (TypeError: 'int' object is not iterable)",
     ], proc.stderr
 
 

@@ -187,6 +187,12 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
         in checks
     )
     assert checks[0] == doctor_mod.Check("extras", "ok", "pdf: installed, to read PDFs")
+    assert checks[2:4] == [
+        doctor_mod.Check(
+            "extras", "ok", "sheets: installed, to read .xlsx .xlsm .xls .ods workbooks (.csv .tsv need nothing)"
+        ),
+        doctor_mod.Check("extras", "ok", "slides: installed, to read PowerPoint .pptx decks"),
+    ]
     # the scale extra (numkong) is listed, and needed by the int8 dense search
     Path("zhiku.yaml").write_text("store:\n  dense_search: int8\n", encoding="utf-8")
     with monkeypatch.context() as m:

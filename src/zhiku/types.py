@@ -55,6 +55,7 @@ class SourceDoc:
     images: tuple[SourceImage, ...] = ()
     needs_ocr_pages: tuple[int, ...] = ()
     ocr_pages: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()  # the file's own (Markdown front matter): the ``tags`` filter finds them
 
 
 @dataclass(frozen=True)

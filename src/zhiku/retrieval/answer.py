@@ -200,12 +200,25 @@ def exact_articles(hit: Hit, terms: Sequence[str], normalize: Callable[[str], st
     return "\n\n".join(parts[i] for i in keep), f"{path}{SECTION_SEPARATOR}{label}" if path else label
 
 
+_SHEET_ROWS_RE = re.compile(r"^(?:\| (\d+) \||行：(\d+)$)", re.MULTILINE)  # a sheet's row numbers (loaders/sheets.py)
+
+
+def place(doc_type: str, page: int, text: str) -> str:
+    """``p. 3``; ``sheet 3, rows 12–18`` for a spreadsheet; ``slide 7`` for a deck."""
+    if doc_type == "slides":
+        return f"slide {page}"
+    rows = [int(a or b) for a, b in _SHEET_ROWS_RE.findall(text)] if doc_type == "sheet" else []
+    if not rows:
+        return f"sheet {page}" if doc_type == "sheet" else f"p. {page}"
+    return f"sheet {page}, " + (f"row {rows[0]}" if len(rows) == 1 else f"rows {min(rows)}–{max(rows)}")
+
+
 def cite(hit: Hit, section: str | None = None) -> str:
     """``source, p. N, section`` for the sources list (``section``: the hit's, or the one shown for it)."""
     c = hit.chunk
     parts = [c.source]
     if c.page is not None:
-        parts.append(f"p. {c.page}")
+        parts.append(place(c.doc_type, c.page, c.text))
     section = c.section if section is None else section
     if section:
         parts.append(section)

@@ -20,6 +20,8 @@ Status = Literal["ok", "warn", "fail", "off"]
 EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "pdf": (("pypdfium2", "pdfplumber"), "read PDFs"),
     "docx": (("docx",), "read Word .docx files"),
+    "sheets": (("python_calamine",), "read .xlsx .xlsm .xls .ods workbooks (.csv .tsv need nothing)"),
+    "slides": (("pptx",), "read PowerPoint .pptx decks"),
     "ocr": (("rapidocr", "onnxruntime"), "OCR scanned PDF pages"),
     "models": (("sentence_transformers", "torch"), "use sentence-transformers embedders and cross-encoder rerankers"),
     "remote": (("httpx",), "use OpenAI-compatible embedding endpoints and the LLM reranker"),

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.docx import DocxLoader
+from zhiku.ingest.loaders.epub import EpubLoader
 from zhiku.ingest.loaders.html import HtmlLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
+from zhiku.ingest.loaders.sheets import SheetLoader
+from zhiku.ingest.loaders.slides import SlidesLoader
 from zhiku.ingest.loaders.text import MarkdownLoader, TextLoader
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
@@ -28,7 +31,16 @@ class Loader(Protocol):
 
 
 # in order of precedence for a shared suffix
-LOADER_CLASSES: tuple[type[Loader], ...] = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader)
+LOADER_CLASSES: tuple[type[Loader], ...] = (
+    MarkdownLoader,
+    TextLoader,
+    PdfLoader,
+    DocxLoader,
+    HtmlLoader,
+    EpubLoader,
+    SheetLoader,
+    SlidesLoader,
+)
 
 
 def default_loaders(settings: LoaderSettings | None = None) -> tuple[Loader, ...]:

@@ -12,11 +12,10 @@ from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
 from zhiku.ingest.loaders.markup import (
     IMAGE_MIN_PX,
-    encode_image,
     first_heading,
     markdown_table,
-    probe_image,
     source_image,
+    usable_image,
 )
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.settings import LoaderSettings
@@ -36,8 +35,9 @@ _NS = {
 _W = "{%s}" % _NS["w"]
 
 
-def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
-    """Refuse an empty file, a non-ZIP or a zip bomb by its declared sizes (zipfile reads no further)."""
+def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB, max_xml: int = MAX_XML_BYTES) -> None:
+    """Refuse an empty file, a non-ZIP or a zip bomb by its declared sizes (zipfile reads no further); ``max_xml``:
+    the most XML a DOM parser may take (a streaming one takes ``max_unpacked``)."""
     head = read_head(path)
     if not head:
         raise LoaderError(f"empty file (0 bytes): {path}")
@@ -57,9 +57,9 @@ def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB) -> None:
             f"{path} unpacks to {total / MIB:.0f} MiB, over loaders.max_file_mb ({max_unpacked / MIB:g} MiB): "
             "a zip bomb, or a document too large to index"
         )
-    if xml > MAX_XML_BYTES:
+    if xml > max_xml:
         raise LoaderError(
-            f"{path} holds {xml / MIB:.0f} MiB of XML, over the {MAX_XML_BYTES / MIB:g} MiB zhiku parses: "
+            f"{path} holds {xml / MIB:.0f} MiB of XML, over the {max_xml / MIB:g} MiB zhiku parses: "
             "a zip bomb, or a document too large to index"
         )
 
@@ -197,27 +197,12 @@ def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, in
     part = document.part.related_parts.get(rid) if rid else None
     if part is None or not hasattr(part, "blob"):
         return None
-    data = part.blob
-    probe = probe_image(data)
-    if probe is None:
-        try:
-            import io
-
-            from PIL import Image
-
-            with Image.open(io.BytesIO(data)) as img:
-                img.load()
-                data, mime, w, h = encode_image(img)
-        except Exception:  # EMF/WMF and other vector formats: not extracted
-            return None
-    else:
-        mime, w, h = probe
-    if min(w, h) < min_px:
+    if (found := usable_image(part.blob, min_px)) is None:
         return None
     node = next(blip.iterancestors("{%s}inline" % _NS["wp"], "{%s}anchor" % _NS["wp"]), None)
     pr = node.find("{%s}docPr" % _NS["wp"]) if node is not None else None
     alt = (pr.get("descr") or pr.get("title") or "") if pr is not None else ""
-    return data, mime, w, h, " ".join(alt.split())
+    return (*found, " ".join(alt.split()))
 
 
 def _nearby_caption(blocks: list[str], index: int) -> str:

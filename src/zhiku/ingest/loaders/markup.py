@@ -91,6 +91,23 @@ def probe_image(data: bytes) -> tuple[str, int, int] | None:
         return None
 
 
+def usable_image(data: bytes, min_px: int = IMAGE_MIN_PX) -> tuple[bytes, str, int, int] | None:
+    """PNG or JPEG as it is, another raster format as PNG; None for a vector format (EMF/WMF) or a decoration."""
+    probe = probe_image(data)
+    if probe is None:
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+                data, mime, w, h = encode_image(img)
+        except Exception:
+            return None
+    else:
+        mime, w, h = probe
+    return None if min(w, h) < min_px else (data, mime, w, h)
+
+
 def source_image(
     data: bytes,
     mime_type: str,

@@ -118,4 +118,7 @@ class MarkdownLoader(TextLoader):
         named = fields.get("title")
         title = (str(named).strip() if isinstance(named, (str, int, float)) else "") or markdown_title(text)
         title = title or Path(path).stem
-        return SourceDoc(source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding=encoding)
+        tags = fields.get("tags")
+        tags = tags.replace("，", ",").split(",") if isinstance(tags, str) else tags if isinstance(tags, list) else []
+        tags = tuple(dict.fromkeys(t for t in (str(x).strip().lstrip("#") for x in tags if x is not None) if t))
+        return SourceDoc(source, self.doc_type, title, text, (), encoding, tags=tags)

@@ -48,7 +48,7 @@ class DocMeta:
     title: str = ""
     summary: str = ""
     tags: tuple[str, ...] = ()
-    kind: Literal["llm", "extractive"] = "llm"
+    kind: Literal["llm", "extractive", "file"] = "llm"  # file: the document's own tags, no summary
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ class DocumentBatch:
 
     @classmethod
     def start(cls, doc: SourceDoc, doc_id: str, chunks: Sequence[Chunk]) -> DocumentBatch:
-        return cls(doc, doc_id, tuple(chunks), tuple(Enrichment() for _ in chunks))
+        meta = DocMeta(doc.title, "", doc.tags, "file") if doc.tags else None
+        return cls(doc, doc_id, tuple(chunks), tuple(Enrichment() for _ in chunks), meta)
 
     def enrich(self, i: int, **changes: Any) -> DocumentBatch:
         """A copy with ``enrichments[i]`` changed: ``batch.enrich(0, context="…")``."""

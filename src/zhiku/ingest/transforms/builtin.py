@@ -172,7 +172,8 @@ class Metadata:
 
         try:
             doc = ask(window_around(batch.doc.text, 0, 0, WINDOW_CHARS), "文档" if zh else "document")
-            batch = replace(batch, meta=DocMeta(doc["title"], doc["summary"], doc["tags"]))
+            tags = tuple(dict.fromkeys((*batch.doc.tags, *doc["tags"])))  # the file's own tags stay
+            batch = replace(batch, meta=DocMeta(doc["title"], doc["summary"], tags))
         except TransformError as e:
             batch = batch.with_issue(self.name, f"document metadata: {e}", unreached=e.unreached)
         return each_chunk(batch, ctx, self.name, lambda i: ask(batch.chunks[i].text, "文档片段" if zh else "passage"))

@@ -286,11 +286,12 @@ def build_stage(
     on_progress: TransformProgress | None = None,
     planning: bool = False,
 ) -> TransformStage | None:
-    """None when no transform is enabled and none ever was; an empty stage clears older enrichments."""
+    """None for a plan without transforms or without a store; an empty stage clears older enrichments and keeps the
+    files' own tags."""
     names = tuple(settings.transforms.enabled)
-    if not names and (store is None or not store.path.exists()):
+    if not names and (store is None or (planning and not store.path.exists())):
         return None
-    transforms = resolve(names)
+    transforms = resolve(names) if names else []
     service: LLMService | None
     if planning:
         llm = settings.llm

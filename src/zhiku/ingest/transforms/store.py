@@ -78,6 +78,8 @@ class EnrichmentStore:
             for c, e in zip(batch.chunks, batch.enrichments, strict=True)
             if not e.is_empty()
         ]
+        if not rows and batch.meta is None and not self.path.exists():  # nothing to write, nothing to clear
+            return
         with self._lock:
             db = self._conn(write=True)
             if db is None or (not rows and batch.meta is None and not self._has(db, batch.doc_id)):
