@@ -14,7 +14,7 @@ DEMO_INDEX ?= demo-index
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 
 .PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
-	bench-quality bench-scale bench-concurrency bench-ingest bench-tracing bench-latency bench-report
+	bench-quality bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-report
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -96,6 +96,10 @@ bench-concurrency: $(STAMP)
 # Chunks per second with cached vectors and with the bundled embedder, on copies of the sample laws.
 bench-ingest: $(STAMP)
 	$(BENCH) bench/ingest.py --json
+
+# Rows/s of a 100k-row .xlsx and .csv and slides/s of a 2,000-slide deck, from file to chunks.
+bench-formats: $(DEV_STAMP)
+	$(BENCH) bench/formats.py --json
 
 # What tracing on by default costs a question end to end, embedding it included.
 bench-tracing: $(STAMP)

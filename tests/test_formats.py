@@ -269,6 +269,13 @@ def test_bad_workbooks_decks_and_books_fail_with_one_line(tmp_path: Path, monkey
     (tmp_path / "fake.pptx").write_bytes(b"%PDF-1.7\n")
     (tmp_path / "nobook.epub").write_bytes(good)
     (tmp_path / "bin.csv").write_bytes(b"\x00\x01\x02" * 100)
+    with zipfile.ZipFile(make_epub(tmp_path / "drm.epub", "书", CHAPTERS), "a") as z:
+        z.writestr(
+            "META-INF/encryption.xml",
+            '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container" '
+            'xmlns:enc="http://www.w3.org/2001/04/xmlenc#"><enc:EncryptedData><enc:CipherData>'
+            '<enc:CipherReference URI="OEBPS/text/c1.xhtml"/></enc:CipherData></enc:EncryptedData></encryption>',
+        )
     small = LoaderSettings(max_file_mb=1)
     from zhiku.ingest.loaders import default_loaders
 
@@ -292,6 +299,7 @@ def test_bad_workbooks_decks_and_books_fail_with_one_line(tmp_path: Path, monkey
         "not a readable EPUB e-book: nobook.epub (KeyError: \"There is no item named 'META-INF/container.xml' in the "
         'archive")'
     )
+    assert reason("drm.epub") == "the EPUB's chapters are encrypted (DRM): drm.epub"
     assert reason("bin.csv") == "binary file, not text (it contains NUL bytes): bin.csv"
     monkeypatch.setitem(sys.modules, "python_calamine", None)
     monkeypatch.setitem(sys.modules, "pptx", None)

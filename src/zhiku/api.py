@@ -33,7 +33,7 @@ from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hit
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
-from zhiku.retrieval.answer import build_answer
+from zhiku.retrieval.answer import build_answer, place
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
 from zhiku.retrieval.filters import filter_hint
@@ -542,6 +542,7 @@ __all__ = [
     "migrate_to_milvus",
     "needs_ocr_note",
     "page_list",
+    "place",
     "parse_reranker_spec",
     "parse_transform_names",
     "supported_suffixes",

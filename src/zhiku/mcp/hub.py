@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from zhiku.api import KnowledgeBase
+from zhiku.api import KnowledgeBase, place
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
@@ -242,7 +242,7 @@ class Hub:
         c = ctx.chunk
         doc = self.kb.document(c.doc_id)
         where = ", ".join(
-            [c.source, *([f"p. {c.page}"] if c.page is not None else []), *([c.section] if c.section else [])]
+            [c.source, *([place(c.doc_type, c.page, c.text)] if c.page is not None else []), *filter(None, [c.section])]
         )
         total = f"/{doc.chunk_count}" if doc else ""
         lines = [

@@ -17,7 +17,7 @@ from typing import Any
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.docx import MIB, check_zip
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, read_head, sniff_bytes, wrong_suffix
-from zhiku.ingest.loaders.markup import cell_text
+from zhiku.ingest.loaders.markup import cell_text, drop_cjk_spaces
 from zhiku.settings import LoaderSettings
 from zhiku.types import PageSpan, SourceDoc
 
@@ -33,6 +33,8 @@ Sheet = tuple[int, str, Iterable[Row]]  # 1-based sheet number, name, rows
 
 
 def _value(v: object) -> str:
+    if isinstance(v, str):
+        return v.strip()
     if isinstance(v, float):
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(round(v, 10))
     if isinstance(v, dt.datetime):
@@ -43,7 +45,8 @@ def _value(v: object) -> str:
 
 
 def _line(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(map(cell_text, cells)) + " |"
+    text = " | ".join(cell_text(c) if "|" in c or "  " in c or not c.isprintable() else c for c in cells)
+    return drop_cjk_spaces(f"| {text} |")  # once a row: cell_text's regex on each cell is most of a sheet's time
 
 
 def sheet_markdown(name: str, rows: Iterable[Row]) -> str:
