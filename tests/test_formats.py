@@ -185,6 +185,9 @@ def test_csv_and_tsv_in_their_encodings(tmp_path: Path) -> None:
         1,
     )
     assert b.text == "# b\n\n问：如何请假？\n答：在 OA 里提交请假单。\n行：2"
+    (tmp_path / "c.csv").write_text(",价目表\n名称,价格\n苹果,3\n", encoding="utf-8")  # a title above the header
+    c = load_document(tmp_path / "c.csv", "c.csv")
+    assert c.text == "# c\n\n价目表\n\n| 行 | 名称 | 价格 |\n| --- | --- | --- |\n| 3 | 苹果 | 3 |"
 
 
 def test_real_world_workbooks_xls_and_ods() -> None:

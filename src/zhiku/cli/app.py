@@ -285,7 +285,8 @@ def query(
         ),
     ] = None,
     tag: Annotated[
-        Optional[list[str]], typer.Option("--tag", help="Only passages tagged this (metadata transform); repeatable.")
+        Optional[list[str]],
+        typer.Option("--tag", help="Only passages tagged this (metadata transform or front matter); repeatable."),
     ] = None,
     rewrite: Annotated[
         Optional[str],

@@ -72,7 +72,7 @@ class EpubLoader:
                 nav = next((href[k] for k, i in items.items() if "nav" in (i.get("properties") or "").split()), None)
                 toc_id = next((s.get("toc") for s in opf.iterfind(".//opf:spine", _NS)), None)
                 toc = _toc(z, nav, href.get(toc_id) if toc_id else None)
-                chapters = [(name, decode_html(z.read(name), path)) for name in spine]
+                chapters = [(name, decode_html(data, path)) for name in spine if (data := z.read(name))]
                 book = (opf.findtext(".//dc:title", default="", namespaces=_NS) or "").strip()
         except (OSError, zipfile.BadZipFile, KeyError, ET.ParseError) as e:
             raise LoaderError(f"not a readable EPUB e-book: {path} ({type(e).__name__}: {e})") from None

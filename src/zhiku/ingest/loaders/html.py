@@ -233,7 +233,7 @@ def _code_span(code: str) -> str:
 
 
 def html_markdown(html: str) -> tuple[str, str]:
-    """``(title, Markdown)`` of an HTML page's main content; plugins use it too (an EPUB's chapters)."""
+    """``(title, Markdown)`` of an HTML page's main content (an EPUB's chapters too)."""
     lower = html.lower()
     content = "main" if "<main" in lower else "article" if "<article" in lower else None
     parser = _Extractor(content)

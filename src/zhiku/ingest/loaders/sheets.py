@@ -53,11 +53,11 @@ def sheet_markdown(name: str, rows: Iterable[Row]) -> str:
     """``# name``, the title rows above the header (one value each), then the table or the question/answer pairs."""
     it = iter(rows)
     out, header = [f"# {' '.join(name.split())}"], next(it, None)
-    while header is not None and len(set(header[1])) == 1 and (after := next(it, None)) is not None:
+    while header is not None and len(title := {c for c in header[1] if c}) == 1 and (after := next(it, None)):
         if len({c for c in after[1] if c}) < 2:  # a one-column sheet: its first row is the header
             it = itertools.chain([after], it)
             break
-        out.append(header[1][0])
+        out.append(title.pop())
         header = after
     if header is None:
         return out[0]
