@@ -117,8 +117,8 @@ def _filled(rows: Iterable[Sequence[object]], start: tuple[int, int] | None, mer
         for r0, c0, r1, c1 in spans:
             if r0 == r and 0 <= c0 < len(cells):
                 fills.update(((rr, cc), cells[c0]) for rr in range(r0, r1 + 1) for cc in range(c0, c1 + 1))
-        if fills:
-            cells = [c or fills.pop((r, i), "") for i, c in enumerate(cells)]
+        if fills:  # all of this row's popped: the dict holds the rows below only
+            cells = [c or f for c, f in zip(cells, [fills.pop((r, i), "") for i in range(len(cells))], strict=True)]
         yield r + 1, cells
 
 
