@@ -51,7 +51,7 @@ def query_knowledge_hub(
         QueryFilters | None,
         Field(
             description="Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'|'pdf'|'docx'|"
-            "'html', tags: ['试用期'] (passages carrying every tag; metadata transform)}. 过滤条件。"
+            "'html'|'epub'|'sheet'|'slides', tags: ['试用期'] (passages carrying every tag)}. 过滤条件。"
         ),
     ] = None,
     max_chars: Annotated[

@@ -47,7 +47,7 @@ class QueryFilters(BaseModel):
         None, min_length=1, max_length=512, description="Glob over source paths, e.g. '劳动合同法*' or 'laws/*.md'."
     )
     doc_type: str | None = Field(
-        None, pattern=r"^[a-z0-9_\-]{1,32}$", description="Document type: 'markdown', 'text', 'pdf', 'docx' or 'html'."
+        None, pattern=r"^[a-z0-9_\-]{1,32}$", description="markdown, text, pdf, docx, html, epub, sheet or slides."
     )
     tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
         None,
