@@ -86,11 +86,8 @@ def _shape(shape: Any, images: bool) -> tuple[str, tuple[bytes, str, int, int, s
     if getattr(shape, "has_table", False):
         return markdown_table([[c.text for c in row.cells] for row in shape.table.rows]), None
     if shape.has_text_frame:
-        lines = []
-        for p in shape.text_frame.paragraphs:
-            if text := " ".join("".join(r.text for r in p.runs).split()):
-                lines.append(("  " * p.level + "- " if p.level else "") + text)
-        return "\n".join(lines), None
+        paragraphs = [(p.level, " ".join(p.text.split())) for p in shape.text_frame.paragraphs]  # p.text: with breaks
+        return "\n".join(("  " * level + "- " if level else "") + t for level, t in paragraphs if t), None
     if not hasattr(shape, "image"):
         return "", None
     nv = next(shape._element.iter(_NV), None)
