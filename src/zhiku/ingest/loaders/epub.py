@@ -24,7 +24,7 @@ _NS = {
     "ncx": "http://www.daisy.org/z3986/2005/ncx/",
     "enc": "http://www.w3.org/2001/04/xmlenc#",
 }
-_LINK_RE = re.compile(r"<a\b[^>]*?\bhref\s*=\s*[\"']([^\"'#]+)[^\"']*[\"'][^>]*>(.*?)</a>", re.DOTALL | re.IGNORECASE)
+_LINK_RE = re.compile(r"<a\b[^>]*?\bhref\s*=\s*[\"']([^\"'#]+)[^>]*>")  # matched at the last "<a" before a "</a>"
 _TAG_RE = re.compile(r"<[^>]+>")
 
 
@@ -36,8 +36,9 @@ def _toc(z: zipfile.ZipFile, nav: str | None, ncx: str | None) -> dict[str, str]
     """Chapter file -> its title in the table of contents (EPUB 3 nav, else EPUB 2 NCX); the first entry wins."""
     out: dict[str, str] = {}
     if nav:
-        for href, label in _LINK_RE.findall(z.read(nav).decode("utf-8", "replace")):
-            out.setdefault(_join(nav, href), " ".join(unescape(_TAG_RE.sub("", label)).split()))
+        for piece in z.read(nav).decode("utf-8", "replace").split("</a>")[:-1]:  # linear on unclosed links
+            if m := _LINK_RE.match(piece, max(piece.rfind("<a"), 0)):
+                out.setdefault(_join(nav, m.group(1)), " ".join(unescape(_TAG_RE.sub("", piece[m.end() :])).split()))
     elif ncx:
         for point in ET.fromstring(z.read(ncx)).iterfind(".//ncx:navPoint", _NS):
             src = point.find("ncx:content", _NS)
