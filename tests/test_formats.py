@@ -185,9 +185,11 @@ def test_csv_and_tsv_in_their_encodings(tmp_path: Path) -> None:
         1,
     )
     assert b.text == "# b\n\n问：如何请假？\n答：在 OA 里提交请假单。\n行：2"
-    (tmp_path / "c.csv").write_text(",价目表\n名称,价格\n苹果,3\n", encoding="utf-8")  # a title above the header
-    c = load_document(tmp_path / "c.csv", "c.csv")
-    assert c.text == "# c\n\n价目表\n\n| 行 | 名称 | 价格 |\n| --- | --- | --- |\n| 3 | 苹果 | 3 |"
+    (tmp_path / "c.csv").write_text(",# 价目表\n名称,价格\n苹果,3\n", encoding="utf-8")  # a title above the header
+    (tmp_path / "d.csv").write_text('Q,A\n"退款\n多久到账？","# 三个\n工作日"\n', encoding="utf-8")
+    c, d = load_document(tmp_path / "c.csv", "c.csv"), load_document(tmp_path / "d.csv", "d.csv")
+    assert c.text == "# c\n\n\\# 价目表\n\n| 行 | 名称 | 价格 |\n| --- | --- | --- |\n| 3 | 苹果 | 3 |"  # no heading
+    assert d.text == "# d\n\n问：退款 多久到账？\n答：# 三个 工作日\n行：2"
 
 
 def test_real_world_workbooks_xls_and_ods() -> None:

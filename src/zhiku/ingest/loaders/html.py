@@ -16,7 +16,7 @@ from zhiku.ingest.loaders.encoding import (
     sniff_bytes,
     wrong_suffix,
 )
-from zhiku.ingest.loaders.markup import drop_cjk_spaces, first_heading, markdown_table
+from zhiku.ingest.loaders.markup import drop_cjk_spaces, first_heading, markdown_table, not_heading
 from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc
 
@@ -106,7 +106,7 @@ class _Extractor(HTMLParser):
             marker = "-" if counter[0] is None else f"{counter[0]}."
             self.blocks.append("  " * (len(self.lists) - 1) + f"{marker} {text}")
         else:
-            self.blocks.append("\\" + text if text.startswith("#") else text)
+            self.blocks.append(not_heading(text))
 
     def handle_data(self, data: str) -> None:
         if self._in_title:

@@ -39,6 +39,11 @@ def join_lines(a: str, b: str) -> str:
     return f"{a} {b}"
 
 
+def not_heading(text: str) -> str:
+    """A paragraph opening with ``#`` escaped: text, not a Markdown heading that would start a section."""
+    return "\\" + text if text.startswith("#") else text
+
+
 def first_heading(text: str, default: str) -> str:
     m = re.search(r"^#{1,6} (.+)$", text, re.MULTILINE)
     return m.group(1).strip() if m else default

@@ -17,7 +17,7 @@ from typing import Any
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.docx import MIB, check_zip
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, read_head, sniff_bytes, wrong_suffix
-from zhiku.ingest.loaders.markup import cell_text, drop_cjk_spaces
+from zhiku.ingest.loaders.markup import cell_text, drop_cjk_spaces, not_heading
 from zhiku.settings import LoaderSettings
 from zhiku.types import PageSpan, SourceDoc
 
@@ -57,7 +57,7 @@ def sheet_markdown(name: str, rows: Iterable[Row]) -> str:
         if len({c for c in after[1] if c}) < 2:  # a one-column sheet: its first row is the header
             it = itertools.chain([after], it)
             break
-        out.append(title.pop())
+        out.append(not_heading(" ".join(title.pop().split())))
         header = after
     if header is None:
         return out[0]
@@ -68,14 +68,15 @@ def sheet_markdown(name: str, rows: Iterable[Row]) -> str:
     faq = q >= 0 and a >= 0
     lines = [] if faq else [_line([ROW, *names]), "|" + " --- |" * (len(names) + 1)]
     if (first := next(it, None)) is None:  # a header without rows: a line of text
-        return "\n\n".join([*out, " ".join(names)])
+        return "\n\n".join([*out, not_heading(" ".join(" ".join(names).split()))])
     for number, cells in itertools.chain([first], it):
         cells += [""] * (len(names) - len(cells))
         if not faq:
             lines.append(_line([str(number), *cells]))
         elif cells[q] or cells[a]:
-            rest = [f"{h}：{c}" for i, (h, c) in enumerate(zip(names, cells, strict=False)) if c and i not in (q, a)]
-            out.append("\n".join([f"问：{cells[q]}", f"答：{cells[a]}", *rest, f"{ROW}：{number}"]))
+            rest = [(h, c) for i, (h, c) in enumerate(zip(names, cells, strict=False)) if c and i not in (q, a)]
+            pairs = [("问", cells[q]), ("答", cells[a]), *rest]
+            out.append("\n".join([*(f"{h}：{' '.join(c.split())}" for h, c in pairs), f"{ROW}：{number}"]))
     return "\n\n".join([*out, "\n".join(lines)] if lines else out)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.docx import check_zip
-from zhiku.ingest.loaders.markup import markdown_table, source_image, usable_image
+from zhiku.ingest.loaders.markup import markdown_table, not_heading, source_image, usable_image
 from zhiku.settings import LoaderSettings
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
@@ -87,7 +87,7 @@ def _shape(shape: Any, images: bool) -> tuple[str, tuple[bytes, str, int, int, s
         return markdown_table([[c.text for c in row.cells] for row in shape.table.rows]), None
     if shape.has_text_frame:
         paragraphs = [(p.level, " ".join(p.text.split())) for p in shape.text_frame.paragraphs]  # p.text: with breaks
-        return "\n".join(("  " * level + "- " if level else "") + t for level, t in paragraphs if t), None
+        return "\n".join(("  " * level + "- " if level else "") + not_heading(t) for level, t in paragraphs if t), None
     if not hasattr(shape, "image"):
         return "", None
     nv = next(shape._element.iter(_NV), None)
