@@ -10,12 +10,14 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 from mcp_fixtures import free_port
+from zhiku.access import add_token
 from zhiku.errors import ConfigError
 from zhiku.mcp.http_security import (
     MAX_REQUEST_BYTES,
@@ -173,11 +175,16 @@ def test_origins_allowed_exactly() -> None:
     ]
 
 
-def test_check_bind() -> None:
+def test_check_bind(tmp_path: Path) -> None:
     check_bind(ServerSettings(host="127.0.0.1"))
     check_bind(ServerSettings(host="0.0.0.0", token=TOKEN))
     with pytest.raises(ConfigError, match="without a bearer token: set ZHIKU_TOKEN"):
-        check_bind(ServerSettings(host="0.0.0.0"))
+        check_bind(ServerSettings(host="0.0.0.0"), tmp_path)
+    add_token(tmp_path, "bot", None)  # a named token, or an OAuth issuer, authenticates as well
+    check_bind(ServerSettings(host="0.0.0.0"), tmp_path)
+    check_bind(ServerSettings(host="0.0.0.0", oauth_issuer="https://sso.example.com/realms/team"))
+    with pytest.raises(ConfigError, match="server.oauth_issuer must be an https:// URL"):
+        check_bind(ServerSettings(oauth_issuer="http://sso.example.com"))
     with pytest.raises(ConfigError, match="never '\\*'"):
         check_bind(ServerSettings(allowed_origins=("*",)))
     for bad in (" ", "short-token", " " * 20, "a token with spaces in it"):

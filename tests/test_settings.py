@@ -36,7 +36,7 @@ def test_defaults():
     )
     assert s.chunking.size_chars == 200
     assert s.store.kind == "sqlite"
-    assert len(flat(s.model_dump(mode="json"))) == 58  # what `zhiku config show --json` prints
+    assert len(flat(s.model_dump(mode="json"))) == 60  # what `zhiku config show --json` prints
 
 
 def test_every_endpoint_section_has_the_same_four_keys():

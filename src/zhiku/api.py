@@ -377,7 +377,7 @@ class KnowledgeBase:
         """Why a search found nothing (``NotFound`` for a collection that does not exist)."""
         collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
         names = [c.name for c in self.collections()]
-        check_collection(collection, names)
+        check_collection(collection if isinstance(collection, str) else None, names)
         if not names:
             return "知识库为空 / The knowledge base is empty: ingest documents first."
         if source or doc_type or o.get("tags"):
@@ -387,7 +387,9 @@ class KnowledgeBase:
             )
         return "没有匹配的段落 / No passage matches the query; try other words."
 
-    def filter_hint(self, collection: str | None, source: str | None, doc_type: str | None) -> str | None:
+    def filter_hint(
+        self, collection: str | tuple[str, ...] | None, source: str | None, doc_type: str | None
+    ) -> str | None:
         """Each filter that matches no document of ``collection`` and what would match (``filters.filter_hint``)."""
         known = [loader.doc_type for loader in default_loaders()]
         return filter_hint(self.documents(collection), source, doc_type, known)
@@ -396,7 +398,9 @@ class KnowledgeBase:
     def collections(self) -> list[CollectionStats]:
         return self.store.collections()
 
-    def documents(self, collection: str | None = None) -> list[DocRecord]:
+    def documents(self, collection: str | tuple[str, ...] | None = None) -> list[DocRecord]:
+        if isinstance(collection, tuple):
+            return [d for d in self.store.list_documents() if d.collection in collection]
         return self.store.list_documents(collection)
 
     def history(self, limit: int = 100) -> list[IngestionRecord]:

@@ -260,6 +260,17 @@ class ServerSettings(_Section):
     read_only: bool = key(
         False, "Hide the tools that change the index (ingest, delete).", "Whoever serves clients that only ask."
     )
+    oauth_issuer: str | None = key(
+        None,
+        "OAuth 2.1 authorization server whose JWT access tokens HTTP requests may carry (its `iss`, e.g. "
+        "`https://sso.example.com/realms/team`); scopes `zhiku.read`, `zhiku.read.<collection>`, `zhiku.write`.",
+        "Whoever signs people in with the organisation's identity provider (docs/mcp.md#oauth).",
+    )
+    oauth_audience: str | None = key(
+        None,
+        "This server's URL as clients reach it, the `aud` its tokens must carry (default `http://HOST:PORT/mcp`).",
+        "Whoever serves OAuth behind a proxy or under a DNS name.",
+    )
     allowed_origins: tuple[str, ...] = key(
         (),
         "Browser origins accepted besides loopback ones, and sent CORS headers: exact origins "

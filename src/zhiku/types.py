@@ -128,7 +128,7 @@ class CollectionStats:
 class Filters:
     """Restrict retrieval. ``None`` means "no restriction"; a filter that matches nothing yields no hits."""
 
-    collection: str | None = None
+    collection: str | tuple[str, ...] | None = None  # a tuple: any of these
     source_glob: str | None = None  # fnmatch-style glob over the ingested source path
     doc_type: str | None = None
 
@@ -240,7 +240,7 @@ class QueryOptions(TypedDict, total=False):
 
     top_k: int | None
     mode: str | None
-    collection: str | None
+    collection: str | tuple[str, ...] | None  # a tuple: any of these
     source: str | None  # a glob over document sources
     doc_type: str | None
     per_source_k: int | None  # candidates taken from each retriever before fusion

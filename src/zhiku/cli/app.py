@@ -14,6 +14,7 @@ import typer
 from zhiku.cli import eval as eval_cmds
 from zhiku.cli import models as models_cmds
 from zhiku.cli import store as store_cmds
+from zhiku.cli import tokens as tokens_cmds
 from zhiku.cli import traces as traces_cmds
 from zhiku.cli.common import (
     CollectionOpt,
@@ -591,6 +592,7 @@ eval_cmds.register(app)
 traces_cmds.register(app)
 store_cmds.register(app)
 models_cmds.register(app)
+tokens_cmds.register(app)
 app.command()(plugins)
 app.command()(init)
 app.command()(doctor)

@@ -4,17 +4,22 @@ shape), every error as JSON ``{"error": {"code", "message"}}``, and the connecti
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import json
 import logging
 import math
 import re
 import time
+import urllib.parse
 from collections import Counter
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
+
+from zhiku.access import READ, WRITE, Gate, Issuer
 from zhiku.errors import ConfigError
 from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, ASGIApp, JsonRpcGuard, Message, Receive, Scope, Send
 from zhiku.settings import ServerSettings
@@ -26,6 +31,8 @@ MAX_CONNECTIONS_PER_ADDRESS = 256  # above 50 MCP clients on one machine, each w
 LIMIT_LOG_EVERY_S = 60.0
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 HEALTH_PATH = "/healthz"
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+ACCESS_KEY = "zhiku.access"  # the caller's Access in the ASGI scope (the SDK hands MCP handlers the request)
 MIN_TOKEN_CHARS = 16
 _HOST_RE = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9.\-_]+)(?::(\d{1,5}))?$")
 _LOOPBACK_ORIGIN = re.compile(r"https?://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?")
@@ -40,18 +47,21 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(server: ServerSettings) -> None:
-    """Refuse an unauthenticated non-loopback bind, a token no client could send or easy to guess, a bad origin."""
-    token = server.token
+def check_bind(server: ServerSettings, index: Path | None = None) -> None:
+    """Refuse an unauthenticated non-loopback bind, a token no client could send or easy to guess, a bad origin,
+    an issuer reached without TLS."""
+    token, issuer = server.token, server.oauth_issuer
     if token is not None and (len(token) < MIN_TOKEN_CHARS or token != token.strip() or " " in token):
         raise ConfigError(
             f"server.token (ZHIKU_TOKEN) must be at least {MIN_TOKEN_CHARS} characters without spaces "
             f"(got {len(token)} characters): e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
         )
-    if not is_loopback(server.host) and not token:
+    if issuer and not (issuer.startswith("https://") or is_loopback(urllib.parse.urlsplit(issuer).hostname or "")):
+        raise ConfigError(f"server.oauth_issuer must be an https:// URL (got {issuer!r})")
+    if not is_loopback(server.host) and not (token or issuer or Gate(index).required()):
         raise ConfigError(
             f"refusing to serve HTTP on non-loopback address {server.host!r} without a bearer token: "
-            "set ZHIKU_TOKEN (or server.token), or bind 127.0.0.1"
+            "set ZHIKU_TOKEN (or server.token), add one with `zhiku tokens add`, or bind 127.0.0.1"
         )
     for origin in server.allowed_origins:
         if origin == "*" or "://" not in origin or origin.endswith("/"):
@@ -141,21 +151,53 @@ class HostOriginGuard:
         await self.app({**scope, "headers": headers}, receive, send)
 
 
-class RequireToken:
-    """401 without ``Authorization: Bearer <token>`` (``GET /healthz`` and preflights pass)."""
+def resource_url(server: ServerSettings) -> str:
+    """What OAuth tokens name as their audience: this server's MCP endpoint as clients reach it."""
+    host = f"[{server.host}]" if ":" in server.host and not server.host.startswith("[") else server.host
+    return server.oauth_audience or f"http://{host}:{server.port}{PATH}"
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
+
+class Authenticate:
+    """While the gate requires a token, 401 without one it accepts (``GET /healthz``, preflights and the RFC 9728
+    metadata pass); the caller's ``Access`` goes on in the scope, and as the SDK's user (sessions stay its own)."""
+
+    def __init__(self, app: ASGIApp, gate: Gate, server: ServerSettings) -> None:
+        self.app, self.gate = app, gate
+        self.challenge, self.metadata, self.paths = 'Bearer realm="zhiku"', b"", set[str]()
+        if gate.issuer is not None:
+            resource = resource_url(server)
+            scheme, _, rest = resource.partition("://")
+            host, _, path = rest.partition("/")
+            self.paths = {WELL_KNOWN, f"{WELL_KNOWN}/{path}".rstrip("/")}
+            self.challenge += f', resource_metadata="{scheme}://{host}{max(self.paths, key=len)}", scope="{READ}"'
+            metadata = {"resource": resource, "authorization_servers": [gate.issuer.issuer]}
+            self.metadata = json.dumps(
+                {**metadata, "scopes_supported": [READ, WRITE], "bearer_methods_supported": ["header"]}
+            ).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") != HEALTH_PATH and scope.get("method") != "OPTIONS":
-            auth = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
-            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
-            if not hmac.compare_digest(given, self.token):
+        if scope["type"] != "http" or scope.get("path") == HEALTH_PATH or scope.get("method") == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("path") in self.paths:
+            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.metadata))]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": self.metadata})
+            return
+        auth = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
+        given = auth[7:].strip().decode("latin-1") if auth[:7].lower() == b"bearer " else ""
+        if await anyio.to_thread.run_sync(self.gate.required):
+            access = await anyio.to_thread.run_sync(self.gate.check, given) if given else None
+            if access is None:
                 message = "missing or wrong bearer token (Authorization: Bearer <token>)"
-                await _reply(send, 401, "UNAUTHORIZED", message, [(b"www-authenticate", b'Bearer realm="zhiku"')])
+                challenge = self.challenge + (', error="invalid_token"' if given else "")
+                await _reply(send, 401, "UNAUTHORIZED", message, [(b"www-authenticate", challenge.encode())])
                 return
+            from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+            from mcp.server.auth.provider import AccessToken
+
+            user = AuthenticatedUser(AccessToken(token="", client_id=access.name, scopes=[]))
+            scope = {**scope, "user": user, ACCESS_KEY: access}
         await self.app(scope, receive, send)
 
 
@@ -189,13 +231,13 @@ class JsonErrors:
         await self.app(scope, receive, send_json if scope["type"] == "http" else send)
 
 
-def build_http_app(sdk_app: ASGIApp, server: ServerSettings) -> ASGIApp:
+def build_http_app(sdk_app: ASGIApp, server: ServerSettings, index: Path | None = None) -> ASGIApp:
     from mcp.server.transport_security import RequestBodyLimitMiddleware
     from starlette.middleware.cors import CORSMiddleware
 
     app: ASGIApp = RequestBodyLimitMiddleware(JsonRpcGuard(sdk_app, PATH), MAX_REQUEST_BYTES)
-    if server.token:
-        app = RequireToken(app, server.token)
+    issuer = Issuer(server.oauth_issuer, resource_url(server)) if server.oauth_issuer else None
+    app = Authenticate(app, Gate(index, server.token, issuer), server)
     schemes = [re.escape(o[: -len("*")]) + ".+" for o in server.allowed_origins if o.endswith("://*")]
     app = CORSMiddleware(
         app,

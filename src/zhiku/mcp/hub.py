@@ -7,8 +7,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
+from zhiku.access import ACCESS
 from zhiku.api import KnowledgeBase, place
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
@@ -54,7 +56,7 @@ class QueryArgs:
 
     query: str
     top_k: int = 5
-    collection: str | None = None
+    collection: str | tuple[str, ...] | None = None  # a tuple: the collections a scoped caller sees
     source: str | None = None
     doc_type: str | None = None
     max_chars: int = 12000
@@ -111,20 +113,36 @@ class Hub:
     def index_version(self) -> int:
         return self.kb.index_version()
 
+    def scoped(self, args: QueryArgs) -> QueryArgs:
+        """The caller's collections for a query of none; one it may not see reads as missing (no existence leak)."""
+        access = ACCESS.get()
+        if access.collections is None:
+            return args
+        if args.collection is None:
+            return replace(args, collection=access.collections)
+        if not access.sees(str(args.collection)) or str(args.collection) not in self._visible():
+            shown = ", ".join(self._visible()) or "(none yet)"
+            raise NotFound(f"no collection {args.collection!r} in this knowledge base; available: {shown}")
+        return args
+
+    def _visible(self) -> list[str]:
+        return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name)]
+
     def cached_query(self, args: QueryArgs) -> QueryResult | None:
         if not self.cache.max_weight:
             return None
+        args = self.scoped(args)
         hit = self.cache.get(cache_key(QUERY_TOOL, asdict(args)), self.index_version())
         return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
 
     def query(self, args: QueryArgs) -> QueryResult:
         """Identical calls at the same index version share one search."""
-        version = self.index_version()
+        version, args = self.index_version(), self.scoped(args)
         return self._flights.run((version, args), functools.partial(self._query, args, version))
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
         # one trace: retrieval stages, then the answer; a busy model fails the call in EMBED_WAIT_S
-        with self.kb.tracer.trace("query", surface="mcp"), deadline():
+        with self.kb.tracer.trace("query", surface="mcp", **_caller()), deadline():
             try:
                 answer = self.kb.query(
                     args.query,
@@ -201,7 +219,9 @@ class Hub:
 
     def collections(self, include_stats: bool = True) -> CollectionsResult:
         items = [
-            CollectionInfo(**asdict(s)) if include_stats else CollectionInfo(name=s.name) for s in self.kb.collections()
+            CollectionInfo(**asdict(s)) if include_stats else CollectionInfo(name=s.name)
+            for s in self.kb.collections()
+            if ACCESS.get().sees(s.name)
         ]
         return CollectionsResult(
             collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
@@ -210,6 +230,8 @@ class Hub:
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
         try:
             doc = self.kb.resolve_document(ref, collection)
+            if not ACCESS.get().sees(doc.collection):
+                raise NotFound(ref)
         except NotFound:
             where = f" in collection {collection!r}" if collection else ""
             raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
@@ -231,7 +253,7 @@ class Hub:
         )
 
     def documents(self) -> list[DocRecord]:
-        return self.kb.documents()
+        return [d for d in self.kb.documents() if ACCESS.get().sees(d.collection)]
 
     def document_markdown(self, doc_id: str) -> str:
         return self.kb.document_text(self._document(doc_id).doc_id)
@@ -240,6 +262,8 @@ class Hub:
         """A chunk with its citation; ``context`` (``article`` | ``section``) adds the text around it."""
         ctx = self.kb.chunk_context(chunk_id, context or "chunk")
         c = ctx.chunk
+        if not ACCESS.get().sees(c.collection):
+            raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
         doc = self.kb.document(c.doc_id)
         where = ", ".join(
             [c.source, *([place(c.doc_type, c.page, c.text)] if c.page is not None else []), *filter(None, [c.section])]
@@ -257,7 +281,7 @@ class Hub:
 
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.document(doc_id) if doc_id else None
-        if doc is None:
+        if doc is None or not ACCESS.get().sees(doc.collection):
             raise NotFound(f"no document {doc_id!r}; {DOC_REF_HINT}")
         return doc
 
@@ -267,8 +291,13 @@ class Hub:
         collection: str | None = None,
         on_progress: Callable[[int, int, str], None] | None = None,
     ) -> IngestResult:
+        access, target = ACCESS.get(), collection or self.settings.collection
+        if not access.write or not access.sees(target):
+            mine = f"; it may write to: {', '.join(access.collections)}" if access.write and access.collections else ""
+            raise InvalidInput(f"this caller may not write to collection {target!r}{mine}")
         resolved, skip = allowed_paths(self.settings, paths)
-        report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress, skip=skip)
+        with self.kb.tracer.trace("ingest", surface="mcp", **_caller()):
+            report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress, skip=skip)
         return IngestResult(
             collection=collection or self.settings.collection,
             added=list(report.added),
@@ -284,6 +313,8 @@ class Hub:
 
     def delete(self, doc_id: str) -> DeleteResult:
         doc = self._document(doc_id)
+        if not ACCESS.get().write:
+            raise InvalidInput("this caller may not change the knowledge base")
         self.kb.delete(doc.doc_id, doc.collection)  # its enrichments go with it
         return DeleteResult(
             doc_id=doc.doc_id,
@@ -298,3 +329,9 @@ class Hub:
         if damage := self.kb.damage():
             return {"status": "damaged", "ready": False, "error": damage, "read_only": read_only}
         return {"status": "ok", "ready": True, "index_version": self.index_version(), "read_only": read_only}
+
+
+def _caller() -> dict[str, Any]:
+    """Who asked, for traces: the caller's token name (none for the local user)."""
+    name = ACCESS.get().name
+    return {"caller": name} if name else {}

@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from zhiku.access import ACCESS
 from zhiku.api import KnowledgeBase
 from zhiku.cache import Cache
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
@@ -109,6 +110,7 @@ def explain_arguments(model: type[BaseModel], arguments: Any) -> str | None:
 class Registry:
     server: MCPServer
     models: dict[str, type[BaseModel]]
+    writes: set[str]  # tools shown only to callers that may write
     read_only: bool
     cache: Cache[Any]
     current: Callable[[], State | None]  # for resources: the SDK passes static ones no Context
@@ -140,6 +142,8 @@ class Registry:
         register = self.server.tool(name=spec.name, title=spec.title, description=description, annotations=annotations)
         _sdk_checked(spec, lambda: register(self._tool(spec, public, inject)))
         self.models[spec.name] = model
+        if not spec.read_only:
+            self.writes.add(spec.name)
         self.origins[spec.name] = spec.origin
 
     def _tool(self, spec: ToolSpec, public: dict[str, Any], inject: dict[str, type]) -> Callable[..., Any]:
@@ -149,7 +153,7 @@ class Registry:
             state = cast(State, mcp_context.request_context.lifespan_context)
             key, version = None, 0
             if spec.cache and cache.max_weight:
-                key, version = cache_key(spec.name, arguments), state.hub.index_version()
+                key, version = cache_key(spec.name, {**arguments, "\0": ACCESS.get()}), state.hub.index_version()
                 if (hit := cache.get(key, version)) is not None:
                     return hit
             kwargs = {**arguments, **_injections(inject, state, mcp_context)}

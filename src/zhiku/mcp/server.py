@@ -20,12 +20,14 @@ from mcp.types import INVALID_PARAMS
 from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
+from zhiku.access import ACCESS, Access
 from zhiku.cache import Cache
 from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text
 from zhiku.mcp.builtin import register_builtins
 from zhiku.mcp.hooks import ERROR_META, Hooks, around
+from zhiku.mcp.http_security import ACCESS_KEY
 from zhiku.mcp.hub import TOOL_ANSWERS_KEPT, Hub
 from zhiku.mcp.models import doc_uri
 from zhiku.mcp.registry import Registry, State, error_result, explain_arguments
@@ -63,6 +65,7 @@ def build_server(
             hub.close()
 
     models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
+    writes: set[str] = set()  # the tools that change the index
     try:
         zhiku_version = version("zhiku")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -73,11 +76,11 @@ def build_server(
         version=zhiku_version,
         instructions=text.INSTRUCTIONS,
         lifespan=lifespan,
-        middleware=[_middleware(models, read_only, hooks or Hooks())],
+        middleware=[_middleware(models, writes, read_only, hooks or Hooks())],
         log_level="WARNING",
     )
     current = lambda: running[0] if running else None  # noqa: E731
-    registry = Registry(server, models, read_only=read_only, cache=Cache(TOOL_ANSWERS_KEPT), current=current)
+    registry = Registry(server, models, writes, read_only=read_only, cache=Cache(TOOL_ANSWERS_KEPT), current=current)
     register_builtins(registry)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))
@@ -114,8 +117,11 @@ def _origin(fn: Any) -> str:
         return "script"
 
 
-def _middleware(tools: dict[str, type[BaseModel]], read_only: bool, hooks: Hooks) -> Callable[..., Any]:
-    """Unknown tools are protocol errors, SDK rejections get zhiku's error shape, ``resources/list`` pages docs."""
+def _middleware(
+    tools: dict[str, type[BaseModel]], writes: set[str], read_only: bool, hooks: Hooks
+) -> Callable[..., Any]:
+    """The caller's ``Access`` for the request; unknown tools are protocol errors, SDK rejections get zhiku's error
+    shape, ``resources/list`` pages docs."""
 
     async def call_tool(ctx: Any, call_next: Callable[[Any], Any], name: str, arguments: Any) -> Any:
         result = await call_next(ctx)
@@ -130,13 +136,25 @@ def _middleware(tools: dict[str, type[BaseModel]], read_only: bool, hooks: Hooks
         return result
 
     async def middleware(ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        access = getattr(ctx.request, "scope", {}).get(ACCESS_KEY) or Access()  # stdio: the local user
+        reset = ACCESS.set(access)
+        try:
+            return await scoped(ctx, call_next, access)
+        finally:
+            ACCESS.reset(reset)
+
+    async def scoped(ctx: Any, call_next: Callable[[Any], Any], access: Access) -> Any:
         params = ctx.params or {}
+        shown = [t for t in tools if access.write or t not in writes]  # a caller without write never sees them
         if ctx.method == "tools/call":
             name, arguments = params.get("name"), params.get("arguments")
-            if not isinstance(name, str) or name not in tools:  # a protocol error, not isError
+            if not isinstance(name, str) or name not in shown:  # a protocol error, not isError
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
-                raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(tools)}")
+                raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(shown)}")
             return await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
+        if ctx.method == "tools/list" and not access.write:
+            result = await call_next(ctx)
+            return {**result, "tools": [t for t in result.get("tools", []) if t.get("name") in shown]}
         if ctx.method != "resources/list":
             return await call_next(ctx)
         result = await call_next(ctx)

@@ -35,7 +35,7 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
     )
     cap_sessions(server.session_manager, s.max_sessions)
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.ERROR)  # a warning per request
-    return build_http_app(app, s)
+    return build_http_app(app, s, settings.index)
 
 
 def preflight(settings: Settings) -> None:
@@ -44,7 +44,7 @@ def preflight(settings: Settings) -> None:
     from zhiku.mcp.http_security import check_bind, check_port_free
 
     if settings.server.transport == "http":
-        check_bind(settings.server)
+        check_bind(settings.server, settings.index)
         fix = "another `zhiku serve`? pass --port N (or set server.port), or stop what holds it"
         check_port_free(settings.server.host, settings.server.port, what="HTTP", fix=fix)
     with KnowledgeBase(settings, read_only=settings.server.read_only) as kb:  # read-only: IndexNotFound if missing

@@ -41,8 +41,9 @@ def filter_hint(
 
 def passes(doc: DocRecord, filters: Filters) -> bool:
     """Whether ``doc`` passes the document-level ``filters``."""
+    c = filters.collection
     return (
-        (filters.collection is None or doc.collection == filters.collection)
+        (c is None or doc.collection == c or isinstance(c, tuple) and doc.collection in c)
         and (filters.doc_type is None or doc.doc_type == filters.doc_type)
         and (filters.source_glob is None or fnmatch.fnmatchcase(doc.source, filters.source_glob))
     )

@@ -43,7 +43,11 @@ def lookup(
 
         def elsewhere(text: str) -> list[str]:  # the paged documents the filters keep that the question names
             f = plan.filters
-            docs = [d for d in catalogue.list_documents(f.collection) if d.pages and passes(d, f)]
+            docs = [
+                d
+                for d in catalogue.list_documents(f.collection if isinstance(f.collection, str) else None)
+                if d.pages and passes(d, f)
+            ]
             return [d.doc_id for d in docs if any(normalize(n) in text for n in document_names(d.source, d.title))]
 
         found = pages_first(

@@ -19,7 +19,10 @@ LIMIT = 16  # filters kept (a mask is one byte per row: 1 MB each at 1M chunks)
 def _where(conn: sqlite3.Connection, filters: Filters) -> tuple[str, list[object]]:
     sql, params = "", list[object]()
     for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-        if value is not None:
+        if isinstance(value, tuple):
+            sql += f" AND {column} IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(value))
+        elif value is not None:
             sql += f" AND {column} = ?"
             params.append(value)
     if filters.source_glob is not None:

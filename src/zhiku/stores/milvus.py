@@ -163,10 +163,12 @@ class MilvusStore:
         """The Milvus expression for ``filters``: ``""`` for none, ``None`` when nothing can match."""
         parts = []
         for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
-            if value is not None:
+            if isinstance(value, tuple):
+                parts.append(f"{column} in {ms.lits(sorted(value))}")
+            elif value is not None:
                 parts.append(f"{column} == {ms.lit(value)}")
         if filters.source_glob is not None:
-            where = f"collection == {ms.lit(filters.collection)}" if filters.collection is not None else ""
+            where = parts[0] if filters.collection is not None else ""
             sources = match_sources({r["source"] for r in self._doc_rows(where, ["source"])}, filters.source_glob)
             if not sources:
                 return None

@@ -1,0 +1,68 @@
+"""A real, tiny OAuth authorization server on 127.0.0.1 for the tests: OpenID discovery metadata, a JWKS of the keys
+it publishes (rotation: publish others), and JWT access tokens signed with real RSA / EC keys."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+
+class LocalIssuer:
+    def __init__(self) -> None:
+        self.keys: dict[str, Any] = {
+            "rsa-1": rsa.generate_private_key(public_exponent=65537, key_size=2048),
+            "ec-2": ec.generate_private_key(ec.SECP256R1()),
+            "rogue": rsa.generate_private_key(public_exponent=65537, key_size=2048),  # never published
+        }
+        self.published = ["rsa-1"]
+        self.jwks_fetches = 0
+        issuer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                if self.path == "/.well-known/openid-configuration":
+                    body: dict[str, Any] = {"issuer": issuer.url, "jwks_uri": f"{issuer.url}/jwks"}
+                elif self.path == "/jwks":
+                    issuer.jwks_fetches += 1
+                    body = {"keys": [issuer.jwk(kid) for kid in issuer.published]}
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def jwk(self, kid: str) -> dict[str, Any]:
+        key = self.keys[kid]
+        algorithm = jwt.algorithms.RSAAlgorithm if kid.startswith(("rsa", "rogue")) else jwt.algorithms.ECAlgorithm
+        jwk: dict[str, Any] = algorithm.to_jwk(key.public_key(), as_dict=True)
+        return {**jwk, "kid": kid, "use": "sig", "alg": self.alg(kid)}
+
+    @staticmethod
+    def alg(kid: str) -> str:
+        return "ES256" if kid.startswith("ec") else "RS256"
+
+    def token(self, audience: str, scope: str, *, kid: str = "rsa-1", ttl_s: int = 300, **claims: Any) -> str:
+        now = int(time.time())
+        body = {"iss": self.url, "aud": audience, "sub": "alice", "iat": now, "exp": now + ttl_s, "scope": scope}
+        return jwt.encode({**body, **claims}, self.keys[kid], algorithm=self.alg(kid), headers={"kid": kid})
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()

@@ -1,0 +1,218 @@
+"""Who may use a served index: named tokens scoped to collections and OAuth JWTs of a real local issuer, against a
+real `zhiku serve --transport http` and the SDK's HTTP client; `zhiku tokens` on the command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from typer.testing import CliRunner
+
+from mcp_fixtures import Fixture, HttpServer, copy_fixture, http_request, server_env, start_http
+from oauth_issuer import LocalIssuer
+from zhiku.access import add_token, revoke_token
+from zhiku.cli.app import app
+
+SERVER_TOKEN = "server-token-0123456789"
+HR_DOC = "员工手册.md"
+HR_TEXT = "# 员工手册\n\n第一条 员工每年享有带薪病假十二天，病假期间工资按基本工资的百分之八十发放。\n"
+READ_TOOLS = ["query_knowledge_hub", "list_collections", "get_document_summary"]
+ALL_TOOLS = [*READ_TOOLS, "ingest_documents", "delete_document"]
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    }
+).encode()
+
+
+@dataclass
+class Team:
+    fx: Fixture
+    server: HttpServer
+    issuer: LocalIssuer
+    tokens: dict[str, str]
+
+    def post(self, bearer: str) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        return http_request(self.server.url, method="POST", headers={**headers, "Authorization": bearer}, body=INIT)
+
+
+@pytest.fixture(scope="module")
+def team(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    fx = copy_fixture(mcp_index, tmp_path_factory.mktemp("team"))
+    (fx.inbox / HR_DOC).write_text(HR_TEXT, encoding="utf-8")
+    tokens = {
+        "laws-reader": add_token(fx.index, "laws-reader", ["laws"])["token"],
+        "hr-writer": add_token(fx.index, "hr-writer", ["hr"], write=True)["token"],
+        "brief": add_token(fx.index, "brief", None, expires_s=1)["token"],
+    }
+    issuer = LocalIssuer()
+    env = server_env(ZHIKU_TOKEN=SERVER_TOKEN, ZHIKU_SERVER__OAUTH_ISSUER=issuer.url)
+    server = start_http(fx, fx.root / "server.log", env=env)
+    try:
+        yield Team(fx, server, issuer, tokens)
+    finally:
+        server.stop()
+        issuer.close()
+
+
+@asynccontextmanager
+async def client(url: str, token: str) -> AsyncIterator[Client]:
+    timeout = httpx2.Timeout(30, read=300)
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as c:
+            yield c
+
+
+async def tool_names(c: Client) -> list[str]:
+    return [t.name for t in (await c.list_tools()).tools]
+
+
+async def collections(c: Client) -> list[str]:
+    return [x["name"] for x in (await c.call_tool("list_collections", {})).structured_content["collections"]]
+
+
+async def sources(c: Client, query: str, **args: Any) -> list[str]:
+    result = await c.call_tool("query_knowledge_hub", {"query": query, **args})
+    return [x["source"] for x in result.structured_content["citations"]]
+
+
+async def missing(c: Client, uri: str) -> str:
+    with pytest.raises(MCPError) as e:
+        await c.read_resource(uri)
+    assert e.value.error.code == -32602
+    return e.value.error.message
+
+
+def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
+    url, tokens = team.server.url, team.tokens
+
+    async def main() -> None:
+        async with client(url, tokens["hr-writer"]) as hr:
+            assert await tool_names(hr) == ALL_TOOLS
+            refused = await hr.call_tool("ingest_documents", {"paths": [HR_DOC]})  # into the default: laws
+            assert refused.is_error and refused.meta["zhiku/error"]["message"] == (
+                "this caller may not write to collection 'laws'; it may write to: hr"
+            )
+            added = await hr.call_tool("ingest_documents", {"paths": [HR_DOC], "collection": "hr"})
+            assert added.structured_content["added"] == [HR_DOC]
+            assert await collections(hr) == ["hr"]
+            assert await sources(hr, "病假工资怎么发", top_k=3) == [HR_DOC]
+            hit = (await hr.call_tool("query_knowledge_hub", {"query": "病假工资"})).structured_content["citations"][0]
+        async with client(url, tokens["laws-reader"]) as laws:
+            assert await tool_names(laws) == READ_TOOLS
+            with pytest.raises(MCPError, match="unknown tool 'ingest_documents'; available: query_knowledge_hub, "):
+                await laws.call_tool("ingest_documents", {"paths": [HR_DOC], "collection": "hr"})
+            assert await collections(laws) == ["laws"]
+            assert HR_DOC not in await sources(laws, "病假工资怎么发", top_k=5)
+            # another collection's chunk, document or name reads exactly as one that does not exist
+            chunk, doc = hit["chunk_id"], hit["doc_id"]
+            fake_chunk, fake_doc = "0" * len(chunk), "f" * len(doc)
+            absent = await missing(laws, f"zhiku://chunk/{fake_chunk}")
+            assert await missing(laws, hit["uri"]) == absent.replace(fake_chunk, chunk)
+            absent = await missing(laws, f"zhiku://doc/{fake_doc}")
+            assert await missing(laws, f"zhiku://doc/{doc}") == absent.replace(fake_doc, doc)
+            assert (
+                absent == f"no document '{fake_doc}'; doc ids come from query_knowledge_hub citations or resources/list"
+            )
+            summary = await laws.call_tool("get_document_summary", {"doc_id": HR_DOC})
+            assert summary.meta["zhiku/error"]["code"] == "NOT_FOUND"
+            errors = []
+            for name in ("hr", "nope"):
+                r = await laws.call_tool("query_knowledge_hub", {"query": "病假", "collection": name})
+                errors.append(r.meta["zhiku/error"]["message"])
+            assert errors == [f"no collection '{n}' in this knowledge base; available: laws" for n in ("hr", "nope")]
+            listed = (await laws.list_resources()).resources
+            assert len(listed) == 3 and all("laws ·" in r.description for r in listed)
+        async with client(url, SERVER_TOKEN) as every:  # server.token: every collection, and write
+            assert await tool_names(every) == ALL_TOOLS
+            assert await collections(every) == ["hr", "laws"]
+            assert (await sources(every, "病假工资怎么发", top_k=1)) == [HR_DOC]
+
+    anyio.run(main)
+    # who asked and who ingested, in the traces (never a token)
+    traces = [json.loads(line) for line in (team.fx.index / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
+    who = {(t["kind"], t["attrs"].get("caller")) for t in traces}
+    assert {("ingest", "hr-writer"), ("query", "hr-writer"), ("query", "laws-reader")} <= who
+    assert not any(secret in json.dumps(traces) for secret in tokens.values())
+    # expired and revoked tokens are refused at once, the server still running
+    assert team.post(f"Bearer {tokens['brief']}")[0] == 401
+    assert team.post(f"Bearer {tokens['laws-reader']}")[0] == 200
+    revoke_token(team.fx.index, "laws-reader")
+    assert team.post(f"Bearer {tokens['laws-reader']}")[0] == 401
+
+
+def test_oauth_resource_server_against_a_local_issuer(team: Team) -> None:
+    issuer, base, url = team.issuer, team.server.base, team.server.url
+    status, _, body = http_request(f"{base}/.well-known/oauth-protected-resource/mcp")
+    assert status == 200 and json.loads(body) == {
+        "resource": url,
+        "authorization_servers": [issuer.url],
+        "scopes_supported": ["zhiku.read", "zhiku.write"],
+        "bearer_methods_supported": ["header"],
+    }
+    challenge = f'Bearer realm="zhiku", resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"'
+    status, headers, _ = team.post("")
+    assert status == 401 and headers["www-authenticate"] == challenge + ', scope="zhiku.read"'
+
+    async def main() -> None:
+        async with client(url, issuer.token(url, "zhiku.read.laws")) as c:
+            assert (await tool_names(c), await collections(c)) == (READ_TOOLS, ["laws"])
+        async with client(url, issuer.token(url, "zhiku.read zhiku.write")) as c:
+            assert await tool_names(c) == ALL_TOOLS
+
+    anyio.run(main)
+    refused = {
+        "expired": issuer.token(url, "zhiku.read", ttl_s=-120),  # past the 60 s clock skew
+        "wrong audience": issuer.token("https://other.example/mcp", "zhiku.read"),
+        "other issuer": issuer.token(url, "zhiku.read", iss="https://evil.example"),
+        "unknown key": issuer.token(url, "zhiku.read", kid="rogue"),
+        "no zhiku scope": issuer.token(url, "openid profile"),
+    }
+    for why, token in refused.items():
+        status, headers, _ = team.post(f"Bearer {token}")
+        assert (why, status, headers["www-authenticate"]) == (
+            why,
+            401,
+            challenge + ', scope="zhiku.read", error="invalid_token"',
+        )
+    assert team.post(f"Bearer {issuer.token(url, 'zhiku.read', ttl_s=-30)}")[0] == 200  # within the skew
+    # the issuer rotates its key: a token signed with the new one works at once (its keys are fetched again)
+    issuer.published = ["ec-2"]
+    fetches = issuer.jwks_fetches
+    assert team.post(f"Bearer {issuer.token(url, 'zhiku.read', kid='ec-2')}")[0] == 200
+    assert issuer.jwks_fetches == fetches + 1
+
+
+def test_tokens_cli(tmp_path: Any) -> None:
+    cli = CliRunner()
+    index = ["--index", str(tmp_path / "idx")]
+    added = cli.invoke(
+        app, ["tokens", "add", "bot", "--collections", "hr, policies", "--expires", "90d", "--json", *index]
+    )
+    t = json.loads(added.stdout)
+    assert (t["name"], t["collections"], t["write"], t["expired"]) == ("bot", ["hr", "policies"], False, False)
+    assert t["token"].startswith("zk_") and len(t["token"]) == 46 and t["expires"] - t["created"] == 90 * 86400
+    stored = (tmp_path / "idx" / "tokens.json").read_text(encoding="utf-8")
+    assert t["token"] not in stored and (tmp_path / "idx" / "tokens.json").stat().st_mode & 0o777 == 0o600
+    again = cli.invoke(app, ["tokens", "add", "bot", *index])
+    assert again.exit_code == 1 and "a token named 'bot' exists: revoke it first" in again.stderr
+    bad = cli.invoke(app, ["tokens", "add", "x", "--expires", "soon", *index])
+    assert bad.exit_code == 1 and "invalid duration 'soon': use e.g. 90d, 12h or 30m" in bad.stderr
+    listed = json.loads(cli.invoke(app, ["tokens", "list", "--json", *index]).stdout)["tokens"]
+    assert [(x["name"], "token" in x) for x in listed] == [("bot", False)]
+    assert cli.invoke(app, ["tokens", "list", *index]).stdout.startswith("bot: collections hr, policies; read-only")
+    assert json.loads(cli.invoke(app, ["tokens", "revoke", "bot", "--json", *index]).stdout)["revoked"] is True
+    assert cli.invoke(app, ["tokens", "list", *index]).stdout.startswith("no tokens")
