@@ -21,6 +21,8 @@ from mcp_fixtures import Fixture, HttpServer, copy_fixture, http_request, server
 from oauth_issuer import LocalIssuer
 from zhiku.access import add_token, revoke_token
 from zhiku.cli.app import app
+from zhiku.dashboard.data import trace_label
+from zhiku.observability.trace import TRACE_FILE, read_traces
 
 SERVER_TOKEN = "server-token-0123456789"
 HR_DOC = "员工手册.md"
@@ -142,11 +144,14 @@ def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
             assert (await sources(every, "病假工资怎么发", top_k=1)) == [HR_DOC]
 
     anyio.run(main)
-    # who asked and who ingested, in the traces (never a token)
-    traces = [json.loads(line) for line in (team.fx.index / "traces.jsonl").read_text(encoding="utf-8").splitlines()]
-    who = {(t["kind"], t["attrs"].get("caller")) for t in traces}
+    # who asked and who ingested, in the traces and the dashboard (never a token)
+    traces = read_traces(team.fx.index / TRACE_FILE, limit=100)
+    who = {(t.kind, t.attrs.get("caller")) for t in traces}
     assert {("ingest", "hr-writer"), ("query", "hr-writer"), ("query", "laws-reader")} <= who
-    assert not any(secret in json.dumps(traces) for secret in tokens.values())
+    ingest = next(t for t in traces if t.kind == "ingest")
+    assert f" ms · by hr-writer · {team.fx.inbox / HR_DOC}" in trace_label(ingest)
+    written = (team.fx.index / TRACE_FILE).read_text(encoding="utf-8")
+    assert not any(secret in written for secret in tokens.values())
     # expired and revoked tokens are refused at once, the server still running
     assert team.post(f"Bearer {tokens['brief']}")[0] == 401
     assert team.post(f"Bearer {tokens['laws-reader']}")[0] == 200

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
+from zhiku.access import add_token
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_dataset
 from zhiku.scaffold import doctor as doctor_mod
@@ -121,7 +122,7 @@ def test_init_writes_a_ready_project(cli, tmp_path: Path) -> None:
     assert f"## {first}" in text and f"#   size_chars: {size.default}" in text
 
     serve = report["serve"]
-    assert serve[1:] == ["serve", "--config", str(root / "zhiku.yaml"), "--index", str(root / ".zhiku")]
+    assert serve[1:] == ["serve", "--config", str(root / "zhiku.yaml"), "--index", str(root / ".zhiku"), "--read-only"]
     assert Path(serve[0]).is_absolute()
     for c in CLIENTS:
         assert command_of(c.client, (root / c.path).read_text(encoding="utf-8")) == serve, c.client
@@ -153,6 +154,23 @@ def test_doctor_passes_on_a_fresh_project_and_names_the_fix_when_broken(
     by_area = {(c["area"], c["status"]) for c in checks}
     assert ("settings", "ok") in by_area and ("models", "ok") in by_area
     assert [c["status"] for c in checks if c["area"] == "clients"] == ["ok"] * 5
+    assert {"area": "serving", "status": "ok", "detail": "stdio", "fix": ""} in checks
+    # write tools: a client config made with --write says so; HTTP settings or write tokens warn
+    assert cli("init", ".", "--write", "--force").exit_code == 0
+    assert "ok    clients  .cursor/mcp.json (cursor) starts " in (text := cli("doctor").stdout)
+    assert text.count(", with ingest_documents and delete_document\n") == 5
+    Path("zhiku.yaml").write_text("server:\n  transport: http\n", encoding="utf-8")
+    fix = "server.read_only: true (or `zhiku serve --read-only`); writers get their own `zhiku tokens add NAME --write`"
+    assert doctor_mod.check_serving(load_settings(Path("zhiku.yaml"))) == [
+        doctor_mod.Check(
+            "serving", "warn", "HTTP serves ingest_documents and delete_document to anyone reaching 127.0.0.1:8765", fix
+        )
+    ]
+    add_token(Path(".zhiku"), "ops", None, write=True)
+    Path("zhiku.yaml").write_text("server:\n  transport: http\n  read_only: true\n", encoding="utf-8")
+    assert doctor_mod.check_serving(load_settings(Path("zhiku.yaml"))) == [
+        doctor_mod.Check("serving", "warn", "HTTP serves ingest_documents and delete_document to tokens ops", fix)
+    ]
     assert {
         "area": "index",
         "status": "warn",

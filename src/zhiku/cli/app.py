@@ -528,17 +528,20 @@ def init(
             show_default=False,
         ),
     ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Client configs that may add and delete documents (default: read-only).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a ready project: settings, sample documents, an eval set and MCP client configs.
 
     Writes zhiku.yaml (every setting, commented), docs/ with sample documents (their licence in SOURCES.md) and
     eval.yaml over them (not when docs/ already holds documents, or with --no-samples), and MCP client configs for Claude Desktop, Cursor, VS Code, Cline and Cherry Studio
-    with absolute paths; then prints the commands to ingest, ask and serve."""
+    with absolute paths (read-only unless --write); then prints the commands to ingest, ask and serve."""
     from zhiku.scaffold.init import create_project
 
     with _errors():
-        report = create_project(directory, force=force, samples=samples)
+        report = create_project(directory, force=force, samples=samples, write=write)
     if as_json:
         _print_json({**asdict(report), "next": report.next_steps()})
         return

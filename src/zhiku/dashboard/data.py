@@ -257,7 +257,8 @@ def latest_busy(traces: Sequence[Trace]) -> int:
 def trace_label(t: Trace) -> str:
     when = time.strftime("%m-%d %H:%M:%S", time.localtime(t.started_at))
     what = t.attrs.get("query") or ", ".join(t.attrs.get("paths") or []) or f"{t.attrs.get('documents', '')} documents"
-    return f"{when} · {t.status} · {t.elapsed_ms:.0f} ms · {str(what)[:60]}"
+    by = f" · by {t.attrs['caller']}" if t.attrs.get("caller") else ""  # a served token's name: who asked
+    return f"{when} · {t.status} · {t.elapsed_ms:.0f} ms{by} · {str(what)[:60]}"
 
 
 def history_rows(entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:

@@ -178,9 +178,28 @@ def check_clients(root: Path) -> list[Check]:
             problems.append(f"--config {command[command.index('--config') + 1]} does not exist")
         fix = "zhiku init --force . rewrites the client configs with this install's paths"
         bad = Check("clients", "fail", f"{c.path} ({c.client}): {'; '.join(problems)}", fix)
-        out.append(bad if problems else Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}"))
+        writes = "" if "--read-only" in command else ", with ingest_documents and delete_document"
+        out.append(bad if problems else Check("clients", "ok", f"{c.path} ({c.client}) starts {command[0]}{writes}"))
     fix = "zhiku init . writes them (Claude Desktop, Cursor, VS Code, Cline, Cherry Studio)"
     return out or [Check("clients", "warn", f"no MCP client configs in {root}", fix)]
+
+
+def check_serving(settings: Settings) -> list[Check]:
+    """Who gets the write tools over HTTP, from what doctor sees: the settings (not `zhiku serve`'s flags) and the
+    index's tokens."""
+    from zhiku.access import list_tokens
+
+    s, tokens = settings.server, list_tokens(settings.index)
+    writers = [t["name"] for t in tokens if t["write"] and not t["expired"]]
+    who = [f"tokens {', '.join(writers)}"] if writers else []
+    if s.transport == "http" and not s.read_only:
+        who += ["server.token"] if s.token else []
+        who += ["OAuth tokens with zhiku.write"] if s.oauth_issuer else []
+        who += [] if s.token or s.oauth_issuer or tokens else [f"anyone reaching {s.host}:{s.port}"]
+    if not who:
+        return [Check("serving", "ok", "no write tools served over HTTP" if s.transport == "http" else "stdio")]
+    fix = "server.read_only: true (or `zhiku serve --read-only`); writers get their own `zhiku tokens add NAME --write`"
+    return [Check("serving", "warn", f"HTTP serves ingest_documents and delete_document to {'; '.join(who)}", fix)]
 
 
 def run_doctor(config: Path | None = None, index: Path | None = None, quick: bool = False) -> list[Check]:
@@ -189,7 +208,7 @@ def run_doctor(config: Path | None = None, index: Path | None = None, quick: boo
     settings, found = check_settings(config, index)
     checks += found
     if settings is not None:
-        checks += check_index(settings, quick) + check_models(settings)
+        checks += check_index(settings, quick) + check_models(settings) + check_serving(settings)
     checks += check_extras(settings)
     base = config.resolve().parent if config is not None else Path.cwd()
     return checks + check_clients(base)

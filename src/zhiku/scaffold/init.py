@@ -89,12 +89,14 @@ CLIENTS = (
 )
 
 
-def serve_command(config: Path, index: Path) -> list[str]:
-    """The ``zhiku`` script of this install, or this Python running ``-m zhiku.cli`` when there is none."""
+def serve_command(config: Path, index: Path, write: bool = False) -> list[str]:
+    """The ``zhiku`` script of this install, or this Python running ``-m zhiku.cli`` when there is none; read-only
+    unless ``write`` (the assistants then get ingest_documents and delete_document)."""
     script = Path(sys.executable).parent / ("zhiku.exe" if sys.platform == "win32" else "zhiku")
     found = str(script) if script.is_file() else shutil.which("zhiku")
     base = [found] if found else [sys.executable, "-m", "zhiku.cli"]
-    return [*base, "serve", "--config", str(config.resolve()), "--index", str(index.resolve())]
+    command = [*base, "serve", "--config", str(config.resolve()), "--index", str(index.resolve())]
+    return command if write else [*command, "--read-only"]
 
 
 def command_of(client: str, text: str) -> list[str]:
@@ -183,7 +185,7 @@ def own_documents(root: Path) -> bool:
     )
 
 
-def create_project(root: Path, *, force: bool = False, samples: bool | None = None) -> InitReport:
+def create_project(root: Path, *, force: bool = False, samples: bool | None = None, write: bool = False) -> InitReport:
     """``samples`` None: unless ``docs/`` holds documents already (the samples would be served with them)."""
     root = root.expanduser()
     if root.exists() and not root.is_dir():
@@ -192,7 +194,7 @@ def create_project(root: Path, *, force: bool = False, samples: bool | None = No
     root = root.resolve()
     if samples is None:
         samples = not own_documents(root)
-    command = serve_command(root / CONFIG, root / INDEX)
+    command = serve_command(root / CONFIG, root / INDEX, write)
     files: dict[str, bytes] = {CONFIG: project_yaml(root).encode(), **(sample_files() if samples else {})}
     if not samples:
         (root / DOCS).mkdir(exist_ok=True)
