@@ -195,7 +195,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         "Hostile runs: `make reliability`",
         "The attacks of tests/reliability, each part's `RELIABILITY <part> {figures}` line: damaged files, "
         "abandoned sessions, slow connections, long questions beside short ones, kill -9, hostile files, bad "
-        "arguments. `PARTS=` runs some (a pytest -k expression).",
+        "arguments, scope escapes and forged tokens. `PARTS=` runs some (a pytest -k expression).",
         reliability,
     ),
 ]
@@ -234,6 +234,13 @@ RELIABILITY_BARS: list[tuple[str, str, str, Callable[[dict[str, Any]], Any], Cal
      lambda f: f["peak_rss_mb"], lambda g: g <= 1024),
     ("integrity sqlite", "damaged SQLite pages found by `zhiku doctor`", "all",
      lambda f: f"{f['found']}/{f['pages']}", lambda g: g.split("/")[0] == g.split("/")[1]),
+    ("scopes escapes", "a scoped token's reads of another collection, every tool, resource and prompt: leaks", "0",
+     lambda f: f["leaks"], lambda g: g == 0),
+    ("scopes tokens", "guessed tokens accepted", "0", lambda f: f["accepted"], lambda g: g == 0),
+    ("scopes tokens", "forged, expired or foreign JWTs refused", "all", lambda f: f["forged_jwts_refused"],
+     lambda g: g.split("/")[0] == g.split("/")[1]),
+    ("scopes tokens", "JWKS fetches under 50 made-up key ids", "≤ 6", lambda f: f["jwks_fetches_during_flood"],
+     lambda g: g <= 6),
 ]  # fmt: skip
 
 

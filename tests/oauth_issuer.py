@@ -58,10 +58,14 @@ class LocalIssuer:
     def alg(kid: str) -> str:
         return "ES256" if kid.startswith("ec") else "RS256"
 
-    def token(self, audience: str, scope: str, *, kid: str = "rsa-1", ttl_s: int = 300, **claims: Any) -> str:
-        now = int(time.time())
+    def token(
+        self, audience: str, scope: str, *, kid: str = "rsa-1", key: str = "", ttl_s: int = 300, **claims: Any
+    ) -> str:
+        """Signed with ``key`` (default: the one ``kid`` names); a claim given as None is left out."""
+        now, key = int(time.time()), key or kid
         body = {"iss": self.url, "aud": audience, "sub": "alice", "iat": now, "exp": now + ttl_s, "scope": scope}
-        return jwt.encode({**body, **claims}, self.keys[kid], algorithm=self.alg(kid), headers={"kid": kid})
+        claims = {k: v for k, v in {**body, **claims}.items() if v is not None}
+        return jwt.encode(claims, self.keys[key], algorithm=self.alg(key), headers={"kid": kid})
 
     def close(self) -> None:
         self.http.shutdown()
