@@ -71,10 +71,10 @@ def team(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @asynccontextmanager
-async def client(url: str, token: str) -> AsyncIterator[Client]:
+async def client(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
     timeout = httpx2.Timeout(30, read=300)
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as c:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:  # type: ignore[arg-type]
             yield c
 
 
@@ -111,6 +111,8 @@ def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
             added = await hr.call_tool("ingest_documents", {"paths": [HR_DOC], "collection": "hr"})
             assert added.structured_content["added"] == [HR_DOC]
             assert await collections(hr) == ["hr"]
+            roots = (await hr.call_tool("list_collections", {})).structured_content["ingest_roots"]
+            assert roots == [str(team.fx.inbox.resolve())]
             assert await sources(hr, "病假工资怎么发", top_k=3) == [HR_DOC]
             hit = (await hr.call_tool("query_knowledge_hub", {"query": "病假工资"})).structured_content["citations"][0]
         async with client(url, tokens["laws-reader"]) as laws:
@@ -138,6 +140,11 @@ def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
             assert errors == [f"no collection '{n}' in this knowledge base; available: laws" for n in ("hr", "nope")]
             listed = (await laws.list_resources()).resources
             assert len(listed) == 3 and all("laws ·" in r.description for r in listed)
+            stats = (await laws.call_tool("list_collections", {})).structured_content
+            assert stats.get("ingest_roots") is None  # a reader is not told the server's folders
+        async with client(url, tokens["laws-reader"], mode="legacy") as legacy:  # the handshake era: the same
+            assert (legacy.protocol_version, await tool_names(legacy)) == ("2025-11-25", READ_TOOLS)
+            assert await collections(legacy) == ["laws"]
         async with client(url, SERVER_TOKEN) as every:  # server.token: every collection, and write
             assert await tool_names(every) == ALL_TOOLS
             assert await collections(every) == ["hr", "laws"]

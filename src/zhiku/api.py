@@ -406,17 +406,21 @@ class KnowledgeBase:
     def history(self, limit: int = 100) -> list[IngestionRecord]:
         return self.store.ingestion_history(limit)
 
-    def resolve_document(self, ref: str, collection: str | None = None, *, glob: bool = True) -> DocRecord:
-        """A document by id, source path or file path; with ``glob``, also a pattern that matches one source."""
+    def resolve_document(
+        self, ref: str, collection: str | tuple[str, ...] | None = None, *, glob: bool = True
+    ) -> DocRecord:
+        """A document by id, source path or file path (of ``collection``, or one of a tuple); with ``glob``, also a
+        pattern that matches one source."""
         if not ref or not ref.strip():
             raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
         doc = self.store.get_document(ref)
-        if doc is not None and (collection is None or doc.collection == collection):
+        tuple_ok = isinstance(collection, tuple) and doc is not None and doc.collection in collection
+        if doc is not None and (collection is None or doc.collection == collection or tuple_ok):
             return doc
         on_disk = str(Path(ref).expanduser().resolve()) if "\x00" not in ref else None
         candidates = [
             d
-            for d in self.store.list_documents(collection)
+            for d in self.documents(collection)
             if d.source == ref or d.path == ref or d.path == on_disk or (glob and fnmatch.fnmatchcase(d.source, ref))
         ]
         if len(candidates) == 1:

@@ -107,7 +107,7 @@ def _attacks(s: Scoped) -> tuple[list[Attack], list[Attack]]:
             ("tool", "query_knowledge_hub", {"query": "高级工程师的月薪 年终奖", "filters": f, "top_k": 20})
         )
     searches.append(("prompt", "answer_with_citations", {"question": "高级工程师的月薪"}))
-    for ref in (s.hr_doc, HR_DOC, f"hr/{HR_DOC}", s.hr_doc.upper()):
+    for ref in (s.hr_doc, HR_DOC, f"hr/{HR_DOC}", s.hr_doc.upper(), "薪酬*", "[劳薪]*"):  # the last: one of laws too
         reads.append(("tool", "get_document_summary", {"doc_id": ref}))
     reads += [("tool", "delete_document", {"doc_id": s.hr_doc}), ("tool", "delete_document", {"doc_id": HR_DOC})]
     reads.append(("tool", "ingest_documents", {"paths": [HR_DOC], "collection": "hr"}))
@@ -120,7 +120,7 @@ def _attacks(s: Scoped) -> tuple[list[Attack], list[Attack]]:
 
 def _twin(s: Scoped) -> dict[str, str]:
     """hr's ids and names → ones that exist nowhere, of the same shape."""
-    fake = {s.hr_doc: "f" * len(s.hr_doc), HR_DOC: "无此文件.md", s.hr_doc.upper(): "F" * len(s.hr_doc)}
+    fake = {s.hr_doc: "f" * len(s.hr_doc), HR_DOC: "无此文件.md", s.hr_doc.upper(): "F" * len(s.hr_doc), "薪": "无"}
     return {**fake, **{c: "0" * (len(c) - 1) + str(n) for n, c in enumerate(s.hr_chunks)}}
 
 
@@ -164,7 +164,7 @@ def test_scope_escapes(full: bool, scoped: Scoped) -> None:
                             leaks.append(f"{who} {kind} {name} {args}: {got[:300]}")
                     for kind, name, args in reads:
                         got = await _try(c, kind, name, args)
-                        fake_name, fake_args = _swap(name, twin), json.loads(_swap(json.dumps(args), twin))
+                        fake_name, fake_args = _swap(name, twin), json.loads(_swap(json.dumps(args, ensure_ascii=False), twin))
                         if "collection" in args:
                             fake_args["collection"] = args["collection"].replace("hr", "zz")
                         answer = await _try(c, kind, fake_name, fake_args)

@@ -186,7 +186,7 @@ class Authenticate:
             return
         auth = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
         given = auth[7:].strip().decode("latin-1") if auth[:7].lower() == b"bearer " else ""
-        if await anyio.to_thread.run_sync(self.gate.required):
+        if self.gate.required():  # a stat of the tokens file; a JWT's keys may need fetching: in a thread
             access = await anyio.to_thread.run_sync(self.gate.check, given) if given else None
             if access is None:
                 message = "missing or wrong bearer token (Authorization: Bearer <token>)"

@@ -224,12 +224,14 @@ class Hub:
             if ACCESS.get().sees(s.name)
         ]
         return CollectionsResult(
-            collections=items, index_version=self.index_version(), ingest_roots=shown_roots(self.settings)
+            collections=items,
+            index_version=self.index_version(),
+            ingest_roots=shown_roots(self.settings) if ACCESS.get().write else None,
         )
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
         try:
-            doc = self.kb.resolve_document(ref, collection)
+            doc = self.kb.resolve_document(ref, collection or ACCESS.get().collections)  # globs: visible ones
             if not ACCESS.get().sees(doc.collection):
                 raise NotFound(ref)
         except NotFound:
