@@ -164,7 +164,10 @@ def test_scope_escapes(full: bool, scoped: Scoped) -> None:
                             leaks.append(f"{who} {kind} {name} {args}: {got[:300]}")
                     for kind, name, args in reads:
                         got = await _try(c, kind, name, args)
-                        fake_name, fake_args = _swap(name, twin), json.loads(_swap(json.dumps(args, ensure_ascii=False), twin))
+                        fake_name, fake_args = (
+                            _swap(name, twin),
+                            json.loads(_swap(json.dumps(args, ensure_ascii=False), twin)),
+                        )
                         if "collection" in args:
                             fake_args["collection"] = args["collection"].replace("hr", "zz")
                         answer = await _try(c, kind, fake_name, fake_args)
