@@ -14,6 +14,8 @@ from mcp import Client
 from pdf_fixtures import THESIS, THESIS_TABLE, encrypted_pdf, scanned_pdf, truncated_pdf
 from test_cli import cli  # noqa: F401  (the fixture)
 from test_docx_html import PAGE, handbook_docx, png
+from zhiku.access import ACCESS, Access
+from zhiku.errors import NotFound
 from zhiku.mcp.hub import Hub, QueryArgs
 from zhiku.mcp.server import build_server
 from zhiku.types import DocStatus, OcrNeeded
@@ -142,6 +144,19 @@ def test_mcp_answers_carry_the_images_of_cited_passages(kb_factory, tmp_path: Pa
         assert hub.image_blocks(result) == [("image/png", base64.b64encode(png()).decode())]
         summary = hub.summary("员工手册.docx")
         assert (summary.status, summary.needs_ocr_pages) == ("ready", [])
+        # a caller scoped to other collections finds the image as missing as one that is not there
+        name, fake = image.uri.rsplit("/", 1)[-1], "f" * 64 + ".png"
+        reset = ACCESS.set(Access("other", ("elsewhere",)))
+        try:
+            with pytest.raises(NotFound) as hidden:
+                hub.image_bytes(name)
+            with pytest.raises(NotFound) as absent:
+                hub.image_bytes(fake)
+            ACCESS.set(Access("mine", (summary.collection,)))
+            assert hub.image_bytes(name) == png()
+        finally:
+            ACCESS.reset(reset)
+        assert str(hidden.value) == str(absent.value).replace(fake, name)
     finally:
         hub.close()
 

@@ -215,7 +215,16 @@ class Hub:
         return blocks
 
     def image_bytes(self, image_id: str) -> bytes:
+        scope = ACCESS.get().collections
+        if scope is not None and image_id not in self._images_seen(self.index_version(), scope):
+            raise NotFound(f"no image {image_id} in this index (re-ingest the document that holds it)")
         return self.kb.images.read(image_id)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 (one hub per server)
+    def _images_seen(self, version: int, collections: tuple[str, ...]) -> frozenset[str]:
+        """The images of the chunks of ``collections`` at index ``version``."""
+        docs = self.kb.documents(collections)
+        return frozenset(im.image_id for d in docs for c in self.kb.document_chunks(d.doc_id) for im in c.images)
 
     def collections(self, include_stats: bool = True) -> CollectionsResult:
         items = [
