@@ -447,7 +447,7 @@ def test_config_show_reflects_env_yaml_and_flags(cli, tmp_path: Path, embed_cach
     assert shown["retrieval"]["mode"] == "bm25"
     assert (shown["index"], shown["collection"]) == (".zhiku", "default")
     assert shown["cache_dir"] == str(embed_cache_dir)
-    assert sum(len(v) if isinstance(v, dict) else 1 for v in shown.values()) == 58  # keys, sections flattened
+    assert sum(len(v) if isinstance(v, dict) else 1 for v in shown.values()) == 60  # keys, sections flattened
     assert "  mode: bm25\n" in cli("config", "show", env={"ZHIKU_RETRIEVAL__MODE": "bm25"}).stdout
 
     (tmp_path / "zhiku.yaml").write_text("collection: 人事\nretrieval: {top_k: 7, mode: dense}\n", encoding="utf-8")
