@@ -316,6 +316,8 @@ class StoreContract:
             (Filters(collection="法规", source_glob="*.txt", doc_type="text"), [WAGE]),
             (Filters(collection="法规", source_glob="笔记/*"), []),
             (Filters(collection="不存在"), []),
+            (Filters(collection=("笔记", "不存在")), [NOTE]),  # any of several (a scoped token's collections)
+            (Filters(collection=("法规", "笔记"), source_glob="*.md"), [LABOR, NOTE]),
             (Filters(doc_type="pdf"), []),
             (Filters(source_glob="法规/劳动合同法"), []),  # a glob matches the whole path
         ],
