@@ -185,6 +185,9 @@ def test_check_bind(tmp_path: Path) -> None:
     check_bind(ServerSettings(host="0.0.0.0", oauth_issuer="https://sso.example.com/realms/team"))
     with pytest.raises(ConfigError, match="server.oauth_issuer must be an https:// URL"):
         check_bind(ServerSettings(oauth_issuer="http://sso.example.com"))
+    (tmp_path / "tokens.json").write_text("{broken", encoding="utf-8")  # refused at start, not on a request
+    with pytest.raises(ConfigError, match=f"cannot read {tmp_path / 'tokens.json'}: Expecting property name"):
+        check_bind(ServerSettings(), tmp_path)
     with pytest.raises(ConfigError, match="never '\\*'"):
         check_bind(ServerSettings(allowed_origins=("*",)))
     for bad in (" ", "short-token", " " * 20, "a token with spaces in it"):

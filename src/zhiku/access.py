@@ -163,7 +163,7 @@ class Gate:
         if self._static is not None and hmac.compare_digest(digest, self._static):
             found = Access("server.token")
         for name, record in self._named().items():  # every one compared: no early exit to time
-            if hmac.compare_digest(digest, bytes.fromhex(str(record.get("sha256", "")))):
+            if hmac.compare_digest(digest.hex().encode(), str(record.get("sha256")).encode()):
                 expired = record.get("expires") is not None and record["expires"] <= time.time()
                 collections = record.get("collections")
                 access = Access(name, None if collections is None else tuple(collections), bool(record.get("write")))

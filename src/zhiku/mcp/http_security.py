@@ -50,7 +50,7 @@ def is_loopback(host: str) -> bool:
 def check_bind(server: ServerSettings, index: Path | None = None) -> None:
     """Refuse an unauthenticated non-loopback bind, a token no client could send or easy to guess, a bad origin,
     an issuer reached without TLS."""
-    token, issuer = server.token, server.oauth_issuer
+    token, issuer, named = server.token, server.oauth_issuer, Gate(index).required()  # a broken tokens file: here
     if token is not None and (len(token) < MIN_TOKEN_CHARS or token != token.strip() or " " in token):
         raise ConfigError(
             f"server.token (ZHIKU_TOKEN) must be at least {MIN_TOKEN_CHARS} characters without spaces "
@@ -58,7 +58,7 @@ def check_bind(server: ServerSettings, index: Path | None = None) -> None:
         )
     if issuer and not (issuer.startswith("https://") or is_loopback(urllib.parse.urlsplit(issuer).hostname or "")):
         raise ConfigError(f"server.oauth_issuer must be an https:// URL (got {issuer!r})")
-    if not is_loopback(server.host) and not (token or issuer or Gate(index).required()):
+    if not is_loopback(server.host) and not (token or issuer or named):
         raise ConfigError(
             f"refusing to serve HTTP on non-loopback address {server.host!r} without a bearer token: "
             "set ZHIKU_TOKEN (or server.token), add one with `zhiku tokens add`, or bind 127.0.0.1"
