@@ -6,4 +6,5 @@ from helpers_kb import cached_embedder, corpus, e5, embed_cache_dir, kb_factory 
 from helpers_models import minilm_dir, tiny_cross_encoder  # noqa: F401
 from mcp_fixtures import mcp_index  # noqa: F401
 from milvus_fixtures import milvus_uri  # noqa: F401
+from oauth_issuer import team_server  # noqa: F401
 from strict_skips import pytest_make_collect_report, pytest_report_header, pytest_runtest_makereport  # noqa: F401

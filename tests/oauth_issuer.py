@@ -1,16 +1,22 @@
 """A real, tiny OAuth authorization server on 127.0.0.1 for the tests: OpenID discovery metadata, a JWKS of the keys
-it publishes (rotation: publish others), and JWT access tokens signed with real RSA / EC keys."""
+it publishes (rotation: publish others), and JWT access tokens signed with real RSA / EC keys; and the one HTTP
+server the access tests share, trusting it."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from mcp_fixtures import Fixture, HttpServer, copy_fixture, http_request, server_env, start_http
 
 
 class LocalIssuer:
@@ -70,3 +76,43 @@ class LocalIssuer:
     def close(self) -> None:
         self.http.shutdown()
         self.http.server_close()
+
+
+SERVER_TOKEN = "server-token-0123456789"
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+    }
+).encode()
+
+
+@dataclass
+class TeamServer:
+    """`zhiku serve --transport http` on a writable copy of the MCP fixture, with ``SERVER_TOKEN`` and a local
+    issuer; tests add their own named tokens (a running server reads them from the next request on)."""
+
+    fx: Fixture
+    server: HttpServer
+    issuer: LocalIssuer
+
+    def post(self, bearer: str) -> tuple[int, dict[str, str], bytes]:
+        """A raw ``initialize`` with ``Authorization: <bearer>``."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        return http_request(self.server.url, method="POST", headers={**headers, "Authorization": bearer}, body=INIT)
+
+
+@pytest.fixture(scope="session")
+def team_server(mcp_index: Fixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamServer]:
+    """One server for the access tests and the reliability scopes part (re-exported by tests/conftest.py)."""
+    fx = copy_fixture(mcp_index, tmp_path_factory.mktemp("team"))
+    issuer = LocalIssuer()
+    env = server_env(ZHIKU_TOKEN=SERVER_TOKEN, ZHIKU_SERVER__OAUTH_ISSUER=issuer.url)
+    server = start_http(fx, fx.root / "server.log", env=env)
+    try:
+        yield TeamServer(fx, server, issuer)
+    finally:
+        server.stop()
+        issuer.close()
