@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from mcp_fixtures import free_port
-from zhiku.access import add_token
+from zhiku.access import add_token, revoke_token
 from zhiku.errors import ConfigError
 from zhiku.mcp.http_security import (
     MAX_REQUEST_BYTES,
@@ -53,6 +53,7 @@ def call(
     chunks: tuple[bytes, ...] = (BODY,),
     server: ServerSettings = SERVER,
     repeated: tuple[tuple[str, str], ...] = (),
+    index: Path | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     all_headers = {"Host": "127.0.0.1:8765", **(headers or {})}
     scope = {
@@ -70,7 +71,7 @@ def call(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    anyio.run(build_http_app(echo_app, server), scope, receive, send)
+    anyio.run(build_http_app(echo_app, server, index), scope, receive, send)
     start = sent[0]
     return (
         start["status"],
@@ -134,6 +135,24 @@ def test_token_is_required_except_for_healthz() -> None:
     status, headers, _ = call(headers={"Origin": "https://app.example.com"})
     assert status == 401 and headers["access-control-allow-origin"] == "https://app.example.com"
     assert headers["www-authenticate"] == 'Bearer realm="zhiku"'
+
+
+def test_a_named_token_is_required_from_the_moment_one_exists(tmp_path: Path) -> None:
+    open_server = ServerSettings()
+    assert call(server=open_server, index=tmp_path)[0] == 200  # loopback, no token anywhere
+    token = add_token(tmp_path, "bot", ["hr"])["token"]
+    assert error(call(server=open_server, index=tmp_path)) == (401, "UNAUTHORIZED")
+    assert call(server=open_server, index=tmp_path, headers={"Authorization": f"Bearer {token}"})[0] == 200
+    assert (
+        call(
+            server=open_server,
+            index=tmp_path,
+            headers={"Authorization": f"Bearer {token[:-1]}{'y' if token[-1] == 'x' else 'x'}"},
+        )[0]
+        == 401
+    )
+    revoke_token(tmp_path, "bot")
+    assert call(server=open_server, index=tmp_path)[0] == 200  # none left: open again
 
 
 def test_cors_headers_on_normal_responses() -> None:
