@@ -84,15 +84,8 @@ def _write(index: Path, tokens: dict[str, dict[str, Any]]) -> None:
 
 
 def _shown(name: str, record: dict[str, Any]) -> dict[str, Any]:
-    expires = record.get("expires")
-    return {
-        "name": name,
-        "collections": record.get("collections"),
-        "write": bool(record.get("write")),
-        "created": record.get("created"),
-        "expires": expires,
-        "expired": expires is not None and expires <= time.time(),
-    }
+    shown = {k: record.get(k) for k in ("collections", "write", "created", "expires")}
+    return {"name": name, **shown, "expired": shown["expires"] is not None and shown["expires"] <= time.time()}
 
 
 def add_token(
@@ -107,13 +100,8 @@ def add_token(
     if name in tokens:
         raise InvalidInput(f"a token named {name!r} exists: revoke it first (zhiku tokens revoke {name})")
     token, now = "zk_" + secrets.token_urlsafe(32), int(time.time())
-    tokens[name] = {
-        "sha256": _digest(token).hex(),
-        "collections": collections,
-        "write": write,
-        "created": now,
-        "expires": now + expires_s if expires_s else None,
-    }
+    record = {"sha256": _digest(token).hex(), "collections": collections, "write": write}
+    tokens[name] = {**record, "created": now, "expires": now + expires_s if expires_s else None}
     _write(index, tokens)
     return {**_shown(name, tokens[name]), "token": token}
 
@@ -164,10 +152,9 @@ class Gate:
             found = Access("server.token")
         for name, record in self._named().items():  # every one compared: no early exit to time
             if hmac.compare_digest(digest.hex().encode(), str(record.get("sha256")).encode()):
-                expired = record.get("expires") is not None and record["expires"] <= time.time()
-                collections = record.get("collections")
-                access = Access(name, None if collections is None else tuple(collections), bool(record.get("write")))
-                found = None if expired else access
+                t = _shown(name, record)
+                scope = None if t["collections"] is None else tuple(t["collections"])
+                found = None if t["expired"] else Access(name, scope, bool(t["write"]))
         return found
 
 
