@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import statistics
 import time
@@ -144,7 +145,12 @@ def test_scope_escapes(full: bool, scoped: Scoped) -> None:
                 for _ in range(rounds):
                     for kind, name, args in searches:
                         got = await _try(c, kind, name, args)
-                        if SECRET in got or scoped.hr_doc in got or '"hr"' in got or "available: hr" in got:
+                        if (
+                            SECRET in got
+                            or scoped.hr_doc in got
+                            or '"hr"' in got
+                            or re.search(r"available: [^;\"]*\bhr\b", got)
+                        ):
                             leaks.append(f"{who} {kind} {name} {args}: {got[:300]}")
                     for kind, name, args in reads:
                         got = await _try(c, kind, name, args)
