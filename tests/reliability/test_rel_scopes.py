@@ -87,10 +87,12 @@ def _attacks(s: Scoped) -> tuple[list[Attack], list[Attack]]:
     for c in HOSTILE_COLLECTIONS:
         searches.append(("tool", "query_knowledge_hub", {"query": "高级工程师的月薪", "collection": c}))
         reads.append(("tool", "get_document_summary", {"doc_id": s.hr_doc, "collection": c}))
-    for f in ({"source": "*"}, {"source": HR_DOC}, {"source": "薪酬*"}, {"doc_type": "markdown"}, {"tags": ["薪酬"]}):
+    for f in ({"source": "*"}, {"doc_type": "markdown"}, {"tags": ["薪酬"]}):
         searches.append(
             ("tool", "query_knowledge_hub", {"query": "高级工程师的月薪 年终奖", "filters": f, "top_k": 20})
         )
+    for f in ({"source": HR_DOC}, {"source": "薪酬*"}, {"source": "*制度*"}):  # the hints name no hidden source
+        reads.append(("tool", "query_knowledge_hub", {"query": "高级工程师的工资和年终奖", "filters": f, "top_k": 20}))
     searches.append(("prompt", "answer_with_citations", {"question": "高级工程师的月薪"}))
     for ref in (s.hr_doc, HR_DOC, f"hr/{HR_DOC}", s.hr_doc.upper(), "薪酬*", "[劳薪]*"):  # the last: one of laws too
         reads.append(("tool", "get_document_summary", {"doc_id": ref}))
@@ -105,7 +107,7 @@ def _attacks(s: Scoped) -> tuple[list[Attack], list[Attack]]:
 
 def _twin(s: Scoped) -> dict[str, str]:
     """hr's ids and names → ones that exist nowhere, of the same shape."""
-    fake = {s.hr_doc: "f" * len(s.hr_doc), HR_DOC: "无此文件.md", s.hr_doc.upper(): "F" * len(s.hr_doc), "薪": "无"}
+    fake = {s.hr_doc: "f" * len(s.hr_doc), HR_DOC: "无此文件.md", s.hr_doc.upper(): "F" * len(s.hr_doc), "薪": "龘"}
     return {**fake, **{c: "0" * (len(c) - 1) + str(n) for n, c in enumerate(s.hr_chunks)}}
 
 
@@ -163,7 +165,8 @@ def test_scope_escapes(full: bool, scoped: Scoped) -> None:
                         answer = await _try(c, kind, fake_name, fake_args)
                         back = _swap(answer, {b: a for a, b in twin.items()})
                         back = back.replace("zz", "hr") if "collection" in args else back
-                        if SECRET in got or got != back:
+                        named = HR_DOC in got and HR_DOC not in json.dumps(args, ensure_ascii=False)
+                        if SECRET in got or named or got != back:
                             leaks.append(f"{who} {kind} {name} {args}: {got[:300]} ≠ {back[:300]}")
         return tools
 
