@@ -201,7 +201,10 @@ def test_check_bind(tmp_path: Path) -> None:
         check_bind(ServerSettings(host="0.0.0.0"), tmp_path)
     add_token(tmp_path, "bot", None)  # a named token, or an OAuth issuer, authenticates as well
     check_bind(ServerSettings(host="0.0.0.0"), tmp_path)
-    check_bind(ServerSettings(host="0.0.0.0", oauth_issuer="https://sso.example.com/realms/team"))
+    team = {"oauth_issuer": "https://sso.example.com/realms/team", "oauth_audience": "https://kb.example.com/mcp"}
+    check_bind(ServerSettings(host="0.0.0.0", **team))
+    with pytest.raises(ConfigError, match="set server.oauth_audience to this server's URL as clients reach it"):
+        check_bind(ServerSettings(host="0.0.0.0", oauth_issuer=team["oauth_issuer"]))
     with pytest.raises(ConfigError, match="server.oauth_issuer must be an https:// URL"):
         check_bind(ServerSettings(oauth_issuer="http://sso.example.com"))
     (tmp_path / "tokens.json").write_text("{broken", encoding="utf-8")  # refused at start, not on a request

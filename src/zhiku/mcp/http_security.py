@@ -58,6 +58,8 @@ def check_bind(server: ServerSettings, index: Path | None = None) -> None:
         )
     if issuer and not (issuer.startswith("https://") or is_loopback(urllib.parse.urlsplit(issuer).hostname or "")):
         raise ConfigError(f"server.oauth_issuer must be an https:// URL (got {issuer!r})")
+    if issuer and not server.oauth_audience and not is_loopback(server.host):
+        raise ConfigError("set server.oauth_audience to this server's URL as clients reach it (its tokens' `aud`)")
     if not is_loopback(server.host) and not (token or issuer or named):
         raise ConfigError(
             f"refusing to serve HTTP on non-loopback address {server.host!r} without a bearer token: "
