@@ -138,6 +138,8 @@ def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
     assert {("ingest", "hr-writer"), ("query", "hr-writer"), ("query", "laws-reader")} <= who
     ingest = next(t for t in traces if t.kind == "ingest" and t.attrs.get("caller") == "hr-writer")
     assert f" ms · by hr-writer · {team.fx.inbox / HR_DOC}" in trace_label(ingest)
+    listed = CliRunner().invoke(app, ["traces", "--index", str(team.fx.index)], env={"COLUMNS": "250"}).stdout
+    assert "laws-reader: 病假工资怎么发" in listed
     written = (team.fx.index / TRACE_FILE).read_text(encoding="utf-8")
     assert not any(secret in written for secret in tokens.values())
     # expired and revoked tokens are refused at once, the server still running

@@ -197,6 +197,7 @@ def traces(
     rows = table(("trace", "kind", "status", "ms", "what", "stages"), whole=["trace", "ms"], texts=["what"])
     for t in found:
         what = t.attrs.get("query") or ", ".join(t.attrs.get("paths") or []) or str(t.attrs.get("documents", ""))
+        what = f"{t.attrs['caller']}: {what}" if t.attrs.get("caller") else what  # who asked, over HTTP
         stages = " ".join(
             f"{s.name}:{s.elapsed_ms:.0f}" if s.status == "ok" else f"{s.name}:{s.status}" for s in ordered_stages(t)
         )
