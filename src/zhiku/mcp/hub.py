@@ -120,13 +120,10 @@ class Hub:
             return args
         if args.collection is None:
             return replace(args, collection=access.collections)
-        if not access.sees(str(args.collection)) or str(args.collection) not in self._visible():
-            shown = ", ".join(self._visible()) or "(none yet)"
+        if args.collection not in (visible := [c.name for c in self.kb.collections() if access.sees(c.name)]):
+            shown = ", ".join(visible) or "(none yet)"
             raise NotFound(f"no collection {args.collection!r} in this knowledge base; available: {shown}")
         return args
-
-    def _visible(self) -> list[str]:
-        return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name)]
 
     def cached_query(self, args: QueryArgs) -> QueryResult | None:
         if not self.cache.max_weight:
