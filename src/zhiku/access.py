@@ -145,8 +145,8 @@ class Gate:
         return self._static is not None or self.issuer is not None or bool(self._named())
 
     def check(self, bearer: str) -> Access | None:
-        if self.issuer is not None and bearer.count(".") == 2:
-            return self.issuer.verify(bearer)
+        if self.issuer is not None and bearer.count(".") == 2 and (by_issuer := self.issuer.verify(bearer)):
+            return by_issuer
         digest, found = _digest(bearer), None
         if self._static is not None and hmac.compare_digest(digest, self._static):
             found = Access("server.token")
