@@ -13,6 +13,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.client.auth.utils import extract_resource_metadata_from_www_auth
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
@@ -161,6 +162,8 @@ def test_oauth_resource_server_against_a_local_issuer(team: Team) -> None:
     challenge = f'Bearer realm="zhiku", resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"'
     status, headers, _ = team.post("")
     assert status == 401 and headers["www-authenticate"] == challenge + ', scope="zhiku.read"'
+    found = extract_resource_metadata_from_www_auth(httpx2.Response(401, headers=headers))  # as the SDK's OAuth does
+    assert found == f"{base}/.well-known/oauth-protected-resource/mcp"
 
     async def main() -> None:
         async with client(url, issuer.token(url, "zhiku.read.laws")) as c:
