@@ -28,6 +28,7 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
     "milvus": (("pymilvus",), "use the Milvus store"),
     "otel": (("opentelemetry.sdk",), "export traces to OpenTelemetry"),
+    "oauth": (("cryptography",), "accept an OAuth issuer's signed access tokens"),
     "scale": (("numkong",), "search 10,000+ chunks faster by int8 screening"),
 }
 
@@ -140,6 +141,7 @@ def needed_extras(settings: Settings) -> set[str]:
     needs = {
         "milvus": store.kind == "milvus",
         "otel": settings.tracing.otel,
+        "oauth": settings.server.oauth_issuer is not None,
         "scale": store.kind == "sqlite" and store.dense_search == "int8",
         "models": rerank == "cross-encoder",
         "remote": rerank == "llm",
