@@ -10,6 +10,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from zhiku.numeric import best
 from zhiku.types import Ranking, ScoredId
 
 RRF_K = 60  # the RRF constant of Cormack et al. 2009
@@ -71,16 +72,19 @@ def zscore_fusion(
             continue
         own = np.array(scores, np.float64)
         mean = own.sum() / own.size  # numpy's mean and std, without their per-call overhead (the same floats)
-        own = own - mean
+        own -= mean
         std = math.sqrt((own * own).sum() / own.size) or 1.0
         own /= std
         z = np.full(len(keys), own.min())  # a candidate the channel did not find: its lowest standardised score
         extra = fill[n] if fill is not None else None
         if extra:  # exact raw scores of candidates outside the ranking
             where = np.fromiter(map(at.get, extra, repeat(-1)), np.intp, len(extra))
-            raw = np.fromiter(extra.values(), np.float64, len(extra))
-            z[where[where >= 0]] = (raw[where >= 0] - mean) / std
-        z[np.fromiter(map(at.__getitem__, ids), np.intp, len(ids))] = own
+            found = where >= 0
+            z[where[found]] = (np.fromiter(extra.values(), np.float64, len(extra))[found] - mean) / std
+        if n:  # (the first ranking's candidates lead the keys)
+            z[np.fromiter(map(at.__getitem__, ids), np.intp, len(ids))] = own
+        else:
+            z[: own.size] = own
         fused += w * z
     return _best_first(keys, fused, limit)
 
@@ -98,13 +102,11 @@ def positions(ids: Sequence[str]) -> dict[str, int]:
 
 
 def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
-    """``by_score_then_id`` over ``keys`` and their ``scores`` (an array), given only the candidates scoring at least
-    the ``limit``-th best score (picked with numpy)."""
-    if limit is not None and 0 < limit < scores.size and not np.isnan(scores).any():
-        cut = scores.size - limit
-        keep = np.flatnonzero(scores >= np.partition(scores, cut)[cut]).tolist()
-        keys, scores = [keys[i] for i in keep], scores[keep]
-    return by_score_then_id(dict(zip(keys, scores.tolist(), strict=True)), limit)
+    """The first ``limit`` ``(key, score)`` by score descending, ties by key (only the candidates scoring at least
+    the ``limit``-th best score are sorted)."""
+    at = range(len(keys)) if limit is None else best(scores, limit).tolist() if limit > 0 else []
+    pairs = sorted(zip((-scores[at]).tolist(), [keys[i] for i in at], strict=True))[:limit]
+    return [(key, -score) for score, key in pairs]
 
 
 def by_score_then_id(scores: Mapping[str, float], limit: int | None = None) -> list[tuple[str, float]]:

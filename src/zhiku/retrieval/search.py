@@ -165,6 +165,8 @@ class Searcher:
     def looked_up(self, r: Retrieval, allowed: Keep = None) -> Retrieval:
         """``r`` with what its question looks up (named articles, asked pages: ``lookups.lookup``) first, and what
         it asked for that no passage holds; ``allowed``: the chunks a tags filter keeps."""
+        if not r.query.articles and not r.query.pages:  # (nothing to look up: most questions)
+            return r
         found = lookup(r.query, r.hits, r.candidates or r.hits, self.text.normalize, self._catalogue, allowed)
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
 

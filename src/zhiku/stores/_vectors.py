@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from zhiku.errors import IndexLocked, StoreError
+from zhiku.numeric import best
 from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, version_of
 from zhiku.stores._vector_files import (
     UNCHECKED,
@@ -242,9 +243,9 @@ class VectorSnapshot:
             scores = dot_rows(self.float_rows, unit)
             if n < self.rows:
                 scores[~allowed] = -np.inf
-        best = _best(scores, k)
-        best = best[np.isfinite(scores[best])]
-        return rowids_of(self.layout, self.ids, best if rows is None else rows[best]), scores[best]
+        top = best(scores, k)
+        top = top[np.isfinite(scores[top])]
+        return rowids_of(self.layout, self.ids, top if rows is None else rows[top]), scores[top]
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The float32 ``rows`` (ascending), read with ``pread`` rather than through the mapping: the scattered
@@ -275,9 +276,7 @@ class VectorSnapshot:
         coarse = np.asarray(numkong().cdist(quantise(unit)[None, :], codes, metric="dot", out_dtype="float32"))[0]
         if not allowed.all():
             coarse[~allowed] = -np.inf
-        cut = coarse.size - want
-        floor = np.partition(coarse, cut)[cut] if cut > 0 else -np.inf  # (rows tied with it come too)
-        return np.flatnonzero(coarse >= floor if np.isfinite(floor) else np.isfinite(coarse))
+        return best(coarse, want)
 
 
 def screen_width(k: int, n: int) -> int:
@@ -286,20 +285,10 @@ def screen_width(k: int, n: int) -> int:
 
 
 def dot_rows(rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
-    """Each row's dot product with ``unit`` (the rows are unit vectors: their cosines), by numpy's einsum (not BLAS:
-    as fast on one core, the product is memory-bound, and it starts no BLAS threads, which slow concurrent
-    searches down)."""
-    scores: np.ndarray = np.einsum("ij,j->i", rows, unit)
+    """Each row's dot product with ``unit`` (the rows are unit vectors: their cosines), one row at a time (a row's
+    score never depends on the rows beside it; twice einsum's speed, and no BLAS threads)."""
+    scores: np.ndarray = np.vecdot(rows, unit)
     return scores
-
-
-def _best(scores: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the ``k`` best ``scores`` and of every score tied with the ``k``-th: the ranking then orders
-    ties by chunk id (``SQLiteStore._ranked``), so which tied rows it keeps never depends on where they lie."""
-    if k >= scores.size:
-        return np.arange(scores.size)
-    cut = scores.size - k
-    return np.flatnonzero(scores >= np.partition(scores, cut)[cut])
 
 
 def _read_rows(fd: int, rows: np.ndarray, size: int) -> tuple[np.ndarray, int]:

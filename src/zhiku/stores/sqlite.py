@@ -267,14 +267,13 @@ class SQLiteStore:
         self, vector: np.ndarray, top_k: int, filters: Filters, others: Sequence[ScoredId]
     ) -> tuple[Sequence[ScoredId], dict[str, float]]:
         """``FilledDense``: the dense ranking and the cosines of ``others`` outside it, in one read."""
-        query = _query_vector(vector)
+        unit = _unit(vector)
         with self.db.read() as conn:
             snap = self._vectors_at(conn)
-            _check_dim(snap, query)
+            _check_dim(snap, unit)
             mask = self._masks.mask(conn, snap.top, filters)
             allowed = None if mask is None else snap.mask_of(np.flatnonzero(mask) + 1)  # by file row
             # no lock held: searches run side by side
-            unit = _unit(query)
             rowids, scores = snap.search(unit, int(top_k), allowed, screen=self.vectors.screens(snap))
             found = self._ranked(rowids, scores, conn, snap.top, int(top_k)) if rowids.size else None
             if not others or found is None:  # (no dense ranking: nothing to fuse the cosines with)
@@ -283,7 +282,7 @@ class SQLiteStore:
             if isinstance(others, Ranking) and others.rows is not None:  # (BM25's: where each candidate is)
                 outside = [c not in seen for c in others.ids]
                 ids = list(compress(others.ids, outside))
-                hint = np.array(others.rows, np.int64)[outside]
+                hint = np.fromiter(compress(others.rows, outside), np.int64, len(ids))
             else:
                 ids = [x.chunk_id for x in others if x.chunk_id not in seen]
                 hint = self._ids.rows_hint(ids)
@@ -297,7 +296,7 @@ class SQLiteStore:
     def best_dense_scores(self, vectors: Sequence[np.ndarray], chunk_ids: Sequence[str]) -> dict[str, float]:
         """``BestCosines``: the chunks' rows looked up and read once for every vector (rowids remembered from
         earlier searches used when they are live, the rest read from SQLite)."""
-        queries = [_query_vector(v) for v in vectors]
+        queries = [_unit(v) for v in vectors]
         ids = list(dict.fromkeys(chunk_ids))
         if not ids or not queries:
             return {}
@@ -309,7 +308,7 @@ class SQLiteStore:
         if not kept:
             return {}
         rows = snap.gather(at)
-        best = np.maximum.reduce([dot_rows(rows, _unit(query)) for query in queries])  # as dense_scores
+        best = np.maximum.reduce([dot_rows(rows, query) for query in queries])  # as dense_scores
         return dict(zip(kept, best.tolist(), strict=True))
 
     def warm(self) -> None:
@@ -381,35 +380,26 @@ class SQLiteStore:
     ) -> Ranking:
         """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are
         no chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
-        order = np.argsort(-scores, kind="stable")
-        ranked, rows = scores[order], rowids[order].tolist()
+        neg = -scores
+        order = np.argsort(neg, kind="stable")
+        rows = rowids[order].tolist()
         found = self._ids.names(conn, rows, top)
-        if None in found:  # rows that are no chunk
-            keep = [n for n, c in enumerate(found) if c is not None]
-            ranked, rows, found = ranked[keep], [rows[n] for n in keep], [found[n] for n in keep]
-        names = cast(list[str], found)
-        as_list = ranked.tolist()
-        tied = ranked[1:] == ranked[:-1]
-        if tied.any():  # each run of tied scores by chunk id
-            perm = list(range(len(rows)))
-            runs: list[list[int]] = []  # [first, last] of each run
-            for n in np.flatnonzero(tied).tolist():
-                if runs and runs[-1][1] == n:
-                    runs[-1][1] = n + 1
-                else:
-                    runs.append([n, n + 1])
-            for a, b in runs:
-                perm[a : b + 1] = sorted(perm[a : b + 1], key=names.__getitem__)
-            names, rows, as_list = [names[n] for n in perm], [rows[n] for n in perm], [as_list[n] for n in perm]
-        self._ids.seen(names[:top_k], rows[:top_k])
-        return Ranking(names[:top_k], as_list[:top_k], rows[:top_k])
+        # by score, ties by chunk id: the runs of tied scores are all a sort of nearly sorted pairs has to do
+        pairs = zip(neg[order].tolist(), found, rows, strict=True)
+        best = sorted(pairs if None not in found else [p for p in pairs if p[1] is not None])[:top_k]
+        names = cast(list[str], [c for _, c, _ in best])
+        self._ids.seen(names, [r for _, _, r in best])
+        return Ranking(names, [-x for x, _, _ in best], [r for _, _, r in best])
 
 
-def _query_vector(vector: np.ndarray) -> np.ndarray:
+def _unit(vector: np.ndarray) -> np.ndarray:
+    """The query as a float32 unit vector (the rows are unit vectors: their dot products with it are cosines;
+    ``l2_normalise``'s floats, without its overhead)."""
     query = np.asarray(vector, dtype=np.float32).reshape(-1)
     if not np.isfinite(query).all():
         raise InvalidInput("the query vector contains NaN or infinite values; check the embedder")
-    return query
+    unit: np.ndarray = query / (np.sqrt((query * query).sum()) or np.float32(1.0))
+    return unit
 
 
 def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
@@ -418,12 +408,6 @@ def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
             f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
             "rebuild with `zhiku ingest PATH --force` into a new --index"
         )
-
-
-def _unit(query: np.ndarray) -> np.ndarray:
-    """``query`` as a unit vector (the rows are unit vectors: their dot products with it are cosines)."""
-    unit: np.ndarray = l2_normalise(query.reshape(1, -1))[0]
-    return unit
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
