@@ -380,16 +380,17 @@ class SQLiteStore:
     ) -> Ranking:
         """The best ``top_k`` hits, by score then chunk id (ties broken the same way by every search); rows that are
         no chunk (deleted before their id was ever read) left out. ``top``: the snapshot's highest rowid."""
-        neg = -scores
-        order = np.argsort(neg, kind="stable")
-        rows = rowids[order].tolist()
+        order = np.argsort(-scores, kind="stable")
+        ranked, rows = scores[order], rowids[order].tolist()
         found = self._ids.names(conn, rows, top)
-        # by score, ties by chunk id: the runs of tied scores are all a sort of nearly sorted pairs has to do
-        pairs = zip(neg[order].tolist(), found, rows, strict=True)
-        best = sorted(pairs if None not in found else [p for p in pairs if p[1] is not None])[:top_k]
-        names = cast(list[str], [c for _, c, _ in best])
-        self._ids.seen(names, [r for _, _, r in best])
-        return Ranking(names, [-x for x, _, _ in best], [r for _, _, r in best])
+        values = ranked.tolist()
+        if None in found or (ranked[1:] == ranked[:-1]).any():  # ties by chunk id: (-score, id) pairs sorted
+            pairs = zip((-ranked).tolist(), found, rows, strict=True)
+            best = sorted(pairs if None not in found else [p for p in pairs if p[1] is not None])
+            values, found, rows = [-x for x, _, _ in best], [c for _, c, _ in best], [r for _, _, r in best]
+        names = cast(list[str], found[:top_k])
+        self._ids.seen(names, rows[:top_k])
+        return Ranking(names, values[:top_k], rows[:top_k])
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
