@@ -26,8 +26,8 @@ def best(scores: np.ndarray, k: int) -> np.ndarray:
     A large array's ``k``-th is looked for among the scores at least a strided sample's best (a partition costs
     ~6 ns a score)."""
     n = scores.size
-    if k >= n:
-        return np.arange(n)
+    if k >= n or k < 1:
+        return np.arange(n if k > 0 else 0)
     pool = None
     step = n // (4 * k)
     if step > 2:  # the sample's j-th best has ~j * step >= 2k scores at least it: almost always k or more
