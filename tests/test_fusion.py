@@ -314,16 +314,6 @@ def test_a_repeated_question_embeds_neither_it_nor_its_clauses(tmp_path, embed_c
     assert again.clauses == first.clauses
 
 
-def test_the_best_few_keep_the_order_of_the_whole_list_through_ties() -> None:
-    from zhiku.retrieval.fusion import by_score_then_id
-
-    scores = {"c": 1.0, "b": 1.0, "d": 2.0, "a": 1.0, "e": 0.5}
-    assert by_score_then_id(scores) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0), ("e", 0.5)]
-    assert by_score_then_id(scores, 2) == [("d", 2.0), ("a", 1.0)]  # a tie at the cut: the lowest id first
-    assert by_score_then_id(scores, 4) == [("d", 2.0), ("a", 1.0), ("b", 1.0), ("c", 1.0)]
-    assert by_score_then_id(scores, 0) == [] and by_score_then_id(scores, 9) == by_score_then_id(scores)
-
-
 class ClausesFailing(Clauses):
     """The embedder fails on one clause (a remote API's hiccup); the question itself embeds fine."""
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.observability.tracing import span
-from zhiku.retrieval.fusion import by_score_then_id, columns_of
+from zhiku.retrieval.fusion import columns_of
 from zhiku.stores.base import BestCosines, Retriever
 from zhiku.types import Ranking, ScoredId
 
@@ -44,7 +44,7 @@ def clause_ranking(
         for vector in vectors:
             for chunk_id, score in store.dense_scores(vector, candidates).items():
                 best[chunk_id] = max(score, best.get(chunk_id, score))
-    order = by_score_then_id(best)
+    order = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))  # ties by id
     return Ranking([i for i, _ in order], [s for _, s in order])
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from itertools import chain, repeat
-from operator import itemgetter
 
 import numpy as np
 
@@ -104,18 +102,6 @@ def positions(ids: Sequence[str]) -> dict[str, int]:
 def _best_first(keys: list[str], scores: np.ndarray, limit: int | None) -> list[tuple[str, float]]:
     """The first ``limit`` ``(key, score)`` by score descending, ties by key (only the candidates scoring at least
     the ``limit``-th best score are sorted)."""
-    at = range(len(keys)) if limit is None else best(scores, limit).tolist() if limit > 0 else []
+    at = range(len(keys)) if limit is None else best(scores, limit).tolist()
     pairs = sorted(zip((-scores[at]).tolist(), [keys[i] for i in at], strict=True))[:limit]
     return [(key, -score) for score, key in pairs]
-
-
-def by_score_then_id(scores: Mapping[str, float], limit: int | None = None) -> list[tuple[str, float]]:
-    """``(id, score)`` by score descending, ties by id: sorted by id, then (stably) by score; only the first
-    ``limit`` when given (only the candidates scoring at least the ``limit``-th best score are sorted)."""
-    if limit is not None and limit < len(scores):
-        floor = heapq.nlargest(limit, scores.values())[-1] if limit > 0 else math.inf
-        if floor == floor:  # (not NaN)
-            scores = {i: x for i, x in scores.items() if x >= floor}
-    out = sorted(scores.items())
-    out.sort(key=itemgetter(1), reverse=True)
-    return out if limit is None else out[:limit]
