@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
-from zhiku.observability.rank_changes import fusion_changes, rank_changes
 from zhiku.observability.trace import TRACE_FILE, JsonlSink, MemorySink, Trace, ordered_stages, read_traces
-from zhiku.observability.tracing import NOOP, Tracer, mark, span
+from zhiku.observability.tracing import NOOP, Tracer, fusion_changes, mark, rank_changes, span
 from zhiku.retrieval.fusion import rrf
 from zhiku.retrieval.gate import FairGate
 from zhiku.types import Hit, ScoredId

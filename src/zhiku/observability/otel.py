@@ -11,17 +11,6 @@ from zhiku.observability.trace import Trace
 INSTRUMENTATION = "zhiku"
 
 
-def _import_otel() -> Any:
-    try:
-        from opentelemetry import trace as otel_trace
-        from opentelemetry.trace import Status, StatusCode
-    except ImportError:
-        raise MissingDependency(
-            "OpenTelemetry export needs the opentelemetry SDK: pip install 'zhiku[otel]' (or set tracing.otel: false)"
-        ) from None
-    return otel_trace, Status, StatusCode
-
-
 def _attr(value: Any) -> str | int | float | bool:
     if isinstance(value, (str, bool, int, float)):
         return value
@@ -32,8 +21,14 @@ class OtelSink:
     """A tracing sink that re-emits each finished trace through an OpenTelemetry tracer."""
 
     def __init__(self, tracer_provider: Any = None) -> None:
-        otel_trace, self._Status, self._StatusCode = _import_otel()
-        self._otel_trace = otel_trace
+        try:
+            from opentelemetry import trace as otel_trace
+            from opentelemetry.trace import Status, StatusCode
+        except ImportError:
+            raise MissingDependency(
+                "OpenTelemetry export needs the opentelemetry SDK: pip install 'zhiku[otel]' (or set tracing.otel: false)"
+            ) from None
+        self._otel_trace, self._Status, self._StatusCode = otel_trace, Status, StatusCode
         self._tracer = otel_trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
 
     def write(self, trace: Trace) -> None:

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ class Stage:
     """One stage of a trace. ``start_ms`` is relative to the trace's start."""
 
     name: str
-    start_ms: float
+    start_ms: float = 0.0
     elapsed_ms: float = 0.0
     status: str = "ok"  # ok | off | error | fallback
     counts: dict[str, int] = field(default_factory=dict)
@@ -49,15 +49,7 @@ class Stage:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], labels: Mapping[str, Any]) -> Stage:
-        return cls(
-            name=str(d["name"]),
-            start_ms=float(d.get("start_ms", 0.0)),
-            elapsed_ms=float(d.get("elapsed_ms", 0.0)),
-            status=str(d.get("status", "ok")),
-            counts=dict(d.get("counts") or {}),
-            data={k: _rows(v, labels) for k, v in (d.get("data") or {}).items()},
-            calls=int(d.get("calls", 1)),
-        )
+        return cls(**_fields(cls, d, labels))
 
 
 @dataclass
@@ -78,32 +70,19 @@ class Trace:
         return next((s for s in self.stages if s.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "kind": self.kind,
-            "started_at": round(self.started_at, 6),
-            "elapsed_ms": round(self.elapsed_ms, 3),
-            "status": self.status,
-            "error": self.error,
-            "attrs": self.attrs,
-            "data": self.data,
-            "stages": [s.to_json() for s in self.stages],
-        }
+        rounded = {"started_at": round(self.started_at, 6), "elapsed_ms": round(self.elapsed_ms, 3)}
+        return {**vars(self), **rounded, "stages": [s.to_json() for s in self.stages]}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Trace:
         labels = d.get("labels") or {}  # (lines written before rows carried their labels)
-        return cls(
-            kind=str(d["kind"]),
-            trace_id=str(d["trace_id"]),
-            started_at=float(d["started_at"]),
-            attrs=dict(d.get("attrs") or {}),
-            stages=[Stage.from_json(s, labels) for s in d.get("stages") or []],
-            data={k: _rows(v, labels) for k, v in (d.get("data") or {}).items()},
-            elapsed_ms=float(d.get("elapsed_ms", 0.0)),
-            status=str(d.get("status", "ok")),
-            error=d.get("error"),
-        )
+        return cls(**{**_fields(cls, d, labels), "stages": [Stage.from_json(s, labels) for s in d.get("stages") or []]})
+
+
+def _fields(cls: type, d: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` that line ``d`` holds, its data's rows labelled."""
+    data = {k: _rows(v, labels) for k, v in (d.get("data") or {}).items()}
+    return {**{f.name: d[f.name] for f in fields(cls) if f.name in d}, "data": data}
 
 
 def _rows(value: Any, labels: Mapping[str, Any]) -> Any:
@@ -124,11 +103,6 @@ def stage_order(s: Stage) -> tuple[int, float]:
 
 def ordered_stages(trace: Trace) -> list[Stage]:
     return sorted(trace.stages, key=stage_order)
-
-
-def encode_line(trace: Trace) -> bytes:
-    """One trace as a compact UTF-8 JSON line (numpy scalars as numbers, anything else unknown as its text)."""
-    return (json.dumps(trace.to_json(), ensure_ascii=False, separators=(",", ":"), default=_encodable) + "\n").encode()
 
 
 def _encodable(value: Any) -> Any:
@@ -160,12 +134,13 @@ class JsonlSink:
         self._lock = threading.Lock()  # one rotation at a time in this process
 
     def write(self, trace: Trace) -> None:
-        line = encode_line(trace)
+        line = (
+            json.dumps(trace.to_json(), ensure_ascii=False, separators=(",", ":"), default=_encodable) + "\n"
+        ).encode()
         with self._lock, open(self.path, "ab", buffering=0) as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                size = f.seek(0, 2)
-                if size and size + len(line) > self.max_bytes:
+                if (size := f.seek(0, 2)) and size + len(line) > self.max_bytes:
                     self._rotate()  # the open file is now a backup: the line goes to a fresh file
                     with open(self.path, "ab", buffering=0) as fresh:
                         fresh.write(line)
@@ -182,25 +157,17 @@ class JsonlSink:
                 newer.replace(older)
 
 
-def trace_files(path: Path, backups: int = 100) -> list[Path]:
-    """``path`` and its rotated backups that exist, newest first."""
-    files = [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
-    return [p for p in files if p.is_file()]
-
-
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
     """The newest ``limit`` traces (of ``kind``) in ``path`` and its backups, newest first."""
     out: list[Trace] = []
-    for f in trace_files(Path(path)):
-        for line in reversed(f.read_text(encoding="utf-8", errors="replace").splitlines()):
-            try:
-                t = Trace.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue
-            if kind is None or t.kind == kind:
-                out.append(t)
-                if len(out) >= limit:
-                    break
-        if len(out) >= limit:
-            break
+    files = [Path(path)] + [Path(path).with_name(f"{Path(path).name}.{n}") for n in range(1, 101)]  # newest first
+    for line in (ln for f in files if f.is_file() for ln in reversed(f.read_text("utf-8", "replace").splitlines())):
+        try:
+            t = Trace.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError):
+            continue
+        if kind is None or t.kind == kind:
+            out.append(t)
+            if len(out) >= limit:
+                break
     return sorted(out, key=lambda t: t.started_at, reverse=True)  # stable: equal times keep the file's order

@@ -6,8 +6,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class _Span:
     active = True
 
     def __init__(self, open_: _Open, name: str) -> None:
-        self._open, self._name, self._t0, self._paused = open_, name, 0.0, 0.0
+        self._open, self._name, self._t0 = open_, name, 0.0
         self._sets: Sets = []
 
     def __enter__(self) -> _Span:
@@ -65,18 +65,10 @@ class _Span:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        seconds = time.perf_counter() - self._t0 - self._paused
+        seconds = time.perf_counter() - self._t0
         if exc is not None:
             self._sets.append((None, "error", {"error": f"{type(exc).__name__}: {exc}"}))
         self._open.add(self._name, self._t0, seconds, self._sets)
-
-    @contextmanager
-    def outside(self, cm: AbstractContextManager[Any]) -> Iterator[None]:
-        """Enter ``cm`` with this span's clock stopped."""
-        start = time.perf_counter()
-        with cm:
-            self._paused += time.perf_counter() - start
-            yield
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
         """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists are extended)."""
@@ -103,9 +95,6 @@ class _NoSpan:
 
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         return None
-
-    def outside(self, cm: AbstractContextManager[Any]) -> AbstractContextManager[Any]:
-        return cm
 
 
 NOOP = _NoSpan()
@@ -197,23 +186,60 @@ def ranking_rows(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> list[di
     return [{"chunk_id": x.chunk_id, "rank": x.rank, "score": round(float(x.score), 6)} for x in items[:limit]]
 
 
+def rank_changes(
+    before: Mapping[str, int],
+    after: Sequence[str],
+    *,
+    keep_dropped_within: int,
+    channels: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
+) -> dict[str, Any]:
+    """What a stage records: ``changes``, one row per id of ``after`` (in order), then the ids of ``before`` it left out
+    that stood within ``keep_dropped_within`` (the ones worth a look), and the ``summary`` over all of them."""
+    rows: list[dict[str, Any]] = []
+    summary = dict.fromkeys(("moved_up", "moved_down", "unchanged", "new", "max_gain", "max_drop", "dropped"), 0)
+
+    def row(cid: str, was: int | None, pos: int | None, delta: int | None, status: str) -> None:
+        rows.append({"chunk_id": cid, "rank_before": was, "rank_after": pos, "delta": delta, "status": status})
+        if channels is not None:
+            rows[-1].update(bm25_rank=channels[0].get(cid), dense_rank=channels[1].get(cid))
+
+    for pos, cid in enumerate(after, 1):
+        was = before.get(cid)
+        if was is None:
+            summary["new"] += 1
+            row(cid, None, pos, None, "new")
+            continue
+        delta = was - pos
+        if delta > 0:
+            summary["moved_up"] += 1
+            summary["max_gain"] = max(summary["max_gain"], delta)
+        elif delta < 0:
+            summary["moved_down"] += 1
+            summary["max_drop"] = max(summary["max_drop"], -delta)
+        else:
+            summary["unchanged"] += 1
+        row(cid, was, pos, delta, "up" if delta > 0 else "down" if delta < 0 else "same")
+    kept = set(after)
+    for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])):
+        if cid not in kept:
+            summary["dropped"] += 1
+            if was <= keep_dropped_within:
+                row(cid, was, None, None, "dropped")
+    return {"changes": rows, "summary": summary}
+
+
+def fusion_changes(
+    bm25: Sequence[ScoredId], dense: Sequence[ScoredId], fused: Sequence[str], top_k: int
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The fusion stage's ``counts`` (``candidates``: the chunks any channel found) and its rank changes."""
+    b = {x.chunk_id: x.rank for x in bm25}
+    d = {x.chunk_id: x.rank for x in dense}
+    best = {c: min(r for r in (b.get(c), d.get(c)) if r is not None) for c in b.keys() | d.keys()}
+    counts = {"candidates": len(best.keys() | set(fused))}
+    return counts, rank_changes(best, fused, keep_dropped_within=top_k, channels=(b, d))
+
+
 HIT_FIELDS = ("bm25_rank", "bm25_score", "dense_rank", "dense_score", "fused_rank", "rerank_score", "rerank_sigmoid")
-
-
-def hit_rows(hits: Sequence[Hit]) -> list[dict[str, Any]]:
-    """The final hits of a query as trace rows: rank, chunk, place and every channel's evidence."""
-    return [
-        {
-            "rank": n,
-            "chunk_id": h.chunk.chunk_id,
-            "source": h.chunk.source,
-            "section": h.chunk.section,
-            "page": h.chunk.page,
-            "score": h.score,
-            **{f: getattr(h, f) for f in HIT_FIELDS},
-        }
-        for n, h in enumerate(hits, 1)
-    ]
 
 
 Lookup = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
@@ -238,29 +264,24 @@ class Labels:
 
 def record_hits(trace: Trace, hits: Sequence[Hit], lookup: Lookup) -> None:
     """Put the query's hits in ``trace.data`` and label every row the trace lists."""
-    trace.data["hits"] = hit_rows(hits)
+    place = ("source", "section", "page", "score", *HIT_FIELDS)
+    trace.data["hits"] = [
+        {"rank": n, "chunk_id": h.chunk.chunk_id, **{f: getattr(h.chunk if f in place[:3] else h, f) for f in place}}
+        for n, h in enumerate(hits, 1)
+    ]
     lists = [v for d in [*(s.data for s in trace.stages), trace.data] for v in d.values() if isinstance(v, list)]
     rows = [r for rows in lists for r in rows if isinstance(r, dict) and "chunk_id" in r]
     labels = lookup(sorted({r["chunk_id"] for r in rows}))
     for r in rows:
-        label = labels.get(r["chunk_id"])
-        if label:
-            for k, v in label.items():
-                r.setdefault(k, v)
+        for k, v in (labels.get(r["chunk_id"]) or {}).items():
+            r.setdefault(k, v)
 
 
 def report_rows(report: IngestReport) -> dict[str, Any]:
     """An ingestion report as trace data: one row per document with its status (and reason when it failed)."""
-    docs: list[dict[str, Any]] = []
-    for status in ("added", "updated", "skipped", "removed"):
-        names = getattr(report, status)
-        reason = "unchanged (same SHA-256)" if status == "skipped" else None
-        docs.extend({"source": n, "status": status, "reason": reason} for n in names)
-    docs.extend({"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed)
-    return {
-        "documents": docs,
-        "counts": report.counts(),
-        "chunks_written": report.chunks_written,
-        "chunks_embedded": report.chunks_embedded,
-        "dry_run": report.dry_run,
-    }
+    why = {"skipped": "unchanged (same SHA-256)"}
+    statuses = ("added", "updated", "skipped", "removed")
+    docs = [{"source": n, "status": s, "reason": why.get(s)} for s in statuses for n in getattr(report, s)]
+    docs += [{"source": f.path, "status": "failed", "reason": f.reason} for f in report.failed]
+    totals = {k: getattr(report, k) for k in ("chunks_written", "chunks_embedded", "dry_run")}
+    return {"documents": docs, "counts": report.counts(), **totals}

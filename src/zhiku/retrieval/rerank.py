@@ -18,8 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from zhiku.errors import InvalidInput, RerankError
 from zhiku.modelhub.hf import HubModel
 from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
-from zhiku.observability.rank_changes import rank_changes
-from zhiku.observability.tracing import span
+from zhiku.observability.tracing import rank_changes, span
 from zhiku.settings import RerankSettings
 from zhiku.types import Hit
 

@@ -18,8 +18,7 @@ import numpy as np
 from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
-from zhiku.observability.rank_changes import fusion_changes
-from zhiku.observability.tracing import mark, ranking_rows, span
+from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
 from zhiku.retrieval.clauses import CLAUSE_WEIGHT, clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import FILL_DENSE, RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
