@@ -118,7 +118,7 @@ class Expected:
             return False
         if self.page is not None and chunk.page != self.page:
             return False
-        fold = self.fold or _same
+        fold = self.fold or str
         if self.section is not None and not section_matches(fold(chunk.section), fold(self.section)):
             return False
         if self.contains is None:
@@ -128,10 +128,6 @@ class Expected:
     def to_json(self) -> dict[str, Any]:
         fields = (("source", self.source), ("page", self.page), ("section", self.section), ("contains", self.contains))
         return {k: v for k, v in fields if v is not None}
-
-
-def _same(text: str) -> str:
-    return text
 
 
 def folded(evalset: EvalSet, fold: Callable[[str], str]) -> EvalSet:

@@ -153,9 +153,6 @@ class ExperimentResult:
     budget: int | None = None  # the ranking metrics counted only the first `budget` returned characters
     unmatched: tuple[str, ...] = ()  # expected entries no chunk satisfies (the same for every variant)
 
-    def metric_names(self) -> list[str]:
-        return standard_metrics(self.k, self.budget)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset,
@@ -175,7 +172,7 @@ class ExperimentResult:
         }
 
     def markdown(self) -> str:
-        names = self.metric_names()
+        names = standard_metrics(self.k, self.budget)
         lines = [
             f"| variant ({self.dataset}, {self.queries} queries) | " + " | ".join(names) + " | p50 ms | p95 ms |",
             "|" + "---|" * (len(names) + 3),
@@ -214,6 +211,7 @@ def run_experiment(
     """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
     unmatched: tuple[str, ...] = ()
+    common: dict[str, Any] = {"k": k, "collection": collection, "keep_hits": 0, "budget": budget}
     for v in variants:
         reason = v.unavailable(kb)
         own = bool(v.transforms or v.settings)
@@ -225,27 +223,11 @@ def run_experiment(
             continue
         progress = on_variant(v) if on_variant is not None else None
         r = evaluate(
-            target,
-            evalset,
-            mode=v.mode,
-            k=k,
-            collection=collection,
-            keep_hits=0,
-            variant=v.name,
-            options=v.retrieve_options,
-            on_progress=progress,
-            budget=budget,
+            target, evalset, mode=v.mode, variant=v.name, options=v.retrieve_options, on_progress=progress, **common
         )
         unmatched = unmatched or r.unmatched
         fell_back = r.rerank.get("fallback", 0)
         note = f"the reranker fell back to the fused order on {fell_back} of {r.queries} queries" if fell_back else None
         rows.append(VariantRow(v.name, v.description, "ok", note, r.metrics, r.latency_ms, dict(v.settings)))
-    return ExperimentResult(
-        evalset.name,
-        len(evalset.queries),
-        k,
-        tuple(rows),
-        retrieval=kb.settings.retrieval.model_dump(mode="json"),
-        budget=budget,
-        unmatched=unmatched,
-    )
+    retrieval = kb.settings.retrieval.model_dump(mode="json")
+    return ExperimentResult(evalset.name, len(evalset.queries), k, tuple(rows), retrieval, budget, unmatched)

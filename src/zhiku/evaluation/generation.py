@@ -113,14 +113,13 @@ def judge_generation(
     collection: str | None = None,
     top_k: int = 5,
     max_queries: int = 20,
-    answer_fn: Callable[[Retrieval], str] | None = None,
 ) -> GenerationResult:
     """Score the first ``max_queries`` queries: retrieve ``top_k`` passages, build the answer, ask the judge."""
     calls_before = judge.calls
     per_query: list[GenerationScores] = []
     for q in evalset.queries[:max_queries]:
         r = kb.retrieve(q.text, top_k=top_k, mode=mode, collection=collection)
-        answer = answer_fn(r) if answer_fn is not None else kb.answer(r).markdown
+        answer = kb.answer(r).markdown
         values: dict[str, float | None] = {}
         errors: list[str] = []
         runs: tuple[tuple[str, Callable[[], float]], ...] = (

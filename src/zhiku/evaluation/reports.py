@@ -50,8 +50,9 @@ def write_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     data = result.summary_json()
     data.update(index=index, gate=gate_json(gate), generation=None if generation is None else generation.to_json())
-    paths = {name: out_dir / file for name, file in (("summary", "summary.json"), ("report", "report.md"))}
-    paths["per_query"] = out_dir / "per_query.json"
+    paths = {
+        name: out_dir / f"{name}.{ext}" for name, ext in (("summary", "json"), ("report", "md"), ("per_query", "json"))
+    }
     paths["summary"].write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     per_query = json.dumps(records_json(result), ensure_ascii=False, indent=1)
     paths["per_query"].write_text(per_query + "\n", encoding="utf-8")
@@ -138,10 +139,9 @@ def history_entry(
     gate: Sequence[BarResult] = (),
     generation: GenerationResult | None = None,
     out: Path | None = None,
-    at: float | None = None,
 ) -> HistoryEntry:
     return HistoryEntry(
-        at=time.time() if at is None else at,
+        at=time.time(),
         dataset=result.dataset,
         kind=result.kind,
         mode=result.mode,

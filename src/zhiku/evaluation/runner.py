@@ -111,15 +111,8 @@ class EvalResult:
             out["budget"] = self.budget
         out.update({name: round(v, 4) for name, v in self.metrics.items()})
         out["latency_ms"] = {name: round(v, 2) for name, v in self.latency_ms.items()}
-        if self.indexing is not None:
-            i = self.indexing
-            out["indexing"] = {
-                "documents": i.documents,
-                "chunks": i.chunks,
-                "seconds": round(i.seconds, 2),
-                "chunks_per_s": round(i.chunks_per_s, 1),
-                "chunks_embedded": i.chunks_embedded,
-            }
+        if (i := self.indexing) is not None:
+            out["indexing"] = {**asdict(i), "seconds": round(i.seconds, 2), "chunks_per_s": round(i.chunks_per_s, 1)}
         if self.rerank:
             out["rerank"] = dict(self.rerank)
         if self.unmatched:
@@ -162,33 +155,16 @@ def index_dataset(
 
 
 def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecord, ...]:
+    def r6(x: float | None) -> float | None:
+        return None if x is None else round(x, 6)
+
     out = []
     for n, h in enumerate(hits[:limit], 1):
-        target = q.label(h.chunk)
-        out.append(
-            HitRecord(
-                rank=n,
-                chunk_id=h.chunk.chunk_id,
-                source=h.chunk.source,
-                section=h.chunk.section,
-                page=h.chunk.page,
-                score=round(h.score, 6),
-                bm25_rank=h.bm25_rank,
-                bm25_score=None if h.bm25_score is None else round(h.bm25_score, 6),
-                dense_rank=h.dense_rank,
-                dense_distance=None if h.dense_score is None else round(1.0 - h.dense_score, 6),
-                rerank_score=None if h.rerank_score is None else round(h.rerank_score, 6),
-                target=target,
-                relevant=target in q.relevant,
-            )
-        )
+        c, target, dense = h.chunk, q.label(h.chunk), h.dense_score
+        where = (c.chunk_id, c.source, c.section, c.page, round(h.score, 6), h.bm25_rank, r6(h.bm25_score))
+        ranks = (h.dense_rank, r6(None if dense is None else 1.0 - dense), r6(h.rerank_score))
+        out.append(HitRecord(n, *where, *ranks, target, target in q.relevant))
     return tuple(out)
-
-
-def _relevant_text(q: EvalQuery) -> tuple[str, ...]:
-    if not q.expected:
-        return tuple(q.relevant)
-    return tuple(", ".join(f"{k}={v}" for k, v in e.to_json().items()) for e in q.expected)
 
 
 def evaluate(
@@ -235,9 +211,8 @@ def evaluate(
         values = score(names, ranked, q.relevant, by_budget)
         first = next((i for i, t in enumerate(ranked, 1) if t in q.relevant), None)
         hits = hit_records(q, r.hits, keep)
-        records.append(
-            QueryRecord(q.qid, q.text, q.category, _relevant_text(q), first, values, round(latency, 2), hits)
-        )
+        relevant = tuple(", ".join(f"{f}={v}" for f, v in e.to_json().items()) for e in q.expected) or tuple(q.relevant)
+        records.append(QueryRecord(q.qid, q.text, q.category, relevant, first, values, round(latency, 2), hits))
         cat = by_category.setdefault(q.category, {**dict.fromkeys(names, 0.0), "queries": 0.0})
         cat["queries"] += 1
         for name, v in values.items():
@@ -249,29 +224,16 @@ def evaluate(
     missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None]
     if evalset.kind == "beir":  # every query: a missing id caps the recall of one that found the others too
         unmatched = missing_documents(evalset.queries, {d.doc_id for d in evalset.corpus})
-    elif missed:
-        unmatched = tuple(map(str, unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks)))
     else:
-        unmatched = ()
+        found = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
+        unmatched = tuple(map(str, found))
     categories = {
         c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
         for c, m in sorted(by_category.items())
     }
-    return EvalResult(
-        dataset=evalset.name,
-        mode=mode,
-        k=k,
-        queries=nq,
-        metrics={name: v / nq for name, v in sums.items()},
-        latency_ms={"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
-        categories=categories,
-        records=tuple(records),
-        kind=evalset.kind,
-        variant=variant,
-        rerank=rerank,
-        budget=budget,
-        unmatched=unmatched,
-    )
+    percentiles = {f"p{p}": percentile(latencies, p) for p in (50, 95)}
+    scores = ({name: v / nq for name, v in sums.items()}, percentiles, None, categories, tuple(records))
+    return EvalResult(evalset.name, mode, k, nq, *scores, evalset.kind, variant, rerank, budget, unmatched)
 
 
 def records_json(result: EvalResult) -> list[dict[str, Any]]:
