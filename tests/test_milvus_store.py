@@ -64,15 +64,19 @@ def test_a_write_that_dies_before_the_switch_is_never_seen_and_is_cleaned_up(
         doc.write(store)
     version = store.index_version()
     reader = open_store()  # another process's view of the same index
-    real = MilvusStore._upsert_catalog
+    client = store.conn.client
+    real_upsert = client.upsert
 
-    def crash_on_switch(self: MilvusStore, rows: list[dict]) -> None:
-        if rows[0]["key"].startswith("doc:"):
-            raise StoreError("connection lost (simulated)")
-        real(self, rows)
+    def lost_at_the_switch(name: str, rows: list[dict], **kwargs: object) -> object:
+        if name == store.catalog_name and rows[0]["key"].startswith("doc:"):
+            raise RuntimeError("connection lost (simulated)")
+        return real_upsert(name, rows, **kwargs)
 
-    monkeypatch.setattr(MilvusStore, "_upsert_catalog", crash_on_switch)
-    monkeypatch.setattr(MilvusStore, "_discard", lambda *a: None)  # as if the process died: no cleanup either
+    def dead(*args: object, **kwargs: object) -> None:  # as if the process died: no cleanup either
+        raise RuntimeError("no process left to send this (simulated)")
+
+    monkeypatch.setattr(client, "upsert", lost_at_the_switch)
+    monkeypatch.setattr(client, "delete", dead)
     with pytest.raises(StoreError, match="simulated"):
         LABOR_V2.write(store)
     monkeypatch.undo()
@@ -95,7 +99,11 @@ def test_a_write_that_dies_after_the_switch_shows_only_the_new_version(
 ) -> None:
     store = open_store()
     LABOR.write(store)
-    monkeypatch.setattr(MilvusStore, "_discard", lambda *a: None)  # died before deleting the old rows
+
+    def dead(*args: object, **kwargs: object) -> None:  # the process died before deleting the old rows
+        raise RuntimeError("no process left to send this (simulated)")
+
+    monkeypatch.setattr(store.conn.client, "delete", dead)
     LABOR_V2.write(store)
     monkeypatch.undo()
     assert len(raw_rows(store)) == 3

@@ -19,15 +19,8 @@ LITE_FLUSH_ROWS = 512  # see Connection.flush_pending
 TIMEOUT_S = 30.0  # a request, retries of a lost connection included, before it fails with a StoreError
 CONSISTENCY = "Strong"  # every finished write is seen, across processes too
 _SERVER_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
-_UNREACHABLE: tuple[str, ...] = (
-    "fail connecting",
-    "unavailable",
-    "connection refused",
-    "failed to connect",
-    "deadline",
-    "timeout",
-)
-_UNREACHABLE += "timed out", "retry run out", "illegal connection"
+_UNREACHABLE = "fail connecting|unavailable|connection refused|failed to connect|deadline|timeout".split("|")
+_UNREACHABLE += ["timed out", "retry run out", "illegal connection"]
 
 
 def import_pymilvus() -> Any:
@@ -72,8 +65,11 @@ class Connection:
             raise self.error(e, "connect") from None
         try:
             self.server_version = str(self.call("get_server_version", self.client.get_server_version))
-            if settings.db_name:
-                self._use_database(settings.db_name)
+            if (name := settings.db_name) and name not in self.call("list_databases", self.client.list_databases):
+                self.call("create_database", self.client.create_database, name)
+            if name:
+                with self.guard("use_database"):
+                    self.client.use_database(name)
         except BaseException:
             self.close()
             raise
@@ -82,12 +78,6 @@ class Connection:
     def is_lite(self) -> bool:
         """True for milvus-lite (its gRPC server or an embedded local path), which differs from Milvus proper."""
         return self.server_version.startswith("milvus_lite") or not self.uri.startswith(_SERVER_SCHEMES)
-
-    def _use_database(self, name: str) -> None:
-        if name not in self.call("list_databases", self.client.list_databases):
-            self.call("create_database", self.client.create_database, name)
-        with self.guard("use_database"):
-            self.client.use_database(name)
 
     @contextmanager
     def guard(self, what: str) -> Iterator[None]:
@@ -168,14 +158,8 @@ class Connection:
         if len(rows) < QUERY_LIMIT:
             return list(rows)
         with self.guard(what):
-            iterator = self.client.query_iterator(
-                name,
-                batch_size=4096,
-                filter=expr,
-                output_fields=fields,
-                timeout=self.timeout,
-                consistency_level=CONSISTENCY,
-            )
+            options = {"filter": expr, "output_fields": fields, "consistency_level": CONSISTENCY}
+            iterator = self.client.query_iterator(name, batch_size=4096, timeout=self.timeout, **options)
             out: list[dict[str, Any]] = []
             while batch := iterator.next():
                 out.extend(batch)

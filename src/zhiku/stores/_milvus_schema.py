@@ -23,6 +23,7 @@ CHUNK_FIELDS = ["row_id", *CHUNK_COLUMNS, "version", "payload"]
 DOC_FIELDS = ["key", "doc_id", "version", "payload"]
 
 T = TypeVar("T")
+SCHEMA = f"(schema {SCHEMA_VERSION})"  # in each collection's description
 
 
 # --- literals in filter expressions ------------------------------------------------------------------
@@ -121,9 +122,7 @@ def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
 def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     from pymilvus import DataType, Function, FunctionType
 
-    s = client.create_schema(
-        auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks (schema {SCHEMA_VERSION})"
-    )
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks {SCHEMA}")
     s.add_field("row_id", DataType.VARCHAR, is_primary=True, max_length=256)
     s.add_field("chunk_id", DataType.VARCHAR, max_length=256)
     s.add_field("doc_id", DataType.VARCHAR, max_length=256)
@@ -135,20 +134,12 @@ def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     s.add_field("version", DataType.INT64)
     s.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
     s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
-    s.add_field(
-        "tokens",
-        DataType.VARCHAR,
-        max_length=MAX_VARCHAR,
-        enable_analyzer=True,
-        analyzer_params={"tokenizer": analyzer},
-    )
+    analyzed = {"enable_analyzer": True, "analyzer_params": {"tokenizer": analyzer}}
+    s.add_field("tokens", DataType.VARCHAR, max_length=MAX_VARCHAR, **analyzed)
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-    s.add_function(
-        Function(
-            name="bm25", function_type=FunctionType.BM25, input_field_names=["tokens"], output_field_names=["sparse"]
-        )
-    )
+    bm25 = {"input_field_names": ["tokens"], "output_field_names": ["sparse"]}
+    s.add_function(Function(name="bm25", function_type=FunctionType.BM25, **bm25))
     return s
 
 
@@ -166,9 +157,7 @@ def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
 def catalog_schema(client: Any) -> Any:
     from pymilvus import DataType
 
-    s = client.create_schema(
-        auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog (schema {SCHEMA_VERSION})"
-    )
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog {SCHEMA}")
     s.add_field("key", DataType.VARCHAR, is_primary=True, max_length=512)
     s.add_field("kind", DataType.VARCHAR, max_length=16)
     s.add_field("doc_id", DataType.VARCHAR, max_length=256)

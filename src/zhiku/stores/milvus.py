@@ -114,8 +114,7 @@ class MilvusStore:
     # --- catalog reads -------------------------------------------------------------------------------
     def _catalog(self, what: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Catalog rows by key (one ``query`` call: keys are few, no paging)."""
-        rows: list[dict[str, Any]] = self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields)
-        return rows
+        return list(self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields))
 
     def _meta_value(self, key: str) -> str | None:
         rows = self._catalog("read metadata", f"key == {ms.lit('meta:' + key)}", ["payload"])
@@ -137,10 +136,6 @@ class MilvusStore:
         """The rows that belong to their document's live version (others are mid-replace or orphaned)."""
         live = self._live_versions(r["doc_id"] for r in rows)
         return [r for r in rows if live.get(r["doc_id"]) == int(r["version"])]
-
-    def _meta_values(self, keys: Sequence[str]) -> dict[str, str]:
-        rows = self._catalog("read metadata", f"key in {ms.lits(['meta:' + k for k in keys])}", ["key", "payload"])
-        return {r["key"][len("meta:") :]: r["payload"] for r in rows}
 
     def _stored_dim(self, meta_dim: str | None) -> int | None:
         """The index's vector dimension: meta ``dim`` (blank counts as unset), else that of stored chunks."""
@@ -178,18 +173,11 @@ class MilvusStore:
     def _raw_search(self, data: Any, field: str, expr: str, limit: int, params: dict[str, Any]) -> list[dict[str, Any]]:
         if field == "vector":
             params = {**params, "params": {"ef": max(HNSW_EF, limit)}}
+        options = {"data": [data], "anns_field": field, "filter": expr, "limit": limit, "search_params": params}
         raw = self._call(
-            "search",
-            "search",
-            self.chunks_name,
-            data=[data],
-            anns_field=field,
-            filter=expr,
-            limit=limit,
-            output_fields=["chunk_id", "doc_id", "version"],
-            search_params=params,
-        )[0]
-        return [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw]
+            "search", "search", self.chunks_name, output_fields=["chunk_id", "doc_id", "version"], **options
+        )
+        return [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw[0]]
 
     def _search(self, data: Any, field: str, params: dict[str, Any], top_k: int, filters: Filters) -> list[ScoredId]:
         if top_k < 1 or self._dim is None and not self._refresh_dim():
@@ -206,7 +194,8 @@ class MilvusStore:
                 break
             limit = min(MAX_TOPK, 2 * limit + len(rows) - len(visible))
         visible.sort(key=lambda r: (-r["score"], r["chunk_id"]))
-        self._remember(visible[:top_k])
+        for r in visible[:top_k]:  # their versions, so that ``get_chunks`` fetches them by primary key
+            self._seen.put(r["chunk_id"], int(r["version"]))
         return [ScoredId(r["chunk_id"], r["score"], rank) for rank, r in enumerate(visible[:top_k], 1)]
 
     def warm(self) -> None:
@@ -270,11 +259,6 @@ class MilvusStore:
         rows = self._visible(self.conn.query_all(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks"))
         return {r["chunk_id"]: ms.chunk_from_row(r) for r in rows}
 
-    def _remember(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Keep the versions of chunks just found, so that ``get_chunks`` can fetch them by primary key."""
-        for r in rows:
-            self._seen.put(r["chunk_id"], int(r["version"]))
-
     def get_document(self, doc_id: str) -> DocRecord | None:
         rows = self._catalog("read documents", f"key == {ms.lit('doc:' + doc_id)}", ["payload"])
         return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
@@ -292,21 +276,15 @@ class MilvusStore:
         live = self._live_versions([doc_id])
         if not live or self._dim is None and not self._refresh_dim():
             return []
-        rows = self.conn.query_all(
-            self.chunks_name,
-            f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}",
-            ms.CHUNK_FIELDS,
-            what="read chunks",
-        )
+        expr = f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}"
+        rows = self.conn.query_all(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks")
         return sorted((ms.chunk_from_row(r) for r in rows), key=lambda c: c.ordinal)
 
     def collections(self) -> list[CollectionStats]:
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
         for r in self._doc_rows("", ["collection", "chunk_count", "chars"]):
             t = totals[r["collection"]]
-            t[0] += 1
-            t[1] += int(r["chunk_count"])
-            t[2] += int(r["chars"])
+            t[:] = t[0] + 1, t[1] + int(r["chunk_count"]), t[2] + int(r["chars"])
         return [CollectionStats(name, *t) for name, t in sorted(totals.items())]
 
     def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
@@ -341,7 +319,10 @@ class MilvusStore:
                 )
         with self._lock:
             self._check_writable()
-            meta = self._meta_values(["dim", "index_version"])
+            keys = ms.lits(["meta:dim", "meta:index_version"])
+            meta = {
+                r["key"][5:]: r["payload"] for r in self._catalog("read metadata", f"key in {keys}", ["key", "payload"])
+            }
             stored_dim = self._stored_dim(meta.get("dim"))
             if rows and stored_dim is not None and stored_dim != dim:
                 raise self._mismatch(stored_dim, dim)
@@ -425,9 +406,8 @@ class MilvusStore:
             if not self._live_versions([doc_id]):
                 return False
             self._call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {ms.lit('doc:' + doc_id)}")
-            self._upsert_catalog(
-                [ms.meta_row("index_version", str(max(self.index_version() + 1, time.time_ns() // 1000)))]
-            )
+            version = max(self.index_version() + 1, time.time_ns() // 1000)
+            self._upsert_catalog([ms.meta_row("index_version", str(version))])
             self._discard(f"doc_id == {ms.lit(doc_id)}")
         return True
 
