@@ -16,7 +16,7 @@ from contracts.store_contract import LABOR, LABOR_V2, NOTE, WAGE, ids, make_doc
 from milvus_fixtures import LiteServer, milvus_store, require_milvus, unique_prefix
 from zhiku.errors import IndexNotFound, ReadOnlyIndex, StoreError
 from zhiku.settings import StoreSettings, load_settings
-from zhiku.stores import _milvus_conn
+from zhiku.stores import milvus
 from zhiku.types import Filters
 
 require_milvus()
@@ -190,7 +190,7 @@ def test_unreachable_server_is_one_clear_line_fast() -> None:
     require_milvus()
     settings = StoreSettings(kind="milvus", uri="http://127.0.0.1:9")
     with pytest.MonkeyPatch.context() as mp, pytest.raises(StoreError) as e:
-        mp.setattr(_milvus_conn, "TIMEOUT_S", 3)
+        mp.setattr(milvus, "TIMEOUT_S", 3)
         MilvusStore(settings)
     message = str(e.value)
     assert "\n" not in message
@@ -203,7 +203,7 @@ def test_a_server_that_goes_away_loses_nothing(tmp_path: Path) -> None:
     server = LiteServer(tmp_path / "data").start()
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_milvus_conn, "TIMEOUT_S", 5)
+            mp.setattr(milvus, "TIMEOUT_S", 5)
             store = MilvusStore(milvus_store(server.uri, "restart_"))
         for doc in (LABOR, WAGE):
             doc.write(store)

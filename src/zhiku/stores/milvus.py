@@ -1,41 +1,391 @@
-"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite)."""
+"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite): the
+connection (retries, one-line ``StoreError``s), the layout (two collections, their schemas, rows) and the store."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from contextlib import suppress
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from functools import cache
+from typing import Any, TypeVar, cast
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from zhiku.cache import Cache
-from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, ReadOnlyIndex, StoreError
+from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, MissingDependency, ReadOnlyIndex, StoreError
 from zhiku.settings import StoreSettings
-from zhiku.stores import _milvus_schema as ms
-from zhiku.stores._milvus_conn import Connection, Unreachable
 from zhiku.stores._sqlite_schema import prepare_rows
 from zhiku.stores._vectors import match_sources
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+QUERY_LIMIT = 16384  # Milvus's limit on the rows of one query or search
+WRITE_BATCH = 256  # rows per upsert request
+LITE_FLUSH_ROWS = 512  # see Connection.flush_pending
+TIMEOUT_S = 30.0  # a request, retries of a lost connection included, before it fails with a StoreError
+CONSISTENCY = "Strong"  # every finished write is seen, across processes too
+_SERVER_SCHEMES = ("http://", "https://", "tcp://", "grpc://", "unix:")
+_UNREACHABLE = "fail connecting|unavailable|connection refused|failed to connect|deadline|timeout".split("|")
+_UNREACHABLE += ["timed out", "retry run out", "illegal connection"]
+
+
+def import_pymilvus() -> Any:
+    try:
+        import pymilvus
+    except ImportError:
+        raise MissingDependency("store.kind=milvus needs pymilvus: pip install 'zhiku[milvus]'") from None
+    log = logging.getLogger("pymilvus")
+    if log.level == logging.WARNING:  # pymilvus's own default: its per-call tracebacks duplicate our StoreErrors
+        log.setLevel(logging.CRITICAL)
+    return pymilvus
+
+
+class Unreachable(StoreError):
+    """The server did not answer (down, restarting, network)."""
+
+    retryable = True
+
+
+class NotLoaded(StoreError):
+    """A collection is not loaded into memory (milvus-lite forgets loads across restarts); load and retry."""
+
+
+class Connection:
+    """A ``MilvusClient`` for one ``StoreSettings``, with error translation."""
+
+    def __init__(self, settings: StoreSettings) -> None:
+        self.settings = settings
+        self.uri = settings.uri
+        self.timeout = TIMEOUT_S
+        db = settings.db_name or "default"
+        self.where = f"Milvus at {self.uri} (database {db}, collections {settings.collection_prefix}*)"
+        self._lock = threading.RLock()
+        self._unflushed: dict[str, int] = {}
+        self.server_version = ""
+        pymilvus = import_pymilvus()
+        token = settings.token.get_secret_value() if settings.token is not None else ""
+        try:
+            # dedicated: this store owns its gRPC channel and closes it (pymilvus keeps shared ones open forever)
+            self.client = pymilvus.MilvusClient(uri=self.uri, token=token, timeout=self.timeout, dedicated=True)
+        except Exception as e:  # noqa: BLE001 - every failure to connect becomes one StoreError
+            raise self.error(e, "connect") from None
+        try:
+            self.server_version = str(self.call("get_server_version", self.client.get_server_version))
+            if (name := settings.db_name) and name not in self.call("list_databases", self.client.list_databases):
+                self.call("create_database", self.client.create_database, name)
+            if name:
+                with self.guard("use_database"):
+                    self.client.use_database(name)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def is_lite(self) -> bool:
+        """True for milvus-lite (its gRPC server or an embedded local path), which differs from Milvus proper."""
+        return self.server_version.startswith("milvus_lite") or not self.uri.startswith(_SERVER_SCHEMES)
+
+    @contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn every failure inside the block into a ``StoreError`` about ``what``."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - pymilvus raises MilvusException, grpc.RpcError, ValueError, …
+            raise self.error(e, what) from None
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs, timeout=TIMEOUT_S)`` with every failure turned into a ``StoreError``."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.1
+        while True:
+            try:
+                with self.guard(what):
+                    return fn(*args, timeout=self.timeout, **kwargs)
+            except Unreachable:
+                if time.monotonic() + delay >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
+
+    def error(self, e: BaseException, what: str) -> StoreError:
+        message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        low = message.lower()
+        if any(s in low for s in _UNREACHABLE):
+            return Unreachable(
+                f"cannot reach {self.where} during {what} ({message}): start Milvus (e.g. `milvus-lite server "
+                f"--data-dir DIR --port 19530`) or fix store.uri (ZHIKU_STORE__URI); requests give up after "
+                f"{self.timeout:g}s"
+            )
+        if any(s in low for s in ("auth", "permission", "denied", "unauthenticated", "credential")):
+            return StoreError(
+                f"{self.where} refused the credentials during {what} ({message}): set store.token "
+                "(ZHIKU_STORE__TOKEN, `user:password` or an API key)"
+            )
+        if "not loaded" in low or "state 'released'" in low:
+            return NotLoaded(f"{self.where}: {what} failed: {message}")
+        if "database" in low and ("not found" in low or "not exist" in low):
+            return StoreError(
+                f"{self.where}: database {self.settings.db_name!r} does not exist ({message}): create it "
+                "or fix store.db_name (ZHIKU_STORE__DB_NAME)"
+            )
+        return StoreError(f"{self.where}: {what} failed: {message}")
+
+    # --- the operations MilvusStore uses ----------------------------------------------------------------
+    def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``client.<method>(…)`` through ``call``; a read of a collection not loaded loads it and is repeated once."""
+        if method in ("search", "query"):
+            kwargs.setdefault("consistency_level", CONSISTENCY)
+            if method != "query" and self._unflushed:
+                self.flush_pending()
+        try:
+            return self.call(what, getattr(self.client, method), *args, **kwargs)
+        except NotLoaded:
+            self.call(f"load {args[0]}", self.client.load_collection, args[0])
+            return self.call(what, getattr(self.client, method), *args, **kwargs)
+
+    def create(self, name: str, schema: Any, index_params: Any) -> bool:
+        """Create, index and load a collection; False when another process created it first."""
+        try:
+            self.invoke(f"create {name}", "create_collection", name, schema=schema, consistency_level=CONSISTENCY)
+        except StoreError:
+            if not self.invoke(f"has_collection {name}", "has_collection", name):
+                raise
+            self.invoke(f"load {name}", "load_collection", name)
+            return False
+        self.invoke(f"index {name}", "create_index", name, index_params, sync=False)
+        self.invoke(f"load {name}", "load_collection", name)
+        return True
+
+    def query_all(self, name: str, expr: str, fields: list[str], *, what: str = "query") -> list[dict[str, Any]]:
+        """Every row of ``name`` matching ``expr`` (paged with an iterator past Milvus's per-query limit)."""
+        rows = self.invoke(what, "query", name, filter=expr, output_fields=fields, limit=QUERY_LIMIT)
+        if len(rows) < QUERY_LIMIT:
+            return list(rows)
+        with self.guard(what):
+            options = {"filter": expr, "output_fields": fields, "consistency_level": CONSISTENCY}
+            iterator = self.client.query_iterator(name, batch_size=4096, timeout=self.timeout, **options)
+            out: list[dict[str, Any]] = []
+            while batch := iterator.next():
+                out.extend(batch)
+            iterator.close()
+        return out
+
+    def upsert(self, name: str, rows: list[dict[str, Any]], what: str) -> None:
+        """Upsert in requests of ``WRITE_BATCH`` rows (idempotent: safe to retry)."""
+        for i in range(0, len(rows), WRITE_BATCH):
+            self.call(what, self.client.upsert, name, rows[i : i + WRITE_BATCH])
+        with self._lock:
+            self._unflushed[name] = self._unflushed.get(name, 0) + len(rows)
+            due = self._unflushed[name] >= LITE_FLUSH_ROWS
+        if due:
+            self.flush_pending()
+
+    def flush_pending(self) -> None:
+        """milvus-lite only: seal what this connection wrote into indexed segments."""
+        with self._lock:
+            pending = [name for name, count in self._unflushed.items() if count]
+            self._unflushed.clear()
+            if self.is_lite:
+                for name in pending:
+                    self.call(f"flush {name}", self.client.flush, name)
+
+    def close(self) -> None:
+        with suppress(StoreError):  # the rows are in milvus-lite's write-ahead log either way
+            self.flush_pending()
+        with suppress(Exception):  # closing never fails loudly
+            self.client.close()
+
+
+SCHEMA_VERSION = 1
+CHUNKS = "chunks"
+CATALOG = "catalog"
+MAX_VARCHAR = 65535  # bytes (UTF-8): Milvus's default limit for one VARCHAR value
+PLACEHOLDER = [0.0, 0.0]  # the catalog's vector
+# Chunk fields kept as scalar columns (filters, display); the rest travels in ``payload``.
+CHUNK_COLUMNS = ("chunk_id", "doc_id", "collection", "source", "doc_type", "section", "page", "text")
+CHUNK_FIELDS = ["row_id", *CHUNK_COLUMNS, "version", "payload"]
+DOC_FIELDS = ["key", "doc_id", "version", "payload"]
+
+SCHEMA = f"(schema {SCHEMA_VERSION})"  # in each collection's description
+
+
+# --- literals in filter expressions ------------------------------------------------------------------
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def lit(value: str) -> str:
+    """``value`` as a double-quoted Milvus expression string (``\\``, ``"``, and line breaks escaped)."""
+    return f'"{value.translate(_ESCAPES)}"'
+
+
+def lits(values: Sequence[str]) -> str:
+    """``values`` as a Milvus list literal, e.g. ``["a", "b"]``."""
+    return "[" + ", ".join(lit(v) for v in values) + "]"
+
+
+# --- records <-> JSON -------------------------------------------------------------------------------
+def to_json(obj: Any) -> str:
+    """A dataclass (nested ones, tuples and str-enums included) as compact JSON."""
+    return json.dumps(dataclasses.asdict(obj), ensure_ascii=False, separators=(",", ":"))
+
+
+@cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
+    klass: Any = cls  # a dataclass type (hashable; T is unbound for mypy)
+    return cast(T, _adapter(klass).validate_python(data))
+
+
+def from_json(cls: type[T], text: str) -> T:
+    return from_dict(cls, json.loads(text))
+
+
+# --- rows --------------------------------------------------------------------------------------------
+def chunk_row(chunk: Chunk, version: int, tokens: str, vector: list[float]) -> dict[str, Any]:
+    data = dataclasses.asdict(chunk)
+    row = {name: data.pop(name) for name in CHUNK_COLUMNS}
+    row.update(
+        row_id=f"{chunk.chunk_id}@{version}",
+        version=version,
+        tokens=tokens,
+        vector=vector,
+        payload=json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+    )
+    return row
+
+
+def chunk_from_row(row: dict[str, Any]) -> Chunk:
+    data = json.loads(row["payload"])
+    data.update({name: row[name] for name in CHUNK_COLUMNS})
+    return from_dict(Chunk, data)
+
+
+def _catalog_row(key: str, kind: str, payload: str, **fields: Any) -> dict[str, Any]:
+    row = {"key": key, "kind": kind, "doc_id": "", "collection": "", "source": "", "version": 0, "chunk_count": 0}
+    return {**row, "chars": 0, "at": 0.0, **fields, "payload": payload, "placeholder": PLACEHOLDER}
+
+
+def doc_row(doc: DocRecord, version: int, chars: int) -> dict[str, Any]:
+    return _catalog_row(
+        f"doc:{doc.doc_id}",
+        "doc",
+        to_json(doc),
+        doc_id=doc.doc_id,
+        collection=doc.collection,
+        source=doc.source,
+        version=version,
+        chunk_count=doc.chunk_count,
+        chars=chars,
+        at=float(doc.ingested_at),
+    )
+
+
+def meta_row(key: str, value: str) -> dict[str, Any]:
+    return _catalog_row(f"meta:{key}", "meta", value)
+
+
+def history_row(key: str, record: IngestionRecord) -> dict[str, Any]:
+    fields = {"collection": record.collection, "source": record.path, "chunk_count": record.chunk_count}
+    return _catalog_row(f"hist:{key}", "hist", to_json(record), **fields, at=float(record.at))
+
+
+def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
+    """``text`` cut at a token boundary to at most ``limit`` UTF-8 bytes (Milvus's VARCHAR limit)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
+
+
+# --- schemas -----------------------------------------------------------------------------------------
+def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
+    from pymilvus import DataType, Function, FunctionType
+
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku chunks {SCHEMA}")
+    s.add_field("row_id", DataType.VARCHAR, is_primary=True, max_length=256)
+    s.add_field("chunk_id", DataType.VARCHAR, max_length=256)
+    s.add_field("doc_id", DataType.VARCHAR, max_length=256)
+    s.add_field("collection", DataType.VARCHAR, max_length=1024, is_partition_key=True)
+    s.add_field("source", DataType.VARCHAR, max_length=4096)
+    s.add_field("doc_type", DataType.VARCHAR, max_length=64)
+    s.add_field("section", DataType.VARCHAR, max_length=8192)
+    s.add_field("page", DataType.INT64, nullable=True)
+    s.add_field("version", DataType.INT64)
+    s.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    analyzed = {"enable_analyzer": True, "analyzer_params": {"tokenizer": analyzer}}
+    s.add_field("tokens", DataType.VARCHAR, max_length=MAX_VARCHAR, **analyzed)
+    s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+    bm25 = {"input_field_names": ["tokens"], "output_field_names": ["sparse"]}
+    s.add_function(Function(name="bm25", function_type=FunctionType.BM25, **bm25))
+    return s
+
+
+def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
+    params = client.prepare_index_params()
+    params.add_index(
+        "vector", index_type="HNSW", metric_type="COSINE", params={"M": m, "efConstruction": ef_construction}
+    )
+    params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    for field in ("chunk_id", "doc_id"):  # get_chunks, document_chunks, replace and delete filter on these
+        params.add_index(field, index_type="INVERTED")
+    return params
+
+
+def catalog_schema(client: Any) -> Any:
+    from pymilvus import DataType
+
+    s = client.create_schema(auto_id=False, enable_dynamic_field=False, description=f"zhiku catalog {SCHEMA}")
+    s.add_field("key", DataType.VARCHAR, is_primary=True, max_length=512)
+    s.add_field("kind", DataType.VARCHAR, max_length=16)
+    s.add_field("doc_id", DataType.VARCHAR, max_length=256)
+    s.add_field("collection", DataType.VARCHAR, max_length=1024)
+    s.add_field("source", DataType.VARCHAR, max_length=4096)
+    s.add_field("version", DataType.INT64)
+    s.add_field("chunk_count", DataType.INT64)
+    s.add_field("chars", DataType.INT64)
+    s.add_field("at", DataType.DOUBLE)
+    s.add_field("payload", DataType.VARCHAR, max_length=MAX_VARCHAR)
+    s.add_field("placeholder", DataType.FLOAT_VECTOR, dim=len(PLACEHOLDER))
+    return s
+
+
+def catalog_index(client: Any) -> Any:
+    params = client.prepare_index_params()
+    params.add_index("placeholder", index_type="FLAT", metric_type="L2")
+    for field in ("kind", "collection", "source"):
+        params.add_index(field, index_type="INVERTED")
+    return params
+
+
+# --- the store ---------------------------------------------------------------------------------------
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200  # Milvus's usual build parameters, fixed when the index is created
 _MANAGED_META = frozenset({"schema_version", "index_version"})
-MAX_TOPK = 16384  # Milvus's limit on search results
 SEEN_MAX = 50_000  # recent search results whose versions get_chunks remembers
 HNSW_EF = 128  # HNSW candidates at search time, raised to the results asked for: near-exact recall at top-k 100
-log = logging.getLogger(__name__)
 
 
 class MilvusStore:
     def __init__(self, settings: StoreSettings, *, read_only: bool = False) -> None:
         self.settings = settings
         self.read_only = read_only
-        self.chunks_name = settings.collection_prefix + ms.CHUNKS
-        self.catalog_name = settings.collection_prefix + ms.CATALOG
+        self.chunks_name = settings.collection_prefix + CHUNKS
+        self.catalog_name = settings.collection_prefix + CATALOG
         self._lock = threading.RLock()
         self._dim: int | None = None  # of <prefix>chunks, once known to exist
         self._seen: Cache[int] = Cache(SEEN_MAX)  # chunk_id -> version, of recent search results
@@ -80,17 +430,15 @@ class MilvusStore:
                     "with these store settings first"
                 )
             client = self.conn.client
-            if self.conn.create(self.catalog_name, ms.catalog_schema(client), ms.catalog_index(client)):
-                self._upsert_catalog(
-                    [ms.meta_row("schema_version", str(ms.SCHEMA_VERSION)), ms.meta_row("index_version", "0")]
-                )
+            if self.conn.create(self.catalog_name, catalog_schema(client), catalog_index(client)):
+                self._upsert_catalog([meta_row("schema_version", str(SCHEMA_VERSION)), meta_row("index_version", "0")])
         else:
             self._call("load catalog", "load_collection", self.catalog_name)
         stored = self._meta_value("schema_version")
-        if stored is not None and stored.isdigit() and int(stored) > ms.SCHEMA_VERSION:
+        if stored is not None and stored.isdigit() and int(stored) > SCHEMA_VERSION:
             raise IndexMismatch(
                 f"{self.where} has zhiku schema version {stored}, newer than this zhiku supports "
-                f"({ms.SCHEMA_VERSION}): upgrade zhiku"
+                f"({SCHEMA_VERSION}): upgrade zhiku"
             )
         self._refresh_dim()
 
@@ -117,10 +465,10 @@ class MilvusStore:
         return list(self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields))
 
     def _meta_value(self, key: str) -> str | None:
-        rows = self._catalog("read metadata", f"key == {ms.lit('meta:' + key)}", ["payload"])
+        rows = self._catalog("read metadata", f"key == {lit('meta:' + key)}", ["payload"])
         return rows[0]["payload"] if rows else None
 
-    def _doc_rows(self, expr: str, fields: list[str] = ms.DOC_FIELDS) -> list[dict[str, Any]]:
+    def _doc_rows(self, expr: str, fields: list[str] = DOC_FIELDS) -> list[dict[str, Any]]:
         return self.conn.query_all(
             self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents"
         )
@@ -129,7 +477,7 @@ class MilvusStore:
         keys = sorted({f"doc:{d}" for d in doc_ids})
         if not keys:
             return {}
-        rows = self._catalog("read documents", f"key in {ms.lits(keys)}", ["doc_id", "version"])
+        rows = self._catalog("read documents", f"key in {lits(keys)}", ["doc_id", "version"])
         return {r["doc_id"]: int(r["version"]) for r in rows}
 
     def _visible(self, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -159,15 +507,15 @@ class MilvusStore:
         parts = []
         for column, value in (("collection", filters.collection), ("doc_type", filters.doc_type)):
             if isinstance(value, tuple):
-                parts.append(f"{column} in {ms.lits(sorted(value))}")
+                parts.append(f"{column} in {lits(sorted(value))}")
             elif value is not None:
-                parts.append(f"{column} == {ms.lit(value)}")
+                parts.append(f"{column} == {lit(value)}")
         if filters.source_glob is not None:
             where = parts[0] if filters.collection is not None else ""
             sources = match_sources({r["source"] for r in self._doc_rows(where, ["source"])}, filters.source_glob)
             if not sources:
                 return None
-            parts.append(f"source in {ms.lits(sorted(sources))}")
+            parts.append(f"source in {lits(sorted(sources))}")
         return " and ".join(parts)
 
     def _raw_search(self, data: Any, field: str, expr: str, limit: int, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -185,14 +533,14 @@ class MilvusStore:
         expr = self._filter_expr(filters)
         if expr is None:
             return []
-        top_k = min(int(top_k), MAX_TOPK)
+        top_k = min(int(top_k), QUERY_LIMIT)
         limit = top_k
         while True:
             rows = self._raw_search(data, field, expr, limit, params)
             visible = self._visible(rows)
-            if len(visible) >= top_k or len(rows) < limit or limit >= MAX_TOPK:
+            if len(visible) >= top_k or len(rows) < limit or limit >= QUERY_LIMIT:
                 break
-            limit = min(MAX_TOPK, 2 * limit + len(rows) - len(visible))
+            limit = min(QUERY_LIMIT, 2 * limit + len(rows) - len(visible))
         visible.sort(key=lambda r: (-r["score"], r["chunk_id"]))
         for r in visible[:top_k]:  # their versions, so that ``get_chunks`` fetches them by primary key
             self._seen.put(r["chunk_id"], int(r["version"]))
@@ -237,9 +585,9 @@ class MilvusStore:
         query = self._query_vector(vector)
         if query is None or not ids:
             return {}
-        limit = min(MAX_TOPK, 2 * len(ids))
+        limit = min(QUERY_LIMIT, 2 * len(ids))
         rows = self._visible(
-            self._raw_search(query.tolist(), "vector", f"chunk_id in {ms.lits(ids)}", limit, {"metric_type": "COSINE"})
+            self._raw_search(query.tolist(), "vector", f"chunk_id in {lits(ids)}", limit, {"metric_type": "COSINE"})
         )
         return {r["chunk_id"]: r["score"] for r in rows}
 
@@ -249,36 +597,36 @@ class MilvusStore:
         if not ids or self._dim is None and not self._refresh_dim():
             return []
         keys = [f"{i}@{v}" for i in ids if (v := self._seen.get(i)) is not None]
-        found = self._fetch_chunks(f"row_id in {ms.lits(keys)}") if keys else {}
+        found = self._fetch_chunks(f"row_id in {lits(keys)}") if keys else {}
         missing = [i for i in ids if i not in found]
         if missing:
-            found.update(self._fetch_chunks(f"chunk_id in {ms.lits(missing)}"))
+            found.update(self._fetch_chunks(f"chunk_id in {lits(missing)}"))
         return [found[i] for i in chunk_ids if i in found]
 
     def _fetch_chunks(self, expr: str) -> dict[str, Chunk]:
-        rows = self._visible(self.conn.query_all(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks"))
-        return {r["chunk_id"]: ms.chunk_from_row(r) for r in rows}
+        rows = self._visible(self.conn.query_all(self.chunks_name, expr, CHUNK_FIELDS, what="read chunks"))
+        return {r["chunk_id"]: chunk_from_row(r) for r in rows}
 
     def get_document(self, doc_id: str) -> DocRecord | None:
-        rows = self._catalog("read documents", f"key == {ms.lit('doc:' + doc_id)}", ["payload"])
-        return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
+        rows = self._catalog("read documents", f"key == {lit('doc:' + doc_id)}", ["payload"])
+        return from_json(DocRecord, rows[0]["payload"]) if rows else None
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
-        rows = self._doc_rows(f"collection == {ms.lit(collection)} and source == {ms.lit(source)}", ["payload"])
-        return ms.from_json(DocRecord, rows[0]["payload"]) if rows else None
+        rows = self._doc_rows(f"collection == {lit(collection)} and source == {lit(source)}", ["payload"])
+        return from_json(DocRecord, rows[0]["payload"]) if rows else None
 
     def list_documents(self, collection: str | None = None) -> list[DocRecord]:
-        rows = self._doc_rows(f"collection == {ms.lit(collection)}" if collection is not None else "", ["payload"])
-        docs = [ms.from_json(DocRecord, r["payload"]) for r in rows]
+        rows = self._doc_rows(f"collection == {lit(collection)}" if collection is not None else "", ["payload"])
+        docs = [from_json(DocRecord, r["payload"]) for r in rows]
         return sorted(docs, key=lambda d: (d.collection, d.source))
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         live = self._live_versions([doc_id])
         if not live or self._dim is None and not self._refresh_dim():
             return []
-        expr = f"doc_id == {ms.lit(doc_id)} and version == {live[doc_id]}"
-        rows = self.conn.query_all(self.chunks_name, expr, ms.CHUNK_FIELDS, what="read chunks")
-        return sorted((ms.chunk_from_row(r) for r in rows), key=lambda c: c.ordinal)
+        expr = f"doc_id == {lit(doc_id)} and version == {live[doc_id]}"
+        rows = self.conn.query_all(self.chunks_name, expr, CHUNK_FIELDS, what="read chunks")
+        return sorted((chunk_from_row(r) for r in rows), key=lambda c: c.ordinal)
 
     def collections(self) -> list[CollectionStats]:
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
@@ -292,10 +640,8 @@ class MilvusStore:
         newest = [r["key"] for r in sorted(keys, key=lambda r: (r["at"], r["key"]), reverse=True)[: max(int(limit), 0)]]
         if not newest:
             return []
-        rows = self.conn.query_all(
-            self.catalog_name, f"key in {ms.lits(newest)}", ["key", "payload"], what="read history"
-        )
-        by_key = {r["key"]: ms.from_json(IngestionRecord, r["payload"]) for r in rows}
+        rows = self.conn.query_all(self.catalog_name, f"key in {lits(newest)}", ["key", "payload"], what="read history")
+        by_key = {r["key"]: from_json(IngestionRecord, r["payload"]) for r in rows}
         return [by_key[k] for k in newest if k in by_key]
 
     def __enter__(self) -> MilvusStore:
@@ -312,14 +658,14 @@ class MilvusStore:
         dim = matrix.shape[1]
         where = f"cannot write document {doc.doc_id} ({doc.collection}/{doc.source})"
         for chunk in chunks:
-            if len(chunk.text.encode()) > ms.MAX_VARCHAR:
+            if len(chunk.text.encode()) > MAX_VARCHAR:
                 raise StoreError(
-                    f"{where}: chunk {chunk.chunk_id} holds more than {ms.MAX_VARCHAR} bytes of text, Milvus's "
+                    f"{where}: chunk {chunk.chunk_id} holds more than {MAX_VARCHAR} bytes of text, Milvus's "
                     "limit for one field; lower chunking.size_chars"
                 )
         with self._lock:
             self._check_writable()
-            keys = ms.lits(["meta:dim", "meta:index_version"])
+            keys = lits(["meta:dim", "meta:index_version"])
             meta = {
                 r["key"][5:]: r["payload"] for r in self._catalog("read metadata", f"key in {keys}", ["key", "payload"])
             }
@@ -327,8 +673,7 @@ class MilvusStore:
             if rows and stored_dim is not None and stored_dim != dim:
                 raise self._mismatch(stored_dim, dim)
             other = self._doc_rows(
-                f"collection == {ms.lit(doc.collection)} and source == {ms.lit(doc.source)} "
-                f"and doc_id != {ms.lit(doc.doc_id)}",
+                f"collection == {lit(doc.collection)} and source == {lit(doc.source)} and doc_id != {lit(doc.doc_id)}",
                 ["doc_id"],
             )
             if other:
@@ -340,7 +685,7 @@ class MilvusStore:
                 self._ensure_chunks(dim)
             stale: list[str] = []  # every row of this document before the write: the live version and any leftovers
             if self._dim is not None or self._refresh_dim():
-                expr = f"doc_id == {ms.lit(doc.doc_id)}" + (f" or chunk_id in {ms.lits(ids)}" if ids else "")
+                expr = f"doc_id == {lit(doc.doc_id)}" + (f" or chunk_id in {lits(ids)}" if ids else "")
                 existing = self.conn.query_all(
                     self.chunks_name, expr, ["row_id", "chunk_id", "doc_id", "version"], what="check chunk ids"
                 )
@@ -353,23 +698,23 @@ class MilvusStore:
                 stale = [r["row_id"] for r in existing if r["doc_id"] == doc.doc_id]
             version = max(int(meta.get("index_version") or 0) + 1, time.time_ns() // 1000)
             new_rows = [
-                ms.chunk_row(c, version, ms.fit_tokens(r[-1]), v.tolist())
+                chunk_row(c, version, fit_tokens(r[-1]), v.tolist())
                 for c, r, v in zip(chunks, rows, matrix, strict=False)
             ]
             try:
                 if new_rows:
                     self.conn.upsert(self.chunks_name, new_rows, f"write the chunks of {doc.doc_id}")
-                self._upsert_catalog([ms.doc_row(doc, version, sum(len(c.text) for c in chunks))])  # the switch
+                self._upsert_catalog([doc_row(doc, version, sum(len(c.text) for c in chunks))])  # the switch
             except StoreError as e:
                 if not isinstance(e, Unreachable):  # unreachable: leftovers stay invisible; the next write removes them
-                    self._discard(f"row_id in {ms.lits([r['row_id'] for r in new_rows])}")
+                    self._discard(f"row_id in {lits([r['row_id'] for r in new_rows])}")
                 raise
-            bump = [ms.meta_row("index_version", str(version))]
+            bump = [meta_row("index_version", str(version))]
             if rows and stored_dim != dim:
-                bump.append(ms.meta_row("dim", str(dim)))
+                bump.append(meta_row("dim", str(dim)))
             self._upsert_catalog(bump)
             if stale:
-                self._discard(f"row_id in {ms.lits(stale)}")
+                self._discard(f"row_id in {lits(stale)}")
 
     def _ensure_chunks(self, dim: int) -> None:
         """Create ``<prefix>chunks`` for ``dim``; an empty one of another dim (after a forced rebuild) is recreated."""
@@ -385,10 +730,10 @@ class MilvusStore:
         client = self.conn.client
         if self.conn.create(
             self.chunks_name,
-            ms.chunks_schema(client, dim, analyzer),
-            ms.chunks_index(client, HNSW_M, HNSW_EF_CONSTRUCTION),
+            chunks_schema(client, dim, analyzer),
+            chunks_index(client, HNSW_M, HNSW_EF_CONSTRUCTION),
         ):
-            self._upsert_catalog([ms.meta_row("milvus_analyzer", analyzer)])
+            self._upsert_catalog([meta_row("milvus_analyzer", analyzer)])
         self._dim = self._chunks_dim()
         if self._dim != dim:  # another process created it first, for other vectors
             raise self._mismatch(self._dim, dim)
@@ -405,16 +750,16 @@ class MilvusStore:
             self._check_writable()
             if not self._live_versions([doc_id]):
                 return False
-            self._call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {ms.lit('doc:' + doc_id)}")
+            self._call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {lit('doc:' + doc_id)}")
             version = max(self.index_version() + 1, time.time_ns() // 1000)
-            self._upsert_catalog([ms.meta_row("index_version", str(version))])
-            self._discard(f"doc_id == {ms.lit(doc_id)}")
+            self._upsert_catalog([meta_row("index_version", str(version))])
+            self._discard(f"doc_id == {lit(doc_id)}")
         return True
 
     def record_ingestion(self, record: IngestionRecord) -> None:
         with self._lock:
             self._check_writable()
-            self._upsert_catalog([ms.history_row(f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", record)])
+            self._upsert_catalog([history_row(f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", record)])
 
     # --- metadata ------------------------------------------------------------------------------------
     def get_meta(self) -> dict[str, str]:
@@ -429,7 +774,7 @@ class MilvusStore:
                 raise InvalidInput(f"index metadata {key!r} is managed by the store and cannot be set")
         with self._lock:
             self._check_writable()
-            self._upsert_catalog([ms.meta_row(k, v) for k, v in values.items()])
+            self._upsert_catalog([meta_row(k, v) for k, v in values.items()])
 
     def index_version(self) -> int:
         value = self._meta_value("index_version")
