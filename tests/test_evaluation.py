@@ -18,8 +18,16 @@ from zhiku.cli.app import app
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.datasets import EvalQuery, Expected, load_dataset, load_yaml_set, section_matches
 from zhiku.evaluation.experiments import VARIANTS, parse_variants
-from zhiku.evaluation.gate import Bar, check_gate, parse_gate
-from zhiku.evaluation.metrics import hit_at_k, mrr_at_k, ndcg_at_k, parse_metric, recall_at_k
+from zhiku.evaluation.metrics import (
+    Bar,
+    check_gate,
+    hit_at_k,
+    mrr_at_k,
+    ndcg_at_k,
+    parse_gate,
+    parse_metric,
+    recall_at_k,
+)
 from zhiku.evaluation.reports import read_history
 from zhiku.evaluation.runner import evaluate
 from zhiku.types import Chunk
@@ -348,7 +356,7 @@ def test_gate_functions() -> None:
 def test_a_baseline_is_passed_by_the_run_that_wrote_it(tmp_path: Path) -> None:
     """summary.json holds metrics to 4 decimals: with --max-drop 0 the very run that wrote it (mrr@10 0.123456,
     saved 0.1235) missed its own bar; a NaN in a baseline made a bar at 0 that every run passed."""
-    from zhiku.evaluation.gate import baseline_bars
+    from zhiku.evaluation.metrics import baseline_bars
 
     metrics = {"mrr@10": 0.123456, "hit@5": 0.899996}
     summary = {"dataset": "s", "mode": "bm25", "queries": 7, "metrics": {n: round(v, 4) for n, v in metrics.items()}}

@@ -16,8 +16,15 @@ from typer.testing import CliRunner
 
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_yaml_set
-from zhiku.evaluation.generation import average_precision, judge_generation, skipped
-from zhiku.evaluation.judge import JudgeCache, JudgeClient, JudgeError, parse_json_object
+from zhiku.evaluation.generation import (
+    JudgeCache,
+    JudgeClient,
+    JudgeError,
+    average_precision,
+    judge_generation,
+    parse_json_object,
+    skipped,
+)
 
 SET = """\
 version: 1
@@ -140,7 +147,7 @@ def test_unreachable_judge_and_http_errors(fake_judge: FakeJudge) -> None:
 
 
 def test_a_judge_that_never_answers_is_not_asked_for_every_metric(fake_openai) -> None:  # noqa: ANN001
-    from zhiku.evaluation.judge import BREAKER
+    from zhiku.evaluation.generation import BREAKER
 
     fake_openai.always = ("status", 503, {}, '{"error": {"message": "overloaded"}}')  # a judge that is down
     judge = JudgeClient(fake_openai.url, "m", timeout=5)

@@ -158,9 +158,8 @@ def eval_(
     """Evaluate retrieval: Hit@K, MRR, nDCG, recall, hits within 2,000/4,000 returned characters (overall and per
     category), latency; optional LLM-judged generation metrics; writes reports with --out and enforces bars with
     --gate."""
-    from zhiku.evaluation.gate import baseline_bars, check_gate, parse_gate
-    from zhiku.evaluation.generation import judge_generation, skipped
-    from zhiku.evaluation.judge import build_judge
+    from zhiku.evaluation.generation import build_judge, judge_generation, skipped
+    from zhiku.evaluation.metrics import baseline_bars, check_gate, parse_gate
     from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
     from zhiku.evaluation.runner import evaluate
 

@@ -1,9 +1,17 @@
-"""Ranking metrics as small pure functions (trec_eval conventions; binary or graded relevance)."""
+"""Ranking metrics as small pure functions (trec_eval conventions; binary or graded relevance), and quality gates:
+``"hit@5>=0.9,mrr@10>=0.8"`` — every bar must hold, or `zhiku eval --gate` exits 1."""
 
 from __future__ import annotations
 
+import json
 import math
+import operator
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from zhiku.errors import InvalidInput
 
 
 def hit_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
@@ -68,3 +76,99 @@ def score(
         else:
             out[name] = METRICS[base](ranked, relevant, k)
     return out
+
+
+# ------------------------------------------------------------------------------------------ gates
+OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+_BAR = re.compile(r"^\s*([A-Za-z_]+@\d+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Bar:
+    metric: str  # e.g. "hit@5"
+    op: str  # >= > <= <
+    threshold: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.threshold:g}"
+
+
+@dataclass(frozen=True)
+class BarResult:
+    bar: Bar
+    value: float
+    passed: bool
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.passed else "MISSED"
+        return f"{self.bar.metric} = {self.value:.4f} (bar {self.bar.op} {self.bar.threshold:g}): {verdict}"
+
+
+def parse_gate(spec: str) -> tuple[Bar, ...]:
+    """Parse ``METRIC OP NUMBER`` bars separated by commas; a malformed one is an ``InvalidInput`` naming it."""
+    bars = []
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        m = _BAR.match(part)
+        if m is None:
+            raise InvalidInput(
+                f"invalid --gate bar {part.strip()!r}: write METRIC OP NUMBER, e.g. "
+                '"hit@5>=0.9,mrr@10>=0.8" (OP is >=, >, <= or <)'
+            )
+        metric = m.group(1).lower()
+        try:
+            parse_metric(metric)
+        except ValueError as e:
+            raise InvalidInput(f"invalid --gate bar {part.strip()!r}: {e}") from None
+        value = float(m.group(3))
+        if value > 1:  # every metric is a mean of values between 0 and 1
+            raise InvalidInput(f"invalid --gate bar {part.strip()!r}: {metric} lies between 0 and 1")
+        bars.append(Bar(metric, m.group(2), value))
+    if not bars:
+        raise InvalidInput('--gate is empty: give bars like "hit@5>=0.9,mrr@10>=0.8"')
+    return tuple(bars)
+
+
+REPORTED_DIGITS = 4  # metrics are reported (--json, summary.json) and printed to 4 decimals
+
+
+def check_gate(bars: Sequence[Bar], metrics: Mapping[str, float]) -> list[BarResult]:
+    """Each bar compared with its metric as reported (4 decimals): a ``--baseline`` bar is a reported value."""
+    return [
+        BarResult(b, metrics[b.metric], OPS[b.op](round(metrics[b.metric], REPORTED_DIGITS), b.threshold)) for b in bars
+    ]
+
+
+def baseline_bars(
+    path: Path, *, max_drop: float, dataset: str, mode: str, budget: int | None, queries: int
+) -> tuple[Bar, ...]:
+    """Bars from an earlier run's ``summary.json`` (or ``--json`` output)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InvalidInput(f"cannot read the baseline {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"the baseline {path} is not an eval result: save one with `zhiku eval --out DIR`")
+    if not 0 <= max_drop < 1:
+        raise InvalidInput(f"--max-drop must lie in [0, 1), got {max_drop}")
+    for key, now in (("dataset", dataset), ("mode", mode), ("budget", budget), ("queries", queries)):
+        if data.get(key) != now:
+            raise InvalidInput(
+                f"the baseline {path} has {key} {data.get(key)!r}, this run {now!r}: compare runs of the same set, "
+                "mode, budget and queries (or save a new baseline)"
+            )
+    metrics = data.get("metrics", data)
+    bars = []
+    for name, value in metrics.items():
+        try:
+            parse_metric(name)
+        except ValueError:
+            continue  # dataset, queries, latency_ms, ...
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN would make a bar at 0 that every run passes
+                raise InvalidInput(f"the baseline {path} has {name} = {value}: save a new baseline")
+            bars.append(Bar(name, ">=", round(max(0.0, float(value) - max_drop), REPORTED_DIGITS)))
+    if not bars:
+        raise InvalidInput(f"the baseline {path} holds no metrics: save one with `zhiku eval --out DIR` (summary.json)")
+    return tuple(bars)

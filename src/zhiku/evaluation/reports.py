@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import InvalidInput
-from zhiku.evaluation.gate import BarResult
 from zhiku.evaluation.generation import GenerationResult
+from zhiku.evaluation.metrics import BarResult
 from zhiku.evaluation.runner import EvalResult, records_json
 
 HISTORY_FILE = "eval_history.jsonl"
