@@ -46,23 +46,17 @@ def family_prefixes(model: str) -> Prefixes:
     return Prefixes()
 
 
-def config_prefixes(folder: Path | None) -> Prefixes | None:
-    """The ``prompts`` a sentence-transformers folder declares for queries and documents, if any."""
-    if folder is None:
-        return None
-    path = Path(folder) / "config_sentence_transformers.json"
+def resolve_prefixes(model: str, folder: Path) -> Prefixes:
+    """The ``prompts`` a sentence-transformers folder declares for queries and documents, else the family's."""
     try:
-        prompts = json.loads(path.read_text(encoding="utf-8")).get("prompts") or {}
+        prompts = json.loads((folder / "config_sentence_transformers.json").read_text(encoding="utf-8")).get("prompts")
     except (OSError, ValueError, AttributeError):
-        return None
+        prompts = None
     if not isinstance(prompts, dict):
-        return None
+        return family_prefixes(model)
     query, passage = prompts.get("query"), prompts.get("document", prompts.get("passage"))
     if not isinstance(query, str) and not isinstance(passage, str):
-        return None
-    query, passage = (p if isinstance(p, str) else "" for p in (query, passage))
-    return Prefixes(query, passage, "model config")
-
-
-def resolve_prefixes(model: str, folder: Path | None = None) -> Prefixes:
-    return config_prefixes(folder) or family_prefixes(model)
+        return family_prefixes(model)
+    return Prefixes(
+        query if isinstance(query, str) else "", passage if isinstance(passage, str) else "", "model config"
+    )

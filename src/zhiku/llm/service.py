@@ -65,22 +65,14 @@ class LLMService:
         prices: tuple[float, float] = (0.0, 0.0),
         deadline_s: float | None = None,
     ) -> None:
-        self.client = client
-        self._model = model
-        self.vision_model = vision_model or model
-        self.cache = cache
-        self.prices = prices
-        self.deadline_s = deadline_s
+        self.client, self.model, self.vision_model = client, model, vision_model or model
+        self.cache, self.prices, self.deadline_s = cache, prices, deadline_s
         self._gate = threading.Semaphore(concurrency)
         self._lock = threading.Lock()
         self._n = _Counter()
 
-    @property
-    def model(self) -> str:
-        return self._model
-
     def key(self, messages: Sequence[Mapping[str, Any]], prompt_id: str, vision: bool = False) -> str:
-        return reply_key(self.vision_model if vision else self._model, prompt_id, list(messages))
+        return reply_key(self.vision_model if vision else self.model, prompt_id, list(messages))
 
     def chat(
         self,
@@ -91,7 +83,7 @@ class LLMService:
         vision: bool = False,
         validate: Callable[[str], object] | None = None,
     ) -> str:
-        model = self.vision_model if vision else self._model
+        model = self.vision_model if vision else self.model
         key = self.key(messages, prompt_id, vision)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             with self._lock:
@@ -142,9 +134,8 @@ class LLMService:
         with self._lock:
             n = self._n
             cost = (n.prompt_tokens * self.prices[0] + n.completion_tokens * self.prices[1]) / 1e6
-            return LLMUsage(
-                n.calls, n.cached, n.prompt_tokens, n.completion_tokens, round(cost, 6), CURRENCY, n.estimated
-            )
+            tokens = (n.prompt_tokens, n.completion_tokens)
+            return LLMUsage(n.calls, n.cached, *tokens, round(cost, 6), CURRENCY, n.estimated)
 
 
 @dataclass(frozen=True)
@@ -168,12 +159,9 @@ class PlanningService(LLMService):
         cached = self.cache is not None and self.cache.get(key) is not None
         last = messages[-1].get("content", "") if messages else ""
         text = last if isinstance(last, str) else " ".join(str(p.get("text", "")) for p in last)
+        model = self.vision_model if vision else self.model
         with self._lock:
-            self.planned.append(
-                PlannedCall(
-                    prompt_id, self.vision_model if vision else self._model, messages_tokens(messages), cached, text
-                )
-            )
+            self.planned.append(PlannedCall(prompt_id, model, messages_tokens(messages), cached, text))
         raise TransformError("dry run: nothing sent")
 
 

@@ -50,30 +50,6 @@ class ModelFolder:
         return f"{self.model_id}@sha256:{weights_digest(self.folder, memo)[:12]}"
 
 
-def resolve_model(model: str, *, manifest: Manifest, memo: HashMemo) -> ModelFolder:
-    """Find (or download) ``model`` and check it against the manifest before anything loads it."""
-    local = Path(model).expanduser()
-    if local.is_dir():
-        folder = local.resolve()
-        found = hub_id_of(folder)
-        model_id, rev = found if found else (folder.name, None)
-        entry = manifest.match(folder)
-    elif local.exists():
-        raise NotFound(f"model path {local} is a file; give the model's folder")
-    elif "/" in model.strip("/") and not model.startswith((".", "/", "~")):
-        entry = manifest.get(model)
-        rev = entry.revision if entry is not None and entry.pinned else None
-        folder = download(model, rev)
-        found = hub_id_of(folder)
-        model_id, rev = model, (found[1] if found else rev)
-    else:
-        raise NotFound(f"model {model!r} is neither a folder on disk nor a Hugging Face id like 'BAAI/bge-m3'")
-    check = verify_folder(folder, entry, memo)
-    if check.status != "ok":
-        log.info("model %s (%s) not verified: %s", model_id, folder, check.detail)
-    return ModelFolder(model_id, folder, rev, check)
-
-
 def download(repo_id: str, revision: str | None) -> Path:
     """The local snapshot of ``repo_id`` (downloaded once into the Hugging Face cache; offline: the cache only)."""
     try:
@@ -113,8 +89,28 @@ class HubModel:
 
     @cached_property
     def folder(self) -> ModelFolder:
-        """The model's files, found (downloaded) and verified; nothing is loaded into memory yet."""
-        return resolve_model(self.model, manifest=self.manifest, memo=self.memo)
+        """The model's files, found (or downloaded) and checked against the manifest; nothing is loaded yet."""
+        model = self.model
+        local = Path(model).expanduser()
+        if local.is_dir():
+            folder = local.resolve()
+            found = hub_id_of(folder)
+            model_id, rev = found if found else (folder.name, None)
+            entry = self.manifest.match(folder)
+        elif local.exists():
+            raise NotFound(f"model path {local} is a file; give the model's folder")
+        elif "/" in model.strip("/") and not model.startswith((".", "/", "~")):
+            entry = self.manifest.get(model)
+            rev = entry.revision if entry is not None and entry.pinned else None
+            folder = download(model, rev)
+            found = hub_id_of(folder)
+            model_id, rev = model, (found[1] if found else rev)
+        else:
+            raise NotFound(f"model {model!r} is neither a folder on disk nor a Hugging Face id like 'BAAI/bge-m3'")
+        check = verify_folder(folder, entry, self.memo)
+        if check.status != "ok":
+            log.info("model %s (%s) not verified: %s", model_id, folder, check.detail)
+        return ModelFolder(model_id, folder, rev, check)
 
     def load(self) -> None:
         _ = self._model

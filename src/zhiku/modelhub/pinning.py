@@ -54,16 +54,8 @@ class ModelEntry:
         files = tuple(
             PinnedFile(str(f["path"]), int(f["size"]), str(f["sha256"]).lower()) for f in d.get("files") or ()
         )
-        return cls(
-            id=str(d["id"]),
-            kind=d.get("kind", "embedder"),
-            provider=str(d.get("provider", "sentence-transformers")),
-            pinned=bool(d.get("pinned", bool(files))),
-            revision=d.get("revision"),
-            source=str(d.get("source", "")),
-            note=str(d.get("note", "")),
-            files=files,
-        )
+        given = {k: d[k] for k in ("kind", "provider", "revision", "source", "note") if k in d}
+        return cls(str(d["id"]), **given, pinned=bool(d.get("pinned", bool(files))), files=files)
 
 
 @dataclass(frozen=True)
@@ -95,10 +87,6 @@ def hub_id_of(folder: Path) -> tuple[str, str] | None:
 
 
 # ------------------------------------------------------------------------------------------ files
-def shipped_manifest_text() -> str:
-    return resources.files("zhiku").joinpath("data/models.json").read_text(encoding="utf-8")
-
-
 def parse_manifest(text: str, origin: str) -> tuple[ModelEntry, ...]:
     try:
         data = json.loads(text)
@@ -109,7 +97,8 @@ def parse_manifest(text: str, origin: str) -> tuple[ModelEntry, ...]:
 
 def load_manifest(user_manifest: Path | None = None) -> Manifest:
     """The shipped manifest, with the entries of ``user_manifest`` (when it exists) replacing same-id ones."""
-    entries = {e.id: e for e in parse_manifest(shipped_manifest_text(), "zhiku/data/models.json")}
+    shipped = resources.files("zhiku").joinpath("data/models.json").read_text(encoding="utf-8")
+    entries = {e.id: e for e in parse_manifest(shipped, "zhiku/data/models.json")}
     if user_manifest is not None and user_manifest.is_file():
         for e in parse_manifest(user_manifest.read_text(encoding="utf-8"), str(user_manifest)):
             entries[e.id] = e
@@ -230,12 +219,8 @@ class Verification:
 def check_folder(folder: Path, entry: ModelEntry, memo: HashMemo, *, fresh: bool = False) -> Verification:
     """Compare every pinned file of ``entry`` with ``folder``; never raises for a mismatch (see ``verify_folder``)."""
     if not entry.pinned or not entry.files:
-        return Verification(
-            str(folder),
-            entry.id,
-            "unpinned",
-            entry.note or f"{entry.id} has no pinned hashes: `zhiku models pin {folder} --id {entry.id}`",
-        )
+        why = entry.note or f"{entry.id} has no pinned hashes: `zhiku models pin {folder} --id {entry.id}`"
+        return Verification(str(folder), entry.id, "unpinned", why)
     problems = []
     for f in entry.files:
         path = Path(folder) / f.path
