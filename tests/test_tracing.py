@@ -519,7 +519,7 @@ def test_otel_export_mirrors_the_stages() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from zhiku.observability.otel import OtelSink
+    from zhiku.observability.tracing import OtelSink
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

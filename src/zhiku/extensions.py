@@ -199,26 +199,17 @@ def resource_spec(obj: Any, *, origin: str = "script") -> ResourceSpec:
     if marked is None:
         name = getattr(obj, "__name__", repr(obj))
         raise TypeError(f"resource {name}: mark it with @zhiku.resource('scheme://kind/{{id}}') to give its URI")
-    doc = parse_docstring(obj.__doc__)["description"]
-    return ResourceSpec(
-        fn=obj,
-        uri=marked["uri"],
-        name=marked["name"] or obj.__name__,
-        description=marked["description"] or doc,
-        title=marked["title"],
-        mime_type=marked["mime_type"],
-        origin=origin,
-    )
+    described = {"name": marked["name"] or obj.__name__, "description": marked["description"] or _described(obj)}
+    return ResourceSpec(obj, **{**marked, **described}, origin=origin)
 
 
 def prompt_spec(obj: Any, *, origin: str = "script") -> PromptSpec:
     if isinstance(obj, PromptSpec):
         return obj
     marked = getattr(obj, PROMPT_ATTR, {})
-    return PromptSpec(
-        fn=obj,
-        name=marked.get("name") or obj.__name__,
-        description=marked.get("description") or parse_docstring(obj.__doc__)["description"],
-        title=marked.get("title"),
-        origin=origin,
-    )
+    name, description = marked.get("name") or obj.__name__, marked.get("description") or _described(obj)
+    return PromptSpec(obj, name, description, marked.get("title"), origin)
+
+
+def _described(obj: Any) -> str:
+    return str(parse_docstring(obj.__doc__)["description"])

@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from zhiku.embedding.prefixes import Prefixes, family_prefixes
+from zhiku.embedding.base import Prefixes, family_prefixes
 from zhiku.errors import EmbeddingError
 from zhiku.numeric import l2_normalise
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient

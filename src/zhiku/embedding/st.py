@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from zhiku.embedding.prefixes import Prefixes, resolve_prefixes
+from zhiku.embedding.base import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
 from zhiku.modelhub.hf import HubModel
 from zhiku.numeric import l2_normalise

@@ -1,7 +1,9 @@
-"""Building traces: one per query and per ingestion run, stage by stage (records and sinks are in ``trace``)."""
+"""Building traces: one per query and per ingestion run, stage by stage, and exporting them as OpenTelemetry spans
+(the ``otel`` extra); the records and the file sink are in ``trace``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.cache import Cache
+from zhiku.errors import MissingDependency
 from zhiku.observability.trace import TRACE_FILE, JsonlSink, Sink, Stage, Trace, stage_order
 from zhiku.observability.trace import MemorySink as MemorySink  # one import for the tracer and its sinks
 from zhiku.observability.trace import read_traces as read_traces
@@ -168,14 +171,62 @@ class Tracer:
         return _Root(self.sinks, kind, attrs) if self.sinks or capture else nullcontext()
 
 
+# ------------------------------------------------------------------------------------- OpenTelemetry export
+INSTRUMENTATION = "zhiku"
+
+
+def _attr(value: Any) -> str | int | float | bool:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class OtelSink:
+    """A tracing sink that re-emits each finished trace through an OpenTelemetry tracer."""
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        try:
+            from opentelemetry import trace as otel_trace
+            from opentelemetry.trace import Status, StatusCode
+        except ImportError:
+            raise MissingDependency(
+                "OpenTelemetry export needs the opentelemetry SDK: pip install 'zhiku[otel]' (or set tracing.otel: false)"
+            ) from None
+        self._otel_trace, self._Status, self._StatusCode = otel_trace, Status, StatusCode
+        self._tracer = otel_trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
+
+    def write(self, trace: Trace) -> None:
+        start_ns = int(trace.started_at * 1e9)
+        root = self._tracer.start_span(
+            f"zhiku.{trace.kind}",
+            start_time=start_ns,
+            attributes={
+                "zhiku.trace_id": trace.trace_id,
+                **{f"zhiku.{k}": _attr(v) for k, v in trace.attrs.items() if v is not None},
+            },
+        )
+        ctx = self._otel_trace.set_span_in_context(root)
+        for s in sorted(trace.stages, key=lambda s: s.start_ms):
+            begin = start_ns + int(s.start_ms * 1e6)
+            attrs: dict[str, Any] = {"zhiku.status": s.status, "zhiku.calls": s.calls}
+            attrs.update({f"zhiku.count.{k}": int(v) for k, v in s.counts.items()})
+            if "summary" in s.data:
+                attrs.update({f"zhiku.rank.{k}": int(v) for k, v in s.data["summary"].items()})
+            child = self._tracer.start_span(s.name, context=ctx, start_time=begin, attributes=attrs)
+            if s.status == "error":
+                child.set_status(self._Status(self._StatusCode.ERROR, str(s.data.get("error", ""))))
+            child.end(end_time=begin + int(s.elapsed_ms * 1e6))
+        if trace.status == "error":
+            root.set_status(self._Status(self._StatusCode.ERROR, trace.error or ""))
+        root.end(end_time=start_ns + int(trace.elapsed_ms * 1e6))
+
+
 def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
     """The tracer a ``KnowledgeBase`` uses: ``<index>/traces.jsonl`` (and OpenTelemetry when asked), or off."""
     if not settings.enabled:
         return Tracer()
     sinks: list[Sink] = [JsonlSink(Path(index) / TRACE_FILE)]
     if settings.otel:
-        from zhiku.observability.otel import OtelSink
-
         sinks.append(OtelSink())
     return Tracer(sinks)
 
