@@ -6,7 +6,7 @@ import json
 import os
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 from pydantic import (
     BaseModel,
@@ -417,10 +417,8 @@ class Settings(BaseSettings):
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for name, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(name), dict):
-            out[name] = _deep_merge(out[name], value)
-        else:
-            out[name] = value
+        both = isinstance(value, dict) and isinstance(out.get(name), dict)
+        out[name] = _deep_merge(out[name], value) if both else value
     return out
 
 
@@ -446,29 +444,28 @@ def _is_path(annotation: Any) -> bool:
 _MODEL_OR_FOLDER = ((EmbeddingSettings, "model"), (RerankSettings, "model"))
 
 
-def _names_folder(value: str, base: Path) -> bool:
-    """A model setting that names a folder: ``./x`` or ``../x`` (never a hub id), or one beside the file."""
-    return not Path(value).expanduser().is_absolute() and (value.startswith(".") or (base / value).is_dir())
-
-
 def _anchored(data: dict[str, Any], model: type[BaseModel], base: Path) -> dict[str, Any]:
     """``data`` (a settings file's) with its relative paths taken from the file's folder ``base``."""
     if base == Path("."):
         return data
+
+    def relative(value: object) -> TypeGuard[str]:
+        return isinstance(value, str) and not Path(value).expanduser().is_absolute()
+
     out = dict(data)
     for name, value in data.items():
         field = model.model_fields.get(name)
         ann = field.annotation if field is not None else None
+        # a model setting names a folder when it reads ``./x`` or ``../x`` (never a hub id), or one beside the file
+        folder = (
+            (model, name) in _MODEL_OR_FOLDER and relative(value) and (value.startswith(".") or (base / value).is_dir())
+        )
         if (section := section_model(ann)) is not None and isinstance(value, dict):
             out[name] = _anchored(value, section, base)
-        elif _is_path(ann) and isinstance(value, str) and not Path(value).expanduser().is_absolute():
-            out[name] = str(base / value)
-        elif (model, name) in _MODEL_OR_FOLDER and isinstance(value, str) and _names_folder(value, base):
+        elif _is_path(ann) and relative(value) or folder:
             out[name] = str(base / value)
         elif _is_path(ann) and isinstance(value, list):
-            out[name] = [
-                str(base / v) if isinstance(v, str) and not Path(v).expanduser().is_absolute() else v for v in value
-            ]
+            out[name] = [str(base / v) if relative(v) else v for v in value]
     return out
 
 
@@ -489,23 +486,16 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     if aliases:
         data = _deep_merge(data, {"server": aliases})
     flags = {k: v for k, v in overrides.items() if v is not None}
-    data = _with_api_keys(_deep_merge(data, flags), os.environ)
+    data = _deep_merge(data, flags)
+    for section in ENDPOINTS:  # each endpoint's ``api_key`` from the variable its ``api_key_env`` names
+        part = data.get(section, {})
+        if isinstance(part, dict) and not part.get("api_key"):
+            if value := os.environ.get(str(part.get("api_key_env") or f"ZHIKU_{section.upper()}_API_KEY")):
+                data = _deep_merge(data, {section: {"api_key": value}})
     try:
         return Settings.model_validate(data)
     except ValidationError as e:
         raise ConfigError(explain(e, Settings, Origins(path, file, environ, flags))) from None
-
-
-def _with_api_keys(data: dict[str, Any], environ: Any) -> dict[str, Any]:
-    """Fill each endpoint section's ``api_key`` from the variable its ``api_key_env`` names."""
-    for section in ENDPOINTS:
-        part = data.get(section, {})
-        if not isinstance(part, dict) or part.get("api_key"):
-            continue
-        value = environ.get(str(part.get("api_key_env") or f"ZHIKU_{section.upper()}_API_KEY"))
-        if value:
-            data = _deep_merge(data, {section: {"api_key": value}})
-    return data
 
 
 def merge(settings: Settings, **changes: Any) -> Settings:
