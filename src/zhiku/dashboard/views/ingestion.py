@@ -15,11 +15,8 @@ choice = st.selectbox(
     index=0 if existing else None,
     placeholder="choose or create a collection",
 )
-collection = (
-    st.text_input("新集合名 New collection name", value=d.settings.collection)
-    if choice is None or choice.startswith("➕")
-    else choice
-)
+named = "新集合名 New collection name"
+collection = choice if choice and not choice.startswith("➕") else st.text_input(named, value=d.settings.collection)
 files = st.file_uploader("文件 Files (.md .txt .pdf .docx .html …)", accept_multiple_files=True)
 if st.button("导入 Ingest", type="primary", disabled=not files):
     bar = st.progress(0.0, text="starting")
@@ -61,16 +58,6 @@ st.subheader("导入历史 Ingestion history")
 if d.exists:
     with d.kb() as kb:
         history = kb.history(50)
-    st.dataframe(
-        [
-            {
-                "status": r.status,
-                "collection": r.collection,
-                "path": r.path,
-                "chunks": r.chunk_count,
-                "error": r.error or "",
-            }
-            for r in history
-        ],
-        hide_index=True,
-    )
+    shown = (("status", "status"), ("collection", "collection"), ("path", "path"), ("chunks", "chunk_count"))
+    rows = [{**{k: getattr(r, a) for k, a in shown}, "error": r.error or ""} for r in history]
+    st.dataframe(rows, hide_index=True)

@@ -16,9 +16,8 @@ cols = st.columns(6)
 cols[0].metric("文档 documents", ov.documents)
 cols[1].metric("段落 chunks", ov.chunks)
 cols[2].metric("集合 collections", len(ov.collections))
-cols[3].metric(
-    "近期查询 recent queries", h.queries, delta=f"{h.errors} errors" if h.errors else None, delta_color="inverse"
-)
+errors = f"{h.errors} errors" if h.errors else None
+cols[3].metric("近期查询 recent queries", h.queries, delta=errors, delta_color="inverse")
 cols[4].metric("p50 latency (ms)", f"{h.p50_ms:.1f}")
 cols[5].metric("p95 latency (ms)", f"{h.p95_ms:.1f}")
 
@@ -37,18 +36,13 @@ with left:
 with right:
     st.subheader("近期健康 Recent health")
     last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h.last_at)) if h.last_at else "–"
-    st.table(
-        [
-            {"what": "query traces (last 200 traces)", "value": str(h.queries)},
-            {"what": "failed queries", "value": str(h.errors)},
-            {"what": "ingestion runs", "value": str(h.ingests)},
-            {"what": "last trace", "value": last},
-            {"what": "evaluation runs", "value": str(ov.eval_runs)},
-            {
-                "what": "last ingestion",
-                "value": f"{ov.last_ingestion.status} {ov.last_ingestion.path}" if ov.last_ingestion else "–",
-            },
-        ]
-    )
+    run = f"{ov.last_ingestion.status} {ov.last_ingestion.path}" if ov.last_ingestion else "–"
+    health: dict[str, object] = {
+        "query traces (last 200 traces)": h.queries,
+        "failed queries": h.errors,
+        "ingestion runs": h.ingests,
+    }
+    health |= {"last trace": last, "evaluation runs": ov.eval_runs, "last ingestion": run}
+    st.table([{"what": what, "value": str(value)} for what, value in health.items()])
 with st.expander("有效设置 Effective settings"):
     st.json(ov.settings)
