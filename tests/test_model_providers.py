@@ -17,7 +17,7 @@ from helpers_kb import SEC_PROBATION
 from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder, parse_embedder_spec
 from zhiku.embedding.st import SentenceTransformerEmbedder
 from zhiku.errors import IndexMismatch, InvalidInput, MissingDependency, ModelIntegrityError, NotFound
-from zhiku.modelhub.pinning import HashMemo
+from zhiku.modelhub import HashMemo
 from zhiku.retrieval import rerank as rerank_module
 from zhiku.retrieval import search as search_module
 from zhiku.retrieval.rerank import CrossEncoderReranker, build_reranker, sigmoid
@@ -83,7 +83,7 @@ def test_a_tampered_copy_is_refused_before_loading(minilm_dir: Path, tmp_path: P
 
 
 def test_missing_sentence_transformers_is_an_actionable_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from zhiku.modelhub.hf import import_sentence_transformers
+    from zhiku.modelhub import import_sentence_transformers
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     with pytest.raises(MissingDependency, match=r"pip install 'zhiku\[models\]'"):
@@ -240,7 +240,7 @@ def test_hub_ids_download_once_pinned_revision_first(monkeypatch: pytest.MonkeyP
     """No hub here: snapshot_download is replaced by a function that returns a cache-shaped local folder."""
     import huggingface_hub
 
-    from zhiku.modelhub.pinning import Manifest, pin_folder
+    from zhiku.modelhub import Manifest, pin_folder
 
     snap = tmp_path / "hub" / "models--acme--tiny-zh" / "snapshots" / "0123456789abcdef0123"
     snap.mkdir(parents=True)

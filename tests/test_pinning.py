@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from zhiku.cli.app import app
 from zhiku.embedding import BUNDLED_ID, build_embedder
 from zhiku.errors import ModelIntegrityError
-from zhiku.modelhub.pinning import (
+from zhiku.modelhub import (
     HashMemo,
     Manifest,
     file_sha256,

@@ -25,7 +25,7 @@ ManifestOpt = Annotated[
 
 
 def _manifest_path(config: Path | None, manifest: Path | None) -> Path:
-    from zhiku.modelhub.pinning import USER_MANIFEST
+    from zhiku.modelhub import USER_MANIFEST
 
     return manifest or (load_settings(config).cache_dir or _default_cache_dir()) / USER_MANIFEST
 
@@ -40,7 +40,7 @@ def _hf_cache() -> Path:
 @models_app.command("list")
 def list_(as_json: JsonOpt = False, manifest: ManifestOpt = None, config: ConfigOpt = None) -> None:
     """The models zhiku knows: pinned ones carry file sizes and SHA-256; unpinned ones wait for `zhiku models pin`."""
-    from zhiku.modelhub.pinning import load_manifest
+    from zhiku.modelhub import load_manifest
 
     with _errors():
         m = load_manifest(_manifest_path(config, manifest))
@@ -82,7 +82,7 @@ def verify(
     config: ConfigOpt = None,
 ) -> None:
     """Re-hash model files and compare them with the manifest; exit 1 when a file does not match."""
-    from zhiku.modelhub.pinning import HashMemo, load_manifest, package_folder, snapshot_folders, verify_many
+    from zhiku.modelhub import HashMemo, load_manifest, package_folder, snapshot_folders, verify_many
 
     with _errors():
         m = load_manifest(_manifest_path(config, manifest))
@@ -130,7 +130,7 @@ def pin(
     config: ConfigOpt = None,
 ) -> None:
     """Hash every file of a local model folder and write its manifest entry (replacing one with the same id)."""
-    from zhiku.modelhub.pinning import pin_folder, write_entry
+    from zhiku.modelhub import pin_folder, write_entry
 
     with _errors():
         if kind not in ("embedder", "reranker"):

@@ -9,7 +9,7 @@ from zhiku.embedding.base import Embedder
 from zhiku.embedding.bundled import BundledE5Embedder
 from zhiku.embedding.cache import CachedEmbedder, EmbeddingCache
 from zhiku.errors import InvalidInput
-from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest, package_folder, verify_folder
+from zhiku.modelhub import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest, package_folder, verify_folder
 from zhiku.settings import EmbeddingSettings
 
 __all__ = ["Embedder", "BundledE5Embedder", "CachedEmbedder", "EmbeddingCache", "build_embedder", "parse_embedder_spec"]

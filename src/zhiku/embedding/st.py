@@ -11,7 +11,7 @@ import numpy as np
 
 from zhiku.embedding.base import Prefixes, resolve_prefixes
 from zhiku.errors import EmbeddingError
-from zhiku.modelhub.hf import HubModel
+from zhiku.modelhub import HubModel
 from zhiku.numeric import l2_normalise
 
 

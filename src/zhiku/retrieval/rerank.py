@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from zhiku.errors import InvalidInput, RerankError
-from zhiku.modelhub.hf import HubModel
-from zhiku.modelhub.pinning import HASH_MEMO, USER_MANIFEST, HashMemo, load_manifest
+from zhiku.modelhub import HASH_MEMO, USER_MANIFEST, HashMemo, HubModel, load_manifest
 from zhiku.observability.tracing import rank_changes, span
 from zhiku.settings import RerankSettings
 from zhiku.types import Hit

