@@ -6,8 +6,7 @@ import pytest
 from pydantic import SecretStr
 
 from zhiku.errors import ConfigError
-from zhiku.settings import Settings, load_settings, merge
-from zhiku.settings_errors import FIXED, MOVED
+from zhiku.settings import FIXED, MOVED, Settings, load_settings, merge
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from contextlib import suppress
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -20,7 +21,6 @@ class Cache(Generic[V]):
 
     def __init__(self, max_weight: int, weigh: Callable[[V], int] = _one) -> None:
         self.max_weight, self.weigh = max_weight, weigh
-        self.hits = self.misses = 0  # (counted without the lock: statistics)
         # the version the entries are of (-1: none yet) and the entries, swapped as one: a get reads them without
         # the lock (an OrderedDict's get and move_to_end are atomic under the GIL)
         self._state: tuple[int, OrderedDict[Hashable, tuple[V, int]]] = (-1, OrderedDict())
@@ -35,13 +35,9 @@ class Cache(Generic[V]):
         held, items = self._state
         got = items.get(key) if version == held else None
         if got is None:
-            self.misses += 1
             return None
-        self.hits += 1
-        try:
+        with suppress(KeyError):  # pushed out meanwhile
             items.move_to_end(key)
-        except KeyError:  # pushed out meanwhile
-            pass
         return got[0]
 
     def put(self, key: Hashable, value: V, version: int = 0) -> None:

@@ -16,8 +16,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from zhiku.errors import InvalidInput
-from zhiku.settings import Settings, shown_fields
-from zhiku.settings_errors import section_model
+from zhiku.settings import Settings, section_model, shown_fields
 
 CONFIG = "zhiku.yaml"
 DOCS = "docs"
