@@ -15,10 +15,10 @@ import pytest
 
 from fake_openai import DIM, FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION
+from zhiku import llm as llm_service
 from zhiku.embedding.openai_compat import OpenAIEmbedder
 from zhiku.errors import ConfigError
 from zhiku.ingest.transforms.builtin import guard
-from zhiku.llm import service as llm_service
 from zhiku.observability.trace import TRACE_FILE, read_traces
 from zhiku.openai_http import OpenAICompatibleClient
 
@@ -223,7 +223,7 @@ def test_transforms_need_an_endpoint_and_known_names(kb_factory: Any, corpus: Pa
 def test_settings_edge_key_env_and_transform_list(
     fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zhiku.llm.service import build_service
+    from zhiku.llm import build_service
     from zhiku.settings import load_settings
 
     for key in [k for k in os.environ if k.startswith("ZHIKU_")]:
@@ -249,8 +249,7 @@ def test_pdf_images_are_captioned_once_each(fake_openai: FakeOpenAI, tmp_path: P
     from zhiku.ingest.loaders import default_loaders, load_document
     from zhiku.ingest.transforms.base import DocumentBatch, TransformContext
     from zhiku.ingest.transforms.builtin import Caption
-    from zhiku.llm.prompts import Prompts
-    from zhiku.llm.service import LLMService
+    from zhiku.llm import LLMService, Prompts
     from zhiku.settings import ChunkingSettings
 
     pdf = Path(__file__).parent / "fixtures" / "pdf" / "bithesis-graduation-thesis-sample.pdf"
@@ -272,7 +271,7 @@ def test_pdf_images_are_captioned_once_each(fake_openai: FakeOpenAI, tmp_path: P
 
 def test_a_dead_endpoint_is_not_called_for_every_chunk(tmp_path: Path) -> None:
     from zhiku.ingest.transforms.base import TransformError
-    from zhiku.llm.service import BREAKER, LLMService
+    from zhiku.llm import BREAKER, LLMService
 
     client = OpenAICompatibleClient("http://127.0.0.1:9/v1", max_retries=0, timeout=0.5)  # nothing listens there
     service = LLMService(client, "m", concurrency=1)

@@ -15,8 +15,8 @@ import pytest
 from fake_openai import FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
 from test_transforms import _llm_client_constants, llm_settings, open_kb  # noqa: F401 (an autouse fixture)
+from zhiku import llm as llm_service
 from zhiku.embedding.openai_compat import OpenAIEmbedder
-from zhiku.llm import service as llm_service
 from zhiku.openai_http import OpenAICompatibleClient
 
 DOCS = 3  # helpers_kb.CORPUS: three files
@@ -195,7 +195,7 @@ def test_a_document_rewritten_without_transforms_is_enriched_again_when_they_are
 
 def test_a_damaged_reply_cache_is_one_clear_error(tmp_path: Path) -> None:
     from zhiku.errors import ConfigError
-    from zhiku.llm.cache import ReplyCache
+    from zhiku.llm import ReplyCache
 
     damaged = tmp_path / "llm.sqlite"
     damaged.write_bytes(b"not a database " * 100)
@@ -313,7 +313,7 @@ def test_a_changed_model_or_prompt_enriches_unchanged_documents_again(
 
     prompts = tmp_path / "prompts"
     prompts.mkdir()
-    from zhiku.llm.prompts import Prompts
+    from zhiku.llm import Prompts
 
     builtin = Prompts().text("contextual", "zh")
     (prompts / "contextual.zh.txt").write_text(builtin.replace("<chunk>", "请简洁。\n<chunk>", 1), encoding="utf-8")
@@ -464,7 +464,7 @@ def test_a_built_in_prompt_counts_by_name_a_prompt_file_by_its_text(
     ingest; a user's prompt file that changes does re-enrich. Each transform's setup is its own: one whose file
     changed is owed, the others are not."""
     from zhiku.ingest.transforms.stage import build_stage
-    from zhiku.llm.prompts import Prompts
+    from zhiku.llm import Prompts
     from zhiku.settings import load_settings, merge
 
     base = merge(

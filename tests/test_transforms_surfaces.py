@@ -19,9 +19,9 @@ from fake_openai import FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION, make_settings
 from test_docx_html import handbook_docx
 from test_transforms import TAGS, _llm_client_constants, llm_reply  # noqa: F401 (an autouse fixture)
+from zhiku import llm as llm_service
 from zhiku.api import KnowledgeBase
 from zhiku.cli.app import app
-from zhiku.llm import service as llm_service
 from zhiku.mcp.server import build_server
 from zhiku.observability.trace import TRACE_FILE, read_traces
 from zhiku.retrieval import rewrite

@@ -15,7 +15,7 @@ import numpy as np
 from zhiku.api import KnowledgeBase
 from zhiku.errors import InvalidInput, ZhikuError
 from zhiku.evaluation.datasets import EvalSet
-from zhiku.llm.cache import ReplyCache, json_object_in
+from zhiku.llm import ReplyCache, json_object_in
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import Settings

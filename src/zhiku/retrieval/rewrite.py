@@ -8,10 +8,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
 from zhiku.errors import ConfigError
-from zhiku.llm.cache import json_object_in
-from zhiku.llm.chat import ChatService, TransformError, clean_reply
-from zhiku.llm.prompts import Prompts, detect_language
-from zhiku.llm.service import build_service
+from zhiku.llm import ChatService, Prompts, TransformError, build_service, clean_reply, detect_language, json_object_in
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import RRF_K, ranked, rrf
 from zhiku.retrieval.plan import QueryPlan

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from zhiku.llm.chat import ChatService, TransformError
+from zhiku.llm import ChatService, TransformError
 from zhiku.types import Chunk, SourceDoc, TransformIssue
 
 Language = Literal["zh", "en"]

@@ -11,8 +11,7 @@ from string import Template
 from typing import Any
 
 from zhiku.ingest.transforms.base import ChatService, DocMeta, DocumentBatch, TransformContext, TransformError
-from zhiku.llm.cache import json_object_in
-from zhiku.llm.chat import clean_reply
+from zhiku.llm import clean_reply, json_object_in
 from zhiku.types import Chunk, ImageRef
 
 Step = Callable[[int], Mapping[str, Any] | None]  # chunk index → Enrichment changes (None: nothing to add)

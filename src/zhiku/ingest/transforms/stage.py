@@ -20,9 +20,18 @@ from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
 from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
 from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
 from zhiku.ingest.transforms.store import EnrichmentStore, UsageRecord
-from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache
-from zhiku.llm.prompts import Prompts, detect_language
-from zhiku.llm.service import CONCURRENCY, CURRENCY, LLMService, PlannedCall, PlanningService, build_service
+from zhiku.llm import (
+    CONCURRENCY,
+    CURRENCY,
+    LLM_CACHE_FILE,
+    LLMService,
+    PlannedCall,
+    PlanningService,
+    Prompts,
+    ReplyCache,
+    build_service,
+    detect_language,
+)
 from zhiku.observability.tracing import mark, span
 from zhiku.settings import TRANSFORM_ORDER, LLMSettings, Settings, TransformSettings
 from zhiku.types import Chunk, DocRecord, FileFailure, LLMUsage, SourceDoc, TransformIssue, TransformReport

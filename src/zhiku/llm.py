@@ -1,22 +1,178 @@
-"""The cached, rate-limited chat service every LLM feature uses (``ChatService`` of the transform protocol)."""
+"""The LLM every feature talks to: the chat protocol and its error, prompts in Chinese and English (built in or from
+``llm.prompts_dir``), the persistent reply cache (SQLite, ``key → content``) and the cached, rate-limited service."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from string import Template
+from typing import Any, Protocol, runtime_checkable
 
-from zhiku.llm.cache import LLM_CACHE_FILE, ReplyCache, reply_key
-from zhiku.llm.chat import TransformError
+from zhiku.cache import Cache
+from zhiku.errors import ConfigError, ZhikuError
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, client_from
 from zhiku.settings import LLMSettings
 from zhiku.types import LLMUsage
 
-_CJK = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+# ----------------------------------------------------------------------------------------------- the chat protocol
+class TransformError(ZhikuError):
+    """One transform step failed for one chunk or document (timeout, 429 after retries, malformed or refused output)."""
+
+    code = "TRANSFORM_FAILED"
+    retryable = True
+
+    def __init__(self, message: str, *, unreached: bool = False) -> None:
+        super().__init__(message)
+        self.unreached = unreached  # the endpoint gave no answer (not a refused or malformed one)
+
+
+@runtime_checkable
+class ChatService(Protocol):
+    """The shared OpenAI-compatible chat endpoint, cached and rate-limited."""
+
+    @property
+    def model(self) -> str: ...
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        prompt_id: str,
+        max_tokens: int = 256,
+        vision: bool = False,
+        validate: Callable[[str], object] | None = None,
+    ) -> str: ...
+
+
+_WRAP = re.compile(r"^\s*(?:<(\w+)>)?\s*(.*?)\s*(?:</\1>)?\s*$", re.S)
+
+
+def clean_reply(text: str, limit: int = 0) -> str:
+    """A reply without wrapping tags, quotes or blank runs; cut to ``limit`` characters when given."""
+    m = _WRAP.match(text)
+    body = (m.group(2) if m else text).strip().strip("\"'“”「」").strip()
+    body = re.sub(r"\n\s*\n+", "\n", body)
+    return body[:limit].rstrip() if limit and len(body) > limit else body
+
+
+# ------------------------------------------------------------------------------------------------- the reply cache
+LLM_CACHE_FILE = "llm.sqlite"
+
+
+def reply_key(*parts: Any) -> str:
+    """SHA-256 over the JSON of ``parts`` (model, prompt id, messages…)."""
+    return hashlib.sha256(json.dumps(list(parts), ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+
+
+class ReplyCache:
+    """``responses(key, content)`` in SQLite; safe across threads and processes."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self._lock = threading.Lock()
+        try:
+            if read_only:
+                self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+                self._db.execute("select 1 from sqlite_master limit 1")
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("create table if not exists responses(key text primary key, content text not null)")
+        except sqlite3.DatabaseError as e:  # a damaged or foreign file: say which, and that it is only a cache
+            raise ConfigError(
+                f"the LLM reply cache {path} cannot be opened ({e}): it is only a cache, delete the file (or set "
+                "cache_dir: null)"
+            ) from None
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("select content from responses where key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def put(self, key: str, content: str) -> None:
+        with self._lock:
+            self._db.execute("insert or replace into responses values (?, ?)", (key, content))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def json_object_in(text: str) -> dict[str, Any]:
+    """The JSON object in a model's reply."""
+    body = text.strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
+    if fence:
+        body = fence.group(1).strip()
+    if not body.startswith("{"):
+        start, end = body.find("{"), body.rfind("}")
+        body = body[start : end + 1] if 0 <= start < end else body
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"did not reply with JSON ({e.msg} at char {e.pos}): {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"replied with JSON {type(value).__name__}, not an object: {text[:80]!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------- prompts
+PROMPT_NAMES = ("contextual", "refine", "metadata", "caption", "multi_query", "hyde")
+PROMPTS = 64  # prompt texts kept (names × languages)
+_CJK_LETTERS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def detect_language(text: str) -> str:
+    """``zh`` when at least a fifth of the letters (sampled from the first 4000 characters) are CJK, else ``en``."""
+    sample = text[:4000]
+    letters = sum(ch.isalpha() for ch in sample)
+    return "zh" if letters and len(_CJK_LETTERS.findall(sample)) / letters >= 0.2 else "en"
+
+
+class Prompts:
+    """Prompt texts by (name, language); user files win over the built-in ones."""
+
+    def __init__(self, override_dir: Path | None = None) -> None:
+        if override_dir is not None and not override_dir.is_dir():
+            raise ConfigError(f"llm.prompts_dir {override_dir} is not a folder (create it or unset llm.prompts_dir)")
+        self.override_dir = override_dir
+        self._texts: Cache[str] = Cache(PROMPTS)
+
+    def text(self, name: str, language: str) -> str:
+        key = (name, language)
+        got = self._texts.get(key)
+        if got is None:
+            file = f"{name}.{language}.txt"
+            user = self.override_dir / file if self.override_dir is not None else None
+            if user is not None and user.is_file():
+                got = user.read_text(encoding="utf-8")
+            else:
+                try:
+                    got = resources.files("zhiku").joinpath(f"data/prompts/{file}").read_text("utf-8")
+                except FileNotFoundError:
+                    raise ConfigError(f"no prompt {file!r} (built-in prompts: {', '.join(PROMPT_NAMES)})") from None
+            self._texts.put(key, got)
+        return got
+
+    def render(self, name: str, language: str, **values: object) -> str:
+        return Template(self.text(name, language)).safe_substitute({k: str(v) for k, v in values.items()})
+
+    def id_of(self, name: str) -> str:
+        """The prompt's id in cache keys: ``contextual@builtin-1`` or ``contextual@user-1``."""
+        user = self.override_dir is not None and any(self.override_dir.glob(f"{name}.*.txt"))
+        return f"{name}@{'user' if user else 'builtin'}-1"
+
+
+# ----------------------------------------------------------------------------------------------------- the service
+_CJK_WIDE = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
 REFUSALS = ("content_filter", "content-filter", "safety")
 CONCURRENCY = 4  # requests in flight at once: faster runs without tripping a hosted API's rate limit
 MAX_RETRIES = 3  # on 429, 5xx, timeouts and lost connections (`Retry-After` honoured)
@@ -26,7 +182,7 @@ BREAKER = 8  # consecutive requests that failed after their retries; then the en
 
 def estimate_tokens(text: str) -> int:
     """A tokenizer-free estimate: one token per CJK character, one per four other characters."""
-    cjk = len(_CJK.findall(text))
+    cjk = len(_CJK_WIDE.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 
 
