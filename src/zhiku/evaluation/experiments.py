@@ -27,7 +27,7 @@ class Variant:
     name: str
     mode: SearchMode
     description: str
-    retrieve_options: Mapping[str, Any] = field(default_factory=dict)  # extra keyword arguments of kb.retrieve
+    rerank: bool = False  # whether the configured reranker runs
     unavailable: Callable[[KnowledgeBase], str | None] = lambda kb: None  # the reason it cannot run, or None
     transforms: tuple[str, ...] = ()  # ingest transforms of the index it runs on (a second index)
     settings: Mapping[str, Any] = field(default_factory=dict)  # settings changes it runs with (e.g. query rewriting)
@@ -40,50 +40,43 @@ def _needs_llm(kb: KnowledgeBase) -> str | None:
     return "needs an LLM endpoint: set llm.base_url and llm.model (docs/transforms.md)"
 
 
-KbFor = Callable[["Variant", "str | None"], "KnowledgeBase | None"]  # the index a variant with transforms runs on
+def _no_reranker(kb: KnowledgeBase) -> str | None:
+    return None if kb.reranker is not None else NO_RERANKER
 
+
+KbFor = Callable[["Variant", "str | None"], "KnowledgeBase | None"]  # the index a variant with transforms runs on
+_FUSIONS = (("zscore", "z-score"), ("rrf", "RRF (k = 60)"))
+_REWRITTEN = "hybrid with query rewriting ({}) by the LLM, variants fused with RRF"
+_CONTEXTUAL = "hybrid over chunks indexed with an LLM-written context (contextual transform)"
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
-        Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)", {"rerank": False}),
-        Variant("dense", "dense", "dense vectors only (cosine)", {"rerank": False}),
-        Variant("hybrid", "hybrid", "BM25 + dense fused by retrieval.fusion (the settings line)", {"rerank": False}),
+        Variant("bm25", "bm25", "BM25 over jieba tokens (SQLite FTS5)"),
+        Variant("dense", "dense", "dense vectors only (cosine)"),
+        Variant("hybrid", "hybrid", "BM25 + dense fused by retrieval.fusion (the settings line)"),
         *(
             Variant(
-                f"hybrid_{fusion}",
+                f"hybrid_{f}",
                 "hybrid",
                 f"hybrid with {label} fusion whatever retrieval.fusion says",
-                {"rerank": False},
-                settings={"retrieval": {"fusion": fusion}},
+                settings={"retrieval": {"fusion": f}},
             )
-            for fusion, label in (("zscore", "z-score"), ("rrf", "RRF (k = 60)"))
+            for f, label in _FUSIONS
         ),
         Variant(
-            "hybrid_rerank",
-            "hybrid",
-            "hybrid, then the configured reranker over the top 20 fused",
-            {"rerank": True},
-            unavailable=lambda kb: None if kb.reranker is not None else NO_RERANKER,
+            "hybrid_rerank", "hybrid", "hybrid, then the configured reranker over the top 20 fused", True, _no_reranker
         ),
-        Variant(
-            "hybrid+contextual",
-            "hybrid",
-            "hybrid over chunks indexed with an LLM-written context (contextual transform)",
-            {"rerank": False},
-            unavailable=_needs_llm,
-            transforms=("contextual",),
-        ),
+        Variant("hybrid+contextual", "hybrid", _CONTEXTUAL, unavailable=_needs_llm, transforms=("contextual",)),
         *(
             Variant(
-                f"hybrid+{mode}",
+                f"hybrid+{m}",
                 "hybrid",
-                f"hybrid with query rewriting ({mode}) by the LLM, variants fused with RRF",
-                {"rerank": False},
+                _REWRITTEN.format(m),
                 unavailable=_needs_llm,
-                settings={"retrieval": {"rewrite": mode}},
+                settings={"retrieval": {"rewrite": m}},
             )
-            for mode in ("multi_query", "hyde")
+            for m in ("multi_query", "hyde")
         ),
     )
 }
@@ -223,7 +216,7 @@ def run_experiment(
             continue
         progress = on_variant(v) if on_variant is not None else None
         r = evaluate(
-            target, evalset, mode=v.mode, variant=v.name, options=v.retrieve_options, on_progress=progress, **common
+            target, evalset, mode=v.mode, variant=v.name, options={"rerank": v.rerank}, on_progress=progress, **common
         )
         unmatched = unmatched or r.unmatched
         fell_back = r.rerank.get("fallback", 0)
