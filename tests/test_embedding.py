@@ -126,7 +126,7 @@ def test_texts_that_normalisation_expands_embed_without_crashing_the_process() -
 
 
 def test_the_nfkc_guard_leaves_tokens_and_vectors_unchanged(e5: BundledE5Embedder) -> None:
-    from zhiku.embedding.bundled import model_input
+    from zhiku.embedding import model_input
 
     texts = ["ＡＢＣ１２３全角字母", "㈱公司 ﬁle ½ 。", "\ufdfa \ufdfa 第三条", "①②③ 劳动合同法 ㎡"]
     assert [model_input(t) == t for t in texts] == [True, False, False, False]  # full-width: 1 → 1, kept as is

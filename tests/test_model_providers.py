@@ -14,8 +14,13 @@ import numpy as np
 import pytest
 
 from helpers_kb import SEC_PROBATION
-from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder, parse_embedder_spec
-from zhiku.embedding.st import SentenceTransformerEmbedder
+from zhiku.embedding import (
+    CachedEmbedder,
+    EmbeddingCache,
+    SentenceTransformerEmbedder,
+    build_embedder,
+    parse_embedder_spec,
+)
 from zhiku.errors import IndexMismatch, InvalidInput, MissingDependency, ModelIntegrityError, NotFound
 from zhiku.modelhub import HashMemo
 from zhiku.retrieval import rerank as rerank_module

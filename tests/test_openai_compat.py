@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from fake_openai import DIM, FakeOpenAI, fake_vector
-from zhiku.embedding import CachedEmbedder, EmbeddingCache, build_embedder
-from zhiku.embedding.openai_compat import OpenAIEmbedder
+from zhiku.embedding import CachedEmbedder, EmbeddingCache, OpenAIEmbedder, build_embedder
 from zhiku.errors import EmbeddingError
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, backoff_s, retry_after_s
 from zhiku.settings import EmbeddingSettings, load_settings

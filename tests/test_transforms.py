@@ -16,7 +16,7 @@ import pytest
 from fake_openai import DIM, FakeOpenAI
 from helpers_kb import CORPUS_CHUNKS, SEC_PROBATION
 from zhiku import llm as llm_service
-from zhiku.embedding.openai_compat import OpenAIEmbedder
+from zhiku.embedding import OpenAIEmbedder
 from zhiku.errors import ConfigError
 from zhiku.ingest.transforms.builtin import guard
 from zhiku.observability.trace import TRACE_FILE, read_traces

@@ -16,7 +16,7 @@ from fake_openai import FakeOpenAI, prompt_of
 from helpers_kb import CORPUS_CHUNKS
 from test_transforms import _llm_client_constants, llm_settings, open_kb  # noqa: F401 (an autouse fixture)
 from zhiku import llm as llm_service
-from zhiku.embedding.openai_compat import OpenAIEmbedder
+from zhiku.embedding import OpenAIEmbedder
 from zhiku.openai_http import OpenAICompatibleClient
 
 DOCS = 3  # helpers_kb.CORPUS: three files

@@ -81,14 +81,9 @@ class DashboardData:
         recent = read_traces(self.index / TRACE_FILE, limit=RECENT)
         queries = [t for t in recent if t.kind == "query"]
         ms = [t.elapsed_ms for t in queries]
-        return Health(
-            queries=len(queries),
-            errors=sum(1 for t in queries if t.status == "error"),
-            p50_ms=percentile(ms, 50) if ms else 0.0,  # no queries yet: the overview shows 0
-            p95_ms=percentile(ms, 95) if ms else 0.0,
-            ingests=sum(1 for t in recent if t.kind == "ingest"),
-            last_at=max((t.started_at for t in recent), default=None),
-        )
+        p50, p95 = (percentile(ms, p) if ms else 0.0 for p in (50, 95))  # no queries yet: the overview shows 0
+        errors, ingests = sum(t.status == "error" for t in queries), sum(t.kind == "ingest" for t in recent)
+        return Health(len(queries), errors, p50, p95, ingests, max((t.started_at for t in recent), default=None))
 
     def overview(self) -> Overview:
         settings = json.loads(self.settings.model_dump_json())
@@ -102,11 +97,9 @@ class DashboardData:
                 stale = kb.stale()
             except ZhikuError as e:  # e.g. the configured embedder cannot be built here
                 stale, problems = {}, [f"cannot check the index against the settings: {e}"]
-            if stale:
+            if changed := ", ".join(f"{k}: {a} → {b}" for k, (a, b) in stale.items()):
                 problems.append(
-                    "the index was built with other settings ("
-                    + ", ".join(f"{k}: {a} → {b}" for k, (a, b) in stale.items())
-                    + "): rebuild with `zhiku ingest PATH --force`"
+                    f"the index was built with other settings ({changed}): rebuild with `zhiku ingest PATH --force`"
                 )
             last = next(iter(kb.history(1)), None)
             collections, runs = tuple(kb.collections()), len(read_history(self.index))
@@ -136,14 +129,12 @@ class DashboardData:
         """Keep uploaded files under ``<index>/uploads/<collection>/`` (re-uploading replaces them)."""
         folder = self.index / UPLOADS / collection
         folder.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name, data in files:
-            safe = Path(name).name
-            if not safe or safe.startswith("."):
+        for name, _ in files:
+            if not Path(name).name or Path(name).name.startswith("."):
                 raise InvalidInput(f"cannot store an upload named {name!r}")
-            (folder / safe).write_bytes(data)
-            paths.append(folder / safe)
-        return paths
+        for name, data in files:
+            (folder / Path(name).name).write_bytes(data)
+        return [folder / Path(name).name for name, _ in files]
 
     def ingest(
         self, paths: Sequence[Path], collection: str, *, on_progress: Callable[[int, int, str], None] | None = None

@@ -53,10 +53,7 @@ class JudgeClient:
     ) -> None:
         base = base_url.rstrip("/")  # ``http://host:8000`` or ``http://host:8000/v1``
         base += "" if base.endswith("/v1") else "/v1"
-        self.url = base + "/chat/completions"
-        self.model = model
-        self.cache = cache
-        self.calls = 0
+        self.url, self.model, self.cache, self.calls = base + "/chat/completions", model, cache, 0
         self._failing, self._last = 0, ""  # calls in a row without an answer, and the last reason
         self._client = OpenAICompatibleClient(base, api_key=api_key, timeout=timeout, max_retries=2, backoff_s=0.25)
 
