@@ -17,7 +17,6 @@ from test_eval_cli import BM25_METRICS, write_beir
 from zhiku.cli.app import app
 from zhiku.errors import InvalidInput
 from zhiku.evaluation.datasets import EvalQuery, Expected, load_dataset, load_yaml_set, section_matches
-from zhiku.evaluation.experiments import VARIANTS, parse_variants
 from zhiku.evaluation.metrics import (
     Bar,
     check_gate,
@@ -29,7 +28,7 @@ from zhiku.evaluation.metrics import (
     recall_at_k,
 )
 from zhiku.evaluation.reports import read_history
-from zhiku.evaluation.runner import evaluate
+from zhiku.evaluation.runner import VARIANTS, evaluate, parse_variants
 from zhiku.types import Chunk
 
 

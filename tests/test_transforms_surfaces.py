@@ -275,8 +275,7 @@ def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, 
 def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     from test_eval_cli import write_beir
     from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
-    from zhiku.evaluation.runner import index_dataset
+    from zhiku.evaluation.runner import index_dataset, parse_variants, run_experiment, variant_indexes
 
     data = load_dataset(write_beir(tmp_path / "劳动小集"))
     variants = parse_variants("hybrid,hybrid+contextual,hybrid+multi_query")

@@ -294,8 +294,8 @@ def experiment(
     reranker: RerankerOpt = None,
 ) -> None:
     """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
-    from zhiku.evaluation.experiments import parse_variants, run_experiment, variant_indexes
     from zhiku.evaluation.reports import check_out_dir
+    from zhiku.evaluation.runner import parse_variants, run_experiment, variant_indexes
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)
