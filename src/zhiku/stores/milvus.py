@@ -258,14 +258,9 @@ def from_json(cls: type[T], text: str) -> T:
 def chunk_row(chunk: Chunk, version: int, tokens: str, vector: list[float]) -> dict[str, Any]:
     data = dataclasses.asdict(chunk)
     row = {name: data.pop(name) for name in CHUNK_COLUMNS}
-    row.update(
-        row_id=f"{chunk.chunk_id}@{version}",
-        version=version,
-        tokens=tokens,
-        vector=vector,
-        payload=json.dumps(data, ensure_ascii=False, separators=(",", ":")),
-    )
-    return row
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    key = f"{chunk.chunk_id}@{version}"
+    return {**row, "row_id": key, "version": version, "tokens": tokens, "vector": vector, "payload": payload}
 
 
 def chunk_from_row(row: dict[str, Any]) -> Chunk:
@@ -280,17 +275,9 @@ def _catalog_row(key: str, kind: str, payload: str, **fields: Any) -> dict[str, 
 
 
 def doc_row(doc: DocRecord, version: int, chars: int) -> dict[str, Any]:
+    fields = {"doc_id": doc.doc_id, "collection": doc.collection, "source": doc.source, "chunk_count": doc.chunk_count}
     return _catalog_row(
-        f"doc:{doc.doc_id}",
-        "doc",
-        to_json(doc),
-        doc_id=doc.doc_id,
-        collection=doc.collection,
-        source=doc.source,
-        version=version,
-        chunk_count=doc.chunk_count,
-        chars=chars,
-        at=float(doc.ingested_at),
+        f"doc:{doc.doc_id}", "doc", to_json(doc), **fields, version=version, chars=chars, at=float(doc.ingested_at)
     )
 
 
@@ -306,9 +293,7 @@ def history_row(key: str, record: IngestionRecord) -> dict[str, Any]:
 def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
     """``text`` cut at a token boundary to at most ``limit`` UTF-8 bytes (Milvus's VARCHAR limit)."""
     data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
+    return text if len(data) <= limit else data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
 
 
 # --- schemas -----------------------------------------------------------------------------------------
