@@ -56,9 +56,7 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> EvalSet:
     if not folder.is_dir():
         what = "YAML set" if folder.suffix.lower() in (".yaml", ".yml") else "dataset folder"
         raise InvalidInput(f"{what} not found: {folder}")
-    qrels_path = folder / "qrels.tsv"
-    if not qrels_path.is_file():
-        qrels_path = folder / "qrels" / "test.tsv"
+    qrels_path = folder / "qrels.tsv" if (folder / "qrels.tsv").is_file() else folder / "qrels" / "test.tsv"
     for p in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_path):
         if not p.is_file():
             raise InvalidInput(
@@ -85,9 +83,7 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> EvalSet:
                 raise InvalidInput(f"{qrels_path}:{n}: score {parts[2]!r} is not a number") from None
             if grade > 0:
                 qrels.setdefault(parts[0], {})[parts[1]] = grade
-    ids = [q for q in queries_all if q in qrels]
-    if max_queries is not None:
-        ids = ids[:max_queries]
+    ids = [q for q in queries_all if q in qrels][:max_queries]
     if not ids:
         raise InvalidInput(f"{folder}: no query in queries.jsonl has a judgement in {qrels_path.name}")
     name = Path(os.path.abspath(folder)).name  # `--dataset .`: the folder's name, not ""; a link keeps its own

@@ -140,19 +140,12 @@ def history_entry(
     generation: GenerationResult | None = None,
     out: Path | None = None,
 ) -> HistoryEntry:
-    return HistoryEntry(
-        at=time.time(),
-        dataset=result.dataset,
-        kind=result.kind,
-        mode=result.mode,
-        variant=result.variant or result.mode,
-        queries=result.queries,
-        metrics={n: round(v, 4) for n, v in result.metrics.items()},
-        latency_ms={n: round(v, 2) for n, v in result.latency_ms.items()},
-        gate_passed=None if not gate else all(b.passed for b in gate),
-        generation={} if generation is None or generation.status != "ok" else dict(generation.metrics),
-        out=None if out is None else str(out),
-    )
+    r = result
+    what = (r.dataset, r.kind, r.mode, r.variant or r.mode, r.queries)
+    scores = ({n: round(v, 4) for n, v in r.metrics.items()}, {n: round(v, 2) for n, v in r.latency_ms.items()})
+    judged = dict(generation.metrics) if generation is not None and generation.status == "ok" else {}
+    passed = None if not gate else all(b.passed for b in gate)
+    return HistoryEntry(time.time(), *what, *scores, passed, judged, None if out is None else str(out))
 
 
 def append_history(index: Path, entry: HistoryEntry) -> Path:
