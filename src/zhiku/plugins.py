@@ -75,12 +75,8 @@ def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
                 "plugin %s (%s, from %s) is broken and skipped: %s", ep.name, group, info.distribution, info.error
             )
             found.append((info, None))
-    return tuple(_clashes(group, found))
-
-
-def _clashes(group: str, found: list[tuple[PluginInfo, Any]]) -> list[tuple[PluginInfo, Any]]:
-    """Entry points of one group that share a name are all refused: which one a ``plugin:NAME`` setting, a
-    transform name or a tool name meant cannot be told, and picking one by sort order would be a silent guess."""
+    # Entry points of one group that share a name are all refused: which one a ``plugin:NAME`` setting, a transform
+    # name or a tool name meant cannot be told, and picking one by sort order would be a silent guess.
     by_name: defaultdict[str, list[PluginInfo]] = defaultdict(list)
     for info, _ in found:
         if info.ok:
@@ -99,7 +95,7 @@ def _clashes(group: str, found: list[tuple[PluginInfo, Any]]) -> list[tuple[Plug
             log.warning("plugin %s (%s, from %s) is skipped: %s", info.name, group, info.distribution, info.error)
             obj = None
         out.append((info, obj))
-    return out
+    return tuple(out)
 
 
 _REPORTED: set[tuple[str, str, str]] = set()
