@@ -222,18 +222,13 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
     s = trace.stage("fusion")
     if s is None or s.status != "ok":
         return []
-    return [
-        {
-            "after": c["rank_after"],
-            "change": c["status"] if c["delta"] is None else f"{c['delta']:+d}",
-            "before": c["rank_before"],
-            "bm25": c["bm25_rank"],
-            "dense": c["dense_rank"],
-            "source": c.get("source", ""),
-            "section": c.get("section", ""),
-        }
-        for c in s.data.get("changes", [])
-    ]
+    rows = []
+    for c in s.data.get("changes", []):
+        change = c["status"] if c["delta"] is None else f"{c['delta']:+d}"
+        ranks = {"after": c["rank_after"], "change": change, "before": c["rank_before"]}
+        place = {"source": c.get("source", ""), "section": c.get("section", "")}
+        rows.append({**ranks, "bm25": c["bm25_rank"], "dense": c["dense_rank"], **place})
+    return rows
 
 
 def latest_busy(traces: Sequence[Trace]) -> int:

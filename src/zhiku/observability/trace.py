@@ -141,20 +141,16 @@ class JsonlSink:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 if (size := f.seek(0, 2)) and size + len(line) > self.max_bytes:
-                    self._rotate()  # the open file is now a backup: the line goes to a fresh file
+                    for n in range(self.backups, 0, -1):  # the open file becomes a backup: the line goes to a fresh one
+                        newer = self.path if n == 1 else self.path.with_name(f"{self.path.name}.{n - 1}")
+                        if newer.exists():
+                            newer.replace(self.path.with_name(f"{self.path.name}.{n}"))
                     with open(self.path, "ab", buffering=0) as fresh:
                         fresh.write(line)
                 else:
                     f.write(line)
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
-
-    def _rotate(self) -> None:
-        for n in range(self.backups, 0, -1):
-            older = self.path.with_name(f"{self.path.name}.{n}")
-            newer = self.path if n == 1 else self.path.with_name(f"{self.path.name}.{n - 1}")
-            if newer.exists():
-                newer.replace(older)
 
 
 def read_traces(path: Path, *, kind: str | None = None, limit: int = 200) -> list[Trace]:
