@@ -12,8 +12,7 @@ from helpers_kb import SEC_PROBATION, make_settings
 from zhiku.dashboard import PAGE_LIST, PAGES
 from zhiku.dashboard.data import DashboardData, channel_rows, history_rows, rank_rows, waterfall
 from zhiku.evaluation.datasets import load_yaml_set
-from zhiku.evaluation.reports import append_history, history_entry
-from zhiku.evaluation.runner import evaluate
+from zhiku.evaluation.runner import append_history, evaluate, history_entry
 from zhiku.observability.tracing import Tracer
 
 pytest.importorskip("streamlit")

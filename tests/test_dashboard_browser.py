@@ -32,8 +32,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.dashboard import PAGE_LIST
 from zhiku.embedding import CachedEmbedder, EmbeddingCache
 from zhiku.evaluation.datasets import load_yaml_set
-from zhiku.evaluation.reports import append_history, history_entry
-from zhiku.evaluation.runner import evaluate
+from zhiku.evaluation.runner import append_history, evaluate, history_entry
 from zhiku.observability.tracing import Tracer
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -27,8 +27,7 @@ from zhiku.evaluation.metrics import (
     parse_metric,
     recall_at_k,
 )
-from zhiku.evaluation.reports import read_history
-from zhiku.evaluation.runner import VARIANTS, evaluate, parse_variants
+from zhiku.evaluation.runner import VARIANTS, evaluate, parse_variants, read_history
 from zhiku.types import Chunk
 
 

@@ -160,8 +160,7 @@ def eval_(
     --gate."""
     from zhiku.evaluation.generation import build_judge, judge_generation, skipped
     from zhiku.evaluation.metrics import baseline_bars, check_gate, parse_gate
-    from zhiku.evaluation.reports import append_history, check_out_dir, gate_json, history_entry, write_outputs
-    from zhiku.evaluation.runner import evaluate
+    from zhiku.evaluation.runner import append_history, check_out_dir, evaluate, gate_json, history_entry, write_outputs
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
@@ -294,8 +293,7 @@ def experiment(
     reranker: RerankerOpt = None,
 ) -> None:
     """Run retrieval variants side by side on ONE index: metrics and p50/p95 latency per variant."""
-    from zhiku.evaluation.reports import check_out_dir
-    from zhiku.evaluation.runner import parse_variants, run_experiment, variant_indexes
+    from zhiku.evaluation.runner import check_out_dir, parse_variants, run_experiment, variant_indexes
 
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)

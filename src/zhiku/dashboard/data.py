@@ -14,7 +14,7 @@ from typing import Any
 from zhiku.api import KnowledgeBase
 from zhiku.embedding.base import Embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.evaluation.reports import HistoryEntry, append_history, history_entry, read_history
+from zhiku.evaluation.runner import HistoryEntry, append_history, history_entry, read_history
 from zhiku.numeric import percentile
 from zhiku.observability.trace import TRACE_FILE, Trace, ordered_stages, read_traces
 from zhiku.settings import Settings, merge
