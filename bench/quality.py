@@ -2,14 +2,15 @@
 
     make bench-quality                                   # all sets, all questions, ../shared/eval
     python bench/quality.py --data ../shared/eval [--sets stard_dev,stard_longdoc] [--modes hybrid]
-        [--max-queries 200] [--index-root DIR] [--config zhiku.yaml] [--json]
+        [--max-queries 200] [--index-root DIR] [--config zhiku.yaml] [--json] [--english bench/datasets/english]
 
 BEIR sets (a folder with corpus.jsonl) are indexed one document per corpus entry; `stard_longdoc` (a folder with
 `docs/` and `eval.yaml`) has its `docs/` ingested with the configured chunking, then its YAML set (`contains:`
 expectations) is run. Every row reports nDCG@10, hit@1, hit@5, MRR@10, hits within the first 2,000 and 4,000
 returned characters and recall@100. The data path is an argument: the product never reads it by itself.
 ``--json`` saves the rows for the results page (all sets and modes, every question only: a partial run is
-printed, not saved).
+printed, not saved). ``--english DIR`` runs the English questions of ``DIR/<set>`` beside their Chinese twins (the
+same ids, on the same index) instead: hit@5 of each, on all of them and on halves A and B (crc32 of the id even, odd).
 
 Vectors come from the persistent embedding cache (`embedding.cache_dir`; questions too, during evaluation), so
 a rerun embeds nothing new. Indexes go to a temporary folder unless --index-root keeps them.
@@ -18,14 +19,16 @@ a rerun embeds nothing new. Indexes go to a temporary folder unless --index-root
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zhiku.api import KnowledgeBase
-from zhiku.evaluation.datasets import load_dataset
+from zhiku.evaluation.datasets import EvalSet, load_dataset
 from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
 from zhiku.settings import Settings, load_settings
 
@@ -44,18 +47,35 @@ class Row:
     p50_ms: float
 
 
-def run_set(settings: Settings, folder: Path, modes: list[str], max_queries: int | None) -> list[Row]:
+def run_set(
+    settings: Settings, folder: Path, modes: list[str], max_queries: int | None, english: Path | None = None
+) -> list[Row]:
     data = load_dataset(folder, max_queries=max_queries)
     name = data.name
     with KnowledgeBase(settings) as kb:
         chunks = index_dataset(kb, data, collection=name).chunks
         rows = []
         for mode in modes:
-            started = time.perf_counter()
-            r: EvalResult = evaluate(kb, data, mode=mode, k=10, collection=name, keep_hits=0)
-            print(f"  {name} {mode}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
-            rows.append(Row(name, mode, r.queries, chunks, r.metrics, r.latency_ms["p50"]))
+            for run in twins(data, english / name) if english else [data]:
+                started = time.perf_counter()
+                r: EvalResult = evaluate(kb, run, mode=mode, k=10, collection=name, keep_hits=0)
+                print(f"  {run.name} {mode}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+                rows.append(Row(run.name, mode, r.queries, chunks, r.metrics, r.latency_ms["p50"]))
+                if english:
+                    for half in (0, 1):
+                        mine = [q.metrics for q in r.records if zlib.crc32(q.qid.encode()) % 2 == half]
+                        means = {c: sum(m[c] for m in mine) / len(mine) for c in COLUMNS}
+                        rows.append(Row(f"{run.name} {'AB'[half]}", mode, len(mine), chunks, means, 0.0))
         return rows
+
+
+def twins(data: EvalSet, folder: Path) -> list[EvalSet]:
+    """The questions of ``data`` that ``folder/queries.jsonl`` asks in English, as asked in Chinese, then in English."""
+    with (folder / "queries.jsonl").open(encoding="utf-8") as f:
+        english = {str(r["_id"]): str(r["text"]) for r in map(json.loads, f)}
+    zh = tuple(q for q in data.queries if q.qid in english)
+    en = tuple(replace(q, text=english[q.qid]) for q in zh)
+    return [replace(data, name=f"{data.name} zh", queries=zh), replace(data, name=f"{data.name} en", queries=en)]
 
 
 def table(rows: list[Row]) -> str:
@@ -78,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--index-root", type=Path, default=None, help="keep one index per set here (default: temporary)")
     ap.add_argument("--config", type=Path, default=None, help="settings file (e.g. other chunking)")
     ap.add_argument("--json", action="store_true", help="save the rows for the results page (a full run only)")
+    ap.add_argument("--english", type=Path, default=None, help="English twins of the sets' questions (DIR/<set>)")
     args = ap.parse_args(argv)
     sets, modes = args.sets.split(","), args.modes.split(",")
     for s in sets:
@@ -88,9 +109,15 @@ def main(argv: list[str] | None = None) -> None:
         root = args.index_root or Path(tmp)
         for s in sets:
             settings = load_settings(args.config, index=root / s, tracing={"enabled": False})
-            rows += run_set(settings, args.data / s, modes, args.max_queries)
+            rows += run_set(settings, args.data / s, modes, args.max_queries, args.english)
     print(table(rows))
-    full = sets == list(SETS) and modes == list(MODES) and args.max_queries is None and args.config is None
+    full = (
+        args.english is None
+        and sets == list(SETS)
+        and modes == list(MODES)
+        and args.max_queries is None
+        and args.config is None
+    )
     if args.json and full:
         from report import save
 

@@ -8,6 +8,7 @@ from functools import cache
 
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
+from zhiku.retrieval.bridge import ENGLISH, english_share, senses
 from zhiku.retrieval.clauses import CLAUSE_WEIGHT, MAX_CLAUSES
 from zhiku.retrieval.query import MAX_EMBED_CHARS, MAX_QUERY_CHARS, check_mode
 from zhiku.settings import RetrievalSettings
@@ -45,6 +46,14 @@ class QueryPlan:
     filters: Filters = Filters()
     tags: tuple[str, ...] = ()  # only chunks (or documents) carrying every tag
     note: str | None = None  # said with the answer: only the question's start was embedded (``MAX_EMBED_CHARS``)
+    english: float = 0.0  # the share of its words in Latin letters (``bridge.english_share``)
+    # an English question's phrases (hybrid mode): the Chinese senses of each, a sense as its headword then its terms
+    bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
+
+    @property
+    def cross_lingual(self) -> bool:
+        """Asked in English (or mostly): its own fusion weights and confidence threshold."""
+        return self.english >= ENGLISH
 
 
 def read_question(
@@ -81,6 +90,15 @@ def read_question(
     if mode_ == "hybrid" and settings.fusion == "zscore" and CLAUSE_WEIGHT > 0:
         clauses = tuple(query_clauses(head, max_clauses=MAX_CLAUSES))
     articles = article_numbers(normalized) if "第" in question else None
+    english = english_share(normalized)
+    bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    if english >= ENGLISH and mode_ != "dense":  # BM25 meets Chinese passages in Chinese terms
+        stop = text.stopwords
+        found = (
+            tuple((h, *cut) for h in heads if (cut := [t for t in text.query_tokens(h) if t not in stop]))
+            for heads in senses(normalized)
+        )
+        bridge = tuple(phrase for phrase in found if phrase)
     lower = question.lower()
     paged = "页" in question or "頁" in question or "p" in lower or "ｐ" in lower
     return QueryPlan(
@@ -95,6 +113,8 @@ def read_question(
         filters=filters,
         tags=tags,
         note=CUT_NOTE.format(MAX_EMBED_CHARS) if forms and head != question else None,
+        english=english,
+        bridge=bridge,
     )
 
 

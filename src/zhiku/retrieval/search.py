@@ -19,16 +19,17 @@ from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
+from zhiku.retrieval.bridge import bridged
 from zhiku.retrieval.clauses import CLAUSE_WEIGHT, clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
-from zhiku.retrieval.fusion import FILL_DENSE, RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
+from zhiku.retrieval.fusion import CROSS_WEIGHTS, FILL_DENSE, RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.lookups import lookup
 from zhiku.retrieval.plan import QueryPlan, read_question
 from zhiku.retrieval.query import QUERY_VECTORS, QueryVectors, check_top_k
 from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Catalogue, FilledDense, OneVersion, Retriever
+from zhiku.stores.base import Catalogue, FilledDense, OneVersion, Retriever, WeightedBM25
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
@@ -91,6 +92,7 @@ class Searcher:
         self._vectors = QueryVectors()
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         self._fills = self.store if isinstance(self.store, FilledDense) else None
+        self._weighted = self.store if isinstance(self.store, WeightedBM25) else None
         # one index version for the reads of a search (read once), where the store can pin it
         self.one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
@@ -119,7 +121,7 @@ class Searcher:
         """``rerank``: None runs the configured reranker (if any), False skips it, True requires one."""
         s = self.settings
         top_k = check_top_k(s.top_k if top_k is None else top_k)
-        mode_, filters = plan.mode, plan.filters
+        mode_ = plan.mode
         if rerank and self.reranker is None:
             raise InvalidInput(
                 "no reranker is configured: set rerank.provider (cross-encoder or llm) and rerank.model, "
@@ -131,6 +133,11 @@ class Searcher:
             top_k = max(top_k, TOP_M)
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
+        weights: dict[str, float] = {}
+        if plan.bridge:  # an English question: Chinese terms for BM25, its Chinese gloss for the clause channel
+            weights, gloss = bridged(plan.bridge, self._weighted.term_counts if self._weighted else None)
+            weights.update(dict.fromkeys(plan.terms, 1.0))
+            clauses += [gloss] if gloss and mode_ == "hybrid" else []
         known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
         if mode_ == "bm25":
             forms = known = ()
@@ -144,13 +151,13 @@ class Searcher:
             known, clause_vectors = self._embed_all(forms, known, clauses)
         with self.one_version():
             with self.gate:
-                bm25 = self._bm25(mode_, plan.terms, depth, filters)
+                bm25 = self._bm25(plan, weights, depth)
                 if future is None:
-                    dense, hits, by_clause = self._rest(mode_, known, bm25, clause_vectors, depth, filters, top_k)
+                    dense, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
             if future is not None:
                 known, clause_vectors = future.result()
                 with self.gate:
-                    dense, hits, by_clause = self._rest(mode_, known, bm25, clause_vectors, depth, filters, top_k)
+                    dense, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
         status, shown = "off", hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -202,16 +209,16 @@ class Searcher:
 
     def _rest(
         self,
-        mode_: SearchMode,
+        plan: QueryPlan,
         known: tuple[np.ndarray | Exception | None, ...],
         bm25: Sequence[ScoredId],
         clause_vectors: tuple[np.ndarray, ...],
         depth: int,
-        filters: Filters,
         top_k: int,
     ) -> tuple[Sequence[ScoredId], list[Hit], Sequence[ScoredId]]:
         """After BM25: the dense channel (with the cosines of BM25's candidates outside it), the clause channel,
         fusion (or the one channel), the chunks, and a piece bringing its article (small-to-big)."""
+        mode_, filters = plan.mode, plan.filters
         dense: Sequence[ScoredId] = []
         filled: dict[str, float] = {}
         if mode_ == "bm25":
@@ -223,7 +230,7 @@ class Searcher:
         catalogue = self._catalogue if WHOLE_ARTICLES else None  # small-to-big: a piece brings its article
         keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
         if mode_ == "hybrid":
-            order = self._fuse(bm25, dense, filled, top_k, keep, by_clause)
+            order = self._fuse(bm25, dense, filled, top_k, keep, by_clause, plan.cross_lingual)
         else:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
@@ -233,12 +240,20 @@ class Searcher:
             return dense, whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs), by_clause
         return dense, list(hits), by_clause
 
-    def _bm25(self, mode_: SearchMode, terms: tuple[str, ...], depth: int, filters: Filters) -> Sequence[ScoredId]:
-        if mode_ not in ("bm25", "hybrid"):
-            mark("bm25", reason=f"mode {mode_}")
+    def _bm25(self, plan: QueryPlan, weights: dict[str, float], depth: int) -> Sequence[ScoredId]:
+        """``weights``: an English question's terms, Chinese ones bridged (``bridge.bridged``)."""
+        if plan.mode not in ("bm25", "hybrid"):
+            mark("bm25", reason=f"mode {plan.mode}")
             return []
         with span("bm25") as sp:
-            found = self.store.bm25_search(terms, depth, filters)
+            if not weights:
+                found = self.store.bm25_search(plan.terms, depth, plan.filters)
+            elif self._weighted is not None:
+                found = self._weighted.bm25_weighted(weights, depth, plan.filters)
+            else:
+                found = self.store.bm25_search(list(weights), depth, plan.filters)
+            if weights:
+                sp.set(bridged=sorted(weights))
             sp.ranking(found, depth=depth)
         return found
 
@@ -308,19 +323,21 @@ class Searcher:
         top_k: int,
         keep: int,
         by_clause: Sequence[ScoredId] = (),
+        cross_lingual: bool = False,
     ) -> list[tuple[str, float]]:
         """The fused order (``keep`` long); ``filled``: the exact cosines of BM25 candidates outside the dense
         ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
         s = self.settings
         with span("fusion") as sp:
-            weights = list(WEIGHTS)
+            *channels, clause = CROSS_WEIGHTS if cross_lingual else (*WEIGHTS, CLAUSE_WEIGHT)
+            weights = list(channels)
             if s.fusion == "rrf":
                 order = rrf([bm25, dense], k=RRF_K, weights=weights)[:keep]
             else:
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
                 fill: list[dict[str, float] | None] = [None, filled]
                 if by_clause:  # the clause channel (CLAUSE_WEIGHT)
-                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, CLAUSE_WEIGHT]
+                    rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, clause]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # (rank changes: only a trace needs them)
                 fused = [c for c, _ in order[:top_k]]

@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,10 +232,14 @@ def score(
     live: np.ndarray | None,
     mask: np.ndarray | None,
     top_k: int,
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(rowids, scores)`` of the best ``top_k`` rows (every row tied with the k-th included), unordered.
-    ``terms``: each with ``df > 0``; ``norm`` by rowid; ``live``/``mask`` (by rowid, None: all) the rows allowed."""
+    ``terms``: each with ``df > 0``; ``norm`` by rowid; ``live``/``mask`` (by rowid, None: all) the rows allowed;
+    ``weights``: each term's score times its weight (by term)."""
     parts = [t.scored(n, norm, live) for t in terms]
+    if weights is not None:
+        parts = [(r, w * weights[t.term]) for (r, w), t in zip(parts, terms, strict=True)]
     if not parts:
         return np.empty(0, np.int64), np.empty(0, np.float64)
     rows = np.concatenate([r for r, _ in parts])
@@ -325,18 +329,23 @@ class BM25Snapshot:
         return out
 
     def search(
-        self, terms: Sequence[str], top_k: int, mask: np.ndarray | None, prune: tuple[float, int] = (1.0, 0)
+        self,
+        terms: Sequence[str],
+        top_k: int,
+        mask: np.ndarray | None,
+        prune: tuple[float, int] = (1.0, 0),
+        weights: Mapping[str, float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best rows matching any of ``terms`` (distinct), unordered; rows
         tied with the ``top_k``-th are all returned. ``mask`` (by rowid − 1): rows allowed by filters.
         ``prune = (max_df, min_df)``: terms in more than ``max_df`` of the rows and in more than ``min_df``
-        rows are left out, except the two rarest."""
+        rows are left out, except the two rarest. ``weights``: by term (``score``)."""
         found = self._pruned(terms, prune)
         if not found or top_k < 1:
             return np.empty(0, np.int64), np.empty(0, np.float64)
         allowed = None if mask is None else np.concatenate([[False], mask[: self.top]])
         live = None if self.n_live == self.top else self.live
-        return score(found, self.n_live, self.norm, live, allowed, top_k)
+        return score(found, self.n_live, self.norm, live, allowed, top_k, weights)
 
     def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
         """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""
@@ -393,10 +402,15 @@ class BM25Index:
         return True
 
     def search(
-        self, snap: BM25Snapshot, terms: Sequence[str], top_k: int, mask: np.ndarray | None
+        self,
+        snap: BM25Snapshot,
+        terms: Sequence[str],
+        top_k: int,
+        mask: np.ndarray | None,
+        weights: Mapping[str, float] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``snap.search`` with this index's query-term pruning."""
-        return snap.search(terms, top_k, mask, (self.max_df, MIN_DF))
+        return snap.search(terms, top_k, mask, (self.max_df, MIN_DF), weights)
 
     def written(self, db: Database, rows: int) -> None:
         """After a commit that added ``rows`` rows: save segments once ``FLUSH_ROWS`` lie past the saved ones."""

@@ -19,7 +19,7 @@ they live in ``<index>/images`` (``zhiku.ingest.images.ImageStore``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
@@ -105,6 +105,18 @@ class FilledDense(Protocol):
     def dense_filled(
         self, vector: np.ndarray, top_k: int, filters: Filters, others: Sequence[ScoredId]
     ) -> tuple[Sequence[ScoredId], dict[str, float]]: ...
+
+
+@runtime_checkable
+class WeightedBM25(Protocol):
+    """Optional for a ``Retriever``: BM25 with a weight per term, and how many chunks hold each term (bridged terms
+    of an English question; without it, ``bm25_search`` of every term)."""
+
+    def bm25_weighted(
+        self, weights: Mapping[str, float], top_k: int, filters: Filters = Filters()
+    ) -> Sequence[ScoredId]: ...
+
+    def term_counts(self, terms: Sequence[str]) -> dict[str, int]: ...
 
 
 @runtime_checkable

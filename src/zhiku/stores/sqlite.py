@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import astuple
 from itertools import compress
@@ -248,7 +248,9 @@ class SQLiteStore:
         self.bm25.snap = None
 
     # --- searching ---------------------------------------------------------------------------------
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
+    def bm25_search(
+        self, terms: Sequence[str], top_k: int, filters: Filters = Filters(), weights: Mapping[str, float] | None = None
+    ) -> Sequence[ScoredId]:
         unique = query_terms(terms)
         if not unique or top_k < 1:
             return []
@@ -257,8 +259,20 @@ class SQLiteStore:
             mask = self._masks.mask(conn, snap.top, filters)
             if mask is not None and not mask.any():
                 return []
-            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask)
+            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask, weights)
             return self._ranked(rowids, scores, conn, snap.top, int(top_k))
+
+    def bm25_weighted(
+        self, weights: Mapping[str, float], top_k: int, filters: Filters = Filters()
+    ) -> Sequence[ScoredId]:
+        """``WeightedBM25``: each term's BM25 score times its weight."""
+        return self.bm25_search(list(weights), top_k, filters, weights)
+
+    def term_counts(self, terms: Sequence[str]) -> dict[str, int]:
+        """``WeightedBM25``: how many live chunks hold each term."""
+        with self.db.read() as conn:
+            snap = self._bm25_at(conn)
+            return {t: snap.term(t).df for t in query_terms(terms)}
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         return self.dense_filled(vector, top_k, filters, ())[0]
