@@ -56,7 +56,7 @@ def dictionary() -> dict[str, str]:
 
 
 def _forms(word: str) -> tuple[str, ...]:
-    """``word`` and its likely dictionary forms (days → day, policies → policy, paid → pay is not guessed)."""
+    """``word`` and its likely dictionary forms (days → day, policies → policy, worker → workers)."""
     if word.endswith("ies"):
         return word, word[:-3] + "y"
     if word.endswith("es"):
@@ -67,7 +67,7 @@ def _forms(word: str) -> tuple[str, ...]:
         return word, word[:-3], word[:-3] + "e"
     if word.endswith("ed") and len(word) > 4:
         return word, word[:-2], word[:-1]
-    return (word,)
+    return word, word + "s"
 
 
 def senses(normalized: str) -> tuple[tuple[str, ...], ...]:
@@ -79,12 +79,12 @@ def senses(normalized: str) -> tuple[tuple[str, ...], ...]:
     i = 0
     while i < len(words):
         for n in range(min(MAX_WORDS, len(words) - i), 0, -1):
-            if n == 1 and words[i] in STOPWORDS:
-                break
+            if all(w in STOPWORDS for w in words[i : i + n]):  # "what is" (何为), "how many" (几)
+                continue
             head = " ".join(words[i : i + n - 1])
-            hit = next((entries[k] for f in _forms(words[i + n - 1]) if (k := f"{head} {f}".strip()) in entries), None)
-            if hit is not None:
-                found.append(tuple(dict.fromkeys(hit.split())))
+            hit = " ".join(entries.get(f"{head} {f}".strip(), "") for f in _forms(words[i + n - 1])).split()
+            if hit:
+                found.append(tuple(dict.fromkeys(hit)))
                 i += n - 1
                 break
         i += 1

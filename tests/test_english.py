@@ -1,0 +1,69 @@
+"""English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT;
+a Chinese question's plan has none of it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers_kb import CONTRACT_LAW
+from zhiku.api import KnowledgeBase
+from zhiku.retrieval.bridge import english_share, senses
+from zhiku.retrieval.plan import read_question
+from zhiku.settings import RetrievalSettings
+from zhiku.text import TextProcessor
+
+LEAVE = "职工带薪年休假条例(2007-12-14).md"
+ANNUAL_LEAVE = "How many days of annual leave does an employee get after 8 years?"
+
+
+@pytest.fixture(scope="module")
+def laws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("laws")
+    shutil.copy(Path(__file__).parents[1] / "examples" / "laws" / LEAVE, root / LEAVE)
+    (root / "劳动合同法.md").write_text(CONTRACT_LAW, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def kb(tmp_path: Path, laws: Path, kb_factory: Callable[..., KnowledgeBase]) -> KnowledgeBase:
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([laws])
+    return kb
+
+
+def test_an_english_question_finds_the_chinese_regulation_first_and_is_not_flagged(kb: KnowledgeBase) -> None:
+    answer = kb.query(ANNUAL_LEAVE, top_k=3)
+    assert answer.hits[0].chunk.source == LEAVE
+    assert "职工带薪年休假条例 > 第二条、第三条" in [h.chunk.section for h in answer.hits]
+    assert answer.low_confidence is False
+    by_words = kb.query(ANNUAL_LEAVE, mode="bm25", top_k=2)  # English words alone match no Chinese passage
+    assert [h.chunk.section for h in by_words.hits] == [
+        "职工带薪年休假条例 > 第一条",
+        "职工带薪年休假条例 > 第二条、第三条",
+    ]
+
+
+def test_the_plan_reads_the_language_mix_and_a_chinese_question_takes_the_chinese_path() -> None:
+    text, settings = TextProcessor(), RetrievalSettings()
+    chinese = read_question("年休假有几天", text, settings)
+    assert (chinese.english, chinese.bridge, chinese.cross_lingual) == (0.0, (), False)
+    assert chinese.terms == ("休假", "年休假", "几天")
+    coded = read_question("ORD-4290 的状态", text, settings)  # a code in a Chinese question: still Chinese
+    assert (coded.cross_lingual, coded.bridge) == (False, ())
+    mixed = read_question("What is the 试用期 of a labor contract?", text, settings)
+    assert mixed.cross_lingual is True
+    assert ("劳动合同", "劳动", "合同", "劳动合同") in mixed.bridge[-1]
+    assert read_question(ANNUAL_LEAVE, text, settings, mode="dense").bridge == ()  # no BM25: nothing to bridge
+
+
+def test_dictionary_phrases_come_before_their_words() -> None:
+    assert english_share("what is 试用期") == pytest.approx(2 / 3.5)
+    assert english_share("stam1na是什么") == pytest.approx(1 / 2.5)  # a name with a digit: one word
+    found = senses("annual leave for workers")
+    assert found[0] == ("年假",)  # one phrase, not "annual" and "leave" (30 senses)
+    assert "职工" in found[1]  # workers: staff
+    assert senses("what is the") == ()
