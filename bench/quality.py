@@ -33,6 +33,7 @@ from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
 from zhiku.settings import Settings, load_settings
 
 SETS = ("cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc")
+ENGLISH_SETS = ("cmrc2018_dev", "stard_dev")  # the sets with English twins (bench/datasets/english)
 MODES = ("bm25", "dense", "hybrid")
 COLUMNS = ("ndcg@10", "hit@1", "hit@5", "mrr@10", "hit_chars@2000", "hit_chars@4000", "recall@100")
 
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", action="store_true", help="save the rows for the results page (a full run only)")
     ap.add_argument("--english", type=Path, default=None, help="English twins of the sets' questions (DIR/<set>)")
     args = ap.parse_args(argv)
-    sets, modes = args.sets.split(","), args.modes.split(",")
+    default = ",".join(ENGLISH_SETS) if args.english and args.sets == ",".join(SETS) else args.sets
+    sets, modes = default.split(","), args.modes.split(",")
     for s in sets:
         if not (args.data / s).is_dir():
             raise SystemExit(f"{args.data / s} not found: pass --data (the folder with {', '.join(SETS)})")
@@ -111,17 +113,13 @@ def main(argv: list[str] | None = None) -> None:
             settings = load_settings(args.config, index=root / s, tracing={"enabled": False})
             rows += run_set(settings, args.data / s, modes, args.max_queries, args.english)
     print(table(rows))
-    full = (
-        args.english is None
-        and sets == list(SETS)
-        and modes == list(MODES)
-        and args.max_queries is None
-        and args.config is None
-    )
-    if args.json and full:
+    full = modes == list(MODES) and args.max_queries is None and args.config is None
+    name = "english" if args.english else "quality"
+    if args.json and full and sets == (list(ENGLISH_SETS) if args.english else list(SETS)):
         from report import save
 
-        save("quality", [r.__dict__ for r in rows], "make bench-quality")
+        command = f"python bench/quality.py --english {args.english} --json" if args.english else "make bench-quality"
+        save(name, [r.__dict__ for r in rows], command)
     elif args.json:
         print("not saved: the results page shows full runs only (every set, mode and question)", file=sys.stderr)
 

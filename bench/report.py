@@ -143,6 +143,14 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         quality,
     ),
     (
+        "english",
+        "English questions over Chinese passages: `python bench/quality.py --english bench/datasets/english --json`",
+        "The English twins of cmrc2018_dev and stard_dev questions (bench/datasets/english: the same ids and "
+        "judgements) beside the same questions in Chinese, on one index per set; A and B: the halves by crc32 of the "
+        "id (the cross-lingual fusion weights and confidence threshold were chosen on A).",
+        quality,
+    ),
+    (
         "scale",
         "Latency and memory by index size: `make bench-scale SIZES=10000,100000,1000000`",
         "Real Chinese sentences recombined into ~400-character chunks with random unit vectors (latency, not "
@@ -270,6 +278,12 @@ def checks(results: Path) -> list[dict[str, Any]]:
         got = hybrid.get(name)
         ok = None if got is None else got >= before - 0.003
         out.append(row(f"hybrid nDCG@10, {name}", f"≥ {before - 0.003:.4f}", got and f"{got:.4f}", ok, "quality"))
+    hit5 = {(r["dataset"], r["mode"]): r["metrics"]["hit@5"] for r in figures("english") or []}
+    for name in ("cmrc2018_dev", "stard_dev"):
+        zh, en = hit5.get((f"{name} zh", "hybrid")), hit5.get((f"{name} en", "hybrid"))
+        got = round(en / zh, 3) if zh and en is not None else None
+        ok = None if got is None else got >= 0.85
+        out.append(row(f"English ÷ Chinese twins, hybrid hit@5, {name}", "≥ 0.85", got, ok, "english"))
     mine = [r for r in figures("scale") or [] if r.get("checkout", "this") == "this"]
     for chunks, key, bar in SCALE_BARS:
         got = next((r[key] for r in mine if r["chunks"] == chunks), None)

@@ -93,6 +93,17 @@ def test_scores_are_fts5s_bm25_in_float64(index_dir: Path) -> None:
     assert [s for _, s in got] == pytest.approx([s for _, s in expected], rel=1e-12)  # (FTS5's ~3e-6: not float32)
 
 
+def test_weighted_terms_scale_each_terms_score_and_term_counts_are_live_chunks(index_dir: Path) -> None:
+    doc = corpus_doc("词", [["词"] * (i + 1) + ["其他"] * i for i in range(5)])
+    with SQLiteStore(index_dir) as store:
+        doc.write(store)
+        plain = {h.chunk_id: h.score for h in store.bm25_search(["词"], 5)}
+        other = {h.chunk_id: h.score for h in store.bm25_search(["其他"], 5)}
+        got = {h.chunk_id: h.score for h in store.bm25_weighted({"词": 0.5, "其他": 2.0, "无": 1.0}, 5)}
+        assert store.term_counts(["词", "其他", "无"]) == {"词": 5, "其他": 4, "无": 0}
+    assert got == pytest.approx({c: 0.5 * plain[c] + 2.0 * other.get(c, 0.0) for c in plain}, rel=1e-12)
+
+
 def test_the_bm25_files_are_a_cache_that_damage_or_loss_never_changes(index_dir: Path) -> None:
     """Past a few thousand rows BM25 keeps files beside zhiku.db (``bm25/``): damaged, emptied, joined by a stray
     file or lost, the searches answer as before, read-only or not."""

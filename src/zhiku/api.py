@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
 from zhiku.retrieval.answer import build_answer, place
+from zhiku.retrieval.bridge import dictionary
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
 from zhiku.retrieval.filters import filter_hint
@@ -141,6 +143,7 @@ class KnowledgeBase:
     def warm_index(self) -> None:  # the tokenizer's dictionary and the vectors, before the first query
         self.text.query_tokens("试用期最长多久")
         self.store.warm()
+        threading.Thread(target=dictionary, name="zhiku-cedict", daemon=True).start()  # English questions' (~0.6 s)
 
     def load_reranker(self) -> str | None:
         """Load the configured reranker now, not in the first query; a failure is returned (``Type: message``)."""

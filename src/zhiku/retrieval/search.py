@@ -137,7 +137,7 @@ class Searcher:
         if plan.bridge:  # an English question: Chinese terms for BM25, its Chinese gloss for the clause channel
             weights, gloss = bridged(plan.bridge, self._weighted.term_counts if self._weighted else None)
             weights.update(dict.fromkeys(plan.terms, 1.0))
-            clauses += [gloss] if gloss and mode_ == "hybrid" else []
+            clauses += [f"{forms[0]} {gloss}"] if gloss and mode_ == "hybrid" else []  # (beside its English)
         known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
         if mode_ == "bm25":
             forms = known = ()
