@@ -122,7 +122,8 @@ def test_compact_structured_content_passes_the_typescript_sdk_schema_check(mcp_i
     )
     assert rc == 0, err
     s = out["result"]["structuredContent"]
-    assert "answer" not in s and "query" not in s and [set(c) for c in s["citations"]] == [{"n", "chunk_id"}] * 2
+    assert "answer" not in s and "query" not in s
+    assert [set(c) for c in s["citations"]] == [{"n", "chunk_id", "source", "section", "uri"}] * 2
 
 
 @pytest.fixture(scope="module")

@@ -339,13 +339,16 @@ class KnowledgeBase:
         places = places_reader(self.store)
         return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
-    def query(self, query: str, *, max_chars: int | None = None, **options: Unpack[QueryOptions]) -> Answer:
-        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and ``note``."""
+    def query(
+        self, query: str, *, max_chars: int | None = None, framed: bool = False, **options: Unpack[QueryOptions]
+    ) -> Answer:
+        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and ``note``
+        (``framed``: passages in ``<document>`` frames, for agents; see ``retrieval.answer.framed_passage``)."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             note = " ".join(filter(None, (r.query.note, None if r.hits else self._empty_note(options)))) or None
             judged = judge(r, min_score=self.settings.answer.min_score, normalize=self.text.normalize)
-            answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars)
+            answer = self.answer(r, low_confidence=judged.low, max_chars=max_chars, framed=framed)
         return replace(
             answer,
             confidence=judged.score,
@@ -357,7 +360,9 @@ class KnowledgeBase:
             candidate_counts=(len(r.bm25), len(r.dense)),
         )
 
-    def answer(self, r: Retrieval, *, low_confidence: bool = False, max_chars: int | None = None) -> Answer:
+    def answer(
+        self, r: Retrieval, *, low_confidence: bool = False, max_chars: int | None = None, framed: bool = False
+    ) -> Answer:
         """The cited Markdown answer for a retrieval, with query-focused snippets (``max_chars``: as for ``query``)."""
         with span("answer") as sp:
             answer = build_answer(
@@ -369,6 +374,7 @@ class KnowledgeBase:
                 normalize=self.text.normalize,
                 missing=r.missing,
                 budget=max_chars,
+                framed=framed,
             )
             sp.set(
                 counts={"citations": len(answer.citations), "chars": len(answer.markdown)},

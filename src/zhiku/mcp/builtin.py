@@ -49,10 +49,7 @@ def query_knowledge_hub(
     collection: Collection = None,
     filters: Annotated[
         QueryFilters | None,
-        Field(
-            description="Optional filters: {source: glob over source path, doc_type: 'markdown'|'text'|'pdf'|'docx'|"
-            "'html'|'epub'|'sheet'|'slides', tags: ['试用期'] (passages carrying every tag)}. 过滤条件。"
-        ),
+        Field(description="Optional filters; every one given must match. 过滤条件。"),
     ] = None,
     max_chars: Annotated[
         int,

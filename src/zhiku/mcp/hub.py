@@ -149,6 +149,7 @@ class Hub:
                     doc_type=args.doc_type,
                     tags=args.tags,
                     max_chars=args.max_chars,
+                    framed=True,
                 )
             except NotFound as e:  # a collection that does not exist
                 raise NotFound(f"{e} (see list_collections)") from None

@@ -39,8 +39,6 @@ class _Out(BaseModel):
 
 
 class QueryFilters(BaseModel):
-    """Restrict a search; every given filter must match."""
-
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str | None = Field(
@@ -61,18 +59,16 @@ class CitationOut(_Out):
     n: int = Field(description="The [n] marker used in the answer.")
     chunk_id: str
     doc_id: str = Field("", description="Document id for get_document_summary, zhiku://doc/{doc_id} (full form only).")
-    source: str = Field("", description="Source path as ingested (full form only).")
+    source: str = Field(description="Source path as ingested.")
     page: int | None = Field(None, description="Page number when the format has pages.")
-    section: str = Field(
-        "", description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条' (full form only)."
-    )
+    section: str = Field("", description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条'.")
     score: float = Field(
         0.0,
         description="Fused score (RRF or z-score) before any reranking; only its order is meaningful (full form only).",
     )
     text: str = Field("", description="The passage, cut to fit the answer budget when `truncated` (full form only).")
     truncated: bool = Field(False, description="True when `text` is a snippet; read the full chunk at `uri`.")
-    uri: str = Field("", description="Resource URI of the full chunk, zhiku://chunk/{chunk_id} (full form only).")
+    uri: str = Field(description="Resource URI of the full chunk, zhiku://chunk/{chunk_id}.")
     fused_rank: int | None = Field(None, description="Rank before reranking (the fused or single-channel rank).")
     rerank_score: float | None = Field(
         None, description="The reranker's raw score (cross-encoder logit, LLM grade 0–10); null when not reranked."
@@ -102,7 +98,7 @@ class QueryResult(_Out):
     query: str = Field("", description="The question as sent (full form only: the text block begins with it).")
     mode: Literal["bm25", "dense", "hybrid"]
     answer: str = Field(
-        "", description="Markdown: passages with [n] markers and sources (full form only: by default the text block)."
+        "", description="Markdown, each passage in a <document> frame (full form only: by default the text block)."
     )
     citations: list[CitationOut]
     images: list[ImageRef] = Field(
@@ -167,7 +163,7 @@ def enrich_citations(kb: KnowledgeBase, citations: list[CitationOut]) -> list[Ci
     return out
 
 
-FULL_ONLY = {"doc_id", "score", "source", "section", "text", "truncated", "uri", "fused_rank", "refined"}
+FULL_ONLY = {"doc_id", "score", "text", "truncated", "fused_rank", "refined"}
 
 
 class CollectionInfo(_Out):

@@ -36,6 +36,7 @@ from zhiku.settings import Settings
 log = logging.getLogger("zhiku.mcp.server")
 RESOURCE_PAGE = 50  # documents per resources/list page
 WRITE_TOOLS = ("ingest_documents", "delete_document")
+TEXT_ONLY_TOOLS = ("get_document_summary", *WRITE_TOOLS)  # structuredContent still sent, its schema not listed
 
 
 def build_server(
@@ -152,9 +153,9 @@ def _middleware(
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(shown)}")
             return await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
-        if ctx.method == "tools/list" and not access.write:
+        if ctx.method == "tools/list":  # a caller without write never sees the write tools
             result = await call_next(ctx)
-            return {**result, "tools": [t for t in result.get("tools", []) if t.get("name") in shown]}
+            return {**result, "tools": [_lean_tool(t) for t in result["tools"] if t.get("name") in shown]}
         if ctx.method != "resources/list":
             return await call_next(ctx)
         result = await call_next(ctx)
@@ -179,6 +180,39 @@ def _middleware(
     return middleware
 
 
+def _lean_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """What every session pays for: no schema titles; an output schema of the required fields only, bare
+    (docs/mcp-tools.md documents every field), and none where the text block is what an agent reads."""
+    tool = {**tool, "inputSchema": _untitled(tool["inputSchema"])}
+    schema = tool.pop("outputSchema", None)
+    if schema is not None and tool["name"] not in TEXT_ONLY_TOOLS:
+        tool["outputSchema"] = _bare(schema, schema.get("$defs", {}))
+    return tool
+
+
+def _untitled(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _untitled(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    return [_untitled(v) for v in schema] if isinstance(schema, list) else schema
+
+
+def _bare(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its required properties only, types and enums only, references inlined."""
+    if "$ref" in schema:
+        return _bare(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    arms = [a for a in schema.get("anyOf", ()) if a != {"type": "null"}]
+    if len(arms) == 1 and "type" in (inner := _bare(arms[0], defs)):
+        return {**inner, "type": [inner["type"], "null"]}
+    out: dict[str, Any] = {k: schema[k] for k in ("type", "enum") if k in schema}
+    if "items" in schema:
+        out["items"] = _bare(schema["items"], defs)
+    if "properties" in schema:
+        required = schema.get("required", [])
+        out["properties"] = {k: _bare(v, defs) for k, v in schema["properties"].items() if k in required}
+        out["required"] = required
+    return out
+
+
 def _offset(cursor: Any) -> int:
     try:
         kind, _, n = base64.urlsafe_b64decode(str(cursor).encode()).decode().partition(":")
@@ -197,7 +231,9 @@ def tool_reference(settings: Settings | None = None) -> str:
     async def collect() -> tuple[list[Any], list[Any], list[Any]]:
         return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
 
-    return render(*anyio.run(collect), write_tools=WRITE_TOOLS)
+    tools, templates, prompts = anyio.run(collect)
+    structured = [t.name for t in tools if t.output_schema and t.name not in TEXT_ONLY_TOOLS]
+    return render(tools, templates, prompts, write_tools=WRITE_TOOLS, structured=structured)
 
 
 if __name__ == "__main__":

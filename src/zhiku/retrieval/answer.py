@@ -213,6 +213,22 @@ def place(doc_type: str, page: int, text: str) -> str:
     return f"sheet {page}, " + (f"row {rows[0]}" if len(rows) == 1 else f"rows {min(rows)}–{max(rows)}")
 
 
+_DELIMITER = re.compile(r"[<＜﹤](?=\s*/?\s*document)", re.IGNORECASE)  # <document, </DOCUMENT, ＜/document …
+_ATTRIBUTE = str.maketrans({"&": "&amp;", '"': "&quot;", "<": "&lt;", "\n": " ", "\r": " "})
+
+
+def framed_passage(n: int, text: str, source: str, page: str | None, section: str) -> str:
+    """``text`` as document text an agent can tell from zhiku's own: ``<document n=… source=… [page=…] [section=…]>``
+    … ``</document>`` (``page``: ``place``'s); any ``<`` in the text that begins a (closing) document tag is written
+    ``&lt;``, so a document can neither close its frame nor open another."""
+    attrs = [f'n="{n}"', f'source="{source.translate(_ATTRIBUTE)}"']
+    if page is not None:
+        attrs.append(f'page="{page}"')
+    if section:
+        attrs.append(f'section="{section.translate(_ATTRIBUTE)}"')
+    return f"<document {' '.join(attrs)}>\n{_DELIMITER.sub('&lt;', text)}\n</document>"
+
+
 def cite(hit: Hit, section: str | None = None) -> str:
     """``source, p. N, section`` for the sources list (``section``: the hit's, or the one shown for it)."""
     c = hit.chunk
@@ -234,6 +250,7 @@ def _render(
     normalize: Callable[[str], str],
     missing: Sequence[str],
     shown: Sequence[tuple[str, str]],
+    framed: bool = False,
 ) -> str:
     """The Markdown with snippets of at most ``limit`` characters; ``missing``: the named articles no hit holds."""
     lines = [f"**检索问题 / Query:** {query}", ""]
@@ -252,8 +269,13 @@ def _render(
             lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
         lines += ["**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
-    for n, (whole, section) in enumerate(shown, 1):
+    for n, ((whole, section), hit) in enumerate(zip(shown, hits, strict=True), 1):
         text = focused_snippet(whole, limit, terms, normalize)
+        if framed:  # where it came from goes into the tag: no document text outside a frame
+            c = hit.chunk
+            page = None if c.page is None else place(c.doc_type, c.page, c.text)
+            lines += [framed_passage(n, text, c.source, page, section), ""]
+            continue
         where = f"({section})" if section else ""
         # a table or code block must start and end its own block, or Markdown renders its rows as one paragraph
         head = f"[{n}]\n\n" if text.startswith(("|", "```")) or _LIST_ITEM.match(text) else f"[{n}] "
@@ -261,6 +283,8 @@ def _render(
         tail = f"\n\n{where}" if where and last.startswith(("|", "```")) else f" {where}" if where else ""
         lines.append(head + text + tail)
         lines.append("")
+    if framed:
+        return "\n".join(lines).rstrip()
     lines.append("**来源 / Sources**")
     lines.append("")
     for n, (hit, (_, section)) in enumerate(zip(hits, shown, strict=True), 1):
@@ -280,17 +304,19 @@ def build_answer(
     missing: Sequence[str] = (),
     budget: int | None = None,
     snippet_chars: int = SNIPPET_CHARS,
+    framed: bool = False,
 ) -> Answer:
     """Markdown + citations for ``hits``, snippets shrunk until the Markdown fits ``max_chars``; with a ``budget``,
-    until the Markdown and the citations' ``snippets`` fit it together."""
+    until the Markdown and the citations' ``snippets`` fit it together. ``framed``: each passage in a
+    ``<document …>`` frame (``framed_passage``) and no sources list."""
     if budget is not None:
-        return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing)
+        return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing, framed)
     limit = snippet_chars
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
-    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
+    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
     while len(markdown) > max_chars and limit > 40:
         limit = max(40, int(limit * 0.8))
-        markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown)
+        markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
     if len(markdown) > max_chars:
         markdown = markdown[: max_chars - 1] + "…"
     citations = tuple(
@@ -323,6 +349,7 @@ def fitted_answer(
     terms: Sequence[str],
     normalize: Callable[[str], str],
     missing: Sequence[str],
+    framed: bool = False,
 ) -> Answer:
     """``build_answer`` whose Markdown and citation snippets (each citation's text, query-focused when longer than
     the snippet length) fit ``budget`` characters together."""
@@ -338,6 +365,7 @@ def fitted_answer(
             normalize=normalize,
             missing=missing,
             snippet_chars=limit,
+            framed=framed,
         )
         texts = tuple(
             c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
