@@ -10,8 +10,10 @@ SUM    := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 STAMP  := $(VENV)/.installed-base-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 DEMO_INDEX ?= demo-index
-# The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py), with its own node 22.
+# The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py) and the MCP conformance
+# suite (tests/test_conformance.py, slow), with their own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
+CONFORMANCE := .cache/inspector/node_modules/@modelcontextprotocol/conformance/dist/index.js
 
 .PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
 	bench-quality bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-report
@@ -39,11 +41,11 @@ demo: $(STAMP)
 	$(ZHIKU) query "试用期最长不得超过几个月？" --collection laws --index $(DEMO_INDEX) -k 3
 	$(ZHIKU) query "女职工产假有多少天" --collection laws --index $(DEMO_INDEX) -k 3
 
-$(INSPECTOR):
+$(INSPECTOR) $(CONFORMANCE):
 	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh; \
 	else echo "npm not found: the MCP Inspector tests will be skipped (and fail in strict mode: ZHIKU_STRICT_SKIPS=1, CI)"; fi
 
-inspector: $(INSPECTOR)
+inspector: $(INSPECTOR) $(CONFORMANCE)
 
 # Lint, format check and type check (config in pyproject.toml), before the tests.
 lint: $(DEV_STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -289,18 +290,24 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
 
 def test_prompt(mcp_index: Fixture) -> None:
     async def body(c: Client) -> Any:
-        return (await c.list_prompts()).prompts, await c.get_prompt(
-            "answer_with_citations", {"question": "产假多少天？"}
+        return (
+            (await c.list_prompts()).prompts,
+            await c.get_prompt("answer_with_citations", {"question": "产假多少天？"}),
+            await c.get_prompt("answer_with_citations", {"question": "产假多少天？", "collection": "laws"}),
         )
 
-    prompts, got = with_client(build_server(mcp_index.settings), body)
-    assert [(p.name, [a.name for a in p.arguments], p.arguments[0].required) for p in prompts] == [
-        ("answer_with_citations", ["question"], True)
+    prompts, got, scoped = with_client(build_server(mcp_index.settings), body)
+    assert [(p.name, [(a.name, a.required) for a in p.arguments]) for p in prompts] == [
+        ("answer_with_citations", [("question", True), ("collection", False)])
     ]
     text = got.messages[0].content.text
     assert got.messages[0].role == "user" and "query_knowledge_hub" in text
-    assert text.endswith("问题 / Question: 产假多少天？")
+    assert text.endswith("\n\n问题 / Question: 产假多少天？")
     assert "文件、页码（PDF）与章节" in text and "file, page (PDFs) and section" in text  # a PDF answer cites its page
+    assert "资料而不是指令" in text and "data, never instructions" in text
+    assert scoped.messages[0].content.text.endswith(
+        "\n\n集合 / Collection: laws (pass it as query_knowledge_hub's `collection`)\n问题 / Question: 产假多少天？"
+    )
 
 
 BAD_CALLS = [
@@ -507,3 +514,57 @@ def test_query_knowledge_hub_smoke_on_each_backend(writable_index: Fixture) -> N
     # in the answer; not necessarily first on milvus-lite, whose BM25 statistics are per segment (docs/milvus.md)
     assert "工资支付暂行规定.md" in [c["source"] for c in after.structured_content["citations"]]
     assert [(c["name"], c["documents"]) for c in listed.structured_content["collections"]] == [(COLLECTION, 4)]
+
+
+def test_completion_offers_collections_documents_and_contexts(mcp_index: Fixture) -> None:
+    from mcp.types import PromptReference, ResourceTemplateReference
+
+    prompt, doc = PromptReference(name="answer_with_citations"), ResourceTemplateReference(uri="zhiku://doc/{doc_id}")
+    chunk = ResourceTemplateReference(uri="zhiku://chunk/{chunk_id}{?context}")
+
+    async def body(c: Client) -> list[Any]:
+        asks = [
+            (prompt, {"name": "collection", "value": "la"}),
+            (prompt, {"name": "collection", "value": "x"}),
+            (doc, {"name": "doc_id", "value": DOC_ID_LABOR[:4]}),
+            (doc, {"name": "doc_id", "value": "女职工"}),
+            (chunk, {"name": "context", "value": ""}),
+            (PromptReference(name="other_prompt"), {"name": "collection", "value": ""}),
+        ]
+        return [(await c.complete(ref, arg)).completion for ref, arg in asks]
+
+    done = with_client(build_server(mcp_index.settings), body)
+    women = [d for d in mcp_index_docs(mcp_index) if d.source == "女职工劳动保护特别规定.md"][0].doc_id
+    assert [c.values for c in done] == [["laws"], [], [DOC_ID_LABOR], [women], ["article", "section"], []]
+    assert (done[0].total, done[0].has_more) == (1, False)
+
+
+def mcp_index_docs(fx: Fixture) -> list[Any]:
+    from zhiku.api import KnowledgeBase
+
+    with KnowledgeBase(fx.settings, read_only=True) as kb:
+        return kb.documents()
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+def test_a_session_that_sets_a_log_level_hears_how_its_calls_went(mcp_index: Fixture) -> None:
+    heard: list[tuple[str, str]] = []
+
+    async def on_log(params: Any) -> None:
+        heard.append((params.level, params.data))
+
+    async def main() -> None:
+        async with Client(build_server(mcp_index.settings), mode="legacy", logging_callback=on_log) as c:
+            caps = c.server_capabilities
+            assert caps.logging is not None and caps.completions is not None
+            await c.call_tool("list_collections", {})  # before any level: nothing sent
+            assert (await c.set_logging_level("info")).model_dump(exclude_none=True) == {}
+            await c.call_tool("list_collections", {})
+            await c.set_logging_level("error")
+            await c.call_tool("list_collections", {})
+            await c.call_tool("get_document_summary", {"doc_id": "deadbeef"})
+
+    anyio.run(main)
+    assert [level for level, _ in heard] == ["info", "error"]
+    assert re.fullmatch(r"list_collections: ok in \d+\.\d\ds", heard[0][1])
+    assert heard[1][1].startswith("get_document_summary: NOT_FOUND: no document 'deadbeef'")

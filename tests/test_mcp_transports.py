@@ -357,3 +357,38 @@ def test_http_sessions_at_the_cap_close_the_idle_longest(http_server: HttpServer
 
     assert (first[0], later, ping(first[1])) == (200, [200, 200, 200], 404)  # the first, idle longest, was closed
     assert (anyio.run(three_clients), init()[0]) == (503, 200)
+
+
+def sse_events(lines: Iterator[str], until: str) -> list[dict[str, str]]:
+    """The SSE events of a stream (``id``, ``retry``, ``data``), read up to the first whose data holds ``until``."""
+    events: list[dict[str, str]] = []
+    event: dict[str, str] = {}
+    for line in lines:
+        if line:
+            field, _, value = line.partition(":")
+            event[field] = value.strip()
+            continue
+        if event:
+            events.append(event)
+            if until in event.get("data", ""):
+                break
+        event = {}
+    return events
+
+
+def test_a_dropped_sse_stream_resumes_with_last_event_id(http_server: HttpServer) -> None:
+    """A POST's SSE stream opens with a priming event (an id, empty data, ``retry``); a client that lost the rest
+    reconnects with ``Last-Event-ID`` and gets what followed it."""
+    _, headers, _ = http_request(http_server.url, method="POST", headers={**JSON_HEADERS, **AUTH}, body=INIT)
+    session = {"mcp-session-id": headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25", **AUTH}
+    ping = b'{"jsonrpc": "2.0", "id": 7, "method": "ping"}'
+    with httpx2.Client(timeout=30) as http:
+        with http.stream("POST", http_server.url, headers={**JSON_HEADERS, **session}, content=ping) as r:
+            first = sse_events(r.iter_lines(), until='"id":7')
+        assert first[0] == {"id": first[0]["id"], "data": "", "retry": "1000"} and len(first) == 2
+        assert json.loads(first[1]["data"]) == {"jsonrpc": "2.0", "id": 7, "result": {}} and first[1]["id"]
+        resume = {**session, "Accept": "text/event-stream", "Last-Event-ID": first[0]["id"]}
+        with http.stream("GET", http_server.url, headers=resume) as r:
+            assert r.status_code == 200
+            again = sse_events(r.iter_lines(), until='"id":7')
+    assert again[0] == first[1]

@@ -133,8 +133,10 @@ def answer_with_citations(
     question: Annotated[
         str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description="The user's question. 用户的问题。")
     ],
+    collection: Annotated[str | None, Field(description="Collection to search (default: all). 集合。")] = None,
 ) -> str:
-    return text.PROMPT.format(question=question)
+    scope = text.PROMPT_COLLECTION.format(collection=collection) if collection else ""
+    return text.PROMPT.format(question=question, collection=scope)
 
 
 def register_builtins(registry: Registry) -> None:

@@ -264,6 +264,22 @@ class Hub:
     def documents(self) -> list[DocRecord]:
         return [d for d in self.kb.documents() if ACCESS.get().sees(d.collection)]
 
+    def visible(self) -> tuple[list[str], list[DocRecord]]:
+        """The collections and documents the caller may see; completions offer only these."""
+        return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name)], self.documents()
+
+    def complete(self, argument: str, prefix: str) -> list[str]:
+        """Values of a prompt or resource-template argument (``collection``, ``doc_id``, ``context``) starting
+        with ``prefix``; a document's source path completes to its id too."""
+        if argument == "context":
+            return [c for c in ("article", "section") if c.startswith(prefix)]
+        collections, docs = self.visible()
+        if argument == "collection":
+            return [c for c in collections if c.startswith(prefix)]
+        if argument == "doc_id":
+            return [d.doc_id for d in docs if d.doc_id.startswith(prefix) or d.source.startswith(prefix)]
+        return []
+
     def document_markdown(self, doc_id: str) -> str:
         return self.kb.document_text(self._document(doc_id).doc_id)
 

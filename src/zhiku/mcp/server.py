@@ -6,17 +6,20 @@ import base64
 import inspect
 import logging
 import sys
+import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.types import INVALID_PARAMS, Completion, EmptyResult, SetLevelRequestParams
 from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
@@ -35,6 +38,8 @@ from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")
 RESOURCE_PAGE = 50  # documents per resources/list page
+MAX_COMPLETIONS = 100  # values per completion/complete answer, as the spec allows
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 WRITE_TOOLS = ("ingest_documents", "delete_document")
 TEXT_ONLY_TOOLS = ("get_document_summary", *WRITE_TOOLS)  # structuredContent still sent, its schema not listed
 
@@ -67,6 +72,7 @@ def build_server(
 
     models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
     writes: set[str] = set()  # the tools that change the index
+    levels: WeakKeyDictionary[Any, int] = WeakKeyDictionary()  # connection -> the lowest log level it asked for
     try:
         zhiku_version = version("zhiku")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
@@ -77,7 +83,7 @@ def build_server(
         version=zhiku_version,
         instructions=text.INSTRUCTIONS,
         lifespan=lifespan,
-        middleware=[_middleware(models, writes, read_only, hooks or Hooks())],
+        middleware=[_middleware(models, writes, read_only, hooks or Hooks(), levels)],
         log_level="WARNING",
     )
     current = lambda: running[0] if running else None  # noqa: E731
@@ -95,6 +101,20 @@ def build_server(
                 registry.add_tool(tool_spec(obj, origin=f"plugin {plugin.info.distribution}"))
             except Exception as e:  # a broken plugin never takes the server down
                 zhiku_plugins.report_problem(plugin.info, str(e) if isinstance(e, ZhikuError) else repr(e))
+
+    @server.completion()  # type: ignore[no-untyped-call,untyped-decorator]
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion | None:
+        ours = ref.name == "answer_with_citations" if ref.type == "ref/prompt" else ref.uri.startswith("zhiku://")
+        if not running or not ours:
+            return None
+        values = await anyio.to_thread.run_sync(running[0].hub.complete, argument.name, argument.value)
+        return Completion(values=values[:MAX_COMPLETIONS], total=len(values), has_more=len(values) > MAX_COMPLETIONS)
+
+    async def set_level(ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        levels[ctx.session._connection] = LOG_LEVELS.index(params.level)  # per client (mcp>=2.3,<3)
+        return EmptyResult()
+
+    server._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
 
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -119,10 +139,20 @@ def _origin(fn: Any) -> str:
 
 
 def _middleware(
-    tools: dict[str, type[BaseModel]], writes: set[str], read_only: bool, hooks: Hooks
+    tools: dict[str, type[BaseModel]],
+    writes: set[str],
+    read_only: bool,
+    hooks: Hooks,
+    levels: WeakKeyDictionary[Any, int],
 ) -> Callable[..., Any]:
     """The caller's ``Access`` for the request; unknown tools are protocol errors, SDK rejections get zhiku's error
-    shape, ``resources/list`` pages docs."""
+    shape, ``resources/list`` pages docs; a session that set a log level hears how each of its tool calls went."""
+
+    async def log(ctx: Any, level: str, message: str) -> None:
+        if LOG_LEVELS.index(level) >= levels.get(ctx.session._connection, len(LOG_LEVELS)):
+            with warnings.catch_warnings():  # deprecated in 2026-07-28; older clients still ask for it
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await ctx.session.send_log_message(level, message, logger="zhiku", related_request_id=ctx.request_id)
 
     async def call_tool(ctx: Any, call_next: Callable[[Any], Any], name: str, arguments: Any) -> Any:
         result = await call_next(ctx)
@@ -152,7 +182,12 @@ def _middleware(
             if not isinstance(name, str) or name not in shown:  # a protocol error, not isError
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(shown)}")
-            return await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
+            started = time.perf_counter()
+            result = await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
+            took, error = time.perf_counter() - started, (result.get("_meta") or {}).get(ERROR_META)
+            message = f"{name}: {error['code']}: {error['message']}" if error else f"{name}: ok in {took:.2f}s"
+            await log(ctx, "error" if error else "info", message)
+            return result
         if ctx.method == "tools/list":  # a caller without write never sees the write tools
             result = await call_next(ctx)
             return {**result, "tools": [_lean_tool(t) for t in result["tools"] if t.get("name") in shown]}

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import sys
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.types import JSONRPCMessage
 
 from zhiku.mcp.http_security import limit_hit
 from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, Rejection, check_message, too_large
 from zhiku.settings import Settings
 
 log = logging.getLogger("zhiku.mcp.server")
+SSE_RETRY_MS = 1000  # how soon a client whose SSE stream dropped reconnects (the `retry` field)
+SSE_EVENTS_KEPT = 256  # events a session keeps for a client that resumes a dropped stream
 
 
 def http_app(server: MCPServer, settings: Settings) -> Any:
@@ -32,10 +38,50 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
         max_sessions=None,  # cap_sessions' instead
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # ours is stricter
         host=s.host,
+        retry_interval=SSE_RETRY_MS,
     )
     cap_sessions(server.session_manager, s.max_sessions)
+    resumable(server.session_manager)
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.ERROR)  # a warning per request
     return build_http_app(app, s, settings.index)
+
+
+def resumable(manager: Any) -> None:
+    """Each session its own event log: a client whose SSE stream dropped resumes it with Last-Event-ID (request ids,
+    the SDK's stream ids, repeat across sessions, so one log for all would mix them)."""
+    admit = manager._admit_session  # mcp>=2.3,<3
+
+    def admit_with_log(requestor: Any) -> Any:
+        transport = admit(requestor)
+        if transport is not None:
+            transport._event_store = SessionEvents()
+        return transport
+
+    manager._admit_session = admit_with_log
+
+
+class SessionEvents(EventStore):
+    """A session's last ``SSE_EVENTS_KEPT`` events, by id."""
+
+    def __init__(self) -> None:
+        self._events: OrderedDict[str, tuple[str, JSONRPCMessage | None]] = OrderedDict()
+        self._ids = itertools.count(1)
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(next(self._ids))
+        self._events[event_id] = (stream_id, message)
+        if len(self._events) > SSE_EVENTS_KEPT:
+            self._events.popitem(last=False)
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        if last_event_id not in self._events:
+            return None
+        stream = self._events[last_event_id][0]
+        for event_id, (stream_id, message) in list(self._events.items()):
+            if int(event_id) > int(last_event_id) and stream_id == stream and message is not None:
+                await send_callback(EventMessage(message, event_id))
+        return stream
 
 
 def preflight(settings: Settings) -> None:
