@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import logging
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -30,6 +31,7 @@ from zhiku.ingest.transforms.stage import (
 )
 from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
+from zhiku.ingest.watch import require_watchfiles, watch_folders
 from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
@@ -65,6 +67,9 @@ if TYPE_CHECKING:
     from zhiku.stores.migrate import MigrationReport
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
+
+
+log = logging.getLogger("zhiku.watch")
 
 
 class KnowledgeBase:
@@ -227,6 +232,25 @@ class KnowledgeBase:
             if t is not None:
                 t.data.update(report_rows(report), **transform_rows(report))
         return report
+
+    def watch(
+        self,
+        folders: Sequence[Path],
+        *,
+        collection: str | None = None,
+        stop: threading.Event | None = None,
+        on_sync: Callable[[IngestReport], None] | None = None,
+    ) -> None:
+        """Keep ``folders`` in sync until ``stop`` is set (or Ctrl-C): ingest them now, then each debounced batch of
+        changes: new and changed files indexed, deleted and moved-away ones removed, a bad file reported and skipped."""
+        roots = watch_roots(folders)
+
+        def sync(changed: Collection[Path] | None) -> None:
+            report = self.ingest(roots, collection=collection, sync=True, only=changed)
+            if on_sync is not None:
+                on_sync(report)
+
+        watch_folders(roots, sync, stop or threading.Event())
 
     def ingest_documents(
         self, docs: Sequence[SourceDoc], *, collection: str | None = None, on_progress: ProgressFn | None = None
@@ -497,6 +521,37 @@ class KnowledgeBase:
         if not name.strip() or len(name) > 64 or any(ch in name for ch in "/\\\x00"):
             raise InvalidInput(f"invalid collection name {name!r}: use 1–64 characters without slashes")
         return name
+
+
+def watch_roots(folders: Sequence[Path]) -> list[Path]:
+    require_watchfiles()  # missing: say so before anything starts
+    roots = [Path(f).expanduser().resolve() for f in folders]
+    if not roots or (missing := [str(r) for r in roots if not r.is_dir()]):
+        raise InvalidInput(f"watch existing folders (not files): {', '.join(missing) or 'none given'}")
+    return roots
+
+
+def watch_in_background(settings: Settings, folders: Sequence[Path], embedder: Embedder) -> Callable[[], None]:
+    """``KnowledgeBase.watch`` of ``folders`` on a writable index of its own, in a thread sharing ``embedder``
+    (a server's questions and the watcher's ingests take turns at it); returns what stops it."""
+    roots, stop = watch_roots(folders), threading.Event()
+    kb = KnowledgeBase(settings, embedder=embedder)
+
+    def run() -> None:
+        try:
+            kb.watch(roots, stop=stop)
+        except Exception:  # the server goes on serving what is indexed
+            log.exception("watching %s stopped", ", ".join(map(str, roots)))
+
+    thread = threading.Thread(target=run, name="zhiku-watch", daemon=True)
+    thread.start()
+
+    def stopped() -> None:
+        stop.set()
+        thread.join(30)
+        kb.close()
+
+    return stopped
 
 
 def files_to_ingest(paths: Sequence[Path]) -> list[Path]:

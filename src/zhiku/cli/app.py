@@ -249,6 +249,32 @@ def _progress_pair(progress: Progressed | None) -> tuple[Progressed | None, Any]
 
 
 @app.command()
+def watch(
+    folders: Annotated[list[Path], typer.Argument(help="Folders to keep in sync.", show_default=False)],
+    collection: CollectionOpt = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Keep folders in sync until Ctrl-C: ingest them now, then new and changed files within seconds of a save,
+    deleted and moved-away ones removed; a bad file is reported and skipped. `zhiku serve --watch` does it too."""
+    import time
+
+    def synced(report: Any) -> None:  # an IngestReport
+        counts = ", ".join(f"{n} {k}" for k, n in report.counts().items() if n)
+        err.print(f"{time.strftime('%H:%M:%S')} {counts or 'no changes'}", markup=False)
+        for f in report.failed:
+            err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+
+    from zhiku.api import watch_roots
+
+    with _errors():
+        roots, settings = watch_roots(folders), load_settings(config, index=index)
+        with _kb(settings) as kb:
+            err.print(f"watching {', '.join(map(str, roots))} (Ctrl-C stops)", markup=False)
+            kb.watch(roots, collection=collection, on_sync=synced)
+
+
+@app.command()
 def query(
     text: Annotated[str, typer.Argument(help="The question, e.g. 试用期最长多久？", show_default=False)],
     collection: Annotated[
@@ -488,13 +514,18 @@ def serve(
         Optional[bool],
         typer.Option("--read-only", help="Hide the tools that change the index (ingest, delete).", show_default=False),
     ] = None,
+    watch: Annotated[
+        Optional[list[Path]],
+        typer.Option("--watch", help="Keep this folder in sync while serving (repeatable); see `zhiku watch`."),
+    ] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Serve the index to AI assistants over MCP (stdio, or Streamable HTTP at http://HOST:PORT/mcp)."""
     from zhiku.mcp.script import start  # the MCP SDK is imported only here: `zhiku --help` never pays for it
 
-    start(config, index, {"transport": transport, "host": host, "port": port, "read_only": read_only})
+    flags = {"transport": transport, "host": host, "port": port, "read_only": read_only}
+    start(config, index, flags, watch=watch or ())
 
 
 def plugins(as_json: JsonOpt = False) -> None:

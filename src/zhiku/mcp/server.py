@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
 from zhiku.access import ACCESS, Access
+from zhiku.api import watch_in_background
 from zhiku.cache import Cache
 from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
@@ -53,9 +54,11 @@ def build_server(
     hooks: Hooks | None = None,
     plugins: bool = True,
     open_hub: Callable[[Settings], Hub] = Hub.open,
+    watch: Sequence[Path] = (),
 ) -> MCPServer:
     """The built-in tools, then ``tools``, ``resources``, ``prompts`` and the ``zhiku.tools`` plugins (a broken
-    plugin is logged and skipped); nothing is opened until a transport enters the lifespan."""
+    plugin is logged and skipped); nothing is opened until a transport enters the lifespan, which also keeps the
+    ``watch`` folders in sync."""
     read_only = settings.server.read_only
     running: list[State] = []  # the state while the lifespan holds an open hub
 
@@ -64,10 +67,13 @@ def build_server(
         hub = await anyio.to_thread.run_sync(open_hub, settings)
         log.info("zhiku: index %s open (%s)", settings.index, "read-only" if read_only else "read-write")
         running.append(State(hub=hub, limiter=anyio.CapacityLimiter(1)))
+        stop_watching = watch_in_background(settings, watch, hub.kb.embedder) if watch else None
         try:
             yield running[0]
         finally:
             running.clear()
+            if stop_watching is not None:
+                await anyio.to_thread.run_sync(stop_watching)
             hub.close()
 
     models: dict[str, type[BaseModel]] = {}  # tool name -> argument model, filled by the registry
