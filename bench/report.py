@@ -240,6 +240,8 @@ RELIABILITY_BARS: list[tuple[str, str, str, Callable[[dict[str, Any]], Any], Cal
      lambda f: f"{f['same']}/{f['attacks']}", lambda g: g.split("/")[0] == g.split("/")[1]),
     ("formats", "a 1 GiB .xlsx bomb, 1,000,000 CSV rows, 2,000 slides in one batch: peak RSS, MB", "≤ 1024",
      lambda f: f["peak_rss_mb"], lambda g: g <= 1024),
+    ("watch", "`serve --watch`: a deleted checkout (1,000 files) gone from the answers, s", "≤ 10",
+     lambda f: f["removed_s"], lambda g: g <= 10),
     ("integrity sqlite", "damaged SQLite pages found by `zhiku doctor`", "all",
      lambda f: f"{f['found']}/{f['pages']}", lambda g: g.split("/")[0] == g.split("/")[1]),
     ("scopes escapes", "a scoped token's reads of another collection, every tool, resource and prompt: leaks", "0",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -67,9 +66,6 @@ if TYPE_CHECKING:
     from zhiku.stores.migrate import MigrationReport
 
 META_KEYS = ("tokenizer", "embedder", "dim", "chunking")
-
-
-log = logging.getLogger("zhiku.watch")
 
 
 class KnowledgeBase:
@@ -534,16 +530,8 @@ def watch_roots(folders: Sequence[Path]) -> list[Path]:
 def watch_in_background(settings: Settings, folders: Sequence[Path], embedder: Embedder) -> Callable[[], None]:
     """``KnowledgeBase.watch`` of ``folders`` on a writable index of its own, in a thread sharing ``embedder``
     (a server's questions and the watcher's ingests take turns at it); returns what stops it."""
-    roots, stop = watch_roots(folders), threading.Event()
-    kb = KnowledgeBase(settings, embedder=embedder)
-
-    def run() -> None:
-        try:
-            kb.watch(roots, stop=stop)
-        except Exception:  # the server goes on serving what is indexed
-            log.exception("watching %s stopped", ", ".join(map(str, roots)))
-
-    thread = threading.Thread(target=run, name="zhiku-watch", daemon=True)
+    roots, stop, kb = watch_roots(folders), threading.Event(), KnowledgeBase(settings, embedder=embedder)
+    thread = threading.Thread(target=kb.watch, args=(roots,), kwargs={"stop": stop}, name="zhiku-watch", daemon=True)
     thread.start()
 
     def stopped() -> None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import sys
-from collections import OrderedDict
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -61,26 +60,20 @@ def resumable(manager: Any) -> None:
 
 
 class SessionEvents(EventStore):
-    """A session's last ``SSE_EVENTS_KEPT`` events, by id."""
+    """A session's last ``SSE_EVENTS_KEPT`` events: (id, stream id, message; None for a priming event)."""
 
     def __init__(self) -> None:
-        self._events: OrderedDict[str, tuple[str, JSONRPCMessage | None]] = OrderedDict()
-        self._ids = itertools.count(1)
+        self.events: deque[tuple[int, str, JSONRPCMessage | None]] = deque(maxlen=SSE_EVENTS_KEPT)
 
     async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
-        event_id = str(next(self._ids))
-        self._events[event_id] = (stream_id, message)
-        if len(self._events) > SSE_EVENTS_KEPT:
-            self._events.popitem(last=False)
-        return event_id
+        self.events.append((self.events[-1][0] + 1 if self.events else 1, stream_id, message))
+        return str(self.events[-1][0])
 
     async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
-        if last_event_id not in self._events:
-            return None
-        stream = self._events[last_event_id][0]
-        for event_id, (stream_id, message) in list(self._events.items()):
-            if int(event_id) > int(last_event_id) and stream_id == stream and message is not None:
-                await send_callback(EventMessage(message, event_id))
+        stream = next((s for i, s, _ in self.events if str(i) == last_event_id), None)
+        for i, s, message in list(self.events):
+            if s == stream and message is not None and i > int(last_event_id):
+                await send_callback(EventMessage(message, str(i)))
         return stream
 
 
