@@ -214,7 +214,8 @@ def _http_post(server: HttpServer, body: str, session: str | None = None) -> dic
     status, got, data = http_request(server.url, method="POST", headers=headers, body=body.encode())
     text = data.decode("utf-8", "replace")
     if got.get("content-type", "").startswith("text/event-stream"):
-        text = next((line[5:] for line in text.splitlines() if line.startswith("data:")), "")
+        # the first event with data: a 2025-11-25 stream opens with a priming event (an id, empty data)
+        text = next((line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()), "")
     try:
         return json.loads(text) if text.strip() else None
     except ValueError:
