@@ -272,14 +272,14 @@ def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: p
     for name, content in out["docs"].items():  # rebuilt from chunks, overlaps taken once: the file itself
         assert content.text == DOCS[name].strip(), name
         assert content.mime_type == "text/markdown"
+    frame = f'<document source="劳动合同法.md" section="{SECTION_19_20}">\n'
     assert out["chunk"].text == (
-        f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
-        f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n\n" + TEXT_19_20
+        f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n\n"
+        f"{frame}{TEXT_19_20}\n</document>"
     )
     assert out["section"].text == (  # small-to-big: the chapter holds this one chunk, shown under its headings
-        f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n"
         f"> collection: laws · doc: zhiku://doc/{DOC_ID_LABOR} · chunk 1/2 · chars 25–186\n"
-        "> context: section · chunks 1–1\n\n# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n" + TEXT_19_20
+        f"> context: section · chunks 1–1\n\n{frame}# 劳动合同法\n\n## 第二章 劳动合同的订立\n\n{TEXT_19_20}\n</document>"
     )
     assert "unknown context 'chapter': use one of chunk, article, section" in out["bad_context"].message
     for uri in ("zhiku://doc/0000000000000000", "zhiku://chunk/nope"):

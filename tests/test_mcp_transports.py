@@ -50,7 +50,7 @@ async def scenario(c: Client) -> None:
     doc = await c.read_resource(f"zhiku://doc/{DOC_ID_LABOR}")
     assert doc.contents[0].text == DOCS["劳动合同法.md"].strip()
     chunk = await c.read_resource(top["uri"])
-    assert chunk.contents[0].text.startswith(f"> 来源 / Source: 劳动合同法.md, {SECTION_19_20}\n")
+    assert f'\n\n<document source="劳动合同法.md" section="{SECTION_19_20}">\n' in chunk.contents[0].text
     with pytest.raises(MCPError) as missing:
         await c.read_resource("zhiku://doc/ffffffffffffffff")
     assert missing.value.error.code == -32602

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from zhiku.access import ACCESS
-from zhiku.api import KnowledgeBase, place
+from zhiku.api import KnowledgeBase, framed_passage, place
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
@@ -284,25 +284,23 @@ class Hub:
         return self.kb.document_text(self._document(doc_id).doc_id)
 
     def chunk_markdown(self, chunk_id: str, context: str | None = None) -> str:
-        """A chunk with its citation; ``context`` (``article`` | ``section``) adds the text around it."""
+        """A chunk in its ``<document>`` frame (``framed_passage``); ``context`` (``article`` | ``section``) adds the
+        text around it."""
         ctx = self.kb.chunk_context(chunk_id, context or "chunk")
         c = ctx.chunk
         if not ACCESS.get().sees(c.collection):
             raise NotFound(f"no chunk {chunk_id!r} (chunk ids come from query citations)")
         doc = self.kb.document(c.doc_id)
-        where = ", ".join(
-            [c.source, *([place(c.doc_type, c.page, c.text)] if c.page is not None else []), *filter(None, [c.section])]
-        )
+        page = None if c.page is None else place(c.doc_type, c.page, c.text)
         total = f"/{doc.chunk_count}" if doc else ""
         lines = [
-            f"> 来源 / Source: {where}",
             f"> collection: {c.collection} · doc: {doc_uri(c.doc_id)} · chunk {c.ordinal + 1}{total}"
             f" · chars {c.start}–{c.end}",
         ]
         if ctx.context != "chunk":
             shown = f"chunks {ctx.chunks[0].ordinal + 1}–{ctx.chunks[-1].ordinal + 1}"
             lines.append(f"> context: {ctx.context} · {shown}" + ("" if ctx.complete else " (cut to the budget)"))
-        return "\n".join([*lines, "", ctx.text])
+        return "\n".join([*lines, "", framed_passage(None, ctx.text, c.source, page, c.section)])
 
     def _document(self, doc_id: str) -> DocRecord:
         doc = self.kb.document(doc_id) if doc_id else None

@@ -217,11 +217,11 @@ _DELIMITER = re.compile(r"[<＜﹤](?=\s*/?\s*document)", re.IGNORECASE)  # <doc
 _ATTRIBUTE = str.maketrans({"&": "&amp;", '"': "&quot;", "<": "&lt;", "\n": " ", "\r": " "})
 
 
-def framed_passage(n: int, text: str, source: str, page: str | None, section: str) -> str:
+def framed_passage(n: int | None, text: str, source: str, page: str | None, section: str) -> str:
     """``text`` as document text an agent can tell from zhiku's own: ``<document n=… source=… [page=…] [section=…]>``
     … ``</document>`` (``page``: ``place``'s); any ``<`` in the text that begins a (closing) document tag is written
     ``&lt;``, so a document can neither close its frame nor open another."""
-    attrs = [f'n="{n}"', f'source="{source.translate(_ATTRIBUTE)}"']
+    attrs = [*([f'n="{n}"'] if n is not None else []), f'source="{source.translate(_ATTRIBUTE)}"']
     if page is not None:
         attrs.append(f'page="{page}"')
     if section:
