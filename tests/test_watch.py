@@ -59,15 +59,15 @@ def test_a_saved_file_is_searchable_and_a_deleted_one_gone_within_10_s(mcp_index
     print("watch", {k: round(v, 2) for k, v in took.items()})
 
 
-def test_watching_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+def test_watching_a_missing_folder_or_a_file_is_one_line(tmp_path: Path) -> None:
     import subprocess
 
     from mcp_fixtures import PYTHON, server_env
 
     (tmp_path / "file.md").write_text("# x\n", encoding="utf-8")
-    for given in ("nope", "file.md"):
+    for given, command in (("nope", ["watch", "nope"]), ("file.md", ["serve", "--watch", "file.md"])):
         proc = subprocess.run(
-            [PYTHON, "-m", "zhiku.cli", "watch", given, "--index", "idx"],
+            [PYTHON, "-m", "zhiku.cli", *command, "--index", "idx"],
             capture_output=True,
             text=True,
             cwd=tmp_path,

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 import zhiku.plugins as zhiku_plugins
 from zhiku.access import ACCESS, Access
-from zhiku.api import watch_in_background
+from zhiku.api import watch_in_background, watch_roots
 from zhiku.cache import Cache
 from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
@@ -60,6 +60,7 @@ def build_server(
     plugin is logged and skipped); nothing is opened until a transport enters the lifespan, which also keeps the
     ``watch`` folders in sync."""
     read_only = settings.server.read_only
+    watch = watch_roots(watch) if watch else []  # a missing folder fails here, before any transport starts
     running: list[State] = []  # the state while the lifespan holds an open hub
 
     @asynccontextmanager
