@@ -242,9 +242,8 @@ def _bare(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with its required properties only, types and enums only, references inlined."""
     if "$ref" in schema:
         return _bare(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
-    arms = [a for a in schema.get("anyOf", ()) if a != {"type": "null"}]
-    if len(arms) == 1 and "type" in (inner := _bare(arms[0], defs)):
-        return {**inner, "type": [inner["type"], "null"]}
+    if "anyOf" in schema:  # not a list of types: some clients' schema dialects reject one
+        return {"anyOf": [_bare(a, defs) for a in schema["anyOf"]]}
     out: dict[str, Any] = {k: schema[k] for k in ("type", "enum") if k in schema}
     if "items" in schema:
         out["items"] = _bare(schema["items"], defs)
