@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client.auth.utils import extract_resource_metadata_from_www_auth
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import PromptReference, ResourceTemplateReference
 from typer.testing import CliRunner
 
 from mcp_fixtures import Fixture, HttpServer, http_request
@@ -27,6 +28,7 @@ from zhiku.observability.trace import TRACE_FILE, read_traces
 
 HR_DOC = "员工手册.md"
 HR_TEXT = "# 员工手册\n\n第一条 员工每年享有带薪病假十二天，病假期间工资按基本工资的百分之八十发放。\n"
+PROMPT, DOC_REF = PromptReference(name="answer_with_citations"), ResourceTemplateReference(uri="zhiku://doc/{doc_id}")
 READ_TOOLS = ["query_knowledge_hub", "list_collections", "get_document_summary"]
 ALL_TOOLS = [*READ_TOOLS, "ingest_documents", "delete_document"]
 
@@ -97,11 +99,17 @@ def test_a_token_sees_and_changes_only_its_collections(team: Team) -> None:
             assert roots == [str(team.fx.inbox.resolve())]
             assert set(await sources(hr, "病假工资怎么发", top_k=3)) <= {HR_DOC, "薪酬制度.md"}  # hr's only
             hit = (await hr.call_tool("query_knowledge_hub", {"query": "病假工资"})).structured_content["citations"][0]
+            assert (await hr.complete(DOC_REF, {"name": "doc_id", "value": "员工"})).completion.values == [
+                hit["doc_id"]
+            ]
         async with client(url, tokens["laws-reader"]) as laws:
             assert await tool_names(laws) == READ_TOOLS
             with pytest.raises(MCPError, match="unknown tool 'ingest_documents'; available: query_knowledge_hub, "):
                 await laws.call_tool("ingest_documents", {"paths": [HR_DOC], "collection": "hr"})
             assert await collections(laws) == ["laws"]
+            # completions offer only what the caller may see
+            assert (await laws.complete(PROMPT, {"name": "collection", "value": ""})).completion.values == ["laws"]
+            assert (await laws.complete(DOC_REF, {"name": "doc_id", "value": "员工"})).completion.values == []
             assert HR_DOC not in await sources(laws, "病假工资怎么发", top_k=5)
             # another collection's chunk, document or name reads exactly as one that does not exist
             chunk, doc = hit["chunk_id"], hit["doc_id"]
