@@ -36,8 +36,8 @@ from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
 from zhiku.retrieval.answer import build_answer, place
-from zhiku.retrieval.bridge import dictionary
 from zhiku.retrieval.answer import framed_passage as framed_passage  # the MCP server frames resources too
+from zhiku.retrieval.bridge import dictionary
 from zhiku.retrieval.confidence import check_collection, judge
 from zhiku.retrieval.context import ChunkContext, chunk_context
 from zhiku.retrieval.filters import filter_hint
