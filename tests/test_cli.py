@@ -154,18 +154,18 @@ def test_ingest_text_summary_dry_run_and_sync(cli, corpus: Path, tmp_path: Path)
 
 
 def test_ingest_names_the_files_of_a_folder_it_cannot_read(cli, corpus: Path, tmp_path: Path) -> None:
-    """A team folder's .numbers and .doc files used to be skipped without a word ("3 added")."""
-    for name in ("预算.numbers", "汇总.numbers", "旧制度.doc", "规章/说明", ".DS_Store"):
+    """A team folder's .numbers and .ppt files used to be skipped without a word ("3 added")."""
+    for name in ("预算.numbers", "汇总.numbers", "旧课件.ppt", "规章/说明", ".DS_Store"):
         (corpus / name).write_bytes(b"\xd0\xcf\x11\xe0 not read")
     r = cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "idx")
     assert r.exit_code == 0 and r.stdout.startswith("3 added, 0 updated, 0 skipped, 0 removed, 0 failed")
     assert r.stderr.splitlines()[-1] == (
         "  4 file(s) in these folders were not read, their type is not supported (2 .numbers, 1 without suffix, "
-        "1 .doc); save .doc files as .docx; zhiku reads .md .markdown .txt .text .pdf .docx .html .htm .xhtml .epub "
-        ".xlsx .xlsm .xls .ods .csv .tsv .pptx (plugins add more: `zhiku plugins`)"
+        "1 .ppt); zhiku reads .md .markdown .txt .text .pdf .docx .html .htm .xhtml .epub .xlsx .xlsm .xls .ods .csv "
+        ".tsv .pptx .png .jpg .jpeg .tif .tiff .bmp .webp .doc .wps .rtf (plugins add more: `zhiku plugins`)"
     )
     again = one_json(cli("ingest", corpus, "-c", "hr", "--index", tmp_path / "idx", "--json"))
-    assert again["unsupported"] == {"": 1, ".doc": 1, ".numbers": 2}
+    assert again["unsupported"] == {"": 1, ".numbers": 2, ".ppt": 1}
 
 
 def test_ingest_of_only_missing_paths_is_an_error_that_writes_nothing(cli, tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import shutil
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from zhiku.cli.app import app
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.chunking import ChunkShape, chunk_document
 from zhiku.ingest.loaders import load_document
+from zhiku.ingest.loaders.images import ImageLoader
 from zhiku.settings import LoaderSettings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "formats"
@@ -314,3 +317,149 @@ def test_bad_workbooks_decks_and_books_fail_with_one_line(tmp_path: Path, monkey
     ]:
         with pytest.raises(MissingDependency, match=f"^{line.replace('[', '.').replace(']', '.')}$"):
             load_document(tmp_path / name, name)
+
+
+CJK_FONT = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"  # fonts-wqy-microhei (.ci/run installs it)
+
+
+def make_scan(path: Path, pages: Sequence[Sequence[str]]) -> Path:
+    """Lines of Chinese text drawn by Pillow: one frame per page (a multi-page TIFF when there are several)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype(CJK_FONT, 28)
+    frames = []
+    for lines in pages:
+        img = Image.new("RGB", (900, 60 + 50 * len(lines)), "white")
+        for i, text in enumerate(lines):
+            ImageDraw.Draw(img).text((40, 30 + 50 * i), text, fill="black", font=font)
+        frames.append(img)
+    frames[0].save(path, save_all=len(frames) > 1, append_images=frames[1:])
+    return path
+
+
+SCAN = [
+    [
+        "报销须知",
+        "差旅住宿标准为一线城市每晚六百元。",
+        "二线城市每晚四百元，其他城市三百元。",
+        "发票须在出差结束后十日内提交财务部。",
+        "出差期间的市内交通费凭票据实报实销。",
+        "超出标准的部分由员工本人自行承担。",
+    ],
+    [
+        "年假规定",
+        "工作满一年的员工每年享有五天带薪年假。",
+        "工作满十年的员工每年享有十天带薪年假。",
+        "年假须提前一周申请。",
+    ],
+]
+
+
+def test_an_image_is_read_by_ocr_a_page_per_tiff_frame(tmp_path: Path) -> None:
+    doc = load_document(make_scan(tmp_path / "制度.tif", SCAN), "制度.tif")
+    assert doc.text == (  # lines joined into paragraphs as on an OCR'd PDF page
+        "报销须知\n\n差旅住宿标准为一线城市每晚六百元。二线城市每晚四百元，其他城市三百元。发票须在出差结束后十日内"
+        "提交财务部。\n\n出差期间的市内交通费凭票据实报实销。超出标准的部分由员工本人自行承担。\n\n年假规定\n\n"
+        "工作满一年的员工每年享有五天带薪年假。\n\n工作满十年的员工每年享有十天带薪年假。年假须提前一周申请。"
+    )
+    assert (doc.doc_type, doc.title, doc.ocr_pages, doc.needs_ocr_pages) == ("image", "制度", (1, 2), ())
+    assert [(p.number, doc.text[p.start : p.end].split("\n")[0]) for p in doc.pages] == [
+        (1, "报销须知"),
+        (2, "年假规定"),
+    ]
+    assert [(im.ref.page, im.ref.mime_type, im.ref.width) for im in doc.images] == [
+        (1, "image/png", 900),
+        (2, "image/png", 900),
+    ]
+    png_file = make_scan(tmp_path / "a.png", SCAN[1:])
+    off = load_document(png_file, "a.png", [ImageLoader(LoaderSettings(ocr="off"))])
+    assert (off.text, off.needs_ocr_pages, off.ocr_pages) == ("", (1,), ())  # as without the OCR extra
+    assert [im.data for im in off.images] == [png_file.read_bytes()]  # a PNG is stored as it is
+    (tmp_path / "cut.png").write_bytes(png_file.read_bytes()[:300])
+    (tmp_path / "fake.jpg").write_bytes(b"%PDF-1.7\n")
+    ihdr, idat = b"IHDR" + (100_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00", b"IDAT"  # 100,000 px square
+    chunks = [len(c[4:]).to_bytes(4, "big") + c + zlib.crc32(c).to_bytes(4, "big") for c in (ihdr, idat)]
+    (tmp_path / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"".join(chunks))
+    for name, line in [
+        ("cut.png", "not a readable image, corrupt or truncated (image file is truncated): cut.png"),
+        ("fake.jpg", "content is PDF, not an image Pillow reads: the file name's suffix is wrong (fake.jpg)"),
+        (
+            "bomb.png",
+            "image too large to read (Image size (10000000000 pixels) exceeds limit of 178956970 pixels, "
+            "could be decompression bomb DOS attack.): bomb.png",
+        ),
+    ]:
+        with pytest.raises(LoaderError) as e:
+            load_document(tmp_path / name, name)
+        assert str(e.value).replace(f"{tmp_path}/", "") == line
+
+
+def test_legacy_word_and_rtf_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = load_document(FIXTURES / "61490.doc", "61490.doc")
+    assert (doc.doc_type, doc.title) == ("doc", "61490")
+    assert doc.text.startswith(
+        "居中的大标题\n\n1. 章节1\n   章节1的内容，一段话\n 1. 章节1.1\n   章节1.1的内容，有点长，"
+    )
+    assert doc.text.endswith(
+        "   下面是表格3x3\n| 11 | 12 | 13 |\n| --- | --- | --- |\n| 21 | 22 | 23 |\n| 31 | 32 | 33 |"
+    )
+    rtf = load_document(FIXTURES / "issue_28.rtf", "issue_28.rtf")
+    assert (rtf.doc_type, rtf.text) == (
+        "rtf",
+        "印刷情况反映：\n201-003-00155 (Multiple)\n\n市政府情况反映：\n022-021-00768 (Multiple)",
+    )
+    (tmp_path / "rtf.doc").write_bytes((FIXTURES / "issue_28.rtf").read_bytes())  # Word saves RTF as .doc too
+    assert load_document(tmp_path / "rtf.doc", "rtf.doc").text == rtf.text
+    good = (FIXTURES / "61490.doc").read_bytes()
+    (tmp_path / "cut.doc").write_bytes(good[:4096])
+    (tmp_path / "fake.doc").write_bytes(b"PK\x03\x04" + b"\x00" * 100)
+    for name, line in [
+        ("cut.doc", "antiword cannot read it (Read long 0x7274 not possible): {}"),
+        (
+            "fake.doc",
+            "content is a ZIP archive or Office document (.docx/.xlsx/.pptx), not a Word .doc or .rtf "
+            "document: the file name's suffix is wrong ({})",
+        ),
+    ]:
+        with pytest.raises(LoaderError) as e:
+            load_document(tmp_path / name, name)
+        assert str(e.value) == line.format(tmp_path / name, tmp_path / name)
+    monkeypatch.setattr(shutil, "which", lambda cmd: None)  # a machine without LibreOffice, antiword or catdoc
+    monkeypatch.setitem(sys.modules, "striprtf.striprtf", None)
+    for name, line in [
+        (
+            "61490.doc",
+            "reading .doc files needs a converter: install LibreOffice, antiword or catdoc (apt-get "
+            "install antiword), or save the file as .docx",
+        ),
+        ("issue_28.rtf", "reading .rtf files needs striprtf: pip install 'zhiku[rtf]'"),
+    ]:
+        with pytest.raises(MissingDependency) as m:
+            load_document(FIXTURES / name, name)
+        assert str(m.value) == line
+
+
+def test_questions_find_the_image_text_and_the_legacy_word_file(
+    tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    make_scan(docs / "制度.tif", SCAN)
+    shutil.copy(FIXTURES / "61490.doc", docs / "旧文档.doc")
+    shutil.copy(FIXTURES / "issue_28.rtf", docs / "反映.rtf")
+    kb = kb_factory(tmp_path / "idx", chunking={"size_chars": 100})  # the scan's two pages in passages of their own
+    assert (sorted(kb.ingest([docs]).added), kb.ingest([docs]).skipped) == (
+        ["制度.tif", "反映.rtf", "旧文档.doc"],
+        ("制度.tif", "反映.rtf", "旧文档.doc"),
+    )
+    for question, source, page, cited in [
+        ("员工每年有几天带薪年假", "制度.tif", 2, "制度.tif, p. 2"),
+        ("下面是表格3x3", "旧文档.doc", None, "旧文档.doc"),
+        ("市政府情况反映", "反映.rtf", None, "反映.rtf"),
+    ]:
+        answer = kb.query(question, top_k=3)
+        first = answer.citations[0]
+        assert (first.source, first.page) == (source, page), question
+        assert f"[1] {cited}" in answer.markdown, answer.markdown
+    [hit] = kb.retrieve("员工每年有几天带薪年假", top_k=1).hits
+    assert [(im.page, im.width) for im in hit.chunk.images] == [(2, 900)]

@@ -152,7 +152,7 @@ class LoaderSettings(_Section):
     )
     images: bool = key(
         True,
-        "Extract embedded images (PDF, DOCX, PPTX) into `<index>/images/` and link them to chunks.",
+        "Extract images (PDF, DOCX, PPTX, image files) into `<index>/images/` and link them to chunks.",
         "Whoever does not want images on disk or sent to clients.",
     )
     max_file_mb: float = key(

@@ -60,9 +60,8 @@ def unsupported_note(counts: tuple[tuple[str, int], ...]) -> str:
 
     files = sum(n for _, n in counts)
     kinds = ", ".join(f"{n} {suffix or 'without suffix'}" for suffix, n in sorted(counts, key=lambda c: (-c[1], c[0])))
-    hint = "; save .doc files as .docx" if any(suffix == ".doc" for suffix, _ in counts) else ""
     return (
-        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}){hint}; "
+        f"{files} file(s) in these folders were not read, their type is not supported ({kinds}); "
         f"zhiku reads {' '.join(supported_suffixes())} (plugins add more: `zhiku plugins`)"
     )
 

@@ -45,7 +45,9 @@ class QueryFilters(BaseModel):
         None, min_length=1, max_length=512, description="Glob over source paths, e.g. '劳动合同法*' or 'laws/*.md'."
     )
     doc_type: str | None = Field(
-        None, pattern=r"^[a-z0-9_\-]{1,32}$", description="markdown, text, pdf, docx, html, epub, sheet or slides."
+        None,
+        pattern=r"^[a-z0-9_\-]{1,32}$",
+        description="markdown, text, pdf, docx, html, epub, sheet, slides, image, doc or rtf.",
     )
     tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
         None,

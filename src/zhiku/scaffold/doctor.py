@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -22,7 +23,8 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "docx": (("docx",), "read Word .docx files"),
     "sheets": (("python_calamine",), "read .xlsx .xlsm .xls .ods workbooks (.csv .tsv need nothing)"),
     "slides": (("pptx",), "read PowerPoint .pptx decks"),
-    "ocr": (("rapidocr", "onnxruntime"), "OCR scanned PDF pages"),
+    "ocr": (("rapidocr", "onnxruntime"), "OCR scanned PDF pages and images (.png .jpg .jpeg .tif .tiff .bmp .webp)"),
+    "rtf": (("striprtf",), "read .rtf documents"),
     "models": (("sentence_transformers", "torch"), "use sentence-transformers embedders and cross-encoder rerankers"),
     "remote": (("httpx",), "use OpenAI-compatible embedding endpoints and the LLM reranker"),
     "dashboard": (("streamlit",), "run the `zhiku dashboard` web UI"),
@@ -163,6 +165,14 @@ def check_extras(settings: Settings | None) -> list[Check]:
     return out
 
 
+def check_converters() -> list[Check]:
+    """Legacy Word (.doc .wps) is read by a program on the machine, the first of these found."""
+    found = next((p for p in ("soffice", "libreoffice", "antiword", "catdoc") if shutil.which(p)), None)
+    if found:
+        return [Check("programs", "ok", f".doc .wps: read with {found}")]
+    return [Check("programs", "off", ".doc .wps: no converter", "apt-get install antiword (or LibreOffice, catdoc)")]
+
+
 def check_clients(root: Path) -> list[Check]:
     out = []
     for c in CLIENTS:
@@ -211,6 +221,6 @@ def run_doctor(config: Path | None = None, index: Path | None = None, quick: boo
     checks += found
     if settings is not None:
         checks += check_index(settings, quick) + check_models(settings) + check_serving(settings)
-    checks += check_extras(settings)
+    checks += check_extras(settings) + check_converters()
     base = config.resolve().parent if config is not None else Path.cwd()
     return checks + check_clients(base)

@@ -11,6 +11,8 @@ from zhiku.errors import UnsupportedFormat
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.epub import EpubLoader
 from zhiku.ingest.loaders.html import HtmlLoader
+from zhiku.ingest.loaders.images import ImageLoader
+from zhiku.ingest.loaders.legacy import LegacyWordLoader
 from zhiku.ingest.loaders.pdf import PdfLoader
 from zhiku.ingest.loaders.sheets import SheetLoader
 from zhiku.ingest.loaders.slides import SlidesLoader
@@ -40,6 +42,8 @@ LOADER_CLASSES: tuple[type[Loader], ...] = (
     EpubLoader,
     SheetLoader,
     SlidesLoader,
+    ImageLoader,
+    LegacyWordLoader,
 )
 
 

@@ -1,0 +1,70 @@
+"""Image files, read by OCR as scanned PDF pages are (``zhiku[ocr]``): a page per frame (a multi-page TIFF's pages),
+the picture stored with the passage that holds its text."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+
+from zhiku.errors import LoaderError, MissingDependency
+from zhiku.ingest.files import MIB, read_bounded
+from zhiku.ingest.loaders.encoding import wrong_suffix
+from zhiku.ingest.loaders.markup import encode_image, usable_image
+from zhiku.ingest.loaders.ocr import OCR_INSTALL
+from zhiku.ingest.loaders.pdf import PdfLoader, _Page
+from zhiku.types import SourceDoc
+
+A4_WIDTH = 595.0  # OCR boxes are scaled to an A4 page's points, the units the PDF layout rules are tuned for
+
+
+class ImageLoader(PdfLoader):
+    doc_type: str = "image"
+    suffixes: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
+
+    def load(self, path: Path, source: str) -> SourceDoc:
+        path = Path(path)
+        try:
+            from PIL import Image, ImageSequence, UnidentifiedImageError
+        except ImportError:
+            raise MissingDependency(f"reading images needs Pillow and RapidOCR: {OCR_INSTALL}") from None
+        data = read_bounded(path, int(self.settings.max_file_mb * MIB))
+        pages = []
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(io.BytesIO(data)) as img:
+                    frames = getattr(img, "n_frames", 1)
+                    for n, frame in enumerate(ImageSequence.Iterator(img), 1):
+                        pages.append(self._frame(frame.convert("RGB"), n, data if frames == 1 else None))
+        except UnidentifiedImageError:
+            raise wrong_suffix(data[:1024], "an image Pillow reads", path) from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise LoaderError(f"image too large to read ({e}): {path}") from None
+        except (OSError, ValueError, SyntaxError) as e:  # Pillow's decoders: truncated or corrupt data
+            raise LoaderError(f"not a readable image, corrupt or truncated ({e}): {path}") from None
+        doc = self._assemble(pages, source, path, "")
+        return SourceDoc(
+            source,
+            self.doc_type,
+            path.stem,
+            doc.text,
+            doc.pages,
+            "image",
+            doc.images,
+            doc.needs_ocr_pages,
+            doc.ocr_pages,
+        )
+
+    def _frame(self, image: object, number: int, original: bytes | None) -> _Page:
+        scale = image.width / A4_WIDTH  # type: ignore[attr-defined]
+        page = _Page(number, A4_WIDTH, image.height / scale)  # type: ignore[attr-defined]
+        engine = self._ocr_engine()
+        if engine is None:
+            page.needs_ocr = True
+        else:
+            page.lines, page.ocr = engine.page_lines(image, scale), True
+        found = (usable_image(original) if original else encode_image(image)) if self.settings.images else None
+        if found is not None:
+            page.images = [((0.0, 0.0, page.width, page.height), *found)]
+        return page
