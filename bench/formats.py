@@ -1,11 +1,12 @@
-"""Spreadsheet and slide throughput: rows/s and slides/s from file to chunks (loading and chunking; embedding is
+"""Spreadsheet, slide and image throughput: rows/s, slides/s and pages/s with OCR from file to chunks (loading and chunking; embedding is
 measured by bench/ingest.py), each file in a fresh process with its peak RSS.
 
     make bench-formats
-    python bench/formats.py [--rows 100000] [--slides 2000] [--json]
+    python bench/formats.py [--rows 100000] [--slides 2000] [--pages 5] [--json]
 
 Files: an .xlsx of ``--rows`` rows x 6 columns (numbers, Chinese text, dates) written by openpyxl, the same rows as
-a UTF-8 .csv, and a .pptx of ``--slides`` slides (a title and a sentence each) written by python-pptx.
+a UTF-8 .csv, a .pptx of ``--slides`` slides (a title and a sentence each) written by python-pptx, and a TIFF of
+``--pages`` A4 pages at 150 dpi (30 lines of Chinese each, drawn by Pillow in WenQuanYi Micro Hei) read by OCR.
 """
 
 from __future__ import annotations
@@ -23,7 +24,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def make(work: Path, rows: int, slides: int) -> list[tuple[Path, int]]:
+def scan(path: Path, pages: int) -> Path:
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.truetype("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", 28)
+    frames = []
+    for p in range(pages):
+        img = Image.new("L", (1240, 1754), 255)
+        for i in range(30):
+            text = f"第{p + 1}页第{i + 1}行：员工差旅住宿标准为一线城市每晚{600 + i}元，须在十日内报销。"
+            ImageDraw.Draw(img).text((100, 120 + 50 * i), text, fill=0, font=font)
+        frames.append(img)
+    frames[0].save(path, save_all=True, append_images=frames[1:], compression="tiff_deflate")
+    return path
+
+
+def make(work: Path, rows: int, slides: int, pages: int) -> list[tuple[Path, int]]:
     import openpyxl
     import pptx
 
@@ -45,7 +61,12 @@ def make(work: Path, rows: int, slides: int) -> list[tuple[Path, int]]:
         s.shapes.title.text = f"第 {i + 1} 页 季度复盘"
         s.placeholders[1].text_frame.text = f"第 {i + 1} 项指标：销售额同比增长 {i % 37} %，满意度 {80 + i % 20} 分。"
     deck.save(str(work / "slides.pptx"))
-    return [(work / "rows.xlsx", rows), (work / "rows.csv", rows), (work / "slides.pptx", slides)]
+    return [
+        (work / "rows.xlsx", rows),
+        (work / "rows.csv", rows),
+        (work / "slides.pptx", slides),
+        (scan(work / "scan.tif", pages), pages),
+    ]
 
 
 def child(path: Path) -> dict[str, Any]:
@@ -65,6 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--slides", type=int, default=2000)
+    ap.add_argument("--pages", type=int, default=5, help="pages of the scanned TIFF read by OCR")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/zhiku-formats"))
     ap.add_argument("--json", action="store_true", help="also save the rows for the results page")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -73,13 +95,13 @@ def main() -> None:
         print(json.dumps(child(args.child)))
         return
     rows = []
-    for path, units in make(args.workdir, args.rows, args.slides):
+    for path, units in make(args.workdir, args.rows, args.slides, args.pages):
         out = subprocess.run([sys.executable, __file__, "--child", str(path)], capture_output=True, text=True)
         if out.returncode:
             raise SystemExit(out.stderr[-3000:])
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        unit = "slides" if path.suffix == ".pptx" else "rows"
-        rows.append({"file": path.name, unit: units, **r, f"{unit}_per_s": round(units / r["seconds"], 1)})
+        unit = {".pptx": "slides", ".tif": "pages"}.get(path.suffix, "rows")
+        rows.append({"file": path.name, unit: units, **r, f"{unit}_per_s": round(units / r["seconds"], 2)})
         print(rows[-1], flush=True)
     if args.json:
         from report import save

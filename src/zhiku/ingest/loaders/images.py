@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.files import MIB, read_bounded
@@ -16,6 +18,7 @@ from zhiku.ingest.loaders.pdf import PdfLoader, _Page
 from zhiku.types import SourceDoc
 
 A4_WIDTH = 595.0  # OCR boxes are scaled to an A4 page's points, the units the PDF layout rules are tuned for
+OCR_MAX_SIDE = 1754  # pixels OCR reads at most (A4 at 150 dpi, as a scanned PDF page): a 12 MP photo would take GBs
 
 
 class ImageLoader(PdfLoader):
@@ -44,26 +47,17 @@ class ImageLoader(PdfLoader):
         except (OSError, ValueError, SyntaxError) as e:  # Pillow's decoders: truncated or corrupt data
             raise LoaderError(f"not a readable image, corrupt or truncated ({e}): {path}") from None
         doc = self._assemble(pages, source, path, "")
-        return SourceDoc(
-            source,
-            self.doc_type,
-            path.stem,
-            doc.text,
-            doc.pages,
-            "image",
-            doc.images,
-            doc.needs_ocr_pages,
-            doc.ocr_pages,
-        )
+        return replace(doc, doc_type=self.doc_type, title=path.stem, encoding="image")
 
-    def _frame(self, image: object, number: int, original: bytes | None) -> _Page:
-        scale = image.width / A4_WIDTH  # type: ignore[attr-defined]
-        page = _Page(number, A4_WIDTH, image.height / scale)  # type: ignore[attr-defined]
+    def _frame(self, image: Any, number: int, original: bytes | None) -> _Page:
+        page = _Page(number, A4_WIDTH, image.height * A4_WIDTH / image.width)
         engine = self._ocr_engine()
         if engine is None:
             page.needs_ocr = True
         else:
-            page.lines, page.ocr = engine.page_lines(image, scale), True
+            small = image.copy()
+            small.thumbnail((OCR_MAX_SIDE, OCR_MAX_SIDE))
+            page.lines, page.ocr = engine.page_lines(small, small.width / A4_WIDTH), True
         found = (usable_image(original) if original else encode_image(image)) if self.settings.images else None
         if found is not None:
             page.images = [((0.0, 0.0, page.width, page.height), *found)]
