@@ -109,7 +109,8 @@ def ingest(f: Any) -> list[str]:
 
 
 def formats(f: Any) -> list[str]:
-    return table(f, ["file", "rows", "slides", "seconds", "rows_per_s", "slides_per_s", "chunks", "peak_rss_mb"])
+    cols = ["file", "rows", "slides", "pages", "seconds", "rows_per_s", "slides_per_s", "pages_per_s", "chunks"]
+    return table(f, [*cols, "peak_rss_mb"])
 
 
 def tracing(f: Any) -> list[str]:
@@ -176,10 +177,10 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
     ),
     (
         "formats",
-        "Spreadsheet and slide throughput: `make bench-formats`",
+        "Spreadsheet, slide and image throughput: `make bench-formats`",
         "From file to chunks (loading and chunking; embedding is the ingest section's): a 100,000-row x 6-column "
-        ".xlsx written by openpyxl, the same rows as .csv, a 2,000-slide .pptx written by python-pptx; each file in "
-        "a fresh process.",
+        ".xlsx written by openpyxl, the same rows as .csv, a 2,000-slide .pptx written by python-pptx, a 5-page "
+        "TIFF scan (A4 at 150 dpi, 30 lines each) read by OCR; each file in a fresh process.",
         formats,
     ),
     (
@@ -242,6 +243,8 @@ RELIABILITY_BARS: list[tuple[str, str, str, Callable[[dict[str, Any]], Any], Cal
      lambda f: f["peak_rss_mb"], lambda g: g <= 1024),
     ("watch", "`serve --watch`: a deleted checkout (1,000 files) gone from the answers, s", "≤ 10",
      lambda f: f["removed_s"], lambda g: g <= 10),
+    ("web", "a redirect loop, a 5 GB page, a 1 byte/s server in one batch: peak RSS, MB", "≤ 1024",
+     lambda f: f["peak_rss_mb"], lambda g: g <= 1024),
     ("integrity sqlite", "damaged SQLite pages found by `zhiku doctor`", "all",
      lambda f: f"{f['found']}/{f['pages']}", lambda g: g.split("/")[0] == g.split("/")[1]),
     ("scopes escapes", "a scoped token's reads of another collection, every tool, resource and prompt: leaks", "0",

@@ -31,6 +31,7 @@ from zhiku.ingest.transforms.stage import (
 from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, transform_rows
 from zhiku.ingest.transforms.summary import document_summary
 from zhiku.ingest.watch import require_watchfiles, watch_folders
+from zhiku.ingest.web import is_url
 from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
 from zhiku.reconstruct import outline, reconstruct_markdown
 from zhiku.retrieval import rewrite
@@ -261,6 +262,33 @@ class KnowledgeBase:
             if t is not None:
                 t.data.update(report_rows(report), **transform_rows(report))
         return report
+
+    def ingest_urls(
+        self, urls: Sequence[str], *, collection: str | None = None, max_pages: int | None = None, sync: bool = False
+    ) -> IngestReport:
+        """Web pages; a sitemap's pages; with ``max_pages`` > 1 a same-site crawl from each URL. Pages the server
+        says are unchanged are skipped; with ``sync`` pages a sitemap or crawl no longer reaches are removed."""
+        from zhiku.ingest.web import WebFetcher
+
+        collection = self._collection(collection)
+        self._prepare_write(False, False)
+        web = WebFetcher(Path(self.settings.index) / "web.json", int(self.settings.loaders.max_file_mb * 1024 * 1024))
+        pages = [page for url in urls for page in web.crawl(url, max_pages)]
+        report = self._ingestor().ingest_docs([p.doc for p in pages if p.doc], collection=collection)
+        web.save()
+        keep = {p.url for p in pages} | {f.path for f in web.failures}
+        whole = [u.rsplit("/", 1)[0] + "/" for u in urls if (max_pages or 1) > 1 or u.endswith(".xml")]
+        docs = self.store.list_documents(collection)
+        gone = [d.source for d in docs if d.source not in keep and any(d.source.startswith(w) for w in whole)]
+        for source in gone if sync else ():
+            self.delete(source, collection)
+        return replace(
+            report,
+            skipped=report.skipped + tuple(p.url for p in pages if p.doc is None),
+            failed=report.failed + tuple(web.failures),
+            removed=tuple(gone) if sync else (),
+            gone=() if sync else tuple(gone),
+        )
 
     def _ingestor(self, on_transform: TransformProgress | None = None) -> Ingestor:
         return Ingestor(
@@ -602,6 +630,7 @@ __all__ = [
     "is_chunk_note",
     "migrate_to_milvus",
     "needs_ocr_note",
+    "is_url",
     "page_list",
     "place",
     "parse_reranker_spec",

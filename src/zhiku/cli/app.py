@@ -80,9 +80,10 @@ def filter_note(kb: Any, collection: str | None, source: str | None, doc_type: s
 @app.command()
 def ingest(
     paths: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(
-            help="Files or folders (.md .markdown .txt .text .pdf .docx .html .htm .xhtml).", show_default=False
+            help="Files or folders (docs/formats.md), or web pages: https://… (a sitemap.xml: its pages).",
+            show_default=False,
         ),
     ],
     collection: CollectionOpt = None,
@@ -93,6 +94,9 @@ def ingest(
     sync: Annotated[
         bool, typer.Option("--sync", help="Also remove documents whose files are gone from the given folders.")
     ] = False,
+    max_pages: Annotated[
+        Optional[int], typer.Option("--max-pages", min=1, help="Web: crawl same-site links from the URL, to N pages.")
+    ] = None,
     transform: Annotated[
         Optional[str],
         typer.Option(
@@ -107,27 +111,35 @@ def ingest(
 ) -> None:
     """Index documents: unchanged files are skipped, changed ones replaced, one bad file never stops the batch.
     With --transform (or transforms.enabled) an LLM enriches chunks first; --dry-run then shows what it would send."""
-    from zhiku.api import needs_ocr_note, parse_transform_names
+    from zhiku.api import is_url, needs_ocr_note, parse_transform_names
 
     with _errors(as_json):
         names = parse_transform_names(transform)
         settings = load_settings(
             config, index=index, **({"transforms": {"enabled": names}} if names is not None else {})
         )
-        some_path_exists(paths)
+        urls = [p for p in paths if is_url(p)]
+        if urls and len(urls) < len(paths):
+            raise InvalidInput("ingest web pages and files in separate runs")
+        files = [Path(p) for p in paths]
+        if not urls:
+            some_path_exists(files)
         with _kb(settings) as kb, _progress(not as_json, "ingesting", lines=True) as progress:
-            if dry_run and settings.transforms.enabled:
-                return _print_plan(kb.plan_transforms(paths, collection=collection, force=force), as_json)
-            files, chunks = _progress_pair(progress)
-            report = kb.ingest(
-                paths,
-                collection=collection,
-                force=force,
-                dry_run=dry_run,
-                sync=sync,
-                on_progress=files,
-                on_transform=chunks,
-            )
+            if urls:
+                report = kb.ingest_urls(urls, collection=collection, max_pages=max_pages, sync=sync)
+            elif dry_run and settings.transforms.enabled:
+                return _print_plan(kb.plan_transforms(files, collection=collection, force=force), as_json)
+            else:
+                on_files, on_chunks = _progress_pair(progress)
+                report = kb.ingest(
+                    files,
+                    collection=collection,
+                    force=force,
+                    dry_run=dry_run,
+                    sync=sync,
+                    on_progress=on_files,
+                    on_transform=on_chunks,
+                )
     counts = report.counts()
     if as_json:
         _print_json(
