@@ -102,6 +102,8 @@ def test_a_crawl_honours_robots_revalidates_and_follows_changes(
     third = kb.ingest_urls([f"{base}/wiki/sitemap.xml"])
     assert (third.added, third.skipped, third.gone) == ((), (f"{base}/wiki/b.html",), (f"{base}/wiki/index.html",))
     assert ("/wiki/b.html", 304) in s.log  # revalidated by its ETag, not downloaded again
+    kb.delete(f"{base}/wiki/b.html")
+    assert kb.ingest_urls([f"{base}/wiki/b.html"]).added == (f"{base}/wiki/b.html",)  # read whole once deleted
     missing = kb.ingest_urls([f"{base}/wiki/gone.html", f"{base}/wiki/private/salary.html"])
     assert [(f.path, f.reason) for f in missing.failed] == [
         (f"{base}/wiki/gone.html", "HTTP 404: Not Found"),

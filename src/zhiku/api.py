@@ -16,7 +16,7 @@ from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
 from zhiku.errors import IndexMismatch, InvalidInput, NotFound
 from zhiku.ingest.chunking import chunking_identity
-from zhiku.ingest.files import discover
+from zhiku.ingest.files import MIB, discover
 from zhiku.ingest.images import IMAGES_DIR, ImageStore
 from zhiku.ingest.loaders import default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note, ocr_available, page_list
@@ -272,7 +272,8 @@ class KnowledgeBase:
 
         collection = self._collection(collection)
         self._prepare_write(False, False)
-        web = WebFetcher(Path(self.settings.index) / "web.json", int(self.settings.loaders.max_file_mb * 1024 * 1024))
+        stored = lambda url: self.store.find_document(collection, url) is not None  # noqa: E731
+        web = WebFetcher(Path(self.settings.index) / "web.json", int(self.settings.loaders.max_file_mb * MIB), stored)
         pages = [page for url in urls for page in web.crawl(url, max_pages)]
         report = self._ingestor().ingest_docs([p.doc for p in pages if p.doc], collection=collection)
         web.save()

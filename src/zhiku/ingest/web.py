@@ -8,7 +8,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html import unescape
 from pathlib import Path
@@ -23,7 +23,7 @@ from zhiku.types import FileFailure, SourceDoc
 TIMEOUT_S = 20.0  # per page, the whole download: a server trickling bytes is cut off too
 MAX_PAGES = 1000  # a sitemap's pages read at most without --max-pages
 AGENT = "zhiku"  # the name robots.txt rules address
-_HREF_RE = re.compile(rb"""<a\s[^>]*?href\s*=\s*["']([^"'#]+)""", re.IGNORECASE)
+_HREF_RE = re.compile(rb"""<a\s[^>]{0,1000}?href\s*=\s*["']([^"'#]+)""", re.IGNORECASE)  # bounded: linear
 _LOC_RE = re.compile(rb"<loc>\s*([^<\s]+)\s*</loc>", re.IGNORECASE)
 
 
@@ -47,8 +47,8 @@ class _Keep304(urllib.request.HTTPErrorProcessor):
 class WebFetcher:
     """Pages under one start URL; ``state`` (``<index>/web.json``) keeps each page's validators and links."""
 
-    def __init__(self, state_file: Path, max_bytes: int, timeout: float = TIMEOUT_S) -> None:
-        self.state_file, self.max_bytes, self.timeout = state_file, max_bytes, timeout
+    def __init__(self, state_file: Path, max_bytes: int, stored: Callable[[str], bool]) -> None:
+        self.state_file, self.max_bytes, self.timeout, self.stored = state_file, max_bytes, TIMEOUT_S, stored
         try:
             self.state: dict[str, dict[str, Any]] = json.loads(state_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -95,7 +95,7 @@ class WebFetcher:
 
     def page(self, url: str) -> Page | None:
         """The page, None when it fails (listed in ``failures``)."""
-        known = self.state.get(url, {})
+        known = self.state.get(url, {}) if self.stored(url) else {}  # a page not in the index is read whole
         headers = {"If-None-Match": str(known["etag"])} if known.get("etag") else {}
         if known.get("modified"):
             headers["If-Modified-Since"] = str(known["modified"])
