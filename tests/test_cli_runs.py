@@ -88,7 +88,7 @@ def test_query_help_and_the_empty_filter_hint(cli, index: Path) -> None:  # noqa
     assert guessed.stderr == (
         "no passage matched the filters (--source '劳动合同法' --type 'md'): source '劳动合同法' matches no document: "
         "it is a pattern over the names as ingested, e.g. '劳动合同法.md'; use '*劳动合同法*' or a whole name; "
-        "type 'md' matches no document; types here: markdown, text (a type is one of docx, epub, html, markdown, pdf, sheet, slides, text)"
+        "type 'md' matches no document; types here: markdown, text (a type is one of doc, docx, epub, html, image, markdown, pdf, sheet, slides, text)"
         + docs
     )
     found = cli("query", "试用期", "--index", index, "--source", "*劳动合同法*", "--type", "markdown", "--json")

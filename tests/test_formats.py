@@ -404,7 +404,8 @@ def test_legacy_word_and_rtf_files(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "   下面是表格3x3\n| 11 | 12 | 13 |\n| --- | --- | --- |\n| 21 | 22 | 23 |\n| 31 | 32 | 33 |"
     )
     rtf = load_document(FIXTURES / "issue_28.rtf", "issue_28.rtf")
-    assert (rtf.doc_type, rtf.text) == (
+    assert (rtf.doc_type, rtf.encoding, rtf.text) == (
+        "doc",
         "rtf",
         "印刷情况反映：\n201-003-00155 (Multiple)\n\n市政府情况反映：\n022-021-00768 (Multiple)",
     )

@@ -25,6 +25,8 @@ from zhiku.ingest.loaders import (
     supported_suffixes,
 )
 from zhiku.ingest.loaders.encoding import decode_text, looks_like_text, normalize_newlines, sniff_bytes
+from zhiku.ingest.loaders.images import ImageLoader
+from zhiku.ingest.loaders.legacy import LegacyWordLoader
 from zhiku.ingest.loaders.text import markdown_title, strip_comments
 from zhiku.types import SourceDoc
 
@@ -306,12 +308,16 @@ def test_real_law_file() -> None:
 def test_registry() -> None:
     loaders = default_loaders()
     classes = (MarkdownLoader, TextLoader, PdfLoader, DocxLoader, HtmlLoader, EpubLoader, SheetLoader, SlidesLoader)
+    classes += (ImageLoader, LegacyWordLoader)
     assert (LOADER_CLASSES, tuple(type(x) for x in loaders)) == (classes, classes)
     assert all(isinstance(x, Loader) for x in loaders)
     assert " ".join(supported_suffixes()) == (
-        ".md .markdown .txt .text .pdf .docx .html .htm .xhtml .epub .xlsx .xlsm .xls .ods .csv .tsv .pptx"
+        ".md .markdown .txt .text .pdf .docx .html .htm .xhtml .epub .xlsx .xlsm .xls .ods .csv .tsv .pptx "
+        ".png .jpg .jpeg .tif .tiff .bmp .webp .doc .wps .rtf"
     )
-    assert [x.doc_type for x in loaders] == ["markdown", "text", "pdf", "docx", "html", "epub", "sheet", "slides"]
+    assert [x.doc_type for x in loaders] == [
+        *("markdown", "text", "pdf", "docx", "html", "epub", "sheet", "slides", "image", "doc")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -328,7 +334,7 @@ def test_unknown_suffix() -> None:
     assert str(e.value) == (
         "unsupported file type '.xyz' for 报表.xyz "
         "(supported: .md, .markdown, .txt, .text, .pdf, .docx, .html, .htm, .xhtml, .epub, .xlsx, .xlsm, .xls, .ods, "
-        ".csv, .tsv, .pptx)"
+        ".csv, .tsv, .pptx, .png, .jpg, .jpeg, .tif, .tiff, .bmp, .webp, .doc, .wps, .rtf)"
     )
     assert isinstance(e.value, IngestError)
 

@@ -47,7 +47,7 @@ class QueryFilters(BaseModel):
     doc_type: str | None = Field(
         None,
         pattern=r"^[a-z0-9_\-]{1,32}$",
-        description="markdown, text, pdf, docx, html, epub, sheet, slides, image, doc or rtf.",
+        description="markdown, text, pdf, docx, html, epub, sheet, slides, image or doc.",
     )
     tags: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] | None = Field(
         None,

@@ -70,7 +70,7 @@ class LegacyWordLoader:
         text = collapse_whitespace(text).strip()
         if not text:
             raise LoaderError(f"no text in the document: {path}")
-        return SourceDoc(source, kind, first_heading(text, path.stem), text, encoding=kind)
+        return SourceDoc(source, self.doc_type, first_heading(text, path.stem), text, encoding=kind)
 
     def _rtf(self, data: bytes, path: Path) -> str:
         try:
