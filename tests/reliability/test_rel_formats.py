@@ -1,7 +1,7 @@
 """(h) Hostile spreadsheets and decks in one `zhiku ingest` batch: an .xlsx zip bomb, a CSV of 1,000,000 rows, a
-deck of 2,000 slides, a truncated workbook, a workbook saved with a password and a corrupt deck. Each bad file is
-one line, the good ones are indexed, peak RSS ≤ 1 GB. The short version: a 200 MiB bomb, 200,001 rows, 50
-slides."""
+deck of 2,000 slides, a truncated workbook, a workbook saved with a password, a corrupt deck, a truncated .doc and
+a PNG declaring 10 gigapixels. Each bad file is one line, the good ones are indexed, peak RSS ≤ 1 GB. The short
+version: a 200 MiB bomb, 200,001 rows, 50 slides."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import csv
 import json
 import shutil
 import zipfile
+import zlib
 from pathlib import Path
 
 import pptx
@@ -53,6 +54,10 @@ def test_hostile_workbooks_and_decks_in_one_batch(full: bool, tmp_path: Path, em
     shutil.copy(FIXTURES / "protect.xlsx", docs / "protect.xlsx")
     (docs / "broken.pptx").write_bytes(b"PK\x03\x04" + b"\x00" * 200)
     shutil.copy(FIXTURES / "chinese-provinces.xls", docs / "provinces.xls")
+    (docs / "cut.doc").write_bytes((FIXTURES / "61490.doc").read_bytes()[:4096])
+    ihdr = b"IHDR" + (100_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00"  # 10 gigapixels declared
+    chunks = [len(c[4:]).to_bytes(4, "big") + c + zlib.crc32(c).to_bytes(4, "big") for c in (ihdr, b"IDAT")]
+    (docs / "bomb.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"".join(chunks))
     done = run(["ingest", str(docs), "--index", str(tmp_path / "idx"), "--json"], zhiku_env(embed_cache_dir), 1800)
     result = json.loads(done.stdout)
     reasons = {Path(f["path"]).name: f["reason"].replace(str(docs) + "/", "") for f in result["failures"]}
@@ -77,6 +82,9 @@ def test_hostile_workbooks_and_decks_in_one_batch(full: bool, tmp_path: Path, em
         "cut.ods": reasons["cut.ods"],
         "protect.xlsx": "password-protected workbook: remove the password and ingest it again: protect.xlsx",
         "broken.pptx": reasons["broken.pptx"],
+        "cut.doc": "antiword cannot read it (Read long 0x7274 not possible): cut.doc",
+        "bomb.png": "image too large to read (Image size (10000000000 pixels) exceeds limit of 178956970 pixels, "
+        "could be decompression bomb DOS attack.): bomb.png",
     }
     assert reasons["cut.ods"].startswith("not a readable .ods document (corrupt, truncated, or another ZIP file)")
     assert reasons["broken.pptx"].startswith("not a readable .pptx document (corrupt, truncated, or another ZIP")
