@@ -12,13 +12,13 @@ from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
 from zhiku.ingest.loaders.markup import (
     IMAGE_MIN_PX,
+    Configured,
     first_heading,
     markdown_table,
     source_image,
     usable_image,
 )
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
-from zhiku.settings import LoaderSettings
 from zhiku.types import SourceDoc, SourceImage
 
 DOCX_INSTALL = "pip install 'zhiku[docx]'"
@@ -64,12 +64,9 @@ def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB, max_xml: int
         )
 
 
-class DocxLoader:
+class DocxLoader(Configured):
     doc_type: str = "docx"
     suffixes: tuple[str, ...] = (".docx",)
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 from zhiku.errors import LoaderError
 from zhiku.ingest.loaders.docx import MIB, check_zip
 from zhiku.ingest.loaders.html import decode_html, html_markdown
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured
 from zhiku.types import SourceDoc
 
 _NS = {
@@ -48,12 +48,9 @@ def _toc(z: zipfile.ZipFile, nav: str | None, ncx: str | None) -> dict[str, str]
     return {k: v for k, v in out.items() if v}
 
 
-class EpubLoader:
+class EpubLoader(Configured):
     doc_type: str = "epub"
     suffixes: tuple[str, ...] = (".epub",)
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)

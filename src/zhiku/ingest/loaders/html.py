@@ -16,8 +16,7 @@ from zhiku.ingest.loaders.encoding import (
     sniff_bytes,
     wrong_suffix,
 )
-from zhiku.ingest.loaders.markup import drop_cjk_spaces, first_heading, markdown_table, not_heading
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured, drop_cjk_spaces, first_heading, markdown_table, not_heading
 from zhiku.types import SourceDoc
 
 _SKIP_TAGS = frozenset(
@@ -242,12 +241,9 @@ def html_markdown(html: str) -> tuple[str, str]:
     return " ".join(parser.title.split()), "\n\n".join(parser.blocks)
 
 
-class HtmlLoader:
+class HtmlLoader(Configured):
     doc_type: str = "html"
     suffixes: tuple[str, ...] = (".html", ".htm", ".xhtml")
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)

@@ -13,8 +13,7 @@ from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.files import MIB, collapse_whitespace, read_bounded
 from zhiku.ingest.loaders.docx import DocxLoader
 from zhiku.ingest.loaders.encoding import wrong_suffix
-from zhiku.ingest.loaders.markup import first_heading, markdown_table
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured, first_heading, markdown_table
 from zhiku.types import SourceDoc
 
 OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -49,12 +48,9 @@ def _tables(text: str) -> str:
     return "\n".join(out[:-1])
 
 
-class LegacyWordLoader:
+class LegacyWordLoader(Configured):
     doc_type: str = "doc"
     suffixes: tuple[str, ...] = (".doc", ".wps", ".rtf")
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)

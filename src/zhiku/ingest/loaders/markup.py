@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from functools import reduce
 
+from zhiku.settings import LoaderSettings
 from zhiku.types import ImageRef, SourceImage
 
 _CJK = (
@@ -134,3 +135,10 @@ def source_image(
         caption=caption,
     )
     return SourceImage(ref=ref, offset=offset, data=data)
+
+
+class Configured:
+    """A loader's constructor: the ``loaders`` settings section (defaults when None)."""
+
+    def __init__(self, settings: LoaderSettings | None = None) -> None:
+        self.settings = settings or LoaderSettings()

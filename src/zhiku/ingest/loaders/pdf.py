@@ -16,6 +16,7 @@ from zhiku.ingest.loaders.encoding import read_head, wrong_suffix
 from zhiku.ingest.loaders.markup import (
     CJK_RE,
     IMAGE_MIN_PX,
+    Configured,
     encode_image,
     first_heading,
     image_id,
@@ -35,7 +36,6 @@ from zhiku.ingest.loaders.pdf_layout import (
     running_lines,
     visible_chars,
 )
-from zhiku.settings import LoaderSettings
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
 PDF_INSTALL = "pip install 'zhiku[pdf]'"
@@ -101,13 +101,11 @@ def check_pdf_bytes(path: Path) -> None:
         raise wrong_suffix(head, "PDF", path)
 
 
-class PdfLoader:
+class PdfLoader(Configured):
     doc_type: str = "pdf"
     suffixes: tuple[str, ...] = (".pdf",)
 
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
-        self._ocr: Any = None
+    _ocr: Any = None  # the OCR engine, loaded on first use
 
     def _open(self, pdfium: Any, path: Path) -> Any:
         password = self.settings.pdf_password.get_secret_value() if self.settings.pdf_password else None

@@ -17,8 +17,7 @@ from typing import Any
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.docx import MIB, check_zip
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, read_head, sniff_bytes, wrong_suffix
-from zhiku.ingest.loaders.markup import cell_text, drop_cjk_spaces, not_heading
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured, cell_text, drop_cjk_spaces, not_heading
 from zhiku.types import PageSpan, SourceDoc
 
 SHEETS_INSTALL = "pip install 'zhiku[sheets]'"
@@ -164,12 +163,9 @@ def _counted(sheets: Iterable[Sheet], path: Path) -> Iterator[Sheet]:
         yield number, name, rows(found)
 
 
-class SheetLoader:
+class SheetLoader(Configured):
     doc_type: str = "sheet"
     suffixes: tuple[str, ...] = (".xlsx", ".xlsm", ".xls", ".ods", ".csv", ".tsv")
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)

@@ -9,8 +9,7 @@ from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.loaders.docx import check_zip
-from zhiku.ingest.loaders.markup import markdown_table, not_heading, source_image, usable_image
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured, markdown_table, not_heading, source_image, usable_image
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
 SLIDES_INSTALL = "pip install 'zhiku[slides]'"
@@ -18,12 +17,9 @@ MIB = 1024 * 1024
 _NV = "{http://schemas.openxmlformats.org/presentationml/2006/main}cNvPr"
 
 
-class SlidesLoader:
+class SlidesLoader(Configured):
     doc_type: str = "slides"
     suffixes: tuple[str, ...] = (".pptx",)
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings or LoaderSettings()
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
