@@ -4,14 +4,17 @@ replaced, a page the crawl no longer reaches removed, a sitemap, the URL as the 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from zhiku.api import KnowledgeBase
+from zhiku.cli.app import app
 
 
 def html(title: str, body: str, links: tuple[str, ...] = ()) -> bytes:
@@ -109,3 +112,21 @@ def test_a_crawl_honours_robots_revalidates_and_follows_changes(
         (f"{base}/wiki/gone.html", "HTTP 404: Not Found"),
         (f"{base}/wiki/private/salary.html", "robots.txt disallows it"),
     ]
+
+
+def test_the_cli_ingests_urls_and_refuses_urls_mixed_with_files(
+    site: tuple[Site, str], tmp_path: Path, embed_cache_dir: Path
+) -> None:
+    s, base = site
+    s.pages = {"/a.html": html("年假规定", "工作满一年的员工每年享有五天带薪年假。")}
+    env = {"ZHIKU_CACHE_DIR": str(embed_cache_dir)}
+    args = ["ingest", f"{base}/a.html", "--index", str(tmp_path / "idx"), "--json"]
+    done = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
+    assert (done.exit_code, json.loads(done.stdout)["added"]) == (0, 1)
+    again = json.loads(CliRunner().invoke(app, args, env=env, catch_exceptions=False).stdout)
+    assert (again["added"], again["skipped"]) == (0, 1)
+    mixed = CliRunner().invoke(app, [*args[:2], "README.md", *args[2:]], env=env)
+    assert (mixed.exit_code, json.loads(mixed.stdout)["error"]["message"]) == (
+        1,
+        "ingest web pages and files in separate runs",
+    )
