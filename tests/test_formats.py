@@ -355,7 +355,7 @@ SCAN = [
 ]
 
 
-def test_an_image_is_read_by_ocr_a_page_per_tiff_frame(tmp_path: Path) -> None:
+def test_an_image_is_read_by_ocr_a_page_per_tiff_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = load_document(make_scan(tmp_path / "制度.tif", SCAN), "制度.tif")
     assert doc.text == (  # lines joined into paragraphs as on an OCR'd PDF page
         "报销须知\n\n差旅住宿标准为一线城市每晚六百元。二线城市每晚四百元，其他城市三百元。发票须在出差结束后十日内"
@@ -375,6 +375,10 @@ def test_an_image_is_read_by_ocr_a_page_per_tiff_frame(tmp_path: Path) -> None:
     off = load_document(png_file, "a.png", [ImageLoader(LoaderSettings(ocr="off"))])
     assert (off.text, off.needs_ocr_pages, off.ocr_pages) == ("", (1,), ())  # as without the OCR extra
     assert [im.data for im in off.images] == [png_file.read_bytes()]  # a PNG is stored as it is
+    monkeypatch.setitem(sys.modules, "PIL", None)  # the base install: no Pillow, no OCR
+    bare = load_document(png_file, "a.png")
+    assert (bare.text, bare.needs_ocr_pages, bare.images) == ("", (1,), ())
+    monkeypatch.undo()
     (tmp_path / "cut.png").write_bytes(png_file.read_bytes()[:300])
     (tmp_path / "fake.jpg").write_bytes(b"%PDF-1.7\n")
     ihdr, idat = b"IHDR" + (100_000).to_bytes(4, "big") * 2 + b"\x08\x02\x00\x00\x00", b"IDAT"  # 100,000 px square

@@ -9,13 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from zhiku.errors import LoaderError, MissingDependency
+from zhiku.errors import LoaderError
 from zhiku.ingest.files import MIB, read_bounded
 from zhiku.ingest.loaders.encoding import wrong_suffix
 from zhiku.ingest.loaders.markup import encode_image, usable_image
-from zhiku.ingest.loaders.ocr import OCR_INSTALL
 from zhiku.ingest.loaders.pdf import PdfLoader, _Page
-from zhiku.types import SourceDoc
+from zhiku.types import PageSpan, SourceDoc
 
 A4_WIDTH = 595.0  # OCR boxes are scaled to an A4 page's points, the units the PDF layout rules are tuned for
 OCR_MAX_SIDE = 1754  # pixels OCR reads at most (A4 at 150 dpi, as a scanned PDF page): a 12 MP photo would take GBs
@@ -27,11 +26,11 @@ class ImageLoader(PdfLoader):
 
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
+        data = read_bounded(path, int(self.settings.max_file_mb * MIB))
         try:
             from PIL import Image, ImageSequence, UnidentifiedImageError
-        except ImportError:
-            raise MissingDependency(f"reading images needs Pillow and RapidOCR: {OCR_INSTALL}") from None
-        data = read_bounded(path, int(self.settings.max_file_mb * MIB))
+        except ImportError:  # no OCR extra (it brings Pillow): listed as needing OCR, as a scanned PDF is
+            return SourceDoc(source, self.doc_type, path.stem, "", (PageSpan(1, 0, 0),), "image", needs_ocr_pages=(1,))
         pages = []
         try:
             with warnings.catch_warnings():
