@@ -112,6 +112,9 @@ def test_a_crawl_honours_robots_revalidates_and_follows_changes(
         (f"{base}/wiki/gone.html", "HTTP 404: Not Found"),
         (f"{base}/wiki/private/salary.html", "robots.txt disallows it"),
     ]
+    s.pages["/"] = html("首页", "欢迎访问。", ("wiki/b.html", "http://localhost:1/elsewhere.html"))
+    home = kb.ingest_urls([base], max_pages=5)  # a site's root: the crawl stays on the site
+    assert (home.added, home.skipped, home.failed) == ((base,), (f"{base}/wiki/b.html",), ())
 
 
 def test_the_cli_ingests_urls_and_refuses_urls_mixed_with_files(

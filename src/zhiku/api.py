@@ -268,7 +268,7 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Web pages; a sitemap's pages; with ``max_pages`` > 1 a same-site crawl from each URL. Pages the server
         says are unchanged are skipped; with ``sync`` pages a sitemap or crawl no longer reaches are removed."""
-        from zhiku.ingest.web import WebFetcher
+        from zhiku.ingest.web import WebFetcher, is_sitemap, scope
 
         collection = self._collection(collection)
         self._prepare_write(False, False)
@@ -278,7 +278,7 @@ class KnowledgeBase:
         report = self._ingestor().ingest_docs([p.doc for p in pages if p.doc], collection=collection)
         web.save()
         keep = {p.url for p in pages} | {f.path for f in web.failures}
-        whole = [u.rsplit("/", 1)[0] + "/" for u in urls if (max_pages or 1) > 1 or u.endswith(".xml")]
+        whole = [scope(u) for u in urls if (max_pages or 1) > 1 or is_sitemap(u)]
         docs = self.store.list_documents(collection)
         gone = [d.source for d in docs if d.source not in keep and any(d.source.startswith(w) for w in whole)]
         for source in gone if sync else ():

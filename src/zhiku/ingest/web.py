@@ -31,6 +31,16 @@ def is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
+def is_sitemap(url: str) -> bool:
+    return urlsplit(url).path.endswith(".xml")
+
+
+def scope(url: str) -> str:
+    """What a crawl from ``url`` stays within: its folder on its site (``https://a.cn/wiki/x.html`` -> ``…/wiki/``)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rsplit('/', 1)[0]}/"
+
+
 @dataclass(frozen=True)
 class Page:
     url: str
@@ -117,8 +127,8 @@ class WebFetcher:
 
     def crawl(self, start: str, max_pages: int | None) -> Iterator[Page]:
         """A sitemap's pages, else ``start`` and the same-site pages under it that links reach, breadth first."""
-        prefix = start.rsplit("/", 1)[0] + "/"
-        if urlsplit(start).path.endswith(".xml"):
+        prefix = scope(start)
+        if is_sitemap(start):
             queue, follow, limit = self._sitemap(start), False, max_pages or MAX_PAGES
         else:
             queue, follow, limit = [start], True, max_pages or 1
