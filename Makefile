@@ -16,7 +16,7 @@ INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 CONFORMANCE := .cache/inspector/node_modules/@modelcontextprotocol/conformance/dist/index.js
 
 .PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
-	bench-quality bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-report
+	bench-quality bench-tune bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-report
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -85,6 +85,11 @@ SCALE_DATA := --corpus $(CORPUS) --corpus $(EVAL_DATA)/cmrc2018_dev --queries $(
 # first run embeds ~11k passages (about an hour on 2 cores).
 bench-quality: $(STAMP)
 	$(BENCH) bench/quality.py --data $(EVAL_DATA) --json
+
+# `zhiku tune` on half A of each dev set, measured on half B against the defaults (after bench-quality: the same
+# cached vectors).
+bench-tune: $(STAMP)
+	$(BENCH) bench/tune.py --data $(EVAL_DATA) --json
 
 # One JSON line per size (SIZES=10000,100000,1000000): p95 per mode, open to first answer, peak RSS, replacing a
 # document; one core, query embedding excluded. COMPARE=OTHER/src measures another checkout in the same run.

@@ -5,7 +5,7 @@ from contextlib import AbstractContextManager, contextmanager
 import numpy as np
 import pytest
 
-from zhiku.retrieval import clauses, plan, search
+from zhiku.retrieval import fusion, search
 from zhiku.retrieval.fusion import ranked, rrf
 from zhiku.types import Ranking, ScoredId
 
@@ -186,7 +186,7 @@ def constant(name: str, value: object, *modules: object) -> Iterator[None]:
 
 
 def clause_weight(weight: float) -> AbstractContextManager[None]:
-    return constant("CLAUSE_WEIGHT", weight, clauses, plan, search)
+    return constant("CLAUSE_WEIGHT", weight, fusion)  # (what `retrieval.fusion: zscore` weighs the clauses)
 
 
 def _clause_search(tmp_path, cache_dir, query: str, depth: int, top_k: int = 4, clause_weight_=0.35, **retrieval):

@@ -198,19 +198,7 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
     ]
     s = labor.structured_content
     assert {
-        k: s[k]
-        for k in (
-            "doc_id",
-            "collection",
-            "title",
-            "source",
-            "doc_type",
-            "pages",
-            "chunk_count",
-            "section_count",
-            "summary",
-            "uri",
-        )
+        k: s[k] for k in ("doc_id", "collection", "title", "source", "doc_type", "pages", "chunk_count", "uri")
     } == {
         "doc_id": DOC_ID_LABOR,
         "collection": "laws",
@@ -219,19 +207,21 @@ def test_list_collections_and_document_summary(mcp_index: Fixture) -> None:
         "doc_type": "markdown",
         "pages": None,
         "chunk_count": 2,
-        "section_count": 2,
-        # extractive (no LLM): top whole sentences, never a clause of 第十九条 joined to one of 第四十七条
-        "summary": "第二十条 劳动者在试用期的工资不得低于本单位相同岗位最低档工资或者劳动合同约定工资的百分之八十，"
-        "并不得低于用人单位所在地的最低工资标准。第四十七条 经济补偿按劳动者在本单位工作的年限，"
-        "每满一年支付一个月工资的标准向劳动者支付。六个月以上不满一年的，按一年计算；不满六个月的，"
-        "向劳动者支付半个月工资的经济补偿。",
         "uri": f"zhiku://doc/{DOC_ID_LABOR}",
     }
-    assert s["summary_kind"] == "extractive" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "试用期", "劳动者"]
-    assert s["sections"] == [SECTION_19_20, "劳动合同法 > 第四章 劳动合同的解除和终止 > 第四十七条"]
+    assert s["summary_kind"] == "statute" and s["keywords"][:5] == ["工资", "劳动合同", "单位", "试用期", "劳动者"]
     assert s["size_bytes"] == len(DOCS["劳动合同法.md"].encode()) and s["ingested_at"].endswith("Z")
+    # the chapters with their articles, sent once: in the text block, not again in structuredContent
+    assert "summary" not in s and "sections" not in s
     assert labor.content[0].text.startswith("# 劳动合同法\n")
-    assert women.structured_content["sections"] == ["女职工劳动保护特别规定 > 第七条"]
+    assert labor.content[0].text.endswith(
+        "## 概要 / Summary (statute)\n\n第二章 劳动合同的订立（第十九条—第二十条）\n第四章 劳动合同的解除和终止（第四十七条）"
+    )
+    # no chapters: the statute's range, and each article's first sentence (cut at 60 characters)
+    assert women.content[0].text.endswith(
+        "女职工劳动保护特别规定（第七条）\n- 第七条：女职工生育享受98天产假，其中产前可以休假15天；难产的，增加产假15天；"
+        "生育多胞胎的，每多生育1个婴儿，增加产假15…"
+    )
 
 
 def test_resources_doc_chunk_list_and_missing(mcp_index: Fixture, monkeypatch: pytest.MonkeyPatch) -> None:

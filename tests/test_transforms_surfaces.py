@@ -1,12 +1,13 @@
 """The LLM features on every surface, against the local fake OpenAI-compatible server: image captions (DOCX) over
 MCP, contexts and tags in MCP citations, the LLM document summary, query rewriting (multi_query, hyde, timeout
-fallback), the CLI (``--transform``, ``--dry-run``, ``--json``, ``history``) and the extractive summaries of
+fallback), the CLI (``--transform``, ``--dry-run``, ``--json``, ``history``) and the summaries of
 ``examples/`` without any LLM."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,8 @@ def test_mcp_citations_carry_context_and_tags_and_the_llm_summary(tmp_path: Path
     assert top["section"] == SEC_PROBATION and top["text"].startswith("第十九条")
     assert (top["context"], top["tags"]) == ("紫罗兰卷宗：此段讲第十九条 劳", TAGS)
     s = summary.structured_content
-    assert (s["summary"], s["summary_kind"], s["keywords"]) == ("摘要：# 劳动合同法", "llm", TAGS)
+    assert (s["summary_kind"], s["keywords"]) == ("llm", TAGS)
+    assert summary.content[0].text.endswith("## 概要 / Summary (llm)\n\n摘要：# 劳动合同法")
 
 
 def test_a_named_article_stays_first_when_the_rewrites_rank_another_laws_first(
@@ -252,24 +254,54 @@ def test_cli_transform_json_dry_run_and_history(
     assert sum(h["usage"]["calls"] for h in shown) == CORPUS_CHUNKS
 
 
-def test_every_example_has_an_extractive_summary_without_an_llm(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+LABOUR_CONTRACT_CHAPTERS = [
+    "第一章 总则（第一条—第六条）",
+    "第二章 劳动合同的订立（第七条—第二十八条）",
+    "第三章 劳动合同的履行和变更（第二十九条—第三十五条）",
+    "第四章 劳动合同的解除和终止（第三十六条—第五十条）",
+    "第五章 特别规定（第五十一条—第七十二条）",
+    "第六章 监督检查（第七十三条—第七十九条）",
+    "第七章 法律责任（第八十条—第九十五条）",
+    "第八章 附则（第九十六条—第九十八条）",
+]
+RANGE = re.compile(r"^\S.*（第[一二三四五六七八九十百零]+条(—第[一二三四五六七八九十百零]+条)?）$")
+
+
+def test_every_example_has_a_summary_that_fits_it_without_an_llm(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     settings = fake_settings(tmp_path, fake_openai, "unused", [], llm={"base_url": None, "model": None})
     with KnowledgeBase(settings) as kb:
         kb.ingest([EXAMPLES])
         docs = kb.documents()
         suffixes = {".md", ".markdown", ".txt", ".text", ".pdf", ".docx", ".html", ".htm", ".xhtml"}
         assert len(docs) == sum(1 for p in EXAMPLES.rglob("*") if p.suffix in suffixes) >= 6
-        for d in docs:
-            s = kb.summary_fields(d.doc_id)
-            assert s["summary_kind"] == "extractive" and len(s["summary"]) >= 20 and len(s["keywords"]) >= 5, d.source
+        summaries = {d.source: kb.summary_fields(d.doc_id) for d in docs}
         assert fake_openai.chats() == []
-        labor = kb.summary_fields(kb.resolve_document("laws/劳动合同法(2012-12-28).md").doc_id)
-        assert labor["keywords"][:3] == ["劳动者", "用人单位", "劳动合同"]
+    laws = {k.removeprefix("laws/").split("(")[0]: v for k, v in summaries.items() if k.startswith("laws/")}
+    assert len(laws) == 5
+    for name, s in laws.items():
+        chapters = [line for line in s["summary"].splitlines() if not line.startswith("- ")]
+        assert s["summary_kind"] == "statute" and chapters and all(RANGE.match(c) for c in chapters), name
+    assert laws["劳动合同法"]["summary"].splitlines() == LABOUR_CONTRACT_CHAPTERS
+    assert laws["劳动法"]["summary"].splitlines()[3:5] == [
+        "第四章 工作时间和休息休假（第三十六条—第四十五条）",
+        "第五章 工资（第四十六条—第五十一条）",
+    ]
+    assert laws["劳动法"]["summary"].splitlines()[-1] == "第十三章 附则（第一百零六条—第一百零七条）"
+    # no chapters: the whole range, then what each article (or run of articles in one chunk) says
+    leave = laws["职工带薪年休假条例"]["summary"].splitlines()
+    assert leave[:2] == [
+        "职工带薪年休假条例（第一条—第十条）",
+        "- 第一条：为了维护职工休息休假权利，调动职工工作积极性，根据劳动法和公务员法，制定本条例。",
+    ]
+    assert leave[3] == "- 第四条：职工有下列情形之一的，不享受当年的年休假："
+    assert laws["劳动合同法"]["keywords"][:3] == ["劳动者", "用人单位", "劳动合同"]
+    plain = summaries["SOURCES.md"]  # no structure: its top sentences
+    assert plain["summary_kind"] == "extractive" and len(plain["summary"]) >= 20 and len(plain["keywords"]) >= 5
     results = call_tools(settings, [("get_document_summary", {"doc_id": d.doc_id}) for d in docs])  # over MCP
-    for r in results:
+    for d, r in zip(docs, results, strict=True):
         s = r.structured_content
-        assert s["summary_kind"] == "extractive" and s["summary"] and s["keywords"], s["source"]
-        assert f"摘要 summary (extractive): {s['summary']}" in r.content[0].text
+        assert s["summary_kind"] == summaries[d.source]["summary_kind"] and s["keywords"] and "summary" not in s
+        assert r.content[0].text.count(summaries[d.source]["summary"]) == 1, d.source  # sent once
 
 
 def test_experiment_hybrid_vs_hybrid_contextual(tmp_path: Path, fake_openai: FakeOpenAI) -> None:

@@ -33,7 +33,7 @@ from zhiku.ingest.transforms.summary import document_summary
 from zhiku.ingest.watch import require_watchfiles, watch_folders
 from zhiku.ingest.web import is_url
 from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
-from zhiku.reconstruct import outline, reconstruct_markdown
+from zhiku.reconstruct import reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
 from zhiku.retrieval.answer import build_answer, place
@@ -523,15 +523,13 @@ class KnowledgeBase:
             for cid in chunk_ids
         }
 
-    def outline(self, doc_id: str) -> list[str]:
-        return outline(self.store.document_chunks(doc_id))
-
     def chunk_context(self, chunk_id: str, context: str = "chunk") -> ChunkContext:
         """A stored chunk with its article (all its pieces) or section (``context``), within the answer budget."""
         return chunk_context(self.store, chunk_id, context, ANSWER_CHARS)
 
     def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
-        """A document's summary and keywords: the LLM's (``metadata`` transform), else extractive (no LLM)."""
+        """A document's summary and keywords: the LLM's (``metadata`` transform), else what fits the document (a
+        statute's chapters, a report's headings, its top sentences; ``document_summary``)."""
         chunks = self.store.document_chunks(doc_id) if chunks is None else chunks
         s = document_summary(chunks, self.enrichments.doc_meta(doc_id), self.text.index_tokens)
         return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}

@@ -30,6 +30,7 @@ from zhiku.errors import ConfigError
 DEFAULT_CONFIG_FILE = "zhiku.yaml"
 Plugin = Annotated[str, StringConstraints(pattern=r"^plugin:[A-Za-z0-9_.-]+$")]  # an entry point, docs/extending.md
 RewriteMode = Literal["none", "multi_query", "hyde"]
+FUSION = r"^(rrf|zscore(:\d+(\.\d+)?(,\d+(\.\d+)?){2})?)$"  # `zscore:1,0.8,0.35`: weights of BM25, dense, clauses
 TRANSFORM_ORDER = ("caption", "refine", "metadata", "contextual")  # built-ins, in the order they run
 ENDPOINTS = ("embedding", "rerank", "llm", "judge")  # the sections that may talk to an OpenAI-compatible endpoint
 
@@ -193,11 +194,12 @@ class RetrievalSettings(_Section):
     top_k: int = key(
         5, "Hits returned by default.", "Clients that want more or fewer passages per answer.", ge=1, le=100
     )
-    fusion: Literal["zscore", "rrf"] = key(
+    fusion: Annotated[str, StringConstraints(pattern=FUSION)] = key(
         "zscore",
         "How hybrid mode fuses the BM25 and dense rankings: `zscore` (weighted sum of z-normalised scores, measured "
-        "best on the dev sets) or `rrf` (Reciprocal Rank Fusion, Cormack et al. 2009).",
-        "Whoever evaluates fusion on their own set (`zhiku experiment`).",
+        "best on the dev sets; `zscore:B,D,C` weighs BM25, dense and the long question's clauses, default "
+        "`zscore:1,1,0.35`) or `rrf` (Reciprocal Rank Fusion, Cormack et al. 2009).",
+        "Whoever evaluates fusion on their own set (`zhiku experiment`, `zhiku tune`).",
     )
     rewrite: RewriteMode = key(
         "none",

@@ -42,7 +42,6 @@ from zhiku.types import Answer, DocRecord, DocStatus
 
 log = logging.getLogger("zhiku.mcp.server")
 
-MAX_OUTLINE = 200
 MAX_IMAGES = 3  # images of cited passages sent with an answer; more would crowd a client's context
 TOOL_ANSWERS_KEPT = 256  # tool answers cached until the index changes; any write, by any process, empties it
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
@@ -246,15 +245,12 @@ class Hub:
             raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
         except InvalidInput:  # an empty reference, or a path several documents match
             raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
-        sections = self.kb.outline(doc.doc_id)
         same = ("doc_id", "collection", "title", "source", "doc_type", "pages", "chunk_count")
         return DocumentSummary(
             **{k: getattr(doc, k) for k in same},
             status=DocStatus(doc.status).value,
             needs_ocr_pages=list(doc.needs_ocr_pages),
             ocr_pages=list(doc.ocr_pages),
-            sections=sections[:MAX_OUTLINE],
-            section_count=len(sections),
             size_bytes=doc.size,
             ingested_at=iso_time(doc.ingested_at),
             **self.kb.summary_fields(doc.doc_id),

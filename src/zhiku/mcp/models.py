@@ -214,17 +214,17 @@ class DocumentSummary(_Out):
     )
     needs_ocr_pages: list[int] = Field(default_factory=list, description="Pages without usable text (1-based).")
     ocr_pages: list[int] = Field(default_factory=list, description="Pages whose text came from OCR (1-based).")
-    sections: list[str] = Field(description="Distinct section paths in document order (at most 200).")
-    section_count: int = Field(description="Number of distinct sections (may exceed the list shown).")
     chunk_count: int
     size_bytes: int
     ingested_at: str = Field(description="Ingestion time, ISO 8601 UTC.")
     summary: str | None = Field(
-        None, description="Written by the LLM (metadata transform), else its top sentences; see `summary_kind`."
+        None,
+        description="What fits the document: a statute's chapters with their article ranges (`statute`), a report's "
+        "headings with a line each (`outline`), the LLM's summary (`llm`, metadata transform), else its top sentences "
+        "(`extractive`). In the text block only: structuredContent leaves it out (a client forwarding both pays for "
+        "it once).",
     )
-    summary_kind: Literal["llm", "extractive"] | None = Field(
-        None, description="`llm` (metadata transform) or `extractive` (top sentences and TextRank keywords, no LLM)."
-    )
+    summary_kind: Literal["llm", "statute", "outline", "extractive"] | None = None
     keywords: list[str] = Field(
         default_factory=list, description="The LLM's tags (metadata transform), else TextRank's."
     )
@@ -242,14 +242,14 @@ class DocumentSummary(_Out):
         if self.ocr_pages:
             lines.append(f"- OCR: pages {page_list(self.ocr_pages)}")
         lines += [f"- 入库时间 ingested: {self.ingested_at}", f"- 全文 full text: {self.uri}"]
-        if self.summary:
-            lines.append(f"- 摘要 summary ({self.summary_kind}): {self.summary}")
         if self.keywords:
             lines.append(f"- 关键词 keywords: {'、'.join(self.keywords)}")
-        lines += ["", "## 目录 / Sections", "", *([f"- {s}" for s in self.sections] or ["- (none)"])]
-        if self.section_count > len(self.sections):
-            lines.append(f"- … {self.section_count - len(self.sections)} more")
+        if self.summary:
+            lines += ["", f"## 概要 / Summary ({self.summary_kind})", "", self.summary]
         return "\n".join(lines)
+
+    def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
+        return self.model_dump(mode=mode, exclude={"summary"})
 
 
 class IngestFailure(_Out):

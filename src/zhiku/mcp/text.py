@@ -57,11 +57,11 @@ To see what is indexed before searching, or to pick a `collection` for query_kno
 DOCUMENT_SUMMARY = ToolText(
     title="文档概况 / Document summary",
     description="""\
-查看一篇文档的概况：标题、来源、页数、状态、章节目录、摘要与关键词。
+查看一篇文档的概况：标题、来源、页数、状态、关键词，以及合乎文档的概要（法规：各章及其条文范围；报告：各级标题）。
 
 Describe one document: title, source, type, pages, status (`needs_ocr`: scanned pages not searchable yet),
-its sections, chunk count, ingestion time, and a summary with keywords (`summary_kind`: `llm`, or
-`extractive` without an LLM). Its full text is the resource zhiku://doc/{doc_id}.""",
+chunk count, ingestion time, keywords and a summary that fits it (`summary_kind`: `statute`, its chapters with
+article ranges; `outline`, its headings; `llm`; else `extractive`). Full text: the resource zhiku://doc/{doc_id}.""",
     when_to_use="""\
 需要了解引用中某篇文档的结构，或确认文档是否已入库时使用。
 To see the structure of a document that came up in citations, or to check that a document is indexed.""",

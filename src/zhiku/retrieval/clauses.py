@@ -16,9 +16,6 @@ from zhiku.types import Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
-# The clause channel's weight in z-score fusion, chosen on half of each dev set and measured on the other half;
-# 0 turns the channel off
-CLAUSE_WEIGHT = 0.35
 MAX_CLAUSES = 8  # clauses embedded beside the question (the first ones): one embedding call stays short
 
 

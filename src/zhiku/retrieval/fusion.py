@@ -17,6 +17,16 @@ WEIGHTS = (1.0, 1.0)  # BM25's and the dense channel's weight: no other pair mea
 # BM25's, the dense channel's and the clause channel's for a question asked in English (BM25: its bridged terms;
 # clauses: it with its Chinese gloss), chosen on half A of the English dev sets
 CROSS_WEIGHTS = (1.0, 1.0, 1.5)
+# The clause channel's weight in z-score fusion, chosen on half of each dev set and measured on the other half;
+# 0 turns the channel off
+CLAUSE_WEIGHT = 0.35
+
+
+def weights_of(fusion: str) -> tuple[float, float, float]:
+    """The BM25, dense and clause weights of ``retrieval.fusion``: ``zscore:B,D,C`` (`zhiku tune`), else the defaults."""
+    given = fusion.partition(":")[2]
+    b, d, c = map(float, given.split(",")) if given else (*WEIGHTS, CLAUSE_WEIGHT)
+    return b, d, c
 
 
 def rrf(

@@ -9,7 +9,8 @@ from functools import cache
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
 from zhiku.retrieval.bridge import ENGLISH, english_share, senses
-from zhiku.retrieval.clauses import CLAUSE_WEIGHT, MAX_CLAUSES
+from zhiku.retrieval.clauses import MAX_CLAUSES
+from zhiku.retrieval.fusion import weights_of
 from zhiku.retrieval.query import MAX_EMBED_CHARS, MAX_QUERY_CHARS, check_mode
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor, article_numbers, chinese_number, query_clauses
@@ -87,7 +88,7 @@ def read_question(
         second = article_numbers(text.simplified(head))  # (第47條: 条 once Simplified)
         forms = (head,) if second == head else (head, second)
     clauses: tuple[str, ...] = ()
-    if mode_ == "hybrid" and settings.fusion == "zscore" and CLAUSE_WEIGHT > 0:
+    if mode_ == "hybrid" and settings.fusion != "rrf" and weights_of(settings.fusion)[2] > 0:
         clauses = tuple(query_clauses(head, max_clauses=MAX_CLAUSES))
     articles = article_numbers(normalized) if "第" in question else None
     english = english_share(normalized)

@@ -7,10 +7,10 @@ import contextvars
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,18 @@ from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
 from zhiku.retrieval.bridge import bridged
-from zhiku.retrieval.clauses import CLAUSE_WEIGHT, clause_ranking, embed_clauses
+from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
-from zhiku.retrieval.fusion import CROSS_WEIGHTS, FILL_DENSE, RRF_K, WEIGHTS, columns_of, positions, rrf, zscore_fusion
+from zhiku.retrieval.fusion import (
+    CROSS_WEIGHTS,
+    FILL_DENSE,
+    RRF_K,
+    columns_of,
+    positions,
+    rrf,
+    weights_of,
+    zscore_fusion,
+)
 from zhiku.retrieval.gate import FairGate
 from zhiku.retrieval.lookups import lookup
 from zhiku.retrieval.plan import QueryPlan, read_question
@@ -60,7 +69,8 @@ class Retrieval:
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the hits then keep the fused order)
     rewrite: str = "off"  # query rewriting (retrieval/rewrite.py): "off" | "ok" | "fallback: <reason>"
     queries: tuple[str, ...] = ()  # the rewritten queries searched besides the original
-    clauses: Sequence[ScoredId] = ()  # the clause channel (CLAUSE_WEIGHT): best cosine over the clauses
+    clauses: Sequence[ScoredId] = ()  # the clause channel: best cosine over the clauses
+    filled: Mapping[str, float] = field(default_factory=dict)  # exact cosines of BM25 candidates outside ``dense``
     missing: tuple[str, ...] = ()  # what the question asked for that no document has (a page past its last)
     pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``lookups``)
     candidates: tuple[Hit, ...] = ()  # what the reranker chose ``hits`` from (none: ``hits`` themselves)
@@ -115,6 +125,15 @@ class Searcher:
                 sp.set(counts={"terms": len(plan.terms)}, terms=list(plan.terms))
         return plan
 
+    def warm(self, questions: Sequence[str]) -> None:
+        """Embed the hybrid forms and clauses of ``questions`` in one call (what is not kept yet): many questions
+        asked in turn (`zhiku tune`) then embed none one by one."""
+        plans = [self.read(q, "hybrid") for q in questions]
+        texts = [t for p in plans for t in dict.fromkeys((*p.forms, *p.clauses)) if self._vectors.get(t) is None]
+        if texts := list(dict.fromkeys(texts)):
+            for text, vector in zip(texts, embed_queries(self.embedder, texts), strict=True):
+                self._vectors.put(text, vector)
+
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
     ) -> Retrieval:
@@ -153,11 +172,11 @@ class Searcher:
             with self.gate:
                 bm25 = self._bm25(plan, weights, depth)
                 if future is None:
-                    dense, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
+                    dense, filled, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
             if future is not None:
                 known, clause_vectors = future.result()
                 with self.gate:
-                    dense, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
+                    dense, filled, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
         status, shown = "off", hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
@@ -165,7 +184,7 @@ class Searcher:
             shown, status = rerank_traced(reranker, plan.text, hits, self.rerank_settings, final_k)
         return Retrieval(
             plan, mode_, frozen(bm25), frozen(dense), tuple(shown), status, clauses=frozen(by_clause),
-            candidates=() if shown is hits else tuple(hits),
+            filled=filled, candidates=() if shown is hits else tuple(hits),
         )  # fmt: skip
 
     def looked_up(self, r: Retrieval, allowed: Keep = None) -> Retrieval:
@@ -215,7 +234,7 @@ class Searcher:
         clause_vectors: tuple[np.ndarray, ...],
         depth: int,
         top_k: int,
-    ) -> tuple[Sequence[ScoredId], list[Hit], Sequence[ScoredId]]:
+    ) -> tuple[Sequence[ScoredId], dict[str, float], list[Hit], Sequence[ScoredId]]:
         """After BM25: the dense channel (with the cosines of BM25's candidates outside it), the clause channel,
         fusion (or the one channel), the chunks, and a piece bringing its article (small-to-big)."""
         mode_, filters = plan.mode, plan.filters
@@ -227,18 +246,34 @@ class Searcher:
             fill = mode_ == "hybrid" and FILL_DENSE and self.settings.fusion != "rrf"
             dense, filled = self._dense(depth, filters, known, bm25 if fill else ())
         by_clause = clause_ranking(self.store, [bm25, dense], clause_vectors)
-        catalogue = self._catalogue if WHOLE_ARTICLES else None  # small-to-big: a piece brings its article
-        keep = 2 * top_k if catalogue is not None else top_k  # pieces of one article become one hit: keep spares
+        keep = self._keep(top_k)
         if mode_ == "hybrid":
             order = self._fuse(bm25, dense, filled, top_k, keep, by_clause, plan.cross_lingual)
         else:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
             mark("fusion", reason=f"mode {mode_}: one channel, nothing to fuse")
+        return dense, filled, self._hits(order, top_k, bm25, dense, filled), by_clause
+
+    def _keep(self, top_k: int) -> int:
+        return 2 * top_k if WHOLE_ARTICLES and self._catalogue else top_k  # a piece brings its article: spares
+
+    def _hits(
+        self, order: list[tuple[str, float]], top_k: int, bm25: Sequence[ScoredId], dense: Sequence[ScoredId],
+        filled: Mapping[str, float],
+    ) -> list[Hit]:  # fmt: skip
         hits = _hits_of(order, self.store.get_chunks, top_k, bm25, dense, filled)
-        if catalogue is not None:
-            return dense, whole_articles(hits, catalogue.document_chunks, limit=top_k, runs=self._runs), by_clause
-        return dense, list(hits), by_clause
+        if WHOLE_ARTICLES and self._catalogue is not None:  # small-to-big: a piece brings its article
+            return whole_articles(hits, self._catalogue.document_chunks, limit=top_k, runs=self._runs)
+        return list(hits)
+
+    def refused(self, r: Retrieval, weights: tuple[float, float, float], top_k: int) -> Retrieval:
+        """``r`` with its hybrid channels fused again by z-scores with ``weights`` (BM25, dense, clauses), and what
+        it looks up: `zhiku tune` searches a question once and weighs it many times."""
+        order = self._fuse(
+            r.bm25, r.dense, r.filled, top_k, self._keep(top_k), r.clauses, r.query.cross_lingual, weights
+        )
+        return self.looked_up(replace(r, hits=tuple(self._hits(order, top_k, r.bm25, r.dense, r.filled))))
 
     def _bm25(self, plan: QueryPlan, weights: dict[str, float], depth: int) -> Sequence[ScoredId]:
         """``weights``: an English question's terms, Chinese ones bridged (``bridge.bridged``)."""
@@ -319,24 +354,25 @@ class Searcher:
         self,
         bm25: Sequence[ScoredId],
         dense: Sequence[ScoredId],
-        filled: dict[str, float],
+        filled: Mapping[str, float],
         top_k: int,
         keep: int,
         by_clause: Sequence[ScoredId] = (),
         cross_lingual: bool = False,
+        chosen: tuple[float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
         """The fused order (``keep`` long); ``filled``: the exact cosines of BM25 candidates outside the dense
-        ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking."""
+        ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking; ``chosen``:
+        z-score weights other than the settings'."""
         s = self.settings
         with span("fusion") as sp:
-            *channels, clause = CROSS_WEIGHTS if cross_lingual else (*WEIGHTS, CLAUSE_WEIGHT)
-            weights = list(channels)
-            if s.fusion == "rrf":
+            *weights, clause = CROSS_WEIGHTS if cross_lingual else chosen or weights_of(s.fusion)
+            if s.fusion == "rrf" and chosen is None:
                 order = rrf([bm25, dense], k=RRF_K, weights=weights)[:keep]
             else:
                 rankings: list[Sequence[ScoredId]] = [bm25, dense]
-                fill: list[dict[str, float] | None] = [None, filled]
-                if by_clause:  # the clause channel (CLAUSE_WEIGHT)
+                fill: list[Mapping[str, float] | None] = [None, filled]
+                if by_clause:  # the clause channel
                     rankings, fill, weights = [*rankings, by_clause], [*fill, None], [*weights, clause]
                 order = zscore_fusion(rankings, weights=weights, fill=fill, limit=keep)
             if sp.active:  # (rank changes: only a trace needs them)
@@ -358,7 +394,7 @@ def _hits_of(
     first: int,
     bm25: Sequence[ScoredId],
     dense: Sequence[ScoredId],
-    filled: dict[str, float],
+    filled: Mapping[str, float],
 ) -> Iterator[Hit]:
     """The hits of the fused ``order`` with their ranks and scores in every channel, made as read (small-to-big
     stops at ``top_k``: the spares' chunks are fetched after the ``first``'s, if read); deleted chunks left out."""

@@ -1,4 +1,5 @@
-"""Extractive document summaries without an LLM: TextRank keywords and the sentences that hold them."""
+"""Document summaries without an LLM that fit the document: a statute's chapters with their article ranges, a
+report's headings with a line each, else TextRank keywords and the sentences that hold them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from zhiku.ingest.chunking import outside_fences
 from zhiku.ingest.transforms.base import DocMeta
-from zhiku.reconstruct import reconstruct_markdown
+from zhiku.reconstruct import _ARTICLE_LABEL, _ONE_ARTICLE, SECTION_SEPARATOR, outline, reconstruct_markdown
 from zhiku.types import Chunk
 
 WINDOW = 5  # co-occurrence window of TextRank (Mihalcea & Tarau 2004)
@@ -29,6 +30,10 @@ _ITEM = re.compile(r"\s*(?:[-*+]|\d{1,3}[.)])\s+|\s*(?:\d{1,3}、|[①-⑳])\s*"
 _NUMERIC = re.compile(r"^[\d.,%/\-:]+$|^第?[零一二三四五六七八九十百千万两\d]+[年月日个条款项次倍章节]?$")
 _LATIN_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z\u4e00-\u9fff])")
 _LIST_ITEM = re.compile(r"^[（(][一二三四五六七八九十\d]+[)）]|^[一二三四五六七八九十]+、")
+_PART = re.compile(r"^第[零一二三四五六七八九十百千〇两\d]+([编章节])")  # a statute's 编, 章, 节: its chapters are 章
+_LEADING_ARTICLE = re.compile(r"^第[零一二三四五六七八九十百千〇两\d]+条\s*")
+MAX_LINES = 60  # headings listed; the rest counted
+LINE_CHARS = 60  # of a heading's first sentence
 _EN_STOP = frozenset(
     "the and are for from with that this was were has have had not but its into than then also such which who "
     "what when where how all any can may will shall per via our their they them these those been being of in to on at "
@@ -43,7 +48,7 @@ _EN_STOP = frozenset(
 class Summary:
     summary: str
     keywords: tuple[str, ...]
-    kind: str  # "extractive" | "llm"
+    kind: str  # "llm" | "statute" | "outline" | "extractive"
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -150,7 +155,47 @@ def extractive_summary(
     return Summary(text[:max_chars], keywords, "extractive")
 
 
+def statute_outline(paths: Sequence[list[str]]) -> list[str]:
+    """Each chapter (the whole statute when it has none) with the range of its articles: 第二章 劳动合同的订立（第七条—第二十八条）."""
+    groups: dict[str, list[str]] = {}
+    for *head, labels in paths:
+        if _ARTICLE_LABEL.match(labels):
+            parts = [x for x in head if _PART.match(x)]
+            chapter = min(parts, key=lambda x: "章编节".index(_PART.match(x)[1]), default=head[0] if head else "")  # type: ignore[index]
+            groups.setdefault(chapter, []).extend(_ONE_ARTICLE.findall(labels))
+    return [f"{c}（{a[0]}{'—' + a[-1] if a[-1] != a[0] else ''}）" for c, a in groups.items()]
+
+
+def headings_outline(paths: Sequence[list[str]], chunks: Sequence[Chunk], flat: bool = False) -> list[str]:
+    """Each heading, indented by its level (``flat``: not), with the first sentence of its text."""
+    first: dict[tuple[str, str], Chunk] = {}  # (the path above, a label) -> the first chunk there
+    for c in sorted(chunks, key=lambda c: c.ordinal):
+        head, _, labels = c.section.rpartition(SECTION_SEPARATOR)
+        for label in labels.split("、"):  # (``outline`` joins the labels of neighbouring articles)
+            first.setdefault((head, label), c)
+    lines = []
+    for path in paths[:MAX_LINES]:
+        found = first.get((SECTION_SEPARATOR.join(path[:-1]), path[-1].split("、")[0]))
+        said = (
+            _paragraphs(found.text) if found is not None else []
+        )  # the article's own paragraph, not a preamble before it
+        said = [p for p in said if p.startswith(path[-1].split("、")[0])] or said
+        line = _LEADING_ARTICLE.sub("", _SENTENCE.findall(said[0])[0]) if said else ""
+        line = line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+        indent = "" if flat else "  " * (len(path) - 1)
+        lines.append(f"{indent}- {path[-1]}" + (f"：{line}" if line else ""))
+    return lines + ([f"- … {len(paths) - MAX_LINES} more"] if len(paths) > MAX_LINES else [])
+
+
 def document_summary(chunks: Sequence[Chunk], meta: DocMeta | None, tokenize: Callable[[str], list[str]]) -> Summary:
     if meta is not None and meta.summary:
         return Summary(meta.summary, meta.tags, meta.kind)
-    return extractive_summary(chunks, tokenize)
+    found = extractive_summary(chunks, tokenize)
+    paths = [p.split(SECTION_SEPARATOR) for p in outline(chunks)]
+    if statute := statute_outline(paths):
+        if len(statute) == 1:  # no chapters: what each article says
+            statute += headings_outline([p for p in paths if _ARTICLE_LABEL.match(p[-1])], chunks, flat=True)
+        return Summary("\n".join(statute), found.keywords, "statute")
+    if len(paths) > 1:
+        return Summary("\n".join(headings_outline(paths, chunks)), found.keywords, "outline")
+    return found
