@@ -527,11 +527,12 @@ class KnowledgeBase:
         """A stored chunk with its article (all its pieces) or section (``context``), within the answer budget."""
         return chunk_context(self.store, chunk_id, context, ANSWER_CHARS)
 
-    def summary_fields(self, doc_id: str, chunks: Sequence[Chunk] | None = None) -> dict[str, object]:
+    def summary_fields(self, doc_id: str) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else what fits the document (a
         statute's chapters, a report's headings, its top sentences; ``document_summary``)."""
-        chunks = self.store.document_chunks(doc_id) if chunks is None else chunks
-        s = document_summary(chunks, self.enrichments.doc_meta(doc_id), self.text.index_tokens)
+        s = document_summary(
+            self.store.document_chunks(doc_id), self.enrichments.doc_meta(doc_id), self.text.index_tokens
+        )
         return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:

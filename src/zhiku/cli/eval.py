@@ -326,7 +326,6 @@ def tune(
     index: IndexOpt = None,
     config: ConfigOpt = None,
     collection: CollectionOpt = None,
-    embedder: EmbedderOpt = None,
 ) -> None:
     """Choose the fusion weights (retrieval.fusion) and the refusal threshold (answer.min_score) from your own eval
     set by 5-fold cross-validation, against a shipped list of everyday off-topic questions: before / after (out of
@@ -339,7 +338,7 @@ def tune(
     with _errors(as_json), tempfile.TemporaryDirectory(prefix="zhiku-tune-") as tmp:
         data = _dataset(dataset, None)
         yaml_set = data.kind == "yaml" and not data.docs
-        settings = _settings(config, index, tmp, yaml_set, False, embedder, None)
+        settings = _settings(config, index, tmp, yaml_set, False, None, None)
         # searched with the clause channel on, whatever the weights in use: the grid weighs it from 0
         with _kb(merge(settings, retrieval={"fusion": "zscore"}), read_only=yaml_set) as kb:
             if not yaml_set:

@@ -72,11 +72,8 @@ def gather(
             kb.searcher.warm([x if isinstance(x, str) else x.text for x in questions[n - 1 : n - 1 + WARM]])
         with caching_queries(kb.embedder):
             r = kb.retrieve(text, mode="hybrid", top_k=DEPTH, collection=collection, rerank=False)
-        verdict = judge(r, min_score=2.0, normalize=kb.text.normalize)  # above any cosine: low unless a lookup
-        if not verdict.low:
-            confidence = float("inf")
-        else:
-            confidence = verdict.score if r.hits and verdict.score is not None else float("-inf")
+        v = judge(r, min_score=2.0, normalize=kb.text.normalize)  # above any cosine: low unless a lookup
+        confidence = float("inf") if not v.low else v.score if r.hits and v.score is not None else float("-inf")
         out.append(Asked(text if isinstance(q, str) else q.qid, r, None if isinstance(q, str) else q, confidence))
         if on_progress and n % 50 == 0:
             on_progress(n, len(questions), text)
@@ -143,7 +140,6 @@ def tune(
     *,
     collection: str | None = None,
     current: Settings | None = None,
-    offtopic: Sequence[str] | None = None,
     on_progress: ProgressFn | None = None,
 ) -> TuneResult:
     """Choose ``retrieval.fusion`` (its weights) and ``answer.min_score`` by ``FOLDS``-fold cross-validation;
@@ -152,7 +148,7 @@ def tune(
     base = weights_of("zscore" if current.retrieval.fusion == "rrf" else current.retrieval.fusion)
     grid = [base, *(w for w in GRID if w != base)]  # a tie keeps the weights in use
     questions = gather(kb, folded(data, kb.text.normalize).queries, collection, on_progress)
-    off = gather(kb, offtopic if offtopic is not None else offtopic_questions(), collection, None)
+    off = gather(kb, offtopic_questions(), collection, None)
     table = [[c.metrics(kb, w) for w in grid] for c in questions]  # question x weights x metric
     folds = [fold_of(c.key) for c in questions]
 
