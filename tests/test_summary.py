@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zhiku.ingest.transforms.summary import extractive_summary, sentences_of
+from zhiku.ingest.transforms.summary import document_summary, extractive_summary, sentences_of
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk
 
@@ -99,3 +99,29 @@ def test_chinese_numbered_items_are_sentences_of_their_own() -> None:
     assert sentences_of(chunks(circled, [])) == ["审核通过后款项统一打入员工工资卡。"]
     spelled = "办法：\n（一）员工提交报销单并上传发票照片；\n（二）审核通过后款项统一打入员工工资卡。"
     assert sentences_of(chunks(spelled, [])) == ["（二）审核通过后款项统一打入员工工资卡。"]  # its marker kept
+
+
+def test_a_report_is_summarised_by_its_headings_with_a_line_each() -> None:
+    parts = [
+        ("年度报告 > 一、总体情况", "本年度收入增长百分之十二，利润持平。各部门均完成了年初的目标。"),
+        ("年度报告 > 二、主要问题", "成本上升较快。"),
+        (
+            "年度报告 > 二、主要问题 > （一）原材料",
+            "原材料价格全年上涨了两成，挤压了毛利率，这是今年利润没有随收入一同增长的主要原因之一。",
+        ),
+        ("年度报告 > 三、明年计划", "明年将开拓两个新市场。"),
+    ]
+    chunks = [
+        Chunk(f"c{n}", "d1", "reports", "报告.md", "markdown", section, None, 0, len(text), n, text)
+        for n, (section, text) in enumerate(parts)
+    ]
+    s = document_summary(chunks, None, TextProcessor().index_tokens)
+    assert (s.kind, s.summary.splitlines()) == (
+        "outline",
+        [
+            "- 一、总体情况：本年度收入增长百分之十二，利润持平。",
+            "- 二、主要问题：成本上升较快。",
+            "  - （一）原材料：原材料价格全年上涨了两成，挤压了毛利率，这是今年利润没有随收入一同增长的主要原因之一。",
+            "- 三、明年计划：明年将开拓两个新市场。",
+        ],
+    )

@@ -156,12 +156,12 @@ def extractive_summary(
 
 
 def statute_outline(paths: Sequence[list[str]]) -> list[str]:
-    """Each chapter (the whole statute when it has none) with the range of its articles: 第二章 劳动合同的订立（第七条—第二十八条）."""
+    """Each chapter (the whole statute when it has none) with its articles' range: 第二章 总则（第一条—第六条）."""
     groups: dict[str, list[str]] = {}
     for *head, labels in paths:
         if _ARTICLE_LABEL.match(labels):
-            parts = [x for x in head if _PART.match(x)]
-            chapter = min(parts, key=lambda x: "章编节".index(_PART.match(x)[1]), default=head[0] if head else "")  # type: ignore[index]
+            parts = [m for x in head if (m := _PART.match(x))]
+            chapter = min(parts, key=lambda m: "章编节".index(m[1])).string if parts else (head[0] if head else "")
             groups.setdefault(chapter, []).extend(_ONE_ARTICLE.findall(labels))
     return [f"{c}（{a[0]}{'—' + a[-1] if a[-1] != a[0] else ''}）" for c, a in groups.items()]
 
@@ -173,16 +173,15 @@ def headings_outline(paths: Sequence[list[str]], chunks: Sequence[Chunk], flat: 
         head, _, labels = c.section.rpartition(SECTION_SEPARATOR)
         for label in labels.split("、"):  # (``outline`` joins the labels of neighbouring articles)
             first.setdefault((head, label), c)
-    lines = []
+    lines, top = [], min(map(len, paths), default=0)
     for path in paths[:MAX_LINES]:
-        found = first.get((SECTION_SEPARATOR.join(path[:-1]), path[-1].split("、")[0]))
-        said = (
-            _paragraphs(found.text) if found is not None else []
-        )  # the article's own paragraph, not a preamble before it
-        said = [p for p in said if p.startswith(path[-1].split("、")[0])] or said
+        label = path[-1].split("、")[0]
+        found = first.get((SECTION_SEPARATOR.join(path[:-1]), label))
+        said = _paragraphs(found.text) if found is not None else []
+        said = [p for p in said if p.startswith(label)] or said  # the article's own paragraph, not a preamble
         line = _LEADING_ARTICLE.sub("", _SENTENCE.findall(said[0])[0]) if said else ""
         line = line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
-        indent = "" if flat else "  " * (len(path) - 1)
+        indent = "" if flat else "  " * (len(path) - top)
         lines.append(f"{indent}- {path[-1]}" + (f"：{line}" if line else ""))
     return lines + ([f"- … {len(paths) - MAX_LINES} more"] if len(paths) > MAX_LINES else [])
 
