@@ -331,6 +331,12 @@ def checks(results: Path) -> list[dict[str, Any]]:
     for part, what, bar, got_of, holds in RELIABILITY_BARS:
         got = got_of(parts[part]) if part in parts else None
         out.append(row(what, bar, got, None if got is None else holds(got), "reliability"))
+    for r in figures("tune") or []:
+        flags = r["refusal_tuned"]
+        got = f"{r['ndcg@10']['tuned']:.4f} vs {r['ndcg@10']['default']:.4f}; {flags['offtopic_flagged']:.1%} / "
+        got += f"{flags['answerable_flagged']:.1%}"
+        out.append(row(f"zhiku tune, half B of {r['set']}", "nDCG@10 ≥ defaults; ≥ 90 % / ≤ 5 % flagged", got,
+                       r["holds"], "tune"))  # fmt: skip
     tr = figures("tracing")
     got = tr.get("cost_median_pct") if isinstance(tr, dict) else None
     ok = None if got is None else got <= 10

@@ -354,7 +354,8 @@ def tune(
         _print_json(result.to_json())
         return
     title = f"{data.name} · {result.questions} questions, {result.offtopic} off-topic · {FOLDS}-fold cross-validation"
-    t = table(("", "before", "after (out of fold)", "gain [95 % interval]"), title=title)
+    gain = "gain [95 % interval]"
+    t = table(("", "before", "after, out of fold", gain), whole=(gain,), title=title)
     for name, m in result.metrics.items():
         t.add_row(
             name,
@@ -364,7 +365,12 @@ def tune(
         )
     for who in ("offtopic", "answerable"):
         k = f"{who}_flagged"
-        t.add_row(f"{who} flagged", f"{result.refusal['before'][k]:.1%}", f"{result.refusal['after'][k]:.1%}", "")
+        t.add_row(
+            f"{who.replace('off', 'off-')} flagged",
+            f"{result.refusal['before'][k]:.1%}",
+            f"{result.refusal['after'][k]:.1%}",
+            "",
+        )
     out.print(t)
     for name in ("fusion", "min_score"):
         out.print(f"{name}: {result.before[name]} → {result.after[name]}", markup=False)
