@@ -132,7 +132,7 @@ PHASES = ("query", "trivial", "cache_hit")
 
 def tune_table(f: Any) -> list[str]:
     def pair(m: dict[str, Any]) -> str:
-        lo, hi = m["ci95"]
+        lo, hi = m["ci99"]
         return f"{m['default']:.4f} → {m['tuned']:.4f} [{lo:+.4f}, {hi:+.4f}]"
 
     def refusal(r: dict[str, Any]) -> str:
@@ -174,7 +174,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         "Per-corpus tuning held out: `make bench-tune`",
         "`zhiku tune` on half A of each dev set (crc32 of the question id even), its choice (what it writes; the "
         "defaults where it writes nothing) against the defaults on half B through the whole pipeline: nDCG@10 and "
-        "hit@5 with the 95 % bootstrap interval of the paired difference; refusal on half B's answerable questions "
+        "hit@5 with the 99 % bootstrap interval of the paired difference; refusal on half B's answerable questions "
         "and on tests/data/offtopic (not the list tune calibrates on). Holds: nDCG@10 not below the defaults, "
         "≥ 90 % off-topic and ≤ 5 % answerable flagged.",
         tune_table,

@@ -5,7 +5,7 @@
 
 Half A holds the questions whose ``zlib.crc32(_id)`` is even. `zhiku tune`'s choice on half A (what it would
 write: the defaults where it writes nothing) and the defaults each run half B through the whole pipeline
-(hybrid nDCG@10 and hit@5, with the 95 % bootstrap interval of the paired difference). Refusal on half B: its
+(hybrid nDCG@10 and hit@5, with the 99 % bootstrap interval of the paired difference). Refusal on half B: its
 answerable questions, and tests/data/offtopic's questions (written apart from the shipped list tune calibrates on).
 Indexes and vectors as in bench/quality.py (the persistent embedding cache).
 """
@@ -54,7 +54,7 @@ def run_set(index: Path, folder: Path) -> dict:
            "min_score": min_score, "not_written": chosen.reasons, "cv_on_a": chosen.metrics}  # fmt: skip
     for m in ("ndcg@10", "hit@5"):
         gains = [y.metrics[m] - x.metrics[m] for x, y in zip(before.records, after.records, strict=True)]
-        row[m] = {"default": before.metrics[m], "tuned": after.metrics[m], "ci95": interval(gains)}
+        row[m] = {"default": before.metrics[m], "tuned": after.metrics[m], "ci99": interval(gains)}
     for name, t in (("default", settings.answer.min_score), ("tuned", min_score)):
         row[f"refusal_{name}"] = {"offtopic_flagged": flagged(off, t), "answerable_flagged": flagged(answerable, t)}
     r = row["refusal_tuned"]

@@ -75,7 +75,7 @@ def test_a_large_enough_set_writes_what_it_can_tell_which_then_changes_the_answe
     assert {k: v for k, v in out.items() if k != "written"} == {k: v for k, v in dry.items() if k != "written"}
     # random vectors (the fake embedder): BM25 weighs more, the clauses nothing; no threshold tells them apart
     assert rounded(out["metrics"]) == {"ndcg@10": [0.5547, 0.6389], "hit@5": [0.65, 0.8167]}
-    assert out["metrics"]["ndcg@10"]["ci95"][0] > 0
+    assert out["metrics"]["ndcg@10"]["ci99"][0] > 0
     assert (out["write"], out["written"]) == ({"retrieval.fusion": "zscore:1.5,1,0"}, "zhiku.yaml")
     assert out["reasons"] == [
         "answer.min_score: chosen out of fold, it flags 6.5% of off-topic questions (needs ≥ 90%) and 10.0% of "

@@ -329,7 +329,7 @@ def tune(
 ) -> None:
     """Choose the fusion weights (retrieval.fusion) and the refusal threshold (answer.min_score) from your own eval
     set by 5-fold cross-validation, against a shipped list of everyday off-topic questions: before / after (out of
-    fold) with 95 % bootstrap intervals. Writes the choice to zhiku.yaml (or --config) only when the set can tell
+    fold) with 99 % bootstrap intervals. Writes the choice to zhiku.yaml (or --config) only when the set can tell
     (≥ 50 questions and a gain whose interval excludes 0; a threshold that holds ≥ 90 % off-topic and ≤ 5 %
     answerable flagged out of fold), and says why not otherwise."""
     from zhiku.evaluation.tune import FOLDS, write_settings
@@ -354,14 +354,14 @@ def tune(
         _print_json(result.to_json())
         return
     title = f"{data.name} · {result.questions} questions, {result.offtopic} off-topic · {FOLDS}-fold cross-validation"
-    gain = "gain [95 % interval]"
+    gain = "gain [99 % interval]"
     t = table(("", "before", "after, out of fold", gain), whole=(gain,), title=title)
     for name, m in result.metrics.items():
         t.add_row(
             name,
             f"{m['before']:.4f}",
             f"{m['after']:.4f}",
-            f"{m['gain']:+.4f} [{m['ci95'][0]:+.4f}, {m['ci95'][1]:+.4f}]",
+            f"{m['gain']:+.4f} [{m['ci99'][0]:+.4f}, {m['ci99'][1]:+.4f}]",
         )
     for who in ("offtopic", "answerable"):
         k = f"{who}_flagged"

@@ -89,11 +89,12 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def interval(gains: Sequence[float]) -> list[float]:
-    """The 95 % bootstrap interval of the mean of paired per-question gains (a fixed seed: the same every run)."""
+    """The 99 % bootstrap interval of the mean of paired per-question gains (a fixed seed: the same every run);
+    99 %, not 95: on stard_longdoc, weights whose 95 % interval on half A excludes 0 lose 0.0013 on half B."""
     if not gains:
         return [0.0, 0.0]
     picks = np.random.default_rng(0).integers(0, len(gains), (BOOTSTRAP, len(gains)))
-    lo, hi = np.quantile(np.asarray(gains)[picks].mean(axis=1), [0.025, 0.975])
+    lo, hi = np.quantile(np.asarray(gains)[picks].mean(axis=1), [0.005, 0.995])
     return [float(lo), float(hi)]
 
 
@@ -124,7 +125,7 @@ class TuneResult:
     offtopic: int
     before: dict[str, Any]  # {"fusion": …, "min_score": …}
     after: dict[str, Any]
-    metrics: dict[str, dict[str, Any]]  # metric -> before, after (out of fold), gain, ci95
+    metrics: dict[str, dict[str, Any]]  # metric -> before, after (out of fold), gain, ci99
     refusal: dict[str, dict[str, float]]  # before / after -> offtopic_flagged, answerable_flagged (out of fold)
     write: dict[str, Any] = field(default_factory=dict)  # the keys worth writing: dotted key -> value
     reasons: list[str] = field(default_factory=list)  # why a key is not written
@@ -168,15 +169,15 @@ def tune(
             "before": before,
             "after": before + _mean(gains),
             "gain": _mean(gains),
-            "ci95": interval(gains),
+            "ci99": interval(gains),
         }
     final = grid[best(None)]
     small = len(questions) < MIN_QUESTIONS
-    lo, hi = metrics["ndcg@10"]["ci95"]
+    lo, hi = metrics["ndcg@10"]["ci99"]
     if small:
         reasons.append(f"{len(questions)} questions: fewer than {MIN_QUESTIONS} cannot tell a gain from chance")
     elif lo <= 0:
-        reasons.append(f"retrieval.fusion: the 95 % interval of the nDCG@10 gain [{lo:+.4f}, {hi:+.4f}] includes 0")
+        reasons.append(f"retrieval.fusion: the 99 % interval of the nDCG@10 gain [{lo:+.4f}, {hi:+.4f}] includes 0")
     elif final != base:
         write["retrieval.fusion"] = _fusion(final)
 
