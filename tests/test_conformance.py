@@ -35,9 +35,10 @@ APPLICABLE = [
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
 ]
-# server-sse-polling posts with `mcp-protocol-version: 2025-03-26`, for which the SDK sends no priming event (older
-# clients cannot parse its empty data; `retry` rides on it), then calls the reference server's `test_reconnection`
-# tool. test_mcp_transports.py checks the priming event, `retry` and the Last-Event-ID resume at 2025-11-25.
+# Not applicable (docs/mcp.md): server-sse-polling posts with `mcp-protocol-version: 2025-03-26`, whose clients may
+# JSON-parse a priming event's empty data (an id + retry event without data reaches them as empty data too: httpx2),
+# so no priming event and no `retry`; then it calls `test_reconnection`, the suite's reference server's tool.
+# test_mcp_transports.py checks the priming event, `retry` and the Last-Event-ID resume at 2025-11-25.
 KNOWN_WARNINGS = {
     "server-sse-polling": ["server-sse-priming-event", "server-sse-retry-field", "server-sse-disconnect-resume"]
 }
