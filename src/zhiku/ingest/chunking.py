@@ -229,42 +229,34 @@ def _add(spans: list[Span], cur: Span | None, start: int, end: int, size: int) -
     return start, end
 
 
-def _split_unit(text: str, unit: Unit, settings: ChunkShape, prefixes: dict[int, str]) -> list[Span]:
-    size = settings.size
-    spans: list[Span] = []
-    cur: Span | None = None
-    for ps, pe, table in unit.parts:
-        if pe - ps <= size:
-            cur = _add(spans, cur, ps, pe, size)
-            continue
-        if cur is not None:
-            spans.append(cur)
-        if table is not None:
-            pieces = split_table(text, ps, pe, table, size)
-            prefixes.update((s, p) for s, _, p in pieces if p)
-            split = [(s, e) for s, e, _ in pieces]
-        else:
-            split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
-        spans.extend(split[:-1])
-        cur = split[-1]
-    if cur is not None:
-        spans.append(cur)
-    return spans
-
-
 def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[tuple[int, int, str]]:
+    """Units packed up to ``size``; a longer unit stands alone, its parts packed and a long part cut."""
     size = settings.size
     spans: list[Span] = []
     prefixes: dict[int, str] = {}
     cur: Span | None = None
     for unit in group_units(text, paragraphs):
-        if unit.end - unit.start <= size:
-            cur = _add(spans, cur, unit.start, unit.end, size)
-            continue
-        if cur is not None:
+        whole = unit.end - unit.start <= size
+        if not whole and cur is not None:
             spans.append(cur)
             cur = None
-        spans.extend(_split_unit(text, unit, settings, prefixes))
+        for ps, pe, table in [(unit.start, unit.end, None)] if whole else unit.parts:
+            if pe - ps <= size:
+                cur = _add(spans, cur, ps, pe, size)
+                continue
+            if cur is not None:
+                spans.append(cur)
+            if table is not None:
+                pieces = split_table(text, ps, pe, table, size)
+                prefixes.update((s, p) for s, _, p in pieces if p)
+                split = [(s, e) for s, e, _ in pieces]
+            else:
+                split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
+            spans.extend(split[:-1])
+            cur = split[-1]
+        if not whole and cur is not None:
+            spans.append(cur)
+            cur = None
     if cur is not None:
         spans.append(cur)
     return [(s, e, prefixes.get(s, "")) for s, e in _merge_tiny(spans, size, settings.min_chars, set(prefixes))]
@@ -329,15 +321,17 @@ def chunk_document(
 ) -> list[Chunk]:
     shape = ChunkShape(settings.size_chars) if isinstance(settings, ChunkingSettings) else settings
     text = doc.text
-    articles = ArticleIndex.of(text)
+    found = [(m.start(1), m.group(1)) for m in ARTICLE_RE.finditer(text)]
+    at, labels = [p for p, _ in found], [label for _, label in found]
     pages = sorted(doc.pages, key=lambda p: p.start)
     page_starts = [p.start for p in pages]
     seen: dict[str, int] = {}
     chunks: list[Chunk] = []
     for sec in split_sections(text, markdown=doc.doc_type != "text"):
-        a_lo, a_hi = articles.bounds(sec.start, sec.end)
+        lo, hi = bisect_left(at, sec.start), bisect_left(at, sec.end)  # the section's articles
         for s, e, prefix in _pack(text, sec.paragraphs, shape):
-            label = article_label(articles.held(s, e, a_lo, a_hi))
+            i, j = bisect_right(at, s, lo, hi), bisect_left(at, e, lo, hi)  # the articles it continues or holds
+            label = article_label(labels[max(i - 1, lo) : j])
             section = SECTION_SEPARATOR.join(x for x in (sec.path, label) if x)
             body = f"{prefix}\n{text[s:e]}" if prefix else text[s:e]
             cid = chunk_id_for(collection, doc.source, section, body)
@@ -454,26 +448,6 @@ def group_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[Unit]:
         else:
             units.append(Unit(kind, ((ps, pe, table),)))
     return units
-
-
-@dataclass(frozen=True)
-class ArticleIndex:
-    positions: tuple[int, ...]
-    labels: tuple[str, ...]
-
-    @classmethod
-    def of(cls, text: str) -> ArticleIndex:
-        found = [(m.start(1), m.group(1)) for m in ARTICLE_RE.finditer(text)]
-        return cls(tuple(p for p, _ in found), tuple(label for _, label in found))
-
-    def held(self, start: int, end: int, lo: int, hi: int) -> list[str]:
-        """The articles ``text[start:end]`` continues or holds, among articles ``lo``..``hi`` of its section."""
-        i = bisect_right(self.positions, start, lo, hi)
-        j = bisect_left(self.positions, end, lo, hi)
-        return list(self.labels[max(i - 1, lo) : j])
-
-    def bounds(self, start: int, end: int) -> tuple[int, int]:
-        return bisect_left(self.positions, start), bisect_left(self.positions, end)
 
 
 def article_label(labels: Sequence[str]) -> str:
