@@ -132,9 +132,6 @@ class Filters:
     source_glob: str | None = None  # fnmatch-style glob over the ingested source path
     doc_type: str | None = None
 
-    def is_empty(self) -> bool:
-        return self.collection is None and self.source_glob is None and self.doc_type is None
-
 
 @dataclass(frozen=True)
 class ScoredId:

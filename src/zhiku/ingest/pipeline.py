@@ -299,7 +299,15 @@ class Ingestor:
         skip: Mapping[Path, str] | None = None,
         only: Collection[Path] | None = None,
     ) -> IngestReport:
-        tasks, failures, unsupported = self._tasks(paths)
+        suffixes = supported_suffixes(self.loaders)
+        unsupported: Counter[str] = Counter()
+        tasks, failures = discover(paths, suffixes, unsupported)
+        for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
+            p = Path(given).expanduser()
+            if p.is_file() and p.suffix.lower() not in suffixes:
+                tasks = [t for t in tasks if t.path != p.resolve()]
+                what = f"unsupported file type '{printable(p.suffix or p.name)}' (supported: {', '.join(suffixes)})"
+                failures.append(FileFailure(printable(str(given)), what))
         skip = skip or {}
         failures += [FileFailure(t.source, skip[t.path]) for t in tasks if t.path in skip]
         tasks = [t for t in tasks if t.path not in skip and (only is None or t.path in only)]
@@ -319,18 +327,6 @@ class Ingestor:
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
         report = self._report(tally, removed=gone if sync else (), dry_run=dry_run)
         return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
-
-    def _tasks(self, paths: Sequence[Path]) -> tuple[list[FileTask], list[FileFailure], Counter[str]]:
-        suffixes = supported_suffixes(self.loaders)
-        unsupported: Counter[str] = Counter()
-        tasks, failures = discover(paths, suffixes, unsupported)
-        for given in paths:  # a file named directly with an unknown suffix is an error, not a silent skip
-            p = Path(given).expanduser()
-            if p.is_file() and p.suffix.lower() not in suffixes:
-                tasks = [t for t in tasks if t.path != p.resolve()]
-                what = f"unsupported file type '{printable(p.suffix or p.name)}' (supported: {', '.join(suffixes)})"
-                failures.append(FileFailure(printable(str(given)), what))
-        return tasks, failures, unsupported
 
     def ingest_docs(
         self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0

@@ -17,7 +17,7 @@ import threading
 import zlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,9 +63,6 @@ class Layout:
             raise ValueError(f"rowid {first_rowid} is not past the vector file's base {self.base}")
         return self.count + first_rowid - self.base - 1
 
-    def to_meta(self) -> str:
-        return json.dumps({"dim": self.dim, "gen": self.gen, "base": self.base, "count": self.count, "dead": self.dead})
-
 
 def read_layout(conn: sqlite3.Connection, dim: int) -> Layout:
     """The recorded layout; generation 0 if none; an empty next generation if recorded for another dim."""
@@ -92,7 +89,7 @@ def layout_for_write(conn: sqlite3.Connection, index_dir: Path, dim: int, first_
 
 
 def save_layout(conn: sqlite3.Connection, layout: Layout) -> None:
-    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (LAYOUT_KEY, layout.to_meta()))
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (LAYOUT_KEY, json.dumps(asdict(layout))))
 
 
 def note_dead(conn: sqlite3.Connection, dim: int | None, rows: int) -> None:

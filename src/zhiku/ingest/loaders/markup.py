@@ -125,16 +125,9 @@ def source_image(
     bbox: tuple[float, float, float, float] | None = None,
     caption: str = "",
 ) -> SourceImage:
-    ref = ImageRef(
-        image_id=image_id(data, mime_type),
-        mime_type=mime_type,
-        page=page,
-        bbox=None if bbox is None else tuple(round(v, 1) for v in bbox),  # type: ignore[arg-type]
-        width=width,
-        height=height,
-        caption=caption,
-    )
-    return SourceImage(ref=ref, offset=offset, data=data)
+    box = None if bbox is None else tuple(round(v, 1) for v in bbox)
+    ref = ImageRef(image_id(data, mime_type), mime_type, page, box, width, height, caption)  # type: ignore[arg-type]
+    return SourceImage(ref, offset, data)
 
 
 class Configured:

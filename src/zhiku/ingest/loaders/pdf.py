@@ -93,14 +93,6 @@ def _pdfium() -> Any:
     return pypdfium2
 
 
-def check_pdf_bytes(path: Path) -> None:
-    head = read_head(path, 1024)
-    if not head:
-        raise LoaderError(f"empty file (0 bytes): {path}")
-    if b"%PDF-" not in head:
-        raise wrong_suffix(head, "PDF", path)
-
-
 class PdfLoader(Configured):
     doc_type: str = "pdf"
     suffixes: tuple[str, ...] = (".pdf",)
@@ -134,7 +126,11 @@ class PdfLoader(Configured):
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
         pdfium = _pdfium()
-        check_pdf_bytes(path)
+        head = read_head(path, 1024)
+        if not head:
+            raise LoaderError(f"empty file (0 bytes): {path}")
+        if b"%PDF-" not in head:
+            raise wrong_suffix(head, "PDF", path)
         pdf = self._open(pdfium, path)
         plumber: Any = None
         try:
