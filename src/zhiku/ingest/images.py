@@ -53,6 +53,3 @@ class ImageStore:
             raise NotFound(f"no image {image_id} in this index (re-ingest the document that holds it)") from None
         except OSError as e:
             raise StoreError(f"cannot read image {path}: {e.strerror or e}") from None
-
-    def exists(self, image_id: str) -> bool:
-        return self.path(image_id).is_file()

@@ -77,12 +77,8 @@ def doc_row(doc: DocRecord) -> tuple[Any, ...]:
 
 def doc_from_row(row: Sequence[Any]) -> DocRecord:
     """A ``DocRecord`` from the values of ``DOC_COLS``."""
-    return DocRecord(  # type: ignore[misc]  # mypy cannot count the 11 values of a slice
-        *row[:11],
-        status=DocStatus(row[11]),
-        needs_ocr_pages=tuple(json.loads(row[12])),
-        ocr_pages=tuple(json.loads(row[13])),
-    )
+    pages = tuple(json.loads(row[12])), tuple(json.loads(row[13]))
+    return DocRecord(*row[:11], DocStatus(row[11]), *pages)  # type: ignore[call-arg]  # mypy cannot count a slice
 
 
 def chunk_row(chunk: Chunk) -> tuple[Any, ...]:
@@ -95,7 +91,7 @@ def chunk_from_row(row: Sequence[Any]) -> Chunk:
     """A ``Chunk`` from the values of ``CHUNK_COLS``."""
     found = json.loads(row[11]) if row[11] != "[]" else []
     images = tuple(ImageRef(**{**d, "bbox": tuple(d["bbox"]) if d.get("bbox") is not None else None}) for d in found)
-    return Chunk(*row[:11], images=images)  # type: ignore[misc]  # see doc_from_row
+    return Chunk(*row[:11], images=images)  # type: ignore[misc]  # as in doc_from_row
 
 
 def prepare_rows(

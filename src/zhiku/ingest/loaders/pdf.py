@@ -326,9 +326,10 @@ def _font_name(raw: Any, textpage: Any, index: int, buf: Any) -> str:
     return str(buf.value.decode("latin-1").split("+")[-1])
 
 
-def inside(box: Any, area: Box) -> bool:
+def inside(box: Any, area: Box, pad: float = 3) -> bool:
+    """Whether the centre of a box (or a ``Line``) lies in ``area`` widened by ``pad`` points."""
     x0, top, x1, bottom = (box.x0, box.top, box.x1, box.bottom) if isinstance(box, Line) else box
-    return area[0] - 3 <= (x0 + x1) / 2 <= area[2] + 3 and area[1] - 3 <= (top + bottom) / 2 <= area[3] + 3
+    return area[0] - pad <= (x0 + x1) / 2 <= area[2] + pad and area[1] - pad <= (top + bottom) / 2 <= area[3] + pad
 
 
 def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[tuple[float, float, str]]:
@@ -381,15 +382,12 @@ def place(lines: list[Line], tables: list[Table], images: list[tuple[Box, bytes,
     items: list[Line | Block] = []
     placed: set[int] = set()
     for line in lines:
-        cx, cy = (line.x0 + line.x1) / 2, (line.top + line.bottom) / 2
-        inside = next(
-            (k for k, t in enumerate(tables) if t.bbox[0] <= cx <= t.bbox[2] and t.bbox[1] <= cy <= t.bbox[3]), None
-        )
-        if inside is None:
+        k = next((k for k, t in enumerate(tables) if inside(line, t.bbox, 0)), None)
+        if k is None:
             items.append(line)
-        elif inside not in placed:
-            placed.add(inside)
-            items.append(Block(tables[inside].bbox[1], tables[inside].bbox[3], markdown=tables[inside].markdown))
+        elif k not in placed:
+            placed.add(k)
+            items.append(Block(tables[k].bbox[1], tables[k].bbox[3], markdown=tables[k].markdown))
     for k, t in enumerate(tables):
         if k not in placed:
             insert_by_y(items, Block(t.bbox[1], t.bbox[3], markdown=t.markdown), t.bbox[1])
@@ -426,16 +424,12 @@ def tabular_areas(areas: Sequence[Box], lines: Sequence[Any], wide_gaps: Callabl
     their labels beside them), mostly not monospaced, half with a wide gap between two characters (cells)."""
     out = []
     for box in areas:
-        inside = [
-            i
-            for i, ln in enumerate(lines)
-            if box[0] <= (ln.x0 + ln.x1) / 2 <= box[2] and box[1] <= (ln.top + ln.bottom) / 2 <= box[3]
-        ]
-        if len(inside) < 2 or sum(1 for i in inside if lines[i].mono) * 2 > len(inside):
+        held = [i for i, ln in enumerate(lines) if inside(ln, box, 0)]
+        if len(held) < 2 or sum(1 for i in held if lines[i].mono) * 2 > len(held):
             continue
-        if any(lines[i].x0 < box[0] - 5 or lines[i].x1 > box[2] + 5 for i in inside):
+        if any(lines[i].x0 < box[0] - 5 or lines[i].x1 > box[2] + 5 for i in held):
             continue  # text running past the rules: underlines of a form, not a table
-        if sum(1 for i in inside if wide_gaps(i) > 0) * 2 >= len(inside):
+        if sum(1 for i in held if wide_gaps(i) > 0) * 2 >= len(held):
             out.append(box)
     return out
 
