@@ -149,15 +149,8 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
             if len(run) < 3:
                 candidates[size_key(lines[run[0]].size)] += 1
     levels = {s: n for n, s in enumerate(sorted(candidates, reverse=True)[:6], 1)}
-    return Layout(
-        body_size=body,
-        heading_levels=levels,
-        leading_gap=gaps[len(gaps) // 2] if gaps else body * 0.5,
-        left=lefts[len(lefts) // 10] if lefts else 0.0,
-        right=right,
-        page_body=page_body,
-        front=front,
-    )
+    leading, left = gaps[len(gaps) // 2] if gaps else body * 0.5, lefts[len(lefts) // 10] if lefts else 0.0
+    return Layout(body, levels, leading, left, right, page_body, front)
 
 
 def _sizes(lines: Sequence[Line], ocr: bool = False) -> Counter[float]:
