@@ -374,24 +374,6 @@ def table_start(text: str, start: int, end: int) -> int | None:
     return None
 
 
-def table_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int | None]]:
-    units: list[tuple[int, int, int | None]] = []
-    for ps, pe in paragraphs:
-        table = table_start(text, ps, pe)
-        if (
-            table == ps
-            and units
-            and units[-1][2] is None
-            and units[-1][1] - units[-1][0] <= 120
-            and _TABLE_CAPTION_RE.match(text, units[-1][0])
-            and "\n" not in text[units[-1][0] : units[-1][1]]
-        ):
-            units[-1] = (units[-1][0], pe, table)
-        else:
-            units.append((ps, pe, table))
-    return units
-
-
 def split_table(text: str, start: int, end: int, table: int, size: int) -> list[tuple[int, int, str]]:
     """A table unit as ``(start, end, prefix)`` pieces cut between rows, each later one prefixed by the header."""
     header_end = text.find("\n", text.find("\n", table) + 1)
@@ -440,8 +422,20 @@ def _kind(text: str, start: int, table: int | None) -> str:
 
 
 def group_units(text: str, paragraphs: Sequence[tuple[int, int]]) -> list[Unit]:
+    """An article, FAQ pair or numbered part takes the paragraphs and tables after it; a one-line caption its table."""
     units: list[Unit] = []
-    for ps, pe, table in table_units(text, paragraphs):
+    for ps, pe in paragraphs:
+        table = table_start(text, ps, pe)
+        cs, ce, ct = units[-1].parts[-1] if units else (0, 0, 0)
+        if (
+            table == ps
+            and ct is None
+            and ce - cs <= 120
+            and _TABLE_CAPTION_RE.match(text, cs)
+            and "\n" not in text[cs:ce]
+        ):
+            units[-1] = Unit(units[-1].kind, (*units[-1].parts[:-1], (cs, pe, table)))
+            continue
         kind = _kind(text, ps, table)
         if kind in ("paragraph", "table") and units and units[-1].kind in _OPENS_GROUP:
             units[-1] = Unit(units[-1].kind, (*units[-1].parts, (ps, pe, table)))
