@@ -49,14 +49,6 @@ class Section:
     path: str
     paragraphs: tuple[tuple[int, int], ...]
 
-    @property
-    def start(self) -> int:
-        return self.paragraphs[0][0]
-
-    @property
-    def end(self) -> int:
-        return self.paragraphs[-1][1]
-
 
 def _scan(text: str, markdown: bool) -> Iterator[tuple[int, int, Heading | None, bool]]:
     fence: tuple[str, int] | None = None
@@ -328,7 +320,7 @@ def chunk_document(
     seen: dict[str, int] = {}
     chunks: list[Chunk] = []
     for sec in split_sections(text, markdown=doc.doc_type != "text"):
-        lo, hi = bisect_left(at, sec.start), bisect_left(at, sec.end)  # the section's articles
+        lo, hi = bisect_left(at, sec.paragraphs[0][0]), bisect_left(at, sec.paragraphs[-1][1])  # its articles
         for s, e, prefix in _pack(text, sec.paragraphs, shape):
             i, j = bisect_right(at, s, lo, hi), bisect_left(at, e, lo, hi)  # the articles it continues or holds
             label = article_label(labels[max(i - 1, lo) : j])
