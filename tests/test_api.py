@@ -134,6 +134,13 @@ def test_synonyms_file_lets_colloquial_words_find_statute_words(tmp_path: Path, 
     assert (r.hits[0].chunk.source, r.hits[0].chunk.section) == ("年休假条例.md", SEC_LEAVE)
 
 
+def test_character_pairs_meet_a_word_the_document_cuts_otherwise(kb: KnowledgeBase) -> None:
+    # the question's 年休 is one word to jieba; the rules' 年休假 is cut 休假 / 年休假: only its pair 年休 meets it
+    r = kb.retrieve("年休几天", mode="bm25", collection="hr")
+    assert (r.query.terms, r.query.pairs) == (("年休", "几天"), ("休几",))
+    assert [(h.chunk.source, h.chunk.section) for h in r.hits] == [("年休假条例.md", SEC_LEAVE)]
+
+
 def test_chunk_context_of_a_hit(kb: KnowledgeBase) -> None:
     hit = kb.retrieve("试用期最长多久", mode="bm25", collection="hr").hits[0]
     ctx = chunk_context(kb.store, hit.chunk.chunk_id, "article", 12000)

@@ -212,3 +212,15 @@ def test_an_index_without_any_term_answers_nothing_then_finds_what_comes(index_d
         assert len(store.bm25_search(["会议", "预算"], 5)) == 1
     with SQLiteStore(index_dir, read_only=True) as store:
         assert len(store.bm25_search(["会议", "预算"], 5)) == 1
+
+
+def test_rare_terms_are_scored_only_where_they_are_rare(index_dir: Path) -> None:
+    common, two = big_doc("甲", 398, ["预算"]), corpus_doc("乙", [["会议", "年休"], ["会议", "讨论"]])
+    with SQLiteStore(index_dir) as store:
+        common.write(store)
+        two.write(store)  # 400 rows: a rare term (in at most 0.5 % of them) is in at most 2
+        assert ids(store.bm25_search(["讨论"], 10, rare=["年休", "预算"])) == two.ids[::-1]  # 预算 is common
+        assert store.bm25_search(["讨论"], 10, rare=["年休"])[1].score == store.bm25_search(["年休"], 10)[0].score
+        assert ids(store.bm25_search(["讨论"], 10, rare=["会议"])) == two.ids[::-1]  # 会议: in 2 rows
+        assert len(store.bm25_search(["讨论", "预算"], 500)) == 399  # a term counts however common
+        assert ids(store.bm25_search(["讨论"], 10, rare=["讨论"])) == two.ids[1:]  # once, as a term

@@ -34,7 +34,7 @@ def test_sentences_are_whole_not_clauses_cut_at_semicolons_nor_chunk_pieces() ->
 
 def test_a_summary_never_joins_a_clause_of_one_article_to_another() -> None:
     # was: "第三条 职工累计工作已满1年不满10年的，年休假5天；单位因…可以跨1个年度安排。" (as if one rule)
-    s = extractive_summary(chunks(LEAVE, [60]), TextProcessor().index_tokens, n_sentences=2)
+    s = extractive_summary(chunks(LEAVE, [60]), TextProcessor().words, n_sentences=2)
     assert s.summary == (
         "第三条 职工累计工作已满1年不满10年的，年休假5天；已满10年不满20年的，年休假10天；已满20年的，年休假15天。"
         "第五条 单位确因工作需要不能安排职工休年休假的，经职工本人同意，可以不安排职工休年休假。"
@@ -61,7 +61,7 @@ def test_code_headings_captions_and_list_items_are_not_summary_sentences() -> No
 def test_pronouns_are_not_keywords() -> None:
     # elegantbook-cn.pdf's keywords were 函数、环境、积分、我们、…: "we" says nothing about a document
     text = "我们定义可测函数的积分。我们证明积分的性质。我们讨论函数的积分与测度。我们给出积分的例子。"
-    s = extractive_summary(chunks(text, []), TextProcessor().index_tokens, n_keywords=3)
+    s = extractive_summary(chunks(text, []), TextProcessor().words, n_keywords=3)
     assert s.keywords == ("函数", "积分", "可测")
 
 
@@ -81,7 +81,7 @@ def test_list_markers_html_tags_and_links_stay_out_of_sentences_and_code_charact
         "慢查询日志：SELECT * FROM orders WHERE user_id=1 用时很长。",
         "这是加粗与强调的说明文字。",
     ]
-    keywords = extractive_summary(chunks(text, []), TextProcessor().index_tokens).keywords
+    keywords = extractive_summary(chunks(text, []), TextProcessor().words).keywords
     assert not {"strong", "div", "warning", "https", "png"} & set(keywords)
 
 
@@ -115,7 +115,7 @@ def test_a_report_is_summarised_by_its_headings_with_a_line_each() -> None:
         Chunk(f"c{n}", "d1", "reports", "报告.md", "markdown", section, None, 0, len(text), n, text)
         for n, (section, text) in enumerate(parts)
     ]
-    s = document_summary(chunks, None, TextProcessor().index_tokens)
+    s = document_summary(chunks, None, TextProcessor().words)
     assert (s.kind, s.summary.splitlines()) == (
         "outline",
         [

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from zhiku.errors import ConfigError
-from zhiku.text import TextProcessor, load_stopwords
+from zhiku.text import TextProcessor, char_pairs, load_stopwords
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def test_normalize_nfkc_t2s_lower(tp):
     assert tp.normalize("勞動合同法ＧＰＴ－４　１２３") == "劳动合同法gpt-4 123"
 
 
-def test_index_tokens_search_mode_mixed_scripts(tp):
+def test_index_tokens_search_mode_mixed_scripts_then_character_pairs(tp):
     assert tp.index_tokens("《中华人民共和国劳动合同法》第三条：GPT-4 in 2024年") == [
         "中华",
         "华人",
@@ -34,7 +34,26 @@ def test_index_tokens_search_mode_mixed_scripts(tp):
         "in",
         "2024",
         "年",
+        "民共",  # the pairs of each Chinese run that are not words already
+        "和国",
+        "国劳",
+        "动合",
+        "同法",
     ]
+
+
+def test_character_pairs_of_documents_and_questions(tp):
+    assert char_pairs("带薪年休假，年休假5天", {"休假"}) == ["带薪", "薪年", "年休", "年休"]
+    assert tp.words("职工带薪年休假") == ["职工", "带薪", "休假", "年休假"]
+    assert tp.index_tokens("职工带薪年休假") == ["职工", "带薪", "休假", "年休假", "工带", "薪年", "年休"]
+    # a question's pairs: not its terms, not stopwords (怎么), once each; 第47条 as statutes write it
+    terms = tp.query_tokens("年休假没休完怎么补钱？")
+    assert (terms, tp.query_pairs("年休假没休完怎么补钱？", terms)) == (
+        ["休假", "年休假", "没休", "完", "补钱"],
+        ["年休", "假没", "休完", "完怎", "么补"],
+    )
+    assert tp.query_pairs("第47条经济补偿", tp.query_tokens("第47条经济补偿")) == ["条经", "济补"]
+    assert tp.identity.endswith(";lower;pairs")  # an index built without pairs is reported stale
 
 
 def test_query_tokens_traditional_stopwords_distinct(tp):

@@ -530,9 +530,7 @@ class KnowledgeBase:
     def summary_fields(self, doc_id: str) -> dict[str, object]:
         """A document's summary and keywords: the LLM's (``metadata`` transform), else what fits the document (a
         statute's chapters, a report's headings, its top sentences; ``document_summary``)."""
-        s = document_summary(
-            self.store.document_chunks(doc_id), self.enrichments.doc_meta(doc_id), self.text.index_tokens
-        )
+        s = document_summary(self.store.document_chunks(doc_id), self.enrichments.doc_meta(doc_id), self.text.words)
         return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
 
     def delete(self, ref: str, collection: str | None = None) -> DocRecord:

@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import re
 import unicodedata
+from collections.abc import Collection
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,15 @@ TOKENIZER_NAME = "rjieba"
 
 
 _WORD_CHAR = re.compile(r"[^\W_]")  # a token is kept if it holds one: exactly str.isalnum() for every code point
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
+
+
+def char_pairs(normalized: str, words: Collection[str] = ()) -> list[str]:
+    """The adjacent character pairs of ``normalized``'s Chinese runs that are not among ``words``: BM25 matches
+    them beside the words, so a question jieba cuts unlike the document still meets it (年休几天: 年休 in 年休假)."""
+    return [
+        p for run in _HAN_RUN.findall(normalized) for i in range(len(run) - 1) if (p := run[i : i + 2]) not in words
+    ]
 
 
 def load_stopwords() -> frozenset[str]:
@@ -108,7 +118,7 @@ class TextProcessor:
         """Identifies everything that changes index tokens; stored in the index and checked on open."""
         version = importlib.metadata.version("rjieba")
         udict = hashlib.sha256(self._user_dict_text.encode()).hexdigest()[:12] if self._user_dict_text else "none"
-        return f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s=True;nfkc;lower"
+        return f"{TOKENIZER_NAME}-{version};search-mode;userdict={udict};t2s=True;nfkc;lower;pairs"
 
     def _normalize_chars(self, text: str) -> str:
         return self.simplified(unicodedata.normalize("NFKC", text)).lower()
@@ -121,9 +131,15 @@ class TextProcessor:
         """NFKC, Traditional → Simplified and lower case (the last ``NORMALIZED_TEXTS`` texts kept)."""
         return self._normalized(text)
 
-    def index_tokens(self, text: str) -> list[str]:
-        """Tokens to index for a document text: search-mode cut, punctuation and whitespace dropped."""
+    def words(self, text: str) -> list[str]:
+        """A text's words: search-mode cut, punctuation and whitespace dropped."""
         return self._cut(self._normalize_chars(text))
+
+    def index_tokens(self, text: str) -> list[str]:
+        """Tokens to index for a document text: its words, then its character pairs (``char_pairs``)."""
+        norm = self._normalize_chars(text)
+        words = self._cut(norm)
+        return words + char_pairs(norm, set(words))
 
     def _cut(self, normalized: str) -> list[str]:
         word = _WORD_CHAR.search
@@ -142,6 +158,11 @@ class TextProcessor:
                 norm, kept, lambda t: [w for w in self._cut(t) if w not in self.stopwords]
             )
         return list(dict.fromkeys(kept))
+
+    def query_pairs(self, text: str, terms: Collection[str]) -> list[str]:
+        """The character pairs of a question that BM25 matches beside its ``terms`` (stopwords left out)."""
+        skip = set(terms) | self.stopwords
+        return [p for p in dict.fromkeys(char_pairs(article_numbers(self.normalize(text)))) if p not in skip]
 
 
 # Clause breaks: full-width clause punctuation; ASCII , ! ? ; : unless between two ASCII letters/digits (1,000 or

@@ -38,6 +38,7 @@ _PAGE = re.compile(
 class QueryPlan:
     text: str  # as the user wrote it (stripped)
     terms: tuple[str, ...]  # BM25 terms after normalisation, segmentation and stopword removal
+    pairs: tuple[str, ...] = ()  # the character pairs BM25 matches beside the terms (``TextProcessor.query_pairs``)
     mode: SearchMode = "hybrid"
     normalized: str = ""  # NFKC, Traditional → Simplified, lower case
     forms: tuple[str, ...] = ()  # what the dense channel embeds: as written, and Simplified with 第47条 → 第四十七条
@@ -105,6 +106,7 @@ def read_question(
     return QueryPlan(
         text=question,
         terms=terms,
+        pairs=tuple(text.query_pairs(question, terms)) if mode_ != "dense" else (),
         mode=mode_,
         normalized=normalized,
         forms=forms,

@@ -282,7 +282,7 @@ class Searcher:
             return []
         with span("bm25") as sp:
             if not weights:
-                found = self.store.bm25_search(plan.terms, depth, plan.filters)
+                found = self.store.bm25_search(plan.terms, depth, plan.filters, rare=plan.pairs)
             elif self._weighted is not None:
                 found = self._weighted.bm25_weighted(weights, depth, plan.filters)
             else:

@@ -60,9 +60,12 @@ class Writer(Protocol):
 
 @runtime_checkable
 class Retriever(Protocol):
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
+    def bm25_search(
+        self, terms: Sequence[str], top_k: int, filters: Filters = Filters(), rare: Sequence[str] = ()
+    ) -> Sequence[ScoredId]:
         """Chunks matching any of ``terms`` (OR), best BM25 first (each ``rank`` its 1-based position: hits report
-        the position); scores are positive, higher is better."""
+        the position); scores are positive, higher is better. ``rare``: more terms, each scored only where it is
+        rare in the index (a store that cannot tell leaves them out)."""
         ...
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:

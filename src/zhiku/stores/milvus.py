@@ -539,7 +539,9 @@ class MilvusStore:
         except StoreError as e:  # the first query reports it, with its error code
             log.warning("could not reach %s: %s", self.where, e)
 
-    def bm25_search(self, terms: Sequence[str], top_k: int, filters: Filters = Filters()) -> list[ScoredId]:
+    def bm25_search(  # ``rare`` terms are left out: Milvus scores every term it is given, however common
+        self, terms: Sequence[str], top_k: int, filters: Filters = Filters(), rare: Sequence[str] = ()
+    ) -> list[ScoredId]:
         if isinstance(terms, str):
             raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
         unique = [t for t in dict.fromkeys(terms) if any(ch.isalnum() for ch in t)]

@@ -249,7 +249,12 @@ class SQLiteStore:
 
     # --- searching ---------------------------------------------------------------------------------
     def bm25_search(
-        self, terms: Sequence[str], top_k: int, filters: Filters = Filters(), weights: Mapping[str, float] | None = None
+        self,
+        terms: Sequence[str],
+        top_k: int,
+        filters: Filters = Filters(),
+        weights: Mapping[str, float] | None = None,
+        rare: Sequence[str] = (),
     ) -> Sequence[ScoredId]:
         unique = query_terms(terms)
         if not unique or top_k < 1:
@@ -259,7 +264,7 @@ class SQLiteStore:
             mask = self._masks.mask(conn, snap.top, filters)
             if mask is not None and not mask.any():
                 return []
-            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask, weights)
+            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask, weights, query_terms(rare))
             return self._ranked(rowids, scores, conn, snap.top, int(top_k))
 
     def bm25_weighted(
