@@ -354,16 +354,10 @@ class BM25Snapshot:
         return score(found, self.n_live, self.norm, live, allowed, top_k, weights)
 
     def _rare(self, terms: Sequence[str]) -> list[QueryTerm]:
-        """``terms`` in at most ``RARE_DF`` of the rows; counted with deleted rows first (a common pair's live
-        rows are never counted: that would cost more than scoring the rare ones)."""
-        limit = RARE_DF * self.n_live
-        rare = []
-        for term in terms:
-            key = query_key(term)
-            every = [p[0].size for p in (s.postings(key) for s in self.segments) if p is not None] if key else []
-            if 0 < sum(every) <= limit and (t := self.term(term)).df > 0:
-                rare.append(t)
-        return rare
+        """``terms`` in at most ``RARE_DF`` of the rows, deleted ones counted too (a common pair's live rows are
+        never counted: that costs more than scoring the rare ones)."""
+        sizes = [(t, sum(p[0].size for s in self.segments if (p := s.postings(query_key(t))))) for t in terms]
+        return [q for t, n in sizes if 0 < n <= RARE_DF * self.n_live and (q := self.term(t)).df > 0]
 
     def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
         """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""
