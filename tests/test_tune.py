@@ -60,7 +60,7 @@ def test_a_small_set_is_measured_but_written_nowhere(project: Path) -> None:
     assert (out["questions"], out["offtopic"], out["write"], out["written"]) == (12, 275, {}, None)
     assert out["reasons"] == ["12 questions: fewer than 50 cannot tell a gain from chance"]
     assert out["before"] == {"fusion": "zscore:1,1,0.35", "min_score": 0.88}
-    assert rounded(out["metrics"]) == {"ndcg@10": [0.8135, 0.8077], "hit@5": [0.9167, 0.9167]}
+    assert rounded(out["metrics"]) == {"ndcg@10": [0.8077, 0.8077], "hit@5": [0.9167, 0.9167]}
     assert (project / "zhiku.yaml").read_text(encoding="utf-8") == before
 
 
@@ -74,7 +74,7 @@ def test_a_large_enough_set_writes_what_it_can_tell_which_then_changes_the_answe
     out = tune("--dataset", dataset)
     assert {k: v for k, v in out.items() if k != "written"} == {k: v for k, v in dry.items() if k != "written"}
     # random vectors (the fake embedder): BM25 weighs more, the clauses nothing; no threshold tells them apart
-    assert rounded(out["metrics"]) == {"ndcg@10": [0.5547, 0.6389], "hit@5": [0.65, 0.8167]}
+    assert rounded(out["metrics"]) == {"ndcg@10": [0.5612, 0.6306], "hit@5": [0.6667, 0.8167]}
     assert out["metrics"]["ndcg@10"]["ci99"][0] > 0
     assert (out["write"], out["written"]) == ({"retrieval.fusion": "zscore:1.5,1,0"}, "zhiku.yaml")
     assert out["reasons"] == [
@@ -85,7 +85,7 @@ def test_a_large_enough_set_writes_what_it_can_tell_which_then_changes_the_answe
     assert settings.retrieval.fusion == "zscore:1.5,1,0" and settings.answer.min_score == 0.88
     assert (settings.embedding.model, settings.collection) == ("fake-embed", "laws")  # the rest kept
     tuned = json.loads(CliRunner().invoke(app, scored).stdout)["ndcg@10"]
-    assert (default, tuned) == (0.627, 0.671)  # nDCG@10 of the first six questions
+    assert (default, tuned) == (0.6154, 0.671)  # nDCG@10 of the first six questions
 
 
 def test_fusion_weights_in_zhiku_yaml_change_the_ranking(project: Path) -> None:

@@ -253,8 +253,8 @@ class SQLiteStore:
         terms: Sequence[str],
         top_k: int,
         filters: Filters = Filters(),
-        weights: Mapping[str, float] | None = None,
         rare: Sequence[str] = (),
+        weights: Mapping[str, float] | None = None,
     ) -> Sequence[ScoredId]:
         unique = query_terms(terms)
         if not unique or top_k < 1:
@@ -271,7 +271,7 @@ class SQLiteStore:
         self, weights: Mapping[str, float], top_k: int, filters: Filters = Filters()
     ) -> Sequence[ScoredId]:
         """``WeightedBM25``: each term's BM25 score times its weight."""
-        return self.bm25_search(list(weights), top_k, filters, weights)
+        return self.bm25_search(list(weights), top_k, filters, weights=weights)
 
     def term_counts(self, terms: Sequence[str]) -> dict[str, int]:
         """``WeightedBM25``: how many live chunks hold each term."""
