@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from zhiku.cache import Cache, memoized
-from zhiku.mcp.cache import cache_key
+from zhiku.mcp.hub import cache_key
 
 
 def test_key_is_canonical() -> None:

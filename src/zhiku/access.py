@@ -34,8 +34,7 @@ READ, WRITE = "zhiku.read", "zhiku.write"  # OAuth scopes; `zhiku.read.<collecti
 
 @dataclass(frozen=True)
 class Access:
-    """A caller: ``name`` (a token's, an OAuth subject; "" for the local user), the collections it sees (None:
-    every one) and whether it may change the index."""
+    """A caller: its name ("" for the local user), the collections it sees (None: all), whether it may write."""
 
     name: str = ""
     collections: tuple[str, ...] | None = None
@@ -120,8 +119,7 @@ def revoke_token(index: Path, name: str) -> dict[str, Any]:
 
 
 class Gate:
-    """Checks a bearer token: a named token (the file is re-read when it changes, so a revocation holds at once),
-    ``server.token`` or, with an issuer, a JWT. Required as soon as any of them exists."""
+    """Checks a bearer token (named, ``server.token`` or an issuer's JWT); required as soon as one exists."""
 
     def __init__(self, index: Path | None, token: str | None = None, issuer: Issuer | None = None) -> None:
         self.index, self.issuer = index, issuer
@@ -167,8 +165,7 @@ def _get_json(url: str) -> dict[str, Any]:
 
 
 class Issuer:
-    """An OAuth 2.1 authorization server's JWT access tokens: signature by a key of its JWKS (found through its
-    metadata), ``iss``, ``aud`` (this server's resource URL), ``exp``/``nbf`` with ``CLOCK_SKEW_S``."""
+    """An OAuth 2.1 issuer's JWT access tokens: JWKS signature, ``iss``, ``aud``, ``exp``/``nbf``."""
 
     def __init__(self, issuer: str, audience: str) -> None:
         self.issuer, self.audience = issuer, audience

@@ -203,9 +203,7 @@ class KnowledgeBase:
         skip: Mapping[Path, str] | None = None,
         only: Collection[Path] | None = None,
     ) -> IngestReport:
-        """``on_transform(transform, source, chunks done, chunks)``: per-chunk progress of the LLM transforms;
-        ``skip``: files of the walked folders left out, each reported failed with its reason; ``only``: of the
-        walked files, just these (silently)."""
+        """``skip``: walked files left out, each failed with its reason; ``only``: of the walked files, just these."""
         collection = self._collection(collection)
         with self.tracer.trace(
             "ingest",
@@ -239,8 +237,7 @@ class KnowledgeBase:
         stop: threading.Event | None = None,
         on_sync: Callable[[IngestReport], None] | None = None,
     ) -> None:
-        """Keep ``folders`` in sync until ``stop`` is set (or Ctrl-C): ingest them now, then each debounced batch of
-        changes: new and changed files indexed, deleted and moved-away ones removed, a bad file reported and skipped."""
+        """Keep ``folders`` in sync until ``stop`` is set (or Ctrl-C): ingest them now, then each batch of changes."""
         roots = watch_roots(folders)
 
         def sync(changed: Collection[Path] | None) -> None:
@@ -266,8 +263,7 @@ class KnowledgeBase:
     def ingest_urls(
         self, urls: Sequence[str], *, collection: str | None = None, max_pages: int | None = None, sync: bool = False
     ) -> IngestReport:
-        """Web pages; a sitemap's pages; with ``max_pages`` > 1 a same-site crawl from each URL. Pages the server
-        says are unchanged are skipped; with ``sync`` pages a sitemap or crawl no longer reaches are removed."""
+        """Web pages, a sitemap's pages, or (``max_pages`` > 1) a same-site crawl; ``sync`` drops pages gone from it."""
         from zhiku.ingest.web import WebFetcher, is_sitemap, scope
 
         collection = self._collection(collection)
@@ -346,8 +342,7 @@ class KnowledgeBase:
 
     # -- queries -----------------------------------------------------------------------------------
     def retrieve(self, query: str, **options: Unpack[QueryOptions]) -> Retrieval:
-        """Search; ``rerank`` None runs the configured reranker, False skips it, True requires one; ``tags``: only
-        chunks whose metadata (or their document's) carries every tag; the options are ``QueryOptions``'s."""
+        """Search with the ``QueryOptions``; ``rerank`` None runs the configured reranker, False skips it."""
         o = options
         mode, top_k, tags = o.get("mode"), o.get("top_k"), tuple(o.get("tags") or ())
         collection, source, doc_type = o.get("collection"), o.get("source"), o.get("doc_type")
@@ -392,8 +387,7 @@ class KnowledgeBase:
     def query(
         self, query: str, *, max_chars: int | None = None, framed: bool = False, **options: Unpack[QueryOptions]
     ) -> Answer:
-        """Retrieve, judge and answer: the cited answer with its confidence, ``low_confidence`` and ``note``
-        (``framed``: passages in ``<document>`` frames, for agents; see ``retrieval.answer.framed_passage``)."""
+        """Retrieve, judge and answer (``framed``: passages in ``<document>`` frames, for agents)."""
         with self.tracer.trace("query"):
             r = self.retrieve(query, **options)
             note = " ".join(filter(None, (r.query.note, None if r.hits else self._empty_note(options)))) or None
@@ -468,8 +462,7 @@ class KnowledgeBase:
     def resolve_document(
         self, ref: str, collection: str | tuple[str, ...] | None = None, *, glob: bool = True
     ) -> DocRecord:
-        """A document by id, source path or file path (of ``collection``, or one of a tuple); with ``glob``, also a
-        pattern that matches one source."""
+        """A document by id, source path or file path; with ``glob``, also a pattern that matches one source."""
         if not ref or not ref.strip():
             raise InvalidInput("name a document: its id (see `zhiku documents`) or its path")
         doc = self.store.get_document(ref)
@@ -528,8 +521,7 @@ class KnowledgeBase:
         return chunk_context(self.store, chunk_id, context, ANSWER_CHARS)
 
     def summary_fields(self, doc_id: str) -> dict[str, object]:
-        """A document's summary and keywords: the LLM's (``metadata`` transform), else what fits the document (a
-        statute's chapters, a report's headings, its top sentences; ``document_summary``)."""
+        """A document's summary and keywords: the LLM's (``metadata`` transform), else ``document_summary``'s."""
         s = document_summary(self.store.document_chunks(doc_id), self.enrichments.doc_meta(doc_id), self.text.words)
         return {"summary": s.summary or None, "summary_kind": s.kind, "keywords": list(s.keywords)}
 
@@ -555,8 +547,7 @@ def watch_roots(folders: Sequence[Path]) -> list[Path]:
 
 
 def watch_in_background(settings: Settings, folders: Sequence[Path], embedder: Embedder) -> Callable[[], None]:
-    """``KnowledgeBase.watch`` of ``folders`` on a writable index of its own, in a thread sharing ``embedder``
-    (a server's questions and the watcher's ingests take turns at it); returns what stops it."""
+    """``KnowledgeBase.watch`` in a thread sharing ``embedder`` with the server; returns what stops it."""
     roots, stop, kb = watch_roots(folders), threading.Event(), KnowledgeBase(settings, embedder=embedder)
     thread = threading.Thread(target=kb.watch, args=(roots,), kwargs={"stop": stop}, name="zhiku-watch", daemon=True)
     thread.start()
@@ -583,8 +574,7 @@ class Repair:
 
 
 def repair_index(settings: Settings) -> Repair:
-    """``zhiku repair``: the damaged files rebuilt from what is intact; damaged tables, from the documents' files
-    that the readable rows of the catalogue name (ingested again into a fresh index, the damaged one moved aside)."""
+    """Damaged files rebuilt from what is intact; damaged tables, by ingesting the catalogue's files afresh."""
     try:
         return Repair(repair_files(settings))
     except TablesDamaged:

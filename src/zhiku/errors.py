@@ -9,84 +9,55 @@ class ZhikuError(Exception):
     code = "ZHIKU_ERROR"
     retryable = False
 
-
-class ConfigError(ZhikuError):
-    code = "INVALID_CONFIG"
-
-
-class InvalidInput(ZhikuError):
-    """A request the caller can fix (empty query, k out of range, malformed filter)."""
-
-    code = "INVALID_INPUT"
+    def __init_subclass__(cls, code: str = "", retryable: bool | None = None) -> None:
+        super().__init_subclass__()
+        cls.code = code or cls.code
+        cls.retryable = cls.retryable if retryable is None else retryable
 
 
-class IngestError(ZhikuError):
-    code = "INGEST_FAILED"
+class ConfigError(ZhikuError, code="INVALID_CONFIG"): ...
 
 
-class LoaderError(IngestError):
-    """A file could not be read or decoded."""
-
-    code = "LOADER_FAILED"
+class InvalidInput(ZhikuError, code="INVALID_INPUT"): ...  # a request the caller can fix
 
 
-class UnsupportedFormat(IngestError):
-    code = "UNSUPPORTED_FORMAT"
+class IngestError(ZhikuError, code="INGEST_FAILED"): ...
 
 
-class StoreError(ZhikuError):
-    code = "STORE_ERROR"
+class LoaderError(IngestError, code="LOADER_FAILED"): ...  # a file could not be read or decoded
 
 
-class IndexLocked(StoreError):
-    code = "INDEX_LOCKED"
-    retryable = True
+class UnsupportedFormat(IngestError, code="UNSUPPORTED_FORMAT"): ...
 
 
-class ReadOnlyIndex(StoreError):
-    code = "INDEX_READ_ONLY"
+class StoreError(ZhikuError, code="STORE_ERROR"): ...
 
 
-class IndexMismatch(StoreError):
-    """The index was built with another embedder, tokenizer or chunking; it needs a rebuild."""
-
-    code = "INDEX_MISMATCH"
+class IndexLocked(StoreError, code="INDEX_LOCKED", retryable=True): ...
 
 
-class NotFound(ZhikuError):
-    code = "NOT_FOUND"
+class ReadOnlyIndex(StoreError, code="INDEX_READ_ONLY"): ...
 
 
-class IndexNotFound(StoreError, NotFound):
-    """There is no index to read at the given directory."""
-
-    code = "INDEX_NOT_FOUND"
+class IndexMismatch(StoreError, code="INDEX_MISMATCH"): ...  # built with another embedder, tokenizer or chunking
 
 
-class EmbeddingError(ZhikuError):
-    code = "EMBEDDING_FAILED"
-    retryable = True
+class NotFound(ZhikuError, code="NOT_FOUND"): ...
 
 
-class Busy(ZhikuError):
-    """The server's embedding model had no turn for this call before its deadline."""
-
-    code = "BUSY"
-    retryable = True
+class IndexNotFound(StoreError, NotFound, code="INDEX_NOT_FOUND"): ...
 
 
-class MissingDependency(ZhikuError):
-    code = "MISSING_DEPENDENCY"
+class EmbeddingError(ZhikuError, code="EMBEDDING_FAILED", retryable=True): ...
 
 
-class ModelIntegrityError(ZhikuError):
-    """A model file does not match the SHA-256 (or size) pinned in the model manifest."""
-
-    code = "MODEL_INTEGRITY"
+class Busy(ZhikuError, code="BUSY", retryable=True): ...  # the embedding model had no turn before the deadline
 
 
-class RerankError(ZhikuError):
-    """A reranker failed (model missing, endpoint unreachable, unparseable output); queries fall back to the fused order."""
+class MissingDependency(ZhikuError, code="MISSING_DEPENDENCY"): ...
 
-    code = "RERANK_FAILED"
-    retryable = True
+
+class ModelIntegrityError(ZhikuError, code="MODEL_INTEGRITY"): ...  # a file does not match its pinned SHA-256
+
+
+class RerankError(ZhikuError, code="RERANK_FAILED", retryable=True): ...  # queries fall back to the fused order

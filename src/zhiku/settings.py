@@ -1,5 +1,4 @@
-"""One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` environment variables; errors a newcomer can act
-on (where a bad value came from, what an unknown key was meant to be) and the keys of older files."""
+"""One typed settings tree, read from ``zhiku.yaml`` and ``ZHIKU_*`` variables, with errors a newcomer can act on."""
 
 from __future__ import annotations
 
@@ -74,6 +73,13 @@ class Endpoint(_Section):
     timeout_s: float = key(60.0, "Seconds one request may take.", "Whoever uses a slow or far endpoint.", gt=0, le=3600)
     # the key itself, read from ``api_key_env`` at the edge; never printed, never written by `zhiku config show`
     api_key: SecretStr | None = Field(None, exclude=True, repr=False)
+
+
+def _provider_needs(s: Any, section: str, builtin: str, remote: str, model_is: str) -> None:
+    if s.provider != builtin and not s.provider.startswith("plugin:") and not s.model:
+        raise ValueError(f"{section}.provider {s.provider!r} needs {section}.model ({model_is})")
+    if s.provider == remote and not s.base_url:
+        raise ValueError(f"{section}.provider {remote!r} needs {section}.base_url, e.g. http://127.0.0.1:8000/v1")
 
 
 class StoreSettings(_Section):
@@ -180,10 +186,7 @@ class EmbeddingSettings(Endpoint):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> EmbeddingSettings:
-        if self.provider != "bundled" and not self.provider.startswith("plugin:") and not self.model:
-            raise ValueError(f"embedding.provider {self.provider!r} needs embedding.model (a model id or folder)")
-        if self.provider == "openai" and not self.base_url:
-            raise ValueError("embedding.provider 'openai' needs embedding.base_url, e.g. http://127.0.0.1:8000/v1")
+        _provider_needs(self, "embedding", "bundled", "openai", "a model id or folder")
         return self
 
 
@@ -228,12 +231,7 @@ class RerankSettings(Endpoint):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> RerankSettings:
-        if self.provider != "none" and not self.provider.startswith("plugin:") and not self.model:
-            raise ValueError(
-                f"rerank.provider {self.provider!r} needs rerank.model (a model id or folder, or the chat model name)"
-            )
-        if self.provider == "llm" and not self.base_url:
-            raise ValueError("rerank.provider 'llm' needs rerank.base_url, e.g. http://127.0.0.1:8000/v1")
+        _provider_needs(self, "rerank", "none", "llm", "a model id or folder, or the chat model name")
         return self
 
 

@@ -86,33 +86,40 @@ def _dataset(dataset: Path | None, max_queries: int | None) -> Any:
     return load_dataset(dataset or DEFAULT_DATASET, max_queries=max_queries)
 
 
-def _settings(
+def _setup(
+    dataset: Path | None,
+    max_queries: int | None,
     config: Path | None,
     index: Path | None,
     tmp: str,
-    yaml_set: bool,
-    trace: bool,
-    embedder: str | None,
-    reranker: str | None,
-) -> Settings:
-    """A YAML set runs against an existing index; a corpus is indexed into ``index`` or a temporary one."""
+    trace: bool = False,
+    embedder: str | None = None,
+    reranker: str | None = None,
+) -> tuple[Any, bool, Settings]:
+    """The dataset, whether it is a YAML set (run against an existing index; a corpus is indexed into ``index`` or a
+    temporary one), and the settings."""
     from zhiku.api import parse_reranker_spec
     from zhiku.embedding import parse_embedder_spec
 
+    data = _dataset(dataset, max_queries)
+    yaml_set = data.kind == "yaml" and not data.docs
     settings = load_settings(config, index=index if (index or yaml_set) else Path(tmp))
     changes: dict[str, Any] = {"tracing": {"enabled": trace}}
     if embedder is not None:
         changes["embedding"] = parse_embedder_spec(embedder)
     if reranker is not None:
         changes["rerank"] = parse_reranker_spec(reranker)
-    return merge(settings, **changes)
+    return data, yaml_set, merge(settings, **changes)
 
 
-def _index(kb: Any, data: Any, as_json: bool) -> Any:
+def _index(kb: Any, data: Any, yaml_set: bool, as_json: bool, collection: str | None) -> tuple[str | None, Any]:
+    """The collection to search and the indexing stats: a corpus goes into a collection of its name first."""
     from zhiku.evaluation.runner import index_dataset
 
+    if yaml_set:
+        return collection, None
     with _progress(not as_json, "indexing") as progress:
-        return index_dataset(kb, data, collection=data.name, on_progress=progress)
+        return data.name, index_dataset(kb, data, collection=data.name, on_progress=progress)
 
 
 def eval_(
@@ -165,9 +172,7 @@ def eval_(
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-eval-") as tmp:
         bars = parse_gate(gate) if gate is not None else ()
         check_out_dir(out_dir)
-        data = _dataset(dataset, max_queries)
-        yaml_set = data.kind == "yaml" and not data.docs
-        settings = _settings(config, index, tmp, yaml_set, trace, embedder, reranker)
+        data, yaml_set, settings = _setup(dataset, max_queries, config, index, tmp, trace, embedder, reranker)
         mode_ = mode or settings.retrieval.mode
         if baseline is not None:
             bars += baseline_bars(
@@ -178,11 +183,9 @@ def eval_(
             raise InvalidInput(
                 "--judge needs an LLM judge: set judge.base_url and judge.model (ZHIKU_JUDGE__BASE_URL, ZHIKU_JUDGE__MODEL)"
             )
-        stats = None
         with _kb(settings, read_only=yaml_set) as kb:
             warm_reranker(kb)
-            if not yaml_set:
-                collection, stats = data.name, _index(kb, data, as_json)
+            collection, stats = _index(kb, data, yaml_set, as_json, collection)
             with _progress(not as_json, "querying") as progress:
                 result = evaluate(
                     kb,
@@ -298,14 +301,10 @@ def experiment(
     with _errors(), tempfile.TemporaryDirectory(prefix="zhiku-experiment-") as tmp:
         chosen = parse_variants(variants)
         check_out_dir(out_dir)
-        data = _dataset(dataset, max_queries)
-        yaml_set = data.kind == "yaml" and not data.docs
-        settings = _settings(config, index, tmp, yaml_set, False, embedder, reranker)
+        data, yaml_set, settings = _setup(dataset, max_queries, config, index, tmp, False, embedder, reranker)
         with _kb(settings, read_only=yaml_set) as kb, variant_indexes(settings, data) as other:
             warm_reranker(kb)
-            if not yaml_set:
-                collection = data.name
-                _index(kb, data, as_json)
+            collection = _index(kb, data, yaml_set, as_json, collection)[0]
             show = not as_json and err.is_terminal
             on_variant = (lambda v: err.print(f"running {v.name} …", markup=False)) if show else None
             result = run_experiment(
@@ -336,14 +335,10 @@ def tune(
     from zhiku.evaluation.tune import tune as choose
 
     with _errors(as_json), tempfile.TemporaryDirectory(prefix="zhiku-tune-") as tmp:
-        data = _dataset(dataset, None)
-        yaml_set = data.kind == "yaml" and not data.docs
-        settings = _settings(config, index, tmp, yaml_set, False, None, None)
+        data, yaml_set, settings = _setup(dataset, None, config, index, tmp)
         # searched with the clause channel on, whatever the weights in use: the grid weighs it from 0
         with _kb(merge(settings, retrieval={"fusion": "zscore"}), read_only=yaml_set) as kb:
-            if not yaml_set:
-                collection = data.name
-                _index(kb, data, as_json)
+            collection = _index(kb, data, yaml_set, as_json, collection)[0]
             with _progress(not as_json, "querying") as progress:
                 result = choose(kb, data, collection=collection, current=settings, on_progress=progress)
         target = config or Path(DEFAULT_CONFIG_FILE)

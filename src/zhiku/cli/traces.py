@@ -122,8 +122,7 @@ class Run:
 
 
 def group_runs(records: Sequence[IngestionRecord], traces: Sequence[Trace]) -> list[Run]:
-    """History records (newest first) grouped into runs, newest first: by the ingest trace whose time span holds
-    them, else (tracing off or rotated away) by gaps longer than ``RUN_GAP_S``."""
+    """History records grouped into runs by their ingest trace's time span, else by gaps over ``RUN_GAP_S``."""
     spans = [(t.started_at, t.started_at + t.elapsed_ms / 1000, t.trace_id) for t in traces if t.kind == "ingest"]
 
     def trace_of(r: IngestionRecord) -> str | None:  # the nearest run's span, when it is within a second

@@ -1,5 +1,4 @@
-"""Many tool calls at once: callers take turns at the embedding model; identical queries share one search (after
-a write every client misses the result cache at once)."""
+"""Many tool calls at once: callers take turns at the embedding model; identical queries share one search."""
 
 from __future__ import annotations
 
@@ -36,8 +35,7 @@ def deadline(seconds: float = EMBED_WAIT_S) -> Iterator[None]:
 
 
 class FairEmbedder(Wrapper):
-    """An ``Embedder`` whose callers take turns round robin, up to ``workers`` questions at once (one core each);
-    an ingest goes in slices of ``slice_size`` with the model to itself, so a question waits at most one slice."""
+    """Callers take turns round robin, ``workers`` questions at once; an ingest goes in slices, alone."""
 
     def __init__(self, inner: Embedder, slice_size: int = EMBED_SLICE, workers: int = os.cpu_count() or 1) -> None:
         self.inner = inner

@@ -19,8 +19,7 @@ SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
-class ToolDefinitionError(ConfigError):
-    code = "INVALID_TOOL"
+class ToolDefinitionError(ConfigError, code="INVALID_TOOL"): ...
 
 
 def snake_case(name: str) -> str:

@@ -1,5 +1,4 @@
-"""Hooks around every tool call: before it, after it, and on an error result. A hook takes one ``ToolCall`` and
-runs on the event loop (keep it quick); one that raises is logged and ignored, never changing the result."""
+"""Hooks before and after every tool call and on an error result; one that raises is logged and ignored."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The checks in front of the SDK's Streamable HTTP app (Host and Origin, CORS, bearer token, body size, JSON-RPC
-shape), every error as JSON ``{"error": {"code", "message"}}``, and the connection and session limits under it."""
+"""The checks in front of the SDK's Streamable HTTP app, every error as JSON, and the connection limits."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ import anyio.to_thread
 
 from zhiku.access import READ, WRITE, Gate, Issuer
 from zhiku.errors import ConfigError
-from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, ASGIApp, JsonRpcGuard, Message, Receive, Scope, Send
+from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, ASGIApp, JsonRpcGuard, Message, Receive, Scope, Send, send_json
 from zhiku.settings import ServerSettings
 
 log = logging.getLogger("zhiku.mcp.server")
@@ -48,8 +47,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(server: ServerSettings, index: Path | None = None) -> None:
-    """Refuse an unauthenticated non-loopback bind, a token no client could send or easy to guess, a bad origin,
-    an issuer reached without TLS."""
+    """Refuse an unauthenticated non-loopback bind, a weak token, a bad origin, an issuer without TLS."""
     token, issuer, named = server.token, server.oauth_issuer, Gate(index).required()  # a broken tokens file: here
     if token is not None and (len(token) < MIN_TOKEN_CHARS or token != token.strip() or " " in token):
         raise ConfigError(
@@ -94,9 +92,7 @@ def check_port_free(host: str, port: int, *, what: str, fix: str) -> None:
 
 async def _reply(send: Send, status: int, code: str, message: str, headers: list[Any] | None = None) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False).encode()
-    start_headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, status, body, headers)
 
 
 def _code(status: int) -> str:
@@ -107,8 +103,7 @@ def _code(status: int) -> str:
 
 
 class HostOriginGuard:
-    """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (the SDK's check matches ``name:*`` as a prefix and
-    is case-sensitive); the ``Host`` passed on is lower case."""
+    """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (the SDK's check is looser)."""
 
     def __init__(self, app: ASGIApp, server: ServerSettings) -> None:
         self.app = app
@@ -160,8 +155,7 @@ def resource_url(server: ServerSettings) -> str:
 
 
 class Authenticate:
-    """While the gate requires a token, 401 without one it accepts (``GET /healthz``, preflights and the RFC 9728
-    metadata pass); the caller's ``Access`` goes on in the scope, and as the SDK's user (sessions stay its own)."""
+    """401 without a token the gate accepts; the caller's ``Access`` goes on in the scope and as the SDK's user."""
 
     def __init__(self, app: ASGIApp, gate: Gate, server: ServerSettings) -> None:
         self.app, self.gate = app, gate
@@ -182,9 +176,7 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         if scope.get("path") in self.paths:
-            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(self.metadata))]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": self.metadata})
+            await send_json(send, 200, self.metadata)
             return
         auth = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
         given = auth[7:].strip().decode("latin-1") if auth[:7].lower() == b"bearer " else ""
@@ -272,8 +264,7 @@ def limit_hit(limit: str, message: str) -> None:
 def http_protocol(
     per_address: int = MAX_CONNECTIONS_PER_ADDRESS, read_timeout_s: float = READ_TIMEOUT_S
 ) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol closing a connection whose request is not whole ``read_timeout_s`` after it began
-    (slowloris; an open SSE stream is not a request being read), and answering 503 over ``per_address``."""
+    """uvicorn's h11 protocol with a read deadline per request (slowloris) and 503 over ``per_address``."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -326,8 +317,7 @@ def http_protocol(
 
 
 def cap_sessions(manager: Any, cap: int) -> None:
-    """At ``cap`` open sessions a new one closes the session idle longest (its client gets 404 and starts another,
-    as the spec says) instead of the SDK's 503 to every newcomer; a session with a request or stream open stays."""
+    """At ``cap`` open sessions a new one closes the session idle longest (instead of the SDK's 503)."""
     admit = manager._admit_session  # mcp>=2.3,<3; the SDK's own cap is off (max_sessions=None)
 
     def admit_or_evict(requestor: Any) -> Any:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -15,7 +16,6 @@ from zhiku.api import KnowledgeBase, framed_passage, place
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
-from zhiku.mcp.cache import cache_key
 from zhiku.mcp.concurrency import FairEmbedder, SingleFlight, deadline
 from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
@@ -47,6 +47,13 @@ TOOL_ANSWERS_KEPT = 256  # tool answers cached until the index changes; any writ
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
+
+
+def cache_key(tool: str, args: Mapping[str, Any]) -> str:
+    """The same arguments in any key order (and ``None`` vs. missing) give the same key."""
+    canonical = {k: v for k, v in args.items() if v is not None}
+    body = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"{tool}\x00{body}"
 
 
 @dataclass(frozen=True)
@@ -265,8 +272,7 @@ class Hub:
         return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name)], self.documents()
 
     def complete(self, argument: str, prefix: str) -> list[str]:
-        """Values of a prompt or resource-template argument (``collection``, ``doc_id``, ``context``) starting
-        with ``prefix``; a document's source path completes to its id too."""
+        """Values of a prompt or resource-template argument starting with ``prefix`` (a source completes to its id)."""
         if argument == "context":
             return [c for c in ("article", "section") if c.startswith(prefix)]
         collections, docs = self.visible()
@@ -280,8 +286,7 @@ class Hub:
         return self.kb.document_text(self._document(doc_id).doc_id)
 
     def chunk_markdown(self, chunk_id: str, context: str | None = None) -> str:
-        """A chunk in its ``<document>`` frame (``framed_passage``); ``context`` (``article`` | ``section``) adds the
-        text around it."""
+        """A chunk in its ``<document>`` frame; ``context`` (``article`` | ``section``) adds the text around it."""
         ctx = self.kb.chunk_context(chunk_id, context or "chunk")
         c = ctx.chunk
         if not ACCESS.get().sees(c.collection):

@@ -12,8 +12,7 @@ from zhiku.settings import Settings
 SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
 
 
-class PathNotAllowed(InvalidInput):
-    code = "PATH_NOT_ALLOWED"
+class PathNotAllowed(InvalidInput, code="PATH_NOT_ALLOWED"): ...
 
 
 def ingest_roots(settings: Settings) -> list[Path]:

@@ -1,5 +1,4 @@
-"""JSON-RPC 2.0 checks in front of the MCP SDK, on both transports: the SDK leaves some malformed messages
-unanswered over stdio (the client hangs) and takes an object or null ``id`` for a notification over HTTP."""
+"""JSON-RPC 2.0 checks in front of the MCP SDK, on both transports (it leaves some malformed messages unanswered)."""
 
 from __future__ import annotations
 
@@ -91,6 +90,12 @@ def check_message(raw: str | bytes) -> Rejection | None:
     return None
 
 
+async def send_json(send: Send, status: int, body: bytes, headers: list[Any] | None = None) -> None:
+    start = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
+
+
 class JsonRpcGuard:
     """A POST to ``path`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed."""
 
@@ -113,10 +118,7 @@ class JsonRpcGuard:
                 break
         rejection = check_message(bytes(body))
         if rejection is not None:
-            data = json.dumps(rejection.response(), ensure_ascii=False).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-            await send({"type": "http.response.start", "status": 400, "headers": headers})
-            await send({"type": "http.response.body", "body": data})
+            await send_json(send, 400, json.dumps(rejection.response(), ensure_ascii=False).encode())
             return
         queue: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}, *trailing]
 

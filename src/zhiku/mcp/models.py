@@ -139,8 +139,7 @@ class QueryResult(_Out):
         return out
 
     def structured(self, mode: Literal["json"] = "json") -> dict[str, Any]:
-        """Everything ``with_passages(True)``; else no passage text, which the text block carries: a client forwarding
-        both blocks pays for each passage once."""
+        """Everything ``with_passages(True)``; else no passage text, which the text block carries."""
         if self._passages:
             return self.model_dump(mode=mode)
         compact = self.model_dump(

@@ -1,5 +1,4 @@
-"""The MCP tool reference (docs/mcp-tools.md), rendered from the listings the server really publishes
-(``server.tool_reference()``); a test keeps the committed file equal to it."""
+"""docs/mcp-tools.md, rendered from the listings the server really publishes (``server.tool_reference()``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The one path every tool, resource and prompt is registered through: conventions checked, ``Hub``/``KnowledgeBase``/
-``Context`` injected, sync code in a worker thread, errors as ``isError`` results with a stable code."""
+"""The one path every tool, resource and prompt is registered through; errors become ``isError`` results."""
 
 # No `from __future__ import annotations`: the wrappers' signatures are built from real annotation objects.
 import functools
@@ -22,7 +21,6 @@ from zhiku.api import KnowledgeBase
 from zhiku.cache import Cache
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
-from zhiku.mcp.cache import cache_key
 from zhiku.mcp.concurrency import CALLER
 from zhiku.mcp.conventions import (
     ToolDefinitionError,
@@ -33,7 +31,7 @@ from zhiku.mcp.conventions import (
     split_parameters,
 )
 from zhiku.mcp.hooks import ERROR_META
-from zhiku.mcp.hub import Hub
+from zhiku.mcp.hub import Hub, cache_key
 from zhiku.mcp.models import ErrorInfo
 
 log = logging.getLogger("zhiku.mcp.server")

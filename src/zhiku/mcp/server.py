@@ -56,9 +56,7 @@ def build_server(
     open_hub: Callable[[Settings], Hub] = Hub.open,
     watch: Sequence[Path] = (),
 ) -> MCPServer:
-    """The built-in tools, then ``tools``, ``resources``, ``prompts`` and the ``zhiku.tools`` plugins (a broken
-    plugin is logged and skipped); nothing is opened until a transport enters the lifespan, which also keeps the
-    ``watch`` folders in sync."""
+    """The built-in tools, then the given ones and the plugins'; the index opens when a transport starts."""
     read_only = settings.server.read_only
     watch = watch_roots(watch) if watch else []  # a missing folder fails here, before any transport starts
     running: list[State] = []  # the state while the lifespan holds an open hub
@@ -152,8 +150,7 @@ def _middleware(
     hooks: Hooks,
     levels: WeakKeyDictionary[Any, int],
 ) -> Callable[..., Any]:
-    """The caller's ``Access`` for the request; unknown tools are protocol errors, SDK rejections get zhiku's error
-    shape, ``resources/list`` pages docs; a session that set a log level hears how each of its tool calls went."""
+    """The caller's ``Access``, zhiku's error shape for SDK rejections, paged documents, per-session tool logs."""
 
     async def log(ctx: Any, level: str, message: str) -> None:
         if LOG_LEVELS.index(level) >= levels.get(ctx.session._connection, len(LOG_LEVELS)):
@@ -223,8 +220,7 @@ def _middleware(
 
 
 def _lean_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """What every session pays for: no schema titles; an output schema of the required fields only, bare
-    (docs/mcp-tools.md documents every field), and none where the text block is what an agent reads."""
+    """What every session pays for: no schema titles, a bare output schema of the required fields (or none)."""
     tool = {**tool, "inputSchema": _untitled(tool["inputSchema"])}
     schema = tool.pop("outputSchema", None)
     if schema is not None and tool["name"] not in TEXT_ONLY_TOOLS:

@@ -46,8 +46,7 @@ def http_app(server: MCPServer, settings: Settings) -> Any:
 
 
 def resumable(manager: Any) -> None:
-    """Each session its own event log: a client whose SSE stream dropped resumes it with Last-Event-ID (request ids,
-    the SDK's stream ids, repeat across sessions, so one log for all would mix them)."""
+    """Each session its own event log (stream ids repeat across sessions), for Last-Event-ID resumption."""
     admit = manager._admit_session  # mcp>=2.3,<3
 
     def admit_with_log(requestor: Any) -> Any:
@@ -127,8 +126,7 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
 
 
 async def serve_stdio(server: MCPServer) -> None:
-    """Every stdin line checked first (the SDK drops what it cannot parse, unanswered); a rejection is answered
-    through the SDK's own writer, so replies never interleave. An over-long line's rest is skipped unkept."""
+    """Every stdin line checked first; a rejection is answered through the SDK's writer (replies never interleave)."""
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
     from mcp.types import jsonrpc_message_adapter

@@ -218,9 +218,7 @@ _ATTRIBUTE = str.maketrans({"&": "&amp;", '"': "&quot;", "<": "&lt;", "\n": " ",
 
 
 def framed_passage(n: int | None, text: str, source: str, page: str | None, section: str) -> str:
-    """``text`` as document text an agent can tell from zhiku's own: ``<document n=… source=… [page=…] [section=…]>``
-    … ``</document>`` (``page``: ``place``'s); any ``<`` in the text that begins a (closing) document tag is written
-    ``&lt;``, so a document can neither close its frame nor open another."""
+    """``text`` in a ``<document …>`` frame it can neither close nor nest (its ``<document`` tags escaped)."""
     attrs = [*([f'n="{n}"'] if n is not None else []), f'source="{source.translate(_ATTRIBUTE)}"']
     if page is not None:
         attrs.append(f'page="{page}"')
@@ -306,9 +304,7 @@ def build_answer(
     snippet_chars: int = SNIPPET_CHARS,
     framed: bool = False,
 ) -> Answer:
-    """Markdown + citations for ``hits``, snippets shrunk until the Markdown fits ``max_chars``; with a ``budget``,
-    until the Markdown and the citations' ``snippets`` fit it together. ``framed``: each passage in a
-    ``<document …>`` frame (``framed_passage``) and no sources list."""
+    """Markdown + citations, snippets shrunk to fit ``max_chars`` (or ``budget``, with the citations' snippets)."""
     if budget is not None:
         return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing, framed)
     limit = snippet_chars
@@ -351,8 +347,7 @@ def fitted_answer(
     missing: Sequence[str],
     framed: bool = False,
 ) -> Answer:
-    """``build_answer`` whose Markdown and citation snippets (each citation's text, query-focused when longer than
-    the snippet length) fit ``budget`` characters together."""
+    """``build_answer`` whose Markdown and citation snippets fit ``budget`` characters together."""
     limit = SNIPPET_CHARS
     while True:
         answer = build_answer(

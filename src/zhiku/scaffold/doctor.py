@@ -197,8 +197,7 @@ def check_clients(root: Path) -> list[Check]:
 
 
 def check_serving(settings: Settings) -> list[Check]:
-    """Who gets the write tools over HTTP, from what doctor sees: the settings (not `zhiku serve`'s flags) and the
-    index's tokens."""
+    """Who gets the write tools over HTTP, from the settings and the index's tokens."""
     from zhiku.access import list_tokens
 
     s, tokens = settings.server, list_tokens(settings.index)

@@ -89,8 +89,7 @@ CLIENTS = (
 
 
 def serve_command(config: Path, index: Path, write: bool = False) -> list[str]:
-    """The ``zhiku`` script of this install, or this Python running ``-m zhiku.cli`` when there is none; read-only
-    unless ``write`` (the assistants then get ingest_documents and delete_document)."""
+    """The ``zhiku`` script of this install (else ``python -m zhiku.cli``) serving read-only unless ``write``."""
     script = Path(sys.executable).parent / ("zhiku.exe" if sys.platform == "win32" else "zhiku")
     found = str(script) if script.is_file() else shutil.which("zhiku")
     base = [found] if found else [sys.executable, "-m", "zhiku.cli"]

@@ -1,5 +1,4 @@
-"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite): the
-connection (retries, one-line ``StoreError``s), the layout (two collections, their schemas, rows) and the store."""
+"""``MilvusStore``: the ``Store`` protocol on Milvus (standalone, distributed, Zilliz Cloud or milvus-lite)."""
 
 from __future__ import annotations
 
@@ -48,14 +47,10 @@ def import_pymilvus() -> Any:
     return pymilvus
 
 
-class Unreachable(StoreError):
-    """The server did not answer (down, restarting, network)."""
-
-    retryable = True
+class Unreachable(StoreError, retryable=True): ...  # the server did not answer (down, restarting, network)
 
 
-class NotLoaded(StoreError):
-    """A collection is not loaded into memory (milvus-lite forgets loads across restarts); load and retry."""
+class NotLoaded(StoreError): ...  # a collection not loaded (milvus-lite forgets loads across restarts): load, retry
 
 
 class Connection:
