@@ -103,7 +103,6 @@ class KnowledgeBase:
             self.enrichments.close()
         self.store.close()
 
-    # -- parts, built on first use -----------------------------------------------------------------
     @cached_property
     def text(self) -> TextProcessor:
         t = self.settings.text
@@ -133,7 +132,6 @@ class KnowledgeBase:
             return self._reranker
         return build_reranker(self.settings.rerank, cache_dir=self.settings.cache_dir)
 
-    # -- index identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, str]:
         """What this configuration indexes with; an index built otherwise is stale."""
         return {
@@ -189,7 +187,6 @@ class KnowledgeBase:
             )
         self._checked_version = (version, mode == "bm25")
 
-    # -- ingestion ---------------------------------------------------------------------------------
     def ingest(
         self,
         paths: Sequence[Path],
@@ -340,7 +337,6 @@ class KnowledgeBase:
         if any(self.store.get_meta().get(k) != v for k, v in identity.items()):
             self.store.set_meta(identity)  # only when it changed: an unchanged re-ingest writes nothing
 
-    # -- queries -----------------------------------------------------------------------------------
     def retrieve(self, query: str, **options: Unpack[QueryOptions]) -> Retrieval:
         """Search with the ``QueryOptions``; ``rerank`` None runs the configured reranker, False skips it."""
         o = options
@@ -447,7 +443,6 @@ class KnowledgeBase:
         known = [loader.doc_type for loader in default_loaders()]
         return filter_hint(self.documents(collection), source, doc_type, known)
 
-    # -- catalogue ---------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:
         return self.store.collections()
 

@@ -576,7 +576,6 @@ def settings_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------- errors, and the keys of older files
 REFERENCE = "every key: docs/settings.md"
 SERVER_ALIASES = ("transport", "host", "port", "token")  # ZHIKU_TRANSPORT, … as short forms of ZHIKU_SERVER__*
 log = logging.getLogger("zhiku.settings")

@@ -76,7 +76,6 @@ class DashboardData:
     def kb(self, *, read_only: bool = True) -> KnowledgeBase:  # used as `with self.kb() as kb:`
         return KnowledgeBase(self.settings, read_only=read_only, embedder=self.embedder)
 
-    # -- overview ----------------------------------------------------------------------------------
     def health(self) -> Health:
         recent = read_traces(self.index / TRACE_FILE, limit=RECENT)
         queries = [t for t in recent if t.kind == "query"]
@@ -107,7 +106,6 @@ class DashboardData:
                 str(self.index), True, settings, meta, stale, collections, self.health(), last, runs, tuple(problems)
             )
 
-    # -- data browser ------------------------------------------------------------------------------
     def collections(self) -> list[CollectionStats]:
         if not self.exists:
             return []
@@ -124,7 +122,6 @@ class DashboardData:
         with self.kb() as kb:
             return kb.document_chunks(doc_id)
 
-    # -- ingestion ---------------------------------------------------------------------------------
     def save_uploads(self, files: Sequence[tuple[str, bytes]], collection: str) -> list[Path]:
         """Keep uploaded files under ``<index>/uploads/<collection>/`` (re-uploading replaces them)."""
         folder = self.index / UPLOADS / collection
@@ -151,7 +148,6 @@ class DashboardData:
             uploaded.unlink()
         return doc
 
-    # -- traces ------------------------------------------------------------------------------------
     def traces(self, kind: str | None = None, limit: int = 100) -> list[Trace]:
         return read_traces(self.index / TRACE_FILE, kind=kind, limit=limit)
 
@@ -165,7 +161,6 @@ class DashboardData:
         assert t is not None
         return t
 
-    # -- evaluation --------------------------------------------------------------------------------
     def eval_history(self) -> list[HistoryEntry]:
         return read_history(self.index)
 
@@ -189,7 +184,6 @@ class DashboardData:
         return result
 
 
-# ------------------------------------------------------------------------------ shapes for charts
 def waterfall(trace: Trace) -> list[dict[str, Any]]:
     """One row per stage: where it starts and ends (ms), its status and counts — a waterfall chart's data."""
     return [

@@ -57,7 +57,6 @@ def lookup(
     return Lookup(found.hits, (*missing, *found.missing), found.pages)
 
 
-# -- articles ---------------------------------------------------------------------------------------
 def names_of(hit: Hit) -> set[str]:
     """The names a question may call ``hit``'s document by: its file name's stem, its title heading."""
     return document_names(hit.chunk.source, hit.chunk.section.split(SECTION_SEPARATOR)[0])
@@ -124,7 +123,6 @@ def articles_not_found(hits: Sequence[Hit], plan: QueryPlan, normalize: Normaliz
     return list(dict.fromkeys(missing))
 
 
-# -- pages ------------------------------------------------------------------------------------------
 def _documents(
     hits: Sequence[Hit], question: str, normalize: Normalize, elsewhere: Callable[[str], list[str]]
 ) -> tuple[list[str], bool]:

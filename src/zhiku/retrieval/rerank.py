@@ -62,7 +62,6 @@ def apply_scores(hits: Sequence[Hit], raw: Sequence[float], top_k: int, *, offse
     ]
 
 
-# --------------------------------------------------------------------------------------- fallback
 @dataclass(frozen=True)
 class RerankOutcome:
     hits: tuple[Hit, ...]
@@ -137,7 +136,6 @@ def reranker_name(reranker: Reranker) -> str:
         return type(reranker).__name__
 
 
-# ---------------------------------------------------------------------------------- cross-encoder
 CROSS_ENCODER_TOKENS = 512  # of a question and passage pair: what bge-reranker models are trained on
 
 
@@ -169,7 +167,6 @@ class CrossEncoderReranker(HubModel):
         return apply_scores(hits, [float(x) for x in raw.reshape(len(hits), -1)[:, -1]], top_k)
 
 
-# -------------------------------------------------------------------------------------------- LLM
 TOP_M = 20  # fused candidates a reranker scores: the top k and spares, within a CPU's or an endpoint's second
 LLM_SYSTEM = (
     "You are a search relevance judge. Grade how well each passage answers the user's query, from 0 (irrelevant) "
@@ -268,7 +265,6 @@ class LLMReranker:
         return apply_scores(hits, parse_scores(content, len(hits)), top_k, offset=LLM_MIDPOINT)
 
 
-# ------------------------------------------------------------------------------------------ build
 def build_reranker(settings: RerankSettings, *, cache_dir: Path | None) -> Reranker | None:
     """The configured reranker (``None`` for ``provider: none``); no model is loaded yet."""
     match settings.provider:

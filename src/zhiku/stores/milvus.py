@@ -135,7 +135,6 @@ class Connection:
             )
         return StoreError(f"{self.where}: {what} failed: {message}")
 
-    # --- the operations MilvusStore uses ----------------------------------------------------------------
     def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """``client.<method>(…)`` through ``call``; a read of a collection not loaded loads it and is repeated once."""
         if method in ("search", "query"):
@@ -214,7 +213,6 @@ DOC_FIELDS = ["key", "doc_id", "version", "payload"]
 SCHEMA = f"(schema {SCHEMA_VERSION})"  # in each collection's description
 
 
-# --- literals in filter expressions ------------------------------------------------------------------
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
@@ -228,7 +226,6 @@ def lits(values: Sequence[str]) -> str:
     return "[" + ", ".join(lit(v) for v in values) + "]"
 
 
-# --- records <-> JSON -------------------------------------------------------------------------------
 def to_json(obj: Any) -> str:
     """A dataclass (nested ones, tuples and str-enums included) as compact JSON."""
     return json.dumps(dataclasses.asdict(obj), ensure_ascii=False, separators=(",", ":"))
@@ -249,7 +246,6 @@ def from_json(cls: type[T], text: str) -> T:
     return from_dict(cls, json.loads(text))
 
 
-# --- rows --------------------------------------------------------------------------------------------
 def chunk_row(chunk: Chunk, version: int, tokens: str, vector: list[float]) -> dict[str, Any]:
     data = dataclasses.asdict(chunk)
     row = {name: data.pop(name) for name in CHUNK_COLUMNS}
@@ -291,7 +287,6 @@ def fit_tokens(text: str, limit: int = MAX_VARCHAR) -> str:
     return text if len(data) <= limit else data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
 
 
-# --- schemas -----------------------------------------------------------------------------------------
 def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     from pymilvus import DataType, Function, FunctionType
 
@@ -353,7 +348,6 @@ def catalog_index(client: Any) -> Any:
     return params
 
 
-# --- the store ---------------------------------------------------------------------------------------
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 200  # Milvus's usual build parameters, fixed when the index is created
 _MANAGED_META = frozenset({"schema_version", "index_version"})
 SEEN_MAX = 50_000  # recent search results whose versions get_chunks remembers
@@ -385,7 +379,6 @@ class MilvusStore:
     def __repr__(self) -> str:
         return f"MilvusStore({self.settings.uri!r}, prefix={self.settings.collection_prefix!r}, read_only={self.read_only})"
 
-    # --- plumbing ------------------------------------------------------------------------------------
     @property
     def conn(self) -> Connection:
         if self._conn is None:
@@ -439,7 +432,6 @@ class MilvusStore:
         if self.read_only:
             raise ReadOnlyIndex(f"{self.where} was opened read-only (read_only=True); open it for writing to change it")
 
-    # --- catalog reads -------------------------------------------------------------------------------
     def _catalog(self, what: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Catalog rows by key (one ``query`` call: keys are few, no paging)."""
         return list(self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields))
@@ -481,7 +473,6 @@ class MilvusStore:
             self._dim = self._chunks_dim()
         return self._dim is not None
 
-    # --- searching -----------------------------------------------------------------------------------
     def _filter_expr(self, filters: Filters) -> str | None:
         """The Milvus expression for ``filters``: ``""`` for none, ``None`` when nothing can match."""
         parts = []
@@ -632,7 +623,6 @@ class MilvusStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- writing -------------------------------------------------------------------------------------
     def write_document(
         self, doc: DocRecord, chunks: Sequence[Chunk], tokens: Sequence[Sequence[str]], vectors: np.ndarray
     ) -> None:
@@ -743,7 +733,6 @@ class MilvusStore:
             self._check_writable()
             self._upsert_catalog([history_row(f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}", record)])
 
-    # --- metadata ------------------------------------------------------------------------------------
     def get_meta(self) -> dict[str, str]:
         rows = self.conn.query_all(self.catalog_name, 'kind == "meta"', ["key", "payload"], what="read metadata")
         return dict(sorted((r["key"][len("meta:") :], r["payload"]) for r in rows))
