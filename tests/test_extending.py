@@ -479,4 +479,4 @@ def test_import_zhiku_is_cheap_and_exports_the_api() -> None:
     proc = subprocess.run(
         [PYTHON, "-c", code], capture_output=True, text=True, env=server_env(PYTHONPATH=str(ROOT / "src")), timeout=60
     )
-    assert proc.stdout.splitlines() == ["[]", "zhiku.api zhiku.settings zhiku.mcp.script zhiku.mcp.server"], proc
+    assert proc.stdout.splitlines() == ["[]", "zhiku.api zhiku.settings zhiku.mcp.transport zhiku.mcp.server"], proc

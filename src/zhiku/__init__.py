@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily (
     from zhiku.errors import ZhikuError
     from zhiku.extensions import prompt, resource, tool
     from zhiku.mcp.hooks import Hooks, ToolCall
-    from zhiku.mcp.script import serve
     from zhiku.mcp.server import build_server
+    from zhiku.mcp.transport import serve
     from zhiku.settings import Settings, load_settings
 
 _EXPORTS = {
@@ -34,7 +34,7 @@ _EXPORTS = {
     "prompt": "zhiku.extensions",
     "Hooks": "zhiku.mcp.hooks",
     "ToolCall": "zhiku.mcp.hooks",
-    "serve": "zhiku.mcp.script",
+    "serve": "zhiku.mcp.transport",
     "build_server": "zhiku.mcp.server",
 }
 __all__ = [

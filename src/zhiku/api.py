@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zhiku.embedding import build_embedder
 from zhiku.embedding.base import Embedder
@@ -202,26 +202,21 @@ class KnowledgeBase:
     ) -> IngestReport:
         """``skip``: walked files left out, each failed with its reason; ``only``: of the walked files, just these."""
         collection = self._collection(collection)
-        with self.tracer.trace(
-            "ingest",
-            paths=[str(p) for p in paths],
-            collection=collection,
-            force=force,
-            dry_run=dry_run,
-            sync=sync,
-            index=str(self.settings.index),
-        ) as t:
+        options: dict[str, Any] = {"collection": collection, "force": force, "dry_run": dry_run, "sync": sync}
+
+        def run() -> IngestReport:
+            ingestor = self._ingestor(on_transform)
+            return ingestor.ingest_paths(paths, **options, on_progress=on_progress, skip=skip, only=only)
+
+        return self._traced_ingest(run, force, dry_run, paths=[str(p) for p in paths], **options)
+
+    def _traced_ingest(
+        self, run: Callable[[], IngestReport], force: bool, dry_run: bool, /, **attrs: Any
+    ) -> IngestReport:
+        """``run()`` in an ingest trace, once the index is ready for writing."""
+        with self.tracer.trace("ingest", **attrs, index=str(self.settings.index)) as t:
             self._prepare_write(force, dry_run)
-            report = self._ingestor(on_transform).ingest_paths(
-                paths,
-                collection=collection,
-                force=force,
-                dry_run=dry_run,
-                sync=sync,
-                on_progress=on_progress,
-                skip=skip,
-                only=only,
-            )
+            report = run()
             if t is not None:
                 t.data.update(report_rows(report), **transform_rows(report))
         return report
@@ -247,15 +242,12 @@ class KnowledgeBase:
     def ingest_documents(
         self, docs: Sequence[SourceDoc], *, collection: str | None = None, on_progress: ProgressFn | None = None
     ) -> IngestReport:
-        collection = self._collection(collection)
-        with self.tracer.trace(
-            "ingest", documents=len(docs), collection=collection, index=str(self.settings.index)
-        ) as t:
-            self._prepare_write(False, False)
-            report = self._ingestor().ingest_docs(docs, collection=collection, on_progress=on_progress, total=len(docs))
-            if t is not None:
-                t.data.update(report_rows(report), **transform_rows(report))
-        return report
+        name = self._collection(collection)
+
+        def run() -> IngestReport:
+            return self._ingestor().ingest_docs(docs, collection=name, on_progress=on_progress, total=len(docs))
+
+        return self._traced_ingest(run, False, False, documents=len(docs), collection=name)
 
     def ingest_urls(
         self, urls: Sequence[str], *, collection: str | None = None, max_pages: int | None = None, sync: bool = False

@@ -533,7 +533,7 @@ def serve(
     config: ConfigOpt = None,
 ) -> None:
     """Serve the index to AI assistants over MCP (stdio, or Streamable HTTP at http://HOST:PORT/mcp)."""
-    from zhiku.mcp.script import start  # the MCP SDK is imported only here: `zhiku --help` never pays for it
+    from zhiku.mcp.transport import start  # the MCP SDK is imported only here: `zhiku --help` never pays for it
 
     flags = {"transport": transport, "host": host, "port": port, "read_only": read_only}
     start(config, index, flags, watch=watch or ())

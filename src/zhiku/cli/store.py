@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from zhiku.cli.common import ConfigOpt, JsonOpt, _errors, _print_json, _progress, err, out
-
-IndexOpt = Annotated[Optional[Path], typer.Option("--index", help="The index (default: settings `index`, .zhiku).")]
+from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, _progress, err, out
 
 
 def migrate(

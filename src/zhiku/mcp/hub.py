@@ -9,15 +9,15 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from zhiku.access import ACCESS
-from zhiku.api import KnowledgeBase, framed_passage, place
+from zhiku.api import KnowledgeBase, files_to_ingest, framed_passage, place
 from zhiku.cache import Cache
 from zhiku.embedding import build_embedder
 from zhiku.errors import InvalidInput, NotFound, ZhikuError
 from zhiku.mcp.concurrency import FairEmbedder, SingleFlight, deadline
-from zhiku.mcp.ingest_roots import allowed_paths, shown_roots
 from zhiku.mcp.models import (
     CitationOut,
     CollectionInfo,
@@ -47,6 +47,40 @@ TOOL_ANSWERS_KEPT = 256  # tool answers cached until the index changes; any writ
 MAX_INLINE_IMAGE_BYTES = 2 * 1024 * 1024  # larger images are listed (with their URI) but not sent inline
 QUERY_TOOL = "query_knowledge_hub"
 DOC_REF_HINT = "doc ids come from query_knowledge_hub citations or resources/list"
+SEE_ROOTS = "list_collections shows the roots: pass paths under one of them"
+
+
+class PathNotAllowed(InvalidInput, code="PATH_NOT_ALLOWED"): ...
+
+
+def ingest_roots(settings: Settings) -> list[Path]:
+    return [Path(r).expanduser().resolve() for r in settings.server.ingest_roots]
+
+
+def shown_roots(settings: Settings) -> list[str] | None:
+    """What list_collections shows: None when the server has no ingest tool."""
+    return None if settings.server.read_only else [str(r) for r in ingest_roots(settings)]
+
+
+def allowed_paths(settings: Settings, paths: Sequence[str]) -> tuple[list[Path], dict[Path, str]]:
+    """``paths`` resolved under the roots, and the files in them that link outside every root, with the reason."""
+    roots = ingest_roots(settings)
+    if not roots:
+        raise PathNotAllowed(
+            "this server accepts no ingest paths (its ingest roots are empty); ask the user to add the folder "
+            "to the server's ingest roots, or to ingest the files themselves"
+        )
+    out = []
+    for given in paths:
+        if "\x00" in given:
+            raise InvalidInput(f"invalid path {given!r}: it contains a NUL byte")
+        p = Path(given).expanduser()
+        p = (p if p.is_absolute() else roots[0] / p).resolve()
+        if not any(p.is_relative_to(r) for r in roots):
+            raise PathNotAllowed(f"{given!r} is outside the allowed ingest roots; {SEE_ROOTS}")
+        out.append(p)
+    outside = "links outside the allowed ingest roots: skipped"
+    return out, {f: outside for f in files_to_ingest(out) if not any(f.resolve().is_relative_to(r) for r in roots)}
 
 
 def cache_key(tool: str, args: Mapping[str, Any]) -> str:
