@@ -181,16 +181,7 @@ class Hub:
         # one trace: retrieval stages, then the answer; a busy model fails the call in EMBED_WAIT_S
         with self.kb.tracer.trace("query", surface="mcp", **_caller()), deadline():
             try:
-                answer = self.kb.query(
-                    args.query,
-                    top_k=args.top_k,
-                    collection=args.collection,
-                    source=args.source,
-                    doc_type=args.doc_type,
-                    tags=args.tags,
-                    max_chars=args.max_chars,
-                    framed=True,
-                )
+                answer = self.kb.query(**asdict(args), framed=True)
             except NotFound as e:  # a collection that does not exist
                 raise NotFound(f"{e} (see list_collections)") from None
         citations, low = self._citations(answer), answer.low_confidence

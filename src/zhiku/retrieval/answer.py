@@ -306,7 +306,27 @@ def build_answer(
 ) -> Answer:
     """Markdown + citations, snippets shrunk to fit ``max_chars`` (or ``budget``, with the citations' snippets)."""
     if budget is not None:
-        return fitted_answer(query, mode, hits, budget, low_confidence, terms, normalize, missing, framed)
+        limit = SNIPPET_CHARS
+        while True:
+            answer = build_answer(
+                query,
+                mode,
+                hits,
+                max_chars=budget,
+                low_confidence=low_confidence,
+                terms=terms,
+                normalize=normalize,
+                missing=missing,
+                snippet_chars=limit,
+                framed=framed,
+            )
+            texts = tuple(
+                c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
+                for c in answer.citations
+            )
+            if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
+                return replace(answer, snippets=texts)
+            limit = max(MIN_SNIPPET, int(limit * 0.8))
     limit = snippet_chars
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
     markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
@@ -334,38 +354,3 @@ def build_answer(
     return Answer(
         query=query, mode=mode, markdown=markdown, citations=citations, hits=tuple(hits), low_confidence=low_confidence
     )
-
-
-def fitted_answer(
-    query: str,
-    mode: SearchMode,
-    hits: Sequence[Hit],
-    budget: int,
-    low_confidence: bool,
-    terms: Sequence[str],
-    normalize: Callable[[str], str],
-    missing: Sequence[str],
-    framed: bool = False,
-) -> Answer:
-    """``build_answer`` whose Markdown and citation snippets fit ``budget`` characters together."""
-    limit = SNIPPET_CHARS
-    while True:
-        answer = build_answer(
-            query,
-            mode,
-            hits,
-            max_chars=budget,
-            low_confidence=low_confidence,
-            terms=terms,
-            normalize=normalize,
-            missing=missing,
-            snippet_chars=limit,
-            framed=framed,
-        )
-        texts = tuple(
-            c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
-            for c in answer.citations
-        )
-        if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
-            return replace(answer, snippets=texts)
-        limit = max(MIN_SNIPPET, int(limit * 0.8))

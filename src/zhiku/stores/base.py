@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from zhiku.errors import InvalidInput
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
 
@@ -191,3 +192,12 @@ class Store(Writer, Retriever, Catalogue, IndexAdmin, Protocol):
 
 
 ROLES: tuple[type, ...] = (Writer, Retriever, Catalogue, IndexAdmin)
+
+
+def check_meta(values: Mapping[str, str], managed: frozenset[str]) -> None:
+    """``set_meta``'s values: strings, none of the keys the store manages itself."""
+    for key, value in values.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInput(f"index metadata keys and values must be strings, got {key!r}: {value!r}")
+        if key in managed:
+            raise InvalidInput(f"index metadata {key!r} is managed by the store and cannot be set")

@@ -22,6 +22,7 @@ from zhiku.errors import IndexMismatch, IndexNotFound, InvalidInput, MissingDepe
 from zhiku.settings import StoreSettings
 from zhiku.stores._sqlite_schema import prepare_rows
 from zhiku.stores._vectors import match_sources
+from zhiku.stores.base import check_meta
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
 T = TypeVar("T")
@@ -738,11 +739,7 @@ class MilvusStore:
         return dict(sorted((r["key"][len("meta:") :], r["payload"]) for r in rows))
 
     def set_meta(self, values: dict[str, str]) -> None:
-        for key, value in values.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInput(f"index metadata keys and values must be strings, got {key!r}: {value!r}")
-            if key in _MANAGED_META:
-                raise InvalidInput(f"index metadata {key!r} is managed by the store and cannot be set")
+        check_meta(values, _MANAGED_META)
         with self._lock:
             self._check_writable()
             self._upsert_catalog([meta_row(k, v) for k, v in values.items()])

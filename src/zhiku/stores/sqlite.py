@@ -46,6 +46,7 @@ from zhiku.stores._vectors import (
     dot_rows,
     numkong,
 )
+from zhiku.stores.base import check_meta
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, Ranking, ScoredId
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY, STAMP_KEY})
@@ -228,11 +229,7 @@ class SQLiteStore:
         return self.vectors.compact(self.db, min_dead_fraction=min_dead_fraction)
 
     def set_meta(self, values: dict[str, str]) -> None:
-        for key, value in values.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInput(f"index metadata keys and values must be strings, got {key!r}: {value!r}")
-            if key in _MANAGED_META:
-                raise InvalidInput(f"index metadata {key!r} is managed by the store and cannot be set")
+        check_meta(values, _MANAGED_META)
         with self.db.lock:
             with self.db.write() as conn:
                 conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(values.items()))
