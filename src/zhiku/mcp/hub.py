@@ -292,19 +292,14 @@ class Hub:
     def documents(self) -> list[DocRecord]:
         return [d for d in self.kb.documents() if ACCESS.get().sees(d.collection)]
 
-    def visible(self) -> tuple[list[str], list[DocRecord]]:
-        """The collections and documents the caller may see; completions offer only these."""
-        return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name)], self.documents()
-
     def complete(self, argument: str, prefix: str) -> list[str]:
         """Values of a prompt or resource-template argument starting with ``prefix`` (a source completes to its id)."""
         if argument == "context":
             return [c for c in ("article", "section") if c.startswith(prefix)]
-        collections, docs = self.visible()
-        if argument == "collection":
-            return [c for c in collections if c.startswith(prefix)]
+        if argument == "collection":  # only what the caller may see
+            return [c.name for c in self.kb.collections() if ACCESS.get().sees(c.name) and c.name.startswith(prefix)]
         if argument == "doc_id":
-            return [d.doc_id for d in docs if d.doc_id.startswith(prefix) or d.source.startswith(prefix)]
+            return [d.doc_id for d in self.documents() if d.doc_id.startswith(prefix) or d.source.startswith(prefix)]
         return []
 
     def document_markdown(self, doc_id: str) -> str:
