@@ -33,8 +33,7 @@ def _manifest_path(config: Path | None, manifest: Path | None) -> Path:
 def _hf_cache() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return Path(os.environ.get("HF_HOME") or xdg / "huggingface") / "hub"
+    return Path(os.environ.get("HF_HOME") or _default_cache_dir().parent / "huggingface") / "hub"
 
 
 @models_app.command("list")
