@@ -261,17 +261,6 @@ def _offset(cursor: Any) -> int:
     raise MCPError(INVALID_PARAMS, f"invalid resources/list cursor {cursor!r}: pass back a nextCursor unchanged")
 
 
-def tool_reference(settings: Settings | None = None) -> str:
-    server = build_server(settings or Settings.model_validate({}), plugins=False, open_hub=lambda s: None)  # type: ignore[arg-type,return-value]
-
-    async def collect() -> tuple[list[Any], list[Any], list[Any]]:
-        return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
-
-    tools, templates, prompts = anyio.run(collect)
-    structured = [t.name for t in tools if t.output_schema and t.name not in TEXT_ONLY_TOOLS]
-    return render(tools, templates, prompts, write_tools=WRITE_TOOLS, structured=structured)
-
-
 _BOUNDS = {"minLength": "min length", "maxLength": "max length", "minimum": "≥", "maximum": "≤"}
 _BOUNDS |= {"minItems": "min items", "maxItems": "max items", "pattern": "pattern"}
 _HINTS = {"read-only": "read_only_hint", "destructive": "destructive_hint", "idempotent": "idempotent_hint"}
@@ -320,14 +309,14 @@ def _fields(schema: dict[str, Any], with_default: bool = True) -> list[str]:
     return rows
 
 
-def render(
-    tools: Sequence[Any],
-    templates: Sequence[Any],
-    prompts: Sequence[Any],
-    *,
-    write_tools: Sequence[str] = (),
-    structured: Sequence[str] = (),
-) -> str:
+def tool_reference(settings: Settings | None = None) -> str:
+    server = build_server(settings or Settings.model_validate({}), plugins=False, open_hub=lambda s: None)  # type: ignore[arg-type,return-value]
+
+    async def collect() -> tuple[list[Any], list[Any], list[Any]]:
+        return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
+
+    tools, templates, prompts = anyio.run(collect)
+    structured = [t.name for t in tools if t.output_schema and t.name not in TEXT_ONLY_TOOLS]
     lines = [
         "# MCP tool reference",
         "",
@@ -343,7 +332,7 @@ def render(
     for t in tools:
         hints = ", ".join(name for name, attr in _HINTS.items() if getattr(t.annotations, attr, None)) or "none"
         lines += [f"## `{t.name}` — {t.title}", ""]
-        if t.name in write_tools:
+        if t.name in WRITE_TOOLS:
             lines += ["_Hidden when the server runs read-only (`--read-only`)._", ""]
         lines += [f"Hints: {hints}.", "", t.description or "", "", "### Input", "", *_fields(t.input_schema), ""]
         if t.output_schema:
