@@ -16,7 +16,7 @@ INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
 CONFORMANCE := .cache/inspector/node_modules/@modelcontextprotocol/conformance/dist/index.js
 
 .PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
-	bench-quality bench-tune bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-report
+	bench-quality bench-tune bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-answers bench-report
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -116,6 +116,10 @@ bench-tracing: $(STAMP)
 bench-latency: $(DEV_STAMP)
 	test -d $(DEMO_INDEX) || $(MAKE) demo
 	$(BENCH) bench/mcp_latency.py --index $(DEMO_INDEX) --json
+
+# (text + structuredContent) / text of query_knowledge_hub answers, top_k 5, on the dev sets and the sample laws.
+bench-answers: $(STAMP)
+	$(BENCH) bench/answer_size.py --data $(EVAL_DATA) --json
 
 bench-report:
 	$(PY) bench/report.py

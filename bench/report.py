@@ -228,6 +228,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         latency,
     ),
     (
+        "answers",
+        "What structured citations cost: `make bench-answers`",
+        "(text + structuredContent) / text characters of `query_knowledge_hub` answers, top_k 5, the compact "
+        "structured form (the default): the first 200 questions of each dev set and the sample laws' five.",
+        tracing,
+    ),
+    (
         "reliability",
         "Hostile runs: `make reliability`",
         "The attacks of tests/reliability, each part's `RELIABILITY <part> {figures}` line: damaged files, "
@@ -337,6 +344,9 @@ def checks(results: Path) -> list[dict[str, Any]]:
         got += f"{flags['answerable_flagged']:.1%}"
         out.append(row(f"zhiku tune, half B of {r['set']}", "nDCG@10 ≥ defaults; ≥ 90 % / ≤ 5 % flagged", got,
                        r["holds"], "tune"))  # fmt: skip
+    for r in figures("answers") or []:
+        what = f"(text + structured) ÷ text, top_k 5, p90, {r['set']}"
+        out.append(row(what, "≤ 1.3", r["ratio_p90"], r["ratio_p90"] <= 1.3, "answers"))
     tr = figures("tracing")
     got = tr.get("cost_median_pct") if isinstance(tr, dict) else None
     ok = None if got is None else got <= 10

@@ -57,12 +57,14 @@ def test_structured_content_does_not_repeat_the_passages(mcp_index: Fixture) -> 
         set(top) == {"n", "chunk_id", "source", "section", "uri"} and top["uri"] == f"zhiku://chunk/{top['chunk_id']}"
     )
     assert set(s) == {"mode", "citations", "low_confidence", "confidence", "cache"}  # no images, rewrite/rerank off
+    # the section below the document's title (the source names the document); the full form keeps the whole path
+    whole = full.structured_content["citations"][0]["section"]
+    assert (top["section"], whole) == ("第二章 劳动合同的订立 > 第十九条、第二十条", f"劳动合同法 > {top['section']}")
     assert [c["chunk_id"] for c in s["citations"]] == [c["chunk_id"] for c in full.structured_content["citations"]]
     # the fixture has 5 chunks, two of them pieces of one article (retrieval.whole_articles): 4 hits
     assert len(s["citations"]) == 4 and all(c["chunk_id"] not in text for c in s["citations"])
-    # a bounded cost per citation whatever the passage length (the slow test_packaging.py checks the 1.3x bar on
-    # real-sized passages)
-    assert chars(s) <= 100 + 180 * len(s["citations"]), chars(s)
+    # a bounded cost per citation whatever the passage length (`make bench-answers` measures the ratio to the text)
+    assert chars(s) <= 100 + 150 * len(s["citations"]), chars(s)  # measured 660 for 4
     assert not any(f["text"][:20] in json.dumps(s, ensure_ascii=False) for f in full.structured_content["citations"])
     f = full.structured_content  # full form: the answer and every passage again
     assert f["answer"] == text and (len(text) + chars(f)) > 2 * len(text)

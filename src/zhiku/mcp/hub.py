@@ -203,11 +203,22 @@ class Hub:
         return result
 
     def _citations(self, answer: Answer) -> list[CitationOut]:
+        compact = not self.settings.server.structured_passages
         citations = [
-            CitationOut(**asdict(c) | {"text": t, "truncated": len(c.text) > len(t), "uri": chunk_uri(c.chunk_id)})
+            CitationOut(
+                **asdict(c)
+                | {"text": t, "truncated": len(c.text) > len(t), "uri": chunk_uri(c.chunk_id)}
+                | ({"section": self._below_title(c.doc_id, c.section)} if compact else {})
+            )
             for c, t in zip(answer.citations, answer.snippets, strict=False)
         ]
         return enrich_citations(self.kb, citations)
+
+    def _below_title(self, doc_id: str, section: str) -> str:
+        """``section`` without the document's title it begins with: ``source`` names the document, and the text
+        block's frame and the chunk at ``uri`` keep the whole path."""
+        doc = self.kb.document(doc_id)
+        return section.removeprefix(f"{doc.title} > ") if doc and doc.title else section
 
     @staticmethod
     def _images(answer: Answer, citations: Sequence[CitationOut]) -> list[ImageRef]:

@@ -63,7 +63,10 @@ class CitationOut(_Out):
     doc_id: str = Field("", description="Document id for get_document_summary, zhiku://doc/{doc_id} (full form only).")
     source: str = Field(description="Source path as ingested.")
     page: int | None = Field(None, description="Page number when the format has pages.")
-    section: str = Field("", description="Heading path, e.g. '劳动合同法 > 第二章 劳动合同的订立 > 第十九条'.")
+    section: str = Field(
+        "",
+        description="Heading path, e.g. '劳动合同法 > 第二章 > 第十九条'; the compact form drops the document title.",
+    )
     score: float = Field(
         0.0,
         description="Fused score (RRF or z-score) before any reranking; only its order is meaningful (full form only).",
