@@ -37,7 +37,7 @@ def sizes(kb: KnowledgeBase, questions: list[str], collection: str) -> dict[str,
         text.append(t)
         structured.append(s)
         ratio.append((t + s) / t)
-    p90 = statistics.quantiles(ratio, n=10)[-1] if len(ratio) > 1 else ratio[0]
+    p90 = statistics.quantiles(ratio, n=10, method="inclusive")[-1] if len(ratio) > 1 else ratio[0]
     return {
         "questions": len(questions),
         "text_chars_p50": statistics.median(text),
