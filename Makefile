@@ -13,7 +13,8 @@ DEMO_INDEX ?= demo-index
 # The official MCP Inspector CLI (an independent MCP client for tests/test_inspector.py) and the MCP conformance
 # suite (tests/test_conformance.py, slow), with their own node 22.
 INSPECTOR := .cache/inspector/node_modules/.bin/mcp-inspector
-CONFORMANCE := .cache/inspector/node_modules/@modelcontextprotocol/conformance/dist/index.js
+# Named after the install script's checksum: a new pinned version installs itself on the next `make test`.
+INSPECTOR_STAMP := .cache/inspector/.installed-$(shell cksum < scripts/install-inspector.sh | cut -d' ' -f1)
 
 .PHONY: install install-dev inspector demo lint test test-slow reliability quality-gate clean \
 	bench-quality bench-tune bench-scale bench-concurrency bench-ingest bench-formats bench-tracing bench-latency bench-answers bench-report
@@ -41,11 +42,11 @@ demo: $(STAMP)
 	$(ZHIKU) query "试用期最长不得超过几个月？" --collection laws --index $(DEMO_INDEX) -k 3
 	$(ZHIKU) query "女职工产假有多少天" --collection laws --index $(DEMO_INDEX) -k 3
 
-$(INSPECTOR) $(CONFORMANCE):
-	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh; \
+$(INSPECTOR_STAMP):
+	@if command -v npm >/dev/null; then bash scripts/install-inspector.sh && touch $@; \
 	else echo "npm not found: the MCP Inspector tests will be skipped (and fail in strict mode: ZHIKU_STRICT_SKIPS=1, CI)"; fi
 
-inspector: $(INSPECTOR) $(CONFORMANCE)
+inspector: $(INSPECTOR_STAMP)
 
 # Lint, format check and type check (config in pyproject.toml), before the tests.
 lint: $(DEV_STAMP)
