@@ -262,7 +262,7 @@ class Searcher:
         self, order: list[tuple[str, float]], top_k: int, bm25: Sequence[ScoredId], dense: Sequence[ScoredId],
         filled: Mapping[str, float],
     ) -> list[Hit]:  # fmt: skip
-        hits = _hits_of(order, self.store.get_chunks, top_k, bm25, dense, filled)
+        hits = _hits_of(order, self.store.get_chunks, bm25, dense, filled)
         if WHOLE_ARTICLES and self._catalogue is not None:  # small-to-big: a piece brings its article
             return whole_articles(hits, self._catalogue.document_chunks, limit=top_k, runs=self._runs)
         return list(hits)
@@ -391,20 +391,16 @@ class Searcher:
 def _hits_of(
     order: Sequence[tuple[str, float]],
     fetch: Callable[[list[str]], list[Chunk]],
-    first: int,
     bm25: Sequence[ScoredId],
     dense: Sequence[ScoredId],
     filled: Mapping[str, float],
 ) -> Iterator[Hit]:
     """The hits of the fused ``order`` with their ranks and scores in every channel, made as read (small-to-big
-    stops at ``top_k``: the spares' chunks are fetched after the ``first``'s, if read); deleted chunks left out."""
+    stops at ``top_k``); deleted chunks left out."""
     (b_ids, b_scores), (d_ids, d_scores) = columns_of(bm25), columns_of(dense)
     b_at, d_at = positions(b_ids), positions(d_ids)
-    chunks: dict[str, Chunk] = {}
+    chunks = {c.chunk_id: c for c in fetch([i for i, _ in order])}  # (one read: the spares are mostly needed)
     for fused_rank, (cid, score) in enumerate(order, 1):
-        if fused_rank in (1, first + 1):
-            batch = order[:first] if fused_rank == 1 else order[first:]
-            chunks.update((c.chunk_id, c) for c in fetch([i for i, _ in batch]))
         chunk = chunks.get(cid)
         if chunk is None:
             continue

@@ -51,6 +51,7 @@ MIN_DF = 1000
 # a ``rare`` query term (a character pair) is scored only where it is in at most this share of the rows: the best
 # of 0.2–3 % on half of each dev set's questions (a common pair costs time and adds noise)
 RARE_DF = 0.005
+RARE_SIZES = 100_000  # ``rare`` terms whose postings a snapshot counted, kept
 CACHE_POSTINGS = 2_000_000  # postings of query terms a snapshot keeps (scored: 16 bytes each)
 FLUSH_ROWS = 2000  # a writer saves a segment once this many rowids lie past the saved ones
 BUILD_ROWS = 50_000  # rows per segment built from the table in one go (bounds memory)
@@ -271,6 +272,7 @@ class BM25Snapshot:
     n_live: int
     avgdl: float
     terms: TermCache = field(default_factory=TermCache, compare=False, repr=False)  # query terms seen
+    sizes: Cache[int] = field(default_factory=lambda: Cache(RARE_SIZES), compare=False, repr=False)  # (``_rare``)
 
     @classmethod
     def of(
@@ -356,8 +358,14 @@ class BM25Snapshot:
     def _rare(self, terms: Sequence[str]) -> list[QueryTerm]:
         """``terms`` in at most ``RARE_DF`` of the rows, deleted ones counted too (a common pair's live rows are
         never counted: that costs more than scoring the rare ones)."""
-        sizes = [(t, sum(p[0].size for s in self.segments if (p := s.postings(query_key(t))))) for t in terms]
-        return [q for t, n in sizes if 0 < n <= RARE_DF * self.n_live and (q := self.term(t)).df > 0]
+        out = []
+        for t in terms:
+            if (n := self.sizes.get(t)) is None:
+                key = query_key(t)
+                self.sizes.put(t, n := sum(p[0].size for s in self.segments if (p := s.postings(key))))
+            if 0 < n <= RARE_DF * self.n_live and (q := self.term(t)).df > 0:
+                out.append(q)
+        return out
 
     def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
         """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""

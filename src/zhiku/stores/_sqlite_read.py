@@ -89,7 +89,7 @@ class Catalogue:
         in_ids = " WHERE chunk_id IN (SELECT value FROM json_each(?))"
         with self.db.read() as conn:
             version = cache.version
-            found = {i: c for i in ids if isinstance(c := cache.get(i, version), Chunk)}
+            found = {i: c for i, c in cache.get_many(ids, version).items() if isinstance(c, Chunk)}
             missing = [i for i in ids if i not in found]
             at, fetched = _fetch(conn, in_ids, json.dumps(missing)) if missing else (None, [])
             if found and (at if at is not None else self.db.version(conn)) != version:  # kept ones of another version
