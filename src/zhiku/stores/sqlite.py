@@ -402,8 +402,9 @@ class SQLiteStore:
         values = ranked.tolist()
         if None in found or (ranked[1:] == ranked[:-1]).any():  # ties by chunk id: (-score, id) pairs sorted
             pairs = zip((-ranked).tolist(), found, rows, strict=True)
-            best = sorted(pairs if None not in found else [p for p in pairs if p[1] is not None])
-            values, found, rows = [-x for x, _, _ in best], [c for _, c, _ in best], [r for _, _, r in best]
+            best = sorted(pairs if None not in found else [p for p in pairs if p[1] is not None])[:top_k]
+            negated, found, rows = zip(*best, strict=True) if best else ((), [], [])  # type: ignore[assignment,var-annotated]
+            values = [-x for x in negated]
         names = cast(list[str], found[:top_k])
         self._ids.seen(names, rows[:top_k])
         return Ranking(names, values[:top_k], rows[:top_k])
