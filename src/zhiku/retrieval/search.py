@@ -300,8 +300,7 @@ class Searcher:
         others: Sequence[ScoredId],
     ) -> tuple[Sequence[ScoredId], dict[str, float]]:
         """The ranking of the form (``QueryPlan.forms``) whose best cosine is higher (the first on a tie), with the
-        cosines of ``others``' candidates outside it: a Traditional question meets Simplified passages in its
-        Simplified form. That form is extra: if it fails, the ranking as written stands (the ``reason`` says why)."""
+        cosines of ``others``' candidates outside it; the Simplified form is extra: if it fails, the first stands."""
         with span("dense") as sp:
             best: tuple[Sequence[ScoredId], dict[str, float]] | None = None
             chosen = 0
@@ -345,8 +344,7 @@ class Searcher:
             self._vectors.put(text, vector)
 
     def _embeds_fast(self) -> bool:
-        """Whether the embedder's median time over its last questions is under ``inline_embed_s`` (a median: a
-        thread preempted while embedding does not send the next questions to the worker)."""
+        """Whether the embedder's median time over its last questions is under ``inline_embed_s``."""
         times = sorted(self._embed_times)
         return bool(times) and times[len(times) // 2] < self.inline_embed_s
 
@@ -361,9 +359,8 @@ class Searcher:
         cross_lingual: bool = False,
         chosen: tuple[float, float, float] | None = None,
     ) -> list[tuple[str, float]]:
-        """The fused order (``keep`` long); ``filled``: the exact cosines of BM25 candidates outside the dense
-        ranking (``FILL_DENSE``, z-score fusion only); ``by_clause``: the clause channel's ranking; ``chosen``:
-        z-score weights other than the settings'."""
+        """The fused order (``keep`` long); ``filled``: exact cosines of BM25 candidates outside the dense ranking;
+        ``chosen``: z-score weights other than the settings'."""
         s = self.settings
         with span("fusion") as sp:
             *weights, clause = CROSS_WEIGHTS if cross_lingual else chosen or weights_of(s.fusion)

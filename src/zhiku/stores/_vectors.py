@@ -271,15 +271,13 @@ class VectorSnapshot:
 
 
 def dot_rows(rows: np.ndarray, unit: np.ndarray) -> np.ndarray:
-    """Each row's dot product with ``unit`` (the rows are unit vectors: their cosines), one row at a time (a row's
-    score never depends on the rows beside it; twice einsum's speed, and no BLAS threads)."""
+    """Each row's cosine with ``unit``, row by row (a score never depends on the rows beside it; no BLAS threads)."""
     scores: np.ndarray = np.vecdot(rows, unit)
     return scores
 
 
 def _read_rows(fd: int, rows: np.ndarray, size: int) -> tuple[np.ndarray, int]:
-    """Rows of ``size`` bytes at ``rows`` of the file ``fd``, read into one buffer (``preadv`` straight into it:
-    half the time of ``pread``'s one bytes object per row), and how many bytes were read."""
+    """Rows of ``size`` bytes at ``rows`` of the file ``fd``, read into one buffer, and how many bytes were read."""
     out = np.empty(rows.size * size, np.uint8)
     view = out.data
     offsets = (np.asarray(rows, np.int64) * size).tolist()

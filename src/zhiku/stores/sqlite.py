@@ -363,10 +363,8 @@ class SQLiteStore:
         return snap
 
     def _forget_rows(self) -> None:
-        """Drop what the searches keep about rowids (``ChunkIds``, ``FilterMasks``: true for the life of an index)
-        when the index went back to an older version: another index now, whose rowids are other chunks. The
-        decoded chunks too (``ChunkCache``): kept by version, they would never be replaced (an older version's rows
-        are not added) and would be served again once this index's version reaches theirs."""
+        """Drop what the searches keep about rowids, and the decoded chunks (kept by version), when the index went
+        back to an older version: another index now, whose rowids are other chunks."""
         self._ids.clear()
         self._masks.clear()
         self.catalogue.cache.clear()
