@@ -19,17 +19,8 @@ _SPLIT_RE = re.compile(r"[\s,，、/]+")
 
 
 @dataclass(frozen=True)
-class SynonymGroup:
-    terms: tuple[str, ...]  # normalised, longest first
-
-
-@dataclass(frozen=True)
 class Synonyms:
-    groups: tuple[SynonymGroup, ...]
-
-    @classmethod
-    def empty(cls) -> Synonyms:
-        return cls(())
+    groups: tuple[tuple[str, ...], ...] = ()  # each group's normalised terms, longest first
 
     @classmethod
     def load(cls, path: Path, normalize: Callable[[str], str]) -> Synonyms:
@@ -49,15 +40,15 @@ class Synonyms:
                     f"synonyms file {path} line {n}: {line!r} has one term; a line lists two or more equivalent "
                     "terms, e.g. `年假 年休假 带薪年休假`"
                 )
-            groups.append(SynonymGroup(tuple(sorted(terms, key=len, reverse=True))))
+            groups.append(tuple(sorted(terms, key=len, reverse=True)))
         return cls(tuple(groups))
 
     def expansions(self, normalized_text: str) -> list[str]:
         """The terms of every group that ``normalized_text`` mentions, which it does not contain itself."""
         out: list[str] = []
         for g in self.groups:
-            if any(t in normalized_text for t in g.terms):
-                out.extend(t for t in g.terms if t not in normalized_text)
+            if any(t in normalized_text for t in g):
+                out.extend(t for t in g if t not in normalized_text)
         return out
 
     def expand_tokens(

@@ -83,7 +83,7 @@ class TextProcessor:
                 self._user_dict_text = self.user_dict.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
-        self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms.empty()
+        self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms()
         # the same passages are normalised by every query that returns them (the confidence check's term coverage,
         # the snippets): ~0.1 µs a character, mostly OpenCC, so each is normalised once
         self._normalized = memoized(NORMALIZED_TEXTS)(self._normalize_chars)

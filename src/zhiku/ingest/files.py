@@ -111,7 +111,6 @@ def collapse_whitespace(text: str) -> str:
 class FileTask:
     path: Path  # absolute
     source: str  # relative to the ingest root, forward slashes
-    root: Path | None  # the directory it was found under (None for a file named directly)
 
     @property
     def shown(self) -> str:
@@ -144,7 +143,7 @@ def discover(
         if kind is None:
             if p not in seen:
                 seen.add(p)
-                tasks.append(FileTask(p, printable(p.name), None))
+                tasks.append(FileTask(p, printable(p.name)))
             continue
         if kind != "a directory":
             failures.append(FileFailure(shown, f"{kind}, not a regular file: skipped without opening it"))
@@ -160,5 +159,5 @@ def discover(
                         unsupported[f.suffix.lower()] += 1
                     continue
                 seen.add(f)
-                tasks.append(FileTask(f, printable(f.relative_to(p).as_posix()), p))
+                tasks.append(FileTask(f, printable(f.relative_to(p).as_posix())))
     return tasks, failures

@@ -47,10 +47,6 @@ class Stage:
     def to_json(self) -> dict[str, Any]:
         return {**vars(self), "start_ms": round(self.start_ms, 3), "elapsed_ms": round(self.elapsed_ms, 3)}
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any], labels: Mapping[str, Any]) -> Stage:
-        return cls(**_fields(cls, d, labels))
-
 
 @dataclass
 class Trace:
@@ -76,7 +72,9 @@ class Trace:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Trace:
         labels = d.get("labels") or {}  # (lines written before rows carried their labels)
-        return cls(**{**_fields(cls, d, labels), "stages": [Stage.from_json(s, labels) for s in d.get("stages") or []]})
+        return cls(
+            **{**_fields(cls, d, labels), "stages": [Stage(**_fields(Stage, s, labels)) for s in d.get("stages") or []]}
+        )
 
 
 def _fields(cls: type, d: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,9 +109,7 @@ def _encodable(value: Any) -> Any:
 
 
 class Sink(Protocol):
-    def write(self, trace: Trace) -> None:
-        """Persist or export one finished trace. Errors are logged by the tracer, never raised to callers."""
-        ...
+    def write(self, trace: Trace) -> None: ...  # its errors are logged by the tracer, never raised to callers
 
 
 class MemorySink:

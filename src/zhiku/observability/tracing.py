@@ -156,10 +156,6 @@ class Tracer:
     def __init__(self, sinks: Sequence[Sink] = ()) -> None:
         self.sinks = tuple(sinks)
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.sinks)
-
     def trace(self, kind: str, *, capture: bool = False, **attrs: Any) -> AbstractContextManager[Trace | None]:
         """``with tracer.trace("query", query=q) as t:`` — ``t`` is the open ``Trace`` or ``None`` when off; a trace
         opened inside another adds its attributes to the outer one and records into it."""
@@ -172,9 +168,6 @@ class Tracer:
 
 
 # ------------------------------------------------------------------------------------- OpenTelemetry export
-INSTRUMENTATION = "zhiku"
-
-
 def _attr(value: Any) -> str | int | float | bool:
     if isinstance(value, (str, bool, int, float)):
         return value
@@ -193,7 +186,7 @@ class OtelSink:
                 "OpenTelemetry export needs the opentelemetry SDK: pip install 'zhiku[otel]' (or set tracing.otel: false)"
             ) from None
         self._otel_trace, self._Status, self._StatusCode = otel_trace, Status, StatusCode
-        self._tracer = otel_trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
+        self._tracer = otel_trace.get_tracer("zhiku", tracer_provider=tracer_provider)
 
     def write(self, trace: Trace) -> None:
         start_ns = int(trace.started_at * 1e9)

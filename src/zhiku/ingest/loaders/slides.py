@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
-from zhiku.ingest.loaders.docx import check_zip
+from zhiku.ingest.loaders.docx import MIB, check_zip
 from zhiku.ingest.loaders.markup import Configured, markdown_table, not_heading, source_image, usable_image
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
 SLIDES_INSTALL = "pip install 'zhiku[slides]'"
-MIB = 1024 * 1024
 _NV = "{http://schemas.openxmlformats.org/presentationml/2006/main}cNvPr"
 
 

@@ -12,7 +12,7 @@ import yaml
 from zhiku.errors import LoaderError
 from zhiku.ingest.chunking import iter_headings, outside_fences
 from zhiku.ingest.loaders.encoding import read_text_file
-from zhiku.settings import LoaderSettings
+from zhiku.ingest.loaders.markup import Configured
 from zhiku.types import SourceDoc
 
 
@@ -89,14 +89,11 @@ class _CodeSpans:
         return runs[after] + end - start if after < len(runs) and runs[after] < limit else end
 
 
-class TextLoader:
+class TextLoader(Configured):
     """HTML content in a ``.txt`` file is loaded as text, unchanged."""
 
     doc_type: str = "text"
     suffixes: tuple[str, ...] = (".txt", ".text")
-
-    def __init__(self, settings: LoaderSettings | None = None) -> None:
-        self.settings = settings
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)

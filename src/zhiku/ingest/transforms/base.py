@@ -39,9 +39,6 @@ class Enrichment:
     summary: str = ""
     tags: tuple[str, ...] = ()
 
-    def is_empty(self) -> bool:
-        return self == Enrichment()
-
 
 @dataclass(frozen=True)
 class DocMeta:

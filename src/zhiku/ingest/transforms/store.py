@@ -76,7 +76,7 @@ class EnrichmentStore:
         rows = [
             (c.chunk_id, batch.doc_id, e.context, e.refined, e.title, e.summary, _json(list(e.tags)))
             for c, e in zip(batch.chunks, batch.enrichments, strict=True)
-            if not e.is_empty()
+            if e != Enrichment()
         ]
         if not rows and batch.meta is None and not self.path.exists():  # nothing to write, nothing to clear
             return
