@@ -57,17 +57,21 @@ class _Open:
 
 
 class _Span:
-    active = True
+    """One timed call of a stage; without a trace (``NOOP``) every method does nothing."""
 
-    def __init__(self, open_: _Open, name: str) -> None:
+    def __init__(self, open_: _Open | None, name: str) -> None:
         self._open, self._name, self._t0 = open_, name, 0.0
         self._sets: Sets = []
+        self.active = open_ is not None
 
     def __enter__(self) -> _Span:
-        self._t0 = time.perf_counter()
+        if self._open is not None:
+            self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if self._open is None:
+            return
         seconds = time.perf_counter() - self._t0
         if exc is not None:
             self._sets.append((None, "error", {"error": f"{type(exc).__name__}: {exc}"}))
@@ -75,35 +79,19 @@ class _Span:
 
     def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
         """Add ``counts`` (summed over merged calls), set ``status`` and ``data`` (lists are extended)."""
-        self._sets.append((counts, status, data))
+        if self._open is not None:
+            self._sets.append((counts, status, data))
 
     def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
         """Record a channel's candidates: ``counts.candidates`` and the first ``RANKING_MAX`` as ``data.ranking``."""
-        self.set({"candidates": len(items)}, ranking=ranking_rows(items), **data)
+        if self._open is not None:
+            self.set({"candidates": len(items)}, ranking=ranking_rows(items), **data)
 
 
-class _NoSpan:
-    """What ``span`` returns outside a trace: every method does nothing."""
-
-    active = False
-
-    def __enter__(self) -> _NoSpan:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def set(self, counts: Mapping[str, int] | None = None, status: str | None = None, **data: Any) -> None:
-        return None
-
-    def ranking(self, items: Sequence[ScoredId], **data: Any) -> None:
-        return None
+NOOP = _Span(None, "")
 
 
-NOOP = _NoSpan()
-
-
-def span(name: str) -> _Span | _NoSpan:
+def span(name: str) -> _Span:
     """Time the enclosed block as stage ``name`` of the current trace (a no-op when there is none)."""
     o = _current.get()
     return NOOP if o is None else _Span(o, name)
