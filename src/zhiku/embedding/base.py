@@ -74,7 +74,6 @@ def takes_several_queries(embedder: object) -> bool:
     return False
 
 
-# ------------------------------------------------------------------------------------------ prefixes
 # Query and passage prefixes of known embedding-model families (from their model cards; a model trained with one
 # loses quality without it). Precedence: the model's own ``prompts`` in ``config_sentence_transformers.json``, then
 # ``FAMILIES``, then none (BGE-M3, m3e, all-MiniLM, unknown models).

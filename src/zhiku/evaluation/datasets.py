@@ -26,7 +26,6 @@ SECTION_SEP = " > "
 LONGDOC_YAML, LONGDOC_DOCS = "eval.yaml", "docs"
 
 
-# ------------------------------------------------------------------------------------------- BEIR
 @dataclass(frozen=True)
 class BeirDoc:
     doc_id: str
@@ -91,7 +90,6 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> EvalSet:
     return EvalSet(name, "beir", queries, corpus, path=str(folder))
 
 
-# -------------------------------------------------------------------------------- one kind of set
 def squash(text: str) -> str:
     """``text`` without any whitespace (how ``contains`` compares: line breaks and spaces never matter)."""
     return "".join(text.split())
@@ -189,7 +187,6 @@ def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
     return load_beir(path, max_queries=max_queries)
 
 
-# ------------------------------------------------------------------------------------------- YAML
 # The YAML schema as pydantic models (strict: no coercion of 3 to "3" or "3" to 3); a validation error becomes one
 # line naming the file, the line (from the YAML node marks) and the field, with the fix.
 _Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]

@@ -78,7 +78,6 @@ def score(
     return out
 
 
-# ------------------------------------------------------------------------------------------ gates
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _BAR = re.compile(r"^\s*([A-Za-z_]+@\d+)\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+)\s*$")
 

@@ -622,7 +622,6 @@ def markdown_report(
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------------------------ history
 @dataclass(frozen=True)
 class HistoryEntry:
     at: float  # unix seconds

@@ -155,7 +155,6 @@ class Tracer:
         return _Root(self.sinks, kind, attrs) if self.sinks or capture else nullcontext()
 
 
-# ------------------------------------------------------------------------------------- OpenTelemetry export
 def _attr(value: Any) -> str | int | float | bool:
     if isinstance(value, (str, bool, int, float)):
         return value
@@ -212,7 +211,6 @@ def build_tracer(settings: TracingSettings, index: Path) -> Tracer:
     return Tracer(sinks)
 
 
-# ------------------------------------------------------------------------------------------ what traces record
 def ranking_rows(items: Sequence[ScoredId], limit: int = RANKING_MAX) -> list[dict[str, Any]]:
     """A channel's first ``limit`` candidates as rows: ``chunk_id``, ``rank``, ``score``."""
     return [{"chunk_id": x.chunk_id, "rank": x.rank, "score": round(float(x.score), 6)} for x in items[:limit]]

@@ -322,7 +322,6 @@ def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
     return best[1] if best else ""
 
 
-# ----------------------------------------------------------------------------------------- text quality
 def is_garbled(text: str) -> bool:
     """At least 30 % replacement, private-use, control or unassigned characters or ``(cid:123)`` glyph codes."""
     cids = re.findall(r"\(cid:\d+\)", text)
