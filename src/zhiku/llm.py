@@ -66,11 +66,6 @@ def clean_reply(text: str, limit: int = 0) -> str:
 LLM_CACHE_FILE = "llm.sqlite"
 
 
-def reply_key(*parts: Any) -> str:
-    """SHA-256 over the JSON of ``parts`` (model, prompt id, messages…)."""
-    return hashlib.sha256(json.dumps(list(parts), ensure_ascii=False, sort_keys=True).encode()).hexdigest()
-
-
 class ReplyCache:
     """``responses(key, content)`` in SQLite; safe across threads and processes."""
 
@@ -224,7 +219,8 @@ class LLMService:
         self._n = _Counter()
 
     def key(self, messages: Sequence[Mapping[str, Any]], prompt_id: str, vision: bool = False) -> str:
-        return reply_key(self.vision_model if vision else self.model, prompt_id, list(messages))
+        parts = [self.vision_model if vision else self.model, prompt_id, list(messages)]
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
     def chat(
         self,

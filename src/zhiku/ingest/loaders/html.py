@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from contextlib import suppress
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -45,10 +46,8 @@ def decode_html(data: bytes, path: Path) -> str:
         if m:
             name = m.group(1).decode("ascii", "replace").lower()
             name = {"gb2312": "gb18030", "gbk": "gb18030", "x-gbk": "gb18030"}.get(name, name)
-            try:
+            with suppress(LookupError, UnicodeDecodeError):
                 return normalize_newlines(data.decode(name))
-            except (LookupError, UnicodeDecodeError):
-                pass
     text, _ = decode_text(data, path)
     return normalize_newlines(text)
 

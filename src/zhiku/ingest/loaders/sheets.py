@@ -11,6 +11,7 @@ import itertools
 import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +131,8 @@ def _delimited(path: Path) -> Iterator[Row]:
     del data
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     if delimiter == ",":
-        try:
+        with suppress(csv.Error):
             delimiter = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|").delimiter
-        except csv.Error:
-            pass
     try:
         for number, row in enumerate(csv.reader(io.StringIO(text), delimiter=delimiter), 1):
             yield number, [c.strip() for c in row]
