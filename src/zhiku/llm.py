@@ -100,7 +100,6 @@ class ReplyCache:
 
 
 def json_object_in(text: str) -> dict[str, Any]:
-    """The JSON object in a model's reply."""
     body = text.strip()
     fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
     if fence:

@@ -211,8 +211,6 @@ def pin_folder(
 
 @dataclass(frozen=True)
 class Verification:
-    """What ``verify`` found for one folder."""
-
     folder: str
     model_id: str | None
     status: Literal["ok", "mismatch", "unpinned", "unknown"]
@@ -333,8 +331,6 @@ def download(repo_id: str, revision: str | None) -> Path:
 
 
 class HubModel:
-    """Base of ``SentenceTransformerEmbedder`` and ``CrossEncoderReranker``."""
-
     load_error: type[ZhikuError] = ZhikuError
     kind = "model"
 

@@ -124,7 +124,6 @@ class TextProcessor:
         return self.simplified(unicodedata.normalize("NFKC", text)).lower()
 
     def simplified(self, text: str) -> str:
-        """``text`` in Simplified characters."""
         return str(self._opencc.convert(text))
 
     def normalize(self, text: str) -> str:

@@ -15,7 +15,6 @@ from zhiku.errors import InvalidInput
 
 
 def hit_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
-    """1.0 if any relevant document is in the top ``k``."""
     return 1.0 if any(d in relevant for d in ranked[:k]) else 0.0
 
 
@@ -25,7 +24,6 @@ def mrr_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> floa
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
-    """Share of the relevant documents found in the top ``k``."""
     if not relevant:
         return 0.0
     return sum(1 for d in ranked[:k] if d in relevant) / len(relevant)

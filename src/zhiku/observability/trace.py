@@ -113,8 +113,6 @@ class Sink(Protocol):
 
 
 class MemorySink:
-    """Keeps finished traces in a list (tests)."""
-
     def __init__(self) -> None:
         self.traces: list[Trace] = []
 
