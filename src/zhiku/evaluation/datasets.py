@@ -16,13 +16,13 @@ from pydantic_core import PydanticCustomError
 
 from zhiku.cache import memoized
 from zhiku.errors import InvalidInput
+from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.types import Chunk
 
 YAML_VERSION = 1
 UNCATEGORIZED = "未分类"
 QUERY_KEYS = ("query", "category", "expected", "id")
 EXPECTED_KEYS = ("source", "page", "section", "contains")
-SECTION_SEP = " > "
 LONGDOC_YAML, LONGDOC_DOCS = "eval.yaml", "docs"
 
 
@@ -136,8 +136,8 @@ def section_matches(section: str, prefix: str) -> bool:
     prefix = prefix.strip()
     if not prefix:
         return True
-    parts = section.split(SECTION_SEP)
-    return any(SECTION_SEP.join(parts[i:]).startswith(prefix) for i in range(len(parts)))
+    parts = section.split(SECTION_SEPARATOR)
+    return any(SECTION_SEPARATOR.join(parts[i:]).startswith(prefix) for i in range(len(parts)))
 
 
 @dataclass(frozen=True)

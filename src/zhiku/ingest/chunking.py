@@ -9,6 +9,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import ChunkingSettings
 from zhiku.text import ARTICLE_RE, NUMERALS
 from zhiku.types import Chunk, ImageRef, PageSpan, SourceDoc, SourceImage
@@ -26,10 +27,6 @@ class ChunkShape:
 
 
 Span = tuple[int, int]
-
-
-SECTION_SEPARATOR = " > "
-
 _HEADING_RE = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*")
 _CLOSING_HASHES_RE = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 _FENCE_OPEN_RE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
+from zhiku.ingest.files import MIB
 from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
 from zhiku.ingest.loaders.markup import (
     IMAGE_MIN_PX,
@@ -22,7 +23,6 @@ from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.types import SourceDoc, SourceImage
 
 DOCX_INSTALL = "pip install 'zhiku[docx]'"
-MIB = 1024 * 1024
 # XML parses to ~15x its size in memory (32 MiB of paragraphs: 0.5 GB peak RSS)
 MAX_XML_BYTES = 32 * MIB
 _HEADING_STYLE_RE = re.compile(r"(?:heading|标题)\s*(\d)$", re.IGNORECASE)

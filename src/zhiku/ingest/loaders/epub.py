@@ -12,7 +12,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from zhiku.errors import LoaderError
-from zhiku.ingest.loaders.docx import MIB, check_zip
+from zhiku.ingest.files import MIB
+from zhiku.ingest.loaders.docx import check_zip
 from zhiku.ingest.loaders.html import decode_html, html_markdown
 from zhiku.ingest.loaders.markup import Configured
 from zhiku.types import SourceDoc

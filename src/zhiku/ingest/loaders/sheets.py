@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
-from zhiku.ingest.loaders.docx import MIB, check_zip
+from zhiku.ingest.files import MIB
+from zhiku.ingest.loaders.docx import check_zip
 from zhiku.ingest.loaders.encoding import SNIFF_BYTES, decode_text, read_head, sniff_bytes, wrong_suffix
 from zhiku.ingest.loaders.markup import Configured, cell_text, drop_cjk_spaces, not_heading
 from zhiku.types import PageSpan, SourceDoc

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from zhiku.errors import LoaderError, MissingDependency
-from zhiku.ingest.loaders.docx import MIB, check_zip
+from zhiku.ingest.files import MIB
+from zhiku.ingest.loaders.docx import check_zip
 from zhiku.ingest.loaders.markup import Configured, markdown_table, not_heading, source_image, usable_image
 from zhiku.types import PageSpan, SourceDoc, SourceImage
 
