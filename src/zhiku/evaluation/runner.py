@@ -173,6 +173,10 @@ def hit_records(q: EvalQuery, hits: Sequence[Hit], limit: int) -> tuple[HitRecor
     return tuple(out)
 
 
+def _means(records: Sequence[QueryRecord], names: Sequence[str]) -> dict[str, float]:
+    return {n: sum(r.metrics[n] for r in records) / len(records) for n in names}
+
+
 def evaluate(
     kb: KnowledgeBase,
     dataset: EvalSet,
@@ -196,8 +200,6 @@ def evaluate(
     cuts = sorted({n for base, n in map(parse_metric, names) if base == BUDGET_METRIC})
     depth = max([RECALL_DEPTH, k] + [n for base, n in map(parse_metric, names) if base != BUDGET_METRIC])
     keep = k if keep_hits is None else keep_hits
-    sums = dict.fromkeys(names, 0.0)
-    by_category: dict[str, dict[str, float]] = {}
     latencies: list[float] = []
     records: list[QueryRecord] = []
     rerank: dict[str, int] = {}
@@ -219,11 +221,6 @@ def evaluate(
         hits = hit_records(q, r.hits, keep)
         relevant = tuple(", ".join(f"{f}={v}" for f, v in e.to_json().items()) for e in q.expected) or tuple(q.relevant)
         records.append(QueryRecord(q.qid, q.text, q.category, relevant, first, values, round(latency, 2), hits))
-        cat = by_category.setdefault(q.category, {**dict.fromkeys(names, 0.0), "queries": 0.0})
-        cat["queries"] += 1
-        for name, v in values.items():
-            sums[name] += v
-            cat[name] += v
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
     nq = len(evalset.queries)
@@ -233,12 +230,12 @@ def evaluate(
     else:
         found = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
         unmatched = tuple(map(str, found))
-    categories = {
-        c: {**{name: m[name] / m["queries"] for name in names}, "queries": m["queries"]}
-        for c, m in sorted(by_category.items())
-    }
+    by_category: dict[str, list[QueryRecord]] = {}
+    for rec in records:
+        by_category.setdefault(rec.category, []).append(rec)
+    categories = {c: {**_means(rs, names), "queries": float(len(rs))} for c, rs in sorted(by_category.items())}
     percentiles = {f"p{p}": percentile(latencies, p) for p in (50, 95)}
-    scores = ({name: v / nq for name, v in sums.items()}, percentiles, None, categories, tuple(records))
+    scores = (_means(records, names), percentiles, None, categories, tuple(records))
     return EvalResult(evalset.name, mode, k, nq, *scores, evalset.kind, variant, rerank, budget, unmatched)
 
 
