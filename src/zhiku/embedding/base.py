@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from zhiku.errors import EmbeddingError
+from zhiku.modelhub import hub_id_of
 
 
 @runtime_checkable
@@ -104,10 +105,8 @@ FAMILIES: tuple[tuple[re.Pattern[str], Prefixes], ...] = (
 
 def family_prefixes(model: str) -> Prefixes:
     """The table's prefixes for a model id or folder (``models--ORG--NAME`` cache folders are read as ORG/NAME)."""
-    name = model.strip().rstrip("/").lower()
-    m = re.search(r"models--([^/]+?)--([^/]+)/snapshots/[^/]+$", name)
-    if m:
-        name = f"{m[1]}/{m[2]}"
+    hub = hub_id_of(Path(model.strip()))
+    name = (hub[0] if hub else model.strip().rstrip("/")).lower()
     for pattern, prefixes in FAMILIES:
         if pattern.search(name) or pattern.search(name.rsplit("/", 1)[-1]):
             return prefixes

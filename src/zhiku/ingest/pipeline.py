@@ -93,7 +93,6 @@ class Prepared:
     texts: list[str]  # index texts: what is embedded
     tokens: list[list[str]]  # BM25 tokens of each index text
     status: str  # added | updated
-    path: str
     images: tuple[SourceImage, ...] = ()
     batch: DocumentBatch | None = None
     over_window: int = 0  # index texts longer than the embedder's window
@@ -454,11 +453,11 @@ class Ingestor:
                 max_tokens=window.max_tokens,
                 longest_tokens=self._longest,
             )
-        return Prepared(record, chunks, texts, tokens, status, path, images, batch, len(window.over))
+        return Prepared(record, chunks, texts, tokens, status, images, batch, len(window.over))
 
     def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
         reason = f"embedding failed: {type(e).__name__}: {e}"
-        self._fail(tally, p.path, p.doc.collection, p.doc.sha256, p.doc.size, reason)
+        self._fail(tally, p.doc.path, p.doc.collection, p.doc.sha256, p.doc.size, reason)
 
     def _report(self, tally: _Tally, *, removed: Sequence[str] = (), dry_run: bool = False) -> IngestReport:
         return IngestReport(
@@ -488,7 +487,7 @@ class Ingestor:
                     self.store.write_document(doc, p.chunks, p.tokens, vecs)
                     sp.set(counts={"documents": 1, "chunks": n})
             except Exception as e:  # a bug on one document's way into the store must not stop the batch
-                self._fail(tally, p.path, doc.collection, doc.sha256, doc.size, _failure(e, p.path, "writing"))
+                self._fail(tally, doc.path, doc.collection, doc.sha256, doc.size, _failure(e, doc.path, "writing"))
                 continue
             (tally.added if p.status == "added" else tally.updated).append(doc.source)
             note = None
@@ -496,7 +495,7 @@ class Ingestor:
                 tally.needs_ocr.append(OcrNeeded(doc.source, doc.needs_ocr_pages))
                 note = needs_ocr_note(doc.needs_ocr_pages, self.ocr_setting)
             self.store.record_ingestion(
-                IngestionRecord(p.path, doc.collection, doc.sha256, doc.size, p.status, note, n, time.time())
+                IngestionRecord(doc.path, doc.collection, doc.sha256, doc.size, p.status, note, n, time.time())
             )
             if self.transforms is not None and p.batch is not None:  # after the write: never for a lost chunk
                 self.transforms.commit(p.batch, doc.collection)
