@@ -188,11 +188,7 @@ def weights_digest(folder: Path, memo: HashMemo) -> str:
 
 
 def pin_folder(
-    folder: Path,
-    model_id: str,
-    *,
-    kind: Literal["embedder", "reranker"] = "embedder",
-    revision: str | None = None,
+    folder: Path, model_id: str, *, kind: Literal["embedder", "reranker"] = "embedder", revision: str | None = None
 ) -> ModelEntry:
     """A pinned manifest entry for the files now in ``folder`` (hashes read fresh)."""
     folder = Path(folder)

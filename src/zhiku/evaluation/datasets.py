@@ -223,12 +223,7 @@ class _YamlSet(_Strict):
 
 
 # What each field must be, and what to add when it is missing (by field name; the line and path come from the error).
-_MUST = {
-    "query": "must be non-empty text",
-    "category": "must be non-empty text",
-    "source": "must be non-empty text",
-    "section": "must be non-empty text",
-    "contains": "must be non-empty text",
+_MUST = dict.fromkeys(("query", "category", "source", "section", "contains"), "must be non-empty text") | {
     "description": "must be text",
     "page": "must be a page number ≥ 1, got {value!r}",
     "queries": "must be a non-empty list of `- query: …` entries",
