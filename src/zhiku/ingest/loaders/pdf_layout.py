@@ -111,9 +111,8 @@ def running_lines(pages: Sequence[tuple[Sequence[Line], float]]) -> list[set[int
     for (lines, _), page_keys, page_ofs in zip(pages, keys, page_of, strict=True):
         drop = set()
         for i, (line, key, found) in enumerate(zip(lines, page_keys, page_ofs, strict=True)):
-            if key is not None and (counts[key] >= need or _PAGE_NUMBER_RE.fullmatch(line.text.strip())):
-                drop.add(i)
-            elif found is not None and found[0] in running:
+            edge = key is not None and (counts[key] >= need or _PAGE_NUMBER_RE.fullmatch(line.text.strip()))
+            if edge or (found is not None and found[0] in running):
                 drop.add(i)
         out.append(drop)
     return out

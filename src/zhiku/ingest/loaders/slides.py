@@ -56,9 +56,9 @@ class SlidesLoader(Configured):
                     images.append(source_image(data, mime, w, h, offset=offset, page=n, caption=alt))
                 if text:
                     parts.append(text)
-            if slide.has_notes_slide and (notes := slide.notes_slide.notes_text_frame):
-                if note := " ".join(notes.text.split()):
-                    parts.append(f"备注：{note}")
+            notes = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
+            if notes and (note := " ".join(notes.text.split())):
+                parts.append(f"备注：{note}")
             block = "\n\n".join(parts)
             pages.append(PageSpan(n, at, at + len(block)))
             blocks.append(block)

@@ -144,7 +144,7 @@ def parse_metadata(text: str, max_tags: int) -> dict[str, Any]:
     if not isinstance(title, str) or not isinstance(summary, str):
         raise ValueError(f"title and summary must be strings: {text[:80]!r}")
     if isinstance(tags, str):
-        tags = [t for t in tags.replace("，", ",").split(",")]
+        tags = tags.replace("，", ",").split(",")
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ValueError(f"tags must be a list of strings: {text[:80]!r}")
     if not (title.strip() or summary.strip() or tags):
