@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -77,13 +76,9 @@ def _load_all(group: str) -> tuple[tuple[PluginInfo, Any], ...]:
             found.append((info, None))
     # Entry points of one group that share a name are all refused: which one a ``plugin:NAME`` setting, a transform
     # name or a tool name meant cannot be told, and picking one by sort order would be a silent guess.
-    by_name: defaultdict[str, list[PluginInfo]] = defaultdict(list)
-    for info, _ in found:
-        if info.ok:
-            by_name[info.name].append(info)
     out = []
     for info, obj in found:
-        others = [o for o in by_name.get(info.name, ()) if o is not info] if info.ok else []
+        others = [o for o, _ in found if o.ok and o.name == info.name and o is not info] if info.ok else []
         if others:
             names = ", ".join(f"{o.distribution} {o.version} ({o.value})" for o in others)
             fix = (

@@ -85,14 +85,15 @@ def _one_plugin_per_suffix(built: list[tuple[PluginInfo, Loader]]) -> tuple[Load
     """Two plugins claiming one suffix are both refused, each naming the other: taking one would be a silent guess."""
     from zhiku.plugins import report_problem
 
-    claims: dict[str, list[PluginInfo]] = {}
-    for info, loader in built:
-        for suffix in {s.lower() for s in loader.suffixes}:
-            claims.setdefault(suffix, []).append(info)
     out: list[Loader] = []
     for info, loader in built:
-        clash = {s.lower(): [o for o in claims[s.lower()] if o is not info] for s in loader.suffixes}
-        others = {f"the loader {o.name!r} of {o.distribution} ({s})" for s, rivals in clash.items() for o in rivals}
+        mine = {s.lower() for s in loader.suffixes}
+        others = {
+            f"the loader {o.name!r} of {o.distribution} ({s})"
+            for o, rival in built
+            if o is not info
+            for s in mine & {x.lower() for x in rival.suffixes}
+        }
         if others:
             report_problem(info, f"{', '.join(sorted(others))} reads the same files: uninstall one of the packages")
         else:
