@@ -16,7 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any, Protocol, runtime_checkable
 
-from zhiku.cache import Cache
+from zhiku.cache import memoized
 from zhiku.errors import ConfigError, ZhikuError
 from zhiku.openai_http import HttpApiError, OpenAICompatibleClient, client_from
 from zhiku.settings import LLMSettings
@@ -135,23 +135,19 @@ class Prompts:
         if override_dir is not None and not override_dir.is_dir():
             raise ConfigError(f"llm.prompts_dir {override_dir} is not a folder (create it or unset llm.prompts_dir)")
         self.override_dir = override_dir
-        self._texts: Cache[str] = Cache(PROMPTS)
+        self._texts = memoized(PROMPTS)(self._read)
 
     def text(self, name: str, language: str) -> str:
-        key = (name, language)
-        got = self._texts.get(key)
-        if got is None:
-            file = f"{name}.{language}.txt"
-            user = self.override_dir / file if self.override_dir is not None else None
-            if user is not None and user.is_file():
-                got = user.read_text(encoding="utf-8")
-            else:
-                try:
-                    got = resources.files("zhiku").joinpath(f"data/prompts/{file}").read_text("utf-8")
-                except FileNotFoundError:
-                    raise ConfigError(f"no prompt {file!r} (built-in prompts: {', '.join(PROMPT_NAMES)})") from None
-            self._texts.put(key, got)
-        return got
+        return self._texts(f"{name}.{language}.txt")
+
+    def _read(self, file: str) -> str:
+        user = self.override_dir / file if self.override_dir is not None else None
+        if user is not None and user.is_file():
+            return user.read_text(encoding="utf-8")
+        try:
+            return resources.files("zhiku").joinpath(f"data/prompts/{file}").read_text("utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"no prompt {file!r} (built-in prompts: {', '.join(PROMPT_NAMES)})") from None
 
     def render(self, name: str, language: str, **values: object) -> str:
         return Template(self.text(name, language)).safe_substitute({k: str(v) for k, v in values.items()})
