@@ -125,20 +125,6 @@ class EvalResult:
             out["unmatched"] = list(self.unmatched)
         return out
 
-    def summary_json(self) -> dict[str, Any]:
-        """What `summary.json` holds: the ``--json`` object plus k, kind, variant and per-category metrics."""
-        out = self.to_json()
-        out.update(
-            {
-                "kind": self.kind,
-                "k": self.k,
-                "variant": self.variant or self.mode,
-                "metrics": {n: round(v, 4) for n, v in self.metrics.items()},
-                "categories": {c: {n: round(v, 4) for n, v in m.items()} for c, m in self.categories.items()},
-            }
-        )
-        return out
-
 
 def index_dataset(
     kb: KnowledgeBase, dataset: EvalSet, *, collection: str, on_progress: ProgressFn | None = None
@@ -549,8 +535,18 @@ def write_outputs(
     """Write the three files into ``out_dir`` (created); returns their paths by name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = result.summary_json()
-    data.update(index=index, gate=gate_json(gate), generation=None if generation is None else generation.to_json())
+    r = result  # summary.json: the --json object, k, kind, variant, per-category metrics, gate and generation
+    data = {
+        **r.to_json(),
+        "kind": r.kind,
+        "k": r.k,
+        "variant": r.variant or r.mode,
+        "metrics": {n: round(v, 4) for n, v in r.metrics.items()},
+        "categories": {c: {n: round(v, 4) for n, v in m.items()} for c, m in r.categories.items()},
+        "index": index,
+        "gate": gate_json(gate),
+        "generation": None if generation is None else generation.to_json(),
+    }
     paths = {
         name: out_dir / f"{name}.{ext}" for name, ext in (("summary", "json"), ("report", "md"), ("per_query", "json"))
     }
