@@ -132,9 +132,9 @@ class TextProcessor:
             except (OSError, UnicodeDecodeError) as e:
                 raise ConfigError(f"cannot read user dictionary {self.user_dict}: {e} (fix text.user_dict)") from None
         self.synonyms = Synonyms.load(synonyms, self._normalize_chars) if synonyms else Synonyms()
-        # the same passages are normalised by every query that returns them (the confidence check's term coverage,
-        # the snippets): ~0.1 µs a character, mostly OpenCC, so each is normalised once
-        self._normalized = memoized(NORMALIZED_TEXTS)(self._normalize_chars)
+        # NFKC, Traditional → Simplified, lower case; the same passages are normalised by every query that returns them
+        # (term coverage, snippets): ~0.1 µs a character, mostly OpenCC, so each is normalised once
+        self.normalize = memoized(NORMALIZED_TEXTS)(self._normalize_chars)
 
     @cached_property
     def _jieba(self) -> Any:  # rjieba.Jieba has no public type
@@ -173,10 +173,6 @@ class TextProcessor:
 
     def simplified(self, text: str) -> str:
         return str(self._opencc.convert(text))
-
-    def normalize(self, text: str) -> str:
-        """NFKC, Traditional → Simplified and lower case (the last ``NORMALIZED_TEXTS`` texts kept)."""
-        return self._normalized(text)
 
     def words(self, text: str) -> list[str]:
         """A text's words: search-mode cut, punctuation and whitespace dropped."""
