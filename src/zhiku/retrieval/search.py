@@ -153,9 +153,12 @@ class Searcher:
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         weights: dict[str, float] = {}
-        if plan.bridge:  # an English question: Chinese terms for BM25, its Chinese gloss for the clause channel
+        if plan.bridge or plan.names:  # an English question: Chinese terms for BM25, its Chinese gloss for clauses
             weights, gloss = bridged(plan.bridge, self._weighted.term_counts if self._weighted else None)
             weights.update(dict.fromkeys(plan.terms, 1.0))
+            if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
+                held = self._weighted.term_counts(plan.names)
+                weights.update({t: 1.0 for t, n in held.items() if n})
             clauses += [f"{forms[0]} {gloss}"] if gloss and mode_ == "hybrid" else []  # (beside its English)
         known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
         if mode_ == "bm25":
