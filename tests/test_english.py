@@ -1,5 +1,6 @@
 """English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT
-and the characters of pinyin names; a Chinese question's plan has none of it."""
+and the characters of pinyin names; a second dense search starts from the first passages; a Chinese question's plan
+has none of it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from zhiku.retrieval.plan import read_question
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor
 
+LAWS = Path(__file__).parents[1] / "examples" / "laws"
 LEAVE = "职工带薪年休假条例(2007-12-14).md"
 ANNUAL_LEAVE = "How many days of annual leave does an employee get after 8 years?"
 
@@ -23,7 +25,7 @@ ANNUAL_LEAVE = "How many days of annual leave does an employee get after 8 years
 @pytest.fixture(scope="module")
 def laws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("laws")
-    shutil.copy(Path(__file__).parents[1] / "examples" / "laws" / LEAVE, root / LEAVE)
+    shutil.copy(LAWS / LEAVE, root / LEAVE)
     (root / "劳动合同法.md").write_text(CONTRACT_LAW, encoding="utf-8")
     return root
 
@@ -67,6 +69,19 @@ def test_dictionary_phrases_come_before_their_words() -> None:
     assert found[0] == ("年假",)  # one phrase, not "annual" and "leave" (30 senses)
     assert "职工" in found[1]  # workers: staff
     assert senses("what is the") == ()
+
+
+@pytest.mark.slow  # (embeds the five sample laws)
+def test_english_questions_over_the_sample_laws_find_the_governing_article_first(
+    tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
+) -> None:
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([LAWS])
+    written = kb.query("When does an employer have to sign a written labour contract?", top_k=3)
+    assert written.hits[0].chunk.section == "中华人民共和国劳动合同法 > 第二章 劳动合同的订立 > 第九条、第十条"
+    maternity = kb.query("How long is maternity leave?", top_k=3)
+    assert maternity.hits[0].chunk.section == "女职工劳动保护特别规定 > 第七条"
+    assert (written.low_confidence, maternity.low_confidence) == (False, False)
 
 
 def test_a_pinyin_name_meets_the_characters_it_stands_for(

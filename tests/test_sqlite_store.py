@@ -382,3 +382,15 @@ def test_a_schema_1_index_is_upgraded_in_place_and_keeps_its_data(index_dir: Pat
         assert ids(store.dense_search(X, 1)) == LABOR.ids[:1]
     with SQLiteStore(index_dir, read_only=True) as store:
         assert store.document_chunks("doc-labor") == LABOR.chunks
+
+
+def test_chunk_vectors_are_the_stored_unit_vectors_of_the_live_chunks(store: SQLiteStore) -> None:
+    LABOR.write(store)
+    WAGE.write(store)
+    wage, labor = WAGE.chunks[0].chunk_id, ids(LABOR.chunks)
+    assert store.chunk_vectors([wage, "no-such-chunk", labor[1]]).tolist() == [
+        pytest.approx([0.6, 0.8, 0.0]),
+        pytest.approx([0.0, 1.0, 0.0]),
+    ]  # in file order
+    LABOR_V2.write(store)  # a document written again: its old chunks are gone
+    assert store.chunk_vectors(labor).shape == (0, 3)

@@ -24,6 +24,7 @@ from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import (
     CROSS_WEIGHTS,
+    FEEDBACK_WEIGHTS,
     FILL_DENSE,
     RRF_K,
     columns_of,
@@ -38,7 +39,7 @@ from zhiku.retrieval.plan import QueryPlan, read_question
 from zhiku.retrieval.query import QUERY_VECTORS, QueryVectors, check_top_k
 from zhiku.retrieval.rerank import TOP_M, Reranker, rerank_traced
 from zhiku.settings import RerankSettings, RetrievalSettings
-from zhiku.stores.base import Catalogue, FilledDense, OneVersion, Retriever, WeightedBM25
+from zhiku.stores.base import Catalogue, FilledDense, OneVersion, Retriever, StoredVectors, WeightedBM25
 from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
@@ -51,6 +52,11 @@ PER_SOURCE_K = 100  # candidates of each channel before fusion: z-score fusion m
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
 INLINE_EMBED_S = 0.001
 EMBED_TIMES = 9
+# An English question's second dense search (pseudo-relevance feedback, Rocchio): its unit vector plus FEEDBACK_BETA
+# × the mean stored vector of the first FEEDBACK_DOCS fused passages, in the passages' own language; chosen on half A
+# of the English dev sets (hit@5 0.778 → 0.795 cmrc2018_dev, 0.523 → 0.548 stard_dev)
+FEEDBACK_DOCS = 5
+FEEDBACK_BETA = 2.0
 
 
 Keep = Callable[[Chunk], bool] | None  # the chunks a tags filter keeps (None: every chunk)
@@ -103,6 +109,7 @@ class Searcher:
         self._catalogue = self.store if isinstance(self.store, Catalogue) else None  # (a protocol check is slow)
         self._fills = self.store if isinstance(self.store, FilledDense) else None
         self._weighted = self.store if isinstance(self.store, WeightedBM25) else None
+        self._stored = self.store if isinstance(self.store, StoredVectors) else None
         # one index version for the reads of a search (read once), where the store can pin it
         self.one_version = self.store.pinned if isinstance(self.store, OneVersion) else nullcontext
         self._embed_times: tuple[float, ...] = ()  # the embedder's last times per call (replaced, not mutated)
@@ -252,6 +259,13 @@ class Searcher:
         keep = self._keep(top_k)
         if mode_ == "hybrid":
             order = self._fuse(bm25, dense, filled, top_k, keep, by_clause, plan.cross_lingual)
+            if plan.cross_lingual and FEEDBACK_DOCS and self._stored is not None and isinstance(known[0], np.ndarray):
+                # the question's own cosines stay the dense channel's (confidence, the hits' scores)
+                top = self._stored.chunk_vectors([c for c, _ in order[:FEEDBACK_DOCS]])
+                moved = known[0] / np.linalg.norm(known[0]) + FEEDBACK_BETA * top.mean(axis=0)
+                again, more = self._dense(depth, filters, (moved,), bm25 if fill else ())
+                by_clause = clause_ranking(self.store, [bm25, again], clause_vectors)
+                order = self._fuse(bm25, again, more, top_k, keep, by_clause, chosen=FEEDBACK_WEIGHTS)
         else:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
@@ -272,10 +286,11 @@ class Searcher:
 
     def refused(self, r: Retrieval, weights: tuple[float, float, float], top_k: int) -> Retrieval:
         """``r`` with its hybrid channels fused again by z-scores with ``weights`` (BM25, dense, clauses), and what
-        it looks up: `zhiku tune` searches a question once and weighs it many times."""
-        order = self._fuse(
-            r.bm25, r.dense, r.filled, top_k, self._keep(top_k), r.clauses, r.query.cross_lingual, weights
-        )
+        it looks up: `zhiku tune` searches a question once and weighs it many times. An English question's
+        fusion is its own (``CROSS_WEIGHTS``, then its second dense search): ``weights`` leave it as it is."""
+        if r.query.cross_lingual:
+            return r
+        order = self._fuse(r.bm25, r.dense, r.filled, top_k, self._keep(top_k), r.clauses, chosen=weights)
         return self.looked_up(replace(r, hits=tuple(self._hits(order, top_k, r.bm25, r.dense, r.filled))))
 
     def _bm25(self, plan: QueryPlan, weights: dict[str, float], depth: int) -> Sequence[ScoredId]:

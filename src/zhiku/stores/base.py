@@ -112,6 +112,13 @@ class FilledDense(Protocol):
 
 
 @runtime_checkable
+class StoredVectors(Protocol):
+    """Optional for a ``Retriever``: the stored vectors of chunks (an English question's second dense search)."""
+
+    def chunk_vectors(self, chunk_ids: Sequence[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
 class WeightedBM25(Protocol):
     """Optional for a ``Retriever``: BM25 with a weight per term, and how many chunks hold each term (bridged terms
     of an English question; without it, ``bm25_search`` of every term)."""

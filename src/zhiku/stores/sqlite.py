@@ -327,6 +327,14 @@ class SQLiteStore:
         best = np.maximum.reduce([dot_rows(rows, query) for query in queries])  # as dense_scores
         return dict(zip(kept, best.tolist(), strict=True))
 
+    def chunk_vectors(self, chunk_ids: Sequence[str]) -> np.ndarray:
+        """``StoredVectors``: the unit vectors of the live chunks among ``chunk_ids`` (one row each, in file order)."""
+        ids = list(dict.fromkeys(chunk_ids))
+        with self.db.read() as conn:
+            snap = self._vectors_at(conn)
+            at, _ = self._file_rows(conn, snap, ids, self._ids.rows_hint(ids))
+        return snap.gather(at)
+
     def warm(self) -> None:
         """Map the vectors, load the BM25 segments and the chunk ids now (and ask the OS to read the files ahead),
         so the first search is not the slow one. A broken index is only logged: the first query reports it."""
