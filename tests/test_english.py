@@ -99,4 +99,5 @@ def test_a_pinyin_name_meets_the_characters_it_stands_for(
     kb.ingest([root])
     found = kb.retrieve("What does Zou You do for a living?", mode="bm25", top_k=3)
     assert [h.chunk.source for h in found.hits][:2] == ["邹游.md", "生活.md"]  # by name, then "living" (生活)
+    assert kb.retrieve("What does Zou You do for a living?", top_k=1).hits[0].chunk.source == "邹游.md"  # hybrid
     assert read_question("邹游是做什么的", TextProcessor(), RetrievalSettings()).names == ()

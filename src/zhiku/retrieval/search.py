@@ -26,6 +26,7 @@ from zhiku.retrieval.fusion import (
     CROSS_WEIGHTS,
     FEEDBACK_WEIGHTS,
     FILL_DENSE,
+    NAMED_WEIGHTS,
     RRF_K,
     columns_of,
     positions,
@@ -265,7 +266,8 @@ class Searcher:
                 moved = known[0] / np.linalg.norm(known[0]) + FEEDBACK_BETA * top.mean(axis=0)
                 again, more = self._dense(depth, filters, (moved,), bm25 if fill else ())
                 by_clause = clause_ranking(self.store, [bm25, again], clause_vectors)
-                order = self._fuse(bm25, again, more, top_k, keep, by_clause, chosen=FEEDBACK_WEIGHTS)
+                chosen = NAMED_WEIGHTS if plan.names else FEEDBACK_WEIGHTS
+                order = self._fuse(bm25, again, more, top_k, keep, by_clause, chosen=chosen)
         else:
             ids, scores = columns_of(bm25 if mode_ == "bm25" else dense)
             order = list(zip(ids[:keep], scores[:keep], strict=True))
