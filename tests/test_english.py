@@ -90,6 +90,7 @@ def test_a_pinyin_name_meets_the_characters_it_stands_for(
     assert "邹游" in names("What does Zou You do for a living?")
     assert "耶律" in names("When was Yelü Yixin made Prince of Zhao?")  # the name, not Prince (no syllables)
     assert names("What is the probation period?") == names("Who won in Zhao?") == ()  # the first word; one syllable
+    assert names("Is the Loan Prime Rate capped?") == ()  # lo an, r a te: no syllables of names
     root = tmp_path / "docs"
     root.mkdir()
     (root / "邹游.md").write_text("邹游，中国服装设计师，毕业于东华大学服装学院。", encoding="utf-8")

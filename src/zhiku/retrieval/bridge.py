@@ -64,7 +64,12 @@ def readings() -> dict[str, str]:
         key = m[2].lower().replace("u:", "v")
         out[key] = out.get(key, "") + m[1]
     heads = Counter(c for m in _ENTRY.finditer(text) for c in m[1])
-    return {k: "".join(sorted(set(v), key=heads.__getitem__, reverse=True)[:PER_SYLLABLE]) for k, v in out.items()}
+    # (a syllable of one or two characters is an interjection or an erhua r, not part of a name: Loan is not lo an)
+    return {
+        k: "".join(sorted(set(v), key=heads.__getitem__, reverse=True)[:PER_SYLLABLE])
+        for k, v in out.items()
+        if len(set(v)) > 2
+    }
 
 
 def _syllables(word: str) -> list[list[str]]:
