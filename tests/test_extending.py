@@ -23,7 +23,7 @@ from mcp_fixtures import DOCS, PYTHON, ROOT, Fixture, free_port, server_env, sta
 from zhiku import KnowledgeBase
 from zhiku.errors import NotFound
 from zhiku.mcp import text as mcp_text
-from zhiku.mcp.conventions import ToolDefinitionError
+from zhiku.mcp.registry import ToolDefinitionError
 from zhiku.mcp.server import build_server
 from zhiku.settings import merge
 

@@ -18,7 +18,7 @@ from mcp_fixtures import Fixture, copy_fixture
 from test_mcp_server import error_of, with_client
 from zhiku.errors import Busy
 from zhiku.mcp.concurrency import CALLER, FairEmbedder, SingleFlight, deadline
-from zhiku.mcp.jsonrpc import check_message
+from zhiku.mcp.http_security import check_message
 from zhiku.mcp.server import build_server
 
 

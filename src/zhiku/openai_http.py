@@ -128,10 +128,7 @@ class OpenAICompatibleClient:
             self.requests += 1
         limit = self.timeout if deadline is None else max(0.05, min(self.timeout, deadline - time.monotonic()))
         try:
-            if deadline is None:
-                resp = self._client.post(url, content=body, timeout=httpx.Timeout(limit, pool=None))
-            else:
-                resp = self._post_by(url, body, limit, deadline)
+            resp = self._post_by(url, body, limit, deadline)
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out after {limit:.3g}s ({type(e).__name__})") from None
         except httpx.TransportError as e:
@@ -152,8 +149,8 @@ class OpenAICompatibleClient:
             raise HttpApiError(f"{url} answered JSON that is not an object: {resp.text[:200]!r}", resp.status_code)
         return data
 
-    def _post_by(self, url: str, body: bytes, limit: float, deadline: float) -> Any:
-        """A POST whose whole reply must have arrived by ``deadline``: httpx's timeouts bound each read."""
+    def _post_by(self, url: str, body: bytes, limit: float, deadline: float | None) -> Any:
+        """A POST whose whole reply must have arrived by ``deadline`` (if any): httpx's timeouts bound each read."""
         httpx = self._httpx
         request = self._client.build_request("POST", url, content=body, timeout=httpx.Timeout(limit, pool=None))
         resp = self._client.send(request, stream=True)
@@ -161,7 +158,7 @@ class OpenAICompatibleClient:
             raw = bytearray()
             for part in resp.iter_raw():
                 raw += part
-                if time.monotonic() >= deadline:
+                if deadline is not None and time.monotonic() >= deadline:
                     raise _Retryable(f"timed out after {limit:.3g}s (the reply was still arriving)")
         finally:
             resp.close()

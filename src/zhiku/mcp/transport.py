@@ -20,8 +20,7 @@ from mcp.types import JSONRPCMessage
 
 from zhiku.errors import ZhikuError
 from zhiku.mcp.hooks import Hooks
-from zhiku.mcp.http_security import limit_hit
-from zhiku.mcp.jsonrpc import MAX_REQUEST_BYTES, Rejection, check_message, too_large
+from zhiku.mcp.http_security import MAX_REQUEST_BYTES, Rejection, check_message, limit_hit, too_large
 from zhiku.mcp.server import build_server
 from zhiku.settings import Settings, load_settings
 
