@@ -117,7 +117,7 @@ class Hub:
     def __init__(self, kb: KnowledgeBase, settings: Settings) -> None:
         self.kb = kb
         self.settings = settings
-        self.cache: Cache[QueryResult] = Cache(TOOL_ANSWERS_KEPT)
+        self.cache: Cache[Any] = Cache(TOOL_ANSWERS_KEPT)  # query results, and answers of tools cached
         self._flights: SingleFlight[QueryResult] = SingleFlight()
 
     @classmethod

@@ -22,7 +22,6 @@ from pydantic.fields import FieldInfo
 
 from zhiku.access import ACCESS
 from zhiku.api import KnowledgeBase
-from zhiku.cache import Cache
 from zhiku.errors import ConfigError, InvalidInput, NotFound, ZhikuError
 from zhiku.extensions import PromptSpec, ResourceSpec, ToolSpec
 from zhiku.mcp.concurrency import CALLER
@@ -220,7 +219,6 @@ class Registry:
     models: dict[str, type[BaseModel]]
     writes: set[str]  # tools shown only to callers that may write
     read_only: bool
-    cache: Cache[Any]
     current: Callable[[], State | None]  # for resources: the SDK passes static ones no Context
     origins: dict[str, str] = field(default_factory=dict)  # tool name -> where it was defined
 
@@ -255,11 +253,11 @@ class Registry:
         self.origins[spec.name] = spec.origin
 
     def _tool(self, spec: ToolSpec, public: dict[str, Any], inject: dict[str, type]) -> Callable[..., Any]:
-        fn, cache = spec.fn, self.cache
+        fn = spec.fn
 
         async def call(mcp_context: Context, **arguments: Any) -> Any:
             state = cast(State, mcp_context.request_context.lifespan_context)
-            key, version = None, 0
+            key, version, cache = None, 0, state.hub.cache  # one cache of tool answers, query_knowledge_hub's too
             if spec.cache and cache.max_weight:
                 key, version = cache_key(spec.name, {**arguments, "\0": ACCESS.get()}), state.hub.index_version()
                 if (hit := cache.get(key, version)) is not None:

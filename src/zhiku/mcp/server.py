@@ -26,14 +26,13 @@ from pydantic import BaseModel
 import zhiku.plugins as zhiku_plugins
 from zhiku.access import ACCESS, Access
 from zhiku.api import watch_in_background, watch_roots
-from zhiku.cache import Cache
 from zhiku.errors import ZhikuError
 from zhiku.extensions import prompt_spec, resource_spec, tool_spec
 from zhiku.mcp import text
 from zhiku.mcp.builtin import register_builtins
 from zhiku.mcp.hooks import ERROR_META, Hooks, around
 from zhiku.mcp.http_security import ACCESS_KEY
-from zhiku.mcp.hub import TOOL_ANSWERS_KEPT, Hub
+from zhiku.mcp.hub import Hub
 from zhiku.mcp.models import doc_uri
 from zhiku.mcp.registry import Registry, State, error_result, explain_arguments
 from zhiku.settings import Settings
@@ -93,7 +92,7 @@ def build_server(
         log_level="WARNING",
     )
     current = lambda: running[0] if running else None  # noqa: E731
-    registry = Registry(server, models, writes, read_only=read_only, cache=Cache(TOOL_ANSWERS_KEPT), current=current)
+    registry = Registry(server, models, writes, read_only=read_only, current=current)
     register_builtins(registry)
     for fn in tools:
         registry.add_tool(tool_spec(fn, origin=_origin(fn)))
