@@ -35,7 +35,8 @@ class Hooks:
     on_error: Sequence[Hook] = ()
 
 
-async def around(hooks: Hooks, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+async def around(hooks: Hooks, name: str, arguments: Any, call: Callable[[], Awaitable[Any]]) -> tuple[Any, ToolCall]:
+    """The call's result, and what the hooks were told of it."""
     event = ToolCall(name=name, arguments=arguments if isinstance(arguments, Mapping) else {})
     await _fire("before_call", hooks.before_call, event)
     started = time.perf_counter()
@@ -55,7 +56,7 @@ async def around(hooks: Hooks, name: str, arguments: Any, call: Callable[[], Awa
         await _fire("on_error", hooks.on_error, done)
     else:
         await _fire("after_call", hooks.after_call, done)
-    return result
+    return result, done
 
 
 async def _fire(kind: str, hooks: Sequence[Hook], event: ToolCall) -> None:

@@ -7,7 +7,6 @@ import inspect
 import json
 import logging
 import sys
-import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -186,11 +185,9 @@ def _middleware(
             if not isinstance(name, str) or name not in shown:  # a protocol error, not isError
                 hint = " (this server is read-only)" if read_only and name in WRITE_TOOLS else ""
                 raise MCPError(INVALID_PARAMS, f"unknown tool {name!r}{hint}; available: {', '.join(shown)}")
-            started = time.perf_counter()
-            result = await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
-            took, error = time.perf_counter() - started, (result.get("_meta") or {}).get(ERROR_META)
-            message = f"{name}: {error['code']}: {error['message']}" if error else f"{name}: ok in {took:.2f}s"
-            await log(ctx, "error" if error else "info", message)
+            result, done = await around(hooks, name, arguments, lambda: call_tool(ctx, call_next, name, arguments))
+            failed = f"{name}: {done.error_code}: {done.error}" if done.error_code else None
+            await log(ctx, "error" if failed else "info", failed or f"{name}: ok in {done.duration_s:.2f}s")
             return result
         if ctx.method == "tools/list":  # a caller without write never sees the write tools
             result = await call_next(ctx)
