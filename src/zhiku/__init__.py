@@ -16,13 +16,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily (``__getattr__``)
-    from zhiku.api import KnowledgeBase
-    from zhiku.errors import ZhikuError
-    from zhiku.extensions import prompt, resource, tool
-    from zhiku.mcp.hooks import Hooks, ToolCall
-    from zhiku.mcp.server import build_server
-    from zhiku.mcp.transport import serve
-    from zhiku.settings import Settings, load_settings
+    from zhiku.api import KnowledgeBase as KnowledgeBase
+    from zhiku.errors import ZhikuError as ZhikuError
+    from zhiku.extensions import prompt as prompt
+    from zhiku.extensions import resource as resource
+    from zhiku.extensions import tool as tool
+    from zhiku.mcp.hooks import Hooks as Hooks
+    from zhiku.mcp.hooks import ToolCall as ToolCall
+    from zhiku.mcp.server import build_server as build_server
+    from zhiku.mcp.transport import serve as serve
+    from zhiku.settings import Settings as Settings
+    from zhiku.settings import load_settings as load_settings
 
 _EXPORTS = {
     "KnowledgeBase": "zhiku.api",
@@ -37,19 +41,7 @@ _EXPORTS = {
     "serve": "zhiku.mcp.transport",
     "build_server": "zhiku.mcp.server",
 }
-__all__ = [
-    "Hooks",
-    "KnowledgeBase",
-    "Settings",
-    "ToolCall",
-    "ZhikuError",
-    "build_server",
-    "load_settings",
-    "prompt",
-    "resource",
-    "serve",
-    "tool",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
