@@ -42,7 +42,6 @@ class Overview:
     exists: bool
     settings: dict[str, Any]
     meta: dict[str, str]  # what the index was built with (tokenizer, embedder, dim, chunking, versions)
-    stale: dict[str, tuple[str, str]]
     collections: tuple[CollectionStats, ...]
     health: Health
     last_ingestion: IngestionRecord | None
@@ -88,7 +87,7 @@ class DashboardData:
         settings = json.loads(self.settings.model_dump_json())
         if not self.exists:
             missing = f"no index at {self.index} yet: ingest documents (ingestion page or `zhiku ingest PATH`)"
-            return Overview(str(self.index), False, settings, {}, {}, (), self.health(), None, 0, (missing,))
+            return Overview(str(self.index), False, settings, {}, (), self.health(), None, 0, (missing,))
         problems: list[str] = []
         with self.kb() as kb:
             meta = kb.meta()
@@ -103,7 +102,7 @@ class DashboardData:
             last = next(iter(kb.history(1)), None)
             collections, runs = tuple(kb.collections()), len(read_history(self.index))
             return Overview(
-                str(self.index), True, settings, meta, stale, collections, self.health(), last, runs, tuple(problems)
+                str(self.index), True, settings, meta, collections, self.health(), last, runs, tuple(problems)
             )
 
     def collections(self) -> list[CollectionStats]:
