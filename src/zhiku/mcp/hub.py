@@ -57,11 +57,6 @@ def ingest_roots(settings: Settings) -> list[Path]:
     return [Path(r).expanduser().resolve() for r in settings.server.ingest_roots]
 
 
-def shown_roots(settings: Settings) -> list[str] | None:
-    """What list_collections shows: None when the server has no ingest tool."""
-    return None if settings.server.read_only else [str(r) for r in ingest_roots(settings)]
-
-
 def allowed_paths(settings: Settings, paths: Sequence[str]) -> tuple[list[Path], dict[Path, str]]:
     """``paths`` resolved under the roots, and the files in them that link outside every root, with the reason."""
     roots = ingest_roots(settings)
@@ -272,11 +267,9 @@ class Hub:
             for s in self.kb.collections()
             if ACCESS.get().sees(s.name)
         ]
-        return CollectionsResult(
-            collections=items,
-            index_version=self.index_version(),
-            ingest_roots=shown_roots(self.settings) if ACCESS.get().write else None,
-        )
+        writes = ACCESS.get().write and not self.settings.server.read_only  # who has the ingest tool sees its roots
+        roots = [str(r) for r in ingest_roots(self.settings)] if writes else None
+        return CollectionsResult(collections=items, index_version=self.index_version(), ingest_roots=roots)
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
         try:
