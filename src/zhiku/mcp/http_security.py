@@ -126,7 +126,8 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[Any] | N
 
 
 class JsonRpcGuard:
-    """A POST to ``path`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed."""
+    """A POST to ``path`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed.
+    Behind the SDK's ``RequestBodyLimitMiddleware``, whose first message holds the whole body."""
 
     def __init__(self, app: ASGIApp, path: str) -> None:
         self.app = app
@@ -136,23 +137,15 @@ class JsonRpcGuard:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != self.path:
             await self.app(scope, receive, send)
             return
-        body, trailing = bytearray(), []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                trailing.append(message)
-                break
-            body.extend(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        rejection = check_message(bytes(body))
+        first = await receive()
+        rejection = check_message(first.get("body", b"") if first["type"] == "http.request" else b"")
         if rejection is not None:
             await send_json(send, 400, json.dumps(rejection.response(), ensure_ascii=False).encode())
             return
-        queue: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}, *trailing]
+        held = [first]
 
         async def replay() -> Message:
-            return queue.pop(0) if queue else await receive()
+            return held.pop() if held else await receive()
 
         await self.app(scope, replay, send)
 
