@@ -56,10 +56,7 @@ def query_knowledge_hub(
         Field(ge=1000, le=50000, description="Characters for answer and citations; passages cut to fit. 字符预算。"),
     ] = 12000,
 ) -> Annotated[CallToolResult, QueryResult]:
-    args = QueryArgs.of(query, top_k, collection, filters, max_chars)
-    result = hub.cached_query(args)
-    if result is None:
-        result = hub.query(args)
+    result = hub.query(QueryArgs.of(query, top_k, collection, filters, max_chars))
     return ok_result(result, hub.image_blocks(result))
 
 

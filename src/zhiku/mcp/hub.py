@@ -160,16 +160,11 @@ class Hub:
             raise NotFound(f"no collection {args.collection!r} in this knowledge base; available: {shown}")
         return args
 
-    def cached_query(self, args: QueryArgs) -> QueryResult | None:
-        if not self.cache.max_weight:
-            return None
-        args = self.scoped(args)
-        hit = self.cache.get(cache_key(QUERY_TOOL, asdict(args)), self.index_version())
-        return hit.model_copy(update={"cache": "hit"}) if hit is not None else None
-
     def query(self, args: QueryArgs) -> QueryResult:
-        """Identical calls at the same index version share one search."""
+        """A cached result at this index version, else one search shared by the identical calls meanwhile."""
         version, args = self.index_version(), self.scoped(args)
+        if (hit := self.cache.get(cache_key(QUERY_TOOL, asdict(args)), version)) is not None:
+            return hit.model_copy(update={"cache": "hit"})  # type: ignore[no-any-return]
         return self._flights.run((version, args), functools.partial(self._query, args, version))
 
     def _query(self, args: QueryArgs, version: int) -> QueryResult:
