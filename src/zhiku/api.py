@@ -20,7 +20,7 @@ from zhiku.ingest.files import MIB, discover
 from zhiku.ingest.images import IMAGES_DIR, ImageStore
 from zhiku.ingest.loaders import default_loaders, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note, ocr_available, page_list
-from zhiku.ingest.pipeline import Ingestor, ProgressFn, doc_id_for, is_chunk_note
+from zhiku.ingest.pipeline import Ingestor, ProgressFn, is_chunk_note
 from zhiku.ingest.transforms.stage import (
     TransformPlan,
     TransformProgress,
@@ -600,7 +600,6 @@ __all__ = [
     "compact_index",
     "Repair",
     "repair_index",
-    "doc_id_for",
     "files_to_ingest",
     "is_chunk_note",
     "migrate_to_milvus",
