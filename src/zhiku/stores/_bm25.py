@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,14 +125,12 @@ def _covered(folder: Path, ident: str, top: int, verify: bool) -> int:
     return hi
 
 
-def table_segments(conn: sqlite3.Connection, lo: int, hi: int) -> list[Segment]:
-    """Segments of rowids ``lo…hi`` built from ``chunk_tokens`` (``BUILD_ROWS`` rowids each)."""
-    out = []
+def table_segments(conn: sqlite3.Connection, lo: int, hi: int) -> Iterator[Segment]:
+    """Segments of rowids ``lo…hi`` built from ``chunk_tokens`` (``BUILD_ROWS`` rowids each), one at a time."""
     for start in range(lo, hi + 1, BUILD_ROWS):
         stop = min(start + BUILD_ROWS - 1, hi)
         rows = conn.execute("SELECT rowid, tokens FROM chunk_tokens WHERE rowid BETWEEN ? AND ?", (start, stop))
-        out.append(build(start, stop, rows))
-    return out
+        yield build(start, stop, rows)
 
 
 def save_segments(
@@ -151,8 +149,7 @@ def save_segments(
     covered = segs[-1].hi if segs else 0
     if top - covered < least:
         return top - covered
-    for start in range(covered + 1, top + 1, BUILD_ROWS):
-        (seg,) = table_segments(conn, start, min(start + BUILD_ROWS - 1, top))
+    for seg in table_segments(conn, covered + 1, top):
         segs.append(read(write(seg, folder, ident), ident) or seg)
         segs = settle(segs, folder, ident)
     keep = {s.path for s in segs}
@@ -289,7 +286,7 @@ class BM25Snapshot:
         """Map the saved segments and build the rest from the table (``conn`` in a read transaction)."""
         top = top_rowid(conn)
         segs = saved_segments(bm25_dir(index_dir), index_id(conn), top)
-        segs = settle(segs + table_segments(conn, segs[-1].hi + 1 if segs else 1, top))
+        segs = settle([*segs, *table_segments(conn, segs[-1].hi + 1 if segs else 1, top)])
         live = np.zeros(top + 1, bool)
         live[_rowids(conn, "SELECT rowid FROM chunks")] = True
         doclen = np.zeros(top + 1, np.float64)
@@ -300,7 +297,7 @@ class BM25Snapshot:
     def refreshed(self, conn: sqlite3.Connection, version: int) -> BM25Snapshot:
         """This snapshot moved to ``version`` by commits since (``conn`` in a read transaction)."""
         top = max(self.top, top_rowid(conn))
-        new = table_segments(conn, self.top + 1, top) if top > self.top else []
+        new = list(table_segments(conn, self.top + 1, top))
         live = np.zeros(top + 1, bool)
         live[: self.top + 1] = self.live
         live[_rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)] = False
@@ -362,7 +359,7 @@ class BM25Snapshot:
         for t in terms:
             if (n := self.sizes.get(t)) is None:
                 key = query_key(t)
-                self.sizes.put(t, n := sum(p[0].size for s in self.segments if (p := s.postings(key))))
+                self.sizes.put(t, n := sum(s.count(key) for s in self.segments))
             if 0 < n <= RARE_DF * self.n_live and (q := self.term(t)).df > 0:
                 out.append(q)
         return out

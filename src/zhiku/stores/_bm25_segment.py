@@ -1,5 +1,6 @@
 """Immutable BM25 postings of rowids ``lo…hi`` (live or not: rowids are never reused), in
-``bm25/seg-<lo>-<hi>.bin``: a JSON header line, then the arrays, memory-mapped on load.
+``bm25/seg-<lo>-<hi>.bin``: a JSON header line, then the arrays, read as queries need them: never mapped, as a
+mapping's resident pages grow with every query (the kernel maps the cached pages around each one read).
 
 Terms are the runs of letters and digits of each stored token; a token of several runs (``hbv-dna``, ``1.4.2``)
 also counts once under each phrase of consecutive runs (``hbv dna``; ``1 4``, ``4 2``, ``1 4 2``), as an FTS5
@@ -8,14 +9,14 @@ phrase query matched it; phrases do not count towards a row's length.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import mmap
 import os
 import re
+import sys
+import weakref
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import chain
 from pathlib import Path
 
@@ -57,25 +58,35 @@ class Segment:
     hi: int
     terms: Sequence[str]
     offsets: np.ndarray  # int64 (len(terms) + 1,)
-    rows: np.ndarray  # uint32 rowids, ascending within a term
-    tfs: np.ndarray  # uint16 occurrences in the row
+    rows: np.ndarray  # uint32 rowids, ascending within a term (a saved segment's are in ``file``)
+    tfs: np.ndarray  # uint16 occurrences in the row (as ``rows``)
     doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
     path: Path | None = None
+    file: tuple[int, int, int] | None = None  # a saved segment's descriptor and where its rows and tfs start
 
     @property
     def size(self) -> int:
         return self.hi - self.lo + 1
 
-    @cached_property
-    def lookup(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.terms)}
+    def _find(self, key: str) -> int | None:
+        i = bisect_left(self.terms, key)
+        return i if i < len(self.terms) and self.terms[i] == key else None
+
+    def count(self, key: str) -> int:
+        """How many rows (live or not) hold ``key``."""
+        i = self._find(key)
+        return 0 if i is None else int(self.offsets[i + 1] - self.offsets[i])
 
     def postings(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-        i = self.lookup.get(key)
-        if i is None:
-            return None
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.rows[a:b], self.tfs[a:b]
+        i = self._find(key)
+        return None if i is None else self.slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def slice(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Postings ``a:b``: rows and tfs (raises ValueError when a file was cut shorter)."""
+        if self.file is None:
+            return self.rows[a:b], self.tfs[a:b]
+        fd, rows_at, tfs_at = self.file
+        return _pread(fd, "<u4", b - a, rows_at + 4 * a), _pread(fd, "<u2", b - a, tfs_at + 2 * a)
 
 
 def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
@@ -113,8 +124,9 @@ def merge(segments: Sequence[Segment]) -> Segment:
         ]
     )
     order = np.argsort(tids, kind="stable")  # each input is sorted by term: runs merged, rows stay ascending
-    rows = np.concatenate([s.rows for s in segments])[order]
-    tfs = np.concatenate([s.tfs for s in segments])[order]
+    parts = [s.slice(0, int(s.offsets[-1])) for s in segments]
+    rows = np.concatenate([r for r, _ in parts])[order]
+    tfs = np.concatenate([t for _, t in parts])[order]
     offsets = np.searchsorted(tids[order], np.arange(len(vocab) + 1)).astype(np.int64)
     doclen = np.concatenate([s.doclen for s in segments])
     return Segment(segments[0].lo, segments[-1].hi, vocab, offsets, rows, tfs, doclen)
@@ -125,7 +137,7 @@ def _pad(n: int) -> int:
 
 
 def write(seg: Segment, folder: Path, index_id: str) -> Path:
-    """Write ``seg`` to ``folder/seg-<lo>-<hi>.bin`` atomically."""
+    """Write ``seg`` (built or merged, not read) to ``folder/seg-<lo>-<hi>.bin`` atomically."""
     folder.mkdir(exist_ok=True)
     vocab = "\n".join(seg.terms).encode()
     header = dict(format=FORMAT, index_id=index_id, lo=seg.lo, hi=seg.hi, terms=len(seg.terms))
@@ -150,8 +162,9 @@ def _layout(header: dict[str, int]) -> list[tuple[str, int]]:
     return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows)]
 
 
-def _header(path: Path, index_id: str) -> tuple[dict[str, int], int] | None:
-    """A segment file's header (its sizes) and where its arrays start; None if not this index's, or torn."""
+def _header(path: Path, index_id: str) -> tuple[dict[str, int], list[int]] | None:
+    """A segment file's header (its sizes) and where its arrays, then its vocabulary, start; None if not this
+    index's, or torn."""
     try:
         with open(path, "rb") as f:
             line = f.readline(4096)
@@ -159,13 +172,15 @@ def _header(path: Path, index_id: str) -> tuple[dict[str, int], int] | None:
         if raw.get("format") != FORMAT or raw.get("index_id") != index_id:
             return None
         header = {k: int(raw[k]) for k in ("lo", "hi", "terms", "postings", "vocab_bytes")}
-        start = len(line) + _pad(len(line))
-        end = start + sum(np.dtype(d).itemsize * n + _pad(np.dtype(d).itemsize * n) for d, n in _layout(header))
-        if path.stat().st_size != end + header["vocab_bytes"] + _pad(header["vocab_bytes"]):
+        at = [len(line) + _pad(len(line))]
+        for dtype, count in _layout(header):
+            size = np.dtype(dtype).itemsize * count
+            at.append(at[-1] + size + _pad(size))
+        if path.stat().st_size != at[-1] + header["vocab_bytes"] + _pad(header["vocab_bytes"]):
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return header, start
+    return header, at
 
 
 def intact(path: Path, index_id: str) -> bool:
@@ -173,30 +188,32 @@ def intact(path: Path, index_id: str) -> bool:
     return _header(path, index_id) is not None
 
 
+def _pread(fd: int, dtype: str, count: int, at: int) -> np.ndarray:
+    """``count`` items of ``dtype`` at byte ``at`` of the file ``fd`` (ValueError when the file ends before)."""
+    return np.frombuffer(os.pread(fd, count * np.dtype(dtype).itemsize, at), dtype, count)
+
+
 def read(path: Path, index_id: str) -> Segment | None:
-    """The segment in ``path``, memory-mapped; None when it belongs to another index or is not a whole segment."""
+    """The segment in ``path`` (postings read as queries need them); None if not this index's, or not whole."""
     found = _header(path, index_id)
     if found is None:
         return None
-    header, start = found
-    arrays = []
+    header, at = found
     try:
-        for dtype, count in _layout(header):
-            size = np.dtype(dtype).itemsize * count
-            mapped = np.memmap(path, dtype=dtype, mode="r", offset=start, shape=(count,)) if count else None
-            region = getattr(mapped, "_mmap", None)
-            if isinstance(region, mmap.mmap) and hasattr(mmap, "MADV_RANDOM"):  # no read-ahead: a binary search
-                with contextlib.suppress(OSError, ValueError):  # maps the pages it reads, not their neighbours
-                    region.madvise(mmap.MADV_RANDOM)
-            arrays.append(np.empty(0, dtype) if mapped is None else mapped.view(np.ndarray))  # plain views: fast slices
-            start += size + _pad(size)
-        with open(path, "rb") as f:
-            f.seek(start)
-            vocab = f.read(header["vocab_bytes"])
-        terms = vocab.decode().split("\n") if header["terms"] else []
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        offsets = _pread(fd, "<i8", header["terms"] + 1, at[0])
+        doclen = _pread(fd, "<u4", header["hi"] - header["lo"] + 1, at[3])
+        vocab = os.pread(fd, header["vocab_bytes"], at[4]).decode().split("\n") if header["terms"] else []
+        terms = list(map(sys.intern, vocab))  # one string per term, however many segments hold it
+        if len(terms) != header["terms"] or int(offsets[-1]) != header["postings"]:
+            raise ValueError(path)
     except (OSError, ValueError):
+        os.close(fd)
         return None
-    if len(terms) != header["terms"] or int(arrays[0][-1]) != header["postings"]:
-        return None
-    offsets, rows, tfs, doclen = arrays
-    return Segment(header["lo"], header["hi"], terms, offsets, rows, tfs, doclen, path)
+    empty = np.empty(0, np.uint32)
+    seg = Segment(header["lo"], header["hi"], terms, offsets, empty, empty, doclen, path, (fd, at[1], at[2]))
+    weakref.finalize(seg, os.close, fd)
+    return seg
