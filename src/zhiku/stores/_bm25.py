@@ -8,7 +8,7 @@ never reused (``_vectors``): a segment stays valid for the life of the index (``
 are masked by the live rowids read from ``chunks``.
 
 A writer appends a segment once ``FLUSH_ROWS`` rowids lie past the files, and merges the trailing segments when
-``MERGE_FANIN`` of one size tier have piled up (each row is rewritten O(log n) times). A reader maps the files
+``MERGE_FANIN`` of one size tier have piled up (each row is rewritten O(log n) times). A reader reads the files
 tiling ``1…hi`` and builds the rest (fewer than ``FLUSH_ROWS`` rows, or everything for an index no writer has
 opened since the upgrade) from ``chunk_tokens``; another process's commits are applied incrementally (new
 rowids' tokens, newer tombstones), the same way as the vector file.
@@ -75,7 +75,7 @@ def _tier(size: int) -> int:
 
 def settle(segments: list[Segment], folder: Path | None = None, ident: str = "") -> list[Segment]:
     """Merge trailing segments while ``MERGE_FANIN`` of them share a size tier; with ``folder``, the merged
-    segment is saved and mapped (the inputs' files are removed by ``save_segments``). Without it (a reader's
+    segment is saved and read back (the inputs' files are removed by ``save_segments``). Without it (a reader's
     tail, in memory) saved segments are never merged: that is the writer's work, on disk."""
     segs = list(segments)
     while len(segs) >= MERGE_FANIN:
@@ -164,14 +164,6 @@ def save_segments(
 def _writer_alive(tmp_name: str) -> bool:
     """Whether the process that is writing ``.seg-….<pid>.tmp`` still runs (its file is then left alone)."""
     return pid_alive(tmp_name.rsplit(".", 2)[-2])
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size
 
 
 def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
@@ -306,16 +298,11 @@ class BM25Snapshot:
         return BM25Snapshot.of(version, top, settle([*self.segments, *new]), live, doclen)
 
     def prefetch(self) -> None:
-        """Ask the OS to read the segment files into the page cache (a hint; returns at once). They are mapped
-        for random access (no read-ahead at each page a query reads): this is their read-ahead, done once."""
+        """Ask the OS to read the segment files into the page cache (a hint; returns at once)."""
         for seg in self.segments:
-            if seg.path is not None and hasattr(os, "posix_fadvise"):
+            if seg.file is not None and hasattr(os, "posix_fadvise"):
                 with contextlib.suppress(OSError):
-                    fd = os.open(seg.path, os.O_RDONLY)
-                    try:
-                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-                    finally:
-                        os.close(fd)
+                    os.posix_fadvise(seg.file[0], 0, 0, os.POSIX_FADV_WILLNEED)
 
     def term(self, term: str) -> QueryTerm:
         """``term``'s postings in every segment (as FTS5 would match it) and how many live rows contain it; kept
@@ -384,7 +371,6 @@ class BM25Index:
         self.snap: BM25Snapshot | None = None
         self._lock = threading.Lock()
         self._unsaved = 0  # rows past the saved segments (as far as this process knows)
-        self._mapped: dict[Path, tuple[int, int] | None] = {}  # inode and size of each mapped segment file
 
     def current(
         self, conn: sqlite3.Connection, version: int, forget: Callable[[], None], *, check: bool = True
@@ -402,21 +388,17 @@ class BM25Index:
                 if snap is not None and snap.version > now:
                     forget()
                 snap = BM25Snapshot.load(conn, self.index_dir, now)
-                self._mapped = {s.path: _identity(s.path) for s in snap.segments if s.path is not None}
             elif snap.version != now:
                 snap = snap.refreshed(conn, now)
             conn.execute("COMMIT")
             self.snap = snap
         return snap
 
-    def _whole(self, snap: BM25Snapshot) -> bool:
-        """Whether no mapped segment file was cut shorter in place (reading past its end would kill the process with
-        SIGBUS): a snapshot with one is loaded anew, the torn file ignored. A stat per segment."""
-        for path, known in self._mapped.items():
-            now = _identity(path)  # (gone or replaced: the mapping holds the old file)
-            if known is not None and now is not None and now[0] == known[0] and now[1] < known[1]:
-                return False
-        return True
+    @staticmethod
+    def _whole(snap: BM25Snapshot) -> bool:
+        """Whether no segment file was cut shorter in place (its postings would not read): a snapshot with one is
+        loaded anew, the torn file ignored. An fstat per segment."""
+        return not any(s.cut() for s in snap.segments)
 
     def search(
         self,

@@ -62,7 +62,7 @@ class Segment:
     tfs: np.ndarray  # uint16 occurrences in the row (as ``rows``)
     doclen: np.ndarray  # uint32 (hi - lo + 1,): row lo + i has doclen[i] terms
     path: Path | None = None
-    file: tuple[int, int, int] | None = None  # a saved segment's descriptor and where its rows and tfs start
+    file: tuple[int, int, int, int] | None = None  # a saved segment's descriptor, where rows and tfs start, its size
 
     @property
     def size(self) -> int:
@@ -72,8 +72,7 @@ class Segment:
         i = bisect_left(self.terms, key)
         return i if i < len(self.terms) and self.terms[i] == key else None
 
-    def count(self, key: str) -> int:
-        """How many rows (live or not) hold ``key``."""
+    def count(self, key: str) -> int:  # rows holding ``key``, live or not
         i = self._find(key)
         return 0 if i is None else int(self.offsets[i + 1] - self.offsets[i])
 
@@ -85,8 +84,12 @@ class Segment:
         """Postings ``a:b``: rows and tfs (raises ValueError when a file was cut shorter)."""
         if self.file is None:
             return self.rows[a:b], self.tfs[a:b]
-        fd, rows_at, tfs_at = self.file
+        fd, rows_at, tfs_at, _ = self.file
         return _pread(fd, "<u4", b - a, rows_at + 4 * a), _pread(fd, "<u2", b - a, tfs_at + 2 * a)
+
+    def cut(self) -> bool:
+        """Whether its file was cut shorter in place since it was read."""
+        return self.file is not None and os.fstat(self.file[0]).st_size < self.file[3]
 
 
 def build(lo: int, hi: int, rows: Iterable[tuple[int, str]]) -> Segment:
@@ -210,10 +213,11 @@ def read(path: Path, index_id: str) -> Segment | None:
         terms = list(map(sys.intern, vocab))  # one string per term, however many segments hold it
         if len(terms) != header["terms"] or int(offsets[-1]) != header["postings"]:
             raise ValueError(path)
+        file = (fd, at[1], at[2], os.fstat(fd).st_size)
     except (OSError, ValueError):
         os.close(fd)
         return None
     empty = np.empty(0, np.uint32)
-    seg = Segment(header["lo"], header["hi"], terms, offsets, empty, empty, doclen, path, (fd, at[1], at[2]))
+    seg = Segment(header["lo"], header["hi"], terms, offsets, empty, empty, doclen, path, file)
     weakref.finalize(seg, os.close, fd)
     return seg
