@@ -118,6 +118,9 @@ def test_the_bm25_files_are_a_cache_that_damage_or_loss_never_changes(index_dir:
     folder = index_dir / "bm25"
     files = sorted(p for p in folder.iterdir() if p.is_file())
     assert files  # (else there is nothing to damage)
+    with SQLiteStore(index_dir, read_only=True) as reader:  # read as searched, never mapped: not resident memory
+        assert [(h.chunk_id, h.score) for h in reader.bm25_search(terms, 20)] == expected
+        assert str(folder) not in Path("/proc/self/maps").read_text(encoding="utf-8")
     for n, path in enumerate(files):
         path.write_bytes(b"not bm25" if n % 2 else path.read_bytes()[: len(path.read_bytes()) // 2])
     (folder / "seg-1-99999.bin").write_bytes(b"")
