@@ -275,7 +275,7 @@ class BM25Snapshot:
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
-        """Map the saved segments and build the rest from the table (``conn`` in a read transaction)."""
+        """Read the saved segments and build the rest from the table (``conn`` in a read transaction)."""
         top = top_rowid(conn)
         segs = saved_segments(bm25_dir(index_dir), index_id(conn), top)
         segs = settle([*segs, *table_segments(conn, segs[-1].hi + 1 if segs else 1, top)])
