@@ -49,6 +49,22 @@ def test_an_english_question_finds_the_chinese_regulation_first_and_is_not_flagg
     ]
 
 
+def test_an_english_question_is_cross_lingual_over_chinese_text_only(
+    kb: KnowledgeBase, tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
+) -> None:
+    over_chinese = kb.retrieve(ANNUAL_LEAVE, top_k=3)
+    assert over_chinese.query.cross_lingual is True and over_chinese.query.bridge != ()
+    root = tmp_path / "english"
+    root.mkdir()
+    (root / "leave.md").write_text("An employee gets 10 days of annual leave after 10 years of work.\n")
+    (root / "pay.md").write_text("The employer pays the wages on the first day of the month.\n")
+    english = kb_factory(tmp_path / "english-idx")
+    english.ingest([root])
+    r = english.retrieve(ANNUAL_LEAVE, top_k=2)  # English text: nothing bridged, no second dense search
+    assert (r.query.cross_lingual, r.query.bridge, r.query.same_language) == (False, (), True)
+    assert [h.chunk.source for h in r.hits] == ["leave.md", "pay.md"]
+
+
 def test_the_plan_reads_the_language_mix_and_a_chinese_question_takes_the_chinese_path() -> None:
     text, settings = TextProcessor(), RetrievalSettings()
     chinese = read_question("年休假有几天", text, settings)

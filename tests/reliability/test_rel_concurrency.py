@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
+from mcp.types import CallToolResult
 from rel_common import SIZES, percentiles, report, vm_hwm_mb
 
 from mcp_fixtures import Fixture, HttpServer
@@ -51,12 +52,21 @@ async def _client(url: str, until: float, stats: Stats, seed: int) -> None:
             except Exception as e:  # noqa: BLE001 - every failure is counted
                 stats.errors.append(f"{type(e).__name__}: {e}")
                 continue
-            stats.latencies.append(time.monotonic() - started)
-            if result.is_error:
-                stats.errors.append(result.content[0].text[:200])  # type: ignore[union-attr]
-            elif query == WRITER_QUERY and result.structured_content and "citations" in result.structured_content:
-                sources = {h["source"] for h in result.structured_content["citations"]}
-                stats.writer_hits.append((started, "潜水艇.md" in sources))
+            _count(result, query, started, stats)
+
+
+def _count(result: CallToolResult, query: str, started: float, stats: Stats) -> None:
+    stats.latencies.append(time.monotonic() - started)
+    if result.is_error:
+        stats.errors.append(result.content[0].text[:200])  # type: ignore[union-attr]
+    elif query == WRITER_QUERY and result.structured_content and "citations" in result.structured_content:
+        sources = {h["source"] for h in result.structured_content["citations"]}
+        stats.writer_hits.append((started, "潜水艇.md" in sources))
+
+
+async def _ask(c: Client, query: str, stats: Stats) -> None:
+    started = time.monotonic()
+    _count(await c.call_tool("query_knowledge_hub", {"query": query, "top_k": 3}), query, started, stats)
 
 
 async def _writer(url: str, inbox: Path, until: float, stats: Stats) -> None:
@@ -69,6 +79,7 @@ async def _writer(url: str, inbox: Path, until: float, stats: Stats) -> None:
             if added.is_error:
                 stats.errors.append(f"writer: {added.content[0].text[:200]}")  # type: ignore[union-attr]
                 return
+            await _ask(c, WRITER_QUERY, stats)  # its own write is searchable once the ingest has answered
             await anyio.sleep(0.5)
             docs = await c.call_tool("get_document_summary", {"doc_id": "潜水艇.md"})
             deleted = await c.call_tool("delete_document", {"doc_id": docs.structured_content["doc_id"]})  # type: ignore[index]

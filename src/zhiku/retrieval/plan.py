@@ -53,10 +53,12 @@ class QueryPlan:
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
     names: tuple[str, ...] = ()  # the character pairs its pinyin names may stand for (``bridge.names``)
 
+    same_language: bool = False  # its index is written in its language too (English: ``Searcher.search`` tells)
+
     @property
     def cross_lingual(self) -> bool:
-        """Asked in English (or mostly): its own fusion weights and confidence threshold."""
-        return self.english >= ENGLISH
+        """Asked in English (or mostly) of Chinese text: its own fusion weights and confidence threshold."""
+        return self.english >= ENGLISH and not self.same_language
 
 
 def read_question(

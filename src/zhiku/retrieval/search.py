@@ -142,6 +142,14 @@ class Searcher:
             for text, vector in zip(texts, embed_queries(self.embedder, texts), strict=True):
                 self._vectors.put(text, vector)
 
+    def _chinese(self) -> bool:
+        """Whether the index is written mostly in Chinese: more of its chunks hold 的 than hold "the" (the index
+        keeps such words; a store without term counts is taken to be Chinese, an index with neither not)."""
+        if self._weighted is None:
+            return True
+        n = self._weighted.term_counts(["的", "the"])
+        return n.get("的", 0) > n.get("the", 0)
+
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
     ) -> Retrieval:
@@ -161,6 +169,8 @@ class Searcher:
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         weights: dict[str, float] = {}
+        if plan.cross_lingual and not self._chinese():  # English over English text: nothing to bridge
+            plan = replace(plan, bridge=(), names=(), same_language=True)
         if plan.bridge or plan.names:  # an English question: Chinese terms for BM25, its Chinese gloss for clauses
             weights, gloss = bridged(plan.bridge, self._weighted.term_counts if self._weighted else None)
             weights.update(dict.fromkeys(plan.terms, 1.0))
