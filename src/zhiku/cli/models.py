@@ -141,7 +141,7 @@ def pin(
         _print_json({"manifest": str(target), "entry": entry.to_json()})
         return
     size = sum(f.size for f in entry.files)
-    out.print(f"pinned {entry.id}: {len(entry.files)} files, {size / 1e6:.1f} MB → {target}", markup=False)
+    out.print(f"pinned {entry.id}: {len(entry.files)} files, {size / 1e6:.1f} MB → {target}")
 
 
 def register(app: typer.Typer) -> None:
