@@ -229,7 +229,7 @@ def _print_plan(plan: Any, as_json: bool) -> None:
     out.print(
         f"dry run: {', '.join(plan.transforms)} over {plan.chunks} chunks of {plan.documents} documents would send "
         f"{plan.requests - plan.cached} requests ({plan.cached} already cached), ≈{plan.prompt_tokens} input tokens"
-        + (f", ≈{plan.cost:.4f} {plan.currency} input cost" if plan.cost else ""),
+        + (f", ≈{plan.cost:.4f} {plan.currency} input cost" if plan.cost else "")
     )
     rows = table(("transform", "requests", "cached", "≈input tokens"))
     for x in plan.lines:

@@ -223,7 +223,7 @@ def eval_(
     if missed := [b for b in checked if not b.passed]:
         err.print(
             "gate FAILED: "
-            + "; ".join(f"{b.bar.metric} = {b.value:.4f}, needs {b.bar.op} {b.bar.threshold:g}" for b in missed),
+            + "; ".join(f"{b.bar.metric} = {b.value:.4f}, needs {b.bar.op} {b.bar.threshold:g}" for b in missed)
         )
         raise typer.Exit(1)
 
@@ -251,7 +251,7 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         out.print(
             "generation (LLM judge): "
             + ", ".join(f"{n} {'–' if v is None else f'{v:.4f}'}" for n, v in generation.metrics.items())
-            + f" · {generation.queries} queries, {generation.errors} unscored",
+            + f" · {generation.queries} queries, {generation.errors} unscored"
         )
         for reason, n in generation.error_reasons():
             err.print(f"judge error ×{n}: {reason}")

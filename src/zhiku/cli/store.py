@@ -51,7 +51,7 @@ def migrate(
         f"{report.history} history rows from {settings.index} to Milvus at {s.uri} (prefix {s.collection_prefix}) "
         f"in {report.seconds:.1f}s\nuse it with: ZHIKU_STORE__KIND=milvus ZHIKU_STORE__URI={s.uri} "
         f"ZHIKU_STORE__COLLECTION_PREFIX={s.collection_prefix}"
-        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else ""),
+        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else "")
     )
 
 
@@ -71,7 +71,7 @@ def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt 
     else:
         out.print(
             f"compacted the vectors of {settings.index}: {report.rows_before} -> {report.rows_after} rows, "
-            f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s",
+            f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s"
         )
 
 

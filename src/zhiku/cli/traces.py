@@ -104,7 +104,7 @@ def print_ingest_trace(console: Console, trace: Trace) -> None:
         f"{when(trace.started_at)} · "
         + ", ".join(f"{n} {k}" for k, n in counts.items())
         + f" · {data.get('chunks_written', 0)} chunks written, {data.get('chunks_embedded', 0)} embedded"
-        + (" · dry run" if data.get("dry_run") else ""),
+        + (" · dry run" if data.get("dry_run") else "")
     )
     docs = data.get("documents", [])
     rows = table(("status", "source", "reason"), title=f"documents ({len(docs)})")
