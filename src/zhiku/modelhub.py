@@ -52,10 +52,7 @@ class ModelEntry:
     revision: str | None = None
     source: str = ""
     note: str = ""
-    files: tuple[PinnedFile, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "files": [asdict(f) for f in self.files]}
+    files: tuple[PinnedFile, ...] = ()  # asdict() gives the manifest's JSON form
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ModelEntry:
@@ -118,7 +115,7 @@ def write_entry(manifest_path: Path, entry: ModelEntry) -> None:
         parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path)) if manifest_path.is_file() else ()
     )
     entries = sorted([e for e in existing if e.id != entry.id] + [entry], key=lambda e: e.id)
-    data = {"format": MANIFEST_FORMAT, "models": [e.to_json() for e in entries]}
+    data = {"format": MANIFEST_FORMAT, "models": [asdict(e) for e in entries]}
     _atomic_write(manifest_path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 

@@ -582,10 +582,7 @@ log = logging.getLogger("zhiku.settings")
 
 # Keys of older files read under their new name
 MOVED = {
-    "embedding.timeout": "embedding.timeout_s",
-    "rerank.timeout": "rerank.timeout_s",
-    "llm.timeout": "llm.timeout_s",
-    "judge.timeout": "judge.timeout_s",
+    **{f"{section}.timeout": f"{section}.timeout_s" for section in ENDPOINTS},
     "server.min_score": "answer.min_score",
     "embedding.cache_dir": "cache_dir",
     "chunking.size": "chunking.size_chars",

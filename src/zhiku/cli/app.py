@@ -180,7 +180,7 @@ def ingest(
                 f"({_some(report.gone)}): add --sync to drop them"
             )
         for note in notes:
-            err.print(f"  {note}", markup=False)
+            err.print(f"  {note}")
         _print_transforms(report.transforms)
     if report.failed:
         raise typer.Exit(1)
@@ -198,7 +198,7 @@ def _print_transforms(t: Any) -> None:
     applied = ", ".join(f"{name} {n}" for name, n in t.applied) + f" · LLM: {u.calls} requests, {u.cached} from cache"
     tokens = f"{approx}{u.prompt_tokens} input + {approx}{u.completion_tokens} output tokens"
     cost = f" · {approx}{u.cost:.4f} {u.currency}" if u.cost else ""
-    out.print(f"transforms: {applied} · {tokens}{cost}", markup=False)
+    out.print(f"transforms: {applied} · {tokens}{cost}")
     groups: dict[tuple[str, str, bool], list[Any]] = {}
     for i in t.issues:
         groups.setdefault((i.transform, i.reason, i.chunk_id is None), []).append(i)
@@ -211,13 +211,13 @@ def _print_transforms(t: Any) -> None:
             where = (
                 f"{len(sources)} documents ({_some(sources)})" if whole else f"{len(issues)} chunks of {_some(sources)}"
             )
-        err.print(f"  {transform} skipped for {where}: {reason} (kept without it)", markup=False)
+        err.print(f"  {transform} skipped for {where}: {reason} (kept without it)")
     if t.retried:
         then = "the next `zhiku ingest` of these files asks again (replies already received come from the cache)"
     else:  # no cache_dir, or RETRY_LIMIT ingests in a row without an answer
         then = "a plain `zhiku ingest` does not ask again (no cache_dir, or 3 ingests in a row got none); run it with --force once the endpoint is back"
     if t.retried or any(i.unreached for i in t.issues):
-        err.print(f"  the endpoint gave no answer for some chunks: {then}", markup=False)
+        err.print(f"  the endpoint gave no answer for some chunks: {then}")
 
 
 def _print_plan(plan: Any, as_json: bool) -> None:
@@ -229,18 +229,17 @@ def _print_plan(plan: Any, as_json: bool) -> None:
     out.print(
         f"dry run: {', '.join(plan.transforms)} over {plan.chunks} chunks of {plan.documents} documents would send "
         f"{plan.requests - plan.cached} requests ({plan.cached} already cached), ≈{plan.prompt_tokens} input tokens"
-        + (f", ≈{plan.cost:.4f} {plan.currency} input cost" if plan.cost else ""),
-        markup=False,
+        + (f", ≈{plan.cost:.4f} {plan.currency} input cost" if plan.cost else "")
     )
     rows = table(("transform", "requests", "cached", "≈input tokens"))
     for x in plan.lines:
         rows.add_row(x.transform, str(x.requests), str(x.cached), str(x.prompt_tokens))
     out.print(rows)
     for call in plan.samples:
-        out.print(f"--- {call.prompt_id} → {call.model} (≈{call.tokens} tokens) ---", markup=False)
-        out.print(call.preview[:600] + ("…" if len(call.preview) > 600 else ""), markup=False)
+        out.print(f"--- {call.prompt_id} → {call.model} (≈{call.tokens} tokens) ---")
+        out.print(call.preview[:600] + ("…" if len(call.preview) > 600 else ""))
     for f in plan.failed:
-        err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+        err.print(f"  failed: {f.path}: {f.reason}")
 
 
 def _progress_pair(progress: Progressed | None) -> tuple[Progressed | None, Any]:
@@ -272,16 +271,16 @@ def watch(
 
     def synced(report: Any) -> None:  # an IngestReport
         counts = ", ".join(f"{n} {k}" for k, n in report.counts().items() if n)
-        err.print(f"{time.strftime('%H:%M:%S')} {counts or 'no changes'}", markup=False)
+        err.print(f"{time.strftime('%H:%M:%S')} {counts or 'no changes'}")
         for f in report.failed:
-            err.print(f"  failed: {f.path}: {f.reason}", markup=False)
+            err.print(f"  failed: {f.path}: {f.reason}")
 
     from zhiku.api import watch_roots
 
     with _errors():
         roots, settings = watch_roots(folders), load_settings(config, index=index)
         with _kb(settings) as kb:
-            err.print(f"watching {', '.join(map(str, roots))} (Ctrl-C stops)", markup=False)
+            err.print(f"watching {', '.join(map(str, roots))} (Ctrl-C stops)")
             kb.watch(roots, collection=collection, on_sync=synced)
 
 
@@ -372,16 +371,16 @@ def query(
             }
         )
         return
-    out.print(answer.markdown, markup=False)
+    out.print(answer.markdown)
     if note:
-        err.print(note, markup=False)
+        err.print(note)
     if answer.rerank.startswith("fallback"):
-        err.print(f"rerank {answer.rerank} (answered in the fused order)", markup=False)
+        err.print(f"rerank {answer.rerank} (answered in the fused order)")
     if answer.rewrite.startswith("fallback"):
-        err.print(f"rewrite {answer.rewrite} (searched the plain query)", markup=False)
+        err.print(f"rewrite {answer.rewrite} (searched the plain query)")
     if verbose and trace is not None:
         bm25, dense = answer.candidate_counts
-        out.print(f"terms: {' '.join(answer.terms)} · bm25 {bm25} · dense {dense} candidates", markup=False)
+        out.print(f"terms: {' '.join(answer.terms)} · bm25 {bm25} · dense {dense} candidates")
         traces_cmds.print_trace(out, trace)
 
 
@@ -450,11 +449,11 @@ def delete(
                     raise NotFound(f"no document's source matches {ref!r} in {settings.index}")
                 if len(docs) > 1 and not yes:
                     for d in docs:
-                        err.print(f"  would delete {d.doc_id} ({d.collection}/{d.source})", markup=False)
+                        err.print(f"  would delete {d.doc_id} ({d.collection}/{d.source})")
                     raise InvalidInput(f"{ref!r} matches {len(docs)} documents: add --yes to delete them all")
                 docs = [kb.delete(d.doc_id) for d in docs]
     for doc in docs:
-        out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)", markup=False)
+        out.print(f"deleted {doc.doc_id} ({doc.collection}/{doc.source}, {doc.chunk_count} chunks)")
 
 
 @app.command()
@@ -507,7 +506,7 @@ def config_show(as_json: JsonOpt = False, index: IndexOpt = None, config: Config
     else:
         import yaml
 
-        out.print(yaml.safe_dump(data, allow_unicode=True, sort_keys=False).rstrip(), markup=False)
+        out.print(yaml.safe_dump(data, allow_unicode=True, sort_keys=False).rstrip())
 
 
 def serve(
@@ -549,12 +548,10 @@ def plugins(as_json: JsonOpt = False) -> None:
         _print_json({"groups": list(GROUPS), "plugins": [asdict(p) for p in found]})
         return
     if not found:
-        out.print(f"no plugins installed (groups: {', '.join(GROUPS)}; see docs/extending.md)", markup=False)
+        out.print(f"no plugins installed (groups: {', '.join(GROUPS)}; see docs/extending.md)")
     for p in found:  # one line each (paths are long: a table would fold them)
         status = "ok" if p.ok else f"BROKEN (skipped): {p.error}"
-        out.print(
-            f"{p.group}  {p.name} = {p.value}  [{p.distribution} {p.version}, {p.location}]  {status}", markup=False
-        )
+        out.print(f"{p.group}  {p.name} = {p.value}  [{p.distribution} {p.version}, {p.location}]  {status}")
 
 
 def init(
@@ -587,17 +584,17 @@ def init(
     if as_json:
         _print_json({**asdict(report), "next": report.next_steps()})
         return
-    out.print(f"zhiku project in {report.root}: {len(report.written)} files written", markup=False)
+    out.print(f"zhiku project in {report.root}: {len(report.written)} files written")
     for rel in report.written:
-        out.print(f"  + {rel}", markup=False)
+        out.print(f"  + {rel}")
     if not report.samples:
-        out.print("  (no sample documents: docs/ is yours; put the files to serve there)", markup=False)
+        out.print("  (no sample documents: docs/ is yours; put the files to serve there)")
     if report.kept:
         err.print(f"  kept {len(report.kept)} existing files (--force overwrites them): {', '.join(report.kept)}")
-    out.print("\nNext:", markup=False)
+    out.print("\nNext:")
     for step in report.next_steps():
-        out.print(f"  {step}", markup=False)
-    out.print("Then connect a client: see mcp-clients/README.md; check everything with `zhiku doctor`.", markup=False)
+        out.print(f"  {step}")
+    out.print("Then connect a client: see mcp-clients/README.md; check everything with `zhiku doctor`.")
 
 
 MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "off": " -  "}
@@ -623,11 +620,11 @@ def doctor(
         _print_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
     else:
         for c in checks:
-            out.print(f"{MARK[c.status]}  {c.area:<8} {c.detail}", markup=False)
+            out.print(f"{MARK[c.status]}  {c.area:<8} {c.detail}")
             if c.fix and c.status != "ok":
-                out.print(f"{'':14} fix: {c.fix}", markup=False)
+                out.print(f"{'':14} fix: {c.fix}")
         warned = sum(c.status == "warn" for c in checks)
-        out.print(f"\n{len(failed)} problems, {warned} warnings", markup=False)
+        out.print(f"\n{len(failed)} problems, {warned} warnings")
     if failed:
         raise typer.Exit(1)
 

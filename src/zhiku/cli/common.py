@@ -22,8 +22,10 @@ from zhiku.settings import DEFAULT_CONFIG_FILE, Settings
 if TYPE_CHECKING:
     from zhiku.api import KnowledgeBase
 
-out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # soft_wrap: an error stays one line
+# markup off: paths, queries and documents print as they are (only the error label is styled); soft_wrap: an error
+# stays one line
+out = Console(soft_wrap=True, highlight=False, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 
 IndexOpt = Annotated[
     Optional[Path], typer.Option("--index", help="Index directory (default: settings `index`, .zhiku).")
@@ -44,7 +46,7 @@ def _errors(as_json: bool = False) -> Iterator[None]:
     try:
         yield
     except ZhikuError as e:
-        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True, highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
         if as_json:
             _print_json({"error": {"code": e.code, "message": str(e), "retryable": e.retryable}})
         raise typer.Exit(1) from None
@@ -112,7 +114,7 @@ def _line_progress(label: str) -> Progressed:
         ):
             shown, last, noted = done, now, name
             current = f" · {name}" if name else ""
-            err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}", markup=False)
+            err.print(f"{label}: {done}/{total} documents · {now - started:.0f}s{current}")
 
     return update
 

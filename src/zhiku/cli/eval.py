@@ -69,7 +69,7 @@ CATEGORY_COLUMNS = 5  # categories per table (a metric per row): 80 columns hold
 def warm_reranker(kb: Any) -> None:
     """Load the configured reranker before queries are timed (a load failure is left to the per-query fallback)."""
     if failed := kb.load_reranker():
-        err.print(f"reranker failed to load ({failed}); queries fall back to the fused order", markup=False)
+        err.print(f"reranker failed to load ({failed}); queries fall back to the fused order")
 
 
 def _dataset(dataset: Path | None, max_queries: int | None) -> Any:
@@ -215,18 +215,15 @@ def eval_(
     else:
         _print_eval_table(result, stats, generation)
     for line in result.unmatched[:UNMATCHED_SHOWN]:
-        err.print(f"warning: {line}", markup=False)
+        err.print(f"warning: {line}")
     if len(result.unmatched) > UNMATCHED_SHOWN:
-        err.print(
-            f"warning: … and {len(result.unmatched) - UNMATCHED_SHOWN} more (all in --out's report.md)", markup=False
-        )
+        err.print(f"warning: … and {len(result.unmatched) - UNMATCHED_SHOWN} more (all in --out's report.md)")
     for b in checked:
-        err.print(f"gate: {b}", markup=False)
+        err.print(f"gate: {b}")
     if missed := [b for b in checked if not b.passed]:
         err.print(
             "gate FAILED: "
-            + "; ".join(f"{b.bar.metric} = {b.value:.4f}, needs {b.bar.op} {b.bar.threshold:g}" for b in missed),
-            markup=False,
+            + "; ".join(f"{b.bar.metric} = {b.value:.4f}, needs {b.bar.op} {b.bar.threshold:g}" for b in missed)
         )
         raise typer.Exit(1)
 
@@ -249,16 +246,15 @@ def _print_eval_table(result: Any, stats: Any, generation: Any) -> None:
         for cats in _category_tables(result.categories, list(result.metrics)):
             out.print(cats)
     if generation.status == "skipped":
-        out.print(f"generation metrics skipped: {generation.reason}", markup=False)
+        out.print(f"generation metrics skipped: {generation.reason}")
     else:
         out.print(
             "generation (LLM judge): "
             + ", ".join(f"{n} {'–' if v is None else f'{v:.4f}'}" for n, v in generation.metrics.items())
-            + f" · {generation.queries} queries, {generation.errors} unscored",
-            markup=False,
+            + f" · {generation.queries} queries, {generation.errors} unscored"
         )
         for reason, n in generation.error_reasons():
-            err.print(f"judge error ×{n}: {reason}", markup=False)
+            err.print(f"judge error ×{n}: {reason}")
 
 
 def _category_tables(categories: dict[str, dict[str, float]], names: list[str]) -> list[Table]:
@@ -306,7 +302,7 @@ def experiment(
             warm_reranker(kb)
             collection = _index(kb, data, yaml_set, as_json, collection)[0]
             show = not as_json and err.is_terminal
-            on_variant = (lambda v: err.print(f"running {v.name} …", markup=False)) if show else None
+            on_variant = (lambda v: err.print(f"running {v.name} …")) if show else None
             result = run_experiment(
                 kb, data, chosen, k=k, collection=collection, on_variant=on_variant, budget=budget, kb_for=other
             )
@@ -315,7 +311,7 @@ def experiment(
     if as_json:
         _print_json(result.to_json())
         return
-    out.print(f"{result.dataset} · {result.queries} queries · one index\n\n{result.markdown()}", markup=False)
+    out.print(f"{result.dataset} · {result.queries} queries · one index\n\n{result.markdown()}")
 
 
 def tune(
@@ -368,16 +364,16 @@ def tune(
         )
     out.print(t)
     for name in ("fusion", "min_score"):
-        out.print(f"{name}: {result.before[name]} → {result.after[name]}", markup=False)
+        out.print(f"{name}: {result.before[name]} → {result.after[name]}")
     for reason in result.reasons:
-        out.print(f"not written: {reason}", markup=False)
+        out.print(f"not written: {reason}")
     changes = ", ".join(f"{k}: {v}" for k, v in result.write.items())
     if not result.write:
-        out.print("nothing to write: the settings in use stay", markup=False)
+        out.print("nothing to write: the settings in use stay")
     elif result.written:
-        out.print(f"written to {result.written}: {changes}", markup=False)
+        out.print(f"written to {result.written}: {changes}")
     else:
-        out.print(f"--dry-run: would write {changes} to {target}", markup=False)
+        out.print(f"--dry-run: would write {changes} to {target}")
 
 
 def register(app: typer.Typer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Literal, Optional, cast
 
@@ -44,7 +45,7 @@ def list_(as_json: JsonOpt = False, manifest: ManifestOpt = None, config: Config
     with _errors():
         m = load_manifest(_manifest_path(config, manifest))
     if as_json:
-        _print_json({"models": [e.to_json() for e in m.entries]})
+        _print_json({"models": [asdict(e) for e in m.entries]})
         return
     rows = table(
         ("id", "kind", "provider", "pinned", "files", "source / note"), texts=["id", "provider", "source / note"]
@@ -138,10 +139,10 @@ def pin(
         entry = pin_folder(path, model_id, kind=cast(Literal["embedder", "reranker"], kind), revision=revision)
         write_entry(target, entry)
     if as_json:
-        _print_json({"manifest": str(target), "entry": entry.to_json()})
+        _print_json({"manifest": str(target), "entry": asdict(entry)})
         return
     size = sum(f.size for f in entry.files)
-    out.print(f"pinned {entry.id}: {len(entry.files)} files, {size / 1e6:.1f} MB → {target}", markup=False)
+    out.print(f"pinned {entry.id}: {len(entry.files)} files, {size / 1e6:.1f} MB → {target}")
 
 
 def register(app: typer.Typer) -> None:

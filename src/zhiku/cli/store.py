@@ -51,8 +51,7 @@ def migrate(
         f"{report.history} history rows from {settings.index} to Milvus at {s.uri} (prefix {s.collection_prefix}) "
         f"in {report.seconds:.1f}s\nuse it with: ZHIKU_STORE__KIND=milvus ZHIKU_STORE__URI={s.uri} "
         f"ZHIKU_STORE__COLLECTION_PREFIX={s.collection_prefix}"
-        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else ""),
-        markup=False,
+        + (f" ZHIKU_STORE__DB_NAME={s.db_name}" if s.db_name else "")
     )
 
 
@@ -68,14 +67,11 @@ def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt 
     if as_json:
         _print_json({"index": str(settings.index), **asdict(report)})
     elif not report.compacted:
-        out.print(
-            f"nothing to compact in {settings.index} ({report.files_removed} stale vector files removed)", markup=False
-        )
+        out.print(f"nothing to compact in {settings.index} ({report.files_removed} stale vector files removed)")
     else:
         out.print(
             f"compacted the vectors of {settings.index}: {report.rows_before} -> {report.rows_after} rows, "
-            f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s",
-            markup=False,
+            f"{report.bytes_freed / 1e6:.1f} MB freed in {report.seconds:.1f}s"
         )
 
 
@@ -93,9 +89,9 @@ def repair(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt =
     elif r.damaged_copy is not None:
         lost = "".join(f"\nlost (its file is gone or unreadable): {p}" for p in r.lost)
         out.print(f"{settings.index}: zhiku.db's tables were damaged; {len(r.rebuilt)} documents ingested again from "
-                  f"their files{lost}\nthe damaged index: {r.damaged_copy}", markup=False)  # fmt: skip
+                  f"their files{lost}\nthe damaged index: {r.damaged_copy}")  # fmt: skip
     else:
-        out.print("\n".join(r.repaired) or f"nothing to repair in {settings.index}", markup=False)
+        out.print("\n".join(r.repaired) or f"nothing to repair in {settings.index}")
 
 
 def register(app: typer.Typer) -> None:

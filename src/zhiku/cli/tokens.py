@@ -52,9 +52,7 @@ def add(
     if as_json:
         _print_json(t)
         return
-    out.print(
-        f"{_line(t)}\ntoken (shown once; send it as `Authorization: Bearer <token>`):\n{t['token']}", markup=False
-    )
+    out.print(f"{_line(t)}\ntoken (shown once; send it as `Authorization: Bearer <token>`):\n{t['token']}")
 
 
 @tokens_app.command("list")
@@ -68,9 +66,9 @@ def list_(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = 
         _print_json({"tokens": found})
         return
     for item in found:
-        out.print(_line(item), markup=False)
+        out.print(_line(item))
     if not found:
-        out.print("no tokens: `zhiku tokens add NAME --collections …` makes one", markup=False)
+        out.print("no tokens: `zhiku tokens add NAME --collections …` makes one")
 
 
 @tokens_app.command("revoke")
@@ -88,7 +86,7 @@ def revoke(
     if as_json:
         _print_json(t)
         return
-    out.print(f"revoked {t['name']}", markup=False)
+    out.print(f"revoked {t['name']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -76,10 +76,10 @@ def print_trace(console: Console, trace: Trace) -> None:
     console.print(ranks)
     if fused is not None:
         summary = fused.data.get("summary", {})
-        console.print("fusion: " + ", ".join(f"{k} {v}" for k, v in summary.items()), markup=False)
+        console.print("fusion: " + ", ".join(f"{k} {v}" for k, v in summary.items()))
     rerank = trace.stage("rerank")
     if rerank is not None and rerank.status != "ok":
-        console.print(f"rerank: {rerank.status} ({rerank.data.get('reason', '')})", markup=False)
+        console.print(f"rerank: {rerank.status} ({rerank.data.get('reason', '')})")
     elif rerank is not None:
         reranked = table(
             ("after", "Δ", "before", "raw", "sigmoid", "source", "section"),
@@ -104,14 +104,13 @@ def print_ingest_trace(console: Console, trace: Trace) -> None:
         f"{when(trace.started_at)} · "
         + ", ".join(f"{n} {k}" for k, n in counts.items())
         + f" · {data.get('chunks_written', 0)} chunks written, {data.get('chunks_embedded', 0)} embedded"
-        + (" · dry run" if data.get("dry_run") else ""),
-        markup=False,
+        + (" · dry run" if data.get("dry_run") else "")
     )
     docs = data.get("documents", [])
     rows = table(("status", "source", "reason"), title=f"documents ({len(docs)})")
     for d in docs:
         rows.add_row(d.get("status", ""), d.get("source", ""), d.get("reason") or "")
-    console.print(rows if docs else "no documents in this run", markup=False)
+    console.print(rows if docs else "no documents in this run")
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ def group_runs(records: Sequence[IngestionRecord], traces: Sequence[Trace]) -> l
 
 def print_history(console: Console, runs: Sequence[Run]) -> None:
     if not runs:
-        console.print("no ingestion history yet: run `zhiku ingest PATH`", markup=False)
+        console.print("no ingestion history yet: run `zhiku ingest PATH`")
         return
     errors = any(r.error for run in runs for r in run.records)  # no column of blanks squeezing the paths
     names = ("time", "status", "collection", "path", "chunks", "error")[: 6 if errors else 5]
@@ -188,9 +187,7 @@ def traces(
         return
     if trace_id:
         t = found[0]
-        out.print(
-            f"{t.kind} {t.trace_id}: " + " ".join(f"{k}={v}" for k, v in t.attrs.items() if v is not None), markup=False
-        )
+        out.print(f"{t.kind} {t.trace_id}: " + " ".join(f"{k}={v}" for k, v in t.attrs.items() if v is not None))
         (print_ingest_trace if t.kind == "ingest" else print_trace)(out, t)
         return
     rows = table(("trace", "kind", "status", "ms", "what", "stages"), whole=["trace", "ms"], texts=["what"])
@@ -247,7 +244,7 @@ def dashboard(
         env["ZHIKU_DASHBOARD_CONFIG"] = str(config.resolve())
     args = [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", "127.0.0.1"]
     args += ["--server.port", str(port), *STREAMLIT_FLAGS.split()]
-    err.print(f"zhiku dashboard on http://127.0.0.1:{port} · index {settings.index}", markup=False)
+    err.print(f"zhiku dashboard on http://127.0.0.1:{port} · index {settings.index}")
     sys.stderr.flush()
     os.execvpe(args[0], args, env)  # the dashboard takes this process over (one PID to stop)
 

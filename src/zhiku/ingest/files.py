@@ -127,7 +127,7 @@ def discover(
     for given in paths:
         shown = printable(str(given))
         if "\x00" in str(given):
-            failures.append(FileFailure(shown.replace("\x00", "\\x00"), "invalid path: it contains a NUL byte"))
+            failures.append(FileFailure(shown, "invalid path: it contains a NUL byte"))  # shown escapes it
             continue
         try:
             p = Path(given).expanduser()

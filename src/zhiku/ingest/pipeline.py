@@ -312,13 +312,9 @@ class Ingestor:
         tasks = [t for t in tasks if t.path not in skip and (only is None or t.path in only)]
         stored = lambda source: getattr(self.store.find_document(collection, source), "path", None)  # noqa: E731
         tasks, clashes = one_file_per_source(tasks, collection, stored)
-        failures.extend(clashes)
-        if not dry_run:  # missing paths and unsupported files belong in the history like every other failure
-            for f in failures:
-                self.store.record_ingestion(
-                    IngestionRecord(f.path, collection, None, None, "failed", f.reason, 0, time.time())
-                )
-        tally = _Tally(getattr(self.embedder, "computed", 0), failures)
+        tally = _Tally(getattr(self.embedder, "computed", 0))
+        for f in [*failures, *clashes]:  # missing paths and unsupported files go in the history like other failures
+            self._fail(tally, f.path, collection, None, None, f.reason, dry_run)
         prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
         self._run(tasks, prepare, tally, collection, on_progress, dry_run)
         if on_progress and tasks:

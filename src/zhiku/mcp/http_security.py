@@ -7,7 +7,6 @@ import asyncio
 import ipaddress
 import json
 import logging
-import math
 import re
 import time
 import urllib.parse
@@ -427,22 +426,3 @@ def http_protocol(
             self.transport.close()
 
     return LimitedH11
-
-
-def cap_sessions(manager: Any, cap: int) -> None:
-    """At ``cap`` open sessions a new one closes the session idle longest (instead of the SDK's 503)."""
-    admit = manager._admit_session  # mcp>=2.3,<3; the SDK's own cap is off (max_sessions=None)
-
-    def admit_or_evict(requestor: Any) -> Any:
-        scopes = [t.idle_scope for t in manager._server_instances.values()]
-        alive = [s for s in scopes if s is None or not s.cancel_called]
-        if len(alive) >= cap:
-            idle = [s for s in alive if s is not None and s.deadline != math.inf]
-            if not idle:
-                limit_hit("sessions", f"{cap} sessions open, none idle (server.max_sessions): new session refused")
-                return None
-            min(idle, key=lambda s: s.deadline).cancel()
-            limit_hit("sessions", f"{cap} sessions open (server.max_sessions): closed the one idle longest")
-        return admit(requestor)
-
-    manager._admit_session = admit_or_evict

@@ -262,14 +262,14 @@ _BOUNDS |= {"minItems": "min items", "maxItems": "max items", "pattern": "patter
 _HINTS = {"read-only": "read_only_hint", "destructive": "destructive_hint", "idempotent": "idempotent_hint"}
 
 
-def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
+def _type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         return str(schema["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in schema:
-        return " \\| ".join(_type(s, defs) for s in schema["anyOf"])
+        return " \\| ".join(_type(s) for s in schema["anyOf"])
     t = schema.get("type", "any")
     if t == "array":
-        return f"array of {_type(schema.get('items', {}), defs)}"
+        return f"array of {_type(schema.get('items', {}))}"
     if "enum" in schema:
         return " \\| ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
     if "const" in schema:
@@ -295,7 +295,7 @@ def _fields(schema: dict[str, Any], with_default: bool = True) -> list[str]:
     cols = ["name", "type", *(["required", "default", "bounds"] if with_default else []), "description"]
     rows = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for name, prop in schema.get("properties", {}).items():
-        cells = [f"`{name}`", _type(prop, defs)]
+        cells = [f"`{name}`", _type(prop)]
         if with_default:
             default = "" if name in required else f"`{json.dumps(prop.get('default'), ensure_ascii=False)}`"
             cells += ["yes" if name in required else "no", default, _cell(_bounds(prop))]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import math
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -32,35 +33,44 @@ SSE_EVENTS_KEPT = 256  # events a session keeps for a client that resumes a drop
 def http_app(server: MCPServer, settings: Settings) -> Any:
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from zhiku.mcp.http_security import PATH, build_http_app, cap_sessions
+    from zhiku.mcp.http_security import PATH, build_http_app
 
     s = settings.server
     app = server.streamable_http_app(
         streamable_http_path=PATH,
         max_request_body_size=MAX_REQUEST_BYTES,
         session_idle_timeout=s.session_idle_s,
-        max_sessions=None,  # cap_sessions' instead
+        max_sessions=None,  # admit_sessions' cap instead
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),  # ours is stricter
         host=s.host,
         retry_interval=SSE_RETRY_MS,
     )
-    cap_sessions(server.session_manager, s.max_sessions)
-    resumable(server.session_manager)
+    admit_sessions(server.session_manager, s.max_sessions)
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.ERROR)  # a warning per request
     return build_http_app(app, s, settings.index)
 
 
-def resumable(manager: Any) -> None:
-    """Each session its own event log (stream ids repeat across sessions), for Last-Event-ID resumption."""
-    admit = manager._admit_session  # mcp>=2.3,<3
+def admit_sessions(manager: Any, cap: int) -> None:
+    """At ``cap`` open sessions a new one closes the session idle longest (instead of the SDK's 503); each admitted
+    session gets its own event log (stream ids repeat across sessions), for Last-Event-ID resumption."""
+    admit = manager._admit_session  # mcp>=2.3,<3; the SDK's own cap is off (max_sessions=None)
 
-    def admit_with_log(requestor: Any) -> Any:
+    def admit_session(requestor: Any) -> Any:
+        scopes = [t.idle_scope for t in manager._server_instances.values()]
+        alive = [s for s in scopes if s is None or not s.cancel_called]
+        if len(alive) >= cap:
+            idle = [s for s in alive if s is not None and s.deadline != math.inf]
+            if not idle:
+                limit_hit("sessions", f"{cap} sessions open, none idle (server.max_sessions): new session refused")
+                return None
+            min(idle, key=lambda s: s.deadline).cancel()
+            limit_hit("sessions", f"{cap} sessions open (server.max_sessions): closed the one idle longest")
         transport = admit(requestor)
         if transport is not None:
             transport._event_store = SessionEvents()
         return transport
 
-    manager._admit_session = admit_with_log
+    manager._admit_session = admit_session
 
 
 class SessionEvents(EventStore):

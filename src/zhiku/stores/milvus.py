@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache
 from typing import Any, TypeVar, cast
@@ -74,9 +74,9 @@ class Connection:
         except Exception as e:  # noqa: BLE001 - every failure to connect becomes one StoreError
             raise self.error(e, "connect") from None
         try:
-            self.server_version = str(self.call("get_server_version", self.client.get_server_version))
-            if (name := settings.db_name) and name not in self.call("list_databases", self.client.list_databases):
-                self.call("create_database", self.client.create_database, name)
+            self.server_version = str(self.call("get_server_version", "get_server_version"))
+            if (name := settings.db_name) and name not in self.call("list_databases", "list_databases"):
+                self.call("create_database", "create_database", name)
             if name:
                 with self.guard("use_database"):
                     self.client.use_database(name)
@@ -99,19 +99,28 @@ class Connection:
         except Exception as e:  # noqa: BLE001 - pymilvus raises MilvusException, grpc.RpcError, ValueError, …
             raise self.error(e, what) from None
 
-    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs, timeout=TIMEOUT_S)`` with every failure turned into a ``StoreError``."""
-        deadline = time.monotonic() + self.timeout
-        delay = 0.1
+    def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``client.<method>(…, timeout=TIMEOUT_S)``, every failure a ``StoreError`` about ``what``: retried while the
+        server is unreachable; a read of a collection not loaded loads it and is repeated once."""
+        if method in ("search", "query"):
+            kwargs.setdefault("consistency_level", CONSISTENCY)
+            if method != "query" and self._unflushed:
+                self.flush_pending()
+        deadline, delay, loaded = time.monotonic() + self.timeout, 0.1, method == "load_collection"
         while True:
             try:
                 with self.guard(what):
-                    return fn(*args, timeout=self.timeout, **kwargs)
+                    return getattr(self.client, method)(*args, timeout=self.timeout, **kwargs)
             except Unreachable:
                 if time.monotonic() + delay >= deadline:
                     raise
                 time.sleep(delay)
                 delay = min(2 * delay, 2.0)
+            except NotLoaded:
+                if loaded:
+                    raise
+                self.call(f"load {args[0]}", "load_collection", args[0])
+                deadline, delay, loaded = time.monotonic() + self.timeout, 0.1, True
 
     def error(self, e: BaseException, what: str) -> StoreError:
         message = str(getattr(e, "message", "") or e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -136,34 +145,22 @@ class Connection:
             )
         return StoreError(f"{self.where}: {what} failed: {message}")
 
-    def invoke(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``client.<method>(…)`` through ``call``; a read of a collection not loaded loads it and is repeated once."""
-        if method in ("search", "query"):
-            kwargs.setdefault("consistency_level", CONSISTENCY)
-            if method != "query" and self._unflushed:
-                self.flush_pending()
-        try:
-            return self.call(what, getattr(self.client, method), *args, **kwargs)
-        except NotLoaded:
-            self.call(f"load {args[0]}", self.client.load_collection, args[0])
-            return self.call(what, getattr(self.client, method), *args, **kwargs)
-
     def create(self, name: str, schema: Any, index_params: Any) -> bool:
         """Create, index and load a collection; False when another process created it first."""
         try:
-            self.invoke(f"create {name}", "create_collection", name, schema=schema, consistency_level=CONSISTENCY)
+            self.call(f"create {name}", "create_collection", name, schema=schema, consistency_level=CONSISTENCY)
         except StoreError:
-            if not self.invoke(f"has_collection {name}", "has_collection", name):
+            if not self.call(f"has_collection {name}", "has_collection", name):
                 raise
-            self.invoke(f"load {name}", "load_collection", name)
+            self.call(f"load {name}", "load_collection", name)
             return False
-        self.invoke(f"index {name}", "create_index", name, index_params, sync=False)
-        self.invoke(f"load {name}", "load_collection", name)
+        self.call(f"index {name}", "create_index", name, index_params, sync=False)
+        self.call(f"load {name}", "load_collection", name)
         return True
 
     def query_all(self, name: str, expr: str, fields: list[str], *, what: str = "query") -> list[dict[str, Any]]:
         """Every row of ``name`` matching ``expr`` (paged with an iterator past Milvus's per-query limit)."""
-        rows = self.invoke(what, "query", name, filter=expr, output_fields=fields, limit=QUERY_LIMIT)
+        rows = self.call(what, "query", name, filter=expr, output_fields=fields, limit=QUERY_LIMIT)
         if len(rows) < QUERY_LIMIT:
             return list(rows)
         with self.guard(what):
@@ -178,7 +175,7 @@ class Connection:
     def upsert(self, name: str, rows: list[dict[str, Any]], what: str) -> None:
         """Upsert in requests of ``WRITE_BATCH`` rows (idempotent: safe to retry)."""
         for i in range(0, len(rows), WRITE_BATCH):
-            self.call(what, self.client.upsert, name, rows[i : i + WRITE_BATCH])
+            self.call(what, "upsert", name, rows[i : i + WRITE_BATCH])
         with self._lock:
             self._unflushed[name] = self._unflushed.get(name, 0) + len(rows)
             due = self._unflushed[name] >= LITE_FLUSH_ROWS
@@ -192,7 +189,7 @@ class Connection:
             self._unflushed.clear()
             if self.is_lite:
                 for name in pending:
-                    self.call(f"flush {name}", self.client.flush, name)
+                    self.call(f"flush {name}", "flush", name)
 
     def close(self) -> None:
         with suppress(StoreError):  # the rows are in milvus-lite's write-ahead log either way
@@ -390,11 +387,8 @@ class MilvusStore:
     def where(self) -> str:
         return self.conn.where
 
-    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self.conn.invoke(what, method, *args, **kwargs)
-
     def _has(self, name: str) -> bool:
-        return bool(self._call(f"has_collection {name}", "has_collection", name))
+        return bool(self.conn.call(f"has_collection {name}", "has_collection", name))
 
     def _open_catalog(self) -> None:
         if not self._has(self.catalog_name):
@@ -407,7 +401,7 @@ class MilvusStore:
             if self.conn.create(self.catalog_name, catalog_schema(client), catalog_index(client)):
                 self._upsert_catalog([meta_row("schema_version", str(SCHEMA_VERSION)), meta_row("index_version", "0")])
         else:
-            self._call("load catalog", "load_collection", self.catalog_name)
+            self.conn.call("load catalog", "load_collection", self.catalog_name)
         stored = self._meta_value("schema_version")
         if stored is not None and stored.isdigit() and int(stored) > SCHEMA_VERSION:
             raise IndexMismatch(
@@ -417,7 +411,7 @@ class MilvusStore:
         self._refresh_dim()
 
     def _chunks_dim(self) -> int:
-        desc = self._call("describe chunks", "describe_collection", self.chunks_name)
+        desc = self.conn.call("describe chunks", "describe_collection", self.chunks_name)
         return next(int(f["params"]["dim"]) for f in desc["fields"] if f["name"] == "vector")
 
     def _upsert_catalog(self, rows: list[dict[str, Any]]) -> None:
@@ -435,7 +429,7 @@ class MilvusStore:
 
     def _catalog(self, what: str, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Catalog rows by key (one ``query`` call: keys are few, no paging)."""
-        return list(self._call(what, "query", self.catalog_name, filter=expr, output_fields=fields))
+        return list(self.conn.call(what, "query", self.catalog_name, filter=expr, output_fields=fields))
 
     def _meta_value(self, key: str) -> str | None:
         rows = self._catalog("read metadata", f"key == {lit('meta:' + key)}", ["payload"])
@@ -470,7 +464,7 @@ class MilvusStore:
     def _refresh_dim(self) -> bool:
         """Another process may have created ``<prefix>chunks`` since this store opened."""
         if self._has(self.chunks_name):
-            self._call("load chunks", "load_collection", self.chunks_name)
+            self.conn.call("load chunks", "load_collection", self.chunks_name)
             self._dim = self._chunks_dim()
         return self._dim is not None
 
@@ -494,7 +488,7 @@ class MilvusStore:
         if field == "vector":
             params = {**params, "params": {"ef": max(HNSW_EF, limit)}}
         options = {"data": [data], "anns_field": field, "filter": expr, "limit": limit, "search_params": params}
-        raw = self._call(
+        raw = self.conn.call(
             "search", "search", self.chunks_name, output_fields=["chunk_id", "doc_id", "version"], **options
         )
         return [{**hit["entity"], "score": abs(float(hit["distance"]))} for hit in raw[0]]
@@ -696,7 +690,7 @@ class MilvusStore:
         if self._dim == dim:
             return
         if self._dim is not None:
-            self._call("drop chunks", "drop_collection", self.chunks_name)
+            self.conn.call("drop chunks", "drop_collection", self.chunks_name)
             self._dim = None
         # milvus-lite has no `whitespace`; a real Milvus's `standard` splits Chinese into single characters
         analyzer = "standard" if self.conn.is_lite else "whitespace"
@@ -716,14 +710,14 @@ class MilvusStore:
         if self._dim is None and not self._refresh_dim():
             return
         with suppress(StoreError):
-            self._call("clean up", "delete", self.chunks_name, filter=expr)
+            self.conn.call("clean up", "delete", self.chunks_name, filter=expr)
 
     def delete_document(self, doc_id: str) -> bool:
         with self._lock:
             self._check_writable()
             if not self._live_versions([doc_id]):
                 return False
-            self._call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {lit('doc:' + doc_id)}")
+            self.conn.call(f"delete {doc_id}", "delete", self.catalog_name, filter=f"key == {lit('doc:' + doc_id)}")
             version = max(self.index_version() + 1, time.time_ns() // 1000)
             self._upsert_catalog([meta_row("index_version", str(version))])
             self._discard(f"doc_id == {lit(doc_id)}")

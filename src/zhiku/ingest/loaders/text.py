@@ -97,9 +97,7 @@ class TextLoader(Configured):
 
     def load(self, path: Path, source: str) -> SourceDoc:
         text, encoding = read_text_file(path)
-        return SourceDoc(
-            source=source, doc_type=self.doc_type, title=Path(path).stem, text=text, pages=(), encoding=encoding
-        )
+        return SourceDoc(source, self.doc_type, Path(path).stem, text, (), encoding)
 
 
 class MarkdownLoader(TextLoader):
