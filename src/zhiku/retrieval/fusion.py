@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 
 import numpy as np
 
@@ -77,10 +77,11 @@ def zscore_fusion(
     if fill is not None and len(fill) != len(rankings):
         raise ValueError(f"{len(fill)} fill mappings for {len(rankings)} rankings")
     columns = [columns_of(r) for r in rankings]
-    keys = list(dict.fromkeys(chain.from_iterable(ids for ids, _ in columns)))  # every candidate, in ranking order
-    at = positions(keys)
+    at: dict[str, int] = {}  # every candidate's position, in ranking order
+    where = [[at.setdefault(c, len(at)) for c in ids] for ids, _ in columns]  # (one pass over each ranking)
+    keys = list(at)
     fused = np.zeros(len(keys))
-    for n, ((ids, scores), w) in enumerate(zip(columns, weights, strict=False)):
+    for n, ((_, scores), w) in enumerate(zip(columns, weights, strict=False)):
         if not scores:
             continue
         own = np.array(scores, np.float64)
@@ -91,13 +92,10 @@ def zscore_fusion(
         z = np.full(len(keys), own.min())  # a candidate the channel did not find: its lowest standardised score
         extra = fill[n] if fill is not None else None
         if extra:  # exact raw scores of candidates outside the ranking
-            where = np.fromiter(map(at.get, extra, repeat(-1)), np.intp, len(extra))
-            found = where >= 0
-            z[where[found]] = (np.fromiter(extra.values(), np.float64, len(extra))[found] - mean) / std
-        if n:  # (the first ranking's candidates lead the keys)
-            z[np.fromiter(map(at.__getitem__, ids), np.intp, len(ids))] = own
-        else:
-            z[: own.size] = own
+            put = np.fromiter(map(at.get, extra, repeat(-1)), np.intp, len(extra))
+            found = put >= 0
+            z[put[found]] = (np.fromiter(extra.values(), np.float64, len(extra))[found] - mean) / std
+        z[where[n]] = own
         fused += w * z
     return _best_first(keys, fused, limit)
 
