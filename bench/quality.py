@@ -66,20 +66,22 @@ def run_set(
                 print(f"  {run.name} {mode}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
                 rows.append(Row(run.name, mode, r.queries, chunks, r.metrics, r.latency_ms["p50"]))
                 if english:
-                    # hybrid: the share of its questions, and of the shipped off-topic ones, flagged low_confidence
-                    flags = flagged(kb, run, name) if mode == "hybrid" else {}
-                    if flags:
-                        rows[-1].metrics.update({k: sum(a + b) / len(a + b) for k, (a, b) in flags.items()})
-                        shown = ", ".join(
-                            f"{k} A {sum(a) / len(a):.1%} B {sum(b) / len(b):.1%}" for k, (a, b) in flags.items()
-                        )
-                        print(f"  {run.name} hybrid: {shown}", file=sys.stderr, flush=True)
                     for half in (0, 1):
                         mine = [q.metrics for q in r.records if zlib.crc32(q.qid.encode()) % 2 == half]
                         means = {c: sum(m[c] for m in mine) / len(mine) for c in COLUMNS}
-                        for k, halves in flags.items():
-                            means[k] = sum(halves[half]) / len(halves[half])
                         rows.append(Row(f"{run.name} {'AB'[half]}", mode, len(mine), chunks, means, 0.0))
+        # hybrid: the shares of its questions and of the shipped off-topic ones flagged low_confidence, asked after
+        # every evaluation (asked between two, they change the question vectors the next one finds kept)
+        for run in twins(data, english / name) if english and "hybrid" in modes else []:
+            flags = flagged(kb, run, name)
+            shown = ", ".join(f"{k} A {sum(a) / len(a):.1%} B {sum(b) / len(b):.1%}" for k, (a, b) in flags.items())
+            print(f"  {run.name} hybrid: {shown}", file=sys.stderr, flush=True)
+            for row in rows:
+                if row.mode == "hybrid" and row.dataset.startswith(run.name):
+                    half = {run.name: None, f"{run.name} A": 0, f"{run.name} B": 1}[row.dataset]
+                    for k, ab in flags.items():
+                        got = ab[0] + ab[1] if half is None else ab[half]
+                        row.metrics[k] = sum(got) / len(got)
         return rows
 
 
