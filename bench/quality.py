@@ -10,7 +10,9 @@ expectations) is run. Every row reports nDCG@10, hit@1, hit@5, MRR@10, hits with
 returned characters and recall@100. The data path is an argument: the product never reads it by itself.
 ``--json`` saves the rows for the results page (all sets and modes, every question only: a partial run is
 printed, not saved). ``--english DIR`` runs the English questions of ``DIR/<set>`` beside their Chinese twins (the
-same ids, on the same index) instead: hit@5 of each, on all of them and on halves A and B (crc32 of the id even, odd).
+same ids, on the same index) instead: hit@5 of each, on all of them and on halves A and B (crc32 of the id even, odd),
+and in hybrid mode the shares flagged low_confidence of its questions and of the shipped off-topic questions in its
+language (zhiku/data/offtopic_zh.txt, offtopic_en.txt): `answerable_flagged`, `offtopic_flagged` in the JSON rows.
 
 Vectors come from the persistent embedding cache (`embedding.cache_dir`; questions too, during evaluation), so
 a rerun embeds nothing new. Indexes go to a temporary folder unless --index-root keeps them.
@@ -30,6 +32,7 @@ from pathlib import Path
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.datasets import EvalSet, load_dataset
 from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
+from zhiku.evaluation.tune import offtopic_questions
 from zhiku.settings import Settings, load_settings
 
 SETS = ("cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc")
@@ -67,7 +70,32 @@ def run_set(
                         mine = [q.metrics for q in r.records if zlib.crc32(q.qid.encode()) % 2 == half]
                         means = {c: sum(m[c] for m in mine) / len(mine) for c in COLUMNS}
                         rows.append(Row(f"{run.name} {'AB'[half]}", mode, len(mine), chunks, means, 0.0))
+        # hybrid: the shares of its questions and of the shipped off-topic ones flagged low_confidence, asked after
+        # every evaluation (asked between two, they change the question vectors the next one finds kept)
+        for run in twins(data, english / name) if english and "hybrid" in modes else []:
+            flags = flagged(kb, run, name)
+            shown = ", ".join(f"{k} A {sum(a) / len(a):.1%} B {sum(b) / len(b):.1%}" for k, (a, b) in flags.items())
+            print(f"  {run.name} hybrid: {shown}", file=sys.stderr, flush=True)
+            for row in rows:
+                if row.mode == "hybrid" and row.dataset.startswith(run.name):
+                    half = {run.name: None, f"{run.name} A": 0, f"{run.name} B": 1}[row.dataset]
+                    for k, ab in flags.items():
+                        got = ab[0] + ab[1] if half is None else ab[half]
+                        row.metrics[k] = sum(got) / len(got)
         return rows
+
+
+def flagged(kb: KnowledgeBase, run: EvalSet, collection: str) -> dict[str, tuple[list[bool], list[bool]]]:
+    """Whether each of ``run``'s questions, and each shipped off-topic question in its language, is flagged
+    low_confidence: half A's, half B's (crc32 of the id or the question, even or odd)."""
+    language = "en" if run.name.endswith(" en") else "zh"
+    asked = {"answerable_flagged": [(q.qid, q.text) for q in run.queries]}
+    asked["offtopic_flagged"] = [(q, q) for q in offtopic_questions(language)]
+    out = {}
+    for key, questions in asked.items():
+        low = [(zlib.crc32(k.encode()) % 2, kb.query(q, collection=collection).low_confidence) for k, q in questions]
+        out[key] = ([x for h, x in low if h == 0], [x for h, x in low if h == 1])
+    return out
 
 
 def twins(data: EvalSet, folder: Path) -> list[EvalSet]:

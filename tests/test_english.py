@@ -1,6 +1,6 @@
 """English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT
-and the characters of pinyin names; a second dense search starts from the first passages; a Chinese question's plan
-has none of it."""
+and the characters of pinyin names; a second dense search starts from the first passages; the confidence adds the
+share of its phrases the first passages hold; a Chinese question's plan has none of it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 
 from helpers_kb import CONTRACT_LAW
 from zhiku.api import KnowledgeBase
-from zhiku.retrieval.bridge import english_share, names, senses
+from zhiku.evaluation.tune import offtopic_questions
+from zhiku.retrieval.bridge import english_share, held_share, names, senses
+from zhiku.retrieval.confidence import CROSS_COVERAGE
 from zhiku.retrieval.plan import read_question
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor
@@ -63,6 +65,27 @@ def test_an_english_question_is_cross_lingual_over_chinese_text_only(
     r = english.retrieve(ANNUAL_LEAVE, top_k=2)  # English text: nothing bridged, no second dense search
     assert (r.query.cross_lingual, r.query.bridge, r.query.same_language) == (False, (), True)
     assert [h.chunk.source for h in r.hits] == ["leave.md", "pay.md"]
+
+
+def test_an_english_question_is_scored_on_its_cosine_and_the_senses_its_first_passages_hold(kb: KnowledgeBase) -> None:
+    r = kb.retrieve(ANNUAL_LEAVE, top_k=3)
+    text = "\n".join(kb.text.normalize(h.chunk.text) for h in r.hits)
+    # 3 of its 6 phrases: days (天), annual leave (年假: 年, 假), years (年)
+    assert held_share(r.query.bridge, text) == 0.5
+    answer = kb.query(ANNUAL_LEAVE, top_k=3)
+    assert answer.confidence == pytest.approx(r.dense[0].score + CROSS_COVERAGE * 0.5)
+    assert answer.low_confidence is False
+    for question in ("What should I make for dinner tonight?", "Who won the football match last night?"):
+        off = kb.query(question, top_k=3)  # (no sense of theirs in the passages: the cosine alone, below 0.857)
+        assert (off.low_confidence, off.confidence) == (True, pytest.approx(kb.retrieve(question).dense[0].score))
+    assert held_share((), "年休假") == 0.0
+
+
+def test_the_english_offtopic_questions_are_english() -> None:
+    questions = offtopic_questions("en")
+    assert len(questions) == 106
+    assert all(english_share(q.lower()) == 1.0 for q in questions)
+    assert len(offtopic_questions()) == len(offtopic_questions("zh")) == 275
 
 
 def test_the_plan_reads_the_language_mix_and_a_chinese_question_takes_the_chinese_path() -> None:

@@ -35,9 +35,10 @@ ANSWERABLE_Q, OFFTOPIC_Q = 0.045, 0.97
 ProgressFn = Callable[[int, int, str], None]
 
 
-def offtopic_questions() -> list[str]:
-    """The shipped everyday questions no collection of documents answers (weather, recipes, small talk …)."""
-    text = (resources.files("zhiku") / "data" / "offtopic_zh.txt").read_text(encoding="utf-8")
+def offtopic_questions(language: str = "zh") -> list[str]:
+    """The shipped everyday questions no collection of documents answers (weather, recipes, small talk …), in
+    Chinese or English (``en``: the English questions' threshold, ``confidence.CROSS_LINGUAL_DROP``)."""
+    text = (resources.files("zhiku") / "data" / f"offtopic_{language}.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 

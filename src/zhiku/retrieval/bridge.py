@@ -175,3 +175,9 @@ def bridged(
         if total:
             gloss.append(max(found, key=found.__getitem__)[0])
     return weights, "".join(gloss)
+
+
+def held_share(phrases: tuple[tuple[tuple[str, ...], ...], ...], text: str) -> float:
+    """The share of an English question's ``phrases`` of which ``text`` (normalised) holds a sense: all its terms."""
+    held = sum(any(all(t in text for t in sense[1:]) for sense in senses_) for senses_ in phrases)
+    return held / len(phrases) if phrases else 0.0
