@@ -80,6 +80,7 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> list[str]:
 
 def quality(f: Any) -> list[str]:
     cols = ["set", "queries", "chunks", "mode", "ndcg@10", "hit@1", "hit@5", "mrr@10", "recall@100", "p50_ms"]
+    cols += ["answerable_flagged", "offtopic_flagged"]  # (the English questions' low_confidence, hybrid rows)
     rows = [
         {**r, "set": r["dataset"], "p50_ms": f"{r['p50_ms']:.1f}", **{k: f"{v:.4f}" for k, v in r["metrics"].items()}}
         for r in f
@@ -166,7 +167,9 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         "English questions over Chinese passages: `python bench/quality.py --english bench/datasets/english --json`",
         "The English twins of cmrc2018_dev and stard_dev questions (bench/datasets/english: the same ids and "
         "judgements) beside the same questions in Chinese, on one index per set; A and B: the halves by crc32 of the "
-        "id (the cross-lingual fusion weights and confidence threshold were chosen on A).",
+        "id (the cross-lingual fusion weights and confidence threshold were chosen on A). Flagged: the share of "
+        "the answerable questions and of the off-topic ones (src/zhiku/data/offtopic_zh.txt for Chinese, "
+        "offtopic_en.txt for English questions) whose answer is low_confidence.",
         quality,
     ),
     (
