@@ -73,10 +73,14 @@ def signals_of(
     return Signals(top, margin, coverage, bm25[0].score if bm25 else None)
 
 
-def assess(signals: Signals, *, found: bool, mode: str, min_score: float) -> Confidence:
-    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off)."""
+def assess(signals: Signals, *, found: bool, mode: str, min_score: float, held: float | None = None) -> Confidence:
+    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off); ``held``:
+    an English question's share of bridged phrases the first passages hold (``CROSS_COVERAGE``)."""
     if mode == "bm25":
         name, score, threshold = "coverage", signals.coverage, MIN_COVERAGE if min_score > 0 else 0.0
+    elif held is not None and signals.top_cosine is not None and min_score > 0:
+        name, score = "top_cosine+bridged", signals.top_cosine + CROSS_COVERAGE * held
+        threshold = max(min_score - CROSS_LINGUAL_DROP, 0.01)
     else:
         name, score, threshold = "top_cosine", signals.top_cosine, min_score
     low = not found or (threshold > 0 and score is not None and score < threshold)
@@ -95,13 +99,10 @@ def codes_in_first(hits: Sequence[Hit], terms: Sequence[str], normalize: Callabl
 def judge(r: Retrieval, *, min_score: float, normalize: Callable[[str], str] = str.lower) -> Confidence:
     """The confidence of one retrieval; not low when the question looks up codes or pages the passages hold."""
     found = signals_of(r.hits, r.dense, r.bm25, r.query.terms, normalize)
-    if r.query.cross_lingual and min_score > 0 and r.mode != "bm25" and found.top_cosine is not None:
-        text = "\n".join([normalize(h.chunk.text) for h in r.hits[:CROSS_HITS]])
-        score = found.top_cosine + CROSS_COVERAGE * held_share(r.query.bridge, text)
-        threshold = max(min_score - CROSS_LINGUAL_DROP, 0.01)
-        verdict = Confidence(score, not r.hits or score < threshold, "top_cosine+bridged", threshold, found)
-    else:
-        verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score)
+    held = None
+    if r.query.cross_lingual:
+        held = held_share(r.query.bridge, "\n".join([normalize(h.chunk.text) for h in r.hits[:CROSS_HITS]]))
+    verdict = assess(found, found=bool(r.hits), mode=r.mode, min_score=min_score, held=held)
     if verdict.low and (r.pages or codes_in_first(r.hits, r.query.terms, normalize)):
         return replace(verdict, low=False)
     return verdict
