@@ -44,6 +44,7 @@ def offtopic_questions(language: str = "zh") -> list[str]:
 
 WARM = 256  # questions embedded at once (the searcher keeps 1,024 question vectors)
 DEPTH = 20  # hits weighed per question: nDCG@10 and hit@5 of distinct targets need a few more than 10
+PROBE = 2.0  # a min_score above any cosine: every question is low unless it is a lookup the passages answer
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,10 @@ def gather(
             kb.searcher.warm([x if isinstance(x, str) else x.text for x in questions[n - 1 : n - 1 + WARM]])
         with caching_queries(kb.embedder):
             r = kb.retrieve(text, mode="hybrid", top_k=DEPTH, collection=collection, rerank=False)
-        v = judge(r, min_score=2.0, normalize=kb.text.normalize)  # above any cosine: low unless a lookup
-        confidence = float("inf") if not v.low else v.score if r.hits and v.score is not None else float("-inf")
+        v = judge(r, min_score=PROBE, normalize=kb.text.normalize)  # above any cosine: low unless a lookup
+        # on min_score's scale: an English question is judged against a threshold of its own, below min_score
+        on_scale = None if v.score is None else v.score - (v.threshold - PROBE)
+        confidence = float("inf") if not v.low else on_scale if r.hits and on_scale is not None else float("-inf")
         out.append(Asked(text if isinstance(q, str) else q.qid, r, None if isinstance(q, str) else q, confidence))
         if on_progress and n % 50 == 0:
             on_progress(n, len(questions), text)
@@ -150,7 +153,9 @@ def tune(
     base = weights_of("zscore" if current.retrieval.fusion == "rrf" else current.retrieval.fusion)
     grid = [base, *(w for w in GRID if w != base)]  # a tie keeps the weights in use
     questions = gather(kb, folded(data, kb.text.normalize).queries, collection, on_progress)
-    off = gather(kb, offtopic_questions(), collection, None)
+    # a set with English questions calibrates on English off-topic questions too
+    english = any(c.retrieval.query.cross_lingual for c in questions)
+    off = gather(kb, offtopic_questions() + (offtopic_questions("en") if english else []), collection, None)
     table = [[c.metrics(kb, w) for w in grid] for c in questions]  # question x weights x metric
     folds = [fold_of(c.key) for c in questions]
 
