@@ -12,7 +12,8 @@ returned characters and recall@100. The data path is an argument: the product ne
 printed, not saved). ``--english DIR`` runs the English questions of ``DIR/<set>`` beside their Chinese twins (the
 same ids, on the same index) instead: hit@5 of each, on all of them and on halves A and B (crc32 of the id even, odd),
 and in hybrid mode the shares flagged low_confidence of its questions and of the shipped off-topic questions in its
-language (zhiku/data/offtopic_zh.txt, offtopic_en.txt): `answerable_flagged`, `offtopic_flagged` in the JSON rows.
+language (zhiku/data/offtopic_zh.txt, offtopic_en.txt): `answerable_flagged`, `offtopic_flagged` in the JSON rows;
+then the reverse: bench/datasets/httpx_docs, Chinese questions over English documents beside their English twins.
 
 Vectors come from the persistent embedding cache (`embedding.cache_dir`; questions too, during evaluation), so
 a rerun embeds nothing new. Indexes go to a temporary folder unless --index-root keeps them.
@@ -37,6 +38,9 @@ from zhiku.settings import Settings, load_settings
 
 SETS = ("cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc")
 ENGLISH_SETS = ("cmrc2018_dev", "stard_dev")  # the sets with English twins (bench/datasets/english)
+# Chinese questions over English documents, with English twins: a set of the repo's own, run beside ENGLISH_SETS
+OWN = Path(__file__).resolve().parent / "datasets"
+CROSS_DOCS = "httpx_docs"
 MODES = ("bm25", "dense", "hybrid")
 COLUMNS = ("ndcg@10", "hit@1", "hit@5", "mrr@10", "hit_chars@2000", "hit_chars@4000", "recall@100")
 
@@ -137,9 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="zhiku-quality-") as tmp:
         root = args.index_root or Path(tmp)
-        for s in sets:
+        own = [CROSS_DOCS] if args.english and args.sets == ",".join(SETS) else []
+        for s in sets + own:
             settings = load_settings(args.config, index=root / s, tracing={"enabled": False})
-            rows += run_set(settings, args.data / s, modes, args.max_queries, args.english)
+            folder, english = (OWN / s, OWN) if s in own else (args.data / s, args.english)
+            rows += run_set(settings, folder, modes, args.max_queries, english)
     print(table(rows))
     full = modes == list(MODES) and args.max_queries is None and args.config is None
     name = "english" if args.english else "quality"

@@ -164,12 +164,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
     ),
     (
         "english",
-        "English questions over Chinese passages: `python bench/quality.py --english bench/datasets/english --json`",
+        "Across languages: `python bench/quality.py --english bench/datasets/english --json`",
         "The English twins of cmrc2018_dev and stard_dev questions (bench/datasets/english: the same ids and "
         "judgements) beside the same questions in Chinese, on one index per set; A and B: the halves by crc32 of the "
         "id (the cross-lingual fusion weights and confidence threshold were chosen on A). Flagged: the share of "
         "the answerable questions and of the off-topic ones (src/zhiku/data/offtopic_zh.txt for Chinese, "
-        "offtopic_en.txt for English questions) whose answer is low_confidence.",
+        "offtopic_en.txt for English questions) whose answer is low_confidence. httpx_docs: the reverse, 45 Chinese "
+        "questions over the English httpx documentation (bench/datasets/httpx_docs) beside the same questions in English.",
         quality,
     ),
     (

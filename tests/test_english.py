@@ -13,7 +13,7 @@ import pytest
 from helpers_kb import CONTRACT_LAW
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.tune import offtopic_questions
-from zhiku.retrieval.bridge import english_share, held_share, names, senses
+from zhiku.retrieval.bridge import english_senses, english_share, held_share, inflections, names, senses
 from zhiku.retrieval.confidence import CROSS_COVERAGE
 from zhiku.retrieval.plan import read_question
 from zhiku.settings import RetrievalSettings
@@ -63,7 +63,7 @@ def test_an_english_question_is_cross_lingual_over_chinese_text_only(
     english = kb_factory(tmp_path / "english-idx")
     english.ingest([root])
     r = english.retrieve(ANNUAL_LEAVE, top_k=2)  # English text: nothing bridged, no second dense search
-    assert (r.query.cross_lingual, r.query.bridge, r.query.same_language) == (False, (), True)
+    assert (r.query.cross_lingual, r.query.bridge, r.query.index_english) == (False, (), True)
     assert [h.chunk.source for h in r.hits] == ["leave.md", "pay.md"]
 
 
@@ -141,3 +141,70 @@ def test_a_pinyin_name_meets_the_characters_it_stands_for(
     assert [h.chunk.source for h in found.hits][:2] == ["邹游.md", "生活.md"]  # by name, then "living" (生活)
     assert kb.retrieve("What does Zou You do for a living?", top_k=1).hits[0].chunk.source == "邹游.md"  # hybrid
     assert read_question("邹游是做什么的", TextProcessor(), RetrievalSettings()).names == ()
+
+
+HTTP_DOCS = {
+    "timeouts.md": "# Timeouts\n\nThe default timeout for network inactivity is five seconds. You can disable "
+    "timeouts for a request.\n",
+    "redirects.md": "# Redirects\n\nBy default the client will not follow redirects. Pass follow_redirects to "
+    "follow them.\n",
+    "proxies.md": "# Proxies\n\nProxy credentials can be passed as the userinfo section of the proxy URL: the "
+    "username and the password.\n",
+}
+
+
+@pytest.fixture
+def english_docs(tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]) -> KnowledgeBase:
+    root = tmp_path / "docs"
+    root.mkdir()
+    for name, text in HTTP_DOCS.items():
+        (root / name).write_text(text, encoding="utf-8")
+    kb = kb_factory(tmp_path / "english-idx")
+    kb.ingest([root])
+    return kb
+
+
+def test_a_chinese_question_over_english_text_meets_it_in_english_words(english_docs: KnowledgeBase) -> None:
+    """BM25 alone: the Chinese words match no English passage; their CC-CEDICT glosses, in the forms the index
+    holds (redirect → redirects), do."""
+    for question, source in [
+        ("客户端默认会跟随重定向吗？", "redirects.md"),
+        ("代理的用户名和密码写在哪里？", "proxies.md"),
+        ("怎么关闭超时？", "timeouts.md"),
+    ]:
+        r = english_docs.retrieve(question, mode="bm25", top_k=3)
+        assert (r.query.index_english, r.query.cross_lingual) == (True, True)
+        assert r.hits[0].chunk.source == source, question
+    plan = english_docs.retrieve("客户端默认会跟随重定向吗？", mode="bm25").query
+    assert ("redirect", "redirects") in plan.bridge[-1]  # 重定向: "redirect", as the text writes it
+    assert english_docs.retrieve("怎么关闭超时？", mode="dense").query.bridge == ()  # no BM25: nothing to bridge
+
+
+def test_glosses_take_the_form_the_index_holds() -> None:
+    assert inflections("redirect") == ("redirect", "redirects", "redirected", "redirecting")
+    assert inflections("close") == ("close", "closes", "closed", "closing")
+    assert inflections("proxy") == ("proxy", "proxies", "proxied", "proxying")
+    held = {"proxies": 3, "proxy": 5, "timeouts": 2}
+    found = english_senses(["代理", "超时"], lambda terms: {t: held.get(t, 0) for t in terms})
+    assert ("proxy", "proxy") in found[0] and ("timeout", "timeouts") in found[1]
+    assert english_senses(["的", "发"], lambda terms: {}) == ()  # one character: too many senses to bridge
+
+
+def test_a_cross_lingual_question_that_finds_nothing_answers_with_nothing(
+    kb: KnowledgeBase, english_docs: KnowledgeBase
+) -> None:
+    """No passage passes the filter: no second dense search from the (absent) first passages, no error."""
+    assert kb.retrieve(ANNUAL_LEAVE, source="nothing-*.md").hits == ()
+    assert english_docs.retrieve("怎么关闭超时？", source="nothing-*.md").hits == ()
+
+
+def test_an_index_of_chinese_text_without_the_word_的_is_still_chinese(
+    tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
+) -> None:
+    root = tmp_path / "rules"
+    root.mkdir()
+    (root / "规定.md").write_text("第一条 用人单位应当依法建立和完善劳动规章制度。\n", encoding="utf-8")
+    kb = kb_factory(tmp_path / "idx")
+    kb.ingest([root])
+    r = kb.retrieve("劳动规章制度", top_k=3)
+    assert (r.query.index_english, r.query.cross_lingual, r.hits[0].chunk.source) == (False, False, "规定.md")

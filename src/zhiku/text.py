@@ -188,6 +188,11 @@ class TextProcessor:
         word = _WORD_CHAR.search
         return [t for t in self._jieba.cut_for_search(normalized) if word(t)]
 
+    def whole_words(self, normalized: str) -> list[str]:
+        """A normalised text's words, each cut once (jieba's accurate mode: 重定向, not 定向 as well)."""
+        word = _WORD_CHAR.search
+        return [t for t in self._jieba.cut(normalized) if word(t) and t not in self.stopwords]
+
     def query_tokens(self, text: str) -> list[str]:
         """Distinct query terms in order: search-mode cut (as documents are indexed), stopwords and punctuation dropped."""
         norm = self.normalize(text)

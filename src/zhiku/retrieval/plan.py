@@ -49,16 +49,18 @@ class QueryPlan:
     tags: tuple[str, ...] = ()  # only chunks (or documents) carrying every tag
     note: str | None = None  # said with the answer: only the question's start was embedded (``MAX_EMBED_CHARS``)
     english: float = 0.0  # the share of its words in Latin letters (``bridge.english_share``)
-    # an English question's phrases (hybrid mode): the Chinese senses of each, a sense as its headword then its terms
+    # an English question's phrases (not in dense mode): the Chinese senses of each, a sense as its headword then its
+    # terms; a Chinese question's over English text: the glosses of its terms (``bridge.english_senses``)
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
     names: tuple[str, ...] = ()  # the character pairs its pinyin names may stand for (``bridge.names``)
 
-    same_language: bool = False  # its index is written in its language too (English: ``Searcher.search`` tells)
+    index_english: bool = False  # its index is written mostly in English (``Searcher.search`` tells)
 
     @property
     def cross_lingual(self) -> bool:
-        """Asked in English (or mostly) of Chinese text: its own fusion weights and confidence threshold."""
-        return self.english >= ENGLISH and not self.same_language
+        """Asked in English (or mostly) of Chinese text, or in Chinese of English text: its own fusion weights and
+        confidence threshold."""
+        return (self.english >= ENGLISH) != self.index_english
 
 
 def read_question(

@@ -19,7 +19,7 @@ from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
-from zhiku.retrieval.bridge import bridged
+from zhiku.retrieval.bridge import ENGLISH, bridged, english_senses
 from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import (
@@ -142,13 +142,13 @@ class Searcher:
             for text, vector in zip(texts, embed_queries(self.embedder, texts), strict=True):
                 self._vectors.put(text, vector)
 
-    def _chinese(self) -> bool:
-        """Whether the index is written mostly in Chinese: more of its chunks hold 的 than hold "the" (the index
-        keeps such words; a store without term counts is taken to be Chinese, an index with neither not)."""
+    def chinese_index(self) -> bool:
+        """Whether the index is taken to be written in Chinese: unless more of its chunks hold "the" than hold 的 (the
+        index keeps such words; a store without term counts, an empty index or one with neither is Chinese)."""
         if self._weighted is None:
             return True
         n = self._weighted.term_counts(["的", "the"])
-        return n.get("的", 0) > n.get("the", 0)
+        return n.get("the", 0) <= n.get("的", 0)
 
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
@@ -169,10 +169,16 @@ class Searcher:
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         weights: dict[str, float] = {}
-        if plan.cross_lingual and not self._chinese():  # English over English text: nothing to bridge
-            plan = replace(plan, bridge=(), names=(), same_language=True)
-        if plan.bridge or plan.names:  # an English question: Chinese terms for BM25, its Chinese gloss for clauses
-            weights, gloss = bridged(plan.bridge, self._weighted.term_counts if self._weighted else None)
+        if self._weighted is not None and not self.chinese_index():
+            # English text: an English question needs no bridge; a Chinese one's words meet it in English
+            asked_in_chinese = plan.english < ENGLISH and mode_ != "dense"
+            words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
+            bridge = english_senses(words, self._weighted.term_counts) if words else ()
+            plan = replace(plan, index_english=True, names=(), bridge=bridge)
+        if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
+            weights, gloss = bridged(
+                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if plan.index_english else ""
+            )
             weights.update(dict.fromkeys(plan.terms, 1.0))
             if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
                 held = self._weighted.term_counts(plan.names)
@@ -270,7 +276,13 @@ class Searcher:
         keep = self._keep(top_k)
         if mode_ == "hybrid":
             order = self._fuse(bm25, dense, filled, top_k, keep, by_clause, plan.cross_lingual)
-            if plan.cross_lingual and FEEDBACK_DOCS and self._stored is not None and isinstance(known[0], np.ndarray):
+            if (
+                plan.cross_lingual
+                and FEEDBACK_DOCS
+                and order
+                and self._stored is not None
+                and isinstance(known[0], np.ndarray)
+            ):
                 # the question's own cosines stay the dense channel's (confidence, the hits' scores)
                 top = self._stored.chunk_vectors([c for c, _ in order[:FEEDBACK_DOCS]])
                 moved = known[0] / np.linalg.norm(known[0]) + FEEDBACK_BETA * top.mean(axis=0)
