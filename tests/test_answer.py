@@ -192,6 +192,15 @@ def test_a_low_confidence_answer_to_an_english_question_over_chinese_passages_su
     assert "提示" not in build_answer("996", "hybrid", [_hit(1, TEXT)], low_confidence=True).markdown
 
 
+def test_a_low_confidence_answer_to_a_chinese_question_over_english_passages_suggests_asking_in_english():
+    tip = "> 提示 / Tip: 段落是英文的，问题是中文的；用英文提问 (ask in English) 通常匹配得更好。"
+    english = [_hit(1, "Annual leave is 5 days."), _hit(2, "Overtime is paid at 150 %."), _hit(3, TEXT)]
+    assert tip in build_answer("年假几天", "hybrid", english, low_confidence=True).markdown
+    assert tip not in build_answer("年假几天", "hybrid", english[1:] + [_hit(4, TEXT)], low_confidence=True).markdown
+    assert tip not in build_answer("annual leave", "hybrid", english, low_confidence=True).markdown
+    assert "提示" not in build_answer("年假几天", "hybrid", english).markdown  # (confident: no tip)
+
+
 def test_a_document_numbering_its_articles_in_digits_is_quoted_by_the_article_asked_for():
     from zhiku.retrieval.answer import exact_articles
     from zhiku.text import TextProcessor

@@ -22,6 +22,10 @@ FOREIGN_QUESTION_TIP = (
     "> 提示 / Tip: the passages are in Chinese and the question is not; a question in Chinese (用中文提问) usually matches "
     "them better."
 )
+CHINESE_QUESTION_TIP = (
+    "> 提示 / Tip: 段落是英文的，问题是中文的；用英文提问 (ask in English) 通常匹配得更好。"
+    "The passages are in English: a question in English usually matches them better."
+)
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _LATIN = re.compile(r"[A-Za-z]")  # a question in another language, not one of digits only (996)
 MAX_CHARS = 12000  # the whole Markdown answer's budget when the caller gives none (the MCP tool's default too)
@@ -259,12 +263,11 @@ def _render(
         lines += [f"> 注意 / Note: {'，'.join(missing)} 不在找到的段落中 / not among the passages found.", ""]
     if low_confidence:  # say so first; the nearest passages follow short, as leads, not as the answer
         lines += [LOW_CONFIDENCE_NOTE, ""]
-        if (
-            _LATIN.search(query)
-            and not _HAN.search(query)
-            and 2 * sum(bool(_HAN.search(h.chunk.text)) for h in hits) >= len(hits)
-        ):
+        chinese = sum(bool(_HAN.search(h.chunk.text)) for h in hits)  # passages in Chinese (the rest: not)
+        if _LATIN.search(query) and not _HAN.search(query) and 2 * chinese >= len(hits):
             lines += [FOREIGN_QUESTION_TIP, ""]  # English over Chinese passages scores low even when right
+        elif _HAN.search(query) and 2 * chinese < len(hits):
+            lines += [CHINESE_QUESTION_TIP, ""]  # and Chinese over English ones
         lines += ["**最接近的段落 / Closest passages**", ""]
         limit = min(limit, LOW_CONFIDENCE_SNIPPET)
     for n, ((whole, section), hit) in enumerate(zip(shown, hits, strict=True), 1):
