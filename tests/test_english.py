@@ -63,7 +63,7 @@ def test_an_english_question_is_cross_lingual_over_chinese_text_only(
     english = kb_factory(tmp_path / "english-idx")
     english.ingest([root])
     r = english.retrieve(ANNUAL_LEAVE, top_k=2)  # English text: nothing bridged, no second dense search
-    assert (r.query.cross_lingual, r.query.bridge, r.query.index_english) == (False, (), True)
+    assert (r.query.cross_lingual, r.query.bridge, r.query.index_language) == (False, (), "en")
     assert [h.chunk.source for h in r.hits] == ["leave.md", "pay.md"]
 
 
@@ -173,7 +173,7 @@ def test_a_chinese_question_over_english_text_meets_it_in_english_words(english_
         ("怎么关闭超时？", "timeouts.md"),
     ]:
         r = english_docs.retrieve(question, mode="bm25", top_k=3)
-        assert (r.query.index_english, r.query.cross_lingual) == (True, True)
+        assert (r.query.index_language, r.query.cross_lingual) == ("en", True)
         assert r.hits[0].chunk.source == source, question
     plan = english_docs.retrieve("客户端默认会跟随重定向吗？", mode="bm25").query
     assert ("redirect", "redirects") in plan.bridge[-1]  # 重定向: "redirect", as the text writes it
@@ -198,13 +198,20 @@ def test_a_cross_lingual_question_that_finds_nothing_answers_with_nothing(
     assert english_docs.retrieve("怎么关闭超时？", source="nothing-*.md").hits == ()
 
 
-def test_an_index_of_chinese_text_without_the_word_的_is_still_chinese(
+def test_an_index_with_neither_的_nor_the_leaves_either_question_in_its_own_language(
     tmp_path: Path, kb_factory: Callable[..., KnowledgeBase]
 ) -> None:
+    """No evidence of the other language, no bridge: a Chinese rule without 的, English notes without "the"."""
     root = tmp_path / "rules"
     root.mkdir()
     (root / "规定.md").write_text("第一条 用人单位应当依法建立和完善劳动规章制度。\n", encoding="utf-8")
+    (root / "notes.md").write_text("Zeta alpha: overtime rules apply.\n", encoding="utf-8")
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([root])
-    r = kb.retrieve("劳动规章制度", top_k=3)
-    assert (r.query.index_english, r.query.cross_lingual, r.hits[0].chunk.source) == (False, False, "规定.md")
+    chinese, english = kb.retrieve("劳动规章制度", top_k=3), kb.retrieve("zeta alpha overtime", top_k=3)
+    assert (chinese.query.index_language, chinese.query.cross_lingual, chinese.hits[0].chunk.source) == (
+        "",
+        False,
+        "规定.md",
+    )
+    assert (english.query.cross_lingual, english.query.bridge, english.hits[0].chunk.source) == (False, (), "notes.md")

@@ -145,7 +145,7 @@ class KnowledgeBase:
         self.text.query_tokens("试用期最长多久")
         self.store.warm()
         # (~1 s) what English questions over Chinese text need, or Chinese questions over English text
-        bridge = dictionary if self.searcher.chinese_index() else glosses
+        bridge = glosses if self.searcher.index_language() == "en" else dictionary
         threading.Thread(target=bridge, name="zhiku-cedict", daemon=True).start()
 
     def load_reranker(self) -> str | None:

@@ -54,13 +54,15 @@ class QueryPlan:
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
     names: tuple[str, ...] = ()  # the character pairs its pinyin names may stand for (``bridge.names``)
 
-    index_english: bool = False  # its index is written mostly in English (``Searcher.search`` tells)
+    # the language its index is written in (``Searcher.index_language``): "zh", "en" or "" (neither more than the
+    # other); a plan not yet searched takes its text to be Chinese
+    index_language: str = "zh"
 
     @property
     def cross_lingual(self) -> bool:
         """Asked in English (or mostly) of Chinese text, or in Chinese of English text: its own fusion weights and
         confidence threshold."""
-        return (self.english >= ENGLISH) != self.index_english
+        return self.index_language == ("zh" if self.english >= ENGLISH else "en")
 
 
 def read_question(

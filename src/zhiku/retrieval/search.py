@@ -142,13 +142,14 @@ class Searcher:
             for text, vector in zip(texts, embed_queries(self.embedder, texts), strict=True):
                 self._vectors.put(text, vector)
 
-    def chinese_index(self) -> bool:
-        """Whether the index is taken to be written in Chinese: unless more of its chunks hold "the" than hold 的 (the
-        index keeps such words; a store without term counts, an empty index or one with neither is Chinese)."""
+    def index_language(self) -> str:
+        """The language the index is written in: "zh" when more of its chunks hold 的 than "the", "en" when fewer,
+        "" when as many (an empty index; text with neither word); a store without term counts is taken to be Chinese."""
         if self._weighted is None:
-            return True
+            return "zh"
         n = self._weighted.term_counts(["的", "the"])
-        return n.get("the", 0) <= n.get("的", 0)
+        zh, en = n.get("的", 0), n.get("the", 0)
+        return "zh" if zh > en else "en" if en > zh else ""
 
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
@@ -169,15 +170,15 @@ class Searcher:
         depth = max(per_source_k or PER_SOURCE_K, top_k)
         forms, clauses = plan.forms, list(plan.clauses)
         weights: dict[str, float] = {}
-        if self._weighted is not None and not self.chinese_index():
-            # English text: an English question needs no bridge; a Chinese one's words meet it in English
-            asked_in_chinese = plan.english < ENGLISH and mode_ != "dense"
+        language = self.index_language()
+        if language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
+            asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
             words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
-            bridge = english_senses(words, self._weighted.term_counts) if words else ()
-            plan = replace(plan, index_english=True, names=(), bridge=bridge)
+            found = english_senses(words, self._weighted.term_counts) if words and self._weighted else ()
+            plan = replace(plan, index_language=language, names=(), bridge=found)
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
             weights, gloss = bridged(
-                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if plan.index_english else ""
+                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if language == "en" else ""
             )
             weights.update(dict.fromkeys(plan.terms, 1.0))
             if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
