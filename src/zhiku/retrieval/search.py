@@ -168,35 +168,21 @@ class Searcher:
         if reranker is not None:  # the reranker sees TOP_M fused candidates
             top_k = max(top_k, TOP_M)
         depth = max(per_source_k or PER_SOURCE_K, top_k)
-        forms, clauses = plan.forms, list(plan.clauses)
-        weights: dict[str, float] = {}
-        language = self.index_language()
-        if language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
-            asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
-            words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
-            found = english_senses(words, self._weighted.term_counts) if words and self._weighted else ()
-            plan = replace(plan, index_language=language, names=(), bridge=found)
-        if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
-            weights, gloss = bridged(
-                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if language == "en" else ""
-            )
-            weights.update(dict.fromkeys(plan.terms, 1.0))
-            if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
-                held = self._weighted.term_counts(plan.names)
-                weights.update({t: 1.0 for t, n in held.items() if n})
-            clauses += [f"{forms[0]} {gloss}"] if gloss and mode_ == "hybrid" else []  # (beside its English)
-        known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
-        if mode_ == "bm25":
-            forms = known = ()
-        # a slow embedder embeds the question in a worker while BM25 runs here; the dense channel, fusion and the
-        # hits then take a second place in the gate; a fast one embeds here first, and the search takes one place
-        future = None
-        if any(v is None for v in known) and not self._embeds_fast():
-            future = self._pool.submit(contextvars.copy_context().run, self._embed_all, forms, known, clauses)
-            clause_vectors: tuple[np.ndarray, ...] = ()
-        else:
-            known, clause_vectors = self._embed_all(forms, known, clauses)
+        # one index version for the reads of a search, from reading the language of its text on
         with self.one_version():
+            plan, weights, clauses = self._in_text_language(plan)
+            forms = plan.forms
+            known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
+            if mode_ == "bm25":
+                forms = known = ()
+            # a slow embedder embeds the question in a worker while BM25 runs here; the dense channel, fusion and the
+            # hits then take a second place in the gate; a fast one embeds here first, and the search takes one place
+            future = None
+            if any(v is None for v in known) and not self._embeds_fast():
+                future = self._pool.submit(contextvars.copy_context().run, self._embed_all, forms, known, clauses)
+                clause_vectors: tuple[np.ndarray, ...] = ()
+            else:
+                known, clause_vectors = self._embed_all(forms, known, clauses)
             with self.gate:
                 bm25 = self._bm25(plan, weights, depth)
                 if future is None:
@@ -222,6 +208,28 @@ class Searcher:
             return r
         found = lookup(r.query, r.hits, r.candidates or r.hits, self.text.normalize, self._catalogue, allowed)
         return replace(r, hits=found.hits, missing=found.missing, pages=found.pages)
+
+    def _in_text_language(self, plan: QueryPlan) -> tuple[QueryPlan, dict[str, float], list[str]]:
+        """``plan`` read for the language of the index's text (``index_language``), its BM25 terms weighted when
+        they are bridged to that language, and the clauses to embed (with the question's gloss in it)."""
+        forms, clauses, mode_ = plan.forms, list(plan.clauses), plan.mode
+        weights: dict[str, float] = {}
+        language = self.index_language()
+        if language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
+            asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
+            words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
+            found = english_senses(words, self._weighted.term_counts) if words and self._weighted else ()
+            plan = replace(plan, index_language=language, names=(), bridge=found)
+        if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
+            weights, gloss = bridged(
+                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if language == "en" else ""
+            )
+            weights.update(dict.fromkeys(plan.terms, 1.0))
+            if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
+                held = self._weighted.term_counts(plan.names)
+                weights.update({t: 1.0 for t, n in held.items() if n})
+            clauses += [f"{forms[0]} {gloss}"] if gloss and mode_ == "hybrid" else []  # (beside its English)
+        return plan, weights, clauses
 
     def _embed_all(
         self, forms: tuple[str, ...], known: tuple[np.ndarray | Exception | None, ...], clauses: list[str]
