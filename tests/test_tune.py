@@ -121,3 +121,26 @@ def test_an_english_question_is_weighed_against_the_threshold_the_answer_gives_i
                 assert (a.confidence < t) == judge(a.retrieval, min_score=t, normalize=kb.text.normalize).low
         out = tune_kb(kb, load_dataset(path), collection="laws")
     assert (out.questions, out.offtopic) == (6, 275 + 106)
+
+
+def test_the_english_offtopic_questions_join_for_questions_asked_in_english_only(project: Path) -> None:
+    """Over English text: English questions calibrate on the English off-topic list too; Chinese ones (cross-lingual
+    there) on the Chinese list alone."""
+    from zhiku.evaluation.datasets import load_dataset
+    from zhiku.evaluation.tune import tune as tune_kb
+
+    docs = project / "english"
+    docs.mkdir()
+    (docs / "leave.md").write_text("An employee gets the annual leave after one year of work.\n", encoding="utf-8")
+    (docs / "pay.md").write_text("The employer pays the wages on the first day of the month.\n", encoding="utf-8")
+    settings = load_settings(project / "zhiku.yaml", index=project / "english-idx")
+    expected = [{"source": "leave.md"}]
+    offtopic = {}
+    with KnowledgeBase(settings) as kb:
+        kb.ingest([docs], collection="en")
+        for language, question in (("en", "When do I get annual leave?"), ("zh", "年假什么时候有？")):
+            path = project / f"{language}.yaml"
+            rows = [{"query": question, "expected": expected}]
+            path.write_text(yaml.safe_dump({"version": 1, "queries": rows}, allow_unicode=True), encoding="utf-8")
+            offtopic[language] = tune_kb(kb, load_dataset(path), collection="en").offtopic
+    assert offtopic == {"en": 275 + 106, "zh": 275}
