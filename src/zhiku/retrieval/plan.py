@@ -8,7 +8,7 @@ from functools import cache
 
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import span
-from zhiku.retrieval.bridge import ENGLISH, english_share, names, senses
+from zhiku.retrieval.bridge import ENGLISH, english_share, names
 from zhiku.retrieval.clauses import MAX_CLAUSES
 from zhiku.retrieval.fusion import weights_of
 from zhiku.retrieval.query import MAX_EMBED_CHARS, MAX_QUERY_CHARS, check_mode
@@ -49,8 +49,9 @@ class QueryPlan:
     tags: tuple[str, ...] = ()  # only chunks (or documents) carrying every tag
     note: str | None = None  # said with the answer: only the question's start was embedded (``MAX_EMBED_CHARS``)
     english: float = 0.0  # the share of its words in Latin letters (``bridge.english_share``)
-    # an English question's phrases (not in dense mode): the Chinese senses of each, a sense as its headword then its
-    # terms; a Chinese question's over English text: the glosses of its terms (``bridge.english_senses``)
+    # set by the search, from the index: an English question's phrases over Chinese text (not in dense mode), the
+    # Chinese senses of each, a sense as its headword then its terms (``bridge.chinese_senses``); a Chinese
+    # question's over English text: the glosses of its terms (``bridge.english_senses``)
     bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
     names: tuple[str, ...] = ()  # the character pairs its pinyin names may stand for (``bridge.names``)
 
@@ -100,16 +101,7 @@ def read_question(
         clauses = tuple(query_clauses(head, max_clauses=MAX_CLAUSES))
     articles = article_numbers(normalized) if "第" in question else None
     english = english_share(normalized)
-    bridge: tuple[tuple[tuple[str, ...], ...], ...] = ()
-    named: tuple[str, ...] = ()
-    if english >= ENGLISH and mode_ != "dense":  # BM25 meets Chinese passages in Chinese terms
-        stop = text.stopwords
-        found = (
-            tuple((h, *cut) for h in heads if (cut := [t for t in text.query_tokens(h) if t not in stop]))
-            for heads in senses(normalized)
-        )
-        bridge = tuple(phrase for phrase in found if phrase)
-        named = names(question)
+    named = names(question) if english >= ENGLISH and mode_ != "dense" else ()  # BM25 meets Chinese in Chinese
     lower = question.lower()
     paged = "页" in question or "頁" in question or "p" in lower or "ｐ" in lower
     return QueryPlan(
@@ -126,7 +118,6 @@ def read_question(
         tags=tags,
         note=CUT_NOTE.format(MAX_EMBED_CHARS) if forms and head != question else None,
         english=english,
-        bridge=bridge,
         names=named,
     )
 

@@ -19,7 +19,7 @@ from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
-from zhiku.retrieval.bridge import ENGLISH, bridged, english_senses
+from zhiku.retrieval.bridge import ENGLISH, bridged, chinese_senses, english_senses
 from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import (
@@ -215,15 +215,18 @@ class Searcher:
         forms, clauses, mode_ = plan.forms, list(plan.clauses), plan.mode
         weights: dict[str, float] = {}
         language = self.index_language()
-        if language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
+        counts = self._weighted.term_counts if self._weighted else None
+        if language == "zh" and plan.english >= ENGLISH and mode_ != "dense":  # English words meet Chinese text
+            stop = self.text.stopwords
+            cut = lambda head: [t for t in self.text.query_tokens(head) if t not in stop]  # noqa: E731
+            plan = replace(plan, bridge=chinese_senses(plan.normalized, cut, counts))
+        elif language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
             asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
             words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
-            found = english_senses(words, self._weighted.term_counts) if words and self._weighted else ()
+            found = english_senses(words, counts) if words and counts else ()
             plan = replace(plan, index_language=language, names=(), bridge=found)
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
-            weights, gloss = bridged(
-                plan.bridge, self._weighted.term_counts if self._weighted else None, " " if language == "en" else ""
-            )
+            weights, gloss = bridged(plan.bridge, counts, " " if language == "en" else "")
             weights.update(dict.fromkeys(plan.terms, 1.0))
             if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
                 held = self._weighted.term_counts(plan.names)
