@@ -134,6 +134,8 @@ def test_dictionary_phrases_come_before_their_words() -> None:
     assert senses("what is the probation period?") == (("试用期",),)
     debts = ("欠款", "债", "债务", "债款", "欠账", "欠项", "窟窿", "账", "饥荒")  # CC-CEDICT's: ECDICT's not asked
     assert senses("debts of a sole proprietorship") == (debts, ("独资",))
+    assert senses("a sole proprietorship's debts") == (("独资",), debts)  # the possessive off ('s, ’s, s')
+    assert senses("the partners’ debts") == (senses("partners")[0], debts) and "合伙人" in senses("partners")[0]
 
 
 def test_the_english_word_list_is_looked_up_by_bisection() -> None:

@@ -22,6 +22,7 @@ ENGLISH = 0.6  # a question this Latin (``english_share``) is asked in English: 
 MAX_WORDS = 4  # the longest dictionary phrase looked up
 _BUILDING = threading.Lock()
 _LATIN = re.compile(r"[a-z][a-z0-9'’-]*")
+_POSSESSIVE = re.compile(r"'s?$")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 PER_SYLLABLE = 40  # the characters of a syllable a name's pairs are made of: the commonest in CC-CEDICT's words
 _CAPITAL = re.compile(r"(?<=[\w,] )[A-Z][a-zü]+(?:-[a-zü]+)?")  # a capitalised word after the first: a name?
@@ -226,7 +227,7 @@ def senses(normalized: str, held: Callable[[list[str]], bool] | None = None) -> 
     """The Chinese headwords of each English phrase of ``normalized``, the longest dictionary phrase first: CC-CEDICT's
     words glossed by the phrase, or else ECDICT's translations of it (of a phrase of several words, when ``held``
     accepts them: ECDICT's phrases are often descriptions, not the words a text uses)."""
-    words = [w.replace("’", "'") for w in _LATIN.findall(normalized)]
+    words = [_POSSESSIVE.sub("", w.replace("’", "'")) for w in _LATIN.findall(normalized)]  # company's: company
     words = [w for w in words if w not in _FILLER]
     glossed, translated = dictionary(), _word_list()
     found: list[tuple[str, ...]] = []
