@@ -24,6 +24,7 @@ from zhiku.retrieval.bridge import (
     held_share,
     inflections,
     names,
+    pieces,
     senses,
 )
 from zhiku.retrieval.confidence import CROSS_COVERAGE
@@ -56,8 +57,10 @@ def test_an_english_question_finds_the_chinese_regulation_first_and_is_not_flagg
     assert answer.hits[0].chunk.source == LEAVE
     assert "职工带薪年休假条例 > 第二条、第三条" in [h.chunk.section for h in answer.hits]
     assert answer.low_confidence is False
-    by_words = kb.query(ANNUAL_LEAVE, mode="bm25", top_k=2)  # English words alone match no Chinese passage
+    by_words = kb.query(ANNUAL_LEAVE, mode="bm25", top_k=3)  # English words alone match no Chinese passage
+    # (no chunk holds "employee"'s senses 员, 员工 or 从业人员: their piece 人员 brings 第七条's 主管人员 first)
     assert [h.chunk.section for h in by_words.hits] == [
+        "职工带薪年休假条例 > 第七条",
         "职工带薪年休假条例 > 第一条",
         "职工带薪年休假条例 > 第二条、第三条",
     ]
@@ -119,6 +122,20 @@ def test_a_phrase_whose_senses_the_index_lacks_gives_way_to_its_words(kb: Knowle
     assert r.query.cross_lingual and ("劳动", "劳动") in r.query.bridge[1] and ("合同", "合同") in r.query.bridge[2]
     assert [sense[0] for sense in chinese_senses("labour contract", lambda h: [h], None)[0]] == ["劳资合同"]
     assert kb.retrieve(ANNUAL_LEAVE, top_k=3, mode="dense").query.bridge == ()  # no BM25: nothing to bridge
+
+
+def test_a_phrase_no_chunk_holds_in_any_sense_takes_the_pieces_chunks_hold() -> None:
+    text = TextProcessor()
+    cut = lambda head: [t for t in text.query_tokens(head) if t not in text.stopwords]  # noqa: E731
+    chunks = {"审判": 4, "法院": 9, "人民法院": 7, "技术": 2}  # chunks holding each term; 司法权, 审判权 in none
+    counts = lambda terms: {t: chunks.get(t, 0) for t in terms}  # noqa: E731
+    court, jurisdiction = chinese_senses("which court has jurisdiction", cut, counts)
+    assert court == chinese_senses("which court has jurisdiction", cut, None)[0]  # held: as the dictionary gives it
+    assert jurisdiction[2:] == (("审判", "审判"),)  # of 司法 法权 审判 判权 (pairs and terms), the one held
+    assert [sense[0] for sense in jurisdiction[:2]] == ["司法权", "审判权"]
+    assert pieces((("技术性", "技术", "技术性"),), cut) == ["技术", "技术性", "术性"]
+    assert pieces((("甲",), ("乙丙",), ("丙丁",), ("丁戊",)), cut) == ["丙丁", "乙丙"]  # the first senses' only
+    assert chinese_senses("which court has jurisdiction", cut, lambda terms: {})[1][0][0] == "司法权"  # none held
 
 
 def test_dictionary_phrases_come_before_their_words() -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 ENGLISH = 0.6  # a question this Latin (``english_share``) is asked in English: no Chinese dev question reaches 0.6
 MAX_WORDS = 4  # the longest dictionary phrase looked up
+PIECE_SENSES = 3  # a phrase no chunk holds in any sense: the senses whose pieces stand in (a dictionary's first)
 _BUILDING = threading.Lock()
 _LATIN = re.compile(r"[a-z][a-z0-9'’-]*")
 _POSSESSIVE = re.compile(r"'s?$")
@@ -255,17 +256,33 @@ def chinese_senses(
     """An English question's phrases over Chinese text (``senses``): each sense as its headword, then its terms
     (``cut``; a headword of none left out). ECDICT's sense of a phrase of several words that no chunk holds
     (``counts``: chunks holding each term) gives way to its words: "labour contract" is 劳资合同 there, 劳动合同 in a
-    statute."""
+    statute. A phrase none of whose senses a chunk holds takes the held pieces of its first senses (``pieces``) as
+    senses: "employee" is 员工 or 从业人员, and a statute says 人员."""
 
     def sensed(heads: Sequence[str]) -> tuple[tuple[str, ...], ...]:
         return tuple((h, *terms) for h in heads if (terms := cut(h)))
 
-    def held(heads: list[str]) -> bool:
-        found = sensed(heads)
-        n = counts(list(dict.fromkeys(t for sense in found for t in sense[1:]))) if counts else {}
+    def counted(found: Sequence[tuple[str, ...]]) -> Mapping[str, int]:  # (chunks holding each term of the senses)
+        return counts(list(dict.fromkeys(t for sense in found for t in sense[1:]))) if counts else {}
+
+    def held(found: Sequence[tuple[str, ...]], n: Mapping[str, int]) -> bool:  # (a sense is held: all its terms)
         return any(all(n.get(t, 0) for t in sense[1:]) for sense in found)
 
-    return tuple(phrase for heads in senses(normalized, held if counts else None) if (phrase := sensed(heads)))
+    accepts = (lambda heads: held(found := sensed(heads), counted(found))) if counts else None
+    found = [phrase for heads in senses(normalized, accepts) if (phrase := sensed(heads))]
+    n = counted([sense for phrase in found for sense in phrase])
+    if lost := {phrase: pieces(phrase, cut) for phrase in found if counts and not held(phrase, n)}:
+        n = counts(list(dict.fromkeys(p for ps in lost.values() for p in ps))) if counts else {}
+        found = [phrase + tuple((p, p) for p in lost.get(phrase, ()) if n.get(p, 0)) for phrase in found]
+    return tuple(found)
+
+
+def pieces(phrase: tuple[tuple[str, ...], ...], cut: Callable[[str], list[str]]) -> list[str]:
+    """The pieces of a phrase's first ``PIECE_SENSES`` headwords a text may hold instead of the whole word: their
+    terms (``cut``) and character pairs, two characters or more (审判权: 审判, 判权 and itself)."""
+    heads = [sense[0] for sense in phrase[:PIECE_SENSES]]
+    pairs = (h[i : i + 2] for h in heads for i in range(len(h) - 1))
+    return sorted({p for p in (*pairs, *(t for h in heads for t in cut(h))) if len(p) > 1})
 
 
 def bridged(
