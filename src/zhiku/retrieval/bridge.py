@@ -268,8 +268,11 @@ def chinese_senses(
     def held(found: Sequence[tuple[str, ...]], n: Mapping[str, int]) -> bool:  # (a sense is held: all its terms)
         return any(all(n.get(t, 0) for t in sense[1:]) for sense in found)
 
-    accepts = (lambda heads: held(found := sensed(heads), counted(found))) if counts else None
-    found = [phrase for heads in senses(normalized, accepts) if (phrase := sensed(heads))]
+    def accepts(heads: list[str]) -> bool:  # (ECDICT's senses of a phrase of several words: held?)
+        senses_ = sensed(heads)
+        return held(senses_, counted(senses_))
+
+    found = [phrase for heads in senses(normalized, accepts if counts else None) if (phrase := sensed(heads))]
     n = counted([sense for phrase in found for sense in phrase])
     if lost := {phrase: pieces(phrase, cut) for phrase in found if counts and not held(phrase, n)}:
         n = counts(list(dict.fromkeys(p for ps in lost.values() for p in ps))) if counts else {}
