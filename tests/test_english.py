@@ -133,8 +133,8 @@ def test_a_phrase_no_chunk_holds_in_any_sense_takes_the_pieces_chunks_hold() -> 
     assert court == chinese_senses("which court has jurisdiction", cut, None)[0]  # held: as the dictionary gives it
     assert jurisdiction[2:] == (("审判", "审判"),)  # of 司法 法权 审判 判权 (pairs and terms), the one held
     assert [sense[0] for sense in jurisdiction[:2]] == ["司法权", "审判权"]
-    assert pieces((("技术性", "技术", "技术性"),), cut) == ["技术", "技术性", "术性"]
-    assert pieces((("甲",), ("乙丙",), ("丙丁",), ("丁戊",)), cut) == ["丙丁", "乙丙"]  # the first senses' only
+    assert pieces((("技术性", "技术", "技术性"),)) == ["技术", "技术性", "术性"]
+    assert pieces((("甲",), ("乙丙",), ("丙丁",), ("丁戊",))) == ["丙丁", "乙丙"]  # the first senses' only
     assert chinese_senses("which court has jurisdiction", cut, lambda terms: {})[1][0][0] == "司法权"  # none held
 
 

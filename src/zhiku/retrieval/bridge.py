@@ -273,19 +273,22 @@ def chinese_senses(
         return held(senses_, counted(senses_))
 
     found = [phrase for heads in senses(normalized, accepts if counts else None) if (phrase := sensed(heads))]
+    if counts is None:
+        return tuple(found)
     n = counted([sense for phrase in found for sense in phrase])
-    if lost := {phrase: pieces(phrase, cut) for phrase in found if counts and not held(phrase, n)}:
-        n = counts(list(dict.fromkeys(p for ps in lost.values() for p in ps))) if counts else {}
+    if lost := {phrase: pieces(phrase) for phrase in found if not held(phrase, n)}:
+        n = counts(list(dict.fromkeys(p for ps in lost.values() for p in ps)))
         found = [phrase + tuple((p, p) for p in lost.get(phrase, ()) if n.get(p, 0)) for phrase in found]
     return tuple(found)
 
 
-def pieces(phrase: tuple[tuple[str, ...], ...], cut: Callable[[str], list[str]]) -> list[str]:
-    """The pieces of a phrase's first ``PIECE_SENSES`` headwords a text may hold instead of the whole word: their
-    terms (``cut``) and character pairs, two characters or more (审判权: 审判, 判权 and itself)."""
-    heads = [sense[0] for sense in phrase[:PIECE_SENSES]]
-    pairs = (h[i : i + 2] for h in heads for i in range(len(h) - 1))
-    return sorted({p for p in (*pairs, *(t for h in heads for t in cut(h))) if len(p) > 1})
+def pieces(phrase: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The pieces of a phrase's first ``PIECE_SENSES`` senses (each its headword, then its terms) a text may hold
+    instead of the whole word: their terms and character pairs, two characters or more (审判权: 审判, 判权 and
+    itself)."""
+    first = phrase[:PIECE_SENSES]
+    pairs = (h[i : i + 2] for h, *_ in first for i in range(len(h) - 1))
+    return sorted({p for p in (*pairs, *(t for sense in first for t in sense[1:])) if len(p) > 1})
 
 
 def bridged(

@@ -228,8 +228,8 @@ class Searcher:
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
             weights, gloss = bridged(plan.bridge, counts, " " if language == "en" else "")
             weights.update(dict.fromkeys(plan.terms, 1.0))
-            if plan.names and self._weighted is not None:  # the pairs a pinyin name may stand for that occur
-                held = self._weighted.term_counts(plan.names)
+            if plan.names and counts is not None:  # the pairs a pinyin name may stand for that occur
+                held = counts(plan.names)
                 weights.update({t: 1.0 for t, n in held.items() if n})
             clauses += [f"{forms[0]} {gloss}"] if gloss and mode_ == "hybrid" else []  # (beside its English)
         return plan, weights, clauses
