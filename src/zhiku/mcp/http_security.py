@@ -11,11 +11,10 @@ import re
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -23,6 +22,9 @@ import anyio.to_thread
 from zhiku.access import READ, WRITE, Gate, Issuer
 from zhiku.errors import ConfigError
 from zhiku.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("zhiku.mcp.server")
 PATH = "/mcp"  # the MCP endpoint's path, what clients expect
@@ -41,12 +43,6 @@ _LEADING_ID = re.compile(rb'\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?\d{1
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -124,17 +120,13 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[Any] | N
     await send({"type": "http.response.body", "body": body})
 
 
-class JsonRpcGuard:
-    """A POST to ``path`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed.
+def json_rpc_guard(app: ASGIApp) -> ASGIApp:
+    """A POST to ``PATH`` that :func:`check_message` rejects gets HTTP 400; others reach ``app``, body replayed.
     Behind the SDK's ``RequestBodyLimitMiddleware``, whose first message holds the whole body."""
 
-    def __init__(self, app: ASGIApp, path: str) -> None:
-        self.app = app
-        self.path = path.rstrip("/") or "/"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != self.path:
-            await self.app(scope, receive, send)
+    async def guard(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"].rstrip("/") != PATH:
+            await app(scope, receive, send)
             return
         first = await receive()
         rejection = check_message(first.get("body", b"") if first["type"] == "http.request" else b"")
@@ -146,7 +138,9 @@ class JsonRpcGuard:
         async def replay() -> Message:
             return held.pop() if held else await receive()
 
-        await self.app(scope, replay, send)
+        await app(scope, replay, send)
+
+    return guard
 
 
 def is_loopback(host: str) -> bool:
@@ -214,50 +208,48 @@ def _code(status: int) -> str:
         return "HTTP_ERROR"
 
 
-class HostOriginGuard:
+def host_origin_guard(app: ASGIApp, server: ServerSettings) -> ASGIApp:
     """421 for a foreign ``Host``, 403 for a foreign ``Origin`` (the SDK's check is looser)."""
+    host = server.host.lower() if ":" not in server.host or server.host.startswith("[") else f"[{server.host}]"
+    names = {*LOOPBACK_NAMES, *([host] if host not in ("0.0.0.0", "[::]") else [])}  # with any port
+    exact = set()  # name:port
+    for entry in (e.lower() for e in server.allowed_hosts):
+        m = _HOST_RE.match(entry)
+        if entry.endswith(":*"):
+            names.add(entry[:-2])
+        elif m and m.group(2):
+            exact.add(entry)
+        else:
+            names.add(entry)
 
-    def __init__(self, app: ASGIApp, server: ServerSettings) -> None:
-        self.app = app
-        self.cors_origins = tuple(server.allowed_origins)
-        host = server.host.lower() if ":" not in server.host or server.host.startswith("[") else f"[{server.host}]"
-        self.names = {*LOOPBACK_NAMES, *([host] if host not in ("0.0.0.0", "[::]") else [])}  # with any port
-        self.exact = set()  # name:port
-        for entry in (e.lower() for e in server.allowed_hosts):
-            m = _HOST_RE.match(entry)
-            if entry.endswith(":*"):
-                self.names.add(entry[:-2])
-            elif m and m.group(2):
-                self.exact.add(entry)
-            else:
-                self.names.add(entry)
-
-    def host_allowed(self, host: str) -> bool:
+    def host_allowed(host: str) -> bool:
         m = _HOST_RE.match(host.lower())
-        return m is not None and (m.group(1) in self.names or host.lower() in self.exact)
+        return m is not None and (m.group(1) in names or host.lower() in exact)
 
-    def origin_allowed(self, origin: str) -> bool:
+    def origin_allowed(origin: str) -> bool:
         return _LOOPBACK_ORIGIN.fullmatch(origin) is not None or any(
             origin.startswith(p[:-1]) and len(origin) > len(p) - 1 if p.endswith("://*") else origin == p
-            for p in self.cors_origins
+            for p in server.allowed_origins
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
         headers = [(k.lower(), v) for k, v in scope.get("headers", [])]
         host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "")
-        if not self.host_allowed(host):
+        if not host_allowed(host):
             await _reply(send, 421, "MISDIRECTED_REQUEST", f"Host {host!r} is not served here (server.allowed_hosts)")
             return
         for origin in (v.decode("latin-1") for k, v in headers if k == b"origin"):  # every one, not the first
-            if not self.origin_allowed(origin):
+            if not origin_allowed(origin):
                 message = f"origin {origin!r} is not allowed (server.allowed_origins)"
                 await _reply(send, 403, "FORBIDDEN_ORIGIN", message)
                 return
         headers = [(k, v.lower() if k == b"host" else v) for k, v in headers]
-        await self.app({**scope, "headers": headers}, receive, send)
+        await app({**scope, "headers": headers}, receive, send)
+
+    return guard
 
 
 def resource_url(server: ServerSettings) -> str:
@@ -266,54 +258,50 @@ def resource_url(server: ServerSettings) -> str:
     return server.oauth_audience or f"http://{host}:{server.port}{PATH}"
 
 
-class Authenticate:
+def authenticate(app: ASGIApp, gate: Gate, server: ServerSettings) -> ASGIApp:
     """401 without a token the gate accepts; the caller's ``Access`` goes on in the scope and as the SDK's user."""
+    challenge, metadata, paths = 'Bearer realm="zhiku"', b"", set[str]()
+    if gate.issuer is not None:
+        resource = resource_url(server)
+        scheme, _, rest = resource.partition("://")
+        host, _, path = rest.partition("/")
+        paths = {WELL_KNOWN, f"{WELL_KNOWN}/{path}".rstrip("/")}
+        challenge += f', resource_metadata="{scheme}://{host}{max(paths, key=len)}", scope="{READ}"'
+        about = {"resource": resource, "authorization_servers": [gate.issuer.issuer]}
+        metadata = json.dumps(
+            {**about, "scopes_supported": [READ, WRITE], "bearer_methods_supported": ["header"]}
+        ).encode()
 
-    def __init__(self, app: ASGIApp, gate: Gate, server: ServerSettings) -> None:
-        self.app, self.gate = app, gate
-        self.challenge, self.metadata, self.paths = 'Bearer realm="zhiku"', b"", set[str]()
-        if gate.issuer is not None:
-            resource = resource_url(server)
-            scheme, _, rest = resource.partition("://")
-            host, _, path = rest.partition("/")
-            self.paths = {WELL_KNOWN, f"{WELL_KNOWN}/{path}".rstrip("/")}
-            self.challenge += f', resource_metadata="{scheme}://{host}{max(self.paths, key=len)}", scope="{READ}"'
-            metadata = {"resource": resource, "authorization_servers": [gate.issuer.issuer]}
-            self.metadata = json.dumps(
-                {**metadata, "scopes_supported": [READ, WRITE], "bearer_methods_supported": ["header"]}
-            ).encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def check(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") == HEALTH_PATH or scope.get("method") == "OPTIONS":
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
-        if scope.get("path") in self.paths:
-            await send_json(send, 200, self.metadata)
+        if scope.get("path") in paths:
+            await send_json(send, 200, metadata)
             return
         auth = next((v for k, v in scope.get("headers", []) if k.lower() == b"authorization"), b"")
         given = auth[7:].strip().decode("latin-1") if auth[:7].lower() == b"bearer " else ""
-        if self.gate.required():  # a stat of the tokens file; a JWT's keys may need fetching: in a thread
-            access = await anyio.to_thread.run_sync(self.gate.check, given) if given else None
+        if gate.required():  # a stat of the tokens file; a JWT's keys may need fetching: in a thread
+            access = await anyio.to_thread.run_sync(gate.check, given) if given else None
             if access is None:
                 message = "missing or wrong bearer token (Authorization: Bearer <token>)"
-                challenge = self.challenge + (', error="invalid_token"' if given else "")
-                await _reply(send, 401, "UNAUTHORIZED", message, [(b"www-authenticate", challenge.encode())])
+                refused = challenge + (', error="invalid_token"' if given else "")
+                await _reply(send, 401, "UNAUTHORIZED", message, [(b"www-authenticate", refused.encode())])
                 return
             from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
             from mcp.server.auth.provider import AccessToken
 
             user = AuthenticatedUser(AccessToken(token="", client_id=access.name, scopes=[]))
             scope = {**scope, "user": user, ACCESS_KEY: access}
-        await self.app(scope, receive, send)
+        await app(scope, receive, send)
+
+    return check
 
 
-class JsonErrors:
+def json_errors(app: ASGIApp) -> ASGIApp:
     """The libraries' plain-text error responses rewritten as JSON, status and other headers kept."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def rewrite(scope: Scope, receive: Receive, send: Send) -> None:
         held: dict[str, Any] = {}
 
         async def send_json(message: Message) -> None:
@@ -334,16 +322,18 @@ class JsonErrors:
                 return
             await send(message)
 
-        await self.app(scope, receive, send_json if scope["type"] == "http" else send)
+        await app(scope, receive, send_json if scope["type"] == "http" else send)
+
+    return rewrite
 
 
 def build_http_app(sdk_app: ASGIApp, server: ServerSettings, index: Path | None = None) -> ASGIApp:
     from mcp.server.transport_security import RequestBodyLimitMiddleware
     from starlette.middleware.cors import CORSMiddleware
 
-    app: ASGIApp = RequestBodyLimitMiddleware(JsonRpcGuard(sdk_app, PATH), MAX_REQUEST_BYTES)
+    app: ASGIApp = RequestBodyLimitMiddleware(json_rpc_guard(sdk_app), MAX_REQUEST_BYTES)
     issuer = Issuer(server.oauth_issuer, resource_url(server)) if server.oauth_issuer else None
-    app = Authenticate(app, Gate(index, server.token, issuer), server)
+    app = authenticate(app, Gate(index, server.token, issuer), server)
     schemes = [re.escape(o[: -len("*")]) + ".+" for o in server.allowed_origins if o.endswith("://*")]
     app = CORSMiddleware(
         app,
@@ -357,7 +347,7 @@ def build_http_app(sdk_app: ASGIApp, server: ServerSettings, index: Path | None 
         expose_headers=("mcp-session-id", "mcp-protocol-version", "www-authenticate"),
         max_age=600,
     )
-    return JsonErrors(HostOriginGuard(app, server))
+    return json_errors(host_origin_guard(app, server))
 
 
 _hits: Counter[str] = Counter()
