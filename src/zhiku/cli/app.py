@@ -31,7 +31,9 @@ from zhiku.cli.common import (
     table,
 )
 from zhiku.errors import InvalidInput, NotFound
+from zhiku.observability.trace import TRACE_FILE, read_traces
 from zhiku.settings import load_settings
+from zhiku.types import DocStatus
 
 app = typer.Typer(
     name="zhiku",
@@ -412,7 +414,6 @@ def documents(
         _print_json({"documents": [asdict(d) for d in docs]})
         return
     from zhiku.api import page_list
-    from zhiku.types import DocStatus
 
     rows = table(("doc_id", "collection", "source", "type", "chunks", "status"), whole=["doc_id"], texts=["source"])
     for d in docs:
@@ -464,15 +465,12 @@ def history(
     config: ConfigOpt = None,
 ) -> None:
     """Show the ingestion history, newest first, grouped per run, with times."""
-    from zhiku.cli.traces import group_runs, print_history
-    from zhiku.observability.trace import TRACE_FILE, read_traces
-
     with _errors(as_json):
         settings = load_settings(config, index=index)
         with _kb(settings, read_only=True) as kb:
             rows = kb.history(limit)
             llm = kb.enrichments.usage_history(limit)
-        runs = group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
+        runs = traces_cmds.group_runs(rows, read_traces(settings.index / TRACE_FILE, kind="ingest", limit=10_000))
     if as_json:
         _print_json(
             {
@@ -482,7 +480,7 @@ def history(
             }
         )
         return
-    print_history(out, runs)
+    traces_cmds.print_history(out, runs)
     if llm:
         usage = table(
             ("collection", "source", "transforms", "requests", "cached", "tokens in/out", "cost", "issues"),

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from zhiku.errors import ZhikuError
+from zhiku.errors import ConfigError, IndexNotFound, ZhikuError
 from zhiku.settings import DEFAULT_CONFIG_FILE, Settings
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ def _errors(as_json: bool = False) -> Iterator[None]:
 def _kb(settings: Settings, *, read_only: bool = False) -> KnowledgeBase:
     """With a hint for two ways a newcomer misses an index: a file given, a relative index outside the project."""
     from zhiku.api import KnowledgeBase
-    from zhiku.errors import ConfigError, IndexNotFound
 
     where = settings.index
     if where.is_file():

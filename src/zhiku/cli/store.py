@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, _progress, err, out
+from zhiku.errors import InvalidInput
+from zhiku.settings import load_settings
 
 
 def migrate(
@@ -30,8 +32,6 @@ def migrate(
     """Copy an embedded index (documents, chunks, tokens, vectors, history, metadata) into Milvus without
     re-embedding; run it again to resume an interrupted copy."""
     from zhiku.api import migrate_to_milvus
-    from zhiku.errors import InvalidInput
-    from zhiku.settings import load_settings
 
     with _errors():
         if to != "milvus":
@@ -59,7 +59,6 @@ def compact(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt 
     """Rewrite the embedded index's vector file without the rows of deleted chunks (writes do it by themselves
     past 25 % deleted rows), and delete vector files of older generations or another embedder."""
     from zhiku.api import compact_index
-    from zhiku.settings import load_settings
 
     with _errors():
         settings = load_settings(config, index=index)
@@ -79,7 +78,6 @@ def repair(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt =
     """Rebuild what `zhiku doctor` finds damaged in the embedded index from what is intact: zhiku.db's indexes, the
     vector files from zhiku.db's vectors, its tables from the documents' files (the damaged index moved aside); exits 1 when it cannot."""
     from zhiku.api import repair_index
-    from zhiku.settings import load_settings
 
     with _errors(as_json):
         settings = load_settings(config, index=index)

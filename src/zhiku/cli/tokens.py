@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from zhiku.cli.common import ConfigOpt, IndexOpt, JsonOpt, _errors, _print_json, out
+from zhiku.settings import load_settings
 
 tokens_app = typer.Typer(
     help="Named bearer tokens for `zhiku serve --transport http`, each scoped to collections (docs/mcp.md#tokens).",
@@ -17,8 +18,6 @@ tokens_app = typer.Typer(
 
 
 def _index(config: Path | None, index: Path | None) -> Path:
-    from zhiku.settings import load_settings
-
     return load_settings(config, index=index).index
 
 
