@@ -25,16 +25,12 @@ from zhiku.mcp.models import (
     DeleteResult,
     DocumentSummary,
     ImageRef,
-    IngestFailure,
     IngestResult,
-    NeedsOcr,
     QueryFilters,
     QueryResult,
     chunk_uri,
     doc_uri,
-    enrich_citations,
     image_uri,
-    iso_time,
     transforms_out,
 )
 from zhiku.settings import Settings
@@ -145,9 +141,6 @@ class Hub:
     def close(self) -> None:
         self.kb.close()
 
-    def index_version(self) -> int:
-        return self.kb.index_version()
-
     def scoped(self, args: QueryArgs) -> QueryArgs:
         """The caller's collections for a query of none; one it may not see reads as missing (no existence leak)."""
         access = ACCESS.get()
@@ -162,7 +155,7 @@ class Hub:
 
     def query(self, args: QueryArgs) -> QueryResult:
         """A cached result at this index version, else one search shared by the identical calls meanwhile."""
-        version, args = self.index_version(), self.scoped(args)
+        version, args = self.kb.index_version(), self.scoped(args)
         if (hit := self.cache.get(cache_key(QUERY_TOOL, asdict(args)), version)) is not None:
             return hit.model_copy(update={"cache": "hit"})  # type: ignore[no-any-return]
         return self._flights.run((version, args), functools.partial(self._query, args, version))
@@ -193,16 +186,20 @@ class Hub:
         return result
 
     def _citations(self, answer: Answer) -> list[CitationOut]:
+        """Each citation with what the ingest transforms added: its context, refined text, title and tags."""
         compact = not self.settings.server.structured_passages
-        citations = [
-            CitationOut(
-                **asdict(c)
-                | {"text": t, "truncated": len(c.text) > len(t), "uri": chunk_uri(c.chunk_id)}
-                | ({"section": self._below_title(c.doc_id, c.section)} if compact else {})
-            )
-            for c, t in zip(answer.citations, answer.snippets, strict=False)
-        ]
-        return enrich_citations(self.kb, citations)
+        found = self.kb.enrichments.chunk_enrichments([c.chunk_id for c in answer.citations])
+        citations = []
+        for c, t in zip(answer.citations, answer.snippets, strict=False):
+            fields = asdict(c) | {"text": t, "truncated": len(c.text) > len(t), "uri": chunk_uri(c.chunk_id)}
+            if compact:
+                fields["section"] = self._below_title(c.doc_id, c.section)
+            if (e := found.get(c.chunk_id)) is not None:
+                fields |= {k: getattr(e, k) or None for k in ("context", "refined", "title")} | {
+                    "tags": list(e.tags) or None
+                }
+            citations.append(CitationOut(**fields))
+        return citations
 
     def _below_title(self, doc_id: str, section: str) -> str:
         """``section`` without the document's title it begins with: ``source`` names the document, and the text
@@ -246,7 +243,7 @@ class Hub:
 
     def image_bytes(self, image_id: str) -> bytes:
         scope = ACCESS.get().collections
-        if scope is not None and image_id not in self._images_seen(self.index_version(), scope):
+        if scope is not None and image_id not in self._images_seen(self.kb.index_version(), scope):
             raise NotFound(f"no image {image_id} in this index (re-ingest the document that holds it)")
         return self.kb.images.read(image_id)
 
@@ -264,7 +261,7 @@ class Hub:
         ]
         writes = ACCESS.get().write and not self.settings.server.read_only  # who has the ingest tool sees its roots
         roots = [str(r) for r in ingest_roots(self.settings)] if writes else None
-        return CollectionsResult(collections=items, index_version=self.index_version(), ingest_roots=roots)
+        return CollectionsResult(collections=items, index_version=self.kb.index_version(), ingest_roots=roots)
 
     def summary(self, ref: str, collection: str | None = None) -> DocumentSummary:
         try:
@@ -283,7 +280,7 @@ class Hub:
             needs_ocr_pages=list(doc.needs_ocr_pages),
             ocr_pages=list(doc.ocr_pages),
             size_bytes=doc.size,
-            ingested_at=iso_time(doc.ingested_at),
+            ingested_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(doc.ingested_at)),
             **self.kb.summary_fields(doc.doc_id),
             uri=doc_uri(doc.doc_id),
         )
@@ -341,18 +338,9 @@ class Hub:
         resolved, skip = allowed_paths(self.settings, paths)
         with self.kb.tracer.trace("ingest", surface="mcp", **_caller()):
             report = self.kb.ingest(resolved, collection=collection, on_progress=on_progress, skip=skip)
-        return IngestResult(
-            collection=collection or self.settings.collection,
-            added=list(report.added),
-            updated=list(report.updated),
-            skipped=list(report.skipped),
-            failed=[IngestFailure(path=f.path, reason=f.reason) for f in report.failed],
-            needs_ocr=[NeedsOcr(source=n.source, pages=list(n.pages)) for n in report.needs_ocr],
-            chunks_written=report.chunks_written,
-            seconds=round(report.elapsed_s, 3),
-            index_version=self.index_version(),
-            transforms=transforms_out(report.transforms),
-        )
+        seconds, transforms = round(report.elapsed_s, 3), transforms_out(report.transforms)
+        fields = asdict(report) | {"seconds": seconds, "transforms": transforms}  # failed, needs_ocr: as models
+        return IngestResult(**fields, collection=target, index_version=self.kb.index_version())
 
     def delete(self, doc_id: str) -> DeleteResult:
         doc = self._document(doc_id)
@@ -364,14 +352,14 @@ class Hub:
             collection=doc.collection,
             source=doc.source,
             chunks_removed=doc.chunk_count,
-            index_version=self.index_version(),
+            index_version=self.kb.index_version(),
         )
 
     def health(self) -> dict[str, object]:
         read_only = self.settings.server.read_only
         if damage := self.kb.damage():
             return {"status": "damaged", "ready": False, "error": damage, "read_only": read_only}
-        return {"status": "ok", "ready": True, "index_version": self.index_version(), "read_only": read_only}
+        return {"status": "ok", "ready": True, "index_version": self.kb.index_version(), "read_only": read_only}
 
 
 def _caller() -> dict[str, Any]:

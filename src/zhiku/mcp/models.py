@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraints
@@ -10,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StringConstraint
 from zhiku.api import page_list
 
 if TYPE_CHECKING:
-    from zhiku.api import KnowledgeBase
     from zhiku.types import TransformReport
 
 DOC_URI = "zhiku://doc/{doc_id}"
@@ -28,10 +26,6 @@ def chunk_uri(chunk_id: str) -> str:
 
 def image_uri(image_id: str) -> str:
     return IMAGE_URI.format(image_id=image_id)
-
-
-def iso_time(unix_s: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
 
 
 class _Out(BaseModel):
@@ -153,18 +147,6 @@ class QueryResult(_Out):
         )
         compact.setdefault("confidence", None)  # required, and None when nothing matched (a filter left nothing)
         return compact
-
-
-def enrich_citations(kb: KnowledgeBase, citations: list[CitationOut]) -> list[CitationOut]:
-    """Each citation with what the ingest transforms added: its context, refined text, title and tags."""
-    found = kb.enrichments.chunk_enrichments([c.chunk_id for c in citations])
-    out: list[CitationOut] = []
-    for c in citations:
-        if (e := found.get(c.chunk_id)) is not None:
-            update = {k: getattr(e, k) or None for k in ("context", "refined", "title")}
-            c = c.model_copy(update={**update, "tags": list(e.tags) or None})
-        out.append(c)
-    return out
 
 
 FULL_ONLY = {"doc_id", "score", "text", "truncated", "fused_rank", "refined"}

@@ -259,7 +259,7 @@ class Registry:
             state = cast(State, mcp_context.request_context.lifespan_context)
             key, version, cache = None, 0, state.hub.cache  # one cache of tool answers, query_knowledge_hub's too
             if spec.cache and cache.max_weight:
-                key, version = cache_key(spec.name, {**arguments, "\0": ACCESS.get()}), state.hub.index_version()
+                key, version = cache_key(spec.name, {**arguments, "\0": ACCESS.get()}), state.hub.kb.index_version()
                 if (hit := cache.get(key, version)) is not None:
                     return hit
             kwargs = {**arguments, **_injections(inject, state, mcp_context)}
