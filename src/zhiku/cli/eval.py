@@ -348,20 +348,11 @@ def tune(
     gain = "gain [99 % interval]"
     t = table(("", "before", "after, out of fold", gain), whole=(gain,), title=title)
     for name, m in result.metrics.items():
-        t.add_row(
-            name,
-            f"{m['before']:.4f}",
-            f"{m['after']:.4f}",
-            f"{m['gain']:+.4f} [{m['ci99'][0]:+.4f}, {m['ci99'][1]:+.4f}]",
-        )
+        low, high = m["ci99"]
+        t.add_row(name, f"{m['before']:.4f}", f"{m['after']:.4f}", f"{m['gain']:+.4f} [{low:+.4f}, {high:+.4f}]")
     for who in ("offtopic", "answerable"):
-        k = f"{who}_flagged"
-        t.add_row(
-            f"{who.replace('off', 'off-')} flagged",
-            f"{result.refusal['before'][k]:.1%}",
-            f"{result.refusal['after'][k]:.1%}",
-            "",
-        )
+        before, after = (result.refusal[when][f"{who}_flagged"] for when in ("before", "after"))
+        t.add_row(f"{who.replace('off', 'off-')} flagged", f"{before:.1%}", f"{after:.1%}", "")
     out.print(t)
     for name in ("fusion", "min_score"):
         out.print(f"{name}: {result.before[name]} → {result.after[name]}")

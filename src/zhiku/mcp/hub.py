@@ -273,17 +273,9 @@ class Hub:
             raise NotFound(f"no document {ref!r}{where}; {DOC_REF_HINT}") from None
         except InvalidInput:  # an empty reference, or a path several documents match
             raise InvalidInput(f"{ref.strip()!r} does not name exactly one document; {DOC_REF_HINT}") from None
-        same = ("doc_id", "collection", "title", "source", "doc_type", "pages", "chunk_count")
-        return DocumentSummary(
-            **{k: getattr(doc, k) for k in same},
-            status=DocStatus(doc.status).value,
-            needs_ocr_pages=list(doc.needs_ocr_pages),
-            ocr_pages=list(doc.ocr_pages),
-            size_bytes=doc.size,
-            ingested_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(doc.ingested_at)),
-            **self.kb.summary_fields(doc.doc_id),
-            uri=doc_uri(doc.doc_id),
-        )
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(doc.ingested_at))
+        fields = asdict(doc) | {"status": DocStatus(doc.status).value, "size_bytes": doc.size, "ingested_at": when}
+        return DocumentSummary(**fields, **self.kb.summary_fields(doc.doc_id), uri=doc_uri(doc.doc_id))
 
     def documents(self) -> list[DocRecord]:
         return [d for d in self.kb.documents() if ACCESS.get().sees(d.collection)]
