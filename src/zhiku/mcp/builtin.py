@@ -56,7 +56,9 @@ def query_knowledge_hub(
         Field(ge=1000, le=50000, description="Characters for answer and citations; passages cut to fit. 字符预算。"),
     ] = 12000,
 ) -> Annotated[CallToolResult, QueryResult]:
-    result = hub.query(QueryArgs.of(query, top_k, collection, filters, max_chars))
+    f = filters or QueryFilters()
+    tags = tuple(f.tags) if f.tags else None
+    result = hub.query(QueryArgs(query.strip(), top_k, collection, f.source, f.doc_type, max_chars, tags))
     return ok_result(result, hub.image_blocks(result))
 
 

@@ -26,7 +26,6 @@ from zhiku.mcp.models import (
     DocumentSummary,
     ImageRef,
     IngestResult,
-    QueryFilters,
     QueryResult,
     chunk_uri,
     doc_uri,
@@ -92,14 +91,6 @@ class QueryArgs:
     doc_type: str | None = None
     max_chars: int = 12000
     tags: tuple[str, ...] | None = None  # a tuple: the arguments are hashed (one search per identical call)
-
-    @classmethod
-    def of(
-        cls, query: str, top_k: int, collection: str | None, filters: QueryFilters | None, max_chars: int
-    ) -> QueryArgs:
-        f = filters or QueryFilters()
-        tags = tuple(f.tags) if f.tags else None
-        return cls(query.strip(), top_k, collection, f.source, f.doc_type, max_chars, tags)
 
 
 class Hub:

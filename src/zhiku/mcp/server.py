@@ -52,7 +52,6 @@ def build_server(
     prompts: Sequence[Any] = (),
     hooks: Hooks | None = None,
     plugins: bool = True,
-    open_hub: Callable[[Settings], Hub] = Hub.open,
     watch: Sequence[Path] = (),
 ) -> MCPServer:
     """The built-in tools, then the given ones and the plugins'; the index opens when a transport starts."""
@@ -62,7 +61,7 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[State]:
-        hub = await anyio.to_thread.run_sync(open_hub, settings)
+        hub = await anyio.to_thread.run_sync(Hub.open, settings)
         log.info("zhiku: index %s open (%s)", settings.index, "read-only" if read_only else "read-write")
         running.append(State(hub=hub, limiter=anyio.CapacityLimiter(1)))
         stop_watching = watch_in_background(settings, watch, hub.kb.embedder) if watch else None
@@ -306,7 +305,7 @@ def _fields(schema: dict[str, Any], with_default: bool = True) -> list[str]:
 
 
 def tool_reference(settings: Settings | None = None) -> str:
-    server = build_server(settings or Settings.model_validate({}), plugins=False, open_hub=lambda s: None)  # type: ignore[arg-type,return-value]
+    server = build_server(settings or Settings.model_validate({}), plugins=False)
 
     async def collect() -> tuple[list[Any], list[Any], list[Any]]:
         return await server.list_tools(), await server.list_resource_templates(), await server.list_prompts()
