@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,14 +132,10 @@ def group_runs(records: Sequence[IngestionRecord], traces: Sequence[Trace]) -> l
     groups: list[tuple[str | None, list[IngestionRecord]]] = []
     for r in records:
         tid = trace_of(r)
-        if groups:
-            last_tid, rows = groups[-1]
-            if (tid is not None and tid == last_tid) or (
-                tid is None and last_tid is None and rows[-1].at - r.at <= RUN_GAP_S
-            ):
-                rows.append(r)
-                continue
-        groups.append((tid, [r]))
+        if groups and tid == groups[-1][0] and (tid is not None or groups[-1][1][-1].at - r.at <= RUN_GAP_S):
+            groups[-1][1].append(r)
+        else:
+            groups.append((tid, [r]))
     starts = {tid: start for start, _, tid in spans}
     return [Run(starts[tid] if tid else rows[-1].at, tid, tuple(rows)) for tid, rows in groups]
 
@@ -152,9 +149,7 @@ def print_history(console: Console, runs: Sequence[Run]) -> None:
     rows = table(names, texts=["path", "error"])
     here = Path.cwd()
     for i, run in enumerate(runs):
-        counts: dict[str, int] = {}
-        for r in run.records:
-            counts[r.status] = counts.get(r.status, 0) + 1
+        counts = Counter(r.status for r in run.records)
         label = f"── run (trace {run.trace_id})" if run.trace_id else "── run"
         summary = ", ".join(f"{n} {k}" for k, n in counts.items())
         rows.add_row(*(when(run.started_at), summary, "", label, "", "")[: len(names)], style="bold")

@@ -277,11 +277,8 @@ def _type(schema: dict[str, Any]) -> str:
 
 
 def _bounds(schema: dict[str, Any]) -> str:
-    found = []
-    for s in [schema, *schema.get("anyOf", []), schema.get("items", {})]:
-        for key, label in _BOUNDS.items():
-            if key in s:
-                found.append(f"{label} `{s[key]}`")
+    subs = [schema, *schema.get("anyOf", []), schema.get("items", {})]
+    found = (f"{label} `{s[key]}`" for s in subs for key, label in _BOUNDS.items() if key in s)
     return ", ".join(dict.fromkeys(found))
 
 
