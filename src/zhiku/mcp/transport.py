@@ -149,25 +149,24 @@ async def serve_stdio(server: MCPServer) -> None:
     rejected_send, rejected = anyio.create_memory_object_stream[dict[str, Any]](100)
     read = functools.partial(anyio.to_thread.run_sync, sys.stdin.buffer.readline)
 
-    class Lines:  # what stdio_server(stdin=...) reads: the well-formed lines
-        async def __aiter__(self) -> AsyncIterator[str]:
-            while line := await read(MAX_REQUEST_BYTES + 1):
-                if len(line) > MAX_REQUEST_BYTES and not line.endswith(b"\n"):
-                    rejection: Rejection | None = too_large(line[:256])
-                    limit_hit("stdio_line", f"a stdio message over {MAX_REQUEST_BYTES:,} bytes: refused")
-                    while line and not line.endswith(b"\n"):
-                        line = await read(MAX_REQUEST_BYTES)
-                elif not line.strip():
-                    continue
-                else:
-                    rejection = check_message(text := line.decode("utf-8", "replace"))
-                if rejection is None:
-                    yield text
-                else:
-                    await rejected_send.send(rejection.response())
+    async def lines() -> AsyncIterator[str]:  # what stdio_server(stdin=...) reads: the well-formed lines
+        while line := await read(MAX_REQUEST_BYTES + 1):
+            if len(line) > MAX_REQUEST_BYTES and not line.endswith(b"\n"):
+                rejection: Rejection | None = too_large(line[:256])
+                limit_hit("stdio_line", f"a stdio message over {MAX_REQUEST_BYTES:,} bytes: refused")
+                while line and not line.endswith(b"\n"):
+                    line = await read(MAX_REQUEST_BYTES)
+            elif not line.strip():
+                continue
+            else:
+                rejection = check_message(text := line.decode("utf-8", "replace"))
+            if rejection is None:
+                yield text
+            else:
+                await rejected_send.send(rejection.response())
 
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs (mcp>=2.3,<3)
-    async with stdio_server(stdin=Lines()) as (read_stream, write_stream):  # type: ignore[arg-type]
+    async with stdio_server(stdin=lines()) as (read_stream, write_stream):  # type: ignore[arg-type]
 
         async def answer_rejections() -> None:
             async with rejected:
