@@ -640,7 +640,3 @@ app.command()(doctor)
 
 def main() -> None:
     app()
-
-
-if __name__ == "__main__":
-    main()
