@@ -29,7 +29,6 @@ from zhiku.mcp.models import (
     QueryResult,
     chunk_uri,
     doc_uri,
-    image_uri,
     transforms_out,
 )
 from zhiku.settings import Settings
@@ -209,7 +208,7 @@ class Hub:
                     im.image_id,
                     ImageRef(
                         citation=c.n,
-                        uri=image_uri(im.image_id),
+                        uri=f"zhiku://image/{im.image_id}",  # image_id: "<sha256>.png" or "<sha256>.jpg"
                         mime_type=im.mime_type,
                         caption=im.caption or None,
                         page=im.page,

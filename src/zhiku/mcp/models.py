@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 
 DOC_URI = "zhiku://doc/{doc_id}"
 CHUNK_URI = "zhiku://chunk/{chunk_id}"
-IMAGE_URI = "zhiku://image/{image_id}"  # image_id: "<sha256>.png" or "<sha256>.jpg"
 
 
 def doc_uri(doc_id: str) -> str:
@@ -22,10 +21,6 @@ def doc_uri(doc_id: str) -> str:
 
 def chunk_uri(chunk_id: str) -> str:
     return CHUNK_URI.format(chunk_id=chunk_id)
-
-
-def image_uri(image_id: str) -> str:
-    return IMAGE_URI.format(image_id=image_id)
 
 
 class _Out(BaseModel):
