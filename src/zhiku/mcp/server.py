@@ -21,6 +21,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.types import INVALID_PARAMS, Completion, EmptyResult, SetLevelRequestParams
 from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 import zhiku.plugins as zhiku_plugins
 from zhiku.access import ACCESS, Access
@@ -118,9 +120,6 @@ def build_server(
         return EmptyResult()
 
     server._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
-
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
 
     @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
     async def healthz(request: Request) -> JSONResponse:
