@@ -389,17 +389,15 @@ def query(
 @app.command()
 def collections(as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List collections with their document and chunk counts."""
-    with _errors(as_json):
-        settings = load_settings(config, index=index)
-        with _kb(settings, read_only=True) as kb:
-            stats = kb.collections()
+    with _errors(as_json), _kb(load_settings(config, index=index), read_only=True) as kb:
+        stats = kb.collections()
     if as_json:
         _print_json({"collections": [asdict(s) for s in stats]})
         return
     rows = table(("collection", "documents", "chunks", "characters"))
     for s in stats:
         rows.add_row(s.name, str(s.documents), str(s.chunks), str(s.chars))
-    out.print(rows if stats else f"no collections in {settings.index} yet: run `zhiku ingest PATH`")
+    out.print(rows if stats else f"no collections in {kb.settings.index} yet: run `zhiku ingest PATH`")
 
 
 @app.command()
@@ -407,9 +405,8 @@ def documents(
     collection: CollectionOpt = None, as_json: JsonOpt = False, index: IndexOpt = None, config: ConfigOpt = None
 ) -> None:
     """List indexed documents (id, collection, source, chunks, status: ready, or needs_ocr with its pages)."""
-    with _errors(as_json):
-        with _kb(load_settings(config, index=index), read_only=True) as kb:
-            docs = kb.documents(collection)
+    with _errors(as_json), _kb(load_settings(config, index=index), read_only=True) as kb:
+        docs = kb.documents(collection)
     if as_json:
         _print_json({"documents": [asdict(d) for d in docs]})
         return
