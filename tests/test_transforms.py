@@ -274,7 +274,7 @@ def test_a_dead_endpoint_is_not_called_for_every_chunk(tmp_path: Path) -> None:
     from zhiku.llm import BREAKER, LLMService
 
     client = OpenAICompatibleClient("http://127.0.0.1:9/v1", max_retries=0, timeout=0.5)  # nothing listens there
-    service = LLMService(client, "m", concurrency=1)
+    service = LLMService(client, "m")
     reasons = []
     for i in range(BREAKER + 5):
         with pytest.raises(TransformError) as e:

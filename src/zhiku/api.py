@@ -32,7 +32,7 @@ from zhiku.ingest.transforms.store import EnrichmentStore, enrichment_row, trans
 from zhiku.ingest.transforms.summary import document_summary
 from zhiku.ingest.watch import require_watchfiles, watch_folders
 from zhiku.ingest.web import is_url
-from zhiku.observability.tracing import Labels, Tracer, build_tracer, record_hits, report_rows, span
+from zhiku.observability.tracing import Lookup, Tracer, build_tracer, labels, record_hits, report_rows, span
 from zhiku.reconstruct import reconstruct_markdown
 from zhiku.retrieval import rewrite
 from zhiku.retrieval.answer import MAX_CHARS as ANSWER_CHARS
@@ -370,9 +370,9 @@ class KnowledgeBase:
         return rewrite.build_rewriter(self.settings)
 
     @cached_property
-    def _labels(self) -> Labels:  # trace labels, looked up once per chunk and index version
+    def _labels(self) -> Lookup:  # trace labels, looked up once per chunk and index version
         places = places_reader(self.store)
-        return Labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
+        return labels(lambda ids: self.enrichments.chunk_labels(places(ids)), self.store.index_version)
 
     def query(
         self, query: str, *, max_chars: int | None = None, framed: bool = False, **options: Unpack[QueryOptions]

@@ -11,14 +11,10 @@ from typing import Generic, TypeVar
 V = TypeVar("V")
 
 
-def _one(_: object) -> int:
-    return 1
-
-
 class Cache(Generic[V]):
     """At most ``max_weight`` in total ``weigh(value)`` (1 each by default: an entry count)."""
 
-    def __init__(self, max_weight: int, weigh: Callable[[V], int] = _one) -> None:
+    def __init__(self, max_weight: int, weigh: Callable[[V], int] = lambda _: 1) -> None:
         self.max_weight, self.weigh = max_weight, weigh
         # the version the entries are of (-1: none yet) and the entries, swapped as one: a get reads them without
         # the lock (an OrderedDict's get and move_to_end are atomic under the GIL)

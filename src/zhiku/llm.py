@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from zhiku.cache import memoized
 from zhiku.errors import ConfigError, ZhikuError
@@ -34,7 +34,6 @@ class TransformError(ZhikuError):
         self.unreached = unreached  # the endpoint gave no answer (not a refused or malformed one)
 
 
-@runtime_checkable
 class ChatService(Protocol):
     """The shared OpenAI-compatible chat endpoint, cached and rate-limited."""
 
@@ -203,13 +202,12 @@ class LLMService:
         *,
         vision_model: str | None = None,
         cache: ReplyCache | None = None,
-        concurrency: int = 4,
         prices: tuple[float, float] = (0.0, 0.0),
         deadline_s: float | None = None,
     ) -> None:
         self.client, self.model, self.vision_model = client, model, vision_model or model
         self.cache, self.prices, self.deadline_s = cache, prices, deadline_s
-        self._gate = threading.Semaphore(concurrency)
+        self._gate = threading.Semaphore(CONCURRENCY)
         self._lock = threading.Lock()
         self._n = _Counter()
 
@@ -320,7 +318,6 @@ def build_service(
         settings.model,
         vision_model=settings.vision_model,
         cache=cache,
-        concurrency=CONCURRENCY,
         prices=(settings.price_input, settings.price_output),
         deadline_s=deadline_s,
     )

@@ -8,11 +8,12 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-from pydantic import SecretStr
+from typing import TYPE_CHECKING, Any
 
 from zhiku.errors import MissingDependency, ZhikuError
+
+if TYPE_CHECKING:
+    from zhiku.settings import Endpoint
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 120.0
@@ -181,20 +182,7 @@ class OpenAICompatibleClient:
         return ChatReply(content, *tokens, str(choice.get("finish_reason") or ""))
 
 
-class EndpointSettings(Protocol):
-    @property
-    def base_url(self) -> str | None: ...
-
-    @property
-    def api_key(self) -> SecretStr | None: ...
-
-    @property
-    def timeout_s(self) -> float: ...
-
-
-def client_from(
-    settings: EndpointSettings, *, max_retries: int = 5, max_connections: int = 8
-) -> OpenAICompatibleClient:
+def client_from(settings: Endpoint, *, max_retries: int = 5, max_connections: int = 8) -> OpenAICompatibleClient:
     """The client for a settings section's endpoint: its base URL, API key and timeout."""
     if not settings.base_url:
         raise ZhikuError("no endpoint configured: set base_url (e.g. http://127.0.0.1:8000/v1)")

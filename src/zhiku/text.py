@@ -100,19 +100,13 @@ class Synonyms:
             groups.append(tuple(sorted(terms, key=len, reverse=True)))
         return cls(tuple(groups))
 
-    def expansions(self, normalized_text: str) -> list[str]:
-        """The terms of every group that ``normalized_text`` mentions, which it does not contain itself."""
-        out: list[str] = []
-        for g in self.groups:
-            if any(t in normalized_text for t in g):
-                out.extend(t for t in g if t not in normalized_text)
-        return out
-
     def expand_tokens(
         self, normalized_text: str, tokens: Sequence[str], tokenize: Callable[[str], list[str]]
     ) -> list[str]:
-        """``tokens`` plus the tokens of the expansions of ``normalized_text``, each new token once."""
-        extra = [tok for term in self.expansions(normalized_text) for tok in tokenize(term)]
+        """``tokens`` plus, each new token once, the tokens of the terms of every group ``normalized_text`` mentions
+        that it does not contain itself."""
+        groups = [g for g in self.groups if any(t in normalized_text for t in g)]
+        extra = [tok for g in groups for term in g if term not in normalized_text for tok in tokenize(term)]
         return list(tokens) + [t for t in dict.fromkeys(extra) if t not in set(tokens)]
 
 

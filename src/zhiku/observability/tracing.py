@@ -226,7 +226,6 @@ def rank_changes(
     """What a stage records: ``changes``, one row per id of ``after`` (in order), then the ids of ``before`` it left out
     that stood within ``keep_dropped_within`` (the ones worth a look), and the ``summary`` over all of them."""
     rows: list[dict[str, Any]] = []
-    summary = dict.fromkeys(("moved_up", "moved_down", "unchanged", "new", "max_gain", "max_drop", "dropped"), 0)
 
     def row(cid: str, was: int | None, pos: int | None, delta: int | None, status: str) -> None:
         rows.append({"chunk_id": cid, "rank_before": was, "rank_after": pos, "delta": delta, "status": status})
@@ -234,27 +233,25 @@ def rank_changes(
             rows[-1].update(bm25_rank=channels[0].get(cid), dense_rank=channels[1].get(cid))
 
     for pos, cid in enumerate(after, 1):
-        was = before.get(cid)
-        if was is None:
-            summary["new"] += 1
+        if (was := before.get(cid)) is None:
             row(cid, None, pos, None, "new")
-            continue
-        delta = was - pos
-        if delta > 0:
-            summary["moved_up"] += 1
-            summary["max_gain"] = max(summary["max_gain"], delta)
-        elif delta < 0:
-            summary["moved_down"] += 1
-            summary["max_drop"] = max(summary["max_drop"], -delta)
         else:
-            summary["unchanged"] += 1
-        row(cid, was, pos, delta, "up" if delta > 0 else "down" if delta < 0 else "same")
+            row(cid, was, pos, was - pos, "up" if was > pos else "down" if was < pos else "same")
     kept = set(after)
-    for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])):
-        if cid not in kept:
-            summary["dropped"] += 1
-            if was <= keep_dropped_within:
-                row(cid, was, None, None, "dropped")
+    dropped = [(cid, was) for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])) if cid not in kept]
+    for cid, was in dropped:
+        if was <= keep_dropped_within:
+            row(cid, was, None, None, "dropped")
+    deltas = [r["delta"] for r in rows if r["delta"] is not None]
+    summary = {
+        "moved_up": sum(d > 0 for d in deltas),
+        "moved_down": sum(d < 0 for d in deltas),
+        "unchanged": deltas.count(0),
+        "new": len(after) - len(deltas),
+        "max_gain": max([0, *deltas]),
+        "max_drop": max([0, *(-d for d in deltas)]),
+        "dropped": len(dropped),
+    }
     return {"changes": rows, "summary": summary}
 
 
@@ -275,21 +272,20 @@ HIT_FIELDS = ("bm25_rank", "bm25_score", "dense_rank", "dense_score", "fused_ran
 Lookup = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
 
 
-class Labels:
+def labels(fetch: Lookup, version: Callable[[], int]) -> Lookup:
     """Chunk labels for traces (``fetch(ids)``: source, section, page, enrichments), kept by index version."""
+    kept: Cache[Mapping[str, Any]] = Cache(LABELS)
 
-    def __init__(self, fetch: Lookup, version: Callable[[], int]) -> None:
-        self._fetch, self._version = fetch, version
-        self._kept: Cache[Mapping[str, Any]] = Cache(LABELS)
-
-    def __call__(self, chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
-        version = self._version()
-        out = {c: got for c in chunk_ids if (got := self._kept.get(c, version)) is not None}
+    def lookup(chunk_ids: list[str]) -> dict[str, Mapping[str, Any]]:
+        now = version()
+        out = {c: got for c in chunk_ids if (got := kept.get(c, now)) is not None}
         if missing := [c for c in chunk_ids if c not in out]:
-            for c, label in self._fetch(missing).items():
-                self._kept.put(c, label, version)
+            for c, label in fetch(missing).items():
+                kept.put(c, label, now)
                 out[c] = label
         return out
+
+    return lookup
 
 
 def record_hits(trace: Trace, hits: Sequence[Hit], lookup: Lookup) -> None:
