@@ -144,12 +144,18 @@ def tool(
     options = {k: v for k, v in locals().items() if k != "fn" and v is not None}
     if "examples" in options:
         options["examples"] = tuple(options["examples"])
+    mark = _marker(TOOL_ATTR, options)
+    return mark(fn) if fn is not None else mark
+
+
+def _marker(attr: str, marks: dict[str, Any]) -> Callable[[F], F]:
+    """A decorator that stores ``marks`` on the function as ``attr`` and returns it unchanged."""
 
     def mark(f: F) -> F:
-        setattr(f, TOOL_ATTR, options)
+        setattr(f, attr, marks)
         return f
 
-    return mark(fn) if fn is not None else mark
+    return mark
 
 
 def resource(
@@ -161,23 +167,13 @@ def resource(
     mime_type: str = "text/markdown",
 ) -> Callable[[F], F]:
     """Mark ``fn`` as a resource at ``uri`` (a template's ``{params}`` are the function's parameters)."""
-
-    def mark(f: F) -> F:
-        marks = {"uri": uri, "name": name, "title": title, "description": description, "mime_type": mime_type}
-        setattr(f, RESOURCE_ATTR, marks)
-        return f
-
-    return mark
+    marks = {"uri": uri, "name": name, "title": title, "description": description, "mime_type": mime_type}
+    return _marker(RESOURCE_ATTR, marks)
 
 
 def prompt(*, name: str | None = None, title: str | None = None, description: str | None = None) -> Callable[[F], F]:
     """Mark ``fn`` as a prompt (its parameters are the prompt's arguments)."""
-
-    def mark(f: F) -> F:
-        setattr(f, PROMPT_ATTR, {"name": name, "title": title, "description": description})
-        return f
-
-    return mark
+    return _marker(PROMPT_ATTR, {"name": name, "title": title, "description": description})
 
 
 def tool_spec(obj: Any, *, origin: str = "script") -> ToolSpec:

@@ -803,9 +803,7 @@ def check_env_names(model: type[BaseModel], environ: Mapping[str, str]) -> None:
     """Refuse ``ZHIKU_SECTION__KEY`` variables whose section does not exist, and ``ZHIKU_SECTION_KEY`` (one underscore)
     ones that name a real key: pydantic-settings ignores both, so the setting silently stays as it was."""
     sections = [name for name, f in model.model_fields.items() if section_model(f.annotation) is not None]
-    for name in sorted(environ):
-        if not name.startswith("ZHIKU_"):
-            continue
+    for name in sorted(environ):  # (only ``ZHIKU_*`` ones)
         rest = name[len("ZHIKU_") :].lower()
         head, nested, _ = rest.partition("__")
         if nested and head not in model.model_fields:

@@ -168,10 +168,6 @@ class EvalSet:
     path: str = ""
     docs: str = ""  # a long-document set: the folder of files to ingest before its YAML questions run
 
-    @property
-    def categories(self) -> list[str]:
-        return sorted({q.category for q in self.queries})
-
 
 def load_dataset(path: Path, *, max_queries: int | None = None) -> EvalSet:
     """A BEIR folder, a YAML file (``.yaml``/``.yml``), or a long-document folder (``docs/`` beside ``eval.yaml``)."""

@@ -209,19 +209,17 @@ def evaluate(
         records.append(QueryRecord(q.qid, q.text, q.category, relevant, first, values, round(latency, 2), hits))
         if on_progress and n % 50 == 0:
             on_progress(n, len(evalset.queries), q.qid)
-    nq = len(evalset.queries)
     missed = [q for q, rec in zip(evalset.queries, records, strict=True) if rec.first_relevant is None]
     if evalset.kind == "beir":  # every query: a missing id caps the recall of one that found the others too
         unmatched = missing_documents(evalset.queries, {d.doc_id for d in evalset.corpus})
     else:
         found = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
         unmatched = tuple(map(str, found))
-    by_category: dict[str, list[QueryRecord]] = {}
-    for rec in records:
-        by_category.setdefault(rec.category, []).append(rec)
-    categories = {c: {**_means(rs, names), "queries": float(len(rs))} for c, rs in sorted(by_category.items())}
+    by_category = {c: [r for r in records if r.category == c] for c in sorted({r.category for r in records})}
+    categories = {c: {**_means(rs, names), "queries": float(len(rs))} for c, rs in by_category.items()}
     percentiles = {f"p{p}": percentile(latencies, p) for p in (50, 95)}
     scores = (_means(records, names), percentiles, None, categories, tuple(records))
+    nq = len(evalset.queries)
     return EvalResult(evalset.name, mode, k, nq, *scores, evalset.kind, variant, rerank, budget, unmatched)
 
 
