@@ -167,12 +167,8 @@ class HashMemo:
 
 def model_files(folder: Path) -> list[Path]:
     """The files of a model folder that a pin covers: everything but docs and hidden files or folders."""
-    out = []
-    for p in sorted(Path(folder).rglob("*")):
-        rel = p.relative_to(folder)
-        if p.is_file() and not any(part.startswith(".") for part in rel.parts) and p.name not in IGNORED_FILES:
-            out.append(p)
-    return out
+    files = [p for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name not in IGNORED_FILES]
+    return [p for p in files if not any(part.startswith(".") for part in p.relative_to(folder).parts)]
 
 
 def weights_digest(folder: Path, memo: HashMemo) -> str:
@@ -260,12 +256,12 @@ def verify_many(
 ) -> list[Verification]:
     """``zhiku models verify``: every folder against its entry, hashes read fresh."""
     unknown = f"no manifest entry {model_id!r}" if model_id else "no manifest entry matches this folder"
-    out = []
-    for folder in folders:
-        entry = manifest.match(folder, model_id)
-        found = check_folder(folder, entry, memo, fresh=True) if entry is not None else None
-        out.append(found or Verification(str(folder), model_id, "unknown", unknown))
-    return out
+    return [
+        check_folder(folder, entry, memo, fresh=True)
+        if (entry := manifest.match(folder, model_id)) is not None
+        else Verification(str(folder), model_id, "unknown", unknown)
+        for folder in folders
+    ]
 
 
 def package_folder(package: str) -> Path:

@@ -226,11 +226,8 @@ def rank_rows(trace: Trace) -> list[dict[str, Any]]:
 
 def latest_busy(traces: Sequence[Trace]) -> int:
     """The position of the newest ingestion run that changed something."""
-    for i, t in enumerate(traces):
-        counts = t.data.get("counts", {})
-        if any(counts.get(k) for k in ("added", "updated", "removed", "failed")):
-            return i
-    return 0
+    busy = ("added", "updated", "removed", "failed")
+    return next((i for i, t in enumerate(traces) if any(t.data.get("counts", {}).get(k) for k in busy)), 0)
 
 
 def trace_label(t: Trace) -> str:

@@ -37,13 +37,9 @@ st.subheader("阶段 Stages")
 stages_chart(rows)
 
 st.subheader("BM25 vs dense")
-left, right = st.columns(2)
-with left:
-    st.markdown("**BM25**")
-    st.dataframe(channel_rows(trace, "bm25"), hide_index=True)
-with right:
-    st.markdown("**Dense 向量 (cosine)**")
-    st.dataframe(channel_rows(trace, "dense"), hide_index=True)
+for col, (stage, title) in zip(st.columns(2), (("bm25", "BM25"), ("dense", "Dense 向量 (cosine)")), strict=True):
+    col.markdown(f"**{title}**")
+    col.dataframe(channel_rows(trace, stage), hide_index=True)
 
 st.subheader("排名变化 Rank changes (fusion)")
 changes = rank_rows(trace)
