@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from zhiku.cli.app import app
 from zhiku.evaluation.datasets import load_yaml_set
 from zhiku.evaluation.generation import (
-    JudgeCache,
     JudgeClient,
     JudgeError,
     average_precision,
@@ -25,6 +24,7 @@ from zhiku.evaluation.generation import (
     parse_json_object,
     skipped,
 )
+from zhiku.llm import ReplyCache
 
 SET = """\
 version: 1
@@ -117,7 +117,7 @@ def test_generation_metrics_cache_and_malformed_replies(
     kb.ingest([corpus])
     (tmp_path / "g.yaml").write_text(SET, encoding="utf-8")
     evalset = load_yaml_set(tmp_path / "g.yaml")
-    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=JudgeCache(tmp_path / "judge.sqlite"))
+    judge = JudgeClient(fake_judge.url, "judge-model", api_key="sk-test", cache=ReplyCache(tmp_path / "judge.sqlite"))
     result = judge_generation(kb, evalset, judge, mode="bm25", top_k=3)
     good, bad = result.per_query
     assert good.faithfulness == pytest.approx(2 / 3)

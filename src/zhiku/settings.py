@@ -524,10 +524,8 @@ def shown_fields(model: type[BaseModel]) -> list[tuple[str, Any]]:
 def _default_of(field: Any) -> str:
     if field.default_factory is not None:
         return "(computed)"
-    value = field.default
-    if isinstance(value, Path):
-        value = str(value)
-    return "" if isinstance(value, BaseModel) else f"`{json.dumps(value, ensure_ascii=False)}`"
+    value = field.default  # (a Path as its text)
+    return "" if isinstance(value, BaseModel) else f"`{json.dumps(value, ensure_ascii=False, default=str)}`"
 
 
 def settings_reference() -> str:

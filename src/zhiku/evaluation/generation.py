@@ -36,9 +36,6 @@ def parse_json_object(text: str) -> dict[str, Any]:
         raise JudgeError(f"the judge {e}") from None
 
 
-JudgeCache = ReplyCache  # the judge's responses: ``judge.sqlite`` in the cache folder
-
-
 class JudgeClient:
     """Asks the judge model for JSON objects. ``calls`` counts HTTP requests (cache hits are free)."""
 
@@ -49,7 +46,7 @@ class JudgeClient:
         *,
         api_key: str | None = None,
         timeout: float = 60.0,
-        cache: JudgeCache | None = None,
+        cache: ReplyCache | None = None,  # the judge's replies: ``judge.sqlite`` in the cache folder
     ) -> None:
         base = base_url.rstrip("/")  # ``http://host:8000`` or ``http://host:8000/v1``
         base += "" if base.endswith("/v1") else "/v1"
@@ -94,7 +91,7 @@ def build_judge(settings: Settings) -> JudgeClient | None:
     if j.api_key_env and j.api_key is None:
         raise InvalidInput(f"judge.api_key_env names {j.api_key_env}, but that environment variable is empty")
     key = j.api_key.get_secret_value() if j.api_key else None
-    cache = JudgeCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
+    cache = ReplyCache(settings.cache_dir / CACHE_FILE) if settings.cache_dir else None
     return JudgeClient(j.base_url, j.model, api_key=key, timeout=j.timeout_s, cache=cache)
 
 
