@@ -142,11 +142,9 @@ class HashMemo:
         self.path = path
         self._lock = threading.Lock()
         self._known: dict[str, list[Any]] = {}
-        if path is not None and path.is_file():
-            try:
+        with suppress(ValueError, OSError, TypeError):  # an unreadable memo only costs hashing again
+            if path is not None and path.is_file():
                 self._known = dict(json.loads(path.read_text(encoding="utf-8")))
-            except (ValueError, OSError, TypeError):
-                self._known = {}
 
     def sha256(self, path: Path, *, fresh: bool = False) -> str:
         p = Path(path).resolve()
@@ -246,9 +244,7 @@ def snapshot_folders(cache_dir: Path) -> list[Path]:
     """Model folders under ``cache_dir``: Hugging Face snapshots (``models--*/snapshots/*``), else its subfolders."""
     cache_dir = Path(cache_dir)
     hub = sorted(p for p in cache_dir.glob("**/models--*/snapshots/*") if p.is_dir())
-    if hub:
-        return hub
-    return sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return hub or sorted(p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def verify_many(

@@ -7,6 +7,7 @@ import json
 import random
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +44,8 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    try:
+    with suppress(ValueError):
         return max(0.0, float(value))
-    except ValueError:
-        pass
     try:
         when = email.utils.parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):

@@ -202,12 +202,8 @@ def waterfall(trace: Trace) -> list[dict[str, Any]]:
 
 def channel_rows(trace: Trace, stage: str) -> list[dict[str, Any]]:
     """A retrieval channel's ranking (rank, score, source, section)."""
-    s = trace.stage(stage)
-    if s is None:
-        return []
-    return [
-        {k: r.get(k, "") for k in ("rank", "score", "source", "section", "chunk_id")} for r in s.data.get("ranking", [])
-    ]
+    rows = s.data.get("ranking", []) if (s := trace.stage(stage)) is not None else []
+    return [{k: r.get(k, "") for k in ("rank", "score", "source", "section", "chunk_id")} for r in rows]
 
 
 def rank_rows(trace: Trace) -> list[dict[str, Any]]:

@@ -24,9 +24,7 @@ def mrr_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> floa
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
-    if not relevant:
-        return 0.0
-    return sum(1 for d in ranked[:k] if d in relevant) / len(relevant)
+    return sum(d in relevant for d in ranked[:k]) / len(relevant) if relevant else 0.0
 
 
 def ndcg_at_k(ranked: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
