@@ -181,17 +181,6 @@ def messages_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     return total + 4 * len(messages)
 
 
-@dataclass
-class _Counter:
-    calls: int = 0
-    cached: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    estimated: bool = False
-    failing: int = 0  # consecutive requests that failed after their retries
-    last_error: str = ""
-
-
 class LLMService:
     """``chat(messages, prompt_id=…)`` → the reply text, or ``TransformError`` with the reason."""
 
@@ -209,7 +198,8 @@ class LLMService:
         self.cache, self.prices, self.deadline_s = cache, prices, deadline_s
         self._gate = threading.Semaphore(CONCURRENCY)
         self._lock = threading.Lock()
-        self._n = _Counter()
+        self._calls = self._cached = self._prompt_tokens = self._completion_tokens = 0
+        self._estimated, self._failing, self._last_error = False, 0, ""  # _failing: requests that failed in a row
 
     def key(self, messages: Sequence[Mapping[str, Any]], prompt_id: str, vision: bool = False) -> str:
         parts = [self.vision_model if vision else self.model, prompt_id, list(messages)]
@@ -228,27 +218,27 @@ class LLMService:
         key = self.key(messages, prompt_id, vision)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             with self._lock:
-                self._n.cached += 1
+                self._cached += 1
             return hit
         payload = {"model": model, "messages": list(messages), "max_tokens": max_tokens, "temperature": 0}
         deadline = time.monotonic() + self.deadline_s if self.deadline_s else None
         with self._gate:
             with self._lock:
-                if self._n.failing >= BREAKER:  # a dead endpoint: fail fast instead of retrying every chunk
+                if self._failing >= BREAKER:  # a dead endpoint: fail fast instead of retrying every chunk
                     raise TransformError(
-                        f"not sent: the endpoint failed {self._n.failing} requests in a row (last: {self._n.last_error})",
+                        f"not sent: the endpoint failed {self._failing} requests in a row (last: {self._last_error})",
                         unreached=True,
                     )
-                self._n.calls += 1
+                self._calls += 1
             try:
                 reply = self.client.chat(payload, deadline=deadline)
             except HttpApiError as e:
                 with self._lock:  # retries exhausted (429, 5xx, timeouts, connection): count towards the breaker
                     if e.status is None:
-                        self._n.failing, self._n.last_error = self._n.failing + 1, str(e)[:200]
+                        self._failing, self._last_error = self._failing + 1, str(e)[:200]
                 raise TransformError(str(e), unreached=e.status is None) from None
             with self._lock:
-                self._n.failing = 0
+                self._failing = 0
         self._count(messages, reply.content, reply.prompt_tokens, reply.completion_tokens)
         if reply.finish_reason in REFUSALS:
             raise TransformError(f"the model refused the content (finish_reason {reply.finish_reason})")
@@ -266,17 +256,16 @@ class LLMService:
     def _count(self, messages: Sequence[Mapping[str, Any]], content: str, prompt: int, completion: int) -> None:
         with self._lock:
             if not prompt:
-                self._n.estimated = True
+                self._estimated = True
                 prompt, completion = messages_tokens(messages), estimate_tokens(content)
-            self._n.prompt_tokens += prompt
-            self._n.completion_tokens += completion
+            self._prompt_tokens += prompt
+            self._completion_tokens += completion
 
     def usage(self) -> LLMUsage:
         with self._lock:
-            n = self._n
-            cost = (n.prompt_tokens * self.prices[0] + n.completion_tokens * self.prices[1]) / 1e6
-            tokens = (n.prompt_tokens, n.completion_tokens)
-            return LLMUsage(n.calls, n.cached, *tokens, round(cost, 6), CURRENCY, n.estimated)
+            tokens = (self._prompt_tokens, self._completion_tokens)
+            cost = (tokens[0] * self.prices[0] + tokens[1] * self.prices[1]) / 1e6
+            return LLMUsage(self._calls, self._cached, *tokens, round(cost, 6), CURRENCY, self._estimated)
 
 
 @dataclass(frozen=True)
