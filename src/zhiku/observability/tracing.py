@@ -27,39 +27,14 @@ log = logging.getLogger(__name__)
 RANKING_MAX = 20  # candidates a channel stage lists (the rest are counted)
 LABELS = 100_000  # chunk labels kept for traces (of one index version)
 
-_current: ContextVar[_Open | None] = ContextVar("zhiku_trace", default=None)
+_current: ContextVar[_Root | None] = ContextVar("zhiku_trace", default=None)
 Sets = list[tuple[Mapping[str, int] | None, str | None, Mapping[str, Any]]]  # what a span set: counts, status, data
-
-
-class _Open:
-    """A trace being recorded: the ``Trace``, its clock and a lock (spans end on several threads)."""
-
-    __slots__ = ("trace", "t0", "lock", "closed")
-
-    def __init__(self, trace: Trace) -> None:
-        self.trace, self.t0, self.lock, self.closed = trace, time.perf_counter(), threading.Lock(), False
-
-    def add(self, name: str, start: float, seconds: float, sets: Sets) -> None:
-        """Record one call of stage ``name`` (merged into the stage when it exists); dropped once the trace ended."""
-        with self.lock:
-            if self.closed:
-                return
-            t = self.trace
-            stage = t.stage(name)
-            if stage is None:
-                stage = Stage(name, (start - self.t0) * 1000)
-                t.stages.append(stage)
-            else:
-                stage.calls += 1
-            stage.elapsed_ms += seconds * 1000
-            for counts, status, data in sets:
-                stage.record(counts, status, data)
 
 
 class _Span:
     """One timed call of a stage; without a trace (``NOOP``) every method does nothing."""
 
-    def __init__(self, open_: _Open | None, name: str) -> None:
+    def __init__(self, open_: _Root | None, name: str) -> None:
         self._open, self._name, self._t0 = open_, name, 0.0
         self._sets: Sets = []
         self.active = open_ is not None
@@ -112,26 +87,43 @@ def waited(name: str, start: float, **data: Any) -> None:
 
 
 class _Root:
-    """Opens a new trace, makes it current; when the block ends, seals it and hands it to the tracer's sinks."""
+    """A trace being recorded: made current while its block runs, added to by spans (which end on several threads,
+    hence the lock), then sealed and handed to the tracer's sinks."""
 
     def __init__(self, sinks: Sequence[Sink], kind: str, attrs: dict[str, Any]) -> None:
-        self._sinks = sinks
-        self._open = _Open(Trace(kind, secrets.token_hex(8), time.time(), attrs))
+        self.sinks, self.trace = sinks, Trace(kind, secrets.token_hex(8), time.time(), attrs)
+        self.t0, self.lock, self.closed = time.perf_counter(), threading.Lock(), False
+
+    def add(self, name: str, start: float, seconds: float, sets: Sets) -> None:
+        """Record one call of stage ``name`` (merged into the stage when it exists); dropped once the trace ended."""
+        with self.lock:
+            if self.closed:
+                return
+            t = self.trace
+            stage = t.stage(name)
+            if stage is None:
+                stage = Stage(name, (start - self.t0) * 1000)
+                t.stages.append(stage)
+            else:
+                stage.calls += 1
+            stage.elapsed_ms += seconds * 1000
+            for counts, status, data in sets:
+                stage.record(counts, status, data)
 
     def __enter__(self) -> Trace:
-        self._token = _current.set(self._open)
-        return self._open.trace
+        self._token = _current.set(self)
+        return self.trace
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        o, t = self._open, self._open.trace
+        t = self.trace
         _current.reset(self._token)
-        with o.lock:
-            o.closed = True
-            t.elapsed_ms = (time.perf_counter() - o.t0) * 1000
+        with self.lock:
+            self.closed = True
+            t.elapsed_ms = (time.perf_counter() - self.t0) * 1000
             if exc is not None:
                 t.status, t.error = "error", f"{type(exc).__name__}: {exc}"
             t.stages.sort(key=stage_order)
-        for sink in self._sinks:
+        for sink in self.sinks:
             try:
                 sink.write(t)
             except Exception as e:  # a full disk or a broken exporter must never fail a query
