@@ -5,6 +5,7 @@ experiments: retrieval variants side by side on one index, one row of metrics an
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -213,8 +214,7 @@ def evaluate(
     if evalset.kind == "beir":  # every query: a missing id caps the recall of one that found the others too
         unmatched = missing_documents(evalset.queries, {d.doc_id for d in evalset.corpus})
     else:
-        found = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
-        unmatched = tuple(map(str, found))
+        unmatched = unmatched_targets(missed, kb.documents(collection), kb.store.document_chunks) if missed else ()
     by_category = {c: [r for r in records if r.category == c] for c in sorted({r.category for r in records})}
     categories = {c: {**_means(rs, names), "queries": float(len(rs))} for c, rs in by_category.items()}
     percentiles = {f"p{p}": percentile(latencies, p) for p in (50, 95)}
@@ -227,18 +227,6 @@ def evaluate(
 # file) can never be found, so their query scores 0 whatever retrieval does: the run says so. Only the queries
 # that found nothing are checked, each over the chunks of the documents its ``source`` glob matches.
 MAX_DOCS = 500  # an entry whose glob matches more documents is not checked: all their chunks would be read
-
-
-@dataclass(frozen=True)
-class Unmatched:
-    qid: str
-    entry: int  # index in the query's ``expected`` list
-    expected: Expected
-    reason: str
-
-    def __str__(self) -> str:
-        fields = ", ".join(f"{k}={v}" for k, v in self.expected.to_json().items())
-        return f"{self.qid} expected[{self.entry}] ({fields}) can never be found: {self.reason}"
 
 
 def _why(e: Expected, chunks: Sequence[Chunk], documents: int) -> str | None:
@@ -257,23 +245,21 @@ def _why(e: Expected, chunks: Sequence[Chunk], documents: int) -> str | None:
 
 def unmatched_targets(
     queries: Iterable[EvalQuery], documents: Sequence[DocRecord], chunks_of: Callable[[str], list[Chunk]]
-) -> tuple[Unmatched, ...]:
-    """The expected entries of ``queries`` that no chunk of ``documents`` (the searched ones) satisfies."""
-    cache: dict[str, list[Chunk]] = {}
-    found: list[Unmatched] = []
+) -> tuple[str, ...]:
+    """The expected entries of ``queries`` that no chunk of ``documents`` (the searched ones) satisfies, each with
+    the reason."""
+    chunks_of = functools.cache(chunks_of)  # a document's chunks are read once
+    found = []
     for q in queries:
         for i, e in enumerate(q.expected):
             docs = [d for d in documents if fnmatch.fnmatchcase(d.source, e.source)]
-            if not docs:
-                why = f"no indexed document's source matches {e.source!r} (`zhiku documents` lists them)"
-                found.append(Unmatched(q.qid, i, e, why))
-                continue
             if len(docs) > MAX_DOCS:
                 continue
-            chunks = [c for d in docs for c in cache.setdefault(d.doc_id, chunks_of(d.doc_id))]
-            why_not = _why(e, chunks, len(docs))
-            if why_not is not None:
-                found.append(Unmatched(q.qid, i, e, why_not))
+            nothing = f"no indexed document's source matches {e.source!r} (`zhiku documents` lists them)"
+            why = _why(e, [c for d in docs for c in chunks_of(d.doc_id)], len(docs)) if docs else nothing
+            if why is not None:
+                fields = ", ".join(f"{k}={v}" for k, v in e.to_json().items())
+                found.append(f"{q.qid} expected[{i}] ({fields}) can never be found: {why}")
     return tuple(found)
 
 
