@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -74,24 +75,20 @@ class PromptSpec:
 
 def parse_docstring(doc: str | None) -> dict[str, Any]:
     """``{"description", "when_to_use", "examples", "errors", "params"}`` from a docstring's sections."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    sections: dict[str, list[str]] = {"description": []}
+    sections: defaultdict[str, list[str]] = defaultdict(list)
     current = "description"
-    for line in lines:
-        m = _HEADER.match(line)
-        if m:
-            current = _SECTIONS[m.group(1).lower()]
-            sections.setdefault(current, [])
-            if m.group(2).strip():
-                sections[current].append(m.group(2).strip())
-            continue
+    for line in inspect.cleandoc(doc or "").splitlines():
+        if m := _HEADER.match(line):
+            current, line = _SECTIONS[m.group(1).lower()], m.group(2).strip()
+            if not line:
+                continue
         sections[current].append(line)
     return {
         "description": "\n".join(sections["description"]).strip(),
-        "when_to_use": " ".join(x.strip() for x in sections.get("when_to_use", []) if x.strip()),
-        "examples": _examples(sections.get("examples", [])),
-        "errors": " ".join(x.strip() for x in sections.get("errors", []) if x.strip()),
-        "params": _params(sections.get("params", [])),
+        "when_to_use": " ".join(x.strip() for x in sections["when_to_use"] if x.strip()),
+        "examples": _examples(sections["examples"]),
+        "errors": " ".join(x.strip() for x in sections["errors"] if x.strip()),
+        "params": _params(sections["params"]),
     }
 
 

@@ -100,8 +100,7 @@ class ReplyCache:
 
 def json_object_in(text: str) -> dict[str, Any]:
     body = text.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", body, re.S)
-    if fence:
+    if fence := re.search(r"```(?:json)?\s*(.*?)```", body, re.S):
         body = fence.group(1).strip()
     if not body.startswith("{"):
         start, end = body.find("{"), body.rfind("}")
