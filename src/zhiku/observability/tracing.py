@@ -218,6 +218,7 @@ def rank_changes(
     """What a stage records: ``changes``, one row per id of ``after`` (in order), then the ids of ``before`` it left out
     that stood within ``keep_dropped_within`` (the ones worth a look), and the ``summary`` over all of them."""
     rows: list[dict[str, Any]] = []
+    summary = dict.fromkeys(("moved_up", "moved_down", "unchanged", "new", "max_gain", "max_drop", "dropped"), 0)
 
     def row(cid: str, was: int | None, pos: int | None, delta: int | None, status: str) -> None:
         rows.append({"chunk_id": cid, "rank_before": was, "rank_after": pos, "delta": delta, "status": status})
@@ -225,25 +226,27 @@ def rank_changes(
             rows[-1].update(bm25_rank=channels[0].get(cid), dense_rank=channels[1].get(cid))
 
     for pos, cid in enumerate(after, 1):
-        if (was := before.get(cid)) is None:
+        was = before.get(cid)
+        if was is None:
+            summary["new"] += 1
             row(cid, None, pos, None, "new")
+            continue
+        delta = was - pos
+        if delta > 0:
+            summary["moved_up"] += 1
+            summary["max_gain"] = max(summary["max_gain"], delta)
+        elif delta < 0:
+            summary["moved_down"] += 1
+            summary["max_drop"] = max(summary["max_drop"], -delta)
         else:
-            row(cid, was, pos, was - pos, "up" if was > pos else "down" if was < pos else "same")
+            summary["unchanged"] += 1
+        row(cid, was, pos, delta, "up" if delta > 0 else "down" if delta < 0 else "same")
     kept = set(after)
-    dropped = [(cid, was) for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])) if cid not in kept]
-    for cid, was in dropped:
-        if was <= keep_dropped_within:
-            row(cid, was, None, None, "dropped")
-    deltas = [r["delta"] for r in rows if r["delta"] is not None]
-    summary = {
-        "moved_up": sum(d > 0 for d in deltas),
-        "moved_down": sum(d < 0 for d in deltas),
-        "unchanged": deltas.count(0),
-        "new": len(after) - len(deltas),
-        "max_gain": max([0, *deltas]),
-        "max_drop": max([0, *(-d for d in deltas)]),
-        "dropped": len(dropped),
-    }
+    for cid, was in sorted(before.items(), key=lambda kv: (kv[1], kv[0])):
+        if cid not in kept:
+            summary["dropped"] += 1
+            if was <= keep_dropped_within:
+                row(cid, was, None, None, "dropped")
     return {"changes": rows, "summary": summary}
 
 
