@@ -93,10 +93,6 @@ class ReplyCache:
         with self._lock:
             self._db.execute("insert or replace into responses values (?, ?)", (key, content))
 
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
 
 def json_object_in(text: str) -> dict[str, Any]:
     body = text.strip()

@@ -104,9 +104,6 @@ class OpenAICompatibleClient:
         self._count = threading.Lock()
         self.requests = 0  # HTTP attempts made (tests and benchmarks read it)
 
-    def close(self) -> None:
-        self._client.close()
-
     def post(self, path: str, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
         url = f"{self.base_url}/{path.lstrip('/')}"
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
