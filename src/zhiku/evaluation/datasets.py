@@ -87,7 +87,7 @@ def load_beir(folder: Path, *, max_queries: int | None = None) -> EvalSet:
         raise InvalidInput(f"{folder}: no query in queries.jsonl has a judgement in {qrels_path.name}")
     name = Path(os.path.abspath(folder)).name  # `--dataset .`: the folder's name, not ""; a link keeps its own
     queries = tuple(EvalQuery(q, queries_all[q], UNCATEGORIZED, qrels[q]) for q in ids)
-    return EvalSet(name, "beir", queries, corpus, path=str(folder))
+    return EvalSet(name, "beir", queries, corpus)
 
 
 def squash(text: str) -> str:
@@ -165,7 +165,6 @@ class EvalSet:
     queries: tuple[EvalQuery, ...]
     corpus: tuple[BeirDoc, ...] = ()  # BEIR: the documents to index first
     description: str = ""
-    path: str = ""
     docs: str = ""  # a long-document set: the folder of files to ingest before its YAML questions run
 
 
@@ -323,4 +322,4 @@ def load_yaml_set(path: Path) -> EvalSet:
         expected = tuple(Expected(e.source or "*", e.page, e.section, e.contains) for e in q.expected)
         relevant = {f"expected[{i}]": 1 for i in range(len(expected))}
         queries.append(EvalQuery(qid, q.query, q.category, relevant, expected))
-    return EvalSet(path.stem, "yaml", tuple(queries), description=data.description.strip(), path=str(path))
+    return EvalSet(path.stem, "yaml", tuple(queries), description=data.description.strip())
