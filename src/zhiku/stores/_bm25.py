@@ -36,7 +36,7 @@ import numpy as np
 from zhiku.cache import Cache
 from zhiku.numeric import best
 from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
-from zhiku.stores._sqlite_conn import Database, top_rowid, version_of
+from zhiku.stores._sqlite_conn import Database, read_rowids, top_rowid, version_of
 from zhiku.stores._vector_files import pid_alive
 
 log = logging.getLogger(__name__)
@@ -166,10 +166,6 @@ def _writer_alive(tmp_name: str) -> bool:
     return pid_alive(tmp_name.rsplit(".", 2)[-2])
 
 
-def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
-    return np.fromiter((r for (r,) in conn.execute(sql, args)), dtype=np.int64)
-
-
 @dataclass(frozen=True)
 class QueryTerm:
     """A query term's postings over the segments (``(rows, tfs)`` per segment, rows ascending, segments in rowid
@@ -280,7 +276,7 @@ class BM25Snapshot:
         segs = saved_segments(bm25_dir(index_dir), index_id(conn), top)
         segs = settle([*segs, *table_segments(conn, segs[-1].hi + 1 if segs else 1, top)])
         live = np.zeros(top + 1, bool)
-        live[_rowids(conn, "SELECT rowid FROM chunks")] = True
+        live[read_rowids(conn, "SELECT rowid FROM chunks")] = True
         doclen = np.zeros(top + 1, np.float64)
         if segs:
             doclen[1:] = np.concatenate([s.doclen for s in segs])
@@ -292,8 +288,8 @@ class BM25Snapshot:
         new = list(table_segments(conn, self.top + 1, top))
         live = np.zeros(top + 1, bool)
         live[: self.top + 1] = self.live
-        live[_rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)] = False
-        live[_rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)] = True
+        live[read_rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)] = False
+        live[read_rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)] = True
         doclen = np.concatenate([self.doclen, *(s.doclen.astype(np.float64) for s in new)])
         return BM25Snapshot.of(version, top, settle([*self.segments, *new]), live, doclen)
 

@@ -10,6 +10,7 @@ import sqlite3
 import numpy as np
 
 from zhiku.cache import Cache
+from zhiku.stores._sqlite_conn import read_rowids
 from zhiku.stores._vectors import match_sources
 from zhiku.types import Filters
 
@@ -52,10 +53,7 @@ class FilterMasks:
         if seen >= top:
             return known[:top]
         sql, params = _where(conn, filters)
-        rows = np.fromiter(
-            (r for (r,) in conn.execute(f"SELECT rowid FROM chunks WHERE rowid > ?{sql}", [seen, *params])),
-            dtype=np.int64,
-        )
+        rows = read_rowids(conn, f"SELECT rowid FROM chunks WHERE rowid > ?{sql}", seen, *params)
         mask = np.zeros(top, bool)
         mask[:seen] = known
         mask[rows[rows <= top] - 1] = True

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import numpy as np
+
 from zhiku.errors import IndexLocked, IndexMismatch, IndexNotFound, ReadOnlyIndex, StoreError
 from zhiku.stores._sqlite_schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION, SUMS_TABLE
 
@@ -281,6 +283,11 @@ def stored_dim(conn: sqlite3.Connection) -> int | None:
         return int(row[0])
     row = conn.execute("SELECT length(vector) / 4 FROM chunks WHERE length(vector) > 0 LIMIT 1").fetchone()
     return int(row[0]) if row else None
+
+
+def read_rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
+    """The first column of ``sql``'s rows (rowids) as int64."""
+    return np.fromiter((r for (r,) in conn.execute(sql, args)), dtype=np.int64)
 
 
 def top_rowid(conn: sqlite3.Connection) -> int:

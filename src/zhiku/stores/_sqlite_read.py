@@ -10,8 +10,6 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from zhiku.cache import Cache
 from zhiku.stores._sqlite_conn import Database
 from zhiku.stores._sqlite_schema import CHUNK_COLS, DOC_COLS, HISTORY_COLS, chunk_from_row, doc_from_row, doc_row
@@ -47,15 +45,15 @@ def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, li
 
 
 class Catalogue:
-    """The catalogue part of ``SQLiteStore``: documents, chunks, collections, history and metadata, read on pooled
-    connections (decoded chunks kept in a ``chunk_cache``), and the rows one document write inserts or deletes."""
+    """The catalogue reads of ``SQLiteStore`` (its base class): documents, chunks, collections, history and
+    metadata, read on pooled connections (decoded chunks kept in a ``chunk_cache``), and the rows one document
+    write inserts or deletes."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.cache = chunk_cache()
+    db: Database
+    cache: Cache[Chunk | tuple[Chunk, ...]]
 
     @staticmethod
-    def insert(conn: sqlite3.Connection, doc: DocRecord, chars: int, rows: list[tuple[Any, ...]], base: int) -> None:
+    def _insert(conn: sqlite3.Connection, doc: DocRecord, chars: int, rows: list[tuple[Any, ...]], base: int) -> None:
         """Insert ``doc`` and its chunk rows (``prepare_rows``'s) at rowids ``base, base + 1, …``."""
         conn.execute(
             f"INSERT INTO documents ({DOC_COLS}, chars) VALUES ({', '.join('?' * 15)})", (*doc_row(doc), chars)
@@ -67,17 +65,6 @@ class Catalogue:
         conn.executemany(
             "INSERT INTO chunk_tokens (rowid, tokens) VALUES (?, ?)", [(base + i, r[-1]) for i, r in enumerate(rows)]
         )
-
-    @staticmethod
-    def delete(conn: sqlite3.Connection, doc_id: str) -> np.ndarray:
-        """Delete a document's rows; returns its chunks' rowids."""
-        rowids = np.fromiter(
-            (r for (r,) in conn.execute("SELECT rowid FROM chunks WHERE doc_id = ?", (doc_id,))), dtype=np.int64
-        )
-        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
-        conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
-        conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
-        return rowids
 
     def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks of ``chunk_ids`` that exist, in that order: those of the current version from memory, the

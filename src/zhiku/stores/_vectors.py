@@ -35,7 +35,7 @@ import numpy as np
 
 from zhiku.errors import IndexLocked, StoreError
 from zhiku.numeric import best
-from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, version_of
+from zhiku.stores._sqlite_conn import Database, read_rowids, stored_dim, top_rowid, version_of
 from zhiku.stores._vector_files import (
     UNCHECKED,
     Layout,
@@ -73,10 +73,6 @@ def match_sources(sources: Iterable[str], glob: str) -> list[str]:
 
 class FileMoved(Exception):
     """The vector file a read transaction points at was replaced by a compaction that committed meanwhile."""
-
-
-def _rowids(conn: sqlite3.Connection, sql: str, *args: object) -> np.ndarray:
-    return np.fromiter((r for (r,) in conn.execute(sql, args)), dtype=np.int64)
 
 
 _NO_IDS = np.empty(0, np.int64)
@@ -126,7 +122,7 @@ class VectorSnapshot:
         writing, a damaged file), decode the BLOBs into memory. ``conn`` is inside a read transaction. Raises
         ``FileMoved`` when a compaction replaced the file since that transaction began (unless ``retried``)."""
         top = top_rowid(conn)
-        live_ids = _rowids(conn, "SELECT rowid FROM chunks") if dim and top else _NO_IDS
+        live_ids = read_rowids(conn, "SELECT rowid FROM chunks") if dim and top else _NO_IDS
         if live_ids.size == 0:
             return cls.empty(dim, version)
         layout = read_layout(conn, dim)
@@ -159,8 +155,8 @@ class VectorSnapshot:
         loaded anew when they compacted the file."""
         if self.damage or self.path is not None and read_layout(conn, self.dim).gen != self.layout.gen:
             return VectorSnapshot.load(conn, index_dir, self.dim, version)  # (damaged: repaired meanwhile?)
-        added = _rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)
-        removed = _rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)
+        added = read_rowids(conn, "SELECT rowid FROM chunks WHERE rowid > ?", self.top)
+        removed = read_rowids(conn, "SELECT rowid FROM tombstones WHERE version > ?", self.version)
         top = max(self.top, top_rowid(conn))
         matrix = None
         if self.path is None and added.size:
@@ -474,7 +470,7 @@ class VectorIndex:
             rows = old.rows(top)
             if intact and (old.dead == 0 or old.dead <= min_dead_fraction * rows):
                 return None
-            live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+            live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
         source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(rows, dim)) if intact and rows else None
         return _Plan(old, ids, top, live, source)
 
@@ -501,7 +497,7 @@ class VectorIndex:
         top = top_rowid(conn)
         try:
             if new is None:  # no usable file: every live row from the BLOBs, under the lock
-                live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+                live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
                 new = NewGeneration(self.index_dir, old, top, live)
                 new.append(stored_rows(conn, old, None, plan.ids, live))
             elif top > plan.top:  # rows written since the copy, dead or alive: each keeps its place
@@ -516,7 +512,7 @@ class VectorIndex:
             raise StoreError(
                 f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"
             ) from e
-        live = np.fromiter((r for (r,) in conn.execute("SELECT rowid FROM chunks ORDER BY rowid")), np.int64)
+        live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
         layout = replace(new.layout, dead=new.layout.rows(top) - int(live.size))
         save_layout(conn, layout)
         version = version_of(conn) + 1

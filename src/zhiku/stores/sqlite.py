@@ -4,7 +4,7 @@ The store is composed of parts, each with its own small interface:
 
 - ``Database`` (``_sqlite_conn``): ``zhiku.db`` (WAL, ``synchronous=NORMAL``), one write transaction at a time,
   pooled read connections side by side, searches pinned to one index version;
-- ``Catalogue`` (``_sqlite_read``): documents, chunks, history and metadata, and a document's rows;
+- ``Catalogue`` (``_sqlite_read``, the store's base class): documents, chunks, history and metadata;
 - ``BM25Index`` (``_bm25``): postings segments in ``bm25/``, scored in memory;
 - ``VectorIndex`` (``_vectors``): the memory-mapped vector files (float32 rows and their int8 codes), compacted
   when enough of their rows are dead;
@@ -34,8 +34,8 @@ from zhiku.numeric import l2_normalise
 from zhiku.stores._bm25 import MAX_DF, BM25Index, BM25Snapshot
 from zhiku.stores._chunk_ids import ChunkIds
 from zhiku.stores._filter_masks import FilterMasks
-from zhiku.stores._sqlite_conn import Database, stored_dim, top_rowid, translate, version_of
-from zhiku.stores._sqlite_read import Catalogue
+from zhiku.stores._sqlite_conn import Database, read_rowids, stored_dim, top_rowid, translate, version_of
+from zhiku.stores._sqlite_read import Catalogue, chunk_cache
 from zhiku.stores._sqlite_schema import DB_NAME, HISTORY_COLS, SCHEMA_VERSION, prepare_rows
 from zhiku.stores._vector_files import LAYOUT_KEY, STAMP_KEY, note_dead
 from zhiku.stores._vectors import (
@@ -47,7 +47,7 @@ from zhiku.stores._vectors import (
     numkong,
 )
 from zhiku.stores.base import check_meta
-from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, Ranking, ScoredId
+from zhiku.types import Chunk, DocRecord, Filters, IngestionRecord, Ranking, ScoredId
 
 _MANAGED_META = frozenset({"schema_version", "index_version", "index_id", LAYOUT_KEY, STAMP_KEY})
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def query_terms(terms: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(t for t in terms if t.strip()))
 
 
-class SQLiteStore:
+class SQLiteStore(Catalogue):
     """The ``Store`` protocol over one SQLite file (``index_dir/zhiku.db``). Thread-safe: reads run concurrently
     on pooled connections, writes one at a time.
 
@@ -98,7 +98,7 @@ class SQLiteStore:
         self._ids = ChunkIds()  # chunk ids by rowid, for the searches
         self._masks = FilterMasks()  # rows passing each filter searched with
         self.db = Database(self.index_dir, read_only=read_only, busy_timeout_s=busy_timeout_s)
-        self.catalogue = Catalogue(self.db)
+        self.cache = chunk_cache()  # decoded chunks, for the catalogue's reads
         try:
             if not read_only:
                 self.vectors.check(self.db)
@@ -118,37 +118,6 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- the catalogue ------------------------------------------------------------------------------
-    def get_chunks(self, chunk_ids: Sequence[str]) -> list[Chunk]:
-        return self.catalogue.get_chunks(chunk_ids)
-
-    def chunk_places(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
-        return self.catalogue.chunk_places(chunk_ids)
-
-    def get_document(self, doc_id: str) -> DocRecord | None:
-        return self.catalogue.get_document(doc_id)
-
-    def find_document(self, collection: str, source: str) -> DocRecord | None:
-        return self.catalogue.find_document(collection, source)
-
-    def list_documents(self, collection: str | None = None) -> list[DocRecord]:
-        return self.catalogue.list_documents(collection)
-
-    def document_chunks(self, doc_id: str) -> list[Chunk]:
-        return self.catalogue.document_chunks(doc_id)
-
-    def collections(self) -> list[CollectionStats]:
-        return self.catalogue.collections()
-
-    def ingestion_history(self, limit: int = 100) -> list[IngestionRecord]:
-        return self.catalogue.ingestion_history(limit)
-
-    def get_meta(self) -> dict[str, str]:
-        return self.catalogue.get_meta()
-
-    def index_version(self) -> int:
-        return self.catalogue.index_version()
 
     def pinned(self) -> AbstractContextManager[None]:
         """``OneVersion``: this thread's reads inside it see one index version (``Database.pinned``)."""
@@ -188,7 +157,7 @@ class SQLiteStore:
                 old_version = version_of(conn)
                 removed = self._delete_rows(conn, doc.doc_id, old_version + 1)
                 base = top_rowid(conn) + 1  # rowids are never reused: see _vector_files
-                self.catalogue.insert(conn, doc, sum(len(c.text) for c in chunks), rows, base)
+                self._insert(conn, doc, sum(len(c.text) for c in chunks), rows, base)
                 if rows:  # dim == stored, or records the first one
                     conn.execute("INSERT OR REPLACE INTO meta VALUES ('dim', ?)", (str(dim),))
                     self.vectors.write(conn, dim, base, unit)  # before COMMIT, past every committed rowid
@@ -213,10 +182,13 @@ class SQLiteStore:
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, doc_id: str, version: int) -> np.ndarray:
         """Delete a document's rows, recording its chunks' rowids as tombstones of ``version``; returns them."""
-        rowids = Catalogue.delete(conn, doc_id)
-        note_dead(conn, stored_dim(conn), rowids.size)  # (before the tombstones: an old layout counts them)
-        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in rowids])
-        return rowids
+        removed = read_rowids(conn, "SELECT rowid FROM chunks WHERE doc_id = ?", doc_id)
+        conn.execute("DELETE FROM chunk_tokens WHERE rowid IN (SELECT rowid FROM chunks WHERE doc_id = ?)", (doc_id,))
+        conn.execute("DELETE FROM chunks WHERE doc_id = ?", (doc_id,))
+        conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        note_dead(conn, stored_dim(conn), removed.size)  # (before the tombstones: an old layout counts them)
+        conn.executemany("INSERT OR REPLACE INTO tombstones VALUES (?, ?)", [(int(r), version) for r in removed])
+        return removed
 
     def record_ingestion(self, record: IngestionRecord) -> None:
         with self.db.write() as conn:
@@ -375,7 +347,7 @@ class SQLiteStore:
         back to an older version: another index now, whose rowids are other chunks."""
         self._ids.clear()
         self._masks.clear()
-        self.catalogue.cache.clear()
+        self.cache.clear()
 
     def _file_rows(
         self, conn: sqlite3.Connection, snap: VectorSnapshot, ids: list[str], rowids: np.ndarray
