@@ -35,7 +35,7 @@ import numpy as np
 
 from zhiku.cache import Cache
 from zhiku.numeric import best
-from zhiku.stores._bm25_segment import Segment, build, intact, merge, query_key, read, write
+from zhiku.stores._bm25_segment import Segment, build, merge, query_key, read, read_header, write
 from zhiku.stores._sqlite_conn import Database, read_rowids, top_rowid, version_of
 from zhiku.stores._vector_files import pid_alive
 
@@ -118,7 +118,7 @@ def _covered(folder: Path, ident: str, top: int, verify: bool) -> int:
     """The last rowid the saved segments tile (``verify``: only whole files count; else trusted by name)."""
     starts, hi = _by_start(folder, top), 0
     while (candidates := starts.get(hi + 1)) is not None:
-        found = next((end for end, path in candidates if not verify or intact(path, ident)), None)
+        found = next((end for end, path in candidates if not verify or read_header(path, ident) is not None), None)
         if found is None:
             break
         hi = found
@@ -153,17 +153,14 @@ def save_segments(
         segs.append(read(write(seg, folder, ident), ident) or seg)
         segs = settle(segs, folder, ident)
     keep = {s.path for s in segs}
-    for path in folder.iterdir():
+    for path in folder.iterdir():  # (a live writer's ``.seg-….<pid>.tmp`` is left alone)
         tmp = path.name.endswith(".tmp")
-        if (tmp and not _writer_alive(path.name)) or (not tmp and _SEG_NAME.fullmatch(path.name) and path not in keep):
+        if (tmp and not pid_alive(path.name.rsplit(".", 2)[-2])) or (
+            not tmp and _SEG_NAME.fullmatch(path.name) and path not in keep
+        ):
             with contextlib.suppress(OSError):
                 path.unlink()
     return 0
-
-
-def _writer_alive(tmp_name: str) -> bool:
-    """Whether the process that is writing ``.seg-….<pid>.tmp`` still runs (its file is then left alone)."""
-    return pid_alive(tmp_name.rsplit(".", 2)[-2])
 
 
 @dataclass(frozen=True)
@@ -318,16 +315,16 @@ class BM25Snapshot:
         terms: Sequence[str],
         top_k: int,
         mask: np.ndarray | None,
-        prune: tuple[float, int] = (1.0, 0),
+        max_df: float = 1.0,
         weights: Mapping[str, float] | None = None,
         rare: Sequence[str] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(rowids, scores)`` of the ``top_k`` best rows matching any of ``terms`` (distinct), unordered; rows
-        tied with the ``top_k``-th are all returned. ``mask`` (by rowid − 1): rows allowed by filters.
-        ``prune = (max_df, min_df)``: terms in more than ``max_df`` of the rows and in more than ``min_df``
-        rows are left out, except the two rarest. ``weights``: by term (``score``). ``rare``: more terms, each
-        scored only in at most ``RARE_DF`` of the rows (not with ``weights``)."""
-        found = self._pruned(terms, prune)
+        tied with the ``top_k``-th are all returned. ``mask`` (by rowid − 1): rows allowed by filters. Terms in
+        more than ``max_df`` of the rows and in more than ``MIN_DF`` rows are left out, except the two rarest.
+        ``weights``: by term (``score``). ``rare``: more terms, each scored only in at most ``RARE_DF`` of the
+        rows (not with ``weights``)."""
+        found = self._pruned(terms, max_df)
         found += self._rare([t for t in rare if t not in terms])
         if not found or top_k < 1:
             return np.empty(0, np.int64), np.empty(0, np.float64)
@@ -347,11 +344,10 @@ class BM25Snapshot:
                 out.append(q)
         return out
 
-    def _pruned(self, terms: Sequence[str], prune: tuple[float, int]) -> list[QueryTerm]:
-        """The query terms scored, in query order: those found, less the too common ones (``search``'s ``prune``)."""
+    def _pruned(self, terms: Sequence[str], max_df: float) -> list[QueryTerm]:
+        """The query terms scored, in query order: those found, less the too common ones (``search``'s ``max_df``)."""
         found = [self.term(t) for t in terms]
-        max_df, min_df = prune
-        limit = max(max_df * self.n_live, min_df)
+        limit = max(max_df * self.n_live, MIN_DF)
         if len(found) > 2 and max_df < 1 and max([t.df for t in found]) > limit:
             rarest = {t.term for t in sorted(found, key=lambda t: (t.df, t.term))[:2]}
             found = [t for t in found if t.term in rarest or t.df <= limit]
@@ -395,18 +391,6 @@ class BM25Index:
         """Whether no segment file was cut shorter in place (its postings would not read): a snapshot with one is
         loaded anew, the torn file ignored. An fstat per segment."""
         return not any(s.cut() for s in snap.segments)
-
-    def search(
-        self,
-        snap: BM25Snapshot,
-        terms: Sequence[str],
-        top_k: int,
-        mask: np.ndarray | None,
-        weights: Mapping[str, float] | None = None,
-        rare: Sequence[str] = (),
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``snap.search`` with this index's query-term pruning."""
-        return snap.search(terms, top_k, mask, (self.max_df, MIN_DF), weights, rare)
 
     def written(self, db: Database, rows: int) -> None:
         """After a commit that added ``rows`` rows: save segments once ``FLUSH_ROWS`` lie past the saved ones."""

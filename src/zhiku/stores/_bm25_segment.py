@@ -165,9 +165,9 @@ def _layout(header: dict[str, int]) -> list[tuple[str, int]]:
     return [("<i8", n_terms + 1), ("<u4", n_post), ("<u2", n_post), ("<u4", rows)]
 
 
-def _header(path: Path, index_id: str) -> tuple[dict[str, int], list[int]] | None:
+def read_header(path: Path, index_id: str) -> tuple[dict[str, int], list[int]] | None:
     """A segment file's header (its sizes) and where its arrays, then its vocabulary, start; None if not this
-    index's, or torn."""
+    index's, or torn (only the header is read, and the file's size)."""
     try:
         with open(path, "rb") as f:
             line = f.readline(4096)
@@ -186,11 +186,6 @@ def _header(path: Path, index_id: str) -> tuple[dict[str, int], list[int]] | Non
     return header, at
 
 
-def intact(path: Path, index_id: str) -> bool:
-    """Whether ``path`` holds a whole segment of this index (its header and its size; nothing else is read)."""
-    return _header(path, index_id) is not None
-
-
 def _pread(fd: int, dtype: str, count: int, at: int) -> np.ndarray:
     """``count`` items of ``dtype`` at byte ``at`` of the file ``fd`` (ValueError when the file ends before)."""
     return np.frombuffer(os.pread(fd, count * np.dtype(dtype).itemsize, at), dtype, count)
@@ -198,7 +193,7 @@ def _pread(fd: int, dtype: str, count: int, at: int) -> np.ndarray:
 
 def read(path: Path, index_id: str) -> Segment | None:
     """The segment in ``path`` (postings read as queries need them); None if not this index's, or not whole."""
-    found = _header(path, index_id)
+    found = read_header(path, index_id)
     if found is None:
         return None
     header, at = found

@@ -140,8 +140,7 @@ class Database:
         if self.once("db"):
             self.check_identity()
         with self._idle_lock:
-            if self.conn is None:
-                raise StoreError(f"index {self.index_dir} is closed")
+            self.open_conn()
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = connect(
@@ -166,9 +165,7 @@ class Database:
     def write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
         with self.lock:
-            conn = self.conn
-            if conn is None:
-                raise StoreError(f"index {self.index_dir} is closed")
+            conn = self.open_conn()
             if self.read_only:
                 raise ReadOnlyIndex(
                     f"index {self.index_dir} is read-only (opened with read_only=True); open it for writing to change it"
@@ -187,6 +184,12 @@ class Database:
             except sqlite3.Error as e:
                 raise translate(e, self.index_dir) from e
 
+    def open_conn(self) -> sqlite3.Connection:
+        """The write connection; raises ``StoreError`` once the index is closed."""
+        if self.conn is None:
+            raise StoreError(f"index {self.index_dir} is closed")
+        return self.conn
+
     def check_identity(self) -> None:
         """Refuse an index whose ``zhiku.db`` was replaced since opened: the connections would read the old file."""
         if file_identity(self._file) != self.identity:
@@ -198,9 +201,7 @@ class Database:
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """The write connection inside one read transaction (``lock`` held): the writer's own consistent view."""
         with self.lock:
-            conn = self.conn
-            if conn is None:
-                raise StoreError(f"index {self.index_dir} is closed")
+            conn = self.open_conn()
             conn.execute("BEGIN")
             try:
                 yield conn

@@ -311,14 +311,8 @@ class NewGeneration:
                 tmp.unlink()
 
 
-def stored_rows(
-    conn: sqlite3.Connection | None, layout: Layout, source: np.ndarray | None, ids: np.ndarray, rowids: np.ndarray
-) -> Iterable[np.ndarray]:
-    """The unit rows of ``rowids`` in batches, from the mapped file ``source``, else the BLOBs (every chunk's)."""
-    if source is None:
-        assert conn is not None
-        yield from (rows for _, rows in blob_rows(conn, layout.dim))
-        return
+def stored_rows(layout: Layout, source: np.ndarray, ids: np.ndarray, rowids: np.ndarray) -> Iterable[np.ndarray]:
+    """The unit rows of ``rowids`` in batches, from the mapped file ``source``."""
     for start in range(0, rowids.size, _BATCH):
         yield source[rows_of(layout, ids, rowids[start : start + _BATCH])]
 
@@ -354,7 +348,7 @@ def remove_stale_files(index_dir: Path, *keep: Layout | None) -> list[Path]:
     """Delete every vector file but ``keep``'s and a live compaction's ``<name>.<pid>-<thread>.tmp`` (write lock
     held: an uncommitted generation is never another writer's then)."""
     kept = {p for layout in keep if layout is not None for p in layout.files(index_dir)}
-    return _unlink(
+    return unlink_all(
         p
         for p in vector_files(index_dir)
         if p not in kept and not (p.suffix == ".tmp" and pid_alive(p.stem.rpartition(".")[2].partition("-")[0]))
@@ -374,11 +368,7 @@ def pid_alive(pid: str) -> bool:
     return True
 
 
-def remove_files(index_dir: Path, layout: Layout) -> list[Path]:
-    return _unlink(layout.files(index_dir))
-
-
-def _unlink(paths: Iterable[Path]) -> list[Path]:
+def unlink_all(paths: Iterable[Path]) -> list[Path]:
     removed = []
     for path in paths:
         try:

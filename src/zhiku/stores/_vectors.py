@@ -46,7 +46,6 @@ from zhiku.stores._vector_files import (
     quantise,
     read_layout,
     recorded_stamp,
-    remove_files,
     remove_stale_files,
     rowids_of,
     rows_of,
@@ -55,6 +54,7 @@ from zhiku.stores._vector_files import (
     stamp_of,
     stat_of,
     stored_rows,
+    unlink_all,
     vector_files,
     verify,
     write_rows,
@@ -136,11 +136,7 @@ class VectorSnapshot:
         except (OSError, ValueError) as e:
             damage = f"{layout.ids_path(index_dir)}: {e}"
         if damage is None:
-            live = np.zeros(layout.rows(top), bool)
-            live[rows_of(layout, ids, live_ids)] = True
-            matrix = _map(path, dim, live.size)
-            codes = map_codes(index_dir, layout, live.size)
-            return cls(dim, version, top, matrix, live, live_ids.size, path, layout, ids, codes, stamp)
+            return cls.mapped(index_dir, layout, ids, live_ids, version, top, stamp)
         log.warning("%s: serving the vectors stored in zhiku.db; `zhiku repair --index %s` fixes it", damage, index_dir)
         matrix = np.zeros((top, dim), np.float32)
         for rowids, rows in blob_rows(conn, dim):
@@ -149,6 +145,27 @@ class VectorSnapshot:
         live[live_ids - 1] = True
         damage = None if UNCHECKED in damage else damage
         return cls(dim, version, top, matrix, live, live_ids.size, None, Layout(dim), damage=damage)
+
+    @classmethod
+    def mapped(
+        cls,
+        index_dir: Path,
+        layout: Layout,
+        ids: np.ndarray,
+        live_ids: np.ndarray,
+        version: int,
+        top: int,
+        stamp: list[object],
+    ) -> VectorSnapshot:
+        """The layout's files mapped, rowids ``live_ids`` live (``stamp``: the files' stat when verified)."""
+        rows = layout.rows(top)
+        if rows == 0:
+            return cls.empty(layout.dim, version)
+        live = np.zeros(rows, bool)
+        live[rows_of(layout, ids, live_ids)] = True
+        path = layout.path(index_dir)
+        matrix, codes = _map(path, layout.dim, rows), map_codes(index_dir, layout, rows)
+        return cls(layout.dim, version, top, matrix, live, int(live.sum()), path, layout, ids, codes, stamp)
 
     def refreshed(self, conn: sqlite3.Connection, index_dir: Path, version: int) -> VectorSnapshot:
         """This snapshot moved to ``version`` by another connection's commits (``conn`` in a read transaction);
@@ -431,7 +448,7 @@ class VectorIndex:
         t0 = time.perf_counter()
         with db.lock:
             plan = self._plan(db, min_dead_fraction)
-            new = self._copy_live(plan) if plan is not None and plan.source is not None else None
+            new = self._copy_live(plan, plan.source) if plan is not None and plan.source is not None else None
             done = None
             locked = time.perf_counter()
             try:
@@ -445,7 +462,7 @@ class VectorIndex:
                     new.discard()
             locked = time.perf_counter() - locked
             if done is not None:  # committed: the old generation is no one's now
-                removed += remove_files(self.index_dir, done[0])
+                removed += unlink_all(done[0].files(self.index_dir))
         if done is None:
             return CompactionReport(False, 0, 0, 0, len(removed), time.perf_counter() - t0, locked)
         old, layout, snap = done
@@ -471,13 +488,13 @@ class VectorIndex:
             if intact and (old.dead == 0 or old.dead <= min_dead_fraction * rows):
                 return None
             live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
-        source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(rows, dim)) if intact and rows else None
+        source = _map(old.path(self.index_dir), dim, rows) if intact and rows else None
         return _Plan(old, ids, top, live, source)
 
-    def _copy_live(self, plan: _Plan) -> NewGeneration:
+    def _copy_live(self, plan: _Plan, source: np.ndarray) -> NewGeneration:
         try:
             new = NewGeneration(self.index_dir, plan.old, plan.top, plan.live)
-            new.append(stored_rows(None, plan.old, plan.source, plan.ids, plan.live))
+            new.append(stored_rows(plan.old, source, plan.ids, plan.live))
             new.sync()
         except OSError as e:
             raise StoreError(
@@ -499,10 +516,10 @@ class VectorIndex:
             if new is None:  # no usable file: every live row from the BLOBs, under the lock
                 live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
                 new = NewGeneration(self.index_dir, old, top, live)
-                new.append(stored_rows(conn, old, None, plan.ids, live))
+                new.append(rows for _, rows in blob_rows(conn, old.dim))
             elif top > plan.top:  # rows written since the copy, dead or alive: each keeps its place
-                source = np.memmap(old.path(self.index_dir), "<f4", "r", shape=(old.rows(top), old.dim))
-                new.append(stored_rows(None, old, source, plan.ids, np.arange(plan.top + 1, top + 1)))
+                source = _map(old.path(self.index_dir), old.dim, old.rows(top))
+                new.append(stored_rows(old, source, plan.ids, np.arange(plan.top + 1, top + 1)))
             new.commit(conn)
         except ValueError as e:  # BLOBs of another dim: dense search says so too
             raise WrongDim(
@@ -517,7 +534,10 @@ class VectorIndex:
         save_layout(conn, layout)
         version = version_of(conn) + 1
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('index_version', ?)", (str(version),))
-        return old, layout, _snapshot(self.index_dir, layout, new.ids, live, version, top)
+        snap = VectorSnapshot.mapped(
+            self.index_dir, layout, new.ids, live, version, top, stamp_of(self.index_dir, layout)
+        )
+        return old, layout, snap
 
     def maybe_compact(self, db: Database) -> None:
         """After a write: compact when the file's dead rows passed ``compact_dead_fraction`` (and 1,000)."""
@@ -579,22 +599,6 @@ class _Plan:
     top: int
     live: np.ndarray
     source: np.ndarray | None
-
-
-def _snapshot(
-    index_dir: Path, layout: Layout, ids: np.ndarray, live_ids: np.ndarray, version: int, top: int
-) -> VectorSnapshot:
-    """The snapshot of a generation just written (every file row mapped, ``live_ids`` live)."""
-    rows = layout.rows(top)
-    path = layout.path(index_dir)
-    if rows == 0:
-        return VectorSnapshot.empty(layout.dim, version)
-    matrix = np.memmap(path, "<f4", "r", shape=(rows, layout.dim))
-    live = np.zeros(rows, bool)
-    live[rows_of(layout, ids, live_ids)] = True
-    codes = map_codes(index_dir, layout, rows)
-    stamp = stamp_of(index_dir, layout)
-    return VectorSnapshot(layout.dim, version, top, matrix, live, int(live.sum()), path, layout, ids, codes, stamp)
 
 
 def _layout(conn: sqlite3.Connection) -> Layout | None:

@@ -233,7 +233,7 @@ class SQLiteStore(Catalogue):
             mask = self._masks.mask(conn, snap.top, filters)
             if mask is not None and not mask.any():
                 return []
-            rowids, scores = self.bm25.search(snap, unique, int(top_k), mask, weights, query_terms(rare))
+            rowids, scores = snap.search(unique, int(top_k), mask, self.bm25.max_df, weights, query_terms(rare))
             return self._ranked(rowids, scores, conn, snap.top, int(top_k))
 
     def bm25_weighted(
