@@ -23,6 +23,7 @@ from zhiku.settings import StoreSettings
 from zhiku.stores._sqlite_schema import prepare_rows
 from zhiku.stores._vectors import match_sources
 from zhiku.stores.base import check_meta
+from zhiku.stores.sqlite import query_terms
 from zhiku.types import Chunk, CollectionStats, DocRecord, Filters, IngestionRecord, ScoredId
 
 T = TypeVar("T")
@@ -523,9 +524,7 @@ class MilvusStore:
     def bm25_search(  # ``rare`` terms are left out: Milvus scores every term it is given, however common
         self, terms: Sequence[str], top_k: int, filters: Filters = Filters(), rare: Sequence[str] = ()
     ) -> list[ScoredId]:
-        if isinstance(terms, str):
-            raise InvalidInput(f"BM25 terms must be a list of tokens, not the string {terms!r}")
-        unique = [t for t in dict.fromkeys(terms) if any(ch.isalnum() for ch in t)]
+        unique = [t for t in query_terms(terms) if any(ch.isalnum() for ch in t)]
         if not unique:
             return []
         return self._search(" ".join(unique), "sparse", {"metric_type": "BM25"}, top_k, filters)

@@ -134,10 +134,7 @@ class SQLiteStore(Catalogue):
             with self.db.write() as conn:
                 stored = stored_dim(conn)
                 if rows and stored is not None and stored != dim:
-                    raise IndexMismatch(
-                        f"index holds {stored}-dimensional vectors but got {dim}: the embedder changed; "
-                        "rebuild with `zhiku ingest PATH --force` into a new --index"
-                    )
+                    raise _mismatch(stored, dim)
                 other = conn.execute(
                     "SELECT doc_id FROM documents WHERE collection = ? AND source = ? AND doc_id <> ?",
                     (doc.collection, doc.source, doc.doc_id),
@@ -400,10 +397,14 @@ def _unit(vector: np.ndarray) -> np.ndarray:
 
 def _check_dim(snap: VectorSnapshot, query: np.ndarray) -> None:
     if snap.dim and query.size != snap.dim:
-        raise IndexMismatch(
-            f"index holds {snap.dim}-dimensional vectors but got {query.size}: the embedder changed; "
-            "rebuild with `zhiku ingest PATH --force` into a new --index"
-        )
+        raise _mismatch(snap.dim, query.size)
+
+
+def _mismatch(stored: int, got: int) -> IndexMismatch:
+    return IndexMismatch(
+        f"index holds {stored}-dimensional vectors but got {got}: the embedder changed; "
+        "rebuild with `zhiku ingest PATH --force` into a new --index"
+    )
 
 
 __all__ = ["DB_NAME", "SCHEMA_VERSION", "CompactionReport", "IndexNotFound", "SQLiteStore", "query_terms"]
