@@ -38,11 +38,9 @@ class ChunkIds:
             maps = self._maps = ({}, {})
         return maps
 
-    def names(
-        self, conn: sqlite3.Connection, rowids: Sequence[int], top: int, *, whole: bool = False
-    ) -> list[str | None]:
-        """The chunk id of each rowid (None: deleted before it was read); ``whole``: read the list now."""
-        table = self.table(conn, top) if whole or self._table is not None or self._read * 4 >= top else None
+    def names(self, conn: sqlite3.Connection, rowids: Sequence[int], top: int) -> list[str | None]:
+        """The chunk id of each rowid (None: deleted before it was read)."""
+        table = self.table(conn, top) if self._table is not None or self._read * 4 >= top else None
         if table is not None:
             return list(map(table[1].__getitem__, rowids))
         by_row = self.of_rows(conn, rowids)

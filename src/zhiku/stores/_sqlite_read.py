@@ -47,7 +47,7 @@ def _fetch(conn: sqlite3.Connection, sql: str, arg: str) -> tuple[int | None, li
 class Catalogue:
     """The catalogue reads of ``SQLiteStore`` (its base class): documents, chunks, collections, history and
     metadata, read on pooled connections (decoded chunks kept in a ``chunk_cache``), and the rows one document
-    write inserts or deletes."""
+    write inserts."""
 
     db: Database
     cache: Cache[Chunk | tuple[Chunk, ...]]

@@ -556,11 +556,10 @@ class VectorIndex:
             return
         log.info("compacted the vectors of %s: %s", self.index_dir, report)
 
-    def check(self, db: Database, *, full: bool = False) -> str | None:
+    def check(self, db: Database, *, full: bool = False) -> None:
         """At a writable open: rewrite vector files that do not match their checksums (or have none: written by an
         older zhiku) from the BLOBs, record the stamp of files read whole, and delete files a forced rebuild or a
-        killed compaction left behind. ``full``: read every block even when the stamp vouches for them. Returns
-        what was wrong."""
+        killed compaction left behind. ``full``: read every block even when the stamp vouches for them."""
         damage = stamp = recorded = None
         with db.snapshot() as conn:  # one read transaction: the layout, its rows and their checksums agree
             layout = _layout(conn)
@@ -581,12 +580,11 @@ class VectorIndex:
                 save_stamp(conn, self.index_dir, None)  # so that the compaction reads every block too
             with contextlib.suppress(WrongDim):  # the first dense search reports it
                 self.compact(db, min_dead_fraction=1.0)
-            return damage
+            return
         kept = () if layout is None else layout.files(self.index_dir)
         if any(p not in kept for p in vector_files(self.index_dir)):
             with contextlib.suppress(IndexLocked):  # another writer is busy (maybe compacting): the next open cleans up
                 self.compact(db, min_dead_fraction=1.0)
-        return None
 
 
 @dataclass(frozen=True)

@@ -237,8 +237,7 @@ def _adapter(cls: type) -> TypeAdapter[Any]:
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass ``cls`` from ``data`` (as ``to_json`` wrote it); missing fields take their defaults."""
-    klass: Any = cls  # a dataclass type (hashable; T is unbound for mypy)
-    return cast(T, _adapter(klass).validate_python(data))
+    return cast(T, _adapter(cast(Any, cls)).validate_python(data))  # (T is unbound for mypy)
 
 
 def from_json(cls: type[T], text: str) -> T:
@@ -310,10 +309,10 @@ def chunks_schema(client: Any, dim: int, analyzer: str) -> Any:
     return s
 
 
-def chunks_index(client: Any, m: int, ef_construction: int) -> Any:
+def chunks_index(client: Any) -> Any:
     params = client.prepare_index_params()
     params.add_index(
-        "vector", index_type="HNSW", metric_type="COSINE", params={"M": m, "efConstruction": ef_construction}
+        "vector", index_type="HNSW", metric_type="COSINE", params={"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION}
     )
     params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     for field in ("chunk_id", "doc_id"):  # get_chunks, document_chunks, replace and delete filter on these
@@ -697,7 +696,7 @@ class MilvusStore:
         if self.conn.create(
             self.chunks_name,
             chunks_schema(client, dim, analyzer),
-            chunks_index(client, HNSW_M, HNSW_EF_CONSTRUCTION),
+            chunks_index(client),
         ):
             self._upsert_catalog([meta_row("milvus_analyzer", analyzer)])
         self._dim = self._chunks_dim()

@@ -313,7 +313,7 @@ class SQLiteStore(Catalogue):
                 snap.prefetch(codes_only=self.vectors.screens(snap) and snap.codes is not None)
                 bm25 = self._bm25_at(conn)
                 bm25.prefetch()
-                self._ids.names(conn, [], bm25.top, whole=True)  # reads them all, up to chunk_ids.TABLE_MAX rows
+                self._ids.table(conn, bm25.top)  # reads them all, up to chunk_ids.TABLE_MAX rows
         except StoreError as e:
             log.warning("could not load the index %s: %s", self.index_dir, e)
 
