@@ -22,8 +22,7 @@ TABLE_MAX = 250_000  # rowids up to which every chunk id is held in one list (an
 class ChunkIds:
     """rowid → chunk id (exact) and chunk id → rowid (a hint), filled from committed rows."""
 
-    def __init__(self, limit: int = LIMIT, table_max: int = TABLE_MAX) -> None:
-        self.limit, self.table_max = limit, table_max
+    def __init__(self) -> None:
         self._maps: tuple[dict[int, str], dict[str, int]] = ({}, {})
         # (covered, ids by rowid up to it (None: no chunk), each id's newest rowid)
         self._table: tuple[int, list[str | None], dict[str, int]] | None = None
@@ -34,7 +33,7 @@ class ChunkIds:
 
     def _current(self) -> tuple[dict[int, str], dict[str, int]]:
         maps = self._maps
-        if len(maps[0]) > self.limit or len(maps[1]) > self.limit:
+        if len(maps[0]) > LIMIT or len(maps[1]) > LIMIT:
             maps = self._maps = ({}, {})
         return maps
 
@@ -43,7 +42,11 @@ class ChunkIds:
         table = self.table(conn, top) if self._table is not None or self._read * 4 >= top else None
         if table is not None:
             return list(map(table[1].__getitem__, rowids))
-        by_row = self.of_rows(conn, rowids)
+        by_row, by_id = self._current()
+        missing = [r for r in rowids if r not in by_row]
+        self._read += len(missing)
+        if missing:
+            _read(conn, "rowid", missing, by_row, by_id)
         return [by_row.get(r) for r in rowids]
 
     def seen(self, chunk_ids: Sequence[str], rowids: Sequence[int]) -> None:
@@ -52,11 +55,11 @@ class ChunkIds:
             self._current()[1].update(zip(chunk_ids, rowids, strict=True))
 
     def table(self, conn: sqlite3.Connection, top: int) -> tuple[int, list[str | None], dict[str, int]] | None:
-        """Every chunk id of rowids ``1…top`` and the map back, read once then extended (None past ``table_max``)."""
+        """Every chunk id of rowids ``1…top`` and the map back, read once then extended (None past ``TABLE_MAX``)."""
         table = self._table
         if table is not None and table[0] >= top:
             return table
-        if top > self.table_max:
+        if top > TABLE_MAX:
             return None
         # the column from its covering index, later the rows past it, added in place
         sql = "SELECT rowid, chunk_id FROM chunks" + ("" if table is None else f" WHERE rowid > {table[0]}")
@@ -69,15 +72,6 @@ class ChunkIds:
             back[chunk_id] = rowid
         self._table = (covered, ids, back)
         return self._table
-
-    def of_rows(self, conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, str]:
-        """A map rowid → chunk id holding each of ``rowids`` that is a committed chunk (or was, when read)."""
-        by_row, by_id = self._current()
-        missing = [r for r in rowids if r not in by_row]
-        self._read += len(missing)
-        if missing:
-            _read(conn, "rowid", missing, by_row, by_id)
-        return by_row
 
     def rows_hint(self, chunk_ids: Sequence[str]) -> np.ndarray:
         """The rowid each chunk id was last seen at (-1: never seen); check it is live before trusting it."""
