@@ -60,10 +60,6 @@ _TIER_UNIT = 256
 _SEG_NAME = re.compile(r"seg-(\d+)-(\d+)\.bin")
 
 
-def bm25_dir(index_dir: Path) -> Path:
-    return index_dir / "bm25"
-
-
 def index_id(conn: sqlite3.Connection) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchone()
     return str(row[0]) if row else ""
@@ -141,7 +137,7 @@ def save_segments(
     tiling. Without ``verify`` the files are trusted by name until there is something to save (a write's case:
     this process saved them); with it their headers and sizes are checked first (opening an index a crash may
     have left). Returns how many rowids then lie past the saved segments."""
-    folder, ident, top = bm25_dir(index_dir), index_id(conn), top_rowid(conn)
+    folder, ident, top = index_dir / "bm25", index_id(conn), top_rowid(conn)
     least = max(FLUSH_ROWS if min_rows is None else min_rows, 1)
     if (unsaved := top - _covered(folder, ident, top, verify)) < least:
         return unsaved
@@ -270,7 +266,7 @@ class BM25Snapshot:
     def load(cls, conn: sqlite3.Connection, index_dir: Path, version: int) -> BM25Snapshot:
         """Read the saved segments and build the rest from the table (``conn`` in a read transaction)."""
         top = top_rowid(conn)
-        segs = saved_segments(bm25_dir(index_dir), index_id(conn), top)
+        segs = saved_segments(index_dir / "bm25", index_id(conn), top)
         segs = settle([*segs, *table_segments(conn, segs[-1].hi + 1 if segs else 1, top)])
         live = np.zeros(top + 1, bool)
         live[read_rowids(conn, "SELECT rowid FROM chunks")] = True

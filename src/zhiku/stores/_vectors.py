@@ -507,14 +507,13 @@ class VectorIndex:
     ) -> tuple[Layout, Layout, VectorSnapshot] | None:
         """Inside the write transaction: complete and record the new generation (None: another process changed
         the layout meanwhile, so this copy is void)."""
-        dim = stored_dim(conn)
-        old = read_layout(conn, dim) if dim else None
+        old = _layout(conn)
         if old is None or (old.dim, old.gen) != (plan.old.dim, plan.old.gen) or new is not None and not new.intact():
             return None
         top = top_rowid(conn)
+        live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
         try:
             if new is None:  # no usable file: every live row from the BLOBs, under the lock
-                live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
                 new = NewGeneration(self.index_dir, old, top, live)
                 new.append(rows for _, rows in blob_rows(conn, old.dim))
             elif top > plan.top:  # rows written since the copy, dead or alive: each keeps its place
@@ -523,13 +522,12 @@ class VectorIndex:
             new.commit(conn)
         except ValueError as e:  # BLOBs of another dim: dense search says so too
             raise WrongDim(
-                f"{self.index_dir} holds vectors that are not {dim}-dimensional ({e}): rebuild the index"
+                f"{self.index_dir} holds vectors that are not {old.dim}-dimensional ({e}): rebuild the index"
             ) from None
         except OSError as e:
             raise StoreError(
                 f"cannot compact the vectors of {self.index_dir}: {e}; free disk space or fix permissions"
             ) from e
-        live = read_rowids(conn, "SELECT rowid FROM chunks ORDER BY rowid")
         layout = replace(new.layout, dead=new.layout.rows(top) - int(live.size))
         save_layout(conn, layout)
         version = version_of(conn) + 1
