@@ -35,21 +35,18 @@ def _where(conn: sqlite3.Connection, filters: Filters) -> tuple[str, list[object
     return sql, params
 
 
-class FilterMasks:
+class FilterMasks(Cache[tuple[int, np.ndarray]]):
     """Rows ``1…top`` passing a filter (by rowid − 1), per filter."""
 
     def __init__(self) -> None:
-        self._masks: Cache[tuple[int, np.ndarray]] = Cache(LIMIT)
-
-    def clear(self) -> None:
-        self._masks.clear()
+        super().__init__(LIMIT)
 
     def mask(self, conn: sqlite3.Connection, top: int, filters: Filters) -> np.ndarray | None:
         """The rows ``1…top`` passing ``filters`` (None: no filter), read-only."""
         if filters.collection is None and filters.doc_type is None and filters.source_glob is None:
             return None
         key = (filters.collection, filters.doc_type, filters.source_glob)
-        seen, known = self._masks.get(key) or (0, np.zeros(0, bool))
+        seen, known = self.get(key) or (0, np.zeros(0, bool))
         if seen >= top:
             return known[:top]
         sql, params = _where(conn, filters)
@@ -58,5 +55,5 @@ class FilterMasks:
         mask[:seen] = known
         mask[rows[rows <= top] - 1] = True
         mask.flags.writeable = False
-        self._masks.put(key, (top, mask))
+        self.put(key, (top, mask))
         return mask

@@ -207,9 +207,7 @@ class SQLiteStore(Catalogue):
                 self.vectors.snap = None  # reloaded, with the new dim, on the next dense search
 
     def close(self) -> None:
-        db = getattr(self, "db", None)
-        if db is not None:
-            db.close()
+        self.db.close()
         self.vectors.snap = None
         self.bm25.snap = None
 
