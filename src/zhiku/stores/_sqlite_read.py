@@ -98,25 +98,21 @@ class Catalogue:
             rows = conn.execute(_PLACES, (json.dumps(list(chunk_ids)),)).fetchall()
         return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
-    def get_document(self, doc_id: str) -> DocRecord | None:
+    def _documents(self, where: str, *args: object) -> list[DocRecord]:
         with self.db.read() as conn:
-            row = conn.execute(f"SELECT {DOC_COLS} FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
-        return doc_from_row(row) if row else None
+            rows = conn.execute(f"SELECT {DOC_COLS} FROM documents {where}", args).fetchall()
+        return [doc_from_row(row) for row in rows]
+
+    def get_document(self, doc_id: str) -> DocRecord | None:
+        return next(iter(self._documents("WHERE doc_id = ?", doc_id)), None)
 
     def find_document(self, collection: str, source: str) -> DocRecord | None:
-        with self.db.read() as conn:
-            row = conn.execute(
-                f"SELECT {DOC_COLS} FROM documents WHERE collection = ? AND source = ?", (collection, source)
-            ).fetchone()
-        return doc_from_row(row) if row else None
+        return next(iter(self._documents("WHERE collection = ? AND source = ?", collection, source)), None)
 
     def list_documents(self, collection: str | None = None) -> list[DocRecord]:
-        where, args = ("WHERE collection = ?", (collection,)) if collection is not None else ("", ())
-        with self.db.read() as conn:
-            rows = conn.execute(
-                f"SELECT {DOC_COLS} FROM documents {where} ORDER BY collection, source", args
-            ).fetchall()
-        return [doc_from_row(row) for row in rows]
+        if collection is None:
+            return self._documents("ORDER BY collection, source")
+        return self._documents("WHERE collection = ? ORDER BY collection, source", collection)
 
     def document_chunks(self, doc_id: str) -> list[Chunk]:
         cache = self.cache
