@@ -207,7 +207,6 @@ PLACEHOLDER = [0.0, 0.0]  # the catalog's vector
 # Chunk fields kept as scalar columns (filters, display); the rest travels in ``payload``.
 CHUNK_COLUMNS = ("chunk_id", "doc_id", "collection", "source", "doc_type", "section", "page", "text")
 CHUNK_FIELDS = ["row_id", *CHUNK_COLUMNS, "version", "payload"]
-DOC_FIELDS = ["key", "doc_id", "version", "payload"]
 
 SCHEMA = f"(schema {SCHEMA_VERSION})"  # in each collection's description
 
@@ -435,7 +434,7 @@ class MilvusStore:
         rows = self._catalog("read metadata", f"key == {lit('meta:' + key)}", ["payload"])
         return rows[0]["payload"] if rows else None
 
-    def _doc_rows(self, expr: str, fields: list[str] = DOC_FIELDS) -> list[dict[str, Any]]:
+    def _doc_rows(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         return self.conn.query_all(
             self.catalog_name, f'kind == "doc" and ({expr})' if expr else 'kind == "doc"', fields, what="read documents"
         )
