@@ -179,13 +179,12 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
         limit = pos + size
         floor = max(prev_end, pos)
         lo = max(pos + size // 4, floor + 1)
-        cut = _last_in(sentences, lo, limit)
-        if cut is None:
-            cut = _last_in(clauses, lo, limit)
-        if cut is None:
-            a, b = _last_in(sentences, floor + 1, limit), _last_in(clauses, floor + 1, limit)
-            cut = max(a, b) if a is not None and b is not None else (a if a is not None else b)
-        if cut is None:
+        cut = (  # positions past floor >= 0: never 0
+            _last_in(sentences, lo, limit)
+            or _last_in(clauses, lo, limit)
+            or max(_last_in(sentences, floor + 1, limit) or 0, _last_in(clauses, floor + 1, limit) or 0)
+        )
+        if not cut:
             space = max(text.rfind(" ", floor + 1, limit), text.rfind("\t", floor + 1, limit))
             cut = space if space > floor else limit
         cut_end = _rstrip_to(text, pos, cut)
@@ -324,10 +323,9 @@ def chunk_document(
             section = SECTION_SEPARATOR.join(x for x in (sec.path, label) if x)
             body = f"{prefix}\n{text[s:e]}" if prefix else text[s:e]
             cid = chunk_id_for(collection, doc.source, section, body)
-            n = seen.get(cid, 0)
-            seen[cid] = n + 1
-            if n:
-                cid = chunk_id_for(collection, doc.source, section, body, occurrence=n)
+            seen[cid] = n = seen.get(cid, 0) + 1
+            if n > 1:
+                cid = chunk_id_for(collection, doc.source, section, body, occurrence=n - 1)
             page = _page(pages, page_starts, s, e)
             chunks.append(
                 Chunk(cid, doc_id, collection, doc.source, doc.doc_type, section, page, s, e, len(chunks), body)

@@ -118,7 +118,7 @@ class EmbedBatcher:
         batch_chunks: int,
         *,
         on_error: Callable[[Prepared, Exception], None],
-        on_batch: Callable[[int, int], None] | None = None,
+        on_batch: Callable[[int, int], None],
     ) -> None:
         self.embedder = embedder
         self.batch_chunks = max(1, batch_chunks)
@@ -155,8 +155,6 @@ class EmbedBatcher:
         slices: list[tuple[_Queued, int]] = []  # (document, texts taken from it)
         taken = 0
         for q in self._queue:
-            if taken == n:
-                break
             if k := min(q.left, n - taken):
                 slices.append((q, k))
                 taken += k
@@ -185,8 +183,7 @@ class EmbedBatcher:
             q.done += k
             offset += k
         self._embedded += offset
-        if self.on_batch is not None:
-            self.on_batch(self._embedded, self._seen)
+        self.on_batch(self._embedded, self._seen)
         return True
 
     def _call(self, texts: Sequence[str]) -> np.ndarray:
@@ -246,6 +243,8 @@ def _failure(e: Exception, shown: str, doing: str) -> str:
 
 @dataclass
 class _Tally:
+    collection: str
+    dry_run: bool  # nothing is recorded
     computed_before: int
     failures: list[FileFailure] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
@@ -312,23 +311,23 @@ class Ingestor:
         tasks = [t for t in tasks if t.path not in skip and (only is None or t.path in only)]
         stored = lambda source: getattr(self.store.find_document(collection, source), "path", None)  # noqa: E731
         tasks, clashes = one_file_per_source(tasks, collection, stored)
-        tally = _Tally(getattr(self.embedder, "computed", 0))
+        tally = _Tally(collection, dry_run, getattr(self.embedder, "computed", 0))
         for f in [*failures, *clashes]:  # missing paths and unsupported files go in the history like other failures
-            self._fail(tally, f.path, collection, None, None, f.reason, dry_run)
+            self._fail(tally, f.path, f.reason)
         prepare = partial(self._prepare_file, collection=collection, force=force, dry_run=dry_run)
-        self._run(tasks, prepare, tally, collection, on_progress, dry_run)
+        self._run(tasks, prepare, tally, on_progress, len(tasks))
         if on_progress and tasks:
             on_progress(len(tasks), len(tasks), "")
         gone = self._sync(paths, tasks, collection, dry_run or not sync)  # without sync: only listed, kept
-        report = self._report(tally, removed=gone if sync else (), dry_run=dry_run)
+        report = self._report(tally, removed=gone if sync else ())
         return replace(report, gone=() if sync else tuple(gone), unsupported=tuple(sorted(unsupported.items())))
 
     def ingest_docs(
         self, docs: Iterable[SourceDoc], *, collection: str, on_progress: ProgressFn | None = None, total: int = 0
     ) -> IngestReport:
         """Index documents that are not files (e.g. a BEIR corpus); unchanged texts are skipped."""
-        tally = _Tally(getattr(self.embedder, "computed", 0))
-        self._run(docs, partial(self._prepare_doc, collection=collection), tally, collection, on_progress, total=total)
+        tally = _Tally(collection, False, getattr(self.embedder, "computed", 0))
+        self._run(docs, partial(self._prepare_doc, collection=collection), tally, on_progress, total)
         return self._report(tally)
 
     def _run(
@@ -336,21 +335,17 @@ class Ingestor:
         items: Iterable[FileTask | SourceDoc],
         prepare: Callable[[Any], Loaded],
         tally: _Tally,
-        collection: str,
         on_progress: ProgressFn | None,
-        dry_run: bool = False,
-        total: int | None = None,
+        total: int,
     ) -> None:
-        if total is None:
-            total = len(items) if isinstance(items, Sequence) else 0
-        note = (
-            None
-            if on_progress is None
-            else (lambda done, seen: on_progress(tally.handled, total, f"{done}/{seen}{NOTE_SUFFIX}"))
-        )
-        batcher = EmbedBatcher(
-            self.embedder, self.batch_chunks, on_error=partial(self._embed_failed, tally), on_batch=note
-        )
+        def note(done: int, seen: int) -> None:
+            if on_progress:
+                on_progress(tally.handled, total, f"{done}/{seen}{NOTE_SUFFIX}")
+
+        def embed_failed(p: Prepared, e: Exception) -> None:
+            self._fail(tally, p.doc.path, f"embedding failed: {type(e).__name__}: {e}", p.doc.sha256, p.doc.size)
+
+        batcher = EmbedBatcher(self.embedder, self.batch_chunks, on_error=embed_failed, on_batch=note)
         if on_progress and total:  # the count is known before the first document is prepared (LLM transforms: long)
             on_progress(0, total, "")
         for item in items:
@@ -360,7 +355,7 @@ class Ingestor:
                 on_progress(tally.handled, total, source)
             tally.handled += 1
             if loaded.status == "failed":
-                self._fail(tally, shown, collection, loaded.sha, loaded.size, loaded.reason, dry_run)
+                self._fail(tally, shown, loaded.reason, loaded.sha, loaded.size)
             elif loaded.prepared is None:
                 {"skipped": tally.skipped, "added": tally.added, "updated": tally.updated}[loaded.status].append(source)
             else:
@@ -451,11 +446,7 @@ class Ingestor:
             )
         return Prepared(record, chunks, texts, tokens, status, images, batch, len(window.over))
 
-    def _embed_failed(self, tally: _Tally, p: Prepared, e: Exception) -> None:
-        reason = f"embedding failed: {type(e).__name__}: {e}"
-        self._fail(tally, p.doc.path, p.doc.collection, p.doc.sha256, p.doc.size, reason)
-
-    def _report(self, tally: _Tally, *, removed: Sequence[str] = (), dry_run: bool = False) -> IngestReport:
+    def _report(self, tally: _Tally, *, removed: Sequence[str] = ()) -> IngestReport:
         return IngestReport(
             added=tuple(tally.added),
             updated=tuple(tally.updated),
@@ -465,7 +456,7 @@ class Ingestor:
             chunks_written=tally.written,
             chunks_embedded=getattr(self.embedder, "computed", 0) - tally.computed_before,
             elapsed_s=time.perf_counter() - tally.started,
-            dry_run=dry_run,
+            dry_run=tally.dry_run,
             needs_ocr=tuple(tally.needs_ocr),
             chunks_over_window=tally.over_window,
             transforms=self.transforms.report() if self.transforms else None,
@@ -483,7 +474,7 @@ class Ingestor:
                     self.store.write_document(doc, p.chunks, p.tokens, vecs)
                     sp.set(counts={"documents": 1, "chunks": n})
             except Exception as e:  # a bug on one document's way into the store must not stop the batch
-                self._fail(tally, doc.path, doc.collection, doc.sha256, doc.size, _failure(e, doc.path, "writing"))
+                self._fail(tally, doc.path, _failure(e, doc.path, "writing"), doc.sha256, doc.size)
                 continue
             (tally.added if p.status == "added" else tally.updated).append(doc.source)
             note = None
@@ -497,20 +488,12 @@ class Ingestor:
                 self.transforms.commit(p.batch, doc.collection)
             tally.written += n
 
-    def _fail(
-        self,
-        tally: _Tally,
-        path: str,
-        collection: str,
-        sha: str | None,
-        size: int | None,
-        reason: str,
-        dry_run: bool = False,
-    ) -> None:
+    def _fail(self, tally: _Tally, path: str, reason: str, sha: str | None = None, size: int | None = None) -> None:
         path, reason = printable(path), printable(reason)
         tally.failures.append(FileFailure(path, reason))
-        if not dry_run:
-            self.store.record_ingestion(IngestionRecord(path, collection, sha, size, "failed", reason, 0, time.time()))
+        if not tally.dry_run:
+            record = IngestionRecord(path, tally.collection, sha, size, "failed", reason, 0, time.time())
+            self.store.record_ingestion(record)
 
     def _sync(self, paths: Sequence[Path], tasks: Sequence[FileTask], collection: str, dry_run: bool) -> list[str]:
         """Remove documents of ``collection`` that lived under a given directory and are gone now."""

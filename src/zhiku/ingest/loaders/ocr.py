@@ -16,17 +16,16 @@ from zhiku.ingest.loaders.pdf_layout import Line
 
 OCR_INSTALL = "pip install 'zhiku[ocr]'"
 MIN_SCORE = 0.5
+TextBox = tuple[float, float, float, float, str]  # x0, top, x1, bottom, text
 
 
 def ocr_available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("rapidocr", "onnxruntime"))
 
 
-def group_lines(
-    boxes: Sequence[tuple[float, float, float, float, str]],
-) -> list[tuple[float, float, float, float, str]]:
-    """Boxes ``(x0, top, x1, bottom, text)`` as lines, by vertical centre within a line's first box."""
-    lines: list[list[tuple[float, float, float, float, str]]] = []
+def group_lines(boxes: Sequence[TextBox]) -> list[TextBox]:
+    """Boxes as lines, by vertical centre within a line's first box."""
+    lines: list[list[TextBox]] = []
     for box in sorted(boxes, key=lambda b: ((b[1] + b[3]) / 2, b[0])):
         centre = (box[1] + box[3]) / 2
         for line in lines:
@@ -37,11 +36,8 @@ def group_lines(
             lines.append([box])
     out = []
     for line in sorted(lines, key=lambda ln: ln[0][1]):
-        line.sort(key=lambda b: b[0])
-        text = reduce(join_lines, (b[4] for b in line), "")
-        out.append(
-            (min(b[0] for b in line), min(b[1] for b in line), max(b[2] for b in line), max(b[3] for b in line), text)
-        )
+        x0, top, x1, bottom, texts = zip(*sorted(line, key=lambda b: b[0]), strict=True)
+        out.append((min(x0), min(top), max(x1), max(bottom), reduce(join_lines, texts, "")))
     return out
 
 
