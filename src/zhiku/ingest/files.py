@@ -9,6 +9,7 @@ import re
 import stat
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +41,10 @@ def printable(name: str) -> str:
         name.encode("utf-8")
         text = name
     except UnicodeEncodeError:
-        raw = name.encode("utf-8", "surrogateescape")
-        try:
+        raw, text = name.encode("utf-8", "surrogateescape"), ""
+        with suppress(UnicodeDecodeError):
             text = raw.decode("gb18030")
-            if not all(ch.isprintable() for ch in text):
-                raise UnicodeDecodeError("gb18030", raw, 0, len(raw), "not text")
-        except UnicodeDecodeError:
+        if not (text and text.isprintable()):
             text = raw.decode("utf-8", "backslashreplace")
     if text.isprintable():
         return text

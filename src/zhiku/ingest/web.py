@@ -106,9 +106,8 @@ class WebFetcher:
     def page(self, url: str) -> Page | None:
         """The page, None when it fails (listed in ``failures``)."""
         known = self.state.get(url, {}) if self.stored(url) else {}  # a page not in the index is read whole
-        headers = {"If-None-Match": str(known["etag"])} if known.get("etag") else {}
-        if known.get("modified"):
-            headers["If-Modified-Since"] = str(known["modified"])
+        validators = {"etag": "If-None-Match", "modified": "If-Modified-Since"}
+        headers = {h: str(known[k]) for k, h in validators.items() if known.get(k)}
         try:
             status, body, head = self.get(url, headers)
             if status == 304 and known:

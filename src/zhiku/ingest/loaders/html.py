@@ -109,9 +109,8 @@ class _Extractor(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._in_title:
             self.title += data
-        if self.skip or not self.depth_in_content:
-            return
-        self.buf.append(data)
+        if self.depth_in_content and not self.skip:
+            self.buf.append(data)
 
     def _boilerplate(self, tag: str, attrs: dict[str, str | None]) -> bool:
         if tag in _SKIP_TAGS or "hidden" in attrs or attrs.get("aria-hidden") == "true":

@@ -227,8 +227,7 @@ class PdfLoader(Configured):
             try:
                 if obj.get_filters() == ["DCTDecode"]:
                     data = bytes(obj.get_data(decode_simple=True))
-                    probe = probe_image(data)
-                    if probe is not None:
+                    if (probe := probe_image(data)) is not None:
                         out.append((box, data, *probe))
                         continue
                 data, mime, w, h = encode_image(obj.get_bitmap(render=False).to_pil())
@@ -290,30 +289,20 @@ def page_lines(raw: Any, textpage: Any, height: float) -> tuple[list[Line], list
     matrix = raw.FS_MATRIX()
     lines: list[Line] = []
     ranges: list[list[int]] = []
-    start = 0
-    for m in re.finditer(r"\r\n|\r|\n|$", text):
-        a, b = start, m.start()
-        start = m.end()
-        seg = text[a:b]
-        idx = [a + j for j, ch in enumerate(seg) if not ch.isspace()]
+    for m in re.finditer(r"[^\r\n]+", text):  # the text between line breaks (\r\n, \r or \n)
+        seg = m.group()
+        idx = [m.start() + j for j, ch in enumerate(seg) if not ch.isspace()]
         if not idx:
-            if m.end() == len(text):
-                break
             continue
         probe = sorted({idx[0], idx[len(idx) // 2], idx[-1]})
-        boxes = [textpage.get_charbox(i) for i in probe]
-        x0 = min(bx[0] for bx in boxes)
-        x1 = max(bx[2] for bx in boxes)
-        top = height - max(bx[3] for bx in boxes)
-        bottom = height - min(bx[1] for bx in boxes)
+        lefts, bottoms, rights, tops = zip(*(textpage.get_charbox(i) for i in probe), strict=True)
+        x0, top, x1, bottom = min(lefts), height - max(tops), max(rights), height - min(bottoms)
         size = sorted(font_size(raw, textpage, i, matrix) for i in probe)[len(probe) // 2]
         fonts = [_font_name(raw, textpage, i, buf) for i in (idx[0], idx[-1])]
         if cleaned := clean_line(_unpaired(seg)):
             mono = all(MONO_FONT_RE.search(f) for f in fonts)
             lines.append(Line(_unpaired(seg.strip()) if mono else cleaned, x0, top, x1, bottom, size, mono))
             ranges.append(idx)
-        if m.end() == len(text):
-            break
     return lines, ranges, garbled, text
 
 
@@ -337,15 +326,11 @@ def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[
     cells: list[tuple[float, float, str]] = []
     x0 = x1 = base = 0.0
     buf = ""
-
-    def close() -> None:
-        cells.append((x0, x1, _unpaired(buf)))
-
     for i in chars:
         left, bottom, right, _ = textpage.get_charbox(i, loose=True)
         ch = text[i]
         if buf and left - x1 > 0.6 * size:
-            close()
+            cells.append((x0, x1, _unpaired(buf)))
             buf = ""
         if not buf:
             x0 = left
@@ -359,7 +344,7 @@ def line_cells(textpage: Any, text: str, chars: list[int], size: float) -> list[
         buf += ch
         x1 = right if len(buf) == 1 else max(x1, right)
     if buf:
-        close()
+        cells.append((x0, x1, _unpaired(buf)))
     return cells
 
 

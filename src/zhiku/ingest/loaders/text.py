@@ -111,8 +111,8 @@ class MarkdownLoader(TextLoader):
         if not text.strip():
             raise LoaderError(f"no text in file (only HTML comments, front matter and whitespace): {path}")
         named = fields.get("title")
-        title = (str(named).strip() if isinstance(named, (str, int, float)) else "") or markdown_title(text)
-        title = title or Path(path).stem
+        named = str(named).strip() if isinstance(named, (str, int, float)) else ""
+        title = named or markdown_title(text) or Path(path).stem
         tags = fields.get("tags")
         tags = tags.replace("，", ",").split(",") if isinstance(tags, str) else tags if isinstance(tags, list) else []
         tags = tuple(dict.fromkeys(t for t in (str(x).strip().lstrip("#") for x in tags if x is not None) if t))

@@ -213,9 +213,8 @@ class TransformStage:
             return batch.with_issue(t.name, str(e), unreached=e.unreached)
         except Exception as e:  # a plugin's bug must not stop the batch
             return batch.with_issue(t.name, f"unexpected error: {type(e).__name__}: {e}")
-        if [c.chunk_id for c in out.chunks] != [c.chunk_id for c in batch.chunks] or len(out.enrichments) != len(
-            out.chunks
-        ):
+        ids = [c.chunk_id for c in out.chunks]
+        if ids != [c.chunk_id for c in batch.chunks] or len(out.enrichments) != len(ids):
             return batch.with_issue(t.name, "changed the chunks it was given (ids or count); its output is ignored")
         changed = sum(
             a != b or c != d
@@ -266,8 +265,7 @@ def trace_rows(batch: DocumentBatch) -> list[dict[str, Any]]:
             row["refined"] = e.refined[:200]
         if e.title or e.tags:
             row.update(title=e.title, summary=e.summary[:200], tags=list(e.tags))
-        captions = [i.caption[:200] for i in c.images if i.caption]
-        if captions:
+        if captions := [i.caption[:200] for i in c.images if i.caption]:
             row["captions"] = captions
         rows.append(row)
     return rows

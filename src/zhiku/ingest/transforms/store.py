@@ -87,12 +87,9 @@ class EnrichmentStore:
             with db:
                 self._delete(db, batch.doc_id)
                 db.executemany("INSERT OR REPLACE INTO chunk_enrichment VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-                if batch.meta is not None:
-                    m = batch.meta
-                    tags = _json(list(m.tags))
-                    db.execute(
-                        "INSERT INTO doc_meta VALUES (?, ?, ?, ?, ?)", (batch.doc_id, m.title, m.summary, tags, m.kind)
-                    )
+                if (m := batch.meta) is not None:
+                    row = (batch.doc_id, m.title, m.summary, _json(list(m.tags)), m.kind)
+                    db.execute("INSERT INTO doc_meta VALUES (?, ?, ?, ?, ?)", row)
 
     def delete(self, doc_id: str) -> None:
         with self._lock:
