@@ -72,12 +72,8 @@ def wrong_suffix(head: bytes, what: str, path: Path) -> LoaderError:
 def looks_like_text(text: str) -> bool:
     """At most 1% control, private-use or unassigned characters and 95% from the blocks GBK text is written in:
     GB18030 decodes many byte sequences, and this rejects the ones that come out as noise."""
-    if not text:
-        return True
     uncommon = _UNCOMMON_RE.findall(text)
-    bad = sum(1 for ch in uncommon if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs"))
-    n = len(text)
-    return bad * 100 <= n and len(uncommon) * 100 <= 5 * n
+    return not _control_heavy(text, uncommon) and len(uncommon) * 100 <= 5 * len(text)
 
 
 def _no_text_check(text: str, encoding: str, path: Path, size: int = MIN_DETECT_BYTES) -> tuple[str, str]:
@@ -88,9 +84,10 @@ def _no_text_check(text: str, encoding: str, path: Path, size: int = MIN_DETECT_
     return text, encoding
 
 
-def _control_heavy(text: str) -> bool:
-    bad = sum(1 for ch in _UNCOMMON_RE.findall(text) if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs"))
-    return bad * 100 > len(text)
+def _control_heavy(text: str, uncommon: list[str] | None = None) -> bool:
+    """Over 1% control, private-use or unassigned characters (``uncommon``: the text's ``_UNCOMMON_RE`` matches)."""
+    found = _UNCOMMON_RE.findall(text) if uncommon is None else uncommon
+    return sum(1 for ch in found if unicodedata.category(ch) in ("Cc", "Co", "Cn", "Cs")) * 100 > len(text)
 
 
 def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
@@ -104,7 +101,7 @@ def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
             text = data.decode(name)
         except UnicodeDecodeError:
             continue
-        if looks_like_text(text) and not _control_heavy(text):
+        if looks_like_text(text):
             found.append((text, name))
     if len(found) == 2:
         probe = data[:BINARY_PROBE_BYTES]

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from itertools import groupby
 from pathlib import Path
 
 from zhiku.errors import LoaderError, MissingDependency
@@ -36,16 +37,12 @@ def _run(cmd: list[str], path: Path) -> str:
 
 def _tables(text: str) -> str:
     out: list[str] = []
-    rows: list[list[str]] = []
-    for line in [*text.split("\n"), ""]:
-        if _TABLE_ROW_RE.match(line.strip()):
-            rows.append([c.strip() for c in line.strip()[1:-1].split("|")])
-            continue
+    for rows, lines in groupby(text.split("\n"), key=lambda line: bool(_TABLE_ROW_RE.match(line.strip()))):
         if rows:
-            out.append(markdown_table(rows))
-            rows = []
-        out.append(line)
-    return "\n".join(out[:-1])
+            out.append(markdown_table([[c.strip() for c in line.strip()[1:-1].split("|")] for line in lines]))
+        else:
+            out += lines
+    return "\n".join(out)
 
 
 class LegacyWordLoader(Configured):

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
+from itertools import pairwise
 
 from zhiku.ingest.loaders.markup import drop_cjk_spaces, join_lines
 
@@ -127,19 +128,14 @@ def measure(pages: Sequence[Sequence[Line]], page_width: float, front: frozenset
     everything = [line for lines in pages for line in lines]
     sizes = _sizes(everything) or _sizes(everything, ocr=True)  # a scanned document: measure its OCR'd lines
     body = sizes.most_common(1)[0][0] if sizes else 10.0
-    gaps: list[float] = []
-    lefts: list[float] = []
-    rights: list[float] = []
-    for lines in pages:
-        for a, b in zip(lines, lines[1:], strict=False):
-            if size_key(a.size) == body == size_key(b.size) and not a.mono and not b.mono:
-                gap = b.top - a.bottom
-                if 0 <= gap < 2 * body:
-                    gaps.append(gap)
-        body_lines = [ln for ln in lines if size_key(ln.size) == body and not ln.mono]
-        lefts += [ln.x0 for ln in body_lines]
-        rights += [ln.x1 for ln in body_lines]
-    gaps, lefts, rights = sorted(gaps), sorted(lefts), sorted(rights)
+
+    def is_body(line: Line) -> bool:
+        return size_key(line.size) == body and not line.mono
+
+    body_lines = [ln for lines in pages for ln in lines if is_body(ln)]
+    lefts, rights = sorted(ln.x0 for ln in body_lines), sorted(ln.x1 for ln in body_lines)
+    gaps = sorted(b.top - a.bottom for lines in pages for a, b in pairwise(lines) if is_body(a) and is_body(b))
+    gaps = [gap for gap in gaps if 0 <= gap < 2 * body]  # between two lines of one paragraph
     right = rights[len(rights) * 9 // 10] if rights else page_width
     page_body = tuple(_page_body(lines, body) for lines in pages)
     candidates: Counter[float] = Counter()
