@@ -93,35 +93,24 @@ def split_sections(text: str, *, markdown: bool = True) -> list[Section]:
     stack: list[tuple[int, str]] = []
     path = ""
     paragraphs: list[tuple[int, int]] = []
-    p_start = -1
-    p_end = -1
-
-    def close_paragraph() -> None:
-        nonlocal p_start
-        if p_start >= 0:
-            paragraphs.append((p_start, p_end))
-            p_start = -1
-
+    open_ = False  # the last paragraph goes on at the next line with text (a blank line in a fence keeps it open)
     for start, end, heading, in_fence in _scan(text, markdown):
+        line = text[start:end]
         if heading is not None:
-            close_paragraph()
             if paragraphs:
                 sections.append(Section(path, tuple(paragraphs)))
-                paragraphs = []
+            paragraphs, open_ = [], False
             while stack and stack[-1][0] >= heading.level:
                 stack.pop()
             stack.append((heading.level, heading.title))
             path = SECTION_SEPARATOR.join(title for _, title in stack if title)
-            continue
-        line = text[start:end]
-        if not line.strip():
-            if not in_fence:
-                close_paragraph()
-            continue
-        if p_start < 0:
-            p_start = start + (len(line) - len(line.lstrip()))
-        p_end = start + len(line.rstrip())
-    close_paragraph()
+        elif not line.strip():
+            open_ = open_ and in_fence
+        elif open_:
+            paragraphs[-1] = (paragraphs[-1][0], start + len(line.rstrip()))
+        else:
+            paragraphs.append((start + len(line) - len(line.lstrip()), start + len(line.rstrip())))
+            open_ = True
     if paragraphs:
         sections.append(Section(path, tuple(paragraphs)))
     return sections

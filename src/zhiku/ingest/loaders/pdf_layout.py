@@ -239,9 +239,8 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
     parts: list[str] = []  # finished blocks of Markdown
     anchors: dict[int, int] = {}
     pending: list[int] = []  # image anchors waiting for the next block
-    para: list[Line] = []
-    heading: tuple[int, list[Line]] | None = None
-    code: list[Line] = []
+    block: list[Line] = []  # the open block's lines, of one ``kind``: a heading's level, "code" or "para"
+    kind: int | str = ""
     lines = [it for it in items if isinstance(it, Line)]
     levels = {id(lines[i]): level for i, level in heading_levels(lines, layout, page).items()}
     by_size: dict[float, list[float]] = {}
@@ -257,52 +256,43 @@ def page_markdown(items: Sequence[Line | Block], layout: Layout, page: int = 0) 
         pending.clear()
         parts.append(markdown)
 
-    def flush() -> None:
-        nonlocal heading
-        if heading is not None:
-            level, lines = heading
-            emit("#" * level + " " + drop_cjk_spaces(" ".join(ln.text for ln in lines)).replace("#", "\\#"))
-            heading = None
-        if para:
-            emit(_escape(drop_cjk_spaces(reduce(join_lines, (ln.text for ln in para), ""))))
-            para.clear()
-        if code:
-            body = "\n".join(ln.text for ln in code).replace("```", "ˋˋˋ")
-            emit(f"```\n{body}\n```")
-            code.clear()
-
     for item in items:
+        want = "block" if isinstance(item, Block) else "code" if item.mono else levels.get(id(item), "para")
+        if block and not (isinstance(item, Line) and want == kind and _goes_on(kind, block[-1], item, layout, rights)):
+            emit(_block_markdown(kind, block))
+            block = []
         if isinstance(item, Block):
-            flush()
             if item.image is not None:
                 pending.append(item.image)
             else:
                 emit(item.markdown)
-            continue
-        line = item
-        if line.mono:
-            if not code:
-                flush()
-            code.append(line)
-            continue
-        if code:
-            flush()
-        level = levels.get(id(line))
-        if level is not None:
-            if heading is not None and heading[0] == level and line.top - heading[1][-1].bottom < line.size:
-                heading[1].append(line)
-                continue
-            flush()
-            heading = (level, [line])
-            continue
-        if heading is not None or (para and _breaks(para[-1], line, layout, rights[size_key(para[-1].size)])):
-            flush()
-        para.append(line)
-    flush()
+        else:
+            kind = want
+            block.append(item)
+    if block:
+        emit(_block_markdown(kind, block))
     markdown = "\n\n".join(parts)
     for image in pending:  # images after the last text of the page
         anchors[image] = len(markdown)
     return markdown, anchors
+
+
+def _goes_on(kind: int | str, prev: Line, line: Line, layout: Layout, rights: dict[float, float]) -> bool:
+    """Whether ``line`` continues the block of ``kind`` that ends with ``prev``."""
+    if kind == "code":
+        return True
+    if kind == "para":
+        return not _breaks(prev, line, layout, rights[size_key(prev.size)])
+    return line.top - prev.bottom < line.size  # a heading wrapped onto a second line
+
+
+def _block_markdown(kind: int | str, lines: Sequence[Line]) -> str:
+    if kind == "code":
+        body = "\n".join(ln.text for ln in lines).replace("```", "ˋˋˋ")
+        return f"```\n{body}\n```"
+    if kind == "para":
+        return _escape(drop_cjk_spaces(reduce(join_lines, (ln.text for ln in lines), "")))
+    return "#" * int(kind) + " " + drop_cjk_spaces(" ".join(ln.text for ln in lines)).replace("#", "\\#")
 
 
 def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
