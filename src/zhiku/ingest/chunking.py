@@ -198,44 +198,28 @@ def split_long(text: str, start: int, end: int, *, size: int, overlap: int, min_
         pos = _lstrip_from(text, nxt, end)
 
 
-def _add(spans: list[Span], cur: Span | None, start: int, end: int, size: int) -> Span:
-    if cur is not None and end - cur[0] <= size:
-        return cur[0], end
-    if cur is not None:
-        spans.append(cur)
-    return start, end
-
-
 def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[tuple[int, int, str]]:
     """Units packed up to ``size``; a longer unit stands alone, its parts packed and a long part cut."""
     size = settings.size
     spans: list[Span] = []
     prefixes: dict[int, str] = {}
-    cur: Span | None = None
+    open_ = False  # the last span takes the next piece that fits in it
     for unit in group_units(text, paragraphs):
         whole = unit.end - unit.start <= size
-        if not whole and cur is not None:
-            spans.append(cur)
-            cur = None
+        open_ = open_ and whole  # a unit over size stands alone
         for ps, pe, table in [(unit.start, unit.end, None)] if whole else unit.parts:
-            if pe - ps <= size:
-                cur = _add(spans, cur, ps, pe, size)
-                continue
-            if cur is not None:
-                spans.append(cur)
-            if table is not None:
+            if pe - ps > size and table is not None:
                 pieces = split_table(text, ps, pe, table, size)
                 prefixes.update((s, p) for s, _, p in pieces if p)
-                split = [(s, e) for s, e, _ in pieces]
+                spans += [(s, e) for s, e, _ in pieces]
+            elif pe - ps > size:
+                spans += split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
+            elif open_ and pe - spans[-1][0] <= size:
+                spans[-1] = (spans[-1][0], pe)
             else:
-                split = split_long(text, ps, pe, size=size, overlap=settings.overlap, min_chars=settings.min_chars)
-            spans.extend(split[:-1])
-            cur = split[-1]
-        if not whole and cur is not None:
-            spans.append(cur)
-            cur = None
-    if cur is not None:
-        spans.append(cur)
+                spans.append((ps, pe))
+            open_ = True
+        open_ = open_ and whole
     return [(s, e, prefixes.get(s, "")) for s, e in _merge_tiny(spans, size, settings.min_chars, set(prefixes))]
 
 
