@@ -63,8 +63,7 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
         raise LoaderError(f"cannot read {shown}: {e.strerror or e}") from None
     except ValueError as e:  # an embedded NUL byte
         raise LoaderError(f"invalid path {shown!r}: {e}") from None
-    kind = not_regular(st.st_mode)
-    if kind is not None:
+    if (kind := not_regular(st.st_mode)) is not None:
         raise LoaderError(f"{shown} is {kind}, not a regular file: skipped without opening it")
     if st.st_size > max_bytes:
         raise LoaderError(
@@ -77,8 +76,7 @@ def read_bounded(path: Path, max_bytes: int) -> bytes:
     except OSError as e:
         raise LoaderError(f"cannot read {shown}: {e.strerror or e}") from None
     with open(fd, "rb", closefd=True) as f:
-        kind = not_regular(os.fstat(f.fileno()).st_mode)
-        if kind is not None:
+        if (kind := not_regular(os.fstat(f.fileno()).st_mode)) is not None:
             raise LoaderError(f"{shown} is {kind}, not a regular file: skipped")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:

@@ -138,8 +138,7 @@ class WebFetcher:
                 if url == start:
                     self.failures.append(FileFailure(url, "robots.txt disallows it"))
                 continue
-            page = self.page(url)
-            if page is None:
+            if (page := self.page(url)) is None:
                 continue
             done += 1
             yield page

@@ -38,8 +38,7 @@ _W = "{%s}" % _NS["w"]
 def check_zip(path: Path, what: str, max_unpacked: int = 100 * MIB, max_xml: int = MAX_XML_BYTES) -> None:
     """Refuse an empty file, a non-ZIP or a zip bomb by its declared sizes (zipfile reads no further); ``max_xml``:
     the most XML a DOM parser may take (a streaming one takes ``max_unpacked``)."""
-    head = read_head(path)
-    if not head:
+    if not (head := read_head(path)):
         raise LoaderError(f"empty file (0 bytes): {path}")
     if sniff_bytes(head) != "zip/office":
         raise wrong_suffix(head, what, path)
@@ -173,8 +172,7 @@ def _numbering_formats(document: Any) -> dict[tuple[str, int], str]:
         abstract[a.get(_W + "abstractNumId", "")] = levels
     out: dict[tuple[str, int], str] = {}
     for num in root.findall(f"{_W}num"):
-        ref = num.find(f"{_W}abstractNumId")
-        if ref is not None:
+        if (ref := num.find(f"{_W}abstractNumId")) is not None:
             for level, fmt in abstract.get(ref.get(_W + "val", ""), {}).items():
                 out[(num.get(_W + "numId", ""), level)] = fmt
     return out

@@ -146,8 +146,7 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
                 ) from None
             return _no_text_check(text, name, path, len(data))
     if b"\x00" in data[:BINARY_PROBE_BYTES]:
-        utf16 = _utf16_without_bom(data)
-        if utf16 is None:
+        if (utf16 := _utf16_without_bom(data)) is None:
             raise LoaderError(f"binary file, not text (it contains NUL bytes): {path}")
         return _no_text_check(*utf16, path)
     if data.startswith(codecs.BOM_UTF8):
@@ -167,14 +166,12 @@ def decode_text(data: bytes, path: Path) -> tuple[str, str]:
             f"{path} holds {len(data)} bytes that are not UTF-8: too short to tell its encoding; "
             "convert the file to UTF-8"
         )
-    found = _east_asian(data)
-    if found is not None:
+    if (found := _east_asian(data)) is not None:
         return _no_text_check(*found, path)
     with suppress(UnicodeDecodeError):
         if looks_like_text(gb := data.decode("gb18030")):
             return _no_text_check(gb, "gb18030", path)
-    utf16 = _utf16_without_bom(data)
-    if utf16 is not None:
+    if (utf16 := _utf16_without_bom(data)) is not None:
         return _no_text_check(*utf16, path)
     raise LoaderError(
         f"cannot detect the encoding of {path} (expected UTF-8, GB18030/GBK, Big5, Shift-JIS or UTF-16); "

@@ -42,8 +42,7 @@ def decode_html(data: bytes, path: Path) -> str:
     if not data:
         raise LoaderError(f"empty file (0 bytes): {path}")
     if not data.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        m = _META_CHARSET_RE.search(data[:4096])
-        if m:
+        if m := _META_CHARSET_RE.search(data[:4096]):
             name = m.group(1).decode("ascii", "replace").lower()
             name = {"gb2312": "gb18030", "gbk": "gb18030", "x-gbk": "gb18030"}.get(name, name)
             with suppress(LookupError, UnicodeDecodeError):
@@ -89,8 +88,7 @@ class _Extractor(HTMLParser):
         self.code_at = [0] * len(self.code_at)
         if self.pre:
             return
-        text = drop_cjk_spaces(" ".join(raw.split()))
-        if not text:
+        if not (text := drop_cjk_spaces(" ".join(raw.split()))):
             return
         if self.cell is not None:
             self.cell.append(text)

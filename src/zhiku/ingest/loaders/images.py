@@ -50,8 +50,7 @@ class ImageLoader(PdfLoader):
 
     def _frame(self, image: Any, number: int, original: bytes | None) -> _Page:
         page = _Page(number, A4_WIDTH, image.height * A4_WIDTH / image.width)
-        engine = self._ocr_engine()
-        if engine is None:
+        if (engine := self._ocr_engine()) is None:
             page.needs_ocr = True
         else:
             small = image.copy()

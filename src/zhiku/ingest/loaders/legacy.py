@@ -60,8 +60,7 @@ class LegacyWordLoader(Configured):
             text, kind = self._doc(path), "doc"
         else:
             raise wrong_suffix(data[:1024], "a Word .doc or .rtf document", path)
-        text = collapse_whitespace(text).strip()
-        if not text:
+        if not (text := collapse_whitespace(text).strip()):
             raise LoaderError(f"no text in the document: {path}")
         return SourceDoc(source, self.doc_type, first_heading(text, path.stem), text, encoding=kind)
 

@@ -59,8 +59,7 @@ def cell_text(value: object) -> str:
 
 def markdown_table(rows: Sequence[Sequence[object]]) -> str:
     cells = [[cell_text(c) for c in row] for row in rows]
-    cells = [row for row in cells if any(row)]
-    if not cells:
+    if not (cells := [row for row in cells if any(row)]):
         return ""
     width = max(len(row) for row in cells)
     cells = [row + [""] * (width - len(row)) for row in cells]

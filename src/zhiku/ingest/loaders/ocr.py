@@ -63,8 +63,7 @@ class OcrEngine:
             xs = [float(p[0]) / scale for p in quad]
             ys = [float(p[1]) / scale for p in quad]
             boxes.append((min(xs), min(ys), max(xs), max(ys), str(text).strip()))
-        lines = group_lines(boxes)
-        if not lines:
+        if not (lines := group_lines(boxes)):
             return []
         heights = sorted(b - t for _, t, _, b, _ in lines)
         size = heights[len(heights) // 2] * 0.8

@@ -126,8 +126,7 @@ class PdfLoader(Configured):
     def load(self, path: Path, source: str) -> SourceDoc:
         path = Path(path)
         pdfium = _pdfium()
-        head = read_head(path, 1024)
-        if not head:
+        if not (head := read_head(path, 1024)):
             raise LoaderError(f"empty file (0 bytes): {path}")
         if b"%PDF-" not in head:
             raise wrong_suffix(head, "PDF", path)
@@ -202,8 +201,7 @@ class PdfLoader(Configured):
             cover = sum(_area(b) for b, _ in pictures) / page_area
             chars = sum(visible_chars(ln.text) for ln in out.lines)
             if garbled or (chars < SCAN_MAX_CHARS and cover >= SCAN_MIN_COVER):
-                engine = self._ocr_engine()
-                if engine is not None:
+                if (engine := self._ocr_engine()) is not None:
                     image = page.render(scale=OCR_DPI / 72).to_pil()
                     out.lines, out.ocr = engine.page_lines(image, OCR_DPI / 72), True
                     out.table_areas, out.tables = [], []

@@ -157,8 +157,7 @@ def _sizes(lines: Sequence[Line], ocr: bool = False) -> Counter[float]:
 
 
 def _page_body(lines: Sequence[Line], body: float) -> float:
-    sizes = _sizes(lines)
-    if not sizes:
+    if not (sizes := _sizes(lines)):
         return body
     size, n = sizes.most_common(1)[0]
     return size if size > body and n >= 100 and n * 5 >= sum(sizes.values()) * 3 else body

@@ -124,8 +124,7 @@ class Refine:
             messages = render(ctx, self.name, chunk=original)
             max_tokens = max(64, len(original) * 2)
             cleaned = clean_reply(llm.chat(messages, prompt_id=prompt_id, max_tokens=max_tokens, validate=non_empty))
-            why = guard(original, cleaned)
-            if why is not None:
+            if (why := guard(original, cleaned)) is not None:
                 raise TransformError(f"refined text rejected, original kept: {why}")
             return {"refined": cleaned} if cleaned != original.strip() else None
 

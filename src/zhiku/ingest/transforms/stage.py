@@ -60,8 +60,7 @@ def registry() -> dict[str, type]:
 
 def resolve(names: Sequence[str]) -> list[Transform]:
     available = registry()
-    unknown = [n for n in names if n not in available]
-    if unknown:
+    if unknown := [n for n in names if n not in available]:
         raise ConfigError(
             f"unknown transform {', '.join(map(repr, unknown))}: use any of {', '.join(available)} "
             "(transforms.enabled or --transform contextual,refine,metadata,caption)"
