@@ -135,9 +135,7 @@ class DocxLoader(Configured):
             at = offsets[block] if block < len(offsets) else len(text)
             out.append(source_image(data, mime, w, h, offset=at, caption=alt or _nearby_caption(blocks, block)))
         title = (document.core_properties.title or "").strip() or first_heading(text, path.stem)
-        return SourceDoc(
-            source=source, doc_type=self.doc_type, title=title, text=text, pages=(), encoding="docx", images=tuple(out)
-        )
+        return SourceDoc(source, self.doc_type, title, text, (), "docx", tuple(out))
 
 
 def _val(el: Any, path: str, default: str = "") -> str:

@@ -394,12 +394,11 @@ def rule_groups(rules: Sequence[Box]) -> list[Box]:
                 break
         else:
             groups.append([rule])
-    areas = []
-    for group in groups:
-        top, bottom = group[0][1], group[-1][3]
-        if len(group) >= 2 and bottom - top >= 12:
-            areas.append((min(r[0] for r in group), top, max(r[2] for r in group), bottom))
-    return areas
+    return [
+        (min(r[0] for r in group), group[0][1], max(r[2] for r in group), group[-1][3])
+        for group in groups
+        if len(group) >= 2 and group[-1][3] - group[0][1] >= 12
+    ]
 
 
 def tabular_areas(areas: Sequence[Box], lines: Sequence[Any], wide_gaps: Callable[[int], int]) -> list[Box]:

@@ -194,12 +194,9 @@ def _heading_runs(lines: Sequence[Line], body: float, right: float) -> list[list
 def heading_levels(lines: Sequence[Line], layout: Layout, page: int = 0) -> dict[int, int]:
     if page in layout.front:
         return _front_headings(lines, layout.body_of(page), layout.right)
-    out: dict[int, int] = {}
-    for run in _heading_runs(lines, layout.body_of(page), layout.right):
-        level = layout.heading_levels.get(size_key(lines[run[0]].size))
-        if level is not None and len(run) < 3:
-            out.update((i, level) for i in run)
-    return out
+    runs = [r for r in _heading_runs(lines, layout.body_of(page), layout.right) if len(r) < 3]
+    levels = [(run, layout.heading_levels.get(size_key(lines[run[0]].size))) for run in runs]
+    return {i: level for run, level in levels if level is not None for i in run}
 
 
 def _front_headings(lines: Sequence[Line], body: float, right: float) -> dict[int, int]:
