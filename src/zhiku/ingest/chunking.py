@@ -8,6 +8,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.settings import ChunkingSettings
@@ -325,12 +326,11 @@ _TABLE_CAPTION_RE = re.compile(r"(?:续?表|Table|Tab\.)[ \t\u3000]*[\dA-Za-z一
 
 def table_start(text: str, start: int, end: int) -> int | None:
     """Where a Markdown table's header row (a ``|`` line before a ``|---|`` row) begins in ``text[start:end]``."""
-    lines = text[start:end].split("\n")
     pos = start
-    for i in range(len(lines) - 1):
-        if lines[i].lstrip().startswith("|") and "-" in lines[i + 1] and _TABLE_DELIM_RE.fullmatch(lines[i + 1]):
+    for line, below in pairwise(text[start:end].split("\n")):
+        if line.lstrip().startswith("|") and "-" in below and _TABLE_DELIM_RE.fullmatch(below):
             return pos
-        pos += len(lines[i]) + 1
+        pos += len(line) + 1
     return None
 
 

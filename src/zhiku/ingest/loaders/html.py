@@ -86,9 +86,7 @@ class _Extractor(HTMLParser):
         raw = "".join(self.buf)
         self.buf = []
         self.code_at = [0] * len(self.code_at)
-        if self.pre:
-            return
-        if not (text := drop_cjk_spaces(" ".join(raw.split()))):
+        if self.pre or not (text := drop_cjk_spaces(" ".join(raw.split()))):
             return
         if self.cell is not None:
             self.cell.append(text)
@@ -207,10 +205,9 @@ class _Extractor(HTMLParser):
         elif tag == "table" and self.tables:
             self._flush()
             rows = self.tables.pop()
-            md = markdown_table(rows) if rows else ""
             if self.cell is not None:  # a table inside a cell: its text joins the cell
                 self.cell.extend(" ".join(r) for r in rows)
-            elif md:
+            elif md := markdown_table(rows):
                 self.blocks.append(md)
         elif tag in _BLOCK_TAGS or tag == "li":
             self._flush()
