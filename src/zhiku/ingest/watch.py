@@ -22,21 +22,17 @@ def watch_folders(
 ) -> None:
     """``sync(None)``, then until ``stop`` is set ``sync(changed paths)`` after each batch of changes under ``folders``
     (``None``: walk them all, as when a folder itself moved or went)."""
-    watchfiles = require_watchfiles()
-
+    batches = require_watchfiles().watch(
+        *folders,
+        stop_event=stop,
+        debounce=DEBOUNCE_MS,
+        step=STEP_MS,
+        rust_timeout=RETRY_MS,
+        yield_on_timeout=True,
+        raise_interrupt=False,
+    )
     pending: set[Path] | None = None  # None: walk every folder, as the first sync does
-    for changes in itertools.chain(
-        [set[tuple[Any, str]]()],
-        watchfiles.watch(
-            *folders,
-            stop_event=stop,
-            debounce=DEBOUNCE_MS,
-            step=STEP_MS,
-            rust_timeout=RETRY_MS,
-            yield_on_timeout=True,
-            raise_interrupt=False,
-        ),
-    ):
+    for changes in itertools.chain([set[tuple[Any, str]]()], batches):
         changed = {Path(p) for _, p in changes}
         whole = pending is None or any(p.is_dir() or not p.suffix for p in changed)
         pending = None if whole else (pending or set()) | changed
