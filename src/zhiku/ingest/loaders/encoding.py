@@ -19,19 +19,13 @@ DETECT_BYTES = 64  # from this size on charset-normalizer is asked (it guesses w
 DETECT_PROBE_BYTES = 256 * 1024  # what it reads at most
 _DETECT_AMONG = {"gb18030": "gb18030", "big5": "big5", "shift_jis": "shift_jis", "euc_jp": "euc_jp"}
 
-_MAGIC: tuple[tuple[bytes | tuple[bytes, ...], str], ...] = (
-    (b"%PDF-", "pdf"),
-    (b"PK\x03\x04", "zip/office"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "ole"),
-    ((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a"), "image"),
+_MAGIC: tuple[tuple[bytes | tuple[bytes, ...], str, str], ...] = (  # opening bytes, kind, what an error calls it
+    (b"%PDF-", "pdf", "PDF"),
+    (b"PK\x03\x04", "zip/office", "a ZIP archive or Office document (.docx/.xlsx/.pptx)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "ole", "a legacy Office file (.doc/.xls/.ppt; save it as .docx)"),
+    ((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a"), "image", "an image"),
 )
-
-_KIND_NAMES: dict[str, str] = {
-    "pdf": "PDF",
-    "zip/office": "a ZIP archive or Office document (.docx/.xlsx/.pptx)",
-    "ole": "a legacy Office file (.doc/.xls/.ppt; save it as .docx)",
-    "image": "an image",
-}
+_KIND_NAMES = {kind: name for _, kind, name in _MAGIC}
 
 # The Unicode blocks GBK text is written in (and GB18030's four-byte CJK extensions)
 _TEXT_RANGES = (
@@ -46,7 +40,7 @@ _UNCOMMON_RE = re.compile(  # one character outside them and not an allowed cont
 
 
 def sniff_bytes(head: bytes) -> str | None:
-    for magic, kind in _MAGIC:
+    for magic, kind, _ in _MAGIC:
         if head.startswith(magic):
             return kind
     if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
