@@ -93,8 +93,7 @@ class EnrichmentStore:
 
     def delete(self, doc_id: str) -> None:
         with self._lock:
-            db = self._conn(write=True) if self.path.exists() else None
-            if db is not None:
+            if self.path.exists() and (db := self._conn(write=True)) is not None:
                 with db:
                     self._delete(db, doc_id)
 
@@ -115,8 +114,7 @@ class EnrichmentStore:
         head = (record.at or time.time(), record.collection, record.source, ",".join(record.transforms))
         row = (*head, u.calls, u.cached, u.prompt_tokens, u.completion_tokens, u.cost, u.currency, issues, record.setup)
         with self._lock:
-            db = self._conn(write=True)
-            if db is not None:
+            if (db := self._conn(write=True)) is not None:
                 with db:
                     db.execute(
                         f"INSERT INTO llm_usage ({USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row
