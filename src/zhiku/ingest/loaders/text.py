@@ -56,11 +56,17 @@ def _uncommented(text: str) -> str:
     """One pass: the first ``<!--`` never closed ends it (no later one can close), so stray ones cost linear time."""
     if "<!--" not in text:
         return text
-    spans = _CodeSpans(text)
+    runs: dict[int, list[int]] = {}  # backtick run length -> where the runs of that length start
+    for run in _TICKS.finditer(text):
+        runs.setdefault(len(run.group()), []).append(run.start())
+    blank = [b.start() for b in _BLANK_LINE.finditer(text)]
     out, pos, i = [], 0, 0
     while (m := _OPENS.search(text, i)) is not None:
-        if m.group()[0] == "`":
-            i = spans.end(m.start(), m.end())
+        if m.group()[0] == "`":  # a code span ends at the next run of as many backticks in its paragraph, if any
+            same = runs[len(m.group())]
+            after, n = bisect_right(same, m.start()), bisect_right(blank, m.start())
+            limit = blank[n] if n < len(blank) else len(text)
+            i = same[after] + len(m.group()) if after < len(same) and same[after] < limit else m.end()
             continue
         close = text.find("-->", m.end())
         if close == -1:
@@ -69,24 +75,6 @@ def _uncommented(text: str) -> str:
         pos = i = close + 3
     out.append(text[pos:])
     return "".join(out)
-
-
-class _CodeSpans:
-    """Where inline code spans end: a run of backticks closes at the next run of as many in its paragraph."""
-
-    def __init__(self, text: str) -> None:
-        self.runs: dict[int, list[int]] = {}  # run length -> where the runs of that length start
-        for m in _TICKS.finditer(text):
-            self.runs.setdefault(m.end() - m.start(), []).append(m.start())
-        self.blank = [m.start() for m in _BLANK_LINE.finditer(text)]
-        self.size = len(text)
-
-    def end(self, start: int, end: int) -> int:
-        """After the code span that the run ``start:end`` opens; ``end`` when no run closes it (literal backticks)."""
-        runs, n = self.runs[end - start], bisect_right(self.blank, start)
-        after = bisect_right(runs, start)
-        limit = self.blank[n] if n < len(self.blank) else self.size
-        return runs[after] + end - start if after < len(runs) and runs[after] < limit else end
 
 
 class TextLoader(Configured):
