@@ -11,14 +11,7 @@ from typing import Any
 from zhiku.errors import LoaderError, MissingDependency
 from zhiku.ingest.files import MIB
 from zhiku.ingest.loaders.encoding import read_head, sniff_bytes, wrong_suffix
-from zhiku.ingest.loaders.markup import (
-    IMAGE_MIN_PX,
-    Configured,
-    first_heading,
-    markdown_table,
-    source_image,
-    usable_image,
-)
+from zhiku.ingest.loaders.markup import Configured, first_heading, markdown_table, source_image, usable_image
 from zhiku.ingest.loaders.pdf_layout import FIGURE_CAPTION_RE
 from zhiku.types import SourceDoc, SourceImage
 
@@ -98,7 +91,7 @@ class DocxLoader(Configured):
                 continue
             if self.settings.images:
                 for blip in child.iter("{%s}blip" % _NS["a"]):
-                    if (picture := _picture(blip, document, IMAGE_MIN_PX)) is not None:
+                    if (picture := _picture(blip, document)) is not None:
                         images.append((len(blocks), *picture))
             text = "\n".join(" ".join(ln.split()) for ln in _run_text(child).split("\n"))
             if not text.strip():
@@ -185,12 +178,12 @@ def _cell_text(tc: Any) -> str:
     return "\n".join(x for x in paragraphs if x.strip())
 
 
-def _picture(blip: Any, document: Any, min_px: int) -> tuple[bytes, str, int, int, str] | None:
+def _picture(blip: Any, document: Any) -> tuple[bytes, str, int, int, str] | None:
     rid = blip.get("{%s}embed" % _NS["r"])
     part = document.part.related_parts.get(rid) if rid else None
     if part is None or not hasattr(part, "blob"):
         return None
-    if (found := usable_image(part.blob, min_px)) is None:
+    if (found := usable_image(part.blob)) is None:
         return None
     node = next(blip.iterancestors("{%s}inline" % _NS["wp"], "{%s}anchor" % _NS["wp"]), None)
     pr = node.find("{%s}docPr" % _NS["wp"]) if node is not None else None

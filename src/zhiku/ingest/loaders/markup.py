@@ -96,7 +96,7 @@ def probe_image(data: bytes) -> tuple[str, int, int] | None:
         return None
 
 
-def usable_image(data: bytes, min_px: int = IMAGE_MIN_PX) -> tuple[bytes, str, int, int] | None:
+def usable_image(data: bytes) -> tuple[bytes, str, int, int] | None:
     """PNG or JPEG as it is, another raster format as PNG; None for a vector format (EMF/WMF) or a decoration."""
     probe = probe_image(data)
     if probe is None:
@@ -110,7 +110,7 @@ def usable_image(data: bytes, min_px: int = IMAGE_MIN_PX) -> tuple[bytes, str, i
             return None
     else:
         mime, w, h = probe
-    return None if min(w, h) < min_px else (data, mime, w, h)
+    return None if min(w, h) < IMAGE_MIN_PX else (data, mime, w, h)
 
 
 def source_image(
