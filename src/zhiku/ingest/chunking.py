@@ -206,9 +206,10 @@ def _pack(text: str, paragraphs: Sequence[Span], settings: ChunkShape) -> list[t
     prefixes: dict[int, str] = {}
     open_ = False  # the last span takes the next piece that fits in it
     for unit in group_units(text, paragraphs):
-        whole = unit.end - unit.start <= size
+        start, end = unit.parts[0][0], unit.parts[-1][1]
+        whole = end - start <= size
         open_ = open_ and whole  # a unit over size stands alone
-        for ps, pe, table in [(unit.start, unit.end, None)] if whole else unit.parts:
+        for ps, pe, table in [(start, end, None)] if whole else unit.parts:
             if pe - ps > size and table is not None:
                 pieces = split_table(text, ps, pe, table, size)
                 prefixes.update((s, p) for s, _, p in pieces if p)
@@ -363,15 +364,7 @@ _OPENS_GROUP = ("article", "faq", "part")
 @dataclass(frozen=True)
 class Unit:
     kind: str
-    parts: tuple[tuple[int, int, int | None], ...]
-
-    @property
-    def start(self) -> int:
-        return self.parts[0][0]
-
-    @property
-    def end(self) -> int:
-        return self.parts[-1][1]
+    parts: tuple[tuple[int, int, int | None], ...]  # (start, end, where a table in it starts)
 
 
 def _kind(text: str, start: int, table: int | None) -> str:
