@@ -3,7 +3,6 @@ batch nor the machine."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -28,10 +27,6 @@ _KINDS = (
 WS = " \t\u3000"
 _LONG_RUN_RE = re.compile(r"[ \t\u3000]{%d,}" % (MAX_INDENT + 1))  # linear: a run is matched once, whole
 _BLANK_LINES_RE = re.compile(r"\n(?:[ \t\u3000]{0,%d}\n){3,}" % MAX_INDENT)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def printable(name: str) -> str:

@@ -4,6 +4,7 @@ is embedded alone, so one bad document is all that is lost."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter, deque
@@ -18,7 +19,7 @@ import numpy as np
 from zhiku.embedding.base import Embedder
 from zhiku.errors import ConfigError, EmbeddingError, IngestError, ZhikuError
 from zhiku.ingest.chunking import chunk_document, doc_id_for
-from zhiku.ingest.files import MIB, FileTask, discover, printable, read_bounded, sha256_bytes
+from zhiku.ingest.files import MIB, FileTask, discover, printable, read_bounded
 from zhiku.ingest.images import ImageStore
 from zhiku.ingest.loaders import Loader, default_loaders, load_document, supported_suffixes
 from zhiku.ingest.loaders.ocr import needs_ocr_note
@@ -39,7 +40,7 @@ from zhiku.types import (
     SourceImage,
 )
 
-__all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for", "sha256_bytes"]
+__all__ = ["Ingestor", "ProgressFn", "STOP_CODES", "doc_id_for"]
 
 log = logging.getLogger("zhiku.ingest")
 ProgressFn = Callable[[int, int, str], None]
@@ -367,7 +368,7 @@ class Ingestor:
         sha = size = None
         try:
             data = read_bounded(task.path, self.max_file_bytes)
-            sha, size = sha256_bytes(data), len(data)
+            sha, size = hashlib.sha256(data).hexdigest(), len(data)
             existing = self.store.find_document(collection, task.source)
             # the document of this name came from another file that still exists (a moved folder's old file is gone)
             if existing is not None and existing.path != task.shown and Path(existing.path).is_file():
@@ -392,7 +393,7 @@ class Ingestor:
             return Loaded("failed", None, sha, size, _failure(e, task.shown, "ingesting"))
 
     def _prepare_doc(self, doc: SourceDoc, *, collection: str) -> Loaded:
-        sha = sha256_bytes(f"{doc.title}\x00{doc.text}".encode())
+        sha = hashlib.sha256(f"{doc.title}\x00{doc.text}".encode()).hexdigest()
         existing = self.store.find_document(collection, doc.source)
         written = existing.ingested_at if existing is not None else 0.0
         owed = self.transforms is not None and self.transforms.owes(collection, doc.source, written)

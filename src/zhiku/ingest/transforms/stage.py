@@ -15,7 +15,7 @@ from typing import Any
 
 from zhiku.errors import ConfigError, ZhikuError
 from zhiku.ingest.chunking import chunk_document, doc_id_for
-from zhiku.ingest.files import discover, sha256_bytes
+from zhiku.ingest.files import discover
 from zhiku.ingest.loaders import Loader, load_document, supported_suffixes
 from zhiku.ingest.transforms.base import DocumentBatch, Enrichment, Transform, TransformContext, TransformError
 from zhiku.ingest.transforms.builtin import Caption, Contextual, Metadata, Refine
@@ -362,7 +362,7 @@ def plan_transforms(
     for task in tasks:
         try:
             old = existing(task.source)
-            unchanged = old is not None and old.sha256 == sha256_bytes(task.path.read_bytes())
+            unchanged = old is not None and old.sha256 == hashlib.sha256(task.path.read_bytes()).hexdigest()
             if old is not None and unchanged and not force and not stage.owes(collection, task.source, old.ingested_at):
                 continue  # as the ingest decides
             doc = load_document(task.path, task.source, loaders)
