@@ -61,8 +61,10 @@ class EnrichmentStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
                 self._db.executescript(SCHEMA)
-        if write and not self._migrated:
-            _add_setup_column(self._db)
+        if write and not self._migrated:  # an older file gains ``llm_usage.setup`` (not by a reader: read-only mounts)
+            if "setup" not in [row[1] for row in self._db.execute("PRAGMA table_info(llm_usage)")]:
+                with self._db:
+                    self._db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
             self._migrated = True
         return self._db
 
@@ -172,13 +174,6 @@ def _usage_record(r: Sequence[Any]) -> UsageRecord:
 USAGE_COLUMNS = (
     "at, collection, source, transforms, calls, cached, prompt_tokens, completion_tokens, cost, currency, issues, setup"
 )
-
-
-def _add_setup_column(db: sqlite3.Connection) -> None:
-    """``llm_usage.setup`` in an older file, added by a writer only (a reader may sit on a read-only mount)."""
-    if "setup" not in [row[1] for row in db.execute("PRAGMA table_info(llm_usage)")]:
-        with db:
-            db.execute("ALTER TABLE llm_usage ADD COLUMN setup TEXT NOT NULL DEFAULT ''")
 
 
 def _json(value: object) -> str:
