@@ -137,7 +137,7 @@ MAX_TAG = 32
 MAX_TAGS = 5  # of a document or passage: a few that filter, not an index of every term
 
 
-def parse_metadata(text: str, max_tags: int) -> dict[str, Any]:
+def parse_metadata(text: str) -> dict[str, Any]:
     value = json_object_in(text)
     title, summary, tags = value.get("title", ""), value.get("summary", ""), value.get("tags", [])
     if not isinstance(title, str) or not isinstance(summary, str):
@@ -148,7 +148,7 @@ def parse_metadata(text: str, max_tags: int) -> dict[str, Any]:
         raise ValueError(f"tags must be a list of strings: {text[:80]!r}")
     if not (title.strip() or summary.strip() or tags):
         raise ValueError("title, summary and tags are all empty")
-    clean = list(dict.fromkeys(t.strip().lstrip("#")[:MAX_TAG] for t in tags if t.strip()))[:max_tags]
+    clean = list(dict.fromkeys(t.strip().lstrip("#")[:MAX_TAG] for t in tags if t.strip()))[:MAX_TAGS]
     return {"title": title.strip()[:MAX_TITLE], "summary": summary.strip()[:MAX_SUMMARY], "tags": tuple(clean)}
 
 
@@ -163,10 +163,7 @@ class Metadata:
 
         def ask(text: str, what: str) -> dict[str, Any]:
             messages = render(ctx, self.name, text=text, what=what, max_tags=MAX_TAGS)
-            reply = llm.chat(
-                messages, prompt_id=prompt_id, max_tokens=300, validate=lambda r: parse_metadata(r, MAX_TAGS)
-            )
-            return parse_metadata(reply, MAX_TAGS)
+            return parse_metadata(llm.chat(messages, prompt_id=prompt_id, max_tokens=300, validate=parse_metadata))
 
         try:
             doc = ask(window_around(batch.doc.text, 0, 0, WINDOW_CHARS), "文档" if zh else "document")
