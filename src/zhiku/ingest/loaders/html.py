@@ -75,7 +75,7 @@ class _Extractor(HTMLParser):
         self.pre = 0
         self.pre_language = ""
         self.code_at: list[int] = []  # where each open inline <code>'s text begins in buf
-        self.lists: list[list[int | None]] = []  # per open list: [counter or None for bullets]
+        self.lists: list[int | None] = []  # per open list: its items so far, None for bullets
         self.list_start = 0  # where the blocks of the outermost open list begin
         self.tables: list[list[list[str]]] = []
         self.cell: list[str] | None = None
@@ -94,10 +94,9 @@ class _Extractor(HTMLParser):
         if self.heading is not None:
             self.blocks.append("#" * self.heading + " " + text)
         elif self.lists:
-            counter = self.lists[-1]
-            if counter[0] is not None:
-                counter[0] += 1
-            marker = "-" if counter[0] is None else f"{counter[0]}."
+            if (counter := self.lists[-1]) is not None:
+                self.lists[-1] = counter = counter + 1
+            marker = "-" if counter is None else f"{counter}."
             self.blocks.append("  " * (len(self.lists) - 1) + f"{marker} {text}")
         else:
             self.blocks.append(not_heading(text))
@@ -155,7 +154,7 @@ class _Extractor(HTMLParser):
         elif tag in ("ul", "ol"):
             if not self.lists:
                 self.list_start = len(self.blocks)
-            self.lists.append([0 if tag == "ol" else None])
+            self.lists.append(0 if tag == "ol" else None)
         elif tag == "table":
             self.tables.append([])
         elif tag in ("td", "th"):
