@@ -145,8 +145,7 @@ def _heading_level(p: Any, style: str) -> int | None:
     """1-6 for a heading, 0 for the document title, None for body text."""
     if style.lower() == "title" or style == "标题":
         return 0
-    m = _HEADING_STYLE_RE.search(style)
-    if m and 1 <= int(m.group(1)) <= 6:
+    if (m := _HEADING_STYLE_RE.search(style)) and 1 <= int(m.group(1)) <= 6:
         return int(m.group(1))
     level = int(_val(p, "pPr/outlineLvl", "9")) + 1
     return level if level <= 6 else None

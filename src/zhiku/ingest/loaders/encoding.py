@@ -52,7 +52,7 @@ def sniff_bytes(head: bytes) -> str | None:
 def read_head(path: Path, n: int | None = SNIFF_BYTES) -> bytes:
     try:
         with open(path, "rb") as f:
-            return f.read() if n is None else f.read(n)
+            return f.read(n)
     except OSError as e:
         raise LoaderError(f"cannot read {path}: {e.strerror or e}") from None
 

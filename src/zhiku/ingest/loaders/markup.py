@@ -29,10 +29,8 @@ def drop_cjk_spaces(text: str) -> str:
 
 
 def join_lines(a: str, b: str) -> str:
-    if not a:
-        return b
-    if not b:
-        return a
+    if not a or not b:
+        return a or b
     if a.endswith("-") and len(a) >= 2 and a[-2].isalpha() and b[0].islower():
         return a[:-1] + b
     if CJK_RE.match(a[-1]) or CJK_RE.match(b[0]):
