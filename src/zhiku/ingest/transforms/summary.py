@@ -75,15 +75,11 @@ def _paragraphs(text: str) -> list[str]:
 def sentences_of(chunks: Sequence[Chunk]) -> list[str]:
     """The document's sentences, each once; fragments, list headers and (unless nothing else is left) lines without a
     full stop (headings, captions, contents lines) left out."""
-    seen: dict[str, None] = {}
-    for para in _paragraphs(reconstruct_markdown(chunks)):  # the text once: a piece cut mid-sentence is no sentence
-        for part in _LATIN_STOP.split(para):
-            for m in _SENTENCE.finditer(part):
-                s = m.group(0).strip()
-                if len(s) >= 12 and not s.endswith(("：", ":")):
-                    seen.setdefault(s, None)
+    paragraphs = _paragraphs(reconstruct_markdown(chunks))  # the text once: a piece cut mid-sentence is no sentence
+    found = (m.group(0).strip() for p in paragraphs for part in _LATIN_STOP.split(p) for m in _SENTENCE.finditer(part))
+    seen = list(dict.fromkeys(s for s in found if len(s) >= 12 and not s.endswith(("：", ":"))))
     ended = [s for s in seen if _ENDED.search(s)]
-    return ended or list(seen)
+    return ended or seen
 
 
 def _keep(token: str) -> bool:
