@@ -293,14 +293,12 @@ def _block_markdown(kind: int | str, lines: Sequence[Line]) -> str:
 
 def figure_caption(lines: Sequence[Line], top: float, bottom: float) -> str:
     """The nearest "图 N …" line below an image (else above), within 80 pt."""
-    best: tuple[float, str] | None = None
-    for ln in lines:
-        if not FIGURE_CAPTION_RE.match(ln.text):
-            continue
-        distance = ln.top - bottom if ln.top >= bottom - 2 else (top - ln.bottom) * 1.5 if ln.bottom <= top + 2 else 0.0
-        if 0 <= distance <= 80 and (best is None or distance < best[0]):
-            best = (distance, drop_cjk_spaces(ln.text))
-    return best[1] if best else ""
+
+    def distance(ln: Line) -> float:
+        return ln.top - bottom if ln.top >= bottom - 2 else (top - ln.bottom) * 1.5 if ln.bottom <= top + 2 else 0.0
+
+    near = [ln for ln in lines if FIGURE_CAPTION_RE.match(ln.text) and 0 <= distance(ln) <= 80]
+    return drop_cjk_spaces(min(near, key=distance).text) if near else ""
 
 
 def is_garbled(text: str) -> bool:
