@@ -91,12 +91,9 @@ def _utf16_without_bom(data: bytes) -> tuple[str, str] | None:
         return None
     found = []
     for name in ("utf-16-le", "utf-16-be"):
-        try:
-            text = data.decode(name)
-        except UnicodeDecodeError:
-            continue
-        if looks_like_text(text):
-            found.append((text, name))
+        with suppress(UnicodeDecodeError):
+            if looks_like_text(text := data.decode(name)):
+                found.append((text, name))
     if len(found) == 2:
         probe = data[:BINARY_PROBE_BYTES]
         even, odd = probe[0::2].count(0), probe[1::2].count(0)
