@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
 from zhiku.embedding.base import Embedder, embed_queries
 from zhiku.observability.tracing import span
 from zhiku.retrieval.fusion import columns_of
+from zhiku.retrieval.query import QueryVectors
 from zhiku.stores.base import BestCosines, Retriever
 from zhiku.types import Ranking, ScoredId
 
 log = logging.getLogger(__name__)
 
 MAX_CLAUSES = 8  # clauses embedded beside the question (the first ones): one embedding call stays short
-
-
-class KnownVectors(Protocol):
-    """Vectors kept by text (the searcher's ``QueryVectors``)."""
-
-    def get(self, text: str) -> np.ndarray | None: ...
-
-    def put(self, text: str, vector: np.ndarray) -> None: ...
 
 
 def clause_ranking(
@@ -45,7 +37,7 @@ def clause_ranking(
     return Ranking([i for i, _ in order], [s for _, s in order])
 
 
-def embed_clauses(embedder: Embedder, known: KnownVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:
+def embed_clauses(embedder: Embedder, known: QueryVectors, clauses: list[str]) -> tuple[np.ndarray, ...]:
     """The clauses' vectors, kept in ``known`` with the question vectors (a repeated question embeds none of them)."""
     if not clauses:
         return ()

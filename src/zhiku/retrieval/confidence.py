@@ -38,10 +38,6 @@ class Signals:
     coverage: float | None  # None when the query has no BM25 term
     top_bm25: float | None
 
-    def get(self, name: str) -> float | None:
-        value: float | None = getattr(self, name)
-        return value
-
 
 @dataclass(frozen=True)
 class Confidence:
