@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from zhiku.cache import memoized
 from zhiku.reconstruct import SECTION_SEPARATOR
@@ -308,36 +307,15 @@ def build_answer(
     framed: bool = False,
 ) -> Answer:
     """Markdown + citations, snippets shrunk to fit ``max_chars`` (or ``budget``, with the citations' snippets)."""
-    if budget is not None:
-        limit = SNIPPET_CHARS
-        while True:
-            answer = build_answer(
-                query,
-                mode,
-                hits,
-                max_chars=budget,
-                low_confidence=low_confidence,
-                terms=terms,
-                normalize=normalize,
-                missing=missing,
-                snippet_chars=limit,
-                framed=framed,
-            )
-            texts = tuple(
-                c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize)
-                for c in answer.citations
-            )
-            if len(answer.markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
-                return replace(answer, snippets=texts)
-            limit = max(MIN_SNIPPET, int(limit * 0.8))
-    limit = snippet_chars
     shown = [exact_articles(hit, terms, normalize) for hit in hits]
-    markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
-    while len(markdown) > max_chars and limit > 40:
-        limit = max(40, int(limit * 0.8))
+
+    def markdown_of(limit: int, most: int) -> str:  # snippets of ``limit`` characters, shrunk to fit ``most``
         markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
-    if len(markdown) > max_chars:
-        markdown = markdown[: max_chars - 1] + "…"
+        while len(markdown) > most and limit > 40:
+            limit = max(40, int(limit * 0.8))
+            markdown = _render(query, hits, limit, low_confidence, terms, normalize, missing, shown, framed)
+        return markdown if len(markdown) <= most else markdown[: most - 1] + "…"
+
     citations = tuple(
         Citation(
             n=n,
@@ -354,6 +332,14 @@ def build_answer(
         )
         for n, h in enumerate(hits, 1)
     )
-    return Answer(
-        query=query, mode=mode, markdown=markdown, citations=citations, hits=tuple(hits), low_confidence=low_confidence
-    )
+    if budget is None:
+        return Answer(query, mode, markdown_of(snippet_chars, max_chars), citations, tuple(hits), low_confidence)
+    limit = SNIPPET_CHARS
+    while True:
+        markdown = markdown_of(limit, budget)
+        texts = tuple(
+            c.text if len(c.text) <= limit else focused_snippet(c.text, limit, terms, normalize) for c in citations
+        )
+        if len(markdown) + sum(map(len, texts)) <= budget or limit <= MIN_SNIPPET:
+            return Answer(query, mode, markdown, citations, tuple(hits), low_confidence, snippets=texts)
+        limit = max(MIN_SNIPPET, int(limit * 0.8))
