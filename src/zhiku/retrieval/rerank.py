@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -73,24 +74,20 @@ class RerankOutcome:
 
 
 def _run_bounded(fn: Any, timeout: float) -> Any:
-    """``fn()`` in a daemon thread, in a copy of the caller's context."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    """``fn()`` in a daemon thread (a hung model must not keep the process from exiting), in a copy of the caller's
+    context."""
+    future: Future[Any] = Future()
 
     def run() -> None:
         try:
-            box["value"] = fn()
+            future.set_result(fn())
         except BaseException as e:  # noqa: BLE001 - handed to the caller
-            box["error"] = e
-        finally:
-            done.set()
+            future.set_exception(e)
 
     threading.Thread(target=contextvars.copy_context().run, args=(run,), name="zhiku-rerank", daemon=True).start()
-    if not done.wait(timeout):
+    if not wait([future], timeout).done:
         raise TimeoutError(f"timeout after {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return future.result()
 
 
 def _check_output(out: Any, candidates: Sequence[Hit], want: int) -> list[Hit]:
