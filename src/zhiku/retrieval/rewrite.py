@@ -16,7 +16,7 @@ from zhiku.retrieval.query import MAX_QUERY_CHARS, MAX_TOP_K
 from zhiku.retrieval.rerank import TOP_M, rerank_traced
 from zhiku.retrieval.search import Retrieval, Searcher
 from zhiku.settings import Settings
-from zhiku.types import Chunk, Hit
+from zhiku.types import Chunk
 
 Tagged = tuple[set[str], set[str]]  # chunk ids, doc ids that carry the wanted tags
 
@@ -107,20 +107,16 @@ def _rewritten(
         sp.set(counts={"queries": len(extra)}, mode=rewriter.mode, queries=extra, **reason)
     if not extra:
         return replace(searcher.search(plan, top_k=depth, per_source_k=per_source_k, rerank=rerank), rewrite=status)
-    k = max(depth or searcher.settings.top_k, TOP_M)
+    final_k = depth or searcher.settings.top_k
+    k = max(final_k, TOP_M)
     plans = [plan] + [searcher.read(q[:MAX_QUERY_CHARS], plan.mode, plan.filters) for q in extra]
     results = [searcher.search(p, top_k=k, per_source_k=per_source_k, rerank=False) for p in plans]
     fused = rrf([ranked([(h.chunk.chunk_id, h.score) for h in r.hits]) for r in results], k=RRF_K)
-    hits_by: dict[str, Hit] = {}
-    for r in results:
-        for h in r.hits:
-            hits_by.setdefault(h.chunk.chunk_id, h)
+    hits_by = {h.chunk.chunk_id: h for r in reversed(results) for h in reversed(r.hits)}  # (each chunk's first hit)
     hits = [replace(hits_by[cid], score=s, fused_rank=n) for n, (cid, s) in enumerate(fused, 1)]
-    final_k = depth or searcher.settings.top_k
     rerank_status, shown = "off", hits[:final_k]
-    reranker = searcher.reranker if rerank is not False else None
-    if reranker is not None:
-        shown, rerank_status = rerank_traced(reranker, plan.text, hits, searcher.rerank_settings, final_k)
+    if rerank is not False and searcher.reranker is not None:
+        shown, rerank_status = rerank_traced(searcher.reranker, plan.text, hits, searcher.rerank_settings, final_k)
     return replace(
         results[0],
         hits=tuple(shown),
