@@ -15,6 +15,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,8 @@ def _expanding() -> re.Pattern[str]:
     keep = [
         cp for cp in range(0x10000) if not 0xD800 <= cp < 0xE000 and len(unicodedata.normalize("NFKD", chr(cp))) == 1
     ]
-    ranges: list[list[int]] = []
-    for cp in keep:
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1][1] = cp
-        else:
-            ranges.append([cp, cp])
-    return re.compile("[^" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]")
+    runs = ([cp for _, cp in run] for _, run in groupby(enumerate(keep), lambda x: x[1] - x[0]))  # (consecutive)
+    return re.compile("[^" + "".join(f"{re.escape(chr(r[0]))}-{re.escape(chr(r[-1]))}" for r in runs) + "]")
 
 
 def model_input(text: str) -> str:
