@@ -233,13 +233,8 @@ def framed_passage(n: int | None, text: str, source: str, page: str | None, sect
 def cite(hit: Hit, section: str | None = None) -> str:
     """``source, p. N, section`` for the sources list (``section``: the hit's, or the one shown for it)."""
     c = hit.chunk
-    parts = [c.source]
-    if c.page is not None:
-        parts.append(place(c.doc_type, c.page, c.text))
-    section = c.section if section is None else section
-    if section:
-        parts.append(section)
-    return ", ".join(parts)
+    page = None if c.page is None else place(c.doc_type, c.page, c.text)
+    return ", ".join([c.source, *filter(None, (page, c.section if section is None else section))])
 
 
 def _render(
