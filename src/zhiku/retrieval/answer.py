@@ -222,12 +222,10 @@ _ATTRIBUTE = str.maketrans({"&": "&amp;", '"': "&quot;", "<": "&lt;", "\n": " ",
 
 def framed_passage(n: int | None, text: str, source: str, page: str | None, section: str) -> str:
     """``text`` in a ``<document …>`` frame it can neither close nor nest (its ``<document`` tags escaped)."""
-    attrs = [*([f'n="{n}"'] if n is not None else []), f'source="{source.translate(_ATTRIBUTE)}"']
-    if page is not None:
-        attrs.append(f'page="{page}"')
-    if section:
-        attrs.append(f'section="{section.translate(_ATTRIBUTE)}"')
-    return f"<document {' '.join(attrs)}>\n{_DELIMITER.sub('&lt;', text)}\n</document>"
+    section_ = section.translate(_ATTRIBUTE) or None
+    attrs = {"n": n, "source": source.translate(_ATTRIBUTE), "page": page, "section": section_}
+    tag = " ".join(f'{k}="{v}"' for k, v in attrs.items() if v is not None)
+    return f"<document {tag}>\n{_DELIMITER.sub('&lt;', text)}\n</document>"
 
 
 def cite(hit: Hit, section: str | None = None) -> str:
