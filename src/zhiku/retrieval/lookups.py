@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain, zip_longest
 
 from zhiku.reconstruct import SECTION_SEPARATOR
 from zhiku.retrieval.context import split_label
@@ -143,10 +144,9 @@ def _on_pages(chunks: Sequence[Chunk], pages: Sequence[int], limit: int) -> tupl
             on = [c for c in chunks if c.page is not None and c.page < page][-1:]
         per_page.append(on)
     taken: dict[str, Chunk] = {}
-    for turn in range(max(map(len, per_page), default=0)):
-        for on in per_page:
-            if turn < len(on) and len(taken) < limit:
-                taken.setdefault(on[turn].chunk_id, on[turn])
+    for c in chain.from_iterable(zip_longest(*per_page)):
+        if c is not None and len(taken) < limit:
+            taken.setdefault(c.chunk_id, c)
     served = [page for page, on in zip(pages, per_page, strict=True) if any(c.chunk_id in taken for c in on)]
     return sorted(taken.values(), key=lambda c: c.ordinal), served
 
