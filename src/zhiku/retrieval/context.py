@@ -213,10 +213,12 @@ def whole_articles(
     """Small-to-big for articles cut for length, tables split between rows and code blocks split between lines."""
     out: list[Hit] = []
     shown: set[str] = set()  # chunk ids already returned inside a whole article or table
+    ordinals: dict[str, dict[int, Chunk]] = {}  # a document's chunks by ordinal, read and made once per document
 
-    @functools.cache  # a document's chunks by ordinal, read and made once per document
     def by_ordinal(doc_id: str) -> dict[int, Chunk]:
-        return {c.ordinal: c for c in doc_chunks(doc_id)}
+        if doc_id not in ordinals:
+            ordinals[doc_id] = {c.ordinal: c for c in doc_chunks(doc_id)}
+        return ordinals[doc_id]
 
     if limit is not None and limit < 1:
         return out
