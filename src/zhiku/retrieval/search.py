@@ -155,8 +155,7 @@ class Searcher:
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
     ) -> Retrieval:
         """``rerank``: None runs the configured reranker (if any), False skips it, True requires one."""
-        s = self.settings
-        top_k = check_top_k(s.top_k if top_k is None else top_k)
+        top_k = check_top_k(self.settings.top_k if top_k is None else top_k)
         mode_ = plan.mode
         if rerank and self.reranker is None:
             raise InvalidInput(
