@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 
 from zhiku.errors import NotFound
@@ -20,7 +23,8 @@ def test_signals_of_one_retrieval() -> None:
     assert s.margin == pytest.approx(0.1)  # 0.9 − mean(0.9, 0.8, 0.7)
     assert s.coverage == pytest.approx(2 / 3)  # 加班 is in no returned passage
     empty = signals_of([], [], [], [])
-    assert (empty.top_cosine, empty.margin, empty.coverage, empty.top_bm25) == (None, None, None, None)
+    assert (empty.top_cosine, empty.margin, empty.coverage, empty.top_bm25, empty.top_clause) == (None,) * 5
+    assert signals_of([], dense, [], [], clauses=[ScoredId("c2", 0.87, 1)]).top_clause == 0.87
 
 
 def test_coverage_compares_normalised_text() -> None:
@@ -40,6 +44,26 @@ def test_assess_thresholds_and_modes() -> None:
     covered = Signals(top_cosine=None, margin=None, coverage=MIN_COVERAGE, top_bm25=3.0)
     assert assess(covered, found=True, mode="bm25", min_score=0.88).low is False
     assert assess(s, found=True, mode="bm25", min_score=0.0).low is False
+
+
+def test_a_cross_lingual_question_scores_its_gloss_cosine_and_lexical_evidence() -> None:
+    # best clause cosine + 0.1 × held share + 0.06 × ln(1 + top BM25 ÷ ln(1 + chunks)) − the text language's lift
+    chunks = 7  # a tiny index: ln(1 + 7) ≈ 2.08 scales its BM25 score
+    s = Signals(top_cosine=0.78, margin=0.02, coverage=0.5, top_bm25=2 * (math.e - 1), top_clause=0.86)
+    zh = assess(s, found=True, mode="hybrid", min_score=0.88, held=0.5, language="zh", chunks=chunks)
+    assert (zh.signal, zh.threshold, zh.low) == ("cross_lingual", 0.88, False)
+    bm25 = 0.06 * math.log1p(2 * (math.e - 1) / math.log1p(chunks))
+    assert zh.score == pytest.approx(0.86 + 0.05 + bm25 - 0.082)  # 0.888
+    en = assess(s, found=True, mode="hybrid", min_score=0.88, held=0.5, language="en", chunks=chunks)
+    assert en.score == pytest.approx(zh.score + 0.082 - 0.038)
+    # the same score from an index 100 times larger counts for less: its idf, so its BM25 scores, run higher
+    big = assess(s, found=True, mode="hybrid", min_score=0.88, held=0.5, language="zh", chunks=100 * chunks)
+    assert big.score < zh.score and big.low is True
+    # no clause (dense mode): the question's own cosine stands in; min_score 0 turns the flag off as for any question
+    alone = assess(replace(s, top_clause=None), found=True, mode="dense", min_score=0.88, held=0.0)
+    assert alone.score == pytest.approx(0.78 + 0.06 * math.log1p(2 * (math.e - 1) / math.log(2)) - 0.082)
+    assert alone.low is True
+    assert assess(s, found=True, mode="hybrid", min_score=0.0, held=0.0).low is False
 
 
 def test_check_collection_names_the_real_ones() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import lzma
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from helpers_kb import CONTRACT_LAW
 from zhiku.api import KnowledgeBase
 from zhiku.evaluation.tune import offtopic_questions
 from zhiku.retrieval.bridge import (
+    CROSS_HITS,
     WordList,
     chinese_senses,
     english_senses,
@@ -27,8 +29,9 @@ from zhiku.retrieval.bridge import (
     pieces,
     senses,
 )
-from zhiku.retrieval.confidence import CROSS_COVERAGE
+from zhiku.retrieval.confidence import CROSS_BM25, CROSS_COVERAGE, CROSS_LIFT
 from zhiku.retrieval.plan import read_question
+from zhiku.retrieval.search import Retrieval
 from zhiku.settings import RetrievalSettings
 from zhiku.text import TextProcessor
 
@@ -82,17 +85,30 @@ def test_an_english_question_is_cross_lingual_over_chinese_text_only(
     assert [h.chunk.source for h in r.hits] == ["leave.md", "pay.md"]
 
 
-def test_an_english_question_is_scored_on_its_cosine_and_the_senses_its_first_passages_hold(kb: KnowledgeBase) -> None:
+def test_an_english_question_is_scored_on_its_gloss_cosine_and_the_evidence_of_its_first_passages(
+    kb: KnowledgeBase,
+) -> None:
     r = kb.retrieve(ANNUAL_LEAVE, top_k=3)
-    text = "\n".join(kb.text.normalize(h.chunk.text) for h in r.hits)
-    # 3 of its 6 phrases: days (天), annual leave (年假: 年, 假), years (年)
-    assert held_share(r.query.bridge, text) == 0.5
+    assert (len(r.hits), len(r.candidates), r.query.index_chunks) == (3, CROSS_HITS, 8)  # 8 chunks hold 的
+    shown, lead = (("\n".join(kb.text.normalize(h.chunk.text) for h in hs)) for hs in (r.hits, r.candidates))
+    # of its 6 phrases, the 3 passages shown hold 3: days (天), annual leave (年假: 年, 假), years (年); the first five
+    # (what its confidence reads, however few are asked for) hold 5
+    assert (held_share(r.query.bridge, shown), held_share(r.query.bridge, lead)) == (0.5, 5 / 6)
+
+    def score(r: Retrieval, held: float) -> float:  # its gloss's best cosine + the lexical evidence − the lift
+        bm25 = CROSS_BM25 * math.log1p(r.bm25[0].score / math.log1p(r.query.index_chunks)) if r.bm25 else 0.0
+        best = (r.clauses or r.dense)[0].score  # (no sense held anywhere: no gloss, its own cosine)
+        return best + CROSS_COVERAGE * held + bm25 - CROSS_LIFT["zh"]
+
     answer = kb.query(ANNUAL_LEAVE, top_k=3)
-    assert answer.confidence == pytest.approx(r.dense[0].score + CROSS_COVERAGE * 0.5)
-    assert answer.low_confidence is False
-    for question in ("What should I make for dinner tonight?", "Who won the football match last night?"):
-        off = kb.query(question, top_k=3)  # (no sense of theirs in the passages: the cosine alone, below 0.857)
-        assert (off.low_confidence, off.confidence) == (True, pytest.approx(kb.retrieve(question).dense[0].score))
+    assert answer.confidence == pytest.approx(score(r, 5 / 6)) and answer.low_confidence is False  # 0.910
+    assert [h.chunk.chunk_id for h in answer.hits] == [h.chunk.chunk_id for h in r.hits]  # the 3 asked for
+    for question, held in (
+        ("What should I make for dinner tonight?", 1 / 3),
+        ("Who won the football match last night?", 0.0),
+    ):
+        off = kb.query(question, top_k=3)  # 0.71 and 0.61: below 0.88
+        assert (off.low_confidence, off.confidence) == (True, pytest.approx(score(kb.retrieve(question), held)))
     assert held_share((), "年休假") == 0.0
 
 

@@ -38,7 +38,7 @@ ProgressFn = Callable[[int, int, str], None]
 
 def offtopic_questions(language: str = "zh") -> list[str]:
     """The shipped everyday questions no collection of documents answers (weather, recipes, small talk …), in
-    Chinese or English (``en``: the English questions' threshold, ``confidence.CROSS_LINGUAL_DROP``)."""
+    Chinese or English (``en``: for English questions over Chinese text, ``confidence.CROSS_LIFT``)."""
     text = (resources.files("zhiku") / "data" / f"offtopic_{language}.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
@@ -76,7 +76,7 @@ def gather(
         with caching_queries(kb.embedder):
             r = kb.retrieve(text, mode="hybrid", top_k=DEPTH, collection=collection, rerank=False)
         v = judge(r, min_score=PROBE, normalize=kb.text.normalize)  # above any cosine: low unless a lookup
-        # on min_score's scale: an English question is judged against a threshold of its own, below min_score
+        # on min_score's scale (a threshold of its own would be moved back onto it)
         on_scale = None if v.score is None else v.score - (v.threshold - PROBE)
         confidence = float("inf") if not v.low else on_scale if r.hits and on_scale is not None else float("-inf")
         out.append(Asked(text if isinstance(q, str) else q.qid, r, None if isinstance(q, str) else q, confidence))

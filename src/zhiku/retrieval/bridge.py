@@ -314,6 +314,9 @@ def bridged(
     return weights, sep.join(gloss)
 
 
+CROSS_HITS = 5  # the passages a cross-lingual question's confidence reads (``held_share``), however few it asks for
+
+
 def held_share(phrases: tuple[tuple[tuple[str, ...], ...], ...], text: str) -> float:
     """The share of an English question's ``phrases`` of which ``text`` (normalised) holds a sense: all its terms."""
     held = sum(any(all(t in text for t in sense[1:]) for sense in senses_) for senses_ in phrases)

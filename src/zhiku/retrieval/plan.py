@@ -58,6 +58,7 @@ class QueryPlan:
     # the language its index is written in (``Searcher.index_language``): "zh", "en" or "" (neither more than the
     # other); a plan not yet searched takes its text to be Chinese
     index_language: str = "zh"
+    index_chunks: int = 0  # about how many chunks it has (``Searcher._text_counts``): the scale of BM25's scores
 
     @property
     def cross_lingual(self) -> bool:

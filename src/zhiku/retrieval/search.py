@@ -19,7 +19,7 @@ from zhiku.cache import Cache
 from zhiku.embedding.base import Embedder, embed_queries, takes_several_queries
 from zhiku.errors import InvalidInput
 from zhiku.observability.tracing import fusion_changes, mark, ranking_rows, span
-from zhiku.retrieval.bridge import ENGLISH, bridged, chinese_senses, english_senses
+from zhiku.retrieval.bridge import CROSS_HITS, ENGLISH, bridged, chinese_senses, english_senses
 from zhiku.retrieval.clauses import clause_ranking, embed_clauses
 from zhiku.retrieval.context import WHOLE_ARTICLES, Runs, whole_articles
 from zhiku.retrieval.fusion import (
@@ -80,7 +80,8 @@ class Retrieval:
     filled: Mapping[str, float] = field(default_factory=dict)  # exact cosines of BM25 candidates outside ``dense``
     missing: tuple[str, ...] = ()  # what the question asked for that no document has (a page past its last)
     pages: tuple[int, ...] = ()  # the pages the question asked for whose passages lead the hits (``lookups``)
-    candidates: tuple[Hit, ...] = ()  # what the reranker chose ``hits`` from (none: ``hits`` themselves)
+    # what ``hits`` were cut from: a reranker's candidates, a cross-lingual question's first CROSS_HITS (none: ``hits``)
+    candidates: tuple[Hit, ...] = ()
 
 
 class Searcher:
@@ -145,11 +146,15 @@ class Searcher:
     def index_language(self) -> str:
         """The language the index is written in: "zh" when more of its chunks hold 的 than "the", "en" when fewer,
         "" when as many (an empty index; text with neither word); a store without term counts is taken to be Chinese."""
+        return self._text_counts()[0]
+
+    def _text_counts(self) -> tuple[str, int]:
+        """``index_language`` and about how many chunks the index has: those holding its language's commonest word."""
         if self._weighted is None:
-            return "zh"
+            return "zh", 0
         n = self._weighted.term_counts(["的", "the"])
         zh, en = n.get("的", 0), n.get("the", 0)
-        return "zh" if zh > en else "en" if en > zh else ""
+        return ("zh" if zh > en else "en" if en > zh else ""), max(zh, en)
 
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
@@ -170,6 +175,8 @@ class Searcher:
         # one index version for the reads of a search, from reading the language of its text on
         with self.one_version():
             plan, weights, clauses = self._in_text_language(plan)
+            if plan.cross_lingual:  # its confidence reads the first CROSS_HITS passages, however few are asked for
+                top_k = max(top_k, CROSS_HITS)
             forms = plan.forms
             known: tuple[np.ndarray | Exception | None, ...] = tuple(self._vectors.get(form) for form in forms)
             if mode_ == "bm25":
@@ -190,7 +197,7 @@ class Searcher:
                 known, clause_vectors = future.result()
                 with self.gate:
                     dense, filled, hits, by_clause = self._rest(plan, known, bm25, clause_vectors, depth, top_k)
-        status, shown = "off", hits
+        status, shown = "off", hits[:final_k] if len(hits) > final_k else hits
         if reranker is None:
             mark("rerank", reason="no reranker configured" if self.reranker is None else "switched off for this query")
         else:
@@ -213,17 +220,17 @@ class Searcher:
         they are bridged to that language, and the clauses to embed (with the question's gloss in it)."""
         forms, clauses, mode_ = plan.forms, list(plan.clauses), plan.mode
         weights: dict[str, float] = {}
-        language = self.index_language()
+        language, chunks = self._text_counts()
         counts = self._weighted.term_counts if self._weighted else None
         if language == "zh" and plan.english >= ENGLISH and mode_ != "dense":  # English words meet Chinese text
             stop = self.text.stopwords
             cut = lambda head: [t for t in self.text.query_tokens(head) if t not in stop]  # noqa: E731
-            plan = replace(plan, bridge=chinese_senses(plan.normalized, cut, counts))
+            plan = replace(plan, bridge=chinese_senses(plan.normalized, cut, counts), index_chunks=chunks)
         elif language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
             asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
             words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
             found = english_senses(words, counts) if words and counts else ()
-            plan = replace(plan, index_language=language, names=(), bridge=found)
+            plan = replace(plan, index_language=language, names=(), bridge=found, index_chunks=chunks)
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
             weights, gloss = bridged(plan.bridge, counts, " " if language == "en" else "")
             weights.update(dict.fromkeys(plan.terms, 1.0))
