@@ -5,7 +5,8 @@
 
 Each dev set is indexed as bench/quality.py does (vectors from the embedding cache), and the sample laws
 (examples/laws, bench/mcp_latency.py's questions); each question goes through the MCP server's query path, top_k 5,
-the compact structuredContent (the default). Characters; the JSON as compact as the wire's.
+the compact structuredContent (the default). Characters; the JSON as compact as the wire's. Also in UTF-8 bytes,
+nearer what a client pays: a Chinese character of the text is three bytes, the JSON's ids and keys one each.
 """
 
 from __future__ import annotations
@@ -29,22 +30,29 @@ LAWS = Path(__file__).resolve().parents[1] / "examples" / "laws"
 
 def sizes(kb: KnowledgeBase, questions: list[str], collection: str) -> dict[str, object]:
     hub = Hub(kb, kb.settings)
-    text, structured, ratio = [], [], []
+    text, structured, ratio, in_bytes = [], [], [], []
     for q in questions:
         r = hub.query(QueryArgs(q, top_k=5, collection=collection))
-        t = len(r.to_markdown())
-        s = len(json.dumps(r.structured(), ensure_ascii=False, separators=(",", ":")))
+        markdown, compact = r.to_markdown(), json.dumps(r.structured(), ensure_ascii=False, separators=(",", ":"))
+        t, s = len(markdown), len(compact)
         text.append(t)
         structured.append(s)
         ratio.append((t + s) / t)
-    p90 = statistics.quantiles(ratio, n=10, method="inclusive")[-1] if len(ratio) > 1 else ratio[0]
+        tb = len(markdown.encode("utf-8"))
+        in_bytes.append((tb + len(compact.encode("utf-8"))) / tb)
     return {
         "questions": len(questions),
         "text_chars_p50": statistics.median(text),
         "structured_chars_p50": statistics.median(structured),
         "ratio_p50": round(statistics.median(ratio), 3),
-        "ratio_p90": round(p90, 3),
+        "ratio_p90": round(p90(ratio), 3),
+        "bytes_ratio_p50": round(statistics.median(in_bytes), 3),
+        "bytes_ratio_p90": round(p90(in_bytes), 3),
     }
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[-1] if len(values) > 1 else values[0]
 
 
 def main() -> None:

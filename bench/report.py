@@ -235,7 +235,8 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
         "answers",
         "What structured citations cost: `make bench-answers`",
         "(text + structuredContent) / text characters of `query_knowledge_hub` answers, top_k 5, the compact "
-        "structured form (the default): the first 200 questions of each dev set and the sample laws' five.",
+        "structured form (the default): the first 200 questions of each dev set and the sample laws' five; `bytes_`: "
+        "the same in UTF-8 bytes.",
         tracing,
     ),
     (
