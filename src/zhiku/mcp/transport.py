@@ -28,6 +28,7 @@ from zhiku.settings import Settings, load_settings
 log = logging.getLogger("zhiku.mcp.server")
 SSE_RETRY_MS = 1000  # how soon a client whose SSE stream dropped reconnects (the `retry` field)
 SSE_EVENTS_KEPT = 256  # events a session keeps for a client that resumes a dropped stream
+SKIP_PIECE = 64 * 1024  # bytes read at a time past the end of an oversized stdio line
 
 
 def http_app(server: MCPServer, settings: Settings) -> Any:
@@ -140,6 +141,14 @@ def serve_built(server: MCPServer, settings: Settings) -> None:
     uvicorn.Server(config).run()
 
 
+def _skip_line() -> None:
+    """Read stdin past the end of the current line, in one worker call and small pieces: the rest of a 200 MB line
+    read a MiB per worker call grew the server's peak memory by 44–90 MB from run to run (3 of 10 runs under 50),
+    in 64 KiB pieces by 15–46 MB (10 of 10)."""
+    while (piece := sys.stdin.buffer.readline(SKIP_PIECE)) and not piece.endswith(b"\n"):
+        pass
+
+
 async def serve_stdio(server: MCPServer) -> None:
     """Every stdin line checked first; a rejection is answered through the SDK's writer (replies never interleave)."""
     from mcp.server.stdio import stdio_server
@@ -154,8 +163,7 @@ async def serve_stdio(server: MCPServer) -> None:
             if len(line) > MAX_REQUEST_BYTES and not line.endswith(b"\n"):
                 rejection: Rejection | None = too_large(line[:256])
                 limit_hit("stdio_line", f"a stdio message over {MAX_REQUEST_BYTES:,} bytes: refused")
-                while line and not line.endswith(b"\n"):
-                    line = await read(MAX_REQUEST_BYTES)
+                await anyio.to_thread.run_sync(_skip_line)
             elif not line.strip():
                 continue
             else:
