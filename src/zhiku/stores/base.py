@@ -130,15 +130,20 @@ class WeightedBM25(Protocol):
     def term_counts(self, terms: Sequence[str]) -> dict[str, int]: ...
 
 
-Places = Callable[[Sequence[str]], dict[str, tuple[str, str, int | None]]]
+@runtime_checkable
+class ChunkPlaces(Protocol):
+    """Optional for a ``Retriever``: where chunks are without decoding them (trace labels of ranked candidates;
+    without it, ``get_chunks``)."""
+
+    def chunk_places(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str, int | None]]:
+        """``(source, section, page)`` of each of ``chunk_ids`` that exists, by chunk id."""
+        ...
 
 
-def places_reader(store: Retriever) -> Places:
-    """``(source, section, page)`` of each of ``chunk_ids`` that exists, by chunk id (trace labels of ranked
-    candidates): the store's ``chunk_places`` (optional: read without decoding the chunks), else its chunks'."""
-    places: Places | None = getattr(store, "chunk_places", None)
-    if places is not None:
-        return places
+def places_reader(store: Retriever) -> Callable[[Sequence[str]], dict[str, tuple[str, str, int | None]]]:
+    """``store.chunk_places`` (``ChunkPlaces``), or the same read from its chunks for a store without it."""
+    if isinstance(store, ChunkPlaces):
+        return store.chunk_places
     return lambda chunk_ids: {c.chunk_id: (c.source, c.section, c.page) for c in store.get_chunks(chunk_ids)}
 
 
