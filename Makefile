@@ -99,7 +99,7 @@ bench-scale: $(STAMP)
 
 # 1 and 50 clients on 10k chunks. COMPARE=OTHER/src measures another checkout in the same run.
 bench-concurrency: $(STAMP)
-	$(BENCH) bench/concurrent_search.py $(SCALE_DATA) --size 10000 --clients 1 50 --json $(if $(COMPARE),--compare $(COMPARE))
+	$(BENCH) bench/concurrent_search.py $(SCALE_DATA) --size 10000 --clients 1 50 --embedded-clients 50 --json $(if $(COMPARE),--compare $(COMPARE))
 
 # Chunks per second with cached vectors and with the bundled embedder, on copies of the sample laws.
 bench-ingest: $(STAMP)

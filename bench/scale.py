@@ -50,12 +50,12 @@ class RandomQueryVectors:
         return np.stack([self.embed_query(t) for t in texts]) if texts else np.zeros((0, DIM), np.float32)
 
 
-def open_kb(index: Path, read_only: bool = False) -> Any:
+def open_kb(index: Path, read_only: bool = False, embedder: RandomQueryVectors | None = None) -> Any:
     from zhiku.api import KnowledgeBase
     from zhiku.settings import load_settings
 
     settings = load_settings(None, index=index, tracing={"enabled": False})
-    return KnowledgeBase(settings, read_only=read_only, embedder=RandomQueryVectors())  # type: ignore[arg-type]
+    return KnowledgeBase(settings, read_only=read_only, embedder=embedder or RandomQueryVectors())  # type: ignore[arg-type]
 
 
 def sentences(paths: list[Path]) -> list[str]:
