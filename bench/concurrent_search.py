@@ -87,8 +87,7 @@ def child(args: argparse.Namespace) -> None:
     if not index.is_dir():
         build(index, sentences(args.corpus), args.size)
     queries = questions(args.queries, 10**9)
-    random_ = RandomQueryVectors()
-    embedder = BundledQueryVectors(random_.dim, random_.name) if args.child_embedded else None
+    embedder = BundledQueryVectors(RandomQueryVectors.dim, RandomQueryVectors.name) if args.child_embedded else None
     with open_kb(index, read_only=True, embedder=embedder) as kb:
         kb.retrieve(queries[0], top_k=10, mode="hybrid")
         print(json.dumps(load(kb, queries, args.child_clients, args.seconds)))
