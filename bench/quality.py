@@ -34,7 +34,7 @@ from zhiku.api import KnowledgeBase
 from zhiku.evaluation.datasets import EvalSet, load_dataset
 from zhiku.evaluation.runner import EvalResult, evaluate, index_dataset
 from zhiku.evaluation.tune import offtopic_questions
-from zhiku.settings import Settings, load_settings
+from zhiku.settings import Settings, load_settings, merge
 
 SETS = ("cmrc2018_dev", "meddialog_im_dev", "stard_dev", "stard_longdoc")
 ENGLISH_SETS = ("cmrc2018_dev", "stard_dev")  # the sets with English twins (bench/datasets/english)
@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         own = [CROSS_DOCS] if args.english and args.sets == ",".join(SETS) else []
         for s in sets + own:
             settings = load_settings(args.config, index=root / s, tracing={"enabled": False})
+            if settings.store.kind == "milvus":  # one index per set on one server: collections of its own
+                settings = merge(settings, store={"collection_prefix": f"{settings.store.collection_prefix}{s}_"})
             folder, english = (OWN / s, OWN) if s in own else (args.data / s, args.english)
             rows += run_set(settings, folder, modes, args.max_queries, english)
     print(table(rows))

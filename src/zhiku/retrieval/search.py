@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,13 @@ EMBED_TIMES = 9
 # of the English dev sets (hit@5 0.778 → 0.795 cmrc2018_dev, 0.523 → 0.548 stard_dev)
 FEEDBACK_DOCS = 5
 FEEDBACK_BETA = 2.0
+# a store without term counts (Milvus): its language read from the chunks of this many documents (a few hundred
+# chunks: a catalogue's read and one read per document, once per index version)
+SAMPLE_DOCS = 8
+# ... its index version looked at once a second, not at each question: on Milvus a read costs a query (~9 ms on
+# milvus-lite), and a language or size a second old scales a confidence as well
+RESAMPLE_S = 1.0
+_THE = re.compile(r"\bthe\b", re.IGNORECASE)
 
 
 Keep = Callable[[Chunk], bool] | None  # the chunks a tags filter keeps (None: every chunk)
@@ -118,6 +126,8 @@ class Searcher:
         self.inline_embed_s = INLINE_EMBED_S
         self._runs = Runs()  # small-to-big's memo (``whole_articles``), one per store: its chunk objects
         self._plans: Cache[QueryPlan] = Cache(QUERY_VECTORS)  # questions read, as their vectors are kept
+        self._sampled: tuple[int, tuple[str, int]] = (-1, ("zh", 0))  # (index version, ``_sampled_counts``)
+        self._sampled_at = -RESAMPLE_S  # (when its index version was last looked at)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -145,16 +155,37 @@ class Searcher:
 
     def index_language(self) -> str:
         """The language the index is written in: "zh" when more of its chunks hold 的 than "the", "en" when fewer,
-        "" when as many (an empty index; text with neither word); a store without term counts is taken to be Chinese."""
+        "" when as many (an empty index; text with neither word); for a store without term counts, of a sample."""
         return self._text_counts()[0]
 
     def _text_counts(self) -> tuple[str, int]:
-        """``index_language`` and about how many chunks the index has: those holding its language's commonest word."""
+        """``index_language`` and about how many chunks the index has: those holding its language's commonest word
+        (a store without term counts: ``_sampled_counts``)."""
         if self._weighted is None:
-            return "zh", 0
+            return self._sampled_counts()
         n = self._weighted.term_counts(["的", "the"])
         zh, en = n.get("的", 0), n.get("the", 0)
         return ("zh" if zh > en else "en" if en > zh else ""), max(zh, en)
+
+    def _sampled_counts(self) -> tuple[str, int]:
+        """For a store that cannot count the chunks holding a word (Milvus): the language of the chunks of up to
+        ``SAMPLE_DOCS`` documents spread over its catalogue, and all its chunks; read again when the index version
+        has changed, looked at once in ``RESAMPLE_S`` (a store without a catalogue is taken to be Chinese)."""
+        if self._catalogue is None:
+            return "zh", 0
+        if (now := time.monotonic()) - self._sampled_at < RESAMPLE_S:
+            return self._sampled[1]
+        self._sampled_at, version = now, self.store.index_version()
+        if self._sampled[0] != version:
+            docs = self._catalogue.list_documents()
+            texts = [
+                c.text
+                for d in docs[:: max(1, len(docs) // SAMPLE_DOCS)][:SAMPLE_DOCS]
+                for c in self._catalogue.document_chunks(d.doc_id)
+            ]
+            zh, en = sum("的" in t for t in texts), sum(_THE.search(t) is not None for t in texts)
+            self._sampled = (version, ("zh" if zh > en else "en" if en > zh else "", sum(d.chunk_count for d in docs)))
+        return self._sampled[1]
 
     def search(
         self, plan: QueryPlan, *, top_k: int | None = None, per_source_k: int | None = None, rerank: bool | None = None
