@@ -209,7 +209,8 @@ def test_an_english_question_on_milvus_is_scored_on_the_index_scale(
     """Milvus counts no chunks holding a word: the language of its text is read from a sample of its chunks, and an
     English question's BM25 evidence is scaled by all its chunks, both read again when the index changes. Before,
     its text was taken to be Chinese and the evidence divided by ln 2: on stard_dev 7 % of off-topic English
-    questions were flagged instead of 86 %, and over English text every English question was cross-lingual."""
+    questions were flagged instead of 86 %; over English text every English question was cross-lingual, and a
+    Chinese one met no English word."""
     monkeypatch.setattr(search, "RESAMPLE_S", 0.0)  # (each question looks at the index version)
     kb = kb_factory(tmp_path / "idx", **milvus_overrides(milvus_uri, unique_prefix()))
     assert kb.retrieve("試用期", top_k=3).query.index_language == ""  # (nothing in it yet)
@@ -229,3 +230,6 @@ def test_an_english_question_on_milvus_is_scored_on_the_index_scale(
     r = english.retrieve(asked, top_k=3)
     assert (r.query.index_language, r.query.cross_lingual, r.query.bridge) == ("en", False, ())
     assert english.query(asked, top_k=3).low_confidence is False
+    r = english.retrieve("员工的年假", top_k=3)  # a Chinese question meets the English text's words, unweighted
+    assert (r.query.index_language, r.query.cross_lingual) == ("en", True)
+    assert r.query.bridge == ((("staff", "staff"), ("personnel", "personnel"), ("employee", "employee")),)

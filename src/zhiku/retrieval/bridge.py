@@ -197,14 +197,15 @@ def inflections(word: str) -> tuple[str, ...]:
 
 
 def english_senses(
-    terms: Sequence[str], counts: Callable[[list[str]], Mapping[str, int]]
+    terms: Sequence[str], counts: Callable[[list[str]], Mapping[str, int]] | None
 ) -> tuple[tuple[tuple[str, ...], ...], ...]:
     """A Chinese question's terms over English text: for each term CC-CEDICT has (two characters or more), its
-    glosses as senses (the gloss, then its words in the form the index holds most: ``inflections``)."""
+    glosses as senses (the gloss, then its words in the form the index holds most, ``inflections``; without
+    ``counts``, as the gloss writes them)."""
     known = glosses()
     found = [known[t] for t in dict.fromkeys(terms) if len(t) > 1 and t in known]
     forms = {w: inflections(w) for senses_ in found for gloss in senses_ for w in gloss}
-    held = counts(list(dict.fromkeys(f for fs in forms.values() for f in fs)))
+    held = counts(list(dict.fromkeys(f for fs in forms.values() for f in fs))) if counts else {}
     best = {w: max(fs, key=lambda f: held.get(f, 0)) for w, fs in forms.items()}
     return tuple(tuple((" ".join(g), *(best[w] for w in g)) for g in senses_) for senses_ in found)
 

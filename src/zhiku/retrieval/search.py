@@ -260,7 +260,7 @@ class Searcher:
         elif language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
             asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
             words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
-            found = english_senses(words, counts) if words and counts else ()
+            found = english_senses(words, counts) if words else ()
             plan = replace(plan, index_language=language, names=(), bridge=found, index_chunks=chunks)
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
             weights, gloss = bridged(plan.bridge, counts, " " if language == "en" else "")
