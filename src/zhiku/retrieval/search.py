@@ -59,10 +59,10 @@ EMBED_TIMES = 9
 # of the English dev sets (hit@5 0.778 → 0.795 cmrc2018_dev, 0.523 → 0.548 stard_dev)
 FEEDBACK_DOCS = 5
 FEEDBACK_BETA = 2.0
-# a store without term counts (Milvus): its language read from the chunks of this many documents (a few hundred
-# chunks: a catalogue's read and one read per document, once per index version)
+# a store without term counts (Milvus): its language read from the chunks of this many documents (a catalogue read
+# and one read per document, when the index version has changed)
 SAMPLE_DOCS = 8
-# ... its index version looked at once a second, not at each question: on Milvus a read costs a query (~9 ms on
+# ... and that version looked at once a second, not at each question: on Milvus a look is a query (~9 ms on
 # milvus-lite), and a language or size a second old scales a confidence as well
 RESAMPLE_S = 1.0
 _THE = re.compile(r"\bthe\b", re.IGNORECASE)
