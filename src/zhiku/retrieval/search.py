@@ -59,9 +59,10 @@ EMBED_TIMES = 9
 # of the English dev sets (hit@5 0.778 → 0.795 cmrc2018_dev, 0.523 → 0.548 stard_dev)
 FEEDBACK_DOCS = 5
 FEEDBACK_BETA = 2.0
-# a store without term counts (Milvus): its language read from the chunks of this many documents (a catalogue read
-# and one read per document, when the index version has changed)
+# a store without term counts (Milvus): its language read from the chunks of this many documents, each of at most
+# SAMPLE_CHUNKS chunks (a catalogue read and one read per document, when the index version has changed)
 SAMPLE_DOCS = 8
+SAMPLE_CHUNKS = 200
 # ... and that version looked at once a second, not at each question: on Milvus a look is a query (~9 ms on
 # milvus-lite), and a language or size a second old scales a confidence as well
 RESAMPLE_S = 1.0
@@ -169,8 +170,9 @@ class Searcher:
 
     def _sampled_counts(self) -> tuple[str, int]:
         """For a store that cannot count the chunks holding a word (Milvus): the language of the chunks of up to
-        ``SAMPLE_DOCS`` documents spread over its catalogue, and all its chunks; read again when the index version
-        has changed, looked at once in ``RESAMPLE_S`` (a store without a catalogue is taken to be Chinese)."""
+        ``SAMPLE_DOCS`` documents spread over its catalogue (those of at most ``SAMPLE_CHUNKS`` chunks; if none is,
+        the smallest), and all its chunks; read again when the index version has changed, looked at once in
+        ``RESAMPLE_S`` (a store without a catalogue is taken to be Chinese)."""
         if self._catalogue is None:
             return "zh", 0
         if (now := time.monotonic()) - self._sampled_at < RESAMPLE_S:
@@ -178,11 +180,10 @@ class Searcher:
         self._sampled_at, version = now, self.store.index_version()
         if self._sampled[0] != version:
             docs = self._catalogue.list_documents()
-            texts = [
-                c.text
-                for d in docs[:: max(1, len(docs) // SAMPLE_DOCS)][:SAMPLE_DOCS]
-                for c in self._catalogue.document_chunks(d.doc_id)
-            ]
+            by_size = sorted(docs, key=lambda d: d.chunk_count)
+            spread = docs[:: max(1, len(docs) // SAMPLE_DOCS)][:SAMPLE_DOCS]
+            small = [d for d in spread if d.chunk_count <= SAMPLE_CHUNKS] or by_size[:1]
+            texts = [c.text for d in small for c in self._catalogue.document_chunks(d.doc_id)]
             zh, en = sum("的" in t for t in texts), sum(_THE.search(t) is not None for t in texts)
             self._sampled = (version, ("zh" if zh > en else "en" if en > zh else "", sum(d.chunk_count for d in docs)))
         return self._sampled[1]
