@@ -166,7 +166,7 @@ class Searcher:
             return self._sampled_counts()
         n = self._weighted.term_counts(["的", "the"])
         zh, en = n.get("的", 0), n.get("the", 0)
-        return ("zh" if zh > en else "en" if en > zh else ""), max(zh, en)
+        return _language(zh, en), max(zh, en)
 
     def _sampled_counts(self) -> tuple[str, int]:
         """For a store that cannot count the chunks holding a word (Milvus): the language of the chunks of up to
@@ -180,12 +180,13 @@ class Searcher:
         self._sampled_at, version = now, self.store.index_version()
         if self._sampled[0] != version:
             docs = self._catalogue.list_documents()
-            by_size = sorted(docs, key=lambda d: d.chunk_count)
             spread = docs[:: max(1, len(docs) // SAMPLE_DOCS)][:SAMPLE_DOCS]
-            small = [d for d in spread if d.chunk_count <= SAMPLE_CHUNKS] or by_size[:1]
+            small = [d for d in spread if d.chunk_count <= SAMPLE_CHUNKS]
+            if not small and docs:  # (every one longer: the smallest)
+                small = [min(docs, key=lambda d: d.chunk_count)]
             texts = [c.text for d in small for c in self._catalogue.document_chunks(d.doc_id)]
             zh, en = sum("的" in t for t in texts), sum(_THE.search(t) is not None for t in texts)
-            self._sampled = (version, ("zh" if zh > en else "en" if en > zh else "", sum(d.chunk_count for d in docs)))
+            self._sampled = (version, (_language(zh, en), sum(d.chunk_count for d in docs)))
         return self._sampled[1]
 
     def search(
@@ -475,6 +476,11 @@ class Searcher:
                 if by_clause:
                     sp.set(clause_ranking=ranking_rows(by_clause))
         return order
+
+
+def _language(zh: int, en: int) -> str:
+    """The language of an index whose ``zh`` chunks hold 的 and ``en`` hold "the": "" when as many."""
+    return "zh" if zh > en else "en" if en > zh else ""
 
 
 def _hits_of(
