@@ -34,7 +34,7 @@ def test_coverage_compares_normalised_text() -> None:
 
 def test_assess_thresholds_and_modes() -> None:
     s = Signals(top_cosine=0.86, margin=0.05, coverage=0.25, top_bm25=3.0)
-    low = assess(s, found=True, mode="hybrid", min_score=0.88)
+    low = assess(s, found=True, mode="dense", min_score=0.88)
     assert (low.low, low.score, low.signal, low.threshold) == (True, 0.86, "top_cosine", 0.88)
     assert assess(s, found=True, mode="dense", min_score=0.85).low is False
     assert assess(s, found=True, mode="hybrid", min_score=0.0).low is False  # 0 turns the flag off
@@ -44,6 +44,25 @@ def test_assess_thresholds_and_modes() -> None:
     covered = Signals(top_cosine=None, margin=None, coverage=MIN_COVERAGE, top_bm25=3.0)
     assert assess(covered, found=True, mode="bm25", min_score=0.88).low is False
     assert assess(s, found=True, mode="bm25", min_score=0.0).low is False
+
+
+def test_a_hybrid_question_scores_its_cosine_moved_by_its_lexical_evidence() -> None:
+    # best cosine + 0.02 × (ln(1 + top BM25 ÷ ln(1 + chunks)) − 1.25 over Chinese text, 1.2 over English)
+    chunks = 7  # ln(1 + 7) ≈ 2.08
+    strong = Signals(top_cosine=0.87, margin=0.05, coverage=1.0, top_bm25=math.log1p(chunks) * (math.e**3 - 1))
+    zh = assess(strong, found=True, mode="hybrid", min_score=0.88, language="zh", chunks=chunks)
+    assert (zh.signal, zh.threshold, zh.low) == ("cosine_bm25", 0.88, False)
+    assert zh.score == pytest.approx(0.87 + 0.02 * (3 - 1.25))  # 0.905: many of the index's words, not low
+    en = assess(strong, found=True, mode="hybrid", min_score=0.88, language="en", chunks=chunks)
+    assert en.score == pytest.approx(zh.score + 0.02 * (1.25 - 1.2))
+    # no BM25 match at all (or a question of stopwords alone): no lexical evidence, the cosine alone is not enough
+    unmatched = assess(replace(strong, top_bm25=None), found=True, mode="hybrid", min_score=0.88, chunks=chunks)
+    assert (unmatched.score, unmatched.low) == (pytest.approx(0.87 - 0.02 * 1.25), True)
+    # the same BM25 score from an index 100 times larger counts for less (its idf runs higher)
+    big = assess(strong, found=True, mode="hybrid", min_score=0.88, language="zh", chunks=100 * chunks)
+    assert 0.88 < big.score < zh.score
+    # dense mode has no BM25 channel: the cosine alone, whatever the signals hold
+    assert assess(strong, found=True, mode="dense", min_score=0.88, chunks=chunks).score == 0.87
 
 
 def test_a_cross_lingual_question_scores_its_gloss_cosine_and_lexical_evidence() -> None:

@@ -57,7 +57,8 @@ def rounded(metrics: dict) -> dict:
 def test_a_small_set_is_measured_but_written_nowhere(project: Path) -> None:
     before = (project / "zhiku.yaml").read_text(encoding="utf-8")
     out = tune("--dataset", str(eval_yaml(project / "eval.yaml", 12)))
-    assert (out["questions"], out["offtopic"], out["write"], out["written"]) == (12, 275, {}, None)
+    # the Chinese and the English off-topic lists, whatever the language of the set's questions
+    assert (out["questions"], out["offtopic"], out["write"], out["written"]) == (12, 275 + 106, {}, None)
     assert out["reasons"] == ["12 questions: fewer than 50 cannot tell a gain from chance"]
     assert out["before"] == {"fusion": "zscore:1,1,0.35", "min_score": 0.88}
     assert rounded(out["metrics"]) == {"ndcg@10": [0.8077, 0.8077], "hit@5": [0.9167, 0.9167]}
@@ -78,7 +79,7 @@ def test_a_large_enough_set_writes_what_it_can_tell_which_then_changes_the_answe
     assert out["metrics"]["ndcg@10"]["ci99"][0] > 0
     assert (out["write"], out["written"]) == ({"retrieval.fusion": "zscore:1.5,1,0"}, "zhiku.yaml")
     assert out["reasons"] == [
-        "answer.min_score: chosen out of fold, it flags 6.9% of off-topic questions (needs ≥ 90%) and 10.0% of "
+        "answer.min_score: chosen out of fold, it flags 13.1% of off-topic questions (needs ≥ 90%) and 11.7% of "
         "answerable ones (needs ≤ 5%)"
     ]
     settings = load_settings(project / "zhiku.yaml")
@@ -102,7 +103,7 @@ def test_fusion_weights_in_zhiku_yaml_change_the_ranking(project: Path) -> None:
 
 def test_an_english_question_is_weighed_against_the_threshold_the_answer_gives_it(project: Path) -> None:
     """A set mixing English and Chinese questions: tune flags a question at a threshold exactly when the answer
-    would, and calibrates on the English off-topic questions too."""
+    would."""
     from zhiku.evaluation.datasets import load_dataset
     from zhiku.evaluation.tune import gather
     from zhiku.evaluation.tune import tune as tune_kb
@@ -121,26 +122,3 @@ def test_an_english_question_is_weighed_against_the_threshold_the_answer_gives_i
                 assert (a.confidence < t) == judge(a.retrieval, min_score=t, normalize=kb.text.normalize).low
         out = tune_kb(kb, load_dataset(path), collection="laws")
     assert (out.questions, out.offtopic) == (6, 275 + 106)
-
-
-def test_the_english_offtopic_questions_join_for_questions_asked_in_english_only(project: Path) -> None:
-    """Over English text: English questions calibrate on the English off-topic list too; Chinese ones (cross-lingual
-    there) on the Chinese list alone."""
-    from zhiku.evaluation.datasets import load_dataset
-    from zhiku.evaluation.tune import tune as tune_kb
-
-    docs = project / "english"
-    docs.mkdir()
-    (docs / "leave.md").write_text("An employee gets the annual leave after one year of work.\n", encoding="utf-8")
-    (docs / "pay.md").write_text("The employer pays the wages on the first day of the month.\n", encoding="utf-8")
-    settings = load_settings(project / "zhiku.yaml", index=project / "english-idx")
-    expected = [{"source": "leave.md"}]
-    offtopic = {}
-    with KnowledgeBase(settings) as kb:
-        kb.ingest([docs], collection="en")
-        for language, question in (("en", "When do I get annual leave?"), ("zh", "年假什么时候有？")):
-            path = project / f"{language}.yaml"
-            rows = [{"query": question, "expected": expected}]
-            path.write_text(yaml.safe_dump({"version": 1, "queries": rows}, allow_unicode=True), encoding="utf-8")
-            offtopic[language] = tune_kb(kb, load_dataset(path), collection="en").offtopic
-    assert offtopic == {"en": 275 + 106, "zh": 275}

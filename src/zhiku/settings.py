@@ -238,7 +238,8 @@ class RerankSettings(Endpoint):
 class AnswerSettings(_Section):
     min_score: float = key(
         0.88,
-        "Answers whose confidence (best cosine of a passage to the question) is below this are marked "
+        "Answers whose confidence (best cosine of a passage to the question, moved by how well its words meet the "
+        "index's in hybrid mode) is below this are marked "
         "`low_confidence` (and not cached); bm25 mode checks the share of query terms the passages hold instead. "
         "Calibrated for the bundled embedder (answerable dev questions against off-topic ones). 0 turns the flag off.",
         "Whoever uses another embedder: its cosines sit elsewhere, so it needs its own value.",

@@ -253,8 +253,8 @@ class Answer:
     citations: tuple[Citation, ...]
     hits: tuple[Hit, ...]
     low_confidence: bool = False
-    # the score ``low_confidence`` was decided on (best cosine; an English question: plus its bridged phrases held,
-    # ``confidence.judge``; bm25: term coverage)
+    # the score ``low_confidence`` was decided on (best cosine, moved by the best BM25 score in hybrid mode; an
+    # English question: plus its bridged phrases held, ``confidence.judge``; bm25: term coverage)
     confidence: float | None = None
     note: str | None = None  # why nothing was found, and what to change; that a long question was embedded in part
     rerank: str = "off"  # "off" | "ok" | "fallback: <reason>" (the passages then keep the fused order)

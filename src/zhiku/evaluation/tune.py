@@ -18,7 +18,6 @@ from zhiku.api import KnowledgeBase
 from zhiku.embedding.cache import caching_queries
 from zhiku.evaluation.datasets import EvalQuery, EvalSet, folded
 from zhiku.evaluation.metrics import score
-from zhiku.retrieval.bridge import ENGLISH
 from zhiku.retrieval.confidence import judge
 from zhiku.retrieval.fusion import weights_of
 from zhiku.retrieval.search import Retrieval
@@ -154,10 +153,9 @@ def tune(
     base = weights_of("zscore" if current.retrieval.fusion == "rrf" else current.retrieval.fusion)
     grid = [base, *(w for w in GRID if w != base)]  # a tie keeps the weights in use
     questions = gather(kb, folded(data, kb.text.normalize).queries, collection, on_progress)
-    # a set with English questions calibrates on English off-topic questions too (asked in English, whatever the
-    # language of the text: a Chinese question over English text is cross-lingual, yet the Chinese list covers it)
-    english = any(c.retrieval.query.english >= ENGLISH for c in questions)
-    off = gather(kb, offtopic_questions() + (offtopic_questions("en") if english else []), collection, None)
+    # off-topic questions in both languages, whatever the set's: agents ask a Chinese collection in English too, and
+    # an English question over Chinese text is scored on its own (``confidence.CROSS_LIFT``)
+    off = gather(kb, offtopic_questions() + offtopic_questions("en"), collection, None)
     table = [[c.metrics(kb, w) for w in grid] for c in questions]  # question x weights x metric
     folds = [fold_of(c.key) for c in questions]
 

@@ -104,7 +104,8 @@ class QueryResult(_Out):
         "query names, e.g. ORD-4290), or nothing matched."
     )
     confidence: float | None = Field(
-        description="Best cosine similarity of a passage to the query (bm25 mode: the share of the query's terms the passages hold)."
+        description="Best cosine of a passage to the query, moved by its BM25 evidence in hybrid mode (bm25 mode: the "
+        "share of the query's terms the passages hold)."
     )
     cache: Literal["hit", "miss"] = Field(description="Whether this answer came from the result cache.")
     note: str | None = Field(

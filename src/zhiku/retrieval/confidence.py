@@ -21,13 +21,25 @@ _WHOLE = r"(?<![a-z0-9])(?<![a-z0-9][._/-]){}(?![a-z0-9])(?![._/-][a-z0-9])"
 # a code names one thing when it has a separator or 3+ digits: win10, mp4, x86, k8s, ipv6, python3 are common words
 _DISTINCT = re.compile(r"[._/-]|\d{3}")
 MIN_COVERAGE = 0.4  # bm25 mode's threshold, calibrated with answer.min_score
+# In hybrid mode a question's confidence is its best cosine, moved by its lexical evidence: LEXICAL × (ln(1 + its
+# best BM25 score ÷ ln(1 + the index's chunks)) − LEXICAL_MID of the text's language) (BM25's idf grows with the
+# index: a 7-chunk index scores a third of a 3,000-chunk one). An off-topic question meets few of the index's words,
+# an answerable one many, and the two signals fail on different questions. LEXICAL: the least weight at which each
+# dev set's half A, at the 4.5 % answerable quantile, flags within about a point as many shipped off-topic questions
+# as at any weight; LEXICAL_MID: the most off-topic questions flagged at the default min_score while no set flags
+# more of its answerable half A than the worst did on the cosine alone (3.6 %); English text: httpx_docs' English
+# questions flagged no more than on the cosine alone (their BM25 sums run lower). Answerable / off-topic flagged
+# at 0.88 (tests/data/offtopic), cosine alone → with the lexical evidence: cmrc2018_dev 3.2 / 83.6 % → 1.6 / 86.2 %,
+# meddialog_im_dev 0 / 92.5 % → 0 / 93.7 %, stard_dev 1.6 / 98.1 % → 3.0 / 98.7 %, stard_longdoc 2.1 / 98.1 % →
+# 3.1 / 98.7 %; `zhiku tune` can then pick a threshold flagging ≥ 90 % and ≤ 5 % on every set (bench/tune.py).
+LEXICAL = 0.02
+LEXICAL_MID = {"zh": 1.25, "en": 1.2}  # by the language of the text
 # A cross-lingual question (English over Chinese passages, or the reverse): its best cosine alone separates poorly
 # (over cmrc2018_dev answerable English questions score lower than off-topic ones). Its score is its best cosine with
 # its gloss in the text's language (the clause channel's best: same-language evidence), plus CROSS_COVERAGE × the
 # share of its bridged phrases (``QueryPlan.bridge``) whose senses the first CROSS_HITS passages hold, plus
-# CROSS_BM25 × ln(1 + the best BM25 score of its bridged terms ÷ ln(1 + the index's chunks)) (BM25's idf grows with
-# the index: a 7-chunk index scores a third of a 3,000-chunk one), less CROSS_LIFT of the text's language: then it
-# stands on min_score's scale. Chosen on half A of the English dev sets and of httpx_docs (the reverse) against the
+# CROSS_BM25 × its lexical evidence (of its bridged terms), less CROSS_LIFT of the text's language: then it stands
+# on min_score's scale. Chosen on half A of the English dev sets and of httpx_docs (the reverse) against the
 # shipped off-topic lists (the most off-topic less answerable questions flagged). On half B, answerable / off-topic
 # flagged, before → after: cmrc2018_dev 30 / 33 % → 20 / 46 %, stard_dev 13 / 80 % → 11 / 93 %, httpx_docs 5 / 80 %
 # → 9 / 90 %
@@ -89,13 +101,16 @@ def assess(
     """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off); ``held``:
     a cross-lingual question's share of bridged phrases the first passages hold, over text in ``language`` of an
     index of about ``chunks`` chunks."""
+    lexical = math.log1p(max(signals.top_bm25 or 0.0, 0.0) / math.log1p(max(chunks, 1)))  # no match: 0
     if mode == "bm25":
         name, score, threshold = "coverage", signals.coverage, MIN_COVERAGE if min_score > 0 else 0.0
     elif held is not None and signals.top_cosine is not None:
         best = signals.top_cosine if signals.top_clause is None else signals.top_clause
-        bm25 = max(signals.top_bm25 or 0.0, 0.0) / math.log1p(max(chunks, 1))
-        evidence = CROSS_COVERAGE * held + CROSS_BM25 * math.log1p(bm25)
+        evidence = CROSS_COVERAGE * held + CROSS_BM25 * lexical
         name, score, threshold = "cross_lingual", best + evidence - CROSS_LIFT[language], min_score
+    elif mode == "hybrid" and signals.top_cosine is not None:
+        name, score = "cosine_bm25", signals.top_cosine + LEXICAL * (lexical - LEXICAL_MID[language])
+        threshold = min_score
     else:
         name, score, threshold = "top_cosine", signals.top_cosine, min_score
     low = not found or (threshold > 0 and score is not None and score < threshold)

@@ -254,16 +254,17 @@ class Searcher:
         forms, clauses, mode_ = plan.forms, list(plan.clauses), plan.mode
         weights: dict[str, float] = {}
         language, chunks = self._text_counts()
+        plan = replace(plan, index_chunks=chunks)  # the scale of its BM25 scores, for its confidence
         counts = self._weighted.term_counts if self._weighted else None
         if language == "zh" and plan.english >= ENGLISH and mode_ != "dense":  # English words meet Chinese text
             stop = self.text.stopwords
             cut = lambda head: [t for t in self.text.query_tokens(head) if t not in stop]  # noqa: E731
-            plan = replace(plan, bridge=chinese_senses(plan.normalized, cut, counts), index_chunks=chunks)
+            plan = replace(plan, bridge=chinese_senses(plan.normalized, cut, counts))
         elif language != "zh":  # an English question needs no bridge here; a Chinese one's words meet English text
             asked_in_chinese = language == "en" and plan.english < ENGLISH and mode_ != "dense"
             words = self.text.whole_words(plan.normalized) if asked_in_chinese else []
             found = english_senses(words, counts) if words else ()
-            plan = replace(plan, index_language=language, names=(), bridge=found, index_chunks=chunks)
+            plan = replace(plan, index_language=language, names=(), bridge=found)
         if plan.bridge or plan.names:  # terms in the text's language for BM25, the question's gloss for clauses
             weights, gloss = bridged(plan.bridge, counts, " " if language == "en" else "")
             weights.update(dict.fromkeys(plan.terms, 1.0))
