@@ -29,7 +29,7 @@ from zhiku.retrieval.bridge import (
     pieces,
     senses,
 )
-from zhiku.retrieval.confidence import CROSS_BM25, CROSS_COVERAGE, CROSS_LIFT
+from zhiku.retrieval.confidence import CROSS_BM25, CROSS_COVERAGE, CROSS_LIFT, LEXICAL, LEXICAL_MID
 from zhiku.retrieval.plan import read_question
 from zhiku.retrieval.search import Retrieval
 from zhiku.settings import RetrievalSettings
@@ -110,6 +110,21 @@ def test_an_english_question_is_scored_on_its_gloss_cosine_and_the_evidence_of_i
         off = kb.query(question, top_k=3)  # 0.71 and 0.61: below 0.88
         assert (off.low_confidence, off.confidence) == (True, pytest.approx(score(kb.retrieve(question), held)))
     assert held_share((), "年休假") == 0.0
+
+
+def test_a_chinese_question_is_scored_on_its_cosine_moved_by_its_bm25_score_on_the_index_scale(
+    kb: KnowledgeBase,
+) -> None:
+    def score(r: Retrieval) -> float:
+        assert r.query.index_chunks == 8  # every question's plan carries the index's size, not only an English one's
+        lexical = math.log1p((r.bm25[0].score if r.bm25 else 0.0) / math.log1p(8))
+        return r.dense[0].score + LEXICAL * (lexical - LEXICAL_MID["zh"])
+
+    confident, off = kb.query("年休假有几天", top_k=3), kb.query("今天晚饭做什么菜好？", top_k=3)
+    assert confident.confidence == pytest.approx(score(kb.retrieve("年休假有几天", top_k=3)))
+    assert off.confidence == pytest.approx(score(kb.retrieve("今天晚饭做什么菜好？", top_k=3)))
+    assert (confident.low_confidence, off.low_confidence) == (False, True)
+    assert off.confidence < 0.88 < confident.confidence
 
 
 def test_the_english_offtopic_questions_are_english() -> None:
