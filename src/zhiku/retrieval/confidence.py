@@ -99,9 +99,11 @@ def assess(
     language: str = "zh",
     chunks: int = 0,
 ) -> Confidence:
-    """``low`` when nothing was found or the best cosine is below ``min_score`` (0 turns the check off); ``held``:
-    a cross-lingual question's share of bridged phrases the first passages hold, over text in ``language`` of an
-    index of about ``chunks`` chunks."""
+    """``low`` when nothing was found or the mode's score is below its threshold (``min_score``; 0 turns the check
+    off): bm25 mode, the terms' coverage (against ``MIN_COVERAGE``); a cross-lingual question (``held``: its share of
+    bridged phrases the first passages hold), its own score; hybrid mode, the best cosine moved by the lexical
+    evidence (``LEXICAL``); dense mode, the best cosine. Over text in ``language``, of an index of about ``chunks``
+    chunks (the scale of its BM25 scores)."""
     lexical = math.log1p(max(signals.top_bm25 or 0.0, 0.0) / math.log1p(max(chunks, 1)))  # no match: 0
     if mode == "bm25":
         name, score, threshold = "coverage", signals.coverage, MIN_COVERAGE if min_score > 0 else 0.0
