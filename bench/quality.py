@@ -1,6 +1,7 @@
 """The retrieval quality table: bm25 / dense / hybrid on the four dev sets.
 
     make bench-quality                                   # all sets, all questions, ../shared/eval
+    make bench-english                                   # the English twins beside the Chinese questions
     python bench/quality.py --data ../shared/eval [--sets stard_dev,stard_longdoc] [--modes hybrid]
         [--max-queries 200] [--index-root DIR] [--config zhiku.yaml] [--json] [--english bench/datasets/english]
 
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json and full and sets == (list(ENGLISH_SETS) if args.english else list(SETS)):
         from report import save
 
-        command = f"python bench/quality.py --english {args.english} --json" if args.english else "make bench-quality"
+        command = "make bench-english" if args.english else "make bench-quality"
         save(name, [r.__dict__ for r in rows], command)
     elif args.json:
         print("not saved: the results page shows full runs only (every set, mode and question)", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The results page: bench/RESULTS.md, generated from the JSON files the maintained benchmarks write.
 
     make bench-report                      # python bench/report.py
+    make bench-all                         # every benchmark, then the page
 
 Every benchmark ends with ``save(name, figures)``: ``bench/results/<name>.json`` holds the figures with the
 machine, the commit, the date and the command that measured them. A benchmark without a file is shown as not
@@ -166,7 +167,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Any], list[str]]]] = [
     ),
     (
         "english",
-        "Across languages: `python bench/quality.py --english bench/datasets/english --json`",
+        "Across languages: `make bench-english`",
         "The English twins of cmrc2018_dev and stard_dev questions (bench/datasets/english: the same ids and "
         "judgements) beside the same questions in Chinese, on one index per set; A and B: the halves by crc32 of the "
         "id (the cross-lingual fusion weights and confidence threshold were chosen on A). Flagged: the share of "
