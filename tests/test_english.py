@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib.util
 import lzma
 import math
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -320,3 +323,24 @@ def test_the_word_list_builder_keeps_chinese_words_of_the_senses_a_dictionary_gi
     spec.loader.exec_module(build)
     field = "n. 超时, 加班, 延长时间\\na. 超时的（口）\\n[网络] 加班费\\nn. (Hood)人名；(英)胡德\\n[经] 雇主；业主, a"
     assert build.translations(field) == ["超时", "加班", "延长时间", "超时的", "雇主", "业主"]
+
+
+def test_the_characters_a_pinyin_syllable_stands_for_are_the_same_in_every_process() -> None:
+    # Python's string hash, and so a set's order, differ from one process to the next; characters as common as each
+    # other must not be ordered (and cut at PER_SYLLABLE) by it, or a question with a name ranks differently
+    program = (
+        "import hashlib; from zhiku.retrieval.bridge import readings, names; "
+        "print(hashlib.sha256(repr(sorted(readings().items())).encode()).hexdigest(), "
+        "hashlib.sha256(repr(names('Whose favor did Xu Ling win after he returned?')).encode()).hexdigest())"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", program],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout  # fmt: skip
+        for seed in ("1", "6")
+    }
+    assert len(seen) == 1, seen

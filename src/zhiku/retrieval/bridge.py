@@ -105,9 +105,10 @@ def readings() -> dict[str, str]:
         key = m[2].lower().replace("u:", "v")
         out[key] = out.get(key, "") + m[1]
     heads = Counter(c for m in _ENTRY.finditer(text) for c in m[1])
-    # (a syllable of one or two characters is an interjection or an erhua r, not part of a name: Loan is not lo an)
+    # (a syllable of one or two characters is an interjection or an erhua r, not part of a name: Loan is not lo an);
+    # characters as common as each other in code point order, not a set's, which changes from process to process
     return {
-        k: "".join(sorted(set(v), key=heads.__getitem__, reverse=True)[:PER_SYLLABLE])
+        k: "".join(sorted(set(v), key=lambda c: (-heads[c], c))[:PER_SYLLABLE])
         for k, v in out.items()
         if len(set(v)) > 2
     }

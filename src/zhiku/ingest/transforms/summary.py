@@ -136,7 +136,8 @@ def extractive_summary(
     for i, (sentence, toks) in enumerate(zip(sentences, tokens, strict=True)):
         if not toks:
             continue
-        weight = sum(rank[t] for t in set(toks) if t in top) + 0.1 * sum(rank.get(t, 0.0) for t in set(toks))
+        distinct = dict.fromkeys(toks)  # (in the sentence's order: a set's changes from process to process)
+        weight = sum(rank[t] for t in distinct if t in top) + 0.1 * sum(rank.get(t, 0.0) for t in distinct)
         lead = (1.3 if i < 3 else 1.0) * (0.5 if _LIST_ITEM.match(sentence) else 1.0)
         scored.append((weight * lead / math.sqrt(len(toks)), i))
     chosen = sorted(i for _, i in sorted(scored, reverse=True)[:n_sentences])
