@@ -136,9 +136,9 @@ def main() -> None:
             rows.append(run(args, src, label, clients, embedded))
             print(json.dumps(rows[-1]), flush=True)
     if args.json:
-        from report import save
+        from report import compare_arg, save
 
-        save("concurrency", rows, "make bench-concurrency")
+        save("concurrency", rows, f"make bench-concurrency{compare_arg(args.compare)}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,19 @@ def commit() -> str:
     return head + (" + uncommitted changes" if _git("status", "--porcelain", "--", "src") else "")
 
 
+def compare_arg(src: Path | None) -> str:
+    """`` COMPARE=<a checkout of COMMIT>/src`` for a command run with ``COMPARE=src`` (no machine path), else ""."""
+    if src is None:
+        return ""
+    try:
+        at = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=src, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return " COMPARE=<another checkout>/src"
+    return f" COMPARE=<a checkout of {at.stdout.strip()}>/src"
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -238,9 +238,9 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.json:
-        from report import save
+        from report import compare_arg, save
 
-        save("scale", rows, f"make bench-scale SIZES={args.sizes}")
+        save("scale", rows, f"make bench-scale SIZES={args.sizes}{compare_arg(args.compare)}")
 
 
 if __name__ == "__main__":
