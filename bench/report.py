@@ -5,8 +5,9 @@
 
 Every benchmark ends with ``save(name, figures)``: ``bench/results/<name>.json`` holds the figures with the
 machine, the commit, the date and the command that measured them. A benchmark without a file is shown as not
-measured, one whose commit's src/ code differs from this checkout's says so (comments and docstrings aside). ``bench/results/<name>.before.json``, when
-present, is shown beside it (figures of an earlier checkout, e.g. saved with ``--stamp``). History lives in git.
+measured, one whose commit's src/ code differs from this checkout's says so (comments and docstrings aside).
+``bench/results/<name>.before.json``, when present, is shown beside it (figures of an earlier checkout, e.g. saved
+with ``--stamp``). History lives in git.
 
     python bench/report.py --stamp FILE NAME COMMAND [COMMIT]   # save figures another tool wrote as NAME
     python bench/report.py --reliability FILE                   # save the RELIABILITY lines of a run
@@ -15,6 +16,7 @@ present, is shown beside it (figures of an earlier checkout, e.g. saved with ``-
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import platform
@@ -50,13 +52,8 @@ def compare_arg(src: Path | None) -> str:
     """`` COMPARE=<a checkout of COMMIT>/src`` for a command run with ``COMPARE=src`` (no machine path), else ""."""
     if src is None:
         return ""
-    try:
-        at = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=src, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return " COMPARE=<another checkout>/src"
-    return f" COMPARE=<a checkout of {at.stdout.strip()}>/src"
+    at = _git("-C", str(src), "rev-parse", "--short", "HEAD")
+    return f" COMPARE=<a checkout of {at}>/src" if at else " COMPARE=<another checkout>/src"
 
 
 def machine() -> str:
@@ -383,6 +380,7 @@ def checks(results: Path) -> list[dict[str, Any]]:
     return out
 
 
+@functools.cache  # (asked for each section and each bar, mostly of one commit)
 def src_changed_since(measured: str) -> bool:
     """Whether src/'s code differs now from the commit a figure was measured at (or that commit is unknown here).
     A change to comments and docstrings alone changes no figure: a Python file whose code (``code_of``) is the same
@@ -404,16 +402,12 @@ def code_of(source: str) -> str:
     """A Python module's code without its comments and docstrings (its syntax tree, docstrings taken out)."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
-            first = body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                node.body = body[1:] or [ast.Pass()]
+        if isinstance(node, _DOCUMENTED) and ast.get_docstring(node, clean=False) is not None:
+            node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree)
+
+
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # what may have a docstring
 
 
 def render(results: Path = RESULTS) -> str:
