@@ -108,11 +108,11 @@ def test_a_releasing_thread_cannot_take_its_place_back_before_a_waiter() -> None
     assert got == ["waiter"] and _free_places(gate)[0] == 1
 
 
-def test_a_gate_needs_a_place_and_searchers_have_twice_the_cpus(tmp_path) -> None:
+def test_a_gate_needs_a_place_and_searchers_have_one_a_cpu(tmp_path) -> None:
     with pytest.raises(ValueError, match="at least one place"):
         FairGate(0)
     default = Searcher(None, None, None, RetrievalSettings())  # type: ignore[arg-type]
-    assert default.gate.places == 2 * (os.cpu_count() or 1)
+    assert default.gate.places == (os.cpu_count() or 1)
     default.close()
 
 

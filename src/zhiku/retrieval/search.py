@@ -46,9 +46,10 @@ from zhiku.text import TextProcessor
 from zhiku.types import Chunk, Filters, Hit, ScoredId, SearchMode, frozen
 
 DENSE_WORKERS = 8  # dense channels running at once, across concurrent searches
-# Searches whose CPU-bound steps run at once; the others wait their turn (a trace's `queue` stage): 50 clients on
-# 2 cores served 267 searches/s with a p95 of 206 ms, 143/s and 481 ms ungated
-MAX_CONCURRENT = 2 * (os.cpu_count() or 1)
+# Searches whose CPU-bound steps run at once, one a core; the others wait their turn (a trace's `queue` stage).
+# Those steps are mostly Python holding the interpreter lock: more places only add switching (50 clients on 10k
+# chunks, 2 cores: 556 searches/s, p95 100 ms, with 2 places; 481/s, p95 116 ms, with 4)
+MAX_CONCURRENT = os.cpu_count() or 1
 PER_SOURCE_K = 100  # candidates of each channel before fusion: z-score fusion measured best at 100 on the dev sets
 # an embedder that answers in less than this (the median of its last EMBED_TIMES questions) runs on the caller's
 # thread: handing the question to the dense worker would cost more than overlapping its embedding with BM25 saves
