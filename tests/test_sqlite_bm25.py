@@ -104,6 +104,18 @@ def test_weighted_terms_scale_each_terms_score_and_term_counts_are_live_chunks(i
     assert got == pytest.approx({c: 0.5 * plain[c] + 2.0 * other.get(c, 0.0) for c in plain}, rel=1e-12)
 
 
+def test_term_counts_are_of_the_live_chunks_at_each_version_asked_again(index_dir: Path) -> None:
+    first, second = corpus_doc("甲", [["词", "其他"], ["词"], ["其他"]]), corpus_doc("乙", [["词"], ["词", "词"]], 3)
+    with SQLiteStore(index_dir) as store:
+        first.write(store)
+        second.write(store)
+        assert [store.term_counts(["词", "其他"]) for _ in range(2)] == [{"词": 4, "其他": 2}] * 2  # (then kept)
+        store.delete_document("乙")
+        assert store.term_counts(["词", "其他"]) == {"词": 2, "其他": 2}
+        corpus_doc("丙", [["其他"]], 5).write(store)
+        assert store.term_counts(["其他", "词"]) == {"其他": 3, "词": 2}
+
+
 def test_the_bm25_files_are_a_cache_that_damage_or_loss_never_changes(index_dir: Path) -> None:
     """Past a few thousand rows BM25 keeps files beside zhiku.db (``bm25/``): damaged, emptied, joined by a stray
     file or lost, the searches answer as before, read-only or not."""

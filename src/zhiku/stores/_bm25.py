@@ -251,6 +251,7 @@ class BM25Snapshot:
     avgdl: float
     terms: TermCache = field(default_factory=TermCache, compare=False, repr=False)  # query terms seen
     sizes: Cache[int] = field(default_factory=lambda: Cache(RARE_SIZES), compare=False, repr=False)  # (``_rare``)
+    dfs: Cache[int] = field(default_factory=lambda: Cache(RARE_SIZES), compare=False, repr=False)  # (``df``)
 
     @classmethod
     def of(
@@ -304,7 +305,14 @@ class BM25Snapshot:
         df = sum(int(np.count_nonzero(self.live[r])) for r, _ in found)
         out = QueryTerm(term, tuple(found), df)
         self.terms.put(term, out)
+        self.dfs.put(term, df)
         return out
+
+    def df(self, term: str) -> int:
+        """How many live rows hold ``term``, kept for the snapshot's life even when its postings are too many to
+        keep (``TermCache``): every search asks how many chunks hold 的, which 1M chunks nearly all do."""
+        n = self.dfs.get(term)
+        return self.term(term).df if n is None else n
 
     def search(
         self,

@@ -241,7 +241,7 @@ class SQLiteStore(Catalogue):
         """``WeightedBM25``: how many live chunks hold each term."""
         with self.db.read() as conn:
             snap = self._bm25_at(conn)
-            return {t: snap.term(t).df for t in query_terms(terms)}
+            return {t: snap.df(t) for t in query_terms(terms)}
 
     def dense_search(self, vector: np.ndarray, top_k: int, filters: Filters = Filters()) -> Sequence[ScoredId]:
         return self.dense_filled(vector, top_k, filters, ())[0]
