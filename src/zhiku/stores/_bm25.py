@@ -309,8 +309,8 @@ class BM25Snapshot:
         return out
 
     def df(self, term: str) -> int:
-        """How many live rows hold ``term``, kept for the snapshot's life even when its postings are too many to
-        keep (``TermCache``): every search asks how many chunks hold 的, which 1M chunks nearly all do."""
+        """How many live rows hold ``term``: the last ``RARE_SIZES`` terms' counts are kept even when their postings
+        are too many to keep (``TermCache``), as every search asks how many chunks hold 的 (1M chunks: nearly all)."""
         n = self.dfs.get(term)
         return self.term(term).df if n is None else n
 
